@@ -1,0 +1,40 @@
+//! The state every request handler shares.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use crate::metrics::Metrics;
+use crate::proxy::upstream::Upstream;
+use crate::sessions::Tracker;
+use crate::store::Store;
+
+pub struct App {
+    pub upstream: Upstream,
+    pub sessions: Tracker,
+    pub store: Store,
+    pub metrics: Arc<Metrics>,
+    pub limits: Limits,
+    /// `proxy.api_key`: required on /v1 routes when set.
+    pub proxy_token: Option<String>,
+    /// Required on /admin routes, always.
+    pub admin_token: String,
+    pub info: RuntimeInfo,
+}
+
+pub struct Limits {
+    pub max_body_bytes: usize,
+    pub client_body_timeout: Duration,
+}
+
+/// Facts about this daemon for `status`.
+pub struct RuntimeInfo {
+    pub started: Instant,
+    pub started_at_ms: i64,
+    pub mode: String,
+    pub demo: bool,
+    pub upstream_base: String,
+    pub host: String,
+    pub port: u16,
+}
+
+pub type SharedApp = Arc<App>;

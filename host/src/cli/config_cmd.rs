@@ -1,0 +1,60 @@
+//! `config show | get | set | path`.
+
+use std::path::Path;
+use std::process::ExitCode;
+
+use anyhow::{Result, bail};
+use serde_json::Value;
+
+use super::{ConfigCommand, load_config};
+use crate::config;
+
+pub fn run(path: &Path, command: ConfigCommand) -> Result<ExitCode> {
+    match command {
+        ConfigCommand::Path => {
+            println!("{}", path.display());
+        }
+        ConfigCommand::Show => {
+            let loaded = load_config(path)?;
+            let origin = if loaded.file_exists {
+                path.display().to_string()
+            } else {
+                format!("{} (not created yet: defaults)", path.display())
+            };
+            println!("# effective configuration: {origin}; secrets masked");
+            print!("{}", config::to_yaml(&config::masked_tree(&loaded)));
+        }
+        ConfigCommand::Get { key } => {
+            let loaded = load_config(path)?;
+            let tree = config::masked_tree(&loaded);
+            let Some(value) = config::get_path(&tree, &key) else {
+                bail!(config::ConfigError::UnknownKey {
+                    key,
+                    hint: String::new()
+                });
+            };
+            match value {
+                Value::String(s) => println!("{s}"),
+                Value::Null => println!("null"),
+                Value::Object(_) | Value::Array(_) => print!("{}", config::to_yaml(value)),
+                other => println!("{other}"),
+            }
+        }
+        ConfigCommand::Set { key, value } => {
+            let stored = config::set_key(path, &key, &value)?;
+            let shown = if config::SECRET_KEYS.contains(&key.as_str()) {
+                "********".to_string()
+            } else {
+                stored.to_string()
+            };
+            println!("{key} = {shown}   ({})", path.display());
+            if config::SECRET_KEYS.contains(&key.as_str()) {
+                println!(
+                    "note: stored in the file (mode 0600); an environment variable keeps it off disk (see `metaclaw config show`)"
+                );
+            }
+            println!("a running metaclaw picks this up on its next start");
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}

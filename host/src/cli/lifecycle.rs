@@ -1,0 +1,354 @@
+//! `start`, `stop`, `status`.
+
+use std::fs::OpenOptions;
+use std::io::{Read, Seek, SeekFrom};
+use std::os::unix::process::CommandExt;
+use std::path::Path;
+use std::process::{Command, ExitCode, Stdio};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result, bail};
+use rustix::process::{Pid, Signal, kill_process, test_kill_process};
+use serde_json::{Value, json};
+
+use super::{JsonFlag, StartArgs, StopArgs, human_duration, load_config, runtime};
+use crate::config::Mode;
+use crate::daemon::{self, DaemonOptions};
+use crate::home::{Home, PidInfo};
+
+const START_TIMEOUT: Duration = Duration::from_secs(30);
+const LOG_ROTATE_BYTES: u64 = 16 << 20;
+
+pub fn start(home: &Home, config_path: &Path, args: StartArgs) -> Result<ExitCode> {
+    let mut loaded = load_config(config_path)?;
+    if let Some(port) = args.port {
+        loaded.config.proxy.port = port;
+    }
+    if let Some(mode) = args.mode {
+        loaded.config.mode = match mode.as_str() {
+            "rl" => Mode::Rl,
+            "auto" => Mode::Auto,
+            _ => Mode::SkillsOnly,
+        };
+    }
+    daemon::check_servable(&loaded, args.demo)?;
+    home.ensure()?;
+
+    if args.foreground {
+        crate::logging::init(&loaded.config.log.level);
+        let rt = runtime()?;
+        rt.block_on(daemon::run(DaemonOptions {
+            home: home.clone(),
+            loaded,
+            demo: args.demo,
+        }))?;
+        return Ok(ExitCode::SUCCESS);
+    }
+
+    if let Some(info) = home.running()? {
+        eprintln!(
+            "metaclaw is already running: {} (pid {}, home {})",
+            info.url,
+            info.pid,
+            home.root.display()
+        );
+        return Ok(ExitCode::FAILURE);
+    }
+    if home.read_pid_file().is_some() {
+        home.remove_pid_file();
+        eprintln!("note: removed a stale pid file (its process is gone)");
+    }
+
+    // The daemon is this binary in the foreground, detached from the
+    // terminal (own process group) with its output in the log file.
+    let log_path = home.log_file();
+    rotate_log(&log_path);
+    let log = OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(&log_path)
+        .with_context(|| format!("cannot open {}", log_path.display()))?;
+    let log_start = log.metadata().map(|m| m.len()).unwrap_or(0);
+    let exe = std::env::current_exe().context("cannot find the metaclaw executable")?;
+    let mut command = Command::new(exe);
+    command
+        .arg("--config")
+        .arg(config_path)
+        .arg("start")
+        .arg("--foreground");
+    if let Some(port) = args.port {
+        command.arg("--port").arg(port.to_string());
+    }
+    if let Some(mode) = args.mode {
+        command.arg("--mode").arg(mode.as_str().replace('_', "-"));
+    }
+    if args.demo {
+        command.arg("--demo");
+    }
+    let mut child = command
+        .env("METACLAW_HOME", &home.root)
+        .stdin(Stdio::null())
+        .stdout(log.try_clone()?)
+        .stderr(log)
+        .process_group(0)
+        .spawn()
+        .context("cannot start the daemon")?;
+
+    let started = Instant::now();
+    let rt = runtime()?;
+    let info = loop {
+        if let Some(status) = child.try_wait()? {
+            let tail = log_tail(&log_path, log_start);
+            bail!(
+                "the daemon exited during start-up ({status}). Its log ({}):\n{tail}",
+                log_path.display()
+            );
+        }
+        if let Some(info) = home.read_pid_file().filter(|p| p.pid == child.id())
+            && rt.block_on(healthy(&info.url))
+        {
+            break info;
+        }
+        if started.elapsed() > START_TIMEOUT {
+            let _ = child.kill();
+            bail!(
+                "the daemon did not become healthy within {}s. Its log ({}):\n{}",
+                START_TIMEOUT.as_secs(),
+                log_path.display(),
+                log_tail(&log_path, log_start)
+            );
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    };
+    let ms = started.elapsed().as_millis();
+    println!(
+        "metaclaw is running at {} (pid {}, mode {}; healthy in {ms} ms)",
+        info.url, info.pid, info.mode
+    );
+    println!("  OpenAI base URL: {}/v1", info.url);
+    println!("  logs: {}", log_path.display());
+    if args.demo {
+        rt.block_on(demo_round_trip(
+            &info,
+            loaded.config.proxy.api_key.as_deref(),
+        ))?;
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+async fn healthy(url: &str) -> bool {
+    let Ok(client) = reqwest::Client::builder()
+        .timeout(Duration::from_secs(2))
+        .build()
+    else {
+        return false;
+    };
+    matches!(client.get(format!("{url}/healthz")).send().await, Ok(r) if r.status().is_success())
+}
+
+/// Sends one streamed request through the demo and shows it arrive.
+async fn demo_round_trip(info: &PidInfo, token: Option<&str>) -> Result<()> {
+    use futures_util::StreamExt;
+    let text = "Hello from the metaclaw demo";
+    let session = format!("demo-{}", uuid::Uuid::now_v7().simple());
+    let client = reqwest::Client::new();
+    let mut request = client
+        .post(format!("{}/v1/chat/completions", info.url))
+        .header("content-type", "application/json")
+        .header("x-session-id", &session)
+        .body(json!({"model": "echo", "stream": true, "messages": [{"role": "user", "content": text}]}).to_string());
+    if let Some(token) = token {
+        request = request.bearer_auth(token);
+    }
+    let response = request.send().await.context("the demo request failed")?;
+    if !response.status().is_success() {
+        bail!(
+            "the demo request failed: {}",
+            response.text().await.unwrap_or_default()
+        );
+    }
+    let mut stream = response.bytes_stream();
+    let mut raw = Vec::new();
+    while let Some(chunk) = stream.next().await {
+        raw.extend_from_slice(&chunk?);
+    }
+    let (answer, _) = crate::proxy::assemble::assemble_sse(&raw);
+    let reply = answer["choices"][0]["message"]["content"]
+        .as_str()
+        .unwrap_or("");
+    let chunks = raw.windows(6).filter(|w| w == b"data: ").count();
+    println!();
+    println!("Demo round trip (the upstream is a built-in echo model; no API key needed):");
+    println!("  you:      {text}");
+    println!("  upstream: {reply}   ({chunks} SSE events, streamed through the proxy)");
+    println!("  recorded: session {session}");
+    let auth = token
+        .map(|t| format!(" -H 'authorization: Bearer {t}'"))
+        .unwrap_or_default();
+    println!();
+    println!("Try it yourself:");
+    println!(
+        "  curl -s {}/v1/chat/completions -H 'content-type: application/json'{auth} \\\n    -d '{{\"model\":\"echo\",\"messages\":[{{\"role\":\"user\",\"content\":\"hi there\"}}]}}'",
+        info.url
+    );
+    println!("  metaclaw sessions list      # what was recorded");
+    println!("  metaclaw status             # health, pid, counts");
+    println!("  metaclaw stop");
+    Ok(())
+}
+
+fn rotate_log(path: &Path) {
+    if std::fs::metadata(path)
+        .map(|m| m.len() > LOG_ROTATE_BYTES)
+        .unwrap_or(false)
+    {
+        let _ = std::fs::rename(path, path.with_extension("log.1"));
+    }
+}
+
+/// The last lines the daemon wrote since `from`.
+fn log_tail(path: &Path, from: u64) -> String {
+    let Ok(mut f) = std::fs::File::open(path) else {
+        return String::new();
+    };
+    let _ = f.seek(SeekFrom::Start(from));
+    let mut text = String::new();
+    let _ = f.take(64 << 10).read_to_string(&mut text);
+    let lines: Vec<&str> = text.lines().collect();
+    lines[lines.len().saturating_sub(20)..].join("\n")
+}
+
+pub fn stop(home: &Home, args: StopArgs) -> Result<ExitCode> {
+    let Some(info) = home.running()? else {
+        if home.read_pid_file().is_some() {
+            home.remove_pid_file();
+            println!("metaclaw is not running (removed a stale pid file)");
+        } else {
+            println!("metaclaw is not running");
+        }
+        return Ok(ExitCode::SUCCESS);
+    };
+    let pid = Pid::from_raw(info.pid as i32).context("invalid pid in the pid file")?;
+    kill_process(pid, Signal::TERM).with_context(|| format!("cannot signal pid {}", info.pid))?;
+    let deadline = Instant::now() + Duration::from_secs(args.timeout);
+    while Instant::now() < deadline {
+        if !home.is_locked()? {
+            println!("metaclaw stopped (pid {})", info.pid);
+            return Ok(ExitCode::SUCCESS);
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    eprintln!(
+        "metaclaw (pid {}) did not stop within {}s; killing it",
+        info.pid, args.timeout
+    );
+    let _ = kill_process(pid, Signal::KILL);
+    for _ in 0..100 {
+        if test_kill_process(pid).is_err() || !home.is_locked()? {
+            home.remove_pid_file();
+            println!("metaclaw killed (pid {})", info.pid);
+            return Ok(ExitCode::SUCCESS);
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    bail!("pid {} is still alive after SIGKILL", info.pid)
+}
+
+pub fn status(home: &Home, config_path: &Path, args: JsonFlag) -> Result<ExitCode> {
+    let running = home.running()?;
+    let Some(info) = running else {
+        let (sessions, turns) = db_counts(home, config_path);
+        if args.json {
+            println!(
+                "{}",
+                json!({ "running": false, "healthy": false, "home": home.root, "sessions": sessions, "turns": turns })
+            );
+        } else {
+            println!("metaclaw is not running (home {})", home.root.display());
+            if let (Some(s), Some(t)) = (sessions, turns) {
+                println!("  recorded: {s} sessions, {t} turns");
+            }
+            println!("  start it with: metaclaw start");
+        }
+        return Ok(ExitCode::from(3));
+    };
+    let token = home.read_admin_token().unwrap_or_default();
+    let rt = runtime()?;
+    let fetched: Result<Value> = rt.block_on(async {
+        let client = reqwest::Client::builder()
+            .timeout(Duration::from_secs(3))
+            .build()?;
+        let response = client
+            .get(format!("{}/admin/status", info.url))
+            .bearer_auth(&token)
+            .send()
+            .await?;
+        if !response.status().is_success() {
+            bail!("/admin/status answered {}", response.status());
+        }
+        Ok(serde_json::from_slice::<Value>(&response.bytes().await?)?)
+    });
+    let mut report = match fetched {
+        Ok(v) => v,
+        Err(e) => {
+            let report = json!({ "running": true, "healthy": false, "pid": info.pid, "url": info.url, "error": e.to_string() });
+            if args.json {
+                println!("{report}");
+            } else {
+                println!(
+                    "metaclaw is running (pid {}) but not answering on {}: {e:#}",
+                    info.pid, info.url
+                );
+            }
+            return Ok(ExitCode::FAILURE);
+        }
+    };
+    report["home"] = json!(home.root);
+    if args.json {
+        println!("{report}");
+        return Ok(ExitCode::SUCCESS);
+    }
+    let uptime = report["uptime_seconds"].as_f64().unwrap_or(0.0);
+    println!(
+        "metaclaw is running{}",
+        if report["demo"] == true {
+            " (demo)"
+        } else {
+            ""
+        }
+    );
+    println!(
+        "  url:       {}   (OpenAI base URL: {}/v1)",
+        info.url, info.url
+    );
+    println!("  pid:       {}", report["pid"]);
+    println!("  mode:      {}", report["mode"].as_str().unwrap_or("?"));
+    println!("  uptime:    {}", human_duration(uptime));
+    println!(
+        "  upstream:  {}",
+        report["upstream"].as_str().unwrap_or("?")
+    );
+    println!(
+        "  sessions:  {} ({} active)",
+        report["sessions"], report["active_sessions"]
+    );
+    println!("  turns:     {}", report["turns"]);
+    println!("  home:      {}", home.root.display());
+    Ok(ExitCode::SUCCESS)
+}
+
+fn db_counts(home: &Home, config_path: &Path) -> (Option<u64>, Option<u64>) {
+    let path = super::sessions_cmd::db_path(home, config_path);
+    let Ok(conn) = crate::store::open_read_only(&path) else {
+        return (None, None);
+    };
+    let count = |sql: &str| {
+        conn.query_row(sql, [], |r| r.get::<_, i64>(0))
+            .ok()
+            .map(|n| n.max(0) as u64)
+    };
+    (
+        count("SELECT count(*) FROM sessions"),
+        count("SELECT count(*) FROM turns"),
+    )
+}

@@ -1,0 +1,255 @@
+//! The `metaclaw` command line.
+
+mod config_cmd;
+mod lifecycle;
+mod sessions_cmd;
+mod setup;
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use anyhow::Result;
+use clap::{Args, Parser, Subcommand, ValueEnum};
+
+use crate::config::{self, Loaded};
+use crate::home::Home;
+
+#[derive(Parser, Debug)]
+#[command(name = "metaclaw", version, about = "A learning proxy between your AI agent and its LLM", long_about = None)]
+pub struct Cli {
+    /// Config file (default: <home>/config.yaml; home is $METACLAW_HOME or ~/.metaclaw).
+    #[arg(short = 'c', long, global = true, value_name = "PATH")]
+    pub config: Option<PathBuf>,
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Subcommand, Debug)]
+pub enum Command {
+    /// Write the config: interactive on a terminal, or from flags.
+    Setup(SetupArgs),
+    /// Start the proxy in the background and wait until it is healthy.
+    Start(StartArgs),
+    /// Stop the running proxy.
+    Stop(StopArgs),
+    /// Is it running, and what has it recorded?
+    Status(JsonFlag),
+    /// Show, read or change the configuration.
+    #[command(subcommand)]
+    Config(ConfigCommand),
+    /// Recorded sessions and their turns.
+    #[command(subcommand)]
+    Sessions(SessionsCommand),
+    /// Print the version.
+    Version(JsonFlag),
+    /// Developer tools.
+    #[command(subcommand)]
+    Dev(DevCommand),
+}
+
+#[derive(Args, Debug, Clone, Default)]
+pub struct JsonFlag {
+    /// Machine-readable output.
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(Args, Debug, Clone, Default)]
+pub struct StartArgs {
+    /// Run in this process instead of in the background.
+    #[arg(long)]
+    pub foreground: bool,
+    /// Listen on this port (0: any free port).
+    #[arg(long)]
+    pub port: Option<u16>,
+    /// Operating mode.
+    #[arg(long, value_enum)]
+    pub mode: Option<ModeArg>,
+    /// Answer from a built-in echo model: a full round trip with no API key.
+    #[arg(long)]
+    pub demo: bool,
+}
+
+#[derive(ValueEnum, Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ModeArg {
+    #[value(alias = "skills_only")]
+    SkillsOnly,
+    Rl,
+    #[value(alias = "madmax")]
+    Auto,
+}
+
+impl ModeArg {
+    fn as_str(self) -> &'static str {
+        match self {
+            ModeArg::SkillsOnly => "skills_only",
+            ModeArg::Rl => "rl",
+            ModeArg::Auto => "auto",
+        }
+    }
+}
+
+#[derive(Args, Debug, Clone)]
+pub struct StopArgs {
+    /// Seconds to wait for a clean stop before killing the process.
+    #[arg(long, default_value_t = 20)]
+    pub timeout: u64,
+}
+
+#[derive(Args, Debug, Clone, Default)]
+pub struct SetupArgs {
+    /// Never prompt; take values from flags and keep the rest of the config.
+    #[arg(long)]
+    pub non_interactive: bool,
+    /// kimi, qwen, openai, openrouter, minimax, volcengine, novita or custom.
+    #[arg(long)]
+    pub provider: Option<String>,
+    /// The upstream's OpenAI-compatible base URL (e.g. https://api.openai.com/v1).
+    #[arg(long, value_name = "URL")]
+    pub api_base: Option<String>,
+    /// Read the upstream key from this environment variable (recommended).
+    #[arg(long, value_name = "VAR")]
+    pub api_key_env: Option<String>,
+    /// Store the upstream key in config.yaml (mode 0600).
+    #[arg(long, value_name = "KEY")]
+    pub api_key: Option<String>,
+    /// The model to use when a request names none.
+    #[arg(long, value_name = "ID")]
+    pub model: Option<String>,
+    /// The agent to wire: openclaw, hermes, copaw, ironclaw, zeroclaw, picoclaw, nanoclaw, nemoclaw or none.
+    #[arg(long, value_name = "CLAW")]
+    pub claw: Option<String>,
+    /// skills_only, rl or auto.
+    #[arg(long)]
+    pub mode: Option<String>,
+    /// The proxy's port.
+    #[arg(long)]
+    pub port: Option<u16>,
+}
+
+#[derive(Subcommand, Debug)]
+pub enum ConfigCommand {
+    /// The effective configuration, secrets masked.
+    Show,
+    /// One value, by dotted key (e.g. proxy.port).
+    Get { key: String },
+    /// Change one value; it is checked against the schema first.
+    Set { key: String, value: String },
+    /// Where the config file is.
+    Path,
+}
+
+#[derive(Subcommand, Debug)]
+pub enum SessionsCommand {
+    /// Sessions, newest first.
+    List {
+        #[arg(long)]
+        json: bool,
+        /// At most this many.
+        #[arg(long, default_value_t = 50)]
+        limit: u32,
+    },
+    /// One session and its turns (by id, or by the agent's session id).
+    Show {
+        id: String,
+        #[arg(long)]
+        json: bool,
+        /// Include each turn's request messages.
+        #[arg(long)]
+        messages: bool,
+    },
+}
+
+#[derive(Subcommand, Debug)]
+pub enum DevCommand {
+    /// Run the dummy OpenAI-compatible upstream (behaviour picked by model name).
+    Upstream {
+        #[arg(long, default_value_t = 18080)]
+        port: u16,
+        #[arg(long, default_value = "127.0.0.1")]
+        host: String,
+    },
+}
+
+/// Exit codes: 0 success, 1 failure, 2 usage (clap), 3 `status`: not running.
+pub fn run(cli: Cli) -> ExitCode {
+    match dispatch(cli) {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn dispatch(cli: Cli) -> Result<ExitCode> {
+    let home = Home::resolve()?;
+    let config_path = cli.config.clone().unwrap_or_else(|| home.config_file());
+    match cli.command {
+        Command::Setup(args) => setup::run(&home, &config_path, args),
+        Command::Start(args) => lifecycle::start(&home, &config_path, args),
+        Command::Stop(args) => lifecycle::stop(&home, args),
+        Command::Status(args) => lifecycle::status(&home, &config_path, args),
+        Command::Config(cmd) => config_cmd::run(&config_path, cmd),
+        Command::Sessions(cmd) => sessions_cmd::run(&home, &config_path, cmd),
+        Command::Version(args) => {
+            if args.json {
+                println!(
+                    "{}",
+                    serde_json::json!({ "name": "metaclaw", "version": env!("CARGO_PKG_VERSION") })
+                );
+            } else {
+                println!("metaclaw {}", env!("CARGO_PKG_VERSION"));
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Dev(DevCommand::Upstream { port, host }) => dev_upstream(&host, port),
+    }
+}
+
+/// Loads the config and prints its warnings (unknown keys) to stderr.
+fn load_config(path: &std::path::Path) -> Result<Loaded> {
+    let loaded = config::load(path)?;
+    for warning in &loaded.warnings {
+        eprintln!("warning: {warning}");
+    }
+    Ok(loaded)
+}
+
+fn runtime() -> Result<tokio::runtime::Runtime> {
+    Ok(tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()?)
+}
+
+fn dev_upstream(host: &str, port: u16) -> Result<ExitCode> {
+    crate::logging::init("info");
+    let rt = runtime()?;
+    rt.block_on(async {
+        let listener = tokio::net::TcpListener::bind((host, port)).await?;
+        let addr = listener.local_addr()?;
+        println!("dummy upstream listening on http://{addr}/v1");
+        crate::dev::upstream::serve(listener, Default::default()).await?;
+        anyhow::Ok(())
+    })?;
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Local time, for people.
+fn local_time(ms: i64) -> String {
+    use chrono::TimeZone;
+    chrono::Local
+        .timestamp_millis_opt(ms)
+        .single()
+        .map(|t| t.format("%Y-%m-%d %H:%M:%S").to_string())
+        .unwrap_or_else(|| "-".into())
+}
+
+fn human_duration(secs: f64) -> String {
+    let s = secs as u64;
+    match s {
+        0..=59 => format!("{s}s"),
+        60..=3599 => format!("{}m{:02}s", s / 60, s % 60),
+        _ => format!("{}h{:02}m", s / 3600, (s % 3600) / 60),
+    }
+}

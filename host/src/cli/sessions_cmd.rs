@@ -1,0 +1,168 @@
+//! `sessions list | show`: read straight from the database (read-only, so it
+//! works beside a running daemon and when none runs).
+
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+
+use anyhow::{Result, bail};
+use serde_json::{Value, json};
+
+use super::{SessionsCommand, load_config, local_time};
+use crate::daemon::expand_home;
+use crate::home::Home;
+use crate::store::{self, SessionRow, TurnRow};
+
+pub fn db_path(home: &Home, config_path: &Path) -> PathBuf {
+    crate::config::load(config_path)
+        .ok()
+        .and_then(|l| l.config.store.path.as_deref().map(expand_home))
+        .unwrap_or_else(|| home.db_file())
+}
+
+pub fn run(home: &Home, config_path: &Path, command: SessionsCommand) -> Result<ExitCode> {
+    let _ = load_config(config_path)?;
+    let path = db_path(home, config_path);
+    if !path.exists() {
+        match command {
+            SessionsCommand::List { json: true, .. } => println!("[]"),
+            SessionsCommand::List { .. } => println!(
+                "no sessions recorded yet ({} does not exist)",
+                path.display()
+            ),
+            SessionsCommand::Show { id, .. } => bail!("no session {id:?}: nothing recorded yet"),
+        }
+        return Ok(ExitCode::SUCCESS);
+    }
+    let conn = store::open_read_only(&path)?;
+    match command {
+        SessionsCommand::List { json, limit } => {
+            let rows = store::list_sessions(&conn, limit)?;
+            if json {
+                println!("{}", serde_json::to_string_pretty(&rows)?);
+            } else {
+                print_list(&rows);
+            }
+        }
+        SessionsCommand::Show { id, json, messages } => {
+            let Some(session) = store::session_detail(&conn, &id)? else {
+                bail!("no session {id:?} (see `metaclaw sessions list`)");
+            };
+            let turns = store::session_turns(&conn, &session.id)?;
+            if json {
+                let turns: Vec<Value> = turns
+                    .iter()
+                    .map(|t| -> Result<Value> {
+                        let mut v = serde_json::to_value(t)?;
+                        if messages {
+                            v["messages"] =
+                                Value::Array(store::load_messages(&conn, &t.message_hashes)?);
+                        }
+                        Ok(v)
+                    })
+                    .collect::<Result<_>>()?;
+                println!(
+                    "{}",
+                    serde_json::to_string_pretty(&json!({ "session": session, "turns": turns }))?
+                );
+            } else {
+                print_session(&session, &turns);
+                if messages {
+                    for t in &turns {
+                        println!("\n--- turn {} request messages ---", t.seq);
+                        for m in store::load_messages(&conn, &t.message_hashes)? {
+                            println!("{}", serde_json::to_string_pretty(&m)?);
+                        }
+                    }
+                }
+            }
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+fn print_list(rows: &[SessionRow]) {
+    if rows.is_empty() {
+        println!("no sessions recorded yet");
+        return;
+    }
+    let width = rows
+        .iter()
+        .map(|r| r.id.len())
+        .max()
+        .unwrap_or(2)
+        .clamp(2, 48);
+    println!(
+        "{:<width$}  {:<16}  {:<7}  {:>5}  {:<19}  ENDED",
+        "ID", "SOURCE", "STATUS", "TURNS", "LAST ACTIVITY"
+    );
+    for r in rows {
+        println!(
+            "{:<width$}  {:<16}  {:<7}  {:>5}  {:<19}  {}",
+            r.id,
+            r.source,
+            r.status,
+            r.turns,
+            local_time(r.last_activity_ms),
+            r.end_reason.as_deref().unwrap_or(""),
+        );
+    }
+}
+
+fn print_session(s: &SessionRow, turns: &[TurnRow]) {
+    println!("session {}", s.id);
+    if let Some(agent) = &s.agent_session_id {
+        println!("  agent session: {agent} (window {})", s.window);
+    }
+    println!("  source:        {}", s.source);
+    let ended = match (&s.ended_at_ms, &s.end_reason) {
+        (Some(at), Some(reason)) => format!(" at {} ({reason})", local_time(*at)),
+        _ => String::new(),
+    };
+    println!("  status:        {}{ended}", s.status);
+    println!("  started:       {}", local_time(s.started_at_ms));
+    println!("  turns:         {} ({} main)", s.turns, s.main_turns);
+    for t in turns {
+        let http = t
+            .http_status
+            .map(|s| s.to_string())
+            .unwrap_or_else(|| "-".into());
+        let tokens = match &t.usage {
+            Some(u) => format!(
+                " · tokens {}→{}",
+                u["prompt_tokens"], u["completion_tokens"]
+            ),
+            None => String::new(),
+        };
+        let timing = format!(
+            "total {:.0} ms{}{}",
+            t.total_ms,
+            t.upstream_ms
+                .map(|u| format!(" · upstream {u:.0} ms"))
+                .unwrap_or_default(),
+            t.ttft_ms
+                .map(|f| format!(" · first byte {f:.0} ms"))
+                .unwrap_or_default(),
+        );
+        println!();
+        println!(
+            "  #{} {}  {}  {} {}  {}{}  {}{tokens}",
+            t.seq,
+            local_time(t.started_at_ms),
+            t.turn_type,
+            t.status,
+            http,
+            if t.stream { "stream " } else { "" },
+            t.model.as_deref().unwrap_or("-"),
+            timing,
+        );
+        if let Some(user) = &t.user {
+            println!("     user:      {user}");
+        }
+        if let Some(reply) = &t.response_summary {
+            println!("     assistant: {reply}");
+        }
+        if let Some(err) = &t.error {
+            println!("     error:     {err}");
+        }
+    }
+}

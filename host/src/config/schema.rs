@@ -1,0 +1,471 @@
+//! The configuration schema. It accepts every key of the original MetaClaw's
+//! `config.yaml` (so its users can switch by pointing metaclaw at their file)
+//! plus metaclaw's own sections (`sessions`, `store`, `log`, proxy limits).
+//! Every field has a default, so an empty or missing file is a valid config.
+
+use serde::{Deserialize, Serialize};
+
+use super::duration::Dur;
+
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq, Default)]
+#[serde(rename_all = "snake_case")]
+pub enum Mode {
+    /// Proxy, skills and learning from sessions; no weight updates.
+    #[default]
+    SkillsOnly,
+    /// Reinforcement learning on the served model.
+    Rl,
+    /// Skills plus RL in idle windows. `madmax` is the original's name for it.
+    #[serde(alias = "madmax")]
+    Auto,
+}
+
+impl Mode {
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            Mode::SkillsOnly => "skills_only",
+            Mode::Rl => "rl",
+            Mode::Auto => "auto",
+        }
+    }
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq, Default)]
+#[serde(rename_all = "lowercase")]
+pub enum ClawType {
+    #[default]
+    Openclaw,
+    Hermes,
+    Copaw,
+    Ironclaw,
+    Zeroclaw,
+    Picoclaw,
+    Nanoclaw,
+    Nemoclaw,
+    None,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq, Default)]
+#[serde(rename_all = "kebab-case")]
+pub enum Provider {
+    Kimi,
+    Qwen,
+    Openai,
+    Openrouter,
+    Minimax,
+    Volcengine,
+    Novita,
+    #[default]
+    Custom,
+    // The original's subscription (CLI) and Bedrock providers. Accepted so an
+    // existing config loads; `start` explains they are not supported.
+    Anthropic,
+    OpenaiCodex,
+    Gemini,
+    Bedrock,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(default)]
+pub struct Config {
+    pub mode: Mode,
+    pub claw_type: ClawType,
+    pub llm: LlmConfig,
+    pub proxy: ProxyConfig,
+    /// Token budget for the prompt after injection (the original's default).
+    pub max_context_tokens: u64,
+    /// The context window advertised to the agent when wiring it; 0 = auto.
+    pub context_window: u64,
+    /// PR #10 of the original: `false` leaves the agent's config alone.
+    pub configure_openclaw: bool,
+    pub skills: SkillsConfig,
+    pub rl: RlConfig,
+    pub opd: OpdConfig,
+    pub scheduler: SchedulerConfig,
+    pub memory: MemoryConfig,
+    pub wechat: WechatConfig,
+    pub openrouter: OpenRouterConfig,
+    pub sessions: SessionsConfig,
+    pub store: StoreConfig,
+    pub log: LogConfig,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Self {
+            mode: Mode::default(),
+            claw_type: ClawType::default(),
+            llm: LlmConfig::default(),
+            proxy: ProxyConfig::default(),
+            max_context_tokens: 50_000,
+            context_window: 0,
+            configure_openclaw: true,
+            skills: SkillsConfig::default(),
+            rl: RlConfig::default(),
+            opd: OpdConfig::default(),
+            scheduler: SchedulerConfig::default(),
+            memory: MemoryConfig::default(),
+            wechat: WechatConfig::default(),
+            openrouter: OpenRouterConfig::default(),
+            sessions: SessionsConfig::default(),
+            store: StoreConfig::default(),
+            log: LogConfig::default(),
+        }
+    }
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Default)]
+#[serde(default)]
+pub struct LlmConfig {
+    pub provider: Provider,
+    /// Used when a request names no model, and always when `force_model`.
+    pub model_id: String,
+    /// OpenAI-compatible base URL, e.g. `https://api.openai.com/v1`.
+    pub api_base: String,
+    pub api_key: Option<String>,
+    /// Name of an environment variable holding the key (kept out of the file).
+    pub api_key_env: Option<String>,
+    pub auth_method: String,
+    pub bedrock_region: String,
+    /// Replace the model of every request with `model_id` (the original did
+    /// this always; metaclaw forwards the agent's model unless asked).
+    pub force_model: bool,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(default)]
+pub struct ProxyConfig {
+    pub port: u16,
+    /// Loopback by default. Any other address requires `api_key`.
+    pub host: String,
+    /// When set, every /v1 request needs `Authorization: Bearer <api_key>`.
+    pub api_key: Option<String>,
+    pub max_body_mb: u64,
+    pub timeouts: ProxyTimeouts,
+    /// How long shutdown waits for requests in flight.
+    pub shutdown_grace: Dur,
+}
+
+impl Default for ProxyConfig {
+    fn default() -> Self {
+        Self {
+            port: 30000,
+            host: "127.0.0.1".into(),
+            api_key: None,
+            max_body_mb: 32,
+            timeouts: ProxyTimeouts::default(),
+            shutdown_grace: Dur::secs(10),
+        }
+    }
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(default)]
+pub struct ProxyTimeouts {
+    /// TCP + TLS connect to the upstream.
+    pub connect: Dur,
+    /// From sending the request to the upstream's response headers. A
+    /// non-streaming completion sends headers only when it is done, so this
+    /// is generous.
+    pub first_byte: Dur,
+    /// Longest silence allowed between two chunks of an upstream body.
+    pub between_chunks: Dur,
+    /// Longest time a client may take to send its request body.
+    pub client_body: Dur,
+}
+
+impl Default for ProxyTimeouts {
+    fn default() -> Self {
+        Self {
+            connect: Dur::secs(10),
+            first_byte: Dur::secs(300),
+            between_chunks: Dur::secs(120),
+            client_body: Dur::secs(30),
+        }
+    }
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(default)]
+pub struct SkillsConfig {
+    pub enabled: bool,
+    /// Default: `<home>/skills`.
+    pub dir: Option<String>,
+    /// `template` (the original's default) maps to BM25 retrieval.
+    pub retrieval_mode: String,
+    pub top_k: u32,
+    pub task_specific_top_k: u32,
+    pub auto_evolve: bool,
+    pub evolution_every_n_turns: u32,
+    pub embedding_model_path: Option<String>,
+}
+
+impl Default for SkillsConfig {
+    fn default() -> Self {
+        Self {
+            enabled: true,
+            dir: None,
+            retrieval_mode: "template".into(),
+            top_k: 6,
+            task_specific_top_k: 10,
+            auto_evolve: true,
+            evolution_every_n_turns: 10,
+            embedding_model_path: None,
+        }
+    }
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(default)]
+pub struct RlConfig {
+    pub enabled: bool,
+    pub backend: String,
+    pub model: String,
+    pub tinker_api_key: Option<String>,
+    pub api_key: Option<String>,
+    pub base_url: String,
+    pub tinker_base_url: String,
+    pub prm_provider: String,
+    pub prm_url: String,
+    pub prm_model: String,
+    pub prm_api_key: Option<String>,
+    pub prm_m: u32,
+    pub lora_rank: u32,
+    pub batch_size: u32,
+    pub learning_rate: f64,
+    pub loss_fn: String,
+    pub resume_from_ckpt: String,
+    pub manual_train_trigger: bool,
+    pub evolver_provider: String,
+    pub evolver_api_base: String,
+    pub evolver_api_key: Option<String>,
+    pub evolver_model: String,
+}
+
+impl Default for RlConfig {
+    fn default() -> Self {
+        Self {
+            enabled: false,
+            backend: "auto".into(),
+            model: String::new(),
+            tinker_api_key: None,
+            api_key: None,
+            base_url: String::new(),
+            tinker_base_url: String::new(),
+            prm_provider: String::new(),
+            prm_url: String::new(),
+            prm_model: String::new(),
+            prm_api_key: None,
+            prm_m: 3,
+            lora_rank: 32,
+            batch_size: 4,
+            learning_rate: 1e-4,
+            loss_fn: "importance_sampling".into(),
+            resume_from_ckpt: String::new(),
+            manual_train_trigger: false,
+            evolver_provider: String::new(),
+            evolver_api_base: String::new(),
+            evolver_api_key: None,
+            evolver_model: String::new(),
+        }
+    }
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(default)]
+pub struct OpdConfig {
+    pub enabled: bool,
+    pub teacher_url: String,
+    pub teacher_model: String,
+    pub teacher_api_key: Option<String>,
+    pub kl_penalty_coef: f64,
+}
+
+impl Default for OpdConfig {
+    fn default() -> Self {
+        Self {
+            enabled: false,
+            teacher_url: String::new(),
+            teacher_model: String::new(),
+            teacher_api_key: None,
+            kl_penalty_coef: 1.0,
+        }
+    }
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(default)]
+pub struct SchedulerConfig {
+    pub enabled: bool,
+    pub idle_threshold_minutes: u32,
+    pub sleep_start: String,
+    pub sleep_end: String,
+    pub min_window_minutes: u32,
+    pub calendar: CalendarConfig,
+}
+
+impl Default for SchedulerConfig {
+    fn default() -> Self {
+        Self {
+            enabled: false,
+            idle_threshold_minutes: 30,
+            sleep_start: "23:00".into(),
+            sleep_end: "07:00".into(),
+            min_window_minutes: 15,
+            calendar: CalendarConfig::default(),
+        }
+    }
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Default)]
+#[serde(default)]
+pub struct CalendarConfig {
+    pub enabled: bool,
+    pub credentials_path: String,
+    pub token_path: String,
+}
+
+/// The original's memory layer. Accepted so its configs load; metaclaw does
+/// not implement it and says so at start when it is enabled.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(default)]
+pub struct MemoryConfig {
+    pub enabled: bool,
+    pub dir: String,
+    pub store_path: String,
+    pub policy_path: String,
+    pub telemetry_path: String,
+    pub scope: String,
+    pub retrieval_mode: String,
+    pub use_embeddings: bool,
+    pub embedding_mode: String,
+    pub embedding_model: String,
+    pub max_injected_units: u32,
+    pub max_injected_tokens: u32,
+    pub auto_extract: bool,
+    pub auto_consolidate: bool,
+    pub ignore_turn_type: bool,
+    pub manual_trigger: bool,
+    pub auto_upgrade_enabled: bool,
+    pub auto_upgrade_interval_seconds: u64,
+    pub auto_upgrade_require_review: bool,
+    pub review_stale_after_hours: u32,
+    pub sidecar_url: String,
+}
+
+impl Default for MemoryConfig {
+    fn default() -> Self {
+        Self {
+            enabled: false,
+            dir: String::new(),
+            store_path: String::new(),
+            policy_path: String::new(),
+            telemetry_path: String::new(),
+            scope: "default".into(),
+            retrieval_mode: "keyword".into(),
+            use_embeddings: false,
+            embedding_mode: "hashing".into(),
+            embedding_model: "all-MiniLM-L6-v2".into(),
+            max_injected_units: 6,
+            max_injected_tokens: 800,
+            auto_extract: true,
+            auto_consolidate: true,
+            ignore_turn_type: false,
+            manual_trigger: false,
+            auto_upgrade_enabled: false,
+            auto_upgrade_interval_seconds: 900,
+            auto_upgrade_require_review: true,
+            review_stale_after_hours: 72,
+            sidecar_url: String::new(),
+        }
+    }
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Default)]
+#[serde(default)]
+pub struct WechatConfig {
+    pub enabled: bool,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Default)]
+#[serde(default)]
+pub struct OpenRouterConfig {
+    pub app_name: String,
+    pub route: String,
+    pub fallback_models: String,
+    pub data_policy: String,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(default)]
+pub struct SessionsConfig {
+    /// A session with no request for this long ends (OpenClaw never says).
+    pub idle_timeout: Dur,
+}
+
+impl Default for SessionsConfig {
+    fn default() -> Self {
+        Self {
+            idle_timeout: Dur::secs(30 * 60),
+        }
+    }
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(default)]
+pub struct StoreConfig {
+    /// Default: `<home>/metaclaw.db`.
+    pub path: Option<String>,
+    /// Longest a finished turn waits in the write queue before its commit.
+    pub commit_interval: Dur,
+    /// Turns in flight plus turns waiting to be written, at most.
+    pub queue_capacity: usize,
+}
+
+impl Default for StoreConfig {
+    fn default() -> Self {
+        Self {
+            path: None,
+            commit_interval: Dur::millis(100),
+            queue_capacity: 8192,
+        }
+    }
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(default)]
+pub struct LogConfig {
+    /// A tracing filter, e.g. `info` or `metaclaw=debug`. `RUST_LOG` wins.
+    pub level: String,
+}
+
+impl Default for LogConfig {
+    fn default() -> Self {
+        Self {
+            level: "info".into(),
+        }
+    }
+}
+
+/// The keys whose values are secrets: masked when shown, never logged.
+pub const SECRET_KEYS: &[&str] = &[
+    "llm.api_key",
+    "proxy.api_key",
+    "rl.tinker_api_key",
+    "rl.api_key",
+    "rl.prm_api_key",
+    "rl.evolver_api_key",
+    "opd.teacher_api_key",
+];
+
+/// Environment variables that supply a secret instead of the file. They win
+/// over the file so a key never has to be written to disk.
+pub const SECRET_ENV: &[(&str, &str)] = &[
+    ("METACLAW_LLM_API_KEY", "llm.api_key"),
+    ("METACLAW_PROXY_API_KEY", "proxy.api_key"),
+    ("METACLAW_RL_TINKER_API_KEY", "rl.tinker_api_key"),
+    ("TINKER_API_KEY", "rl.tinker_api_key"),
+    ("METACLAW_RL_PRM_API_KEY", "rl.prm_api_key"),
+    ("METACLAW_RL_EVOLVER_API_KEY", "rl.evolver_api_key"),
+    ("METACLAW_OPD_TEACHER_API_KEY", "opd.teacher_api_key"),
+];

@@ -1,0 +1,258 @@
+//! The daemon in the foreground: takes the home's lock, opens the store,
+//! serves the proxy, and on SIGTERM/SIGINT drains in-flight requests and the
+//! write queue before it exits.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result, bail};
+use tokio::net::TcpListener;
+
+use crate::app::{App, Limits, RuntimeInfo};
+use crate::config::{self, Loaded};
+use crate::dev;
+use crate::home::{Home, PidInfo};
+use crate::metrics::Metrics;
+use crate::proxy::upstream::Upstream;
+use crate::redact::Redactor;
+use crate::server;
+use crate::sessions::{Tracker, now_ms};
+use crate::store::{Store, StoreOptions};
+
+pub struct DaemonOptions {
+    pub home: Home,
+    pub loaded: Loaded,
+    /// Serve against a built-in dummy upstream (no API key needed).
+    pub demo: bool,
+}
+
+/// Checks that the config can serve, before anything is started.
+pub fn check_servable(loaded: &Loaded, demo: bool) -> Result<()> {
+    let config = &loaded.config;
+    let host = config::parse_host(&config.proxy.host)
+        .with_context(|| format!("proxy.host {:?} is not an IP address", config.proxy.host))?;
+    if !host.is_loopback() && config.proxy.api_key.is_none() {
+        bail!(
+            "proxy.host {} is reachable from other machines, and proxy.api_key is not set: anyone on the \
+             network could use your upstream key. Set proxy.api_key (or METACLAW_PROXY_API_KEY), or bind 127.0.0.1",
+            config.proxy.host
+        );
+    }
+    if demo {
+        return Ok(());
+    }
+    if let Some(reason) = config::presets::unsupported_reason(&config.llm.provider) {
+        bail!("llm.provider: {reason}");
+    }
+    if loaded.api_base().is_empty() {
+        bail!(
+            "no upstream configured: set llm.api_base (or a provider preset) with `metaclaw setup` or \
+             `metaclaw config set llm.api_base https://…/v1` — or try `metaclaw start --demo`"
+        );
+    }
+    Ok(())
+}
+
+pub async fn run(options: DaemonOptions) -> Result<()> {
+    let DaemonOptions {
+        home,
+        mut loaded,
+        demo,
+    } = options;
+    home.ensure()?;
+    let Some(_lock) = home.try_lock()? else {
+        let at = home
+            .read_pid_file()
+            .map(|p| format!(" (pid {}, {})", p.pid, p.url))
+            .unwrap_or_default();
+        bail!("metaclaw is already running in {}{at}", home.root.display());
+    };
+    if let Some(stale) = home.read_pid_file() {
+        tracing::info!("removing the stale pid file of pid {}", stale.pid);
+        home.remove_pid_file();
+    }
+    check_servable(&loaded, demo)?;
+    for warning in &loaded.warnings {
+        tracing::warn!("{warning}");
+    }
+    if loaded.config.mode != config::Mode::SkillsOnly {
+        tracing::warn!(
+            "mode {}: RL training is not part of this build yet; serving with skills and session learning only",
+            loaded.config.mode.as_str()
+        );
+    }
+
+    // The demo answers from a dummy upstream inside this process.
+    if demo {
+        let listener = TcpListener::bind("127.0.0.1:0")
+            .await
+            .context("cannot start the demo upstream")?;
+        let addr = listener.local_addr()?;
+        let dummy = Arc::new(dev::upstream::Dummy::default());
+        tokio::spawn(async move {
+            if let Err(e) = dev::upstream::serve(listener, dummy).await {
+                tracing::error!("demo upstream stopped: {e}");
+            }
+        });
+        let llm = &mut loaded.config.llm;
+        llm.api_base = format!("http://{addr}/v1");
+        llm.api_key = None;
+        llm.force_model = false;
+        if llm.model_id.is_empty() || llm.provider != config::Provider::Custom {
+            llm.model_id = "echo".into();
+        }
+        llm.provider = config::Provider::Custom;
+    }
+
+    let config = &loaded.config;
+    let metrics = Arc::new(Metrics::new());
+    let db_path = config
+        .store
+        .path
+        .as_deref()
+        .map(expand_home)
+        .unwrap_or_else(|| home.db_file());
+    let secrets = [
+        &config.llm.api_key,
+        &config.proxy.api_key,
+        &config.rl.tinker_api_key,
+        &config.rl.api_key,
+        &config.rl.prm_api_key,
+        &config.rl.evolver_api_key,
+        &config.opd.teacher_api_key,
+    ]
+    .into_iter()
+    .flatten()
+    .cloned();
+    let (store, writer) = Store::open(
+        StoreOptions {
+            path: db_path,
+            commit_interval: config.store.commit_interval.get(),
+            queue_capacity: config.store.queue_capacity,
+            redactor: Redactor::new(secrets),
+        },
+        metrics.clone(),
+    )?;
+    let sessions = Tracker::new(
+        store.clone(),
+        metrics.clone(),
+        config.sessions.idle_timeout.get(),
+    );
+    sessions.restore();
+    let upstream_base = loaded.api_base();
+    let upstream = Upstream::new(&loaded, upstream_base.clone())?;
+
+    let host = config::parse_host(&config.proxy.host).context("proxy.host")?;
+    let listener = TcpListener::bind((host, config.proxy.port))
+        .await
+        .with_context(|| {
+            format!(
+                "cannot listen on {}:{}",
+                config.proxy.host, config.proxy.port
+            )
+        })?;
+    let port = listener.local_addr()?.port();
+    let host_text = host.to_string();
+    let url = format!("http://{}:{port}", server::url_host(&host_text));
+
+    let app = Arc::new(App {
+        upstream,
+        sessions,
+        store: store.clone(),
+        metrics: metrics.clone(),
+        limits: Limits {
+            max_body_bytes: (config.proxy.max_body_mb as usize) << 20,
+            client_body_timeout: config.proxy.timeouts.client_body.get(),
+        },
+        proxy_token: config.proxy.api_key.clone(),
+        admin_token: home.admin_token()?,
+        info: RuntimeInfo {
+            started: Instant::now(),
+            started_at_ms: now_ms(),
+            mode: config.mode.as_str().to_string(),
+            demo,
+            upstream_base: upstream_base.clone(),
+            host: host_text.clone(),
+            port,
+        },
+    });
+
+    home.write_pid_file(&PidInfo {
+        pid: std::process::id(),
+        host: host_text,
+        port,
+        url: url.clone(),
+        mode: config.mode.as_str().to_string(),
+        started_at_ms: app.info.started_at_ms,
+        version: env!("CARGO_PKG_VERSION").to_string(),
+        demo,
+    })?;
+    tracing::info!(
+        "metaclaw listening on {url} (upstream {upstream_base}, mode {})",
+        config.mode.as_str()
+    );
+    // Tests and scripts read this line to learn the port.
+    println!("metaclaw listening on {url}");
+
+    let sweeper = {
+        let app = app.clone();
+        let every = (app.sessions.idle_timeout() / 4)
+            .clamp(Duration::from_millis(50), Duration::from_secs(15));
+        tokio::spawn(async move {
+            let mut tick = tokio::time::interval(every);
+            loop {
+                tick.tick().await;
+                app.sessions.sweep_idle();
+            }
+        })
+    };
+    let ends_logger = {
+        let mut events = app.sessions.subscribe();
+        tokio::spawn(async move {
+            while let Ok(ended) = events.recv().await {
+                tracing::debug!(session = %ended.session.id, reason = ended.reason.as_str(), "session end published");
+            }
+        })
+    };
+
+    let grace = config.proxy.shutdown_grace.get();
+    let served = server::serve(
+        listener,
+        server::router(app.clone()),
+        shutdown_signal(),
+        grace,
+    )
+    .await;
+    sweeper.abort();
+    ends_logger.abort();
+    tracing::info!("draining the store queue");
+    store.shutdown().await;
+    drop(app);
+    let _ = tokio::task::spawn_blocking(move || writer.join()).await;
+    home.remove_pid_file();
+    tracing::info!("stopped");
+    served.context("server error")
+}
+
+async fn shutdown_signal() {
+    use tokio::signal::unix::{SignalKind, signal};
+    let (Ok(mut term), Ok(mut int)) = (
+        signal(SignalKind::terminate()),
+        signal(SignalKind::interrupt()),
+    ) else {
+        tracing::error!("cannot install signal handlers; stop with SIGKILL");
+        return std::future::pending().await;
+    };
+    tokio::select! {
+        _ = term.recv() => tracing::info!("SIGTERM: shutting down"),
+        _ = int.recv() => tracing::info!("SIGINT: shutting down"),
+    }
+}
+
+/// `~/x` → `$HOME/x`.
+pub fn expand_home(path: &str) -> std::path::PathBuf {
+    match (path.strip_prefix("~/"), std::env::var_os("HOME")) {
+        (Some(rest), Some(home)) => std::path::PathBuf::from(home).join(rest),
+        _ => std::path::PathBuf::from(path),
+    }
+}

@@ -1,0 +1,3 @@
+//! Developer tools shipped in the binary.
+
+pub mod upstream;

@@ -1,0 +1,631 @@
+//! A real OpenAI-compatible server that stands in for a paid LLM API in
+//! tests, benchmarks and `metaclaw start --demo`. The request's model name
+//! picks the behaviour (a `provider/` prefix is ignored):
+//!
+//! | model | answer |
+//! |---|---|
+//! | `echo` | the last user message, verbatim; streamed one word per chunk |
+//! | `echo-system` | the full system prompt it received |
+//! | `echo-request` | the request it received (headers and body) as JSON text |
+//! | `slow-<ms>` | waits `ms`, then answers like `echo` |
+//! | `stream-<n>-<ms>` | `n` chunks `chunk-1 … chunk-n`, `ms` apart |
+//! | `tool-call`, `tool-call-<k>` | `k` tool calls (arguments in pieces); after a tool result, a text answer |
+//! | `error-<status>` | that HTTP status with an OpenAI-style error body |
+//! | `flaky` | 503 on every other call (the first fails), else like `echo` |
+//! | `hang` | never answers |
+//!
+//! OpenClaw's per-call internal-context message is not "the user's
+//! message", so `echo` skips it.
+
+use std::collections::HashMap;
+use std::convert::Infallible;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use axum::Router;
+use axum::body::{Body, Bytes};
+use axum::extract::State;
+use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use futures_util::{Stream, StreamExt, stream};
+use serde_json::{Value, json};
+
+use crate::sessions::openclaw;
+
+#[derive(Default)]
+pub struct Stats {
+    pub requests: AtomicU64,
+    pub streams_completed: AtomicU64,
+    pub streams_cancelled: AtomicU64,
+}
+
+#[derive(Default)]
+pub struct Dummy {
+    seq: AtomicU64,
+    flaky_calls: Mutex<HashMap<String, u64>>,
+    pub stats: Stats,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+enum Behaviour {
+    Echo,
+    EchoSystem,
+    EchoRequest,
+    Slow(u64),
+    Stream { n: u32, ms: u64 },
+    ToolCall(u32),
+    Error(u16),
+    Flaky,
+    Hang,
+}
+
+const BEHAVIOURS: &[&str] = &[
+    "echo",
+    "echo-system",
+    "echo-request",
+    "slow-<ms>",
+    "stream-<n>-<ms>",
+    "tool-call",
+    "tool-call-<k>",
+    "error-<status>",
+    "flaky",
+    "hang",
+];
+
+fn behaviour(model: &str) -> Option<Behaviour> {
+    let name = model.rsplit('/').next().unwrap_or(model);
+    Some(match name {
+        "echo" => Behaviour::Echo,
+        "echo-system" => Behaviour::EchoSystem,
+        "echo-request" => Behaviour::EchoRequest,
+        "tool-call" => Behaviour::ToolCall(1),
+        "flaky" => Behaviour::Flaky,
+        "hang" => Behaviour::Hang,
+        _ => {
+            if let Some(ms) = name.strip_prefix("slow-") {
+                Behaviour::Slow(ms.parse().ok()?)
+            } else if let Some(rest) = name.strip_prefix("stream-") {
+                let (n, ms) = rest.split_once('-')?;
+                Behaviour::Stream {
+                    n: n.parse().ok()?,
+                    ms: ms.parse().ok()?,
+                }
+            } else if let Some(k) = name.strip_prefix("tool-call-") {
+                Behaviour::ToolCall(k.parse::<u32>().ok()?.clamp(1, 16))
+            } else if let Some(status) = name.strip_prefix("error-") {
+                let status: u16 = status.parse().ok()?;
+                StatusCode::from_u16(status).ok()?;
+                Behaviour::Error(status)
+            } else {
+                return None;
+            }
+        }
+    })
+}
+
+pub fn router(dummy: Arc<Dummy>) -> Router {
+    Router::new()
+        .route("/v1/chat/completions", post(chat))
+        .route("/v1/models", get(models))
+        .route("/v1/dummy/stats", get(stats))
+        .route(
+            "/healthz",
+            get(|| async { axum::Json(json!({ "ok": true, "dummy": true })) }),
+        )
+        .with_state(dummy)
+}
+
+/// Serves the dummy on `listener` until the process ends.
+pub async fn serve(listener: tokio::net::TcpListener, dummy: Arc<Dummy>) -> std::io::Result<()> {
+    use axum::serve::ListenerExt;
+    let listener = listener.tap_io(|tcp| {
+        let _ = tcp.set_nodelay(true);
+    });
+    axum::serve(listener, router(dummy)).await
+}
+
+async fn models() -> Response {
+    let data: Vec<Value> = BEHAVIOURS
+        .iter()
+        .map(|b| json!({ "id": b, "object": "model", "created": 0, "owned_by": "metaclaw-dummy" }))
+        .collect();
+    axum::Json(json!({ "object": "list", "data": data })).into_response()
+}
+
+async fn stats(State(dummy): State<Arc<Dummy>>) -> Response {
+    let s = &dummy.stats;
+    axum::Json(json!({
+        "requests": s.requests.load(Ordering::Relaxed),
+        "streams_completed": s.streams_completed.load(Ordering::Relaxed),
+        "streams_cancelled": s.streams_cancelled.load(Ordering::Relaxed),
+    }))
+    .into_response()
+}
+
+fn error(status: StatusCode, message: impl Into<String>) -> Response {
+    let kind = if status == StatusCode::TOO_MANY_REQUESTS {
+        "rate_limit_error"
+    } else if status.is_server_error() {
+        "server_error"
+    } else {
+        "invalid_request_error"
+    };
+    let mut response = (
+        status,
+        axum::Json(json!({ "error": { "message": message.into(), "type": kind, "code": status.as_u16() } })),
+    )
+        .into_response();
+    if status == StatusCode::TOO_MANY_REQUESTS {
+        response
+            .headers_mut()
+            .insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
+    }
+    response
+}
+
+async fn chat(State(dummy): State<Arc<Dummy>>, headers: HeaderMap, body: Bytes) -> Response {
+    dummy.stats.requests.fetch_add(1, Ordering::Relaxed);
+    let Ok(request) = serde_json::from_slice::<Value>(&body) else {
+        return error(StatusCode::BAD_REQUEST, "the body is not JSON");
+    };
+    let model = request["model"].as_str().unwrap_or("").to_string();
+    let Some(behaviour) = behaviour(&model) else {
+        return error(
+            StatusCode::NOT_FOUND,
+            format!(
+                "unknown dummy model {model:?}; try one of: {}",
+                BEHAVIOURS.join(", ")
+            ),
+        );
+    };
+    let stream = request["stream"].as_bool().unwrap_or(false);
+    let include_usage = request["stream_options"]["include_usage"]
+        .as_bool()
+        .unwrap_or(false);
+    let seq = dummy.seq.fetch_add(1, Ordering::Relaxed) + 1;
+    let answer = Answer {
+        id: format!("chatcmpl-dummy-{seq}"),
+        model: model.clone(),
+        seq,
+        prompt_tokens: (body.len() / 4) as u64,
+    };
+
+    let (parts, delay, finish): (Vec<Part>, u64, &str) = match behaviour {
+        Behaviour::Echo => (words(&last_user_text(&request)), 0, "stop"),
+        Behaviour::EchoSystem => (words(&system_text(&request)), 0, "stop"),
+        Behaviour::EchoRequest => {
+            let shown: serde_json::Map<String, Value> = headers
+                .iter()
+                .map(|(k, v)| {
+                    (
+                        k.to_string(),
+                        Value::String(v.to_str().unwrap_or("").to_string()),
+                    )
+                })
+                .collect();
+            let text = json!({ "headers": shown, "body": request }).to_string();
+            (vec![Part::Text(text)], 0, "stop")
+        }
+        Behaviour::Slow(ms) => {
+            tokio::time::sleep(Duration::from_millis(ms)).await;
+            (words(&last_user_text(&request)), 0, "stop")
+        }
+        Behaviour::Stream { n, ms } => (
+            (1..=n).map(|i| Part::Text(format!("chunk-{i} "))).collect(),
+            ms,
+            "stop",
+        ),
+        Behaviour::ToolCall(k) => {
+            if last_message_role(&request) == Some("tool") {
+                let result = last_message_text(&request);
+                (words(&format!("The tool returned: {result}")), 0, "stop")
+            } else {
+                (tool_calls(&request, k, seq), 0, "tool_calls")
+            }
+        }
+        Behaviour::Error(status) => {
+            let status = StatusCode::from_u16(status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+            return error(status, format!("dummy error {}", status.as_u16()));
+        }
+        Behaviour::Flaky => {
+            let call = {
+                let Ok(mut calls) = dummy.flaky_calls.lock() else {
+                    return error(StatusCode::INTERNAL_SERVER_ERROR, "lock poisoned");
+                };
+                let c = calls.entry(model.clone()).or_insert(0);
+                *c += 1;
+                *c
+            };
+            if call % 2 == 1 {
+                return error(
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    format!("flaky: call {call} fails"),
+                );
+            }
+            (words(&last_user_text(&request)), 0, "stop")
+        }
+        Behaviour::Hang => {
+            std::future::pending::<()>().await;
+            return error(StatusCode::INTERNAL_SERVER_ERROR, "unreachable");
+        }
+    };
+
+    if stream {
+        let frames = answer.frames(&parts, finish, include_usage);
+        let body = Tracked {
+            inner: stream::iter(frames.into_iter().enumerate())
+                .then(move |(i, frame)| async move {
+                    // Role first, then each piece `delay` apart.
+                    if delay > 0 && i >= 2 {
+                        tokio::time::sleep(Duration::from_millis(delay)).await;
+                    }
+                    Ok::<Bytes, Infallible>(frame)
+                })
+                .boxed(),
+            dummy: dummy.clone(),
+            done: false,
+        };
+        return (
+            [
+                (
+                    header::CONTENT_TYPE,
+                    HeaderValue::from_static("text/event-stream"),
+                ),
+                (header::CACHE_CONTROL, HeaderValue::from_static("no-cache")),
+            ],
+            Body::from_stream(body),
+        )
+            .into_response();
+    }
+    if delay > 0 {
+        tokio::time::sleep(Duration::from_millis(delay * parts.len() as u64)).await;
+    }
+    axum::Json(answer.whole(&parts, finish)).into_response()
+}
+
+/// A piece of the answer: text, or a tool call.
+#[derive(Debug, Clone)]
+enum Part {
+    Text(String),
+    Tool {
+        id: String,
+        name: String,
+        arguments: String,
+    },
+}
+
+struct Answer {
+    id: String,
+    model: String,
+    seq: u64,
+    prompt_tokens: u64,
+}
+
+impl Answer {
+    fn chunk(&self, delta: Value, finish: Option<&str>) -> Bytes {
+        let v = json!({
+            "id": self.id,
+            "object": "chat.completion.chunk",
+            "created": 1_700_000_000 + self.seq,
+            "model": self.model,
+            "choices": [{ "index": 0, "delta": delta, "finish_reason": finish }],
+        });
+        Bytes::from(format!("data: {v}\n\n"))
+    }
+
+    fn usage(&self, parts: &[Part]) -> Value {
+        let completion = parts.len() as u64;
+        json!({
+            "prompt_tokens": self.prompt_tokens,
+            "completion_tokens": completion,
+            "total_tokens": self.prompt_tokens + completion,
+        })
+    }
+
+    fn frames(&self, parts: &[Part], finish: &str, include_usage: bool) -> Vec<Bytes> {
+        let mut frames = vec![self.chunk(json!({ "role": "assistant", "content": "" }), None)];
+        let mut tool_index = 0;
+        for part in parts {
+            match part {
+                Part::Text(text) => frames.push(self.chunk(json!({ "content": text }), None)),
+                Part::Tool {
+                    id,
+                    name,
+                    arguments,
+                } => {
+                    frames.push(self.chunk(
+                        json!({ "tool_calls": [{ "index": tool_index, "id": id, "type": "function",
+                                                 "function": { "name": name, "arguments": "" } }] }),
+                        None,
+                    ));
+                    // Arguments arrive in pieces, as real providers send them.
+                    for piece in split_in(arguments, 3) {
+                        frames.push(self.chunk(
+                            json!({ "tool_calls": [{ "index": tool_index, "function": { "arguments": piece } }] }),
+                            None,
+                        ));
+                    }
+                    tool_index += 1;
+                }
+            }
+        }
+        frames.push(self.chunk(json!({}), Some(finish)));
+        if include_usage {
+            let v = json!({
+                "id": self.id, "object": "chat.completion.chunk", "created": 1_700_000_000 + self.seq,
+                "model": self.model, "choices": [], "usage": self.usage(parts),
+            });
+            frames.push(Bytes::from(format!("data: {v}\n\n")));
+        }
+        frames.push(Bytes::from_static(b"data: [DONE]\n\n"));
+        frames
+    }
+
+    fn whole(&self, parts: &[Part], finish: &str) -> Value {
+        let text: String = parts
+            .iter()
+            .filter_map(|p| {
+                if let Part::Text(t) = p {
+                    Some(t.as_str())
+                } else {
+                    None
+                }
+            })
+            .collect();
+        let calls: Vec<Value> = parts
+            .iter()
+            .filter_map(|p| match p {
+                Part::Tool { id, name, arguments } => Some(json!({
+                    "id": id, "type": "function", "function": { "name": name, "arguments": arguments },
+                })),
+                Part::Text(_) => None,
+            })
+            .collect();
+        let mut message = json!({ "role": "assistant", "content": if calls.is_empty() { json!(text) } else { Value::Null } });
+        if !calls.is_empty() {
+            message["tool_calls"] = Value::Array(calls);
+        }
+        json!({
+            "id": self.id,
+            "object": "chat.completion",
+            "created": 1_700_000_000 + self.seq,
+            "model": self.model,
+            "choices": [{ "index": 0, "message": message, "finish_reason": finish }],
+            "usage": self.usage(parts),
+        })
+    }
+}
+
+/// Counts streams that ran to the end and streams the client dropped.
+struct Tracked {
+    inner: futures_util::stream::BoxStream<'static, Result<Bytes, Infallible>>,
+    dummy: Arc<Dummy>,
+    done: bool,
+}
+
+impl Stream for Tracked {
+    type Item = Result<Bytes, Infallible>;
+    fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
+        let polled = self.inner.poll_next_unpin(cx);
+        if let Poll::Ready(None) = polled
+            && !self.done
+        {
+            self.done = true;
+            self.dummy
+                .stats
+                .streams_completed
+                .fetch_add(1, Ordering::Relaxed);
+        }
+        polled
+    }
+}
+
+impl Drop for Tracked {
+    fn drop(&mut self) {
+        if !self.done {
+            self.dummy
+                .stats
+                .streams_cancelled
+                .fetch_add(1, Ordering::Relaxed);
+        }
+    }
+}
+
+fn text_of(content: &Value) -> String {
+    match content {
+        Value::String(s) => s.clone(),
+        Value::Array(parts) => parts
+            .iter()
+            .filter_map(|p| p["text"].as_str())
+            .collect::<Vec<_>>()
+            .join("\n"),
+        _ => String::new(),
+    }
+}
+
+fn messages(request: &Value) -> &[Value] {
+    request["messages"]
+        .as_array()
+        .map(Vec::as_slice)
+        .unwrap_or(&[])
+}
+
+fn last_user_text(request: &Value) -> String {
+    messages(request)
+        .iter()
+        .rev()
+        .filter(|m| m["role"] == "user")
+        .map(|m| text_of(&m["content"]))
+        .find(|t| !openclaw::is_internal_context(t))
+        .unwrap_or_default()
+}
+
+fn system_text(request: &Value) -> String {
+    messages(request)
+        .iter()
+        .filter(|m| m["role"] == "system" || m["role"] == "developer")
+        .map(|m| text_of(&m["content"]))
+        .collect::<Vec<_>>()
+        .join("\n\n")
+}
+
+/// The last message that is not OpenClaw's internal context.
+fn last_real_message(request: &Value) -> Option<&Value> {
+    messages(request)
+        .iter()
+        .rev()
+        .find(|m| !(m["role"] == "user" && openclaw::is_internal_context(&text_of(&m["content"]))))
+}
+
+fn last_message_role(request: &Value) -> Option<&str> {
+    last_real_message(request).and_then(|m| m["role"].as_str())
+}
+
+fn last_message_text(request: &Value) -> String {
+    last_real_message(request)
+        .map(|m| text_of(&m["content"]))
+        .unwrap_or_default()
+}
+
+/// Words with their trailing whitespace: concatenated, they are the text.
+fn words(text: &str) -> Vec<Part> {
+    let mut out = Vec::new();
+    let mut start = 0;
+    let mut in_space = false;
+    for (i, c) in text.char_indices() {
+        if c.is_whitespace() {
+            in_space = true;
+        } else if in_space {
+            out.push(Part::Text(text[start..i].to_string()));
+            start = i;
+            in_space = false;
+        }
+    }
+    if start < text.len() {
+        out.push(Part::Text(text[start..].to_string()));
+    }
+    out
+}
+
+fn split_in(text: &str, pieces: usize) -> Vec<String> {
+    let chars: Vec<char> = text.chars().collect();
+    if chars.is_empty() {
+        return vec![String::new()];
+    }
+    let size = chars.len().div_ceil(pieces);
+    chars.chunks(size).map(|c| c.iter().collect()).collect()
+}
+
+/// `k` calls: the tools the user's message names (else the request's first
+/// tools, else `lookup`), with the first JSON object in the message as
+/// arguments (else `{}`).
+fn tool_calls(request: &Value, k: u32, seq: u64) -> Vec<Part> {
+    let user = last_user_text(request);
+    let tools: Vec<String> = request["tools"]
+        .as_array()
+        .map(|t| {
+            t.iter()
+                .filter_map(|t| t["function"]["name"].as_str().map(str::to_string))
+                .collect()
+        })
+        .unwrap_or_default();
+    let mut named: Vec<String> = tools
+        .iter()
+        .filter(|t| user.contains(t.as_str()))
+        .cloned()
+        .collect();
+    named.extend(tools.iter().filter(|t| !user.contains(t.as_str())).cloned());
+    if named.is_empty() {
+        named.push("lookup".into());
+    }
+    let arguments = first_json_object(&user).unwrap_or_else(|| "{}".into());
+    (0..k as usize)
+        .map(|i| Part::Tool {
+            id: format!("call_{seq}_{i}"),
+            name: named[i % named.len()].clone(),
+            arguments: arguments.clone(),
+        })
+        .collect()
+}
+
+fn first_json_object(text: &str) -> Option<String> {
+    let start = text.find('{')?;
+    let mut depth = 0usize;
+    for (i, c) in text[start..].char_indices() {
+        match c {
+            '{' => depth += 1,
+            '}' => {
+                depth -= 1;
+                if depth == 0 {
+                    let candidate = &text[start..start + i + 1];
+                    return serde_json::from_str::<Value>(candidate)
+                        .ok()
+                        .map(|v| v.to_string());
+                }
+            }
+            _ => {}
+        }
+    }
+    None
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn model_names_pick_behaviours() {
+        assert_eq!(behaviour("echo"), Some(Behaviour::Echo));
+        assert_eq!(behaviour("metaclaw/echo"), Some(Behaviour::Echo));
+        assert_eq!(behaviour("slow-250"), Some(Behaviour::Slow(250)));
+        assert_eq!(
+            behaviour("stream-10-100"),
+            Some(Behaviour::Stream { n: 10, ms: 100 })
+        );
+        assert_eq!(behaviour("tool-call-2"), Some(Behaviour::ToolCall(2)));
+        assert_eq!(behaviour("error-429"), Some(Behaviour::Error(429)));
+        assert_eq!(behaviour("error-99"), None);
+        assert_eq!(behaviour("gpt-4o"), None);
+    }
+
+    #[test]
+    fn words_concatenate_back_to_the_text() {
+        for text in ["", "one", "  lead and  double  spaces\n", "Say PONG"] {
+            let joined: String = words(text)
+                .into_iter()
+                .map(|p| {
+                    if let Part::Text(t) = p {
+                        t
+                    } else {
+                        String::new()
+                    }
+                })
+                .collect();
+            assert_eq!(joined, text);
+        }
+    }
+
+    #[test]
+    fn tool_calls_use_the_named_tool_and_inline_arguments() {
+        let request = json!({
+            "messages": [{"role": "user", "content": "please read {\"path\": \"hello.txt\"}"}],
+            "tools": [{"type": "function", "function": {"name": "exec"}}, {"type": "function", "function": {"name": "read"}}],
+        });
+        let parts = tool_calls(&request, 1, 7);
+        let Part::Tool {
+            name,
+            arguments,
+            id,
+        } = &parts[0]
+        else {
+            panic!()
+        };
+        assert_eq!(name, "read");
+        assert_eq!(arguments, "{\"path\":\"hello.txt\"}");
+        assert_eq!(id, "call_7_0");
+    }
+}

@@ -1,0 +1,208 @@
+//! The one error type of the HTTP surface. Every variant knows its HTTP status,
+//! its OpenAI-style `type`, and the metrics label it is counted under, so a
+//! handler only ever returns `Result<_, ApiError>` and the client always gets
+//! a JSON body it can parse.
+
+use axum::http::{HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use bytes::Bytes;
+
+#[derive(Debug, thiserror::Error)]
+pub enum ApiError {
+    #[error("{0}")]
+    BadRequest(String),
+    #[error("request body is not valid JSON: {0}")]
+    InvalidJson(String),
+    #[error("unsupported content type {0:?}: send `Content-Type: application/json`")]
+    UnsupportedMediaType(String),
+    #[error("request body exceeds the limit of {limit} bytes (proxy.max_body_mb)")]
+    PayloadTooLarge { limit: usize },
+    #[error("the client did not send the request body within {secs} s")]
+    ClientBodyTimeout { secs: u64 },
+    #[error("{0}")]
+    Unauthorized(&'static str),
+    #[error("{0}")]
+    NotFound(String),
+    #[error("method not allowed on this route")]
+    MethodNotAllowed,
+    #[error("upstream {base} is unreachable: {reason}")]
+    UpstreamUnreachable { base: String, reason: String },
+    #[error("upstream did not answer within {secs} s ({phase})")]
+    UpstreamTimeout { phase: &'static str, secs: u64 },
+    /// The upstream answered with an error status; its body is passed on as
+    /// it was when it already is an OpenAI-style error, wrapped otherwise.
+    #[error("upstream answered {status}")]
+    UpstreamStatus { status: StatusCode, body: Bytes },
+    #[error("metaclaw is shutting down")]
+    ShuttingDown,
+    #[error("internal error: {0}")]
+    Internal(String),
+}
+
+impl ApiError {
+    pub fn status(&self) -> StatusCode {
+        match self {
+            Self::BadRequest(_) | Self::InvalidJson(_) => StatusCode::BAD_REQUEST,
+            Self::UnsupportedMediaType(_) => StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            Self::PayloadTooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
+            Self::ClientBodyTimeout { .. } => StatusCode::REQUEST_TIMEOUT,
+            Self::Unauthorized(_) => StatusCode::UNAUTHORIZED,
+            Self::NotFound(_) => StatusCode::NOT_FOUND,
+            Self::MethodNotAllowed => StatusCode::METHOD_NOT_ALLOWED,
+            Self::UpstreamUnreachable { .. } => StatusCode::BAD_GATEWAY,
+            Self::UpstreamTimeout { .. } => StatusCode::GATEWAY_TIMEOUT,
+            Self::UpstreamStatus { status, .. } => *status,
+            Self::ShuttingDown => StatusCode::SERVICE_UNAVAILABLE,
+            Self::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
+        }
+    }
+
+    /// The label this error is counted under in `metaclaw_errors_total`.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Self::BadRequest(_) => "bad_request",
+            Self::InvalidJson(_) => "invalid_json",
+            Self::UnsupportedMediaType(_) => "unsupported_media_type",
+            Self::PayloadTooLarge { .. } => "payload_too_large",
+            Self::ClientBodyTimeout { .. } => "client_body_timeout",
+            Self::Unauthorized(_) => "unauthorized",
+            Self::NotFound(_) => "not_found",
+            Self::MethodNotAllowed => "method_not_allowed",
+            Self::UpstreamUnreachable { .. } => "upstream_unreachable",
+            Self::UpstreamTimeout { .. } => "upstream_timeout",
+            Self::UpstreamStatus { .. } => "upstream_status",
+            Self::ShuttingDown => "shutting_down",
+            Self::Internal(_) => "internal",
+        }
+    }
+
+    /// OpenAI's `error.type` vocabulary, extended with metaclaw's own kinds.
+    fn error_type(&self) -> &'static str {
+        match self {
+            Self::BadRequest(_)
+            | Self::InvalidJson(_)
+            | Self::UnsupportedMediaType(_)
+            | Self::PayloadTooLarge { .. }
+            | Self::ClientBodyTimeout { .. }
+            | Self::MethodNotAllowed => "invalid_request_error",
+            Self::Unauthorized(_) => "authentication_error",
+            Self::NotFound(_) => "not_found_error",
+            Self::UpstreamUnreachable { .. } => "upstream_unreachable",
+            Self::UpstreamTimeout { .. } => "upstream_timeout",
+            Self::UpstreamStatus { .. } => "upstream_error",
+            Self::ShuttingDown => "service_unavailable",
+            Self::Internal(_) => "internal_error",
+        }
+    }
+
+    /// The JSON error body for this error.
+    pub fn body(&self) -> Bytes {
+        if let Self::UpstreamStatus { status, body } = self {
+            return upstream_error_body(*status, body);
+        }
+        let value = serde_json::json!({
+            "error": {
+                "message": self.to_string(),
+                "type": self.error_type(),
+                "code": self.kind(),
+            }
+        });
+        Bytes::from(value.to_string())
+    }
+}
+
+/// An upstream error body, made OpenAI-shaped: a JSON object with an `error`
+/// member passes through untouched (the agent may read provider codes from
+/// it); anything else is wrapped with the upstream's text as the message.
+pub fn upstream_error_body(status: StatusCode, body: &Bytes) -> Bytes {
+    if let Ok(serde_json::Value::Object(map)) = serde_json::from_slice::<serde_json::Value>(body)
+        && map.contains_key("error")
+    {
+        return body.clone();
+    }
+    let text = String::from_utf8_lossy(body);
+    let text = text.trim();
+    let message = if text.is_empty() {
+        format!(
+            "upstream answered {} {}",
+            status.as_u16(),
+            status.canonical_reason().unwrap_or("")
+        )
+    } else {
+        // Bound what an upstream HTML error page can make us echo.
+        let cut: String = text.chars().take(2000).collect();
+        format!("upstream answered {}: {cut}", status.as_u16())
+    };
+    let value = serde_json::json!({
+        "error": { "message": message, "type": "upstream_error", "code": status.as_u16() }
+    });
+    Bytes::from(value.to_string())
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        let status = self.status();
+        if status.is_server_error() {
+            tracing::warn!(kind = self.kind(), status = status.as_u16(), "{self}");
+        } else {
+            tracing::debug!(kind = self.kind(), status = status.as_u16(), "{self}");
+        }
+        let mut response = (status, self.body()).into_response();
+        response.headers_mut().insert(
+            header::CONTENT_TYPE,
+            HeaderValue::from_static("application/json"),
+        );
+        if matches!(self, Self::Unauthorized(_)) {
+            response
+                .headers_mut()
+                .insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
+        }
+        response
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn openai_style_upstream_errors_pass_through_untouched() {
+        let body =
+            Bytes::from_static(br#"{"error":{"message":"rate limited","type":"rate_limit"}}"#);
+        assert_eq!(
+            upstream_error_body(StatusCode::TOO_MANY_REQUESTS, &body),
+            body
+        );
+    }
+
+    #[test]
+    fn non_json_upstream_errors_are_wrapped() {
+        let body = Bytes::from_static(b"<html>Bad Gateway</html>");
+        let wrapped = upstream_error_body(StatusCode::BAD_GATEWAY, &body);
+        let v: serde_json::Value = serde_json::from_slice(&wrapped).unwrap();
+        assert_eq!(v["error"]["code"], 502);
+        assert!(
+            v["error"]["message"]
+                .as_str()
+                .unwrap()
+                .contains("Bad Gateway")
+        );
+    }
+
+    #[test]
+    fn every_error_body_is_json_with_a_message() {
+        let errors = [
+            ApiError::BadRequest("x".into()),
+            ApiError::PayloadTooLarge { limit: 10 },
+            ApiError::Unauthorized("missing token"),
+            ApiError::UpstreamTimeout {
+                phase: "first byte",
+                secs: 3,
+            },
+        ];
+        for e in errors {
+            let v: serde_json::Value = serde_json::from_slice(&e.body()).unwrap();
+            assert!(v["error"]["message"].is_string(), "{e:?}");
+        }
+    }
+}

@@ -1,0 +1,27 @@
+//! metaclaw: a learning proxy between a personal AI agent and its LLM.
+//!
+//! | module | job |
+//! |---|---|
+//! | [`proxy`] | the OpenAI-compatible routes; [`proxy::turn`] is one turn top to bottom |
+//! | [`sessions`] | which conversation a turn belongs to, and when it ends |
+//! | [`store`] | the SQLite file, written off the hot path |
+//! | [`server`] | routes, auth, serving |
+//! | [`daemon`] | the long-running process: lock, wiring, shutdown |
+//! | [`config`] | `config.yaml`: schema, validation, editing |
+//! | [`cli`] | the `metaclaw` command |
+//! | [`dev`] | the dummy upstream used by tests, benches and the demo |
+
+pub mod app;
+pub mod cli;
+pub mod config;
+pub mod daemon;
+pub mod dev;
+pub mod error;
+pub mod home;
+pub mod logging;
+pub mod metrics;
+pub mod proxy;
+pub mod redact;
+pub mod server;
+pub mod sessions;
+pub mod store;

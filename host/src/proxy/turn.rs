@@ -1,0 +1,576 @@
+//! One chat turn, top to bottom:
+//!
+//! 1. **admit**: a JSON body of bounded size, read within bounded time;
+//! 2. **session**: which conversation the turn belongs to, main or side;
+//! 3. **upstream body**: the agent's request as received, minus metaclaw's
+//!    own control fields (skills are injected at this stage);
+//! 4. **upstream**: sent on a pooled keep-alive connection;
+//! 5. **answer**: errors pass through with the upstream's status; a stream is
+//!    forwarded chunk by chunk as it arrives while a tee keeps a copy;
+//! 6. **record**: when the answer is over (or the client went away), the
+//!    turn is queued for the store and the session is told; a client's
+//!    "done" ends the session, which is what learning listens for.
+
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+use std::time::{Duration, Instant};
+
+use axum::body::Body;
+use axum::extract::{Request, State};
+use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use bytes::Bytes;
+use futures_util::{Stream, StreamExt, stream::BoxStream};
+use serde_json::{Map, Value};
+use tokio::time::Sleep;
+
+use super::request::{CONTROL_FIELDS, ChatRequest, truthy};
+use super::upstream::{Upstream, forward_response_headers};
+use crate::app::{App, Limits, SharedApp};
+use crate::error::ApiError;
+use crate::sessions::{EndReason, Hints, TurnType, now_ms, openclaw};
+use crate::store::{Admission, Capture, SessionInfo, SessionSource, TurnRecord, TurnStatus};
+
+const ROUTE: &str = "/v1/chat/completions";
+/// The most of one answer kept for the record; the client still gets all.
+const CAPTURE_LIMIT: usize = 32 << 20;
+/// The largest non-streamed upstream answer accepted.
+const WHOLE_BODY_LIMIT: usize = 64 << 20;
+
+pub async fn chat_completions(State(app): State<SharedApp>, request: Request) -> Response {
+    let started = Instant::now();
+    let response = match turn(&app, request, started).await {
+        Ok(response) => response,
+        Err(e) => {
+            app.metrics.errors.inc(&[e.kind()]);
+            e.into_response()
+        }
+    };
+    app.metrics
+        .requests
+        .inc(&[ROUTE, response.status().as_str()]);
+    response
+}
+
+async fn turn(app: &SharedApp, request: Request, started: Instant) -> Result<Response, ApiError> {
+    let started_at_ms = now_ms();
+    let (parts, body) = request.into_parts();
+
+    // 1. Admit.
+    require_json(&parts.headers)?;
+    let body = read_body(body, &app.limits).await?;
+    let request = ChatRequest::parse(&body)?;
+
+    // 2. Session.
+    let turn_type = turn_type(&parts.headers, &request);
+    let session = app
+        .sessions
+        .resolve(&session_hints(&parts.headers, &request), turn_type);
+    let done_after = parts
+        .headers
+        .get("x-session-done")
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(truthy)
+        || request.body_session_done;
+
+    // 3. Upstream body.
+    let (upstream_body, upstream_model) = match upstream_body(&body, &request, &app.upstream) {
+        Ok(b) => b,
+        Err(e) => {
+            app.sessions.finished(&session, turn_type);
+            return Err(e);
+        }
+    };
+    let admission = app.store.admit().await;
+    let mut ctx = TurnCtx {
+        app: app.clone(),
+        id: uuid::Uuid::now_v7().to_string(),
+        session,
+        turn_type,
+        model: request.model.clone(),
+        upstream_model,
+        stream: request.stream,
+        message_count: request.message_count,
+        request_body: body,
+        started,
+        started_at_ms,
+        upstream_started: None,
+        upstream_done: None,
+        first_byte: None,
+        admission,
+        done_after,
+        finished: false,
+    };
+
+    // 4. Upstream.
+    ctx.upstream_started = Some(Instant::now());
+    let response = match app
+        .upstream
+        .post("/chat/completions", &parts.headers, upstream_body)
+        .await
+    {
+        Ok(response) => response,
+        Err(e) => {
+            ctx.finish(TurnStatus::Error, None, Capture::None, Some(e.to_string()));
+            return Err(e);
+        }
+    };
+
+    // 5. Answer.
+    let status =
+        StatusCode::from_u16(response.status().as_u16()).unwrap_or(StatusCode::BAD_GATEWAY);
+    let mut headers = HeaderMap::new();
+    forward_response_headers(response.headers(), &mut headers);
+    ctx.tag(&mut headers);
+    if !status.is_success() {
+        let body = read_whole(response, &app.upstream, 1 << 20)
+            .await
+            .unwrap_or_default();
+        ctx.upstream_done = Some(Instant::now());
+        let error = ApiError::UpstreamStatus { status, body };
+        ctx.finish(
+            TurnStatus::Error,
+            Some(status),
+            Capture::Json(error.body()),
+            Some(error.to_string()),
+        );
+        app.metrics.errors.inc(&[error.kind()]);
+        let mut response = error.into_response();
+        for (name, value) in headers
+            .iter()
+            .filter(|(name, _)| **name != header::CONTENT_TYPE)
+        {
+            response.headers_mut().append(name.clone(), value.clone());
+        }
+        return Ok(response);
+    }
+    if is_event_stream(&headers) {
+        let stream = TeeStream::new(
+            response.bytes_stream().boxed(),
+            ctx,
+            app.upstream.between_chunks_timeout,
+        );
+        return Ok((status, headers, Body::from_stream(stream)).into_response());
+    }
+    match read_whole(response, &app.upstream, WHOLE_BODY_LIMIT).await {
+        Ok(bytes) => {
+            ctx.first_byte = ctx.upstream_started;
+            ctx.upstream_done = Some(Instant::now());
+            ctx.finish(
+                TurnStatus::Ok,
+                Some(status),
+                Capture::Json(bytes.clone()),
+                None,
+            );
+            Ok((status, headers, bytes).into_response())
+        }
+        Err(e) => {
+            ctx.finish(
+                TurnStatus::Incomplete,
+                Some(status),
+                Capture::None,
+                Some(e.to_string()),
+            );
+            Err(e)
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------
+// Stage helpers, in pipeline order.
+
+fn require_json(headers: &HeaderMap) -> Result<(), ApiError> {
+    let ct = headers
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("");
+    let media = ct
+        .split(';')
+        .next()
+        .unwrap_or("")
+        .trim()
+        .to_ascii_lowercase();
+    if media == "application/json"
+        || (media.starts_with("application/") && media.ends_with("+json"))
+    {
+        Ok(())
+    } else {
+        Err(ApiError::UnsupportedMediaType(if ct.is_empty() {
+            "(none)".into()
+        } else {
+            ct.to_string()
+        }))
+    }
+}
+
+/// The request body, refused past `proxy.max_body_mb` or when the client is
+/// slower than `proxy.timeouts.client_body`.
+pub async fn read_body(body: Body, limits: &Limits) -> Result<Bytes, ApiError> {
+    let limit = limits.max_body_bytes;
+    let read = async {
+        let mut stream = body.into_data_stream();
+        let mut buf = Vec::new();
+        while let Some(chunk) = stream.next().await {
+            let chunk = chunk
+                .map_err(|e| ApiError::BadRequest(format!("cannot read the request body: {e}")))?;
+            if buf.len() + chunk.len() > limit {
+                return Err(ApiError::PayloadTooLarge { limit });
+            }
+            buf.extend_from_slice(&chunk);
+        }
+        Ok(Bytes::from(buf))
+    };
+    match tokio::time::timeout(limits.client_body_timeout, read).await {
+        Ok(result) => result,
+        Err(_) => Err(ApiError::ClientBodyTimeout {
+            secs: limits.client_body_timeout.as_secs(),
+        }),
+    }
+}
+
+fn turn_type(headers: &HeaderMap, request: &ChatRequest) -> TurnType {
+    let declared = headers
+        .get("x-turn-type")
+        .and_then(|v| v.to_str().ok())
+        .or(request.body_turn_type.as_deref())
+        .and_then(TurnType::parse);
+    if let Some(t) = declared {
+        return t;
+    }
+    if request
+        .last_user_text
+        .as_deref()
+        .is_some_and(openclaw::is_heartbeat)
+    {
+        return TurnType::Side;
+    }
+    TurnType::Main
+}
+
+fn session_hints<'a>(headers: &'a HeaderMap, request: &'a ChatRequest) -> Hints<'a> {
+    let header = headers
+        .get("x-session-id")
+        .and_then(|v| v.to_str().ok())
+        .map(str::trim)
+        .filter(|s| !s.is_empty())
+        .map(|s| (s, SessionSource::Header));
+    let body = request
+        .body_session_id
+        .as_deref()
+        .map(|s| (s, SessionSource::Body));
+    Hints {
+        explicit: header.or(body),
+        prompt_cache_key: request.prompt_cache_key.as_deref(),
+        runtime_session_id: request.runtime_session_id.as_deref(),
+        fingerprint: &request.fingerprint,
+        message_count: request.message_count,
+    }
+}
+
+/// The body to send upstream and the model it names. The agent's bytes go
+/// out untouched unless something must change (control fields, model).
+fn upstream_body(
+    body: &Bytes,
+    request: &ChatRequest,
+    upstream: &Upstream,
+) -> Result<(Bytes, Option<String>), ApiError> {
+    let model = match (&request.model, &upstream.default_model) {
+        (_, Some(default)) if upstream.force_model => default.clone(),
+        (Some(model), _) => model.clone(),
+        (None, Some(default)) => default.clone(),
+        (None, None) => {
+            return Err(ApiError::BadRequest(
+                "`model` is required (or set llm.model_id to give requests a default)".into(),
+            ));
+        }
+    };
+    let change_model = request.model.as_deref() != Some(model.as_str());
+    if !request.has_control_fields && !change_model {
+        return Ok((body.clone(), Some(model)));
+    }
+    let mut map: Map<String, Value> =
+        serde_json::from_slice(body).map_err(|e| ApiError::InvalidJson(e.to_string()))?;
+    for field in CONTROL_FIELDS {
+        map.shift_remove(*field);
+    }
+    if change_model {
+        map.insert("model".into(), Value::String(model.clone()));
+    }
+    let bytes = serde_json::to_vec(&map).map_err(|e| ApiError::Internal(e.to_string()))?;
+    Ok((Bytes::from(bytes), Some(model)))
+}
+
+fn is_event_stream(headers: &HeaderMap) -> bool {
+    headers
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|ct| {
+            ct.trim_start()
+                .to_ascii_lowercase()
+                .starts_with("text/event-stream")
+        })
+}
+
+/// A whole upstream body, chunk by chunk under the between-chunks timeout.
+async fn read_whole(
+    response: reqwest::Response,
+    upstream: &Upstream,
+    limit: usize,
+) -> Result<Bytes, ApiError> {
+    let mut stream = response.bytes_stream();
+    let mut buf = Vec::new();
+    loop {
+        match tokio::time::timeout(upstream.between_chunks_timeout, stream.next()).await {
+            Err(_) => {
+                return Err(ApiError::UpstreamTimeout {
+                    phase: "reading the response body",
+                    secs: upstream.between_chunks_timeout.as_secs(),
+                });
+            }
+            Ok(None) => return Ok(Bytes::from(buf)),
+            Ok(Some(Err(e))) => return Err(upstream.transport_error(&e)),
+            Ok(Some(Ok(chunk))) => {
+                if buf.len() + chunk.len() > limit {
+                    return Err(ApiError::UpstreamUnreachable {
+                        base: upstream.base.clone(),
+                        reason: format!("response larger than {limit} bytes"),
+                    });
+                }
+                buf.extend_from_slice(&chunk);
+            }
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------
+// The turn in flight, and how it is recorded.
+
+struct TurnCtx {
+    app: Arc<App>,
+    id: String,
+    session: SessionInfo,
+    turn_type: TurnType,
+    model: Option<String>,
+    upstream_model: Option<String>,
+    stream: bool,
+    message_count: u32,
+    request_body: Bytes,
+    started: Instant,
+    started_at_ms: i64,
+    upstream_started: Option<Instant>,
+    upstream_done: Option<Instant>,
+    first_byte: Option<Instant>,
+    admission: Admission,
+    done_after: bool,
+    finished: bool,
+}
+
+impl TurnCtx {
+    /// Lets the client know where its turn was recorded.
+    fn tag(&self, headers: &mut HeaderMap) {
+        if let Ok(v) = HeaderValue::from_str(&self.session.id) {
+            headers.insert("x-metaclaw-session-id", v);
+        }
+        if let Ok(v) = HeaderValue::from_str(&self.id) {
+            headers.insert("x-metaclaw-turn-id", v);
+        }
+    }
+
+    fn finish(
+        &mut self,
+        status: TurnStatus,
+        http_status: Option<StatusCode>,
+        response: Capture,
+        error: Option<String>,
+    ) {
+        if self.finished {
+            return;
+        }
+        self.finished = true;
+        let now = Instant::now();
+        let total = now.duration_since(self.started);
+        let upstream = self.upstream_started.map(|s| {
+            self.upstream_done
+                .unwrap_or(now)
+                .saturating_duration_since(s)
+        });
+        let metrics = &self.app.metrics;
+        if let Some(upstream) = upstream {
+            metrics.upstream_latency.observe(upstream.as_secs_f64());
+            if status == TurnStatus::Ok {
+                metrics
+                    .overhead
+                    .observe(total.saturating_sub(upstream).as_secs_f64());
+            }
+        }
+        let ms = |d: Duration| d.as_secs_f64() * 1000.0;
+        let record = TurnRecord {
+            id: std::mem::take(&mut self.id),
+            session: self.session.clone(),
+            turn_type: self.turn_type.as_str(),
+            api: "chat_completions",
+            model: self.model.take(),
+            upstream_model: self.upstream_model.take(),
+            stream: self.stream,
+            request_body: std::mem::take(&mut self.request_body),
+            response,
+            status,
+            http_status: http_status.map(|s| s.as_u16()),
+            error,
+            started_at_ms: self.started_at_ms,
+            finished_at_ms: self.started_at_ms + total.as_millis() as i64,
+            total_ms: ms(total),
+            upstream_ms: upstream.map(ms),
+            ttft_ms: self
+                .first_byte
+                .map(|f| ms(f.saturating_duration_since(self.started))),
+            message_count: self.message_count,
+        };
+        self.app.store.record(record, self.admission.take());
+        self.app.sessions.finished(&self.session, self.turn_type);
+        if self.done_after {
+            let _ = self
+                .app
+                .sessions
+                .end(&self.session.id, EndReason::ClientDone);
+        }
+    }
+}
+
+impl Drop for TurnCtx {
+    /// The handler was dropped mid-turn: the client went away.
+    fn drop(&mut self) {
+        if !self.finished {
+            self.app.metrics.errors.inc(&["client_disconnected"]);
+            self.finish(
+                TurnStatus::Incomplete,
+                None,
+                Capture::None,
+                Some("client disconnected".into()),
+            );
+        }
+    }
+}
+
+/// Forwards an upstream SSE body chunk by chunk, exactly as it arrives,
+/// keeping a copy for the record; ends the stream with an error event if the
+/// upstream stalls or fails; records the turn when the stream ends or the
+/// client drops it.
+struct TeeStream {
+    upstream: BoxStream<'static, reqwest::Result<Bytes>>,
+    captured: Vec<u8>,
+    ctx: Option<TurnCtx>,
+    idle: Pin<Box<Sleep>>,
+    idle_timeout: Duration,
+    ended: bool,
+}
+
+impl TeeStream {
+    fn new(
+        upstream: BoxStream<'static, reqwest::Result<Bytes>>,
+        ctx: TurnCtx,
+        idle_timeout: Duration,
+    ) -> Self {
+        Self {
+            upstream,
+            captured: Vec::new(),
+            ctx: Some(ctx),
+            idle: Box::pin(tokio::time::sleep(idle_timeout)),
+            idle_timeout,
+            ended: false,
+        }
+    }
+
+    fn end(&mut self, status: TurnStatus, error: Option<(&'static str, String)>) -> Option<Bytes> {
+        self.ended = true;
+        let ctx = self.ctx.as_mut()?;
+        if status == TurnStatus::Ok {
+            ctx.upstream_done = Some(Instant::now());
+        }
+        let event = error.as_ref().map(|(kind, message)| {
+            ctx.app.metrics.errors.inc(&[kind]);
+            let payload = serde_json::json!({ "error": { "message": message, "type": "upstream_error", "code": kind } });
+            Bytes::from(format!("data: {payload}\n\n"))
+        });
+        let captured = Capture::Sse(std::mem::take(&mut self.captured));
+        ctx.finish(
+            status,
+            Some(StatusCode::OK),
+            captured,
+            error.map(|(_, m)| m),
+        );
+        event
+    }
+}
+
+impl Stream for TeeStream {
+    type Item = Result<Bytes, std::io::Error>;
+
+    fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
+        let this = &mut *self;
+        if this.ended {
+            return Poll::Ready(None);
+        }
+        match this.upstream.poll_next_unpin(cx) {
+            Poll::Ready(Some(Ok(chunk))) => {
+                if let Some(ctx) = this.ctx.as_mut() {
+                    ctx.first_byte.get_or_insert_with(Instant::now);
+                }
+                if this.captured.len() + chunk.len() <= CAPTURE_LIMIT {
+                    this.captured.extend_from_slice(&chunk);
+                }
+                let deadline = tokio::time::Instant::now() + this.idle_timeout;
+                this.idle.as_mut().reset(deadline);
+                Poll::Ready(Some(Ok(chunk)))
+            }
+            Poll::Ready(Some(Err(e))) => {
+                let message = format!("the upstream stream failed: {e}");
+                Poll::Ready(
+                    this.end(
+                        TurnStatus::Incomplete,
+                        Some(("upstream_stream_error", message)),
+                    )
+                    .map(Ok),
+                )
+            }
+            Poll::Ready(None) => {
+                this.end(TurnStatus::Ok, None);
+                Poll::Ready(None)
+            }
+            Poll::Pending => {
+                if this.idle.as_mut().poll(cx).is_ready() {
+                    let message = format!(
+                        "the upstream sent nothing for {} s (proxy.timeouts.between_chunks)",
+                        this.idle_timeout.as_secs_f64()
+                    );
+                    return Poll::Ready(
+                        this.end(TurnStatus::Incomplete, Some(("stream_stalled", message)))
+                            .map(Ok),
+                    );
+                }
+                Poll::Pending
+            }
+        }
+    }
+}
+
+impl Drop for TeeStream {
+    /// Dropped before the end: the client disconnected. Dropping the
+    /// upstream body (right after this) closes the upstream connection,
+    /// which cancels the upstream request.
+    fn drop(&mut self) {
+        if !self.ended
+            && let Some(mut ctx) = self.ctx.take()
+        {
+            ctx.app.metrics.errors.inc(&["client_disconnected"]);
+            let captured = Capture::Sse(std::mem::take(&mut self.captured));
+            ctx.finish(
+                TurnStatus::Incomplete,
+                Some(StatusCode::OK),
+                captured,
+                Some("client disconnected".into()),
+            );
+        }
+    }
+}

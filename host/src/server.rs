@@ -1,0 +1,262 @@
+//! The HTTP surface: routes, authentication, and serving with TCP_NODELAY
+//! and a bounded graceful shutdown.
+//!
+//! | route | auth |
+//! |---|---|
+//! | `GET /healthz` | none |
+//! | `POST /v1/chat/completions` (also `/chat/completions`) | `proxy.api_key`, if set |
+//! | `GET /v1/models` | `proxy.api_key`, if set |
+//! | `POST /v1/sessions/{id}/end` | `proxy.api_key`, if set |
+//! | `GET /metrics` | `proxy.api_key`, if set |
+//! | `GET /admin/status` | the admin token (`<home>/admin.token`), always |
+
+use std::future::{Future, IntoFuture};
+use std::time::Duration;
+
+use axum::Router;
+use axum::extract::{Path, Request, State};
+use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+use axum::middleware::{self, Next};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use axum::serve::ListenerExt;
+use serde_json::json;
+use subtle::ConstantTimeEq;
+
+use crate::app::SharedApp;
+use crate::error::ApiError;
+use crate::metrics::Gauges;
+use crate::proxy::turn;
+use crate::sessions::{EndOutcome, EndReason};
+
+pub fn router(app: SharedApp) -> Router {
+    let proxy = Router::new()
+        .route("/v1/chat/completions", post(turn::chat_completions))
+        .route("/chat/completions", post(turn::chat_completions))
+        .route("/v1/models", get(models))
+        .route("/v1/sessions/{id}/end", post(end_session))
+        .route("/metrics", get(metrics))
+        .route_layer(middleware::from_fn_with_state(
+            app.clone(),
+            require_proxy_token,
+        ));
+    let admin = Router::new()
+        .route("/admin/status", get(admin_status))
+        .route_layer(middleware::from_fn_with_state(
+            app.clone(),
+            require_admin_token,
+        ));
+    Router::new()
+        .route("/healthz", get(healthz))
+        .merge(proxy)
+        .merge(admin)
+        .fallback(not_found)
+        .method_not_allowed_fallback(method_not_allowed)
+        .with_state(app)
+}
+
+/// Serves until `shutdown` resolves, then lets requests in flight finish for
+/// up to `grace` before dropping them (streams cut this way are recorded as
+/// incomplete).
+pub async fn serve(
+    listener: tokio::net::TcpListener,
+    router: Router,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+    grace: Duration,
+) -> std::io::Result<()> {
+    let listener = listener.tap_io(|tcp| {
+        // Without it, small SSE frames wait on delayed ACKs (40 ms stalls).
+        if let Err(e) = tcp.set_nodelay(true) {
+            tracing::debug!("cannot set TCP_NODELAY: {e}");
+        }
+    });
+    let (began_tx, began_rx) = tokio::sync::oneshot::channel::<()>();
+    let server = axum::serve(listener, router).with_graceful_shutdown(async move {
+        shutdown.await;
+        let _ = began_tx.send(());
+    });
+    tokio::select! {
+        result = server.into_future() => result,
+        () = async {
+            match began_rx.await {
+                Ok(()) => tokio::time::sleep(grace).await,
+                Err(_) => std::future::pending().await,
+            }
+        } => {
+            tracing::warn!("requests still in flight after {grace:?}; closing them");
+            Ok(())
+        }
+    }
+}
+
+async fn require_proxy_token(
+    State(app): State<SharedApp>,
+    request: Request,
+    next: Next,
+) -> Response {
+    if let Some(expected) = &app.proxy_token
+        && let Err(e) = check_token(request.headers(), expected, true)
+    {
+        app.metrics.errors.inc(&[e.kind()]);
+        return e.into_response();
+    }
+    next.run(request).await
+}
+
+async fn require_admin_token(
+    State(app): State<SharedApp>,
+    request: Request,
+    next: Next,
+) -> Response {
+    if let Err(e) = check_token(request.headers(), &app.admin_token, false) {
+        app.metrics.errors.inc(&[e.kind()]);
+        return e.into_response();
+    }
+    next.run(request).await
+}
+
+/// `Authorization: Bearer <token>` (or, for Anthropic-style clients,
+/// `x-api-key: <token>`), compared in constant time.
+fn check_token(headers: &HeaderMap, expected: &str, allow_x_api_key: bool) -> Result<(), ApiError> {
+    let bearer = headers
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| {
+            v.strip_prefix("Bearer ")
+                .or_else(|| v.strip_prefix("bearer "))
+        })
+        .map(str::trim);
+    let presented = bearer.or_else(|| {
+        allow_x_api_key
+            .then(|| headers.get("x-api-key").and_then(|v| v.to_str().ok()))
+            .flatten()
+    });
+    match presented {
+        None => Err(ApiError::Unauthorized(
+            "missing token: send `Authorization: Bearer <token>`",
+        )),
+        Some(token) if bool::from(token.as_bytes().ct_eq(expected.as_bytes())) => Ok(()),
+        Some(_) => Err(ApiError::Unauthorized("invalid token")),
+    }
+}
+
+async fn healthz(State(app): State<SharedApp>) -> Response {
+    axum::Json(json!({
+        "ok": true,
+        "version": env!("CARGO_PKG_VERSION"),
+        "mode": app.info.mode,
+    }))
+    .into_response()
+}
+
+/// The upstream's model list; if the upstream has none to give, the
+/// configured model.
+async fn models(State(app): State<SharedApp>) -> Response {
+    let upstream = app.upstream.get("/models").await;
+    if let Ok(response) = upstream
+        && response.status().is_success()
+        && let Ok(body) = response.bytes().await
+        && serde_json::from_slice::<serde_json::Value>(&body).is_ok()
+    {
+        return (
+            [(
+                header::CONTENT_TYPE,
+                HeaderValue::from_static("application/json"),
+            )],
+            body,
+        )
+            .into_response();
+    }
+    match &app.upstream.default_model {
+        Some(model) => axum::Json(json!({
+            "object": "list",
+            "data": [{ "id": model, "object": "model", "created": 0, "owned_by": "metaclaw" }],
+        }))
+        .into_response(),
+        None => ApiError::UpstreamUnreachable {
+            base: app.upstream.base.clone(),
+            reason: "no model list from the upstream and no llm.model_id configured".into(),
+        }
+        .into_response(),
+    }
+}
+
+async fn end_session(State(app): State<SharedApp>, Path(id): Path<String>) -> Response {
+    match app.sessions.end(&id, EndReason::Api) {
+        EndOutcome::Ended => {
+            axum::Json(json!({ "id": id, "ended": true, "already_ended": false })).into_response()
+        }
+        EndOutcome::AlreadyEnded => {
+            axum::Json(json!({ "id": id, "ended": true, "already_ended": true })).into_response()
+        }
+        EndOutcome::Unknown => ApiError::NotFound(format!("no session {id:?}")).into_response(),
+    }
+}
+
+async fn metrics(State(app): State<SharedApp>) -> Response {
+    let gauges = Gauges {
+        uptime_seconds: app.info.started.elapsed().as_secs_f64(),
+        store_queue_depth: app.store.queue_depth(),
+        active_sessions: app.sessions.active_count(),
+    };
+    (
+        [(
+            header::CONTENT_TYPE,
+            HeaderValue::from_static("text/plain; version=0.0.4"),
+        )],
+        app.metrics.render(&gauges),
+    )
+        .into_response()
+}
+
+async fn admin_status(State(app): State<SharedApp>) -> Response {
+    let store = app.store.clone();
+    let counts = tokio::task::spawn_blocking(move || store.counts()).await;
+    let (sessions, turns) = match counts {
+        Ok(Ok(c)) => c,
+        _ => return ApiError::Internal("cannot read the store".into()).into_response(),
+    };
+    let info = &app.info;
+    axum::Json(json!({
+        "running": true,
+        "healthy": true,
+        "version": env!("CARGO_PKG_VERSION"),
+        "pid": std::process::id(),
+        "mode": info.mode,
+        "demo": info.demo,
+        "host": info.host,
+        "port": info.port,
+        "url": format!("http://{}:{}", url_host(&info.host), info.port),
+        "upstream": info.upstream_base,
+        "started_at_ms": info.started_at_ms,
+        "uptime_seconds": info.started.elapsed().as_secs_f64(),
+        "sessions": sessions,
+        "active_sessions": app.sessions.active_count(),
+        "turns": turns,
+        "store": { "path": app.store.path(), "queue_depth": app.store.queue_depth() },
+    }))
+    .into_response()
+}
+
+pub fn url_host(host: &str) -> String {
+    if host.contains(':') && !host.starts_with('[') {
+        format!("[{host}]")
+    } else {
+        host.to_string()
+    }
+}
+
+async fn not_found(request: Request) -> Response {
+    ApiError::NotFound(format!(
+        "no route for {} {}",
+        request.method(),
+        request.uri().path()
+    ))
+    .into_response()
+}
+
+async fn method_not_allowed() -> Response {
+    let mut response = ApiError::MethodNotAllowed.into_response();
+    *response.status_mut() = StatusCode::METHOD_NOT_ALLOWED;
+    response
+}

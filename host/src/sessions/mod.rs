@@ -1,0 +1,550 @@
+//! Which session a turn belongs to, and when sessions end.
+//!
+//! The session id comes from, in order: the `X-Session-Id` header or the
+//! body's `session_id`; OpenClaw's `prompt_cache_key` (`<sessionId>:<N>`, a
+//! new N being a reset); OpenClaw's runtime line `sessionId=<uuid>`; else a
+//! hash of (model, system prompt, first user message). One conversation key
+//! can span several *windows* (a reset keeps OpenClaw's sessionId): window 0
+//! is recorded as `<key>`, window N as `<key>:<N>`, so a fresh OpenClaw
+//! session is recorded under exactly its sessionId.
+//!
+//! A session ends on `X-Session-Done`, on `POST /v1/sessions/{id}/end`, on a
+//! reset, or after `sessions.idle_timeout` without a main turn. Each end is
+//! persisted (in order with the session's turns) and published on a
+//! broadcast channel that later stages (learning) subscribe to.
+
+pub mod openclaw;
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use tokio::sync::broadcast;
+
+use crate::metrics::Metrics;
+use crate::store::{SessionInfo, SessionSource, Store};
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TurnType {
+    Main,
+    Side,
+}
+
+impl TurnType {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Main => "main",
+            Self::Side => "side",
+        }
+    }
+
+    /// `main`/`side` as sent in `X-Turn-Type` or the body's `turn_type`.
+    pub fn parse(text: &str) -> Option<Self> {
+        match text.trim().to_ascii_lowercase().as_str() {
+            "main" => Some(Self::Main),
+            "side" => Some(Self::Side),
+            _ => None,
+        }
+    }
+}
+
+/// Why a session ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum EndReason {
+    /// The client said so (`X-Session-Done` or `session_done`).
+    ClientDone,
+    /// `POST /v1/sessions/{id}/end`.
+    Api,
+    /// The agent started over (new `prompt_cache_key` boundary, or history
+    /// shrank back).
+    Reset,
+    /// No main turn for `sessions.idle_timeout`.
+    Idle,
+}
+
+impl EndReason {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::ClientDone => "client_done",
+            Self::Api => "api",
+            Self::Reset => "reset",
+            Self::Idle => "idle",
+        }
+    }
+}
+
+/// What [`Tracker::end`] did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum EndOutcome {
+    Ended,
+    AlreadyEnded,
+    Unknown,
+}
+
+/// Published when a session ends.
+#[derive(Debug, Clone)]
+pub struct SessionEnded {
+    pub session: SessionInfo,
+    pub reason: EndReason,
+    pub at_ms: i64,
+}
+
+/// What a request says about its session.
+#[derive(Debug, Default)]
+pub struct Hints<'a> {
+    pub explicit: Option<(&'a str, SessionSource)>,
+    pub prompt_cache_key: Option<&'a str>,
+    pub runtime_session_id: Option<&'a str>,
+    pub fingerprint: &'a str,
+    pub message_count: u32,
+}
+
+/// The live state of one conversation key.
+struct Live {
+    current: SessionInfo,
+    last_activity: Instant,
+    last_message_count: u32,
+    in_flight: u32,
+    /// Whether windows are detected by history shrinking (no explicit N).
+    shrink_windows: bool,
+}
+
+pub struct Tracker {
+    live: Mutex<HashMap<Arc<str>, Live>>,
+    idle_timeout: Duration,
+    store: Store,
+    metrics: Arc<Metrics>,
+    events: broadcast::Sender<SessionEnded>,
+}
+
+impl Tracker {
+    pub fn new(store: Store, metrics: Arc<Metrics>, idle_timeout: Duration) -> Self {
+        let (events, _) = broadcast::channel(1024);
+        Self {
+            live: Mutex::new(HashMap::new()),
+            idle_timeout,
+            store,
+            metrics,
+            events,
+        }
+    }
+
+    pub fn subscribe(&self) -> broadcast::Receiver<SessionEnded> {
+        self.events.subscribe()
+    }
+
+    pub fn idle_timeout(&self) -> Duration {
+        self.idle_timeout
+    }
+
+    /// Picks up the sessions that were open when metaclaw last stopped: ends
+    /// those idle for longer than the timeout, keeps timing the others.
+    pub fn restore(&self) {
+        let sessions = match self.store.active_sessions() {
+            Ok(s) => s,
+            Err(e) => {
+                tracing::error!("cannot read open sessions: {e:#}");
+                return;
+            }
+        };
+        let now_ms = now_ms();
+        let mut ended = Vec::new();
+        if let Ok(mut live) = self.live.lock() {
+            for s in sessions {
+                let info = SessionInfo {
+                    id: s.id.as_str().into(),
+                    base_key: s.base_key.as_str().into(),
+                    agent_session_id: s.agent_session_id.as_deref().map(Into::into),
+                    source: source_from_str(&s.source),
+                    window: s.window,
+                };
+                let idle_ms = (now_ms - s.last_activity_ms).max(0) as u64;
+                if Duration::from_millis(idle_ms) >= self.idle_timeout {
+                    ended.push(info);
+                    continue;
+                }
+                let last_activity = Instant::now()
+                    .checked_sub(Duration::from_millis(idle_ms))
+                    .unwrap_or_else(Instant::now);
+                live.insert(
+                    info.base_key.clone(),
+                    Live {
+                        shrink_windows: matches!(
+                            info.source,
+                            SessionSource::OpenclawRuntime | SessionSource::Fingerprint
+                        ),
+                        current: info,
+                        last_activity,
+                        last_message_count: s.last_message_count,
+                        in_flight: 0,
+                    },
+                );
+            }
+        }
+        for info in ended {
+            self.publish_end(info, EndReason::Idle);
+        }
+    }
+
+    /// The session of a new turn. Marks it in flight until [`Self::finished`].
+    pub fn resolve(&self, hints: &Hints<'_>, turn_type: TurnType) -> SessionInfo {
+        let (base, source, agent_id, window) = derive(hints);
+        let base: Arc<str> = base.into();
+        let now = Instant::now();
+        let mut ended = Vec::new();
+
+        let known = self
+            .live
+            .lock()
+            .map(|l| l.contains_key(&base))
+            .unwrap_or(false);
+        // First sight of this key since start: continue where the store left
+        // off (windows, message counts), outside the lock.
+        let stored = if known {
+            None
+        } else {
+            self.store.latest_for_base(&base).ok().flatten()
+        };
+
+        let info = {
+            let Ok(mut live) = self.live.lock() else {
+                return session_info(&base, source, agent_id, window.unwrap_or(0));
+            };
+            if !live.contains_key(&base) {
+                let (start_window, count) = stored
+                    .as_ref()
+                    .map(|s| (s.window, s.last_message_count))
+                    .unwrap_or((window.unwrap_or(0), 0));
+                live.insert(
+                    base.clone(),
+                    Live {
+                        current: session_info(&base, source, agent_id.clone(), start_window),
+                        last_activity: now,
+                        last_message_count: count,
+                        in_flight: 0,
+                        shrink_windows: window.is_none()
+                            && matches!(
+                                source,
+                                SessionSource::OpenclawRuntime | SessionSource::Fingerprint
+                            ),
+                    },
+                );
+                if stored.as_ref().is_none_or(|s| s.status != "active") {
+                    self.metrics.sessions_started.inc();
+                }
+            }
+            let Some(entry) = live.get_mut(&base) else {
+                return session_info(&base, source, agent_id, window.unwrap_or(0));
+            };
+            let current_window = entry.current.window;
+            let next_window = match window {
+                // prompt_cache_key: the boundary count is the window.
+                Some(n) if n > current_window => Some(n),
+                // A late request from an older window: record it there.
+                Some(n) if n < current_window => {
+                    return session_info(&base, source, agent_id, n);
+                }
+                Some(_) => None,
+                None if entry.shrink_windows && hints.message_count < entry.last_message_count => {
+                    Some(current_window + 1)
+                }
+                None => None,
+            };
+            if let Some(n) = next_window {
+                ended.push(entry.current.clone());
+                entry.current = session_info(&base, source, agent_id, n);
+                self.metrics.sessions_started.inc();
+            }
+            entry.last_message_count = hints.message_count;
+            entry.in_flight += 1;
+            if turn_type == TurnType::Main {
+                entry.last_activity = now;
+            }
+            entry.current.clone()
+        };
+        for old in ended {
+            self.publish_end(old, EndReason::Reset);
+        }
+        info
+    }
+
+    /// A turn of `session` is over. Main turns restart the idle clock at
+    /// their end, so a long answer does not count as silence.
+    pub fn finished(&self, session: &SessionInfo, turn_type: TurnType) {
+        if let Ok(mut live) = self.live.lock()
+            && let Some(entry) = live.get_mut(&session.base_key)
+        {
+            entry.in_flight = entry.in_flight.saturating_sub(1);
+            if turn_type == TurnType::Main && entry.current.id == session.id {
+                entry.last_activity = Instant::now();
+            }
+        }
+    }
+
+    /// Ends a session by id.
+    pub fn end(&self, id: &str, reason: EndReason) -> EndOutcome {
+        let live_hit = self.live.lock().ok().and_then(|mut live| {
+            let base = live
+                .iter()
+                .find(|(_, l)| &*l.current.id == id)
+                .map(|(b, _)| b.clone())?;
+            live.remove(&base).map(|l| l.current)
+        });
+        if let Some(info) = live_hit {
+            self.publish_end(info, reason);
+            return EndOutcome::Ended;
+        }
+        match self.store.session_by_id(id) {
+            Ok(Some(s)) if s.status == "active" => {
+                let info = SessionInfo {
+                    id: s.id.as_str().into(),
+                    base_key: s.base_key.as_str().into(),
+                    agent_session_id: s.agent_session_id.as_deref().map(Into::into),
+                    source: source_from_str(&s.source),
+                    window: s.window,
+                };
+                self.publish_end(info, reason);
+                EndOutcome::Ended
+            }
+            Ok(Some(_)) => EndOutcome::AlreadyEnded,
+            _ => EndOutcome::Unknown,
+        }
+    }
+
+    /// Ends sessions silent for longer than the idle timeout.
+    pub fn sweep_idle(&self) {
+        let now = Instant::now();
+        let expired: Vec<SessionInfo> = match self.live.lock() {
+            Ok(mut live) => {
+                let keys: Vec<Arc<str>> = live
+                    .iter()
+                    .filter(|(_, l)| {
+                        l.in_flight == 0 && now.duration_since(l.last_activity) >= self.idle_timeout
+                    })
+                    .map(|(k, _)| k.clone())
+                    .collect();
+                keys.iter()
+                    .filter_map(|k| live.remove(k))
+                    .map(|l| l.current)
+                    .collect()
+            }
+            Err(_) => Vec::new(),
+        };
+        for info in expired {
+            self.publish_end(info, EndReason::Idle);
+        }
+    }
+
+    pub fn active_count(&self) -> usize {
+        self.live.lock().map(|l| l.len()).unwrap_or(0)
+    }
+
+    fn publish_end(&self, session: SessionInfo, reason: EndReason) {
+        let at_ms = now_ms();
+        tracing::info!(session = %session.id, reason = reason.as_str(), "session ended");
+        self.metrics.sessions_ended.inc(&[reason.as_str()]);
+        self.store
+            .end_session(session.clone(), reason.as_str(), at_ms);
+        let _ = self.events.send(SessionEnded {
+            session,
+            reason,
+            at_ms,
+        });
+    }
+}
+
+/// (conversation key, source, agent's session id, explicit window).
+fn derive(hints: &Hints<'_>) -> (String, SessionSource, Option<Arc<str>>, Option<u32>) {
+    if let Some((id, source)) = hints.explicit {
+        return (id.to_string(), source, None, Some(0));
+    }
+    if let Some((sid, n)) = hints
+        .prompt_cache_key
+        .and_then(openclaw::split_prompt_cache_key)
+    {
+        return (
+            sid.to_string(),
+            SessionSource::PromptCacheKey,
+            Some(sid.into()),
+            Some(n),
+        );
+    }
+    if let Some(sid) = hints.runtime_session_id {
+        return (
+            sid.to_string(),
+            SessionSource::OpenclawRuntime,
+            Some(sid.into()),
+            None,
+        );
+    }
+    (
+        hints.fingerprint.to_string(),
+        SessionSource::Fingerprint,
+        None,
+        None,
+    )
+}
+
+fn session_info(
+    base: &Arc<str>,
+    source: SessionSource,
+    agent: Option<Arc<str>>,
+    window: u32,
+) -> SessionInfo {
+    let id: Arc<str> = if window == 0 {
+        base.clone()
+    } else {
+        format!("{base}:{window}").into()
+    };
+    SessionInfo {
+        id,
+        base_key: base.clone(),
+        agent_session_id: agent,
+        source,
+        window,
+    }
+}
+
+fn source_from_str(s: &str) -> SessionSource {
+    match s {
+        "header" => SessionSource::Header,
+        "body" => SessionSource::Body,
+        "prompt_cache_key" => SessionSource::PromptCacheKey,
+        "openclaw_runtime" => SessionSource::OpenclawRuntime,
+        _ => SessionSource::Fingerprint,
+    }
+}
+
+pub fn now_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_millis() as i64)
+        .unwrap_or(0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::redact::Redactor;
+    use crate::store::StoreOptions;
+
+    fn tracker(dir: &tempfile::TempDir, idle: Duration) -> (Tracker, Store) {
+        let metrics = Arc::new(Metrics::new());
+        let (store, _h) = Store::open(
+            StoreOptions {
+                path: dir.path().join("t.db"),
+                commit_interval: Duration::from_millis(10),
+                queue_capacity: 64,
+                redactor: Redactor::new([]),
+            },
+            metrics.clone(),
+        )
+        .unwrap();
+        (Tracker::new(store.clone(), metrics, idle), store)
+    }
+
+    fn hints<'a>(pck: Option<&'a str>, runtime: Option<&'a str>, count: u32) -> Hints<'a> {
+        Hints {
+            prompt_cache_key: pck,
+            runtime_session_id: runtime,
+            fingerprint: "h-abc",
+            message_count: count,
+            ..Hints::default()
+        }
+    }
+
+    #[tokio::test]
+    async fn prompt_cache_key_boundaries_are_windows_and_resets() {
+        let dir = tempfile::tempdir().unwrap();
+        let (t, _s) = tracker(&dir, Duration::from_secs(60));
+        let mut events = t.subscribe();
+        let a = t.resolve(&hints(Some("sid-1:0"), None, 1), TurnType::Main);
+        assert_eq!(&*a.id, "sid-1");
+        assert_eq!(a.agent_session_id.as_deref(), Some("sid-1"));
+        let b = t.resolve(&hints(Some("sid-1:0"), None, 3), TurnType::Main);
+        assert_eq!(b.id, a.id);
+        let c = t.resolve(&hints(Some("sid-1:1"), None, 1), TurnType::Main);
+        assert_eq!(&*c.id, "sid-1:1");
+        let ended = events.recv().await.unwrap();
+        assert_eq!(&*ended.session.id, "sid-1");
+        assert_eq!(ended.reason, EndReason::Reset);
+    }
+
+    #[tokio::test]
+    async fn a_shrinking_history_opens_a_new_window() {
+        let dir = tempfile::tempdir().unwrap();
+        let (t, _s) = tracker(&dir, Duration::from_secs(60));
+        let id = "1a206f6b-47b6-464c-86db-730d5d7b0316";
+        assert_eq!(
+            &*t.resolve(&hints(None, Some(id), 1), TurnType::Main).id,
+            id
+        );
+        assert_eq!(
+            &*t.resolve(&hints(None, Some(id), 3), TurnType::Main).id,
+            id
+        );
+        let reset = t.resolve(&hints(None, Some(id), 1), TurnType::Main);
+        assert_eq!(&*reset.id, format!("{id}:1"));
+    }
+
+    #[tokio::test]
+    async fn explicit_ids_win_and_never_split() {
+        let dir = tempfile::tempdir().unwrap();
+        let (t, _s) = tracker(&dir, Duration::from_secs(60));
+        let h = Hints {
+            explicit: Some(("mine", SessionSource::Header)),
+            prompt_cache_key: Some("x:3"),
+            message_count: 5,
+            ..Hints::default()
+        };
+        assert_eq!(&*t.resolve(&h, TurnType::Main).id, "mine");
+        let h = Hints {
+            explicit: Some(("mine", SessionSource::Header)),
+            message_count: 1,
+            ..Hints::default()
+        };
+        assert_eq!(&*t.resolve(&h, TurnType::Main).id, "mine");
+    }
+
+    #[tokio::test]
+    async fn idle_sessions_end_but_not_while_a_turn_is_in_flight() {
+        let dir = tempfile::tempdir().unwrap();
+        let (t, _s) = tracker(&dir, Duration::from_millis(50));
+        let mut events = t.subscribe();
+        let s = t.resolve(&hints(Some("busy:0"), None, 1), TurnType::Main);
+        tokio::time::sleep(Duration::from_millis(80)).await;
+        t.sweep_idle();
+        assert_eq!(t.active_count(), 1, "in flight: not idle");
+        t.finished(&s, TurnType::Main);
+        tokio::time::sleep(Duration::from_millis(80)).await;
+        t.sweep_idle();
+        assert_eq!(t.active_count(), 0);
+        assert_eq!(events.recv().await.unwrap().reason, EndReason::Idle);
+    }
+
+    #[tokio::test]
+    async fn side_turns_do_not_keep_a_session_alive() {
+        let dir = tempfile::tempdir().unwrap();
+        let (t, _s) = tracker(&dir, Duration::from_millis(60));
+        let s = t.resolve(&hints(Some("hb:0"), None, 1), TurnType::Main);
+        t.finished(&s, TurnType::Main);
+        tokio::time::sleep(Duration::from_millis(40)).await;
+        let side = t.resolve(&hints(Some("hb:0"), None, 2), TurnType::Side);
+        t.finished(&side, TurnType::Side);
+        tokio::time::sleep(Duration::from_millis(40)).await;
+        t.sweep_idle();
+        assert_eq!(t.active_count(), 0);
+    }
+
+    #[tokio::test]
+    async fn ending_by_id_reports_unknown_and_repeated_ends() {
+        let dir = tempfile::tempdir().unwrap();
+        let (t, store) = tracker(&dir, Duration::from_secs(60));
+        let s = t.resolve(&hints(Some("e:0"), None, 1), TurnType::Main);
+        t.finished(&s, TurnType::Main);
+        assert_eq!(t.end("e", EndReason::Api), EndOutcome::Ended);
+        store.flush().await;
+        assert_eq!(t.end("e", EndReason::Api), EndOutcome::AlreadyEnded);
+        assert_eq!(t.end("nope", EndReason::Api), EndOutcome::Unknown);
+    }
+}

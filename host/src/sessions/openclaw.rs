@@ -1,0 +1,90 @@
+//! What OpenClaw puts into its requests that tells us about sessions
+//! (see shared/reference/openclaw.md §4): the `prompt_cache_key`
+//! (`<sessionId>:<boundary>`), the runtime line (`… sessionId=<uuid> …`) in
+//! the first user message, the internal-context message appended to every
+//! call, and heartbeat polls.
+
+pub const INTERNAL_CONTEXT_BEGIN: &str = "<<<BEGIN_OPENCLAW_INTERNAL_CONTEXT>>>";
+const HEARTBEAT_MARKERS: &[&str] = &["[OpenClaw heartbeat poll]", "HEARTBEAT_OK"];
+
+/// `"<sessionId>:<N>"` → (sessionId, N). A key without a numeric suffix is a
+/// session id of its own with boundary 0.
+pub fn split_prompt_cache_key(key: &str) -> Option<(&str, u32)> {
+    let key = key.trim();
+    if key.is_empty() {
+        return None;
+    }
+    match key.rsplit_once(':') {
+        Some((sid, n)) if !sid.is_empty() => match n.parse::<u32>() {
+            Ok(n) => Some((sid, n)),
+            Err(_) => Some((key, 0)),
+        },
+        _ => Some((key, 0)),
+    }
+}
+
+/// The `sessionId=<uuid>` of OpenClaw's runtime line, if `text` has one.
+pub fn runtime_session_id(text: &str) -> Option<&str> {
+    let mut rest = text;
+    while let Some(at) = rest.find("sessionId=") {
+        let candidate = &rest[at + "sessionId=".len()..];
+        if let Some(id) = candidate.get(..36)
+            && is_uuid(id)
+        {
+            return Some(id);
+        }
+        rest = candidate;
+    }
+    None
+}
+
+fn is_uuid(s: &str) -> bool {
+    s.len() == 36
+        && s.char_indices().all(|(i, c)| match i {
+            8 | 13 | 18 | 23 => c == '-',
+            _ => c.is_ascii_hexdigit(),
+        })
+}
+
+/// Is this message text OpenClaw's per-call internal context? It is
+/// regenerated on every call and never part of the conversation.
+pub fn is_internal_context(text: &str) -> bool {
+    text.trim_start().starts_with(INTERNAL_CONTEXT_BEGIN)
+}
+
+/// A heartbeat poll is background work, not the user talking.
+pub fn is_heartbeat(text: &str) -> bool {
+    HEARTBEAT_MARKERS.iter().any(|m| text.contains(m))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn prompt_cache_keys() {
+        assert_eq!(
+            split_prompt_cache_key("1a206f6b-47b6-464c-86db-730d5d7b0316:0"),
+            Some(("1a206f6b-47b6-464c-86db-730d5d7b0316", 0))
+        );
+        assert_eq!(split_prompt_cache_key("abc:12"), Some(("abc", 12)));
+        assert_eq!(split_prompt_cache_key("plain-key"), Some(("plain-key", 0)));
+        assert_eq!(split_prompt_cache_key("a:b"), Some(("a:b", 0)));
+        assert_eq!(split_prompt_cache_key("  "), None);
+    }
+
+    #[test]
+    fn runtime_lines() {
+        let text = "[Sun 2026-11-22 08:43 UTC] Say PONG\n\nRuntime: agent=main | session=agent:main:main | sessionId=1a206f6b-47b6-464c-86db-730d5d7b0316 | host=vm";
+        assert_eq!(
+            runtime_session_id(text),
+            Some("1a206f6b-47b6-464c-86db-730d5d7b0316")
+        );
+        assert_eq!(
+            runtime_session_id("sessionId=nope sessionId=1a206f6b-47b6-464c-86db-730d5d7b0316"),
+            Some("1a206f6b-47b6-464c-86db-730d5d7b0316")
+        );
+        assert_eq!(runtime_session_id("sessionId=short"), None);
+        assert_eq!(runtime_session_id("no line"), None);
+    }
+}

@@ -1,0 +1,315 @@
+//! The SQLite store: `<home>/metaclaw.db`.
+//!
+//! Writes never happen on the request path. A finished turn is handed to a
+//! queue and written by one writer thread that commits in batches. The queue
+//! is bounded by admission instead of by refusing sends: every turn takes a
+//! permit when it starts and gives it back once committed, so a stalled disk
+//! slows new turns down (and, past a short wait, lets them through
+//! unrecorded, counted) rather than losing recorded ones or blocking a
+//! stream's last chunk.
+
+mod read;
+mod schema;
+mod writer;
+
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use anyhow::{Context, Result, bail};
+use bytes::Bytes;
+use rusqlite::{Connection, OpenFlags};
+use tokio::sync::{OwnedSemaphorePermit, Semaphore, mpsc, oneshot};
+
+pub use read::{SessionRow, StoredSession, TurnRow};
+
+use crate::metrics::Metrics;
+use crate::redact::Redactor;
+
+/// Where a session's id came from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SessionSource {
+    Header,
+    Body,
+    PromptCacheKey,
+    OpenclawRuntime,
+    Fingerprint,
+}
+
+impl SessionSource {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Header => "header",
+            Self::Body => "body",
+            Self::PromptCacheKey => "prompt_cache_key",
+            Self::OpenclawRuntime => "openclaw_runtime",
+            Self::Fingerprint => "fingerprint",
+        }
+    }
+}
+
+/// The session a turn belongs to.
+#[derive(Debug, Clone)]
+pub struct SessionInfo {
+    pub id: Arc<str>,
+    pub base_key: Arc<str>,
+    pub agent_session_id: Option<Arc<str>>,
+    pub source: SessionSource,
+    pub window: u32,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TurnStatus {
+    Ok,
+    /// The answer did not reach the client whole (disconnect, stall, cut).
+    Incomplete,
+    /// The upstream failed or answered with an error status.
+    Error,
+}
+
+impl TurnStatus {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Ok => "ok",
+            Self::Incomplete => "incomplete",
+            Self::Error => "error",
+        }
+    }
+}
+
+/// The answer as captured on its way to the client.
+#[derive(Debug)]
+pub enum Capture {
+    None,
+    Json(Bytes),
+    Sse(Vec<u8>),
+}
+
+/// One finished turn, as the proxy hands it over. Parsing, redaction and
+/// deduplication happen in the writer, off the request path.
+#[derive(Debug)]
+pub struct TurnRecord {
+    pub id: String,
+    pub session: SessionInfo,
+    pub turn_type: &'static str,
+    pub api: &'static str,
+    pub model: Option<String>,
+    pub upstream_model: Option<String>,
+    pub stream: bool,
+    pub request_body: Bytes,
+    pub response: Capture,
+    pub status: TurnStatus,
+    pub http_status: Option<u16>,
+    pub error: Option<String>,
+    pub started_at_ms: i64,
+    pub finished_at_ms: i64,
+    pub total_ms: f64,
+    pub upstream_ms: Option<f64>,
+    pub ttft_ms: Option<f64>,
+    pub message_count: u32,
+}
+
+enum Op {
+    Turn(Box<TurnRecord>, Option<OwnedSemaphorePermit>),
+    EndSession {
+        session: SessionInfo,
+        reason: String,
+        at_ms: i64,
+    },
+    Flush(oneshot::Sender<()>),
+    Shutdown(oneshot::Sender<()>),
+}
+
+pub struct StoreOptions {
+    pub path: PathBuf,
+    pub commit_interval: Duration,
+    pub queue_capacity: usize,
+    pub redactor: Redactor,
+}
+
+/// A permit to record one turn; see the module docs.
+pub type Admission = Option<OwnedSemaphorePermit>;
+
+#[derive(Clone)]
+pub struct Store {
+    tx: mpsc::UnboundedSender<Op>,
+    permits: Arc<Semaphore>,
+    capacity: usize,
+    reader: Arc<Mutex<Connection>>,
+    metrics: Arc<Metrics>,
+    path: PathBuf,
+}
+
+impl Store {
+    /// Opens (creating and migrating) the database and starts the writer.
+    pub fn open(
+        options: StoreOptions,
+        metrics: Arc<Metrics>,
+    ) -> Result<(Self, std::thread::JoinHandle<()>)> {
+        let mut conn = open_rw(&options.path)?;
+        let version: u32 = conn.pragma_query_value(None, "user_version", |r| r.get(0))?;
+        if version > schema::latest_version() {
+            bail!(
+                "{} was written by a newer metaclaw (schema {version}, this build knows {}): upgrade metaclaw",
+                options.path.display(),
+                schema::latest_version()
+            );
+        }
+        schema::migrate(&mut conn)
+            .with_context(|| format!("cannot migrate {}", options.path.display()))?;
+        let reader = open_rw(&options.path)?;
+        let (tx, rx) = mpsc::unbounded_channel();
+        let permits = Arc::new(Semaphore::new(options.queue_capacity));
+        let writer = writer::Writer::new(
+            conn,
+            options.redactor,
+            options.commit_interval,
+            metrics.clone(),
+        );
+        let handle = std::thread::Builder::new()
+            .name("metaclaw-store".into())
+            .spawn(move || writer.run(rx))
+            .context("cannot start the store writer thread")?;
+        Ok((
+            Self {
+                tx,
+                permits,
+                capacity: options.queue_capacity,
+                reader: Arc::new(Mutex::new(reader)),
+                metrics,
+                path: options.path,
+            },
+            handle,
+        ))
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Reserves room for one turn's record. Never fails: past a short wait
+    /// for room, the turn goes ahead unrecorded (and counted as such).
+    pub async fn admit(&self) -> Admission {
+        if let Ok(permit) = self.permits.clone().try_acquire_owned() {
+            return Some(permit);
+        }
+        match tokio::time::timeout(Duration::from_secs(2), self.permits.clone().acquire_owned())
+            .await
+        {
+            Ok(Ok(permit)) => Some(permit),
+            _ => {
+                self.metrics.turns_unrecorded.inc();
+                tracing::error!(
+                    "the store queue is full (is the disk stalled?): serving this turn unrecorded"
+                );
+                None
+            }
+        }
+    }
+
+    /// Queues a finished turn. Never blocks.
+    pub fn record(&self, turn: TurnRecord, admission: Admission) {
+        if admission.is_none() {
+            return;
+        }
+        if self.tx.send(Op::Turn(Box::new(turn), admission)).is_err() {
+            self.metrics.turns_unrecorded.inc();
+        }
+    }
+
+    /// Queues a session's end (after any of its turns already queued).
+    pub fn end_session(&self, session: SessionInfo, reason: &str, at_ms: i64) {
+        let _ = self.tx.send(Op::EndSession {
+            session,
+            reason: reason.to_string(),
+            at_ms,
+        });
+    }
+
+    /// Waits until everything queued so far is committed.
+    pub async fn flush(&self) {
+        let (done, wait) = oneshot::channel();
+        if self.tx.send(Op::Flush(done)).is_ok() {
+            let _ = wait.await;
+        }
+    }
+
+    /// Drains the queue and stops the writer.
+    pub async fn shutdown(&self) {
+        let (done, wait) = oneshot::channel();
+        if self.tx.send(Op::Shutdown(done)).is_ok() {
+            let _ = wait.await;
+        }
+    }
+
+    /// Records queued or in flight (for status and metrics).
+    pub fn queue_depth(&self) -> usize {
+        self.capacity - self.permits.available_permits()
+    }
+
+    fn with_reader<T>(&self, f: impl FnOnce(&Connection) -> rusqlite::Result<T>) -> Result<T> {
+        let conn = self
+            .reader
+            .lock()
+            .map_err(|_| anyhow::anyhow!("store reader lock poisoned"))?;
+        Ok(f(&conn)?)
+    }
+
+    /// The newest window of a session key (for session continuity across
+    /// restarts).
+    pub fn latest_for_base(&self, base_key: &str) -> Result<Option<StoredSession>> {
+        self.with_reader(|c| read::latest_for_base(c, base_key))
+    }
+
+    pub fn session_by_id(&self, id: &str) -> Result<Option<StoredSession>> {
+        self.with_reader(|c| read::stored_session(c, id))
+    }
+
+    pub fn active_sessions(&self) -> Result<Vec<StoredSession>> {
+        self.with_reader(read::active_sessions)
+    }
+
+    pub fn counts(&self) -> Result<(u64, u64)> {
+        self.with_reader(read::counts)
+    }
+}
+
+fn open_rw(path: &Path) -> Result<Connection> {
+    if let Some(dir) = path.parent() {
+        std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
+    }
+    let conn = Connection::open(path).with_context(|| format!("cannot open {}", path.display()))?;
+    schema::configure(&conn).with_context(|| format!("cannot configure {}", path.display()))?;
+    Ok(conn)
+}
+
+/// A read-only connection for the CLI, which may run beside the daemon.
+pub fn open_read_only(path: &Path) -> Result<Connection> {
+    let conn = Connection::open_with_flags(
+        path,
+        OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_NO_MUTEX,
+    )
+    .with_context(|| format!("cannot open {}", path.display()))?;
+    conn.busy_timeout(Duration::from_secs(5))?;
+    let version: u32 = conn.pragma_query_value(None, "user_version", |r| r.get(0))?;
+    if version > schema::latest_version() {
+        bail!(
+            "{} was written by a newer metaclaw: upgrade metaclaw",
+            path.display()
+        );
+    }
+    if version == 0 {
+        bail!("{} has no metaclaw data yet", path.display());
+    }
+    Ok(conn)
+}
+
+/// Opens the database read-write and brings its schema up to date without
+/// starting a writer (for the CLI when no daemon runs).
+pub fn ensure_schema(path: &Path) -> Result<()> {
+    let mut conn = open_rw(path)?;
+    schema::migrate(&mut conn)?;
+    Ok(())
+}
+
+pub use read::{list_sessions, load_messages, session_detail, session_turns};

@@ -1,0 +1,208 @@
+//! Queries: session continuity for the daemon, listings for the CLI.
+
+use rusqlite::{Connection, OptionalExtension, Row, params};
+use serde::Serialize;
+use serde_json::Value;
+
+/// What the session tracker needs to continue a session after a restart.
+#[derive(Debug, Clone)]
+pub struct StoredSession {
+    pub id: String,
+    pub base_key: String,
+    pub agent_session_id: Option<String>,
+    pub source: String,
+    pub window: u32,
+    pub status: String,
+    pub last_activity_ms: i64,
+    pub last_message_count: u32,
+}
+
+const STORED_COLUMNS: &str = "id, base_key, agent_session_id, source, window_index, status, last_activity_ms, last_message_count";
+
+fn stored(row: &Row<'_>) -> rusqlite::Result<StoredSession> {
+    Ok(StoredSession {
+        id: row.get(0)?,
+        base_key: row.get(1)?,
+        agent_session_id: row.get(2)?,
+        source: row.get(3)?,
+        window: row.get(4)?,
+        status: row.get(5)?,
+        last_activity_ms: row.get(6)?,
+        last_message_count: row.get(7)?,
+    })
+}
+
+pub fn latest_for_base(
+    conn: &Connection,
+    base_key: &str,
+) -> rusqlite::Result<Option<StoredSession>> {
+    conn.prepare_cached(&format!(
+        "SELECT {STORED_COLUMNS} FROM sessions WHERE base_key = ?1 ORDER BY window_index DESC LIMIT 1"
+    ))?
+    .query_row(params![base_key], stored)
+    .optional()
+}
+
+pub fn stored_session(conn: &Connection, id: &str) -> rusqlite::Result<Option<StoredSession>> {
+    conn.prepare_cached(&format!(
+        "SELECT {STORED_COLUMNS} FROM sessions WHERE id = ?1"
+    ))?
+    .query_row(params![id], stored)
+    .optional()
+}
+
+pub fn active_sessions(conn: &Connection) -> rusqlite::Result<Vec<StoredSession>> {
+    conn.prepare_cached(&format!(
+        "SELECT {STORED_COLUMNS} FROM sessions WHERE status = 'active'"
+    ))?
+    .query_map([], stored)?
+    .collect()
+}
+
+pub fn counts(conn: &Connection) -> rusqlite::Result<(u64, u64)> {
+    let sessions: i64 = conn.query_row("SELECT count(*) FROM sessions", [], |r| r.get(0))?;
+    let turns: i64 = conn.query_row("SELECT count(*) FROM turns", [], |r| r.get(0))?;
+    Ok((sessions.max(0) as u64, turns.max(0) as u64))
+}
+
+/// A session as `metaclaw sessions` shows it.
+#[derive(Debug, Clone, Serialize)]
+pub struct SessionRow {
+    pub id: String,
+    pub agent_session_id: Option<String>,
+    pub source: String,
+    pub window: u32,
+    pub status: String,
+    pub started_at_ms: i64,
+    pub last_activity_ms: i64,
+    pub ended_at_ms: Option<i64>,
+    pub end_reason: Option<String>,
+    pub turns: u64,
+    pub main_turns: u64,
+}
+
+const ROW_COLUMNS: &str = "id, agent_session_id, source, window_index, status, started_at_ms, last_activity_ms, \
+                           ended_at_ms, end_reason, turn_count, main_turns";
+
+fn session_row(row: &Row<'_>) -> rusqlite::Result<SessionRow> {
+    Ok(SessionRow {
+        id: row.get(0)?,
+        agent_session_id: row.get(1)?,
+        source: row.get(2)?,
+        window: row.get(3)?,
+        status: row.get(4)?,
+        started_at_ms: row.get(5)?,
+        last_activity_ms: row.get(6)?,
+        ended_at_ms: row.get(7)?,
+        end_reason: row.get(8)?,
+        turns: row.get::<_, i64>(9)?.max(0) as u64,
+        main_turns: row.get::<_, i64>(10)?.max(0) as u64,
+    })
+}
+
+/// Newest sessions first.
+pub fn list_sessions(conn: &Connection, limit: u32) -> rusqlite::Result<Vec<SessionRow>> {
+    conn.prepare(&format!(
+        "SELECT {ROW_COLUMNS} FROM sessions ORDER BY last_activity_ms DESC, id LIMIT ?1"
+    ))?
+    .query_map(params![limit], session_row)?
+    .collect()
+}
+
+/// A session by its id, or by the agent's own session id (newest window).
+pub fn session_detail(conn: &Connection, id: &str) -> rusqlite::Result<Option<SessionRow>> {
+    let by_id = conn
+        .prepare(&format!("SELECT {ROW_COLUMNS} FROM sessions WHERE id = ?1"))?
+        .query_row(params![id], session_row)
+        .optional()?;
+    if by_id.is_some() {
+        return Ok(by_id);
+    }
+    conn.prepare(&format!(
+        "SELECT {ROW_COLUMNS} FROM sessions WHERE agent_session_id = ?1 ORDER BY window_index DESC LIMIT 1"
+    ))?
+    .query_row(params![id], session_row)
+    .optional()
+}
+
+/// A recorded turn.
+#[derive(Debug, Clone, Serialize)]
+pub struct TurnRow {
+    pub id: String,
+    pub seq: i64,
+    pub turn_type: String,
+    pub api: String,
+    pub model: Option<String>,
+    pub upstream_model: Option<String>,
+    pub stream: bool,
+    pub status: String,
+    pub http_status: Option<u16>,
+    pub error: Option<String>,
+    pub user: Option<String>,
+    pub response_summary: Option<String>,
+    pub usage: Option<Value>,
+    pub started_at_ms: i64,
+    pub finished_at_ms: i64,
+    pub total_ms: f64,
+    pub upstream_ms: Option<f64>,
+    pub ttft_ms: Option<f64>,
+    pub response: Option<Value>,
+    pub request_params: Value,
+    pub message_hashes: Vec<String>,
+}
+
+pub fn session_turns(conn: &Connection, session_id: &str) -> rusqlite::Result<Vec<TurnRow>> {
+    conn.prepare(
+        "SELECT id, seq, turn_type, api, model, upstream_model, stream, status, http_status, error,
+                user_summary, response_summary, usage, started_at_ms, finished_at_ms, total_ms, upstream_ms,
+                ttft_ms, response, request_params, request_messages
+         FROM turns WHERE session_id = ?1 ORDER BY seq",
+    )?
+    .query_map(params![session_id], |row| {
+        let json = |i: usize| -> rusqlite::Result<Option<Value>> {
+            Ok(row
+                .get::<_, Option<String>>(i)?
+                .and_then(|s| serde_json::from_str(&s).ok()))
+        };
+        Ok(TurnRow {
+            id: row.get(0)?,
+            seq: row.get(1)?,
+            turn_type: row.get(2)?,
+            api: row.get(3)?,
+            model: row.get(4)?,
+            upstream_model: row.get(5)?,
+            stream: row.get(6)?,
+            status: row.get(7)?,
+            http_status: row.get(8)?,
+            error: row.get(9)?,
+            user: row.get(10)?,
+            response_summary: row.get(11)?,
+            usage: json(12)?,
+            started_at_ms: row.get(13)?,
+            finished_at_ms: row.get(14)?,
+            total_ms: row.get(15)?,
+            upstream_ms: row.get(16)?,
+            ttft_ms: row.get(17)?,
+            response: json(18)?,
+            request_params: json(19)?.unwrap_or(Value::Null),
+            message_hashes: json(20)?
+                .and_then(|v| serde_json::from_value(v).ok())
+                .unwrap_or_default(),
+        })
+    })?
+    .collect()
+}
+
+/// The messages behind a turn's blob hashes, in order.
+pub fn load_messages(conn: &Connection, hashes: &[String]) -> rusqlite::Result<Vec<Value>> {
+    let mut stmt = conn.prepare_cached("SELECT json FROM blobs WHERE hash = ?1")?;
+    hashes
+        .iter()
+        .map(|h| {
+            let json: Option<String> = stmt.query_row(params![h], |r| r.get(0)).optional()?;
+            Ok(json
+                .and_then(|j| serde_json::from_str(&j).ok())
+                .unwrap_or(Value::Null))
+        })
+        .collect()
+}

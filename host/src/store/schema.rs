@@ -1,0 +1,100 @@
+//! Database schema, as ordered migrations. `PRAGMA user_version` is the
+//! number of migrations applied; each runs in its own transaction.
+
+use rusqlite::Connection;
+
+const MIGRATIONS: &[&str] = &[
+    // 1: sessions, turns, content-addressed message blobs, session events.
+    r#"
+    CREATE TABLE sessions (
+        id                 TEXT PRIMARY KEY,
+        base_key           TEXT NOT NULL,
+        agent_session_id   TEXT,
+        source             TEXT NOT NULL,
+        window_index       INTEGER NOT NULL DEFAULT 0,
+        status             TEXT NOT NULL DEFAULT 'active',
+        started_at_ms      INTEGER NOT NULL,
+        last_activity_ms   INTEGER NOT NULL,
+        ended_at_ms        INTEGER,
+        end_reason         TEXT,
+        turn_count         INTEGER NOT NULL DEFAULT 0,
+        main_turns         INTEGER NOT NULL DEFAULT 0,
+        last_message_count INTEGER NOT NULL DEFAULT 0
+    );
+    CREATE INDEX sessions_by_base ON sessions(base_key, window_index);
+    CREATE INDEX sessions_by_activity ON sessions(last_activity_ms);
+    CREATE INDEX sessions_by_agent ON sessions(agent_session_id);
+    CREATE INDEX sessions_by_status ON sessions(status);
+
+    CREATE TABLE turns (
+        id               TEXT PRIMARY KEY,
+        session_id       TEXT NOT NULL REFERENCES sessions(id),
+        seq              INTEGER NOT NULL,
+        turn_type        TEXT NOT NULL,
+        api              TEXT NOT NULL,
+        model            TEXT,
+        upstream_model   TEXT,
+        stream           INTEGER NOT NULL,
+        status           TEXT NOT NULL,
+        http_status      INTEGER,
+        error            TEXT,
+        request_messages TEXT NOT NULL,
+        tools_blob       TEXT,
+        request_params   TEXT NOT NULL,
+        response         TEXT,
+        usage            TEXT,
+        user_summary     TEXT,
+        response_summary TEXT,
+        started_at_ms    INTEGER NOT NULL,
+        finished_at_ms   INTEGER NOT NULL,
+        total_ms         REAL NOT NULL,
+        upstream_ms      REAL,
+        ttft_ms          REAL
+    );
+    CREATE INDEX turns_by_session ON turns(session_id, seq);
+
+    -- Messages, tool lists and system prompts, stored once by the sha256 of
+    -- their JSON: an agent resends its whole history (and a ~50 KB system
+    -- prompt) on every call, so storing turns whole would grow as O(n^2).
+    CREATE TABLE blobs (
+        hash TEXT PRIMARY KEY,
+        json TEXT NOT NULL
+    ) WITHOUT ROWID;
+
+    -- Lifecycle events later stages consume (a session's end starts learning).
+    CREATE TABLE session_events (
+        id         INTEGER PRIMARY KEY AUTOINCREMENT,
+        session_id TEXT NOT NULL,
+        kind       TEXT NOT NULL,
+        reason     TEXT,
+        at_ms      INTEGER NOT NULL
+    );
+    CREATE INDEX session_events_by_session ON session_events(session_id);
+    "#,
+];
+
+pub fn configure(conn: &Connection) -> rusqlite::Result<()> {
+    // WAL: readers (the CLI) never block the writer. synchronous=NORMAL in WAL
+    // survives a process crash (kill -9); only an OS crash can lose the last
+    // commits.
+    conn.pragma_update(None, "journal_mode", "WAL")?;
+    conn.pragma_update(None, "synchronous", "NORMAL")?;
+    conn.pragma_update(None, "foreign_keys", "ON")?;
+    conn.busy_timeout(std::time::Duration::from_secs(5))?;
+    Ok(())
+}
+
+pub fn migrate(conn: &mut Connection) -> rusqlite::Result<u32> {
+    let current: u32 = conn.pragma_query_value(None, "user_version", |r| r.get(0))?;
+    for (i, sql) in MIGRATIONS.iter().enumerate().skip(current as usize) {
+        let tx = conn.transaction()?;
+        tx.execute_batch(sql)?;
+        tx.pragma_update(None, "user_version", (i + 1) as u32)?;
+        tx.commit()?;
+    }
+    Ok(MIGRATIONS.len() as u32)
+}
+
+pub fn latest_version() -> u32 {
+    MIGRATIONS.len() as u32
+}

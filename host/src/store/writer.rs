@@ -1,0 +1,418 @@
+//! The writer thread: the only code that writes the database. It takes
+//! whatever is queued, turns each record into rows (full JSON parse,
+//! internal-context stripping, redaction, blob dedup) and commits the batch.
+
+use std::collections::HashSet;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use rusqlite::{Connection, Transaction, params};
+use serde_json::{Map, Value};
+use sha2::{Digest, Sha256};
+use tokio::sync::{OwnedSemaphorePermit, mpsc};
+
+use super::{Capture, Op, TurnRecord, TurnStatus};
+use crate::metrics::Metrics;
+use crate::proxy::assemble::assemble_sse;
+use crate::proxy::request::{CONTROL_FIELDS, hex};
+use crate::redact::Redactor;
+use crate::sessions::openclaw;
+
+const MAX_BATCH: usize = 1024;
+const KNOWN_BLOBS_CAP: usize = 200_000;
+const SUMMARY_CHARS: usize = 200;
+
+pub struct Writer {
+    conn: Connection,
+    redactor: Redactor,
+    commit_interval: Duration,
+    metrics: Arc<Metrics>,
+    /// Blob hashes known to be stored, so a repeated 50 KB system prompt is
+    /// neither redacted nor written again.
+    known_blobs: HashSet<String>,
+}
+
+/// A record turned into rows, ready to insert.
+struct Prepared {
+    blobs: Vec<(String, String)>,
+    message_hashes: Vec<String>,
+    tools_blob: Option<String>,
+    params: String,
+    response: Option<String>,
+    usage: Option<String>,
+    user_summary: Option<String>,
+    response_summary: Option<String>,
+    status: TurnStatus,
+}
+
+impl Writer {
+    pub fn new(
+        conn: Connection,
+        redactor: Redactor,
+        commit_interval: Duration,
+        metrics: Arc<Metrics>,
+    ) -> Self {
+        Self {
+            conn,
+            redactor,
+            commit_interval,
+            metrics,
+            known_blobs: HashSet::new(),
+        }
+    }
+
+    pub fn run(mut self, mut rx: mpsc::UnboundedReceiver<Op>) {
+        while let Some(first) = rx.blocking_recv() {
+            let opened = Instant::now();
+            let mut batch = vec![first];
+            while batch.len() < MAX_BATCH && opened.elapsed() < self.commit_interval {
+                match rx.try_recv() {
+                    Ok(op) => batch.push(op),
+                    Err(_) => break,
+                }
+            }
+            let stop = self.write_batch(batch);
+            if stop {
+                return;
+            }
+        }
+    }
+
+    /// Writes one batch (retrying a failed commit a few times) and releases
+    /// its permits and waiters. Returns true on shutdown.
+    fn write_batch(&mut self, batch: Vec<Op>) -> bool {
+        let mut permits: Vec<OwnedSemaphorePermit> = Vec::new();
+        let mut waiters = Vec::new();
+        let mut shutdown = None;
+        let mut turns = Vec::new();
+        let mut ends = Vec::new();
+        for op in batch {
+            match op {
+                Op::Turn(turn, permit) => {
+                    permits.extend(permit);
+                    let prepared = self.prepare(&turn);
+                    turns.push((turn, prepared));
+                }
+                Op::EndSession {
+                    session,
+                    reason,
+                    at_ms,
+                } => ends.push((session, reason, at_ms)),
+                Op::Flush(done) => waiters.push(done),
+                Op::Shutdown(done) => shutdown = Some(done),
+            }
+        }
+        // Ends are applied after the turns of the same batch: a session's end
+        // is always queued after its turns.
+        let mut attempt = 0;
+        loop {
+            attempt += 1;
+            match self.commit(&turns, &ends) {
+                Ok(()) => {
+                    for (_, p) in &turns {
+                        for (hash, _) in &p.blobs {
+                            self.remember_blob(hash.clone());
+                        }
+                    }
+                    self.metrics.turns_recorded.add(turns.len() as u64);
+                    break;
+                }
+                Err(e) if attempt < 5 => {
+                    self.metrics.store_errors.inc();
+                    tracing::error!("store commit failed (attempt {attempt}, retrying): {e}");
+                    std::thread::sleep(Duration::from_millis(200 * attempt));
+                }
+                Err(e) => {
+                    self.metrics.store_errors.inc();
+                    self.metrics.turns_unrecorded.add(turns.len() as u64);
+                    tracing::error!("store commit failed, {} turns lost: {e}", turns.len());
+                    break;
+                }
+            }
+        }
+        drop(permits);
+        for w in waiters {
+            let _ = w.send(());
+        }
+        if let Some(done) = shutdown {
+            let _ = self.conn.pragma_update(None, "wal_checkpoint", "TRUNCATE");
+            let _ = done.send(());
+            return true;
+        }
+        false
+    }
+
+    fn remember_blob(&mut self, hash: String) {
+        if self.known_blobs.len() >= KNOWN_BLOBS_CAP {
+            self.known_blobs.clear();
+        }
+        self.known_blobs.insert(hash);
+    }
+
+    fn commit(
+        &mut self,
+        turns: &[(Box<TurnRecord>, Prepared)],
+        ends: &[(super::SessionInfo, String, i64)],
+    ) -> rusqlite::Result<()> {
+        let tx = self.conn.transaction()?;
+        for (turn, prepared) in turns {
+            if let Err(e) = insert_turn(&tx, turn, prepared) {
+                // One bad record must not sink the batch.
+                tracing::error!(turn = %turn.id, "cannot record turn: {e}");
+            }
+        }
+        for (session, reason, at_ms) in ends {
+            insert_end(&tx, session, reason, *at_ms)?;
+        }
+        tx.commit()
+    }
+
+    fn prepare(&self, turn: &TurnRecord) -> Prepared {
+        let mut blobs = Vec::new();
+        let mut message_hashes = Vec::new();
+        let mut tools_blob = None;
+        let mut user_summary = None;
+        let mut params = Map::new();
+        match serde_json::from_slice::<Value>(&turn.request_body) {
+            Ok(Value::Object(body)) => {
+                for (key, value) in body {
+                    match key.as_str() {
+                        "messages" => {
+                            for message in value.as_array().into_iter().flatten() {
+                                if message_is_internal_context(message) {
+                                    continue;
+                                }
+                                if message.get("role").and_then(Value::as_str) == Some("user") {
+                                    user_summary = Some(message_text(message));
+                                }
+                                message_hashes.push(self.blob(message, &mut blobs));
+                            }
+                        }
+                        "tools" => tools_blob = Some(self.blob(&value, &mut blobs)),
+                        k if CONTROL_FIELDS.contains(&k) => {}
+                        _ => {
+                            params.insert(key, value);
+                        }
+                    }
+                }
+            }
+            _ => {
+                params.insert("unparsable_body".into(), Value::Bool(true));
+            }
+        }
+        let mut params = Value::Object(params);
+        self.redactor.redact_json(&mut params);
+
+        let mut status = turn.status;
+        let response = match &turn.response {
+            Capture::None => None,
+            Capture::Json(bytes) => {
+                Some(serde_json::from_slice::<Value>(bytes).unwrap_or_else(
+                    |_| serde_json::json!({ "raw": String::from_utf8_lossy(bytes) }),
+                ))
+            }
+            Capture::Sse(bytes) => {
+                let (value, done) = assemble_sse(bytes);
+                let finished = value["choices"]
+                    .as_array()
+                    .is_some_and(|c| c.iter().any(|c| !c["finish_reason"].is_null()));
+                if status == TurnStatus::Ok && !done && !finished {
+                    status = TurnStatus::Incomplete;
+                }
+                Some(value)
+            }
+        };
+        let response = response.map(|mut v| {
+            self.redactor.redact_json(&mut v);
+            v
+        });
+        let usage = response
+            .as_ref()
+            .and_then(|r| r.get("usage"))
+            .filter(|u| !u.is_null())
+            .map(Value::to_string);
+        let response_summary = response
+            .as_ref()
+            .map(summarize_response)
+            .filter(|s| !s.is_empty());
+        Prepared {
+            blobs,
+            message_hashes,
+            tools_blob,
+            params: params.to_string(),
+            response: response.map(|v| v.to_string()),
+            usage,
+            user_summary: user_summary
+                .map(|s| truncate(&self.redactor.redact_str(&s), SUMMARY_CHARS)),
+            response_summary: response_summary.map(|s| truncate(&s, SUMMARY_CHARS)),
+            status,
+        }
+    }
+
+    /// The blob hash of a JSON value, queuing the (redacted) blob if new.
+    fn blob(&self, value: &Value, blobs: &mut Vec<(String, String)>) -> String {
+        let canonical = value.to_string();
+        let hash = hex(&Sha256::digest(canonical.as_bytes()));
+        if !self.known_blobs.contains(&hash) && !blobs.iter().any(|(h, _)| *h == hash) {
+            let mut redacted = value.clone();
+            self.redactor.redact_json(&mut redacted);
+            blobs.push((hash.clone(), redacted.to_string()));
+        }
+        hash
+    }
+}
+
+fn insert_turn(tx: &Transaction<'_>, t: &TurnRecord, p: &Prepared) -> rusqlite::Result<()> {
+    {
+        let mut stmt =
+            tx.prepare_cached("INSERT OR IGNORE INTO blobs (hash, json) VALUES (?1, ?2)")?;
+        for (hash, json) in &p.blobs {
+            stmt.execute(params![hash, json])?;
+        }
+    }
+    let main = i64::from(t.turn_type == "main");
+    // A turn that started after its session ended reopens it (the agent came
+    // back to the conversation); one still in flight at the end does not.
+    let seq: i64 = tx.prepare_cached(
+        "INSERT INTO sessions (id, base_key, agent_session_id, source, window_index, status,
+                               started_at_ms, last_activity_ms, turn_count, main_turns, last_message_count)
+         VALUES (?1, ?2, ?3, ?4, ?5, 'active', ?6, ?7, 1, ?8, ?9)
+         ON CONFLICT(id) DO UPDATE SET
+             last_activity_ms = max(last_activity_ms, excluded.last_activity_ms),
+             turn_count = turn_count + 1,
+             main_turns = main_turns + excluded.main_turns,
+             last_message_count = excluded.last_message_count,
+             end_reason = CASE WHEN status = 'ended' AND ?6 > ended_at_ms THEN NULL ELSE end_reason END,
+             status = CASE WHEN status = 'ended' AND ?6 > ended_at_ms THEN 'active' ELSE status END,
+             ended_at_ms = CASE WHEN ended_at_ms IS NOT NULL AND ?6 > ended_at_ms THEN NULL ELSE ended_at_ms END
+         RETURNING turn_count",
+    )?
+    .query_row(
+        params![
+            &*t.session.id,
+            &*t.session.base_key,
+            t.session.agent_session_id.as_deref(),
+            t.session.source.as_str(),
+            t.session.window,
+            t.started_at_ms,
+            t.finished_at_ms,
+            main,
+            t.message_count,
+        ],
+        |r| r.get(0),
+    )?;
+    let hashes = serde_json::to_string(&p.message_hashes).unwrap_or_else(|_| "[]".into());
+    tx.prepare_cached(
+        "INSERT INTO turns (id, session_id, seq, turn_type, api, model, upstream_model, stream, status,
+                            http_status, error, request_messages, tools_blob, request_params, response, usage,
+                            user_summary, response_summary, started_at_ms, finished_at_ms, total_ms,
+                            upstream_ms, ttft_ms)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19, ?20,
+                 ?21, ?22, ?23)",
+    )?
+    .execute(params![
+        t.id,
+        &*t.session.id,
+        seq,
+        t.turn_type,
+        t.api,
+        t.model,
+        t.upstream_model,
+        t.stream,
+        p.status.as_str(),
+        t.http_status,
+        t.error,
+        hashes,
+        p.tools_blob,
+        p.params,
+        p.response,
+        p.usage,
+        p.user_summary,
+        p.response_summary,
+        t.started_at_ms,
+        t.finished_at_ms,
+        t.total_ms,
+        t.upstream_ms,
+        t.ttft_ms,
+    ])?;
+    Ok(())
+}
+
+fn insert_end(
+    tx: &Transaction<'_>,
+    s: &super::SessionInfo,
+    reason: &str,
+    at_ms: i64,
+) -> rusqlite::Result<()> {
+    tx.prepare_cached(
+        "INSERT INTO sessions (id, base_key, agent_session_id, source, window_index, status,
+                               started_at_ms, last_activity_ms, ended_at_ms, end_reason)
+         VALUES (?1, ?2, ?3, ?4, ?5, 'ended', ?6, ?6, ?6, ?7)
+         ON CONFLICT(id) DO UPDATE SET status = 'ended', ended_at_ms = ?6, end_reason = ?7",
+    )?
+    .execute(params![
+        &*s.id,
+        &*s.base_key,
+        s.agent_session_id.as_deref(),
+        s.source.as_str(),
+        s.window,
+        at_ms,
+        reason
+    ])?;
+    tx.prepare_cached(
+        "INSERT INTO session_events (session_id, kind, reason, at_ms) VALUES (?1, 'ended', ?2, ?3)",
+    )?
+    .execute(params![&*s.id, reason, at_ms])?;
+    Ok(())
+}
+
+fn message_is_internal_context(message: &Value) -> bool {
+    message.get("role").and_then(Value::as_str) == Some("user")
+        && openclaw::is_internal_context(&message_text(message))
+}
+
+/// The text of a message: its string content, or its text parts joined.
+pub fn message_text(message: &Value) -> String {
+    match message.get("content") {
+        Some(Value::String(s)) => s.clone(),
+        Some(Value::Array(parts)) => parts
+            .iter()
+            .filter_map(|p| p.get("text").and_then(Value::as_str))
+            .collect::<Vec<_>>()
+            .join("\n"),
+        _ => String::new(),
+    }
+}
+
+fn summarize_response(response: &Value) -> String {
+    let message = &response["choices"][0]["message"];
+    let mut out = message["content"].as_str().unwrap_or("").to_string();
+    if let Some(calls) = message["tool_calls"].as_array() {
+        let names: Vec<&str> = calls
+            .iter()
+            .filter_map(|c| c["function"]["name"].as_str())
+            .collect();
+        if !names.is_empty() {
+            if !out.is_empty() {
+                out.push(' ');
+            }
+            out.push_str(&format!("[tool calls: {}]", names.join(", ")));
+        }
+    }
+    if out.is_empty()
+        && let Some(err) = response["error"]["message"].as_str()
+    {
+        out = format!("[error: {err}]");
+    }
+    out
+}
+
+fn truncate(text: &str, max: usize) -> String {
+    let flat: String = text.split_whitespace().collect::<Vec<_>>().join(" ");
+    if flat.chars().count() <= max {
+        return flat;
+    }
+    let mut cut: String = flat.chars().take(max).collect();
+    cut.push('…');
+    cut
+}
