@@ -35,6 +35,8 @@ use crate::store::{Admission, Capture, SessionInfo, SessionSource, TurnRecord, T
 const ROUTE: &str = "/v1/chat/completions";
 /// The most of one answer kept for the record; the client still gets all.
 const CAPTURE_LIMIT: usize = 32 << 20;
+/// How much of an oversized request body is read and dropped before the 413.
+const DRAIN_LIMIT: usize = 64 << 20;
 /// The largest non-streamed upstream answer accepted.
 const WHOLE_BODY_LIMIT: usize = 64 << 20;
 
@@ -215,6 +217,16 @@ pub async fn read_body(body: Body, limits: &Limits) -> Result<Bytes, ApiError> {
             let chunk = chunk
                 .map_err(|e| ApiError::BadRequest(format!("cannot read the request body: {e}")))?;
             if buf.len() + chunk.len() > limit {
+                // Read (and drop) a bounded rest, so that a client still
+                // sending gets the 413 instead of a broken pipe.
+                let mut drained = buf.len() + chunk.len();
+                drop(buf);
+                while drained < DRAIN_LIMIT {
+                    match stream.next().await {
+                        Some(Ok(more)) => drained += more.len(),
+                        _ => break,
+                    }
+                }
                 return Err(ApiError::PayloadTooLarge { limit });
             }
             buf.extend_from_slice(&chunk);

@@ -1,0 +1,370 @@
+//! The command line, end to end.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+mod common;
+
+use std::process::Command;
+use std::time::Duration;
+
+use common::*;
+use serde_json::Value;
+
+fn text(out: &std::process::Output) -> String {
+    format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    )
+}
+
+fn write_config(home: &std::path::Path, yaml: &str) {
+    std::fs::write(home.join("config.yaml"), yaml).unwrap();
+}
+
+#[tokio::test]
+async fn start_waits_until_healthy_then_status_second_start_and_stop_behave() {
+    let up = dummy();
+    let home = tempfile::tempdir().unwrap();
+    write_config(
+        home.path(),
+        &format!("llm:\n  api_base: {}\nproxy:\n  port: 0\n", up.url),
+    );
+
+    let out = cli_in(home.path(), &["start"]);
+    assert!(out.status.success(), "{}", text(&out));
+    let printed = text(&out);
+    let url = printed
+        .split_whitespace()
+        .find(|w| w.starts_with("http://127.0.0.1:"))
+        .unwrap()
+        .to_string();
+    // `start` returned: the daemon answers right away.
+    let health = client().get(format!("{url}/healthz")).send().await.unwrap();
+    assert_eq!(health.status(), 200);
+
+    post_chat(
+        &format!("{url}/v1"),
+        &chat("echo", "count me", false),
+        &[("x-session-id", "cli-1")],
+    )
+    .await;
+
+    let out = cli_in(home.path(), &["status", "--json"]);
+    assert!(out.status.success(), "{}", text(&out));
+    let status: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(status["running"], true);
+    assert_eq!(status["healthy"], true);
+    assert_eq!(status["mode"], "skills_only");
+    assert_eq!(status["url"], url.as_str());
+    assert!(status["pid"].as_u64().unwrap() > 0);
+    assert!(status["uptime_seconds"].as_f64().unwrap() >= 0.0);
+    let pid = status["pid"].as_u64().unwrap();
+    // The turn is committed shortly after its answer.
+    let mut counted = false;
+    for _ in 0..100 {
+        let out = cli_in(home.path(), &["status", "--json"]);
+        let s: Value = serde_json::from_slice(&out.stdout).unwrap();
+        if s["turns"] == 1 && s["sessions"] == 1 {
+            counted = true;
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert!(counted, "status never counted the turn");
+    let human = text(&cli_in(home.path(), &["status"]));
+    assert!(
+        human.contains("metaclaw is running") && human.contains(&url),
+        "{human}"
+    );
+
+    let out = cli_in(home.path(), &["start"]);
+    assert!(!out.status.success());
+    assert!(text(&out).contains("already running"), "{}", text(&out));
+
+    let out = cli_in(home.path(), &["stop"]);
+    assert!(out.status.success(), "{}", text(&out));
+    assert!(text(&out).contains("stopped"));
+    assert!(!home.path().join("metaclaw.pid").exists());
+    assert!(
+        !std::path::Path::new(&format!("/proc/{pid}")).exists() || is_zombie(pid),
+        "pid {pid} still alive"
+    );
+
+    let out = cli_in(home.path(), &["status"]);
+    assert_eq!(out.status.code(), Some(3));
+    assert!(text(&out).contains("not running"));
+    assert!(text(&out).contains("1 sessions, 1 turns"), "{}", text(&out));
+    let out = cli_in(home.path(), &["stop"]);
+    assert!(out.status.success());
+    assert!(text(&out).contains("not running"));
+}
+
+fn is_zombie(pid: u64) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .map(|s| s.contains(") Z "))
+        .unwrap_or(true)
+}
+
+#[tokio::test]
+async fn a_stale_pid_file_is_detected_and_cleaned() {
+    let up = dummy();
+    let home = tempfile::tempdir().unwrap();
+    write_config(
+        home.path(),
+        &format!("llm:\n  api_base: {}\nproxy:\n  port: 0\n", up.url),
+    );
+    // A pid file left by a process that is gone.
+    let mut gone = Command::new("true").spawn().unwrap();
+    let dead_pid = gone.id();
+    gone.wait().unwrap();
+    std::fs::write(
+        home.path().join("metaclaw.pid"),
+        format!(r#"{{"pid":{dead_pid},"host":"127.0.0.1","port":1,"url":"http://127.0.0.1:1","mode":"skills_only","started_at_ms":0,"version":"0"}}"#),
+    )
+    .unwrap();
+    let out = cli_in(home.path(), &["status"]);
+    assert_eq!(out.status.code(), Some(3), "{}", text(&out));
+    let out = cli_in(home.path(), &["start"]);
+    assert!(out.status.success(), "{}", text(&out));
+    assert!(text(&out).contains("stale pid file"), "{}", text(&out));
+    let out = cli_in(home.path(), &["status", "--json"]);
+    let status: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(status["running"], true);
+    assert_ne!(status["pid"].as_u64().unwrap(), u64::from(dead_pid));
+    assert!(cli_in(home.path(), &["stop"]).status.success());
+}
+
+#[test]
+fn a_config_that_cannot_serve_is_refused_before_anything_starts() {
+    let home = tempfile::tempdir().unwrap();
+    // Nothing configured.
+    let out = cli_in(home.path(), &["start"]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        text(&out).contains("no upstream configured") && text(&out).contains("--demo"),
+        "{}",
+        text(&out)
+    );
+    // A wrong type names the key path and the expected type.
+    write_config(home.path(), "proxy:\n  port: lots\n");
+    let out = cli_in(home.path(), &["start"]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        text(&out).contains("`proxy.port`") && text(&out).contains("u16"),
+        "{}",
+        text(&out)
+    );
+    // Exposed to the network without a token.
+    write_config(
+        home.path(),
+        "llm:\n  api_base: http://127.0.0.1:9/v1\nproxy:\n  host: 0.0.0.0\n",
+    );
+    let out = cli_in(home.path(), &["start"]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(text(&out).contains("proxy.api_key"), "{}", text(&out));
+    assert!(!home.path().join("metaclaw.pid").exists());
+}
+
+#[test]
+fn config_show_masks_secrets_get_reads_and_set_validates() {
+    let home = tempfile::tempdir().unwrap();
+    write_config(
+        home.path(),
+        "llm:\n  provider: openai\n  api_key: sk-live-abcdefghijklmnop\n  model_id: gpt-4o\nproxy:\n  prot: 1\nmemory:\n  scope: team\n",
+    );
+    let out = cli_in(home.path(), &["config", "show"]);
+    assert!(out.status.success(), "{}", text(&out));
+    let shown = String::from_utf8_lossy(&out.stdout);
+    assert!(!shown.contains("sk-live-abcdefghijklmnop"), "{shown}");
+    assert!(
+        shown.contains("api_key: '********'")
+            || shown.contains("api_key: \"********\"")
+            || shown.contains("********")
+    );
+    assert!(shown.contains("https://api.openai.com/v1") || shown.contains("provider: openai"));
+    // The unknown key is a warning naming it, with a suggestion.
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("`proxy.prot`") && err.contains("proxy.port"),
+        "{err}"
+    );
+
+    let get = |key: &str| {
+        String::from_utf8_lossy(&cli_in(home.path(), &["config", "get", key]).stdout)
+            .trim()
+            .to_string()
+    };
+    assert_eq!(get("llm.model_id"), "gpt-4o");
+    assert_eq!(get("proxy.port"), "30000");
+    assert_eq!(get("llm.api_key"), "********");
+
+    let out = cli_in(home.path(), &["config", "set", "proxy.port", "abc"]);
+    assert!(!out.status.success());
+    assert!(text(&out).contains("proxy.port"), "{}", text(&out));
+    let out = cli_in(
+        home.path(),
+        &["config", "set", "sessions.idle_timeout", "10m"],
+    );
+    assert!(out.status.success(), "{}", text(&out));
+    let out = cli_in(home.path(), &["config", "set", "proxy.port", "31000"]);
+    assert!(out.status.success(), "{}", text(&out));
+    assert_eq!(get("proxy.port"), "31000");
+    assert_eq!(get("sessions.idle_timeout"), "10m");
+    let out = cli_in(home.path(), &["config", "set", "llm.model_id", "1.5"]);
+    assert!(out.status.success());
+    assert_eq!(get("llm.model_id"), "1.5");
+    let out = cli_in(home.path(), &["config", "set", "nope.key", "1"]);
+    assert!(!out.status.success());
+    assert!(text(&out).contains("unknown config key `nope.key`"));
+    // Keys it does not know are kept.
+    let file = std::fs::read_to_string(home.path().join("config.yaml")).unwrap();
+    assert!(
+        file.contains("scope: team") && file.contains("prot: 1"),
+        "{file}"
+    );
+    let mode = std::fs::metadata(home.path().join("config.yaml")).unwrap();
+    assert_eq!(
+        std::os::unix::fs::PermissionsExt::mode(&mode.permissions()) & 0o777,
+        0o600
+    );
+}
+
+#[test]
+fn setup_from_flags_writes_what_it_was_given_and_keeps_the_rest() {
+    let home = tempfile::tempdir().unwrap();
+    write_config(home.path(), "memory:\n  scope: team\nskills:\n  top_k: 9\n");
+    let out = cli_in(
+        home.path(),
+        &[
+            "setup",
+            "--provider",
+            "openai",
+            "--api-key-env",
+            "MY_OPENAI_KEY",
+            "--model",
+            "gpt-4o-mini",
+            "--claw",
+            "none",
+            "--port",
+            "30123",
+        ],
+    );
+    assert!(out.status.success(), "{}", text(&out));
+    assert!(
+        text(&out).contains("https://api.openai.com/v1"),
+        "{}",
+        text(&out)
+    );
+    let get = |key: &str| {
+        String::from_utf8_lossy(&cli_in(home.path(), &["config", "get", key]).stdout)
+            .trim()
+            .to_string()
+    };
+    assert_eq!(get("llm.provider"), "openai");
+    assert_eq!(get("llm.api_key_env"), "MY_OPENAI_KEY");
+    assert_eq!(get("llm.model_id"), "gpt-4o-mini");
+    assert_eq!(get("claw_type"), "none");
+    assert_eq!(get("proxy.port"), "30123");
+    assert_eq!(get("skills.top_k"), "9");
+    assert_eq!(get("memory.scope"), "team");
+
+    let out = cli_in(home.path(), &["setup", "--provider", "custom"]);
+    assert!(!out.status.success());
+    assert!(text(&out).contains("--api-base"), "{}", text(&out));
+    let out = cli_in(home.path(), &["setup", "--provider", "acme"]);
+    assert!(!out.status.success());
+    assert!(text(&out).contains("is not one of"), "{}", text(&out));
+    let out = cli_in(
+        home.path(),
+        &[
+            "setup",
+            "--provider",
+            "custom",
+            "--api-base",
+            "http://127.0.0.1:8000/v1",
+        ],
+    );
+    assert!(out.status.success(), "{}", text(&out));
+    assert_eq!(get("llm.api_base"), "http://127.0.0.1:8000/v1");
+    assert_eq!(get("llm.model_id"), "gpt-4o-mini");
+}
+
+#[tokio::test]
+async fn secrets_can_come_from_the_environment() {
+    let up = dummy();
+    let mc = Metaclaw::start_with_env(
+        &up.url,
+        "llm:\n  api_base: {upstream}\n",
+        &[("METACLAW_LLM_API_KEY", "sk-env-key-0123456789abcdef")],
+    );
+    let r = post_chat(&format!("{}/v1", mc.url()), &serde_json::json!({"model": "echo-request", "messages": [{"role": "user", "content": "x"}]}), &[]).await;
+    let v: Value = r.json().await.unwrap();
+    let seen: Value =
+        serde_json::from_str(v["choices"][0]["message"]["content"].as_str().unwrap()).unwrap();
+    assert_eq!(
+        seen["headers"]["authorization"],
+        "Bearer sk-env-key-0123456789abcdef"
+    );
+    let out = Command::new(BIN)
+        .args(["config", "show"])
+        .env("METACLAW_HOME", mc.home.path())
+        .env("METACLAW_LLM_API_KEY", "sk-env-key-0123456789abcdef")
+        .output()
+        .unwrap();
+    let shown = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        shown.contains("$METACLAW_LLM_API_KEY") && !shown.contains("sk-env-key"),
+        "{shown}"
+    );
+}
+
+#[tokio::test]
+async fn stopping_drains_every_answered_turn_into_the_store() {
+    let up = dummy();
+    let home = tempfile::tempdir().unwrap();
+    write_config(
+        home.path(),
+        &format!("llm:\n  api_base: {}\nproxy:\n  port: 0\n", up.url),
+    );
+    let out = cli_in(home.path(), &["start"]);
+    assert!(out.status.success(), "{}", text(&out));
+    let status: Value =
+        serde_json::from_slice(&cli_in(home.path(), &["status", "--json"]).stdout).unwrap();
+    let base = format!("{}/v1", status["url"].as_str().unwrap());
+    let mut tasks = Vec::new();
+    for i in 0..40 {
+        let base = base.clone();
+        tasks.push(tokio::spawn(async move {
+            let r = post_chat(
+                &base,
+                &chat("echo", &format!("turn {i}"), i % 2 == 0),
+                &[("x-session-id", "drain")],
+            )
+            .await;
+            assert_eq!(r.status(), 200);
+            r.bytes().await.unwrap();
+        }));
+    }
+    for t in tasks {
+        t.await.unwrap();
+    }
+    // Stop right away: whatever was answered must be in the store.
+    assert!(cli_in(home.path(), &["stop"]).status.success());
+    let out = cli_in(home.path(), &["sessions", "show", "drain", "--json"]);
+    let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["turns"].as_array().unwrap().len(), 40);
+    let out = cli_in(home.path(), &["sessions", "list"]);
+    assert!(text(&out).contains("drain"));
+}
+
+#[test]
+fn version_and_sessions_on_an_empty_home() {
+    let home = tempfile::tempdir().unwrap();
+    let out = cli_in(home.path(), &["version"]);
+    assert!(text(&out).starts_with("metaclaw "));
+    let out = cli_in(home.path(), &["sessions", "list", "--json"]);
+    assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "[]");
+    let out = cli_in(home.path(), &["sessions", "show", "x"]);
+    assert!(!out.status.success());
+    assert!(text(&out).contains("no session"));
+}

@@ -1,0 +1,244 @@
+//! Test harness: the real `metaclaw` binary, started on port 0 against the
+//! dummy upstream (also the real binary), talked to over loopback HTTP.
+#![allow(dead_code, clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+
+pub const BIN: &str = env!("CARGO_BIN_EXE_metaclaw");
+
+/// A child process killed when dropped.
+pub struct Proc {
+    pub child: Child,
+    pub url: String,
+}
+
+impl Drop for Proc {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Spawns `cmd` and waits for the stdout line starting with `prefix`; the
+/// rest of that line is the URL. Later stdout is drained in the background.
+fn spawn_and_wait(mut cmd: Command, prefix: &str) -> Proc {
+    let mut child = cmd.stdout(Stdio::piped()).spawn().expect("spawn metaclaw");
+    let stdout = child.stdout.take().unwrap();
+    let (tx, rx) = std::sync::mpsc::channel();
+    let prefix = prefix.to_string();
+    std::thread::spawn(move || {
+        let mut sent = false;
+        for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+            if !sent {
+                if let Some(url) = line.strip_prefix(&prefix) {
+                    let _ = tx.send(url.trim().to_string());
+                    sent = true;
+                }
+            }
+        }
+    });
+    let url = match rx.recv_timeout(Duration::from_secs(20)) {
+        Ok(url) => url,
+        Err(_) => {
+            let _ = child.kill();
+            let out = child.wait_with_output().unwrap();
+            panic!(
+                "process did not report its address; stderr:\n{}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+        }
+    };
+    Proc { child, url }
+}
+
+/// The dummy upstream; `url` is its base URL (ending in /v1).
+pub fn dummy() -> Proc {
+    let mut cmd = Command::new(BIN);
+    cmd.args(["dev", "upstream", "--port", "0"])
+        .stderr(Stdio::null());
+    spawn_and_wait(cmd, "dummy upstream listening on ")
+}
+
+pub struct Metaclaw {
+    pub proc: Proc,
+    pub home: tempfile::TempDir,
+}
+
+impl Metaclaw {
+    /// Starts metaclaw in the foreground on port 0 with `config` as its
+    /// config.yaml (`{upstream}` is replaced by the upstream base URL).
+    pub fn start(upstream: &str, config: &str) -> Self {
+        Self::start_with_env(upstream, config, &[])
+    }
+
+    pub fn start_with_env(upstream: &str, config: &str, env: &[(&str, &str)]) -> Self {
+        let home = tempfile::tempdir().unwrap();
+        let config = config.replace("{upstream}", upstream);
+        std::fs::write(home.path().join("config.yaml"), config).unwrap();
+        let log = std::fs::File::create(home.path().join("test-stderr.log")).unwrap();
+        let mut cmd = Command::new(BIN);
+        cmd.args(["start", "--foreground", "--port", "0"])
+            .env("METACLAW_HOME", home.path())
+            .env_remove("METACLAW_LLM_API_KEY")
+            .env_remove("METACLAW_PROXY_API_KEY")
+            .stderr(log);
+        for (k, v) in env {
+            cmd.env(k, v);
+        }
+        let proc = spawn_and_wait(cmd, "metaclaw listening on ");
+        Self { proc, home }
+    }
+
+    pub fn url(&self) -> &str {
+        &self.proc.url
+    }
+
+    pub fn cli(&self, args: &[&str]) -> Output {
+        cli_in(self.home.path(), args)
+    }
+
+    /// `sessions show ID --json`, polled until `ready` holds (the store
+    /// commits shortly after the answer is delivered).
+    pub fn session_until(&self, id: &str, ready: impl Fn(&Value) -> bool) -> Value {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            let out = self.cli(&["sessions", "show", id, "--json", "--messages"]);
+            if out.status.success() {
+                let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+                if ready(&v) {
+                    return v;
+                }
+            }
+            if Instant::now() > deadline {
+                panic!(
+                    "session {id} never became ready; last: {}{}\nlog:\n{}",
+                    String::from_utf8_lossy(&out.stdout),
+                    String::from_utf8_lossy(&out.stderr),
+                    self.log()
+                );
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    pub fn turns(&self, id: &str, n: usize) -> Value {
+        self.session_until(id, |v| v["turns"].as_array().is_some_and(|t| t.len() >= n))
+    }
+
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(self.home.path().join("test-stderr.log")).unwrap_or_default()
+    }
+}
+
+pub fn cli_in(home: &Path, args: &[&str]) -> Output {
+    Command::new(BIN)
+        .args(args)
+        .env("METACLAW_HOME", home)
+        .env_remove("METACLAW_LLM_API_KEY")
+        .env_remove("METACLAW_PROXY_API_KEY")
+        .output()
+        .expect("run metaclaw")
+}
+
+pub fn client() -> reqwest::Client {
+    reqwest::Client::builder()
+        .timeout(Duration::from_secs(30))
+        .build()
+        .unwrap()
+}
+
+pub fn chat(model: &str, text: &str, stream: bool) -> Value {
+    serde_json::json!({
+        "model": model,
+        "stream": stream,
+        "stream_options": { "include_usage": true },
+        "messages": [
+            { "role": "system", "content": "You are terse." },
+            { "role": "user", "content": text },
+        ],
+    })
+}
+
+/// POSTs JSON to `{base}/chat/completions`.
+pub async fn post_chat(base: &str, body: &Value, headers: &[(&str, &str)]) -> reqwest::Response {
+    let mut req = client()
+        .post(format!("{base}/chat/completions"))
+        .header("content-type", "application/json")
+        .body(body.to_string());
+    for (k, v) in headers {
+        req = req.header(*k, *v);
+    }
+    req.send().await.unwrap()
+}
+
+/// Reads an SSE response, returning each `data:` payload with its arrival
+/// time relative to `start`.
+pub async fn read_sse(response: reqwest::Response, start: Instant) -> Vec<(Duration, String)> {
+    use futures_util::StreamExt;
+    let mut out = Vec::new();
+    let mut buf = String::new();
+    let mut stream = response.bytes_stream();
+    while let Some(chunk) = stream.next().await {
+        buf.push_str(&String::from_utf8_lossy(&chunk.unwrap()));
+        while let Some(end) = buf.find("\n\n") {
+            let event: String = buf.drain(..end + 2).collect();
+            for line in event.lines() {
+                if let Some(data) = line.strip_prefix("data: ") {
+                    out.push((start.elapsed(), data.to_string()));
+                }
+            }
+        }
+    }
+    out
+}
+
+/// The `choices[0].delta` of each chunk, with per-call ids removed so two
+/// calls can be compared.
+pub fn deltas(events: &[(Duration, String)]) -> Vec<Value> {
+    events
+        .iter()
+        .filter(|(_, d)| d != "[DONE]")
+        .map(|(_, d)| {
+            let mut v: Value = serde_json::from_str(d).unwrap();
+            if let Some(obj) = v.as_object_mut() {
+                obj.remove("id");
+                obj.remove("created");
+            }
+            if let Some(calls) = v
+                .pointer_mut("/choices/0/delta/tool_calls")
+                .and_then(Value::as_array_mut)
+            {
+                for c in calls {
+                    if let Some(o) = c.as_object_mut() {
+                        o.remove("id");
+                    }
+                }
+            }
+            v
+        })
+        .collect()
+}
+
+pub fn content_of(events: &[(Duration, String)]) -> String {
+    events
+        .iter()
+        .filter_map(|(_, d)| serde_json::from_str::<Value>(d).ok())
+        .filter_map(|v| {
+            v["choices"][0]["delta"]["content"]
+                .as_str()
+                .map(str::to_string)
+        })
+        .collect()
+}
+
+pub fn fixture(name: &str) -> Value {
+    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../tests/fixtures/openclaw")
+        .join(name);
+    serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap()
+}
