@@ -34,11 +34,9 @@ fn spawn_and_wait(mut cmd: Command, prefix: &str) -> Proc {
     std::thread::spawn(move || {
         let mut sent = false;
         for line in BufReader::new(stdout).lines().map_while(Result::ok) {
-            if !sent {
-                if let Some(url) = line.strip_prefix(&prefix) {
-                    let _ = tx.send(url.trim().to_string());
-                    sent = true;
-                }
+            if !sent && let Some(url) = line.strip_prefix(&prefix) {
+                let _ = tx.send(url.trim().to_string());
+                sent = true;
             }
         }
     });
