@@ -2,6 +2,7 @@
 //! serves the proxy, and on SIGTERM/SIGINT drains in-flight requests and the
 //! write queue before it exits.
 
+use std::io::Write;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -192,7 +193,8 @@ pub async fn run(options: DaemonOptions) -> Result<()> {
         config.mode.as_str()
     );
     // Tests and scripts read this line to learn the port.
-    println!("metaclaw listening on {url}");
+    // (A closed stdout must not take the daemon down: ignore write errors.)
+    let _ = writeln!(std::io::stdout(), "metaclaw listening on {url}");
 
     let sweeper = {
         let app = app.clone();

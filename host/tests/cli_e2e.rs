@@ -368,3 +368,25 @@ fn version_and_sessions_on_an_empty_home() {
     assert!(!out.status.success());
     assert!(text(&out).contains("no session"));
 }
+
+#[test]
+fn a_closed_stdout_ends_the_cli_quietly_instead_of_panicking() {
+    let home = tempfile::tempdir().unwrap();
+    write_config(
+        home.path(),
+        "llm:\n  model_id: a-long-enough-config-to-print\n",
+    );
+    let mut child = Command::new(BIN)
+        .args(["config", "show"])
+        .env("METACLAW_HOME", home.path())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    // Close the reading end before the command writes.
+    drop(child.stdout.take());
+    let out = child.wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!stderr.contains("panicked"), "{stderr}");
+    assert_eq!(out.status.code(), Some(141));
+}

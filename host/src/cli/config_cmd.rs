@@ -12,7 +12,7 @@ use crate::config;
 pub fn run(path: &Path, command: ConfigCommand) -> Result<ExitCode> {
     match command {
         ConfigCommand::Path => {
-            println!("{}", path.display());
+            say!("{}", path.display());
         }
         ConfigCommand::Show => {
             let loaded = load_config(path)?;
@@ -21,8 +21,8 @@ pub fn run(path: &Path, command: ConfigCommand) -> Result<ExitCode> {
             } else {
                 format!("{} (not created yet: defaults)", path.display())
             };
-            println!("# effective configuration: {origin}; secrets masked");
-            print!("{}", config::to_yaml(&config::masked_tree(&loaded)));
+            say!("# effective configuration: {origin}; secrets masked");
+            say_raw!("{}", config::to_yaml(&config::masked_tree(&loaded)));
         }
         ConfigCommand::Get { key } => {
             let loaded = load_config(path)?;
@@ -34,10 +34,10 @@ pub fn run(path: &Path, command: ConfigCommand) -> Result<ExitCode> {
                 });
             };
             match value {
-                Value::String(s) => println!("{s}"),
-                Value::Null => println!("null"),
-                Value::Object(_) | Value::Array(_) => print!("{}", config::to_yaml(value)),
-                other => println!("{other}"),
+                Value::String(s) => say!("{s}"),
+                Value::Null => say!("null"),
+                Value::Object(_) | Value::Array(_) => say_raw!("{}", config::to_yaml(value)),
+                other => say!("{other}"),
             }
         }
         ConfigCommand::Set { key, value } => {
@@ -47,13 +47,13 @@ pub fn run(path: &Path, command: ConfigCommand) -> Result<ExitCode> {
             } else {
                 stored.to_string()
             };
-            println!("{key} = {shown}   ({})", path.display());
+            say!("{key} = {shown}   ({})", path.display());
             if config::SECRET_KEYS.contains(&key.as_str()) {
-                println!(
+                say!(
                     "note: stored in the file (mode 0600); an environment variable keeps it off disk (see `metaclaw config show`)"
                 );
             }
-            println!("a running metaclaw picks this up on its next start");
+            say!("a running metaclaw picks this up on its next start");
         }
     }
     Ok(ExitCode::SUCCESS)

@@ -121,12 +121,14 @@ pub fn start(home: &Home, config_path: &Path, args: StartArgs) -> Result<ExitCod
         std::thread::sleep(Duration::from_millis(10));
     };
     let ms = started.elapsed().as_millis();
-    println!(
+    say!(
         "metaclaw is running at {} (pid {}, mode {}; healthy in {ms} ms)",
-        info.url, info.pid, info.mode
+        info.url,
+        info.pid,
+        info.mode
     );
-    println!("  OpenAI base URL: {}/v1", info.url);
-    println!("  logs: {}", log_path.display());
+    say!("  OpenAI base URL: {}/v1", info.url);
+    say!("  logs: {}", log_path.display());
     if args.demo {
         rt.block_on(demo_round_trip(
             &info,
@@ -177,23 +179,23 @@ async fn demo_round_trip(info: &PidInfo, token: Option<&str>) -> Result<()> {
         .as_str()
         .unwrap_or("");
     let chunks = raw.windows(6).filter(|w| w == b"data: ").count();
-    println!();
-    println!("Demo round trip (the upstream is a built-in echo model; no API key needed):");
-    println!("  you:      {text}");
-    println!("  upstream: {reply}   ({chunks} SSE events, streamed through the proxy)");
-    println!("  recorded: session {session}");
+    say!();
+    say!("Demo round trip (the upstream is a built-in echo model; no API key needed):");
+    say!("  you:      {text}");
+    say!("  upstream: {reply}   ({chunks} SSE events, streamed through the proxy)");
+    say!("  recorded: session {session}");
     let auth = token
         .map(|t| format!(" -H 'authorization: Bearer {t}'"))
         .unwrap_or_default();
-    println!();
-    println!("Try it yourself:");
-    println!(
+    say!();
+    say!("Try it yourself:");
+    say!(
         "  curl -s {}/v1/chat/completions -H 'content-type: application/json'{auth} \\\n    -d '{{\"model\":\"echo\",\"messages\":[{{\"role\":\"user\",\"content\":\"hi there\"}}]}}'",
         info.url
     );
-    println!("  metaclaw sessions list      # what was recorded");
-    println!("  metaclaw status             # health, pid, counts");
-    println!("  metaclaw stop");
+    say!("  metaclaw sessions list      # what was recorded");
+    say!("  metaclaw status             # health, pid, counts");
+    say!("  metaclaw stop");
     Ok(())
 }
 
@@ -222,9 +224,9 @@ pub fn stop(home: &Home, args: StopArgs) -> Result<ExitCode> {
     let Some(info) = home.running()? else {
         if home.read_pid_file().is_some() {
             home.remove_pid_file();
-            println!("metaclaw is not running (removed a stale pid file)");
+            say!("metaclaw is not running (removed a stale pid file)");
         } else {
-            println!("metaclaw is not running");
+            say!("metaclaw is not running");
         }
         return Ok(ExitCode::SUCCESS);
     };
@@ -233,7 +235,7 @@ pub fn stop(home: &Home, args: StopArgs) -> Result<ExitCode> {
     let deadline = Instant::now() + Duration::from_secs(args.timeout);
     while Instant::now() < deadline {
         if !home.is_locked()? {
-            println!("metaclaw stopped (pid {})", info.pid);
+            say!("metaclaw stopped (pid {})", info.pid);
             return Ok(ExitCode::SUCCESS);
         }
         std::thread::sleep(Duration::from_millis(20));
@@ -246,7 +248,7 @@ pub fn stop(home: &Home, args: StopArgs) -> Result<ExitCode> {
     for _ in 0..100 {
         if test_kill_process(pid).is_err() || !home.is_locked()? {
             home.remove_pid_file();
-            println!("metaclaw killed (pid {})", info.pid);
+            say!("metaclaw killed (pid {})", info.pid);
             return Ok(ExitCode::SUCCESS);
         }
         std::thread::sleep(Duration::from_millis(20));
@@ -259,16 +261,16 @@ pub fn status(home: &Home, config_path: &Path, args: JsonFlag) -> Result<ExitCod
     let Some(info) = running else {
         let (sessions, turns) = db_counts(home, config_path);
         if args.json {
-            println!(
+            say!(
                 "{}",
                 json!({ "running": false, "healthy": false, "home": home.root, "sessions": sessions, "turns": turns })
             );
         } else {
-            println!("metaclaw is not running (home {})", home.root.display());
+            say!("metaclaw is not running (home {})", home.root.display());
             if let (Some(s), Some(t)) = (sessions, turns) {
-                println!("  recorded: {s} sessions, {t} turns");
+                say!("  recorded: {s} sessions, {t} turns");
             }
-            println!("  start it with: metaclaw start");
+            say!("  start it with: metaclaw start");
         }
         return Ok(ExitCode::from(3));
     };
@@ -293,11 +295,12 @@ pub fn status(home: &Home, config_path: &Path, args: JsonFlag) -> Result<ExitCod
         Err(e) => {
             let report = json!({ "running": true, "healthy": false, "pid": info.pid, "url": info.url, "error": e.to_string() });
             if args.json {
-                println!("{report}");
+                say!("{report}");
             } else {
-                println!(
+                say!(
                     "metaclaw is running (pid {}) but not answering on {}: {e:#}",
-                    info.pid, info.url
+                    info.pid,
+                    info.url
                 );
             }
             return Ok(ExitCode::FAILURE);
@@ -305,11 +308,11 @@ pub fn status(home: &Home, config_path: &Path, args: JsonFlag) -> Result<ExitCod
     };
     report["home"] = json!(home.root);
     if args.json {
-        println!("{report}");
+        say!("{report}");
         return Ok(ExitCode::SUCCESS);
     }
     let uptime = report["uptime_seconds"].as_f64().unwrap_or(0.0);
-    println!(
+    say!(
         "metaclaw is running{}",
         if report["demo"] == true {
             " (demo)"
@@ -317,23 +320,25 @@ pub fn status(home: &Home, config_path: &Path, args: JsonFlag) -> Result<ExitCod
             ""
         }
     );
-    println!(
+    say!(
         "  url:       {}   (OpenAI base URL: {}/v1)",
-        info.url, info.url
+        info.url,
+        info.url
     );
-    println!("  pid:       {}", report["pid"]);
-    println!("  mode:      {}", report["mode"].as_str().unwrap_or("?"));
-    println!("  uptime:    {}", human_duration(uptime));
-    println!(
+    say!("  pid:       {}", report["pid"]);
+    say!("  mode:      {}", report["mode"].as_str().unwrap_or("?"));
+    say!("  uptime:    {}", human_duration(uptime));
+    say!(
         "  upstream:  {}",
         report["upstream"].as_str().unwrap_or("?")
     );
-    println!(
+    say!(
         "  sessions:  {} ({} active)",
-        report["sessions"], report["active_sessions"]
+        report["sessions"],
+        report["active_sessions"]
     );
-    println!("  turns:     {}", report["turns"]);
-    println!("  home:      {}", home.root.display());
+    say!("  turns:     {}", report["turns"]);
+    say!("  home:      {}", home.root.display());
     Ok(ExitCode::SUCCESS)
 }
 

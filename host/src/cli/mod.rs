@@ -1,5 +1,17 @@
 //! The `metaclaw` command line.
 
+/// Prints a line to stdout. A closed pipe (`metaclaw status | head -1`)
+/// ends the process quietly, as SIGPIPE would, instead of panicking.
+macro_rules! say {
+    () => { $crate::cli::emit(format_args!("\n")) };
+    ($($arg:tt)*) => { $crate::cli::emit(format_args!("{}\n", format_args!($($arg)*))) };
+}
+
+/// [`say!`] without the newline.
+macro_rules! say_raw {
+    ($($arg:tt)*) => { $crate::cli::emit(format_args!($($arg)*)) };
+}
+
 mod config_cmd;
 mod lifecycle;
 mod sessions_cmd;
@@ -171,6 +183,15 @@ pub enum DevCommand {
     },
 }
 
+pub fn emit(args: std::fmt::Arguments<'_>) {
+    use std::io::Write;
+    let mut out = std::io::stdout().lock();
+    if out.write_fmt(args).and_then(|()| out.flush()).is_err() {
+        // 128 + SIGPIPE: what a shell reports for a tool cut off by a pipe.
+        std::process::exit(141);
+    }
+}
+
 /// Exit codes: 0 success, 1 failure, 2 usage (clap), 3 `status`: not running.
 pub fn run(cli: Cli) -> ExitCode {
     match dispatch(cli) {
@@ -194,12 +215,12 @@ fn dispatch(cli: Cli) -> Result<ExitCode> {
         Command::Sessions(cmd) => sessions_cmd::run(&home, &config_path, cmd),
         Command::Version(args) => {
             if args.json {
-                println!(
+                say!(
                     "{}",
                     serde_json::json!({ "name": "metaclaw", "version": env!("CARGO_PKG_VERSION") })
                 );
             } else {
-                println!("metaclaw {}", env!("CARGO_PKG_VERSION"));
+                say!("metaclaw {}", env!("CARGO_PKG_VERSION"));
             }
             Ok(ExitCode::SUCCESS)
         }
@@ -228,7 +249,7 @@ fn dev_upstream(host: &str, port: u16) -> Result<ExitCode> {
     rt.block_on(async {
         let listener = tokio::net::TcpListener::bind((host, port)).await?;
         let addr = listener.local_addr()?;
-        println!("dummy upstream listening on http://{addr}/v1");
+        say!("dummy upstream listening on http://{addr}/v1");
         crate::dev::upstream::serve(listener, Default::default()).await?;
         anyhow::Ok(())
     })?;

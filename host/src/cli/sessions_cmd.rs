@@ -24,8 +24,8 @@ pub fn run(home: &Home, config_path: &Path, command: SessionsCommand) -> Result<
     let path = db_path(home, config_path);
     if !path.exists() {
         match command {
-            SessionsCommand::List { json: true, .. } => println!("[]"),
-            SessionsCommand::List { .. } => println!(
+            SessionsCommand::List { json: true, .. } => say!("[]"),
+            SessionsCommand::List { .. } => say!(
                 "no sessions recorded yet ({} does not exist)",
                 path.display()
             ),
@@ -38,7 +38,7 @@ pub fn run(home: &Home, config_path: &Path, command: SessionsCommand) -> Result<
         SessionsCommand::List { json, limit } => {
             let rows = store::list_sessions(&conn, limit)?;
             if json {
-                println!("{}", serde_json::to_string_pretty(&rows)?);
+                say!("{}", serde_json::to_string_pretty(&rows)?);
             } else {
                 print_list(&rows);
             }
@@ -60,7 +60,7 @@ pub fn run(home: &Home, config_path: &Path, command: SessionsCommand) -> Result<
                         Ok(v)
                     })
                     .collect::<Result<_>>()?;
-                println!(
+                say!(
                     "{}",
                     serde_json::to_string_pretty(&json!({ "session": session, "turns": turns }))?
                 );
@@ -68,9 +68,9 @@ pub fn run(home: &Home, config_path: &Path, command: SessionsCommand) -> Result<
                 print_session(&session, &turns);
                 if messages {
                     for t in &turns {
-                        println!("\n--- turn {} request messages ---", t.seq);
+                        say!("\n--- turn {} request messages ---", t.seq);
                         for m in store::load_messages(&conn, &t.message_hashes)? {
-                            println!("{}", serde_json::to_string_pretty(&m)?);
+                            say!("{}", serde_json::to_string_pretty(&m)?);
                         }
                     }
                 }
@@ -82,7 +82,7 @@ pub fn run(home: &Home, config_path: &Path, command: SessionsCommand) -> Result<
 
 fn print_list(rows: &[SessionRow]) {
     if rows.is_empty() {
-        println!("no sessions recorded yet");
+        say!("no sessions recorded yet");
         return;
     }
     let width = rows
@@ -91,12 +91,16 @@ fn print_list(rows: &[SessionRow]) {
         .max()
         .unwrap_or(2)
         .clamp(2, 48);
-    println!(
+    say!(
         "{:<width$}  {:<16}  {:<7}  {:>5}  {:<19}  ENDED",
-        "ID", "SOURCE", "STATUS", "TURNS", "LAST ACTIVITY"
+        "ID",
+        "SOURCE",
+        "STATUS",
+        "TURNS",
+        "LAST ACTIVITY"
     );
     for r in rows {
-        println!(
+        say!(
             "{:<width$}  {:<16}  {:<7}  {:>5}  {:<19}  {}",
             r.id,
             r.source,
@@ -109,18 +113,18 @@ fn print_list(rows: &[SessionRow]) {
 }
 
 fn print_session(s: &SessionRow, turns: &[TurnRow]) {
-    println!("session {}", s.id);
+    say!("session {}", s.id);
     if let Some(agent) = &s.agent_session_id {
-        println!("  agent session: {agent} (window {})", s.window);
+        say!("  agent session: {agent} (window {})", s.window);
     }
-    println!("  source:        {}", s.source);
+    say!("  source:        {}", s.source);
     let ended = match (&s.ended_at_ms, &s.end_reason) {
         (Some(at), Some(reason)) => format!(" at {} ({reason})", local_time(*at)),
         _ => String::new(),
     };
-    println!("  status:        {}{ended}", s.status);
-    println!("  started:       {}", local_time(s.started_at_ms));
-    println!("  turns:         {} ({} main)", s.turns, s.main_turns);
+    say!("  status:        {}{ended}", s.status);
+    say!("  started:       {}", local_time(s.started_at_ms));
+    say!("  turns:         {} ({} main)", s.turns, s.main_turns);
     for t in turns {
         let http = t
             .http_status
@@ -143,8 +147,8 @@ fn print_session(s: &SessionRow, turns: &[TurnRow]) {
                 .map(|f| format!(" · first byte {f:.0} ms"))
                 .unwrap_or_default(),
         );
-        println!();
-        println!(
+        say!();
+        say!(
             "  #{} {}  {}  {} {}  {}{}  {}{tokens}",
             t.seq,
             local_time(t.started_at_ms),
@@ -156,13 +160,13 @@ fn print_session(s: &SessionRow, turns: &[TurnRow]) {
             timing,
         );
         if let Some(user) = &t.user {
-            println!("     user:      {user}");
+            say!("     user:      {user}");
         }
         if let Some(reply) = &t.response_summary {
-            println!("     assistant: {reply}");
+            say!("     assistant: {reply}");
         }
         if let Some(err) = &t.error {
-            println!("     error:     {err}");
+            say!("     error:     {err}");
         }
     }
 }

@@ -49,13 +49,13 @@ pub fn run(home: &Home, path: &Path, args: SetupArgs) -> Result<ExitCode> {
     let borrowed: Vec<(&str, Value)> = pairs.iter().map(|(k, v)| (k.as_str(), v.clone())).collect();
     config::set_many(path, &borrowed)?;
     let loaded = config::load(path)?;
-    println!("wrote {}", path.display());
-    println!(
+    say!("wrote {}", path.display());
+    say!(
         "  provider: {:?} → {}",
         loaded.config.llm.provider,
         non_empty(&loaded.api_base())
     );
-    println!("  model:    {}", non_empty(&loaded.config.llm.model_id));
+    say!("  model:    {}", non_empty(&loaded.config.llm.model_id));
     let key = match (
         &loaded.config.llm.api_key_env,
         loaded.config.llm.api_key.is_some(),
@@ -65,12 +65,13 @@ pub fn run(home: &Home, path: &Path, args: SetupArgs) -> Result<ExitCode> {
         (None, true) => "stored in the config file".into(),
         (None, false) => "none (the agent's own key is passed through)".into(),
     };
-    println!("  key:      {key}");
-    println!(
+    say!("  key:      {key}");
+    say!(
         "  agent:    {:?}   proxy port: {}",
-        loaded.config.claw_type, loaded.config.proxy.port
+        loaded.config.claw_type,
+        loaded.config.proxy.port
     );
-    println!("next: metaclaw start");
+    say!("next: metaclaw start");
     Ok(ExitCode::SUCCESS)
 }
 

@@ -84,12 +84,13 @@ pub struct ChatRequest {
     /// The last message that is really the user's (heartbeat detection).
     pub last_user_text: Option<String>,
     /// Hash of (model, system prompt, first user message): the session key
-    /// of last resort.
-    pub fingerprint: String,
+    /// of last resort, computed only when no other key exists.
+    pub fingerprint: Option<String>,
 }
 
 impl ChatRequest {
-    pub fn parse(body: &[u8]) -> Result<Self, ApiError> {
+    /// `header_session`: the request names its session in a header.
+    pub fn parse(body: &[u8], header_session: bool) -> Result<Self, ApiError> {
         let view: View<'_> =
             serde_json::from_slice(body).map_err(|e| describe_json_error(body, &e))?;
         let mut system = Vec::new();
@@ -103,19 +104,18 @@ impl ChatRequest {
                         system.push(c.get());
                     }
                 }
-                role => {
+                "user" => {
                     let text = m.content.map(content_text).unwrap_or_default();
-                    if role == "user" {
-                        if openclaw::is_internal_context(&text) {
-                            continue;
-                        }
-                        if first_user.is_none() {
-                            first_user = Some(text.clone());
-                        }
-                        last_user = Some(text);
+                    if openclaw::is_internal_context(&text) {
+                        continue;
                     }
+                    if first_user.is_none() {
+                        first_user = Some(text.clone());
+                    }
+                    last_user = Some(text);
                     message_count += 1;
                 }
+                _ => message_count += 1,
             }
         }
         let runtime_session_id = first_user
@@ -123,15 +123,23 @@ impl ChatRequest {
             .and_then(openclaw::runtime_session_id)
             .or_else(|| system.iter().find_map(|s| openclaw::runtime_session_id(s)))
             .map(str::to_string);
-        let mut hasher = Sha256::new();
-        hasher.update(view.model.as_deref().unwrap_or("").as_bytes());
-        for s in &system {
-            hasher.update([0u8]);
-            hasher.update(s.as_bytes());
-        }
-        hasher.update([1u8]);
-        hasher.update(first_user.as_deref().unwrap_or("").as_bytes());
-        let fingerprint = format!("h-{}", &hex(&hasher.finalize())[..16]);
+        // Hashing a ~50 KB system prompt costs tens of microseconds: only
+        // when nothing better names the session.
+        let needs_fingerprint = !header_session
+            && view.session_id.is_none()
+            && view.prompt_cache_key.is_none()
+            && runtime_session_id.is_none();
+        let fingerprint = needs_fingerprint.then(|| {
+            let mut hasher = Sha256::new();
+            hasher.update(view.model.as_deref().unwrap_or("").as_bytes());
+            for s in &system {
+                hasher.update([0u8]);
+                hasher.update(s.as_bytes());
+            }
+            hasher.update([1u8]);
+            hasher.update(first_user.as_deref().unwrap_or("").as_bytes());
+            format!("h-{}", &hex(&hasher.finalize())[..16])
+        });
         let has_control_fields =
             view.session_id.is_some() || view.session_done.is_some() || view.turn_type.is_some();
         Ok(ChatRequest {
@@ -213,6 +221,12 @@ pub fn hex(bytes: &[u8]) -> String {
 mod tests {
     use super::*;
 
+    impl ChatRequest {
+        fn parse_test(body: &[u8]) -> Result<Self, ApiError> {
+            Self::parse(body, false)
+        }
+    }
+
     #[test]
     fn reads_the_openclaw_fixture() {
         let fixture: serde_json::Value = serde_json::from_str(include_str!(
@@ -220,7 +234,7 @@ mod tests {
         ))
         .unwrap();
         let body = serde_json::to_vec(&fixture["body"]).unwrap();
-        let req = ChatRequest::parse(&body).unwrap();
+        let req = ChatRequest::parse(&body, false).unwrap();
         assert!(req.stream);
         assert_eq!(req.model.as_deref(), Some("fake-model"));
         assert_eq!(
@@ -235,7 +249,7 @@ mod tests {
 
     #[test]
     fn control_fields_and_truthy_values() {
-        let req = ChatRequest::parse(
+        let req = ChatRequest::parse_test(
             br#"{"model":"m","messages":[{"role":"user","content":"hi"}],"session_id":"s1","session_done":"yes","turn_type":"side"}"#,
         )
         .unwrap();
@@ -247,23 +261,23 @@ mod tests {
 
     #[test]
     fn bad_bodies_get_clear_errors() {
-        let e = ChatRequest::parse(b"{not json").unwrap_err();
+        let e = ChatRequest::parse_test(b"{not json").unwrap_err();
         assert!(matches!(e, ApiError::InvalidJson(_)));
-        let e = ChatRequest::parse(br#"{"model":"m"}"#).unwrap_err();
+        let e = ChatRequest::parse_test(br#"{"model":"m"}"#).unwrap_err();
         assert!(e.to_string().contains("`messages` is required"), "{e}");
-        let e = ChatRequest::parse(br#"{"messages":"hi"}"#).unwrap_err();
+        let e = ChatRequest::parse_test(br#"{"messages":"hi"}"#).unwrap_err();
         assert!(e.to_string().contains("must be a list"), "{e}");
-        let e = ChatRequest::parse(br#"[1,2]"#).unwrap_err();
+        let e = ChatRequest::parse_test(br#"[1,2]"#).unwrap_err();
         assert!(e.to_string().contains("JSON object"), "{e}");
-        let e = ChatRequest::parse(br#"{"messages":[{"content":"x"}]}"#).unwrap_err();
+        let e = ChatRequest::parse_test(br#"{"messages":[{"content":"x"}]}"#).unwrap_err();
         assert!(e.to_string().contains("role"), "{e}");
     }
 
     #[test]
     fn the_fingerprint_depends_on_system_and_first_user_message() {
-        let a = ChatRequest::parse(br#"{"model":"m","messages":[{"role":"system","content":"S"},{"role":"user","content":"hi"}]}"#).unwrap();
-        let b = ChatRequest::parse(br#"{"model":"m","messages":[{"role":"system","content":"S"},{"role":"user","content":"hi"},{"role":"assistant","content":"yo"},{"role":"user","content":"more"}]}"#).unwrap();
-        let c = ChatRequest::parse(br#"{"model":"m","messages":[{"role":"system","content":"T"},{"role":"user","content":"hi"}]}"#).unwrap();
+        let a = ChatRequest::parse_test(br#"{"model":"m","messages":[{"role":"system","content":"S"},{"role":"user","content":"hi"}]}"#).unwrap();
+        let b = ChatRequest::parse_test(br#"{"model":"m","messages":[{"role":"system","content":"S"},{"role":"user","content":"hi"},{"role":"assistant","content":"yo"},{"role":"user","content":"more"}]}"#).unwrap();
+        let c = ChatRequest::parse_test(br#"{"model":"m","messages":[{"role":"system","content":"T"},{"role":"user","content":"hi"}]}"#).unwrap();
         assert_eq!(a.fingerprint, b.fingerprint);
         assert_ne!(a.fingerprint, c.fingerprint);
         assert_eq!(b.message_count, 3);

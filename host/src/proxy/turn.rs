@@ -62,7 +62,7 @@ async fn turn(app: &SharedApp, request: Request, started: Instant) -> Result<Res
     // 1. Admit.
     require_json(&parts.headers)?;
     let body = read_body(body, &app.limits).await?;
-    let request = ChatRequest::parse(&body)?;
+    let request = ChatRequest::parse(&body, parts.headers.contains_key("x-session-id"))?;
 
     // 2. Session.
     let turn_type = turn_type(&parts.headers, &request);
@@ -275,7 +275,7 @@ fn session_hints<'a>(headers: &'a HeaderMap, request: &'a ChatRequest) -> Hints<
         explicit: header.or(body),
         prompt_cache_key: request.prompt_cache_key.as_deref(),
         runtime_session_id: request.runtime_session_id.as_deref(),
-        fingerprint: &request.fingerprint,
+        fingerprint: request.fingerprint.as_deref(),
         message_count: request.message_count,
     }
 }

@@ -95,7 +95,7 @@ pub struct Hints<'a> {
     pub explicit: Option<(&'a str, SessionSource)>,
     pub prompt_cache_key: Option<&'a str>,
     pub runtime_session_id: Option<&'a str>,
-    pub fingerprint: &'a str,
+    pub fingerprint: Option<&'a str>,
     pub message_count: u32,
 }
 
@@ -378,7 +378,10 @@ fn derive(hints: &Hints<'_>) -> (String, SessionSource, Option<Arc<str>>, Option
         );
     }
     (
-        hints.fingerprint.to_string(),
+        hints
+            .fingerprint
+            .unwrap_or("h-0000000000000000")
+            .to_string(),
         SessionSource::Fingerprint,
         None,
         None,
@@ -447,7 +450,7 @@ mod tests {
         Hints {
             prompt_cache_key: pck,
             runtime_session_id: runtime,
-            fingerprint: "h-abc",
+            fingerprint: Some("h-abc"),
             message_count: count,
             ..Hints::default()
         }

@@ -19,7 +19,9 @@ use std::time::Duration;
 use anyhow::{Context, Result, bail};
 use bytes::Bytes;
 use rusqlite::{Connection, OpenFlags};
-use tokio::sync::{OwnedSemaphorePermit, Semaphore, mpsc, oneshot};
+use std::sync::mpsc;
+
+use tokio::sync::{OwnedSemaphorePermit, Semaphore, oneshot};
 
 pub use read::{SessionRow, StoredSession, TurnRow};
 
@@ -120,6 +122,13 @@ enum Op {
     Shutdown(oneshot::Sender<()>),
 }
 
+impl Op {
+    /// Someone is waiting on this one: commit without waiting for more.
+    fn is_urgent(&self) -> bool {
+        matches!(self, Op::Flush(_) | Op::Shutdown(_))
+    }
+}
+
 pub struct StoreOptions {
     pub path: PathBuf,
     pub commit_interval: Duration,
@@ -132,7 +141,7 @@ pub type Admission = Option<OwnedSemaphorePermit>;
 
 #[derive(Clone)]
 pub struct Store {
-    tx: mpsc::UnboundedSender<Op>,
+    tx: mpsc::Sender<Op>,
     permits: Arc<Semaphore>,
     capacity: usize,
     reader: Arc<Mutex<Connection>>,
@@ -158,7 +167,7 @@ impl Store {
         schema::migrate(&mut conn)
             .with_context(|| format!("cannot migrate {}", options.path.display()))?;
         let reader = open_rw(&options.path)?;
-        let (tx, rx) = mpsc::unbounded_channel();
+        let (tx, rx) = mpsc::channel();
         let permits = Arc::new(Semaphore::new(options.queue_capacity));
         let writer = writer::Writer::new(
             conn,

@@ -2,19 +2,25 @@
 //! whatever is queued, turns each record into rows (full JSON parse,
 //! internal-context stripping, redaction, blob dedup) and commits the batch.
 
+use std::borrow::Cow;
 use std::collections::HashSet;
 use std::sync::Arc;
+use std::sync::mpsc::{Receiver, RecvTimeoutError};
 use std::time::{Duration, Instant};
 
+use bytes::Bytes;
 use rusqlite::{Connection, Transaction, params};
+use serde::Deserialize;
+use serde_json::value::RawValue;
 use serde_json::{Map, Value};
 use sha2::{Digest, Sha256};
-use tokio::sync::{OwnedSemaphorePermit, mpsc};
+
+use tokio::sync::OwnedSemaphorePermit;
 
 use super::{Capture, Op, TurnRecord, TurnStatus};
 use crate::metrics::Metrics;
 use crate::proxy::assemble::assemble_sse;
-use crate::proxy::request::{CONTROL_FIELDS, hex};
+use crate::proxy::request::{CONTROL_FIELDS, content_text, hex};
 use crate::redact::Redactor;
 use crate::sessions::openclaw;
 
@@ -30,6 +36,7 @@ pub struct Writer {
     /// Blob hashes known to be stored, so a repeated 50 KB system prompt is
     /// neither redacted nor written again.
     known_blobs: HashSet<String>,
+    recent: RecentBlobs,
 }
 
 /// A record turned into rows, ready to insert.
@@ -58,21 +65,34 @@ impl Writer {
             commit_interval,
             metrics,
             known_blobs: HashSet::new(),
+            recent: RecentBlobs::default(),
         }
     }
 
-    pub fn run(mut self, mut rx: mpsc::UnboundedReceiver<Op>) {
-        while let Some(first) = rx.blocking_recv() {
+    /// Group commit: after the first record arrives, keep collecting for
+    /// up to `commit_interval` (or until someone waits on a flush), then
+    /// write everything in one transaction. Under load that is one commit
+    /// and one wake-up per interval instead of one per turn.
+    pub fn run(mut self, rx: Receiver<Op>) {
+        lower_priority();
+        while let Ok(first) = rx.recv() {
             let opened = Instant::now();
+            let mut urgent = first.is_urgent();
             let mut batch = vec![first];
-            while batch.len() < MAX_BATCH && opened.elapsed() < self.commit_interval {
-                match rx.try_recv() {
-                    Ok(op) => batch.push(op),
-                    Err(_) => break,
+            while !urgent && batch.len() < MAX_BATCH {
+                let remaining = self.commit_interval.saturating_sub(opened.elapsed());
+                if remaining.is_zero() {
+                    break;
+                }
+                match rx.recv_timeout(remaining) {
+                    Ok(op) => {
+                        urgent = op.is_urgent();
+                        batch.push(op);
+                    }
+                    Err(RecvTimeoutError::Timeout | RecvTimeoutError::Disconnected) => break,
                 }
             }
-            let stop = self.write_batch(batch);
-            if stop {
+            if self.write_batch(batch) {
                 return;
             }
         }
@@ -125,6 +145,8 @@ impl Writer {
                 Err(e) => {
                     self.metrics.store_errors.inc();
                     self.metrics.turns_unrecorded.add(turns.len() as u64);
+                    // Blobs of this batch were never stored: forget them.
+                    self.recent.clear();
                     tracing::error!("store commit failed, {} turns lost: {e}", turns.len());
                     break;
                 }
@@ -167,36 +189,47 @@ impl Writer {
         tx.commit()
     }
 
-    fn prepare(&self, turn: &TurnRecord) -> Prepared {
+    fn prepare(&mut self, turn: &TurnRecord) -> Prepared {
         let mut blobs = Vec::new();
         let mut message_hashes = Vec::new();
         let mut tools_blob = None;
         let mut user_summary = None;
         let mut params = Map::new();
-        match serde_json::from_slice::<Value>(&turn.request_body) {
-            Ok(Value::Object(body)) => {
-                for (key, value) in body {
-                    match key.as_str() {
+        let body = &turn.request_body;
+        // Split the body into its fields without parsing them: messages and
+        // tools are only parsed (and redacted) when they are new.
+        match serde_json::from_slice::<Fields<'_>>(body) {
+            Ok(Fields(fields)) => {
+                for (Key(key), raw) in fields {
+                    match key.as_ref() {
                         "messages" => {
-                            for message in value.as_array().into_iter().flatten() {
-                                if message_is_internal_context(message) {
-                                    continue;
+                            let messages: Vec<&RawValue> =
+                                serde_json::from_str(raw.get()).unwrap_or_default();
+                            for message in messages {
+                                let head: MessageHead<'_> =
+                                    serde_json::from_str(message.get()).unwrap_or_default();
+                                if head.role.as_deref() == Some("user") {
+                                    let text = head.content.map(content_text).unwrap_or_default();
+                                    if openclaw::is_internal_context(&text) {
+                                        continue;
+                                    }
+                                    user_summary = Some(text);
                                 }
-                                if message.get("role").and_then(Value::as_str) == Some("user") {
-                                    user_summary = Some(message_text(message));
-                                }
-                                message_hashes.push(self.blob(message, &mut blobs));
+                                message_hashes.push(self.blob(body, message, &mut blobs));
                             }
                         }
-                        "tools" => tools_blob = Some(self.blob(&value, &mut blobs)),
+                        "tools" => tools_blob = Some(self.blob(body, raw, &mut blobs)),
                         k if CONTROL_FIELDS.contains(&k) => {}
                         _ => {
-                            params.insert(key, value);
+                            params.insert(
+                                key.into_owned(),
+                                serde_json::from_str(raw.get()).unwrap_or(Value::Null),
+                            );
                         }
                     }
                 }
             }
-            _ => {
+            Err(_) => {
                 params.insert("unparsable_body".into(), Value::Bool(true));
             }
         }
@@ -249,16 +282,102 @@ impl Writer {
         }
     }
 
-    /// The blob hash of a JSON value, queuing the (redacted) blob if new.
-    fn blob(&self, value: &Value, blobs: &mut Vec<(String, String)>) -> String {
-        let canonical = value.to_string();
-        let hash = hex(&Sha256::digest(canonical.as_bytes()));
+    /// The blob hash of a raw JSON value (sha256 of its bytes as the agent
+    /// sent them), queuing the redacted blob if it is new. A value seen
+    /// recently (the same system prompt, turn after turn) is recognised by
+    /// comparing bytes, without hashing it again.
+    fn blob(&mut self, body: &Bytes, raw: &RawValue, blobs: &mut Vec<(String, String)>) -> String {
+        let bytes = raw.get().as_bytes();
+        if let Some(hash) = self.recent.find(bytes) {
+            return hash;
+        }
+        let hash = hex(&Sha256::digest(bytes));
         if !self.known_blobs.contains(&hash) && !blobs.iter().any(|(h, _)| *h == hash) {
-            let mut redacted = value.clone();
-            self.redactor.redact_json(&mut redacted);
-            blobs.push((hash.clone(), redacted.to_string()));
+            let mut value: Value = serde_json::from_str(raw.get()).unwrap_or(Value::Null);
+            self.redactor.redact_json(&mut value);
+            blobs.push((hash.clone(), value.to_string()));
+        }
+        if let Some(slice) = subslice(body, bytes) {
+            self.recent.insert(slice, hash.clone());
         }
         hash
+    }
+}
+
+/// The top-level fields of a JSON object, values left unparsed.
+struct Fields<'a>(Vec<(Key<'a>, &'a RawValue)>);
+
+#[derive(Deserialize)]
+struct Key<'a>(#[serde(borrow)] Cow<'a, str>);
+
+impl<'de: 'a, 'a> Deserialize<'de> for Fields<'a> {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V<'a>(std::marker::PhantomData<&'a ()>);
+        impl<'de: 'a, 'a> serde::de::Visitor<'de> for V<'a> {
+            type Value = Fields<'a>;
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("a JSON object")
+            }
+            fn visit_map<M: serde::de::MapAccess<'de>>(
+                self,
+                mut map: M,
+            ) -> Result<Fields<'a>, M::Error> {
+                let mut fields = Vec::new();
+                while let Some(entry) = map.next_entry::<Key<'a>, &'a RawValue>()? {
+                    fields.push(entry);
+                }
+                Ok(Fields(fields))
+            }
+        }
+        d.deserialize_map(V(std::marker::PhantomData))
+    }
+}
+
+#[derive(Deserialize, Default)]
+struct MessageHead<'a> {
+    #[serde(borrow, default)]
+    role: Option<Cow<'a, str>>,
+    #[serde(borrow, default)]
+    content: Option<&'a RawValue>,
+}
+
+/// `part` as a zero-copy slice of `whole`, if it lies inside it.
+fn subslice(whole: &Bytes, part: &[u8]) -> Option<Bytes> {
+    let start = (part.as_ptr() as usize).checked_sub(whole.as_ptr() as usize)?;
+    let end = start.checked_add(part.len())?;
+    (end <= whole.len()).then(|| whole.slice(start..end))
+}
+
+/// Recently stored blobs, by their bytes: a cheap "seen it" for the values
+/// an agent resends on every call.
+#[derive(Default)]
+struct RecentBlobs {
+    entries: std::collections::VecDeque<(Bytes, String)>,
+}
+
+impl RecentBlobs {
+    const CAP: usize = 64;
+
+    fn find(&mut self, bytes: &[u8]) -> Option<String> {
+        let i = self
+            .entries
+            .iter()
+            .position(|(b, _)| b.len() == bytes.len() && b.as_ref() == bytes)?;
+        let entry = self.entries.remove(i)?;
+        let hash = entry.1.clone();
+        self.entries.push_front(entry);
+        Some(hash)
+    }
+
+    fn insert(&mut self, bytes: Bytes, hash: String) {
+        if self.entries.len() >= Self::CAP {
+            self.entries.pop_back();
+        }
+        self.entries.push_front((bytes, hash));
+    }
+
+    fn clear(&mut self) {
+        self.entries.clear();
     }
 }
 
@@ -366,21 +485,11 @@ fn insert_end(
     Ok(())
 }
 
-fn message_is_internal_context(message: &Value) -> bool {
-    message.get("role").and_then(Value::as_str) == Some("user")
-        && openclaw::is_internal_context(&message_text(message))
-}
-
-/// The text of a message: its string content, or its text parts joined.
-pub fn message_text(message: &Value) -> String {
-    match message.get("content") {
-        Some(Value::String(s)) => s.clone(),
-        Some(Value::Array(parts)) => parts
-            .iter()
-            .filter_map(|p| p.get("text").and_then(Value::as_str))
-            .collect::<Vec<_>>()
-            .join("\n"),
-        _ => String::new(),
+/// Recording yields to serving: the writer runs at a lower CPU priority
+/// than the threads answering requests (Linux applies nice per thread).
+fn lower_priority() {
+    if let Err(e) = rustix::process::setpriority_process(Some(rustix::thread::gettid()), 10) {
+        tracing::debug!("cannot lower the store writer's priority: {e}");
     }
 }
 

@@ -1,0 +1,468 @@
+//! Added latency of the proxy: the same requests sent straight to the dummy
+//! upstream (A) and through metaclaw (B), in the same run, interleaved in
+//! one-second slices so machine noise lands on both sides alike. Load is
+//! open-loop: requests leave on a fixed schedule and latency counts from the
+//! scheduled time, so a stall cannot hide itself by delaying the next send.
+//!
+//!     cargo bench -p metaclaw --bench proxy                # full run (~2 min)
+//!     cargo bench -p metaclaw --bench proxy -- --quick     # CI: proves it runs
+//!
+//! Options: --rates 100,1000  --secs N (per side, per rate)  --quick
+//!          --aa (both sides direct: the method's noise floor)
+//!          --proxy-env KEY=VALUE (environment for the proxy, for experiments)
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    clippy::print_stdout
+)]
+
+use std::io::{BufRead, BufReader};
+use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use futures_util::StreamExt;
+use serde_json::{Value, json};
+
+const BIN: &str = env!("CARGO_BIN_EXE_metaclaw");
+
+struct Proc(Child);
+impl Drop for Proc {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn spawn(mut cmd: Command, prefix: &str) -> (Proc, String, Duration) {
+    let started = Instant::now();
+    let mut child = cmd
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+    let url = loop {
+        let line = lines.next().expect("process exited").unwrap();
+        if let Some(url) = line.strip_prefix(prefix) {
+            break url.trim().to_string();
+        }
+    };
+    let elapsed = started.elapsed();
+    std::thread::spawn(move || for _ in lines {});
+    (Proc(child), url, elapsed)
+}
+
+/// CPU seconds (user + system) a process has used so far.
+fn cpu_secs(pid: u32) -> f64 {
+    let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
+        return 0.0;
+    };
+    // Fields after the `(comm)`: state is field 3, utime 14, stime 15.
+    let rest = stat.rsplit_once(')').map(|(_, r)| r).unwrap_or("");
+    let f: Vec<&str> = rest.split_whitespace().collect();
+    let ticks: f64 = f.get(11).and_then(|u| u.parse::<f64>().ok()).unwrap_or(0.0)
+        + f.get(12).and_then(|s| s.parse::<f64>().ok()).unwrap_or(0.0);
+    ticks / 100.0
+}
+
+fn rss_kib(pid: u32) -> u64 {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("VmRSS:"))
+                .and_then(|l| l.split_whitespace().nth(1).and_then(|n| n.parse().ok()))
+        })
+        .unwrap_or(0)
+}
+
+#[derive(Clone, Copy, PartialEq)]
+enum Side {
+    Direct,
+    Proxy,
+}
+
+struct Options {
+    aa: bool,
+    /// `KEY=VALUE` environment for the proxy process (experiments).
+    proxy_env: Vec<String>,
+    rates: Vec<u32>,
+    secs: u32,
+    quick: bool,
+}
+
+fn options() -> Options {
+    let args: Vec<String> = std::env::args().collect();
+    let quick = args.iter().any(|a| a == "--quick");
+    let value = |flag: &str| {
+        args.iter()
+            .position(|a| a == flag)
+            .and_then(|i| args.get(i + 1))
+            .cloned()
+    };
+    let rates = value("--rates")
+        .map(|r| r.split(',').filter_map(|n| n.parse().ok()).collect())
+        .unwrap_or_else(|| {
+            if quick {
+                vec![100, 1000]
+            } else {
+                vec![100, 500, 1000, 2000]
+            }
+        });
+    let secs = value("--secs")
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(if quick { 1 } else { 10 });
+    let proxy_env = args
+        .windows(2)
+        .filter(|w| w[0] == "--proxy-env")
+        .map(|w| w[1].clone())
+        .collect();
+    let aa = args.iter().any(|a| a == "--aa");
+    Options {
+        aa,
+        proxy_env,
+        rates,
+        secs,
+        quick,
+    }
+}
+
+fn percentile(sorted: &[Duration], p: f64) -> Duration {
+    if sorted.is_empty() {
+        return Duration::ZERO;
+    }
+    let i = ((p / 100.0) * (sorted.len() - 1) as f64).round() as usize;
+    sorted[i.min(sorted.len() - 1)]
+}
+
+fn ms(d: Duration) -> f64 {
+    d.as_secs_f64() * 1000.0
+}
+
+/// One non-streamed request; its latency from the scheduled send time.
+async fn one(
+    client: &reqwest::Client,
+    url: &str,
+    body: &Arc<Vec<u8>>,
+    scheduled: Instant,
+) -> Option<Duration> {
+    let response = client
+        .post(url)
+        .header("content-type", "application/json")
+        .body(body.as_ref().clone())
+        .send()
+        .await
+        .ok()?;
+    if !response.status().is_success() {
+        return None;
+    }
+    response.bytes().await.ok()?;
+    Some(scheduled.elapsed())
+}
+
+/// Runs `rate` req/s for `secs` seconds per side, alternating sides each
+/// second. The schedule is kept by an OS thread with precise sleeps (the
+/// async timer ticks in whole milliseconds, which would blur both sides).
+/// Returns sorted latencies per side and error counts.
+fn run_rate(
+    rt: &tokio::runtime::Runtime,
+    client: &reqwest::Client,
+    urls: [&str; 2],
+    body: Arc<Vec<u8>>,
+    rate: u32,
+    secs: u32,
+) -> ([Vec<Duration>; 2], [u32; 2]) {
+    let (tx, rx) = std::sync::mpsc::channel();
+    let interval = Duration::from_secs_f64(1.0 / f64::from(rate));
+    let t0 = Instant::now() + Duration::from_millis(20);
+    let mut sent = 0;
+    for slice in 0..(secs * 2) {
+        // Alternate which side goes first in each pair of slices.
+        let side = if (slice + slice / 2) % 2 == 0 {
+            Side::Direct
+        } else {
+            Side::Proxy
+        };
+        let slice_start = t0 + Duration::from_secs(u64::from(slice));
+        for i in 0..rate {
+            let scheduled = slice_start + interval * i;
+            let now = Instant::now();
+            if scheduled > now {
+                std::thread::sleep(scheduled - now);
+            }
+            let (client, url, body, tx) = (
+                client.clone(),
+                urls[side as usize].to_string(),
+                body.clone(),
+                tx.clone(),
+            );
+            rt.spawn(async move {
+                let _ = tx.send((side, one(&client, &url, &body, scheduled).await));
+            });
+            sent += 1;
+        }
+    }
+    let mut lat = [Vec::new(), Vec::new()];
+    let mut errors = [0, 0];
+    for (side, result) in rx.iter().take(sent) {
+        match result {
+            Some(d) => lat[side as usize].push(d),
+            None => errors[side as usize] += 1,
+        }
+    }
+    lat[0].sort();
+    lat[1].sort();
+    (lat, errors)
+}
+
+struct StreamStats {
+    ttft: Vec<Duration>,
+    gaps: Vec<Duration>,
+}
+
+/// Sequential streams: time to the first content chunk, and the gaps
+/// between content chunks.
+async fn streams(client: &reqwest::Client, url: &str, n: u32) -> StreamStats {
+    let body = json!({"model": "stream-10-10", "stream": true, "messages": [{"role": "user", "content": "go"}]}).to_string();
+    let mut stats = StreamStats {
+        ttft: Vec::new(),
+        gaps: Vec::new(),
+    };
+    for _ in 0..n {
+        let start = Instant::now();
+        let response = client
+            .post(url)
+            .header("content-type", "application/json")
+            .body(body.clone())
+            .send()
+            .await
+            .unwrap();
+        let mut s = response.bytes_stream();
+        let mut last: Option<Instant> = None;
+        let mut buf = String::new();
+        while let Some(chunk) = s.next().await {
+            let now = Instant::now();
+            buf.push_str(&String::from_utf8_lossy(&chunk.unwrap()));
+            while let Some(end) = buf.find("\n\n") {
+                let event: String = buf.drain(..end + 2).collect();
+                if event.contains("\"content\":\"chunk-") {
+                    match last {
+                        None => stats.ttft.push(now - start),
+                        Some(prev) => stats.gaps.push(now - prev),
+                    }
+                    last = Some(now);
+                }
+            }
+        }
+    }
+    stats.ttft.sort();
+    stats.gaps.sort();
+    stats
+}
+
+fn row(label: &str, v: &[Duration]) -> String {
+    format!(
+        "{label:<8} {:>6} {:>9.3} {:>9.3} {:>9.3} {:>9.3}",
+        v.len(),
+        ms(percentile(v, 50.0)),
+        ms(percentile(v, 90.0)),
+        ms(percentile(v, 99.0)),
+        ms(*v.last().unwrap_or(&Duration::ZERO))
+    )
+}
+
+fn added(direct: &[Duration], proxy: &[Duration]) -> String {
+    let d = |p| ms(percentile(proxy, p)) - ms(percentile(direct, p));
+    let r = |p| ms(percentile(proxy, p)) / ms(percentile(direct, p)).max(1e-9);
+    format!(
+        "{:<8} {:>6} {:>+9.3} {:>+9.3} {:>+9.3}            ratio p50 {:.2}x, p99 {:.2}x",
+        "added",
+        "",
+        d(50.0),
+        d(90.0),
+        d(99.0),
+        r(50.0),
+        r(99.0)
+    )
+}
+
+fn main() {
+    let opts = options();
+    let home = tempfile::tempdir().unwrap();
+    let (dummy, dummy_url, _) = spawn(
+        {
+            let mut c = Command::new(BIN);
+            c.args(["dev", "upstream", "--port", "0"]);
+            c
+        },
+        "dummy upstream listening on ",
+    );
+    std::fs::write(
+        home.path().join("config.yaml"),
+        format!(
+            "llm:\n  api_base: {dummy_url}\nlog:\n  level: warn\nsessions:\n  idle_timeout: 1h\n"
+        ),
+    )
+    .unwrap();
+    let (proxy, proxy_url, to_listening) = spawn(
+        {
+            let mut c = Command::new(BIN);
+            c.args(["start", "--foreground", "--port", "0"])
+                .env("METACLAW_HOME", home.path());
+            for kv in &opts.proxy_env {
+                if let Some((k, v)) = kv.split_once('=') {
+                    c.env(k, v);
+                }
+            }
+            c
+        },
+        "metaclaw listening on ",
+    );
+    let proxy_pid = proxy.0.id();
+    let dummy_pid = dummy.0.id();
+    let _dummy = dummy;
+
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    let client = reqwest::Client::builder()
+        .pool_max_idle_per_host(512)
+        .tcp_nodelay(true)
+        .build()
+        .unwrap();
+    let direct = format!("{dummy_url}/chat/completions");
+    // A/A: both sides direct, to show this machine's noise floor.
+    let through = if opts.aa {
+        direct.clone()
+    } else {
+        format!("{proxy_url}/v1/chat/completions")
+    };
+    std::thread::sleep(Duration::from_millis(300));
+    let rss_idle = rss_kib(proxy_pid);
+
+    println!("# metaclaw proxy overhead (release build, loopback, dummy upstream)");
+    if opts.aa {
+        println!("# A/A RUN: both sides go direct; every 'added' figure below is noise");
+    }
+    println!(
+        "# {} CPUs; A = direct to the dummy, B = through metaclaw; same run, interleaved 1 s slices",
+        std::thread::available_parallelism()
+            .map(|n| n.get())
+            .unwrap_or(0)
+    );
+    println!(
+        "# open-loop: latency from each request's scheduled send time; {} s per side per rate",
+        opts.secs
+    );
+    println!(
+        "# start to listening: {:.0} ms; proxy RSS idle: {:.1} MiB",
+        ms(to_listening),
+        rss_idle as f64 / 1024.0
+    );
+
+    let small = json!({"model": "echo", "messages": [{"role": "system", "content": "You are terse."}, {"role": "user", "content": "Say PONG"}]});
+    let fixture: Value = serde_json::from_str(include_str!(
+        "../../tests/fixtures/openclaw/chat_completions_stream_request.json"
+    ))
+    .unwrap();
+    let mut openclaw = fixture["body"].clone();
+    openclaw["model"] = json!("echo");
+    openclaw["stream"] = json!(false);
+    let payloads: Vec<(&str, Value)> = if opts.quick {
+        vec![("small chat request (non-streaming)", small)]
+    } else {
+        vec![
+            ("small chat request (non-streaming)", small),
+            (
+                "OpenClaw's real first-turn request, 60 KB (non-streaming)",
+                openclaw,
+            ),
+        ]
+    };
+    for (name, payload) in payloads {
+        let body = Arc::new(serde_json::to_vec(&payload).unwrap());
+        // Warm both paths (connections, caches).
+        rt.block_on(async {
+            for _ in 0..200 {
+                one(&client, &direct, &body, Instant::now()).await;
+                one(&client, &through, &body, Instant::now()).await;
+            }
+        });
+        println!("\n## {name}, {} bytes", body.len());
+        println!(
+            "{:<8} {:<8} {:>6} {:>9} {:>9} {:>9} {:>9}",
+            "rate", "side", "n", "p50 ms", "p90 ms", "p99 ms", "max ms"
+        );
+        for &rate in &opts.rates {
+            let cpu = (cpu_secs(proxy_pid), cpu_secs(dummy_pid));
+            let ([a, b], errors) = run_rate(
+                &rt,
+                &client,
+                [&direct, &through],
+                body.clone(),
+                rate,
+                opts.secs,
+            );
+            let n = (a.len() + b.len()) as f64;
+            let proxy_us = (cpu_secs(proxy_pid) - cpu.0) * 1e6 / b.len().max(1) as f64;
+            let dummy_us = (cpu_secs(dummy_pid) - cpu.1) * 1e6 / n.max(1.0);
+            println!("{:<8} {}", format!("{rate}/s"), row("direct", &a));
+            println!("{:<8} {}", "", row("proxy", &b));
+            println!("{:<8} {}", "", added(&a, &b));
+            println!(
+                "{:<8} cpu per request: proxy {proxy_us:.0} us, dummy {dummy_us:.0} us",
+                ""
+            );
+            if errors != [0, 0] {
+                println!(
+                    "{:<8} errors: direct {}, proxy {}",
+                    "", errors[0], errors[1]
+                );
+            }
+        }
+    }
+
+    rt.block_on(async {
+        let n = if opts.quick { 10 } else { 100 };
+        let a = streams(&client, &direct, n).await;
+        let b = streams(&client, &through, n).await;
+        println!(
+            "\n## streaming: stream-10-10 (10 chunks, 10 ms apart), {n} sequential streams per side"
+        );
+        println!(
+            "{:<8} {:<8} {:>6} {:>9} {:>9} {:>9} {:>9}",
+            "metric", "side", "n", "p50 ms", "p90 ms", "p99 ms", "max ms"
+        );
+        println!("{:<8} {}", "TTFT", row("direct", &a.ttft));
+        println!("{:<8} {}", "", row("proxy", &b.ttft));
+        println!("{:<8} {}", "", added(&a.ttft, &b.ttft));
+        println!("{:<8} {}", "gap", row("direct", &a.gaps));
+        println!("{:<8} {}", "", row("proxy", &b.gaps));
+        println!("{:<8} {}", "", added(&a.gaps, &b.gaps));
+
+        // The proxy's own account: its overhead histogram.
+        let metrics = client
+            .get(format!("{proxy_url}/metrics"))
+            .send()
+            .await
+            .unwrap()
+            .text()
+            .await
+            .unwrap();
+        println!("\n## in-process overhead histogram (metaclaw_overhead_seconds), cumulative");
+        for line in metrics.lines().filter(|l| {
+            l.starts_with("metaclaw_overhead_seconds_bucket")
+                || l.starts_with("metaclaw_overhead_seconds_count")
+        }) {
+            println!("{line}");
+        }
+    });
+    println!(
+        "\n# proxy RSS after load: {:.1} MiB",
+        rss_kib(proxy_pid) as f64 / 1024.0
+    );
+}
