@@ -99,9 +99,7 @@ pub async fn run(options: DaemonOptions) -> Result<()> {
         llm.api_base = format!("http://{addr}/v1");
         llm.api_key = None;
         llm.force_model = false;
-        if llm.model_id.is_empty() || llm.provider != config::Provider::Custom {
-            llm.model_id = "echo".into();
-        }
+        llm.model_id = "echo".into();
         llm.provider = config::Provider::Custom;
     }
 

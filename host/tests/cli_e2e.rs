@@ -21,14 +21,20 @@ fn write_config(home: &std::path::Path, yaml: &str) {
     std::fs::write(home.join("config.yaml"), yaml).unwrap();
 }
 
-#[tokio::test]
-async fn start_waits_until_healthy_then_status_second_start_and_stop_behave() {
-    let up = dummy();
+/// A fresh home whose config points at `upstream` and listens on any port.
+fn home_for(upstream: &Proc) -> tempfile::TempDir {
     let home = tempfile::tempdir().unwrap();
     write_config(
         home.path(),
-        &format!("llm:\n  api_base: {}\nproxy:\n  port: 0\n", up.url),
+        &format!("llm:\n  api_base: {}\nproxy:\n  port: 0\n", upstream.url),
     );
+    home
+}
+
+#[tokio::test]
+async fn start_waits_until_healthy_then_status_second_start_and_stop_behave() {
+    let up = dummy();
+    let home = home_for(&up);
 
     let out = cli_in(home.path(), &["start"]);
     assert!(out.status.success(), "{}", text(&out));
@@ -108,11 +114,7 @@ fn is_zombie(pid: u64) -> bool {
 #[tokio::test]
 async fn a_stale_pid_file_is_detected_and_cleaned() {
     let up = dummy();
-    let home = tempfile::tempdir().unwrap();
-    write_config(
-        home.path(),
-        &format!("llm:\n  api_base: {}\nproxy:\n  port: 0\n", up.url),
-    );
+    let home = home_for(&up);
     // A pid file left by a process that is gone.
     let mut gone = Command::new("true").spawn().unwrap();
     let dead_pid = gone.id();
@@ -321,11 +323,7 @@ async fn secrets_can_come_from_the_environment() {
 #[tokio::test]
 async fn stopping_drains_every_answered_turn_into_the_store() {
     let up = dummy();
-    let home = tempfile::tempdir().unwrap();
-    write_config(
-        home.path(),
-        &format!("llm:\n  api_base: {}\nproxy:\n  port: 0\n", up.url),
-    );
+    let home = home_for(&up);
     let out = cli_in(home.path(), &["start"]);
     assert!(out.status.success(), "{}", text(&out));
     let status: Value =
@@ -389,4 +387,31 @@ fn a_closed_stdout_ends_the_cli_quietly_instead_of_panicking() {
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(!stderr.contains("panicked"), "{stderr}");
     assert_eq!(out.status.code(), Some(141));
+}
+
+#[tokio::test]
+async fn recorded_data_is_readable_by_its_owner_only() {
+    use std::os::unix::fs::PermissionsExt;
+    let up = dummy();
+    let mc = Metaclaw::start(&up.url, "llm:\n  api_base: {upstream}\n");
+    post_chat(
+        &format!("{}/v1", mc.url()),
+        &chat("echo", "private", false),
+        &[("x-session-id", "p")],
+    )
+    .await;
+    mc.turns("p", 1);
+    for file in [
+        "metaclaw.db",
+        "metaclaw.db-wal",
+        "admin.token",
+        "metaclaw.pid",
+    ] {
+        let mode = std::fs::metadata(mc.home.path().join(file))
+            .unwrap()
+            .permissions()
+            .mode()
+            & 0o777;
+        assert_eq!(mode, 0o600, "{file} is {mode:o}");
+    }
 }

@@ -2,6 +2,7 @@
 
 use std::fs::OpenOptions;
 use std::io::{Read, Seek, SeekFrom};
+use std::os::unix::fs::OpenOptionsExt;
 use std::os::unix::process::CommandExt;
 use std::path::Path;
 use std::process::{Command, ExitCode, Stdio};
@@ -66,6 +67,7 @@ pub fn start(home: &Home, config_path: &Path, args: StartArgs) -> Result<ExitCod
     let log = OpenOptions::new()
         .create(true)
         .append(true)
+        .mode(0o600)
         .open(&log_path)
         .with_context(|| format!("cannot open {}", log_path.display()))?;
     let log_start = log.metadata().map(|m| m.len()).unwrap_or(0);

@@ -51,8 +51,8 @@ pub fn run(home: &Home, path: &Path, args: SetupArgs) -> Result<ExitCode> {
     let loaded = config::load(path)?;
     say!("wrote {}", path.display());
     say!(
-        "  provider: {:?} → {}",
-        loaded.config.llm.provider,
+        "  provider: {} → {}",
+        config_name(&loaded.config.llm.provider),
         non_empty(&loaded.api_base())
     );
     say!("  model:    {}", non_empty(&loaded.config.llm.model_id));
@@ -67,12 +67,20 @@ pub fn run(home: &Home, path: &Path, args: SetupArgs) -> Result<ExitCode> {
     };
     say!("  key:      {key}");
     say!(
-        "  agent:    {:?}   proxy port: {}",
-        loaded.config.claw_type,
+        "  agent:    {}   proxy port: {}",
+        config_name(&loaded.config.claw_type),
         loaded.config.proxy.port
     );
     say!("next: metaclaw start");
     Ok(ExitCode::SUCCESS)
+}
+
+/// An enum as it is written in config.yaml (`qwen`, `openclaw`).
+fn config_name(value: &impl serde::Serialize) -> String {
+    match serde_json::to_value(value) {
+        Ok(Value::String(s)) => s,
+        _ => "?".into(),
+    }
 }
 
 fn non_empty(s: &str) -> &str {

@@ -84,7 +84,8 @@ async fn turn(app: &SharedApp, request: Request, started: Instant) -> Result<Res
             return Err(e);
         }
     };
-    let admission = app.store.admit().await;
+    // From here on the turn is tracked: if the client goes away at any
+    // await below, dropping `ctx` records it and releases its session.
     let mut ctx = TurnCtx {
         app: app.clone(),
         id: uuid::Uuid::now_v7().to_string(),
@@ -100,10 +101,11 @@ async fn turn(app: &SharedApp, request: Request, started: Instant) -> Result<Res
         upstream_started: None,
         upstream_done: None,
         first_byte: None,
-        admission,
+        admission: None,
         done_after,
         finished: false,
     };
+    ctx.admission = app.store.admit().await;
 
     // 4. Upstream.
     ctx.upstream_started = Some(Instant::now());

@@ -22,7 +22,7 @@ use std::time::{Duration, Instant};
 use tokio::sync::broadcast;
 
 use crate::metrics::Metrics;
-use crate::store::{SessionInfo, SessionSource, Store};
+use crate::store::{SessionInfo, SessionSource, Store, StoredSession};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum TurnType {
@@ -151,13 +151,7 @@ impl Tracker {
         let mut ended = Vec::new();
         if let Ok(mut live) = self.live.lock() {
             for s in sessions {
-                let info = SessionInfo {
-                    id: s.id.as_str().into(),
-                    base_key: s.base_key.as_str().into(),
-                    agent_session_id: s.agent_session_id.as_deref().map(Into::into),
-                    source: source_from_str(&s.source),
-                    window: s.window,
-                };
+                let info = stored_info(&s);
                 let idle_ms = (now_ms - s.last_activity_ms).max(0) as u64;
                 if Duration::from_millis(idle_ms) >= self.idle_timeout {
                     ended.push(info);
@@ -296,13 +290,7 @@ impl Tracker {
         }
         match self.store.session_by_id(id) {
             Ok(Some(s)) if s.status == "active" => {
-                let info = SessionInfo {
-                    id: s.id.as_str().into(),
-                    base_key: s.base_key.as_str().into(),
-                    agent_session_id: s.agent_session_id.as_deref().map(Into::into),
-                    source: source_from_str(&s.source),
-                    window: s.window,
-                };
+                let info = stored_info(&s);
                 self.publish_end(info, reason);
                 EndOutcome::Ended
             }
@@ -353,17 +341,31 @@ impl Tracker {
     }
 }
 
+/// Longest session id kept as given; longer ones are replaced by a hash.
+const MAX_ID_LEN: usize = 128;
+
+/// A client-chosen id, bounded: it becomes a primary key and a header.
+fn bounded_id(id: &str) -> String {
+    if id.len() <= MAX_ID_LEN && !id.chars().any(char::is_control) {
+        return id.to_string();
+    }
+    use sha2::Digest;
+    let digest = sha2::Sha256::digest(id.as_bytes());
+    format!("x-{}", &crate::proxy::request::hex(&digest)[..24])
+}
+
 /// (conversation key, source, agent's session id, explicit window).
 fn derive(hints: &Hints<'_>) -> (String, SessionSource, Option<Arc<str>>, Option<u32>) {
     if let Some((id, source)) = hints.explicit {
-        return (id.to_string(), source, None, Some(0));
+        return (bounded_id(id), source, None, Some(0));
     }
     if let Some((sid, n)) = hints
         .prompt_cache_key
         .and_then(openclaw::split_prompt_cache_key)
     {
+        let sid = bounded_id(sid);
         return (
-            sid.to_string(),
+            sid.clone(),
             SessionSource::PromptCacheKey,
             Some(sid.into()),
             Some(n),
@@ -405,6 +407,17 @@ fn session_info(
         agent_session_id: agent,
         source,
         window,
+    }
+}
+
+/// A session as the store remembers it.
+fn stored_info(s: &StoredSession) -> SessionInfo {
+    SessionInfo {
+        id: s.id.as_str().into(),
+        base_key: s.base_key.as_str().into(),
+        agent_session_id: s.agent_session_id.as_deref().map(Into::into),
+        source: source_from_str(&s.source),
+        window: s.window,
     }
 }
 
@@ -488,6 +501,30 @@ mod tests {
         );
         let reset = t.resolve(&hints(None, Some(id), 1), TurnType::Main);
         assert_eq!(&*reset.id, format!("{id}:1"));
+    }
+
+    #[tokio::test]
+    async fn overlong_or_odd_ids_are_hashed_not_stored_as_given() {
+        let dir = tempfile::tempdir().unwrap();
+        let (t, _s) = tracker(&dir, Duration::from_secs(60));
+        let long = "x".repeat(10_000);
+        let h = Hints {
+            explicit: Some((&long, SessionSource::Header)),
+            ..Hints::default()
+        };
+        let id = t.resolve(&h, TurnType::Main).id;
+        assert!(id.starts_with("x-") && id.len() == 26, "{id}");
+        let h = Hints {
+            explicit: Some(("a\nb", SessionSource::Header)),
+            ..Hints::default()
+        };
+        assert!(t.resolve(&h, TurnType::Main).id.starts_with("x-"));
+        // Stable: the same long id is the same session.
+        let h = Hints {
+            explicit: Some((&long, SessionSource::Header)),
+            ..Hints::default()
+        };
+        assert_eq!(t.resolve(&h, TurnType::Main).id, id);
     }
 
     #[tokio::test]

@@ -12,6 +12,7 @@ mod read;
 mod schema;
 mod writer;
 
+use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -286,6 +287,17 @@ impl Store {
 fn open_rw(path: &Path) -> Result<Connection> {
     if let Some(dir) = path.parent() {
         std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
+    }
+    if !path.exists() {
+        // Conversations are private: create the file (and so its -wal and
+        // -shm companions, which SQLite gives the same mode) owner-only.
+        std::fs::OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .mode(0o600)
+            .open(path)
+            .with_context(|| format!("cannot create {}", path.display()))?;
     }
     let conn = Connection::open(path).with_context(|| format!("cannot open {}", path.display()))?;
     schema::configure(&conn).with_context(|| format!("cannot configure {}", path.display()))?;
