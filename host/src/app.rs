@@ -4,6 +4,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crate::metrics::Metrics;
+use crate::plugins::PluginHost;
 use crate::proxy::upstream::Upstream;
 use crate::sessions::Tracker;
 use crate::store::Store;
@@ -11,6 +12,8 @@ use crate::store::Store;
 pub struct App {
     pub upstream: Upstream,
     pub sessions: Tracker,
+    /// `None` when the plugin host could not start (the proxy still serves).
+    pub plugins: Option<Arc<PluginHost>>,
     pub store: Store,
     pub metrics: Arc<Metrics>,
     pub limits: Limits,

@@ -13,7 +13,9 @@ use crate::app::{App, Limits, RuntimeInfo};
 use crate::config::{self, Loaded};
 use crate::dev;
 use crate::home::{Home, PidInfo};
+use crate::learn::Scoring;
 use crate::metrics::Metrics;
+use crate::plugins::{PluginHost, Settings as PluginSettings};
 use crate::proxy::upstream::Upstream;
 use crate::redact::Redactor;
 use crate::server;
@@ -123,12 +125,14 @@ pub async fn run(options: DaemonOptions) -> Result<()> {
     .into_iter()
     .flatten()
     .cloned();
+    let (recorded_tx, recorded_rx) = tokio::sync::mpsc::unbounded_channel();
     let (store, writer) = Store::open(
         StoreOptions {
             path: db_path,
             commit_interval: config.store.commit_interval.get(),
             queue_capacity: config.store.queue_capacity,
             redactor: Redactor::new(secrets),
+            on_recorded: Some(recorded_tx),
         },
         metrics.clone(),
     )?;
@@ -154,9 +158,21 @@ pub async fn run(options: DaemonOptions) -> Result<()> {
     let host_text = host.to_string();
     let url = format!("http://{}:{port}", server::url_host(&host_text));
 
+    // Plugins load in the background once the proxy is up: compiling a large
+    // component takes seconds and must not delay start-up. Until then each
+    // role falls back to its built-in behaviour.
+    let plugins = match PluginHost::new(PluginSettings::from_config(config, &home), None) {
+        Ok(host) => Some(host),
+        Err(e) => {
+            tracing::error!("plugins are off: {e:#}");
+            None
+        }
+    };
+
     let app = Arc::new(App {
         upstream,
         sessions,
+        plugins: plugins.clone(),
         store: store.clone(),
         metrics: metrics.clone(),
         limits: Limits {
@@ -206,14 +222,25 @@ pub async fn run(options: DaemonOptions) -> Result<()> {
             }
         })
     };
-    let ends_logger = {
-        let mut events = app.sessions.subscribe();
-        tokio::spawn(async move {
-            while let Ok(ended) = events.recv().await {
-                tracing::debug!(session = %ended.session.id, reason = ended.reason.as_str(), "session end published");
-            }
-        })
-    };
+    if let Some(host) = plugins.clone() {
+        let spawned = std::thread::Builder::new()
+            .name("metaclaw-plugin-load".into())
+            .spawn(move || {
+                let registry = host.reload();
+                tracing::info!(
+                    "{} plugin(s) loaded, {} problem(s)",
+                    registry.plugins.len(),
+                    registry.problems.len()
+                );
+                host.watch();
+            });
+        if let Err(e) = spawned {
+            tracing::error!("cannot load plugins: {e}");
+        }
+    }
+    let scoring = tokio::spawn(
+        Scoring::new(store.clone(), plugins).run(recorded_rx, app.sessions.subscribe()),
+    );
 
     let grace = config.proxy.shutdown_grace.get();
     let served = server::serve(
@@ -224,7 +251,7 @@ pub async fn run(options: DaemonOptions) -> Result<()> {
     )
     .await;
     sweeper.abort();
-    ends_logger.abort();
+    scoring.abort();
     tracing::info!("draining the store queue");
     store.shutdown().await;
     drop(app);

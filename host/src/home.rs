@@ -1,7 +1,7 @@
 //! The metaclaw home: `$METACLAW_HOME` or `~/.metaclaw`, and the files in it.
 //!
 //! One running daemon owns a home. Ownership is an exclusive `flock` on
-//! `metaclaw.lock`, held for the daemon's life and released by the kernel when
+//! `daemon.lock`, held for the daemon's life and released by the kernel when
 //! the process dies, so a crash never leaves a home locked. `metaclaw.pid`
 //! says who owns it and where it listens; it is only trusted while the lock is
 //! held, which is how a stale pid file is told apart from a live one.
@@ -62,7 +62,19 @@ impl Home {
         self.root.join("metaclaw.pid")
     }
     pub fn lock_file(&self) -> PathBuf {
+        self.root.join("daemon.lock")
+    }
+    /// Plugin pins (`metaclaw plugins lock`).
+    pub fn plugin_lock_file(&self) -> PathBuf {
         self.root.join("metaclaw.lock")
+    }
+    /// The drop-in plugin folder.
+    pub fn plugins_dir(&self) -> PathBuf {
+        self.root.join("plugins")
+    }
+    /// Derived data that can be rebuilt (compiled plugins).
+    pub fn cache_dir(&self) -> PathBuf {
+        self.root.join("cache")
     }
     pub fn admin_token_file(&self) -> PathBuf {
         self.root.join("admin.token")

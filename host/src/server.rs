@@ -9,6 +9,7 @@
 //! | `POST /v1/sessions/{id}/end` | `proxy.api_key`, if set |
 //! | `GET /metrics` | `proxy.api_key`, if set |
 //! | `GET /admin/status` | the admin token (`<home>/admin.token`), always |
+//! | `GET /admin/plugins`, `POST /admin/plugins/reload` | the admin token, always |
 
 use std::future::{Future, IntoFuture};
 use std::time::Duration;
@@ -42,6 +43,8 @@ pub fn router(app: SharedApp) -> Router {
         ));
     let admin = Router::new()
         .route("/admin/status", get(admin_status))
+        .route("/admin/plugins", get(admin_plugins))
+        .route("/admin/plugins/reload", post(admin_plugins_reload))
         .route_layer(middleware::from_fn_with_state(
             app.clone(),
             require_admin_token,
@@ -236,6 +239,31 @@ async fn admin_status(State(app): State<SharedApp>) -> Response {
         "store": { "path": app.store.path(), "queue_depth": app.store.queue_depth() },
     }))
     .into_response()
+}
+
+async fn admin_plugins(State(app): State<SharedApp>) -> Response {
+    let Some(host) = app.plugins.clone() else {
+        return ApiError::NotFound("the plugin host is not running (see the log)".into())
+            .into_response();
+    };
+    axum::Json(crate::plugins::view(&host.current(), &host.settings)).into_response()
+}
+
+/// Rescans the plugin folders now (otherwise they are watched).
+async fn admin_plugins_reload(State(app): State<SharedApp>) -> Response {
+    let Some(host) = app.plugins.clone() else {
+        return ApiError::NotFound("the plugin host is not running (see the log)".into())
+            .into_response();
+    };
+    match tokio::task::spawn_blocking(move || {
+        let registry = host.reload();
+        crate::plugins::view(&registry, &host.settings)
+    })
+    .await
+    {
+        Ok(view) => axum::Json(view).into_response(),
+        Err(e) => ApiError::Internal(e.to_string()).into_response(),
+    }
 }
 
 pub fn url_host(host: &str) -> String {

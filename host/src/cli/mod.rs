@@ -14,6 +14,7 @@ macro_rules! say_raw {
 
 mod config_cmd;
 mod lifecycle;
+mod plugins_cmd;
 mod sessions_cmd;
 mod setup;
 
@@ -52,6 +53,9 @@ pub enum Command {
     /// Recorded sessions and their turns.
     #[command(subcommand)]
     Sessions(SessionsCommand),
+    /// WebAssembly plugins: list, inspect, add, remove, pin.
+    #[command(subcommand)]
+    Plugins(PluginsCommand),
     /// Print the version.
     Version(JsonFlag),
     /// Developer tools.
@@ -173,6 +177,42 @@ pub enum SessionsCommand {
 }
 
 #[derive(Subcommand, Debug)]
+pub enum PluginsCommand {
+    /// Loaded plugins: name, version, kind, hash, status, grants.
+    List {
+        #[arg(long)]
+        json: bool,
+    },
+    /// What a .wasm file is: its metadata and the world it implements.
+    Inspect {
+        file: PathBuf,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Check a plugin and copy it into the plugins folder.
+    Add {
+        file: PathBuf,
+        /// Replace a different build of the same name and version.
+        #[arg(long)]
+        force: bool,
+    },
+    /// Delete a plugin from the plugins folder: NAME or NAME@VERSION.
+    Remove { spec: String },
+    /// Pin every loadable plugin (name, version, sha256) in <home>/metaclaw.lock.
+    Lock,
+    /// Compare the plugin files with the lock; exits non-zero on any difference.
+    Verify,
+    /// Call a plugin with JSON input (a finished turn for a scorer).
+    Call {
+        /// NAME or NAME@VERSION.
+        spec: String,
+        /// JSON text, a file, or - for stdin.
+        #[arg(long)]
+        input: String,
+    },
+}
+
+#[derive(Subcommand, Debug)]
 pub enum DevCommand {
     /// Run the dummy OpenAI-compatible upstream (behaviour picked by model name).
     Upstream {
@@ -213,6 +253,7 @@ fn dispatch(cli: Cli) -> Result<ExitCode> {
         Command::Status(args) => lifecycle::status(&home, &config_path, args),
         Command::Config(cmd) => config_cmd::run(&config_path, cmd),
         Command::Sessions(cmd) => sessions_cmd::run(&home, &config_path, cmd),
+        Command::Plugins(cmd) => plugins_cmd::run(&home, &config_path, cmd),
         Command::Version(args) => {
             if args.json {
                 say!(

@@ -48,11 +48,13 @@ pub fn run(home: &Home, config_path: &Path, command: SessionsCommand) -> Result<
                 bail!("no session {id:?} (see `metaclaw sessions list`)");
             };
             let turns = store::session_turns(&conn, &session.id)?;
+            let rewards = store::turn_rewards(&conn, &session.id)?;
             if json {
                 let turns: Vec<Value> = turns
                     .iter()
                     .map(|t| -> Result<Value> {
                         let mut v = serde_json::to_value(t)?;
+                        v["rewards"] = json!(rewards.get(&t.id).cloned().unwrap_or_default());
                         if messages {
                             v["messages"] =
                                 Value::Array(store::load_messages(&conn, &t.message_hashes)?);
@@ -65,7 +67,7 @@ pub fn run(home: &Home, config_path: &Path, command: SessionsCommand) -> Result<
                     serde_json::to_string_pretty(&json!({ "session": session, "turns": turns }))?
                 );
             } else {
-                print_session(&session, &turns);
+                print_session(&session, &turns, &rewards);
                 if messages {
                     for t in &turns {
                         say!("\n--- turn {} request messages ---", t.seq);
@@ -112,7 +114,11 @@ fn print_list(rows: &[SessionRow]) {
     }
 }
 
-fn print_session(s: &SessionRow, turns: &[TurnRow]) {
+fn print_session(
+    s: &SessionRow,
+    turns: &[TurnRow],
+    rewards: &std::collections::HashMap<String, Vec<store::RewardRow>>,
+) {
     say!("session {}", s.id);
     if let Some(agent) = &s.agent_session_id {
         say!("  agent session: {agent} (window {})", s.window);
@@ -167,6 +173,15 @@ fn print_session(s: &SessionRow, turns: &[TurnRow]) {
         }
         if let Some(err) = &t.error {
             say!("     error:     {err}");
+        }
+        for r in rewards.get(&t.id).into_iter().flatten() {
+            say!(
+                "     reward:    {:+.2} {} ({}): {}",
+                r.value,
+                r.label,
+                r.source,
+                r.rationale
+            );
         }
     }
 }

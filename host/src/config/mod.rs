@@ -271,6 +271,43 @@ pub fn validate(config: &Config) -> Result<(), ConfigError> {
             return Err(invalid(key, "must be longer than zero".into()));
         }
     }
+    for (key, d) in [
+        (
+            "plugins.timeouts.retriever",
+            config.plugins.timeouts.retriever,
+        ),
+        ("plugins.timeouts.scorer", config.plugins.timeouts.scorer),
+        ("plugins.timeouts.evolver", config.plugins.timeouts.evolver),
+        ("plugins.timeouts.skill", config.plugins.timeouts.skill),
+        ("plugins.watch_interval", config.plugins.watch_interval),
+    ] {
+        if d.get().is_zero() || d.get() > std::time::Duration::from_secs(600) {
+            return Err(invalid(key, "must be between 1ms and 10m".into()));
+        }
+    }
+    if !(1..=4096).contains(&config.plugins.memory_mb) {
+        return Err(invalid(
+            "plugins.memory_mb",
+            "must be between 1 and 4096".into(),
+        ));
+    }
+    for (name, items) in &config.plugins.grants {
+        if let Err(e) = crate::plugins::Grants::parse(items) {
+            return Err(invalid(&format!("plugins.grants.{name}"), e));
+        }
+    }
+    let specs = config
+        .plugins
+        .retriever
+        .iter()
+        .chain(config.plugins.scorers.iter().flatten())
+        .chain(config.plugins.evolvers.iter().flatten())
+        .chain(config.plugins.skills.iter().flatten());
+    for spec in specs {
+        if let Err(e) = crate::plugins::PluginSpec::parse(spec) {
+            return Err(invalid("plugins", e));
+        }
+    }
     if config.store.queue_capacity < 16 {
         return Err(invalid(
             "store.queue_capacity",
@@ -301,6 +338,9 @@ pub fn parse_host(host: &str) -> Option<std::net::IpAddr> {
 
 // ---------------------------------------------------------------------------
 // Keys: listing, lookup, suggestions, editing.
+
+/// Config sections that are maps with user-chosen keys.
+const OPEN_MAPS: &[&str] = &["plugins.grants"];
 
 /// Every dotted key the schema knows, leaves only.
 pub fn known_keys() -> Vec<String> {
@@ -397,7 +437,12 @@ pub fn to_yaml(tree: &Value) -> String {
 /// keeps every other key of the file as it was.
 pub fn set_key(path: &Path, key: &str, text: &str) -> Result<Value, ConfigError> {
     let known = known_keys();
-    if !known.iter().any(|k| k == key) {
+    // Sections that are maps keyed by the user (a plugin's name).
+    let open = OPEN_MAPS.iter().any(|m| {
+        key.strip_prefix(m)
+            .is_some_and(|rest| rest.starts_with('.') && rest.len() > 1 && !rest[1..].contains('.'))
+    });
+    if !open && !known.iter().any(|k| k == key) {
         let hint = if known.iter().any(|k| k.starts_with(&format!("{key}."))) {
             format!(
                 " (it is a section; set one of its keys, e.g. `{key}.{}`)",
@@ -417,7 +462,7 @@ pub fn set_key(path: &Path, key: &str, text: &str) -> Result<Value, ConfigError>
     // where the schema wants one, instead of being coerced to a float.
     let mut candidates = Vec::new();
     if let Ok(v) = serde_saphyr::from_str::<Value>(text)
-        && !matches!(v, Value::Object(_) | Value::Array(_))
+        && !matches!(v, Value::Object(_))
     {
         candidates.push(v);
     }

@@ -88,6 +88,7 @@ pub struct Config {
     pub sessions: SessionsConfig,
     pub store: StoreConfig,
     pub log: LogConfig,
+    pub plugins: PluginsConfig,
 }
 
 impl Default for Config {
@@ -110,6 +111,7 @@ impl Default for Config {
             sessions: SessionsConfig::default(),
             store: StoreConfig::default(),
             log: LogConfig::default(),
+            plugins: PluginsConfig::default(),
         }
     }
 }
@@ -443,6 +445,81 @@ impl Default for LogConfig {
     fn default() -> Self {
         Self {
             level: "info".into(),
+        }
+    }
+}
+
+/// WebAssembly plugins: where they come from, which run in each role, and
+/// what they may touch.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(default)]
+pub struct PluginsConfig {
+    /// The drop-in folder (default `<home>/plugins`); watched for changes.
+    pub dir: Option<String>,
+    /// First-party plugins shipped with metaclaw (default: `plugins/builtin`
+    /// beside the executable's folder, where scripts/build-plugins puts them).
+    pub builtin_dir: Option<String>,
+    /// `false` ignores the first-party plugins.
+    pub builtin: bool,
+    /// The retriever, tried in order: `name` or `name@<semver requirement>`.
+    pub retriever: Vec<String>,
+    /// Scorers that run on every finished turn; unset: every loaded scorer.
+    pub scorers: Option<Vec<String>>,
+    /// Evolver post-processors, in order; unset: every loaded evolver.
+    pub evolvers: Option<Vec<String>>,
+    /// Executable skills; unset: every loaded skill component.
+    pub skills: Option<Vec<String>>,
+    /// Capabilities per plugin name: `embed`, `clock`, `kv`, `network`,
+    /// `env:NAME`, `fs:/dir`. Nothing is granted by default.
+    pub grants: std::collections::BTreeMap<String, Vec<String>>,
+    /// Per-call deadlines by role.
+    pub timeouts: PluginTimeouts,
+    /// Memory cap per plugin instance, all its memories together.
+    pub memory_mb: u64,
+    /// Consecutive failures before a plugin is disabled until reloaded.
+    pub max_failures: u32,
+    /// Ready instances kept per plugin for concurrent calls.
+    pub pool_size: usize,
+    /// How often the plugin folders are checked for changes.
+    pub watch_interval: Dur,
+}
+
+impl Default for PluginsConfig {
+    fn default() -> Self {
+        Self {
+            dir: None,
+            builtin_dir: None,
+            builtin: true,
+            retriever: Vec::new(),
+            scorers: None,
+            evolvers: None,
+            skills: None,
+            grants: std::collections::BTreeMap::new(),
+            timeouts: PluginTimeouts::default(),
+            memory_mb: 64,
+            max_failures: 3,
+            pool_size: 4,
+            watch_interval: Dur::secs(1),
+        }
+    }
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(default)]
+pub struct PluginTimeouts {
+    pub retriever: Dur,
+    pub scorer: Dur,
+    pub evolver: Dur,
+    pub skill: Dur,
+}
+
+impl Default for PluginTimeouts {
+    fn default() -> Self {
+        Self {
+            retriever: Dur::millis(50),
+            scorer: Dur::millis(50),
+            evolver: Dur::millis(500),
+            skill: Dur::millis(50),
         }
     }
 }

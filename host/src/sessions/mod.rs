@@ -452,6 +452,7 @@ mod tests {
                 commit_interval: Duration::from_millis(10),
                 queue_capacity: 64,
                 redactor: Redactor::new([]),
+                on_recorded: None,
             },
             metrics.clone(),
         )

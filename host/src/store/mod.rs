@@ -112,8 +112,32 @@ pub struct TurnRecord {
     pub message_count: u32,
 }
 
+/// A reward to store for a turn.
+#[derive(Debug, Clone)]
+pub struct RewardRecord {
+    /// Who gave it: `plugin:<name>@<version>` (later also the judge).
+    pub source: String,
+    pub value: f32,
+    pub label: String,
+    pub rationale: String,
+}
+
+/// Sent after a turn is committed, so later stages can act on it.
+#[derive(Debug, Clone)]
+pub struct Recorded {
+    pub turn_id: String,
+    pub session_id: Arc<str>,
+    pub turn_type: &'static str,
+    pub seq: i64,
+}
+
 enum Op {
     Turn(Box<TurnRecord>, Option<OwnedSemaphorePermit>),
+    Rewards {
+        turn_id: String,
+        rewards: Vec<RewardRecord>,
+        at_ms: i64,
+    },
     EndSession {
         session: SessionInfo,
         reason: String,
@@ -135,6 +159,8 @@ pub struct StoreOptions {
     pub commit_interval: Duration,
     pub queue_capacity: usize,
     pub redactor: Redactor,
+    /// Told about each committed turn.
+    pub on_recorded: Option<tokio::sync::mpsc::UnboundedSender<Recorded>>,
 }
 
 /// A permit to record one turn; see the module docs.
@@ -175,6 +201,7 @@ impl Store {
             options.redactor,
             options.commit_interval,
             metrics.clone(),
+            options.on_recorded,
         );
         let handle = std::thread::Builder::new()
             .name("metaclaw-store".into())
@@ -236,6 +263,15 @@ impl Store {
         });
     }
 
+    /// Queues the rewards of a turn (and marks it scored).
+    pub fn rewards(&self, turn_id: String, rewards: Vec<RewardRecord>, at_ms: i64) {
+        let _ = self.tx.send(Op::Rewards {
+            turn_id,
+            rewards,
+            at_ms,
+        });
+    }
+
     /// Waits until everything queued so far is committed.
     pub async fn flush(&self) {
         let (done, wait) = oneshot::channel();
@@ -281,6 +317,20 @@ impl Store {
 
     pub fn counts(&self) -> Result<(u64, u64)> {
         self.with_reader(read::counts)
+    }
+
+    /// A turn with what is needed to judge it.
+    pub fn scoring_input(&self, turn_id: &str) -> Result<Option<read::ScoringInput>> {
+        self.with_reader(|c| read::scoring_input(c, turn_id))
+    }
+
+    /// The latest main turn of a session not yet scored, before `before_seq`.
+    pub fn unscored_main_turn(
+        &self,
+        session_id: &str,
+        before_seq: Option<i64>,
+    ) -> Result<Option<(String, i64)>> {
+        self.with_reader(|c| read::unscored_main_turn(c, session_id, before_seq))
     }
 }
 
@@ -333,4 +383,7 @@ pub fn ensure_schema(path: &Path) -> Result<()> {
     Ok(())
 }
 
-pub use read::{list_sessions, load_messages, session_detail, session_turns};
+pub use read::{
+    RewardRow, ScoringInput, list_sessions, load_messages, session_detail, session_turns,
+    turn_rewards,
+};

@@ -206,3 +206,102 @@ pub fn load_messages(conn: &Connection, hashes: &[String]) -> rusqlite::Result<V
         })
         .collect()
 }
+
+/// A recorded turn, as much as judging it needs.
+#[derive(Debug, Clone)]
+pub struct ScoringInput {
+    pub turn_id: String,
+    pub session_id: String,
+    pub seq: i64,
+    pub status: String,
+    pub turn_type: String,
+    /// The request's messages (OpenClaw's internal context already gone).
+    pub messages: Vec<Value>,
+    /// The assembled answer (`chat.completion` shape).
+    pub response: Option<Value>,
+}
+
+pub fn scoring_input(conn: &Connection, turn_id: &str) -> rusqlite::Result<Option<ScoringInput>> {
+    let row = conn
+        .prepare_cached(
+            "SELECT session_id, seq, status, turn_type, request_messages, response FROM turns WHERE id = ?1",
+        )?
+        .query_row(params![turn_id], |r| {
+            Ok((
+                r.get::<_, String>(0)?,
+                r.get::<_, i64>(1)?,
+                r.get::<_, String>(2)?,
+                r.get::<_, String>(3)?,
+                r.get::<_, String>(4)?,
+                r.get::<_, Option<String>>(5)?,
+            ))
+        })
+        .optional()?;
+    let Some((session_id, seq, status, turn_type, hashes, response)) = row else {
+        return Ok(None);
+    };
+    let hashes: Vec<String> = serde_json::from_str(&hashes).unwrap_or_default();
+    Ok(Some(ScoringInput {
+        turn_id: turn_id.to_string(),
+        session_id,
+        seq,
+        status,
+        turn_type,
+        messages: load_messages(conn, &hashes)?,
+        response: response.and_then(|r| serde_json::from_str(&r).ok()),
+    }))
+}
+
+/// The latest main turn of a session that has not been scored, before
+/// `before_seq` if given.
+pub fn unscored_main_turn(
+    conn: &Connection,
+    session_id: &str,
+    before_seq: Option<i64>,
+) -> rusqlite::Result<Option<(String, i64)>> {
+    conn.prepare_cached(
+        "SELECT id, seq FROM turns
+         WHERE session_id = ?1 AND turn_type = 'main' AND scored_at_ms IS NULL AND (?2 IS NULL OR seq < ?2)
+         ORDER BY seq DESC LIMIT 1",
+    )?
+    .query_row(params![session_id, before_seq], |r| Ok((r.get(0)?, r.get(1)?)))
+    .optional()
+}
+
+/// A stored reward.
+#[derive(Debug, Clone, Serialize)]
+pub struct RewardRow {
+    pub source: String,
+    pub value: f64,
+    pub label: String,
+    pub rationale: String,
+}
+
+/// Rewards of a session's turns, by turn id.
+pub fn turn_rewards(
+    conn: &Connection,
+    session_id: &str,
+) -> rusqlite::Result<std::collections::HashMap<String, Vec<RewardRow>>> {
+    let mut out: std::collections::HashMap<String, Vec<RewardRow>> =
+        std::collections::HashMap::new();
+    let mut stmt = conn.prepare(
+        "SELECT r.turn_id, r.source, r.value, r.label, r.rationale FROM turn_rewards r
+         JOIN turns t ON t.id = r.turn_id WHERE t.session_id = ?1 ORDER BY r.id",
+    )?;
+    let rows = stmt.query_map(params![session_id], |r| {
+        Ok((
+            r.get::<_, String>(0)?,
+            RewardRow {
+                source: r.get(1)?,
+                value: r.get(2)?,
+                label: r.get(3)?,
+                rationale: r.get(4)?,
+            },
+        ))
+    })?;
+    for row in rows {
+        let (turn, reward) = row?;
+        out.entry(turn).or_default().push(reward);
+    }
+    Ok(out)
+}

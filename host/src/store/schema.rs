@@ -71,6 +71,21 @@ const MIGRATIONS: &[&str] = &[
     );
     CREATE INDEX session_events_by_session ON session_events(session_id);
     "#,
+    // 2: rewards per turn (scorer plugins now, the judge later).
+    r#"
+    CREATE TABLE turn_rewards (
+        id            INTEGER PRIMARY KEY AUTOINCREMENT,
+        turn_id       TEXT NOT NULL REFERENCES turns(id),
+        source        TEXT NOT NULL,
+        value         REAL NOT NULL,
+        label         TEXT NOT NULL,
+        rationale     TEXT NOT NULL,
+        created_at_ms INTEGER NOT NULL
+    );
+    CREATE INDEX turn_rewards_by_turn ON turn_rewards(turn_id);
+    -- When the turn's outcome was scored (its next state known).
+    ALTER TABLE turns ADD COLUMN scored_at_ms INTEGER;
+    "#,
 ];
 
 pub fn configure(conn: &Connection) -> rusqlite::Result<()> {

@@ -37,6 +37,8 @@ pub struct Writer {
     /// neither redacted nor written again.
     known_blobs: HashSet<String>,
     recent: RecentBlobs,
+    /// Told about each committed turn (the learning stages listen).
+    on_recorded: Option<tokio::sync::mpsc::UnboundedSender<super::Recorded>>,
 }
 
 /// A record turned into rows, ready to insert.
@@ -58,6 +60,7 @@ impl Writer {
         redactor: Redactor,
         commit_interval: Duration,
         metrics: Arc<Metrics>,
+        on_recorded: Option<tokio::sync::mpsc::UnboundedSender<super::Recorded>>,
     ) -> Self {
         Self {
             conn,
@@ -66,6 +69,7 @@ impl Writer {
             metrics,
             known_blobs: HashSet::new(),
             recent: RecentBlobs::default(),
+            on_recorded,
         }
     }
 
@@ -106,8 +110,14 @@ impl Writer {
         let mut shutdown = None;
         let mut turns = Vec::new();
         let mut ends = Vec::new();
+        let mut rewards = Vec::new();
         for op in batch {
             match op {
+                Op::Rewards {
+                    turn_id,
+                    rewards: r,
+                    at_ms,
+                } => rewards.push((turn_id, r, at_ms)),
                 Op::Turn(turn, permit) => {
                     permits.extend(permit);
                     let prepared = self.prepare(&turn);
@@ -127,8 +137,20 @@ impl Writer {
         let mut attempt = 0;
         loop {
             attempt += 1;
-            match self.commit(&turns, &ends) {
-                Ok(()) => {
+            match self.commit(&turns, &ends, &rewards) {
+                Ok(seqs) => {
+                    if let Some(tx) = &self.on_recorded {
+                        for ((turn, _), seq) in turns.iter().zip(seqs) {
+                            if let Some(seq) = seq {
+                                let _ = tx.send(super::Recorded {
+                                    turn_id: turn.id.clone(),
+                                    session_id: turn.session.id.clone(),
+                                    turn_type: turn.turn_type,
+                                    seq,
+                                });
+                            }
+                        }
+                    }
                     for (_, p) in &turns {
                         for (hash, _) in &p.blobs {
                             self.remember_blob(hash.clone());
@@ -175,18 +197,28 @@ impl Writer {
         &mut self,
         turns: &[(Box<TurnRecord>, Prepared)],
         ends: &[(super::SessionInfo, String, i64)],
-    ) -> rusqlite::Result<()> {
+        rewards: &[(String, Vec<super::RewardRecord>, i64)],
+    ) -> rusqlite::Result<Vec<Option<i64>>> {
         let tx = self.conn.transaction()?;
+        let mut seqs = Vec::with_capacity(turns.len());
         for (turn, prepared) in turns {
-            if let Err(e) = insert_turn(&tx, turn, prepared) {
-                // One bad record must not sink the batch.
-                tracing::error!(turn = %turn.id, "cannot record turn: {e}");
+            match insert_turn(&tx, turn, prepared) {
+                Ok(seq) => seqs.push(Some(seq)),
+                Err(e) => {
+                    // One bad record must not sink the batch.
+                    tracing::error!(turn = %turn.id, "cannot record turn: {e}");
+                    seqs.push(None);
+                }
             }
         }
         for (session, reason, at_ms) in ends {
             insert_end(&tx, session, reason, *at_ms)?;
         }
-        tx.commit()
+        for (turn_id, list, at_ms) in rewards {
+            insert_rewards(&tx, turn_id, list, *at_ms)?;
+        }
+        tx.commit()?;
+        Ok(seqs)
     }
 
     fn prepare(&mut self, turn: &TurnRecord) -> Prepared {
@@ -381,7 +413,32 @@ impl RecentBlobs {
     }
 }
 
-fn insert_turn(tx: &Transaction<'_>, t: &TurnRecord, p: &Prepared) -> rusqlite::Result<()> {
+fn insert_rewards(
+    tx: &Transaction<'_>,
+    turn_id: &str,
+    rewards: &[super::RewardRecord],
+    at_ms: i64,
+) -> rusqlite::Result<()> {
+    let mut stmt = tx.prepare_cached(
+        "INSERT INTO turn_rewards (turn_id, source, value, label, rationale, created_at_ms)
+         SELECT ?1, ?2, ?3, ?4, ?5, ?6 WHERE EXISTS (SELECT 1 FROM turns WHERE id = ?1)",
+    )?;
+    for r in rewards {
+        stmt.execute(params![
+            turn_id,
+            r.source,
+            f64::from(r.value),
+            r.label,
+            r.rationale,
+            at_ms
+        ])?;
+    }
+    tx.prepare_cached("UPDATE turns SET scored_at_ms = ?2 WHERE id = ?1")?
+        .execute(params![turn_id, at_ms])?;
+    Ok(())
+}
+
+fn insert_turn(tx: &Transaction<'_>, t: &TurnRecord, p: &Prepared) -> rusqlite::Result<i64> {
     {
         let mut stmt =
             tx.prepare_cached("INSERT OR IGNORE INTO blobs (hash, json) VALUES (?1, ?2)")?;
@@ -454,7 +511,7 @@ fn insert_turn(tx: &Transaction<'_>, t: &TurnRecord, p: &Prepared) -> rusqlite::
         t.upstream_ms,
         t.ttft_ms,
     ])?;
-    Ok(())
+    Ok(seq)
 }
 
 fn insert_end(

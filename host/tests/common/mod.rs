@@ -240,3 +240,59 @@ pub fn fixture(name: &str) -> Value {
         .join(name);
     serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap()
 }
+
+/// Where scripts/build-plugins put the plugins, next to the binary's folder.
+pub fn built_plugin(rel: &str) -> PathBuf {
+    let bin = std::path::Path::new(BIN);
+    let path = bin
+        .parent()
+        .unwrap()
+        .parent()
+        .unwrap()
+        .join("plugins")
+        .join(rel);
+    assert!(
+        path.is_file(),
+        "{} is missing: run scripts/build-plugins first (scripts/test does)",
+        path.display()
+    );
+    path
+}
+
+/// A copy of a component with an extra custom section: the same plugin,
+/// a different build (and sha256).
+pub fn rebuilt_copy(from: &std::path::Path, to: &std::path::Path) {
+    let mut bytes = std::fs::read(from).unwrap();
+    let name = b"metaclaw-test-rebuild";
+    let payload = b"a different build";
+    let size = 1 + name.len() + payload.len();
+    bytes.push(0); // custom section
+    bytes.push(size as u8);
+    bytes.push(name.len() as u8);
+    bytes.extend_from_slice(name);
+    bytes.extend_from_slice(payload);
+    std::fs::write(to, bytes).unwrap();
+}
+
+/// Polls until `ready(stdout)` of `metaclaw <args> --json` holds.
+pub fn poll_json(home: &std::path::Path, args: &[&str], ready: impl Fn(&Value) -> bool) -> Value {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let out = cli_in(home, args);
+        if let Ok(v) = serde_json::from_slice::<Value>(&out.stdout) {
+            if ready(&v) {
+                return v;
+            }
+            if Instant::now() > deadline {
+                panic!("{args:?} never got ready; last: {v:#}");
+            }
+        } else if Instant::now() > deadline {
+            panic!(
+                "{args:?}: {}{}",
+                String::from_utf8_lossy(&out.stdout),
+                String::from_utf8_lossy(&out.stderr)
+            );
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}

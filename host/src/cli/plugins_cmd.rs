@@ -1,0 +1,436 @@
+//! `metaclaw plugins list | inspect | add | remove | lock | verify | call`.
+
+use std::path::Path;
+use std::process::ExitCode;
+use std::sync::Arc;
+
+use anyhow::{Context, Result, bail};
+use serde_json::{Value, json};
+use sha2::{Digest, Sha256};
+
+use super::{PluginsCommand, load_config, runtime};
+use crate::config::Loaded as LoadedConfig;
+use crate::home::Home;
+use crate::plugins::{
+    Kind, Loaded, LockEntry, LockFile, PluginHost, RegistryView, Settings, types, view,
+};
+use crate::proxy::request::hex;
+
+fn local_host(home: &Home, config: &LoadedConfig, ignore_lock: bool) -> Result<Arc<PluginHost>> {
+    let mut settings = Settings::from_config(&config.config, home);
+    if ignore_lock {
+        settings.lock_path = home.root.join(".no-lock-for-this-scan");
+    }
+    PluginHost::new(settings, None)
+}
+
+pub fn run(home: &Home, config_path: &Path, command: PluginsCommand) -> Result<ExitCode> {
+    let config = load_config(config_path)?;
+    match command {
+        PluginsCommand::List { json } => list(home, &config, json),
+        PluginsCommand::Inspect { file, json } => inspect(home, &config, &file, json),
+        PluginsCommand::Add { file, force } => add(home, &config, &file, force),
+        PluginsCommand::Remove { spec } => remove(home, &config, &spec),
+        PluginsCommand::Lock => lock(home, &config),
+        PluginsCommand::Verify => verify(home, &config),
+        PluginsCommand::Call { spec, input } => call(home, &config, &spec, &input),
+    }
+}
+
+fn list(home: &Home, config: &LoadedConfig, json: bool) -> Result<ExitCode> {
+    // A running daemon knows live status (calls, failures, disabled).
+    let live = home.running()?.and_then(|info| {
+        let token = home.read_admin_token()?;
+        runtime().ok()?.block_on(async {
+            let client = reqwest::Client::builder()
+                .timeout(std::time::Duration::from_secs(5))
+                .build()
+                .ok()?;
+            let r = client
+                .get(format!("{}/admin/plugins", info.url))
+                .bearer_auth(token)
+                .send()
+                .await
+                .ok()?;
+            serde_json::from_slice::<RegistryView>(&r.bytes().await.ok()?).ok()
+        })
+    });
+    let view = match live {
+        Some(v) => v,
+        None => {
+            let host = local_host(home, config, false)?;
+            let registry = host.reload();
+            view(&registry, &host.settings)
+        }
+    };
+    if json {
+        say!("{}", serde_json::to_string_pretty(&view)?);
+        return Ok(ExitCode::SUCCESS);
+    }
+    if view.plugins.is_empty() {
+        say!("no plugins loaded");
+    } else {
+        say!(
+            "{:<14} {:<9} {:<9} {:<13} {:<8} {:<12} {}",
+            "NAME",
+            "VERSION",
+            "KIND",
+            "SHA256",
+            "SOURCE",
+            "GRANTED",
+            "STATUS"
+        );
+        for p in &view.plugins {
+            let granted = if p.granted.is_empty() {
+                "-".to_string()
+            } else {
+                p.granted.join(",")
+            };
+            say!(
+                "{:<14} {:<9} {:<9} {:<13} {:<8} {:<12} {}",
+                p.name,
+                p.version,
+                p.kind,
+                &p.sha256[..12.min(p.sha256.len())],
+                p.source,
+                granted,
+                p.status
+            );
+        }
+    }
+    if view.locked {
+        say!("(pinned by {})", home.plugin_lock_file().display());
+    }
+    for problem in &view.problems {
+        say!("problem: {}: {}", problem.path.display(), problem.error);
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Loads one file the way the host would (compile, check, metadata).
+fn load_file(home: &Home, config: &LoadedConfig, file: &Path) -> Result<Loaded> {
+    let bytes = std::fs::read(file).with_context(|| format!("cannot read {}", file.display()))?;
+    let sha = hex(&Sha256::digest(&bytes));
+    let host = local_host(home, config, true)?;
+    let settings = &host.settings;
+    Loaded::load(
+        &host.engine,
+        file.to_path_buf(),
+        &bytes,
+        sha,
+        &|name| settings.grants_for(name),
+        None,
+        &|kind| settings.limits_for(kind),
+    )
+    .map_err(|e| anyhow::anyhow!("{}: {e}", file.display()))
+}
+
+fn inspect(home: &Home, config: &LoadedConfig, file: &Path, json: bool) -> Result<ExitCode> {
+    let plugin = load_file(home, config, file)?;
+    let info = &plugin.info;
+    if json {
+        say!(
+            "{}",
+            serde_json::to_string_pretty(&json!({
+                "name": info.name, "version": info.version.to_string(), "kind": info.kind,
+                "world": format!("metaclaw:plugin/{}", info.kind.as_str()), "package": info.package,
+                "description": info.description, "asks": info.asks, "granted": plugin.grants.names(),
+                "imports": info.imports, "sha256": info.sha256, "size": info.size,
+            }))?
+        );
+        return Ok(ExitCode::SUCCESS);
+    }
+    say!("{} {} ({})", info.name, info.version, info.description);
+    say!(
+        "  world:    metaclaw:plugin/{} (built against {})",
+        info.kind.as_str(),
+        info.package
+    );
+    say!("  sha256:   {}", info.sha256);
+    say!("  size:     {} bytes", info.size);
+    say!(
+        "  asks for: {}",
+        if info.asks.is_empty() {
+            "nothing".into()
+        } else {
+            info.asks.join(", ")
+        }
+    );
+    let granted = plugin.grants.names();
+    say!(
+        "  granted:  {}",
+        if granted.is_empty() {
+            format!("nothing (plugins.grants.{} in the config)", info.name)
+        } else {
+            granted.join(", ")
+        }
+    );
+    let host_imports: Vec<&String> = info
+        .imports
+        .iter()
+        .filter(|i| i.starts_with("metaclaw:"))
+        .collect();
+    let wasi = info
+        .imports
+        .iter()
+        .filter(|i| i.starts_with("wasi:"))
+        .count();
+    say!(
+        "  imports:  {}{}",
+        host_imports
+            .iter()
+            .map(|s| s.as_str())
+            .collect::<Vec<_>>()
+            .join(", "),
+        if wasi > 0 {
+            format!(" and {wasi} WASI interfaces (denied unless granted)")
+        } else {
+            String::new()
+        }
+    );
+    Ok(ExitCode::SUCCESS)
+}
+
+fn add(home: &Home, config: &LoadedConfig, file: &Path, force: bool) -> Result<ExitCode> {
+    let plugin = load_file(home, config, file)?;
+    let settings = Settings::from_config(&config.config, home);
+    std::fs::create_dir_all(&settings.user_dir)
+        .with_context(|| format!("cannot create {}", settings.user_dir.display()))?;
+    let dest = settings
+        .user_dir
+        .join(format!("{}-{}.wasm", plugin.info.name, plugin.info.version));
+    if let Ok(existing) = std::fs::read(&dest) {
+        if hex(&Sha256::digest(&existing)) == plugin.info.sha256 {
+            say!(
+                "{} is already installed ({})",
+                plugin.label(),
+                dest.display()
+            );
+            return Ok(ExitCode::SUCCESS);
+        }
+        if !force {
+            bail!(
+                "{} holds a different build of {}; pass --force to replace it",
+                dest.display(),
+                plugin.label()
+            );
+        }
+    }
+    let bytes = std::fs::read(file)?;
+    crate::home::write_private(&dest, &bytes)?;
+    say!(
+        "added {} ({}) as {}",
+        plugin.label(),
+        plugin.info.kind.as_str(),
+        dest.display()
+    );
+    if home.plugin_lock_file().exists() {
+        say!(
+            "note: metaclaw.lock exists and does not pin this file yet: run `metaclaw plugins lock` to allow it"
+        );
+    }
+    if home.running()?.is_some() {
+        say!("the running metaclaw picks it up within a few seconds");
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+fn remove(home: &Home, config: &LoadedConfig, spec: &str) -> Result<ExitCode> {
+    let (name, version) = match spec.split_once('@') {
+        Some((n, v)) => (
+            n,
+            Some(semver::Version::parse(v).with_context(|| format!("{v:?} is not a version"))?),
+        ),
+        None => (spec, None),
+    };
+    let host = local_host(home, config, true)?;
+    let registry = host.reload();
+    let matching: Vec<&Arc<Loaded>> = registry
+        .plugins
+        .iter()
+        .filter(|p| p.info.name == name && version.as_ref().is_none_or(|v| *v == p.info.version))
+        .collect();
+    if matching.is_empty() {
+        bail!("no installed plugin {spec} (see `metaclaw plugins list`)");
+    }
+    let mut removed = 0;
+    for p in matching {
+        if !p.info.path.starts_with(&host.settings.user_dir) {
+            say!(
+                "{} is a first-party plugin ({}); to stop using it set plugins.builtin: false or choose the role's plugins in the config",
+                p.label(),
+                p.info.path.display()
+            );
+            continue;
+        }
+        std::fs::remove_file(&p.info.path)
+            .with_context(|| format!("cannot remove {}", p.info.path.display()))?;
+        say!("removed {} ({})", p.label(), p.info.path.display());
+        removed += 1;
+    }
+    Ok(if removed > 0 {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    })
+}
+
+fn lock(home: &Home, config: &LoadedConfig) -> Result<ExitCode> {
+    let host = local_host(home, config, true)?;
+    let registry = host.reload();
+    for problem in &registry.problems {
+        say!("skipped {}: {}", problem.path.display(), problem.error);
+    }
+    let lock = LockFile {
+        version: 1,
+        plugins: registry
+            .plugins
+            .iter()
+            .map(|p| LockEntry {
+                name: p.info.name.clone(),
+                version: p.info.version.to_string(),
+                kind: p.info.kind.as_str().into(),
+                sha256: p.info.sha256.clone(),
+                file: p.info.path.display().to_string(),
+            })
+            .collect(),
+    };
+    let path = home.plugin_lock_file();
+    home.ensure()?;
+    lock.write(&path)?;
+    for e in &lock.plugins {
+        say!(
+            "pinned {}@{} ({}) sha256 {}",
+            e.name,
+            e.version,
+            e.kind,
+            e.sha256
+        );
+    }
+    say!("wrote {} ({} plugins)", path.display(), lock.plugins.len());
+    Ok(ExitCode::SUCCESS)
+}
+
+fn verify(home: &Home, config: &LoadedConfig) -> Result<ExitCode> {
+    let path = home.plugin_lock_file();
+    let Some(lock) = LockFile::read(&path)? else {
+        bail!(
+            "no lock file at {}: run `metaclaw plugins lock` first",
+            path.display()
+        );
+    };
+    let host = local_host(home, config, true)?;
+    let registry = host.reload();
+    let mut bad = 0;
+    for entry in &lock.plugins {
+        if !registry
+            .plugins
+            .iter()
+            .any(|p| p.info.sha256 == entry.sha256)
+        {
+            match registry
+                .plugins
+                .iter()
+                .find(|p| p.info.name == entry.name && p.info.version.to_string() == entry.version)
+            {
+                Some(p) => say!(
+                    "MISMATCH {}@{}: {} has sha256 {}, the lock pins {}",
+                    entry.name,
+                    entry.version,
+                    p.info.path.display(),
+                    p.info.sha256,
+                    entry.sha256
+                ),
+                None => say!(
+                    "MISSING  {}@{} (sha256 {}): no such file",
+                    entry.name,
+                    entry.version,
+                    entry.sha256
+                ),
+            }
+            bad += 1;
+        }
+    }
+    for p in &registry.plugins {
+        if lock.by_hash(&p.info.sha256).is_none()
+            && lock
+                .by_name_version(&p.info.name, &p.info.version.to_string())
+                .is_none()
+        {
+            say!(
+                "UNPINNED {} ({}, sha256 {})",
+                p.label(),
+                p.info.path.display(),
+                p.info.sha256
+            );
+            bad += 1;
+        }
+    }
+    for problem in &registry.problems {
+        say!("BROKEN   {}: {}", problem.path.display(), problem.error);
+        bad += 1;
+    }
+    if bad == 0 {
+        say!(
+            "ok: {} plugins match {}",
+            lock.plugins.len(),
+            path.display()
+        );
+        Ok(ExitCode::SUCCESS)
+    } else {
+        say!("{bad} problem(s) against {}", path.display());
+        Ok(ExitCode::FAILURE)
+    }
+}
+
+fn parse<T: serde::de::DeserializeOwned>(v: &Value) -> Result<T> {
+    serde_json::from_value(v.clone()).map_err(|e| anyhow::anyhow!("input: {e}"))
+}
+
+/// Calls a plugin with JSON input (for plugin authors): a scorer takes a
+/// finished turn; a retriever `{skills, context, k}`; an evolver
+/// `{drafts, library}`; a skill `{context}`.
+fn call(home: &Home, config: &LoadedConfig, spec: &str, input: &str) -> Result<ExitCode> {
+    let text = if input == "-" {
+        std::io::read_to_string(std::io::stdin())?
+    } else if Path::new(input).is_file() {
+        std::fs::read_to_string(input)?
+    } else {
+        input.to_string()
+    };
+    let value: Value = serde_json::from_str(&text).context("the input is not JSON")?;
+    let (name, version) = match spec.split_once('@') {
+        Some((n, v)) => (n, Some(semver::Version::parse(v)?)),
+        None => (spec, None),
+    };
+    let host = local_host(home, config, false)?;
+    let registry = host.reload();
+    let Some(plugin) = registry.find(name, version.as_ref()) else {
+        bail!("no loaded plugin {spec} (see `metaclaw plugins list`)");
+    };
+    let result = match plugin.info.kind {
+        Kind::Scorer => {
+            let turn: types::FinishedTurn = parse(&value)?;
+            json!(plugin.score(&turn)?)
+        }
+        Kind::Retriever => {
+            let skills: Vec<types::Skill> = parse(&value["skills"])?;
+            let context: types::TurnContext = parse(&value["context"])?;
+            if let Err(e) = plugin.index(&skills, 1)? {
+                bail!("index failed: {e}");
+            }
+            json!(plugin.retrieve(&context, value["k"].as_u64().unwrap_or(5) as u32)?)
+        }
+        Kind::Evolver => {
+            let drafts: Vec<types::SkillDraft> = parse(&value["drafts"])?;
+            let library: Vec<types::Skill> = parse(&value["library"])?;
+            json!(plugin.process(&drafts, &library)?)
+        }
+        Kind::Skill => {
+            let context: types::TurnContext = parse(&value["context"])?;
+            json!({ "applies": plugin.applies(&context)?, "render": plugin.render(&context)? })
+        }
+    };
+    say!("{}", serde_json::to_string_pretty(&result)?);
+    Ok(ExitCode::SUCCESS)
+}

@@ -1,0 +1,145 @@
+//! A recorded turn and its successor, as the `finished-turn` scorers see.
+
+use serde_json::Value;
+
+use crate::plugins::types::{FinishedTurn, Message, ToolCall};
+use crate::store::ScoringInput;
+
+/// `turn`'s request and answer, and its next state from `next`: the tool
+/// results and the user message that came after the answer.
+pub fn finished_turn(turn: &ScoringInput, next: Option<&ScoringInput>) -> FinishedTurn {
+    let response = turn
+        .response
+        .as_ref()
+        .map(|r| &r["choices"][0]["message"])
+        .filter(|m| m.is_object())
+        .map(to_message)
+        .unwrap_or_else(|| Message {
+            role: "assistant".into(),
+            content: String::new(),
+            tool_call_id: None,
+            tool_calls: Vec::new(),
+        });
+    let (tool_results, next_user_message) = match next {
+        Some(next) => next_state(&next.messages),
+        None => (Vec::new(), None),
+    };
+    FinishedTurn {
+        session_id: turn.session_id.clone(),
+        turn_id: turn.turn_id.clone(),
+        request: turn.messages.iter().map(to_message).collect(),
+        response,
+        tool_results,
+        next_user_message,
+        status: turn.status.clone(),
+    }
+}
+
+/// What follows the last assistant message of the next request: tool
+/// results, and the user's next message if it ends with one.
+fn next_state(messages: &[Value]) -> (Vec<Message>, Option<String>) {
+    let after = messages
+        .iter()
+        .rposition(|m| m["role"] == "assistant")
+        .map(|i| i + 1)
+        .unwrap_or(0);
+    let tail: Vec<Message> = messages[after..].iter().map(to_message).collect();
+    let tools = tail.iter().filter(|m| m.role == "tool").cloned().collect();
+    let user = tail
+        .iter()
+        .rev()
+        .find(|m| m.role == "user")
+        .map(|m| m.content.clone());
+    (tools, user)
+}
+
+/// A stored OpenAI-shaped message as a WIT `message`.
+pub fn to_message(m: &Value) -> Message {
+    let content = match &m["content"] {
+        Value::String(s) => s.clone(),
+        Value::Array(parts) => parts
+            .iter()
+            .filter_map(|p| p["text"].as_str())
+            .collect::<Vec<_>>()
+            .join("\n"),
+        _ => String::new(),
+    };
+    let tool_calls = m["tool_calls"]
+        .as_array()
+        .map(|calls| {
+            calls
+                .iter()
+                .map(|c| ToolCall {
+                    id: c["id"].as_str().unwrap_or("").to_string(),
+                    name: c["function"]["name"].as_str().unwrap_or("").to_string(),
+                    arguments: c["function"]["arguments"]
+                        .as_str()
+                        .unwrap_or("")
+                        .to_string(),
+                })
+                .collect()
+        })
+        .unwrap_or_default();
+    Message {
+        role: m["role"].as_str().unwrap_or("").to_string(),
+        content,
+        tool_call_id: m["tool_call_id"].as_str().map(str::to_string),
+        tool_calls,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn input(messages: Vec<Value>, response: Option<Value>) -> ScoringInput {
+        ScoringInput {
+            turn_id: "t".into(),
+            session_id: "s".into(),
+            seq: 1,
+            status: "ok".into(),
+            turn_type: "main".into(),
+            messages,
+            response,
+        }
+    }
+
+    #[test]
+    fn the_next_request_supplies_tool_results_and_the_users_reply() {
+        let turn = input(
+            vec![json!({"role": "user", "content": "read a.txt"})],
+            Some(
+                json!({"choices": [{"message": {"role": "assistant", "content": null,
+                "tool_calls": [{"id": "c1", "type": "function", "function": {"name": "read", "arguments": "{}"}}]}}]}),
+            ),
+        );
+        let next = input(
+            vec![
+                json!({"role": "user", "content": "read a.txt"}),
+                json!({"role": "assistant", "content": null, "tool_calls": [{"id": "c1", "function": {"name": "read", "arguments": "{}"}}]}),
+                json!({"role": "tool", "tool_call_id": "c1", "content": "ENOENT"}),
+            ],
+            None,
+        );
+        let f = finished_turn(&turn, Some(&next));
+        assert_eq!(f.response.tool_calls[0].name, "read");
+        assert_eq!(f.tool_results.len(), 1);
+        assert_eq!(f.tool_results[0].tool_call_id.as_deref(), Some("c1"));
+        assert_eq!(f.next_user_message, None);
+
+        let reply = input(
+            vec![
+                json!({"role": "user", "content": "hi"}),
+                json!({"role": "assistant", "content": "hello"}),
+                json!({"role": "user", "content": [{"type": "text", "text": "no, that's wrong"}]}),
+            ],
+            None,
+        );
+        let f = finished_turn(&turn, Some(&reply));
+        assert_eq!(f.next_user_message.as_deref(), Some("no, that's wrong"));
+        assert!(f.tool_results.is_empty());
+        let last = finished_turn(&turn, None);
+        assert_eq!(last.next_user_message, None);
+    }
+}

@@ -1,0 +1,157 @@
+//! Learning from sessions: stages that run after turns are recorded, never
+//! on the serving path.
+//!
+//! A turn's outcome is known once the next thing happens in its session:
+//! the agent's next call carries the tool results or the user's next
+//! message. So when a session's next main turn is recorded, the previous one
+//! is *finished* and is scored; when a session ends, its last turn is scored
+//! with what is known.
+
+pub mod finished;
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use tokio::sync::{Semaphore, broadcast, mpsc};
+
+use crate::plugins::PluginHost;
+use crate::sessions::{SessionEnded, now_ms};
+use crate::store::{Recorded, RewardRecord, Store};
+
+/// Scoring jobs running at once (each on a blocking thread).
+const PARALLEL_JOBS: usize = 2;
+
+pub struct Scoring {
+    store: Store,
+    plugins: Option<Arc<PluginHost>>,
+    jobs: Arc<Semaphore>,
+    /// The latest main turn of each open session, waiting for its successor.
+    pending: HashMap<Arc<str>, String>,
+}
+
+impl Scoring {
+    pub fn new(store: Store, plugins: Option<Arc<PluginHost>>) -> Self {
+        Self {
+            store,
+            plugins,
+            jobs: Arc::new(Semaphore::new(PARALLEL_JOBS)),
+            pending: HashMap::new(),
+        }
+    }
+
+    /// Runs until both channels close.
+    pub async fn run(
+        mut self,
+        mut recorded: mpsc::UnboundedReceiver<Recorded>,
+        mut ended: broadcast::Receiver<SessionEnded>,
+    ) {
+        loop {
+            tokio::select! {
+                turn = recorded.recv() => match turn {
+                    Some(turn) => self.on_recorded(turn).await,
+                    None => return,
+                },
+                event = ended.recv() => match event {
+                    Ok(event) => self.on_session_end(event.session.id).await,
+                    Err(broadcast::error::RecvError::Lagged(n)) => {
+                        tracing::warn!("scoring missed {n} session ends; their last turns are scored when the sessions resume");
+                    }
+                    Err(broadcast::error::RecvError::Closed) => return,
+                },
+            }
+        }
+    }
+
+    async fn on_recorded(&mut self, turn: Recorded) {
+        if turn.turn_type != "main" {
+            return;
+        }
+        let previous = match self
+            .pending
+            .insert(turn.session_id.clone(), turn.turn_id.clone())
+        {
+            Some(previous) => Some(previous),
+            // First sight since start: the store knows what is unscored.
+            None => self.unscored(&turn.session_id, Some(turn.seq)).await,
+        };
+        if let Some(previous) = previous {
+            self.score(previous, Some(turn.turn_id));
+        }
+    }
+
+    async fn on_session_end(&mut self, session: Arc<str>) {
+        let last = match self.pending.remove(&session) {
+            Some(last) => Some(last),
+            None => self.unscored(&session, None).await,
+        };
+        if let Some(last) = last {
+            self.score(last, None);
+        }
+    }
+
+    async fn unscored(&self, session: &str, before: Option<i64>) -> Option<String> {
+        let store = self.store.clone();
+        let session = session.to_string();
+        tokio::task::spawn_blocking(move || store.unscored_main_turn(&session, before))
+            .await
+            .ok()
+            .and_then(Result::ok)
+            .flatten()
+            .map(|(id, _)| id)
+    }
+
+    /// Scores `turn_id` in the background, `next` being its successor.
+    fn score(&self, turn_id: String, next: Option<String>) {
+        let store = self.store.clone();
+        let plugins = self.plugins.clone();
+        let jobs = self.jobs.clone();
+        tokio::spawn(async move {
+            let Ok(_permit) = jobs.acquire_owned().await else {
+                return;
+            };
+            let outcome = tokio::task::spawn_blocking(move || {
+                let rewards = score_turn(&store, plugins.as_deref(), &turn_id, next.as_deref());
+                match rewards {
+                    Ok(rewards) => store.rewards(turn_id, rewards, now_ms()),
+                    Err(e) => tracing::warn!(turn = %turn_id, "cannot score: {e:#}"),
+                }
+            })
+            .await;
+            if let Err(e) = outcome {
+                tracing::error!("scoring job failed: {e}");
+            }
+        });
+    }
+}
+
+/// Runs every scorer of the role on a finished turn. A failing scorer is
+/// skipped (its failure is counted, and it is disabled if it keeps failing).
+pub fn score_turn(
+    store: &Store,
+    plugins: Option<&PluginHost>,
+    turn_id: &str,
+    next: Option<&str>,
+) -> anyhow::Result<Vec<RewardRecord>> {
+    let Some(turn) = store.scoring_input(turn_id)? else {
+        anyhow::bail!("turn {turn_id} is not in the store");
+    };
+    let next = match next {
+        Some(id) => store.scoring_input(id)?,
+        None => None,
+    };
+    let finished = finished::finished_turn(&turn, next.as_ref());
+    let mut rewards = Vec::new();
+    for scorer in plugins.map(PluginHost::scorers).unwrap_or_default() {
+        match scorer.score(&finished) {
+            Ok(Some(reward)) => rewards.push(RewardRecord {
+                source: format!("plugin:{}", scorer.label()),
+                value: reward.value,
+                label: reward.label,
+                rationale: reward.rationale,
+            }),
+            Ok(None) => {}
+            Err(e) => tracing::debug!(plugin = scorer.label(), "scorer skipped: {e}"),
+        }
+    }
+    Ok(rewards)
+}

@@ -1,0 +1,569 @@
+//! One loaded plugin: its compiled component, an `InstancePre` for its
+//! world, a small pool of ready instances, and the rules of a call (a
+//! deadline, the memory budget, and what a failure does).
+
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use semver::Version;
+use serde::Serialize;
+use wasmtime::Store;
+use wasmtime::component::Component;
+
+use super::bindings::{evolver, retriever, scorer, skill, types};
+use super::engine::PluginEngine;
+use super::sandbox::{Embedder, Grants, KvCache, PluginState};
+
+/// The WIT package version this host implements.
+pub const PACKAGE: &str = "metaclaw:plugin";
+pub const PACKAGE_VERSION: Version = Version::new(0, 1, 0);
+
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, serde::Deserialize, PartialOrd, Ord,
+)]
+#[serde(rename_all = "lowercase")]
+pub enum Kind {
+    Retriever,
+    Scorer,
+    Evolver,
+    Skill,
+}
+
+impl Kind {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Kind::Retriever => "retriever",
+            Kind::Scorer => "scorer",
+            Kind::Evolver => "evolver",
+            Kind::Skill => "skill",
+        }
+    }
+
+    fn api(self) -> &'static str {
+        match self {
+            Kind::Retriever => "retriever-api",
+            Kind::Scorer => "scorer-api",
+            Kind::Evolver => "evolver-api",
+            Kind::Skill => "skill-api",
+        }
+    }
+
+    const ALL: [Kind; 4] = [Kind::Retriever, Kind::Scorer, Kind::Evolver, Kind::Skill];
+}
+
+impl From<types::PluginKind> for Kind {
+    fn from(k: types::PluginKind) -> Self {
+        match k {
+            types::PluginKind::Retriever => Kind::Retriever,
+            types::PluginKind::Scorer => Kind::Scorer,
+            types::PluginKind::Evolver => Kind::Evolver,
+            types::PluginKind::Skill => Kind::Skill,
+        }
+    }
+}
+
+/// Budgets for one plugin.
+#[derive(Debug, Clone)]
+pub struct Limits {
+    pub memory_bytes: usize,
+    pub timeout: Duration,
+    /// Consecutive failures before the plugin is disabled until reloaded.
+    pub max_failures: u32,
+    /// Ready instances kept for reuse.
+    pub pool_size: usize,
+    /// Instances are replaced after this many calls (bounds slow leaks in
+    /// guest runtimes).
+    pub recycle_after: u32,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Self {
+            memory_bytes: 64 << 20,
+            timeout: Duration::from_millis(50),
+            max_failures: 3,
+            pool_size: 4,
+            recycle_after: 10_000,
+        }
+    }
+}
+
+/// What `plugins inspect` and `plugins list` show.
+#[derive(Debug, Clone, Serialize)]
+pub struct PluginInfo {
+    pub name: String,
+    pub version: Version,
+    pub kind: Kind,
+    pub description: String,
+    /// Capabilities the plugin asks for (its metadata).
+    pub asks: Vec<String>,
+    /// The WIT package version it was built against.
+    pub package: String,
+    /// Interfaces it imports from the host (`metaclaw:plugin/clock`, `wasi:…`).
+    pub imports: Vec<String>,
+    pub sha256: String,
+    pub path: PathBuf,
+    pub size: u64,
+}
+
+/// Why a call failed.
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum CallError {
+    #[error(
+        "disabled after {0} consecutive failures (fix the plugin, then replace its file or restart)"
+    )]
+    Disabled(u32),
+    #[error("deadline of {0:?} exceeded")]
+    Deadline(Duration),
+    #[error("memory cap of {} MiB reached", .0 >> 20)]
+    Memory(usize),
+    #[error("trapped: {0}")]
+    Trap(String),
+    #[error("cannot instantiate: {0}")]
+    Instantiate(String),
+    #[error("wrong kind: this plugin is a {0}")]
+    WrongKind(&'static str),
+}
+
+enum Pre {
+    Retriever(retriever::RetrieverPre<PluginState>),
+    Scorer(scorer::ScorerPre<PluginState>),
+    Evolver(evolver::EvolverPre<PluginState>),
+    Skill(skill::SkillPre<PluginState>),
+}
+
+enum Bindings {
+    Retriever(retriever::Retriever),
+    Scorer(scorer::Scorer),
+    Evolver(evolver::Evolver),
+    Skill(skill::Skill),
+}
+
+struct Instance {
+    store: Store<PluginState>,
+    bindings: Bindings,
+    calls: u32,
+}
+
+#[derive(Debug, Default, Serialize)]
+pub struct Stats {
+    pub calls: AtomicU64,
+    pub failures: AtomicU64,
+    pub consecutive_failures: AtomicU32,
+    pub disabled: AtomicBool,
+    pub busy_nanos: AtomicU64,
+    #[serde(skip)]
+    pub last_error: Mutex<Option<String>>,
+}
+
+pub struct Loaded {
+    pub info: PluginInfo,
+    pub grants: Arc<Grants>,
+    pub limits: Limits,
+    pub stats: Stats,
+    engine: Arc<PluginEngine>,
+    pre: Pre,
+    pool: Mutex<Vec<Instance>>,
+    embedder: Option<Arc<dyn Embedder>>,
+    kv: Arc<Mutex<KvCache>>,
+    label: Arc<str>,
+}
+
+/// The plugin kind a component implements, and the package version it was
+/// built for, read from its exports (`metaclaw:plugin/scorer-api@0.1.0`).
+pub fn detect(
+    engine: &PluginEngine,
+    component: &Component,
+) -> Result<(Kind, Version, Vec<String>), String> {
+    let ty = component.component_type();
+    let exports: Vec<String> = ty
+        .exports(&engine.engine)
+        .map(|(name, _)| name.to_string())
+        .collect();
+    let imports: Vec<String> = ty
+        .imports(&engine.engine)
+        .map(|(name, _)| name.to_string())
+        .collect();
+    let mut found = None;
+    for name in &exports {
+        let Some(rest) = name.strip_prefix(&format!("{PACKAGE}/")) else {
+            continue;
+        };
+        let (iface, version) = rest.split_once('@').unwrap_or((rest, ""));
+        if let Some(kind) = Kind::ALL.into_iter().find(|k| k.api() == iface) {
+            let version = Version::parse(version)
+                .map_err(|_| format!("it exports {name}, whose package version is not semver"))?;
+            found = Some((kind, version));
+        }
+    }
+    let Some((kind, version)) = found else {
+        return Err(format!(
+            "not a metaclaw plugin: it exports none of {PACKAGE}/{{retriever,scorer,evolver,skill}}-api (exports: {})",
+            if exports.is_empty() {
+                "nothing".to_string()
+            } else {
+                exports.join(", ")
+            }
+        ));
+    };
+    if !compatible(&version) {
+        return Err(format!(
+            "built for {PACKAGE}@{version}; this metaclaw loads plugins built for {PACKAGE}@{}.{}.x",
+            PACKAGE_VERSION.major, PACKAGE_VERSION.minor
+        ));
+    }
+    if !exports
+        .iter()
+        .any(|e| e.starts_with(&format!("{PACKAGE}/plugin@")))
+    {
+        return Err(format!(
+            "it does not export {PACKAGE}/plugin (its metadata)"
+        ));
+    }
+    Ok((kind, version, imports))
+}
+
+/// Same major version; for 0.x, the same minor.
+pub fn compatible(v: &Version) -> bool {
+    if PACKAGE_VERSION.major == 0 {
+        v.major == 0 && v.minor == PACKAGE_VERSION.minor
+    } else {
+        v.major == PACKAGE_VERSION.major
+    }
+}
+
+impl Loaded {
+    /// Compiles (or loads from cache), checks and instantiates a plugin,
+    /// and reads its metadata.
+    pub fn load(
+        engine: &Arc<PluginEngine>,
+        path: PathBuf,
+        bytes: &[u8],
+        sha256: String,
+        grants_for: &dyn Fn(&str) -> Arc<Grants>,
+        embedder: Option<Arc<dyn Embedder>>,
+        limits_for: &dyn Fn(Kind) -> Limits,
+    ) -> Result<Self, String> {
+        let component = engine
+            .compile(bytes, &sha256)
+            .map_err(|e| format!("not a valid component: {e:#}"))?;
+        let (kind, package, imports) = detect(engine, &component)?;
+        let instance_pre = engine
+            .linker
+            .instantiate_pre(&component)
+            .map_err(|e| format!("cannot link: {e}"))?;
+        let link_err = |e: wasmtime::Error| format!("cannot link as a {}: {e}", kind.as_str());
+        let pre = match kind {
+            Kind::Retriever => {
+                Pre::Retriever(retriever::RetrieverPre::new(instance_pre).map_err(link_err)?)
+            }
+            Kind::Scorer => Pre::Scorer(scorer::ScorerPre::new(instance_pre).map_err(link_err)?),
+            Kind::Evolver => {
+                Pre::Evolver(evolver::EvolverPre::new(instance_pre).map_err(link_err)?)
+            }
+            Kind::Skill => Pre::Skill(skill::SkillPre::new(instance_pre).map_err(link_err)?),
+        };
+        // Metadata is read under the deny-all sandbox and default limits:
+        // grants depend on the name, which is not known yet.
+        let mut probe = Self {
+            info: PluginInfo {
+                name: String::new(),
+                version: Version::new(0, 0, 0),
+                kind,
+                description: String::new(),
+                asks: Vec::new(),
+                package: format!("{PACKAGE}@{package}"),
+                imports,
+                sha256,
+                size: bytes.len() as u64,
+                path,
+            },
+            grants: Arc::new(Grants::default()),
+            limits: limits_for(kind),
+            stats: Stats::default(),
+            engine: engine.clone(),
+            pre,
+            pool: Mutex::new(Vec::new()),
+            embedder,
+            kv: Arc::new(Mutex::new(KvCache::default())),
+            label: "(loading)".into(),
+        };
+        let meta = probe
+            .metadata()
+            .map_err(|e| format!("metadata() failed: {e}"))?;
+        let declared = Kind::from(meta.kind);
+        if declared != kind {
+            return Err(format!(
+                "its metadata says {} but it implements the {} world",
+                declared.as_str(),
+                kind.as_str()
+            ));
+        }
+        let name = meta.name.trim().to_string();
+        if name.is_empty()
+            || !name
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_')
+        {
+            return Err(format!(
+                "invalid plugin name {name:?} (letters, digits, - and _)"
+            ));
+        }
+        let version = Version::parse(meta.version.trim())
+            .map_err(|e| format!("version {:?} is not semver: {e}", meta.version))?;
+        probe.label = format!("{name}@{version}").into();
+        probe.grants = grants_for(&name);
+        probe.info.name = name;
+        probe.info.version = version;
+        probe.info.description = meta.description;
+        probe.info.asks = meta.capabilities;
+        // The probe instance ran with the default grants: start afresh.
+        probe.pool = Mutex::new(Vec::new());
+        probe.stats = Stats::default();
+        Ok(probe)
+    }
+
+    pub fn label(&self) -> &str {
+        &self.label
+    }
+
+    pub fn is_disabled(&self) -> bool {
+        self.stats.disabled.load(Ordering::Relaxed)
+    }
+
+    fn instantiate(&self) -> Result<Instance, CallError> {
+        let state = PluginState::new(
+            self.info.name.as_str().into(),
+            self.label.clone(),
+            self.grants.clone(),
+            self.embedder.clone(),
+            self.kv.clone(),
+            self.limits.memory_bytes,
+        );
+        let mut store = Store::new(&self.engine.engine, state);
+        store.limiter(|s| &mut s.limiter);
+        store.set_epoch_deadline(self.engine.ticks(self.limits.timeout));
+        let _ticking = self.engine.running();
+        let err = |e: wasmtime::Error| CallError::Instantiate(format!("{e:#}"));
+        let bindings = match &self.pre {
+            Pre::Retriever(p) => Bindings::Retriever(p.instantiate(&mut store).map_err(err)?),
+            Pre::Scorer(p) => Bindings::Scorer(p.instantiate(&mut store).map_err(err)?),
+            Pre::Evolver(p) => Bindings::Evolver(p.instantiate(&mut store).map_err(err)?),
+            Pre::Skill(p) => Bindings::Skill(p.instantiate(&mut store).map_err(err)?),
+        };
+        Ok(Instance {
+            store,
+            bindings,
+            calls: 0,
+        })
+    }
+
+    /// Runs `f` on a pooled (or fresh) instance under the deadline and the
+    /// memory budget. A trap ends only this call: the instance is dropped,
+    /// the failure counted, and the plugin disabled after too many in a row.
+    fn call<R>(
+        &self,
+        f: impl FnOnce(&mut Store<PluginState>, &Bindings) -> Result<wasmtime::Result<R>, CallError>,
+    ) -> Result<R, CallError> {
+        if self.is_disabled() {
+            return Err(CallError::Disabled(self.limits.max_failures));
+        }
+        let started = Instant::now();
+        let pooled = self.pool.lock().ok().and_then(|mut p| p.pop());
+        let mut instance = match pooled {
+            Some(i) => i,
+            None => match self.instantiate() {
+                Ok(i) => i,
+                Err(e) => return Err(self.failed(e)),
+            },
+        };
+        instance
+            .store
+            .set_epoch_deadline(self.engine.ticks(self.limits.timeout));
+        instance.store.data_mut().log_budget = super::sandbox::LOG_LINES_PER_CALL;
+        let outcome = {
+            let _ticking = self.engine.running();
+            f(&mut instance.store, &instance.bindings)
+        };
+        self.stats.calls.fetch_add(1, Ordering::Relaxed);
+        self.stats
+            .busy_nanos
+            .fetch_add(started.elapsed().as_nanos() as u64, Ordering::Relaxed);
+        match outcome {
+            Ok(Ok(value)) => {
+                self.stats.consecutive_failures.store(0, Ordering::Relaxed);
+                instance.calls += 1;
+                if instance.calls < self.limits.recycle_after
+                    && let Ok(mut pool) = self.pool.lock()
+                    && pool.len() < self.limits.pool_size
+                {
+                    pool.push(instance);
+                }
+                Ok(value)
+            }
+            Ok(Err(trap)) => {
+                let state = instance.store.data();
+                let error =
+                    if trap.downcast_ref::<wasmtime::Trap>() == Some(&wasmtime::Trap::Interrupt) {
+                        CallError::Deadline(self.limits.timeout)
+                    } else if state.limiter.hit {
+                        CallError::Memory(self.limits.memory_bytes)
+                    } else {
+                        let stderr = String::from_utf8_lossy(&state.stderr.contents())
+                            .trim()
+                            .to_string();
+                        let tail: String = stderr
+                            .chars()
+                            .rev()
+                            .take(300)
+                            .collect::<Vec<_>>()
+                            .into_iter()
+                            .rev()
+                            .collect();
+                        let mut msg = format!("{trap:#}");
+                        if !tail.is_empty() {
+                            msg.push_str(&format!(" (stderr: {tail})"));
+                        }
+                        CallError::Trap(msg)
+                    };
+                // A trapped instance is poisoned: drop it.
+                drop(instance);
+                Err(self.failed(error))
+            }
+            Err(e) => Err(e),
+        }
+    }
+
+    fn failed(&self, error: CallError) -> CallError {
+        self.stats.failures.fetch_add(1, Ordering::Relaxed);
+        let n = self
+            .stats
+            .consecutive_failures
+            .fetch_add(1, Ordering::Relaxed)
+            + 1;
+        tracing::warn!(plugin = %self.label, "plugin call failed: {error}");
+        if let Ok(mut last) = self.stats.last_error.lock() {
+            *last = Some(error.to_string());
+        }
+        if n >= self.limits.max_failures && !self.stats.disabled.swap(true, Ordering::Relaxed) {
+            tracing::error!(plugin = %self.label, "disabled after {n} consecutive failures; replace the file or restart to retry");
+        }
+        error
+    }
+
+    pub fn metadata(&self) -> Result<types::PluginMetadata, CallError> {
+        self.call(|store, b| {
+            Ok(match b {
+                Bindings::Retriever(b) => b.metaclaw_plugin_plugin().call_metadata(store),
+                Bindings::Scorer(b) => b.metaclaw_plugin_plugin().call_metadata(store),
+                Bindings::Evolver(b) => b.metaclaw_plugin_plugin().call_metadata(store),
+                Bindings::Skill(b) => b.metaclaw_plugin_plugin().call_metadata(store),
+            })
+        })
+    }
+
+    pub fn score(&self, turn: &types::FinishedTurn) -> Result<Option<types::Reward>, CallError> {
+        let reward = self.call(|store, b| match b {
+            Bindings::Scorer(b) => Ok(b.metaclaw_plugin_scorer_api().call_score(store, turn)),
+            _ => Err(CallError::WrongKind(self.info.kind.as_str())),
+        })?;
+        // Whatever the guest returns, what the host keeps is bounded.
+        Ok(reward.map(|r| types::Reward {
+            value: if r.value.is_finite() {
+                r.value.clamp(-1.0, 1.0)
+            } else {
+                0.0
+            },
+            label: clip(&r.label, 64),
+            rationale: clip(&r.rationale, 1000),
+        }))
+    }
+
+    pub fn index(
+        &self,
+        skills: &[types::Skill],
+        generation: u64,
+    ) -> Result<Result<(), String>, CallError> {
+        self.call(|store, b| match b {
+            Bindings::Retriever(b) => Ok(b
+                .metaclaw_plugin_retriever_api()
+                .call_index(store, skills, generation)),
+            _ => Err(CallError::WrongKind(self.info.kind.as_str())),
+        })
+    }
+
+    pub fn retrieve(
+        &self,
+        context: &types::TurnContext,
+        k: u32,
+    ) -> Result<Vec<types::ScoredSkill>, CallError> {
+        let mut ranked = self.call(|store, b| match b {
+            Bindings::Retriever(b) => Ok(b
+                .metaclaw_plugin_retriever_api()
+                .call_retrieve(store, context, k)),
+            _ => Err(CallError::WrongKind(self.info.kind.as_str())),
+        })?;
+        ranked.truncate(k as usize);
+        Ok(ranked)
+    }
+
+    pub fn process(
+        &self,
+        drafts: &[types::SkillDraft],
+        library: &[types::Skill],
+    ) -> Result<Vec<types::DraftOutcome>, CallError> {
+        self.call(|store, b| match b {
+            Bindings::Evolver(b) => Ok(b
+                .metaclaw_plugin_evolver_api()
+                .call_process(store, drafts, library)),
+            _ => Err(CallError::WrongKind(self.info.kind.as_str())),
+        })
+    }
+
+    pub fn applies(&self, context: &types::TurnContext) -> Result<f32, CallError> {
+        let score = self.call(|store, b| match b {
+            Bindings::Skill(b) => Ok(b.metaclaw_plugin_skill_api().call_applies(store, context)),
+            _ => Err(CallError::WrongKind(self.info.kind.as_str())),
+        })?;
+        Ok(if score.is_finite() {
+            score.clamp(0.0, 1.0)
+        } else {
+            0.0
+        })
+    }
+
+    pub fn render(&self, context: &types::TurnContext) -> Result<String, CallError> {
+        let text = self.call(|store, b| match b {
+            Bindings::Skill(b) => Ok(b.metaclaw_plugin_skill_api().call_render(store, context)),
+            _ => Err(CallError::WrongKind(self.info.kind.as_str())),
+        })?;
+        Ok(clip(&text, 16 << 10))
+    }
+
+    pub fn status(&self) -> String {
+        if self.is_disabled() {
+            let last = self
+                .stats
+                .last_error
+                .lock()
+                .ok()
+                .and_then(|l| l.clone())
+                .unwrap_or_default();
+            format!("disabled: {last}")
+        } else {
+            "ok".into()
+        }
+    }
+}
+
+fn clip(text: &str, max_chars: usize) -> String {
+    if text.chars().count() <= max_chars {
+        text.to_string()
+    } else {
+        let mut cut: String = text.chars().take(max_chars).collect();
+        cut.push('…');
+        cut
+    }
+}

@@ -1,0 +1,57 @@
+//! `<home>/metaclaw.lock`: the plugin versions a deployment runs, by name,
+//! exact version and sha256. With a lock file present, the host loads only
+//! files that match it.
+
+use std::path::Path;
+
+use anyhow::{Context, Result};
+use serde::{Deserialize, Serialize};
+
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Default)]
+pub struct LockFile {
+    pub version: u32,
+    pub plugins: Vec<LockEntry>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct LockEntry {
+    pub name: String,
+    pub version: String,
+    pub kind: String,
+    pub sha256: String,
+    /// Where the file was when locked (for people; matching is by hash).
+    pub file: String,
+}
+
+impl LockFile {
+    pub fn read(path: &Path) -> Result<Option<Self>> {
+        let text = match std::fs::read_to_string(path) {
+            Ok(t) => t,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+            Err(e) => return Err(e).with_context(|| format!("cannot read {}", path.display())),
+        };
+        let lock: LockFile = serde_saphyr::from_str(&text)
+            .map_err(|e| anyhow::anyhow!("{} is not a valid lock file: {e}", path.display()))?;
+        Ok(Some(lock))
+    }
+
+    pub fn write(&self, path: &Path) -> Result<()> {
+        let body = serde_saphyr::to_string(self)
+            .map_err(|e| anyhow::anyhow!("cannot render the lock file: {e}"))?;
+        let text = format!(
+            "# Plugin pins for this metaclaw home, written by `metaclaw plugins lock`.\n\
+             # While this file exists, only these exact files (by sha256) are loaded.\n{body}"
+        );
+        crate::home::write_private(path, text.as_bytes())
+    }
+
+    pub fn by_hash(&self, sha256: &str) -> Option<&LockEntry> {
+        self.plugins.iter().find(|e| e.sha256 == sha256)
+    }
+
+    pub fn by_name_version(&self, name: &str, version: &str) -> Option<&LockEntry> {
+        self.plugins
+            .iter()
+            .find(|e| e.name == name && e.version == version)
+    }
+}
