@@ -21,12 +21,17 @@ answer="$(curl -sS "$url/v1/chat/completions" -H 'content-type: application/json
 echo "$answer" | grep -q '"content":"hi there"' || fail "curl through the proxy: $answer"
 
 "$bin" start --demo --port 0 >/dev/null 2>&1 && fail "a second start on the same home must refuse"
-"$bin" status | grep -q "metaclaw is running" || fail "status"
+# (Output is captured before grep: `grep -q` closing a pipe early would make
+# the CLI exit 141, as any Unix tool does, and fail the pipeline.)
+status="$("$bin" status)" || fail "status: $status"
+echo "$status" | grep -q "metaclaw is running" || fail "status: $status"
 for _ in $(seq 50); do
-  "$bin" sessions list | grep -q smoke-1 && break
+  sessions="$("$bin" sessions list)"
+  echo "$sessions" | grep -q smoke-1 && break
   sleep 0.1
 done
-"$bin" sessions list | grep -q smoke-1 || fail "the curl turn was not recorded"
-"$bin" stop | grep -q stopped || fail "stop"
+echo "$sessions" | grep -q smoke-1 || fail "the curl turn was not recorded: $sessions"
+stopped="$("$bin" stop)" || fail "stop: $stopped"
+echo "$stopped" | grep -q stopped || fail "stop: $stopped"
 if "$bin" status >/dev/null; then fail "status after stop must say not running"; fi
 echo "1 passed, 0 failed: smoke"

@@ -340,6 +340,23 @@ pub fn status(home: &Home, config_path: &Path, args: JsonFlag) -> Result<ExitCod
         report["active_sessions"]
     );
     say!("  turns:     {}", report["turns"]);
+    if let Some(p) = report["plugins"].as_object() {
+        let problems = p["problems"].as_u64().unwrap_or(0);
+        say!(
+            "  plugins:   {} loaded{}{}",
+            p["loaded"],
+            if p["locked"] == true {
+                ", pinned by metaclaw.lock"
+            } else {
+                ""
+            },
+            if problems > 0 {
+                format!(", {problems} problem(s): see `metaclaw plugins list`")
+            } else {
+                String::new()
+            }
+        );
+    }
     say!("  home:      {}", home.root.display());
     Ok(ExitCode::SUCCESS)
 }

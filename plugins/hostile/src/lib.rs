@@ -2,20 +2,30 @@
 //! The turn's `session-id` picks the attack; its outcome comes back in the
 //! reward's rationale so tests can check what the sandbox allowed.
 
-use metaclaw_plugin_sdk::scorer::{FinishedTurn, Guest, Metadata, PluginGuest, Reward, clock, metadata};
+use metaclaw_plugin_sdk::scorer::{
+    FinishedTurn, Guest, Metadata, PluginGuest, Reward, clock, metadata,
+};
 
 struct Hostile;
 
 impl PluginGuest for Hostile {
     fn metadata() -> Metadata {
-        let mut m = metadata("hostile", env!("CARGO_PKG_VERSION"), "Misbehaves on request (sandbox tests)");
+        let mut m = metadata(
+            "hostile",
+            env!("CARGO_PKG_VERSION"),
+            "Misbehaves on request (sandbox tests)",
+        );
         m.capabilities = vec!["clock".into()];
         m
     }
 }
 
 fn reward(rationale: String) -> Option<Reward> {
-    Some(Reward { value: 0.0, label: "hostile".into(), rationale })
+    Some(Reward {
+        value: 0.0,
+        label: "hostile".into(),
+        rationale,
+    })
 }
 
 fn recurse(depth: u64) -> u64 {
@@ -57,14 +67,31 @@ impl Guest for Hostile {
             "recurse" => reward(format!("depth {}", recurse(0))),
             "huge" => reward("x".repeat(arg.parse().unwrap_or(8 << 20))),
             "trap" => std::process::abort(),
-            "read-file" => reward(format!("{:?}", std::fs::read_to_string(if arg.is_empty() { "/etc/passwd" } else { &arg }).map(|s| s.len()))),
+            "read-file" => reward(format!(
+                "{:?}",
+                std::fs::read_to_string(if arg.is_empty() { "/etc/passwd" } else { &arg })
+                    .map(|s| s.len())
+            )),
             "list-dir" => reward(format!("{:?}", std::fs::read_dir("/").map(|d| d.count()))),
-            "write-file" => reward(format!("{:?}", std::fs::write("/tmp/metaclaw-hostile", b"x"))),
-            "open-socket" => reward(format!("{:?}", std::net::TcpStream::connect(arg.as_str()).map(|_| "connected"))),
-            "read-env" => reward(format!("vars={} HOME={:?}", std::env::vars().count(), std::env::var("HOME").ok())),
+            "write-file" => reward(format!(
+                "{:?}",
+                std::fs::write("/tmp/metaclaw-hostile", b"x")
+            )),
+            "open-socket" => reward(format!(
+                "{:?}",
+                std::net::TcpStream::connect(arg.as_str()).map(|_| "connected")
+            )),
+            "read-env" => reward(format!(
+                "vars={} HOME={:?}",
+                std::env::vars().count(),
+                std::env::var("HOME").ok()
+            )),
             "wasi-clock" => reward(format!(
                 "{}",
-                std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0)
+                std::time::SystemTime::now()
+                    .duration_since(std::time::UNIX_EPOCH)
+                    .map(|d| d.as_secs())
+                    .unwrap_or(0)
             )),
             "host-clock" => reward(format!("{}", clock::now_ms())),
             _ => reward("fine".into()),

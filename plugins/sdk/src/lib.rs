@@ -59,13 +59,50 @@ macro_rules! world {
 // One world per build: the generated export macros are crate-global, so a
 // plugin enables the feature of its kind, and only that one.
 #[cfg(any(
-    all(feature = "scorer", any(feature = "retriever", feature = "evolver", feature = "skill")),
+    all(
+        feature = "scorer",
+        any(feature = "retriever", feature = "evolver", feature = "skill")
+    ),
     all(feature = "retriever", any(feature = "evolver", feature = "skill")),
     all(feature = "evolver", feature = "skill"),
 ))]
-compile_error!("enable exactly one of the features scorer, retriever, evolver, skill (one plugin is one world)");
+compile_error!(
+    "enable exactly one of the features scorer, retriever, evolver, skill (one plugin is one world)"
+);
 
-world!("retriever", retriever, "retriever", "export_retriever", "metaclaw_plugin_sdk::retriever", Retriever, retriever_api);
-world!("scorer", scorer, "scorer", "export_scorer", "metaclaw_plugin_sdk::scorer", Scorer, scorer_api);
-world!("evolver", evolver, "evolver", "export_evolver", "metaclaw_plugin_sdk::evolver", Evolver, evolver_api);
-world!("skill", skill, "skill", "export_skill", "metaclaw_plugin_sdk::skill", Skill, skill_api);
+world!(
+    "retriever",
+    retriever,
+    "retriever",
+    "export_retriever",
+    "metaclaw_plugin_sdk::retriever",
+    Retriever,
+    retriever_api
+);
+world!(
+    "scorer",
+    scorer,
+    "scorer",
+    "export_scorer",
+    "metaclaw_plugin_sdk::scorer",
+    Scorer,
+    scorer_api
+);
+world!(
+    "evolver",
+    evolver,
+    "evolver",
+    "export_evolver",
+    "metaclaw_plugin_sdk::evolver",
+    Evolver,
+    evolver_api
+);
+world!(
+    "skill",
+    skill,
+    "skill",
+    "export_skill",
+    "metaclaw_plugin_sdk::skill",
+    Skill,
+    skill_api
+);

@@ -55,7 +55,12 @@ pub fn score(turn: &FinishedTurn) -> Option<Reward> {
     Some(Reward {
         value,
         label: "tool-error".into(),
-        rationale: format!("{} of {} tool calls failed — {}", failed.len(), total as usize, shown.join("; ")),
+        rationale: format!(
+            "{} of {} tool calls failed — {}",
+            failed.len(),
+            total as usize,
+            shown.join("; ")
+        ),
     })
 }
 
@@ -94,8 +99,15 @@ pub fn error_evidence(output: &str) -> Option<String> {
 
 /// `{"error": …}`, `{"ok": false}`, `{"status": "error"}`, `{"exitCode": 2}`.
 fn json_error(text: &str) -> Option<String> {
-    let compact: String = text.chars().filter(|c| !c.is_whitespace()).collect::<String>().to_ascii_lowercase();
-    if compact.contains("\"ok\":false") || compact.contains("\"status\":\"error\"") || compact.contains("\"success\":false") {
+    let compact: String = text
+        .chars()
+        .filter(|c| !c.is_whitespace())
+        .collect::<String>()
+        .to_ascii_lowercase();
+    if compact.contains("\"ok\":false")
+        || compact.contains("\"status\":\"error\"")
+        || compact.contains("\"success\":false")
+    {
         return Some(clip(text));
     }
     if let Some(at) = compact.find("\"error\":") {
@@ -106,7 +118,10 @@ fn json_error(text: &str) -> Option<String> {
     }
     for key in ["\"exitcode\":", "\"exit_code\":", "\"code\":"] {
         if let Some(at) = compact.find(key) {
-            let digits: String = compact[at + key.len()..].chars().take_while(|c| c.is_ascii_digit() || *c == '-').collect();
+            let digits: String = compact[at + key.len()..]
+                .chars()
+                .take_while(|c| c.is_ascii_digit() || *c == '-')
+                .collect();
             if key != "\"code\":" && digits.parse::<i64>().is_ok_and(|n| n != 0) {
                 return Some(clip(text));
             }
