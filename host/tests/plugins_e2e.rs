@@ -560,3 +560,141 @@ fn the_first_party_tool_error_scorer_flags_failed_tool_calls() {
     ok["tool_results"][0]["content"] = json!("hello world");
     assert_eq!(call(home.path(), "tool-error", &ok).unwrap(), Value::Null);
 }
+
+#[tokio::test]
+async fn every_attack_runs_inside_the_daemon_while_the_proxy_keeps_serving() {
+    let up = dummy();
+    // Keep the attacker enabled through every attack.
+    let mc = Metaclaw::start(
+        &up.url,
+        "llm:\n  api_base: {upstream}\nplugins:\n  watch_interval: 200ms\n  max_failures: 100\n",
+    );
+    let dir = mc.home.path().join("plugins");
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::copy(
+        built_plugin("testing/hostile.wasm"),
+        dir.join("hostile.wasm"),
+    )
+    .unwrap();
+    poll_json(mc.home.path(), &["plugins", "list", "--json"], |v| {
+        v["plugins"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|p| p["name"] == "hostile")
+    });
+    let base = format!("{}/v1", mc.url());
+    let attacks = [
+        "loop",
+        "bomb",
+        "recurse",
+        "trap",
+        "huge",
+        "read-file",
+        "open-socket",
+        "read-env",
+        "write-file",
+    ];
+    let mut worst = Duration::ZERO;
+    for attack in attacks {
+        // Two turns: the second finishes the first, which the scorers judge.
+        post_chat(
+            &base,
+            &chat("echo", "one", false),
+            &[("x-session-id", attack)],
+        )
+        .await;
+        post_chat(
+            &base,
+            &chat("echo", "two", false),
+            &[("x-session-id", attack)],
+        )
+        .await;
+        for i in 0..5 {
+            let t = Instant::now();
+            let r = post_chat(
+                &base,
+                &chat("echo", "still there?", true),
+                &[("x-session-id", &format!("by-{attack}-{i}"))],
+            )
+            .await;
+            assert_eq!(r.status(), 200);
+            let events = read_sse(r, t).await;
+            assert_eq!(content_of(&events), "still there?");
+            worst = worst.max(t.elapsed());
+        }
+    }
+    assert!(
+        worst < Duration::from_secs(1),
+        "a bystander waited {worst:?}"
+    );
+    // The four crashing attacks failed; the probes ran and reported denials.
+    let list = poll_json(mc.home.path(), &["plugins", "list", "--json"], |v| {
+        v["plugins"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|p| p["name"] == "hostile" && p["calls"].as_u64().unwrap() >= 9)
+    });
+    let hostile = list["plugins"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|p| p["name"] == "hostile")
+        .unwrap()
+        .clone();
+    assert_eq!(hostile["failures"], 4, "{hostile}");
+    assert_eq!(hostile["status"], "ok");
+    for probe in ["read-file", "open-socket", "write-file"] {
+        let s = mc.session_until(probe, |v| {
+            v["turns"][0]["rewards"]
+                .as_array()
+                .is_some_and(|r| !r.is_empty())
+        });
+        let r = s["turns"][0]["rewards"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|r| r["source"].as_str().unwrap().contains("hostile"))
+            .unwrap()
+            .clone();
+        assert!(
+            r["rationale"].as_str().unwrap().starts_with("Err("),
+            "{probe}: {r}"
+        );
+    }
+    let s = mc.session_until("read-env", |v| {
+        v["turns"][0]["rewards"]
+            .as_array()
+            .is_some_and(|r| !r.is_empty())
+    });
+    let r = s["turns"][0]["rewards"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|r| r["source"].as_str().unwrap().contains("hostile"))
+        .unwrap()
+        .clone();
+    assert_eq!(r["rationale"], "vars=0 HOME=None");
+    // The huge answer was cut to size before it was stored.
+    let s = mc.session_until("huge", |v| {
+        v["turns"][0]["rewards"]
+            .as_array()
+            .is_some_and(|r| !r.is_empty())
+    });
+    let r = s["turns"][0]["rewards"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|r| r["source"].as_str().unwrap().contains("hostile"))
+        .unwrap()
+        .clone();
+    assert!(r["rationale"].as_str().unwrap().chars().count() <= 1001);
+    // And the daemon is healthy.
+    let health = client()
+        .get(format!("{}/healthz", mc.url()))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(health.status(), 200);
+}
