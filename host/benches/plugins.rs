@@ -12,7 +12,9 @@
     clippy::print_stdout
 )]
 
-use std::path::PathBuf;
+#[path = "../tests/common/mod.rs"]
+mod common;
+
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -20,25 +22,8 @@ use metaclaw::plugins::types::{FinishedTurn, Message};
 use metaclaw::plugins::{Grants, Kind, Limits, Loaded, PluginEngine};
 use sha2::{Digest, Sha256};
 
-fn plugin_path(rel: &str) -> PathBuf {
-    let bin = PathBuf::from(env!("CARGO_BIN_EXE_metaclaw"));
-    let path = bin
-        .parent()
-        .unwrap()
-        .parent()
-        .unwrap()
-        .join("plugins")
-        .join(rel);
-    assert!(
-        path.is_file(),
-        "{} is missing: run scripts/build-plugins first",
-        path.display()
-    );
-    path
-}
-
 fn load(engine: &Arc<PluginEngine>, rel: &str, pool_size: usize) -> Loaded {
-    let path = plugin_path(rel);
+    let path = common::built_plugin(rel);
     let bytes = std::fs::read(&path).unwrap();
     let sha: String = Sha256::digest(&bytes)
         .iter()

@@ -50,6 +50,39 @@ fn hostile_home(config: &str) -> tempfile::TempDir {
     home
 }
 
+/// Copies a built plugin into the running daemon's drop-in folder and
+/// waits until the daemon lists it.
+fn drop_in(mc: &Metaclaw, rel: &str, name: &str) {
+    let dir = mc.home.path().join("plugins");
+    std::fs::create_dir_all(&dir).unwrap();
+    let file = Path::new(rel).file_name().unwrap();
+    std::fs::copy(built_plugin(rel), dir.join(file)).unwrap();
+    poll_json(mc.home.path(), &["plugins", "list", "--json"], |v| {
+        v["plugins"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|p| p["name"] == name)
+    });
+}
+
+/// The hostile plugin's reward for the first turn of `session`.
+fn hostile_reward(mc: &Metaclaw, session: &str) -> Value {
+    let s = mc.session_until(session, |v| {
+        v["turns"][0]["rewards"].as_array().is_some_and(|r| {
+            r.iter()
+                .any(|r| r["source"].as_str().unwrap().contains("hostile"))
+        })
+    });
+    s["turns"][0]["rewards"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|r| r["source"].as_str().unwrap().contains("hostile"))
+        .unwrap()
+        .clone()
+}
+
 fn rationale(v: &Value) -> String {
     v["rationale"].as_str().unwrap_or_default().to_string()
 }
@@ -379,25 +412,9 @@ fn runaway_plugins_are_cut_off_and_their_host_keeps_going() {
 async fn a_hostile_scorer_is_cut_off_disabled_and_never_stalls_the_proxy() {
     let up = dummy();
     let mc = Metaclaw::start(&up.url, WATCHING);
-    std::fs::create_dir_all(mc.home.path().join("plugins")).unwrap();
-    std::fs::copy(
-        built_plugin("testing/hostile.wasm"),
-        mc.home.path().join("plugins/hostile.wasm"),
-    )
-    .unwrap();
-    std::fs::copy(
-        built_plugin("examples/refusals.wasm"),
-        mc.home.path().join("plugins/refusals.wasm"),
-    )
-    .unwrap();
+    drop_in(&mc, "testing/hostile.wasm", "hostile");
+    drop_in(&mc, "examples/refusals.wasm", "refusals");
     let base = format!("{}/v1", mc.url());
-    poll_json(mc.home.path(), &["plugins", "list", "--json"], |v| {
-        v["plugins"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .any(|p| p["name"] == "hostile")
-    });
 
     // Each "loop" session turn that finishes runs the looping scorer. While
     // that happens, ordinary requests keep being answered promptly.
@@ -569,20 +586,7 @@ async fn every_attack_runs_inside_the_daemon_while_the_proxy_keeps_serving() {
         &up.url,
         "llm:\n  api_base: {upstream}\nplugins:\n  watch_interval: 200ms\n  max_failures: 100\n",
     );
-    let dir = mc.home.path().join("plugins");
-    std::fs::create_dir_all(&dir).unwrap();
-    std::fs::copy(
-        built_plugin("testing/hostile.wasm"),
-        dir.join("hostile.wasm"),
-    )
-    .unwrap();
-    poll_json(mc.home.path(), &["plugins", "list", "--json"], |v| {
-        v["plugins"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .any(|p| p["name"] == "hostile")
-    });
+    drop_in(&mc, "testing/hostile.wasm", "hostile");
     let base = format!("{}/v1", mc.url());
     let attacks = [
         "loop",
@@ -646,50 +650,25 @@ async fn every_attack_runs_inside_the_daemon_while_the_proxy_keeps_serving() {
     assert_eq!(hostile["failures"], 4, "{hostile}");
     assert_eq!(hostile["status"], "ok");
     for probe in ["read-file", "open-socket", "write-file"] {
-        let s = mc.session_until(probe, |v| {
-            v["turns"][0]["rewards"]
-                .as_array()
-                .is_some_and(|r| !r.is_empty())
-        });
-        let r = s["turns"][0]["rewards"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .find(|r| r["source"].as_str().unwrap().contains("hostile"))
-            .unwrap()
-            .clone();
+        let r = hostile_reward(&mc, probe);
         assert!(
             r["rationale"].as_str().unwrap().starts_with("Err("),
             "{probe}: {r}"
         );
     }
-    let s = mc.session_until("read-env", |v| {
-        v["turns"][0]["rewards"]
-            .as_array()
-            .is_some_and(|r| !r.is_empty())
-    });
-    let r = s["turns"][0]["rewards"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|r| r["source"].as_str().unwrap().contains("hostile"))
-        .unwrap()
-        .clone();
-    assert_eq!(r["rationale"], "vars=0 HOME=None");
+    assert_eq!(
+        hostile_reward(&mc, "read-env")["rationale"],
+        "vars=0 HOME=None"
+    );
     // The huge answer was cut to size before it was stored.
-    let s = mc.session_until("huge", |v| {
-        v["turns"][0]["rewards"]
-            .as_array()
-            .is_some_and(|r| !r.is_empty())
-    });
-    let r = s["turns"][0]["rewards"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|r| r["source"].as_str().unwrap().contains("hostile"))
-        .unwrap()
-        .clone();
-    assert!(r["rationale"].as_str().unwrap().chars().count() <= 1001);
+    assert!(
+        hostile_reward(&mc, "huge")["rationale"]
+            .as_str()
+            .unwrap()
+            .chars()
+            .count()
+            <= 1001
+    );
     // And the daemon is healthy.
     let health = client()
         .get(format!("{}/healthz", mc.url()))

@@ -34,6 +34,7 @@ use axum::routing::{get, post};
 use futures_util::{Stream, StreamExt, stream};
 use serde_json::{Value, json};
 
+use crate::proxy::request::value_text;
 use crate::sessions::openclaw;
 
 #[derive(Default)]
@@ -435,18 +436,6 @@ impl Drop for Tracked {
     }
 }
 
-fn text_of(content: &Value) -> String {
-    match content {
-        Value::String(s) => s.clone(),
-        Value::Array(parts) => parts
-            .iter()
-            .filter_map(|p| p["text"].as_str())
-            .collect::<Vec<_>>()
-            .join("\n"),
-        _ => String::new(),
-    }
-}
-
 fn messages(request: &Value) -> &[Value] {
     request["messages"]
         .as_array()
@@ -459,7 +448,7 @@ fn last_user_text(request: &Value) -> String {
         .iter()
         .rev()
         .filter(|m| m["role"] == "user")
-        .map(|m| text_of(&m["content"]))
+        .map(|m| value_text(&m["content"]))
         .find(|t| !openclaw::is_internal_context(t))
         .unwrap_or_default()
 }
@@ -468,17 +457,16 @@ fn system_text(request: &Value) -> String {
     messages(request)
         .iter()
         .filter(|m| m["role"] == "system" || m["role"] == "developer")
-        .map(|m| text_of(&m["content"]))
+        .map(|m| value_text(&m["content"]))
         .collect::<Vec<_>>()
         .join("\n\n")
 }
 
 /// The last message that is not OpenClaw's internal context.
 fn last_real_message(request: &Value) -> Option<&Value> {
-    messages(request)
-        .iter()
-        .rev()
-        .find(|m| !(m["role"] == "user" && openclaw::is_internal_context(&text_of(&m["content"]))))
+    messages(request).iter().rev().find(|m| {
+        !(m["role"] == "user" && openclaw::is_internal_context(&value_text(&m["content"])))
+    })
 }
 
 fn last_message_role(request: &Value) -> Option<&str> {
@@ -487,7 +475,7 @@ fn last_message_role(request: &Value) -> Option<&str> {
 
 fn last_message_text(request: &Value) -> String {
     last_real_message(request)
-        .map(|m| text_of(&m["content"]))
+        .map(|m| value_text(&m["content"]))
         .unwrap_or_default()
 }
 

@@ -3,6 +3,7 @@
 use serde_json::Value;
 
 use crate::plugins::types::{FinishedTurn, Message, ToolCall};
+use crate::proxy::request::value_text;
 use crate::store::ScoringInput;
 
 /// `turn`'s request and answer, and its next state from `next`: the tool
@@ -55,15 +56,7 @@ fn next_state(messages: &[Value]) -> (Vec<Message>, Option<String>) {
 
 /// A stored OpenAI-shaped message as a WIT `message`.
 pub fn to_message(m: &Value) -> Message {
-    let content = match &m["content"] {
-        Value::String(s) => s.clone(),
-        Value::Array(parts) => parts
-            .iter()
-            .filter_map(|p| p["text"].as_str())
-            .collect::<Vec<_>>()
-            .join("\n"),
-        _ => String::new(),
-    };
+    let content = value_text(&m["content"]);
     let tool_calls = m["tool_calls"]
         .as_array()
         .map(|calls| {

@@ -12,50 +12,29 @@ pub mod scorer {
     });
 }
 
-pub mod retriever {
-    wasmtime::component::bindgen!({
-        path: "../wit",
-        world: "retriever",
-        imports: { default: trappable },
-        with: {
-            "metaclaw:plugin/types": super::scorer::metaclaw::plugin::types,
-            "metaclaw:plugin/log": super::scorer::metaclaw::plugin::log,
-            "metaclaw:plugin/embed": super::scorer::metaclaw::plugin::embed,
-            "metaclaw:plugin/clock": super::scorer::metaclaw::plugin::clock,
-            "metaclaw:plugin/kv": super::scorer::metaclaw::plugin::kv,
-        },
-    });
+/// A world whose shared interfaces come from the `scorer` bindings.
+macro_rules! world {
+    ($module:ident, $world:literal) => {
+        pub mod $module {
+            wasmtime::component::bindgen!({
+                path: "../wit",
+                world: $world,
+                imports: { default: trappable },
+                with: {
+                    "metaclaw:plugin/types": super::scorer::metaclaw::plugin::types,
+                    "metaclaw:plugin/log": super::scorer::metaclaw::plugin::log,
+                    "metaclaw:plugin/embed": super::scorer::metaclaw::plugin::embed,
+                    "metaclaw:plugin/clock": super::scorer::metaclaw::plugin::clock,
+                    "metaclaw:plugin/kv": super::scorer::metaclaw::plugin::kv,
+                },
+            });
+        }
+    };
 }
 
-pub mod evolver {
-    wasmtime::component::bindgen!({
-        path: "../wit",
-        world: "evolver",
-        imports: { default: trappable },
-        with: {
-            "metaclaw:plugin/types": super::scorer::metaclaw::plugin::types,
-            "metaclaw:plugin/log": super::scorer::metaclaw::plugin::log,
-            "metaclaw:plugin/embed": super::scorer::metaclaw::plugin::embed,
-            "metaclaw:plugin/clock": super::scorer::metaclaw::plugin::clock,
-            "metaclaw:plugin/kv": super::scorer::metaclaw::plugin::kv,
-        },
-    });
-}
-
-pub mod skill {
-    wasmtime::component::bindgen!({
-        path: "../wit",
-        world: "skill",
-        imports: { default: trappable },
-        with: {
-            "metaclaw:plugin/types": super::scorer::metaclaw::plugin::types,
-            "metaclaw:plugin/log": super::scorer::metaclaw::plugin::log,
-            "metaclaw:plugin/embed": super::scorer::metaclaw::plugin::embed,
-            "metaclaw:plugin/clock": super::scorer::metaclaw::plugin::clock,
-            "metaclaw:plugin/kv": super::scorer::metaclaw::plugin::kv,
-        },
-    });
-}
+world!(retriever, "retriever");
+world!(evolver, "evolver");
+world!(skill, "skill");
 
 pub use scorer::metaclaw::plugin::types;
 pub use scorer::metaclaw::plugin::{clock, embed, kv, log};

@@ -161,7 +161,21 @@ impl ChatRequest {
     }
 }
 
-/// The text of a message's `content`: a string, or the text parts of a list.
+/// The text of a parsed message `content`: a string, or the text parts of a
+/// list joined by newlines.
+pub fn value_text(content: &serde_json::Value) -> String {
+    match content {
+        serde_json::Value::String(s) => s.clone(),
+        serde_json::Value::Array(parts) => parts
+            .iter()
+            .filter_map(|p| p["text"].as_str())
+            .collect::<Vec<_>>()
+            .join("\n"),
+        _ => String::new(),
+    }
+}
+
+/// [`value_text`] of a raw (unparsed) `content`.
 pub fn content_text(raw: &RawValue) -> String {
     let s = raw.get();
     if s.starts_with('"') {
