@@ -7,6 +7,7 @@ use crate::metrics::Metrics;
 use crate::plugins::PluginHost;
 use crate::proxy::upstream::Upstream;
 use crate::sessions::Tracker;
+use crate::skills::Skills;
 use crate::store::Store;
 
 pub struct App {
@@ -14,6 +15,8 @@ pub struct App {
     pub sessions: Tracker,
     /// `None` when the plugin host could not start (the proxy still serves).
     pub plugins: Option<Arc<PluginHost>>,
+    /// The skill library and selection (`None` when skills are off).
+    pub skills: Option<Arc<Skills>>,
     pub store: Store,
     pub metrics: Arc<Metrics>,
     pub limits: Limits,

@@ -20,6 +20,8 @@ use crate::proxy::upstream::Upstream;
 use crate::redact::Redactor;
 use crate::server;
 use crate::sessions::{Tracker, now_ms};
+use crate::skills::library::Library;
+use crate::skills::{Settings as SkillSettings, Skills};
 use crate::store::{Store, StoreOptions};
 
 pub struct DaemonOptions {
@@ -169,10 +171,24 @@ pub async fn run(options: DaemonOptions) -> Result<()> {
         }
     };
 
+    // The skill library also loads in the background (a large one takes a
+    // while to read); until then no skill is injected.
+    let skills = config.skills.enabled.then(|| {
+        let dir = config
+            .skills
+            .dir
+            .as_deref()
+            .map(expand_home)
+            .unwrap_or_else(|| home.skills_dir());
+        let library = Library::new(dir, store.path().to_path_buf());
+        Skills::new(library, plugins.clone(), SkillSettings::from_config(config))
+    });
+
     let app = Arc::new(App {
         upstream,
         sessions,
         plugins: plugins.clone(),
+        skills: skills.clone(),
         store: store.clone(),
         metrics: metrics.clone(),
         limits: Limits {
@@ -222,6 +238,31 @@ pub async fn run(options: DaemonOptions) -> Result<()> {
             }
         })
     };
+    if let Some(skills) = skills.clone() {
+        if let Some(host) = &plugins {
+            let s = skills.clone();
+            host.on_reload(move || s.warm());
+        }
+        let spawned = std::thread::Builder::new()
+            .name("metaclaw-skills-load".into())
+            .spawn(move || {
+                let snapshot = skills.library.rescan(None);
+                tracing::info!(
+                    "{} skill(s) loaded, {} problem(s), generation {}",
+                    snapshot.skills.len(),
+                    snapshot.problems.len(),
+                    snapshot.generation
+                );
+                let s = skills.clone();
+                skills
+                    .library
+                    .watch(Duration::from_millis(200), move |_| s.warm());
+                skills.warm();
+            });
+        if let Err(e) = spawned {
+            tracing::error!("cannot load the skill library: {e}");
+        }
+    }
     if let Some(host) = plugins.clone() {
         let spawned = std::thread::Builder::new()
             .name("metaclaw-plugin-load".into())

@@ -26,4 +26,5 @@ pub mod proxy;
 pub mod redact;
 pub mod server;
 pub mod sessions;
+pub mod skills;
 pub mod store;

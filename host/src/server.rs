@@ -237,6 +237,15 @@ async fn admin_status(State(app): State<SharedApp>) -> Response {
         "active_sessions": app.sessions.active_count(),
         "turns": turns,
         "store": { "path": app.store.path(), "queue_depth": app.store.queue_depth() },
+        "skills": app.skills.as_ref().map(|skills| {
+            let snapshot = skills.library.snapshot();
+            json!({
+                "loaded": snapshot.skills.len(),
+                "generation": snapshot.generation,
+                "dir": skills.library.dir,
+                "problems": snapshot.problems,
+            })
+        }),
         "plugins": app.plugins.as_ref().map(|host| {
             let registry = host.current();
             json!({ "loaded": registry.plugins.len(), "problems": registry.problems.len(), "locked": registry.locked })

@@ -340,6 +340,21 @@ pub fn status(home: &Home, config_path: &Path, args: JsonFlag) -> Result<ExitCod
         report["active_sessions"]
     );
     say!("  turns:     {}", report["turns"]);
+    if let Some(s) = report["skills"].as_object() {
+        say!(
+            "  skills:    {} loaded (generation {}) from {}",
+            s["loaded"],
+            s["generation"],
+            s["dir"].as_str().unwrap_or("?")
+        );
+        for problem in s["problems"].as_array().into_iter().flatten() {
+            say!(
+                "  warning:   skill {} skipped: {}",
+                problem["path"].as_str().unwrap_or("?"),
+                problem["error"].as_str().unwrap_or("?")
+            );
+        }
+    }
     if let Some(p) = report["plugins"].as_object() {
         let problems = p["problems"].as_u64().unwrap_or(0);
         say!(

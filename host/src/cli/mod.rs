@@ -17,6 +17,7 @@ mod lifecycle;
 mod plugins_cmd;
 mod sessions_cmd;
 mod setup;
+mod skills_cmd;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -56,6 +57,9 @@ pub enum Command {
     /// WebAssembly plugins: list, inspect, add, remove, pin.
     #[command(subcommand)]
     Plugins(PluginsCommand),
+    /// The skill library: list, show, search, add, remove, history.
+    #[command(subcommand)]
+    Skills(SkillsCommand),
     /// Print the version.
     Version(JsonFlag),
     /// Developer tools.
@@ -177,6 +181,49 @@ pub enum SessionsCommand {
 }
 
 #[derive(Subcommand, Debug)]
+pub enum SkillsCommand {
+    /// The skills in the library.
+    List {
+        /// general, task-specific or common-mistakes.
+        #[arg(long)]
+        category: Option<String>,
+        #[arg(long)]
+        tag: Option<String>,
+        #[arg(long)]
+        json: bool,
+    },
+    /// One skill's SKILL.md.
+    Show {
+        name: String,
+        #[arg(long)]
+        json: bool,
+    },
+    /// What the retriever would inject for a message, with scores.
+    Search {
+        query: String,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Check a SKILL.md (or a folder holding one) and copy it into the library.
+    Add {
+        path: PathBuf,
+        /// Replace a skill of the same name.
+        #[arg(long)]
+        force: bool,
+    },
+    /// Delete a skill from the library.
+    Remove { name: String },
+    /// A skill's recorded changes: who, when, why, content hash.
+    History {
+        name: String,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Install the built-in skills (idempotent; never overwrites your edits).
+    InstallBuiltin,
+}
+
+#[derive(Subcommand, Debug)]
 pub enum PluginsCommand {
     /// Loaded plugins: name, version, kind, hash, status, grants.
     List {
@@ -254,6 +301,7 @@ fn dispatch(cli: Cli) -> Result<ExitCode> {
         Command::Config(cmd) => config_cmd::run(&config_path, cmd),
         Command::Sessions(cmd) => sessions_cmd::run(&home, &config_path, cmd),
         Command::Plugins(cmd) => plugins_cmd::run(&home, &config_path, cmd),
+        Command::Skills(cmd) => skills_cmd::run(&home, &config_path, cmd),
         Command::Version(args) => {
             if args.json {
                 say!(

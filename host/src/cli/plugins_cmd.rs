@@ -416,10 +416,8 @@ fn call(home: &Home, config: &LoadedConfig, spec: &str, input: &str) -> Result<E
         Kind::Retriever => {
             let skills: Vec<types::Skill> = parse(&value["skills"])?;
             let context: types::TurnContext = parse(&value["context"])?;
-            if let Err(e) = plugin.index(&skills, 1)? {
-                bail!("index failed: {e}");
-            }
-            json!(plugin.retrieve(&context, value["k"].as_u64().unwrap_or(5) as u32)?)
+            let k = value["k"].as_u64().unwrap_or(5) as u32;
+            json!(plugin.retrieve(&skills, 1, &context, k, std::time::Duration::from_secs(60))?)
         }
         Kind::Evolver => {
             let drafts: Vec<types::SkillDraft> = parse(&value["drafts"])?;

@@ -174,6 +174,20 @@ fn print_session(
         if let Some(err) = &t.error {
             say!("     error:     {err}");
         }
+        if let Some(skills) = t.injected_skills.as_ref().and_then(|v| v.as_array()) {
+            let names: Vec<String> = skills
+                .iter()
+                .map(|s| {
+                    format!(
+                        "{}@{} ({:.2})",
+                        s["id"].as_str().unwrap_or("?"),
+                        s["version"].as_str().unwrap_or("?"),
+                        s["score"].as_f64().unwrap_or(0.0)
+                    )
+                })
+                .collect();
+            say!("     skills:    {}", names.join(", "));
+        }
         for r in rewards.get(&t.id).into_iter().flatten() {
             say!(
                 "     reward:    {:+.2} {} ({}): {}",

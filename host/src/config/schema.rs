@@ -200,6 +200,14 @@ pub struct SkillsConfig {
     pub auto_evolve: bool,
     pub evolution_every_n_turns: u32,
     pub embedding_model_path: Option<String>,
+    /// Retrieved skills scoring below this are not injected (0..1): small
+    /// talk matches nothing.
+    pub min_relevance: f32,
+    /// ...and at least this share of the best skill's score (keeps
+    /// skills that merely share a word with the question out).
+    pub min_relative_relevance: f32,
+    /// An executable skill joins when its `applies()` reaches this.
+    pub component_threshold: f32,
 }
 
 impl Default for SkillsConfig {
@@ -213,6 +221,9 @@ impl Default for SkillsConfig {
             auto_evolve: true,
             evolution_every_n_turns: 10,
             embedding_model_path: None,
+            min_relevance: 0.3,
+            min_relative_relevance: 0.5,
+            component_threshold: 0.5,
         }
     }
 }

@@ -145,6 +145,9 @@ struct Instance {
     store: Store<PluginState>,
     bindings: Bindings,
     calls: u32,
+    /// For a retriever: the library generation this instance has indexed
+    /// (each instance has its own memory, so each needs the index).
+    indexed: Option<u64>,
 }
 
 #[derive(Debug, Default, Serialize)]
@@ -357,6 +360,7 @@ impl Loaded {
             store,
             bindings,
             calls: 0,
+            indexed: None,
         })
     }
 
@@ -365,7 +369,7 @@ impl Loaded {
     /// the failure counted, and the plugin disabled after too many in a row.
     fn call<R>(
         &self,
-        f: impl FnOnce(&mut Store<PluginState>, &Bindings) -> Result<wasmtime::Result<R>, CallError>,
+        f: impl FnOnce(&mut Instance) -> Result<wasmtime::Result<R>, CallError>,
     ) -> Result<R, CallError> {
         if self.is_disabled() {
             return Err(CallError::Disabled(self.limits.max_failures));
@@ -385,7 +389,7 @@ impl Loaded {
         instance.store.data_mut().log_budget = super::sandbox::LOG_LINES_PER_CALL;
         let outcome = {
             let _ticking = self.engine.running();
-            f(&mut instance.store, &instance.bindings)
+            f(&mut instance)
         };
         self.stats.calls.fetch_add(1, Ordering::Relaxed);
         self.stats
@@ -454,21 +458,29 @@ impl Loaded {
     }
 
     pub fn metadata(&self) -> Result<types::PluginMetadata, CallError> {
-        self.call(|store, b| {
-            Ok(match b {
-                Bindings::Retriever(b) => b.metaclaw_plugin_plugin().call_metadata(store),
-                Bindings::Scorer(b) => b.metaclaw_plugin_plugin().call_metadata(store),
-                Bindings::Evolver(b) => b.metaclaw_plugin_plugin().call_metadata(store),
-                Bindings::Skill(b) => b.metaclaw_plugin_plugin().call_metadata(store),
-            })
-        })
+        self.call(
+            |Instance {
+                 store, bindings, ..
+             }| {
+                Ok(match bindings {
+                    Bindings::Retriever(b) => b.metaclaw_plugin_plugin().call_metadata(store),
+                    Bindings::Scorer(b) => b.metaclaw_plugin_plugin().call_metadata(store),
+                    Bindings::Evolver(b) => b.metaclaw_plugin_plugin().call_metadata(store),
+                    Bindings::Skill(b) => b.metaclaw_plugin_plugin().call_metadata(store),
+                })
+            },
+        )
     }
 
     pub fn score(&self, turn: &types::FinishedTurn) -> Result<Option<types::Reward>, CallError> {
-        let reward = self.call(|store, b| match b {
-            Bindings::Scorer(b) => Ok(b.metaclaw_plugin_scorer_api().call_score(store, turn)),
-            _ => Err(CallError::WrongKind(self.info.kind.as_str())),
-        })?;
+        let reward = self.call(
+            |Instance {
+                 store, bindings, ..
+             }| match bindings {
+                Bindings::Scorer(b) => Ok(b.metaclaw_plugin_scorer_api().call_score(store, turn)),
+                _ => Err(CallError::WrongKind(self.info.kind.as_str())),
+            },
+        )?;
         // Whatever the guest returns, what the host keeps is bounded.
         Ok(reward.map(|r| types::Reward {
             value: if r.value.is_finite() {
@@ -481,32 +493,100 @@ impl Loaded {
         }))
     }
 
-    pub fn index(
+    /// Retrieves the `k` best skills. The instance the call gets indexes
+    /// `skills` first if it has not indexed `generation` yet (under
+    /// `index_timeout` rather than the retrieval deadline).
+    pub fn retrieve(
         &self,
         skills: &[types::Skill],
         generation: u64,
-    ) -> Result<Result<(), String>, CallError> {
-        self.call(|store, b| match b {
-            Bindings::Retriever(b) => Ok(b
-                .metaclaw_plugin_retriever_api()
-                .call_index(store, skills, generation)),
-            _ => Err(CallError::WrongKind(self.info.kind.as_str())),
-        })
-    }
-
-    pub fn retrieve(
-        &self,
         context: &types::TurnContext,
         k: u32,
+        index_timeout: Duration,
     ) -> Result<Vec<types::ScoredSkill>, CallError> {
-        let mut ranked = self.call(|store, b| match b {
-            Bindings::Retriever(b) => Ok(b
-                .metaclaw_plugin_retriever_api()
-                .call_retrieve(store, context, k)),
-            _ => Err(CallError::WrongKind(self.info.kind.as_str())),
+        let timeout = self.engine.ticks(self.limits.timeout);
+        let index_ticks = self.engine.ticks(index_timeout);
+        let mut ranked = self.call(|instance| {
+            let Instance {
+                store,
+                bindings,
+                indexed,
+                ..
+            } = instance;
+            let Bindings::Retriever(b) = bindings else {
+                return Err(CallError::WrongKind(self.info.kind.as_str()));
+            };
+            if *indexed != Some(generation) {
+                store.set_epoch_deadline(index_ticks);
+                match b
+                    .metaclaw_plugin_retriever_api()
+                    .call_index(&mut *store, skills, generation)
+                {
+                    Ok(Ok(())) => *indexed = Some(generation),
+                    Ok(Err(message)) => {
+                        return Err(CallError::Trap(format!("index() refused: {message}")));
+                    }
+                    Err(trap) => return Ok(Err(trap)),
+                }
+                store.set_epoch_deadline(timeout);
+            }
+            Ok(b.metaclaw_plugin_retriever_api()
+                .call_retrieve(store, context, k))
         })?;
         ranked.truncate(k as usize);
         Ok(ranked)
+    }
+
+    /// Indexes `skills` on every pooled instance (creating one if the pool
+    /// is empty), off the request path, so turns find warm indexes.
+    pub fn warm(
+        &self,
+        skills: &[types::Skill],
+        generation: u64,
+        index_timeout: Duration,
+    ) -> Result<(), CallError> {
+        let mut held = Vec::new();
+        while let Some(instance) = self.pool.lock().ok().and_then(|mut p| p.pop()) {
+            held.push(instance);
+        }
+        if held.is_empty() {
+            held.push(self.instantiate().map_err(|e| self.failed(e))?);
+        }
+        for mut instance in held {
+            if instance.indexed != Some(generation) {
+                let Bindings::Retriever(b) = &instance.bindings else {
+                    return Err(CallError::WrongKind(self.info.kind.as_str()));
+                };
+                instance
+                    .store
+                    .set_epoch_deadline(self.engine.ticks(index_timeout));
+                let _ticking = self.engine.running();
+                match b.metaclaw_plugin_retriever_api().call_index(
+                    &mut instance.store,
+                    skills,
+                    generation,
+                ) {
+                    Ok(Ok(())) => instance.indexed = Some(generation),
+                    Ok(Err(message)) => {
+                        return Err(
+                            self.failed(CallError::Trap(format!("index() refused: {message}")))
+                        );
+                    }
+                    // A trapped instance is dropped.
+                    Err(trap) => {
+                        return Err(
+                            self.failed(CallError::Trap(format!("index() trapped: {trap:#}")))
+                        );
+                    }
+                }
+            }
+            if let Ok(mut pool) = self.pool.lock()
+                && pool.len() < self.limits.pool_size
+            {
+                pool.push(instance);
+            }
+        }
+        Ok(())
     }
 
     pub fn process(
@@ -514,19 +594,29 @@ impl Loaded {
         drafts: &[types::SkillDraft],
         library: &[types::Skill],
     ) -> Result<Vec<types::DraftOutcome>, CallError> {
-        self.call(|store, b| match b {
-            Bindings::Evolver(b) => Ok(b
-                .metaclaw_plugin_evolver_api()
-                .call_process(store, drafts, library)),
-            _ => Err(CallError::WrongKind(self.info.kind.as_str())),
-        })
+        self.call(
+            |Instance {
+                 store, bindings, ..
+             }| match bindings {
+                Bindings::Evolver(b) => Ok(b
+                    .metaclaw_plugin_evolver_api()
+                    .call_process(store, drafts, library)),
+                _ => Err(CallError::WrongKind(self.info.kind.as_str())),
+            },
+        )
     }
 
     pub fn applies(&self, context: &types::TurnContext) -> Result<f32, CallError> {
-        let score = self.call(|store, b| match b {
-            Bindings::Skill(b) => Ok(b.metaclaw_plugin_skill_api().call_applies(store, context)),
-            _ => Err(CallError::WrongKind(self.info.kind.as_str())),
-        })?;
+        let score = self.call(
+            |Instance {
+                 store, bindings, ..
+             }| match bindings {
+                Bindings::Skill(b) => {
+                    Ok(b.metaclaw_plugin_skill_api().call_applies(store, context))
+                }
+                _ => Err(CallError::WrongKind(self.info.kind.as_str())),
+            },
+        )?;
         Ok(if score.is_finite() {
             score.clamp(0.0, 1.0)
         } else {
@@ -535,10 +625,14 @@ impl Loaded {
     }
 
     pub fn render(&self, context: &types::TurnContext) -> Result<String, CallError> {
-        let text = self.call(|store, b| match b {
-            Bindings::Skill(b) => Ok(b.metaclaw_plugin_skill_api().call_render(store, context)),
-            _ => Err(CallError::WrongKind(self.info.kind.as_str())),
-        })?;
+        let text = self.call(
+            |Instance {
+                 store, bindings, ..
+             }| match bindings {
+                Bindings::Skill(b) => Ok(b.metaclaw_plugin_skill_api().call_render(store, context)),
+                _ => Err(CallError::WrongKind(self.info.kind.as_str())),
+            },
+        )?;
         Ok(clip(&text, 16 << 10))
     }
 

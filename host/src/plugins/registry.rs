@@ -103,7 +103,15 @@ impl Settings {
             max_failures: p.max_failures.max(1),
             pool_size: p.pool_size.max(1),
             timeouts,
-            retriever: specs(&p.retriever),
+            retriever: if p.retriever.is_empty() {
+                // The original's `retrieval_mode: template` means BM25 here.
+                match config.skills.retrieval_mode.as_str() {
+                    "embedding" => specs(&["embedding".to_string(), "bm25".to_string()]),
+                    _ => specs(&["bm25".to_string()]),
+                }
+            } else {
+                specs(&p.retriever)
+            },
             scorers: p.scorers.as_deref().map(specs),
             evolvers: p.evolvers.as_deref().map(specs),
             skills: p.skills.as_deref().map(specs),
@@ -234,6 +242,8 @@ pub struct PluginHost {
     current: RwLock<Arc<Registry>>,
     /// One scan at a time.
     scanning: Mutex<()>,
+    /// Told after each reload (retrievers then index the skill library).
+    on_reload: Mutex<Option<Box<dyn Fn() + Send + Sync>>>,
 }
 
 impl PluginHost {
@@ -248,6 +258,7 @@ impl PluginHost {
             embedder,
             current: RwLock::new(Arc::new(Registry::default())),
             scanning: Mutex::new(()),
+            on_reload: Mutex::new(None),
         }))
     }
 
@@ -266,7 +277,19 @@ impl PluginHost {
         if let Ok(mut current) = self.current.write() {
             *current = next.clone();
         }
+        if let Ok(hook) = self.on_reload.lock()
+            && let Some(hook) = hook.as_ref()
+        {
+            hook();
+        }
         next
+    }
+
+    /// Runs `hook` after every reload.
+    pub fn on_reload(&self, hook: impl Fn() + Send + Sync + 'static) {
+        if let Ok(mut slot) = self.on_reload.lock() {
+            *slot = Some(Box::new(hook));
+        }
     }
 
     fn scan(&self, previous: &Registry) -> Registry {

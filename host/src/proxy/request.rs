@@ -31,6 +31,10 @@ struct View<'a> {
     session_done: Option<Truthy>,
     #[serde(borrow, default)]
     turn_type: Option<Cow<'a, str>>,
+    #[serde(default)]
+    max_tokens: Option<u64>,
+    #[serde(default)]
+    max_completion_tokens: Option<u64>,
     #[serde(borrow)]
     messages: Vec<MessageView<'a>>,
 }
@@ -86,6 +90,8 @@ pub struct ChatRequest {
     /// Hash of (model, system prompt, first user message): the session key
     /// of last resort, computed only when no other key exists.
     pub fingerprint: Option<String>,
+    /// Tokens the request reserves for the answer.
+    pub max_output_tokens: u64,
 }
 
 impl ChatRequest {
@@ -157,6 +163,7 @@ impl ChatRequest {
             runtime_session_id,
             last_user_text: last_user,
             fingerprint,
+            max_output_tokens: view.max_completion_tokens.or(view.max_tokens).unwrap_or(0),
         })
     }
 }

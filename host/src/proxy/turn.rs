@@ -3,11 +3,13 @@
 //! 1. **admit**: a JSON body of bounded size, read within bounded time;
 //! 2. **session**: which conversation the turn belongs to, main or side;
 //! 3. **upstream body**: the agent's request as received, minus metaclaw's
-//!    own control fields (skills are injected at this stage);
-//! 4. **upstream**: sent on a pooled keep-alive connection;
-//! 5. **answer**: errors pass through with the upstream's status; a stream is
+//!    own control fields;
+//! 4. **skills**: the retriever picks the few skills that fit the turn and
+//!    they are spliced in after the agent's system prompt;
+//! 5. **upstream**: sent on a pooled keep-alive connection;
+//! 6. **answer**: errors pass through with the upstream's status; a stream is
 //!    forwarded chunk by chunk as it arrives while a tee keeps a copy;
-//! 6. **record**: when the answer is over (or the client went away), the
+//! 7. **record**: when the answer is over (or the client went away), the
 //!    turn is queued for the store and the session is told; a client's
 //!    "done" ends the session, which is what learning listens for.
 
@@ -30,6 +32,7 @@ use super::upstream::{Upstream, forward_response_headers};
 use crate::app::{App, Limits, SharedApp};
 use crate::error::ApiError;
 use crate::sessions::{EndReason, Hints, TurnType, now_ms, openclaw};
+use crate::skills::{Query, Skills, inject};
 use crate::store::{Admission, Capture, SessionInfo, SessionSource, TurnRecord, TurnStatus};
 
 const ROUTE: &str = "/v1/chat/completions";
@@ -103,11 +106,24 @@ async fn turn(app: &SharedApp, request: Request, started: Instant) -> Result<Res
         first_byte: None,
         admission: None,
         done_after,
+        injected: None,
         finished: false,
     };
     ctx.admission = app.store.admit().await;
 
-    // 4. Upstream.
+    // 4. Skills: the few that fit this turn, after the agent's own system
+    // prompt (main turns only; background work gets none).
+    let upstream_body = match (&app.skills, turn_type) {
+        (Some(skills), TurnType::Main) if skills.settings.enabled => {
+            let (body, injected) =
+                add_skills(skills, upstream_body, &ctx, request.max_output_tokens).await;
+            ctx.injected = injected;
+            body
+        }
+        _ => upstream_body,
+    };
+
+    // 5. Upstream.
     ctx.upstream_started = Some(Instant::now());
     let response = match app
         .upstream
@@ -121,7 +137,7 @@ async fn turn(app: &SharedApp, request: Request, started: Instant) -> Result<Res
         }
     };
 
-    // 5. Answer.
+    // 6. Answer.
     let status =
         StatusCode::from_u16(response.status().as_u16()).unwrap_or(StatusCode::BAD_GATEWAY);
     let mut headers = HeaderMap::new();
@@ -315,6 +331,46 @@ fn upstream_body(
     Ok((Bytes::from(bytes), Some(model)))
 }
 
+/// Chooses the turn's skills (on a blocking thread: retrievers are plugins)
+/// and splices them into the body. Returns the body to send and the record
+/// of what was injected. Any failure leaves the body as the agent sent it.
+async fn add_skills(
+    skills: &Arc<Skills>,
+    body: Bytes,
+    ctx: &TurnCtx,
+    reserve: u64,
+) -> (Bytes, Option<String>) {
+    let skills = skills.clone();
+    let query_body = body.clone();
+    let session = ctx.session.id.to_string();
+    let model = ctx.upstream_model.clone().unwrap_or_default();
+    let selection = tokio::task::spawn_blocking(move || {
+        let query = Query::from_chat_request(&query_body, &session, &model);
+        let selection = skills.select(&query);
+        let budget = skills.settings.max_context_tokens;
+        let chosen = inject::fit(selection.skills, query_body.len(), reserve, budget);
+        (chosen, selection.retriever)
+    })
+    .await;
+    let Ok((chosen, _retriever)) = selection else {
+        return (body, None);
+    };
+    if chosen.is_empty() {
+        return (body, None);
+    }
+    let record = serde_json::json!(
+        chosen
+            .iter()
+            .map(|s| serde_json::json!({"id": s.id, "version": s.version, "score": s.score}))
+            .collect::<Vec<_>>()
+    )
+    .to_string();
+    match inject::splice(&body, &inject::block(&chosen)) {
+        Some(spliced) => (spliced, Some(record)),
+        None => (body, None),
+    }
+}
+
 fn is_event_stream(headers: &HeaderMap) -> bool {
     headers
         .get(header::CONTENT_TYPE)
@@ -377,6 +433,8 @@ struct TurnCtx {
     first_byte: Option<Instant>,
     admission: Admission,
     done_after: bool,
+    /// The skills injected: `[{"id", "version", "score"}]`.
+    injected: Option<String>,
     finished: bool,
 }
 
@@ -388,6 +446,11 @@ impl TurnCtx {
         }
         if let Ok(v) = HeaderValue::from_str(&self.id) {
             headers.insert("x-metaclaw-turn-id", v);
+        }
+        if let Some(ids) = self.injected.as_deref().and_then(injected_ids)
+            && let Ok(v) = HeaderValue::from_str(&ids)
+        {
+            headers.insert("x-metaclaw-skills", v);
         }
     }
 
@@ -440,6 +503,7 @@ impl TurnCtx {
                 .first_byte
                 .map(|f| ms(f.saturating_duration_since(self.started))),
             message_count: self.message_count,
+            injected_skills: self.injected.take(),
         };
         self.app.store.record(record, self.admission.take());
         self.app.sessions.finished(&self.session, self.turn_type);
@@ -450,6 +514,17 @@ impl TurnCtx {
                 .end(&self.session.id, EndReason::ClientDone);
         }
     }
+}
+
+/// `a,b,c` from the injected-skills record.
+fn injected_ids(record: &str) -> Option<String> {
+    let list: Vec<serde_json::Value> = serde_json::from_str(record).ok()?;
+    Some(
+        list.iter()
+            .filter_map(|s| s["id"].as_str())
+            .collect::<Vec<_>>()
+            .join(","),
+    )
 }
 
 impl Drop for TurnCtx {

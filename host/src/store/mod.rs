@@ -10,6 +10,7 @@
 
 mod read;
 mod schema;
+pub mod skills;
 mod writer;
 
 use std::os::unix::fs::OpenOptionsExt;
@@ -110,6 +111,8 @@ pub struct TurnRecord {
     pub upstream_ms: Option<f64>,
     pub ttft_ms: Option<f64>,
     pub message_count: u32,
+    /// `[{"id", "version", "score"}]` of the skills injected.
+    pub injected_skills: Option<String>,
 }
 
 /// A reward to store for a turn.
@@ -375,12 +378,20 @@ pub fn open_read_only(path: &Path) -> Result<Connection> {
     Ok(conn)
 }
 
-/// Opens the database read-write and brings its schema up to date without
-/// starting a writer (for the CLI when no daemon runs).
-pub fn ensure_schema(path: &Path) -> Result<()> {
+/// A read-write connection with the schema up to date, for work that
+/// writes rarely and outside the turn writer (the skill library, the CLI).
+/// SQLite serialises it with the writer thread.
+pub fn open_side_writer(path: &Path) -> Result<Connection> {
     let mut conn = open_rw(path)?;
+    let version: u32 = conn.pragma_query_value(None, "user_version", |r| r.get(0))?;
+    if version > schema::latest_version() {
+        bail!(
+            "{} was written by a newer metaclaw: upgrade metaclaw",
+            path.display()
+        );
+    }
     schema::migrate(&mut conn)?;
-    Ok(())
+    Ok(conn)
 }
 
 pub use read::{

@@ -149,13 +149,15 @@ pub struct TurnRow {
     pub response: Option<Value>,
     pub request_params: Value,
     pub message_hashes: Vec<String>,
+    /// `[{"id", "version", "score"}]` of the skills injected.
+    pub injected_skills: Option<Value>,
 }
 
 pub fn session_turns(conn: &Connection, session_id: &str) -> rusqlite::Result<Vec<TurnRow>> {
     conn.prepare(
         "SELECT id, seq, turn_type, api, model, upstream_model, stream, status, http_status, error,
                 user_summary, response_summary, usage, started_at_ms, finished_at_ms, total_ms, upstream_ms,
-                ttft_ms, response, request_params, request_messages
+                ttft_ms, response, request_params, request_messages, injected_skills
          FROM turns WHERE session_id = ?1 ORDER BY seq",
     )?
     .query_map(params![session_id], |row| {
@@ -188,6 +190,7 @@ pub fn session_turns(conn: &Connection, session_id: &str) -> rusqlite::Result<Ve
             message_hashes: json(20)?
                 .and_then(|v| serde_json::from_value(v).ok())
                 .unwrap_or_default(),
+            injected_skills: json(21)?,
         })
     })?
     .collect()

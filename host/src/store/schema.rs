@@ -86,6 +86,36 @@ const MIGRATIONS: &[&str] = &[
     -- When the turn's outcome was scored (its next state known).
     ALTER TABLE turns ADD COLUMN scored_at_ms INTEGER;
     "#,
+    // 3: the skill library's state, its change history, and what each turn
+    // was given.
+    r#"
+    CREATE TABLE meta (
+        key   TEXT PRIMARY KEY,
+        value TEXT NOT NULL
+    );
+    -- The library as last seen: a change is any difference from this.
+    CREATE TABLE skill_state (
+        skill_id      TEXT PRIMARY KEY,
+        version       TEXT NOT NULL,
+        content_hash  TEXT NOT NULL,
+        created_by    TEXT NOT NULL,
+        updated_at_ms INTEGER NOT NULL
+    );
+    CREATE TABLE skill_changes (
+        id           INTEGER PRIMARY KEY AUTOINCREMENT,
+        skill_id     TEXT NOT NULL,
+        change       TEXT NOT NULL,
+        version      TEXT,
+        content_hash TEXT,
+        who          TEXT NOT NULL,
+        why          TEXT NOT NULL,
+        generation   INTEGER NOT NULL,
+        at_ms        INTEGER NOT NULL
+    );
+    CREATE INDEX skill_changes_by_skill ON skill_changes(skill_id, id);
+    -- [{"id", "version", "score"}] of the skills injected into the turn.
+    ALTER TABLE turns ADD COLUMN injected_skills TEXT;
+    "#,
 ];
 
 pub fn configure(conn: &Connection) -> rusqlite::Result<()> {

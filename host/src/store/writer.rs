@@ -482,9 +482,9 @@ fn insert_turn(tx: &Transaction<'_>, t: &TurnRecord, p: &Prepared) -> rusqlite::
         "INSERT INTO turns (id, session_id, seq, turn_type, api, model, upstream_model, stream, status,
                             http_status, error, request_messages, tools_blob, request_params, response, usage,
                             user_summary, response_summary, started_at_ms, finished_at_ms, total_ms,
-                            upstream_ms, ttft_ms)
+                            upstream_ms, ttft_ms, injected_skills)
          VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19, ?20,
-                 ?21, ?22, ?23)",
+                 ?21, ?22, ?23, ?24)",
     )?
     .execute(params![
         t.id,
@@ -510,6 +510,7 @@ fn insert_turn(tx: &Transaction<'_>, t: &TurnRecord, p: &Prepared) -> rusqlite::
         t.total_ms,
         t.upstream_ms,
         t.ttft_ms,
+        t.injected_skills,
     ])?;
     Ok(seq)
 }

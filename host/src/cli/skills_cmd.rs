@@ -1,0 +1,283 @@
+//! `metaclaw skills list | show | search | add | remove | history | install-builtin`.
+
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+
+use anyhow::{Context, Result, bail};
+use serde_json::json;
+
+use super::{SkillsCommand, load_config, local_time};
+use crate::config::Loaded as LoadedConfig;
+use crate::daemon::expand_home;
+use crate::home::Home;
+use crate::plugins::{PluginHost, Settings as PluginSettings};
+use crate::skills::library::Library;
+use crate::skills::skill::{self, Category};
+use crate::skills::{Query, Settings as SkillSettings, Skills, builtin, clean_query};
+use crate::store::skills::{Attribution, builtin_hashes, history};
+
+fn skills_dir(home: &Home, config: &LoadedConfig) -> PathBuf {
+    config
+        .config
+        .skills
+        .dir
+        .as_deref()
+        .map(expand_home)
+        .unwrap_or_else(|| home.skills_dir())
+}
+
+fn db(home: &Home, config: &LoadedConfig) -> PathBuf {
+    config
+        .config
+        .store
+        .path
+        .as_deref()
+        .map(expand_home)
+        .unwrap_or_else(|| home.db_file())
+}
+
+pub fn run(home: &Home, config_path: &Path, command: SkillsCommand) -> Result<ExitCode> {
+    let config = load_config(config_path)?;
+    home.ensure()?;
+    let dir = skills_dir(home, &config);
+    let db = db(home, &config);
+    match command {
+        SkillsCommand::List {
+            category,
+            tag,
+            json,
+        } => {
+            let library = Library::open(dir, db);
+            let snapshot = library.snapshot();
+            let wanted = match category.as_deref() {
+                None => None,
+                Some(c) => Some(serde_json::from_value::<Category>(json!(c)).map_err(|_| {
+                    anyhow::anyhow!(
+                        "--category {c:?}: use general, task-specific or common-mistakes"
+                    )
+                })?),
+            };
+            let skills: Vec<_> = snapshot
+                .skills
+                .iter()
+                .filter(|s| wanted.is_none_or(|c| s.category == c))
+                .filter(|s| {
+                    tag.as_deref()
+                        .is_none_or(|t| s.tags.iter().any(|x| x == &t.to_lowercase()))
+                })
+                .collect();
+            if json {
+                say!(
+                    "{}",
+                    serde_json::to_string_pretty(&json!({
+                        "generation": snapshot.generation,
+                        "skills": skills.iter().map(|s| json!({
+                            "name": s.name, "description": s.description, "category": s.category.as_str(),
+                            "tags": s.tags, "version": s.version.to_string(), "created_by": s.created_by,
+                            "component": s.component, "content_hash": s.content_hash,
+                        })).collect::<Vec<_>>(),
+                        "problems": snapshot.problems,
+                    }))?
+                );
+            } else {
+                if skills.is_empty() {
+                    say!(
+                        "no skills in {} (try `metaclaw skills install-builtin`)",
+                        library.dir.display()
+                    );
+                }
+                for s in &skills {
+                    let description: String = s.description.chars().take(70).collect();
+                    say!(
+                        "{:<36} {:<15} {:<7} {:<10} {}",
+                        s.name,
+                        s.category.as_str(),
+                        s.version,
+                        s.created_by,
+                        description
+                    );
+                }
+                for p in &snapshot.problems {
+                    say!("problem: {}: {}", p.path.display(), p.error);
+                }
+            }
+        }
+        SkillsCommand::Show { name, json } => {
+            let folder = dir.join(&name);
+            let text = std::fs::read_to_string(folder.join("SKILL.md")).with_context(|| {
+                format!(
+                    "no skill {name:?} in {} (see `metaclaw skills list`)",
+                    dir.display()
+                )
+            })?;
+            let parsed = skill::parse(&name, &text);
+            if json {
+                let value = match &parsed {
+                    Ok(s) => json!({"skill": s, "path": folder.join("SKILL.md")}),
+                    Err(e) => json!({"error": e, "path": folder.join("SKILL.md")}),
+                };
+                say!("{}", serde_json::to_string_pretty(&value)?);
+            } else {
+                say_raw!("{text}");
+                if let Err(e) = parsed {
+                    say!("\nproblem: {e}");
+                }
+            }
+        }
+        SkillsCommand::Search { query, json } => {
+            let library = Library::open(dir, db);
+            let plugins = PluginHost::new(PluginSettings::from_config(&config.config, home), None)?;
+            plugins.reload();
+            let skills = Skills::new(
+                library,
+                Some(plugins),
+                SkillSettings::from_config(&config.config),
+            );
+            let q = Query {
+                text: clean_query(&query),
+                ..Query::default()
+            };
+            let selection = skills.select(&q);
+            let injected: Vec<&str> = selection.skills.iter().map(|s| s.id.as_str()).collect();
+            if json {
+                say!(
+                    "{}",
+                    serde_json::to_string_pretty(&json!({
+                        "query": q.text,
+                        "retriever": selection.retriever,
+                        "min_relevance": skills.settings.min_relevance,
+                        "ranked": selection.ranked.iter().map(|(id, score)| json!({"id": id, "score": score, "injected": injected.contains(&id.as_str())})).collect::<Vec<_>>(),
+                        "injected": injected,
+                    }))?
+                );
+            } else {
+                match &selection.retriever {
+                    Some(r) => say!(
+                        "retriever: {r} (min relevance {})",
+                        skills.settings.min_relevance
+                    ),
+                    None => say!(
+                        "no retriever answered: build the plugins (scripts/build-plugins) or check `metaclaw plugins list`"
+                    ),
+                }
+                for (id, score) in selection.ranked.iter().take(15) {
+                    let mark = if injected.contains(&id.as_str()) {
+                        "*"
+                    } else {
+                        " "
+                    };
+                    say!("{mark} {score:.3}  {id}");
+                }
+                say!(
+                    "{} skill(s) would be injected{}",
+                    injected.len(),
+                    if injected.is_empty() {
+                        ""
+                    } else {
+                        " (marked *)"
+                    }
+                );
+            }
+        }
+        SkillsCommand::Add { path, force } => {
+            let file = if path.is_dir() {
+                path.join("SKILL.md")
+            } else {
+                path.clone()
+            };
+            let text = std::fs::read_to_string(&file)
+                .with_context(|| format!("cannot read {}", file.display()))?;
+            // The name decides the folder; parse once to learn it, then
+            // strictly against that folder name.
+            let name = text
+                .lines()
+                .find_map(|l| l.strip_prefix("name:"))
+                .map(|n| n.trim().trim_matches(['"', '\'']).to_string())
+                .context("no `name:` in the frontmatter")?;
+            let parsed = skill::parse(&name, &text)
+                .map_err(|e| anyhow::anyhow!("{}: {e}", file.display()))?;
+            let target = dir.join(&parsed.id);
+            if target.join("SKILL.md").exists() && !force {
+                bail!(
+                    "{} already exists; pass --force to replace it",
+                    target.display()
+                );
+            }
+            std::fs::create_dir_all(&target)?;
+            std::fs::write(target.join("SKILL.md"), &text)?;
+            let library = Library::new(dir.clone(), db);
+            library.rescan(Some(&Attribution {
+                who: "user".into(),
+                why: format!("metaclaw skills add {}", path.display()),
+            }));
+            say!(
+                "added {} ({}, v{}) to {}",
+                parsed.name,
+                parsed.category.as_str(),
+                parsed.version,
+                target.display()
+            );
+        }
+        SkillsCommand::Remove { name } => {
+            if !skill::valid_name(&name) || !dir.join(&name).join("SKILL.md").exists() {
+                bail!("no skill {name:?} in {}", dir.display());
+            }
+            std::fs::remove_dir_all(dir.join(&name))?;
+            let library = Library::new(dir, db);
+            library.rescan(Some(&Attribution {
+                who: "user".into(),
+                why: "metaclaw skills remove".into(),
+            }));
+            say!("removed {name}");
+        }
+        SkillsCommand::History { name, json } => {
+            let conn = crate::store::open_side_writer(&db)?;
+            let changes = history(&conn, &name)?;
+            if changes.is_empty() {
+                bail!("no recorded history for {name:?}");
+            }
+            if json {
+                say!("{}", serde_json::to_string_pretty(&changes)?);
+            } else {
+                for c in changes {
+                    say!(
+                        "{}  generation {:<4} {:<8} v{:<8} {} ({}){}",
+                        local_time(c.at_ms),
+                        c.generation,
+                        c.change,
+                        c.version.as_deref().unwrap_or("-"),
+                        c.who,
+                        c.why,
+                        c.content_hash
+                            .map(|h| format!("  sha256 {}", &h[..12]))
+                            .unwrap_or_default()
+                    );
+                }
+            }
+        }
+        SkillsCommand::InstallBuiltin => {
+            let conn = crate::store::open_side_writer(&db)?;
+            let report = builtin::install(&dir, &|name| {
+                builtin_hashes(&conn, name).unwrap_or_default()
+            })?;
+            drop(conn);
+            let library = Library::new(dir.clone(), db);
+            library.rescan(Some(&Attribution {
+                who: "builtin".into(),
+                why: "metaclaw skills install-builtin".into(),
+            }));
+            say!(
+                "{} added, {} updated, {} already current, {} kept as you edited them ({})",
+                report.added.len(),
+                report.updated.len(),
+                report.unchanged.len(),
+                report.kept.len(),
+                dir.display()
+            );
+            for name in &report.kept {
+                say!("  kept your version of {name}");
+            }
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}

@@ -1,0 +1,293 @@
+//! The skill library: every `<skills.dir>/<name>/SKILL.md`, re-read when
+//! the folder changes, with its generation and change history kept in the
+//! store. A bad file is reported and skipped; the rest of the library stays.
+
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, RwLock};
+use std::time::Duration;
+
+use serde::Serialize;
+
+use super::skill::{self, Skill};
+use crate::sessions::now_ms;
+use crate::store::skills::{Attribution, SkillVersion};
+
+#[derive(Debug, Clone, Serialize)]
+pub struct SkillProblem {
+    pub id: String,
+    pub path: PathBuf,
+    pub error: String,
+}
+
+/// The library at one moment.
+#[derive(Debug, Default)]
+pub struct Snapshot {
+    /// Sorted by id (a stable order for injection and for retrievers).
+    pub skills: Vec<Arc<Skill>>,
+    pub problems: Vec<SkillProblem>,
+    pub generation: u64,
+}
+
+impl Snapshot {
+    pub fn get(&self, id: &str) -> Option<&Arc<Skill>> {
+        self.skills
+            .binary_search_by(|s| s.id.as_str().cmp(id))
+            .ok()
+            .map(|i| &self.skills[i])
+    }
+}
+
+/// Reads every skill folder under `dir`.
+pub fn scan(dir: &Path) -> (Vec<Skill>, Vec<SkillProblem>) {
+    let mut skills = Vec::new();
+    let mut problems = Vec::new();
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return (skills, problems);
+    };
+    let mut dirs: Vec<PathBuf> = entries
+        .filter_map(Result::ok)
+        .map(|e| e.path())
+        .filter(|p| p.is_dir())
+        .collect();
+    dirs.sort();
+    for path in dirs {
+        let id = path
+            .file_name()
+            .and_then(|n| n.to_str())
+            .unwrap_or("")
+            .to_string();
+        // Hidden folders (editor and VCS state) are not skills.
+        if id.starts_with('.') {
+            continue;
+        }
+        if !path.join("SKILL.md").is_file() {
+            problems.push(SkillProblem {
+                id,
+                path: path.clone(),
+                error: "no SKILL.md in this folder".into(),
+            });
+            continue;
+        }
+        match skill::load(&path) {
+            Ok(s) => skills.push(s),
+            Err(error) => problems.push(SkillProblem {
+                id,
+                path: path.join("SKILL.md"),
+                error,
+            }),
+        }
+    }
+    (skills, problems)
+}
+
+pub struct Library {
+    pub dir: PathBuf,
+    db: PathBuf,
+    current: RwLock<Arc<Snapshot>>,
+    watcher: Mutex<Option<notify::RecommendedWatcher>>,
+}
+
+impl Library {
+    /// An empty library over `dir`; [`Library::rescan`] reads it.
+    pub fn new(dir: PathBuf, db: PathBuf) -> Arc<Self> {
+        Arc::new(Self {
+            dir,
+            db,
+            current: RwLock::new(Arc::new(Snapshot::default())),
+            watcher: Mutex::new(None),
+        })
+    }
+
+    /// Reads the folder and records what changed since the store last saw it.
+    pub fn open(dir: PathBuf, db: PathBuf) -> Arc<Self> {
+        let library = Self::new(dir, db);
+        library.rescan(None);
+        library
+    }
+
+    pub fn snapshot(&self) -> Arc<Snapshot> {
+        self.current.read().map(|s| s.clone()).unwrap_or_default()
+    }
+
+    /// Re-reads the folder now; `attribution` names who changed it and why
+    /// when the caller knows (a CLI command), otherwise "on disk".
+    pub fn rescan(&self, attribution: Option<&Attribution>) -> Arc<Snapshot> {
+        let (skills, problems) = scan(&self.dir);
+        let versions: Vec<SkillVersion> = skills
+            .iter()
+            .map(|s| SkillVersion {
+                id: s.id.clone(),
+                version: s.version.to_string(),
+                content_hash: s.content_hash.clone(),
+                created_by: s.created_by.clone(),
+            })
+            .collect();
+        let previous = self.snapshot();
+        let generation = match record(&self.db, &versions, attribution) {
+            Ok((generation, changes)) => {
+                if changes.len() <= 10 {
+                    for c in &changes {
+                        tracing::info!(skill = %c.skill_id, "skill {} ({}: {}), generation {}", c.change, c.who, c.why, c.generation);
+                    }
+                } else {
+                    tracing::info!(
+                        "{} skills added, changed or removed; generation {generation}",
+                        changes.len()
+                    );
+                }
+                generation
+            }
+            Err(e) => {
+                tracing::error!("cannot record skill changes: {e:#}");
+                previous.generation + 1
+            }
+        };
+        for p in &problems {
+            if !previous
+                .problems
+                .iter()
+                .any(|q| q.path == p.path && q.error == p.error)
+            {
+                tracing::warn!("skill {} skipped: {}", p.path.display(), p.error);
+            }
+        }
+        let next = Arc::new(Snapshot {
+            skills: skills.into_iter().map(Arc::new).collect(),
+            problems,
+            generation,
+        });
+        if let Ok(mut current) = self.current.write() {
+            *current = next.clone();
+        }
+        next
+    }
+
+    /// Watches the folder; after a burst of changes settles (`debounce`), the
+    /// library is re-read and `on_change` told when the generation moved.
+    pub fn watch(
+        self: &Arc<Self>,
+        debounce: Duration,
+        on_change: impl Fn(Arc<Snapshot>) + Send + 'static,
+    ) {
+        use notify::{RecursiveMode, Watcher};
+        if let Err(e) = std::fs::create_dir_all(&self.dir) {
+            tracing::error!(
+                "cannot create {}: {e}; skill edits need a restart",
+                self.dir.display()
+            );
+            return;
+        }
+        let (tx, rx) = std::sync::mpsc::channel::<()>();
+        let watcher = notify::recommended_watcher(move |event: notify::Result<notify::Event>| {
+            if event.is_ok() {
+                let _ = tx.send(());
+            }
+        });
+        let mut watcher = match watcher {
+            Ok(w) => w,
+            Err(e) => {
+                tracing::error!(
+                    "cannot watch {}: {e}; skill edits need a restart",
+                    self.dir.display()
+                );
+                return;
+            }
+        };
+        if let Err(e) = watcher.watch(&self.dir, RecursiveMode::Recursive) {
+            tracing::error!(
+                "cannot watch {}: {e}; skill edits need a restart",
+                self.dir.display()
+            );
+            return;
+        }
+        if let Ok(mut slot) = self.watcher.lock() {
+            *slot = Some(watcher);
+        }
+        let library = Arc::downgrade(self);
+        let spawned = std::thread::Builder::new()
+            .name("metaclaw-skills".into())
+            .spawn(move || {
+                while rx.recv().is_ok() {
+                    // Let a burst (an editor's save, a copy of many folders) finish.
+                    while rx.recv_timeout(debounce).is_ok() {}
+                    let Some(library) = library.upgrade() else {
+                        return;
+                    };
+                    let before = library.snapshot().generation;
+                    let after = library.rescan(None);
+                    if after.generation != before {
+                        on_change(after);
+                    }
+                }
+            });
+        if let Err(e) = spawned {
+            tracing::error!("cannot start the skills watcher: {e}");
+        }
+    }
+}
+
+fn record(
+    db: &Path,
+    versions: &[SkillVersion],
+    attribution: Option<&Attribution>,
+) -> anyhow::Result<(u64, Vec<crate::store::skills::SkillChange>)> {
+    let mut conn = crate::store::open_side_writer(db)?;
+    Ok(crate::store::skills::sync(
+        &mut conn,
+        versions,
+        attribution,
+        now_ms(),
+    )?)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn write(dir: &Path, id: &str, text: &str) {
+        std::fs::create_dir_all(dir.join(id)).unwrap();
+        std::fs::write(dir.join(id).join("SKILL.md"), text).unwrap();
+    }
+
+    fn skill(id: &str, body: &str) -> String {
+        format!("---\nname: {id}\ndescription: About {id}.\n---\n{body}\n")
+    }
+
+    #[test]
+    fn changes_are_recorded_once_with_a_generation() {
+        let home = tempfile::tempdir().unwrap();
+        let dir = home.path().join("skills");
+        let db = home.path().join("m.db");
+        write(&dir, "alpha", &skill("alpha", "A"));
+        write(&dir, "beta", &skill("beta", "B"));
+        write(&dir, "broken", "not a skill");
+        let lib = Library::open(dir.clone(), db.clone());
+        let s = lib.snapshot();
+        assert_eq!(
+            s.skills.iter().map(|s| s.id.as_str()).collect::<Vec<_>>(),
+            vec!["alpha", "beta"]
+        );
+        assert_eq!(s.problems.len(), 1);
+        assert_eq!(s.generation, 1);
+        // Nothing changed: same generation.
+        assert_eq!(lib.rescan(None).generation, 1);
+        write(&dir, "alpha", &skill("alpha", "A, edited"));
+        std::fs::remove_dir_all(dir.join("beta")).unwrap();
+        let s = lib.rescan(Some(&Attribution {
+            who: "user".into(),
+            why: "test".into(),
+        }));
+        assert_eq!(s.generation, 2);
+        let conn = crate::store::open_side_writer(&db).unwrap();
+        let alpha = crate::store::skills::history(&conn, "alpha").unwrap();
+        assert_eq!(
+            alpha.iter().map(|c| c.change.as_str()).collect::<Vec<_>>(),
+            vec!["added", "changed"]
+        );
+        assert_eq!(alpha[1].why, "test");
+        let beta = crate::store::skills::history(&conn, "beta").unwrap();
+        assert_eq!(beta.last().unwrap().change, "removed");
+        // A second library over the same store sees the same generation.
+        assert_eq!(Library::open(dir, db).snapshot().generation, 2);
+    }
+}

@@ -1,0 +1,398 @@
+//! Skills: the library on disk, choosing the few that fit a turn, and the
+//! block injected into the system prompt.
+//!
+//! Choosing goes through the `retriever` plugin role (BM25 by default): the
+//! first retriever that answers wins, the next is the fallback, and with
+//! none available no skill is injected (the proxy never fails for it).
+//! Skills below `skills.min_relevance`, or below
+//! `skills.min_relative_relevance` of the best one, are dropped, so that
+//! small talk injects nothing and a shared word is not enough;
+//! `skills.top_k` caps the total and `skills.task_specific_top_k` the
+//! task-specific ones. Executable skills (`skill` plugins) join when
+//! their `applies()` clears `skills.component_threshold`.
+
+pub mod builtin;
+pub mod inject;
+pub mod library;
+pub mod skill;
+
+use std::sync::{Arc, RwLock};
+use std::time::Duration;
+
+use crate::plugins::{PluginHost, types};
+use inject::Injected;
+use library::{Library, Snapshot};
+use skill::{Category, Skill};
+
+#[derive(Debug, Clone)]
+pub struct Settings {
+    pub enabled: bool,
+    pub top_k: usize,
+    pub task_specific_top_k: usize,
+    pub min_relevance: f32,
+    pub min_relative_relevance: f32,
+    pub component_threshold: f32,
+    pub max_context_tokens: u64,
+    /// Indexing the library can take longer than a retrieval.
+    pub index_timeout: Duration,
+}
+
+impl Settings {
+    pub fn from_config(config: &crate::config::Config) -> Self {
+        let s = &config.skills;
+        Self {
+            enabled: s.enabled,
+            top_k: s.top_k as usize,
+            task_specific_top_k: s.task_specific_top_k as usize,
+            min_relevance: s.min_relevance,
+            min_relative_relevance: s.min_relative_relevance,
+            component_threshold: s.component_threshold,
+            max_context_tokens: config.max_context_tokens,
+            index_timeout: Duration::from_secs(120),
+        }
+    }
+}
+
+/// What a turn looks like to retrieval.
+#[derive(Debug, Clone, Default)]
+pub struct Query {
+    pub session_id: String,
+    pub model: String,
+    /// The user's latest message, cleaned of agent metadata.
+    pub text: String,
+    /// The last few messages (role, text), oldest first.
+    pub recent: Vec<(String, String)>,
+    pub system_prompt: String,
+}
+
+impl Query {
+    /// The query of a chat-completions request (parsed off the async
+    /// workers: this reads the whole body).
+    pub fn from_chat_request(body: &[u8], session_id: &str, model: &str) -> Self {
+        #[derive(serde::Deserialize)]
+        struct Body<'a> {
+            #[serde(borrow, default)]
+            messages: Vec<Message<'a>>,
+        }
+        #[derive(serde::Deserialize)]
+        struct Message<'a> {
+            #[serde(borrow)]
+            role: std::borrow::Cow<'a, str>,
+            #[serde(borrow, default)]
+            content: Option<&'a serde_json::value::RawValue>,
+        }
+        let text = |m: &Message<'_>| {
+            m.content
+                .map(crate::proxy::request::content_text)
+                .unwrap_or_default()
+        };
+        let clip = |s: String, n: usize| {
+            if s.chars().count() > n {
+                s.chars().take(n).collect()
+            } else {
+                s
+            }
+        };
+        let body: Body<'_> = serde_json::from_slice(body).unwrap_or(Body {
+            messages: Vec::new(),
+        });
+        let system_prompt = body
+            .messages
+            .iter()
+            .find(|m| matches!(m.role.as_ref(), "system" | "developer"))
+            .map(|m| clip(text(m), 2000))
+            .unwrap_or_default();
+        let mut recent: Vec<(String, String)> = Vec::new();
+        for m in body.messages.iter().rev() {
+            if recent.len() == 6 {
+                break;
+            }
+            if matches!(m.role.as_ref(), "system" | "developer") {
+                continue;
+            }
+            let t = text(m);
+            if m.role == "user" && crate::sessions::openclaw::is_internal_context(&t) {
+                continue;
+            }
+            recent.push((m.role.to_string(), clip(t, 2000)));
+        }
+        recent.reverse();
+        let query = recent
+            .iter()
+            .rev()
+            .find(|(role, _)| role == "user")
+            .map(|(_, t)| clean_query(t))
+            .unwrap_or_default();
+        Query {
+            session_id: session_id.into(),
+            model: model.into(),
+            text: query,
+            recent,
+            system_prompt,
+        }
+    }
+}
+
+/// The skills chosen for a turn, and how.
+#[derive(Debug, Clone, Default)]
+pub struct Selection {
+    /// In injection order (by id).
+    pub skills: Vec<Injected>,
+    /// The retriever that answered (`name@version`), if any.
+    pub retriever: Option<String>,
+    /// Every candidate with its score, best first (for `skills search`).
+    pub ranked: Vec<(String, f32)>,
+}
+
+pub struct Skills {
+    pub library: Arc<Library>,
+    pub plugins: Option<Arc<PluginHost>>,
+    pub settings: Settings,
+    /// The library as retrievers see it, rebuilt when the generation moves.
+    wit: RwLock<(u64, Arc<Vec<types::Skill>>)>,
+}
+
+fn to_wit(s: &Skill) -> types::Skill {
+    types::Skill {
+        id: s.id.clone(),
+        name: s.name.clone(),
+        description: s.description.clone(),
+        category: s.category.as_str().into(),
+        tags: s.tags.clone(),
+        version: s.version.to_string(),
+        body: s.body.clone(),
+    }
+}
+
+impl Skills {
+    pub fn new(
+        library: Arc<Library>,
+        plugins: Option<Arc<PluginHost>>,
+        settings: Settings,
+    ) -> Arc<Self> {
+        Arc::new(Self {
+            library,
+            plugins,
+            settings,
+            wit: RwLock::new((u64::MAX, Arc::new(Vec::new()))),
+        })
+    }
+
+    fn wit_skills(&self, snapshot: &Snapshot) -> Arc<Vec<types::Skill>> {
+        if let Ok(cached) = self.wit.read()
+            && cached.0 == snapshot.generation
+        {
+            return cached.1.clone();
+        }
+        // Executable skills are chosen by their component, not retrieved.
+        let list: Arc<Vec<types::Skill>> = Arc::new(
+            snapshot
+                .skills
+                .iter()
+                .filter(|s| s.component.is_none())
+                .map(|s| to_wit(s))
+                .collect(),
+        );
+        if let Ok(mut cached) = self.wit.write() {
+            *cached = (snapshot.generation, list.clone());
+        }
+        list
+    }
+
+    /// Indexes the library in every retriever (off the request path).
+    pub fn warm(&self) {
+        let Some(plugins) = &self.plugins else { return };
+        let snapshot = self.library.snapshot();
+        let skills = self.wit_skills(&snapshot);
+        for retriever in plugins.retrievers() {
+            match retriever.warm(&skills, snapshot.generation, self.settings.index_timeout) {
+                Ok(()) => tracing::debug!(
+                    retriever = retriever.label(),
+                    "indexed {} skills (generation {})",
+                    skills.len(),
+                    snapshot.generation
+                ),
+                Err(e) => tracing::warn!(
+                    retriever = retriever.label(),
+                    "cannot index the skills: {e}"
+                ),
+            }
+        }
+    }
+
+    /// Chooses the skills for a turn. Synchronous (it calls plugins): run it
+    /// on a blocking thread.
+    pub fn select(&self, query: &Query) -> Selection {
+        let mut selection = Selection::default();
+        if !self.settings.enabled {
+            return selection;
+        }
+        let snapshot = self.library.snapshot();
+        let context = types::TurnContext {
+            session_id: query.session_id.clone(),
+            turn_type: "main".into(),
+            model: query.model.clone(),
+            system_prompt: query.system_prompt.clone(),
+            messages: query
+                .recent
+                .iter()
+                .map(|(role, text)| types::Message {
+                    role: role.clone(),
+                    content: text.clone(),
+                    tool_call_id: None,
+                    tool_calls: Vec::new(),
+                })
+                .collect(),
+            query: query.text.clone(),
+        };
+        let mut chosen: Vec<(Injected, Category)> = Vec::new();
+
+        if !query.text.trim().is_empty() && !snapshot.skills.is_empty() {
+            let skills = self.wit_skills(&snapshot);
+            let want = (self.settings.top_k * 4).max(8) as u32;
+            for retriever in self.plugins.iter().flat_map(|p| p.retrievers()) {
+                match retriever.retrieve(
+                    &skills,
+                    snapshot.generation,
+                    &context,
+                    want,
+                    self.settings.index_timeout,
+                ) {
+                    Ok(ranked) => {
+                        selection.retriever = Some(retriever.label().to_string());
+                        selection.ranked = ranked.iter().map(|r| (r.id.clone(), r.score)).collect();
+                        break;
+                    }
+                    Err(e) => tracing::warn!(
+                        retriever = retriever.label(),
+                        "retrieval failed, trying the next: {e}"
+                    ),
+                }
+            }
+            let mut task_specific = 0;
+            let best = selection
+                .ranked
+                .iter()
+                .map(|(_, s)| *s)
+                .fold(0.0f32, f32::max);
+            let floor = self
+                .settings
+                .min_relevance
+                .max(best * self.settings.min_relative_relevance);
+            for (id, score) in &selection.ranked {
+                if *score < floor || chosen.len() >= self.settings.top_k {
+                    continue;
+                }
+                let Some(skill) = snapshot.get(id) else {
+                    continue;
+                };
+                if skill.component.is_some() || chosen.iter().any(|(c, _)| c.id == skill.id) {
+                    continue;
+                }
+                if skill.category == Category::TaskSpecific {
+                    if task_specific >= self.settings.task_specific_top_k {
+                        continue;
+                    }
+                    task_specific += 1;
+                }
+                chosen.push((injected(skill, skill.body.clone(), *score), skill.category));
+            }
+        }
+
+        // Executable skills decide for themselves.
+        for plugin in self.plugins.iter().flat_map(|p| p.skills()) {
+            if chosen.len() >= self.settings.top_k {
+                break;
+            }
+            let applies = match plugin.applies(&context) {
+                Ok(score) => score,
+                Err(e) => {
+                    tracing::warn!(skill = plugin.label(), "applies() failed: {e}");
+                    continue;
+                }
+            };
+            if applies < self.settings.component_threshold {
+                continue;
+            }
+            match plugin.render(&context) {
+                Ok(text) if !text.trim().is_empty() => {
+                    // A SKILL.md naming this component describes it.
+                    let described = snapshot.skills.iter().find(|s| {
+                        s.component
+                            .as_deref()
+                            .and_then(|c| crate::plugins::PluginSpec::parse(c).ok())
+                            .is_some_and(|spec| {
+                                spec.name == plugin.info.name
+                                    && spec.req.matches(&plugin.info.version)
+                            })
+                    });
+                    let item = match described {
+                        Some(skill) => injected(skill, text, applies),
+                        None => Injected {
+                            id: plugin.info.name.clone(),
+                            name: plugin.info.name.clone(),
+                            version: plugin.info.version.to_string(),
+                            description: plugin.info.description.clone(),
+                            text,
+                            score: applies,
+                        },
+                    };
+                    if !chosen.iter().any(|(c, _)| c.id == item.id) {
+                        chosen.push((item, Category::TaskSpecific));
+                    }
+                }
+                Ok(_) => {}
+                Err(e) => tracing::warn!(skill = plugin.label(), "render() failed: {e}"),
+            }
+        }
+
+        let mut skills: Vec<Injected> = chosen.into_iter().map(|(i, _)| i).collect();
+        skills.sort_by(|a, b| a.id.cmp(&b.id));
+        selection.skills = skills;
+        selection
+    }
+}
+
+fn injected(skill: &Skill, text: String, score: f32) -> Injected {
+    Injected {
+        id: skill.id.clone(),
+        name: skill.name.clone(),
+        version: skill.version.to_string(),
+        description: skill.description.clone(),
+        text,
+        score,
+    }
+}
+
+/// The user's words without OpenClaw's wrapping: the `[Sun 2026-11-22 08:43
+/// UTC] ` prefix and the trailing `Runtime: …` line (metadata in a query
+/// pulls in irrelevant skills: the original's issue #39).
+pub fn clean_query(text: &str) -> String {
+    let mut text = text.trim();
+    if text.starts_with('[')
+        && let Some(end) = text.find("] ")
+    {
+        let stamp = &text[1..end];
+        if stamp.len() <= 40 && stamp.chars().any(|c| c.is_ascii_digit()) && stamp.contains(':') {
+            text = &text[end + 2..];
+        }
+    }
+    let text = match text.rfind("\n\nRuntime: ") {
+        Some(at) => &text[..at],
+        None => text,
+    };
+    text.trim().to_string()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn queries_lose_openclaws_metadata() {
+        let raw = "[Sun 2026-11-22 08:43 UTC] How do I rebase?\n\nRuntime: agent=main | session=agent:main:main | sessionId=1a206f6b-47b6-464c-86db-730d5d7b0316 | host=vm";
+        assert_eq!(clean_query(raw), "How do I rebase?");
+        assert_eq!(clean_query("[x] is a checkbox"), "[x] is a checkbox");
+        assert_eq!(clean_query("  plain  "), "plain");
+    }
+}

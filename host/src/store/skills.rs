@@ -1,0 +1,186 @@
+//! The skill library's state and history in the database. Whoever notices a
+//! change first (the daemon watching the folder, or a CLI command that made
+//! it) records it, inside one write transaction, so each change is recorded
+//! once with the best attribution available.
+
+use rusqlite::{Connection, OptionalExtension, TransactionBehavior, params};
+use serde::Serialize;
+
+/// What a skill is now, as far as the library is concerned.
+#[derive(Debug, Clone)]
+pub struct SkillVersion {
+    pub id: String,
+    pub version: String,
+    pub content_hash: String,
+    pub created_by: String,
+}
+
+/// Who made a change and why, when the caller knows better than "it
+/// changed on disk".
+#[derive(Debug, Clone)]
+pub struct Attribution {
+    pub who: String,
+    pub why: String,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct SkillChange {
+    pub skill_id: String,
+    pub change: String,
+    pub version: Option<String>,
+    pub content_hash: Option<String>,
+    pub who: String,
+    pub why: String,
+    pub generation: u64,
+    pub at_ms: i64,
+}
+
+pub fn generation(conn: &Connection) -> rusqlite::Result<u64> {
+    let value: Option<String> = conn
+        .query_row(
+            "SELECT value FROM meta WHERE key = 'skills.generation'",
+            [],
+            |r| r.get(0),
+        )
+        .optional()?;
+    Ok(value.and_then(|v| v.parse().ok()).unwrap_or(0))
+}
+
+/// Records the differences between `current` and the stored state; bumps
+/// the generation when there are any. Returns the generation and the
+/// changes recorded now.
+pub fn sync(
+    conn: &mut Connection,
+    current: &[SkillVersion],
+    attribution: Option<&Attribution>,
+    at_ms: i64,
+) -> rusqlite::Result<(u64, Vec<SkillChange>)> {
+    let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+    let mut stored: std::collections::HashMap<String, (String, String)> =
+        std::collections::HashMap::new();
+    {
+        let mut stmt = tx.prepare("SELECT skill_id, version, content_hash FROM skill_state")?;
+        let rows = stmt.query_map([], |r| {
+            Ok((
+                r.get::<_, String>(0)?,
+                (r.get::<_, String>(1)?, r.get::<_, String>(2)?),
+            ))
+        })?;
+        for row in rows {
+            let (id, v) = row?;
+            stored.insert(id, v);
+        }
+    }
+    let mut changes = Vec::new();
+    for skill in current {
+        let change = match stored.remove(&skill.id) {
+            None => "added",
+            Some((_, hash)) if hash != skill.content_hash => "changed",
+            Some(_) => continue,
+        };
+        let (who, why) = match attribution {
+            Some(a) => (a.who.clone(), a.why.clone()),
+            None if change == "added" => (
+                skill.created_by.clone(),
+                "found in the skills folder".to_string(),
+            ),
+            None => (
+                "user".to_string(),
+                "edited in the skills folder".to_string(),
+            ),
+        };
+        changes.push(SkillChange {
+            skill_id: skill.id.clone(),
+            change: change.into(),
+            version: Some(skill.version.clone()),
+            content_hash: Some(skill.content_hash.clone()),
+            who,
+            why,
+            generation: 0,
+            at_ms,
+        });
+    }
+    for (id, (version, _)) in stored {
+        let (who, why) = match attribution {
+            Some(a) => (a.who.clone(), a.why.clone()),
+            None => (
+                "user".to_string(),
+                "removed from the skills folder".to_string(),
+            ),
+        };
+        changes.push(SkillChange {
+            skill_id: id,
+            change: "removed".into(),
+            version: Some(version),
+            content_hash: None,
+            who,
+            why,
+            generation: 0,
+            at_ms,
+        });
+    }
+    let mut generation = generation(&tx)?;
+    if !changes.is_empty() {
+        generation += 1;
+        tx.execute(
+            "INSERT INTO meta (key, value) VALUES ('skills.generation', ?1)
+             ON CONFLICT(key) DO UPDATE SET value = excluded.value",
+            params![generation.to_string()],
+        )?;
+        for c in &mut changes {
+            c.generation = generation;
+            tx.execute(
+                "INSERT INTO skill_changes (skill_id, change, version, content_hash, who, why, generation, at_ms)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
+                params![c.skill_id, c.change, c.version, c.content_hash, c.who, c.why, generation as i64, at_ms],
+            )?;
+        }
+        for skill in current {
+            tx.execute(
+                "INSERT INTO skill_state (skill_id, version, content_hash, created_by, updated_at_ms)
+                 VALUES (?1, ?2, ?3, ?4, ?5)
+                 ON CONFLICT(skill_id) DO UPDATE SET version = excluded.version,
+                     content_hash = excluded.content_hash, created_by = excluded.created_by,
+                     updated_at_ms = excluded.updated_at_ms
+                 WHERE content_hash != excluded.content_hash",
+                params![skill.id, skill.version, skill.content_hash, skill.created_by, at_ms],
+            )?;
+        }
+        for c in changes.iter().filter(|c| c.change == "removed") {
+            tx.execute(
+                "DELETE FROM skill_state WHERE skill_id = ?1",
+                params![c.skill_id],
+            )?;
+        }
+    }
+    tx.commit()?;
+    Ok((generation, changes))
+}
+
+/// Hashes of the versions of `skill_id` that metaclaw itself installed.
+pub fn builtin_hashes(conn: &Connection, skill_id: &str) -> rusqlite::Result<Vec<String>> {
+    conn.prepare("SELECT content_hash FROM skill_changes WHERE skill_id = ?1 AND who = 'builtin' AND content_hash IS NOT NULL")?
+        .query_map(params![skill_id], |r| r.get(0))?
+        .collect()
+}
+
+/// A skill's recorded history, oldest first.
+pub fn history(conn: &Connection, skill_id: &str) -> rusqlite::Result<Vec<SkillChange>> {
+    conn.prepare(
+        "SELECT skill_id, change, version, content_hash, who, why, generation, at_ms
+         FROM skill_changes WHERE skill_id = ?1 ORDER BY id",
+    )?
+    .query_map(params![skill_id], |r| {
+        Ok(SkillChange {
+            skill_id: r.get(0)?,
+            change: r.get(1)?,
+            version: r.get(2)?,
+            content_hash: r.get(3)?,
+            who: r.get(4)?,
+            why: r.get(5)?,
+            generation: r.get::<_, i64>(6)?.max(0) as u64,
+            at_ms: r.get(7)?,
+        })
+    })?
+    .collect()
+}

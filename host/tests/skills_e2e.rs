@@ -1,0 +1,365 @@
+//! Skills, end to end: the library on disk, BM25 retrieval through the
+//! first-party wasm retriever, injection into what the upstream receives,
+//! and what is recorded.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+mod common;
+
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use common::*;
+use serde_json::{Value, json};
+
+const SYSTEM: &str = "You are a careful assistant.\nFollow the user's lead.";
+
+/// A daemon whose home has the built-in bank installed.
+fn with_bank(config: &str) -> (Proc, Metaclaw) {
+    let up = dummy();
+    let mc = Metaclaw::start(&up.url, config);
+    let out = mc.cli(&["skills", "install-builtin"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    // The daemon notices the new folders and indexes them.
+    // (Plugins compile in the background at start; until the retriever is
+    // loaded, turns get no skills.)
+    poll_json(mc.home.path(), &["status", "--json"], |v| {
+        v["skills"]["loaded"].as_u64().unwrap_or(0) >= 40
+            && v["plugins"]["loaded"].as_u64().unwrap_or(0) >= 3
+    });
+    (up, mc)
+}
+
+/// What the upstream saw as the system prompt (the `echo-system` model
+/// answers with it), and the response's headers.
+async fn system_seen(
+    mc: &Metaclaw,
+    user: &str,
+    headers: &[(&str, &str)],
+) -> (String, reqwest::header::HeaderMap) {
+    let body = json!({"model": "echo-system", "messages": [
+        {"role": "system", "content": SYSTEM},
+        {"role": "user", "content": user},
+    ]});
+    let r = post_chat(&format!("{}/v1", mc.url()), &body, headers).await;
+    assert_eq!(r.status(), 200);
+    let h = r.headers().clone();
+    let v: Value = r.json().await.unwrap();
+    (
+        v["choices"][0]["message"]["content"]
+            .as_str()
+            .unwrap()
+            .to_string(),
+        h,
+    )
+}
+
+fn skill_file(mc: &Metaclaw, name: &str) -> std::path::PathBuf {
+    mc.home.path().join("skills").join(name).join("SKILL.md")
+}
+
+#[tokio::test]
+async fn the_upstream_gets_the_agents_prompt_unchanged_then_the_skills_and_the_turn_records_them() {
+    let (_up, mc) = with_bank("llm:\n  api_base: {upstream}\n");
+    let question = "How do I rebase my feature branch onto main without losing work?";
+    let (seen, headers) = system_seen(&mc, question, &[("x-session-id", "sk-1")]).await;
+    let (prefix, block) = seen
+        .split_once("\n\n<!-- metaclaw:skills -->")
+        .expect("a skills block after the prompt");
+    assert_eq!(
+        prefix, SYSTEM,
+        "the agent's prompt must reach the upstream unchanged"
+    );
+    assert!(block.trim_end().ends_with("<!-- /metaclaw:skills -->"));
+    assert!(block.contains("### git-rebase-safely (v1.0.0)"), "{block}");
+    assert!(!block.contains("process-csv-robustly"));
+    assert_eq!(headers["x-metaclaw-skills"], "git-rebase-safely");
+
+    // The same question again: byte-identical prompt (provider caches hold).
+    let (again, _) = system_seen(&mc, question, &[("x-session-id", "sk-1b")]).await;
+    assert_eq!(again, seen);
+
+    let session = mc.turns("sk-1", 1);
+    let injected = session["turns"][0]["injected_skills"].as_array().unwrap();
+    assert_eq!(injected[0]["id"], "git-rebase-safely");
+    assert_eq!(injected[0]["version"], "1.0.0");
+    assert!(injected[0]["score"].as_f64().unwrap() > 0.5);
+    // What was recorded is what the agent sent, not the injected prompt.
+    assert_eq!(session["turns"][0]["messages"][0]["content"], SYSTEM);
+}
+
+#[tokio::test]
+async fn small_talk_side_turns_and_a_full_context_inject_nothing() {
+    let (_up, mc) = with_bank("llm:\n  api_base: {upstream}\nmax_context_tokens: 300\n");
+    // Small talk.
+    let (seen, headers) = system_seen(&mc, "hi there, thanks!", &[]).await;
+    assert_eq!(seen, SYSTEM);
+    assert!(headers.get("x-metaclaw-skills").is_none());
+    // A background turn.
+    let (seen, _) = system_seen(
+        &mc,
+        "How do I rebase my branch onto main?",
+        &[("x-turn-type", "side")],
+    )
+    .await;
+    assert_eq!(seen, SYSTEM);
+    // max_context_tokens is 300: the skill would not fit, so it is dropped;
+    // the request itself is never cut.
+    let long_question = format!(
+        "How do I rebase my branch onto main? {}",
+        "Context line. ".repeat(40)
+    );
+    let (seen, _) = system_seen(&mc, &long_question, &[]).await;
+    assert_eq!(seen, SYSTEM);
+}
+
+#[tokio::test]
+async fn an_edited_skill_changes_the_next_turn_and_a_malformed_one_is_a_warning() {
+    let (_up, mc) = with_bank("llm:\n  api_base: {upstream}\n");
+    let question = "How do I rebase my feature branch onto main without losing work?";
+    let file = skill_file(&mc, "git-rebase-safely");
+    let text = std::fs::read_to_string(&file).unwrap();
+    let edited = text.replace(
+        "\n## Avoid",
+        "\nAlways run `git status` before you start (MARKER-7731).\n\n## Avoid",
+    );
+    std::fs::write(&file, &edited).unwrap();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let (seen, _) = system_seen(&mc, question, &[]).await;
+        if seen.contains("MARKER-7731") {
+            break;
+        }
+        assert!(Instant::now() < deadline, "the edit never reached a turn");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    // Recorded, with who and why.
+    let history: Value = serde_json::from_slice(
+        &mc.cli(&["skills", "history", "git-rebase-safely", "--json"])
+            .stdout,
+    )
+    .unwrap();
+    let last = history.as_array().unwrap().last().unwrap();
+    assert_eq!(last["change"], "changed");
+    assert_eq!(last["who"], "user");
+
+    // A broken skill: reported, skipped, the rest still served.
+    std::fs::create_dir_all(mc.home.path().join("skills/half-written")).unwrap();
+    std::fs::write(
+        mc.home.path().join("skills/half-written/SKILL.md"),
+        "---\nname: half-written\ndescription: [oops\n",
+    )
+    .unwrap();
+    let status = poll_json(mc.home.path(), &["status", "--json"], |v| {
+        v["skills"]["problems"]
+            .as_array()
+            .is_some_and(|p| !p.is_empty())
+    });
+    let problem = &status["skills"]["problems"][0];
+    assert!(
+        problem["path"]
+            .as_str()
+            .unwrap()
+            .ends_with("half-written/SKILL.md")
+    );
+    assert!(
+        problem["error"].as_str().unwrap().contains("frontmatter"),
+        "{problem}"
+    );
+    let human = String::from_utf8_lossy(&mc.cli(&["status"]).stdout).to_string();
+    assert!(
+        human.contains("warning:   skill") && human.contains("half-written"),
+        "{human}"
+    );
+    let (seen, _) = system_seen(&mc, question, &[]).await;
+    assert!(seen.contains("git-rebase-safely"));
+}
+
+#[tokio::test]
+async fn openclaws_prompt_keeps_its_bytes_and_gets_the_block_after_it() {
+    let (_up, mc) = with_bank("llm:\n  api_base: {upstream}\n");
+    let mut body = fixture("chat_completions_stream_request.json")["body"].clone();
+    body["model"] = json!("echo-system");
+    body["stream"] = json!(false);
+    // OpenClaw's user turn, asking about something the bank covers.
+    let user = body["messages"][1]["content"].as_str().unwrap().replace(
+        "Say PONG",
+        "This SQL query may be vulnerable to injection, can you review it?",
+    );
+    body["messages"][1]["content"] = json!(user);
+    let original = body["messages"][0]["content"].as_str().unwrap().to_string();
+    let r = post_chat(&format!("{}/v1", mc.url()), &body, &[]).await;
+    let v: Value = r.json().await.unwrap();
+    let seen = v["choices"][0]["message"]["content"].as_str().unwrap();
+    assert!(
+        seen.starts_with(&original),
+        "OpenClaw's prompt must be a byte-for-byte prefix"
+    );
+    let block = &seen[original.len()..];
+    assert!(block.starts_with("\n\n<!-- metaclaw:skills -->"));
+    assert!(block.contains("review-for-injection"), "{block}");
+    // OpenClaw's runtime metadata did not drag in unrelated skills.
+    assert!(!block.contains("git-"), "{block}");
+}
+
+#[tokio::test]
+async fn an_executable_skill_renders_for_the_turn_it_applies_to() {
+    let (_up, mc) = with_bank("llm:\n  api_base: {upstream}\n");
+    let (seen, headers) = system_seen(
+        &mc,
+        "Free some space: run rm -rf ~/projects/old-app/node_modules",
+        &[],
+    )
+    .await;
+    assert!(seen.contains("### destructive-command-guard"), "{seen}");
+    assert!(
+        seen.contains("`rm -rf ~/projects/old-app/node_modules`"),
+        "{seen}"
+    );
+    assert!(
+        headers["x-metaclaw-skills"]
+            .to_str()
+            .unwrap()
+            .contains("destructive-command-guard")
+    );
+    let (seen, _) = system_seen(&mc, "List the files in src please", &[]).await;
+    assert!(!seen.contains("destructive-command-guard"));
+}
+
+#[test]
+fn the_cli_lists_searches_adds_removes_and_keeps_history() {
+    let home = tempfile::tempdir().unwrap();
+    let h = home.path();
+    let out = cli_in(h, &["skills", "install-builtin"]);
+    assert!(
+        String::from_utf8_lossy(&out.stdout).starts_with("44 added"),
+        "{}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+    // Idempotent, and a user's edit survives a reinstall.
+    let file = h.join("skills/write-clear-emails/SKILL.md");
+    let mine = std::fs::read_to_string(&file)
+        .unwrap()
+        .replace("version: 1.0.0", "version: 1.1.0");
+    std::fs::write(&file, &mine).unwrap();
+    let out = cli_in(h, &["skills", "install-builtin"]);
+    let text = String::from_utf8_lossy(&out.stdout).to_string();
+    assert!(
+        text.contains("0 added") && text.contains("1 kept") && text.contains("write-clear-emails"),
+        "{text}"
+    );
+    assert_eq!(std::fs::read_to_string(&file).unwrap(), mine);
+
+    let list: Value = serde_json::from_slice(
+        &cli_in(
+            h,
+            &["skills", "list", "--json", "--category", "common-mistakes"],
+        )
+        .stdout,
+    )
+    .unwrap();
+    assert_eq!(list["skills"].as_array().unwrap().len(), 6);
+    let out = cli_in(h, &["skills", "list", "--tag", "git"]);
+    assert!(String::from_utf8_lossy(&out.stdout).contains("git-rebase-safely"));
+
+    let search: Value = serde_json::from_slice(
+        &cli_in(
+            h,
+            &[
+                "skills",
+                "search",
+                "my CSV export has a weird delimiter",
+                "--json",
+            ],
+        )
+        .stdout,
+    )
+    .unwrap();
+    assert_eq!(search["injected"], json!(["process-csv-robustly"]));
+    assert_eq!(search["retriever"], "bm25@0.1.0");
+    let search: Value =
+        serde_json::from_slice(&cli_in(h, &["skills", "search", "hello!", "--json"]).stdout)
+            .unwrap();
+    assert_eq!(search["injected"], json!([]));
+
+    // Add a skill of one's own, then remove it.
+    let draft = tempfile::tempdir().unwrap();
+    std::fs::write(
+        draft.path().join("SKILL.md"),
+        "---\nname: brew-tea\ndescription: Brew a cup of green tea at the right temperature.\ncategory: task-specific\ntags: [tea]\n---\n# Tea\nUse 80 C water for three minutes.\n",
+    )
+    .unwrap();
+    let out = cli_in(h, &["skills", "add", draft.path().to_str().unwrap()]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let search: Value = serde_json::from_slice(
+        &cli_in(
+            h,
+            &[
+                "skills",
+                "search",
+                "how hot should the water be for green tea",
+                "--json",
+            ],
+        )
+        .stdout,
+    )
+    .unwrap();
+    assert_eq!(search["injected"], json!(["brew-tea"]));
+    let out = cli_in(h, &["skills", "add", draft.path().to_str().unwrap()]);
+    assert!(!out.status.success() && String::from_utf8_lossy(&out.stderr).contains("--force"));
+    assert!(
+        cli_in(h, &["skills", "remove", "brew-tea"])
+            .status
+            .success()
+    );
+    let history: Value =
+        serde_json::from_slice(&cli_in(h, &["skills", "history", "brew-tea", "--json"]).stdout)
+            .unwrap();
+    let changes: Vec<(&str, &str)> = history
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| (c["change"].as_str().unwrap(), c["why"].as_str().unwrap()))
+        .collect();
+    assert_eq!(changes[0].0, "added");
+    assert!(changes[0].1.starts_with("metaclaw skills add"));
+    assert_eq!(changes[1], ("removed", "metaclaw skills remove"));
+    let hashes: Vec<&Value> = history
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| &c["content_hash"])
+        .collect();
+    assert_eq!(hashes[0].as_str().unwrap().len(), 64);
+
+    // A malformed skill is refused with the reason.
+    std::fs::write(
+        draft.path().join("SKILL.md"),
+        "---\nname: Bad Name\ndescription: x\n---\nbody\n",
+    )
+    .unwrap();
+    let out = cli_in(h, &["skills", "add", draft.path().to_str().unwrap()]);
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("lowercase"));
+}
+
+#[test]
+fn the_built_in_bank_is_in_the_repository_and_valid() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../skills");
+    let mut count = 0;
+    for entry in std::fs::read_dir(&root).unwrap() {
+        let dir = entry.unwrap().path();
+        if dir.is_dir() {
+            assert!(dir.join("SKILL.md").is_file(), "{}", dir.display());
+            count += 1;
+        }
+    }
+    assert!(count >= 40, "{count} skills");
+}
