@@ -21,7 +21,7 @@ use crate::redact::Redactor;
 use crate::server;
 use crate::sessions::{Tracker, now_ms};
 use crate::skills::library::Library;
-use crate::skills::{Settings as SkillSettings, Skills};
+use crate::skills::{Retrieval, Settings as SkillSettings, Skills};
 use crate::store::{Store, StoreOptions};
 
 pub struct DaemonOptions {
@@ -123,6 +123,7 @@ pub async fn run(options: DaemonOptions) -> Result<()> {
         &config.rl.prm_api_key,
         &config.rl.evolver_api_key,
         &config.opd.teacher_api_key,
+        &config.skills.embedding_api_key,
     ]
     .into_iter()
     .flatten()
@@ -163,7 +164,8 @@ pub async fn run(options: DaemonOptions) -> Result<()> {
     // Plugins load in the background once the proxy is up: compiling a large
     // component takes seconds and must not delay start-up. Until then each
     // role falls back to its built-in behaviour.
-    let plugins = match PluginHost::new(PluginSettings::from_config(config, &home), None) {
+    let (retrieval, embedder) = Retrieval::from_config(config, store.path());
+    let plugins = match PluginHost::new(PluginSettings::from_config(config, &home), embedder) {
         Ok(host) => Some(host),
         Err(e) => {
             tracing::error!("plugins are off: {e:#}");
@@ -181,7 +183,12 @@ pub async fn run(options: DaemonOptions) -> Result<()> {
             .map(expand_home)
             .unwrap_or_else(|| home.skills_dir());
         let library = Library::new(dir, store.path().to_path_buf());
-        Skills::new(library, plugins.clone(), SkillSettings::from_config(config))
+        Skills::new(
+            library,
+            plugins.clone(),
+            SkillSettings::from_config(config),
+            retrieval,
+        )
     });
 
     let app = Arc::new(App {

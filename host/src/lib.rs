@@ -9,6 +9,9 @@
 //! | [`daemon`] | the long-running process: lock, wiring, shutdown |
 //! | [`config`] | `config.yaml`: schema, validation, editing |
 //! | [`cli`] | the `metaclaw` command |
+//! | [`skills`] | the skill library, retrieval through plugins, injection |
+//! | [`plugins`] | the WebAssembly plugin host |
+//! | [`embeddings`] | host-side embedding backends for plugins |
 //! | [`dev`] | the dummy upstream used by tests, benches and the demo |
 
 pub mod app;
@@ -16,6 +19,7 @@ pub mod cli;
 pub mod config;
 pub mod daemon;
 pub mod dev;
+pub mod embeddings;
 pub mod error;
 pub mod home;
 pub mod learn;

@@ -244,6 +244,8 @@ async fn admin_status(State(app): State<SharedApp>) -> Response {
                 "generation": snapshot.generation,
                 "dir": skills.library.dir,
                 "problems": snapshot.problems,
+                "retrieval": skills.retrieval,
+                "last_retriever": skills.last_retriever(),
             })
         }),
         "plugins": app.plugins.as_ref().map(|host| {

@@ -74,9 +74,22 @@ async fn the_upstream_gets_the_agents_prompt_unchanged_then_the_skills_and_the_t
         "the agent's prompt must reach the upstream unchanged"
     );
     assert!(block.trim_end().ends_with("<!-- /metaclaw:skills -->"));
-    assert!(block.contains("### git-rebase-safely (v1.0.0)"), "{block}");
+    assert!(block.contains("### git-rebase-safely (v1.1.0)"), "{block}");
     assert!(!block.contains("process-csv-robustly"));
-    assert_eq!(headers["x-metaclaw-skills"], "git-rebase-safely");
+    // The header names every injected skill (sorted, like the block).
+    let named: Vec<&str> = headers["x-metaclaw-skills"]
+        .to_str()
+        .unwrap()
+        .split(',')
+        .collect();
+    assert!(named.contains(&"git-rebase-safely"), "{named:?}");
+    assert!(named.len() <= 3 && named.is_sorted(), "{named:?}");
+    for id in &named {
+        assert!(
+            block.contains(&format!("### {id} (v")),
+            "{id} named but not injected"
+        );
+    }
 
     // The same question again: byte-identical prompt (provider caches hold).
     let (again, _) = system_seen(&mc, question, &[("x-session-id", "sk-1b")]).await;
@@ -84,9 +97,15 @@ async fn the_upstream_gets_the_agents_prompt_unchanged_then_the_skills_and_the_t
 
     let session = mc.turns("sk-1", 1);
     let injected = session["turns"][0]["injected_skills"].as_array().unwrap();
-    assert_eq!(injected[0]["id"], "git-rebase-safely");
-    assert_eq!(injected[0]["version"], "1.0.0");
-    assert!(injected[0]["score"].as_f64().unwrap() > 0.5);
+    assert_eq!(injected.len(), named.len());
+    let rebase = injected
+        .iter()
+        .find(|s| s["id"] == "git-rebase-safely")
+        .expect("the rebase skill is recorded");
+    assert_eq!(rebase["version"], "1.1.0");
+    // The best match scores highest.
+    let best = injected.iter().filter_map(|s| s["score"].as_f64());
+    assert_eq!(rebase["score"].as_f64(), best.reduce(f64::max));
     // What was recorded is what the agent sent, not the injected prompt.
     assert_eq!(session["turns"][0]["messages"][0]["content"], SYSTEM);
 }
@@ -243,7 +262,7 @@ fn the_cli_lists_searches_adds_removes_and_keeps_history() {
     let file = h.join("skills/write-clear-emails/SKILL.md");
     let mine = std::fs::read_to_string(&file)
         .unwrap()
-        .replace("version: 1.0.0", "version: 1.1.0");
+        .replace("version: 1.1.0", "version: 1.2.0");
     std::fs::write(&file, &mine).unwrap();
     let out = cli_in(h, &["skills", "install-builtin"]);
     let text = String::from_utf8_lossy(&out.stdout).to_string();

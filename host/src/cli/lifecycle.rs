@@ -347,6 +347,19 @@ pub fn status(home: &Home, config_path: &Path, args: JsonFlag) -> Result<ExitCod
             s["generation"],
             s["dir"].as_str().unwrap_or("?")
         );
+        if let Some(r) = s["retrieval"].as_object() {
+            let mut line = format!("  retrieval: {}", r["mode"].as_str().unwrap_or("?"));
+            if let Some(model) = r["embeddings"].as_str() {
+                line.push_str(&format!(" ({model})"));
+            }
+            if let Some(last) = s["last_retriever"].as_str() {
+                line.push_str(&format!(", last answered by {last}"));
+            }
+            say!("{line}");
+            if let Some(problem) = r["problem"].as_str() {
+                say!("  warning:   embeddings are off, BM25 retrieves instead: {problem}");
+            }
+        }
         for problem in s["problems"].as_array().into_iter().flatten() {
             say!(
                 "  warning:   skill {} skipped: {}",

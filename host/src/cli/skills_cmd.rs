@@ -13,7 +13,7 @@ use crate::home::Home;
 use crate::plugins::{PluginHost, Settings as PluginSettings};
 use crate::skills::library::Library;
 use crate::skills::skill::{self, Category};
-use crate::skills::{Query, Settings as SkillSettings, Skills, builtin, clean_query};
+use crate::skills::{Query, Retrieval, Settings as SkillSettings, Skills, builtin, clean_query};
 use crate::store::skills::{Attribution, builtin_hashes, history};
 
 fn skills_dir(home: &Home, config: &LoadedConfig) -> PathBuf {
@@ -125,13 +125,19 @@ pub fn run(home: &Home, config_path: &Path, command: SkillsCommand) -> Result<Ex
             }
         }
         SkillsCommand::Search { query, json } => {
+            let (retrieval, embedder) = Retrieval::from_config(&config.config, &db);
+            if let Some(problem) = &retrieval.problem {
+                say!("warning: embeddings are off, BM25 retrieves instead: {problem}");
+            }
             let library = Library::open(dir, db);
-            let plugins = PluginHost::new(PluginSettings::from_config(&config.config, home), None)?;
+            let plugins =
+                PluginHost::new(PluginSettings::from_config(&config.config, home), embedder)?;
             plugins.reload();
             let skills = Skills::new(
                 library,
                 Some(plugins),
                 SkillSettings::from_config(&config.config),
+                retrieval,
             );
             let q = Query {
                 text: clean_query(&query),

@@ -222,6 +222,7 @@ fn secret_slot<'a>(config: &'a mut Config, key: &str) -> Option<&'a mut Option<S
         "rl.prm_api_key" => &mut config.rl.prm_api_key,
         "rl.evolver_api_key" => &mut config.rl.evolver_api_key,
         "opd.teacher_api_key" => &mut config.opd.teacher_api_key,
+        "skills.embedding_api_key" => &mut config.skills.embedding_api_key,
         _ => return None,
     })
 }
@@ -307,6 +308,35 @@ pub fn validate(config: &Config) -> Result<(), ConfigError> {
         if let Err(e) = crate::plugins::PluginSpec::parse(spec) {
             return Err(invalid("plugins", e));
         }
+    }
+    if !matches!(
+        config.skills.retrieval_mode.as_str(),
+        "template" | "bm25" | "embedding"
+    ) {
+        return Err(invalid(
+            "skills.retrieval_mode",
+            format!(
+                "{:?} is not a retrieval mode (use bm25, template or embedding)",
+                config.skills.retrieval_mode
+            ),
+        ));
+    }
+    if !matches!(config.skills.embedding_backend.as_str(), "local" | "openai") {
+        return Err(invalid(
+            "skills.embedding_backend",
+            format!(
+                "{:?} is not an embedding backend (use local or openai)",
+                config.skills.embedding_backend
+            ),
+        ));
+    }
+    if let Some(base) = &config.skills.embedding_api_base
+        && !matches!(reqwest::Url::parse(base.trim()), Ok(url) if matches!(url.scheme(), "http" | "https") && url.host().is_some())
+    {
+        return Err(invalid(
+            "skills.embedding_api_base",
+            format!("{base:?} is not an http(s) URL"),
+        ));
     }
     if config.store.queue_capacity < 16 {
         return Err(invalid(

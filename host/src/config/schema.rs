@@ -193,13 +193,26 @@ pub struct SkillsConfig {
     pub enabled: bool,
     /// Default: `<home>/skills`.
     pub dir: Option<String>,
-    /// `template` (the original's default) maps to BM25 retrieval.
+    /// `bm25` (also `template`, the original's default) or `embedding`
+    /// (cosine over embeddings, BM25 as the fallback).
     pub retrieval_mode: String,
     pub top_k: u32,
     pub task_specific_top_k: u32,
     pub auto_evolve: bool,
     pub evolution_every_n_turns: u32,
+    /// Where embeddings come from: `local` (all-MiniLM-L6-v2 in-process,
+    /// from `embedding_model_path`; needs the `local-embeddings` build) or
+    /// `openai` (any OpenAI-compatible `/v1/embeddings` endpoint).
+    pub embedding_backend: String,
+    /// `local`: the folder holding `model.safetensors`, `tokenizer.json`
+    /// and `config.json` of all-MiniLM-L6-v2 (or a BERT model like it).
     pub embedding_model_path: Option<String>,
+    /// `openai`: the endpoint's base URL (default: `llm.api_base`).
+    pub embedding_api_base: Option<String>,
+    /// `openai`: its key (default: `llm.api_key`).
+    pub embedding_api_key: Option<String>,
+    /// `openai`: the model to ask for.
+    pub embedding_model: String,
     /// Retrieved skills scoring below this are not injected (0..1): small
     /// talk matches nothing.
     pub min_relevance: f32,
@@ -220,7 +233,11 @@ impl Default for SkillsConfig {
             task_specific_top_k: 10,
             auto_evolve: true,
             evolution_every_n_turns: 10,
+            embedding_backend: "local".into(),
             embedding_model_path: None,
+            embedding_api_base: None,
+            embedding_api_key: None,
+            embedding_model: "text-embedding-3-small".into(),
             min_relevance: 0.3,
             min_relative_relevance: 0.5,
             component_threshold: 0.5,
@@ -544,6 +561,7 @@ pub const SECRET_KEYS: &[&str] = &[
     "rl.prm_api_key",
     "rl.evolver_api_key",
     "opd.teacher_api_key",
+    "skills.embedding_api_key",
 ];
 
 /// Environment variables that supply a secret instead of the file. They win
@@ -556,4 +574,5 @@ pub const SECRET_ENV: &[(&str, &str)] = &[
     ("METACLAW_RL_PRM_API_KEY", "rl.prm_api_key"),
     ("METACLAW_RL_EVOLVER_API_KEY", "rl.evolver_api_key"),
     ("METACLAW_OPD_TEACHER_API_KEY", "opd.teacher_api_key"),
+    ("METACLAW_EMBEDDING_API_KEY", "skills.embedding_api_key"),
 ];

@@ -14,7 +14,7 @@ use wasmtime::component::Component;
 
 use super::bindings::{evolver, retriever, scorer, skill, types};
 use super::engine::PluginEngine;
-use super::sandbox::{Embedder, Grants, KvCache, PluginState};
+use super::sandbox::{EmbedPurpose, Embedder, Grants, KvCache, PluginState};
 
 /// The WIT package version this host implements.
 pub const PACKAGE: &str = "metaclaw:plugin";
@@ -125,6 +125,10 @@ pub enum CallError {
     Instantiate(String),
     #[error("wrong kind: this plugin is a {0}")]
     WrongKind(&'static str),
+    /// The host's embedding backend failed during the call: not the
+    /// plugin's fault, so not counted against it.
+    #[error("the embedding backend failed: {0}")]
+    Embed(String),
 }
 
 enum Pre {
@@ -348,6 +352,16 @@ impl Loaded {
         let mut store = Store::new(&self.engine.engine, state);
         store.limiter(|s| &mut s.limiter);
         store.set_epoch_deadline(self.engine.ticks(self.limits.timeout));
+        // At the deadline, time the plugin spent waiting on the host's
+        // embedding backend is given back once; past that it is stopped.
+        store.epoch_deadline_callback(|mut ctx| {
+            let owed = std::mem::take(&mut ctx.data_mut().host_ticks);
+            if owed > 0 {
+                Ok(wasmtime::UpdateDeadline::Continue(owed))
+            } else {
+                Err(wasmtime::Trap::Interrupt.into())
+            }
+        });
         let _ticking = self.engine.running();
         let err = |e: wasmtime::Error| CallError::Instantiate(format!("{e:#}"));
         let bindings = match &self.pre {
@@ -386,7 +400,10 @@ impl Loaded {
         instance
             .store
             .set_epoch_deadline(self.engine.ticks(self.limits.timeout));
-        instance.store.data_mut().log_budget = super::sandbox::LOG_LINES_PER_CALL;
+        let state = instance.store.data_mut();
+        state.log_budget = super::sandbox::LOG_LINES_PER_CALL;
+        state.host_ticks = 0;
+        state.embed_error = None;
         let outcome = {
             let _ticking = self.engine.running();
             f(&mut instance)
@@ -408,36 +425,54 @@ impl Loaded {
                 Ok(value)
             }
             Ok(Err(trap)) => {
-                let state = instance.store.data();
-                let error =
-                    if trap.downcast_ref::<wasmtime::Trap>() == Some(&wasmtime::Trap::Interrupt) {
-                        CallError::Deadline(self.limits.timeout)
-                    } else if state.limiter.hit {
-                        CallError::Memory(self.limits.memory_bytes)
-                    } else {
-                        let stderr = String::from_utf8_lossy(&state.stderr.contents())
-                            .trim()
-                            .to_string();
-                        let tail: String = stderr
-                            .chars()
-                            .rev()
-                            .take(300)
-                            .collect::<Vec<_>>()
-                            .into_iter()
-                            .rev()
-                            .collect();
-                        let mut msg = format!("{trap:#}");
-                        if !tail.is_empty() {
-                            msg.push_str(&format!(" (stderr: {tail})"));
-                        }
-                        CallError::Trap(msg)
-                    };
+                let error = self.trapped(&instance, &trap, self.limits.timeout);
                 // A trapped instance is poisoned: drop it.
                 drop(instance);
                 Err(self.failed(error))
             }
             Err(e) => Err(e),
         }
+    }
+
+    /// What a trap means: the deadline, the memory cap, or the plugin's own
+    /// failure (with the tail of what it wrote to stderr).
+    fn trapped(&self, instance: &Instance, trap: &wasmtime::Error, timeout: Duration) -> CallError {
+        let state = instance.store.data();
+        if trap.downcast_ref::<wasmtime::Trap>() == Some(&wasmtime::Trap::Interrupt) {
+            return CallError::Deadline(timeout);
+        }
+        if state.limiter.hit {
+            return CallError::Memory(self.limits.memory_bytes);
+        }
+        let stderr = String::from_utf8_lossy(&state.stderr.contents())
+            .trim()
+            .to_string();
+        let tail: String = stderr
+            .chars()
+            .rev()
+            .take(300)
+            .collect::<Vec<_>>()
+            .into_iter()
+            .rev()
+            .collect();
+        let mut msg = format!("{trap:#}");
+        if !tail.is_empty() {
+            msg.push_str(&format!(" (stderr: {tail})"));
+        }
+        CallError::Trap(msg)
+    }
+
+    /// The most linear memory one of the pooled instances holds.
+    pub fn memory_in_use(&self) -> usize {
+        self.pool
+            .lock()
+            .map(|p| {
+                p.iter()
+                    .map(|i| i.store.data().limiter.used())
+                    .max()
+                    .unwrap_or(0)
+            })
+            .unwrap_or(0)
     }
 
     fn failed(&self, error: CallError) -> CallError {
@@ -506,6 +541,7 @@ impl Loaded {
     ) -> Result<Vec<types::ScoredSkill>, CallError> {
         let timeout = self.engine.ticks(self.limits.timeout);
         let index_ticks = self.engine.ticks(index_timeout);
+        let mut embed_failed = None;
         let mut ranked = self.call(|instance| {
             let Instance {
                 store,
@@ -518,10 +554,14 @@ impl Loaded {
             };
             if *indexed != Some(generation) {
                 store.set_epoch_deadline(index_ticks);
-                match b
-                    .metaclaw_plugin_retriever_api()
-                    .call_index(&mut *store, skills, generation)
-                {
+                store.data_mut().embed_purpose = EmbedPurpose::Index;
+                let outcome =
+                    b.metaclaw_plugin_retriever_api()
+                        .call_index(&mut *store, skills, generation);
+                let state = store.data_mut();
+                state.embed_purpose = EmbedPurpose::Query;
+                state.host_ticks = 0;
+                match outcome {
                     Ok(Ok(())) => *indexed = Some(generation),
                     Ok(Err(message)) => {
                         return Err(CallError::Trap(format!("index() refused: {message}")));
@@ -530,9 +570,17 @@ impl Loaded {
                 }
                 store.set_epoch_deadline(timeout);
             }
-            Ok(b.metaclaw_plugin_retriever_api()
-                .call_retrieve(store, context, k))
+            let ranked = b
+                .metaclaw_plugin_retriever_api()
+                .call_retrieve(&mut *store, context, k);
+            embed_failed = store.data_mut().embed_error.take();
+            Ok(ranked)
         })?;
+        // A ranking made without the query's embedding is no ranking: let
+        // the next retriever answer.
+        if let Some(error) = embed_failed {
+            return Err(CallError::Embed(error));
+        }
         ranked.truncate(k as usize);
         Ok(ranked)
     }
@@ -560,12 +608,17 @@ impl Loaded {
                 instance
                     .store
                     .set_epoch_deadline(self.engine.ticks(index_timeout));
+                instance.store.data_mut().embed_purpose = EmbedPurpose::Index;
                 let _ticking = self.engine.running();
-                match b.metaclaw_plugin_retriever_api().call_index(
+                let outcome = b.metaclaw_plugin_retriever_api().call_index(
                     &mut instance.store,
                     skills,
                     generation,
-                ) {
+                );
+                let state = instance.store.data_mut();
+                state.embed_purpose = EmbedPurpose::Query;
+                state.host_ticks = 0;
+                match outcome {
                     Ok(Ok(())) => instance.indexed = Some(generation),
                     Ok(Err(message)) => {
                         return Err(
@@ -574,9 +627,13 @@ impl Loaded {
                     }
                     // A trapped instance is dropped.
                     Err(trap) => {
-                        return Err(
-                            self.failed(CallError::Trap(format!("index() trapped: {trap:#}")))
-                        );
+                        let error = match self.trapped(&instance, &trap, index_timeout) {
+                            CallError::Trap(message) => {
+                                CallError::Trap(format!("index() trapped: {message}"))
+                            }
+                            other => other,
+                        };
+                        return Err(self.failed(error));
                     }
                 }
             }

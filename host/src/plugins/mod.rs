@@ -27,5 +27,5 @@ pub use loaded::{
 };
 pub use lock::{LockEntry, LockFile};
 pub use registry::{PluginHost, PluginSpec, Problem, Registry, Settings, default_builtin_dir};
-pub use sandbox::{Embedder, Grants};
+pub use sandbox::{EmbedPurpose, Embedder, Grants};
 pub use view::{PluginView, RegistryView, view};

@@ -98,7 +98,17 @@ impl Settings {
                 .unwrap_or_else(|| home.plugins_dir()),
             lock_path: home.plugin_lock_file(),
             cache_dir: Some(home.cache_dir().join("plugins")),
-            grants: p.grants.clone(),
+            grants: {
+                let mut grants = p.grants.clone();
+                // Embedding retrieval needs the first-party retriever to
+                // have embeddings; a grant written in the config wins.
+                if config.skills.retrieval_mode == "embedding" {
+                    grants
+                        .entry("embedding".to_string())
+                        .or_insert_with(|| vec!["embed".to_string()]);
+                }
+                grants
+            },
             memory_bytes: (p.memory_mb as usize) << 20,
             max_failures: p.max_failures.max(1),
             pool_size: p.pool_size.max(1),

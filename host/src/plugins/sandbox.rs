@@ -75,10 +75,20 @@ impl Grants {
     }
 }
 
-/// Embeddings for plugins that are granted `embed` (provided by the host's
-/// embedding backend once one is configured).
+/// Embeddings for plugins that are granted `embed` (the host's embedding
+/// backend, `crate::embeddings`).
 pub trait Embedder: Send + Sync {
-    fn embed(&self, texts: &[String]) -> Result<Vec<Vec<f32>>, String>;
+    /// One L2-normalised vector per text.
+    fn embed(&self, texts: &[String], purpose: EmbedPurpose) -> Result<Vec<Vec<f32>>, String>;
+}
+
+/// Why a plugin asks for embeddings: texts embedded while indexing the
+/// library come back again and again (every instance indexes, every
+/// restart too) and are worth keeping; a turn's query rarely is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum EmbedPurpose {
+    Index,
+    Query,
 }
 
 /// A plugin's private key-value cache, shared by its instances.
@@ -105,6 +115,14 @@ pub struct PluginState {
     pub stderr: MemoryOutputPipe,
     /// Log lines left in the current call (a plugin cannot flood the log).
     pub log_budget: u32,
+    /// Set while the host runs the retriever's `index()`.
+    pub embed_purpose: EmbedPurpose,
+    /// Deadline ticks spent waiting on the host's embedding backend in this
+    /// call: the deadline bounds the plugin's own work, so they are given
+    /// back when it expires (see `Loaded::instantiate`).
+    pub host_ticks: u64,
+    /// The last embedding failure in this call.
+    pub embed_error: Option<String>,
 }
 
 pub const LOG_LINES_PER_CALL: u32 = 50;
@@ -153,6 +171,9 @@ impl PluginState {
             kv,
             stderr,
             log_budget: LOG_LINES_PER_CALL,
+            embed_purpose: EmbedPurpose::Query,
+            host_ticks: 0,
+            embed_error: None,
         }
     }
 
@@ -211,6 +232,11 @@ impl MemoryBudget {
             used: 0,
             hit: false,
         }
+    }
+
+    /// Bytes of linear memory (and tables' worth) the instance holds.
+    pub fn used(&self) -> usize {
+        self.used
     }
 }
 
@@ -286,10 +312,18 @@ impl embed::Host for PluginState {
         if !self.grants.embed {
             return Ok(Err(self.denied("embed").to_string()));
         }
-        Ok(match &self.embedder {
-            Some(e) => e.embed(&texts),
-            None => Err("no embedding backend is configured".into()),
-        })
+        let Some(embedder) = &self.embedder else {
+            return Ok(Err(
+                "no embedding backend is configured (see skills.embedding_backend)".into(),
+            ));
+        };
+        let started = std::time::Instant::now();
+        let result = embedder.embed(&texts, self.embed_purpose);
+        self.host_ticks += (started.elapsed().as_micros() / super::engine::TICK.as_micros()) as u64;
+        if let Err(e) = &result {
+            self.embed_error = Some(e.clone());
+        }
+        Ok(result)
     }
 }
 

@@ -208,12 +208,7 @@ mod tests {
     fn the_budget_drops_the_weakest_skills_first() {
         let skills = vec![skill("a", 0.9), skill("b", 0.3), skill("c", 0.6)];
         let one = block(&skills[..1]).len();
-        let kept = fit(
-            skills.clone(),
-            4000,
-            100,
-            estimate_tokens(4000 + one) + 100,
-        );
+        let kept = fit(skills.clone(), 4000, 100, estimate_tokens(4000 + one) + 100);
         assert_eq!(
             kept.iter().map(|s| s.id.as_str()).collect::<Vec<_>>(),
             vec!["a"]

@@ -144,10 +144,56 @@ pub struct Selection {
     pub ranked: Vec<(String, f32)>,
 }
 
+/// How skills are retrieved, for `status`.
+#[derive(Debug, Clone, Default, serde::Serialize)]
+pub struct Retrieval {
+    /// `bm25` or `embedding`.
+    pub mode: String,
+    /// The embedding model's id, when embeddings are on.
+    pub embeddings: Option<String>,
+    /// Why embedding retrieval is off although configured.
+    pub problem: Option<String>,
+}
+
+impl Retrieval {
+    /// Builds the embedding backend the config asks for; when it cannot be
+    /// built, says why and leaves retrieval to BM25.
+    pub fn from_config(
+        config: &crate::config::Config,
+        db: &std::path::Path,
+    ) -> (Self, Option<Arc<dyn crate::plugins::Embedder>>) {
+        let mode = match config.skills.retrieval_mode.as_str() {
+            "embedding" => "embedding",
+            _ => "bm25",
+        };
+        let mut retrieval = Retrieval {
+            mode: mode.into(),
+            ..Retrieval::default()
+        };
+        match crate::embeddings::from_config(config, db) {
+            Ok(Some(cached)) => {
+                retrieval.embeddings = Some(cached.model_id().to_string());
+                let embedder: Arc<dyn crate::plugins::Embedder> = cached;
+                (retrieval, Some(embedder))
+            }
+            Ok(None) => (retrieval, None),
+            Err(e) => {
+                let problem = format!("{e:#}");
+                tracing::error!("embeddings are off, BM25 retrieves skills instead: {problem}");
+                retrieval.problem = Some(problem);
+                (retrieval, None)
+            }
+        }
+    }
+}
+
 pub struct Skills {
     pub library: Arc<Library>,
     pub plugins: Option<Arc<PluginHost>>,
     pub settings: Settings,
+    pub retrieval: Retrieval,
+    /// The retriever that answered the last turn (`name@version`).
+    last_retriever: std::sync::Mutex<Option<String>>,
     /// The library as retrievers see it, rebuilt when the generation moves.
     wit: RwLock<(u64, Arc<Vec<types::Skill>>)>,
 }
@@ -169,11 +215,14 @@ impl Skills {
         library: Arc<Library>,
         plugins: Option<Arc<PluginHost>>,
         settings: Settings,
+        retrieval: Retrieval,
     ) -> Arc<Self> {
         Arc::new(Self {
             library,
             plugins,
             settings,
+            retrieval,
+            last_retriever: std::sync::Mutex::new(None),
             wit: RwLock::new((u64::MAX, Arc::new(Vec::new()))),
         })
     }
@@ -197,6 +246,10 @@ impl Skills {
             *cached = (snapshot.generation, list.clone());
         }
         list
+    }
+
+    pub fn last_retriever(&self) -> Option<String> {
+        self.last_retriever.lock().ok().and_then(|l| l.clone())
     }
 
     /// Indexes the library in every retriever (off the request path).
@@ -260,6 +313,11 @@ impl Skills {
                 ) {
                     Ok(ranked) => {
                         selection.retriever = Some(retriever.label().to_string());
+                        if let Ok(mut last) = self.last_retriever.lock()
+                            && last.as_deref() != Some(retriever.label())
+                        {
+                            *last = Some(retriever.label().to_string());
+                        }
                         selection.ranked = ranked.iter().map(|r| (r.id.clone(), r.score)).collect();
                         break;
                     }

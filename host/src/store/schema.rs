@@ -116,6 +116,16 @@ const MIGRATIONS: &[&str] = &[
     -- [{"id", "version", "score"}] of the skills injected into the turn.
     ALTER TABLE turns ADD COLUMN injected_skills TEXT;
     "#,
+    // 4: embeddings of indexed texts, by model and content hash.
+    r#"
+    CREATE TABLE embeddings (
+        key       BLOB PRIMARY KEY,   -- sha256(model id, 0, text)
+        model     TEXT NOT NULL,
+        dim       INTEGER NOT NULL,
+        vector    BLOB NOT NULL,      -- little-endian f32
+        used_ms   INTEGER NOT NULL
+    ) WITHOUT ROWID;
+    "#,
 ];
 
 pub fn configure(conn: &Connection) -> rusqlite::Result<()> {

@@ -1,0 +1,358 @@
+//! Skill retrieval latency inside wasm: `retrieve()` of the first-party
+//! retrievers through metaclaw's plugin host, over the built-in bank and
+//! over 10,000 generated skills. The baseline, same run: the same call with
+//! an empty query (the cost of the call itself).
+//!
+//! The embedding retriever gets its vectors from a deterministic hashing
+//! embedder (384 dimensions, like all-MiniLM-L6-v2), so the figure is the
+//! ranking alone; the time the host spends embedding the query is timed
+//! separately, with the real model when it is available
+//! (`--features local-embeddings` and METACLAW_TEST_MODEL_DIR).
+//!
+//!     scripts/build-plugins --rust-only
+//!     METACLAW_TEST_MODEL_DIR=… cargo bench -p metaclaw --features local-embeddings --bench retrieval
+//!     cargo bench -p metaclaw --bench retrieval -- --quick
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    clippy::print_stdout
+)]
+
+#[path = "../tests/common/mod.rs"]
+mod common;
+
+use std::path::Path;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use metaclaw::plugins::types::{Skill, TurnContext};
+use metaclaw::plugins::{EmbedPurpose, Embedder, Grants, Kind, Limits, Loaded, PluginEngine};
+use sha2::{Digest, Sha256};
+
+const DIM: usize = 384;
+
+/// Hashing embedder that also counts the time spent on queries.
+#[derive(Default)]
+struct Hashing {
+    query_nanos: AtomicU64,
+}
+
+impl Embedder for Hashing {
+    fn embed(&self, texts: &[String], purpose: EmbedPurpose) -> Result<Vec<Vec<f32>>, String> {
+        let start = Instant::now();
+        let out = texts
+            .iter()
+            .map(|t| metaclaw::dev::upstream::hashed_embedding(t, DIM))
+            .collect();
+        if purpose == EmbedPurpose::Query {
+            self.query_nanos
+                .fetch_add(start.elapsed().as_nanos() as u64, Ordering::Relaxed);
+        }
+        Ok(out)
+    }
+}
+
+fn load(engine: &Arc<PluginEngine>, rel: &str, embedder: Arc<Hashing>) -> Loaded {
+    let path = common::built_plugin(rel);
+    let bytes = std::fs::read(&path).unwrap();
+    let sha: String = Sha256::digest(&bytes)
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect();
+    // The host's defaults (64 MiB, pool of 4) but a deadline that a slow
+    // moment on a shared machine cannot trip, and no recycling mid-run.
+    let limits = Limits {
+        timeout: Duration::from_secs(5),
+        memory_bytes: 1 << 30,
+        recycle_after: u32::MAX,
+        ..Limits::default()
+    };
+    let embedder: Arc<dyn Embedder> = embedder;
+    Loaded::load(
+        engine,
+        path,
+        &bytes,
+        sha,
+        &|_| Arc::new(Grants::parse(&["embed".to_string()]).unwrap()),
+        Some(embedder),
+        &|_: Kind| limits.clone(),
+    )
+    .unwrap()
+}
+
+/// A small deterministic generator (xorshift).
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0
+    }
+    fn pick<'a>(&mut self, words: &'a [String]) -> &'a str {
+        &words[(self.next() % words.len() as u64) as usize]
+    }
+    fn phrase(&mut self, words: &[String], n: usize) -> String {
+        (0..n)
+            .map(|_| self.pick(words).to_string())
+            .collect::<Vec<_>>()
+            .join(" ")
+    }
+}
+
+fn repo() -> &'static Path {
+    Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap()
+}
+
+fn builtin_bank() -> Vec<Skill> {
+    let tmp = tempfile::tempdir().unwrap();
+    let library =
+        metaclaw::skills::library::Library::open(repo().join("skills"), tmp.path().join("db"));
+    library
+        .snapshot()
+        .skills
+        .iter()
+        .map(|s| Skill {
+            id: s.id.clone(),
+            name: s.name.clone(),
+            description: s.description.clone(),
+            category: s.category.as_str().into(),
+            tags: s.tags.clone(),
+            version: s.version.to_string(),
+            body: s.body.clone(),
+        })
+        .collect()
+}
+
+/// `n` skills written from the built-in bank's vocabulary (so term
+/// frequencies look like real skills'), with bodies of 80–160 words.
+fn generated(n: usize, bank: &[Skill]) -> Vec<Skill> {
+    let mut words: Vec<String> = bank
+        .iter()
+        .flat_map(|s| {
+            format!("{} {} {}", s.description, s.tags.join(" "), s.body)
+                .split(|c: char| !c.is_alphanumeric())
+                .filter(|w| w.len() > 2)
+                .map(str::to_lowercase)
+                .collect::<Vec<_>>()
+        })
+        .collect();
+    words.sort();
+    words.dedup();
+    let mut rng = Rng(0x9E37_79B9_7F4A_7C15);
+    (0..n)
+        .map(|i| {
+            let name = format!("{}-{i}", rng.phrase(&words, 3).replace(' ', "-"));
+            let body_words = 80 + (rng.next() % 80) as usize;
+            Skill {
+                id: name.clone(),
+                name,
+                description: rng.phrase(&words, 12),
+                category: "general".into(),
+                tags: (0..3).map(|_| rng.pick(&words).to_string()).collect(),
+                version: "1.0.0".into(),
+                body: rng.phrase(&words, body_words),
+            }
+        })
+        .collect()
+}
+
+fn queries() -> Vec<String> {
+    #[derive(serde::Deserialize)]
+    struct Set {
+        queries: Vec<Case>,
+    }
+    #[derive(serde::Deserialize)]
+    struct Case {
+        query: String,
+    }
+    let text = std::fs::read_to_string(repo().join("tests/data/retrieval-queries.yaml")).unwrap();
+    let set: Set = serde_saphyr::from_str(&text).unwrap();
+    set.queries.into_iter().map(|c| c.query).collect()
+}
+
+fn context(query: &str) -> TurnContext {
+    TurnContext {
+        session_id: "bench".into(),
+        turn_type: "main".into(),
+        model: "m".into(),
+        system_prompt: String::new(),
+        messages: Vec::new(),
+        query: query.into(),
+    }
+}
+
+fn percentile(sorted: &[Duration], p: f64) -> Duration {
+    sorted[((p / 100.0) * (sorted.len() - 1) as f64).round() as usize]
+}
+
+fn us(d: Duration) -> f64 {
+    d.as_secs_f64() * 1e6
+}
+
+struct Row {
+    p50: Duration,
+    p99: Duration,
+}
+
+/// Latency of `retrieve(k = 24)` (what the host asks for with top_k 6),
+/// minus the time the embedder spent on the query.
+fn measure(
+    plugin: &Loaded,
+    embedder: &Hashing,
+    skills: &[Skill],
+    generation: u64,
+    queries: &[String],
+    n: usize,
+) -> Row {
+    let start = Instant::now();
+    plugin
+        .warm(skills, generation, Duration::from_secs(600))
+        .unwrap();
+    let indexed = start.elapsed();
+    let mut times = Vec::with_capacity(n);
+    for i in 0..(n + 50) {
+        let ctx = context(&queries[i % queries.len()]);
+        let before = embedder.query_nanos.load(Ordering::Relaxed);
+        let start = Instant::now();
+        let hits = plugin
+            .retrieve(skills, generation, &ctx, 24, Duration::from_secs(600))
+            .unwrap();
+        let elapsed = start.elapsed();
+        let embedding = embedder.query_nanos.load(Ordering::Relaxed) - before;
+        std::hint::black_box(hits);
+        if i >= 50 {
+            times.push(elapsed.saturating_sub(Duration::from_nanos(embedding)));
+        }
+    }
+    times.sort();
+    let row = Row {
+        p50: percentile(&times, 50.0),
+        p99: percentile(&times, 99.0),
+    };
+    println!(
+        "{:<10} {:>7} {:>10.1} {:>10.1} {:>10.1} {:>10.0} {:>10.1}",
+        plugin.info.name,
+        skills.len(),
+        us(row.p50),
+        us(row.p99),
+        us(percentile(&times, 100.0)),
+        indexed.as_secs_f64() * 1e3,
+        plugin.memory_in_use() as f64 / (1 << 20) as f64,
+    );
+    row
+}
+
+/// The cost of the call itself: an empty query returns at once.
+fn floor(plugin: &Loaded, skills: &[Skill], generation: u64, n: usize) -> Row {
+    let mut times = Vec::with_capacity(n);
+    let ctx = context("");
+    for _ in 0..n {
+        let start = Instant::now();
+        std::hint::black_box(
+            plugin
+                .retrieve(skills, generation, &ctx, 24, Duration::from_secs(600))
+                .unwrap(),
+        );
+        times.push(start.elapsed());
+    }
+    times.sort();
+    Row {
+        p50: percentile(&times, 50.0),
+        p99: percentile(&times, 99.0),
+    }
+}
+
+fn main() {
+    let quick = std::env::args().any(|a| a == "--quick");
+    let n = if quick { 200 } else { 5_000 };
+    let cache = tempfile::tempdir().unwrap();
+    let engine = PluginEngine::new(Some(cache.path().to_path_buf())).unwrap();
+    let bank = builtin_bank();
+    let large = generated(10_000, &bank);
+    let queries = queries();
+
+    println!(
+        "# skill retrieval inside wasm: retrieve(k = 24) through metaclaw's plugin host (release build)"
+    );
+    println!(
+        "# {} queries from tests/data/retrieval-queries.yaml, cycled; {n} calls per row after 50 warm-up calls",
+        queries.len()
+    );
+    println!(
+        "# embedding: ranking only (384-dim vectors from a hashing embedder; query embedding time subtracted)"
+    );
+    println!(
+        "{:<10} {:>7} {:>10} {:>10} {:>10} {:>10} {:>10}",
+        "retriever", "skills", "p50 us", "p99 us", "max us", "index ms", "wasm MiB"
+    );
+    for rel in ["builtin/bm25.wasm", "builtin/embedding.wasm"] {
+        let embedder = Arc::new(Hashing::default());
+        let plugin = load(&engine, rel, embedder.clone());
+        measure(&plugin, &embedder, &bank, 1, &queries, n);
+        let big = measure(&plugin, &embedder, &large, 2, &queries, n);
+        let base = floor(&plugin, &large, 2, n);
+        println!(
+            "{:<10} {:>7} {:>10.1} {:>10.1}   (baseline: the call with an empty query; 10k p99 = {:.0}x it)",
+            "",
+            "empty",
+            us(base.p50),
+            us(base.p99),
+            us(big.p99) / us(base.p99)
+        );
+    }
+    query_embedding(&queries, quick);
+    println!(
+        "\n# {} CPUs",
+        std::thread::available_parallelism()
+            .map(|n| n.get())
+            .unwrap_or(0)
+    );
+}
+
+#[cfg(feature = "local-embeddings")]
+fn query_embedding(queries: &[String], quick: bool) {
+    use metaclaw::embeddings::Backend;
+    println!(
+        "\n# the query's own embedding: all-MiniLM-L6-v2 on the CPU (candle), one query per call"
+    );
+    let Ok(dir) = std::env::var("METACLAW_TEST_MODEL_DIR") else {
+        println!(
+            "skipped: set METACLAW_TEST_MODEL_DIR to the model folder (scripts/test fetches it)"
+        );
+        return;
+    };
+    let dir = metaclaw::embeddings::model_dir(Path::new(&dir)).unwrap();
+    let model = metaclaw::embeddings::minilm::MiniLm::open(&dir).unwrap();
+    let start = Instant::now();
+    model.embed(&queries[..1]).unwrap();
+    let load = start.elapsed();
+    let rounds = if quick { 1 } else { 5 };
+    let mut times = Vec::new();
+    for _ in 0..rounds {
+        for q in queries {
+            let start = Instant::now();
+            std::hint::black_box(model.embed(std::slice::from_ref(q)).unwrap());
+            times.push(start.elapsed());
+        }
+    }
+    times.sort();
+    println!(
+        "{:<10} {:>7} {:>10.0} {:>10.0}   (load and first query: {:.0} ms)",
+        "minilm",
+        times.len(),
+        us(percentile(&times, 50.0)),
+        us(percentile(&times, 99.0)),
+        load.as_secs_f64() * 1e3
+    );
+}
+
+#[cfg(not(feature = "local-embeddings"))]
+fn query_embedding(_queries: &[String], _quick: bool) {
+    println!(
+        "\n# the query's own embedding: build with --features local-embeddings to time all-MiniLM-L6-v2"
+    );
+}

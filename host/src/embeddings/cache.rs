@@ -1,0 +1,350 @@
+//! The embedding cache: vectors of indexed texts in the store (by model and
+//! content hash) and in memory; recent queries in memory only.
+
+use std::collections::{HashMap, VecDeque};
+use std::path::Path;
+use std::sync::{Arc, Mutex};
+
+use anyhow::Result;
+use rusqlite::{Connection, OptionalExtension, params};
+use sha2::{Digest, Sha256};
+
+use super::Backend;
+use crate::plugins::{EmbedPurpose, Embedder};
+
+type Key = [u8; 32];
+
+/// Indexed vectors kept in memory (each instance of a retriever indexes the
+/// same library): about 1.5 KB each at 384 dimensions.
+const INDEXED_IN_MEMORY: usize = 50_000;
+const QUERIES_IN_MEMORY: usize = 512;
+/// Texts per backend call: bounds the memory of one forward pass.
+const BATCH: usize = 32;
+/// Rows unused this long are dropped when the cache opens.
+const KEEP_UNUSED_MS: i64 = 30 * 24 * 3600 * 1000;
+/// A hit refreshes a row's `used_ms` at most this often.
+const TOUCH_EVERY_MS: i64 = 24 * 3600 * 1000;
+
+pub struct Cached {
+    backend: Arc<dyn Backend>,
+    /// `None` when the store cannot be opened: embeddings still work, they
+    /// are just not kept across restarts.
+    db: Mutex<Option<Connection>>,
+    indexed: Mutex<HashMap<Key, Arc<[f32]>>>,
+    queries: Mutex<Fifo>,
+}
+
+#[derive(Default)]
+struct Fifo {
+    map: HashMap<Key, Arc<[f32]>>,
+    order: VecDeque<Key>,
+}
+
+impl Cached {
+    pub fn new(backend: Arc<dyn Backend>, db: &Path) -> Result<Self> {
+        let conn = match crate::store::open_side_writer(db) {
+            Ok(conn) => {
+                let cutoff = crate::sessions::now_ms() - KEEP_UNUSED_MS;
+                if let Err(e) = conn.execute("DELETE FROM embeddings WHERE used_ms < ?1", [cutoff])
+                {
+                    tracing::warn!("cannot prune the embedding cache: {e}");
+                }
+                Some(conn)
+            }
+            Err(e) => {
+                tracing::warn!("embeddings will not be cached across restarts: {e:#}");
+                None
+            }
+        };
+        Ok(Self {
+            backend,
+            db: Mutex::new(conn),
+            indexed: Mutex::new(HashMap::new()),
+            queries: Mutex::new(Fifo::default()),
+        })
+    }
+
+    pub fn model_id(&self) -> &str {
+        self.backend.model_id()
+    }
+
+    fn key(&self, text: &str) -> Key {
+        let mut h = Sha256::new();
+        h.update(self.backend.model_id().as_bytes());
+        h.update([0u8]);
+        h.update(text.as_bytes());
+        h.finalize().into()
+    }
+
+    /// Embeds what no cache has, `BATCH` texts per backend call.
+    fn compute(&self, texts: &[&String]) -> Result<Vec<Vec<f32>>, String> {
+        let mut out = Vec::with_capacity(texts.len());
+        for chunk in texts.chunks(BATCH) {
+            let owned: Vec<String> = chunk.iter().map(|t| (*t).clone()).collect();
+            let vectors = self.backend.embed(&owned)?;
+            if vectors.len() != owned.len() {
+                return Err(format!(
+                    "the embedding backend returned {} vectors for {} texts",
+                    vectors.len(),
+                    owned.len()
+                ));
+            }
+            out.extend(vectors);
+        }
+        if let Some(dim) = out.first().map(Vec::len)
+            && out.iter().any(|v| v.len() != dim)
+        {
+            return Err("the embedding backend returned vectors of different sizes".into());
+        }
+        Ok(out)
+    }
+
+    fn embed_indexed(&self, texts: &[String]) -> Result<Vec<Vec<f32>>, String> {
+        let keys: Vec<Key> = texts.iter().map(|t| self.key(t)).collect();
+        let mut found: Vec<Option<Arc<[f32]>>> = match self.indexed.lock() {
+            Ok(mem) => keys.iter().map(|k| mem.get(k).cloned()).collect(),
+            Err(_) => vec![None; keys.len()],
+        };
+        let now = crate::sessions::now_ms();
+        if found.iter().any(Option::is_none)
+            && let Ok(mut db) = self.db.lock()
+            && let Some(conn) = db.as_mut()
+            && let Err(e) = load(conn, &keys, &mut found, now)
+        {
+            tracing::warn!("cannot read the embedding cache: {e}");
+        }
+        let missing: Vec<usize> = (0..texts.len()).filter(|&i| found[i].is_none()).collect();
+        if !missing.is_empty() {
+            let fresh = self.compute(&missing.iter().map(|&i| &texts[i]).collect::<Vec<_>>())?;
+            let rows: Vec<(Key, Arc<[f32]>)> = missing
+                .iter()
+                .zip(fresh)
+                .map(|(&i, v)| (keys[i], Arc::<[f32]>::from(v)))
+                .collect();
+            if let Ok(mut db) = self.db.lock()
+                && let Some(conn) = db.as_mut()
+                && let Err(e) = save(conn, self.backend.model_id(), &rows, now)
+            {
+                tracing::warn!("cannot write the embedding cache: {e}");
+            }
+            for (&i, (_, v)) in missing.iter().zip(&rows) {
+                found[i] = Some(v.clone());
+            }
+        }
+        if let Ok(mut mem) = self.indexed.lock() {
+            if mem.len() + texts.len() > INDEXED_IN_MEMORY {
+                mem.clear();
+            }
+            for (k, v) in keys.iter().zip(&found) {
+                if let Some(v) = v {
+                    mem.insert(*k, v.clone());
+                }
+            }
+        }
+        Ok(found
+            .into_iter()
+            .map(|v| v.map(|v| v.to_vec()).unwrap_or_default())
+            .collect())
+    }
+
+    fn embed_queries(&self, texts: &[String]) -> Result<Vec<Vec<f32>>, String> {
+        let keys: Vec<Key> = texts.iter().map(|t| self.key(t)).collect();
+        let mut found: Vec<Option<Arc<[f32]>>> = match self.queries.lock() {
+            Ok(q) => keys.iter().map(|k| q.map.get(k).cloned()).collect(),
+            Err(_) => vec![None; keys.len()],
+        };
+        let missing: Vec<usize> = (0..texts.len()).filter(|&i| found[i].is_none()).collect();
+        if !missing.is_empty() {
+            let fresh = self.compute(&missing.iter().map(|&i| &texts[i]).collect::<Vec<_>>())?;
+            let mut q = self.queries.lock().ok();
+            for (&i, v) in missing.iter().zip(fresh) {
+                let v: Arc<[f32]> = v.into();
+                if let Some(q) = q.as_mut()
+                    && q.map.insert(keys[i], v.clone()).is_none()
+                {
+                    q.order.push_back(keys[i]);
+                    while q.order.len() > QUERIES_IN_MEMORY {
+                        if let Some(old) = q.order.pop_front() {
+                            q.map.remove(&old);
+                        }
+                    }
+                }
+                found[i] = Some(v);
+            }
+        }
+        Ok(found
+            .into_iter()
+            .map(|v| v.map(|v| v.to_vec()).unwrap_or_default())
+            .collect())
+    }
+}
+
+impl Embedder for Cached {
+    fn embed(&self, texts: &[String], purpose: EmbedPurpose) -> Result<Vec<Vec<f32>>, String> {
+        match purpose {
+            EmbedPurpose::Index => self.embed_indexed(texts),
+            EmbedPurpose::Query => self.embed_queries(texts),
+        }
+    }
+}
+
+fn load(
+    conn: &mut Connection,
+    keys: &[Key],
+    found: &mut [Option<Arc<[f32]>>],
+    now: i64,
+) -> rusqlite::Result<()> {
+    let tx = conn.transaction()?;
+    {
+        let mut get = tx.prepare_cached("SELECT vector, used_ms FROM embeddings WHERE key = ?1")?;
+        let mut touch = tx.prepare_cached("UPDATE embeddings SET used_ms = ?2 WHERE key = ?1")?;
+        for (key, slot) in keys.iter().zip(found.iter_mut()) {
+            if slot.is_some() {
+                continue;
+            }
+            let row: Option<(Vec<u8>, i64)> = get
+                .query_row([&key[..]], |r| Ok((r.get(0)?, r.get(1)?)))
+                .optional()?;
+            if let Some((bytes, used)) = row {
+                *slot = Some(from_bytes(&bytes).into());
+                if now - used > TOUCH_EVERY_MS {
+                    touch.execute(params![&key[..], now])?;
+                }
+            }
+        }
+    }
+    tx.commit()
+}
+
+fn save(
+    conn: &mut Connection,
+    model: &str,
+    rows: &[(Key, Arc<[f32]>)],
+    now: i64,
+) -> rusqlite::Result<()> {
+    let tx = conn.transaction()?;
+    {
+        let mut put = tx.prepare_cached(
+            "INSERT OR REPLACE INTO embeddings (key, model, dim, vector, used_ms) VALUES (?1, ?2, ?3, ?4, ?5)",
+        )?;
+        for (key, v) in rows {
+            put.execute(params![&key[..], model, v.len() as i64, to_bytes(v), now])?;
+        }
+    }
+    tx.commit()
+}
+
+fn to_bytes(v: &[f32]) -> Vec<u8> {
+    v.iter().flat_map(|x| x.to_le_bytes()).collect()
+}
+
+fn from_bytes(b: &[u8]) -> Vec<f32> {
+    b.chunks_exact(4)
+        .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    /// Counts the texts it is asked to embed.
+    struct Counting(AtomicUsize);
+
+    impl Backend for Counting {
+        fn model_id(&self) -> &str {
+            "counting-v1"
+        }
+        fn embed(&self, texts: &[String]) -> Result<Vec<Vec<f32>>, String> {
+            self.0.fetch_add(texts.len(), Ordering::SeqCst);
+            Ok(texts.iter().map(|t| vec![t.len() as f32, 1.0]).collect())
+        }
+    }
+
+    fn texts(list: &[&str]) -> Vec<String> {
+        list.iter().map(|s| s.to_string()).collect()
+    }
+
+    #[test]
+    fn indexed_texts_are_embedded_once_even_across_restarts() {
+        let tmp = tempfile::tempdir().unwrap();
+        let db = tmp.path().join("metaclaw.db");
+        let backend = Arc::new(Counting(AtomicUsize::new(0)));
+        let first = Cached::new(backend.clone(), &db).unwrap();
+        let v = first
+            .embed(&texts(&["alpha", "beta"]), EmbedPurpose::Index)
+            .unwrap();
+        assert_eq!(v, vec![vec![5.0, 1.0], vec![4.0, 1.0]]);
+        first
+            .embed(&texts(&["alpha", "gamma!"]), EmbedPurpose::Index)
+            .unwrap();
+        assert_eq!(backend.0.load(Ordering::SeqCst), 3);
+        drop(first);
+
+        // A new process: the store still has them.
+        let second = Cached::new(backend.clone(), &db).unwrap();
+        let v = second
+            .embed(&texts(&["gamma!", "alpha", "beta"]), EmbedPurpose::Index)
+            .unwrap();
+        assert_eq!(v[0], vec![6.0, 1.0]);
+        assert_eq!(backend.0.load(Ordering::SeqCst), 3);
+    }
+
+    #[test]
+    fn queries_stay_in_memory_and_models_never_mix() {
+        let tmp = tempfile::tempdir().unwrap();
+        let db = tmp.path().join("metaclaw.db");
+        let backend = Arc::new(Counting(AtomicUsize::new(0)));
+        let cache = Cached::new(backend.clone(), &db).unwrap();
+        cache
+            .embed(&texts(&["how do I rebase"]), EmbedPurpose::Query)
+            .unwrap();
+        cache
+            .embed(&texts(&["how do I rebase"]), EmbedPurpose::Query)
+            .unwrap();
+        assert_eq!(backend.0.load(Ordering::SeqCst), 1);
+        let conn = crate::store::open_side_writer(&db).unwrap();
+        let rows: i64 = conn
+            .query_row("SELECT count(*) FROM embeddings", [], |r| r.get(0))
+            .unwrap();
+        assert_eq!(rows, 0, "queries are not written to the store");
+
+        struct Other;
+        impl Backend for Other {
+            fn model_id(&self) -> &str {
+                "other-v2"
+            }
+            fn embed(&self, texts: &[String]) -> Result<Vec<Vec<f32>>, String> {
+                Ok(texts.iter().map(|_| vec![9.0]).collect())
+            }
+        }
+        cache
+            .embed(&texts(&["alpha"]), EmbedPurpose::Index)
+            .unwrap();
+        let other = Cached::new(Arc::new(Other), &db).unwrap();
+        let v = other
+            .embed(&texts(&["alpha"]), EmbedPurpose::Index)
+            .unwrap();
+        assert_eq!(v, vec![vec![9.0]]);
+    }
+
+    #[test]
+    fn a_backend_that_miscounts_is_an_error() {
+        struct Short;
+        impl Backend for Short {
+            fn model_id(&self) -> &str {
+                "short"
+            }
+            fn embed(&self, _texts: &[String]) -> Result<Vec<Vec<f32>>, String> {
+                Ok(vec![vec![1.0]])
+            }
+        }
+        let tmp = tempfile::tempdir().unwrap();
+        let cache = Cached::new(Arc::new(Short), &tmp.path().join("m.db")).unwrap();
+        let err = cache
+            .embed(&texts(&["a", "b"]), EmbedPurpose::Index)
+            .unwrap_err();
+        assert!(err.contains("1 vectors for 2 texts"), "{err}");
+    }
+}

@@ -1,0 +1,212 @@
+//! Retrieval quality over the built-in bank: recall@6 of what would be
+//! injected, for the labelled queries in tests/data/retrieval-queries.yaml,
+//! and small talk that must inject nothing. Prints the figures.
+//!
+//! The retrievers are the real wasm plugins (scripts/build-plugins), the
+//! embeddings the real all-MiniLM-L6-v2 (METACLAW_TEST_MODEL_DIR, fetched by
+//! scripts/test).
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+mod common;
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use metaclaw::config::Config;
+use metaclaw::home::Home;
+use metaclaw::plugins::{PluginHost, Settings as PluginSettings};
+use metaclaw::skills::library::Library;
+use metaclaw::skills::{Query, Retrieval, Settings, Skills};
+
+#[derive(serde::Deserialize)]
+struct Labelled {
+    queries: Vec<Case>,
+    small_talk: Vec<String>,
+}
+
+#[derive(serde::Deserialize)]
+struct Case {
+    query: String,
+    expect: Vec<String>,
+}
+
+fn repo() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .unwrap()
+        .to_path_buf()
+}
+
+/// The development set (used while tuning) and the held-out set (written
+/// independently, by a different author, and evaluated only once the
+/// retrievers were settled).
+const SETS: [&str; 2] = [
+    "tests/data/retrieval-queries.yaml",
+    "tests/data/retrieval-queries-heldout.yaml",
+];
+
+fn labelled(file: &str) -> Labelled {
+    let text = std::fs::read_to_string(repo().join(file)).unwrap();
+    serde_saphyr::from_str(&text).unwrap()
+}
+
+/// The built-in bank behind the real retriever plugins, as the daemon
+/// would set them up for `retrieval_mode`.
+fn skills(home: &Path, config: Config) -> Arc<Skills> {
+    let home = Home::at(home);
+    home.ensure().unwrap();
+    let builtin = common::built_plugin("builtin/bm25.wasm");
+    let mut config = config;
+    config.plugins.builtin_dir = Some(builtin.parent().unwrap().display().to_string());
+    let db = home.db_file();
+    let (retrieval, embedder) = Retrieval::from_config(&config, &db);
+    assert_eq!(retrieval.problem, None);
+    let plugins = PluginHost::new(PluginSettings::from_config(&config, &home), embedder).unwrap();
+    let registry = plugins.reload();
+    assert!(registry.problems.is_empty(), "{:?}", registry.problems);
+    let library = Library::open(repo().join("skills"), db);
+    assert!(library.snapshot().skills.len() >= 40);
+    Skills::new(
+        library,
+        Some(plugins),
+        Settings::from_config(&config),
+        retrieval,
+    )
+}
+
+struct Figures {
+    recall: f64,
+    small_talk_injecting: usize,
+}
+
+fn evaluate(name: &str, file: &str, skills: &Skills, retriever: &str) -> Figures {
+    let set = labelled(file);
+    let (mut found, mut expected) = (0usize, 0usize);
+    let mut misses = Vec::new();
+    for case in &set.queries {
+        let selection = skills.select(&Query {
+            text: case.query.clone(),
+            ..Query::default()
+        });
+        let answered = selection.retriever.clone().unwrap_or_default();
+        assert!(
+            answered.starts_with(retriever),
+            "{name}: {answered:?} answered {:?}, not {retriever}",
+            case.query
+        );
+        let injected: Vec<&str> = selection.skills.iter().map(|s| s.id.as_str()).collect();
+        assert!(injected.len() <= 6);
+        for want in &case.expect {
+            expected += 1;
+            if injected.contains(&want.as_str()) {
+                found += 1;
+            } else {
+                let rank = selection.ranked.iter().position(|(id, _)| id == want);
+                misses.push(format!(
+                    "  missed {want} (rank {rank:?}) for {:?}; injected {injected:?}",
+                    case.query
+                ));
+            }
+        }
+    }
+    let mut small_talk_injecting = 0;
+    for text in &set.small_talk {
+        let selection = skills.select(&Query {
+            text: text.clone(),
+            ..Query::default()
+        });
+        if !selection.skills.is_empty() {
+            small_talk_injecting += 1;
+            let ids: Vec<&str> = selection.skills.iter().map(|s| s.id.as_str()).collect();
+            misses.push(format!("  small talk {text:?} injected {ids:?}"));
+        }
+    }
+    let recall = found as f64 / expected as f64;
+    println!(
+        "{name} on {file}: recall@6 = {recall:.3} ({found}/{expected} expected skills over {} queries); small talk injecting: {small_talk_injecting}/{}",
+        set.queries.len(),
+        set.small_talk.len()
+    );
+    for m in &misses {
+        println!("{m}");
+    }
+    Figures {
+        recall,
+        small_talk_injecting,
+    }
+}
+
+#[test]
+fn the_labelled_sets_are_well_formed() {
+    let bank = repo().join("skills");
+    for file in SETS {
+        let set = labelled(file);
+        assert!(
+            set.queries.len() >= 50,
+            "{file}: at least 50 labelled queries"
+        );
+        assert!(set.small_talk.len() >= 10);
+        for case in &set.queries {
+            assert!(!case.expect.is_empty(), "{:?} expects nothing", case.query);
+            for id in &case.expect {
+                assert!(
+                    bank.join(id).join("SKILL.md").is_file(),
+                    "unknown skill {id}"
+                );
+            }
+        }
+    }
+    assert!(
+        labelled(SETS[0]).queries.len() + labelled(SETS[1]).queries.len() >= 60,
+        "at least 60 labelled queries"
+    );
+}
+
+#[test]
+fn bm25_recall_at_6_over_the_builtin_bank() {
+    let tmp = tempfile::tempdir().unwrap();
+    let skills = skills(tmp.path(), Config::default());
+    for file in SETS {
+        let f = evaluate("bm25", file, &skills, "bm25@");
+        assert!(
+            f.recall >= 0.8,
+            "{file}: BM25 recall@6 {:.3} < 0.8",
+            f.recall
+        );
+        assert_eq!(
+            f.small_talk_injecting, 0,
+            "{file}: small talk injected skills"
+        );
+    }
+}
+
+fn model_dir() -> String {
+    std::env::var("METACLAW_TEST_MODEL_DIR").unwrap_or_else(|_| {
+        panic!(
+            "set METACLAW_TEST_MODEL_DIR to the all-MiniLM-L6-v2 folder (scripts/test fetches it)"
+        )
+    })
+}
+
+#[cfg(feature = "local-embeddings")]
+#[test]
+fn embedding_recall_at_6_over_the_builtin_bank() {
+    let tmp = tempfile::tempdir().unwrap();
+    let mut config = Config::default();
+    config.skills.retrieval_mode = "embedding".into();
+    config.skills.embedding_model_path = Some(model_dir());
+    let skills = skills(tmp.path(), config);
+    assert!(skills.retrieval.embeddings.is_some());
+    for file in SETS {
+        let f = evaluate("embedding", file, &skills, "embedding@");
+        assert!(
+            f.recall >= 0.9,
+            "{file}: embedding recall@6 {:.3} < 0.9",
+            f.recall
+        );
+        assert_eq!(
+            f.small_talk_injecting, 0,
+            "{file}: small talk injected skills"
+        );
+    }
+}
