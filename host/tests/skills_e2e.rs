@@ -382,3 +382,179 @@ fn the_built_in_bank_is_in_the_repository_and_valid() {
     }
     assert!(count >= 40, "{count} skills");
 }
+
+async fn dummy_stats(up: &Proc) -> Value {
+    client()
+        .get(format!("{}/dummy/stats", up.url))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap()
+}
+
+/// Polls until every skill of the library has been embedded (the retriever
+/// indexes in the background after start) and returns the stats then.
+async fn until_indexed(up: &Proc) -> Value {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let mut last = Value::Null;
+    loop {
+        let stats = dummy_stats(up).await;
+        // Two texts per skill (what it is about, how it starts); unchanged
+        // for a moment means indexing is over.
+        let embedded = stats["embedded_texts"].as_u64().unwrap_or(0);
+        if embedded >= 88 && stats["embedded_texts"] == last["embedded_texts"] {
+            return stats;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the library was never embedded: {stats}"
+        );
+        last = stats;
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    }
+}
+
+#[tokio::test]
+async fn embedding_retrieval_through_an_openai_compatible_endpoint_caches_the_library() {
+    let (up, mc) = with_bank(
+        "llm:\n  api_base: {upstream}\nskills:\n  retrieval_mode: embedding\n  embedding_backend: openai\n  embedding_api_base: {upstream}\n  embedding_model: dummy-embed\n  embedding_api_key: sk-embed-secret-4471\n",
+    );
+    let question = "How do I rebase my feature branch onto main without losing work?";
+    let (seen, headers) = system_seen(&mc, question, &[("x-session-id", "emb-1")]).await;
+    assert!(seen.contains("### git-rebase-safely (v"), "{seen}");
+    assert!(
+        headers["x-metaclaw-skills"]
+            .to_str()
+            .unwrap()
+            .contains("git-rebase-safely")
+    );
+    // The embedding retriever answered, with the endpoint's vectors, sent
+    // with the configured key.
+    let status = poll_json(mc.home.path(), &["status", "--json"], |v| {
+        v["skills"]["last_retriever"].is_string()
+    });
+    let skills = &status["skills"];
+    assert_eq!(skills["retrieval"]["mode"], "embedding");
+    assert!(
+        skills["retrieval"]["embeddings"]
+            .as_str()
+            .unwrap()
+            .contains("dummy-embed"),
+        "{skills}"
+    );
+    assert!(skills["retrieval"]["problem"].is_null(), "{skills}");
+    assert!(
+        skills["last_retriever"]
+            .as_str()
+            .unwrap()
+            .starts_with("embedding@"),
+        "{skills}"
+    );
+    let stats = until_indexed(&up).await;
+    assert_eq!(stats["embedding_auth"], "Bearer sk-embed-secret-4471");
+    let human = String::from_utf8_lossy(&mc.cli(&["status"]).stdout).to_string();
+    assert!(human.contains("retrieval: embedding"), "{human}");
+    assert!(!human.contains("sk-embed-secret-4471"), "{human}");
+
+    // Editing one skill re-embeds that skill only: the rest come from the
+    // cache (keyed by content hash), and the new text reaches the next turn.
+    let before = stats["embedded_texts"].as_u64().unwrap();
+    let file = skill_file(&mc, "git-rebase-safely");
+    let text = std::fs::read_to_string(&file).unwrap();
+    std::fs::write(
+        &file,
+        text.replace(
+            "\n## Avoid",
+            "\nCheck `git status` first (MARKER-5120).\n\n## Avoid",
+        ),
+    )
+    .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let (seen, _) = system_seen(&mc, question, &[]).await;
+        if seen.contains("MARKER-5120") {
+            break;
+        }
+        assert!(Instant::now() < deadline, "the edit never reached a turn");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let after = dummy_stats(&up).await["embedded_texts"].as_u64().unwrap();
+    // At most the edited skill's two texts (its body changed, maybe its
+    // head) plus the repeated query, embedded once and then cached.
+    assert!(
+        after - before <= 3,
+        "{} texts re-embedded for one edited skill",
+        after - before
+    );
+}
+
+#[tokio::test]
+async fn a_failing_embedding_endpoint_falls_back_to_bm25_and_says_so() {
+    // The dummy answers the `error-503` model with 503 on every request.
+    let (up, mc) = with_bank(
+        "llm:\n  api_base: {upstream}\nskills:\n  retrieval_mode: embedding\n  embedding_backend: openai\n  embedding_api_base: {upstream}\n  embedding_model: error-503\n",
+    );
+    let (seen, _) = system_seen(
+        &mc,
+        "How do I rebase my feature branch onto main without losing work?",
+        &[],
+    )
+    .await;
+    assert!(seen.contains("### git-rebase-safely (v"), "{seen}");
+    let status = poll_json(mc.home.path(), &["status", "--json"], |v| {
+        v["skills"]["last_retriever"].is_string()
+    });
+    assert!(
+        status["skills"]["last_retriever"]
+            .as_str()
+            .unwrap()
+            .starts_with("bm25@"),
+        "{status}"
+    );
+    let asked = dummy_stats(&up).await["embedding_requests"]
+        .as_u64()
+        .unwrap();
+    assert!(asked > 0);
+    // A down endpoint is not asked again on every turn (it backs off).
+    let (seen, _) = system_seen(&mc, "How do I squash my last three commits?", &[]).await;
+    assert!(seen.contains("<!-- metaclaw:skills -->"), "{seen}");
+    assert_eq!(
+        dummy_stats(&up).await["embedding_requests"]
+            .as_u64()
+            .unwrap(),
+        asked
+    );
+    // The endpoint's failures are not the plugin's: it stays loaded.
+    let list: Value =
+        serde_json::from_slice(&mc.cli(&["plugins", "list", "--json"]).stdout).unwrap();
+    let plugins = list["plugins"].as_array().unwrap();
+    let embedding = plugins.iter().find(|p| p["name"] == "embedding").unwrap();
+    assert_eq!(embedding["status"], "ok", "{embedding}");
+    assert_eq!(embedding["failures"], 0, "{embedding}");
+}
+
+#[tokio::test]
+async fn a_missing_local_model_is_a_status_warning_and_bm25_serves() {
+    let (_up, mc) = with_bank(
+        "llm:\n  api_base: {upstream}\nskills:\n  retrieval_mode: embedding\n  embedding_backend: local\n  embedding_model_path: /nonexistent/all-MiniLM-L6-v2\n",
+    );
+    let human = String::from_utf8_lossy(&mc.cli(&["status"]).stdout).to_string();
+    assert!(
+        human.contains("warning:   embeddings are off, BM25 retrieves instead"),
+        "{human}"
+    );
+    // Says what to fix: the path (a local-embeddings build) or the build.
+    assert!(
+        human.contains("/nonexistent/all-MiniLM-L6-v2") || human.contains("local-embeddings"),
+        "{human}"
+    );
+    let (seen, _) = system_seen(
+        &mc,
+        "How do I rebase my feature branch onto main without losing work?",
+        &[],
+    )
+    .await;
+    assert!(seen.contains("### git-rebase-safely (v"), "{seen}");
+}

@@ -663,6 +663,48 @@ max_context_tokens: 60000
     }
 
     #[test]
+    fn retrieval_settings_are_checked_and_the_originals_mode_is_accepted() {
+        let dir = tempfile::tempdir().unwrap();
+        for (yaml, key, hint) in [
+            (
+                "skills:\n  retrieval_mode: vector\n",
+                "skills.retrieval_mode",
+                "bm25",
+            ),
+            (
+                "skills:\n  embedding_backend: torch\n",
+                "skills.embedding_backend",
+                "openai",
+            ),
+            (
+                "skills:\n  embedding_api_base: localhost:8080\n",
+                "skills.embedding_api_base",
+                "http",
+            ),
+        ] {
+            let err = format!("{:#}", load(&write(&dir, yaml)).unwrap_err());
+            assert!(err.contains(key) && err.contains(hint), "{yaml}: {err}");
+        }
+        let ok = write(
+            &dir,
+            "skills:\n  retrieval_mode: template\n  embedding_backend: openai\n  embedding_api_base: http://127.0.0.1:9/v1\n  embedding_api_key: sk-embed-12345\n",
+        );
+        let loaded = load(&ok).unwrap();
+        assert_eq!(loaded.config.skills.retrieval_mode, "template");
+        // The embedding key is a secret like the others.
+        let yaml = to_yaml(&masked_tree(&loaded));
+        assert!(!yaml.contains("sk-embed-12345"), "{yaml}");
+        let env =
+            |var: &str| (var == "METACLAW_EMBEDDING_API_KEY").then(|| "sk-env-777".to_string());
+        let loaded =
+            load_with_env(&write(&dir, "skills:\n  embedding_backend: openai\n"), &env).unwrap();
+        assert_eq!(
+            loaded.config.skills.embedding_api_key.as_deref(),
+            Some("sk-env-777")
+        );
+    }
+
+    #[test]
     fn set_validates_keeps_other_keys_and_never_coerces_strings() {
         let dir = tempfile::tempdir().unwrap();
         let p = write(

@@ -4,6 +4,7 @@
 use std::collections::{HashMap, VecDeque};
 use std::path::Path;
 use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 use anyhow::Result;
 use rusqlite::{Connection, OptionalExtension, params};
@@ -24,6 +25,11 @@ const BATCH: usize = 32;
 const KEEP_UNUSED_MS: i64 = 30 * 24 * 3600 * 1000;
 /// A hit refreshes a row's `used_ms` at most this often.
 const TOUCH_EVERY_MS: i64 = 24 * 3600 * 1000;
+/// After the backend fails, calls fail at once for this long (doubling up
+/// to `BACKOFF_MAX`), so a down endpoint costs each turn nothing: retrieval
+/// falls back to BM25 without waiting on it.
+const BACKOFF_FIRST: Duration = Duration::from_secs(5);
+const BACKOFF_MAX: Duration = Duration::from_secs(300);
 
 pub struct Cached {
     backend: Arc<dyn Backend>,
@@ -32,6 +38,16 @@ pub struct Cached {
     db: Mutex<Option<Connection>>,
     indexed: Mutex<HashMap<Key, Arc<[f32]>>>,
     queries: Mutex<Fifo>,
+    breaker: Mutex<Breaker>,
+}
+
+#[derive(Default)]
+struct Breaker {
+    /// No backend call before this.
+    retry_at: Option<Instant>,
+    /// How long the next failure waits.
+    wait: Duration,
+    last_error: String,
 }
 
 #[derive(Default)]
@@ -61,6 +77,7 @@ impl Cached {
             db: Mutex::new(conn),
             indexed: Mutex::new(HashMap::new()),
             queries: Mutex::new(Fifo::default()),
+            breaker: Mutex::new(Breaker::default()),
         })
     }
 
@@ -76,8 +93,47 @@ impl Cached {
         h.finalize().into()
     }
 
-    /// Embeds what no cache has, `BATCH` texts per backend call.
+    /// Embeds what no cache has, unless the backend failed recently.
     fn compute(&self, texts: &[&String]) -> Result<Vec<Vec<f32>>, String> {
+        if let Ok(b) = self.breaker.lock()
+            && let Some(at) = b.retry_at
+        {
+            let now = Instant::now();
+            if now < at {
+                return Err(format!(
+                    "{} (not retried for another {}s)",
+                    b.last_error,
+                    (at - now).as_secs() + 1
+                ));
+            }
+        }
+        let outcome = self.compute_now(texts);
+        if let Ok(mut b) = self.breaker.lock() {
+            match &outcome {
+                Ok(_) => *b = Breaker::default(),
+                Err(e) => {
+                    let wait = if b.wait.is_zero() {
+                        BACKOFF_FIRST
+                    } else {
+                        (b.wait * 2).min(BACKOFF_MAX)
+                    };
+                    tracing::warn!(
+                        "the embedding backend failed; retrying in {}s: {e}",
+                        wait.as_secs()
+                    );
+                    *b = Breaker {
+                        retry_at: Some(Instant::now() + wait),
+                        wait,
+                        last_error: e.clone(),
+                    };
+                }
+            }
+        }
+        outcome
+    }
+
+    /// `BATCH` texts per backend call.
+    fn compute_now(&self, texts: &[&String]) -> Result<Vec<Vec<f32>>, String> {
         let mut out = Vec::with_capacity(texts.len());
         for chunk in texts.chunks(BATCH) {
             let owned: Vec<String> = chunk.iter().map(|t| (*t).clone()).collect();
@@ -289,6 +345,51 @@ mod tests {
             .unwrap();
         assert_eq!(v[0], vec![6.0, 1.0]);
         assert_eq!(backend.0.load(Ordering::SeqCst), 3);
+    }
+
+    #[test]
+    fn a_failing_backend_is_not_asked_again_until_its_backoff_ends() {
+        struct Down(AtomicUsize);
+        impl Backend for Down {
+            fn model_id(&self) -> &str {
+                "down-v1"
+            }
+            fn embed(&self, _: &[String]) -> Result<Vec<Vec<f32>>, String> {
+                self.0.fetch_add(1, Ordering::SeqCst);
+                Err("connection refused".into())
+            }
+        }
+        let tmp = tempfile::tempdir().unwrap();
+        let backend = Arc::new(Down(AtomicUsize::new(0)));
+        let cache = Cached::new(backend.clone(), &tmp.path().join("metaclaw.db")).unwrap();
+        let first = cache
+            .embed(&texts(&["a"]), EmbedPurpose::Query)
+            .unwrap_err();
+        assert!(first.contains("connection refused"), "{first}");
+        for _ in 0..5 {
+            let again = cache
+                .embed(&texts(&["b"]), EmbedPurpose::Index)
+                .unwrap_err();
+            assert!(again.contains("connection refused") && again.contains("not retried"));
+        }
+        assert_eq!(
+            backend.0.load(Ordering::SeqCst),
+            1,
+            "one call, then fail fast"
+        );
+        // Once the wait is over it is tried again, and a new failure waits longer.
+        if let Ok(mut b) = cache.breaker.lock() {
+            b.retry_at = Some(Instant::now() - Duration::from_millis(1));
+        }
+        cache
+            .embed(&texts(&["c"]), EmbedPurpose::Query)
+            .unwrap_err();
+        assert_eq!(
+            backend.0.load(Ordering::SeqCst),
+            2,
+            "retried after the wait"
+        );
+        assert_eq!(cache.breaker.lock().unwrap().wait, BACKOFF_FIRST * 2);
     }
 
     #[test]

@@ -563,6 +563,10 @@ impl Loaded {
                 state.host_ticks = 0;
                 match outcome {
                     Ok(Ok(())) => *indexed = Some(generation),
+                    Ok(Err(_)) if state.embed_error.is_some() => {
+                        let error = state.embed_error.take().unwrap_or_default();
+                        return Err(CallError::Embed(error));
+                    }
                     Ok(Err(message)) => {
                         return Err(CallError::Trap(format!("index() refused: {message}")));
                     }
@@ -608,7 +612,9 @@ impl Loaded {
                 instance
                     .store
                     .set_epoch_deadline(self.engine.ticks(index_timeout));
-                instance.store.data_mut().embed_purpose = EmbedPurpose::Index;
+                let state = instance.store.data_mut();
+                state.embed_purpose = EmbedPurpose::Index;
+                state.embed_error = None;
                 let _ticking = self.engine.running();
                 let outcome = b.metaclaw_plugin_retriever_api().call_index(
                     &mut instance.store,
@@ -618,8 +624,13 @@ impl Loaded {
                 let state = instance.store.data_mut();
                 state.embed_purpose = EmbedPurpose::Query;
                 state.host_ticks = 0;
+                let embed_failed = state.embed_error.take();
                 match outcome {
                     Ok(Ok(())) => instance.indexed = Some(generation),
+                    // The host's embedding backend failed, not the plugin.
+                    Ok(Err(_)) if embed_failed.is_some() => {
+                        return Err(CallError::Embed(embed_failed.unwrap_or_default()));
+                    }
                     Ok(Err(message)) => {
                         return Err(
                             self.failed(CallError::Trap(format!("index() refused: {message}")))

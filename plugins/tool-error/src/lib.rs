@@ -67,10 +67,10 @@ pub fn score(turn: &FinishedTurn) -> Option<Reward> {
 /// Why this tool output looks like a failure, or `None`.
 pub fn error_evidence(output: &str) -> Option<String> {
     let trimmed = output.trim();
-    if trimmed.starts_with('{') {
-        if let Some(reason) = json_error(trimmed) {
-            return Some(reason);
-        }
+    if trimmed.starts_with('{')
+        && let Some(reason) = json_error(trimmed)
+    {
+        return Some(reason);
     }
     const MARKERS: &[&str] = &[
         "traceback (most recent call last)",
