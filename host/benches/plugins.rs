@@ -19,31 +19,15 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use metaclaw::plugins::types::{FinishedTurn, Message};
-use metaclaw::plugins::{Grants, Kind, Limits, Loaded, PluginEngine};
-use sha2::{Digest, Sha256};
+use metaclaw::plugins::{Grants, Limits, Loaded, PluginEngine};
 
 fn load(engine: &Arc<PluginEngine>, rel: &str, pool_size: usize) -> Loaded {
-    let path = common::built_plugin(rel);
-    let bytes = std::fs::read(&path).unwrap();
-    let sha: String = Sha256::digest(&bytes)
-        .iter()
-        .map(|b| format!("{b:02x}"))
-        .collect();
     let limits = Limits {
         pool_size,
         timeout: Duration::from_secs(5),
         ..Limits::default()
     };
-    Loaded::load(
-        engine,
-        path,
-        &bytes,
-        sha,
-        &|_| Arc::new(Grants::default()),
-        None,
-        &|_: Kind| limits.clone(),
-    )
-    .unwrap()
+    common::load_built(engine, rel, Grants::default(), None, limits)
 }
 
 fn turn() -> FinishedTurn {

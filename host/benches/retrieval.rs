@@ -28,8 +28,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use metaclaw::plugins::types::{Skill, TurnContext};
-use metaclaw::plugins::{EmbedPurpose, Embedder, Grants, Kind, Limits, Loaded, PluginEngine};
-use sha2::{Digest, Sha256};
+use metaclaw::plugins::{EmbedPurpose, Embedder, Grants, Limits, Loaded, PluginEngine};
 
 const DIM: usize = 384;
 
@@ -55,12 +54,6 @@ impl Embedder for Hashing {
 }
 
 fn load(engine: &Arc<PluginEngine>, rel: &str, embedder: Arc<Hashing>) -> Loaded {
-    let path = common::built_plugin(rel);
-    let bytes = std::fs::read(&path).unwrap();
-    let sha: String = Sha256::digest(&bytes)
-        .iter()
-        .map(|b| format!("{b:02x}"))
-        .collect();
     // The host's defaults (64 MiB, pool of 4) but a deadline that a slow
     // moment on a shared machine cannot trip, and no recycling mid-run.
     let limits = Limits {
@@ -69,17 +62,9 @@ fn load(engine: &Arc<PluginEngine>, rel: &str, embedder: Arc<Hashing>) -> Loaded
         recycle_after: u32::MAX,
         ..Limits::default()
     };
+    let grants = Grants::parse(&["embed".to_string()]).unwrap();
     let embedder: Arc<dyn Embedder> = embedder;
-    Loaded::load(
-        engine,
-        path,
-        &bytes,
-        sha,
-        &|_| Arc::new(Grants::parse(&["embed".to_string()]).unwrap()),
-        Some(embedder),
-        &|_: Kind| limits.clone(),
-    )
-    .unwrap()
+    common::load_built(engine, rel, grants, Some(embedder), limits)
 }
 
 /// A small deterministic generator (xorshift).
@@ -115,15 +100,7 @@ fn builtin_bank() -> Vec<Skill> {
         .snapshot()
         .skills
         .iter()
-        .map(|s| Skill {
-            id: s.id.clone(),
-            name: s.name.clone(),
-            description: s.description.clone(),
-            category: s.category.as_str().into(),
-            tags: s.tags.clone(),
-            version: s.version.to_string(),
-            body: s.body.clone(),
-        })
+        .map(|s| metaclaw::skills::to_wit(s))
         .collect()
 }
 

@@ -361,14 +361,7 @@ async fn a_client_that_disconnects_mid_stream_cancels_the_upstream_and_leaves_an
 
     let deadline = Instant::now() + Duration::from_secs(5);
     loop {
-        let stats: Value = client()
-            .get(format!("{}/dummy/stats", up.url))
-            .send()
-            .await
-            .unwrap()
-            .json()
-            .await
-            .unwrap();
+        let stats = dummy_stats(&up.url).await;
         if stats["streams_cancelled"] == 1 {
             assert_eq!(stats["streams_completed"], 0);
             break;

@@ -61,6 +61,24 @@ fn skill_file(mc: &Metaclaw, name: &str) -> std::path::PathBuf {
     mc.home.path().join("skills").join(name).join("SKILL.md")
 }
 
+/// Adds a line holding `marker` to the rebase skill, then asks `question`
+/// until a turn's prompt has it (the folder is watched: no restart).
+async fn edit_rebase_skill_until_a_turn_sees(mc: &Metaclaw, question: &str, marker: &str) {
+    let file = skill_file(mc, "git-rebase-safely");
+    let text = std::fs::read_to_string(&file).unwrap();
+    let line = format!("\nAlways run `git status` before you start ({marker}).\n\n## Avoid");
+    std::fs::write(&file, text.replace("\n## Avoid", &line)).unwrap();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let (seen, _) = system_seen(mc, question, &[]).await;
+        if seen.contains(marker) {
+            return;
+        }
+        assert!(Instant::now() < deadline, "the edit never reached a turn");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
 #[tokio::test]
 async fn the_upstream_gets_the_agents_prompt_unchanged_then_the_skills_and_the_turn_records_them() {
     let (_up, mc) = with_bank("llm:\n  api_base: {upstream}\n");
@@ -139,22 +157,7 @@ async fn small_talk_side_turns_and_a_full_context_inject_nothing() {
 async fn an_edited_skill_changes_the_next_turn_and_a_malformed_one_is_a_warning() {
     let (_up, mc) = with_bank("llm:\n  api_base: {upstream}\n");
     let question = "How do I rebase my feature branch onto main without losing work?";
-    let file = skill_file(&mc, "git-rebase-safely");
-    let text = std::fs::read_to_string(&file).unwrap();
-    let edited = text.replace(
-        "\n## Avoid",
-        "\nAlways run `git status` before you start (MARKER-7731).\n\n## Avoid",
-    );
-    std::fs::write(&file, &edited).unwrap();
-    let deadline = Instant::now() + Duration::from_secs(10);
-    loop {
-        let (seen, _) = system_seen(&mc, question, &[]).await;
-        if seen.contains("MARKER-7731") {
-            break;
-        }
-        assert!(Instant::now() < deadline, "the edit never reached a turn");
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    edit_rebase_skill_until_a_turn_sees(&mc, question, "MARKER-7731").await;
     // Recorded, with who and why.
     let history: Value = serde_json::from_slice(
         &mc.cli(&["skills", "history", "git-rebase-safely", "--json"])
@@ -383,24 +386,13 @@ fn the_built_in_bank_is_in_the_repository_and_valid() {
     assert!(count >= 40, "{count} skills");
 }
 
-async fn dummy_stats(up: &Proc) -> Value {
-    client()
-        .get(format!("{}/dummy/stats", up.url))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap()
-}
-
 /// Polls until every skill of the library has been embedded (the retriever
 /// indexes in the background after start) and returns the stats then.
 async fn until_indexed(up: &Proc) -> Value {
     let deadline = Instant::now() + Duration::from_secs(60);
     let mut last = Value::Null;
     loop {
-        let stats = dummy_stats(up).await;
+        let stats = dummy_stats(&up.url).await;
         // Two texts per skill (what it is about, how it starts); unchanged
         // for a moment means indexing is over.
         let embedded = stats["embedded_texts"].as_u64().unwrap_or(0);
@@ -414,6 +406,20 @@ async fn until_indexed(up: &Proc) -> Value {
         last = stats;
         tokio::time::sleep(Duration::from_millis(300)).await;
     }
+}
+
+/// `status --json` once a turn has been retrieved; asserts which retriever
+/// (`name@`) answered the last one.
+fn answered_by(mc: &Metaclaw, retriever: &str) -> Value {
+    let status = poll_json(mc.home.path(), &["status", "--json"], |v| {
+        v["skills"]["last_retriever"].is_string()
+    });
+    let last = status["skills"]["last_retriever"].as_str().unwrap();
+    assert!(
+        last.starts_with(retriever),
+        "{last} answered, not {retriever}"
+    );
+    status
 }
 
 #[tokio::test]
@@ -432,9 +438,7 @@ async fn embedding_retrieval_through_an_openai_compatible_endpoint_caches_the_li
     );
     // The embedding retriever answered, with the endpoint's vectors, sent
     // with the configured key.
-    let status = poll_json(mc.home.path(), &["status", "--json"], |v| {
-        v["skills"]["last_retriever"].is_string()
-    });
+    let status = answered_by(&mc, "embedding@");
     let skills = &status["skills"];
     assert_eq!(skills["retrieval"]["mode"], "embedding");
     assert!(
@@ -445,13 +449,6 @@ async fn embedding_retrieval_through_an_openai_compatible_endpoint_caches_the_li
         "{skills}"
     );
     assert!(skills["retrieval"]["problem"].is_null(), "{skills}");
-    assert!(
-        skills["last_retriever"]
-            .as_str()
-            .unwrap()
-            .starts_with("embedding@"),
-        "{skills}"
-    );
     let stats = until_indexed(&up).await;
     assert_eq!(stats["embedding_auth"], "Bearer sk-embed-secret-4471");
     let human = String::from_utf8_lossy(&mc.cli(&["status"]).stdout).to_string();
@@ -461,26 +458,10 @@ async fn embedding_retrieval_through_an_openai_compatible_endpoint_caches_the_li
     // Editing one skill re-embeds that skill only: the rest come from the
     // cache (keyed by content hash), and the new text reaches the next turn.
     let before = stats["embedded_texts"].as_u64().unwrap();
-    let file = skill_file(&mc, "git-rebase-safely");
-    let text = std::fs::read_to_string(&file).unwrap();
-    std::fs::write(
-        &file,
-        text.replace(
-            "\n## Avoid",
-            "\nCheck `git status` first (MARKER-5120).\n\n## Avoid",
-        ),
-    )
-    .unwrap();
-    let deadline = Instant::now() + Duration::from_secs(10);
-    loop {
-        let (seen, _) = system_seen(&mc, question, &[]).await;
-        if seen.contains("MARKER-5120") {
-            break;
-        }
-        assert!(Instant::now() < deadline, "the edit never reached a turn");
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    let after = dummy_stats(&up).await["embedded_texts"].as_u64().unwrap();
+    edit_rebase_skill_until_a_turn_sees(&mc, question, "MARKER-5120").await;
+    let after = dummy_stats(&up.url).await["embedded_texts"]
+        .as_u64()
+        .unwrap();
     // At most the edited skill's two texts (its body changed, maybe its
     // head) plus the repeated query, embedded once and then cached.
     assert!(
@@ -503,17 +484,8 @@ async fn a_failing_embedding_endpoint_falls_back_to_bm25_and_says_so() {
     )
     .await;
     assert!(seen.contains("### git-rebase-safely (v"), "{seen}");
-    let status = poll_json(mc.home.path(), &["status", "--json"], |v| {
-        v["skills"]["last_retriever"].is_string()
-    });
-    assert!(
-        status["skills"]["last_retriever"]
-            .as_str()
-            .unwrap()
-            .starts_with("bm25@"),
-        "{status}"
-    );
-    let asked = dummy_stats(&up).await["embedding_requests"]
+    answered_by(&mc, "bm25@");
+    let asked = dummy_stats(&up.url).await["embedding_requests"]
         .as_u64()
         .unwrap();
     assert!(asked > 0);
@@ -521,7 +493,7 @@ async fn a_failing_embedding_endpoint_falls_back_to_bm25_and_says_so() {
     let (seen, _) = system_seen(&mc, "How do I squash my last three commits?", &[]).await;
     assert!(seen.contains("<!-- metaclaw:skills -->"), "{seen}");
     assert_eq!(
-        dummy_stats(&up).await["embedding_requests"]
+        dummy_stats(&up.url).await["embedding_requests"]
             .as_u64()
             .unwrap(),
         asked

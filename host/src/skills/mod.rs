@@ -198,7 +198,8 @@ pub struct Skills {
     wit: RwLock<(u64, Arc<Vec<types::Skill>>)>,
 }
 
-fn to_wit(s: &Skill) -> types::Skill {
+/// A skill as retriever plugins see it.
+pub fn to_wit(s: &Skill) -> types::Skill {
     types::Skill {
         id: s.id.clone(),
         name: s.name.clone(),

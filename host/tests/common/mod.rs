@@ -259,6 +259,44 @@ pub fn built_plugin(rel: &str) -> PathBuf {
     path
 }
 
+/// A built plugin loaded through metaclaw's own host code (compile cache,
+/// sandbox, budget), with `grants` and `limits` for every plugin.
+pub fn load_built(
+    engine: &std::sync::Arc<metaclaw::plugins::PluginEngine>,
+    rel: &str,
+    grants: metaclaw::plugins::Grants,
+    embedder: Option<std::sync::Arc<dyn metaclaw::plugins::Embedder>>,
+    limits: metaclaw::plugins::Limits,
+) -> metaclaw::plugins::Loaded {
+    use sha2::Digest;
+    let path = built_plugin(rel);
+    let bytes = std::fs::read(&path).unwrap();
+    let sha = metaclaw::proxy::request::hex(&sha2::Sha256::digest(&bytes));
+    let grants = std::sync::Arc::new(grants);
+    metaclaw::plugins::Loaded::load(
+        engine,
+        path,
+        &bytes,
+        sha,
+        &|_| grants.clone(),
+        embedder,
+        &|_: metaclaw::plugins::Kind| limits.clone(),
+    )
+    .unwrap()
+}
+
+/// The dummy upstream's counters (`GET /v1/dummy/stats`).
+pub async fn dummy_stats(upstream_url: &str) -> Value {
+    client()
+        .get(format!("{upstream_url}/dummy/stats"))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap()
+}
+
 /// A copy of a component with an extra custom section: the same plugin,
 /// a different build (and sha256).
 pub fn rebuilt_copy(from: &std::path::Path, to: &std::path::Path) {
