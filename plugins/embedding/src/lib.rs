@@ -211,10 +211,7 @@ fn top(scores: impl Iterator<Item = f32>, n: usize) -> Vec<(f32, usize)> {
 }
 
 impl Index {
-    pub fn build(
-        skills: &[Skill],
-        embed: &EmbedFn,
-    ) -> Result<Self, String> {
+    pub fn build(skills: &[Skill], embed: &EmbedFn) -> Result<Self, String> {
         let mut index = Index {
             lexical: Lexical::build(skills),
             ..Index::default()
