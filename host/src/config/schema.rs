@@ -223,6 +223,14 @@ pub struct SkillsConfig {
     pub component_threshold: f32,
 }
 
+impl SkillsConfig {
+    /// `retrieval_mode: embedding`; every other mode (`bm25`, and the
+    /// original's `template`) retrieves with BM25.
+    pub fn embedding_retrieval(&self) -> bool {
+        self.retrieval_mode == "embedding"
+    }
+}
+
 impl Default for SkillsConfig {
     fn default() -> Self {
         Self {

@@ -37,7 +37,7 @@ pub const LOCAL_AVAILABLE: bool = cfg!(feature = "local-embeddings");
 /// `None` when nothing needs embeddings (no embedding retrieval and no
 /// plugin granted `embed`).
 pub fn from_config(config: &Config, db: &Path) -> Result<Option<Arc<Cached>>> {
-    let wanted = config.skills.retrieval_mode == "embedding"
+    let wanted = config.skills.embedding_retrieval()
         || config
             .plugins
             .grants

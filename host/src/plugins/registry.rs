@@ -102,7 +102,7 @@ impl Settings {
                 let mut grants = p.grants.clone();
                 // Embedding retrieval needs the first-party retriever to
                 // have embeddings; a grant written in the config wins.
-                if config.skills.retrieval_mode == "embedding" {
+                if config.skills.embedding_retrieval() {
                     grants
                         .entry("embedding".to_string())
                         .or_insert_with(|| vec!["embed".to_string()]);
@@ -114,10 +114,10 @@ impl Settings {
             pool_size: p.pool_size.max(1),
             timeouts,
             retriever: if p.retriever.is_empty() {
-                // The original's `retrieval_mode: template` means BM25 here.
-                match config.skills.retrieval_mode.as_str() {
-                    "embedding" => specs(&["embedding".to_string(), "bm25".to_string()]),
-                    _ => specs(&["bm25".to_string()]),
+                if config.skills.embedding_retrieval() {
+                    specs(&["embedding".to_string(), "bm25".to_string()])
+                } else {
+                    specs(&["bm25".to_string()])
                 }
             } else {
                 specs(&p.retriever)

@@ -344,15 +344,14 @@ async fn add_skills(
     let query_body = body.clone();
     let session = ctx.session.id.to_string();
     let model = ctx.upstream_model.clone().unwrap_or_default();
-    let selection = tokio::task::spawn_blocking(move || {
+    let chosen = tokio::task::spawn_blocking(move || {
         let query = Query::from_chat_request(&query_body, &session, &model);
         let selection = skills.select(&query);
         let budget = skills.settings.max_context_tokens;
-        let chosen = inject::fit(selection.skills, query_body.len(), reserve, budget);
-        (chosen, selection.retriever)
+        inject::fit(selection.skills, query_body.len(), reserve, budget)
     })
     .await;
-    let Ok((chosen, _retriever)) = selection else {
+    let Ok(chosen) = chosen else {
         return (body, None);
     };
     if chosen.is_empty() {

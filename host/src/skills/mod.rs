@@ -162,9 +162,10 @@ impl Retrieval {
         config: &crate::config::Config,
         db: &std::path::Path,
     ) -> (Self, Option<Arc<dyn crate::plugins::Embedder>>) {
-        let mode = match config.skills.retrieval_mode.as_str() {
-            "embedding" => "embedding",
-            _ => "bm25",
+        let mode = if config.skills.embedding_retrieval() {
+            "embedding"
+        } else {
+            "bm25"
         };
         let mut retrieval = Retrieval {
             mode: mode.into(),
