@@ -235,12 +235,7 @@ async fn a_lock_pins_plugins_by_hash_and_a_replaced_build_is_refused() {
                 .iter()
                 .any(|p| p["name"] == "refusals")
     });
-    let pinned_hash = pinned["plugins"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|p| p["name"] == "refusals")
-        .unwrap()["sha256"]
+    let pinned_hash = listed_plugin(&pinned, "refusals")["sha256"]
         .as_str()
         .unwrap()
         .to_string();
@@ -454,25 +449,13 @@ async fn a_hostile_scorer_is_cut_off_disabled_and_never_stalls_the_proxy() {
             p["name"] == "hostile" && p["status"].as_str().unwrap().starts_with("disabled")
         })
     });
-    let hostile = list["plugins"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|p| p["name"] == "hostile")
-        .unwrap()
-        .clone();
+    let hostile = listed_plugin(&list, "hostile");
     assert!(
         hostile["status"].as_str().unwrap().contains("deadline"),
         "{hostile}"
     );
     assert_eq!(hostile["failures"], 3);
-    let refusals = list["plugins"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|p| p["name"] == "refusals")
-        .unwrap()
-        .clone();
+    let refusals = listed_plugin(&list, "refusals");
     assert_eq!(refusals["status"], "ok");
     assert!(refusals["calls"].as_u64().unwrap() >= 3);
 }
@@ -642,13 +625,7 @@ async fn every_attack_runs_inside_the_daemon_while_the_proxy_keeps_serving() {
             .iter()
             .any(|p| p["name"] == "hostile" && p["calls"].as_u64().unwrap() >= 9)
     });
-    let hostile = list["plugins"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|p| p["name"] == "hostile")
-        .unwrap()
-        .clone();
+    let hostile = listed_plugin(&list, "hostile");
     assert_eq!(hostile["failures"], 4, "{hostile}");
     assert_eq!(hostile["status"], "ok");
     for probe in ["read-file", "open-socket", "write-file"] {

@@ -490,30 +490,14 @@ async fn tokens_guard_the_proxy_and_the_admin_routes() {
         }
     }
     let c = client();
-    assert_eq!(
-        c.get(format!("{base}/models"))
-            .send()
-            .await
-            .unwrap()
-            .status(),
-        401
-    );
-    assert_eq!(
-        c.get(format!("{}/metrics", mc.url()))
-            .send()
-            .await
-            .unwrap()
-            .status(),
-        401
-    );
-    assert_eq!(
-        c.get(format!("{}/healthz", mc.url()))
-            .send()
-            .await
-            .unwrap()
-            .status(),
-        200
-    );
+    for (url, expected) in [
+        (format!("{base}/models"), 401),
+        (format!("{}/metrics", mc.url()), 401),
+        (format!("{}/healthz", mc.url()), 200),
+    ] {
+        let status = c.get(&url).send().await.unwrap().status();
+        assert_eq!(status, expected, "{url}");
+    }
     // The admin route wants the admin token, not the proxy's.
     let admin = format!("{}/admin/status", mc.url());
     let with_proxy = c

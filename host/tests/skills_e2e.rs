@@ -501,8 +501,7 @@ async fn a_failing_embedding_endpoint_falls_back_to_bm25_and_says_so() {
     // The endpoint's failures are not the plugin's: it stays loaded.
     let list: Value =
         serde_json::from_slice(&mc.cli(&["plugins", "list", "--json"]).stdout).unwrap();
-    let plugins = list["plugins"].as_array().unwrap();
-    let embedding = plugins.iter().find(|p| p["name"] == "embedding").unwrap();
+    let embedding = listed_plugin(&list, "embedding");
     assert_eq!(embedding["status"], "ok", "{embedding}");
     assert_eq!(embedding["failures"], 0, "{embedding}");
 }

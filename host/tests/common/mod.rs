@@ -285,6 +285,17 @@ pub fn load_built(
     .unwrap()
 }
 
+/// The plugin called `name` in `plugins list --json` output.
+pub fn listed_plugin(list: &Value, name: &str) -> Value {
+    list["plugins"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|p| p["name"] == name)
+        .unwrap_or_else(|| panic!("{name} is not listed: {list}"))
+        .clone()
+}
+
 /// The dummy upstream's counters (`GET /v1/dummy/stats`).
 pub async fn dummy_stats(upstream_url: &str) -> Value {
     client()
