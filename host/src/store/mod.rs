@@ -8,6 +8,7 @@
 //! unrecorded, counted) rather than losing recorded ones or blocking a
 //! stream's last chunk.
 
+pub mod jobs;
 mod read;
 mod schema;
 pub mod skills;

@@ -126,6 +126,30 @@ const MIGRATIONS: &[&str] = &[
         used_ms   INTEGER NOT NULL
     ) WITHOUT ROWID;
     "#,
+    // 5: learning jobs, one per ended session, and the stages each has done.
+    r#"
+    CREATE TABLE learning_jobs (
+        session_id    TEXT PRIMARY KEY REFERENCES sessions(id),
+        state         TEXT NOT NULL,      -- queued | running | done | failed
+        attempts      INTEGER NOT NULL DEFAULT 0,
+        not_before_ms INTEGER NOT NULL,   -- queued: not before; running: lease end
+        enqueued_ms   INTEGER NOT NULL,
+        started_ms    INTEGER,
+        finished_ms   INTEGER,
+        error         TEXT
+    );
+    CREATE INDEX learning_jobs_ready ON learning_jobs(state, not_before_ms);
+    -- A stage writes its results and its row here in one transaction: after
+    -- a crash the job resumes at the first stage without a row, so nothing
+    -- is done twice.
+    CREATE TABLE learning_stages (
+        session_id TEXT NOT NULL REFERENCES learning_jobs(session_id),
+        stage      TEXT NOT NULL,
+        done_ms    INTEGER NOT NULL,
+        summary    TEXT,
+        PRIMARY KEY (session_id, stage)
+    ) WITHOUT ROWID;
+    "#,
 ];
 
 pub fn configure(conn: &Connection) -> rusqlite::Result<()> {

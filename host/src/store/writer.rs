@@ -540,6 +540,8 @@ fn insert_end(
         "INSERT INTO session_events (session_id, kind, reason, at_ms) VALUES (?1, 'ended', ?2, ?3)",
     )?
     .execute(params![&*s.id, reason, at_ms])?;
+    // In the same transaction: an ended session always has its job.
+    super::jobs::enqueue(tx, &s.id, at_ms)?;
     Ok(())
 }
 

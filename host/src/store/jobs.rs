@@ -1,0 +1,308 @@
+//! Learning jobs in the store: one per ended session, enqueued in the same
+//! transaction that ends the session, claimed by one worker at a time,
+//! retried with backoff, and made of stages that each commit exactly once.
+//!
+//! Exactly once: a stage writes its results and its `learning_stages` row
+//! in one transaction. A job that dies half-way (a crash, a kill) is found
+//! `running` at the next start — one metaclaw per home, so nobody else can
+//! be running it — and goes back to the queue; it then skips the stages
+//! that have rows.
+
+use anyhow::Result;
+use rusqlite::{Connection, OptionalExtension, TransactionBehavior, params};
+use serde::Serialize;
+
+/// Attempts before a job is left `failed` (until `learn now` retries it).
+pub const MAX_ATTEMPTS: i64 = 5;
+/// The wait after the first failure; it doubles with each attempt.
+const BACKOFF_FIRST_MS: i64 = 30_000;
+const BACKOFF_MAX_MS: i64 = 3_600_000;
+
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Job {
+    pub session_id: String,
+    /// `queued`, `running`, `done` or `failed`.
+    pub state: String,
+    pub attempts: i64,
+    /// Queued: not to be started before this.
+    pub not_before_ms: i64,
+    pub enqueued_ms: i64,
+    pub started_ms: Option<i64>,
+    pub finished_ms: Option<i64>,
+    pub error: Option<String>,
+    /// Stages done, in the order they were.
+    pub stages: Vec<String>,
+}
+
+/// Queues the session's job (in the caller's transaction). A session that
+/// already has one keeps it: a queued or running job reads the transcript
+/// when it runs, so it sees turns that reopened the session.
+pub fn enqueue(conn: &Connection, session_id: &str, at_ms: i64) -> rusqlite::Result<()> {
+    conn.prepare_cached(
+        "INSERT INTO learning_jobs (session_id, state, not_before_ms, enqueued_ms)
+         VALUES (?1, 'queued', ?2, ?2)
+         ON CONFLICT(session_id) DO NOTHING",
+    )?
+    .execute(params![session_id, at_ms])?;
+    Ok(())
+}
+
+/// At start: jobs left `running` by a process that is gone go back to the
+/// queue. Returns how many.
+pub fn recover(conn: &Connection, now_ms: i64) -> Result<usize> {
+    Ok(conn.execute(
+        "UPDATE learning_jobs SET state = 'queued', not_before_ms = ?1 WHERE state = 'running'",
+        [now_ms],
+    )?)
+}
+
+/// Takes the next job that is due (or `only` that session's, if queued or
+/// failed: `learn now`), marking it running.
+pub fn claim(conn: &mut Connection, now_ms: i64, only: Option<&str>) -> Result<Option<Job>> {
+    let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+    let id: Option<String> = match only {
+        Some(id) => tx
+            .query_row(
+                "SELECT session_id FROM learning_jobs
+                 WHERE session_id = ?1 AND state IN ('queued', 'failed')",
+                [id],
+                |r| r.get(0),
+            )
+            .optional()?,
+        None => tx
+            .query_row(
+                "SELECT session_id FROM learning_jobs
+                 WHERE state = 'queued' AND not_before_ms <= ?1
+                 ORDER BY not_before_ms, enqueued_ms LIMIT 1",
+                [now_ms],
+                |r| r.get(0),
+            )
+            .optional()?,
+    };
+    let Some(id) = id else {
+        return Ok(None);
+    };
+    tx.execute(
+        "UPDATE learning_jobs SET state = 'running', attempts = attempts + 1,
+                started_ms = ?2, error = NULL
+         WHERE session_id = ?1",
+        params![id, now_ms],
+    )?;
+    let job = read(&tx, &id)?;
+    tx.commit()?;
+    Ok(job)
+}
+
+/// Records that `stage` of the session's job is done, in the transaction
+/// that wrote the stage's results.
+pub fn stage_done(
+    conn: &Connection,
+    session_id: &str,
+    stage: &str,
+    summary: &str,
+    at_ms: i64,
+) -> rusqlite::Result<()> {
+    conn.prepare_cached(
+        "INSERT INTO learning_stages (session_id, stage, done_ms, summary) VALUES (?1, ?2, ?3, ?4)",
+    )?
+    .execute(params![session_id, stage, at_ms, summary])?;
+    Ok(())
+}
+
+/// The job ended: done, or failed and queued again after a backoff (or left
+/// `failed` after `MAX_ATTEMPTS`).
+pub fn finish(
+    conn: &Connection,
+    session_id: &str,
+    outcome: Result<(), String>,
+    now_ms: i64,
+) -> Result<()> {
+    match outcome {
+        Ok(()) => {
+            conn.execute(
+                "UPDATE learning_jobs SET state = 'done', finished_ms = ?2, error = NULL
+                 WHERE session_id = ?1",
+                params![session_id, now_ms],
+            )?;
+        }
+        Err(error) => {
+            let attempts: i64 = conn.query_row(
+                "SELECT attempts FROM learning_jobs WHERE session_id = ?1",
+                [session_id],
+                |r| r.get(0),
+            )?;
+            let (state, not_before) = if attempts >= MAX_ATTEMPTS {
+                ("failed", now_ms)
+            } else {
+                ("queued", now_ms + backoff_ms(attempts))
+            };
+            conn.execute(
+                "UPDATE learning_jobs SET state = ?2, not_before_ms = ?3, finished_ms = ?4, error = ?5
+                 WHERE session_id = ?1",
+                params![session_id, state, not_before, now_ms, error],
+            )?;
+        }
+    }
+    Ok(())
+}
+
+/// The wait before attempt `attempts + 1`.
+fn backoff_ms(attempts: i64) -> i64 {
+    let doublings = (attempts - 1).clamp(0, 20) as u32;
+    (BACKOFF_FIRST_MS << doublings).min(BACKOFF_MAX_MS)
+}
+
+fn read(conn: &Connection, session_id: &str) -> Result<Option<Job>> {
+    let job = conn
+        .query_row(
+            "SELECT session_id, state, attempts, not_before_ms, enqueued_ms, started_ms,
+                    finished_ms, error
+             FROM learning_jobs WHERE session_id = ?1",
+            [session_id],
+            row_to_job,
+        )
+        .optional()?;
+    let Some(mut job) = job else { return Ok(None) };
+    job.stages = stages(conn, session_id)?;
+    Ok(Some(job))
+}
+
+/// The stages the session's job has done.
+pub fn stages(conn: &Connection, session_id: &str) -> Result<Vec<String>> {
+    let mut stmt = conn.prepare_cached(
+        "SELECT stage FROM learning_stages WHERE session_id = ?1 ORDER BY done_ms, stage",
+    )?;
+    let rows = stmt.query_map([session_id], |r| r.get(0))?;
+    Ok(rows.collect::<rusqlite::Result<_>>()?)
+}
+
+fn row_to_job(r: &rusqlite::Row<'_>) -> rusqlite::Result<Job> {
+    Ok(Job {
+        session_id: r.get(0)?,
+        state: r.get(1)?,
+        attempts: r.get(2)?,
+        not_before_ms: r.get(3)?,
+        enqueued_ms: r.get(4)?,
+        started_ms: r.get(5)?,
+        finished_ms: r.get(6)?,
+        error: r.get(7)?,
+        stages: Vec::new(),
+    })
+}
+
+/// Jobs, newest first (`learn status`).
+pub fn list(conn: &Connection, limit: usize) -> Result<Vec<Job>> {
+    let mut stmt = conn.prepare(
+        "SELECT session_id, state, attempts, not_before_ms, enqueued_ms, started_ms,
+                finished_ms, error
+         FROM learning_jobs ORDER BY enqueued_ms DESC LIMIT ?1",
+    )?;
+    let mut jobs: Vec<Job> = stmt
+        .query_map([limit as i64], row_to_job)?
+        .collect::<rusqlite::Result<_>>()?;
+    for job in &mut jobs {
+        job.stages = stages(conn, &job.session_id)?;
+    }
+    Ok(jobs)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn db() -> (tempfile::TempDir, Connection) {
+        let tmp = tempfile::tempdir().unwrap();
+        let conn = crate::store::open_side_writer(&tmp.path().join("metaclaw.db")).unwrap();
+        (tmp, conn)
+    }
+
+    fn session(conn: &Connection, id: &str) {
+        conn.execute(
+            "INSERT INTO sessions (id, base_key, source, started_at_ms, last_activity_ms)
+             VALUES (?1, ?1, 'header', 0, 0)",
+            [id],
+        )
+        .unwrap();
+    }
+
+    #[test]
+    fn jobs_run_in_order_and_once_per_session() {
+        let (_tmp, mut conn) = db();
+        for (id, at) in [("b", 20), ("a", 10)] {
+            session(&conn, id);
+            enqueue(&conn, id, at).unwrap();
+        }
+        enqueue(&conn, "a", 30).unwrap(); // ended again: still one job
+        assert_eq!(list(&conn, 10).unwrap().len(), 2);
+        assert!(claim(&mut conn, 5, None).unwrap().is_none(), "none due yet");
+        let first = claim(&mut conn, 100, None).unwrap().unwrap();
+        assert_eq!((first.session_id.as_str(), first.attempts), ("a", 1));
+        assert_eq!(first.state, "running");
+        let second = claim(&mut conn, 100, None).unwrap().unwrap();
+        assert_eq!(second.session_id, "b");
+        assert!(claim(&mut conn, 100, None).unwrap().is_none());
+        finish(&conn, "a", Ok(()), 120).unwrap();
+        let a = read(&conn, "a").unwrap().unwrap();
+        assert_eq!((a.state.as_str(), a.finished_ms), ("done", Some(120)));
+    }
+
+    #[test]
+    fn failures_back_off_then_stay_failed_until_asked() {
+        let (_tmp, mut conn) = db();
+        session(&conn, "s");
+        enqueue(&conn, "s", 0).unwrap();
+        let mut now = 0;
+        for attempt in 1..=MAX_ATTEMPTS {
+            let job = claim(&mut conn, now, None).unwrap().unwrap();
+            assert_eq!(job.attempts, attempt);
+            finish(&conn, "s", Err("judge: 429".into()), now).unwrap();
+            let job = read(&conn, "s").unwrap().unwrap();
+            assert_eq!(job.error.as_deref(), Some("judge: 429"));
+            if attempt < MAX_ATTEMPTS {
+                assert_eq!(job.state, "queued");
+                assert_eq!(job.not_before_ms - now, backoff_ms(attempt));
+                assert!(claim(&mut conn, now + 1, None).unwrap().is_none());
+                now = job.not_before_ms;
+            } else {
+                assert_eq!(job.state, "failed");
+            }
+        }
+        assert_eq!(backoff_ms(1), 30_000);
+        assert_eq!(backoff_ms(2), 60_000);
+        assert_eq!(backoff_ms(30), BACKOFF_MAX_MS);
+        assert!(
+            claim(&mut conn, now + BACKOFF_MAX_MS, None)
+                .unwrap()
+                .is_none()
+        );
+        // `learn now` takes a failed job.
+        let job = claim(&mut conn, now, Some("s")).unwrap().unwrap();
+        assert_eq!(job.state, "running");
+    }
+
+    #[test]
+    fn a_job_cut_short_resumes_after_its_last_committed_stage() {
+        let (_tmp, mut conn) = db();
+        session(&conn, "s");
+        enqueue(&conn, "s", 0).unwrap();
+        claim(&mut conn, 1, None).unwrap().unwrap();
+        // The judge stage committed; the process died during evolution.
+        {
+            let tx = conn.transaction().unwrap();
+            stage_done(&tx, "s", "judge", "3 turns judged", 2).unwrap();
+            tx.commit().unwrap();
+        }
+        {
+            let tx = conn.transaction().unwrap();
+            stage_done(&tx, "s", "evolve", "1 skill", 3).unwrap();
+            // dropped: rolled back, as a kill would
+        }
+        // Next start.
+        assert_eq!(recover(&conn, 10).unwrap(), 1);
+        let job = claim(&mut conn, 10, None).unwrap().unwrap();
+        assert_eq!(job.attempts, 2);
+        assert_eq!(job.stages, vec!["judge"]);
+        // A stage cannot be recorded twice.
+        assert!(stage_done(&conn, "s", "judge", "again", 11).is_err());
+    }
+}
