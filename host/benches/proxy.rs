@@ -10,6 +10,8 @@
 //! Options: --rates 100,1000  --secs N (per side, per rate)  --quick
 //!          --aa (both sides direct: the method's noise floor)
 //!          --proxy-env KEY=VALUE (environment for the proxy, for experiments)
+//!          --learning N (then again while N learning jobs run: judge, scorers,
+//!            evolver, plugins and skill writes, all on the same machine)
 #![allow(
     clippy::unwrap_used,
     clippy::expect_used,
@@ -91,6 +93,7 @@ struct Options {
     rates: Vec<u32>,
     secs: u32,
     quick: bool,
+    learning: Option<u32>,
 }
 
 fn options() -> Options {
@@ -120,7 +123,9 @@ fn options() -> Options {
         .map(|w| w[1].clone())
         .collect();
     let aa = args.iter().any(|a| a == "--aa");
+    let learning = value("--learning").and_then(|n| n.parse().ok());
     Options {
+        learning,
         aa,
         proxy_env,
         rates,
@@ -273,6 +278,110 @@ fn row(label: &str, v: &[Duration]) -> String {
     )
 }
 
+/// Added p50 and p99, ms.
+fn added_ms(direct: &[Duration], proxy: &[Duration]) -> (f64, f64) {
+    let d = |p| ms(percentile(proxy, p)) - ms(percentile(direct, p));
+    (d(50.0), d(99.0))
+}
+
+/// `n` sessions, each a task, a wrong answer and the user's correction,
+/// all ended at once: `n` learning jobs queue up. The small-request run is
+/// then repeated while they run, and compared with the run before.
+#[allow(clippy::too_many_arguments)]
+fn learning_phase(
+    rt: &tokio::runtime::Runtime,
+    client: &reqwest::Client,
+    proxy_url: &str,
+    urls: [&str; 2],
+    body: &Arc<Vec<u8>>,
+    n: u32,
+    opts: &Options,
+    before: &[(f64, f64)],
+    home: &std::path::Path,
+) {
+    rt.block_on(async {
+        for i in 0..n {
+            let task = format!("What is the capital of zorblax{i}?");
+            let turns = [
+                json!({"model": "echo", "messages": [{"role": "user", "content": task}]}),
+                json!({"model": "echo", "messages": [
+                    {"role": "user", "content": task},
+                    {"role": "assistant", "content": "Paris."},
+                    {"role": "user", "content": format!("No, that's wrong: it is Zorb{i}.")},
+                ]}),
+            ];
+            for t in turns {
+                client
+                    .post(format!("{proxy_url}/v1/chat/completions"))
+                    .header("x-session-id", format!("learn-{i}"))
+                    .header("content-type", "application/json")
+                    .body(t.to_string())
+                    .send()
+                    .await
+                    .unwrap();
+            }
+        }
+        for i in 0..n {
+            client
+                .post(format!("{proxy_url}/v1/sessions/learn-{i}/end"))
+                .send()
+                .await
+                .unwrap();
+        }
+    });
+    println!("
+## small chat request while a batch of {n} learning jobs runs (judge x3 votes per turn, scorers, evolver, evolver plugins, skill writes)");
+    println!(
+        "{:<8} {:<8} {:>6} {:>9} {:>9} {:>9} {:>9}",
+        "rate", "side", "n", "p50 ms", "p90 ms", "p99 ms", "max ms"
+    );
+    for (k, &rate) in opts.rates.iter().enumerate() {
+        let done_before = jobs_in(home, "done");
+        let ([a, b], errors) = run_rate(rt, client, urls, body.clone(), rate, opts.secs);
+        let done_after = jobs_in(home, "done");
+        println!("{:<8} {}", format!("{rate}/s"), row("direct", &a));
+        println!("{:<8} {}", "", row("proxy", &b));
+        println!("{:<8} {}", "", added(&a, &b));
+        if let Some((p50, p99)) = before.get(k) {
+            let (q50, q99) = added_ms(&a, &b);
+            println!(
+                "{:<8} added while learning vs before: p50 {q50:+.3} vs {p50:+.3} ms, p99 {q99:+.3} vs {p99:+.3} ms",
+                ""
+            );
+        }
+        if errors != [0, 0] {
+            println!(
+                "{:<8} errors: direct {}, proxy {}",
+                "", errors[0], errors[1]
+            );
+        }
+        println!(
+            "{:<8} learning jobs done during this rate: {} (of {n}; {done_after} done so far)",
+            "",
+            done_after - done_before
+        );
+    }
+    println!(
+        "# learning jobs when the measurement ended: {} done, {} running or queued, {} failed (of {n})",
+        jobs_in(home, "done"),
+        jobs_in(home, "running") + jobs_in(home, "queued"),
+        jobs_in(home, "failed")
+    );
+}
+
+/// Learning jobs in `state` (`metaclaw learn status`).
+fn jobs_in(home: &std::path::Path, state: &str) -> usize {
+    let out = Command::new(BIN)
+        .args(["learn", "status", "--json", "--limit", "100000"])
+        .env("METACLAW_HOME", home)
+        .output()
+        .unwrap();
+    let jobs: Value = serde_json::from_slice(&out.stdout).unwrap_or(Value::Null);
+    jobs.as_array()
+        .map(|j| j.iter().filter(|j| j["state"] == state).count())
+        .unwrap_or(0)
+}
+
 fn added(direct: &[Duration], proxy: &[Duration]) -> String {
     let d = |p| ms(percentile(proxy, p)) - ms(percentile(direct, p));
     let r = |p| ms(percentile(proxy, p)) / ms(percentile(direct, p)).max(1e-9);
@@ -302,7 +411,7 @@ fn main() {
     std::fs::write(
         home.path().join("config.yaml"),
         format!(
-            "llm:\n  api_base: {dummy_url}\nlog:\n  level: warn\nsessions:\n  idle_timeout: 1h\n"
+            "llm:\n  api_base: {dummy_url}\nlog:\n  level: warn\nsessions:\n  idle_timeout: 1h\nrl:\n  prm_model: judge\n  evolver_model: evolver-slow-250\n"
         ),
     )
     .unwrap();
@@ -383,6 +492,8 @@ fn main() {
             ),
         ]
     };
+    let small_body = Arc::new(serde_json::to_vec(&payloads[0].1).unwrap());
+    let mut before = Vec::new();
     for (name, payload) in payloads {
         let body = Arc::new(serde_json::to_vec(&payload).unwrap());
         // Warm both paths (connections, caches).
@@ -413,6 +524,9 @@ fn main() {
             println!("{:<8} {}", format!("{rate}/s"), row("direct", &a));
             println!("{:<8} {}", "", row("proxy", &b));
             println!("{:<8} {}", "", added(&a, &b));
+            if before.len() < opts.rates.len() && *body == *small_body {
+                before.push(added_ms(&a, &b));
+            }
             println!(
                 "{:<8} cpu per request: proxy {proxy_us:.0} us, dummy {dummy_us:.0} us",
                 ""
@@ -424,6 +538,20 @@ fn main() {
                 );
             }
         }
+    }
+
+    if let Some(n) = opts.learning {
+        learning_phase(
+            &rt,
+            &client,
+            &proxy_url,
+            [&direct, &through],
+            &small_body,
+            n,
+            &opts,
+            &before,
+            home.path(),
+        );
     }
 
     rt.block_on(async {

@@ -3,6 +3,7 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use crate::learn::LearnHandle;
 use crate::metrics::Metrics;
 use crate::plugins::PluginHost;
 use crate::proxy::upstream::Upstream;
@@ -18,6 +19,8 @@ pub struct App {
     /// The skill library and selection (`None` when skills are off).
     pub skills: Option<Arc<Skills>>,
     pub store: Store,
+    /// The learning runner (`None` when `learning.enabled` is off).
+    pub learn: Option<LearnHandle>,
     pub metrics: Arc<Metrics>,
     pub limits: Limits,
     /// `proxy.api_key`: required on /v1 routes when set.

@@ -13,7 +13,9 @@ use crate::app::{App, Limits, RuntimeInfo};
 use crate::config::{self, Loaded};
 use crate::dev;
 use crate::home::{Home, PidInfo};
-use crate::learn::Scoring;
+use crate::learn::judge::Judge;
+use crate::learn::llm::{ChatModel, Role};
+use crate::learn::{Learner, Scoring};
 use crate::metrics::Metrics;
 use crate::plugins::{PluginHost, Settings as PluginSettings};
 use crate::proxy::upstream::Upstream;
@@ -105,6 +107,12 @@ pub async fn run(options: DaemonOptions) -> Result<()> {
         llm.force_model = false;
         llm.model_id = "echo".into();
         llm.provider = config::Provider::Custom;
+        // The dummy plays the judge and the evolver too, so the demo learns.
+        let rl = &mut loaded.config.rl;
+        rl.prm_url.clear();
+        rl.prm_model = "judge".into();
+        rl.evolver_api_base.clear();
+        rl.evolver_model = "evolver".into();
     }
 
     let config = &loaded.config;
@@ -127,14 +135,15 @@ pub async fn run(options: DaemonOptions) -> Result<()> {
     ]
     .into_iter()
     .flatten()
-    .cloned();
+    .cloned()
+    .collect::<Vec<String>>();
     let (recorded_tx, recorded_rx) = tokio::sync::mpsc::unbounded_channel();
     let (store, writer) = Store::open(
         StoreOptions {
             path: db_path,
             commit_interval: config.store.commit_interval.get(),
             queue_capacity: config.store.queue_capacity,
-            redactor: Redactor::new(secrets),
+            redactor: Redactor::new(secrets.clone()),
             on_recorded: Some(recorded_tx),
         },
         metrics.clone(),
@@ -191,12 +200,44 @@ pub async fn run(options: DaemonOptions) -> Result<()> {
         )
     });
 
+    // Learning: one job per ended session, on its own low-priority thread.
+    let learn = if config.learning.enabled {
+        let redactor = Arc::new(Redactor::new(secrets));
+        let judge = match config.learning.judge {
+            true => {
+                ChatModel::from_config(config, &upstream_base, Role::Judge)?.map(|model| Judge {
+                    model,
+                    votes: config.rl.prm_m.max(1),
+                    temperature: config.learning.judge_temperature,
+                    redactor: redactor.clone(),
+                })
+            }
+            false => None,
+        };
+        let evolver = ChatModel::from_config(config, &upstream_base, Role::Evolver)?;
+        let learner = Learner::new(
+            store.clone(),
+            plugins.clone(),
+            skills.clone(),
+            judge,
+            evolver,
+            redactor,
+            config.learning.clone(),
+            config.skills.auto_evolve,
+            config.plugins.evolvers.is_some(),
+        );
+        Some(learner.spawn(sessions.subscribe())?)
+    } else {
+        None
+    };
+
     let app = Arc::new(App {
         upstream,
         sessions,
         plugins: plugins.clone(),
         skills: skills.clone(),
         store: store.clone(),
+        learn: learn.as_ref().map(|(handle, _)| handle.clone()),
         metrics: metrics.clone(),
         limits: Limits {
             max_body_bytes: (config.proxy.max_body_mb as usize) << 20,

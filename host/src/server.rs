@@ -10,6 +10,7 @@
 //! | `GET /metrics` | `proxy.api_key`, if set |
 //! | `GET /admin/status` | the admin token (`<home>/admin.token`), always |
 //! | `GET /admin/plugins`, `POST /admin/plugins/reload` | the admin token, always |
+//! | `POST /admin/learn/now` (`{"session": ID}` or `{}`) | the admin token, always |
 
 use std::future::{Future, IntoFuture};
 use std::time::Duration;
@@ -45,6 +46,7 @@ pub fn router(app: SharedApp) -> Router {
         .route("/admin/status", get(admin_status))
         .route("/admin/plugins", get(admin_plugins))
         .route("/admin/plugins/reload", post(admin_plugins_reload))
+        .route("/admin/learn/now", post(admin_learn_now))
         .route_layer(middleware::from_fn_with_state(
             app.clone(),
             require_admin_token,
@@ -277,6 +279,45 @@ async fn admin_plugins_reload(State(app): State<SharedApp>) -> Response {
     .await
     {
         Ok(view) => axum::Json(view).into_response(),
+        Err(e) => ApiError::Internal(e.to_string()).into_response(),
+    }
+}
+
+/// Runs a session's learning job now (ending the session first if it is
+/// still open), or every queued and failed job; answers when they end.
+async fn admin_learn_now(State(app): State<SharedApp>, body: axum::body::Bytes) -> Response {
+    let Some(learn) = app.learn.clone() else {
+        return ApiError::NotFound("learning is off (learning.enabled: false)".into())
+            .into_response();
+    };
+    let session = if body.iter().all(u8::is_ascii_whitespace) {
+        None
+    } else {
+        match serde_json::from_slice::<serde_json::Value>(&body) {
+            Ok(v) if v.is_object() => match &v["session"] {
+                serde_json::Value::Null => None,
+                serde_json::Value::String(s) if !s.is_empty() => Some(s.clone()),
+                _ => {
+                    return ApiError::BadRequest("\"session\" must be a session id".into())
+                        .into_response();
+                }
+            },
+            Ok(_) => {
+                return ApiError::BadRequest("send a JSON object: {\"session\": ID} or {}".into())
+                    .into_response();
+            }
+            Err(e) => return ApiError::InvalidJson(e.to_string()).into_response(),
+        }
+    };
+    if let Some(id) = &session {
+        // Learning from a session means it is over.
+        let _ = app.sessions.end(id, EndReason::Api);
+    }
+    match learn.now(session).await {
+        Ok(jobs) => axum::Json(json!({ "jobs": jobs })).into_response(),
+        Err(e @ crate::learn::LearnError::NoSession(_)) => {
+            ApiError::NotFound(e.to_string()).into_response()
+        }
         Err(e) => ApiError::Internal(e.to_string()).into_response(),
     }
 }

@@ -13,26 +13,6 @@ use serde_json::{Value, json};
 
 const SYSTEM: &str = "You are a careful assistant.\nFollow the user's lead.";
 
-/// A daemon whose home has the built-in bank installed.
-fn with_bank(config: &str) -> (Proc, Metaclaw) {
-    let up = dummy();
-    let mc = Metaclaw::start(&up.url, config);
-    let out = mc.cli(&["skills", "install-builtin"]);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    // The daemon notices the new folders and indexes them.
-    // (Plugins compile in the background at start; until the retriever is
-    // loaded, turns get no skills.)
-    poll_json(mc.home.path(), &["status", "--json"], |v| {
-        v["skills"]["loaded"].as_u64().unwrap_or(0) >= 40
-            && v["plugins"]["loaded"].as_u64().unwrap_or(0) >= 3
-    });
-    (up, mc)
-}
-
 /// What the upstream saw as the system prompt (the `echo-system` model
 /// answers with it), and the response's headers.
 async fn system_seen(

@@ -13,6 +13,7 @@ macro_rules! say_raw {
 }
 
 mod config_cmd;
+mod learn_cmd;
 mod lifecycle;
 mod plugins_cmd;
 mod sessions_cmd;
@@ -60,6 +61,9 @@ pub enum Command {
     /// The skill library: list, show, search, add, remove, history.
     #[command(subcommand)]
     Skills(SkillsCommand),
+    /// Learning from ended sessions: run a job now, see the queue.
+    #[command(subcommand)]
+    Learn(LearnCommand),
     /// Print the version.
     Version(JsonFlag),
     /// Developer tools.
@@ -177,6 +181,25 @@ pub enum SessionsCommand {
         /// Include each turn's request messages.
         #[arg(long)]
         messages: bool,
+    },
+}
+
+#[derive(Subcommand, Debug)]
+pub enum LearnCommand {
+    /// Run a session's learning job now (the session ends first if it is
+    /// open), or every queued and failed job; waits until they finish.
+    Now {
+        session: Option<String>,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Learning jobs: queued, running, failed and done.
+    Status {
+        #[arg(long)]
+        json: bool,
+        /// At most this many, newest first.
+        #[arg(long, default_value_t = 50)]
+        limit: usize,
     },
 }
 
@@ -302,6 +325,7 @@ fn dispatch(cli: Cli) -> Result<ExitCode> {
         Command::Sessions(cmd) => sessions_cmd::run(&home, &config_path, cmd),
         Command::Plugins(cmd) => plugins_cmd::run(&home, &config_path, cmd),
         Command::Skills(cmd) => skills_cmd::run(&home, &config_path, cmd),
+        Command::Learn(cmd) => learn_cmd::run(&home, &config_path, cmd),
         Command::Version(args) => {
             if args.json {
                 say!(

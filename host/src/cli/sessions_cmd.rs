@@ -10,7 +10,8 @@ use serde_json::{Value, json};
 use super::{SessionsCommand, load_config, local_time};
 use crate::daemon::expand_home;
 use crate::home::Home;
-use crate::store::{self, SessionRow, TurnRow};
+use crate::store::{self, SessionRow, TurnRow, learning};
+use std::collections::HashMap;
 
 pub fn db_path(home: &Home, config_path: &Path) -> PathBuf {
     crate::config::load(config_path)
@@ -48,13 +49,20 @@ pub fn run(home: &Home, config_path: &Path, command: SessionsCommand) -> Result<
                 bail!("no session {id:?} (see `metaclaw sessions list`)");
             };
             let turns = store::session_turns(&conn, &session.id)?;
-            let rewards = store::turn_rewards(&conn, &session.id)?;
+            let learned = Learned {
+                rewards: store::turn_rewards(&conn, &session.id)?,
+                judgments: learning::judgments(&conn, &session.id)?,
+                drafts: learning::drafts(&conn, &session.id)?,
+                job: store::jobs::get(&conn, &session.id)?,
+            };
             if json {
                 let turns: Vec<Value> = turns
                     .iter()
                     .map(|t| -> Result<Value> {
                         let mut v = serde_json::to_value(t)?;
-                        v["rewards"] = json!(rewards.get(&t.id).cloned().unwrap_or_default());
+                        v["rewards"] =
+                            json!(learned.rewards.get(&t.id).cloned().unwrap_or_default());
+                        v["judgment"] = json!(learned.judgments.get(&t.id));
                         if messages {
                             v["messages"] =
                                 Value::Array(store::load_messages(&conn, &t.message_hashes)?);
@@ -64,10 +72,15 @@ pub fn run(home: &Home, config_path: &Path, command: SessionsCommand) -> Result<
                     .collect::<Result<_>>()?;
                 say!(
                     "{}",
-                    serde_json::to_string_pretty(&json!({ "session": session, "turns": turns }))?
+                    serde_json::to_string_pretty(&json!({
+                        "session": session,
+                        "turns": turns,
+                        "learning": learned.job,
+                        "evolved": learned.drafts,
+                    }))?
                 );
             } else {
-                print_session(&session, &turns, &rewards);
+                print_session(&session, &turns, &learned);
                 if messages {
                     for t in &turns {
                         say!("\n--- turn {} request messages ---", t.seq);
@@ -114,11 +127,15 @@ fn print_list(rows: &[SessionRow]) {
     }
 }
 
-fn print_session(
-    s: &SessionRow,
-    turns: &[TurnRow],
-    rewards: &std::collections::HashMap<String, Vec<store::RewardRow>>,
-) {
+/// What learning made of a session.
+struct Learned {
+    rewards: HashMap<String, Vec<store::RewardRow>>,
+    judgments: HashMap<String, learning::Judgment>,
+    drafts: Vec<learning::DraftRow>,
+    job: Option<store::jobs::Job>,
+}
+
+fn print_session(s: &SessionRow, turns: &[TurnRow], learned: &Learned) {
     say!("session {}", s.id);
     if let Some(agent) = &s.agent_session_id {
         say!("  agent session: {agent} (window {})", s.window);
@@ -188,14 +205,74 @@ fn print_session(
                 .collect();
             say!("     skills:    {}", names.join(", "));
         }
-        for r in rewards.get(&t.id).into_iter().flatten() {
+        if let Some(j) = learned.judgments.get(&t.id) {
+            let votes: Vec<String> = j
+                .votes
+                .iter()
+                .map(|v| {
+                    v.score
+                        .map(|s| format!("{s:+}"))
+                        .unwrap_or_else(|| "?".into())
+                })
+                .collect();
             say!(
-                "     reward:    {:+.2} {} ({}): {}",
+                "     judge:     {:+} (votes {}; saw {}; {} {}): {}",
+                j.value,
+                votes.join(" "),
+                j.evidence,
+                j.model,
+                j.prompt_version,
+                j.rationale
+            );
+        }
+        for r in learned.rewards.get(&t.id).into_iter().flatten() {
+            say!(
+                "     scorer:    {:+.2} {} ({}): {}",
                 r.value,
                 r.label,
                 r.source,
                 r.rationale
             );
+        }
+        if let Some(reward) = t.reward {
+            say!("     reward:    {reward:+.2} (combined)");
+        }
+    }
+    if let Some(job) = &learned.job {
+        say!();
+        let detail = match &job.error {
+            Some(e) if job.state != "done" => format!(" — {e}"),
+            _ if job.stages.is_empty() => String::new(),
+            _ => format!(" — {}", job.stages.join(" → ")),
+        };
+        say!(
+            "  learning:      {} (round {}, attempt {}){detail}",
+            job.state,
+            job.round,
+            job.attempts
+        );
+    }
+    if !learned.drafts.is_empty() {
+        say!("  skills evolved from this session:");
+        for d in &learned.drafts {
+            match d.outcome.as_str() {
+                "rejected" => say!(
+                    "    ✗ {} rejected: {}",
+                    d.name,
+                    d.reason.as_deref().unwrap_or("")
+                ),
+                outcome => say!(
+                    "    ✓ {} {} (version {}){}",
+                    d.skill_id.as_deref().unwrap_or(&d.name),
+                    outcome,
+                    d.version.as_deref().unwrap_or("?"),
+                    if d.written_ms.is_some() {
+                        ""
+                    } else {
+                        ", not written yet"
+                    }
+                ),
+            }
         }
     }
 }

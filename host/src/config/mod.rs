@@ -338,6 +338,63 @@ pub fn validate(config: &Config) -> Result<(), ConfigError> {
             format!("{base:?} is not an http(s) URL"),
         ));
     }
+    let learning = &config.learning;
+    if !matches!(
+        learning.reward.combine.as_str(),
+        "weighted" | "min" | "judge"
+    ) {
+        return Err(invalid(
+            "learning.reward.combine",
+            format!(
+                "{:?} is not a way to combine rewards (use weighted, min or judge)",
+                learning.reward.combine
+            ),
+        ));
+    }
+    if !(1..=64).contains(&learning.concurrency) {
+        return Err(invalid(
+            "learning.concurrency",
+            "must be between 1 and 64".into(),
+        ));
+    }
+    if !(1..=20).contains(&learning.max_drafts) {
+        return Err(invalid(
+            "learning.max_drafts",
+            "must be between 1 and 20".into(),
+        ));
+    }
+    if !(1_000..=1_000_000).contains(&learning.transcript_chars) {
+        return Err(invalid(
+            "learning.transcript_chars",
+            "must be between 1000 and 1000000".into(),
+        ));
+    }
+    if !(0.0..=2.0).contains(&learning.judge_temperature) {
+        return Err(invalid(
+            "learning.judge_temperature",
+            "must be between 0 and 2".into(),
+        ));
+    }
+    if learning.llm_timeout.get().is_zero() {
+        return Err(invalid(
+            "learning.llm_timeout",
+            "must be longer than zero".into(),
+        ));
+    }
+    if config.rl.prm_m > 15 {
+        return Err(invalid("rl.prm_m", "at most 15 votes per turn".into()));
+    }
+    for (key, base) in [
+        ("rl.prm_url", &config.rl.prm_url),
+        ("rl.evolver_api_base", &config.rl.evolver_api_base),
+    ] {
+        let base = base.trim();
+        if !base.is_empty()
+            && !matches!(reqwest::Url::parse(base), Ok(url) if matches!(url.scheme(), "http" | "https") && url.host().is_some())
+        {
+            return Err(invalid(key, format!("{base:?} is not an http(s) URL")));
+        }
+    }
     if config.store.queue_capacity < 16 {
         return Err(invalid(
             "store.queue_capacity",

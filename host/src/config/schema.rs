@@ -89,6 +89,7 @@ pub struct Config {
     pub store: StoreConfig,
     pub log: LogConfig,
     pub plugins: PluginsConfig,
+    pub learning: LearningConfig,
 }
 
 impl Default for Config {
@@ -112,6 +113,7 @@ impl Default for Config {
             store: StoreConfig::default(),
             log: LogConfig::default(),
             plugins: PluginsConfig::default(),
+            learning: LearningConfig::default(),
         }
     }
 }
@@ -556,6 +558,68 @@ impl Default for PluginTimeouts {
             scorer: Dur::millis(50),
             evolver: Dur::millis(500),
             skill: Dur::millis(50),
+        }
+    }
+}
+
+/// Learning from ended sessions: the job queue, the judge, skill evolution,
+/// and how a turn's rewards combine into one. The judge and the evolver
+/// models are the `rl.prm_*` and `rl.evolver_*` keys (each defaults to its
+/// `llm.*` counterpart).
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(default)]
+pub struct LearningConfig {
+    /// `false`: sessions are recorded but no job runs.
+    pub enabled: bool,
+    /// Jobs running at once.
+    pub concurrency: u32,
+    /// Judge every main turn (`rl.prm_m` votes each).
+    pub judge: bool,
+    /// Sampling temperature of the judge's votes (they must be able to differ).
+    pub judge_temperature: f32,
+    /// One judge or evolver call, including retries after 429 and 5xx.
+    pub llm_timeout: Dur,
+    /// Skill drafts the evolver may propose per session.
+    pub max_drafts: u32,
+    /// The transcript sent to the evolver is cut to this many characters.
+    pub transcript_chars: u32,
+    pub reward: RewardConfig,
+}
+
+impl Default for LearningConfig {
+    fn default() -> Self {
+        Self {
+            enabled: true,
+            concurrency: 2,
+            judge: true,
+            judge_temperature: 0.6,
+            llm_timeout: Dur::secs(120),
+            max_drafts: 3,
+            transcript_chars: 24_000,
+            reward: RewardConfig::default(),
+        }
+    }
+}
+
+/// How the judge's score and the scorers' rewards make one turn reward.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(default)]
+pub struct RewardConfig {
+    /// `weighted` (default): judge_weight × judge + Σ weight × scorer reward,
+    /// clamped to [-1, 1]. `min`: the most negative signal (else the most
+    /// positive). `judge`: the judge alone (scorers only when it is off).
+    pub combine: String,
+    pub judge_weight: f32,
+    /// Per scorer plugin name; a scorer not listed weighs 1.
+    pub scorer_weights: std::collections::BTreeMap<String, f32>,
+}
+
+impl Default for RewardConfig {
+    fn default() -> Self {
+        Self {
+            combine: "weighted".into(),
+            judge_weight: 1.0,
+            scorer_weights: std::collections::BTreeMap::new(),
         }
     }
 }

@@ -1,3 +1,4 @@
 //! Developer tools shipped in the binary.
 
+pub mod learning;
 pub mod upstream;

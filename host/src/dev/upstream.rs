@@ -13,6 +13,16 @@
 //! | `error-<status>` | that HTTP status with an OpenAI-style error body |
 //! | `flaky` | 503 on every other call (the first fails), else like `echo` |
 //! | `hang` | never answers |
+//! | `judge` | a judge's verdict (`Score: N`) from the prompt's "What happened next" |
+//! | `judge-split` | votes 1, -1, 0, 1, … in turn (a judge that cannot agree) |
+//! | `judge-flaky` | 429 with `Retry-After: 1` on every other call, else like `judge` |
+//! | `evolver` | skill drafts (JSON) from the prompt's transcript, plus a near-copy of an existing skill |
+//! | `evolver-leaky` | like `evolver`, with an email, a home path and a token planted in the draft |
+//! | `evolver-bad` | a reply with no JSON in it |
+//! | `evolver-slow-<ms>` | waits `ms`, then answers like `evolver` |
+//!
+//! `GET /v1/dummy/requests?model=NAME` lists the bodies of the last
+//! requests for that model (what a judge or evolver was shown).
 //!
 //! OpenClaw's per-call internal-context message is not "the user's
 //! message", so `echo` skips it.
@@ -38,6 +48,7 @@ use axum::routing::{get, post};
 use futures_util::{Stream, StreamExt, stream};
 use serde_json::{Value, json};
 
+use super::learning;
 use crate::proxy::request::value_text;
 use crate::sessions::openclaw;
 
@@ -50,7 +61,12 @@ pub struct Stats {
     pub embedded_texts: AtomicU64,
     /// The `Authorization` header of the last embeddings request.
     pub embedding_auth: Mutex<Option<String>>,
+    /// The last chat request bodies, with their model.
+    pub recent: Mutex<std::collections::VecDeque<(String, Value)>>,
 }
+
+/// Chat requests `/v1/dummy/requests` keeps.
+const RECENT_REQUESTS: usize = 256;
 
 #[derive(Default)]
 pub struct Dummy {
@@ -70,6 +86,12 @@ enum Behaviour {
     Error(u16),
     Flaky,
     Hang,
+    Judge,
+    JudgeSplit,
+    JudgeFlaky,
+    Evolver { leaky: bool },
+    EvolverSlow(u64),
+    EvolverBad,
 }
 
 const BEHAVIOURS: &[&str] = &[
@@ -83,6 +105,13 @@ const BEHAVIOURS: &[&str] = &[
     "error-<status>",
     "flaky",
     "hang",
+    "judge",
+    "judge-split",
+    "judge-flaky",
+    "evolver",
+    "evolver-leaky",
+    "evolver-bad",
+    "evolver-slow-<ms>",
 ];
 
 fn behaviour(model: &str) -> Option<Behaviour> {
@@ -94,6 +123,12 @@ fn behaviour(model: &str) -> Option<Behaviour> {
         "tool-call" => Behaviour::ToolCall(1),
         "flaky" => Behaviour::Flaky,
         "hang" => Behaviour::Hang,
+        "judge" => Behaviour::Judge,
+        "judge-split" => Behaviour::JudgeSplit,
+        "judge-flaky" => Behaviour::JudgeFlaky,
+        "evolver" => Behaviour::Evolver { leaky: false },
+        "evolver-leaky" => Behaviour::Evolver { leaky: true },
+        "evolver-bad" => Behaviour::EvolverBad,
         _ => {
             if let Some(ms) = name.strip_prefix("slow-") {
                 Behaviour::Slow(ms.parse().ok()?)
@@ -103,6 +138,8 @@ fn behaviour(model: &str) -> Option<Behaviour> {
                     n: n.parse().ok()?,
                     ms: ms.parse().ok()?,
                 }
+            } else if let Some(ms) = name.strip_prefix("evolver-slow-") {
+                Behaviour::EvolverSlow(ms.parse().ok()?)
             } else if let Some(k) = name.strip_prefix("tool-call-") {
                 Behaviour::ToolCall(k.parse::<u32>().ok()?.clamp(1, 16))
             } else if let Some(status) = name.strip_prefix("error-") {
@@ -116,12 +153,25 @@ fn behaviour(model: &str) -> Option<Behaviour> {
     })
 }
 
+impl Dummy {
+    /// This call's number (1, 2, …) among the calls for `model`.
+    fn count_call(&self, model: &str) -> u64 {
+        let Ok(mut calls) = self.flaky_calls.lock() else {
+            return 1;
+        };
+        let c = calls.entry(model.to_string()).or_insert(0);
+        *c += 1;
+        *c
+    }
+}
+
 pub fn router(dummy: Arc<Dummy>) -> Router {
     Router::new()
         .route("/v1/chat/completions", post(chat))
         .route("/v1/models", get(models))
         .route("/v1/embeddings", post(embeddings))
         .route("/v1/dummy/stats", get(stats))
+        .route("/v1/dummy/requests", get(recent_requests))
         .route(
             "/healthz",
             get(|| async { axum::Json(json!({ "ok": true, "dummy": true })) }),
@@ -157,6 +207,25 @@ async fn stats(State(dummy): State<Arc<Dummy>>) -> Response {
         "embedding_auth": s.embedding_auth.lock().ok().and_then(|a| a.clone()),
     }))
     .into_response()
+}
+
+async fn recent_requests(
+    State(dummy): State<Arc<Dummy>>,
+    axum::extract::Query(query): axum::extract::Query<HashMap<String, String>>,
+) -> Response {
+    let model = query.get("model").cloned().unwrap_or_default();
+    let bodies: Vec<Value> = dummy
+        .stats
+        .recent
+        .lock()
+        .map(|r| {
+            r.iter()
+                .filter(|(m, _)| model.is_empty() || *m == model)
+                .map(|(_, b)| b.clone())
+                .collect()
+        })
+        .unwrap_or_default();
+    axum::Json(json!({ "model": model, "requests": bodies })).into_response()
 }
 
 /// Dimensions of the dummy's embeddings.
@@ -264,6 +333,12 @@ async fn chat(State(dummy): State<Arc<Dummy>>, headers: HeaderMap, body: Bytes) 
         return error(StatusCode::BAD_REQUEST, "the body is not JSON");
     };
     let model = request["model"].as_str().unwrap_or("").to_string();
+    if let Ok(mut recent) = dummy.stats.recent.lock() {
+        if recent.len() == RECENT_REQUESTS {
+            recent.pop_front();
+        }
+        recent.push_back((model.clone(), request.clone()));
+    }
     let Some(behaviour) = behaviour(&model) else {
         return error(
             StatusCode::NOT_FOUND,
@@ -323,14 +398,7 @@ async fn chat(State(dummy): State<Arc<Dummy>>, headers: HeaderMap, body: Bytes) 
             return error(status, format!("dummy error {}", status.as_u16()));
         }
         Behaviour::Flaky => {
-            let call = {
-                let Ok(mut calls) = dummy.flaky_calls.lock() else {
-                    return error(StatusCode::INTERNAL_SERVER_ERROR, "lock poisoned");
-                };
-                let c = calls.entry(model.clone()).or_insert(0);
-                *c += 1;
-                *c
-            };
+            let call = dummy.count_call(&model);
             if call % 2 == 1 {
                 return error(
                     StatusCode::SERVICE_UNAVAILABLE,
@@ -343,6 +411,56 @@ async fn chat(State(dummy): State<Arc<Dummy>>, headers: HeaderMap, body: Bytes) 
             std::future::pending::<()>().await;
             return error(StatusCode::INTERNAL_SERVER_ERROR, "unreachable");
         }
+        Behaviour::Judge => (
+            vec![Part::Text(learning::judge_reply(
+                &last_user_text(&request),
+                None,
+            ))],
+            0,
+            "stop",
+        ),
+        Behaviour::JudgeSplit | Behaviour::JudgeFlaky => {
+            let call = dummy.count_call(&model);
+            if behaviour == Behaviour::JudgeFlaky {
+                if call % 2 == 1 {
+                    return error(
+                        StatusCode::TOO_MANY_REQUESTS,
+                        format!("judge-flaky: call {call} is rate limited"),
+                    );
+                }
+                (
+                    vec![Part::Text(learning::judge_reply(
+                        &last_user_text(&request),
+                        None,
+                    ))],
+                    0,
+                    "stop",
+                )
+            } else {
+                let text = learning::judge_reply("", Some(call - 1));
+                (vec![Part::Text(text)], 0, "stop")
+            }
+        }
+        Behaviour::Evolver { leaky } => (
+            vec![Part::Text(learning::evolver_reply(
+                &last_user_text(&request),
+                leaky,
+            ))],
+            0,
+            "stop",
+        ),
+        Behaviour::EvolverSlow(ms) => {
+            tokio::time::sleep(Duration::from_millis(ms)).await;
+            let text = learning::evolver_reply(&last_user_text(&request), false);
+            (vec![Part::Text(text)], 0, "stop")
+        }
+        Behaviour::EvolverBad => (
+            vec![Part::Text(
+                "Sorry, I would rather not write skills today.".into(),
+            )],
+            0,
+            "stop",
+        ),
     };
 
     if stream {

@@ -1,13 +1,20 @@
-//! Learning from sessions: stages that run after turns are recorded, never
-//! on the serving path.
+//! Learning from sessions, never on the serving path.
 //!
 //! A turn's outcome is known once the next thing happens in its session:
 //! the agent's next call carries the tool results or the user's next
 //! message. So when a session's next main turn is recorded, the previous one
-//! is *finished* and is scored; when a session ends, its last turn is scored
-//! with what is known.
+//! is *finished* and the scorer plugins score it ([`Scoring`]); when a
+//! session ends, its learning job ([`runner`]) scores the last turn, has the
+//! judge score every turn with its next state, and evolves skills.
 
+pub mod evolve;
 pub mod finished;
+pub mod judge;
+pub mod llm;
+pub mod reward;
+pub mod runner;
+
+pub use runner::{LearnError, LearnHandle, Learner};
 
 use std::collections::HashMap;
 use std::sync::Arc;

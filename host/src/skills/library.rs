@@ -84,6 +84,7 @@ pub struct Library {
     pub dir: PathBuf,
     db: PathBuf,
     current: RwLock<Arc<Snapshot>>,
+    loaded: std::sync::atomic::AtomicBool,
     watcher: Mutex<Option<notify::RecommendedWatcher>>,
 }
 
@@ -94,6 +95,7 @@ impl Library {
             dir,
             db,
             current: RwLock::new(Arc::new(Snapshot::default())),
+            loaded: std::sync::atomic::AtomicBool::new(false),
             watcher: Mutex::new(None),
         })
     }
@@ -103,6 +105,11 @@ impl Library {
         let library = Self::new(dir, db);
         library.rescan(None);
         library
+    }
+
+    /// Whether the folder has been read once.
+    pub fn loaded(&self) -> bool {
+        self.loaded.load(std::sync::atomic::Ordering::Acquire)
     }
 
     pub fn snapshot(&self) -> Arc<Snapshot> {
@@ -159,6 +166,8 @@ impl Library {
         if let Ok(mut current) = self.current.write() {
             *current = next.clone();
         }
+        self.loaded
+            .store(true, std::sync::atomic::Ordering::Release);
         next
     }
 

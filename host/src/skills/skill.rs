@@ -54,9 +54,27 @@ pub struct Skill {
     /// An executable skill: the `skill` plugin (`name` or `name@req`) that
     /// decides when it applies and renders it.
     pub component: Option<String>,
+    /// Where an evolved skill (or its latest version) came from.
+    pub provenance: Option<Provenance>,
     pub body: String,
     /// sha256 of the whole file.
     pub content_hash: String,
+}
+
+/// The session an evolved skill was learned from: its turns that taught
+/// the lesson and the judge's scores of them.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Provenance {
+    pub session: String,
+    #[serde(default)]
+    pub turns: Vec<String>,
+    /// The judge's score of each of `turns` (null where it did not judge).
+    #[serde(default)]
+    pub judge_scores: Vec<Option<i8>>,
+    /// The evolver model.
+    #[serde(default)]
+    pub model: String,
 }
 
 #[derive(Deserialize)]
@@ -74,6 +92,8 @@ struct Frontmatter {
     created_by: Option<String>,
     #[serde(default)]
     component: Option<String>,
+    #[serde(default)]
+    provenance: Option<Provenance>,
 }
 
 pub const MAX_DESCRIPTION: usize = 400;
@@ -117,7 +137,7 @@ pub fn parse(id: &str, text: &str) -> Result<Skill, String> {
     let fm: Frontmatter = serde_saphyr::from_str(yaml).map_err(|e| {
         let e = e.to_string();
         if e.contains("unknown field") {
-            format!("frontmatter: {e} (allowed: name, description, category, tags, version, created_by, component)")
+            format!("frontmatter: {e} (allowed: name, description, category, tags, version, created_by, component, provenance)")
         } else {
             format!("frontmatter: {e}")
         }
@@ -194,6 +214,7 @@ pub fn parse(id: &str, text: &str) -> Result<Skill, String> {
         version,
         created_by,
         component: fm.component.map(|c| c.trim().to_string()),
+        provenance: fm.provenance,
         body: body.to_string(),
         content_hash: hex(&Sha256::digest(text.as_bytes())),
     })
@@ -228,6 +249,12 @@ pub fn render(skill: &Skill) -> String {
     );
     if let Some(c) = &skill.component {
         fm.push_str(&format!("component: {}\n", yaml_str(c)));
+    }
+    if let Some(p) = &skill.provenance
+        && let Ok(json) = serde_json::to_string(p)
+    {
+        // JSON is YAML's flow style: one line, no quoting surprises.
+        fm.push_str(&format!("provenance: {json}\n"));
     }
     format!("{fm}---\n{}\n", skill.body.trim_end())
 }
@@ -339,10 +366,17 @@ mod tests {
         let mut s = parse("git-rebase", GOOD).unwrap();
         s.description = "Careful: tricky # stuff, \"quoted\".".into();
         s.created_by = "evolved:1a2b:3".into();
+        s.provenance = Some(Provenance {
+            session: "1a2b:3".into(),
+            turns: vec!["t1".into(), "t2".into()],
+            judge_scores: vec![Some(-1), None],
+            model: "judge: \"x\"".into(),
+        });
         let text = render(&s);
         let back = parse("git-rebase", &text).unwrap();
         assert_eq!(back.description, s.description);
         assert_eq!(back.created_by, s.created_by);
+        assert_eq!(back.provenance, s.provenance);
         assert_eq!(back.body, s.body);
     }
 }

@@ -10,7 +10,7 @@
 
 use anyhow::Result;
 use rusqlite::{Connection, OptionalExtension, TransactionBehavior, params};
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 /// Attempts before a job is left `failed` (until `learn now` retries it).
 pub const MAX_ATTEMPTS: i64 = 5;
@@ -18,11 +18,13 @@ pub const MAX_ATTEMPTS: i64 = 5;
 const BACKOFF_FIRST_MS: i64 = 30_000;
 const BACKOFF_MAX_MS: i64 = 3_600_000;
 
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Job {
     pub session_id: String,
     /// `queued`, `running`, `done` or `failed`.
     pub state: String,
+    /// 1, then one more each time the session reopens and ends again.
+    pub round: i64,
     pub attempts: i64,
     /// Queued: not to be started before this.
     pub not_before_ms: i64,
@@ -34,14 +36,21 @@ pub struct Job {
     pub stages: Vec<String>,
 }
 
-/// Queues the session's job (in the caller's transaction). A session that
-/// already has one keeps it: a queued or running job reads the transcript
-/// when it runs, so it sees turns that reopened the session.
+/// Queues the session's job (in the caller's transaction). A queued job
+/// stays as it is (it reads the transcript when it runs); a finished one
+/// starts its next round (the session was reopened and ended again); a
+/// running one is marked to run again when it ends.
 pub fn enqueue(conn: &Connection, session_id: &str, at_ms: i64) -> rusqlite::Result<()> {
     conn.prepare_cached(
         "INSERT INTO learning_jobs (session_id, state, not_before_ms, enqueued_ms)
          VALUES (?1, 'queued', ?2, ?2)
-         ON CONFLICT(session_id) DO NOTHING",
+         ON CONFLICT(session_id) DO UPDATE SET
+             again = CASE WHEN state = 'running' THEN 1 ELSE again END,
+             round = CASE WHEN state IN ('done', 'failed') THEN round + 1 ELSE round END,
+             attempts = CASE WHEN state IN ('done', 'failed') THEN 0 ELSE attempts END,
+             enqueued_ms = CASE WHEN state IN ('done', 'failed') THEN ?2 ELSE enqueued_ms END,
+             not_before_ms = CASE WHEN state IN ('done', 'failed') THEN ?2 ELSE not_before_ms END,
+             state = CASE WHEN state IN ('done', 'failed') THEN 'queued' ELSE state END",
     )?
     .execute(params![session_id, at_ms])?;
     Ok(())
@@ -93,19 +102,67 @@ pub fn claim(conn: &mut Connection, now_ms: i64, only: Option<&str>) -> Result<O
     Ok(job)
 }
 
-/// Records that `stage` of the session's job is done, in the transaction
-/// that wrote the stage's results.
+/// `learn now SESSION`: makes the session's job due now (a new job, a
+/// queued one brought forward, a failed one retried from where it
+/// stopped, or a done one's next round). Errors when it is running.
+pub fn request_now(conn: &Connection, session_id: &str, now_ms: i64) -> Result<()> {
+    let state: Option<String> = conn
+        .query_row(
+            "SELECT state FROM learning_jobs WHERE session_id = ?1",
+            [session_id],
+            |r| r.get(0),
+        )
+        .optional()?;
+    match state.as_deref() {
+        None => {
+            let known: bool = conn.query_row(
+                "SELECT EXISTS (SELECT 1 FROM sessions WHERE id = ?1)",
+                [session_id],
+                |r| r.get(0),
+            )?;
+            if !known {
+                anyhow::bail!("no session {session_id:?} (see `metaclaw sessions list`)");
+            }
+            enqueue(conn, session_id, now_ms)?;
+        }
+        Some("running") => anyhow::bail!("the job of session {session_id:?} is running already"),
+        Some("done") => enqueue(conn, session_id, now_ms)?,
+        Some(_) => {
+            conn.execute(
+                "UPDATE learning_jobs SET state = 'queued', attempts = 0, not_before_ms = ?2
+                 WHERE session_id = ?1",
+                params![session_id, now_ms],
+            )?;
+        }
+    }
+    Ok(())
+}
+
+/// `learn now`: every queued or failed job is due now. Returns their ids.
+pub fn all_due_now(conn: &Connection, now_ms: i64) -> Result<Vec<String>> {
+    let mut stmt = conn.prepare(
+        "UPDATE learning_jobs SET state = 'queued', attempts = CASE WHEN state = 'failed' THEN 0 ELSE attempts END,
+                not_before_ms = ?1
+         WHERE state IN ('queued', 'failed') RETURNING session_id",
+    )?;
+    let ids = stmt.query_map([now_ms], |r| r.get(0))?;
+    Ok(ids.collect::<rusqlite::Result<_>>()?)
+}
+
+/// Records that `stage` of the job's round is done, in the transaction that
+/// wrote the stage's results.
 pub fn stage_done(
     conn: &Connection,
-    session_id: &str,
+    job: &Job,
     stage: &str,
     summary: &str,
     at_ms: i64,
 ) -> rusqlite::Result<()> {
     conn.prepare_cached(
-        "INSERT INTO learning_stages (session_id, stage, done_ms, summary) VALUES (?1, ?2, ?3, ?4)",
+        "INSERT INTO learning_stages (session_id, round, stage, done_ms, summary)
+         VALUES (?1, ?2, ?3, ?4, ?5)",
     )?
-    .execute(params![session_id, stage, at_ms, summary])?;
+    .execute(params![job.session_id, job.round, stage, at_ms, summary])?;
     Ok(())
 }
 
@@ -119,8 +176,12 @@ pub fn finish(
 ) -> Result<()> {
     match outcome {
         Ok(()) => {
+            // Ended again while this round ran: the next round is due now.
             conn.execute(
-                "UPDATE learning_jobs SET state = 'done', finished_ms = ?2, error = NULL
+                "UPDATE learning_jobs SET
+                     state = CASE WHEN again = 1 THEN 'queued' ELSE 'done' END,
+                     round = round + again, attempts = CASE WHEN again = 1 THEN 0 ELSE attempts END,
+                     not_before_ms = ?2, again = 0, finished_ms = ?2, error = NULL
                  WHERE session_id = ?1",
                 params![session_id, now_ms],
             )?;
@@ -155,7 +216,7 @@ fn backoff_ms(attempts: i64) -> i64 {
 fn read(conn: &Connection, session_id: &str) -> Result<Option<Job>> {
     let job = conn
         .query_row(
-            "SELECT session_id, state, attempts, not_before_ms, enqueued_ms, started_ms,
+            "SELECT session_id, state, round, attempts, not_before_ms, enqueued_ms, started_ms,
                     finished_ms, error
              FROM learning_jobs WHERE session_id = ?1",
             [session_id],
@@ -163,29 +224,45 @@ fn read(conn: &Connection, session_id: &str) -> Result<Option<Job>> {
         )
         .optional()?;
     let Some(mut job) = job else { return Ok(None) };
-    job.stages = stages(conn, session_id)?;
+    job.stages = stages(conn, session_id, job.round)?;
     Ok(Some(job))
 }
 
-/// The stages the session's job has done.
-pub fn stages(conn: &Connection, session_id: &str) -> Result<Vec<String>> {
+/// The session's job, if it has one.
+pub fn get(conn: &Connection, session_id: &str) -> Result<Option<Job>> {
+    read(conn, session_id)
+}
+
+/// The stages a round of the session's job has done.
+pub fn stages(conn: &Connection, session_id: &str, round: i64) -> Result<Vec<String>> {
     let mut stmt = conn.prepare_cached(
-        "SELECT stage FROM learning_stages WHERE session_id = ?1 ORDER BY done_ms, stage",
+        "SELECT stage FROM learning_stages WHERE session_id = ?1 AND round = ?2
+         ORDER BY done_ms, stage",
     )?;
-    let rows = stmt.query_map([session_id], |r| r.get(0))?;
+    let rows = stmt.query_map(params![session_id, round], |r| r.get(0))?;
     Ok(rows.collect::<rusqlite::Result<_>>()?)
+}
+
+/// When the next queued job is due, if any.
+pub fn next_due(conn: &Connection) -> Result<Option<i64>> {
+    Ok(conn.query_row(
+        "SELECT min(not_before_ms) FROM learning_jobs WHERE state = 'queued'",
+        [],
+        |r| r.get(0),
+    )?)
 }
 
 fn row_to_job(r: &rusqlite::Row<'_>) -> rusqlite::Result<Job> {
     Ok(Job {
         session_id: r.get(0)?,
         state: r.get(1)?,
-        attempts: r.get(2)?,
-        not_before_ms: r.get(3)?,
-        enqueued_ms: r.get(4)?,
-        started_ms: r.get(5)?,
-        finished_ms: r.get(6)?,
-        error: r.get(7)?,
+        round: r.get(2)?,
+        attempts: r.get(3)?,
+        not_before_ms: r.get(4)?,
+        enqueued_ms: r.get(5)?,
+        started_ms: r.get(6)?,
+        finished_ms: r.get(7)?,
+        error: r.get(8)?,
         stages: Vec::new(),
     })
 }
@@ -193,7 +270,7 @@ fn row_to_job(r: &rusqlite::Row<'_>) -> rusqlite::Result<Job> {
 /// Jobs, newest first (`learn status`).
 pub fn list(conn: &Connection, limit: usize) -> Result<Vec<Job>> {
     let mut stmt = conn.prepare(
-        "SELECT session_id, state, attempts, not_before_ms, enqueued_ms, started_ms,
+        "SELECT session_id, state, round, attempts, not_before_ms, enqueued_ms, started_ms,
                 finished_ms, error
          FROM learning_jobs ORDER BY enqueued_ms DESC LIMIT ?1",
     )?;
@@ -201,7 +278,7 @@ pub fn list(conn: &Connection, limit: usize) -> Result<Vec<Job>> {
         .query_map([limit as i64], row_to_job)?
         .collect::<rusqlite::Result<_>>()?;
     for job in &mut jobs {
-        job.stages = stages(conn, &job.session_id)?;
+        job.stages = stages(conn, &job.session_id, job.round)?;
     }
     Ok(jobs)
 }
@@ -285,16 +362,16 @@ mod tests {
         let (_tmp, mut conn) = db();
         session(&conn, "s");
         enqueue(&conn, "s", 0).unwrap();
-        claim(&mut conn, 1, None).unwrap().unwrap();
+        let job = claim(&mut conn, 1, None).unwrap().unwrap();
         // The judge stage committed; the process died during evolution.
         {
             let tx = conn.transaction().unwrap();
-            stage_done(&tx, "s", "judge", "3 turns judged", 2).unwrap();
+            stage_done(&tx, &job, "judge", "3 turns judged", 2).unwrap();
             tx.commit().unwrap();
         }
         {
             let tx = conn.transaction().unwrap();
-            stage_done(&tx, "s", "evolve", "1 skill", 3).unwrap();
+            stage_done(&tx, &job, "evolve", "1 skill", 3).unwrap();
             // dropped: rolled back, as a kill would
         }
         // Next start.
@@ -303,6 +380,32 @@ mod tests {
         assert_eq!(job.attempts, 2);
         assert_eq!(job.stages, vec!["judge"]);
         // A stage cannot be recorded twice.
-        assert!(stage_done(&conn, "s", "judge", "again", 11).is_err());
+        assert!(stage_done(&conn, &job, "judge", "again", 11).is_err());
+    }
+
+    #[test]
+    fn a_session_that_ends_again_is_learned_from_again() {
+        let (_tmp, mut conn) = db();
+        session(&conn, "s");
+        enqueue(&conn, "s", 0).unwrap();
+        let job = claim(&mut conn, 1, None).unwrap().unwrap();
+        stage_done(&conn, &job, "judge", "", 2).unwrap();
+        // Reopened and ended while the job runs: a second round follows.
+        enqueue(&conn, "s", 3).unwrap();
+        finish(&conn, "s", Ok(()), 4).unwrap();
+        let next = claim(&mut conn, 4, None).unwrap().unwrap();
+        assert_eq!((next.round, next.attempts), (2, 1));
+        assert!(
+            next.stages.is_empty(),
+            "a new round starts with no stage done"
+        );
+        stage_done(&conn, &next, "judge", "", 5).unwrap();
+        finish(&conn, "s", Ok(()), 6).unwrap();
+        assert_eq!(read(&conn, "s").unwrap().unwrap().state, "done");
+        // Ended again after it finished: round 3.
+        enqueue(&conn, "s", 7).unwrap();
+        let third = read(&conn, "s").unwrap().unwrap();
+        assert_eq!((third.state.as_str(), third.round), ("queued", 3));
+        assert_eq!(next_due(&conn).unwrap(), Some(7));
     }
 }

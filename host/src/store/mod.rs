@@ -9,6 +9,7 @@
 //! stream's last chunk.
 
 pub mod jobs;
+pub mod learning;
 mod read;
 mod schema;
 pub mod skills;
@@ -335,6 +336,15 @@ impl Store {
         before_seq: Option<i64>,
     ) -> Result<Option<(String, i64)>> {
         self.with_reader(|c| read::unscored_main_turn(c, session_id, before_seq))
+    }
+}
+
+/// Recording and learning yield to serving: their threads run at a lower
+/// CPU priority than those answering requests (Linux applies nice per
+/// thread, and threads a thread starts inherit it).
+pub fn lower_priority() {
+    if let Err(e) = rustix::process::setpriority_process(Some(rustix::thread::gettid()), 10) {
+        tracing::debug!("cannot lower the store writer's priority: {e}");
     }
 }
 

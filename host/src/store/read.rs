@@ -151,13 +151,15 @@ pub struct TurnRow {
     pub message_hashes: Vec<String>,
     /// `[{"id", "version", "score"}]` of the skills injected.
     pub injected_skills: Option<Value>,
+    /// The judge's and the scorers' rewards combined (`learning.reward`).
+    pub reward: Option<f64>,
 }
 
 pub fn session_turns(conn: &Connection, session_id: &str) -> rusqlite::Result<Vec<TurnRow>> {
     conn.prepare(
         "SELECT id, seq, turn_type, api, model, upstream_model, stream, status, http_status, error,
                 user_summary, response_summary, usage, started_at_ms, finished_at_ms, total_ms, upstream_ms,
-                ttft_ms, response, request_params, request_messages, injected_skills
+                ttft_ms, response, request_params, request_messages, injected_skills, reward
          FROM turns WHERE session_id = ?1 ORDER BY seq",
     )?
     .query_map(params![session_id], |row| {
@@ -191,6 +193,7 @@ pub fn session_turns(conn: &Connection, session_id: &str) -> rusqlite::Result<Ve
                 .and_then(|v| serde_json::from_value(v).ok())
                 .unwrap_or_default(),
             injected_skills: json(21)?,
+            reward: row.get(22)?,
         })
     })?
     .collect()

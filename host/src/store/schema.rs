@@ -126,13 +126,19 @@ const MIGRATIONS: &[&str] = &[
         used_ms   INTEGER NOT NULL
     ) WITHOUT ROWID;
     "#,
-    // 5: learning jobs, one per ended session, and the stages each has done.
+    // 5: learning from ended sessions: jobs and their stages, the judge's
+    // verdicts, combined turn rewards, and what evolution made.
     r#"
     CREATE TABLE learning_jobs (
         session_id    TEXT PRIMARY KEY REFERENCES sessions(id),
         state         TEXT NOT NULL,      -- queued | running | done | failed
+        -- A session that reopens and ends again is learned from again: the
+        -- next round (its stages are recorded per round).
+        round         INTEGER NOT NULL DEFAULT 1,
+        -- Ended again while running: queue the next round when this one ends.
+        again         INTEGER NOT NULL DEFAULT 0,
         attempts      INTEGER NOT NULL DEFAULT 0,
-        not_before_ms INTEGER NOT NULL,   -- queued: not before; running: lease end
+        not_before_ms INTEGER NOT NULL,   -- queued: not to start before this
         enqueued_ms   INTEGER NOT NULL,
         started_ms    INTEGER,
         finished_ms   INTEGER,
@@ -144,11 +150,46 @@ const MIGRATIONS: &[&str] = &[
     -- is done twice.
     CREATE TABLE learning_stages (
         session_id TEXT NOT NULL REFERENCES learning_jobs(session_id),
+        round      INTEGER NOT NULL,
         stage      TEXT NOT NULL,
         done_ms    INTEGER NOT NULL,
         summary    TEXT,
-        PRIMARY KEY (session_id, stage)
+        PRIMARY KEY (session_id, round, stage)
     ) WITHOUT ROWID;
+    -- The judge's verdict on a main turn: the majority of its votes.
+    CREATE TABLE turn_judgments (
+        turn_id        TEXT PRIMARY KEY REFERENCES turns(id),
+        value          INTEGER NOT NULL,  -- -1, 0 or 1
+        votes          TEXT NOT NULL,     -- [{"score", "rationale"}], JSON
+        rationale      TEXT NOT NULL,
+        -- What the verdict could see after the answer: next-user-message,
+        -- tool-results, both, or none (the session's last turn).
+        evidence       TEXT NOT NULL,
+        model          TEXT NOT NULL,
+        prompt_version TEXT NOT NULL,
+        at_ms          INTEGER NOT NULL
+    );
+    -- The turn's one reward: judge and scorers combined (learning.reward).
+    ALTER TABLE turns ADD COLUMN reward REAL;
+    -- Skill drafts from a session's evolution and what became of them. A
+    -- kept draft carries the SKILL.md to write; `written_ms` is set once it
+    -- is on disk, so a crash between the two writes it at the next start.
+    CREATE TABLE evolved_drafts (
+        id          INTEGER PRIMARY KEY AUTOINCREMENT,
+        session_id  TEXT NOT NULL,
+        round       INTEGER NOT NULL,
+        name        TEXT NOT NULL,
+        outcome     TEXT NOT NULL,        -- created | updated | rejected
+        skill_id    TEXT,
+        version     TEXT,
+        reason      TEXT,
+        content     TEXT,
+        -- sha256 of the SKILL.md an update replaces (NULL for a new skill).
+        base_hash   TEXT,
+        written_ms  INTEGER,
+        at_ms       INTEGER NOT NULL
+    );
+    CREATE INDEX evolved_drafts_by_session ON evolved_drafts(session_id);
     "#,
 ];
 

@@ -78,7 +78,7 @@ impl Writer {
     /// write everything in one transaction. Under load that is one commit
     /// and one wake-up per interval instead of one per turn.
     pub fn run(mut self, rx: Receiver<Op>) {
-        lower_priority();
+        super::lower_priority();
         while let Ok(first) = rx.recv() {
             let opened = Instant::now();
             let mut urgent = first.is_urgent();
@@ -419,23 +419,7 @@ fn insert_rewards(
     rewards: &[super::RewardRecord],
     at_ms: i64,
 ) -> rusqlite::Result<()> {
-    let mut stmt = tx.prepare_cached(
-        "INSERT INTO turn_rewards (turn_id, source, value, label, rationale, created_at_ms)
-         SELECT ?1, ?2, ?3, ?4, ?5, ?6 WHERE EXISTS (SELECT 1 FROM turns WHERE id = ?1)",
-    )?;
-    for r in rewards {
-        stmt.execute(params![
-            turn_id,
-            r.source,
-            f64::from(r.value),
-            r.label,
-            r.rationale,
-            at_ms
-        ])?;
-    }
-    tx.prepare_cached("UPDATE turns SET scored_at_ms = ?2 WHERE id = ?1")?
-        .execute(params![turn_id, at_ms])?;
-    Ok(())
+    super::learning::store_rewards(tx, turn_id, rewards, at_ms).map(drop)
 }
 
 fn insert_turn(tx: &Transaction<'_>, t: &TurnRecord, p: &Prepared) -> rusqlite::Result<i64> {
@@ -543,14 +527,6 @@ fn insert_end(
     // In the same transaction: an ended session always has its job.
     super::jobs::enqueue(tx, &s.id, at_ms)?;
     Ok(())
-}
-
-/// Recording yields to serving: the writer runs at a lower CPU priority
-/// than the threads answering requests (Linux applies nice per thread).
-fn lower_priority() {
-    if let Err(e) = rustix::process::setpriority_process(Some(rustix::thread::gettid()), 10) {
-        tracing::debug!("cannot lower the store writer's priority: {e}");
-    }
 }
 
 fn summarize_response(response: &Value) -> String {

@@ -96,6 +96,24 @@ impl Metaclaw {
         &self.proc.url
     }
 
+    /// Kills the daemon (SIGKILL: no clean shutdown) and starts it again in
+    /// the same home.
+    pub fn kill_and_restart(&mut self) {
+        let _ = self.proc.child.kill();
+        let _ = self.proc.child.wait();
+        let log = std::fs::OpenOptions::new()
+            .append(true)
+            .open(self.home.path().join("test-stderr.log"))
+            .unwrap();
+        let mut cmd = Command::new(BIN);
+        cmd.args(["start", "--foreground", "--port", "0"])
+            .env("METACLAW_HOME", self.home.path())
+            .env_remove("METACLAW_LLM_API_KEY")
+            .env_remove("METACLAW_PROXY_API_KEY")
+            .stderr(log);
+        self.proc = spawn_and_wait(cmd, "metaclaw listening on ");
+    }
+
     pub fn cli(&self, args: &[&str]) -> Output {
         cli_in(self.home.path(), args)
     }
@@ -344,4 +362,24 @@ pub fn poll_json(home: &std::path::Path, args: &[&str], ready: impl Fn(&Value) -
         }
         std::thread::sleep(Duration::from_millis(100));
     }
+}
+
+/// A daemon whose home has the built-in bank installed.
+pub fn with_bank(config: &str) -> (Proc, Metaclaw) {
+    let up = dummy();
+    let mc = Metaclaw::start(&up.url, config);
+    let out = mc.cli(&["skills", "install-builtin"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    // The daemon notices the new folders and indexes them.
+    // (Plugins compile in the background at start; until the retriever is
+    // loaded, turns get no skills.)
+    poll_json(mc.home.path(), &["status", "--json"], |v| {
+        v["skills"]["loaded"].as_u64().unwrap_or(0) >= 40
+            && v["plugins"]["loaded"].as_u64().unwrap_or(0) >= 3
+    });
+    (up, mc)
 }

@@ -12,7 +12,8 @@
 //!
 //! Latin text is split into words (lower-cased, stop words dropped, light
 //! suffix stemming); CJK text, which has no spaces between words, becomes
-//! overlapping character bigrams.
+//! overlapping character bigrams. The tokenizer lives in
+//! `metaclaw-plugin-text`, shared with the other first-party plugins.
 //!
 //! The crate is also a library: the `embedding` retriever fuses this
 //! ranking with its own (built without the `export` feature).
@@ -23,6 +24,9 @@ use std::collections::HashMap;
 use metaclaw_plugin_sdk::retriever::{
     Guest, Metadata, PluginGuest, ScoredSkill, Skill, TurnContext, metadata,
 };
+/// The tokenizer skills and queries are indexed with (shared with other
+/// plugins through `metaclaw-plugin-text`).
+pub use metaclaw_plugin_text::tokens;
 
 const K1: f32 = 1.2;
 /// The weight of a query term found only in a skill's body.
@@ -269,95 +273,10 @@ impl Index {
     }
 }
 
-const STOP: &[&str] = &[
-    "a", "about", "after", "all", "also", "am", "an", "and", "any", "are", "aren", "as", "at",
-    "be", "been", "but", "by", "can", "could", "couldn", "did", "didn", "do", "does", "doesn",
-    "doing", "don", "for", "from", "get", "got", "had", "hadn", "has", "hasn", "have", "haven",
-    "he", "hello", "her", "hey", "hi", "him", "his", "how", "i", "if", "in", "into", "is", "isn",
-    "it", "its", "just", "let", "like", "me", "my", "no", "not", "now", "of", "ok", "okay", "on",
-    "or", "our", "out", "please", "she", "should", "shouldn", "so", "some", "thank", "thanks",
-    "that", "the", "their", "them", "then", "there", "these", "they", "this", "to", "up", "us",
-    "very", "want", "was", "wasn", "we", "well", "were", "weren", "what", "when", "where", "which",
-    "who", "why", "will", "with", "won", "would", "wouldn", "yes", "you", "your",
-];
-
-fn is_cjk(c: char) -> bool {
-    matches!(c as u32,
-        0x3040..=0x30FF      // Hiragana, Katakana
-        | 0x3400..=0x4DBF    // CJK Extension A
-        | 0x4E00..=0x9FFF    // CJK Unified Ideographs
-        | 0xAC00..=0xD7AF    // Hangul syllables
-        | 0xF900..=0xFAFF    // CJK Compatibility Ideographs
-        | 0x20000..=0x2FA1F) // Extensions B and later
-}
-
-/// Light suffix stemming, the same for skills and queries.
-fn stem(word: &str) -> String {
-    let n = word.len();
-    for (suffix, min) in [("ing", 6), ("ies", 5), ("ed", 5), ("es", 5), ("s", 4)] {
-        if n >= min && word.ends_with(suffix) && !word.ends_with("ss") {
-            let base = &word[..n - suffix.len()];
-            return if suffix == "ies" {
-                format!("{base}y")
-            } else {
-                base.to_string()
-            };
-        }
-    }
-    word.to_string()
-}
-
-pub fn tokens(text: &str) -> Vec<String> {
-    let mut out = Vec::new();
-    let mut word = String::new();
-    let mut run: Vec<char> = Vec::new();
-    let flush_word = |word: &mut String, out: &mut Vec<String>| {
-        if word.len() > 1 && !STOP.contains(&word.as_str()) {
-            out.push(stem(word));
-        }
-        word.clear();
-    };
-    // CJK runs become overlapping bigrams (most words are two characters;
-    // single characters, and Japanese kana especially, match almost
-    // anything), and a lone character itself.
-    let flush_run = |run: &mut Vec<char>, out: &mut Vec<String>| {
-        if let [c] = run.as_slice() {
-            out.push(c.to_string());
-        }
-        for pair in run.windows(2) {
-            out.push(format!("{}{}", pair[0], pair[1]));
-        }
-        run.clear();
-    };
-    // After an apostrophe inside a word ("you're", "don't", "it's") the
-    // rest is a contraction, not a word of its own.
-    let mut contraction = false;
-    for c in text.chars() {
-        if is_cjk(c) {
-            flush_word(&mut word, &mut out);
-            contraction = false;
-            run.push(c);
-        } else if c.is_alphanumeric() {
-            flush_run(&mut run, &mut out);
-            if !contraction {
-                word.extend(c.to_lowercase());
-            }
-        } else if matches!(c, '\'' | '\u{2019}') && !word.is_empty() {
-            contraction = true;
-        } else {
-            flush_word(&mut word, &mut out);
-            flush_run(&mut run, &mut out);
-            contraction = false;
-        }
-    }
-    flush_word(&mut word, &mut out);
-    flush_run(&mut run, &mut out);
-    out
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use metaclaw_plugin_text::stem;
 
     fn skill(id: &str, description: &str, tags: &[&str], body: &str) -> Skill {
         Skill {

@@ -1,0 +1,293 @@
+//! The judge's and the evolver's model: any OpenAI-compatible
+//! `/chat/completions`, called off the serving path, with retries that
+//! respect rate limits (429 and its `Retry-After`), 5xx and timeouts, all
+//! within one deadline per call.
+
+use std::time::{Duration, Instant};
+
+use serde_json::{Value, json};
+
+use crate::config::Config;
+
+/// A versioned prompt from `host/prompts/`: a system part and a user part,
+/// split by a `<!-- user -->` line, with `{{name}}` placeholders.
+pub struct Prompt {
+    /// The file's name without `.md`, stored with every result.
+    pub version: &'static str,
+    text: &'static str,
+}
+
+impl Prompt {
+    pub const fn new(version: &'static str, text: &'static str) -> Self {
+        Self { version, text }
+    }
+
+    /// The chat messages, placeholders filled in.
+    pub fn messages(&self, values: &[(&str, &str)]) -> Vec<Value> {
+        let (system, user) = self
+            .text
+            .split_once("<!-- user -->")
+            .unwrap_or(("", self.text));
+        let mut messages = Vec::with_capacity(2);
+        if !system.trim().is_empty() {
+            messages.push(json!({ "role": "system", "content": fill(system.trim(), values) }));
+        }
+        messages.push(json!({ "role": "user", "content": fill(user.trim(), values) }));
+        messages
+    }
+}
+
+/// `{{key}}` → its value, in one pass (so a value that contains `{{…}}` is
+/// never expanded again); unknown keys stay as they are.
+fn fill(template: &str, values: &[(&str, &str)]) -> String {
+    let mut out = String::with_capacity(template.len() + 1024);
+    let mut rest = template;
+    while let Some(start) = rest.find("{{") {
+        out.push_str(&rest[..start]);
+        let after = &rest[start + 2..];
+        let Some(end) = after.find("}}") else {
+            break;
+        };
+        match values.iter().find(|(k, _)| *k == &after[..end]) {
+            Some((_, v)) => out.push_str(v),
+            None => out.push_str(&rest[start..start + end + 4]),
+        }
+        rest = &after[end + 2..];
+    }
+    out.push_str(rest);
+    out
+}
+
+/// Where a learning model is and how to reach it.
+#[derive(Clone)]
+pub struct ChatModel {
+    client: reqwest::Client,
+    url: String,
+    pub model: String,
+    key: Option<String>,
+    /// One call, retries included.
+    pub deadline: Duration,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum LlmError {
+    #[error("{model} at {url}: {reason}")]
+    Failed {
+        model: String,
+        url: String,
+        reason: String,
+    },
+}
+
+/// One attempt's failure: whether trying again can help, and how soon.
+enum Attempt {
+    Retry {
+        after: Option<Duration>,
+        why: String,
+    },
+    Fatal(String),
+}
+
+const FIRST_BACKOFF: Duration = Duration::from_millis(500);
+const MAX_BACKOFF: Duration = Duration::from_secs(30);
+
+impl ChatModel {
+    /// The judge (`rl.prm_*`) or the evolver (`rl.evolver_*`), each key
+    /// falling back to the main `llm` (whose base is `upstream_base`).
+    /// `None` when no model name can be found.
+    pub fn from_config(
+        config: &Config,
+        upstream_base: &str,
+        role: Role,
+    ) -> anyhow::Result<Option<Self>> {
+        let rl = &config.rl;
+        let (base, model, key) = match role {
+            Role::Judge => (&rl.prm_url, &rl.prm_model, &rl.prm_api_key),
+            Role::Evolver => (&rl.evolver_api_base, &rl.evolver_model, &rl.evolver_api_key),
+        };
+        let base = Some(base.trim())
+            .filter(|b| !b.is_empty())
+            .unwrap_or(upstream_base);
+        let model = Some(model.trim())
+            .filter(|m| !m.is_empty())
+            .unwrap_or(config.llm.model_id.trim());
+        if model.is_empty() || base.is_empty() {
+            return Ok(None);
+        }
+        let key = key
+            .clone()
+            .filter(|k| !k.is_empty())
+            .or_else(|| config.llm.api_key.clone().filter(|k| !k.is_empty()));
+        let client = reqwest::Client::builder()
+            .connect_timeout(config.proxy.timeouts.connect.get())
+            .user_agent(concat!(
+                "metaclaw/",
+                env!("CARGO_PKG_VERSION"),
+                " (learning)"
+            ))
+            .build()?;
+        Ok(Some(Self {
+            client,
+            url: format!("{}/chat/completions", base.trim_end_matches('/')),
+            model: model.to_string(),
+            key,
+            deadline: config.learning.llm_timeout.get(),
+        }))
+    }
+
+    /// The reply's text. Retries 429, 5xx, timeouts and connection errors
+    /// with backoff until the deadline; other errors fail at once.
+    pub async fn complete(
+        &self,
+        messages: &[Value],
+        temperature: f32,
+        max_tokens: u32,
+    ) -> Result<String, LlmError> {
+        let body = json!({
+            "model": self.model,
+            "messages": messages,
+            "temperature": temperature,
+            "max_tokens": max_tokens,
+            "stream": false,
+        });
+        let started = Instant::now();
+        let mut backoff = FIRST_BACKOFF;
+        loop {
+            let left = self.deadline.saturating_sub(started.elapsed());
+            match self.attempt(&body, left).await {
+                Ok(text) => return Ok(text),
+                Err(Attempt::Fatal(reason)) => return Err(self.error(reason)),
+                Err(Attempt::Retry { after, why }) => {
+                    let wait = after.unwrap_or(backoff).min(MAX_BACKOFF);
+                    backoff = (backoff * 2).min(MAX_BACKOFF);
+                    if started.elapsed() + wait >= self.deadline {
+                        return Err(
+                            self.error(format!("{why}; gave up after {:.0?}", started.elapsed()))
+                        );
+                    }
+                    tracing::debug!(model = %self.model, "learning model: {why}; retrying in {wait:?}");
+                    tokio::time::sleep(wait).await;
+                }
+            }
+        }
+    }
+
+    fn error(&self, reason: String) -> LlmError {
+        LlmError::Failed {
+            model: self.model.clone(),
+            url: self.url.clone(),
+            reason,
+        }
+    }
+
+    async fn attempt(&self, body: &Value, left: Duration) -> Result<String, Attempt> {
+        if left.is_zero() {
+            return Err(Attempt::Fatal("no time left".into()));
+        }
+        let mut request = self
+            .client
+            .post(&self.url)
+            .header(reqwest::header::CONTENT_TYPE, "application/json")
+            .body(body.to_string())
+            .timeout(left);
+        if let Some(key) = &self.key {
+            request = request.bearer_auth(key);
+        }
+        let response = request.send().await.map_err(|e| Attempt::Retry {
+            after: None,
+            why: if e.is_timeout() {
+                "timed out".into()
+            } else {
+                format!("cannot connect: {e}")
+            },
+        })?;
+        let status = response.status();
+        let retry_after = response
+            .headers()
+            .get(reqwest::header::RETRY_AFTER)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.trim().parse::<f64>().ok())
+            .filter(|s| s.is_finite() && *s >= 0.0)
+            .map(Duration::from_secs_f64);
+        let text = response.text().await.map_err(|e| Attempt::Retry {
+            after: None,
+            why: format!("reading the reply: {e}"),
+        })?;
+        if status.as_u16() == 429 || status.is_server_error() {
+            return Err(Attempt::Retry {
+                after: retry_after,
+                why: format!("HTTP {}: {}", status.as_u16(), clip(&text, 200)),
+            });
+        }
+        if !status.is_success() {
+            return Err(Attempt::Fatal(format!(
+                "HTTP {}: {}",
+                status.as_u16(),
+                clip(&text, 300)
+            )));
+        }
+        let reply: Value = serde_json::from_str(&text)
+            .map_err(|_| Attempt::Fatal(format!("the reply is not JSON: {}", clip(&text, 200))))?;
+        reply["choices"][0]["message"]["content"]
+            .as_str()
+            .map(str::to_string)
+            .ok_or_else(|| {
+                Attempt::Fatal(format!(
+                    "the reply has no choices[0].message.content: {}",
+                    clip(&text, 200)
+                ))
+            })
+    }
+}
+
+#[derive(Debug, Clone, Copy)]
+pub enum Role {
+    Judge,
+    Evolver,
+}
+
+/// At most `max` characters, on one line when `max` is small.
+pub fn clip(text: &str, max: usize) -> String {
+    if text.chars().count() <= max {
+        return text.to_string();
+    }
+    let mut cut: String = text.chars().take(max).collect();
+    cut.push('…');
+    cut
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn prompts_fill_placeholders_once() {
+        let p = Prompt::new(
+            "t-v1",
+            "Be {{how}}.\n<!-- user -->\nA: {{a}}\nB: {{b}} {{missing}}",
+        );
+        let m = p.messages(&[("a", "{{b}}"), ("b", "two"), ("how", "brief")]);
+        assert_eq!(m[0]["content"], "Be brief.");
+        assert_eq!(m[1]["content"], "A: {{b}}\nB: two {{missing}}");
+    }
+
+    #[test]
+    fn the_shipped_prompts_have_their_placeholders() {
+        let judge = super::super::judge::PROMPT.messages(&[]);
+        let text = judge[1]["content"].as_str().unwrap();
+        for key in ["{{conversation}}", "{{answer}}", "{{next_state}}"] {
+            assert!(text.contains(key), "{key}");
+        }
+        assert!(judge[0]["content"].as_str().unwrap().contains("Score:"));
+        let evolver = super::super::evolve::PROMPT.messages(&[]);
+        let text = format!("{}{}", evolver[0]["content"], evolver[1]["content"]);
+        for key in [
+            "{{skills}}",
+            "{{judged}}",
+            "{{transcript}}",
+            "{{max_drafts}}",
+        ] {
+            assert!(text.contains(key), "{key}");
+        }
+    }
+}

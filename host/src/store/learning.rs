@@ -1,0 +1,264 @@
+//! What learning writes and reads: turn rewards (exactly once per turn),
+//! the judge's verdicts, combined rewards, and evolved skill drafts.
+
+use rusqlite::{Connection, OptionalExtension, params};
+use serde::Serialize;
+
+use super::RewardRecord;
+
+/// Stores a finished turn's scorer rewards, unless it was scored already
+/// (the per-turn scorer and a session's job may both get to its last turn).
+/// Returns whether these rewards were the ones kept.
+pub fn store_rewards(
+    conn: &Connection,
+    turn_id: &str,
+    rewards: &[RewardRecord],
+    at_ms: i64,
+) -> rusqlite::Result<bool> {
+    let fresh = conn
+        .prepare_cached(
+            "UPDATE turns SET scored_at_ms = ?2 WHERE id = ?1 AND scored_at_ms IS NULL",
+        )?
+        .execute(params![turn_id, at_ms])?;
+    if fresh == 0 {
+        return Ok(false);
+    }
+    let mut stmt = conn.prepare_cached(
+        "INSERT INTO turn_rewards (turn_id, source, value, label, rationale, created_at_ms)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+    )?;
+    for r in rewards {
+        stmt.execute(params![
+            turn_id,
+            r.source,
+            f64::from(r.value),
+            r.label,
+            r.rationale,
+            at_ms
+        ])?;
+    }
+    Ok(true)
+}
+
+/// A main turn of a session and what learning has done with it.
+#[derive(Debug, Clone)]
+pub struct MainTurn {
+    pub id: String,
+    pub seq: i64,
+    pub scored: bool,
+    pub judged: bool,
+}
+
+pub fn main_turns(conn: &Connection, session_id: &str) -> rusqlite::Result<Vec<MainTurn>> {
+    conn.prepare_cached(
+        "SELECT t.id, t.seq, t.scored_at_ms IS NOT NULL, j.turn_id IS NOT NULL
+         FROM turns t LEFT JOIN turn_judgments j ON j.turn_id = t.id
+         WHERE t.session_id = ?1 AND t.turn_type = 'main' ORDER BY t.seq",
+    )?
+    .query_map([session_id], |r| {
+        Ok(MainTurn {
+            id: r.get(0)?,
+            seq: r.get(1)?,
+            scored: r.get(2)?,
+            judged: r.get(3)?,
+        })
+    })?
+    .collect()
+}
+
+/// One judge vote.
+#[derive(Debug, Clone, PartialEq, Serialize, serde::Deserialize)]
+pub struct Vote {
+    /// -1, 0 or 1; `None` when the reply had no score.
+    pub score: Option<i8>,
+    pub rationale: String,
+}
+
+/// The judge's verdict on one turn.
+#[derive(Debug, Clone, Serialize)]
+pub struct Judgment {
+    pub turn_id: String,
+    pub value: i8,
+    pub votes: Vec<Vote>,
+    pub rationale: String,
+    /// `next-user-message`, `tool-results`, `both` or `none`.
+    pub evidence: String,
+    pub model: String,
+    pub prompt_version: String,
+    pub at_ms: i64,
+}
+
+pub fn store_judgment(conn: &Connection, j: &Judgment) -> rusqlite::Result<()> {
+    let votes = serde_json::to_string(&j.votes).unwrap_or_else(|_| "[]".into());
+    conn.prepare_cached(
+        "INSERT INTO turn_judgments (turn_id, value, votes, rationale, evidence, model, prompt_version, at_ms)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)
+         ON CONFLICT(turn_id) DO NOTHING",
+    )?
+    .execute(params![
+        j.turn_id,
+        j.value,
+        votes,
+        j.rationale,
+        j.evidence,
+        j.model,
+        j.prompt_version,
+        j.at_ms
+    ])?;
+    Ok(())
+}
+
+/// The judgments of a session's turns, by turn id.
+pub fn judgments(
+    conn: &Connection,
+    session_id: &str,
+) -> rusqlite::Result<std::collections::HashMap<String, Judgment>> {
+    conn.prepare_cached(
+        "SELECT j.turn_id, j.value, j.votes, j.rationale, j.evidence, j.model, j.prompt_version, j.at_ms
+         FROM turn_judgments j JOIN turns t ON t.id = j.turn_id WHERE t.session_id = ?1",
+    )?
+    .query_map([session_id], |r| {
+        let votes: String = r.get(2)?;
+        Ok(Judgment {
+            turn_id: r.get(0)?,
+            value: r.get(1)?,
+            votes: serde_json::from_str(&votes).unwrap_or_default(),
+            rationale: r.get(3)?,
+            evidence: r.get(4)?,
+            model: r.get(5)?,
+            prompt_version: r.get(6)?,
+            at_ms: r.get(7)?,
+        })
+    })?
+    .map(|j| j.map(|j| (j.turn_id.clone(), j)))
+    .collect()
+}
+
+/// The combined rewards of a session's turns, by turn id.
+pub fn turn_reward_totals(
+    conn: &Connection,
+    session_id: &str,
+) -> rusqlite::Result<std::collections::HashMap<String, f64>> {
+    conn.prepare_cached(
+        "SELECT id, reward FROM turns WHERE session_id = ?1 AND reward IS NOT NULL",
+    )?
+    .query_map([session_id], |r| Ok((r.get(0)?, r.get(1)?)))?
+    .collect()
+}
+
+pub fn set_reward(conn: &Connection, turn_id: &str, reward: f64) -> rusqlite::Result<()> {
+    conn.prepare_cached("UPDATE turns SET reward = ?2 WHERE id = ?1")?
+        .execute(params![turn_id, reward])?;
+    Ok(())
+}
+
+/// A skill draft from a session's evolution and what became of it.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct DraftRow {
+    pub id: i64,
+    pub session_id: String,
+    pub round: i64,
+    pub name: String,
+    /// `created`, `updated` or `rejected`.
+    pub outcome: String,
+    pub skill_id: Option<String>,
+    pub version: Option<String>,
+    pub reason: Option<String>,
+    /// The SKILL.md to write (kept drafts).
+    #[serde(skip)]
+    pub content: Option<String>,
+    #[serde(skip)]
+    pub base_hash: Option<String>,
+    pub written_ms: Option<i64>,
+    pub at_ms: i64,
+}
+
+pub fn insert_draft(conn: &Connection, d: &DraftRow) -> rusqlite::Result<()> {
+    conn.prepare_cached(
+        "INSERT INTO evolved_drafts (session_id, round, name, outcome, skill_id, version, reason,
+                                     content, base_hash, written_ms, at_ms)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)",
+    )?
+    .execute(params![
+        d.session_id,
+        d.round,
+        d.name,
+        d.outcome,
+        d.skill_id,
+        d.version,
+        d.reason,
+        d.content,
+        d.base_hash,
+        d.written_ms,
+        d.at_ms
+    ])?;
+    Ok(())
+}
+
+fn draft_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<DraftRow> {
+    Ok(DraftRow {
+        id: r.get(0)?,
+        session_id: r.get(1)?,
+        round: r.get(2)?,
+        name: r.get(3)?,
+        outcome: r.get(4)?,
+        skill_id: r.get(5)?,
+        version: r.get(6)?,
+        reason: r.get(7)?,
+        content: r.get(8)?,
+        base_hash: r.get(9)?,
+        written_ms: r.get(10)?,
+        at_ms: r.get(11)?,
+    })
+}
+
+const DRAFT_COLUMNS: &str = "id, session_id, round, name, outcome, skill_id, version, reason, content, base_hash, written_ms, at_ms";
+
+/// Every draft of a session, oldest first.
+pub fn drafts(conn: &Connection, session_id: &str) -> rusqlite::Result<Vec<DraftRow>> {
+    conn.prepare_cached(&format!(
+        "SELECT {DRAFT_COLUMNS} FROM evolved_drafts WHERE session_id = ?1 ORDER BY id"
+    ))?
+    .query_map([session_id], draft_row)?
+    .collect()
+}
+
+/// Kept drafts of a session not yet on disk.
+pub fn unwritten_drafts(conn: &Connection, session_id: &str) -> rusqlite::Result<Vec<DraftRow>> {
+    conn.prepare_cached(&format!(
+        "SELECT {DRAFT_COLUMNS} FROM evolved_drafts
+         WHERE session_id = ?1 AND outcome != 'rejected' AND written_ms IS NULL ORDER BY id"
+    ))?
+    .query_map([session_id], draft_row)?
+    .collect()
+}
+
+/// The draft is on disk (or, with `rejected`, could not be written).
+pub fn draft_written(
+    conn: &Connection,
+    id: i64,
+    at_ms: i64,
+    rejected: Option<&str>,
+) -> rusqlite::Result<()> {
+    match rejected {
+        None => conn
+            .prepare_cached("UPDATE evolved_drafts SET written_ms = ?2 WHERE id = ?1")?
+            .execute(params![id, at_ms])?,
+        Some(reason) => conn
+            .prepare_cached(
+                "UPDATE evolved_drafts SET outcome = 'rejected', reason = ?2, written_ms = ?3 WHERE id = ?1",
+            )?
+            .execute(params![id, reason, at_ms])?,
+    };
+    Ok(())
+}
+
+/// The session's end reason, if it has ended.
+pub fn session_ended(conn: &Connection, session_id: &str) -> rusqlite::Result<Option<bool>> {
+    conn.query_row(
+        "SELECT status = 'ended' FROM sessions WHERE id = ?1",
+        [session_id],
+        |r| r.get(0),
+    )
+    .optional()
+}
