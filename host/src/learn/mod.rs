@@ -19,29 +19,43 @@ pub use runner::{LearnError, LearnHandle, Learner};
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use tokio::sync::{Semaphore, broadcast, mpsc};
+use tokio::sync::{broadcast, mpsc};
 
 use crate::plugins::PluginHost;
 use crate::sessions::{SessionEnded, now_ms};
 use crate::store::{Recorded, RewardRecord, Store};
 
-/// Scoring jobs running at once (each on a blocking thread).
-const PARALLEL_JOBS: usize = 2;
-
 pub struct Scoring {
     store: Store,
-    plugins: Option<Arc<PluginHost>>,
-    jobs: Arc<Semaphore>,
+    /// Turns to score (and their successors), for the scoring thread.
+    jobs: std::sync::mpsc::Sender<(String, Option<String>)>,
     /// The latest main turn of each open session, waiting for its successor.
     pending: HashMap<Arc<str>, String>,
 }
 
 impl Scoring {
+    /// Scoring runs on its own thread at a lower CPU priority than the
+    /// threads that serve requests (a scorer reads the whole conversation).
     pub fn new(store: Store, plugins: Option<Arc<PluginHost>>) -> Self {
+        let (jobs, queue) = std::sync::mpsc::channel::<(String, Option<String>)>();
+        let scorer_store = store.clone();
+        let spawned = std::thread::Builder::new()
+            .name("metaclaw-score".into())
+            .spawn(move || {
+                crate::store::lower_priority();
+                for (turn_id, next) in queue {
+                    match score_turn(&scorer_store, plugins.as_deref(), &turn_id, next.as_deref()) {
+                        Ok(rewards) => scorer_store.rewards(turn_id, rewards, now_ms()),
+                        Err(e) => tracing::warn!(turn = %turn_id, "cannot score: {e:#}"),
+                    }
+                }
+            });
+        if let Err(e) = spawned {
+            tracing::error!("turns will not be scored: cannot start the scoring thread: {e}");
+        }
         Self {
             store,
-            plugins,
-            jobs: Arc::new(Semaphore::new(PARALLEL_JOBS)),
+            jobs,
             pending: HashMap::new(),
         }
     }
@@ -109,25 +123,7 @@ impl Scoring {
 
     /// Scores `turn_id` in the background, `next` being its successor.
     fn score(&self, turn_id: String, next: Option<String>) {
-        let store = self.store.clone();
-        let plugins = self.plugins.clone();
-        let jobs = self.jobs.clone();
-        tokio::spawn(async move {
-            let Ok(_permit) = jobs.acquire_owned().await else {
-                return;
-            };
-            let outcome = tokio::task::spawn_blocking(move || {
-                let rewards = score_turn(&store, plugins.as_deref(), &turn_id, next.as_deref());
-                match rewards {
-                    Ok(rewards) => store.rewards(turn_id, rewards, now_ms()),
-                    Err(e) => tracing::warn!(turn = %turn_id, "cannot score: {e:#}"),
-                }
-            })
-            .await;
-            if let Err(e) = outcome {
-                tracing::error!("scoring job failed: {e}");
-            }
-        });
+        let _ = self.jobs.send((turn_id, next));
     }
 }
 

@@ -276,7 +276,6 @@ impl Index {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use metaclaw_plugin_text::stem;
 
     fn skill(id: &str, description: &str, tags: &[&str], body: &str) -> Skill {
         Skill {
@@ -361,24 +360,7 @@ mod tests {
     fn cjk_queries_find_cjk_skills() {
         let hits = bank().search("帮我写一封中文邮件", 3);
         assert_eq!(hits[0].id, "chinese-writing", "{hits:?}");
-        assert_eq!(tokens("中文邮件"), ["中文", "文邮", "邮件"]);
-        assert_eq!(tokens("写 a 信"), ["写", "信"]);
         // Greetings share single characters with everything; not bigrams.
         assert!(bank().search("你好，今天怎么样", 3).is_empty());
-    }
-
-    #[test]
-    fn contractions_are_not_words() {
-        assert_eq!(tokens("you're sure it's done? don't"), ["sure", "done"]);
-        assert_eq!(tokens("the user\u{2019}s file"), ["user", "file"]);
-        assert_eq!(tokens("'quoted' words"), ["quot", "word"]);
-    }
-
-    #[test]
-    fn stemming_joins_word_forms() {
-        assert_eq!(stem("rebasing"), "rebas");
-        assert_eq!(stem("rebases"), "rebas");
-        assert_eq!(stem("libraries"), "library");
-        assert_eq!(stem("class"), "class");
     }
 }

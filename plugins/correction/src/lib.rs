@@ -22,6 +22,12 @@
 //! Spanish, German and French phrasings are recognised too.
 
 use metaclaw_plugin_sdk::scorer::{FinishedTurn, Guest, Metadata, PluginGuest, Reward, metadata};
+use metaclaw_plugin_text::message::{self, Contractions, Phrases, clip, split_sentences};
+
+/// The user's own text: without a leading bracketed timestamp and without
+/// the `… (untrusted metadata):` / `… (untrusted, for context):` blocks
+/// that agent frameworks add around it.
+pub use metaclaw_plugin_text::message::strip_metadata;
 
 pub struct Correction;
 
@@ -117,107 +123,6 @@ pub fn judge(message: &str) -> Option<Verdict> {
 // ---------------------------------------------------------------------------
 // Metadata and prose
 
-/// The user's own text: without a leading bracketed timestamp and without
-/// the `… (untrusted metadata):` / `… (untrusted, for context):` blocks
-/// that agent frameworks add around it.
-pub fn strip_metadata(message: &str) -> String {
-    let without_blocks = remove_metadata_blocks(message);
-    let mut rest = without_blocks.trim_start();
-    while let Some(after) = strip_timestamp(rest) {
-        rest = after.trim_start();
-    }
-    rest.trim_end().to_string()
-}
-
-/// Removes every `Label (untrusted …):` line together with the fenced (or
-/// bare JSON) block that follows it.
-fn remove_metadata_blocks(text: &str) -> String {
-    // ASCII lowercasing keeps byte offsets, so positions carry over.
-    let lower = text.to_ascii_lowercase();
-    let mut out = String::with_capacity(text.len());
-    let mut kept_to = 0;
-    let mut search = 0;
-    while let Some(found) = lower[search..].find("(untrusted").map(|i| i + search) {
-        search = found + 1;
-        let line_start = lower[..found].rfind('\n').map_or(0, |i| i + 1).max(kept_to);
-        if found - line_start > 100 {
-            continue;
-        }
-        let Some(colon) = lower[found..]
-            .find("):")
-            .map(|i| found + i + 2)
-            .filter(|&c| c - found <= 80)
-        else {
-            continue;
-        };
-        let Some(end) = block_end(text, colon) else {
-            continue;
-        };
-        out.push_str(&text[kept_to..line_start]);
-        kept_to = end;
-        search = end;
-    }
-    out.push_str(&text[kept_to..]);
-    out
-}
-
-/// Where the metadata block starting at (or after whitespace from) `at` ends.
-fn block_end(text: &str, at: usize) -> Option<usize> {
-    let rest = &text[at..];
-    let skipped = rest.len() - rest.trim_start().len();
-    let start = at + skipped;
-    let body = &text[start..];
-    for fence in ["```", "~~~"] {
-        if body.starts_with(fence) {
-            return body[3..].find(fence).map(|i| start + 3 + i + 3);
-        }
-    }
-    if body.starts_with('{') || body.starts_with('[') {
-        return json_end(body).map(|n| start + n);
-    }
-    None
-}
-
-/// Length of the balanced JSON value at the start of `text`.
-fn json_end(text: &str) -> Option<usize> {
-    let mut depth = 0usize;
-    let mut in_string = false;
-    let mut escaped = false;
-    for (i, c) in text.char_indices() {
-        if in_string {
-            match (escaped, c) {
-                (true, _) => escaped = false,
-                (false, '\\') => escaped = true,
-                (false, '"') => in_string = false,
-                _ => {}
-            }
-            continue;
-        }
-        match c {
-            '"' => in_string = true,
-            '{' | '[' => depth += 1,
-            '}' | ']' => {
-                depth = depth.checked_sub(1)?;
-                if depth == 0 {
-                    return Some(i + 1);
-                }
-            }
-            _ => {}
-        }
-    }
-    None
-}
-
-/// `[Sun 2026-11-22 10:00 UTC] rest` → `rest`.
-fn strip_timestamp(text: &str) -> Option<&str> {
-    let inner_end = text.strip_prefix('[')?.find(']')?;
-    let inner = &text[1..1 + inner_end];
-    let looks_like_time = (8..=64).contains(&inner.chars().count())
-        && inner.chars().any(|c| c.is_ascii_digit())
-        && inner.contains([':', '-', '/']);
-    looks_like_time.then(|| &text[inner_end + 2..])
-}
-
 /// The text a person typed: no fenced code, no `>` quotes, inline code
 /// replaced by a neutral word.
 fn prose(text: &str) -> String {
@@ -257,44 +162,6 @@ fn prose(text: &str) -> String {
     out
 }
 
-/// Sentences with their byte offsets: split after `.`, `!`, `?`, `;`,
-/// their CJK forms and newlines (a `.` only before a space or the end, so
-/// `main.rs` and `3.5` stay whole).
-fn split_sentences(text: &str) -> Vec<(usize, &str)> {
-    let is_stop = |c: char| matches!(c, '!' | '?' | ';' | '\n' | '。' | '！' | '？' | '；');
-    let mut out = Vec::new();
-    let mut start = 0;
-    let mut chars = text.char_indices().peekable();
-    while let Some((i, c)) = chars.next() {
-        let next = chars.peek().map(|&(_, n)| n);
-        let ends = is_stop(c) || (c == '.' && next.is_none_or(|n| n.is_whitespace() || n == '.'));
-        if !ends {
-            continue;
-        }
-        let mut end = i + c.len_utf8();
-        while let Some(&(j, n)) = chars.peek() {
-            if is_stop(n) || n == '.' {
-                end = j + n.len_utf8();
-                chars.next();
-            } else {
-                break;
-            }
-        }
-        push_sentence(text, start, end, &mut out);
-        start = end;
-    }
-    push_sentence(text, start, text.len(), &mut out);
-    out
-}
-
-fn push_sentence<'a>(text: &'a str, start: usize, end: usize, out: &mut Vec<(usize, &'a str)>) {
-    let raw = &text[start..end];
-    let trimmed = raw.trim_start();
-    if !trimmed.trim().is_empty() {
-        out.push((start + raw.len() - trimmed.len(), trimmed.trim_end()));
-    }
-}
-
 // ---------------------------------------------------------------------------
 // Words
 
@@ -312,6 +179,12 @@ struct Sentence<'a> {
     question: bool,
 }
 
+impl Phrases for Sentence<'_> {
+    fn words(&self) -> &[String] {
+        &self.words
+    }
+}
+
 impl<'a> Sentence<'a> {
     fn new(start: usize, raw: &'a str) -> Self {
         let (words, pause) = words(raw);
@@ -323,22 +196,6 @@ impl<'a> Sentence<'a> {
             pause,
             question: raw.trim_end_matches(['!', '！']).ends_with(['?', '？']),
         }
-    }
-
-    fn word(&self, i: usize) -> &str {
-        self.words.get(i).map_or("", String::as_str)
-    }
-
-    /// Whether `phrase` (space-separated words) starts at word `at`.
-    fn at(&self, at: usize, phrase: &str) -> bool {
-        (at..)
-            .zip(phrase.split(' '))
-            .all(|(i, part)| self.word(i) == part)
-    }
-
-    /// Where `phrase` first starts, if anywhere.
-    fn find(&self, phrase: &str) -> Option<usize> {
-        (0..self.words.len()).find(|&i| self.at(i, phrase))
     }
 
     /// Where the content starts, after interjections ("ok, so, wait, …")
@@ -378,53 +235,13 @@ impl<'a> Sentence<'a> {
 
 /// Normalised words and, for each, whether punctuation follows it.
 fn words(text: &str) -> (Vec<String>, Vec<bool>) {
-    let mut words: Vec<String> = Vec::new();
-    let mut pause: Vec<bool> = Vec::new();
-    let mut current = String::new();
-    for c in text.chars() {
-        if matches!(c, '\'' | '’' | '‘' | 'ʼ') {
-            continue;
-        }
-        if c.is_alphanumeric() || c == '_' {
-            for l in c.to_lowercase() {
-                current.push(fold(l));
-            }
-            continue;
-        }
-        if !current.is_empty() {
-            words.push(std::mem::take(&mut current));
-            pause.push(false);
-        }
-        if !c.is_whitespace()
-            && let Some(last) = pause.last_mut()
-        {
-            *last = true;
-        }
-    }
-    if !current.is_empty() {
-        words.push(current);
-        pause.push(false);
-    }
-    contract(words, pause)
+    message::words(text, CONTRACTIONS)
 }
 
-/// Folds the accents of common Latin letters: "está" → "esta".
-fn fold(c: char) -> char {
-    match c {
-        'á' | 'à' | 'â' | 'ä' | 'ã' => 'a',
-        'é' | 'è' | 'ê' | 'ë' => 'e',
-        'í' | 'ì' | 'î' | 'ï' => 'i',
-        'ó' | 'ò' | 'ô' | 'ö' | 'õ' => 'o',
-        'ú' | 'ù' | 'û' | 'ü' => 'u',
-        'ñ' => 'n',
-        'ç' => 'c',
-        other => other,
-    }
-}
-
-/// "that is" → "thats", "does not" → "doesnt", "cannot" → "cant", …
-fn contract(words: Vec<String>, pause: Vec<bool>) -> (Vec<String>, Vec<bool>) {
-    const PAIRS: &[(&str, &str, &str)] = &[
+/// "that is" → "thats", "does not" → "doesnt", "cannot" → "cant", "u" →
+/// "you", …
+const CONTRACTIONS: Contractions = Contractions {
+    pairs: &[
         ("that", "is", "thats"),
         ("it", "is", "its"),
         ("you", "are", "youre"),
@@ -442,31 +259,9 @@ fn contract(words: Vec<String>, pause: Vec<bool>) -> (Vec<String>, Vec<bool>) {
         ("have", "not", "havent"),
         ("has", "not", "hasnt"),
         ("should", "not", "shouldnt"),
-    ];
-    let mut out_words = Vec::with_capacity(words.len());
-    let mut out_pause = Vec::with_capacity(words.len());
-    let mut i = 0;
-    while i < words.len() {
-        let next = words.get(i + 1).map_or("", String::as_str);
-        let pair = PAIRS
-            .iter()
-            .find(|(a, b, _)| words[i] == *a && next == *b && !pause[i]);
-        if let Some((_, _, joined)) = pair {
-            out_words.push((*joined).to_string());
-            out_pause.push(pause[i + 1]);
-            i += 2;
-            continue;
-        }
-        out_words.push(match words[i].as_str() {
-            "cannot" => "cant".to_string(),
-            "u" => "you".to_string(),
-            _ => words[i].clone(),
-        });
-        out_pause.push(pause[i]);
-        i += 1;
-    }
-    (out_words, out_pause)
-}
+    ],
+    words: &[("cannot", "cant"), ("u", "you")],
+};
 
 // ---------------------------------------------------------------------------
 // Corrections
@@ -1633,16 +1428,6 @@ fn shouting(raw: &str) -> bool {
         }
     }
     false
-}
-
-fn clip(text: &str) -> String {
-    let one_line = text.split_whitespace().collect::<Vec<_>>().join(" ");
-    if one_line.chars().count() <= 100 {
-        one_line
-    } else {
-        let cut: String = one_line.chars().take(99).collect();
-        format!("{}…", cut.trim_end())
-    }
 }
 
 #[cfg(test)]

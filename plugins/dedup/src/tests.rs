@@ -8,43 +8,21 @@ macro_rules! assert_same {
     }};
 }
 
-/// The built-in skills (skills/*/SKILL.md), front matter parsed minimally.
+/// The built-in skills (skills/*/SKILL.md), sorted by id.
 fn builtin_skills() -> Vec<Skill> {
-    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../skills");
-    let mut out = Vec::new();
-    for entry in std::fs::read_dir(&dir).unwrap() {
-        let path = entry.unwrap().path();
-        let Ok(text) = std::fs::read_to_string(path.join("SKILL.md")) else {
-            continue;
-        };
-        let rest = text.strip_prefix("---\n").unwrap();
-        let (front, body) = rest.split_once("\n---\n").unwrap();
-        let field = |key: &str| {
-            front
-                .lines()
-                .find_map(|l| l.strip_prefix(&format!("{key}:")))
-                .unwrap_or("")
-                .trim()
-                .to_string()
-        };
-        let tags = field("tags")
-            .trim_matches(['[', ']'])
-            .split(',')
-            .map(|t| t.trim().to_string())
-            .filter(|t| !t.is_empty())
-            .collect();
-        out.push(Skill {
-            id: path.file_name().unwrap().to_string_lossy().into_owned(),
-            name: field("name"),
-            description: field("description"),
-            category: field("category"),
-            tags,
-            version: field("version"),
-            body: body.trim_start_matches('\n').to_string(),
-        });
-    }
-    out.sort_by(|a, b| a.id.cmp(&b.id));
-    out
+    metaclaw_plugin_text::skills::builtin_skills()
+        .unwrap()
+        .into_iter()
+        .map(|s| Skill {
+            id: s.id,
+            name: s.name,
+            description: s.description,
+            category: s.category,
+            tags: s.tags,
+            version: s.version,
+            body: s.body,
+        })
+        .collect()
 }
 
 /// A mechanical rewording: every fifth word dropped, common words swapped.

@@ -1319,40 +1319,20 @@ mod tests {
         inspect_text(text).map(|(r, _)| r)
     }
 
-    /// (name, description, tags, body) of the built-in skills.
+    /// The built-in skills, as drafts.
     fn builtin_skills() -> Vec<SkillDraft> {
-        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../skills");
-        let mut out = Vec::new();
-        for entry in std::fs::read_dir(&dir).unwrap() {
-            let path = entry.unwrap().path().join("SKILL.md");
-            let Ok(text) = std::fs::read_to_string(&path) else {
-                continue;
-            };
-            let rest = text.strip_prefix("---\n").unwrap();
-            let (front, body) = rest.split_once("\n---\n").unwrap();
-            let field = |key: &str| {
-                front
-                    .lines()
-                    .find_map(|l| l.strip_prefix(&format!("{key}:")))
-                    .unwrap_or("")
-                    .trim()
-                    .to_string()
-            };
-            let tags = field("tags")
-                .trim_matches(['[', ']'])
-                .split(',')
-                .map(|t| t.trim().to_string())
-                .collect();
-            out.push(SkillDraft {
-                name: field("name"),
-                description: field("description"),
-                category: field("category"),
-                tags,
-                body: body.to_string(),
+        metaclaw_plugin_text::skills::builtin_skills()
+            .unwrap()
+            .into_iter()
+            .map(|s| SkillDraft {
+                name: s.name,
+                description: s.description,
+                category: s.category,
+                tags: s.tags,
+                body: s.body,
                 updates: None,
-            });
-        }
-        out
+            })
+            .collect()
     }
 
     #[test]

@@ -481,16 +481,11 @@ mod tests {
     fn ordinary_text_is_byte_identical() {
         let text = "# Rebase safely\n\n1. Run `git fetch origin` then `git rebase origin/main`.\n2. Check ~/.gitconfig; 中文 ✓ — naïve café.\n3. Keep API keys in `.env` and never commit it; see https://docs.rs/regex.\n";
         assert!(matches!(redact(text), Cow::Borrowed(_)));
-        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../skills");
-        let mut read = 0;
-        for entry in std::fs::read_dir(dir).unwrap() {
-            let Ok(text) = std::fs::read_to_string(entry.unwrap().path().join("SKILL.md")) else {
-                continue;
-            };
-            read += 1;
-            assert_eq!(redact(&text), text.as_str());
+        let skills = metaclaw_plugin_text::skills::builtin_skills().unwrap();
+        for skill in &skills {
+            assert_eq!(redact(&skill.text), skill.text.as_str(), "{}", skill.id);
         }
-        assert!(read >= 44, "{read}");
+        assert!(skills.len() >= 44, "{}", skills.len());
     }
 
     #[test]

@@ -7,10 +7,21 @@
 //!
 //! [`Vocabulary`] and [`TermVector`] add TF-IDF vectors over those terms and
 //! their cosine, the lexical similarity the `dedup` evolver compares skills
-//! with. The crate has no dependency, and nothing here is tied to a plugin
-//! world, so any plugin can use it.
+//! with.
+//!
+//! [`message`] reads chat messages the way the `correction` and
+//! `repeated-refusals` scorers do: agent metadata stripped, sentences split,
+//! words normalised. With the `test-skills` feature, `skills` reads the
+//! built-in skills for plugin tests.
+//!
+//! The crate has no dependency, and nothing here is tied to a plugin world,
+//! so any plugin can use it.
 
 use std::collections::HashMap;
+
+pub mod message;
+#[cfg(feature = "test-skills")]
+pub mod skills;
 
 /// Words too common to say what a text is about.
 pub const STOP: &[&str] = &[
