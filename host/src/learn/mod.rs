@@ -34,15 +34,16 @@ pub struct Scoring {
 }
 
 impl Scoring {
-    /// Scoring runs on its own thread at a lower CPU priority than the
-    /// threads that serve requests (a scorer reads the whole conversation).
+    /// Scoring runs on its own thread, one turn at a time, beside the
+    /// runtime that serves requests (a scorer reads the whole conversation).
+    /// Not niced: scorer calls have wall-clock deadlines, and a starved
+    /// thread would time out plugins that did nothing wrong.
     pub fn new(store: Store, plugins: Option<Arc<PluginHost>>) -> Self {
         let (jobs, queue) = std::sync::mpsc::channel::<(String, Option<String>)>();
         let scorer_store = store.clone();
         let spawned = std::thread::Builder::new()
             .name("metaclaw-score".into())
             .spawn(move || {
-                crate::store::lower_priority();
                 for (turn_id, next) in queue {
                     match score_turn(&scorer_store, plugins.as_deref(), &turn_id, next.as_deref()) {
                         Ok(rewards) => scorer_store.rewards(turn_id, rewards, now_ms()),
