@@ -119,10 +119,6 @@ fn print_jobs(jobs: &[Job]) {
             "running" => j.started_ms.map(local_time).unwrap_or_default(),
             _ => j.finished_ms.map(local_time).unwrap_or_default(),
         };
-        let detail = match &j.error {
-            Some(e) if j.state != "done" => format!("error: {e}"),
-            _ => j.stages.join(" → "),
-        };
         say!(
             "{:<width$}  {:<7}  {:>5}  {:>8}  {:<19}  {}",
             j.session_id,
@@ -130,7 +126,7 @@ fn print_jobs(jobs: &[Job]) {
             j.round,
             j.attempts,
             when,
-            detail
+            j.detail()
         );
     }
 }

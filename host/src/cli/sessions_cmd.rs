@@ -240,10 +240,9 @@ fn print_session(s: &SessionRow, turns: &[TurnRow], learned: &Learned) {
     }
     if let Some(job) = &learned.job {
         say!();
-        let detail = match &job.error {
-            Some(e) if job.state != "done" => format!(" — {e}"),
-            _ if job.stages.is_empty() => String::new(),
-            _ => format!(" — {}", job.stages.join(" → ")),
+        let detail = match job.detail() {
+            d if d.is_empty() => d,
+            d => format!(" — {d}"),
         };
         say!(
             "  learning:      {} (round {}, attempt {}){detail}",

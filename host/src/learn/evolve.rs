@@ -168,13 +168,7 @@ fn check_draft(item: &Value, library: &HashSet<String>) -> Result<SkillDraft, St
     let category = text("category")
         .and_then(|c| {
             let c = c.to_ascii_lowercase().replace('_', "-");
-            [
-                Category::General,
-                Category::TaskSpecific,
-                Category::CommonMistakes,
-            ]
-            .into_iter()
-            .find(|k| k.as_str() == c)
+            Category::ALL.into_iter().find(|k| k.as_str() == c)
         })
         .unwrap_or(Category::General);
     let mut tags: Vec<String> = Vec::new();

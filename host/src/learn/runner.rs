@@ -373,7 +373,9 @@ impl Learner {
                 if turn.judged {
                     continue;
                 }
-                let (input, next) = self.inputs(&turn.id, turns.get(i + 1).map(|t| &t.id))?;
+                let (input, next) = self
+                    .inputs(turn.id.clone(), turns.get(i + 1).map(|t| t.id.clone()))
+                    .await?;
                 let Some(input) = input else { continue };
                 let judgment = judge.judge(&input, next.as_ref()).await?;
                 tracing::debug!(turn = %turn.id, value = judgment.value, "judged: {}", judgment.rationale);
@@ -420,18 +422,23 @@ impl Learner {
         })
     }
 
-    /// A turn's input and its successor's (the next state).
-    fn inputs(
-        &self,
-        turn: &str,
-        next: Option<&String>,
+    /// A turn's input and its successor's (the next state), read on a
+    /// blocking thread.
+    async fn inputs(
+        self: &Arc<Self>,
+        turn: String,
+        next: Option<String>,
     ) -> Result<(Option<ScoringInput>, Option<ScoringInput>)> {
-        let input = self.store.scoring_input(turn)?;
-        let next = match next {
-            Some(id) => self.store.scoring_input(id)?,
-            None => None,
-        };
-        Ok((input, next))
+        let store = self.store.clone();
+        blocking(move || {
+            let input = store.scoring_input(&turn)?;
+            let next = match next {
+                Some(id) => store.scoring_input(&id)?,
+                None => None,
+            };
+            Ok((input, next))
+        })
+        .await
     }
 
     /// Stage 3: evolution.
@@ -466,7 +473,7 @@ impl Learner {
 
         // The transcript: the last main turn's conversation and answer.
         let last = turns.last().map(|t| t.id.clone()).unwrap_or_default();
-        let (input, _) = self.inputs(&last, None)?;
+        let (input, _) = self.inputs(last.clone(), None).await?;
         let Some(input) = input else {
             anyhow::bail!("turn {last} is not in the store");
         };
@@ -650,14 +657,10 @@ impl Learner {
             ));
             return row;
         }
-        let category = [
-            Category::General,
-            Category::TaskSpecific,
-            Category::CommonMistakes,
-        ]
-        .into_iter()
-        .find(|c| c.as_str() == draft.category)
-        .unwrap_or(Category::General);
+        let category = Category::ALL
+            .into_iter()
+            .find(|c| c.as_str() == draft.category)
+            .unwrap_or(Category::General);
         // The plugins redacted; the host's own patterns run once more.
         let description = self.redactor.redact_str(&draft.description);
         let body = self.redactor.redact_str(&draft.body);

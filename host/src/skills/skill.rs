@@ -18,6 +18,12 @@ pub enum Category {
 }
 
 impl Category {
+    pub const ALL: [Category; 3] = [
+        Category::General,
+        Category::TaskSpecific,
+        Category::CommonMistakes,
+    ];
+
     pub fn as_str(self) -> &'static str {
         match self {
             Category::General => "general",

@@ -36,6 +36,16 @@ pub struct Job {
     pub stages: Vec<String>,
 }
 
+impl Job {
+    /// Its error while it has not succeeded, else the stages it has done.
+    pub fn detail(&self) -> String {
+        match &self.error {
+            Some(e) if self.state != "done" => format!("error: {e}"),
+            _ => self.stages.join(" → "),
+        }
+    }
+}
+
 /// Queues the session's job (in the caller's transaction). A queued job
 /// stays as it is (it reads the transcript when it runs); a finished one
 /// starts its next round (the session was reopened and ended again); a
