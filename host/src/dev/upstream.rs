@@ -10,6 +10,7 @@
 //! | `slow-<ms>` | waits `ms`, then answers like `echo` |
 //! | `stream-<n>-<ms>` | `n` chunks `chunk-1 … chunk-n`, `ms` apart |
 //! | `tool-call`, `tool-call-<k>` | `k` tool calls (arguments in pieces); after a tool result, a text answer |
+//! | `agent` | a tool call when the user's message names an offered tool and gives its arguments as a JSON object (`read {"path": "a.txt"}`); after a tool result, a text answer; else like `echo` (a stand-in for a real agent's model) |
 //! | `error-<status>` | that HTTP status with an OpenAI-style error body |
 //! | `flaky` | 503 on every other call (the first fails), else like `echo` |
 //! | `hang` | never answers |
@@ -83,6 +84,7 @@ enum Behaviour {
     Slow(u64),
     Stream { n: u32, ms: u64 },
     ToolCall(u32),
+    Agent,
     Error(u16),
     Flaky,
     Hang,
@@ -102,6 +104,7 @@ const BEHAVIOURS: &[&str] = &[
     "stream-<n>-<ms>",
     "tool-call",
     "tool-call-<k>",
+    "agent",
     "error-<status>",
     "flaky",
     "hang",
@@ -121,6 +124,7 @@ fn behaviour(model: &str) -> Option<Behaviour> {
         "echo-system" => Behaviour::EchoSystem,
         "echo-request" => Behaviour::EchoRequest,
         "tool-call" => Behaviour::ToolCall(1),
+        "agent" => Behaviour::Agent,
         "flaky" => Behaviour::Flaky,
         "hang" => Behaviour::Hang,
         "judge" => Behaviour::Judge,
@@ -391,6 +395,16 @@ async fn chat(State(dummy): State<Arc<Dummy>>, headers: HeaderMap, body: Bytes) 
                 (words(&format!("The tool returned: {result}")), 0, "stop")
             } else {
                 (tool_calls(&request, k, seq), 0, "tool_calls")
+            }
+        }
+        Behaviour::Agent => {
+            if last_message_role(&request) == Some("tool") {
+                let result = last_message_text(&request);
+                (words(&format!("The tool returned: {result}")), 0, "stop")
+            } else if names_a_tool_call(&request) {
+                (tool_calls(&request, 1, seq), 0, "tool_calls")
+            } else {
+                (words(&last_user_text(&request)), 0, "stop")
             }
         }
         Behaviour::Error(status) => {
@@ -748,6 +762,20 @@ fn tool_calls(request: &Value, k: u32, seq: u64) -> Vec<Part> {
         .collect()
 }
 
+/// The user's message names one of the offered tools and carries a JSON
+/// object for its arguments.
+fn names_a_tool_call(request: &Value) -> bool {
+    let user = last_user_text(request);
+    first_json_object(&user).is_some()
+        && request["tools"].as_array().is_some_and(|tools| {
+            tools.iter().any(|t| {
+                t["function"]["name"]
+                    .as_str()
+                    .is_some_and(|name| user.contains(name))
+            })
+        })
+}
+
 fn first_json_object(text: &str) -> Option<String> {
     let start = text.find('{')?;
     let mut depth = 0usize;
@@ -803,6 +831,16 @@ mod tests {
                 .collect();
             assert_eq!(joined, text);
         }
+    }
+
+    #[test]
+    fn the_agent_model_calls_a_tool_only_when_asked() {
+        let tools = json!([{"type": "function", "function": {"name": "read"}}]);
+        let asked = json!({"messages": [{"role": "user", "content": "read {\"path\": \"a.txt\"}"}], "tools": tools});
+        let plain = json!({"messages": [{"role": "user", "content": "Say PONG"}], "tools": tools});
+        assert!(names_a_tool_call(&asked));
+        assert!(!names_a_tool_call(&plain));
+        assert_eq!(behaviour("metaclaw/agent"), Some(Behaviour::Agent));
     }
 
     #[test]
