@@ -107,6 +107,8 @@ pub async fn run(options: DaemonOptions) -> Result<()> {
         llm.force_model = false;
         llm.model_id = "echo".into();
         llm.provider = config::Provider::Custom;
+        llm.api_format = config::ApiFormat::Openai;
+        llm.fallbacks.clear();
         // The dummy plays the judge and the evolver too, so the demo learns.
         let rl = &mut loaded.config.rl;
         rl.prm_url.clear();

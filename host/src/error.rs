@@ -139,15 +139,17 @@ pub fn upstream_error_body(status: StatusCode, body: &Bytes) -> Bytes {
     Bytes::from(value.to_string())
 }
 
-impl IntoResponse for ApiError {
-    fn into_response(self) -> Response {
+impl ApiError {
+    /// The response for this error with `body` (the error in the client's
+    /// API dialect) instead of the OpenAI-style one.
+    pub fn into_response_with(self, body: Bytes) -> Response {
         let status = self.status();
         if status.is_server_error() {
             tracing::warn!(kind = self.kind(), status = status.as_u16(), "{self}");
         } else {
             tracing::debug!(kind = self.kind(), status = status.as_u16(), "{self}");
         }
-        let mut response = (status, self.body()).into_response();
+        let mut response = (status, body).into_response();
         response.headers_mut().insert(
             header::CONTENT_TYPE,
             HeaderValue::from_static("application/json"),
@@ -158,6 +160,13 @@ impl IntoResponse for ApiError {
                 .insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
         }
         response
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        let body = self.body();
+        self.into_response_with(body)
     }
 }
 

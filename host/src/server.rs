@@ -5,6 +5,8 @@
 //! |---|---|
 //! | `GET /healthz` | none |
 //! | `POST /v1/chat/completions` (also `/chat/completions`) | `proxy.api_key`, if set |
+//! | `POST /v1/messages` (Anthropic Messages) | `proxy.api_key` as `x-api-key` or bearer, if set |
+//! | `POST /v1/responses` (OpenAI Responses) | `proxy.api_key`, if set |
 //! | `GET /v1/models` | `proxy.api_key`, if set |
 //! | `POST /v1/sessions/{id}/end` | `proxy.api_key`, if set |
 //! | `GET /metrics` | `proxy.api_key`, if set |
@@ -35,6 +37,9 @@ pub fn router(app: SharedApp) -> Router {
     let proxy = Router::new()
         .route("/v1/chat/completions", post(turn::chat_completions))
         .route("/chat/completions", post(turn::chat_completions))
+        .route("/v1/messages", post(turn::messages))
+        .route("/v1/responses", post(turn::responses))
+        .route("/responses", post(turn::responses))
         .route("/v1/models", get(models))
         .route("/v1/sessions/{id}/end", post(end_session))
         .route("/metrics", get(metrics))
@@ -103,7 +108,14 @@ async fn require_proxy_token(
         && let Err(e) = check_token(request.headers(), expected, true)
     {
         app.metrics.errors.inc(&[e.kind()]);
-        return e.into_response();
+        // Each API's clients get the error shape they parse.
+        let front = if request.uri().path().ends_with("/messages") {
+            crate::proxy::dialect::Front::Anthropic
+        } else {
+            crate::proxy::dialect::Front::Chat
+        };
+        let body = front.error_body(&e);
+        return e.into_response_with(body);
     }
     next.run(request).await
 }
@@ -137,6 +149,9 @@ fn check_token(headers: &HeaderMap, expected: &str, allow_x_api_key: bool) -> Re
             .flatten()
     });
     match presented {
+        None if allow_x_api_key => Err(ApiError::Unauthorized(
+            "missing token: send `Authorization: Bearer <token>` (or `x-api-key: <token>`)",
+        )),
         None => Err(ApiError::Unauthorized(
             "missing token: send `Authorization: Bearer <token>`",
         )),

@@ -370,9 +370,11 @@ fn version_and_sessions_on_an_empty_home() {
 #[test]
 fn a_closed_stdout_ends_the_cli_quietly_instead_of_panicking() {
     let home = tempfile::tempdir().unwrap();
+    // More than a pipe's buffer: the write fails however late the reader
+    // goes away.
     write_config(
         home.path(),
-        "llm:\n  model_id: a-long-enough-config-to-print\n",
+        &format!("llm:\n  model_id: {}\n", "m".repeat(256 << 10)),
     );
     let mut child = Command::new(BIN)
         .args(["config", "show"])

@@ -210,6 +210,17 @@ fn overlay_env(
             set(key, var, value, config);
         }
     }
+    for (i, fallback) in config.llm.fallbacks.iter_mut().enumerate() {
+        if let Some(var) = fallback.api_key_env.clone().filter(|v| !v.is_empty()) {
+            match env(&var) {
+                Some(value) if !value.is_empty() => {
+                    fallback.api_key = Some(value);
+                    sources.insert(format!("llm.fallbacks.{i}.api_key"), var);
+                }
+                _ => tracing::warn!("llm.fallbacks[{i}].api_key_env names {var}, which is not set"),
+            }
+        }
+    }
     sources
 }
 
@@ -240,6 +251,18 @@ pub fn validate(config: &Config) -> Result<(), ConfigError> {
             _ => {
                 return Err(invalid(
                     "llm.api_base",
+                    format!("{base:?} is not an http(s) URL (example: https://api.openai.com/v1)"),
+                ));
+            }
+        }
+    }
+    for (i, fallback) in config.llm.fallbacks.iter().enumerate() {
+        let base = fallback.api_base.trim();
+        match reqwest::Url::parse(base) {
+            Ok(url) if matches!(url.scheme(), "http" | "https") && url.host().is_some() => {}
+            _ => {
+                return Err(invalid(
+                    &format!("llm.fallbacks[{i}].api_base"),
                     format!("{base:?} is not an http(s) URL (example: https://api.openai.com/v1)"),
                 ));
             }
@@ -511,6 +534,20 @@ pub fn masked_tree(loaded: &Loaded) -> Value {
                 None => "********".to_string(),
             };
             set_path(&mut tree, key, Value::String(mask));
+        }
+    }
+    if let Some(list) = tree["llm"]["fallbacks"].as_array_mut() {
+        for (i, fallback) in list.iter_mut().enumerate() {
+            if fallback["api_key"].is_string() {
+                let mask = match loaded
+                    .secret_sources
+                    .get(&format!("llm.fallbacks.{i}.api_key"))
+                {
+                    Some(var) => format!("******** (from ${var})"),
+                    None => "********".to_string(),
+                };
+                fallback["api_key"] = Value::String(mask);
+            }
         }
     }
     tree

@@ -134,6 +134,33 @@ pub struct LlmConfig {
     /// Replace the model of every request with `model_id` (the original did
     /// this always; metaclaw forwards the agent's model unless asked).
     pub force_model: bool,
+    /// The upstream's API: `openai` (chat completions, the default) or
+    /// `anthropic` (Messages; `/v1/messages` is then passed through).
+    pub api_format: ApiFormat,
+    /// Tried in order when the upstream fails before answering (connect
+    /// error, timeout, 5xx, 429); never once an answer has started.
+    pub fallbacks: Vec<FallbackConfig>,
+}
+
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq, Default)]
+#[serde(rename_all = "lowercase")]
+pub enum ApiFormat {
+    #[default]
+    Openai,
+    Anthropic,
+}
+
+/// One fallback upstream, same API format as `llm`.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Default)]
+#[serde(default, deny_unknown_fields)]
+pub struct FallbackConfig {
+    pub api_base: String,
+    /// The model to ask this upstream for; empty keeps the request's model.
+    #[serde(alias = "model")]
+    pub model_id: String,
+    pub api_key: Option<String>,
+    /// Name of an environment variable holding the key.
+    pub api_key_env: Option<String>,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]

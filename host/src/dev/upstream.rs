@@ -172,6 +172,7 @@ impl Dummy {
 pub fn router(dummy: Arc<Dummy>) -> Router {
     Router::new()
         .route("/v1/chat/completions", post(chat))
+        .route("/v1/messages", post(anthropic_messages))
         .route("/v1/models", get(models))
         .route("/v1/embeddings", post(embeddings))
         .route("/v1/dummy/stats", get(stats))
@@ -336,13 +337,124 @@ async fn chat(State(dummy): State<Arc<Dummy>>, headers: HeaderMap, body: Bytes) 
     let Ok(request) = serde_json::from_slice::<Value>(&body) else {
         return error(StatusCode::BAD_REQUEST, "the body is not JSON");
     };
+    remember(&dummy, &request);
+    answer(dummy, headers, request, body.len()).await
+}
+
+fn remember(dummy: &Dummy, request: &Value) {
     let model = request["model"].as_str().unwrap_or("").to_string();
     if let Ok(mut recent) = dummy.stats.recent.lock() {
         if recent.len() == RECENT_REQUESTS {
             recent.pop_front();
         }
-        recent.push_back((model.clone(), request.clone()));
+        recent.push_back((model, request.clone()));
     }
+}
+
+/// `POST /v1/messages`: the same models, spoken in Anthropic's API (the
+/// request as received is what `/v1/dummy/requests` lists). Lets tests
+/// run metaclaw against an Anthropic upstream.
+async fn anthropic_messages(
+    State(dummy): State<Arc<Dummy>>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
+    use crate::proxy::{anthropic, dialect, sse};
+    dummy.stats.requests.fetch_add(1, Ordering::Relaxed);
+    let Ok(request) = serde_json::from_slice::<Value>(&body) else {
+        return error(StatusCode::BAD_REQUEST, "the body is not JSON");
+    };
+    remember(&dummy, &request);
+    if headers.get("x-api-key").is_none() || headers.get("anthropic-version").is_none() {
+        let body = json!({"type": "error", "error": {"type": "authentication_error",
+                          "message": "x-api-key and anthropic-version are required"}});
+        return (StatusCode::UNAUTHORIZED, axum::Json(body)).into_response();
+    }
+    let chat = match anthropic::request_to_chat(&request) {
+        Ok(chat) => chat,
+        Err(e) => return error(StatusCode::BAD_REQUEST, e.to_string()),
+    };
+    let response = answer(dummy, headers, chat, body.len()).await;
+    let (parts, body) = response.into_parts();
+    if !parts.status.is_success() {
+        let bytes = axum::body::to_bytes(body, 1 << 20)
+            .await
+            .unwrap_or_default();
+        return (
+            parts.status,
+            [(
+                header::CONTENT_TYPE,
+                HeaderValue::from_static("application/json"),
+            )],
+            anthropic::error_from_openai(parts.status, &bytes),
+        )
+            .into_response();
+    }
+    let streamed = parts
+        .headers
+        .get(header::CONTENT_TYPE)
+        .is_some_and(|v| v.as_bytes().starts_with(b"text/event-stream"));
+    if !streamed {
+        let bytes = axum::body::to_bytes(body, 64 << 20)
+            .await
+            .unwrap_or_default();
+        let chat: Value = serde_json::from_slice(&bytes).unwrap_or(Value::Null);
+        return axum::Json(anthropic::response_from_chat(&chat)).into_response();
+    }
+    // Chat chunks → Anthropic events, as they come.
+    let mut parser = sse::SseParser::new();
+    let mut chain = dialect::Chain(vec![Box::new(anthropic::FromChatStream::default())]);
+    let mut upstream = body.into_data_stream();
+    let events = async_stream_events(move |tx| async move {
+        while let Some(Ok(chunk)) = upstream.next().await {
+            let mut events = Vec::new();
+            parser.push(&chunk, &mut |e| events.push(e));
+            let mut out = Vec::new();
+            for e in chain.run(events, false) {
+                dialect::encode(&e, &mut out);
+            }
+            if !out.is_empty() && tx.send(Bytes::from(out)).await.is_err() {
+                return;
+            }
+        }
+        let mut out = Vec::new();
+        for e in chain.run(Vec::new(), true) {
+            dialect::encode(&e, &mut out);
+        }
+        let _ = tx.send(Bytes::from(out)).await;
+    });
+    (
+        [(
+            header::CONTENT_TYPE,
+            HeaderValue::from_static("text/event-stream"),
+        )],
+        Body::from_stream(events),
+    )
+        .into_response()
+}
+
+/// A body fed by a task through a small channel.
+fn async_stream_events<F, Fut>(produce: F) -> impl Stream<Item = Result<Bytes, Infallible>>
+where
+    F: FnOnce(tokio::sync::mpsc::Sender<Bytes>) -> Fut,
+    Fut: std::future::Future<Output = ()> + Send + 'static,
+{
+    let (tx, rx) = tokio::sync::mpsc::channel::<Bytes>(16);
+    tokio::spawn(produce(tx));
+    stream::unfold(
+        rx,
+        |mut rx| async move { rx.recv().await.map(|b| (Ok(b), rx)) },
+    )
+}
+
+/// The answer to a chat request (already recorded).
+async fn answer(
+    dummy: Arc<Dummy>,
+    headers: HeaderMap,
+    request: Value,
+    body_len: usize,
+) -> Response {
+    let model = request["model"].as_str().unwrap_or("").to_string();
     let Some(behaviour) = behaviour(&model) else {
         return error(
             StatusCode::NOT_FOUND,
@@ -361,7 +473,7 @@ async fn chat(State(dummy): State<Arc<Dummy>>, headers: HeaderMap, body: Bytes) 
         id: format!("chatcmpl-dummy-{seq}"),
         model: model.clone(),
         seq,
-        prompt_tokens: (body.len() / 4) as u64,
+        prompt_tokens: (body_len / 4) as u64,
     };
 
     let (parts, delay, finish): (Vec<Part>, u64, &str) = match behaviour {

@@ -67,6 +67,9 @@ pub struct ChatModel {
     key: Option<String>,
     /// One call, retries included.
     pub deadline: Duration,
+    /// Anthropic Messages when the model is the main `llm` and that speaks
+    /// it (`llm.api_format: anthropic`); else chat completions.
+    anthropic: bool,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -105,9 +108,10 @@ impl ChatModel {
             Role::Judge => (&rl.prm_url, &rl.prm_model, &rl.prm_api_key),
             Role::Evolver => (&rl.evolver_api_base, &rl.evolver_model, &rl.evolver_api_key),
         };
-        let base = Some(base.trim())
-            .filter(|b| !b.is_empty())
-            .unwrap_or(upstream_base);
+        let own_base = Some(base.trim()).filter(|b| !b.is_empty());
+        let anthropic =
+            own_base.is_none() && config.llm.api_format == crate::config::ApiFormat::Anthropic;
+        let base = own_base.unwrap_or(upstream_base);
         let model = Some(model.trim())
             .filter(|m| !m.is_empty())
             .unwrap_or(config.llm.model_id.trim());
@@ -128,10 +132,19 @@ impl ChatModel {
             .build()?;
         Ok(Some(Self {
             client,
-            url: format!("{}/chat/completions", base.trim_end_matches('/')),
+            url: format!(
+                "{}/{}",
+                base.trim_end_matches('/'),
+                if anthropic {
+                    "messages"
+                } else {
+                    "chat/completions"
+                }
+            ),
             model: model.to_string(),
             key,
             deadline: config.learning.llm_timeout.get(),
+            anthropic,
         }))
     }
 
@@ -184,13 +197,27 @@ impl ChatModel {
         if left.is_zero() {
             return Err(Attempt::Fatal("no time left".into()));
         }
+        let body = if self.anthropic {
+            crate::proxy::anthropic::request_from_chat(body)
+                .map_err(|e| Attempt::Fatal(e.to_string()))?
+        } else {
+            body.clone()
+        };
         let mut request = self
             .client
             .post(&self.url)
             .header(reqwest::header::CONTENT_TYPE, "application/json")
             .body(body.to_string())
             .timeout(left);
-        if let Some(key) = &self.key {
+        if self.anthropic {
+            request = request.header(
+                "anthropic-version",
+                crate::proxy::upstream::ANTHROPIC_VERSION,
+            );
+            if let Some(key) = &self.key {
+                request = request.header("x-api-key", key);
+            }
+        } else if let Some(key) = &self.key {
             request = request.bearer_auth(key);
         }
         let response = request.send().await.map_err(|e| Attempt::Retry {
@@ -228,6 +255,11 @@ impl ChatModel {
         }
         let reply: Value = serde_json::from_str(&text)
             .map_err(|_| Attempt::Fatal(format!("the reply is not JSON: {}", clip(&text, 200))))?;
+        let reply = if self.anthropic {
+            crate::proxy::anthropic::response_to_chat(&reply)
+        } else {
+            reply
+        };
         reply["choices"][0]["message"]["content"]
             .as_str()
             .map(str::to_string)

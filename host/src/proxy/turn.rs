@@ -27,15 +27,18 @@ use futures_util::{Stream, StreamExt, stream::BoxStream};
 use serde_json::{Map, Value};
 use tokio::time::Sleep;
 
+use super::dialect::{Chain, Front, Transcode, encode};
 use super::request::{CONTROL_FIELDS, ChatRequest, truthy};
+use super::sse::SseParser;
 use super::upstream::{Upstream, forward_response_headers};
+use super::{anthropic, responses};
 use crate::app::{App, Limits, SharedApp};
+use crate::config::ApiFormat;
 use crate::error::ApiError;
 use crate::sessions::{EndReason, Hints, TurnType, now_ms, openclaw};
 use crate::skills::{Query, Skills, inject};
 use crate::store::{Admission, Capture, SessionInfo, SessionSource, TurnRecord, TurnStatus};
 
-const ROUTE: &str = "/v1/chat/completions";
 /// The most of one answer kept for the record; the client still gets all.
 const CAPTURE_LIMIT: usize = 32 << 20;
 /// How much of an oversized request body is read and dropped before the 413.
@@ -43,28 +46,65 @@ const DRAIN_LIMIT: usize = 64 << 20;
 /// The largest non-streamed upstream answer accepted.
 const WHOLE_BODY_LIMIT: usize = 64 << 20;
 
+/// `POST /v1/chat/completions`
 pub async fn chat_completions(State(app): State<SharedApp>, request: Request) -> Response {
+    serve(app, request, Front::Chat).await
+}
+
+/// `POST /v1/messages` (Anthropic Messages)
+pub async fn messages(State(app): State<SharedApp>, request: Request) -> Response {
+    serve(app, request, Front::Anthropic).await
+}
+
+/// `POST /v1/responses` (OpenAI Responses)
+pub async fn responses(State(app): State<SharedApp>, request: Request) -> Response {
+    serve(app, request, Front::Responses).await
+}
+
+async fn serve(app: SharedApp, request: Request, front: Front) -> Response {
     let started = Instant::now();
-    let response = match turn(&app, request, started).await {
+    let response = match turn(&app, request, started, front).await {
         Ok(response) => response,
         Err(e) => {
             app.metrics.errors.inc(&[e.kind()]);
-            e.into_response()
+            let body = front.error_body(&e);
+            e.into_response_with(body)
         }
     };
     app.metrics
         .requests
-        .inc(&[ROUTE, response.status().as_str()]);
+        .inc(&[front.route(), response.status().as_str()]);
     response
 }
 
-async fn turn(app: &SharedApp, request: Request, started: Instant) -> Result<Response, ApiError> {
+async fn turn(
+    app: &SharedApp,
+    request: Request,
+    started: Instant,
+    front: Front,
+) -> Result<Response, ApiError> {
     let started_at_ms = now_ms();
     let (parts, body) = request.into_parts();
 
-    // 1. Admit.
+    // 1. Admit; a request in another dialect becomes the chat request that
+    // is recorded and learned from (the client's own is kept for a
+    // pass-through and for echoing).
     require_json(&parts.headers)?;
-    let body = read_body(body, &app.limits).await?;
+    let raw = read_body(body, &app.limits).await?;
+    let (body, client) = match front {
+        Front::Chat => (raw, None),
+        Front::Anthropic | Front::Responses => {
+            let value: Value =
+                serde_json::from_slice(&raw).map_err(|e| ApiError::InvalidJson(e.to_string()))?;
+            let chat = if front == Front::Anthropic {
+                anthropic::request_to_chat(&value)?
+            } else {
+                responses::request_to_chat(&value)?
+            };
+            let bytes = serde_json::to_vec(&chat).map_err(|e| ApiError::Internal(e.to_string()))?;
+            (Bytes::from(bytes), Some(value))
+        }
+    };
     let request = ChatRequest::parse(&body, parts.headers.contains_key("x-session-id"))?;
 
     // 2. Session.
@@ -79,8 +119,8 @@ async fn turn(app: &SharedApp, request: Request, started: Instant) -> Result<Res
         .is_some_and(truthy)
         || request.body_session_done;
 
-    // 3. Upstream body.
-    let (upstream_body, upstream_model) = match upstream_body(&body, &request, &app.upstream) {
+    // 3. Upstream body (chat form).
+    let (chat_body, upstream_model) = match upstream_body(&body, &request, &app.upstream) {
         Ok(b) => b,
         Err(e) => {
             app.sessions.finished(&session, turn_type);
@@ -94,6 +134,7 @@ async fn turn(app: &SharedApp, request: Request, started: Instant) -> Result<Res
         id: uuid::Uuid::now_v7().to_string(),
         session,
         turn_type,
+        front,
         model: request.model.clone(),
         upstream_model,
         stream: request.stream,
@@ -107,37 +148,49 @@ async fn turn(app: &SharedApp, request: Request, started: Instant) -> Result<Res
         admission: None,
         done_after,
         injected: None,
+        fallback: 0,
         finished: false,
     };
     ctx.admission = app.store.admit().await;
 
     // 4. Skills: the few that fit this turn, after the agent's own system
     // prompt (main turns only; background work gets none).
-    let upstream_body = match (&app.skills, turn_type) {
+    let block = match (&app.skills, turn_type) {
         (Some(skills), TurnType::Main) if skills.settings.enabled => {
-            let (body, injected) =
-                add_skills(skills, upstream_body, &ctx, request.max_output_tokens).await;
-            ctx.injected = injected;
-            body
+            choose_skills(skills, &chat_body, &mut ctx, request.max_output_tokens).await
         }
-        _ => upstream_body,
+        _ => None,
     };
-
-    // 5. Upstream.
-    ctx.upstream_started = Some(Instant::now());
-    let response = match app
-        .upstream
-        .post("/chat/completions", &parts.headers, upstream_body)
-        .await
-    {
-        Ok(response) => response,
+    let format = app.upstream.format;
+    let passthrough = front.passes_through(format);
+    let outgoing = match outgoing(format, passthrough, chat_body, client.as_ref(), &ctx, block) {
+        Ok(outgoing) => outgoing,
         Err(e) => {
             ctx.finish(TurnStatus::Error, None, Capture::None, Some(e.to_string()));
             return Err(e);
         }
     };
 
-    // 6. Answer.
+    // 5. Upstream (falling back to `llm.fallbacks` before any byte is sent).
+    ctx.upstream_started = Some(Instant::now());
+    let path = match format {
+        ApiFormat::Openai => "/chat/completions",
+        ApiFormat::Anthropic => "/messages",
+    };
+    let sent = match app.upstream.post(path, &parts.headers, outgoing).await {
+        Ok(sent) => sent,
+        Err(e) => {
+            ctx.finish(TurnStatus::Error, None, Capture::None, Some(e.to_string()));
+            return Err(e);
+        }
+    };
+    ctx.fallback = sent.target;
+    if sent.model.is_some() {
+        ctx.upstream_model = sent.model;
+    }
+    let response = sent.response;
+
+    // 6. Answer, in the client's dialect.
     let status =
         StatusCode::from_u16(response.status().as_u16()).unwrap_or(StatusCode::BAD_GATEWAY);
     let mut headers = HeaderMap::new();
@@ -148,6 +201,10 @@ async fn turn(app: &SharedApp, request: Request, started: Instant) -> Result<Res
             .await
             .unwrap_or_default();
         ctx.upstream_done = Some(Instant::now());
+        let body = match format {
+            ApiFormat::Anthropic => anthropic::error_to_openai(status, &body),
+            ApiFormat::Openai => body,
+        };
         let error = ApiError::UpstreamStatus { status, body };
         ctx.finish(
             TurnStatus::Error,
@@ -156,7 +213,8 @@ async fn turn(app: &SharedApp, request: Request, started: Instant) -> Result<Res
             Some(error.to_string()),
         );
         app.metrics.errors.inc(&[error.kind()]);
-        let mut response = error.into_response();
+        let body = front.error_body(&error);
+        let mut response = error.into_response_with(body);
         for (name, value) in headers
             .iter()
             .filter(|(name, _)| **name != header::CONTENT_TYPE)
@@ -166,10 +224,12 @@ async fn turn(app: &SharedApp, request: Request, started: Instant) -> Result<Res
         return Ok(response);
     }
     if is_event_stream(&headers) {
+        let transcode = transcoders(format, front, passthrough, client.as_ref());
         let stream = TeeStream::new(
             response.bytes_stream().boxed(),
             ctx,
             app.upstream.between_chunks_timeout,
+            transcode,
         );
         return Ok((status, headers, Body::from_stream(stream)).into_response());
     }
@@ -177,13 +237,30 @@ async fn turn(app: &SharedApp, request: Request, started: Instant) -> Result<Res
         Ok(bytes) => {
             ctx.first_byte = ctx.upstream_started;
             ctx.upstream_done = Some(Instant::now());
-            ctx.finish(
-                TurnStatus::Ok,
-                Some(status),
-                Capture::Json(bytes.clone()),
-                None,
-            );
-            Ok((status, headers, bytes).into_response())
+            let answer = whole_answer(format, front, passthrough, &bytes, client.as_ref());
+            let capture = match format {
+                ApiFormat::Openai => Capture::Json(bytes),
+                ApiFormat::Anthropic => Capture::AnthropicJson(bytes),
+            };
+            match answer {
+                Ok(answer) => {
+                    ctx.finish(TurnStatus::Ok, Some(status), capture, None);
+                    headers.insert(
+                        header::CONTENT_TYPE,
+                        HeaderValue::from_static("application/json"),
+                    );
+                    Ok((status, headers, answer).into_response())
+                }
+                Err(e) => {
+                    ctx.finish(
+                        TurnStatus::Error,
+                        Some(status),
+                        capture,
+                        Some(e.to_string()),
+                    );
+                    Err(e)
+                }
+            }
         }
         Err(e) => {
             ctx.finish(
@@ -195,6 +272,107 @@ async fn turn(app: &SharedApp, request: Request, started: Instant) -> Result<Res
             Err(e)
         }
     }
+}
+
+/// The body for the upstream, in its API: the chat body (skills spliced in
+/// without re-serialising the agent's bytes), the client's own Anthropic
+/// body (pass-through: skills as one more system block), or the chat body
+/// translated to Anthropic's form.
+fn outgoing(
+    format: ApiFormat,
+    passthrough: bool,
+    chat_body: Bytes,
+    client: Option<&Value>,
+    ctx: &TurnCtx,
+    block: Option<String>,
+) -> Result<Bytes, ApiError> {
+    let to_bytes = |v: &Value| {
+        serde_json::to_vec(v)
+            .map(Bytes::from)
+            .map_err(|e| ApiError::Internal(e.to_string()))
+    };
+    if let (true, Some(client)) = (passthrough, client) {
+        let mut body = client.clone();
+        if let Some(map) = body.as_object_mut() {
+            for field in CONTROL_FIELDS {
+                map.shift_remove(*field);
+            }
+            if let Some(model) = &ctx.upstream_model {
+                map.insert("model".into(), Value::String(model.clone()));
+            }
+        }
+        if let Some(block) = &block {
+            anthropic::splice_system(&mut body, block);
+        }
+        return to_bytes(&body);
+    }
+    let chat_body = match &block {
+        Some(block) => inject::splice(&chat_body, block).unwrap_or(chat_body),
+        None => chat_body,
+    };
+    match format {
+        ApiFormat::Openai => Ok(chat_body),
+        ApiFormat::Anthropic => {
+            let chat: Value = serde_json::from_slice(&chat_body)
+                .map_err(|e| ApiError::InvalidJson(e.to_string()))?;
+            to_bytes(&anthropic::request_from_chat(&chat)?)
+        }
+    }
+}
+
+/// What turns the upstream's events into the client's: nothing when they
+/// speak the same API, else upstream → chat → client.
+fn transcoders(
+    format: ApiFormat,
+    front: Front,
+    passthrough: bool,
+    client: Option<&Value>,
+) -> Option<Chain> {
+    if passthrough {
+        return None;
+    }
+    let mut stages: Vec<Box<dyn Transcode>> = Vec::new();
+    if format == ApiFormat::Anthropic {
+        stages.push(Box::new(anthropic::ToChatStream::default()));
+    }
+    match front {
+        Front::Chat => {}
+        Front::Anthropic => stages.push(Box::new(anthropic::FromChatStream::default())),
+        Front::Responses => stages.push(Box::new(responses::FromChatStream::new(
+            client.unwrap_or(&Value::Null),
+        ))),
+    }
+    (!stages.is_empty()).then_some(Chain(stages))
+}
+
+/// A whole (non-streamed) upstream answer in the client's API.
+fn whole_answer(
+    format: ApiFormat,
+    front: Front,
+    passthrough: bool,
+    bytes: &Bytes,
+    client: Option<&Value>,
+) -> Result<Bytes, ApiError> {
+    if passthrough || (front == Front::Chat && format == ApiFormat::Openai) {
+        return Ok(bytes.clone());
+    }
+    let parsed: Value =
+        serde_json::from_slice(bytes).map_err(|e| ApiError::UpstreamUnreachable {
+            base: String::new(),
+            reason: format!("the upstream's answer is not JSON: {e}"),
+        })?;
+    let chat = match format {
+        ApiFormat::Anthropic => anthropic::response_to_chat(&parsed),
+        ApiFormat::Openai => parsed,
+    };
+    let answer = match front {
+        Front::Chat => chat,
+        Front::Anthropic => anthropic::response_from_chat(&chat),
+        Front::Responses => responses::response_from_chat(&chat, client.unwrap_or(&Value::Null)),
+    };
+    serde_json::to_vec(&answer)
+        .map(Bytes::from)
+        .map_err(|e| ApiError::Internal(e.to_string()))
 }
 
 // ---------------------------------------------------------------------------
@@ -332,14 +510,14 @@ fn upstream_body(
 }
 
 /// Chooses the turn's skills (on a blocking thread: retrievers are plugins)
-/// and splices them into the body. Returns the body to send and the record
-/// of what was injected. Any failure leaves the body as the agent sent it.
-async fn add_skills(
+/// and returns the block to add to the system prompt, noting in `ctx` what
+/// was injected. Any failure injects nothing.
+async fn choose_skills(
     skills: &Arc<Skills>,
-    body: Bytes,
-    ctx: &TurnCtx,
+    body: &Bytes,
+    ctx: &mut TurnCtx,
     reserve: u64,
-) -> (Bytes, Option<String>) {
+) -> Option<String> {
     let skills = skills.clone();
     let query_body = body.clone();
     let session = ctx.session.id.to_string();
@@ -350,24 +528,21 @@ async fn add_skills(
         let budget = skills.settings.max_context_tokens;
         inject::fit(selection.skills, query_body.len(), reserve, budget)
     })
-    .await;
-    let Ok(chosen) = chosen else {
-        return (body, None);
-    };
+    .await
+    .ok()?;
     if chosen.is_empty() {
-        return (body, None);
+        return None;
     }
-    let record = serde_json::json!(
-        chosen
-            .iter()
-            .map(|s| serde_json::json!({"id": s.id, "version": s.version, "score": s.score}))
-            .collect::<Vec<_>>()
-    )
-    .to_string();
-    match inject::splice(&body, &inject::block(&chosen)) {
-        Some(spliced) => (spliced, Some(record)),
-        None => (body, None),
-    }
+    ctx.injected = Some(
+        serde_json::json!(
+            chosen
+                .iter()
+                .map(|s| serde_json::json!({"id": s.id, "version": s.version, "score": s.score}))
+                .collect::<Vec<_>>()
+        )
+        .to_string(),
+    );
+    Some(inject::block(&chosen))
 }
 
 fn is_event_stream(headers: &HeaderMap) -> bool {
@@ -420,6 +595,7 @@ struct TurnCtx {
     id: String,
     session: SessionInfo,
     turn_type: TurnType,
+    front: Front,
     model: Option<String>,
     upstream_model: Option<String>,
     stream: bool,
@@ -434,6 +610,8 @@ struct TurnCtx {
     done_after: bool,
     /// The skills injected: `[{"id", "version", "score"}]`.
     injected: Option<String>,
+    /// Which upstream answered: 0 the primary, `i + 1` `llm.fallbacks[i]`.
+    fallback: usize,
     finished: bool,
 }
 
@@ -450,6 +628,9 @@ impl TurnCtx {
             && let Ok(v) = HeaderValue::from_str(&ids)
         {
             headers.insert("x-metaclaw-skills", v);
+        }
+        if self.fallback > 0 {
+            headers.insert("x-metaclaw-fallback", HeaderValue::from(self.fallback));
         }
     }
 
@@ -485,7 +666,7 @@ impl TurnCtx {
             id: std::mem::take(&mut self.id),
             session: self.session.clone(),
             turn_type: self.turn_type.as_str(),
-            api: "chat_completions",
+            api: self.front.api(),
             model: self.model.take(),
             upstream_model: self.upstream_model.take(),
             stream: self.stream,
@@ -541,16 +722,19 @@ impl Drop for TurnCtx {
     }
 }
 
-/// Forwards an upstream SSE body chunk by chunk, exactly as it arrives,
-/// keeping a copy for the record; ends the stream with an error event if the
-/// upstream stalls or fails; records the turn when the stream ends or the
-/// client drops it.
+/// Forwards an upstream SSE body chunk by chunk as it arrives (translated
+/// event by event when the client speaks another API), keeping a copy of
+/// the upstream's bytes for the record; ends the stream with an error event
+/// in the client's API if the upstream stalls or fails (never a silent
+/// retry: the client already has part of the answer); records the turn when
+/// the stream ends or the client drops it.
 struct TeeStream {
     upstream: BoxStream<'static, reqwest::Result<Bytes>>,
     captured: Vec<u8>,
     ctx: Option<TurnCtx>,
     idle: Pin<Box<Sleep>>,
     idle_timeout: Duration,
+    transcode: Option<(SseParser, Chain)>,
     ended: bool,
 }
 
@@ -559,6 +743,7 @@ impl TeeStream {
         upstream: BoxStream<'static, reqwest::Result<Bytes>>,
         ctx: TurnCtx,
         idle_timeout: Duration,
+        transcode: Option<Chain>,
     ) -> Self {
         Self {
             upstream,
@@ -566,22 +751,50 @@ impl TeeStream {
             ctx: Some(ctx),
             idle: Box::pin(tokio::time::sleep(idle_timeout)),
             idle_timeout,
+            transcode: transcode.map(|chain| (SseParser::new(), chain)),
             ended: false,
         }
     }
 
+    fn capture(&mut self) -> Capture {
+        let bytes = std::mem::take(&mut self.captured);
+        match self.ctx.as_ref().map(|c| c.app.upstream.format) {
+            Some(ApiFormat::Anthropic) => Capture::AnthropicSse(bytes),
+            _ => Capture::Sse(bytes),
+        }
+    }
+
+    /// The client's bytes for an upstream chunk (`None`: nothing to send
+    /// yet, the events are not complete).
+    fn translate(&mut self, chunk: Bytes, last: bool) -> Option<Bytes> {
+        let Some((parser, chain)) = self.transcode.as_mut() else {
+            return Some(chunk);
+        };
+        let mut events = Vec::new();
+        parser.push(&chunk, &mut |e| events.push(e));
+        if last {
+            parser.finish(&mut |e| events.push(e));
+        }
+        let mut out = Vec::new();
+        for event in chain.run(events, last) {
+            encode(&event, &mut out);
+        }
+        (!out.is_empty()).then(|| Bytes::from(out))
+    }
+
     fn end(&mut self, status: TurnStatus, error: Option<(&'static str, String)>) -> Option<Bytes> {
         self.ended = true;
+        let captured = self.capture();
         let ctx = self.ctx.as_mut()?;
         if status == TurnStatus::Ok {
             ctx.upstream_done = Some(Instant::now());
         }
         let event = error.as_ref().map(|(kind, message)| {
             ctx.app.metrics.errors.inc(&[kind]);
-            let payload = serde_json::json!({ "error": { "message": message, "type": "upstream_error", "code": kind } });
-            Bytes::from(format!("data: {payload}\n\n"))
+            let mut out = Vec::new();
+            encode(&ctx.front.stream_error(kind, message), &mut out);
+            Bytes::from(out)
         });
-        let captured = Capture::Sse(std::mem::take(&mut self.captured));
         ctx.finish(
             status,
             Some(StatusCode::OK),
@@ -597,47 +810,52 @@ impl Stream for TeeStream {
 
     fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
         let this = &mut *self;
-        if this.ended {
-            return Poll::Ready(None);
-        }
-        match this.upstream.poll_next_unpin(cx) {
-            Poll::Ready(Some(Ok(chunk))) => {
-                if let Some(ctx) = this.ctx.as_mut() {
-                    ctx.first_byte.get_or_insert_with(Instant::now);
+        loop {
+            if this.ended {
+                return Poll::Ready(None);
+            }
+            match this.upstream.poll_next_unpin(cx) {
+                Poll::Ready(Some(Ok(chunk))) => {
+                    if let Some(ctx) = this.ctx.as_mut() {
+                        ctx.first_byte.get_or_insert_with(Instant::now);
+                    }
+                    if this.captured.len() + chunk.len() <= CAPTURE_LIMIT {
+                        this.captured.extend_from_slice(&chunk);
+                    }
+                    let deadline = tokio::time::Instant::now() + this.idle_timeout;
+                    this.idle.as_mut().reset(deadline);
+                    if let Some(out) = this.translate(chunk, false) {
+                        return Poll::Ready(Some(Ok(out)));
+                    }
                 }
-                if this.captured.len() + chunk.len() <= CAPTURE_LIMIT {
-                    this.captured.extend_from_slice(&chunk);
-                }
-                let deadline = tokio::time::Instant::now() + this.idle_timeout;
-                this.idle.as_mut().reset(deadline);
-                Poll::Ready(Some(Ok(chunk)))
-            }
-            Poll::Ready(Some(Err(e))) => {
-                let message = format!("the upstream stream failed: {e}");
-                Poll::Ready(
-                    this.end(
-                        TurnStatus::Incomplete,
-                        Some(("upstream_stream_error", message)),
-                    )
-                    .map(Ok),
-                )
-            }
-            Poll::Ready(None) => {
-                this.end(TurnStatus::Ok, None);
-                Poll::Ready(None)
-            }
-            Poll::Pending => {
-                if this.idle.as_mut().poll(cx).is_ready() {
-                    let message = format!(
-                        "the upstream sent nothing for {} s (proxy.timeouts.between_chunks)",
-                        this.idle_timeout.as_secs_f64()
-                    );
+                Poll::Ready(Some(Err(e))) => {
+                    let message = format!("the upstream stream failed: {e}");
                     return Poll::Ready(
-                        this.end(TurnStatus::Incomplete, Some(("stream_stalled", message)))
-                            .map(Ok),
+                        this.end(
+                            TurnStatus::Incomplete,
+                            Some(("upstream_stream_error", message)),
+                        )
+                        .map(Ok),
                     );
                 }
-                Poll::Pending
+                Poll::Ready(None) => {
+                    let tail = this.translate(Bytes::new(), true);
+                    this.end(TurnStatus::Ok, None);
+                    return Poll::Ready(tail.map(Ok));
+                }
+                Poll::Pending => {
+                    if this.idle.as_mut().poll(cx).is_ready() {
+                        let message = format!(
+                            "the upstream sent nothing for {} s (proxy.timeouts.between_chunks)",
+                            this.idle_timeout.as_secs_f64()
+                        );
+                        return Poll::Ready(
+                            this.end(TurnStatus::Incomplete, Some(("stream_stalled", message)))
+                                .map(Ok),
+                        );
+                    }
+                    return Poll::Pending;
+                }
             }
         }
     }
@@ -648,17 +866,17 @@ impl Drop for TeeStream {
     /// upstream body (right after this) closes the upstream connection,
     /// which cancels the upstream request.
     fn drop(&mut self) {
-        if !self.ended
-            && let Some(mut ctx) = self.ctx.take()
-        {
-            ctx.app.metrics.errors.inc(&["client_disconnected"]);
-            let captured = Capture::Sse(std::mem::take(&mut self.captured));
-            ctx.finish(
-                TurnStatus::Incomplete,
-                Some(StatusCode::OK),
-                captured,
-                Some("client disconnected".into()),
-            );
+        if !self.ended {
+            let captured = self.capture();
+            if let Some(mut ctx) = self.ctx.take() {
+                ctx.app.metrics.errors.inc(&["client_disconnected"]);
+                ctx.finish(
+                    TurnStatus::Incomplete,
+                    Some(StatusCode::OK),
+                    captured,
+                    Some("client disconnected".into()),
+                );
+            }
         }
     }
 }

@@ -6,15 +6,36 @@ use std::time::Duration;
 use axum::http::{HeaderMap, HeaderName, HeaderValue, header};
 use bytes::Bytes;
 
-use crate::config::{Loaded, Provider};
+use crate::config::{ApiFormat, Loaded, Provider};
 use crate::error::ApiError;
+
+/// Sent when the client names no Anthropic API version.
+pub const ANTHROPIC_VERSION: &str = "2023-06-01";
+
+/// Backoff before the first fallback; doubled for each next one.
+const FALLBACK_BACKOFF: Duration = Duration::from_millis(200);
+/// The longest wait before a fallback (a 429's `Retry-After` included).
+const MAX_FALLBACK_WAIT: Duration = Duration::from_secs(2);
+
+/// One upstream endpoint: the primary (`llm`) or a fallback.
+#[derive(Clone)]
+struct Target {
+    /// e.g. `https://api.openai.com/v1`, no trailing slash.
+    base: String,
+    /// The credential header for this endpoint (sensitive).
+    auth: Option<HeaderValue>,
+    /// The model to ask this endpoint for instead of the request's.
+    model: Option<String>,
+}
 
 #[derive(Clone)]
 pub struct Upstream {
     client: reqwest::Client,
-    /// e.g. `https://api.openai.com/v1`, no trailing slash.
+    /// The primary's base URL, e.g. `https://api.openai.com/v1`.
     pub base: String,
-    auth: Option<HeaderValue>,
+    /// The primary first, then `llm.fallbacks` in order.
+    targets: Vec<Target>,
+    pub format: ApiFormat,
     /// Forward the client's own `Authorization` (no key configured here and
     /// the proxy has no token of its own, so it must be the upstream's).
     pass_client_auth: bool,
@@ -23,6 +44,15 @@ pub struct Upstream {
     pub force_model: bool,
     pub first_byte_timeout: Duration,
     pub between_chunks_timeout: Duration,
+}
+
+/// A response head, and which target gave it.
+pub struct Sent {
+    pub response: reqwest::Response,
+    /// 0 for the primary, `i + 1` for `llm.fallbacks[i]`.
+    pub target: usize,
+    /// The model this target was asked for, when it replaced the request's.
+    pub model: Option<String>,
 }
 
 /// Request headers that never go upstream: hop-by-hop ones, those the
@@ -62,6 +92,25 @@ const DROP_RESPONSE_HEADERS: &[&str] = &[
     "set-cookie",
 ];
 
+/// The credential header for `key` in `format`'s convention.
+fn auth_header(
+    format: ApiFormat,
+    key: Option<&str>,
+    what: &str,
+) -> anyhow::Result<Option<HeaderValue>> {
+    let Some(key) = key.filter(|k| !k.is_empty()) else {
+        return Ok(None);
+    };
+    let text = match format {
+        ApiFormat::Openai => format!("Bearer {key}"),
+        ApiFormat::Anthropic => key.to_string(),
+    };
+    let mut v = HeaderValue::from_str(&text)
+        .map_err(|_| anyhow::anyhow!("{what} contains characters not allowed in a header"))?;
+    v.set_sensitive(true);
+    Ok(Some(v))
+}
+
 impl Upstream {
     pub fn new(loaded: &Loaded, base: String) -> anyhow::Result<Self> {
         let config = &loaded.config;
@@ -74,16 +123,24 @@ impl Upstream {
             .tcp_keepalive(Duration::from_secs(30))
             .user_agent(concat!("metaclaw/", env!("CARGO_PKG_VERSION")))
             .build()?;
-        let auth = match &config.llm.api_key {
-            Some(key) if !key.is_empty() => {
-                let mut v = HeaderValue::from_str(&format!("Bearer {key}")).map_err(|_| {
-                    anyhow::anyhow!("llm.api_key contains characters not allowed in a header")
-                })?;
-                v.set_sensitive(true);
-                Some(v)
-            }
-            _ => None,
-        };
+        let format = config.llm.api_format;
+        let auth = auth_header(format, config.llm.api_key.as_deref(), "llm.api_key")?;
+        let mut targets = vec![Target {
+            base: base.clone(),
+            auth: auth.clone(),
+            model: None,
+        }];
+        for (i, fallback) in config.llm.fallbacks.iter().enumerate() {
+            targets.push(Target {
+                base: fallback.api_base.trim().trim_end_matches('/').to_string(),
+                auth: auth_header(
+                    format,
+                    fallback.api_key.as_deref(),
+                    &format!("llm.fallbacks[{i}].api_key"),
+                )?,
+                model: Some(fallback.model_id.trim().to_string()).filter(|m| !m.is_empty()),
+            });
+        }
         let mut extra_headers = Vec::new();
         if config.llm.provider == Provider::Openrouter {
             // OpenRouter attributes traffic by these.
@@ -104,8 +161,9 @@ impl Upstream {
         Ok(Self {
             client,
             base,
+            targets,
+            format,
             pass_client_auth: auth.is_none() && config.proxy.api_key.is_none(),
-            auth,
             extra_headers,
             force_model: config.llm.force_model && default_model.is_some(),
             default_model,
@@ -114,32 +172,109 @@ impl Upstream {
         })
     }
 
-    /// Sends `body` to `{base}{path}`, waiting at most the first-byte
-    /// timeout for the response head.
+    /// Sends `body` to `{base}{path}` of the primary, waiting at most the
+    /// first-byte timeout for the response head. On a connect error, a
+    /// timeout, a 5xx or a 429 the next fallback is tried after a backoff;
+    /// the last one's answer (or error) is what the client gets. Nothing
+    /// has reached the client yet at any of these points.
     pub async fn post(
         &self,
         path: &str,
         client_headers: &HeaderMap,
         body: Bytes,
-    ) -> Result<reqwest::Response, ApiError> {
+    ) -> Result<Sent, ApiError> {
+        let headers = self.request_headers(client_headers);
+        let mut wait = FALLBACK_BACKOFF;
+        let last = self.targets.len().saturating_sub(1);
+        for (i, target) in self.targets.iter().enumerate() {
+            let is_last = i == last;
+            let body = match &target.model {
+                Some(model) => with_model(&body, model).unwrap_or_else(|| body.clone()),
+                None => body.clone(),
+            };
+            let mut headers = headers.clone();
+            if let Some(auth) = &target.auth {
+                headers.insert(self.auth_name(), auth.clone());
+            } else if i > 0 {
+                // A fallback without a key of its own gets no credential:
+                // the client's key is for the primary.
+                headers.remove(header::AUTHORIZATION);
+                headers.remove("x-api-key");
+            }
+            let wait_hint = match self.send_once(&target.base, path, headers, body).await {
+                Err(e) if is_last => return Err(e),
+                Err(e) => {
+                    tracing::warn!(base = %target.base, "upstream failed ({e}); trying the next fallback");
+                    None
+                }
+                Ok(response) if is_last || !should_fall_back(response.status()) => {
+                    if i > 0 {
+                        tracing::info!(fallback = i, base = %target.base, "served by a fallback");
+                    }
+                    return Ok(Sent {
+                        response,
+                        target: i,
+                        model: target.model.clone(),
+                    });
+                }
+                Ok(response) => {
+                    tracing::warn!(
+                        base = %target.base,
+                        status = response.status().as_u16(),
+                        "upstream failed; trying the next fallback"
+                    );
+                    retry_after(response.headers())
+                }
+            };
+            tokio::time::sleep(wait_hint.unwrap_or(wait).min(MAX_FALLBACK_WAIT)).await;
+            wait *= 2;
+        }
+        Err(ApiError::Internal("no upstream configured".into()))
+    }
+
+    fn auth_name(&self) -> HeaderName {
+        match self.format {
+            ApiFormat::Openai => header::AUTHORIZATION,
+            ApiFormat::Anthropic => HeaderName::from_static("x-api-key"),
+        }
+    }
+
+    /// What every attempt sends besides the credential.
+    fn request_headers(&self, client_headers: &HeaderMap) -> HeaderMap {
         let mut headers = forward_request_headers(client_headers);
         headers.insert(
             header::CONTENT_TYPE,
             HeaderValue::from_static("application/json"),
         );
-        if let Some(auth) = &self.auth {
-            headers.insert(header::AUTHORIZATION, auth.clone());
-        } else if self.pass_client_auth
-            && let Some(v) = client_headers.get(header::AUTHORIZATION)
-        {
-            headers.insert(header::AUTHORIZATION, v.clone());
+        if self.pass_client_auth {
+            for name in [header::AUTHORIZATION, HeaderName::from_static("x-api-key")] {
+                if let Some(v) = client_headers.get(&name) {
+                    headers.insert(name, v.clone());
+                }
+            }
+        }
+        if self.format == ApiFormat::Anthropic && !headers.contains_key("anthropic-version") {
+            headers.insert(
+                HeaderName::from_static("anthropic-version"),
+                HeaderValue::from_static(ANTHROPIC_VERSION),
+            );
         }
         for (name, value) in &self.extra_headers {
             headers.insert(name.clone(), value.clone());
         }
+        headers
+    }
+
+    async fn send_once(
+        &self,
+        base: &str,
+        path: &str,
+        headers: HeaderMap,
+        body: Bytes,
+    ) -> Result<reqwest::Response, ApiError> {
         let send = self
             .client
-            .post(format!("{}{path}", self.base))
+            .post(format!("{base}{path}"))
             .headers(headers)
             .body(body)
             .send();
@@ -148,15 +283,15 @@ impl Upstream {
                 phase: "waiting for the response to start",
                 secs: self.first_byte_timeout.as_secs(),
             }),
-            Ok(Err(e)) => Err(self.transport_error(&e)),
+            Ok(Err(e)) => Err(transport_error(base, &e)),
             Ok(Ok(response)) => Ok(response),
         }
     }
 
     pub async fn get(&self, path: &str) -> Result<reqwest::Response, ApiError> {
         let mut req = self.client.get(format!("{}{path}", self.base));
-        if let Some(auth) = &self.auth {
-            req = req.header(header::AUTHORIZATION, auth.clone());
+        if let Some(auth) = self.targets.first().and_then(|t| t.auth.clone()) {
+            req = req.header(self.auth_name(), auth);
         }
         match tokio::time::timeout(Duration::from_secs(10), req.send()).await {
             Err(_) => Err(ApiError::UpstreamTimeout {
@@ -169,6 +304,36 @@ impl Upstream {
     }
 
     pub fn transport_error(&self, e: &reqwest::Error) -> ApiError {
+        transport_error(&self.base, e)
+    }
+}
+
+/// Worth trying another upstream: it is down or overloaded, or limits us.
+fn should_fall_back(status: reqwest::StatusCode) -> bool {
+    status.is_server_error() || status.as_u16() == 429
+}
+
+fn retry_after(headers: &reqwest::header::HeaderMap) -> Option<Duration> {
+    headers
+        .get(reqwest::header::RETRY_AFTER)?
+        .to_str()
+        .ok()?
+        .trim()
+        .parse::<f64>()
+        .ok()
+        .filter(|s| s.is_finite() && *s >= 0.0)
+        .map(Duration::from_secs_f64)
+}
+
+/// `body` with its `model` replaced (a fallback serving another model).
+fn with_model(body: &Bytes, model: &str) -> Option<Bytes> {
+    let mut map: serde_json::Map<String, serde_json::Value> = serde_json::from_slice(body).ok()?;
+    map.insert("model".into(), serde_json::Value::String(model.to_string()));
+    serde_json::to_vec(&map).ok().map(Bytes::from)
+}
+
+fn transport_error(base: &str, e: &reqwest::Error) -> ApiError {
+    {
         let reason = if e.is_connect() {
             "connection failed".to_string()
         } else if e.is_timeout() {
@@ -180,7 +345,7 @@ impl Upstream {
             .map(|s| s.to_string())
             .unwrap_or_else(|| e.to_string());
         ApiError::UpstreamUnreachable {
-            base: self.base.clone(),
+            base: base.to_string(),
             reason: format!("{reason}: {detail}"),
         }
     }

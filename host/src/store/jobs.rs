@@ -114,7 +114,9 @@ pub fn claim(conn: &mut Connection, now_ms: i64, only: Option<&str>) -> Result<O
 
 /// `learn now SESSION`: makes the session's job due now (a new job, a
 /// queued one brought forward, a failed one retried from where it
-/// stopped, or a done one's next round). Errors when it is running.
+/// stopped, or a done one's next round). A running job is left alone: the
+/// caller waits for it (the runner may claim it between a caller's check
+/// and this call).
 pub fn request_now(conn: &Connection, session_id: &str, now_ms: i64) -> Result<()> {
     let state: Option<String> = conn
         .query_row(
@@ -135,7 +137,7 @@ pub fn request_now(conn: &Connection, session_id: &str, now_ms: i64) -> Result<(
             }
             enqueue(conn, session_id, now_ms)?;
         }
-        Some("running") => anyhow::bail!("the job of session {session_id:?} is running already"),
+        Some("running") => {}
         Some("done") => enqueue(conn, session_id, now_ms)?,
         Some(_) => {
             conn.execute(

@@ -89,6 +89,10 @@ pub enum Capture {
     None,
     Json(Bytes),
     Sse(Vec<u8>),
+    /// An Anthropic upstream's answer: recorded as the chat completion it
+    /// amounts to, like every other turn.
+    AnthropicJson(Bytes),
+    AnthropicSse(Vec<u8>),
 }
 
 /// One finished turn, as the proxy hands it over. Parsing, redaction and

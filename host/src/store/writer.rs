@@ -276,8 +276,19 @@ impl Writer {
                     |_| serde_json::json!({ "raw": String::from_utf8_lossy(bytes) }),
                 ))
             }
-            Capture::Sse(bytes) => {
-                let (value, done) = assemble_sse(bytes);
+            Capture::AnthropicJson(bytes) => Some(
+                serde_json::from_slice::<Value>(bytes)
+                    .map(|v| crate::proxy::anthropic::response_to_chat(&v))
+                    .unwrap_or_else(
+                        |_| serde_json::json!({ "raw": String::from_utf8_lossy(bytes) }),
+                    ),
+            ),
+            Capture::Sse(_) | Capture::AnthropicSse(_) => {
+                let (value, done) = match &turn.response {
+                    Capture::AnthropicSse(bytes) => crate::proxy::anthropic::assemble_sse(bytes),
+                    Capture::Sse(bytes) => assemble_sse(bytes),
+                    _ => (Value::Null, false),
+                };
                 let finished = value["choices"]
                     .as_array()
                     .is_some_and(|c| c.iter().any(|c| !c["finish_reason"].is_null()));
