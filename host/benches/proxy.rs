@@ -175,7 +175,7 @@ fn run_rate(
     rt: &tokio::runtime::Runtime,
     client: &reqwest::Client,
     urls: [&str; 2],
-    body: Arc<Vec<u8>>,
+    bodies: [Arc<Vec<u8>>; 2],
     rate: u32,
     secs: u32,
 ) -> ([Vec<Duration>; 2], [u32; 2]) {
@@ -200,7 +200,7 @@ fn run_rate(
             let (client, url, body, tx) = (
                 client.clone(),
                 urls[side as usize].to_string(),
-                body.clone(),
+                bodies[side as usize].clone(),
                 tx.clone(),
             );
             rt.spawn(async move {
@@ -337,7 +337,14 @@ fn learning_phase(
     );
     for (k, &rate) in opts.rates.iter().enumerate() {
         let done_before = jobs_in(home, "done");
-        let ([a, b], errors) = run_rate(rt, client, urls, body.clone(), rate, opts.secs);
+        let ([a, b], errors) = run_rate(
+            rt,
+            client,
+            urls,
+            [body.clone(), body.clone()],
+            rate,
+            opts.secs,
+        );
         let done_after = jobs_in(home, "done");
         println!("{:<8} {}", format!("{rate}/s"), row("direct", &a));
         println!("{:<8} {}", "", row("proxy", &b));
@@ -481,29 +488,82 @@ fn main() {
     let mut openclaw = fixture["body"].clone();
     openclaw["model"] = json!("echo");
     openclaw["stream"] = json!(false);
-    let payloads: Vec<(&str, Value)> = if opts.quick {
-        vec![("small chat request (non-streaming)", small)]
-    } else {
-        vec![
-            ("small chat request (non-streaming)", small),
-            (
-                "OpenClaw's real first-turn request, 60 KB (non-streaming)",
-                openclaw,
-            ),
-        ]
-    };
+    // The other two APIs, as OpenClaw sends them: through metaclaw's
+    // `/v1/messages` and `/v1/responses` (translated to chat there and
+    // back), against the same request in chat form straight to the dummy.
+    let translated =
+        |file: &str, translate: fn(&Value) -> Result<Value, metaclaw::error::ApiError>| {
+            let f: Value = serde_json::from_str(
+                &std::fs::read_to_string(format!(
+                    "{}/../tests/fixtures/openclaw/{file}",
+                    env!("CARGO_MANIFEST_DIR")
+                ))
+                .unwrap(),
+            )
+            .unwrap();
+            let mut native = f["body"].clone();
+            native["model"] = json!("echo");
+            native["stream"] = json!(false);
+            let chat = translate(&native).unwrap();
+            (chat, native)
+        };
+    let chat_route = "/v1/chat/completions";
+    let mut payloads: Vec<(&str, Value, &str, Value)> = vec![(
+        "small chat request (non-streaming)",
+        small.clone(),
+        chat_route,
+        small,
+    )];
+    if !opts.quick {
+        payloads.push((
+            "OpenClaw's real first-turn request, 60 KB (non-streaming)",
+            openclaw.clone(),
+            chat_route,
+            openclaw,
+        ));
+        let (chat, native) = translated(
+            "anthropic_messages.json",
+            metaclaw::proxy::anthropic::request_to_chat,
+        );
+        payloads.push((
+            "OpenClaw's Anthropic request via /v1/messages (B) vs. its chat form direct (A), non-streaming",
+            chat,
+            "/v1/messages",
+            native,
+        ));
+        let (chat, native) = translated(
+            "openai_responses.json",
+            metaclaw::proxy::responses::request_to_chat,
+        );
+        payloads.push((
+            "OpenClaw's Responses request via /v1/responses (B) vs. its chat form direct (A), non-streaming",
+            chat,
+            "/v1/responses",
+            native,
+        ));
+    }
     let small_body = Arc::new(serde_json::to_vec(&payloads[0].1).unwrap());
     let mut before = Vec::new();
-    for (name, payload) in payloads {
-        let body = Arc::new(serde_json::to_vec(&payload).unwrap());
+    for (name, direct_payload, route, proxy_payload) in payloads {
+        let body = Arc::new(serde_json::to_vec(&direct_payload).unwrap());
+        let proxy_body = Arc::new(serde_json::to_vec(&proxy_payload).unwrap());
+        let through = if opts.aa {
+            direct.clone()
+        } else {
+            format!("{proxy_url}{route}")
+        };
         // Warm both paths (connections, caches).
         rt.block_on(async {
             for _ in 0..200 {
                 one(&client, &direct, &body, Instant::now()).await;
-                one(&client, &through, &body, Instant::now()).await;
+                one(&client, &through, &proxy_body, Instant::now()).await;
             }
         });
-        println!("\n## {name}, {} bytes", body.len());
+        println!(
+            "\n## {name}, {} bytes{}",
+            proxy_body.len(),
+            if route == chat_route { "" } else { " (B)" }
+        );
         println!(
             "{:<8} {:<8} {:>6} {:>9} {:>9} {:>9} {:>9}",
             "rate", "side", "n", "p50 ms", "p90 ms", "p99 ms", "max ms"
@@ -514,7 +574,7 @@ fn main() {
                 &rt,
                 &client,
                 [&direct, &through],
-                body.clone(),
+                [body.clone(), proxy_body.clone()],
                 rate,
                 opts.secs,
             );

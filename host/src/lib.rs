@@ -9,12 +9,14 @@
 //! | [`daemon`] | the long-running process: lock, wiring, shutdown |
 //! | [`config`] | `config.yaml`: schema, validation, editing |
 //! | [`cli`] | the `metaclaw` command |
+//! | [`claws`] | wiring the user's agent to the proxy, and restoring its config |
 //! | [`skills`] | the skill library, retrieval through plugins, injection |
 //! | [`plugins`] | the WebAssembly plugin host |
 //! | [`embeddings`] | host-side embedding backends for plugins |
 //! | [`dev`] | the dummy upstream used by tests, benches and the demo |
 
 pub mod app;
+pub mod claws;
 pub mod cli;
 pub mod config;
 pub mod daemon;

@@ -118,7 +118,11 @@ async fn openclaws_anthropic_request_streams_back_as_anthropic_events() {
     let up = dummy();
     let (mc, _skills) = start_with_skill(&up, "");
     let f = fixture("anthropic_messages.json");
-    let body = &f["body"];
+    let mut body = f["body"].clone();
+    // Agents ask for their model's whole output limit (Hermes: 65,536);
+    // skills still fit.
+    body["max_tokens"] = json!(65536);
+    let body = &body;
     let headers = fixture_headers(&f);
     let response = post(
         &format!("{}/v1/messages", mc.url()),

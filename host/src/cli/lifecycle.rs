@@ -1,4 +1,4 @@
-//! `start`, `stop`, `status`.
+//! `start`, `stop`, `status` (with the agent wiring of [`super::claws_cmd`]).
 
 use std::fs::OpenOptions;
 use std::io::{Read, Seek, SeekFrom};
@@ -37,12 +37,18 @@ pub fn start(home: &Home, config_path: &Path, args: StartArgs) -> Result<ExitCod
 
     if args.foreground {
         crate::logging::init(&loaded.config.log.level);
+        if !args.no_wire {
+            super::claws_cmd::wire_when_healthy(home.clone(), loaded.clone(), args.demo);
+        }
         let rt = runtime()?;
         rt.block_on(daemon::run(DaemonOptions {
             home: home.clone(),
             loaded,
             demo: args.demo,
         }))?;
+        if !args.no_wire {
+            super::claws_cmd::note_still_wired(home);
+        }
         return Ok(ExitCode::SUCCESS);
     }
 
@@ -77,7 +83,9 @@ pub fn start(home: &Home, config_path: &Path, args: StartArgs) -> Result<ExitCod
         .arg("--config")
         .arg(config_path)
         .arg("start")
-        .arg("--foreground");
+        .arg("--foreground")
+        // This process wires, once the daemon answers, and reports on the terminal.
+        .arg("--no-wire");
     if let Some(port) = args.port {
         command.arg("--port").arg(port.to_string());
     }
@@ -131,16 +139,33 @@ pub fn start(home: &Home, config_path: &Path, args: StartArgs) -> Result<ExitCod
     );
     say!("  OpenAI base URL: {}/v1", info.url);
     say!("  logs: {}", log_path.display());
+    // A wiring failure leaves the daemon serving and the agent's files as
+    // they were; it still makes `start` fail so scripts notice.
+    let mut wired_ok = true;
+    if !args.no_wire
+        && let Err(e) = super::claws_cmd::wire_after_start(home, &loaded, &info.url, args.demo)
+    {
+        eprintln!("error: {e:#}");
+        eprintln!(
+            "metaclaw keeps running at {}; point the agent at {}/v1 yourself, or fix the file and run `metaclaw stop && metaclaw start`",
+            info.url, info.url
+        );
+        wired_ok = false;
+    }
     if args.demo {
         rt.block_on(demo_round_trip(
             &info,
             loaded.config.proxy.api_key.as_deref(),
         ))?;
     }
-    Ok(ExitCode::SUCCESS)
+    Ok(if wired_ok {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    })
 }
 
-async fn healthy(url: &str) -> bool {
+pub(super) async fn healthy(url: &str) -> bool {
     let Ok(client) = reqwest::Client::builder()
         .timeout(Duration::from_secs(2))
         .build()
@@ -223,6 +248,17 @@ fn log_tail(path: &Path, from: u64) -> String {
 }
 
 pub fn stop(home: &Home, args: StopArgs) -> Result<ExitCode> {
+    let code = stop_daemon(home, args.timeout)?;
+    if args.restore {
+        super::claws_cmd::restore_and_print(home)?;
+    } else {
+        super::claws_cmd::note_still_wired(home);
+    }
+    Ok(code)
+}
+
+/// Stops the daemon: SIGTERM, a clean stop within `timeout` seconds, else SIGKILL.
+pub(super) fn stop_daemon(home: &Home, timeout: u64) -> Result<ExitCode> {
     let Some(info) = home.running()? else {
         if home.read_pid_file().is_some() {
             home.remove_pid_file();
@@ -234,7 +270,7 @@ pub fn stop(home: &Home, args: StopArgs) -> Result<ExitCode> {
     };
     let pid = Pid::from_raw(info.pid as i32).context("invalid pid in the pid file")?;
     kill_process(pid, Signal::TERM).with_context(|| format!("cannot signal pid {}", info.pid))?;
-    let deadline = Instant::now() + Duration::from_secs(args.timeout);
+    let deadline = Instant::now() + Duration::from_secs(timeout);
     while Instant::now() < deadline {
         if !home.is_locked()? {
             say!("metaclaw stopped (pid {})", info.pid);
@@ -244,7 +280,7 @@ pub fn stop(home: &Home, args: StopArgs) -> Result<ExitCode> {
     }
     eprintln!(
         "metaclaw (pid {}) did not stop within {}s; killing it",
-        info.pid, args.timeout
+        info.pid, timeout
     );
     let _ = kill_process(pid, Signal::KILL);
     for _ in 0..100 {
@@ -265,13 +301,14 @@ pub fn status(home: &Home, config_path: &Path, args: JsonFlag) -> Result<ExitCod
         if args.json {
             say!(
                 "{}",
-                json!({ "running": false, "healthy": false, "home": home.root, "sessions": sessions, "turns": turns })
+                json!({ "running": false, "healthy": false, "home": home.root, "sessions": sessions, "turns": turns, "wiring": super::claws_cmd::wiring_json(home) })
             );
         } else {
             say!("metaclaw is not running (home {})", home.root.display());
             if let (Some(s), Some(t)) = (sessions, turns) {
                 say!("  recorded: {s} sessions, {t} turns");
             }
+            super::claws_cmd::print_wiring(home);
             say!("  start it with: metaclaw start");
         }
         return Ok(ExitCode::from(3));
@@ -295,7 +332,7 @@ pub fn status(home: &Home, config_path: &Path, args: JsonFlag) -> Result<ExitCod
     let mut report = match fetched {
         Ok(v) => v,
         Err(e) => {
-            let report = json!({ "running": true, "healthy": false, "pid": info.pid, "url": info.url, "error": e.to_string() });
+            let report = json!({ "running": true, "healthy": false, "pid": info.pid, "url": info.url, "error": e.to_string(), "wiring": super::claws_cmd::wiring_json(home) });
             if args.json {
                 say!("{report}");
             } else {
@@ -309,6 +346,7 @@ pub fn status(home: &Home, config_path: &Path, args: JsonFlag) -> Result<ExitCod
         }
     };
     report["home"] = json!(home.root);
+    report["wiring"] = super::claws_cmd::wiring_json(home);
     if args.json {
         say!("{report}");
         return Ok(ExitCode::SUCCESS);
@@ -385,6 +423,7 @@ pub fn status(home: &Home, config_path: &Path, args: JsonFlag) -> Result<ExitCod
             }
         );
     }
+    super::claws_cmd::print_wiring(home);
     say!("  home:      {}", home.root.display());
     Ok(ExitCode::SUCCESS)
 }

@@ -12,6 +12,7 @@ macro_rules! say_raw {
     ($($arg:tt)*) => { $crate::cli::emit(format_args!($($arg)*)) };
 }
 
+mod claws_cmd;
 mod config_cmd;
 mod learn_cmd;
 mod lifecycle;
@@ -45,8 +46,10 @@ pub enum Command {
     Setup(SetupArgs),
     /// Start the proxy in the background and wait until it is healthy.
     Start(StartArgs),
-    /// Stop the running proxy.
+    /// Stop the running proxy (`--restore` also gives the agent its config back).
     Stop(StopArgs),
+    /// Stop, put the agent's config back, forget the wiring (`--purge --yes`: delete the home).
+    Uninstall(UninstallArgs),
     /// Is it running, and what has it recorded?
     Status(JsonFlag),
     /// Show, read or change the configuration.
@@ -92,6 +95,9 @@ pub struct StartArgs {
     /// Answer from a built-in echo model: a full round trip with no API key.
     #[arg(long)]
     pub demo: bool,
+    /// Leave the agent's config alone (default: point `claw_type` at the proxy).
+    #[arg(long, env = "METACLAW_NO_WIRE", value_parser = clap::builder::FalseyValueParser::new())]
+    pub no_wire: bool,
 }
 
 #[derive(ValueEnum, Debug, Clone, Copy, PartialEq, Eq)]
@@ -115,6 +121,22 @@ impl ModeArg {
 
 #[derive(Args, Debug, Clone)]
 pub struct StopArgs {
+    /// Seconds to wait for a clean stop before killing the process.
+    #[arg(long, default_value_t = 20)]
+    pub timeout: u64,
+    /// Also put back every agent config metaclaw wired.
+    #[arg(long)]
+    pub restore: bool,
+}
+
+#[derive(Args, Debug, Clone)]
+pub struct UninstallArgs {
+    /// Also delete the metaclaw home (recorded sessions, skills, plugins).
+    #[arg(long)]
+    pub purge: bool,
+    /// Confirm `--purge`.
+    #[arg(long)]
+    pub yes: bool,
     /// Seconds to wait for a clean stop before killing the process.
     #[arg(long, default_value_t = 20)]
     pub timeout: u64,
@@ -320,6 +342,7 @@ fn dispatch(cli: Cli) -> Result<ExitCode> {
         Command::Setup(args) => setup::run(&home, &config_path, args),
         Command::Start(args) => lifecycle::start(&home, &config_path, args),
         Command::Stop(args) => lifecycle::stop(&home, args),
+        Command::Uninstall(args) => claws_cmd::uninstall(&home, &config_path, args),
         Command::Status(args) => lifecycle::status(&home, &config_path, args),
         Command::Config(cmd) => config_cmd::run(&config_path, cmd),
         Command::Sessions(cmd) => sessions_cmd::run(&home, &config_path, cmd),

@@ -526,6 +526,10 @@ async fn choose_skills(
         let query = Query::from_chat_request(&query_body, &session, &model);
         let selection = skills.select(&query);
         let budget = skills.settings.max_context_tokens;
+        // `max_tokens` is a ceiling, often the model's whole output limit
+        // (Hermes: 65,536): reserving all of it would leave no room for
+        // skills, so at most a quarter of the budget is kept for the answer.
+        let reserve = reserve.min(budget / 4);
         inject::fit(selection.skills, query_body.len(), reserve, budget)
     })
     .await

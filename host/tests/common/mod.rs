@@ -84,6 +84,8 @@ impl Metaclaw {
             .env("METACLAW_HOME", home.path())
             .env_remove("METACLAW_LLM_API_KEY")
             .env_remove("METACLAW_PROXY_API_KEY")
+            // Never wire the developer's real agent from a test.
+            .env("METACLAW_NO_WIRE", "1")
             .stderr(log);
         for (k, v) in env {
             cmd.env(k, v);
@@ -110,6 +112,8 @@ impl Metaclaw {
             .env("METACLAW_HOME", self.home.path())
             .env_remove("METACLAW_LLM_API_KEY")
             .env_remove("METACLAW_PROXY_API_KEY")
+            // Never wire the developer's real agent from a test.
+            .env("METACLAW_NO_WIRE", "1")
             .stderr(log);
         self.proc = spawn_and_wait(cmd, "metaclaw listening on ");
     }
@@ -157,6 +161,8 @@ pub fn cli_in(home: &Path, args: &[&str]) -> Output {
         .env("METACLAW_HOME", home)
         .env_remove("METACLAW_LLM_API_KEY")
         .env_remove("METACLAW_PROXY_API_KEY")
+        // Never wire the developer's real agent from a test.
+        .env("METACLAW_NO_WIRE", "1")
         .output()
         .expect("run metaclaw")
 }

@@ -1,0 +1,643 @@
+//! What metaclaw has wired, the backups, and the two operations on them.
+
+use std::fs;
+use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+
+use anyhow::{Context, Result, bail};
+use serde::{Deserialize, Serialize};
+
+use super::{
+    Action, Env, FileOutcome, Plan, PlannedCommand, Report, Target, procs, read_opt, service_for,
+    sha256_hex,
+};
+use crate::home::{Home, write_private};
+
+const VERSION: u32 = 1;
+
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+pub struct State {
+    pub version: u32,
+    pub agents: Vec<AgentRecord>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct AgentRecord {
+    pub claw: String,
+    /// RFC 3339, UTC.
+    pub wired_at: String,
+    pub updated_at: String,
+    pub base_url: String,
+    pub model: String,
+    /// sha256 of the target (key included), to tell a re-wire from a no-op.
+    pub target_sha256: String,
+    pub files: Vec<FileRecord>,
+    #[serde(default)]
+    pub commands: Vec<CommandRecord>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct FileRecord {
+    /// The real file (a symlink is followed when wiring).
+    pub path: PathBuf,
+    /// Did the file exist before metaclaw first wrote it?
+    pub existed: bool,
+    /// Its original bytes, while wired.
+    pub backup: Option<PathBuf>,
+    pub original_sha256: Option<String>,
+    /// Its original permission bits.
+    pub mode: Option<u32>,
+    /// What metaclaw last wrote: anything else is someone else's edit.
+    pub written_sha256: String,
+    /// Directories metaclaw created for it (removed on restore if empty).
+    #[serde(default)]
+    pub created_dirs: Vec<PathBuf>,
+    /// The file is metaclaw's alone; restore removes it whatever is in it.
+    #[serde(default)]
+    pub owned: bool,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct CommandRecord {
+    /// The command as run, with the key replaced by `***`.
+    pub argv: Vec<String>,
+    pub ok: bool,
+    /// How to undo it by hand (metaclaw cannot know the previous value).
+    pub undo_hint: String,
+}
+
+fn dir(home: &Home) -> PathBuf {
+    home.root.join("claws")
+}
+fn state_file(home: &Home) -> PathBuf {
+    dir(home).join("state.json")
+}
+fn backups_dir(home: &Home) -> PathBuf {
+    dir(home).join("backups")
+}
+
+impl State {
+    /// `Ok(None)` when nothing has been wired.
+    pub fn load(home: &Home) -> Result<Option<State>> {
+        let path = state_file(home);
+        let Some(bytes) = read_opt(&path)? else {
+            return Ok(None);
+        };
+        let state: State = serde_json::from_slice(&bytes).with_context(|| {
+            format!(
+                "{} is damaged; its backups are in {}",
+                path.display(),
+                backups_dir(home).display()
+            )
+        })?;
+        Ok(Some(state))
+    }
+
+    fn save(&self, home: &Home) -> Result<()> {
+        ensure_private_dir(&dir(home))?;
+        let json = serde_json::to_vec_pretty(self)?;
+        write_private(&state_file(home), &json)
+    }
+
+    fn file_mut(&mut self, path: &Path) -> Option<&mut FileRecord> {
+        self.agents
+            .iter_mut()
+            .flat_map(|a| a.files.iter_mut())
+            .find(|f| f.path == path)
+    }
+}
+
+fn ensure_private_dir(path: &Path) -> Result<()> {
+    if !path.exists() {
+        fs::create_dir_all(path).with_context(|| format!("cannot create {}", path.display()))?;
+        fs::set_permissions(path, fs::Permissions::from_mode(0o700))
+            .with_context(|| format!("cannot set permissions on {}", path.display()))?;
+    }
+    Ok(())
+}
+
+fn now_rfc3339() -> String {
+    chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Secs, true)
+}
+
+fn stamp() -> String {
+    chrono::Utc::now().format("%Y%m%dT%H%M%SZ").to_string()
+}
+
+/// Writes `bytes` to `path` atomically (temp file + rename) with `mode`.
+fn write_atomic(path: &Path, bytes: &[u8], mode: u32) -> Result<()> {
+    if mode & 0o777 == 0o600 {
+        return write_private(path, bytes);
+    }
+    let dir = path.parent().unwrap_or_else(|| Path::new("."));
+    let name = path
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_else(|| "file".into());
+    let tmp = dir.join(format!(".{name}.metaclaw-tmp-{}", std::process::id()));
+    let result = (|| -> Result<()> {
+        use std::io::Write;
+        let mut f = fs::OpenOptions::new()
+            .create(true)
+            .truncate(true)
+            .write(true)
+            .mode(0o600)
+            .open(&tmp)
+            .with_context(|| format!("cannot write {}", tmp.display()))?;
+        f.write_all(bytes)?;
+        // The open mode is masked by the umask; set the exact bits.
+        f.set_permissions(fs::Permissions::from_mode(mode & 0o7777))?;
+        f.sync_all()?;
+        fs::rename(&tmp, path).with_context(|| format!("cannot replace {}", path.display()))?;
+        Ok(())
+    })();
+    if result.is_err() {
+        let _ = fs::remove_file(&tmp);
+    }
+    result
+}
+
+/// A free name beside `path`: `<file>.metaclaw-replaced-<time>[-N]`.
+fn aside_name(path: &Path) -> PathBuf {
+    let base = format!("{}.metaclaw-replaced-{}", path.display(), stamp());
+    let mut candidate = PathBuf::from(&base);
+    let mut n = 2;
+    while candidate.exists() {
+        candidate = PathBuf::from(format!("{base}-{n}"));
+        n += 1;
+    }
+    candidate
+}
+
+/// Copies `bytes` (someone else's version of `path`) beside it.
+fn set_aside(path: &Path, bytes: &[u8]) -> Result<PathBuf> {
+    let aside = aside_name(path);
+    write_private(&aside, bytes)
+        .with_context(|| format!("cannot keep a copy of {}", path.display()))?;
+    Ok(aside)
+}
+
+/// The file itself when `path` is a symlink (dotfile managers link configs):
+/// replacing the link with a file would cut it from its target.
+fn resolve(path: &Path) -> Result<PathBuf> {
+    if path.is_symlink() {
+        return fs::canonicalize(path)
+            .with_context(|| format!("{} is a broken symlink", path.display()));
+    }
+    Ok(path.to_path_buf())
+}
+
+/// The directories `create_dir_all(dir)` would create, outermost first.
+fn missing_dirs(dir: &Path) -> Vec<PathBuf> {
+    let mut out: Vec<PathBuf> = dir
+        .ancestors()
+        .take_while(|d| !d.as_os_str().is_empty() && !d.exists())
+        .map(Path::to_path_buf)
+        .collect();
+    out.reverse();
+    out
+}
+
+struct Pending {
+    path: PathBuf,
+    before: Option<Vec<u8>>,
+    mode: Option<u32>,
+    after: Option<Vec<u8>>,
+    owned: bool,
+    /// Directories writing it would create, outermost first.
+    created_dirs: Vec<PathBuf>,
+}
+
+pub(super) fn wire(
+    home: &Home,
+    claw: &str,
+    plan: Plan,
+    target: &Target,
+    env: &Env,
+) -> Result<Report> {
+    let mut report = Report {
+        notes: plan.notes,
+        ..Report::default()
+    };
+    // Work out every new content before anything is written.
+    let mut pending = Vec::new();
+    for file in plan.files {
+        let path = resolve(&file.path)?;
+        let before = read_opt(&path)?;
+        let after = (file.edit)(before.as_deref())
+            .with_context(|| format!("cannot wire {claw} in {}", path.display()))?;
+        let mode = match &before {
+            Some(_) => Some(
+                fs::metadata(&path)
+                    .with_context(|| format!("cannot read {}", path.display()))?
+                    .permissions()
+                    .mode()
+                    & 0o7777,
+            ),
+            None => None,
+        };
+        let created_dirs = path.parent().map(missing_dirs).unwrap_or_default();
+        pending.push(Pending {
+            path,
+            before,
+            mode,
+            after,
+            owned: file.owned,
+            created_dirs,
+        });
+    }
+
+    let previous = State::load(home)?;
+    let mut state = previous.clone().unwrap_or(State {
+        version: VERSION,
+        agents: Vec::new(),
+    });
+    let now = now_rfc3339();
+    let fingerprint = target.fingerprint();
+    if !state.agents.iter().any(|a| a.claw == claw) {
+        state.agents.push(AgentRecord {
+            claw: claw.to_string(),
+            wired_at: now.clone(),
+            updated_at: now.clone(),
+            base_url: target.base_url.clone(),
+            model: target.model.clone(),
+            target_sha256: String::new(),
+            files: Vec::new(),
+            commands: Vec::new(),
+        });
+    }
+    let run_commands = state
+        .agents
+        .iter()
+        .find(|a| a.claw == claw)
+        .is_some_and(|a| a.target_sha256 != fingerprint)
+        && !plan.commands.is_empty();
+
+    // Back up first, and record the backups before touching the agent's
+    // files: a crash in between leaves a state that restore understands.
+    let mut new_backups = Vec::new();
+    let mut to_write = Vec::new();
+    for p in &pending {
+        let Some(after) = &p.after else {
+            report.files.push(FileOutcome {
+                claw: claw.to_string(),
+                path: p.path.clone(),
+                action: Action::Unchanged,
+                backup: state.file_mut(&p.path).and_then(|r| r.backup.clone()),
+                set_aside: None,
+            });
+            continue;
+        };
+        let written = sha256_hex(after);
+        if let Some(record) = state.file_mut(&p.path) {
+            // Re-wiring (new port or model): the original backup stays. A
+            // version metaclaw did not write is kept beside the file first.
+            let aside = match &p.before {
+                Some(b) if sha256_hex(b) != record.written_sha256 && !record.owned => {
+                    Some(set_aside(&p.path, b)?)
+                }
+                _ => None,
+            };
+            record.written_sha256 = written;
+            report.files.push(FileOutcome {
+                claw: claw.to_string(),
+                path: p.path.clone(),
+                action: if record.existed {
+                    Action::Updated
+                } else {
+                    Action::Created
+                },
+                backup: record.backup.clone(),
+                set_aside: aside,
+            });
+            to_write.push(p);
+            continue;
+        }
+        let backup = match &p.before {
+            Some(bytes) => {
+                let name = p
+                    .path
+                    .file_name()
+                    .map(|n| n.to_string_lossy().into_owned())
+                    .unwrap_or_else(|| "file".into());
+                let dir = backups_dir(home).join(claw);
+                ensure_private_dir(&backups_dir(home))?;
+                let mut backup = dir.join(format!("{}-{name}", stamp()));
+                let mut n = 2;
+                while backup.exists() {
+                    backup = dir.join(format!("{}-{n}-{name}", stamp()));
+                    n += 1;
+                }
+                write_private(&backup, bytes)
+                    .with_context(|| format!("cannot back up {}", p.path.display()))?;
+                new_backups.push(backup.clone());
+                Some(backup)
+            }
+            None => None,
+        };
+        let record = FileRecord {
+            path: p.path.clone(),
+            existed: p.before.is_some(),
+            backup: backup.clone(),
+            original_sha256: p.before.as_deref().map(sha256_hex),
+            mode: p.mode,
+            written_sha256: written,
+            created_dirs: p.created_dirs.clone(),
+            owned: p.owned,
+        };
+        if let Some(agent) = state.agents.iter_mut().find(|a| a.claw == claw) {
+            agent.files.push(record);
+        }
+        report.files.push(FileOutcome {
+            claw: claw.to_string(),
+            path: p.path.clone(),
+            action: if p.before.is_some() {
+                Action::Updated
+            } else {
+                Action::Created
+            },
+            backup,
+            set_aside: None,
+        });
+        to_write.push(p);
+    }
+
+    if !to_write.is_empty() || run_commands {
+        if let Some(agent) = state.agents.iter_mut().find(|a| a.claw == claw) {
+            agent.updated_at = now.clone();
+            agent.base_url = target.base_url.clone();
+            agent.model = target.model.clone();
+        }
+        state.save(home)?;
+    }
+
+    // Write; on any failure put back what this call wrote.
+    let mut done: Vec<&Pending> = Vec::new();
+    let mut failure = None;
+    for p in &to_write {
+        let Some(after) = &p.after else { continue };
+        let step = (|| -> Result<()> {
+            if let Some(parent) = p.path.parent() {
+                fs::create_dir_all(parent)
+                    .with_context(|| format!("cannot create {}", parent.display()))?;
+            }
+            // The file now holds a key for the proxy: owner only.
+            write_atomic(&p.path, after, 0o600)
+        })();
+        match step {
+            Ok(()) => done.push(p),
+            Err(e) => {
+                failure = Some(e);
+                break;
+            }
+        }
+    }
+    if let Some(e) = failure {
+        rollback(home, &done, previous, &new_backups);
+        return Err(e.context(format!("wiring {claw} failed; its files are as they were")));
+    }
+
+    let mut ran_any = false;
+    let mut all_ran = true;
+    if run_commands {
+        let mut records = Vec::new();
+        for command in &plan.commands {
+            let (record, note) = run_command(env, command);
+            ran_any |= record.ok;
+            all_ran &= record.ok;
+            report.notes.push(note);
+            records.push(record);
+        }
+        if let Some(agent) = state.agents.iter_mut().find(|a| a.claw == claw) {
+            agent.commands = records;
+        }
+    }
+    // A failed command is tried again on the next start.
+    if all_ran && let Some(agent) = state.agents.iter_mut().find(|a| a.claw == claw) {
+        agent.target_sha256 = fingerprint;
+    }
+    // Drop an agent entry that wired nothing (all files already right).
+    state
+        .agents
+        .retain(|a| !a.files.is_empty() || !a.commands.is_empty());
+    if state.agents.is_empty() {
+        clear(home);
+    } else {
+        state.save(home)?;
+    }
+
+    if (!done.is_empty() || ran_any)
+        && let Some(service) = plan.service
+    {
+        report.notes.push(format!(
+            "{claw}: {}",
+            procs::restart_if_running(env, &service)
+        ));
+    }
+    Ok(report)
+}
+
+fn rollback(home: &Home, done: &[&Pending], previous: Option<State>, new_backups: &[PathBuf]) {
+    for p in done.iter().rev() {
+        match &p.before {
+            Some(bytes) => {
+                let _ = write_atomic(&p.path, bytes, p.mode.unwrap_or(0o600));
+            }
+            None => {
+                let _ = fs::remove_file(&p.path);
+                for d in p.created_dirs.iter().rev() {
+                    let _ = fs::remove_dir(d);
+                }
+            }
+        }
+    }
+    for b in new_backups {
+        let _ = fs::remove_file(b);
+    }
+    match previous {
+        Some(state) => {
+            let _ = state.save(home);
+        }
+        None => clear(home),
+    }
+}
+
+fn run_command(env: &Env, command: &PlannedCommand) -> (CommandRecord, String) {
+    let mask = |argv: &[String]| -> Vec<String> {
+        argv.iter()
+            .map(|a| match &command.secret {
+                Some(s) if !s.is_empty() && a.contains(s.as_str()) => a.replace(s.as_str(), "***"),
+                _ => a.clone(),
+            })
+            .collect()
+    };
+    let mut last = None;
+    for argv in &command.argvs {
+        let shown = mask(argv);
+        let outcome = procs::run(env, argv, command.timeout);
+        if outcome.ok() {
+            return (
+                CommandRecord {
+                    argv: shown.clone(),
+                    ok: true,
+                    undo_hint: command.undo_hint.clone(),
+                },
+                format!("ran `{}`", shown.join(" ")),
+            );
+        }
+        let why = match outcome {
+            procs::Outcome::NotFound => "not on PATH".to_string(),
+            procs::Outcome::TimedOut => {
+                format!("no answer within {}s", command.timeout.as_secs())
+            }
+            procs::Outcome::Failed(e) => e,
+            procs::Outcome::Exited { code, output } => format!(
+                "exit {}{}",
+                code.map(|c| c.to_string())
+                    .unwrap_or_else(|| "by signal".into()),
+                procs::last_line(&output)
+                    .map(|l| format!(": {l}"))
+                    .unwrap_or_default()
+            ),
+        };
+        last = Some((shown, why));
+    }
+    let (shown, why) = last.unwrap_or_default();
+    (
+        CommandRecord {
+            argv: shown.clone(),
+            ok: false,
+            undo_hint: command.undo_hint.clone(),
+        },
+        format!("`{}` failed ({why})", shown.join(" ")),
+    )
+}
+
+/// Forgets the wiring: the state file and the backups.
+fn clear(home: &Home) {
+    let _ = fs::remove_file(state_file(home));
+    let _ = fs::remove_dir_all(backups_dir(home));
+    let _ = fs::remove_dir(dir(home));
+}
+
+pub(super) fn restore(home: &Home, env: &Env) -> Result<Report> {
+    let mut report = Report::default();
+    let Some(mut state) = State::load(home)? else {
+        report.skipped = Some("nothing to restore: metaclaw has not wired any agent".into());
+        return Ok(report);
+    };
+    let mut failures = Vec::new();
+    for agent in state.agents.iter_mut().rev() {
+        let mut kept = Vec::new();
+        let mut changed = false;
+        for file in agent.files.iter().rev() {
+            match restore_file(file) {
+                Ok(outcome) => {
+                    changed = true;
+                    report.files.push(FileOutcome {
+                        claw: agent.claw.clone(),
+                        ..outcome
+                    });
+                }
+                Err(e) => {
+                    failures.push(format!("{}: {e:#}", file.path.display()));
+                    kept.push(file.clone());
+                }
+            }
+        }
+        kept.reverse();
+        agent.files = kept;
+        for command in agent.commands.iter().filter(|c| c.ok) {
+            report.notes.push(format!(
+                "{}: metaclaw ran `{}`, which it cannot undo exactly: {}",
+                agent.claw,
+                command.argv.join(" "),
+                command.undo_hint
+            ));
+        }
+        if (changed || agent.commands.iter().any(|c| c.ok))
+            && let Some(service) = service_for(&agent.claw, env)
+        {
+            report.notes.push(format!(
+                "{}: {}",
+                agent.claw,
+                procs::restart_if_running(env, &service)
+            ));
+        }
+        agent.commands.clear();
+    }
+    state.agents.retain(|a| !a.files.is_empty());
+    if state.agents.is_empty() {
+        clear(home);
+    } else {
+        state.save(home)?;
+    }
+    if !failures.is_empty() {
+        bail!(
+            "could not restore {}; its backup is kept (see `metaclaw status`)",
+            failures.join("; ")
+        );
+    }
+    Ok(report)
+}
+
+fn restore_file(file: &FileRecord) -> Result<FileOutcome> {
+    let current = read_opt(&file.path)?;
+    let current_sha = current.as_deref().map(sha256_hex);
+    // Someone else's version (the user's edit, or the agent's own rewrite)
+    // is kept beside the file before the original comes back.
+    let set_aside = match (&current, &current_sha) {
+        (Some(bytes), Some(sha))
+            if !file.owned
+                && *sha != file.written_sha256
+                && Some(sha) != file.original_sha256.as_ref() =>
+        {
+            Some(set_aside(&file.path, bytes)?)
+        }
+        _ => None,
+    };
+    let action = if file.existed {
+        let Some(backup) = &file.backup else {
+            bail!("its backup is not recorded");
+        };
+        let bytes = fs::read(backup)
+            .with_context(|| format!("cannot read its backup {}", backup.display()))?;
+        if file.original_sha256.as_deref() != Some(sha256_hex(&bytes).as_str()) {
+            bail!(
+                "its backup {} does not match the original",
+                backup.display()
+            );
+        }
+        if current.as_deref() != Some(bytes.as_slice())
+            || fs::metadata(&file.path)
+                .map(|m| m.permissions().mode() & 0o7777)
+                .ok()
+                != file.mode
+        {
+            if let Some(parent) = file.path.parent() {
+                fs::create_dir_all(parent)
+                    .with_context(|| format!("cannot create {}", parent.display()))?;
+            }
+            write_atomic(&file.path, &bytes, file.mode.unwrap_or(0o600))?;
+        }
+        let _ = fs::remove_file(backup);
+        Action::Restored
+    } else {
+        if current.is_some() {
+            fs::remove_file(&file.path)
+                .with_context(|| format!("cannot remove {}", file.path.display()))?;
+        }
+        for d in file.created_dirs.iter().rev() {
+            // Only if empty: the agent may have put its own files there since.
+            let _ = fs::remove_dir(d);
+        }
+        Action::Removed
+    };
+    Ok(FileOutcome {
+        claw: String::new(),
+        path: file.path.clone(),
+        action,
+        backup: None,
+        set_aside,
+    })
+}
