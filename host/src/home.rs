@@ -189,6 +189,14 @@ pub struct PidInfo {
 pub fn write_private(path: &Path, contents: &[u8]) -> Result<()> {
     let dir = path.parent().unwrap_or_else(|| Path::new("."));
     fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
+    write_atomic(path, contents, None)
+}
+
+/// Writes `contents` to `path` through a temp file in the same folder and a
+/// rename. The temp file is created owner-only; `mode` then sets the exact
+/// permission bits (an agent's config keeps the ones it had).
+pub fn write_atomic(path: &Path, contents: &[u8], mode: Option<u32>) -> Result<()> {
+    let dir = path.parent().unwrap_or_else(|| Path::new("."));
     let file_name = path
         .file_name()
         .map(|n| n.to_string_lossy().into_owned())
@@ -203,6 +211,10 @@ pub fn write_private(path: &Path, contents: &[u8]) -> Result<()> {
             .open(&tmp)
             .with_context(|| format!("cannot write {}", tmp.display()))?;
         f.write_all(contents)?;
+        if let Some(mode) = mode {
+            // The open mode is masked by the umask; set the exact bits.
+            f.set_permissions(fs::Permissions::from_mode(mode & 0o7777))?;
+        }
         f.sync_all()?;
         fs::rename(&tmp, path).with_context(|| format!("cannot replace {}", path.display()))?;
         Ok(())

@@ -1,7 +1,7 @@
 //! What metaclaw has wired, the backups, and the two operations on them.
 
 use std::fs;
-use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
+use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result, bail};
@@ -124,37 +124,13 @@ fn stamp() -> String {
     chrono::Utc::now().format("%Y%m%dT%H%M%SZ").to_string()
 }
 
-/// Writes `bytes` to `path` atomically (temp file + rename) with `mode`.
+/// Writes `bytes` to `path` atomically with `mode`: an owner-only file
+/// (its folder created if need be), or an agent's file with its own bits.
 fn write_atomic(path: &Path, bytes: &[u8], mode: u32) -> Result<()> {
     if mode & 0o777 == 0o600 {
         return write_private(path, bytes);
     }
-    let dir = path.parent().unwrap_or_else(|| Path::new("."));
-    let name = path
-        .file_name()
-        .map(|n| n.to_string_lossy().into_owned())
-        .unwrap_or_else(|| "file".into());
-    let tmp = dir.join(format!(".{name}.metaclaw-tmp-{}", std::process::id()));
-    let result = (|| -> Result<()> {
-        use std::io::Write;
-        let mut f = fs::OpenOptions::new()
-            .create(true)
-            .truncate(true)
-            .write(true)
-            .mode(0o600)
-            .open(&tmp)
-            .with_context(|| format!("cannot write {}", tmp.display()))?;
-        f.write_all(bytes)?;
-        // The open mode is masked by the umask; set the exact bits.
-        f.set_permissions(fs::Permissions::from_mode(mode & 0o7777))?;
-        f.sync_all()?;
-        fs::rename(&tmp, path).with_context(|| format!("cannot replace {}", path.display()))?;
-        Ok(())
-    })();
-    if result.is_err() {
-        let _ = fs::remove_file(&tmp);
-    }
-    result
+    crate::home::write_atomic(path, bytes, Some(mode))
 }
 
 /// A free name beside `path`: `<file>.metaclaw-replaced-<time>[-N]`.
