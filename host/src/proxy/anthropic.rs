@@ -202,11 +202,22 @@ fn assistant_to_chat(content: &Value, i: usize) -> Result<Value, ApiError> {
             )));
         }
     };
+    // Thinking blocks are the model's own; they are not sent back upstream.
+    let (message, _thinking) = assistant_message(blocks);
+    Ok(Value::Object(message))
+}
+
+/// Anthropic assistant content blocks as a chat assistant message (text
+/// joined, `tool_use` as `tool_calls`; `content` null when there are only
+/// calls), and the text of its thinking blocks.
+fn assistant_message(blocks: &[Value]) -> (Map<String, Value>, String) {
     let mut text = String::new();
     let mut calls = Vec::new();
+    let mut thinking = String::new();
     for block in blocks {
         match block["type"].as_str() {
             Some("text") => text.push_str(block["text"].as_str().unwrap_or("")),
+            Some("thinking") => thinking.push_str(block["thinking"].as_str().unwrap_or("")),
             Some("tool_use") => calls.push(json!({
                 "id": block["id"],
                 "type": "function",
@@ -231,7 +242,7 @@ fn assistant_to_chat(content: &Value, i: usize) -> Result<Value, ApiError> {
     if !calls.is_empty() {
         message.insert("tool_calls".into(), Value::Array(calls));
     }
-    Ok(Value::Object(message))
+    (message, thinking)
 }
 
 /// A chat-completions request as an Anthropic Messages request.
@@ -473,34 +484,11 @@ pub fn response_from_chat(chat: &Value) -> Value {
 
 /// An Anthropic `message` as a `chat.completion`.
 pub fn response_to_chat(message: &Value) -> Value {
-    let mut text = String::new();
-    let mut calls = Vec::new();
-    let mut reasoning = String::new();
-    for block in message["content"].as_array().into_iter().flatten() {
-        match block["type"].as_str() {
-            Some("text") => text.push_str(block["text"].as_str().unwrap_or("")),
-            Some("thinking") => reasoning.push_str(block["thinking"].as_str().unwrap_or("")),
-            Some("tool_use") => calls.push(json!({
-                "id": block["id"],
-                "type": "function",
-                "function": {"name": block["name"], "arguments": block["input"].to_string()},
-            })),
-            _ => {}
-        }
-    }
-    let mut msg = Map::new();
-    msg.insert("role".into(), json!("assistant"));
-    msg.insert(
-        "content".into(),
-        if text.is_empty() && !calls.is_empty() {
-            Value::Null
-        } else {
-            json!(text)
-        },
-    );
-    if !calls.is_empty() {
-        msg.insert("tool_calls".into(), Value::Array(calls));
-    }
+    let blocks = message["content"]
+        .as_array()
+        .map(Vec::as_slice)
+        .unwrap_or(&[]);
+    let (mut msg, reasoning) = assistant_message(blocks);
     if !reasoning.is_empty() {
         msg.insert("reasoning_content".into(), json!(reasoning));
     }
