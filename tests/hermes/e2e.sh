@@ -20,25 +20,8 @@ root="$PWD"
 t_start=$(date +%s)
 
 # ---------------------------------------------------------------- helpers
-npass=0 nfail=0
-pass() { echo "PASS: $*"; npass=$((npass + 1)); }
-fail() { echo "FAIL: $*"; nfail=$((nfail + 1)); }
-die() { echo "FAIL: $*"; nfail=$((nfail + 1)); exit 1; }
-step() { echo "== $* ($(($(date +%s) - t_start))s)"; }
-check() { # <description> <command...>: PASS if the command succeeds
-  local what="$1"; shift
-  local out
-  if out="$("$@" 2>&1)"; then pass "$what${out:+ — $out}"; else fail "$what${out:+ — $out}"; fi
-}
-free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
-wait_for() { # <seconds> <description> <command...>: poll every 0.5 s
-  local secs="$1" what="$2"; shift 2
-  local deadline=$(($(date +%s) + secs))
-  until "$@" >/dev/null 2>&1; do
-    [ "$(date +%s)" -lt "$deadline" ] || die "timed out after ${secs}s waiting for $what"
-    sleep 0.5
-  done
-}
+# shellcheck source=../lib/agent-e2e.sh
+source "$root/tests/lib/agent-e2e.sh"
 
 work="$(mktemp -d "${TMPDIR:-/tmp}/metaclaw-hermes-e2e.XXXXXX")"
 upstream_pid="" metaclaw_started=false metaclaw_stopped=false
@@ -83,36 +66,10 @@ hermes="$venv_bin/hermes"
 hpython="$venv_bin/python" # has PyYAML (a Hermes dependency)
 
 # ---------------------------------------------------------------- metaclaw binary
-if [ -n "${METACLAW_BIN:-}" ]; then
-  bin="$METACLAW_BIN"
-elif [ -n "${CARGO_TARGET_DIR:-}" ]; then
-  bin="$CARGO_TARGET_DIR/debug/metaclaw"
-else
-  bin="$root/target/debug/metaclaw"
-fi
-if [ ! -x "$bin" ]; then
-  step "build metaclaw ($bin is missing)"
-  cargo build --locked -q -p metaclaw
-fi
-[ -x "$bin" ] || die "no metaclaw binary at $bin"
-plugins_dir="${METACLAW_BUILTIN_PLUGINS:-$(dirname "$(dirname "$bin")")/plugins/builtin}"
-if [ ! -f "$plugins_dir/bm25.wasm" ]; then
-  step "build the first-party plugins ($plugins_dir/bm25.wasm is missing)"
-  scripts/build-plugins --rust-only
-fi
-echo "metaclaw: $bin ($("$bin" --version))"
-start_help="$("$bin" start --help)"
-grep -q -- '--no-wire' <<<"$start_help" ||
-  die "$bin does not wire agents (no --no-wire in 'metaclaw start --help'): rebuild it (cargo build -p metaclaw)"
+find_metaclaw
 
 # ---------------------------------------------------------------- dummy upstream
-step "dummy upstream"
-upstream_port="$(free_port)"
-"$bin" dev upstream --port "$upstream_port" >"$work/upstream.log" 2>&1 &
-upstream_pid=$!
-upstream="http://127.0.0.1:$upstream_port"
-wait_for 30 "the dummy upstream on $upstream" curl -sf "$upstream/healthz"
-dummy_requests() { curl -sf --max-time 10 "$upstream/v1/dummy/requests?model=agent"; }
+start_dummy_upstream
 
 # ---------------------------------------------------------------- Hermes's home (the user's, before metaclaw)
 export HOME="$work/home" HERMES_HOME="$work/hermes-home"

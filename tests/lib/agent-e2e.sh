@@ -1,0 +1,71 @@
+# Shared by the real-agent end-to-end tests (tests/openclaw/e2e.sh,
+# tests/hermes/e2e.sh): assertions, waiting, the metaclaw binary and the
+# dummy upstream. Source it after setting `root` and `t_start`.
+
+npass=0 nfail=0
+pass() { echo "PASS: $*"; npass=$((npass + 1)); }
+fail() { echo "FAIL: $*"; nfail=$((nfail + 1)); }
+die() { echo "FAIL: $*"; nfail=$((nfail + 1)); exit 1; }
+step() { echo "== $* ($(($(date +%s) - t_start))s)"; }
+check() { # <description> <command...>: PASS if the command succeeds
+  local what="$1"; shift
+  local out
+  if out="$("$@" 2>&1)"; then pass "$what${out:+ — $out}"; else fail "$what${out:+ — $out}"; fi
+}
+eq() { # <got> <expected>
+  if [ "$1" = "$2" ]; then echo "$1"; else echo "got '$1', expected '$2'"; return 1; fi
+}
+free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+wait_for() { # <seconds> <description> <command...>: poll every 0.5 s
+  local secs="$1" what="$2"; shift 2
+  local deadline=$(($(date +%s) + secs))
+  until "$@" >/dev/null 2>&1; do
+    [ "$(date +%s)" -lt "$deadline" ] || die "timed out after ${secs}s waiting for $what"
+    sleep 0.5
+  done
+}
+
+
+# Sets `bin`: $METACLAW_BIN, else $CARGO_TARGET_DIR/debug/metaclaw, else
+# target/debug/metaclaw (built when missing), with its plugins beside it.
+find_metaclaw() {
+  if [ -n "${METACLAW_BIN:-}" ]; then
+    bin="$METACLAW_BIN"
+  elif [ -n "${CARGO_TARGET_DIR:-}" ]; then
+    bin="$CARGO_TARGET_DIR/debug/metaclaw"
+  else
+    bin="$root/target/debug/metaclaw"
+  fi
+  if [ ! -x "$bin" ]; then
+    step "build metaclaw ($bin is missing)"
+    cargo build --locked -q -p metaclaw
+  fi
+  [ -x "$bin" ] || die "no metaclaw binary at $bin"
+  # Skills are chosen by the bm25 retriever plugin, loaded from plugins/builtin
+  # beside the binary's folder (scripts/build-plugins puts it there).
+  plugins_dir="${METACLAW_BUILTIN_PLUGINS:-$(dirname "$(dirname "$bin")")/plugins/builtin}"
+  if [ ! -f "$plugins_dir/bm25.wasm" ]; then
+    step "build the first-party plugins ($plugins_dir/bm25.wasm is missing)"
+    scripts/build-plugins --rust-only
+  fi
+  echo "metaclaw: $bin ($("$bin" --version))"
+  # `metaclaw start` wires the agent and `stop --restore` undoes it; builds
+  # before that have no --no-wire. (Help is captured before grep: see
+  # tests/smoke.sh on grep -q and SIGPIPE.)
+  start_help="$("$bin" start --help)"
+  grep -q -- '--no-wire' <<<"$start_help" ||
+    die "$bin does not wire agents (no --no-wire in 'metaclaw start --help'): rebuild it (cargo build -p metaclaw)"
+
+}
+
+# Starts `metaclaw dev upstream` on a free port (logs in $work/upstream.log);
+# sets upstream_port, upstream_pid and upstream.
+start_dummy_upstream() {
+  step "dummy upstream"
+  upstream_port="$(free_port)"
+  "$bin" dev upstream --port "$upstream_port" >"$work/upstream.log" 2>&1 &
+  upstream_pid=$!
+  upstream="http://127.0.0.1:$upstream_port"
+  wait_for 30 "the dummy upstream on $upstream" curl -sf "$upstream/healthz"
+}
+dummy_requests() { curl -sf --max-time 10 "$upstream/v1/dummy/requests?model=agent"; }
