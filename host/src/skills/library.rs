@@ -85,6 +85,8 @@ pub struct Library {
     db: PathBuf,
     current: RwLock<Arc<Snapshot>>,
     loaded: std::sync::atomic::AtomicBool,
+    /// Times the folder was read (each reads every SKILL.md).
+    scans: std::sync::atomic::AtomicU64,
     watcher: Mutex<Option<notify::RecommendedWatcher>>,
 }
 
@@ -96,6 +98,7 @@ impl Library {
             db,
             current: RwLock::new(Arc::new(Snapshot::default())),
             loaded: std::sync::atomic::AtomicBool::new(false),
+            scans: std::sync::atomic::AtomicU64::new(0),
             watcher: Mutex::new(None),
         })
     }
@@ -112,6 +115,11 @@ impl Library {
         self.loaded.load(std::sync::atomic::Ordering::Acquire)
     }
 
+    /// How many times the folder has been read.
+    pub fn scans(&self) -> u64 {
+        self.scans.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
     pub fn snapshot(&self) -> Arc<Snapshot> {
         self.current.read().map(|s| s.clone()).unwrap_or_default()
     }
@@ -120,6 +128,8 @@ impl Library {
     /// when the caller knows (a CLI command), otherwise "on disk".
     pub fn rescan(&self, attribution: Option<&Attribution>) -> Arc<Snapshot> {
         let (skills, problems) = scan(&self.dir);
+        self.scans
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let versions: Vec<SkillVersion> = skills
             .iter()
             .map(|s| SkillVersion {
@@ -188,7 +198,7 @@ impl Library {
         }
         let (tx, rx) = std::sync::mpsc::channel::<()>();
         let watcher = notify::recommended_watcher(move |event: notify::Result<notify::Event>| {
-            if event.is_ok() {
+            if event.is_ok_and(|e| changes_files(&e.kind)) {
                 let _ = tx.send(());
             }
         });
@@ -232,6 +242,20 @@ impl Library {
         if let Err(e) = spawned {
             tracing::error!("cannot start the skills watcher: {e}");
         }
+    }
+}
+
+/// Whether a file event can change the library. Reads are not: inotify
+/// reports every open, so without this filter a rescan (which reads every
+/// SKILL.md) by this process or by another one watching the same folder
+/// would trigger the next rescan, forever.
+fn changes_files(kind: &notify::EventKind) -> bool {
+    use notify::EventKind;
+    use notify::event::{AccessKind, AccessMode};
+    match kind {
+        EventKind::Access(AccessKind::Close(AccessMode::Write)) => true,
+        EventKind::Access(_) => false,
+        _ => true,
     }
 }
 
@@ -298,5 +322,40 @@ mod tests {
         assert_eq!(beta.last().unwrap().change, "removed");
         // A second library over the same store sees the same generation.
         assert_eq!(Library::open(dir, db).snapshot().generation, 2);
+    }
+
+    /// Two libraries watching one folder (two daemons, or a daemon and
+    /// anything that reads skills) must not wake each other: reading is
+    /// not a change. Writing is.
+    #[test]
+    fn reads_do_not_trigger_rescans_but_writes_do() {
+        let home = tempfile::tempdir().unwrap();
+        let dir = home.path().join("skills");
+        for i in 0..20 {
+            write(&dir, &format!("s{i}"), &skill(&format!("s{i}"), "S"));
+        }
+        let a = Library::open(dir.clone(), home.path().join("a.db"));
+        let b = Library::open(dir.clone(), home.path().join("b.db"));
+        a.watch(Duration::from_millis(20), |_| {});
+        b.watch(Duration::from_millis(20), |_| {});
+        // Each reads the whole folder, as a rescan does.
+        a.rescan(None);
+        b.rescan(None);
+        for i in 0..20 {
+            std::fs::read(dir.join(format!("s{i}/SKILL.md"))).unwrap();
+        }
+        std::thread::sleep(Duration::from_millis(500));
+        assert_eq!((a.scans(), b.scans()), (2, 2), "reads caused rescans");
+        write(&dir, "s0", &skill("s0", "S, edited"));
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        while a.scans() < 3 && std::time::Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        assert!(a.scans() >= 3, "a write did not cause a rescan");
+        // ...and the rescans it caused settle instead of feeding each other.
+        std::thread::sleep(Duration::from_millis(500));
+        let settled = (a.scans(), b.scans());
+        std::thread::sleep(Duration::from_millis(500));
+        assert_eq!((a.scans(), b.scans()), settled);
     }
 }
