@@ -509,3 +509,89 @@ async fn a_missing_local_model_is_a_status_warning_and_bm25_serves() {
     .await;
     assert!(seen.contains("### git-rebase-safely (v"), "{seen}");
 }
+
+/// While a retriever indexes a large library, turns must not start more
+/// indexes beside it (each would hold its own instance, memory and CPU
+/// until the library is indexed): they go without skills, at once, and the
+/// index finishes in about the time it takes alone.
+#[test]
+fn turns_during_indexing_do_not_pile_up_more_indexes() {
+    use metaclaw::plugins::types::{Skill, TurnContext};
+    use metaclaw::plugins::{CallError, Grants, Limits, PluginEngine};
+    use std::sync::Arc;
+
+    let cache = tempfile::tempdir().unwrap();
+    let engine = PluginEngine::new(Some(cache.path().to_path_buf())).unwrap();
+    let limits = Limits {
+        timeout: Duration::from_secs(60),
+        memory_bytes: 1 << 30,
+        ..Limits::default()
+    };
+    let bm25 = Arc::new(load_built(
+        &engine,
+        "builtin/bm25.wasm",
+        Grants::default(),
+        None,
+        limits,
+    ));
+    let skills: Arc<Vec<Skill>> = Arc::new(
+        (0..3_000)
+            .map(|i| Skill {
+                id: format!("s{i}"),
+                name: format!("s{i}"),
+                description: format!("commit message rebase conflict number {i}"),
+                category: "general".into(),
+                tags: vec![format!("t{}", i % 97)],
+                version: "1.0.0".into(),
+                body: format!("write the subject in the imperative mood {i} ").repeat(20),
+            })
+            .collect(),
+    );
+    let context = TurnContext {
+        session_id: "s".into(),
+        turn_type: "main".into(),
+        model: "m".into(),
+        system_prompt: String::new(),
+        messages: Vec::new(),
+        query: "how do I write a commit message".into(),
+    };
+    let index_timeout = Duration::from_secs(120);
+
+    let warming = {
+        let (bm25, skills) = (bm25.clone(), skills.clone());
+        std::thread::spawn(move || {
+            let t = Instant::now();
+            bm25.warm(&skills, 1, index_timeout).unwrap();
+            t.elapsed()
+        })
+    };
+    // Turns arriving meanwhile.
+    std::thread::sleep(Duration::from_millis(20));
+    let mut refused = 0;
+    let mut slowest = Duration::ZERO;
+    while !warming.is_finished() {
+        let t = Instant::now();
+        match bm25.retrieve(&skills, 1, &context, 8, index_timeout) {
+            Err(CallError::Indexing) => refused += 1,
+            Ok(_) => {}
+            Err(e) => panic!("unexpected error while indexing: {e}"),
+        }
+        slowest = slowest.max(t.elapsed());
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    let took = warming.join().unwrap();
+    eprintln!("index {took:?}; {refused} turns went without; slowest of them {slowest:?}");
+    assert!(
+        refused > 0,
+        "no turn arrived while indexing (index took {took:?})"
+    );
+    assert!(
+        slowest < took / 2,
+        "a turn waited {slowest:?} during an index of {took:?}: it indexed again"
+    );
+    // Indexed now: turns get skills.
+    let ranked = bm25
+        .retrieve(&skills, 1, &context, 8, index_timeout)
+        .unwrap();
+    assert!(!ranked.is_empty());
+}

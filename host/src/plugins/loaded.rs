@@ -129,6 +129,11 @@ pub enum CallError {
     /// plugin's fault, so not counted against it.
     #[error("the embedding backend failed: {0}")]
     Embed(String),
+    /// The retriever is indexing the current library (at start, after a
+    /// change): this turn goes to the next retriever, or without skills,
+    /// instead of starting another index beside it.
+    #[error("still indexing the skills")]
+    Indexing,
 }
 
 enum Pre {
@@ -173,6 +178,9 @@ pub struct Loaded {
     engine: Arc<PluginEngine>,
     pre: Pre,
     pool: Mutex<Vec<Instance>>,
+    /// Held while an instance indexes the library: one index at a time,
+    /// however many turns arrive meanwhile.
+    indexing: Mutex<()>,
     embedder: Option<Arc<dyn Embedder>>,
     kv: Arc<Mutex<KvCache>>,
     label: Arc<str>,
@@ -293,6 +301,7 @@ impl Loaded {
             engine: engine.clone(),
             pre,
             pool: Mutex::new(Vec::new()),
+            indexing: Mutex::new(()),
             embedder,
             kv: Arc::new(Mutex::new(KvCache::default())),
             label: "(loading)".into(),
@@ -430,6 +439,8 @@ impl Loaded {
                 drop(instance);
                 Err(self.failed(error))
             }
+            // Not a failure. The instance is dropped, not pooled: the pool
+            // should fill with the indexed instances `warm` hands back.
             Err(e) => Err(e),
         }
     }
@@ -553,6 +564,11 @@ impl Loaded {
                 return Err(CallError::WrongKind(self.info.kind.as_str()));
             };
             if *indexed != Some(generation) {
+                // Another turn (or `warm`) is indexing: don't pile up a
+                // second index of the same library beside it.
+                let Ok(_indexing) = self.indexing.try_lock() else {
+                    return Err(CallError::Indexing);
+                };
                 store.set_epoch_deadline(index_ticks);
                 store.data_mut().embed_purpose = EmbedPurpose::Index;
                 let outcome =
@@ -597,6 +613,10 @@ impl Loaded {
         generation: u64,
         index_timeout: Duration,
     ) -> Result<(), CallError> {
+        let _indexing = self
+            .indexing
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
         let mut held = Vec::new();
         while let Some(instance) = self.pool.lock().ok().and_then(|mut p| p.pop()) {
             held.push(instance);

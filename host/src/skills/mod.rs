@@ -323,6 +323,12 @@ impl Skills {
                         selection.ranked = ranked.iter().map(|r| (r.id.clone(), r.score)).collect();
                         break;
                     }
+                    // Expected while the library is being indexed; not worth a
+                    // warning per turn.
+                    Err(e @ crate::plugins::CallError::Indexing) => tracing::debug!(
+                        retriever = retriever.label(),
+                        "{e}; trying the next retriever"
+                    ),
                     Err(e) => tracing::warn!(
                         retriever = retriever.label(),
                         "retrieval failed, trying the next: {e}"
