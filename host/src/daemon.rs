@@ -339,6 +339,7 @@ pub async fn run(options: DaemonOptions) -> Result<()> {
         server::router(app.clone()),
         shutdown_signal(),
         grace,
+        config.proxy.timeouts.client_header.get(),
     )
     .await;
     sweeper.abort();

@@ -18,7 +18,7 @@ pub enum ApiError {
     #[error("request body exceeds the limit of {limit} bytes (proxy.max_body_mb)")]
     PayloadTooLarge { limit: usize },
     #[error("the client did not send the request body within {secs} s")]
-    ClientBodyTimeout { secs: u64 },
+    ClientBodyTimeout { secs: f64 },
     #[error("{0}")]
     Unauthorized(&'static str),
     #[error("{0}")]
@@ -28,7 +28,7 @@ pub enum ApiError {
     #[error("upstream {base} is unreachable: {reason}")]
     UpstreamUnreachable { base: String, reason: String },
     #[error("upstream did not answer within {secs} s ({phase})")]
-    UpstreamTimeout { phase: &'static str, secs: u64 },
+    UpstreamTimeout { phase: &'static str, secs: f64 },
     /// The upstream answered with an error status; its body is passed on as
     /// it was when it already is an OpenAI-style error, wrapped otherwise.
     #[error("upstream answered {status}")]
@@ -206,7 +206,7 @@ mod tests {
             ApiError::Unauthorized("missing token"),
             ApiError::UpstreamTimeout {
                 phase: "first byte",
-                secs: 3,
+                secs: 3.0,
             },
         ];
         for e in errors {

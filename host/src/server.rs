@@ -1,5 +1,5 @@
-//! The HTTP surface: routes, authentication, and serving with TCP_NODELAY
-//! and a bounded graceful shutdown.
+//! The HTTP surface: routes, authentication, and serving with TCP_NODELAY,
+//! a deadline on request headers and a bounded graceful shutdown.
 //!
 //! | route | auth |
 //! |---|---|
@@ -14,7 +14,7 @@
 //! | `GET /admin/plugins`, `POST /admin/plugins/reload` | the admin token, always |
 //! | `POST /admin/learn/now` (`{"session": ID}` or `{}`) | the admin token, always |
 
-use std::future::{Future, IntoFuture};
+use std::future::Future;
 use std::time::Duration;
 
 use axum::Router;
@@ -23,7 +23,7 @@ use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
-use axum::serve::ListenerExt;
+use axum::serve::{Listener, ListenerExt};
 use serde_json::json;
 use subtle::ConstantTimeEq;
 
@@ -67,36 +67,62 @@ pub fn router(app: SharedApp) -> Router {
 
 /// Serves until `shutdown` resolves, then lets requests in flight finish for
 /// up to `grace` before dropping them (streams cut this way are recorded as
-/// incomplete).
+/// incomplete). A connection whose request headers are not all in within
+/// `header_timeout` (an idle keep-alive one included) is closed, so slow or
+/// silent clients cannot hold connections forever; request bodies have their
+/// own deadline (`proxy.timeouts.client_body`, in the handlers).
 pub async fn serve(
     listener: tokio::net::TcpListener,
     router: Router,
     shutdown: impl Future<Output = ()> + Send + 'static,
     grace: Duration,
+    header_timeout: Duration,
 ) -> std::io::Result<()> {
-    let listener = listener.tap_io(|tcp| {
+    use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
+    use hyper_util::server::conn::auto::Builder;
+    use hyper_util::server::graceful::GracefulShutdown;
+    use hyper_util::service::TowerToHyperService;
+
+    let mut listener = listener.tap_io(|tcp| {
         // Without it, small SSE frames wait on delayed ACKs (40 ms stalls).
         if let Err(e) = tcp.set_nodelay(true) {
             tracing::debug!("cannot set TCP_NODELAY: {e}");
         }
     });
-    let (began_tx, began_rx) = tokio::sync::oneshot::channel::<()>();
-    let server = axum::serve(listener, router).with_graceful_shutdown(async move {
-        shutdown.await;
-        let _ = began_tx.send(());
-    });
-    tokio::select! {
-        result = server.into_future() => result,
-        () = async {
-            match began_rx.await {
-                Ok(()) => tokio::time::sleep(grace).await,
-                Err(_) => std::future::pending().await,
+    // HTTP/1 only: guessing the version first would wait on a silent
+    // client's first bytes with no deadline at all.
+    let mut builder = Builder::new(TokioExecutor::new()).http1_only();
+    builder
+        .http1()
+        .timer(TokioTimer::new())
+        .header_read_timeout(header_timeout);
+    let graceful = GracefulShutdown::new();
+    let mut shutdown = std::pin::pin!(shutdown);
+    loop {
+        // `accept` rides out errors itself (a full fd table: it logs and
+        // waits a second rather than spinning).
+        let (io, _remote) = tokio::select! {
+            accepted = listener.accept() => accepted,
+            () = &mut shutdown => break,
+        };
+        let connection = builder
+            .serve_connection(TokioIo::new(io), TowerToHyperService::new(router.clone()))
+            .into_owned();
+        let connection = graceful.watch(connection);
+        tokio::spawn(async move {
+            if let Err(e) = connection.await {
+                tracing::trace!("connection ended: {e}");
             }
-        } => {
+        });
+    }
+    drop(listener);
+    tokio::select! {
+        () = graceful.shutdown() => {}
+        () = tokio::time::sleep(grace) => {
             tracing::warn!("requests still in flight after {grace:?}; closing them");
-            Ok(())
         }
     }
+    Ok(())
 }
 
 async fn require_proxy_token(

@@ -128,16 +128,22 @@ pub fn read_raw(path: &Path) -> Result<(Value, bool), ConfigError> {
             });
         }
     };
+    Ok((parse_raw(&text, path)?, true))
+}
+
+/// The text of a config file as a generic tree (`path` only names it in
+/// errors); empty text is an empty mapping.
+pub fn parse_raw(text: &str, path: &Path) -> Result<Value, ConfigError> {
     if text.trim().is_empty() {
-        return Ok((Value::Object(Map::new()), true));
+        return Ok(Value::Object(Map::new()));
     }
-    let value: Value = serde_saphyr::from_str(&text).map_err(|e| ConfigError::Syntax {
+    let value: Value = serde_saphyr::from_str(text).map_err(|e| ConfigError::Syntax {
         path: path.to_path_buf(),
         message: e.to_string(),
     })?;
     match value {
-        Value::Object(_) => Ok((value, true)),
-        Value::Null => Ok((Value::Object(Map::new()), true)),
+        Value::Object(_) => Ok(value),
+        Value::Null => Ok(Value::Object(Map::new())),
         other => Err(ConfigError::NotAMapping {
             path: path.to_path_buf(),
             found: kind_name(&other),
@@ -289,6 +295,7 @@ pub fn validate(config: &Config) -> Result<(), ConfigError> {
         ("proxy.timeouts.first_byte", t.first_byte),
         ("proxy.timeouts.between_chunks", t.between_chunks),
         ("proxy.timeouts.client_body", t.client_body),
+        ("proxy.timeouts.client_header", t.client_header),
         ("sessions.idle_timeout", config.sessions.idle_timeout),
     ] {
         if d.get().is_zero() {

@@ -203,6 +203,10 @@ pub struct ProxyTimeouts {
     pub between_chunks: Dur,
     /// Longest time a client may take to send its request body.
     pub client_body: Dur,
+    /// Longest time a client may take to send its request headers (also how
+    /// long an idle keep-alive connection is kept): slow or silent clients
+    /// cannot hold connections forever.
+    pub client_header: Dur,
 }
 
 impl Default for ProxyTimeouts {
@@ -212,6 +216,7 @@ impl Default for ProxyTimeouts {
             first_byte: Dur::secs(300),
             between_chunks: Dur::secs(120),
             client_body: Dur::secs(30),
+            client_header: Dur::secs(30),
         }
     }
 }

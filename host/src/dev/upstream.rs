@@ -14,6 +14,8 @@
 //! | `error-<status>` | that HTTP status with an OpenAI-style error body |
 //! | `flaky` | 503 on every other call (the first fails), else like `echo` |
 //! | `hang` | never answers |
+//! | `reset` | reads the request, then drops the connection without a response |
+//! | `reset-after-<n>` | starts the answer (streamed: `n` chunks `chunk-1 … chunk-n`; else half the JSON, or on `/v1/messages` nothing), then drops the connection mid-body |
 //! | `judge` | a judge's verdict (`Score: N`) from the prompt's "What happened next" |
 //! | `judge-split` | votes 1, -1, 0, 1, … in turn (a judge that cannot agree) |
 //! | `judge-flaky` | 429 with `Retry-After: 1` on every other call, else like `judge` |
@@ -88,6 +90,8 @@ enum Behaviour {
     Error(u16),
     Flaky,
     Hang,
+    Reset,
+    ResetAfter(u32),
     Judge,
     JudgeSplit,
     JudgeFlaky,
@@ -108,6 +112,8 @@ const BEHAVIOURS: &[&str] = &[
     "error-<status>",
     "flaky",
     "hang",
+    "reset",
+    "reset-after-<n>",
     "judge",
     "judge-split",
     "judge-flaky",
@@ -127,6 +133,7 @@ fn behaviour(model: &str) -> Option<Behaviour> {
         "agent" => Behaviour::Agent,
         "flaky" => Behaviour::Flaky,
         "hang" => Behaviour::Hang,
+        "reset" => Behaviour::Reset,
         "judge" => Behaviour::Judge,
         "judge-split" => Behaviour::JudgeSplit,
         "judge-flaky" => Behaviour::JudgeFlaky,
@@ -144,6 +151,8 @@ fn behaviour(model: &str) -> Option<Behaviour> {
                 }
             } else if let Some(ms) = name.strip_prefix("evolver-slow-") {
                 Behaviour::EvolverSlow(ms.parse().ok()?)
+            } else if let Some(n) = name.strip_prefix("reset-after-") {
+                Behaviour::ResetAfter(n.parse().ok()?)
             } else if let Some(k) = name.strip_prefix("tool-call-") {
                 Behaviour::ToolCall(k.parse::<u32>().ok()?.clamp(1, 16))
             } else if let Some(status) = name.strip_prefix("error-") {
@@ -395,9 +404,10 @@ async fn anthropic_messages(
         .get(header::CONTENT_TYPE)
         .is_some_and(|v| v.as_bytes().starts_with(b"text/event-stream"));
     if !streamed {
-        let bytes = axum::body::to_bytes(body, 64 << 20)
-            .await
-            .unwrap_or_default();
+        let Ok(bytes) = axum::body::to_bytes(body, 64 << 20).await else {
+            // `reset`: the connection is cut here too.
+            return cut("application/json", Vec::new());
+        };
         let chat: Value = serde_json::from_slice(&bytes).unwrap_or(Value::Null);
         return axum::Json(anthropic::response_from_chat(&chat)).into_response();
     }
@@ -406,14 +416,23 @@ async fn anthropic_messages(
     let mut chain = dialect::Chain(vec![Box::new(anthropic::FromChatStream::default())]);
     let mut upstream = body.into_data_stream();
     let events = async_stream_events(move |tx| async move {
-        while let Some(Ok(chunk)) = upstream.next().await {
+        while let Some(chunk) = upstream.next().await {
+            let Ok(chunk) = chunk else {
+                // `reset-after-<n>`: cut this connection too, mid-stream.
+                let cut = std::io::Error::new(
+                    std::io::ErrorKind::ConnectionReset,
+                    "dummy: connection cut",
+                );
+                let _ = tx.send(Err(cut)).await;
+                return;
+            };
             let mut events = Vec::new();
             parser.push(&chunk, &mut |e| events.push(e));
             let mut out = Vec::new();
             for e in chain.run(events, false) {
                 dialect::encode(&e, &mut out);
             }
-            if !out.is_empty() && tx.send(Bytes::from(out)).await.is_err() {
+            if !out.is_empty() && tx.send(Ok(Bytes::from(out))).await.is_err() {
                 return;
             }
         }
@@ -421,7 +440,7 @@ async fn anthropic_messages(
         for e in chain.run(Vec::new(), true) {
             dialect::encode(&e, &mut out);
         }
-        let _ = tx.send(Bytes::from(out)).await;
+        let _ = tx.send(Ok(Bytes::from(out))).await;
     });
     (
         [(
@@ -434,17 +453,14 @@ async fn anthropic_messages(
 }
 
 /// A body fed by a task through a small channel.
-fn async_stream_events<F, Fut>(produce: F) -> impl Stream<Item = Result<Bytes, Infallible>>
+fn async_stream_events<F, Fut>(produce: F) -> impl Stream<Item = Result<Bytes, std::io::Error>>
 where
-    F: FnOnce(tokio::sync::mpsc::Sender<Bytes>) -> Fut,
+    F: FnOnce(tokio::sync::mpsc::Sender<Result<Bytes, std::io::Error>>) -> Fut,
     Fut: std::future::Future<Output = ()> + Send + 'static,
 {
-    let (tx, rx) = tokio::sync::mpsc::channel::<Bytes>(16);
+    let (tx, rx) = tokio::sync::mpsc::channel::<Result<Bytes, std::io::Error>>(16);
     tokio::spawn(produce(tx));
-    stream::unfold(
-        rx,
-        |mut rx| async move { rx.recv().await.map(|b| (Ok(b), rx)) },
-    )
+    stream::unfold(rx, |mut rx| async move { rx.recv().await.map(|b| (b, rx)) })
 }
 
 /// The answer to a chat request (already recorded).
@@ -537,6 +553,20 @@ async fn answer(
             std::future::pending::<()>().await;
             return error(StatusCode::INTERNAL_SERVER_ERROR, "unreachable");
         }
+        Behaviour::Reset => return cut("application/json", Vec::new()),
+        Behaviour::ResetAfter(n) => {
+            let parts: Vec<Part> = (1..=n).map(|i| Part::Text(format!("chunk-{i} "))).collect();
+            if stream {
+                // The role chunk, then `n` content chunks: no finish, no [DONE].
+                let mut frames = answer.frames(&parts, "stop", false);
+                frames.truncate(1 + n as usize);
+                return cut("text/event-stream", frames);
+            }
+            // The first half of the JSON answer.
+            let whole = answer.whole(&parts, "stop").to_string();
+            let half = Bytes::copy_from_slice(&whole.as_bytes()[..whole.len() / 2]);
+            return cut("application/json", vec![half]);
+        }
         Behaviour::Judge => (
             vec![Part::Text(learning::judge_reply(
                 &last_user_text(&request),
@@ -620,6 +650,35 @@ async fn answer(
         tokio::time::sleep(Duration::from_millis(delay * parts.len() as u64)).await;
     }
     axum::Json(answer.whole(&parts, finish)).into_response()
+}
+
+/// A response whose connection is cut: `frames` go out (each flushed before
+/// the next), then the body fails and the server drops the connection
+/// mid-message. With no frames the body fails before the response head is
+/// flushed, so the client gets no response at all, only the closed socket.
+fn cut(content_type: &'static str, frames: Vec<Bytes>) -> Response {
+    let sent = !frames.is_empty();
+    let frames = stream::iter(frames.into_iter().enumerate()).then(|(i, frame)| async move {
+        if i > 0 {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        Ok::<Bytes, std::io::Error>(frame)
+    });
+    let failure = stream::once(async move {
+        if sent {
+            // Long enough for the last frame to be flushed.
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        Err(std::io::Error::new(
+            std::io::ErrorKind::ConnectionReset,
+            "dummy: connection cut",
+        ))
+    });
+    (
+        [(header::CONTENT_TYPE, HeaderValue::from_static(content_type))],
+        Body::from_stream(frames.chain(failure)),
+    )
+        .into_response()
 }
 
 /// A piece of the answer: text, or a tool call.
@@ -925,6 +984,8 @@ mod tests {
         assert_eq!(behaviour("tool-call-2"), Some(Behaviour::ToolCall(2)));
         assert_eq!(behaviour("error-429"), Some(Behaviour::Error(429)));
         assert_eq!(behaviour("error-99"), None);
+        assert_eq!(behaviour("reset"), Some(Behaviour::Reset));
+        assert_eq!(behaviour("reset-after-3"), Some(Behaviour::ResetAfter(3)));
         assert_eq!(behaviour("gpt-4o"), None);
     }
 

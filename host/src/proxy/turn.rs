@@ -432,7 +432,7 @@ pub async fn read_body(body: Body, limits: &Limits) -> Result<Bytes, ApiError> {
     match tokio::time::timeout(limits.client_body_timeout, read).await {
         Ok(result) => result,
         Err(_) => Err(ApiError::ClientBodyTimeout {
-            secs: limits.client_body_timeout.as_secs(),
+            secs: limits.client_body_timeout.as_secs_f64(),
         }),
     }
 }
@@ -573,7 +573,7 @@ async fn read_whole(
             Err(_) => {
                 return Err(ApiError::UpstreamTimeout {
                     phase: "reading the response body",
-                    secs: upstream.between_chunks_timeout.as_secs(),
+                    secs: upstream.between_chunks_timeout.as_secs_f64(),
                 });
             }
             Ok(None) => return Ok(Bytes::from(buf)),

@@ -281,7 +281,7 @@ impl Upstream {
         match tokio::time::timeout(self.first_byte_timeout, send).await {
             Err(_) => Err(ApiError::UpstreamTimeout {
                 phase: "waiting for the response to start",
-                secs: self.first_byte_timeout.as_secs(),
+                secs: self.first_byte_timeout.as_secs_f64(),
             }),
             Ok(Err(e)) => Err(transport_error(base, &e)),
             Ok(Ok(response)) => Ok(response),
@@ -296,7 +296,7 @@ impl Upstream {
         match tokio::time::timeout(Duration::from_secs(10), req.send()).await {
             Err(_) => Err(ApiError::UpstreamTimeout {
                 phase: "GET",
-                secs: 10,
+                secs: 10.0,
             }),
             Ok(Err(e)) => Err(self.transport_error(&e)),
             Ok(Ok(r)) => Ok(r),
@@ -341,9 +341,14 @@ fn transport_error(base: &str, e: &reqwest::Error) -> ApiError {
         } else {
             "transport error".to_string()
         };
-        let detail = std::error::Error::source(e)
-            .map(|s| s.to_string())
-            .unwrap_or_else(|| e.to_string());
+        // The innermost cause says what happened ("connection closed
+        // before message completed"); the layers above it only say where.
+        let mut detail = e.to_string();
+        let mut source = std::error::Error::source(e);
+        while let Some(cause) = source {
+            detail = cause.to_string();
+            source = cause.source();
+        }
         ApiError::UpstreamUnreachable {
             base: base.to_string(),
             reason: format!("{reason}: {detail}"),
