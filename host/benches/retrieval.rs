@@ -21,13 +21,16 @@
 
 #[path = "../tests/common/mod.rs"]
 mod common;
+#[path = "support/skillgen.rs"]
+mod skillgen;
 
-use std::path::Path;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use metaclaw::plugins::types::{Skill, TurnContext};
+use skillgen::{builtin_bank, generated, queries};
+
 use metaclaw::plugins::{EmbedPurpose, Embedder, Grants, Limits, Loaded, PluginEngine};
 
 const DIM: usize = 384;
@@ -65,90 +68,6 @@ fn load(engine: &Arc<PluginEngine>, rel: &str, embedder: Arc<Hashing>) -> Loaded
     let grants = Grants::parse(&["embed".to_string()]).unwrap();
     let embedder: Arc<dyn Embedder> = embedder;
     common::load_built(engine, rel, grants, Some(embedder), limits)
-}
-
-/// A small deterministic generator (xorshift).
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0
-    }
-    fn pick<'a>(&mut self, words: &'a [String]) -> &'a str {
-        &words[(self.next() % words.len() as u64) as usize]
-    }
-    fn phrase(&mut self, words: &[String], n: usize) -> String {
-        (0..n)
-            .map(|_| self.pick(words).to_string())
-            .collect::<Vec<_>>()
-            .join(" ")
-    }
-}
-
-fn repo() -> &'static Path {
-    Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap()
-}
-
-fn builtin_bank() -> Vec<Skill> {
-    let tmp = tempfile::tempdir().unwrap();
-    let library =
-        metaclaw::skills::library::Library::open(repo().join("skills"), tmp.path().join("db"));
-    library
-        .snapshot()
-        .skills
-        .iter()
-        .map(|s| metaclaw::skills::to_wit(s))
-        .collect()
-}
-
-/// `n` skills written from the built-in bank's vocabulary (so term
-/// frequencies look like real skills'), with bodies of 80–160 words.
-fn generated(n: usize, bank: &[Skill]) -> Vec<Skill> {
-    let mut words: Vec<String> = bank
-        .iter()
-        .flat_map(|s| {
-            format!("{} {} {}", s.description, s.tags.join(" "), s.body)
-                .split(|c: char| !c.is_alphanumeric())
-                .filter(|w| w.len() > 2)
-                .map(str::to_lowercase)
-                .collect::<Vec<_>>()
-        })
-        .collect();
-    words.sort();
-    words.dedup();
-    let mut rng = Rng(0x9E37_79B9_7F4A_7C15);
-    (0..n)
-        .map(|i| {
-            let name = format!("{}-{i}", rng.phrase(&words, 3).replace(' ', "-"));
-            let body_words = 80 + (rng.next() % 80) as usize;
-            Skill {
-                id: name.clone(),
-                name,
-                description: rng.phrase(&words, 12),
-                category: "general".into(),
-                tags: (0..3).map(|_| rng.pick(&words).to_string()).collect(),
-                version: "1.0.0".into(),
-                body: rng.phrase(&words, body_words),
-            }
-        })
-        .collect()
-}
-
-fn queries() -> Vec<String> {
-    #[derive(serde::Deserialize)]
-    struct Set {
-        queries: Vec<Case>,
-    }
-    #[derive(serde::Deserialize)]
-    struct Case {
-        query: String,
-    }
-    let text = std::fs::read_to_string(repo().join("tests/data/retrieval-queries.yaml")).unwrap();
-    let set: Set = serde_saphyr::from_str(&text).unwrap();
-    set.queries.into_iter().map(|c| c.query).collect()
 }
 
 fn context(query: &str) -> TurnContext {
@@ -302,7 +221,7 @@ fn query_embedding(queries: &[String], quick: bool) {
         );
         return;
     };
-    let dir = metaclaw::embeddings::model_dir(Path::new(&dir)).unwrap();
+    let dir = metaclaw::embeddings::model_dir(std::path::Path::new(&dir)).unwrap();
     let model = metaclaw::embeddings::minilm::MiniLm::open(&dir).unwrap();
     let start = Instant::now();
     model.embed(&queries[..1]).unwrap();
