@@ -22,6 +22,10 @@ impl Dur {
     }
 }
 
+/// The longest duration a config may give (about 31,700 years): longer ones
+/// are mistakes, and the text written for them would not read back.
+const MAX_SECS: u64 = 1_000_000_000_000;
+
 /// Parses `"1m30s"`-style text. Errors say what was wrong.
 pub fn parse_duration(text: &str) -> Result<Duration, String> {
     let text = text.trim();
@@ -29,6 +33,9 @@ pub fn parse_duration(text: &str) -> Result<Duration, String> {
         return Err("empty duration".into());
     }
     if let Ok(secs) = text.parse::<u64>() {
+        if secs > MAX_SECS {
+            return Err(format!("duration out of range: {text:?}"));
+        }
         return Ok(Duration::from_secs(secs));
     }
     let mut total = Duration::ZERO;
@@ -66,9 +73,20 @@ pub fn parse_duration(text: &str) -> Result<Duration, String> {
         if !secs.is_finite() || !(0.0..=1e12).contains(&secs) {
             return Err(format!("duration out of range: {text:?}"));
         }
-        total += Duration::from_secs_f64(secs);
+        total += to_millis(secs);
+        // The sum too, or the text written for it would not read back.
+        if total > Duration::from_secs(MAX_SECS) {
+            return Err(format!("duration out of range: {text:?}"));
+        }
     }
     Ok(total)
+}
+
+/// `secs` to the millisecond, the finest unit [`format_duration`] writes:
+/// what `config show` prints is then exactly the value in force, and a
+/// config written from the typed value reads back the same.
+fn to_millis(secs: f64) -> Duration {
+    Duration::from_millis((secs * 1000.0).round() as u64)
 }
 
 /// The shortest exact text for a duration (`"30m"`, `"250ms"`, `"1m30s"`).
@@ -114,16 +132,18 @@ impl<'de> Deserialize<'de> for Dur {
                 )
             }
             fn visit_u64<E: de::Error>(self, v: u64) -> Result<Dur, E> {
+                if v > MAX_SECS {
+                    return Err(E::custom("a duration must be at most 1e12 seconds"));
+                }
                 Ok(Dur(Duration::from_secs(v)))
             }
             fn visit_i64<E: de::Error>(self, v: i64) -> Result<Dur, E> {
-                u64::try_from(v)
-                    .map(|s| Dur(Duration::from_secs(s)))
-                    .map_err(|_| E::custom("a duration cannot be negative"))
+                let v = u64::try_from(v).map_err(|_| E::custom("a duration cannot be negative"))?;
+                self.visit_u64(v)
             }
             fn visit_f64<E: de::Error>(self, v: f64) -> Result<Dur, E> {
                 if v.is_finite() && (0.0..1e12).contains(&v) {
-                    Ok(Dur(Duration::from_secs_f64(v)))
+                    Ok(Dur(to_millis(v)))
                 } else {
                     Err(E::custom(
                         "a duration must be a non-negative number of seconds",

@@ -214,9 +214,16 @@ fn describe_json_error(body: &[u8], e: &serde_json::Error) -> ApiError {
                     None => ApiError::BadRequest(
                         "`messages` is required: a list of chat messages".into(),
                     ),
-                    Some(serde_json::Value::Array(_)) => ApiError::BadRequest(format!(
-                        "invalid request: {e} (each message needs a string `role`)"
-                    )),
+                    Some(serde_json::Value::Array(messages))
+                        if messages.iter().any(|m| !m["role"].is_string()) =>
+                    {
+                        ApiError::BadRequest(format!(
+                            "invalid request: {e} (each message needs a string `role`)"
+                        ))
+                    }
+                    Some(serde_json::Value::Array(_)) => {
+                        ApiError::BadRequest(format!("invalid request: {e}"))
+                    }
                     Some(_) => {
                         ApiError::BadRequest("`messages` must be a list of chat messages".into())
                     }

@@ -136,8 +136,8 @@ pub fn parse(id: &str, text: &str) -> Result<Skill, String> {
         return Err("the frontmatter is not closed by a `---` line".into());
     };
     let yaml = &rest[..end];
-    let body = rest[end..]
-        .trim_start_matches("\n---")
+    // Past the closing `---` line only: a body may itself start with one.
+    let body = rest[end + "\n---".len()..]
         .trim_start_matches(['\r', '\n'])
         .trim_end();
     let fm: Frontmatter = serde_saphyr::from_str(yaml).map_err(|e| {
