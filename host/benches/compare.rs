@@ -48,6 +48,9 @@ struct Options {
     rates: Vec<u32>,
     secs: u32,
     skills: usize,
+    /// The embedding side's library: the real model embeds every skill once
+    /// (about 50 ms each on one core of this machine), so it gets fewer.
+    embedding_skills: usize,
     original: bool,
     embeddings: bool,
     starts: u32,
@@ -80,6 +83,7 @@ fn options() -> Options {
             }),
         secs: num("--secs", 1, 5) as u32,
         skills: num("--skills", 500, 10_000) as usize,
+        embedding_skills: num("--embedding-skills", 100, 1_000) as usize,
         original: !flag("--no-original"),
         embeddings: !flag("--no-embeddings"),
         starts: num("--starts", 1, 5) as u32,
@@ -95,6 +99,8 @@ struct Side {
     pid: Option<u32>,
     /// Set once the side could not keep up; higher rates skip it.
     saturated: Option<String>,
+    /// A metaclaw side's home and port (for its admin status).
+    admin: Option<(PathBuf, u16)>,
     _proc: Option<Proc>,
 }
 
@@ -599,18 +605,32 @@ fn start_original(dummy: &str, skills: &Path, work: &Path, port: u16) -> Proc {
 
 /// Sends the first query until the answer carries injected skills (the
 /// library is loaded and indexed), or until `limit`.
+/// On the embedding side, the answer must also come from the embedding
+/// retriever (BM25 answers while the embeddings are computed).
 fn wait_skills(
     rt: &tokio::runtime::Runtime,
     client: &reqwest::Client,
-    url: &str,
+    side: &Side,
     body: &Arc<Vec<u8>>,
     limit: Duration,
 ) -> Option<Duration> {
     let start = Instant::now();
+    let want = if side.name.ends_with("embeddings") {
+        "embedding"
+    } else {
+        "bm25"
+    };
     rt.block_on(async {
         while start.elapsed() < limit {
-            if let Some(s) = one(client, url, body, Instant::now()).await
+            if let Some(s) = one(client, &side.url, body, Instant::now()).await
                 && s.skills
+                && side.admin.as_ref().is_none_or(|(home, port)| {
+                    admin_get(home, *port, "/admin/status").is_some_and(|st| {
+                        st["skills"]["last_retriever"]
+                            .as_str()
+                            .is_some_and(|r| r.contains(want))
+                    })
+                })
             {
                 return Some(start.elapsed());
             }
@@ -830,6 +850,7 @@ fn main() {
         url: format!("{dummy_url}/chat/completions"),
         pid: None,
         saturated: None,
+        admin: None,
         _proc: None,
     }];
     let mut configs: Vec<(String, String)> = vec![
@@ -843,10 +864,17 @@ fn main() {
         ),
     ];
     if embeddings {
+        // The first `embedding_skills` of the same generated library.
+        let small = work.path().join("library-embedding");
+        skillgen::write_library(
+            &small,
+            &skillgen::generated(opts.embedding_skills.min(opts.skills), &bank),
+        );
         configs.push((
-            format!("metaclaw, {} skills, embeddings", opts.skills),
+            format!("metaclaw, {} skills, embeddings", opts.embedding_skills.min(opts.skills)),
             format!(
-                "skills:\n  dir: {library_text}\n  retrieval_mode: embedding\n  embedding_backend: local\n  embedding_model_path: {}\n",
+                "skills:\n  dir: {}\n  retrieval_mode: embedding\n  embedding_backend: local\n  embedding_model_path: {}\n",
+                small.display(),
                 model_dir.clone().unwrap_or_default()
             ),
         ));
@@ -862,6 +890,7 @@ fn main() {
             url: format!("http://127.0.0.1:{port}/v1/chat/completions"),
             pid: Some(proc.pid()),
             saturated: None,
+            admin: Some((home, port)),
             _proc: Some(proc),
         });
     }
@@ -880,6 +909,7 @@ fn main() {
             url: format!("http://127.0.0.1:{port}/v1/chat/completions"),
             pid: Some(proc.pid()),
             saturated: None,
+            admin: None,
             _proc: Some(proc),
         });
     }
@@ -902,7 +932,7 @@ fn main() {
     // indexed, embeddings computed).
     println!("\n## ready");
     for side in sides.iter().filter(|s| s.name.contains("skills,")) {
-        match wait_skills(&rt, &client, &side.url, &plain[0], Duration::from_secs(900)) {
+        match wait_skills(&rt, &client, side, &plain[0], Duration::from_secs(900)) {
             Some(t) => println!(
                 "{:<34} first answer with skills after {:.1} s",
                 side.name,
