@@ -51,6 +51,7 @@ struct Options {
     /// The embedding side's library: the real model embeds every skill once
     /// (about 50 ms each on one core of this machine), so it gets fewer.
     embedding_skills: usize,
+    min_samples: u32,
     original: bool,
     embeddings: bool,
     starts: u32,
@@ -84,6 +85,7 @@ fn options() -> Options {
         secs: num("--secs", 1, 5) as u32,
         skills: num("--skills", 500, 10_000) as usize,
         embedding_skills: num("--embedding-skills", 100, 1_000) as usize,
+        min_samples: if quick { 20 } else { 200 },
         original: !flag("--no-original"),
         embeddings: !flag("--no-embeddings"),
         starts: num("--starts", 1, 5) as u32,
@@ -282,6 +284,7 @@ fn slice(
     into.busy += last
         .saturating_duration_since(start)
         .max(Duration::from_secs(1));
+    into.slices += 1;
 }
 
 /// `secs` rounds of one slice per side at `rate`; the order of the sides
@@ -329,9 +332,9 @@ fn run_rate(
 }
 
 /// Rounds at `rate`: `secs`, or more at low rates so each side gets at
-/// least 200 requests (a p99 needs them).
-fn rounds(rate: u32, secs: u32) -> u32 {
-    secs.max(200u32.div_ceil(rate.max(1)))
+/// least `min_samples` requests (200 in a full run: a p99 needs them).
+fn rounds(rate: u32, secs: u32, min_samples: u32) -> u32 {
+    secs.max(min_samples.div_ceil(rate.max(1)))
 }
 
 /// Why a side could not keep up at this rate, if it could not.
@@ -972,7 +975,14 @@ fn main() {
         ] {
             println!("\n## {label}, {rate} req/s ({} s per side)", opts.secs);
             let dummy_cpu = cpu_secs(dummy_pid);
-            let outcomes = run_rate(&rt, &client, &sides, set, rate, rounds(rate, opts.secs));
+            let outcomes = run_rate(
+                &rt,
+                &client,
+                &sides,
+                set,
+                rate,
+                rounds(rate, opts.secs, opts.min_samples),
+            );
             if stream {
                 print_stream(&sides, &outcomes, rate);
             } else {
