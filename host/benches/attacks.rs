@@ -28,16 +28,23 @@
 )]
 
 use std::collections::BTreeMap;
-use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 
-const BIN: &str = env!("CARGO_BIN_EXE_metaclaw");
+#[path = "support/harness.rs"]
+mod harness;
+use harness::{BIN, mib, ms, percentile, rss_kib};
+
+/// The harness's spawn, without the start-up time.
+fn spawn(cmd: Command, prefix: &str) -> (harness::Proc, String) {
+    let (proc, url, _) = harness::spawn(cmd, prefix);
+    (proc, url)
+}
 
 /// Every attack the hostile plugin knows (its session id picks one).
 const ALL: [&str; 12] = [
@@ -66,42 +73,6 @@ const QUICK: [&str; 6] = [
 const MEMORY_MB: u64 = 64;
 /// Sessions the other requests rotate through.
 const BYSTANDER_SESSIONS: u32 = 8;
-
-struct Proc(Child);
-impl Drop for Proc {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-fn spawn(mut cmd: Command, prefix: &str) -> (Proc, String) {
-    let mut child = cmd.stdout(Stdio::piped()).spawn().unwrap();
-    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
-    let url = loop {
-        let line = lines.next().expect("process exited").unwrap();
-        if let Some(url) = line.strip_prefix(prefix) {
-            break url.trim().to_string();
-        }
-    };
-    std::thread::spawn(move || for _ in lines {});
-    (Proc(child), url)
-}
-
-fn rss_kib(pid: u32) -> u64 {
-    std::fs::read_to_string(format!("/proc/{pid}/status"))
-        .ok()
-        .and_then(|s| {
-            s.lines()
-                .find(|l| l.starts_with("VmRSS:"))
-                .and_then(|l| l.split_whitespace().nth(1).and_then(|n| n.parse().ok()))
-        })
-        .unwrap_or(0)
-}
-
-fn mib(kib: u64) -> f64 {
-    kib as f64 / 1024.0
-}
 
 struct Options {
     quick: bool,
@@ -145,18 +116,6 @@ fn options() -> Options {
             .unwrap_or(100),
         attacks,
     }
-}
-
-fn percentile(sorted: &[Duration], p: f64) -> Duration {
-    if sorted.is_empty() {
-        return Duration::ZERO;
-    }
-    let i = ((p / 100.0) * (sorted.len() - 1) as f64).round() as usize;
-    sorted[i.min(sorted.len() - 1)]
-}
-
-fn ms(d: Duration) -> f64 {
-    d.as_secs_f64() * 1000.0
 }
 
 /// One non-streamed chat turn in `session`; its latency from `scheduled`.

@@ -348,7 +348,8 @@ fn main() {
     let (dummy, dummy_url, _) = spawn(
         {
             let mut c = Command::new(BIN);
-            c.args(["dev", "upstream", "--port", "0"]);
+            c.args(["dev", "upstream", "--port", "0"])
+                .stderr(std::process::Stdio::null());
             c
         },
         "dummy upstream listening on ",
@@ -364,7 +365,8 @@ fn main() {
         {
             let mut c = Command::new(BIN);
             c.args(["start", "--foreground", "--port", "0"])
-                .env("METACLAW_HOME", home.path());
+                .env("METACLAW_HOME", home.path())
+                .stderr(std::process::Stdio::null());
             for kv in &opts.proxy_env {
                 if let Some((k, v)) = kv.split_once('=') {
                     c.env(k, v);

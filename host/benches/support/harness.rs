@@ -26,14 +26,11 @@ impl Drop for Proc {
 }
 
 /// Spawns `cmd` and waits for the stdout line starting with `prefix`; the
-/// rest of that line is returned (a URL), with the time it took.
+/// rest of that line is returned (a URL), with the time it took. Stderr is
+/// the caller's to direct.
 pub fn spawn(mut cmd: Command, prefix: &str) -> (Proc, String, Duration) {
     let started = Instant::now();
-    let mut child = cmd
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
+    let mut child = cmd.stdout(Stdio::piped()).spawn().unwrap();
     let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
     let url = loop {
         let line = lines.next().expect("process exited").unwrap();
@@ -49,7 +46,8 @@ pub fn spawn(mut cmd: Command, prefix: &str) -> (Proc, String, Duration) {
 /// The dummy upstream (the real binary); its base URL ends in `/v1`.
 pub fn dummy() -> (Proc, String) {
     let mut cmd = Command::new(BIN);
-    cmd.args(["dev", "upstream", "--port", "0"]);
+    cmd.args(["dev", "upstream", "--port", "0"])
+        .stderr(Stdio::null());
     let (proc, url, _) = spawn(cmd, "dummy upstream listening on ");
     (proc, url)
 }
