@@ -227,15 +227,21 @@ impl Library {
             .name("metaclaw-skills".into())
             .spawn(move || {
                 while rx.recv().is_ok() {
-                    // Let a burst (an editor's save, a copy of many folders) finish.
-                    while rx.recv_timeout(debounce).is_ok() {}
-                    let Some(library) = library.upgrade() else {
-                        return;
-                    };
-                    let before = library.snapshot().generation;
-                    let after = library.rescan(None);
-                    if after.generation != before {
+                    loop {
+                        // Let a burst (an editor's save, a copy of many folders) finish.
+                        while rx.recv_timeout(debounce).is_ok() {}
+                        let Some(library) = library.upgrade() else {
+                            return;
+                        };
+                        let before = library.snapshot().generation;
+                        let after = library.rescan(None);
+                        if after.generation == before {
+                            break;
+                        }
                         on_change(after);
+                        // Files written into a folder created moments ago can
+                        // land before inotify watches that folder, and then
+                        // nothing reports them: look again until nothing moves.
                     }
                 }
             });
