@@ -46,21 +46,12 @@ async fn post(url: &str, body: &Value, headers: &[(&str, &str)]) -> reqwest::Res
     req.send().await.unwrap()
 }
 
-/// `(event name, data)` of each event of an SSE body.
+/// `(event name, data)` of each event of an SSE body; data as JSON where
+/// it is JSON.
 async fn events(response: reqwest::Response) -> Vec<(String, Value)> {
-    let text = response.text().await.unwrap();
-    text.split("\n\n")
-        .filter(|e| !e.trim().is_empty())
-        .map(|e| {
-            let mut name = String::new();
-            let mut data = String::new();
-            for line in e.lines() {
-                if let Some(n) = line.strip_prefix("event: ") {
-                    name = n.to_string();
-                } else if let Some(d) = line.strip_prefix("data: ") {
-                    data.push_str(d);
-                }
-            }
+    sse_events(&response.text().await.unwrap())
+        .into_iter()
+        .map(|(name, data)| {
             let value = serde_json::from_str(&data).unwrap_or(Value::String(data));
             (name, value)
         })

@@ -90,25 +90,6 @@ async fn post_route(
         .await
 }
 
-/// `(event name, data)` of each event of an SSE text.
-fn sse(text: &str) -> Vec<(String, String)> {
-    text.split("\n\n")
-        .filter(|e| !e.trim().is_empty())
-        .map(|e| {
-            let mut name = String::new();
-            let mut data = Vec::new();
-            for line in e.lines() {
-                if let Some(n) = line.strip_prefix("event: ") {
-                    name = n.to_string();
-                } else if let Some(d) = line.strip_prefix("data: ") {
-                    data.push(d);
-                }
-            }
-            (name, data.join("\n"))
-        })
-        .collect()
-}
-
 /// How a well-formed answer ended.
 #[derive(Debug, PartialEq, Eq, Hash, Clone, Copy)]
 enum Outcome {
@@ -143,7 +124,7 @@ async fn well_formed(route: &str, response: reqwest::Response) -> Result<Outcome
         if status != 200 {
             return Err(format!("{route}: a stream with status {status}"));
         }
-        let events = sse(&text);
+        let events = sse_events(&text);
         let mut error = false;
         let mut end = false;
         for (name, data) in &events {
@@ -414,7 +395,7 @@ async fn a_connection_reset_by_the_upstream_is_a_clean_error_and_the_turn_is_kep
         .unwrap();
         assert_eq!(r.status(), 200, "{route}");
         let text = r.text().await.unwrap();
-        let events = sse(&text);
+        let events = sse_events(&text);
         for i in 1..=3 {
             assert!(text.contains(&format!("chunk-{i} ")), "{route}: {text}");
         }
