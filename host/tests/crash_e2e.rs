@@ -236,13 +236,7 @@ async fn kill_9_under_load_loses_no_delivered_turn_and_no_learning_job() {
 
     // The database as the crash left it (read-only: the restarted daemon
     // is the first to write to it again) is intact.
-    let conn =
-        rusqlite::Connection::open_with_flags(&db, rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY)
-            .unwrap();
-    let integrity: String = conn
-        .query_row("PRAGMA integrity_check", [], |r| r.get(0))
-        .unwrap();
-    assert_eq!(integrity, "ok");
+    let conn = open_intact(&db);
     let at_kill: BTreeMap<String, String> = conn
         .prepare("SELECT session_id, state FROM learning_jobs WHERE session_id LIKE 'learn-%'")
         .unwrap()
@@ -255,13 +249,7 @@ async fn kill_9_under_load_loses_no_delivered_turn_and_no_learning_job() {
 
     // Started again on the same home.
     tokio::task::block_in_place(|| mc.kill_and_restart());
-    let conn =
-        rusqlite::Connection::open_with_flags(&db, rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY)
-            .unwrap();
-    let integrity: String = conn
-        .query_row("PRAGMA integrity_check", [], |r| r.get(0))
-        .unwrap();
-    assert_eq!(integrity, "ok");
+    let conn = open_intact(&db);
 
     // Every turn delivered before the last commit interval (and a margin)
     // is stored.
@@ -399,4 +387,16 @@ async fn kill_9_under_load_loses_no_delivered_turn_and_no_learning_job() {
             "{restart_log}"
         );
     }
+}
+
+/// The database opened read-only, after `PRAGMA integrity_check` says ok.
+fn open_intact(db: &std::path::Path) -> rusqlite::Connection {
+    let conn =
+        rusqlite::Connection::open_with_flags(db, rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY)
+            .unwrap();
+    let integrity: String = conn
+        .query_row("PRAGMA integrity_check", [], |r| r.get(0))
+        .unwrap();
+    assert_eq!(integrity, "ok");
+    conn
 }
