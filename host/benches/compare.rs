@@ -366,6 +366,14 @@ fn ratio(base: &[Duration], side: &[Duration], p: f64) -> f64 {
     ms(percentile(side, p)) / ms(percentile(base, p)).max(1e-9)
 }
 
+fn not_run(side: &Side, rate: u32) {
+    println!(
+        "{:<34} (not run at {rate}/s: {})",
+        side.name,
+        side.saturated.as_deref().unwrap_or("")
+    );
+}
+
 fn print_plain(sides: &[Side], outcomes: &[Option<Outcome>], rate: u32) {
     println!(
         "{:<34} {:>6} {:>4} {:>9} {:>8} {:>8} {:>9} {:>9} {:>6} {:>6} {:>7} {:>8}",
@@ -388,11 +396,7 @@ fn print_plain(sides: &[Side], outcomes: &[Option<Outcome>], rate: u32) {
     let base_t = base.totals();
     for (side, o) in sides.iter().zip(outcomes) {
         let Some(o) = o else {
-            println!(
-                "{:<34} (not run at {rate}/s: {})",
-                side.name,
-                side.saturated.as_deref().unwrap_or("")
-            );
+            not_run(side, rate);
             continue;
         };
         let t = o.totals();
@@ -453,16 +457,13 @@ fn print_stream(sides: &[Side], outcomes: &[Option<Outcome>], rate: u32) {
     let (bt, bg) = (base.ttfts(), base.gaps());
     for (side, o) in sides.iter().zip(outcomes) {
         let Some(o) = o else {
-            println!(
-                "{:<34} (not run at {rate}/s: {})",
-                side.name,
-                side.saturated.as_deref().unwrap_or("")
-            );
+            not_run(side, rate);
             continue;
         };
         let (t, g) = (o.ttfts(), o.gaps());
+        // The direct side is the baseline: its gap, nothing added.
         let extra = if side.pid.is_none() {
-            String::new()
+            format!("{:>9} {:>9} {:>9.3}", "", "", ms(percentile(&g, 50.0)))
         } else {
             format!(
                 "{:>+9.3} {:>+9.3} {:>9.3} {:>+9.3} {:>+9.3}",
@@ -472,11 +473,6 @@ fn print_stream(sides: &[Side], outcomes: &[Option<Outcome>], rate: u32) {
                 added(&bg, &g, 50.0),
                 added(&bg, &g, 99.0)
             )
-        };
-        let extra = if side.pid.is_none() {
-            format!("{:>9} {:>9} {:>9.3}", "", "", ms(percentile(&g, 50.0)))
-        } else {
-            extra
         };
         println!(
             "{:<34} {:>6} {:>4} {:>9.0} {:>9.3} {:>9.3} {extra}",
