@@ -439,8 +439,10 @@ impl Loaded {
                 drop(instance);
                 Err(self.failed(error))
             }
-            // Not a failure. The instance is dropped, not pooled: the pool
-            // should fill with the indexed instances `warm` hands back.
+            // What the call reported itself (still indexing, the embedding
+            // backend failed, wrong kind) is not the plugin's failure, so it
+            // is not counted. The instance is dropped, not pooled: an
+            // unindexed one must not take the place of those `warm` indexed.
             Err(e) => Err(e),
         }
     }
