@@ -14,6 +14,7 @@
 //! | [`plugins`] | the WebAssembly plugin host |
 //! | [`embeddings`] | host-side embedding backends for plugins |
 //! | [`dev`] | the dummy upstream used by tests, benches and the demo |
+//! | [`untrusted`] | text from plugins and skills, made safe for logs and prompts |
 
 pub mod app;
 pub mod claws;
@@ -34,3 +35,4 @@ pub mod server;
 pub mod sessions;
 pub mod skills;
 pub mod store;
+pub mod untrusted;
