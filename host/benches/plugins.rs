@@ -21,7 +21,7 @@ use std::time::{Duration, Instant};
 use metaclaw::plugins::types::{FinishedTurn, Message};
 use metaclaw::plugins::{Grants, Limits, Loaded, PluginEngine};
 
-fn load(engine: &Arc<PluginEngine>, rel: &str, pool_size: usize) -> Loaded {
+fn load(engine: &Arc<PluginEngine>, rel: &str, pool_size: usize) -> Arc<Loaded> {
     let limits = Limits {
         pool_size,
         timeout: Duration::from_secs(5),
@@ -62,7 +62,7 @@ fn timed(plugin: &Loaded, n: usize) -> Vec<Duration> {
     let mut out = Vec::with_capacity(n);
     for _ in 0..n {
         let start = Instant::now();
-        std::hint::black_box(plugin.score(&t).unwrap());
+        std::hint::black_box(plugin.engine().block_on(plugin.score(&t)).unwrap());
         out.push(start.elapsed());
     }
     out.sort();
@@ -72,7 +72,7 @@ fn timed(plugin: &Loaded, n: usize) -> Vec<Duration> {
 fn main() {
     let quick = std::env::args().any(|a| a == "--quick");
     let cache = tempfile::tempdir().unwrap();
-    let engine = PluginEngine::new(Some(cache.path().to_path_buf())).unwrap();
+    let engine = common::engine_with_cache(cache.path());
     let plugins = [
         (
             "Rust (tool-error)",

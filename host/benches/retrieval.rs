@@ -56,8 +56,8 @@ impl Embedder for Hashing {
     }
 }
 
-fn load(engine: &Arc<PluginEngine>, rel: &str, embedder: Arc<Hashing>) -> Loaded {
-    // The host's defaults (64 MiB, pool of 4) but a deadline that a slow
+fn load(engine: &Arc<PluginEngine>, rel: &str, embedder: Arc<Hashing>) -> Arc<Loaded> {
+    // The host's defaults (pool of 4) but a deadline that a slow
     // moment on a shared machine cannot trip, and no recycling mid-run.
     let limits = Limits {
         timeout: Duration::from_secs(5),
@@ -97,25 +97,24 @@ struct Row {
 /// Latency of `retrieve(k = 24)` (what the host asks for with top_k 6),
 /// minus the time the embedder spent on the query.
 fn measure(
-    plugin: &Loaded,
+    plugin: &Arc<Loaded>,
     embedder: &Hashing,
-    skills: &[Skill],
+    skills: &Arc<Vec<Skill>>,
     generation: u64,
     queries: &[String],
     n: usize,
 ) -> Row {
     let start = Instant::now();
-    plugin
-        .warm(skills, generation, Duration::from_secs(600))
-        .unwrap();
+    let engine = plugin.engine().clone();
+    engine.block_on(plugin.warm(skills, generation)).unwrap();
     let indexed = start.elapsed();
     let mut times = Vec::with_capacity(n);
     for i in 0..(n + 50) {
         let ctx = context(&queries[i % queries.len()]);
         let before = embedder.query_nanos.load(Ordering::Relaxed);
         let start = Instant::now();
-        let hits = plugin
-            .retrieve(skills, generation, &ctx, 24, Duration::from_secs(600))
+        let hits = engine
+            .block_on(plugin.retrieve(skills, generation, &ctx, 24))
             .unwrap();
         let elapsed = start.elapsed();
         let embedding = embedder.query_nanos.load(Ordering::Relaxed) - before;
@@ -143,14 +142,15 @@ fn measure(
 }
 
 /// The cost of the call itself: an empty query returns at once.
-fn floor(plugin: &Loaded, skills: &[Skill], generation: u64, n: usize) -> Row {
+fn floor(plugin: &Arc<Loaded>, skills: &Arc<Vec<Skill>>, generation: u64, n: usize) -> Row {
     let mut times = Vec::with_capacity(n);
     let ctx = context("");
     for _ in 0..n {
         let start = Instant::now();
         std::hint::black_box(
             plugin
-                .retrieve(skills, generation, &ctx, 24, Duration::from_secs(600))
+                .engine()
+                .block_on(plugin.retrieve(skills, generation, &ctx, 24))
                 .unwrap(),
         );
         times.push(start.elapsed());
@@ -166,9 +166,9 @@ fn main() {
     let quick = std::env::args().any(|a| a == "--quick");
     let n = if quick { 200 } else { 5_000 };
     let cache = tempfile::tempdir().unwrap();
-    let engine = PluginEngine::new(Some(cache.path().to_path_buf())).unwrap();
-    let bank = builtin_bank();
-    let large = generated(10_000, &bank);
+    let engine = common::engine_with_cache(cache.path());
+    let bank = Arc::new(builtin_bank());
+    let large = Arc::new(generated(10_000, &bank));
     let queries = queries();
 
     println!(

@@ -176,7 +176,10 @@ pub async fn run(options: DaemonOptions) -> Result<()> {
     // component takes seconds and must not delay start-up. Until then each
     // role falls back to its built-in behaviour.
     let (retrieval, embedder) = Retrieval::from_config(config, store.path());
-    let plugins = match PluginHost::new(PluginSettings::from_config(config, &home), embedder) {
+    let mut plugin_settings = PluginSettings::from_config(config, &home);
+    // The daemon sees every plugin in use: it may clean the compile cache.
+    plugin_settings.evict_after = Some(Duration::from_secs(7 * 24 * 3600));
+    let plugins = match PluginHost::new(plugin_settings, embedder) {
         Ok(host) => Some(host),
         Err(e) => {
             tracing::error!("plugins are off: {e:#}");

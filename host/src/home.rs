@@ -76,6 +76,11 @@ impl Home {
     pub fn cache_dir(&self) -> PathBuf {
         self.root.join("cache")
     }
+    /// The key that signs compiled plugins in the cache: outside the cache,
+    /// so that writing the cache is not enough to forge an entry.
+    pub fn plugin_cache_key_file(&self) -> PathBuf {
+        self.root.join("plugin-cache.key")
+    }
     pub fn admin_token_file(&self) -> PathBuf {
         self.root.join("admin.token")
     }

@@ -304,7 +304,7 @@ async fn admin_plugins(State(app): State<SharedApp>) -> Response {
         return ApiError::NotFound("the plugin host is not running (see the log)".into())
             .into_response();
     };
-    axum::Json(crate::plugins::view(&host.current(), &host.settings)).into_response()
+    axum::Json(crate::plugins::view(&host.current())).into_response()
 }
 
 /// Rescans the plugin folders now (otherwise they are watched).
@@ -315,7 +315,7 @@ async fn admin_plugins_reload(State(app): State<SharedApp>) -> Response {
     };
     match tokio::task::spawn_blocking(move || {
         let registry = host.reload();
-        crate::plugins::view(&registry, &host.settings)
+        crate::plugins::view(&registry)
     })
     .await
     {

@@ -333,12 +333,19 @@ fn without_grants_a_plugin_cannot_read_files_open_sockets_read_the_environment_o
     );
 }
 
+/// The sha256 of a plugin scripts/build-plugins built.
+fn built_sha(rel: &str) -> String {
+    sha256_hex(&std::fs::read(built_plugin(rel)).unwrap())
+}
+
 #[test]
 fn granted_capabilities_work_and_only_those() {
     let shared = tempfile::tempdir().unwrap();
     std::fs::write(shared.path().join("note.txt"), "hello from the host").unwrap();
+    // Granted to this very file (a drop-in nobody pinned: by its hash).
     let config = format!(
-        "plugins:\n  grants:\n    hostile: [clock, \"env:PATH\", \"fs:{}\"]\n",
+        "plugins:\n  grants:\n    \"hostile@sha256:{}\": [clock, \"env:PATH\", \"fs:{}\"]\n",
+        built_sha("testing/hostile.wasm"),
         shared.path().display()
     );
     let home = hostile_home(&config);
@@ -380,7 +387,7 @@ fn runaway_plugins_are_cut_off_and_their_host_keeps_going() {
     assert!(started.elapsed() < Duration::from_secs(10));
 
     // Memory attacks get a long deadline, so the cap is what stops them.
-    let roomy = hostile_home("plugins:\n  timeouts:\n    scorer: 10s\n");
+    let roomy = hostile_home("plugins:\n  memory_mb: 64\n  timeouts:\n    scorer: 10s\n");
     let h = roomy.path();
     let e = call(h, "hostile", &finished_turn("bomb", None, "")).unwrap_err();
     assert!(e.contains("memory cap of 64 MiB reached"), "{e}");
@@ -400,9 +407,12 @@ fn runaway_plugins_are_cut_off_and_their_host_keeps_going() {
     let e = call(h, "hostile", &finished_turn("trap", None, "")).unwrap_err();
     assert!(e.contains("trapped"), "{e}");
 
-    // A huge return value is bounded by the host.
-    let r = rationale(&call(h, "hostile", &finished_turn("huge", Some("20000000"), "")).unwrap());
+    // A large return value is cut to size by the host; one over
+    // plugins.max_call_mb (4 MiB) is refused before the host copies it.
+    let r = rationale(&call(h, "hostile", &finished_turn("huge", Some("2000000"), "")).unwrap());
     assert!(r.chars().count() <= 1001, "{}", r.len());
+    let e = call(h, "hostile", &finished_turn("huge", Some("20000000"), "")).unwrap_err();
+    assert!(e.contains("plugins.max_call_mb"), "{e}");
 }
 
 #[tokio::test]
@@ -617,7 +627,8 @@ async fn every_attack_runs_inside_the_daemon_while_the_proxy_keeps_serving() {
         worst < Duration::from_secs(1),
         "a bystander waited {worst:?}"
     );
-    // The four crashing attacks failed; the probes ran and reported denials.
+    // The four crashing attacks and the 8 MiB answer (over
+    // plugins.max_call_mb) failed; the probes ran and reported denials.
     let list = poll_json(mc.home.path(), &["plugins", "list", "--json"], |v| {
         v["plugins"]
             .as_array()
@@ -626,7 +637,7 @@ async fn every_attack_runs_inside_the_daemon_while_the_proxy_keeps_serving() {
             .any(|p| p["name"] == "hostile" && p["calls"].as_u64().unwrap() >= 9)
     });
     let hostile = listed_plugin(&list, "hostile");
-    assert_eq!(hostile["failures"], 4, "{hostile}");
+    assert_eq!(hostile["failures"], 5, "{hostile}");
     assert_eq!(hostile["status"], "ok");
     for probe in ["read-file", "open-socket", "write-file"] {
         let r = hostile_reward(&mc, probe);
@@ -639,15 +650,7 @@ async fn every_attack_runs_inside_the_daemon_while_the_proxy_keeps_serving() {
         hostile_reward(&mc, "read-env")["rationale"],
         "vars=0 HOME=None"
     );
-    // The huge answer was cut to size before it was stored.
-    assert!(
-        hostile_reward(&mc, "huge")["rationale"]
-            .as_str()
-            .unwrap()
-            .chars()
-            .count()
-            <= 1001
-    );
+
     // And the daemon is healthy.
     let health = client()
         .get(format!("{}/healthz", mc.url()))

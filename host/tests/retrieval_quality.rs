@@ -66,12 +66,24 @@ fn skills(home: &Path, config: Config) -> Arc<Skills> {
     assert!(registry.problems.is_empty(), "{:?}", registry.problems);
     let library = Library::open(repo().join("skills"), db);
     assert!(library.snapshot().skills.len() >= 40);
-    Skills::new(
+    let engine = plugins.engine.clone();
+    let skills = Skills::new(
         library,
         Some(plugins),
         Settings::from_config(&config),
         retrieval,
-    )
+    );
+    engine.block_on(skills.index_now());
+    skills
+}
+
+fn select(skills: &Skills, text: &str) -> metaclaw::skills::Selection {
+    let query = Query {
+        text: text.to_string(),
+        ..Query::default()
+    };
+    let engine = skills.plugins.as_ref().unwrap().engine.clone();
+    engine.block_on(skills.select(&query))
 }
 
 struct Figures {
@@ -84,10 +96,7 @@ fn evaluate(name: &str, file: &str, skills: &Skills, retriever: &str) -> Figures
     let (mut found, mut expected) = (0usize, 0usize);
     let mut misses = Vec::new();
     for case in &set.queries {
-        let selection = skills.select(&Query {
-            text: case.query.clone(),
-            ..Query::default()
-        });
+        let selection = select(skills, &case.query);
         let answered = selection.retriever.clone().unwrap_or_default();
         assert!(
             answered.starts_with(retriever),
@@ -111,10 +120,7 @@ fn evaluate(name: &str, file: &str, skills: &Skills, retriever: &str) -> Figures
     }
     let mut small_talk_injecting = 0;
     for text in &set.small_talk {
-        let selection = skills.select(&Query {
-            text: text.clone(),
-            ..Query::default()
-        });
+        let selection = select(skills, text);
         if !selection.skills.is_empty() {
             small_talk_injecting += 1;
             let ids: Vec<&str> = selection.skills.iter().map(|s| s.id.as_str()).collect();

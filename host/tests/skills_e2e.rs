@@ -517,23 +517,24 @@ async fn a_missing_local_model_is_a_status_warning_and_bm25_serves() {
 #[test]
 fn turns_during_indexing_do_not_pile_up_more_indexes() {
     use metaclaw::plugins::types::{Skill, TurnContext};
-    use metaclaw::plugins::{CallError, Grants, Limits, PluginEngine};
+    use metaclaw::plugins::{CallError, Grants, Limits};
     use std::sync::Arc;
 
     let cache = tempfile::tempdir().unwrap();
-    let engine = PluginEngine::new(Some(cache.path().to_path_buf())).unwrap();
+    let engine = common::engine_with_cache(cache.path());
     let limits = Limits {
         timeout: Duration::from_secs(60),
+        index_timeout: Duration::from_secs(120),
         memory_bytes: 1 << 30,
         ..Limits::default()
     };
-    let bm25 = Arc::new(load_built(
+    let bm25 = load_built(
         &engine,
         "builtin/bm25.wasm",
         Grants::default(),
         None,
         limits,
-    ));
+    );
     let skills: Arc<Vec<Skill>> = Arc::new(
         (0..3_000)
             .map(|i| Skill {
@@ -555,13 +556,11 @@ fn turns_during_indexing_do_not_pile_up_more_indexes() {
         messages: Vec::new(),
         query: "how do I write a commit message".into(),
     };
-    let index_timeout = Duration::from_secs(120);
-
     let warming = {
-        let (bm25, skills) = (bm25.clone(), skills.clone());
+        let (bm25, skills, engine) = (bm25.clone(), skills.clone(), engine.clone());
         std::thread::spawn(move || {
             let t = Instant::now();
-            bm25.warm(&skills, 1, index_timeout).unwrap();
+            engine.block_on(bm25.warm(&skills, 1)).unwrap();
             t.elapsed()
         })
     };
@@ -571,7 +570,7 @@ fn turns_during_indexing_do_not_pile_up_more_indexes() {
     let mut slowest = Duration::ZERO;
     while !warming.is_finished() {
         let t = Instant::now();
-        match bm25.retrieve(&skills, 1, &context, 8, index_timeout) {
+        match engine.block_on(bm25.retrieve(&skills, 1, &context, 8)) {
             Err(CallError::Indexing) => refused += 1,
             Ok(_) => {}
             Err(e) => panic!("unexpected error while indexing: {e}"),
@@ -590,8 +589,8 @@ fn turns_during_indexing_do_not_pile_up_more_indexes() {
         "a turn waited {slowest:?} during an index of {took:?}: it indexed again"
     );
     // Indexed now: turns get skills.
-    let ranked = bm25
-        .retrieve(&skills, 1, &context, 8, index_timeout)
+    let ranked = engine
+        .block_on(bm25.retrieve(&skills, 1, &context, 8))
         .unwrap();
     assert!(!ranked.is_empty());
 }

@@ -291,7 +291,12 @@ pub enum PluginsCommand {
     /// Delete a plugin from the plugins folder: NAME or NAME@VERSION.
     Remove { spec: String },
     /// Pin every loadable plugin (name, version, sha256) in <home>/metaclaw.lock.
-    Lock,
+    Lock {
+        /// Let the drop-in called NAME replace the first-party plugin of
+        /// that name (pins that exact file); repeatable.
+        #[arg(long = "override", value_name = "NAME")]
+        overrides: Vec<String>,
+    },
     /// Compare the plugin files with the lock; exits non-zero on any difference.
     Verify,
     /// Call a plugin with JSON input (a finished turn for a scorer).

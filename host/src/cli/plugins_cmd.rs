@@ -12,7 +12,8 @@ use super::{PluginsCommand, load_config, runtime};
 use crate::config::Loaded as LoadedConfig;
 use crate::home::Home;
 use crate::plugins::{
-    Kind, Loaded, LockEntry, LockFile, PluginHost, RegistryView, Settings, types, view,
+    ArtifactState, FIRST_PARTY, Kind, Loaded, LockEntry, LockFile, PluginHost, RegistryView,
+    Settings, Source, artifact_limit, files, types, view,
 };
 use crate::proxy::request::hex;
 
@@ -24,6 +25,20 @@ fn local_host(home: &Home, config: &LoadedConfig, ignore_lock: bool) -> Result<A
     PluginHost::new(settings, None)
 }
 
+/// The first-party names: reserved for the first-party plugins.
+fn reserved_names(host: &PluginHost) -> std::collections::BTreeSet<String> {
+    let mut names: std::collections::BTreeSet<String> =
+        FIRST_PARTY.iter().map(|s| s.to_string()).collect();
+    names.extend(
+        host.current()
+            .plugins
+            .iter()
+            .filter(|p| p.info.source == Source::Builtin)
+            .map(|p| p.info.name.clone()),
+    );
+    names
+}
+
 pub fn run(home: &Home, config_path: &Path, command: PluginsCommand) -> Result<ExitCode> {
     let config = load_config(config_path)?;
     match command {
@@ -31,7 +46,7 @@ pub fn run(home: &Home, config_path: &Path, command: PluginsCommand) -> Result<E
         PluginsCommand::Inspect { file, json } => inspect(home, &config, &file, json),
         PluginsCommand::Add { file, force } => add(home, &config, &file, force),
         PluginsCommand::Remove { spec } => remove(home, &config, &spec),
-        PluginsCommand::Lock => lock(home, &config),
+        PluginsCommand::Lock { overrides } => lock(home, &config, overrides),
         PluginsCommand::Verify => verify(home, &config),
         PluginsCommand::Call { spec, input } => call(home, &config, &spec, &input),
     }
@@ -60,7 +75,7 @@ fn list(home: &Home, config: &LoadedConfig, json: bool) -> Result<ExitCode> {
         None => {
             let host = local_host(home, config, false)?;
             let registry = host.reload();
-            view(&registry, &host.settings)
+            view(&registry)
         }
     };
     if json {
@@ -107,26 +122,31 @@ fn list(home: &Home, config: &LoadedConfig, json: bool) -> Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
-/// Loads one file the way the host would (compile, check, metadata).
-fn load_file(home: &Home, config: &LoadedConfig, file: &Path) -> Result<Loaded> {
-    let bytes = std::fs::read(file).with_context(|| format!("cannot read {}", file.display()))?;
-    let sha = hex(&Sha256::digest(&bytes));
-    let host = local_host(home, config, true)?;
+/// Loads one file the way the host would (size, compile, check, metadata
+/// under the load deadline), with what the deployment would grant it as a
+/// drop-in, and the grants written for its name that would not apply.
+fn load_file(host: &PluginHost, home: &Home, file: &Path) -> Result<(Loaded, Vec<String>)> {
     let settings = &host.settings;
-    Loaded::load(
+    let bytes = files::read_named(file, settings.max_file_bytes)
+        .map_err(|e| anyhow::anyhow!("{}: {e}", file.display()))?;
+    let sha = hex(&Sha256::digest(&bytes));
+    let probed = Loaded::probe(
         &host.engine,
         file.to_path_buf(),
         &bytes,
         sha,
-        &|name| settings.grants_for(name),
-        None,
+        Source::User,
         &|kind| settings.limits_for(kind),
     )
-    .map_err(|e| anyhow::anyhow!("{}: {e}", file.display()))
+    .map_err(|e| anyhow::anyhow!("{}: {e}", file.display()))?;
+    let lock = LockFile::read(&home.plugin_lock_file()).ok().flatten();
+    let (grants, notes) = settings.trust.grants_for(&probed.info, lock.as_ref());
+    Ok((probed.ready(grants, None), notes))
 }
 
 fn inspect(home: &Home, config: &LoadedConfig, file: &Path, json: bool) -> Result<ExitCode> {
-    let plugin = load_file(home, config, file)?;
+    let host = local_host(home, config, true)?;
+    let (plugin, notes) = load_file(&host, home, file)?;
     let info = &plugin.info;
     if json {
         say!(
@@ -134,8 +154,8 @@ fn inspect(home: &Home, config: &LoadedConfig, file: &Path, json: bool) -> Resul
             serde_json::to_string_pretty(&json!({
                 "name": info.name, "version": info.version.to_string(), "kind": info.kind,
                 "world": format!("metaclaw:plugin/{}", info.kind.as_str()), "package": info.package,
-                "description": info.description, "asks": info.asks, "granted": plugin.grants.names(),
-                "imports": info.imports, "sha256": info.sha256, "size": info.size,
+                "description": info.description, "asks": info.asks, "granted": plugin.grants().names(),
+                "not_granted": notes, "imports": info.imports, "sha256": info.sha256, "size": info.size,
             }))?
         );
         return Ok(ExitCode::SUCCESS);
@@ -156,15 +176,21 @@ fn inspect(home: &Home, config: &LoadedConfig, file: &Path, json: bool) -> Resul
             info.asks.join(", ")
         }
     );
-    let granted = plugin.grants.names();
+    let granted = plugin.grants().names();
     say!(
         "  granted:  {}",
         if granted.is_empty() {
-            format!("nothing (plugins.grants.{} in the config)", info.name)
+            format!(
+                "nothing (plugins.grants.\"{}@sha256:{}\" in the config)",
+                info.name, info.sha256
+            )
         } else {
             granted.join(", ")
         }
     );
+    for note in &notes {
+        say!("  note:     {note}");
+    }
     let host_imports: Vec<&String> = info
         .imports
         .iter()
@@ -192,14 +218,36 @@ fn inspect(home: &Home, config: &LoadedConfig, file: &Path, json: bool) -> Resul
 }
 
 fn add(home: &Home, config: &LoadedConfig, file: &Path, force: bool) -> Result<ExitCode> {
-    let plugin = load_file(home, config, file)?;
-    let settings = Settings::from_config(&config.config, home);
+    let host = local_host(home, config, true)?;
+    host.reload();
+    let (plugin, _) = load_file(&host, home, file)?;
+    let lock = LockFile::read(&home.plugin_lock_file()).ok().flatten();
+    // What the daemon would refuse, refused here with the same words.
+    if let Err(e) =
+        host.settings
+            .trust
+            .may_use_name(&plugin.info, lock.as_ref(), &reserved_names(&host))
+    {
+        bail!("{}: {e}", file.display());
+    }
+    let settings = &host.settings;
     std::fs::create_dir_all(&settings.user_dir)
         .with_context(|| format!("cannot create {}", settings.user_dir.display()))?;
     let dest = settings
         .user_dir
         .join(format!("{}-{}.wasm", plugin.info.name, plugin.info.version));
-    if let Ok(existing) = std::fs::read(&dest) {
+    // Two files claiming one name are both refused by the daemon.
+    if let Some(other) = host.current().plugins.iter().find(|p| {
+        p.info.name == plugin.info.name && p.info.source == Source::User && p.info.path != dest
+    }) {
+        bail!(
+            "{} is already in the plugins folder as {}: two files claiming one name are both refused. Remove it first (`metaclaw plugins remove {}`)",
+            other.label(),
+            other.info.path.display(),
+            other.label()
+        );
+    }
+    if let Ok(existing) = files::read_named(&dest, settings.max_file_bytes) {
         if hex(&Sha256::digest(&existing)) == plugin.info.sha256 {
             say!(
                 "{} is already installed ({})",
@@ -216,7 +264,8 @@ fn add(home: &Home, config: &LoadedConfig, file: &Path, force: bool) -> Result<E
             );
         }
     }
-    let bytes = std::fs::read(file)?;
+    let bytes =
+        files::read_named(file, settings.max_file_bytes).map_err(|e| anyhow::anyhow!("{e}"))?;
     crate::home::write_private(&dest, &bytes)?;
     say!(
         "added {} ({}) as {}",
@@ -275,11 +324,26 @@ fn remove(home: &Home, config: &LoadedConfig, spec: &str) -> Result<ExitCode> {
     })
 }
 
-fn lock(home: &Home, config: &LoadedConfig) -> Result<ExitCode> {
-    let host = local_host(home, config, true)?;
+fn lock(home: &Home, config: &LoadedConfig, overrides: Vec<String>) -> Result<ExitCode> {
+    let mut settings = Settings::from_config(&config.config, home);
+    settings.lock_path = home.root.join(".no-lock-for-this-scan");
+    settings.pinning = Some(overrides.clone());
+    let host = PluginHost::new(settings, None)?;
     let registry = host.reload();
     for problem in &registry.problems {
         say!("skipped {}: {}", problem.path.display(), problem.error);
+    }
+    for notice in &registry.notices {
+        say!("note: {}: {}", notice.path.display(), notice.error);
+    }
+    for name in &overrides {
+        if !registry
+            .plugins
+            .iter()
+            .any(|p| p.info.name == *name && p.info.source == Source::User)
+        {
+            bail!("--override {name}: no drop-in plugin called {name:?} is loadable");
+        }
     }
     let lock = LockFile {
         version: 1,
@@ -292,6 +356,8 @@ fn lock(home: &Home, config: &LoadedConfig) -> Result<ExitCode> {
                 kind: p.info.kind.as_str().into(),
                 sha256: p.info.sha256.clone(),
                 file: p.info.path.display().to_string(),
+                first_party_override: p.info.source == Source::User
+                    && overrides.contains(&p.info.name),
             })
             .collect(),
     };
@@ -300,11 +366,16 @@ fn lock(home: &Home, config: &LoadedConfig) -> Result<ExitCode> {
     lock.write(&path)?;
     for e in &lock.plugins {
         say!(
-            "pinned {}@{} ({}) sha256 {}",
+            "pinned {}@{} ({}) sha256 {}{}",
             e.name,
             e.version,
             e.kind,
-            e.sha256
+            e.sha256,
+            if e.first_party_override {
+                " (replaces the first-party plugin)"
+            } else {
+                ""
+            }
         );
     }
     say!("wrote {} ({} plugins)", path.display(), lock.plugins.len());
@@ -320,8 +391,24 @@ fn verify(home: &Home, config: &LoadedConfig) -> Result<ExitCode> {
         );
     };
     let host = local_host(home, config, true)?;
-    let registry = host.reload();
     let mut bad = 0;
+    // Compiled code is what actually runs: an artifact that does not verify
+    // is reported (and deleted) before loading would recompile it quietly.
+    if let Some(cache) = host.engine.cache() {
+        for entry in &lock.plugins {
+            let limit = artifact_limit(host.settings.max_file_bytes as usize);
+            if let ArtifactState::Refused(reason) = cache.verify(&entry.sha256, limit) {
+                say!(
+                    "CACHE    {}@{}: the compiled code in the cache was refused ({reason}); deleted, it is recompiled from the pinned file",
+                    entry.name,
+                    entry.version
+                );
+                cache.remove(&entry.sha256);
+                bad += 1;
+            }
+        }
+    }
+    let registry = host.reload();
     for entry in &lock.plugins {
         if !registry
             .plugins
@@ -408,25 +495,35 @@ fn call(home: &Home, config: &LoadedConfig, spec: &str, input: &str) -> Result<E
     let Some(plugin) = registry.find(name, version.as_ref()) else {
         bail!("no loaded plugin {spec} (see `metaclaw plugins list`)");
     };
+    let engine = plugin.engine().clone();
     let result = match plugin.info.kind {
         Kind::Scorer => {
             let turn: types::FinishedTurn = parse(&value)?;
-            json!(plugin.score(&turn)?)
+            json!(engine.block_on(plugin.score(&turn))?)
         }
         Kind::Retriever => {
-            let skills: Vec<types::Skill> = parse(&value["skills"])?;
+            let skills: Arc<Vec<types::Skill>> = Arc::new(parse(&value["skills"])?);
             let context: types::TurnContext = parse(&value["context"])?;
             let k = value["k"].as_u64().unwrap_or(5) as u32;
-            json!(plugin.retrieve(&skills, 1, &context, k, std::time::Duration::from_secs(60))?)
+            json!(engine.block_on(async {
+                plugin.warm(&skills, 1).await?;
+                plugin.retrieve(&skills, 1, &context, k).await
+            })?)
         }
         Kind::Evolver => {
             let drafts: Vec<types::SkillDraft> = parse(&value["drafts"])?;
             let library: Vec<types::Skill> = parse(&value["library"])?;
-            json!(plugin.process(&drafts, &library)?)
+            json!(engine.block_on(plugin.process(&drafts, &library))?)
         }
         Kind::Skill => {
             let context: types::TurnContext = parse(&value["context"])?;
-            json!({ "applies": plugin.applies(&context)?, "render": plugin.render(&context)? })
+            let (applies, render) = engine.block_on(async {
+                Ok::<_, crate::plugins::CallError>((
+                    plugin.applies(&context).await?,
+                    plugin.render(&context).await?,
+                ))
+            })?;
+            json!({ "applies": applies, "render": render })
         }
     };
     say!("{}", serde_json::to_string_pretty(&result)?);

@@ -133,6 +133,7 @@ pub fn run(home: &Home, config_path: &Path, command: SkillsCommand) -> Result<Ex
             let plugins =
                 PluginHost::new(PluginSettings::from_config(&config.config, home), embedder)?;
             plugins.reload();
+            let engine = plugins.engine.clone();
             let skills = Skills::new(
                 library,
                 Some(plugins),
@@ -143,7 +144,10 @@ pub fn run(home: &Home, config_path: &Path, command: SkillsCommand) -> Result<Ex
                 text: clean_query(&query),
                 ..Query::default()
             };
-            let selection = skills.select(&q);
+            let selection = engine.block_on(async {
+                skills.index_now().await;
+                skills.select(&q).await
+            });
             let injected: Vec<&str> = selection.skills.iter().map(|s| s.id.as_str()).collect();
             if json {
                 say!(

@@ -310,6 +310,8 @@ pub fn validate(config: &Config) -> Result<(), ConfigError> {
         ("plugins.timeouts.scorer", config.plugins.timeouts.scorer),
         ("plugins.timeouts.evolver", config.plugins.timeouts.evolver),
         ("plugins.timeouts.skill", config.plugins.timeouts.skill),
+        ("plugins.timeouts.index", config.plugins.timeouts.index),
+        ("plugins.timeouts.load", config.plugins.timeouts.load),
         ("plugins.watch_interval", config.plugins.watch_interval),
     ] {
         if d.get().is_zero() || d.get() > std::time::Duration::from_secs(600) {
@@ -322,10 +324,22 @@ pub fn validate(config: &Config) -> Result<(), ConfigError> {
             "must be between 1 and 4096".into(),
         ));
     }
-    for (name, items) in &config.plugins.grants {
-        if let Err(e) = crate::plugins::Grants::parse(items) {
-            return Err(invalid(&format!("plugins.grants.{name}"), e));
+    for (key, max, value) in [
+        ("plugins.max_file_mb", 4096, config.plugins.max_file_mb),
+        ("plugins.max_call_mb", 1024, config.plugins.max_call_mb),
+    ] {
+        if !(1..=max).contains(&value) {
+            return Err(invalid(key, format!("must be between 1 and {max}")));
         }
+    }
+    if let Err(e) = crate::plugins::Trust::new(
+        &config.plugins.grants,
+        &config.plugins.overrides,
+        config.skills.embedding_retrieval(),
+    ) {
+        // Its messages start with the key they are about.
+        let (key, message) = e.split_once(": ").unwrap_or(("plugins", e.as_str()));
+        return Err(invalid(key, message.to_string()));
     }
     let specs = config
         .plugins

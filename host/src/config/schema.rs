@@ -539,19 +539,32 @@ pub struct PluginsConfig {
     pub evolvers: Option<Vec<String>>,
     /// Executable skills; unset: every loaded skill component.
     pub skills: Option<Vec<String>>,
-    /// Capabilities per plugin name: `embed`, `clock`, `kv`, `network`,
-    /// `env:NAME`, `fs:/dir`. Nothing is granted by default.
+    /// Capabilities: `embed`, `clock`, `kv`, `network`, `env:NAME`,
+    /// `fs:/dir`, keyed by `NAME` (the first-party plugin NAME, or a drop-in
+    /// NAME whose sha256 metaclaw.lock pins) or `NAME@sha256:<hex>` (that
+    /// file only). Nothing is granted by default.
     pub grants: std::collections::BTreeMap<String, Vec<String>>,
-    /// Per-call deadlines by role.
+    /// Drop-ins allowed to replace the first-party plugin of their name,
+    /// each named by its file: `NAME@sha256:<hex>`.
+    pub overrides: Vec<String>,
+    /// Per-call deadlines by role, and for indexing and loading.
     pub timeouts: PluginTimeouts,
-    /// Memory cap per plugin instance, all its memories together.
+    /// Memory cap per plugin: all its instances' memories and tables
+    /// together.
     pub memory_mb: u64,
     /// Consecutive failures before a plugin is disabled until reloaded.
     pub max_failures: u32,
-    /// Ready instances kept per plugin for concurrent calls.
+    /// Ready instances kept per plugin, and calls it runs at once.
     pub pool_size: usize,
     /// How often the plugin folders are checked for changes.
     pub watch_interval: Dur,
+    /// Plugin files larger than this are refused without being read.
+    pub max_file_mb: u64,
+    /// What one call may copy from a plugin into metaclaw (the arguments of
+    /// a host call, the result it returns).
+    pub max_call_mb: u64,
+    /// Threads that run plugin calls (0: one per core, at least 2).
+    pub threads: usize,
 }
 
 impl Default for PluginsConfig {
@@ -565,11 +578,15 @@ impl Default for PluginsConfig {
             evolvers: None,
             skills: None,
             grants: std::collections::BTreeMap::new(),
+            overrides: Vec::new(),
             timeouts: PluginTimeouts::default(),
-            memory_mb: 64,
+            memory_mb: 128,
             max_failures: 3,
             pool_size: 4,
             watch_interval: Dur::secs(1),
+            max_file_mb: 64,
+            max_call_mb: 4,
+            threads: 0,
         }
     }
 }
@@ -581,6 +598,11 @@ pub struct PluginTimeouts {
     pub scorer: Dur,
     pub evolver: Dur,
     pub skill: Dur,
+    /// A retriever's `index()` of the skill library (in the background;
+    /// time waiting on the embedding backend is not counted).
+    pub index: Dur,
+    /// Instantiating a new file and reading its `metadata()`.
+    pub load: Dur,
 }
 
 impl Default for PluginTimeouts {
@@ -590,6 +612,8 @@ impl Default for PluginTimeouts {
             scorer: Dur::millis(50),
             evolver: Dur::millis(500),
             skill: Dur::millis(50),
+            index: Dur::secs(30),
+            load: Dur::secs(2),
         }
     }
 }

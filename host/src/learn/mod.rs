@@ -144,9 +144,18 @@ pub fn score_turn(
         None => None,
     };
     let finished = finished::finished_turn(&turn, next.as_ref());
+    let scorers = plugins.map(PluginHost::scorers).unwrap_or_default();
+    let Some(host) = plugins else {
+        return Ok(Vec::new());
+    };
+    // All scorers at once: a slow one costs its deadline once, not once per
+    // scorer after it.
+    let outcomes = host.engine.block_on(futures_util::future::join_all(
+        scorers.iter().map(|scorer| scorer.score(&finished)),
+    ));
     let mut rewards = Vec::new();
-    for scorer in plugins.map(PluginHost::scorers).unwrap_or_default() {
-        match scorer.score(&finished) {
+    for (scorer, outcome) in scorers.iter().zip(outcomes) {
+        match outcome {
             Ok(Some(reward)) => rewards.push(RewardRecord {
                 source: format!("plugin:{}", scorer.label()),
                 value: reward.value,

@@ -541,7 +541,16 @@ impl Learner {
             .iter()
             .map(|s| crate::skills::to_wit(s))
             .collect();
-        let (kept, more) = blocking(move || run_chain(&chain, drafts, &library)).await?;
+        // On the plugin runtime, each plugin under its deadline.
+        let chained = async move { run_chain(&chain, drafts, &library).await };
+        let (kept, more) = match self.plugins.as_ref() {
+            Some(plugins) => plugins
+                .engine
+                .spawn(chained)
+                .await
+                .ok_or_else(|| anyhow::anyhow!("the evolver chain was cancelled"))??,
+            None => chained.await?,
+        };
         rejected.extend(more);
 
         // Provenance: the turns that failed (else all), with their scores.
@@ -801,7 +810,7 @@ async fn blocking<T: Send + 'static>(f: impl FnOnce() -> Result<T> + Send + 'sta
 
 /// The drafts through each evolver plugin in turn. A plugin that fails
 /// fails the stage (the job is retried): a draft never skips a check.
-fn run_chain(
+async fn run_chain(
     chain: &[Arc<Loaded>],
     mut drafts: Vec<SkillDraft>,
     library: &[types::Skill],
@@ -813,6 +822,7 @@ fn run_chain(
         }
         let outcomes = plugin
             .process(&drafts, library)
+            .await
             .map_err(|e| anyhow::anyhow!("evolver plugin {} failed: {e}", plugin.label()))?;
         if outcomes.len() != drafts.len() {
             anyhow::bail!(

@@ -1,13 +1,22 @@
 //! Host bindings, one `bindgen!` per world. The first generates the shared
 //! interfaces (types and the host capabilities); the others reuse them, so a
 //! `FinishedTurn` is one Rust type whichever world it crosses.
+//!
+//! Exports are called asynchronously (wasmtime's fibers): a guest that waits
+//! — on `embed`, or on a WASI clock or poll — suspends instead of blocking a
+//! host thread, so a deadline can always end it. Only `embed` is an async
+//! host function; the other imports answer at once.
 
 pub mod scorer {
     wasmtime::component::bindgen!({
         path: "../wit",
         world: "scorer",
         // Host functions may trap (an ungranted capability ends the call).
-        imports: { default: trappable },
+        imports: {
+            "metaclaw:plugin/embed.embed": async | trappable,
+            default: trappable,
+        },
+        exports: { default: async },
         additional_derives: [serde::Serialize, serde::Deserialize, PartialEq],
     });
 }
@@ -20,6 +29,7 @@ macro_rules! world {
                 path: "../wit",
                 world: $world,
                 imports: { default: trappable },
+                exports: { default: async },
                 with: {
                     "metaclaw:plugin/types": super::scorer::metaclaw::plugin::types,
                     "metaclaw:plugin/log": super::scorer::metaclaw::plugin::log,

@@ -1,52 +1,74 @@
-//! One wasmtime engine for every plugin: epoch interruption for deadlines,
-//! a compile cache on disk, and the linker every plugin is instantiated with.
+//! One wasmtime engine for every plugin: calls run asynchronously on a
+//! runtime of their own, epoch ticks let a running guest yield and meet its
+//! deadline, compiled code is cached on disk under a MAC, and one linker
+//! serves every plugin.
+//!
+//! Why a runtime of their own: a plugin call can wait (on `embed`, on a WASI
+//! clock or poll), and with wasmtime's async support that wait suspends the
+//! guest instead of blocking a thread. Calls are futures on this runtime;
+//! whoever waits for one — a turn, a scorer, the learning job — stops
+//! waiting at the deadline and drops it, which ends the guest wherever it
+//! is. Serving threads and tokio's shared blocking pool never run guest
+//! code.
 
+use std::future::Future;
 use std::hash::{Hash, Hasher};
-use std::path::PathBuf;
+use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
+use std::task::{Context, Poll};
 use std::time::Duration;
 
-use anyhow::{Context, Result};
-use sha2::{Digest, Sha256};
+use anyhow::Result;
 use wasmtime::component::{Component, HasSelf, Linker};
 use wasmtime::{Config, Engine};
 
 use super::bindings::{clock, embed, kv, log, types};
+use super::cache::{CacheOptions, CompileCache};
 use super::sandbox::PluginState;
-use crate::proxy::request::hex;
 
-/// How often the epoch advances while a plugin call is running. Deadlines
-/// are counted in these ticks.
+/// How often the epoch advances while a plugin call is running: a running
+/// guest checks its deadline (and yields to the runtime) this often.
 pub const TICK: Duration = Duration::from_millis(1);
+
+/// How the engine is set up.
+#[derive(Debug, Clone, Default)]
+pub struct EngineOptions {
+    /// Compiled components are kept here; `None` compiles every time.
+    pub cache: Option<CacheOptions>,
+    /// Worker threads that run plugin calls (0: one per core, at least 2).
+    pub threads: usize,
+}
 
 pub struct PluginEngine {
     pub engine: Engine,
     pub linker: Linker<PluginState>,
     ticker: Arc<Ticker>,
-    cache_dir: Option<PathBuf>,
-    /// Distinguishes cache entries of different wasmtime builds/configs.
-    compat: String,
+    cache: Option<CompileCache>,
+    runtime: Option<tokio::runtime::Runtime>,
+    handle: tokio::runtime::Handle,
 }
 
 impl PluginEngine {
-    pub fn new(cache_dir: Option<PathBuf>) -> Result<Arc<Self>> {
+    pub fn new(options: EngineOptions) -> Result<Arc<Self>> {
         let mut config = Config::new();
         config.wasm_component_model(true);
         config.epoch_interruption(true);
         // jco's QuickJS components declare (without needing) async builtins
-        // such as `task.cancel`; validating them needs this on. Calls stay
-        // synchronous.
+        // such as `task.cancel`; validating them needs this on.
         config.wasm_component_model_async(true);
         config.parallel_compilation(true);
-        // Deep recursion traps cleanly instead of exhausting the host stack.
+        // Deep recursion traps cleanly instead of exhausting the host stack
+        // (the guest runs on a fiber stack of `async_stack_size`).
         config.max_wasm_stack(1 << 20);
+        config.async_stack_size(2 << 20);
         let engine = Engine::new(&config)
             .map_err(|e| anyhow::anyhow!("cannot create the wasm engine: {e}"))?;
         let mut linker: Linker<PluginState> = Linker::new(&engine);
         // WASI is always linked (Python and JS guests import it) but the
         // context each plugin gets denies what the deployment did not grant.
-        wasmtime_wasi::p2::add_to_linker_sync(&mut linker)
+        // The async flavour: a guest's sleep or poll suspends its call.
+        wasmtime_wasi::p2::add_to_linker_async(&mut linker)
             .map_err(|e| anyhow::anyhow!("cannot link WASI: {e}"))?;
         // metaclaw's host interfaces; each function checks the plugin's
         // grants and denies (trap or error) what was not granted.
@@ -77,55 +99,69 @@ impl PluginEngine {
         let mut hasher = std::collections::hash_map::DefaultHasher::new();
         engine.precompile_compatibility_hash().hash(&mut hasher);
         let compat = format!("{:016x}", hasher.finish());
-        if let Some(dir) = &cache_dir {
-            std::fs::create_dir_all(dir)
-                .with_context(|| format!("cannot create {}", dir.display()))?;
-        }
+        let cache = match &options.cache {
+            Some(c) => match CompileCache::open(c, compat) {
+                Ok(cache) => Some(cache),
+                Err(e) => {
+                    // Fail closed: without a key no artifact can be trusted.
+                    tracing::warn!("compiled plugins are not cached: {e:#}");
+                    None
+                }
+            },
+            None => None,
+        };
+        let threads = match options.threads {
+            0 => std::thread::available_parallelism()
+                .map(|n| n.get())
+                .unwrap_or(2)
+                .max(2),
+            n => n,
+        };
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(threads)
+            // `embed` runs the host's (synchronous) embedding backend here;
+            // each plugin may have few such calls outstanding at once.
+            .max_blocking_threads(16)
+            .thread_name("metaclaw-plugin")
+            .enable_all()
+            .build()
+            .map_err(|e| anyhow::anyhow!("cannot start the plugin runtime: {e}"))?;
+        let handle = runtime.handle().clone();
         let ticker = Ticker::start(engine.clone());
         Ok(Arc::new(Self {
             engine,
             linker,
             ticker,
-            cache_dir,
-            compat,
+            cache,
+            runtime: Some(runtime),
+            handle,
         }))
     }
 
     /// Compiles a component, or loads it from the cache (keyed by the
-    /// sha256 of its bytes and the engine's compatibility hash).
+    /// sha256 of its bytes and the engine's compatibility hash, and
+    /// accepted only if its MAC verifies).
     pub fn compile(&self, bytes: &[u8], sha256: &str) -> Result<Component> {
-        let Some(dir) = &self.cache_dir else {
+        let Some(cache) = &self.cache else {
             return Component::new(&self.engine, bytes).map_err(|e| anyhow::anyhow!("{e}"));
         };
-        let artifact = dir.join(format!("{sha256}-{}.cwasm", self.compat));
-        let checksum = artifact.with_extension("cwasm.sha256");
-        if let (Ok(code), Ok(expected)) =
-            (std::fs::read(&artifact), std::fs::read_to_string(&checksum))
+        if let Some(code) = cache.load(sha256, artifact_limit(bytes.len()))
+            && let Ok(component) = self.deserialize_verified(&code)
         {
-            if hex(&Sha256::digest(&code)) == expected.trim() {
-                match self.deserialize_cached(&code) {
-                    Ok(component) => return Ok(component),
-                    Err(e) => {
-                        tracing::warn!("ignoring unusable cache entry {}: {e}", artifact.display())
-                    }
-                }
-            } else {
-                tracing::warn!("ignoring corrupted cache entry {}", artifact.display());
-            }
+            return Ok(component);
         }
         let code = self
             .engine
             .precompile_component(bytes)
             .map_err(|e| anyhow::anyhow!("{e:?}"))?;
-        let component = self.deserialize_cached(&code)?;
-        // Best effort: a cache we cannot write only costs a recompile.
-        let written = crate::home::write_private(&artifact, &code).and_then(|()| {
-            crate::home::write_private(&checksum, hex(&Sha256::digest(&code)).as_bytes())
-        });
-        if let Err(e) = written {
-            tracing::debug!("cannot cache compiled plugin: {e:#}");
-        }
+        let component = self.deserialize_verified(&code)?;
+        cache.store(sha256, &code);
         Ok(component)
+    }
+
+    /// The compile cache, if there is one.
+    pub fn cache(&self) -> Option<&CompileCache> {
+        self.cache.as_ref()
     }
 
     /// Loads compiled code produced by `precompile_component`.
@@ -133,24 +169,69 @@ impl PluginEngine {
         unsafe_code,
         reason = "wasmtime requires unsafe to load precompiled native code"
     )]
-    fn deserialize_cached(&self, code: &[u8]) -> Result<Component> {
+    fn deserialize_verified(&self, code: &[u8]) -> Result<Component> {
         // SAFETY: `code` was produced by `Engine::precompile_component` of an
         // engine with this same configuration: either just now, or earlier
-        // and read back from metaclaw's own cache directory (inside the
-        // 0700 home) after its sha256 matched the checksum written with it.
-        // wasmtime also checks the artifact's version and configuration
-        // header and refuses a mismatch.
+        // and read back from the compile cache after its MAC — keyed by a
+        // secret outside the cache folder — verified over these exact bytes
+        // and the source's sha256 (cache.rs). wasmtime also checks the
+        // artifact's version and configuration header.
         unsafe { Component::deserialize(&self.engine, code) }.map_err(|e| anyhow::anyhow!("{e}"))
-    }
-
-    /// Deadline in ticks for a call that may take `timeout`.
-    pub fn ticks(&self, timeout: Duration) -> u64 {
-        (timeout.as_micros() / TICK.as_micros()).max(1) as u64 + 1
     }
 
     /// Keeps the epoch advancing while the returned guard lives.
     pub fn running(&self) -> TickerGuard {
         self.ticker.activate()
+    }
+
+    /// Runs `future` on the plugin runtime. Dropping what this returns
+    /// cancels it (a turn whose client left stops its plugin calls).
+    pub fn spawn<F>(&self, future: F) -> Spawned<F::Output>
+    where
+        F: Future + Send + 'static,
+        F::Output: Send + 'static,
+    {
+        Spawned(self.handle.spawn(future))
+    }
+
+    /// Runs `future` on the plugin runtime in the background, to its end
+    /// (its own deadlines bound it).
+    pub fn detach<F>(&self, future: F)
+    where
+        F: Future<Output = ()> + Send + 'static,
+    {
+        drop(self.handle.spawn(future));
+    }
+
+    /// Runs `future` to completion on this thread, with the plugin runtime
+    /// driving its timers. For synchronous callers (the CLI, the scoring
+    /// thread, tests); never call it from an async task: await the plugin's
+    /// async method, or `spawn`, instead.
+    pub fn block_on<F: Future>(&self, future: F) -> F::Output {
+        self.handle.block_on(future)
+    }
+}
+
+/// Compiled code is a few times larger than the component; a cached
+/// artifact far beyond that is not ours and is not read.
+pub fn artifact_limit(wasm_len: usize) -> u64 {
+    (wasm_len as u64).saturating_mul(32) + (16 << 20)
+}
+
+/// A plugin-runtime task; aborted when dropped.
+pub struct Spawned<T>(tokio::task::JoinHandle<T>);
+
+impl<T> Future for Spawned<T> {
+    /// `None` if the task was cancelled or panicked.
+    type Output = Option<T>;
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<T>> {
+        Pin::new(&mut self.0).poll(cx).map(Result::ok)
+    }
+}
+
+impl<T> Drop for Spawned<T> {
+    fn drop(&mut self) {
+        self.0.abort();
     }
 }
 
@@ -193,8 +274,10 @@ impl Ticker {
                 }
             });
         if let Err(e) = spawned {
+            // Deadlines still hold (the waiter drops the call), but a guest
+            // spinning in a loop would hold its worker until then.
             tracing::error!(
-                "cannot start the plugin deadline thread ({e}): plugin calls will not time out"
+                "cannot start the plugin epoch thread ({e}): running plugins will not yield"
             );
         }
         ticker
@@ -226,5 +309,10 @@ impl Drop for PluginEngine {
     fn drop(&mut self) {
         self.ticker.stop.store(true, Ordering::Relaxed);
         self.ticker.signal.notify_one();
+        // Never blocks, so the engine may be dropped anywhere (an async
+        // task included); calls still running are cancelled.
+        if let Some(runtime) = self.runtime.take() {
+            runtime.shutdown_background();
+        }
     }
 }

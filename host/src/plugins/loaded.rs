@@ -1,6 +1,15 @@
 //! One loaded plugin: its compiled component, an `InstancePre` for its
-//! world, a small pool of ready instances, and the rules of a call (a
-//! deadline, the memory budget, and what a failure does).
+//! world, a small pool of ready instances, and the rules of a call.
+//!
+//! A call has a wall-clock deadline that holds whatever the guest does:
+//! calls are futures (wasmtime async), a running guest checks the deadline
+//! at every epoch tick and yields to the runtime, and the caller stops
+//! waiting when it passes — a guest asleep in WASI, or waiting on the host,
+//! is dropped there. A plugin runs at most `pool_size` calls at once; a call
+//! that cannot start before its deadline goes to the fallback without
+//! counting against the plugin. A call that runs past its deadline fails at
+//! that moment, its instance is discarded, and a plugin that keeps failing
+//! is disabled until it is reloaded.
 
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
@@ -9,12 +18,14 @@ use std::time::{Duration, Instant};
 
 use semver::Version;
 use serde::Serialize;
-use wasmtime::Store;
 use wasmtime::component::Component;
+use wasmtime::{Store, UpdateDeadline};
 
 use super::bindings::{evolver, retriever, scorer, skill, types};
 use super::engine::PluginEngine;
-use super::sandbox::{EmbedPurpose, Embedder, Grants, KvCache, PluginState};
+use super::sandbox::{
+    Deadline, EmbedPurpose, Embedder, Grants, MemoryPool, PluginShared, PluginState,
+};
 
 /// The WIT package version this host implements.
 pub const PACKAGE: &str = "metaclaw:plugin";
@@ -67,25 +78,56 @@ impl From<types::PluginKind> for Kind {
 /// Budgets for one plugin.
 #[derive(Debug, Clone)]
 pub struct Limits {
+    /// Memory of all the plugin's instances together (linear memories and
+    /// tables).
     pub memory_bytes: usize,
+    /// A call's deadline.
     pub timeout: Duration,
+    /// A retriever's `index()` of the library (time spent waiting on the
+    /// host's embedding backend is not counted, within its own budget).
+    pub index_timeout: Duration,
+    /// Instantiating and reading `metadata()` when the file is loaded.
+    pub load_timeout: Duration,
     /// Consecutive failures before the plugin is disabled until reloaded.
     pub max_failures: u32,
-    /// Ready instances kept for reuse.
+    /// Ready instances kept for reuse, and calls running at once.
     pub pool_size: usize,
     /// Instances are replaced after this many calls (bounds slow leaks in
     /// guest runtimes).
     pub recycle_after: u32,
+    /// Bytes one call may copy from the guest into the host (arguments of
+    /// host functions, the results it returns).
+    pub max_copy_bytes: usize,
 }
 
 impl Default for Limits {
     fn default() -> Self {
         Self {
-            memory_bytes: 64 << 20,
+            memory_bytes: 128 << 20,
             timeout: Duration::from_millis(50),
+            index_timeout: Duration::from_secs(30),
+            load_timeout: Duration::from_secs(2),
             max_failures: 3,
             pool_size: 4,
             recycle_after: 10_000,
+            max_copy_bytes: 4 << 20,
+        }
+    }
+}
+
+/// Where a plugin file came from: shipped with metaclaw, or dropped in.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Source {
+    Builtin,
+    User,
+}
+
+impl Source {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Source::Builtin => "builtin",
+            Source::User => "user",
         }
     }
 }
@@ -106,6 +148,7 @@ pub struct PluginInfo {
     pub sha256: String,
     pub path: PathBuf,
     pub size: u64,
+    pub source: Source,
 }
 
 /// Why a call failed.
@@ -121,6 +164,10 @@ pub enum CallError {
     Memory(usize),
     #[error("trapped: {0}")]
     Trap(String),
+    /// More data than `plugins.max_call_mb` crossed into the host in one
+    /// call (a huge result, a huge host-call argument).
+    #[error("copied more than plugins.max_call_mb ({} MiB) into the host in one call", .0 >> 20)]
+    TooLarge(usize),
     #[error("cannot instantiate: {0}")]
     Instantiate(String),
     #[error("wrong kind: this plugin is a {0}")]
@@ -129,11 +176,29 @@ pub enum CallError {
     /// plugin's fault, so not counted against it.
     #[error("the embedding backend failed: {0}")]
     Embed(String),
-    /// The retriever is indexing the current library (at start, after a
+    /// The retriever has no index of the library yet (at start, after a
     /// change): this turn goes to the next retriever, or without skills,
-    /// instead of starting another index beside it.
+    /// while the index is built in the background.
     #[error("still indexing the skills")]
     Indexing,
+    /// Every instance was busy until the deadline: the call never started,
+    /// so it is not counted against the plugin.
+    #[error("busy: {0} calls already running, none ended before the deadline")]
+    Busy(usize),
+}
+
+impl CallError {
+    /// Failures the plugin is blamed for (counted toward disabling it).
+    fn counts(&self) -> bool {
+        matches!(
+            self,
+            CallError::Deadline(_)
+                | CallError::Memory(_)
+                | CallError::Trap(_)
+                | CallError::TooLarge(_)
+                | CallError::Instantiate(_)
+        )
+    }
 }
 
 enum Pre {
@@ -159,10 +224,24 @@ struct Instance {
     indexed: Option<u64>,
 }
 
+/// Which pooled instance a call wants.
+#[derive(Clone, Copy)]
+enum Want {
+    /// Any (a new one if none is ready).
+    Any,
+    /// A retriever instance with an index, of `generation` by preference
+    /// (an older index serves while the new one is built); never a new one.
+    Indexed(u64),
+    /// One whose index is not of `generation` (a new one if none is ready).
+    Unindexed(u64),
+}
+
 #[derive(Debug, Default, Serialize)]
 pub struct Stats {
     pub calls: AtomicU64,
     pub failures: AtomicU64,
+    /// Calls that found every instance busy until their deadline.
+    pub busy: AtomicU64,
     pub consecutive_failures: AtomicU32,
     pub disabled: AtomicBool,
     pub busy_nanos: AtomicU64,
@@ -172,18 +251,27 @@ pub struct Stats {
 
 pub struct Loaded {
     pub info: PluginInfo,
-    pub grants: Arc<Grants>,
     pub limits: Limits,
     pub stats: Stats,
+    shared: Arc<PluginShared>,
     engine: Arc<PluginEngine>,
     pre: Pre,
     pool: Mutex<Vec<Instance>>,
-    /// Held while an instance indexes the library: one index at a time,
-    /// however many turns arrive meanwhile.
-    indexing: Mutex<()>,
-    embedder: Option<Arc<dyn Embedder>>,
-    kv: Arc<Mutex<KvCache>>,
-    label: Arc<str>,
+    /// One per call that may run at once.
+    permits: tokio::sync::Semaphore,
+    /// Held while the library is indexed: one index at a time.
+    indexing: tokio::sync::Mutex<()>,
+    /// The generation a background index was last started for.
+    warming: AtomicU64,
+}
+
+/// A compiled, checked plugin whose metadata has been read, before the
+/// host decides what it is granted.
+pub struct Probed {
+    pub info: PluginInfo,
+    limits: Limits,
+    engine: Arc<PluginEngine>,
+    pre: Pre,
 }
 
 /// The plugin kind a component implements, and the package version it was
@@ -208,8 +296,12 @@ pub fn detect(
         };
         let (iface, version) = rest.split_once('@').unwrap_or((rest, ""));
         if let Some(kind) = Kind::ALL.into_iter().find(|k| k.api() == iface) {
-            let version = Version::parse(version)
-                .map_err(|_| format!("it exports {name}, whose package version is not semver"))?;
+            let version = Version::parse(version).map_err(|_| {
+                format!(
+                    "it exports {}, whose package version is not semver",
+                    crate::untrusted::log_line(name, 200)
+                )
+            })?;
             found = Some((kind, version));
         }
     }
@@ -219,7 +311,7 @@ pub fn detect(
             if exports.is_empty() {
                 "nothing".to_string()
             } else {
-                exports.join(", ")
+                crate::untrusted::log_line(&exports.join(", "), 500)
             }
         ));
     };
@@ -250,26 +342,38 @@ pub fn compatible(v: &Version) -> bool {
 }
 
 impl Loaded {
-    /// Compiles (or loads from cache), checks and instantiates a plugin,
-    /// and reads its metadata.
-    pub fn load(
+    /// Compiles (or loads from the cache), checks the component's world,
+    /// and reads its metadata under the deny-all sandbox within
+    /// `limits.load_timeout`. Blocks: call it from a thread of its own (the
+    /// plugin scanner, the CLI), never from an async task.
+    pub fn probe(
         engine: &Arc<PluginEngine>,
         path: PathBuf,
         bytes: &[u8],
         sha256: String,
-        grants_for: &dyn Fn(&str) -> Arc<Grants>,
-        embedder: Option<Arc<dyn Embedder>>,
+        source: Source,
         limits_for: &dyn Fn(Kind) -> Limits,
-    ) -> Result<Self, String> {
-        let component = engine
-            .compile(bytes, &sha256)
-            .map_err(|e| format!("not a valid component: {e:#}"))?;
+    ) -> Result<Probed, String> {
+        let component = engine.compile(bytes, &sha256).map_err(|e| {
+            format!(
+                "not a valid component: {}",
+                crate::untrusted::log_line(&format!("{e:#}"), 1000)
+            )
+        })?;
         let (kind, package, imports) = detect(engine, &component)?;
-        let instance_pre = engine
-            .linker
-            .instantiate_pre(&component)
-            .map_err(|e| format!("cannot link: {e}"))?;
-        let link_err = |e: wasmtime::Error| format!("cannot link as a {}: {e}", kind.as_str());
+        let instance_pre = engine.linker.instantiate_pre(&component).map_err(|e| {
+            format!(
+                "cannot link: {}",
+                crate::untrusted::log_line(&e.to_string(), 500)
+            )
+        })?;
+        let link_err = |e: wasmtime::Error| {
+            format!(
+                "cannot link as a {}: {}",
+                kind.as_str(),
+                crate::untrusted::log_line(&e.to_string(), 500)
+            )
+        };
         let pre = match kind {
             Kind::Retriever => {
                 Pre::Retriever(retriever::RetrieverPre::new(instance_pre).map_err(link_err)?)
@@ -280,10 +384,11 @@ impl Loaded {
             }
             Kind::Skill => Pre::Skill(skill::SkillPre::new(instance_pre).map_err(link_err)?),
         };
-        // Metadata is read under the deny-all sandbox and default limits:
-        // grants depend on the name, which is not known yet.
-        let mut probe = Self {
-            info: PluginInfo {
+        let limits = limits_for(kind);
+        // Metadata is read under the deny-all sandbox: what a plugin is
+        // granted depends on what it is, which is not known yet.
+        let probe = Self::new(
+            PluginInfo {
                 name: String::new(),
                 version: Version::new(0, 0, 0),
                 kind,
@@ -294,20 +399,22 @@ impl Loaded {
                 sha256,
                 size: bytes.len() as u64,
                 path,
+                source,
             },
-            grants: Arc::new(Grants::default()),
-            limits: limits_for(kind),
-            stats: Stats::default(),
-            engine: engine.clone(),
+            Limits {
+                timeout: limits.load_timeout,
+                pool_size: 1,
+                max_failures: u32::MAX,
+                ..limits.clone()
+            },
+            engine.clone(),
             pre,
-            pool: Mutex::new(Vec::new()),
-            indexing: Mutex::new(()),
-            embedder,
-            kv: Arc::new(Mutex::new(KvCache::default())),
-            label: "(loading)".into(),
-        };
-        let meta = probe
-            .metadata()
+            "(loading)",
+            Grants::default(),
+            None,
+        );
+        let meta = engine
+            .block_on(probe.metadata())
             .map_err(|e| format!("metadata() failed: {e}"))?;
         let declared = Kind::from(meta.kind);
         if declared != kind {
@@ -319,65 +426,134 @@ impl Loaded {
         }
         let name = meta.name.trim().to_string();
         if name.is_empty()
+            || name.len() > 64
             || !name
                 .chars()
                 .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_')
         {
             return Err(format!(
-                "invalid plugin name {name:?} (letters, digits, - and _)"
+                "invalid plugin name {:?} (1 to 64 letters, digits, - and _)",
+                crate::untrusted::log_line(&name, 80)
             ));
         }
-        let version = Version::parse(meta.version.trim())
-            .map_err(|e| format!("version {:?} is not semver: {e}", meta.version))?;
-        probe.label = format!("{name}@{version}").into();
-        probe.grants = grants_for(&name);
-        probe.info.name = name;
-        probe.info.version = version;
-        probe.info.description = meta.description;
-        probe.info.asks = meta.capabilities;
-        // The probe instance ran with the default grants: start afresh.
-        probe.pool = Mutex::new(Vec::new());
-        probe.stats = Stats::default();
-        Ok(probe)
+        let version = Version::parse(meta.version.trim()).map_err(|e| {
+            format!(
+                "version {:?} is not semver: {e}",
+                crate::untrusted::log_line(&meta.version, 80)
+            )
+        })?;
+        let Self { mut info, pre, .. } = probe;
+        info.name = name;
+        info.version = version;
+        info.description = crate::untrusted::log_line(&meta.description, 500);
+        info.asks = meta
+            .capabilities
+            .iter()
+            .take(32)
+            .map(|c| crate::untrusted::log_line(c, 100))
+            .collect();
+        Ok(Probed {
+            info,
+            limits,
+            engine: engine.clone(),
+            pre,
+        })
+    }
+
+    fn new(
+        info: PluginInfo,
+        limits: Limits,
+        engine: Arc<PluginEngine>,
+        pre: Pre,
+        label: &str,
+        grants: Grants,
+        embedder: Option<Arc<dyn Embedder>>,
+    ) -> Self {
+        let shared = PluginShared::new(
+            &info.name,
+            label,
+            grants,
+            embedder,
+            MemoryPool::new(limits.memory_bytes),
+        );
+        Self {
+            permits: tokio::sync::Semaphore::new(limits.pool_size.max(1)),
+            info,
+            limits,
+            stats: Stats::default(),
+            shared,
+            engine,
+            pre,
+            pool: Mutex::new(Vec::new()),
+            indexing: tokio::sync::Mutex::new(()),
+            warming: AtomicU64::new(u64::MAX),
+        }
     }
 
     pub fn label(&self) -> &str {
-        &self.label
+        &self.shared.label
+    }
+
+    /// The engine it runs on (`engine().block_on(plugin.score(..))` from a
+    /// thread that is not running async tasks).
+    pub fn engine(&self) -> &Arc<PluginEngine> {
+        &self.engine
+    }
+
+    /// What this plugin is granted.
+    pub fn grants(&self) -> &Grants {
+        &self.shared.grants
+    }
+
+    /// Log lines of this plugin dropped by the rate limits.
+    pub fn log_dropped(&self) -> u64 {
+        self.shared.log.dropped.load(Ordering::Relaxed)
     }
 
     pub fn is_disabled(&self) -> bool {
         self.stats.disabled.load(Ordering::Relaxed)
     }
 
-    fn instantiate(&self) -> Result<Instance, CallError> {
-        let state = PluginState::new(
-            self.info.name.as_str().into(),
-            self.label.clone(),
-            self.grants.clone(),
-            self.embedder.clone(),
-            self.kv.clone(),
-            self.limits.memory_bytes,
-        );
+    async fn instantiate(
+        &self,
+        deadline: &Arc<Deadline>,
+        purpose: EmbedPurpose,
+    ) -> Result<Instance, CallError> {
+        let mut state = PluginState::new(self.shared.clone());
+        state.begin_call(deadline.clone(), purpose);
         let mut store = Store::new(&self.engine.engine, state);
         store.limiter(|s| &mut s.limiter);
-        store.set_epoch_deadline(self.engine.ticks(self.limits.timeout));
-        // At the deadline, time the plugin spent waiting on the host's
-        // embedding backend is given back once; past that it is stopped.
-        store.epoch_deadline_callback(|mut ctx| {
-            let owed = std::mem::take(&mut ctx.data_mut().host_ticks);
-            if owed > 0 {
-                Ok(wasmtime::UpdateDeadline::Continue(owed))
+        store.set_hostcall_fuel(self.limits.max_copy_bytes);
+        // Every tick: stop at the deadline, else let the runtime run
+        // others (and the caller notice a deadline of its own).
+        store.epoch_deadline_callback(|ctx| {
+            Ok(if ctx.data().deadline.expired() {
+                UpdateDeadline::Interrupt
             } else {
-                Err(wasmtime::Trap::Interrupt.into())
-            }
+                UpdateDeadline::Yield(1)
+            })
         });
-        let _ticking = self.engine.running();
-        let err = |e: wasmtime::Error| CallError::Instantiate(format!("{e:#}"));
+        store.set_epoch_deadline(1);
         let bindings = match &self.pre {
-            Pre::Retriever(p) => Bindings::Retriever(p.instantiate(&mut store).map_err(err)?),
-            Pre::Scorer(p) => Bindings::Scorer(p.instantiate(&mut store).map_err(err)?),
-            Pre::Evolver(p) => Bindings::Evolver(p.instantiate(&mut store).map_err(err)?),
-            Pre::Skill(p) => Bindings::Skill(p.instantiate(&mut store).map_err(err)?),
+            Pre::Retriever(p) => p
+                .instantiate_async(&mut store)
+                .await
+                .map(Bindings::Retriever),
+            Pre::Scorer(p) => p.instantiate_async(&mut store).await.map(Bindings::Scorer),
+            Pre::Evolver(p) => p.instantiate_async(&mut store).await.map(Bindings::Evolver),
+            Pre::Skill(p) => p.instantiate_async(&mut store).await.map(Bindings::Skill),
+        };
+        let bindings = match bindings {
+            Ok(b) => b,
+            Err(_) if store.data().limiter.hit => {
+                return Err(CallError::Memory(self.limits.memory_bytes));
+            }
+            Err(e) => {
+                return Err(CallError::Instantiate(crate::untrusted::log_line(
+                    &format!("{e:#}"),
+                    1000,
+                )));
+            }
         };
         Ok(Instance {
             store,
@@ -387,63 +563,128 @@ impl Loaded {
         })
     }
 
-    /// Runs `f` on a pooled (or fresh) instance under the deadline and the
-    /// memory budget. A trap ends only this call: the instance is dropped,
-    /// the failure counted, and the plugin disabled after too many in a row.
-    fn call<R>(
+    /// An instance from the pool as `want` asks, or a new one.
+    fn take_pooled(&self, want: Want) -> Result<Option<Instance>, CallError> {
+        let Ok(mut pool) = self.pool.lock() else {
+            return Ok(None);
+        };
+        let pick = match want {
+            Want::Any => pool.len().checked_sub(1),
+            Want::Indexed(generation) => pool
+                .iter()
+                .position(|i| i.indexed == Some(generation))
+                .or_else(|| {
+                    pool.iter()
+                        .enumerate()
+                        .filter(|(_, i)| i.indexed.is_some())
+                        .max_by_key(|(_, i)| i.indexed)
+                        .map(|(n, _)| n)
+                }),
+            Want::Unindexed(generation) => pool.iter().position(|i| i.indexed != Some(generation)),
+        };
+        match (pick, want) {
+            (Some(n), _) => Ok(Some(pool.swap_remove(n))),
+            (None, Want::Indexed(_)) => Err(CallError::Indexing),
+            (None, _) => Ok(None),
+        }
+    }
+
+    /// Runs `f` on an instance under the deadline and the budgets. A trap
+    /// or a missed deadline ends only this call: the instance is dropped,
+    /// the failure counted, and the plugin disabled after too many in a
+    /// row.
+    async fn call<R>(
         &self,
-        f: impl FnOnce(&mut Instance) -> Result<wasmtime::Result<R>, CallError>,
+        timeout: Duration,
+        want: Want,
+        purpose: EmbedPurpose,
+        f: impl AsyncFnOnce(&mut Instance) -> Result<wasmtime::Result<R>, CallError>,
     ) -> Result<R, CallError> {
         if self.is_disabled() {
             return Err(CallError::Disabled(self.limits.max_failures));
         }
+        let deadline = Deadline::after(timeout);
         let started = Instant::now();
-        let pooled = self.pool.lock().ok().and_then(|mut p| p.pop());
-        let mut instance = match pooled {
-            Some(i) => i,
-            None => match self.instantiate() {
-                Ok(i) => i,
-                Err(e) => return Err(self.failed(e)),
-            },
-        };
-        instance
-            .store
-            .set_epoch_deadline(self.engine.ticks(self.limits.timeout));
-        let state = instance.store.data_mut();
-        state.log_budget = super::sandbox::LOG_LINES_PER_CALL;
-        state.host_ticks = 0;
-        state.embed_error = None;
-        let outcome = {
-            let _ticking = self.engine.running();
-            f(&mut instance)
-        };
+        let mut running = false;
+        let outcome = deadline
+            .bound(async {
+                let _permit = self
+                    .permits
+                    .acquire()
+                    .await
+                    .map_err(|_| CallError::Busy(self.limits.pool_size))?;
+                running = true;
+                let _ticking = self.engine.running();
+                let mut instance = match self.take_pooled(want)? {
+                    Some(instance) => instance,
+                    // The deadline covers instantiation (the guest's
+                    // start-up code runs there).
+                    None => self
+                        .instantiate(&deadline, purpose)
+                        .await
+                        .map_err(|e| self.classify_start(e))?,
+                };
+                instance
+                    .store
+                    .data_mut()
+                    .begin_call(deadline.clone(), purpose);
+                let result = f(&mut instance).await;
+                Ok::<_, CallError>((instance, result))
+            })
+            .await;
         self.stats.calls.fetch_add(1, Ordering::Relaxed);
         self.stats
             .busy_nanos
             .fetch_add(started.elapsed().as_nanos() as u64, Ordering::Relaxed);
-        match outcome {
+        let (instance, result) = match outcome {
+            None if running => return Err(self.failed(CallError::Deadline(timeout))),
+            None => {
+                self.stats.busy.fetch_add(1, Ordering::Relaxed);
+                return Err(CallError::Busy(self.limits.pool_size));
+            }
+            Some(Err(e)) => return Err(if e.counts() { self.failed(e) } else { e }),
+            Some(Ok(done)) => done,
+        };
+        match result {
             Ok(Ok(value)) => {
                 self.stats.consecutive_failures.store(0, Ordering::Relaxed);
-                instance.calls += 1;
-                if instance.calls < self.limits.recycle_after
-                    && let Ok(mut pool) = self.pool.lock()
-                    && pool.len() < self.limits.pool_size
-                {
-                    pool.push(instance);
-                }
+                self.give_back(instance);
                 Ok(value)
             }
             Ok(Err(trap)) => {
-                let error = self.trapped(&instance, &trap, self.limits.timeout);
+                let error = self.trapped(&instance, &trap, timeout);
                 // A trapped instance is poisoned: drop it.
                 drop(instance);
                 Err(self.failed(error))
             }
-            // What the call reported itself (still indexing, the embedding
-            // backend failed, wrong kind) is not the plugin's failure, so it
-            // is not counted. The instance is dropped, not pooled: an
-            // unindexed one must not take the place of those `warm` indexed.
-            Err(e) => Err(e),
+            // What the call reported itself (the embedding backend failed,
+            // index() refused, wrong kind). Only the plugin's own failures
+            // count; the instance is dropped either way.
+            Err(e) => Err(if e.counts() { self.failed(e) } else { e }),
+        }
+    }
+
+    /// A failed instantiation. The memory budget is shared by the plugin's
+    /// instances: with others running, no room for one more only means
+    /// busy.
+    fn classify_start(&self, error: CallError) -> CallError {
+        let others = self
+            .limits
+            .pool_size
+            .saturating_sub(self.permits.available_permits() + 1);
+        match error {
+            CallError::Memory(_) if others > 0 => CallError::Busy(self.limits.pool_size),
+            error => error,
+        }
+    }
+
+    fn give_back(&self, mut instance: Instance) {
+        instance.calls += 1;
+        if instance.calls < self.limits.recycle_after
+            && let Ok(mut pool) = self.pool.lock()
+            && pool.len() < self.limits.pool_size
+        {
+            pool.push(instance);
         }
     }
 
@@ -456,6 +697,10 @@ impl Loaded {
         }
         if state.limiter.hit {
             return CallError::Memory(self.limits.memory_bytes);
+        }
+        // wasmtime's own words when the copy limit (hostcall fuel) is hit.
+        if format!("{trap:#}").contains("fuel allocated for hostcalls has been exhausted") {
+            return CallError::TooLarge(self.limits.max_copy_bytes);
         }
         let stderr = String::from_utf8_lossy(&state.stderr.contents())
             .trim()
@@ -472,20 +717,13 @@ impl Loaded {
         if !tail.is_empty() {
             msg.push_str(&format!(" (stderr: {tail})"));
         }
-        CallError::Trap(msg)
+        // Function names in the backtrace and stderr are the guest's words.
+        CallError::Trap(crate::untrusted::log_line(&msg, 2000))
     }
 
-    /// The most linear memory one of the pooled instances holds.
+    /// Linear memory and tables held by all of the plugin's instances.
     pub fn memory_in_use(&self) -> usize {
-        self.pool
-            .lock()
-            .map(|p| {
-                p.iter()
-                    .map(|i| i.store.data().limiter.used())
-                    .max()
-                    .unwrap_or(0)
-            })
-            .unwrap_or(0)
+        self.shared.memory.used()
     }
 
     fn failed(&self, error: CallError) -> CallError {
@@ -495,40 +733,54 @@ impl Loaded {
             .consecutive_failures
             .fetch_add(1, Ordering::Relaxed)
             + 1;
-        tracing::warn!(plugin = %self.label, "plugin call failed: {error}");
+        tracing::warn!(plugin = %self.label(), "plugin call failed: {error}");
         if let Ok(mut last) = self.stats.last_error.lock() {
             *last = Some(error.to_string());
         }
         if n >= self.limits.max_failures && !self.stats.disabled.swap(true, Ordering::Relaxed) {
-            tracing::error!(plugin = %self.label, "disabled after {n} consecutive failures; replace the file or restart to retry");
+            tracing::error!(plugin = %self.label(), "disabled after {n} consecutive failures; replace the file or restart to retry");
         }
         error
     }
 
-    pub fn metadata(&self) -> Result<types::PluginMetadata, CallError> {
+    pub async fn metadata(&self) -> Result<types::PluginMetadata, CallError> {
         self.call(
-            |Instance {
-                 store, bindings, ..
-             }| {
+            self.limits.timeout,
+            Want::Any,
+            EmbedPurpose::Query,
+            async |Instance {
+                       store, bindings, ..
+                   }| {
                 Ok(match bindings {
-                    Bindings::Retriever(b) => b.metaclaw_plugin_plugin().call_metadata(store),
-                    Bindings::Scorer(b) => b.metaclaw_plugin_plugin().call_metadata(store),
-                    Bindings::Evolver(b) => b.metaclaw_plugin_plugin().call_metadata(store),
-                    Bindings::Skill(b) => b.metaclaw_plugin_plugin().call_metadata(store),
+                    Bindings::Retriever(b) => b.metaclaw_plugin_plugin().call_metadata(store).await,
+                    Bindings::Scorer(b) => b.metaclaw_plugin_plugin().call_metadata(store).await,
+                    Bindings::Evolver(b) => b.metaclaw_plugin_plugin().call_metadata(store).await,
+                    Bindings::Skill(b) => b.metaclaw_plugin_plugin().call_metadata(store).await,
                 })
             },
         )
+        .await
     }
 
-    pub fn score(&self, turn: &types::FinishedTurn) -> Result<Option<types::Reward>, CallError> {
-        let reward = self.call(
-            |Instance {
-                 store, bindings, ..
-             }| match bindings {
-                Bindings::Scorer(b) => Ok(b.metaclaw_plugin_scorer_api().call_score(store, turn)),
-                _ => Err(CallError::WrongKind(self.info.kind.as_str())),
-            },
-        )?;
+    pub async fn score(
+        &self,
+        turn: &types::FinishedTurn,
+    ) -> Result<Option<types::Reward>, CallError> {
+        let reward = self
+            .call(
+                self.limits.timeout,
+                Want::Any,
+                EmbedPurpose::Query,
+                async |Instance {
+                           store, bindings, ..
+                       }| match bindings {
+                    Bindings::Scorer(b) => {
+                        Ok(b.metaclaw_plugin_scorer_api().call_score(store, turn).await)
+                    }
+                    _ => Err(CallError::WrongKind(self.info.kind.as_str())),
+                },
+            )
+            .await?;
         // Whatever the guest returns, what the host keeps is bounded.
         Ok(reward.map(|r| types::Reward {
             value: if r.value.is_finite() {
@@ -536,68 +788,56 @@ impl Loaded {
             } else {
                 0.0
             },
-            label: clip(&r.label, 64),
-            rationale: clip(&r.rationale, 1000),
+            label: clip(&crate::untrusted::prompt_text(&r.label), 64),
+            rationale: clip(&crate::untrusted::prompt_text(&r.rationale), 1000),
         }))
     }
 
-    /// Retrieves the `k` best skills. The instance the call gets indexes
-    /// `skills` first if it has not indexed `generation` yet (under
-    /// `index_timeout` rather than the retrieval deadline).
-    pub fn retrieve(
-        &self,
-        skills: &[types::Skill],
+    /// Retrieves the `k` best skills, from an instance that has indexed the
+    /// library. None has yet (at start, after a change): `Indexing`, and
+    /// the index is built in the background — a turn never waits for one.
+    pub async fn retrieve(
+        self: &Arc<Self>,
+        skills: &Arc<Vec<types::Skill>>,
         generation: u64,
         context: &types::TurnContext,
         k: u32,
-        index_timeout: Duration,
     ) -> Result<Vec<types::ScoredSkill>, CallError> {
-        let timeout = self.engine.ticks(self.limits.timeout);
-        let index_ticks = self.engine.ticks(index_timeout);
         let mut embed_failed = None;
-        let mut ranked = self.call(|instance| {
-            let Instance {
-                store,
-                bindings,
-                indexed,
-                ..
-            } = instance;
-            let Bindings::Retriever(b) = bindings else {
-                return Err(CallError::WrongKind(self.info.kind.as_str()));
-            };
-            if *indexed != Some(generation) {
-                // Another turn (or `warm`) is indexing: don't pile up a
-                // second index of the same library beside it.
-                let Ok(_indexing) = self.indexing.try_lock() else {
-                    return Err(CallError::Indexing);
-                };
-                store.set_epoch_deadline(index_ticks);
-                store.data_mut().embed_purpose = EmbedPurpose::Index;
-                let outcome =
-                    b.metaclaw_plugin_retriever_api()
-                        .call_index(&mut *store, skills, generation);
-                let state = store.data_mut();
-                state.embed_purpose = EmbedPurpose::Query;
-                state.host_ticks = 0;
-                match outcome {
-                    Ok(Ok(())) => *indexed = Some(generation),
-                    Ok(Err(_)) if state.embed_error.is_some() => {
-                        let error = state.embed_error.take().unwrap_or_default();
-                        return Err(CallError::Embed(error));
-                    }
-                    Ok(Err(message)) => {
-                        return Err(CallError::Trap(format!("index() refused: {message}")));
-                    }
-                    Err(trap) => return Ok(Err(trap)),
-                }
-                store.set_epoch_deadline(timeout);
+        let ranked = self
+            .call(
+                self.limits.timeout,
+                Want::Indexed(generation),
+                EmbedPurpose::Query,
+                async |Instance {
+                           store,
+                           bindings,
+                           indexed,
+                           ..
+                       }| {
+                    let Bindings::Retriever(b) = bindings else {
+                        return Err(CallError::WrongKind(self.info.kind.as_str()));
+                    };
+                    let stale = *indexed != Some(generation);
+                    let ranked = b
+                        .metaclaw_plugin_retriever_api()
+                        .call_retrieve(&mut *store, context, k)
+                        .await;
+                    embed_failed = store.data_mut().embed_error.take();
+                    Ok(ranked.map(|r| (r, stale)))
+                },
+            )
+            .await;
+        let (mut ranked, stale) = match ranked {
+            Err(CallError::Indexing) => {
+                self.warm_in_background(skills, generation);
+                return Err(CallError::Indexing);
             }
-            let ranked = b
-                .metaclaw_plugin_retriever_api()
-                .call_retrieve(&mut *store, context, k);
-            embed_failed = store.data_mut().embed_error.take();
-            Ok(ranked)
-        })?;
+            other => other?,
+        };
+        if stale {
+            self.warm_in_background(skills, generation);
+        }
         // A ranking made without the query's embedding is no ranking: let
         // the next retriever answer.
         if let Some(error) = embed_failed {
@@ -607,106 +847,117 @@ impl Loaded {
         Ok(ranked)
     }
 
-    /// Indexes `skills` on every pooled instance (creating one if the pool
-    /// is empty), off the request path, so turns find warm indexes.
-    pub fn warm(
-        &self,
-        skills: &[types::Skill],
-        generation: u64,
-        index_timeout: Duration,
-    ) -> Result<(), CallError> {
-        let _indexing = self
-            .indexing
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
-        let mut held = Vec::new();
-        while let Some(instance) = self.pool.lock().ok().and_then(|mut p| p.pop()) {
-            held.push(instance);
+    /// Starts indexing `generation` unless that was already started.
+    fn warm_in_background(self: &Arc<Self>, skills: &Arc<Vec<types::Skill>>, generation: u64) {
+        if self.warming.swap(generation, Ordering::AcqRel) == generation {
+            return;
         }
-        if held.is_empty() {
-            held.push(self.instantiate().map_err(|e| self.failed(e))?);
-        }
-        for mut instance in held {
-            if instance.indexed != Some(generation) {
-                let Bindings::Retriever(b) = &instance.bindings else {
-                    return Err(CallError::WrongKind(self.info.kind.as_str()));
-                };
-                instance
-                    .store
-                    .set_epoch_deadline(self.engine.ticks(index_timeout));
-                let state = instance.store.data_mut();
-                state.embed_purpose = EmbedPurpose::Index;
-                state.embed_error = None;
-                let _ticking = self.engine.running();
-                let outcome = b.metaclaw_plugin_retriever_api().call_index(
-                    &mut instance.store,
-                    skills,
-                    generation,
-                );
-                let state = instance.store.data_mut();
-                state.embed_purpose = EmbedPurpose::Query;
-                state.host_ticks = 0;
-                let embed_failed = state.embed_error.take();
-                match outcome {
-                    Ok(Ok(())) => instance.indexed = Some(generation),
-                    // The host's embedding backend failed, not the plugin.
-                    Ok(Err(_)) if embed_failed.is_some() => {
-                        return Err(CallError::Embed(embed_failed.unwrap_or_default()));
-                    }
-                    Ok(Err(message)) => {
-                        return Err(
-                            self.failed(CallError::Trap(format!("index() refused: {message}")))
-                        );
-                    }
-                    // A trapped instance is dropped.
-                    Err(trap) => {
-                        let error = match self.trapped(&instance, &trap, index_timeout) {
-                            CallError::Trap(message) => {
-                                CallError::Trap(format!("index() trapped: {message}"))
-                            }
-                            other => other,
-                        };
-                        return Err(self.failed(error));
-                    }
-                }
+        let (this, skills) = (self.clone(), skills.clone());
+        self.engine.detach(async move {
+            if let Err(e) = this.warm(&skills, generation).await {
+                tracing::warn!(retriever = this.label(), "cannot index the skills: {e}");
             }
-            if let Ok(mut pool) = self.pool.lock()
-                && pool.len() < self.limits.pool_size
-            {
-                pool.push(instance);
+        });
+    }
+
+    /// Indexes `skills` on up to `pool_size` instances (reusing pooled ones,
+    /// creating the rest), so that turns find ready indexes. One index at a
+    /// time; each `index()` has `limits.index_timeout` of its own time.
+    pub async fn warm(&self, skills: &[types::Skill], generation: u64) -> Result<(), CallError> {
+        let _one_at_a_time = self.indexing.lock().await;
+        for _ in 0..self.limits.pool_size.max(1) {
+            let done = self
+                .call(
+                    self.limits.index_timeout,
+                    Want::Unindexed(generation),
+                    EmbedPurpose::Index,
+                    async |Instance {
+                               store,
+                               bindings,
+                               indexed,
+                               ..
+                           }| {
+                        let Bindings::Retriever(b) = bindings else {
+                            return Err(CallError::WrongKind(self.info.kind.as_str()));
+                        };
+                        if *indexed == Some(generation) {
+                            return Ok(Ok(false));
+                        }
+                        let outcome = b
+                            .metaclaw_plugin_retriever_api()
+                            .call_index(&mut *store, skills, generation)
+                            .await;
+                        let state = store.data_mut();
+                        match outcome {
+                            Ok(Ok(())) => {
+                                *indexed = Some(generation);
+                                Ok(Ok(true))
+                            }
+                            // The host's embedding backend failed, not the
+                            // plugin.
+                            Ok(Err(_)) if state.embed_error.is_some() => Err(CallError::Embed(
+                                state.embed_error.take().unwrap_or_default(),
+                            )),
+                            Ok(Err(message)) => Err(CallError::Trap(format!(
+                                "index() refused: {}",
+                                crate::untrusted::log_line(&message, 500)
+                            ))),
+                            Err(trap) => Ok(Err(trap)),
+                        }
+                    },
+                )
+                .await;
+            match done {
+                Ok(true) => {}
+                // Every pooled instance holds this generation already.
+                Ok(false) => break,
+                // The memory budget has room for fewer instances.
+                Err(CallError::Busy(_)) => break,
+                Err(e) => return Err(e),
             }
         }
         Ok(())
     }
 
-    pub fn process(
+    pub async fn process(
         &self,
         drafts: &[types::SkillDraft],
         library: &[types::Skill],
     ) -> Result<Vec<types::DraftOutcome>, CallError> {
         self.call(
-            |Instance {
-                 store, bindings, ..
-             }| match bindings {
+            self.limits.timeout,
+            Want::Any,
+            EmbedPurpose::Query,
+            async |Instance {
+                       store, bindings, ..
+                   }| match bindings {
                 Bindings::Evolver(b) => Ok(b
                     .metaclaw_plugin_evolver_api()
-                    .call_process(store, drafts, library)),
+                    .call_process(store, drafts, library)
+                    .await),
                 _ => Err(CallError::WrongKind(self.info.kind.as_str())),
             },
         )
+        .await
     }
 
-    pub fn applies(&self, context: &types::TurnContext) -> Result<f32, CallError> {
-        let score = self.call(
-            |Instance {
-                 store, bindings, ..
-             }| match bindings {
-                Bindings::Skill(b) => {
-                    Ok(b.metaclaw_plugin_skill_api().call_applies(store, context))
-                }
-                _ => Err(CallError::WrongKind(self.info.kind.as_str())),
-            },
-        )?;
+    pub async fn applies(&self, context: &types::TurnContext) -> Result<f32, CallError> {
+        let score = self
+            .call(
+                self.limits.timeout,
+                Want::Any,
+                EmbedPurpose::Query,
+                async |Instance {
+                           store, bindings, ..
+                       }| match bindings {
+                    Bindings::Skill(b) => Ok(b
+                        .metaclaw_plugin_skill_api()
+                        .call_applies(store, context)
+                        .await),
+                    _ => Err(CallError::WrongKind(self.info.kind.as_str())),
+                },
+            )
+            .await?;
         Ok(if score.is_finite() {
             score.clamp(0.0, 1.0)
         } else {
@@ -714,16 +965,24 @@ impl Loaded {
         })
     }
 
-    pub fn render(&self, context: &types::TurnContext) -> Result<String, CallError> {
-        let text = self.call(
-            |Instance {
-                 store, bindings, ..
-             }| match bindings {
-                Bindings::Skill(b) => Ok(b.metaclaw_plugin_skill_api().call_render(store, context)),
-                _ => Err(CallError::WrongKind(self.info.kind.as_str())),
-            },
-        )?;
-        Ok(clip(&text, 16 << 10))
+    pub async fn render(&self, context: &types::TurnContext) -> Result<String, CallError> {
+        let text = self
+            .call(
+                self.limits.timeout,
+                Want::Any,
+                EmbedPurpose::Query,
+                async |Instance {
+                           store, bindings, ..
+                       }| match bindings {
+                    Bindings::Skill(b) => Ok(b
+                        .metaclaw_plugin_skill_api()
+                        .call_render(store, context)
+                        .await),
+                    _ => Err(CallError::WrongKind(self.info.kind.as_str())),
+                },
+            )
+            .await?;
+        Ok(clip(&crate::untrusted::prompt_text(&text), 16 << 10))
     }
 
     pub fn status(&self) -> String {
@@ -739,6 +998,44 @@ impl Loaded {
         } else {
             "ok".into()
         }
+    }
+}
+
+impl Loaded {
+    /// The same compiled plugin with other grants, and none of this one's
+    /// state (instances, statistics).
+    pub fn regranted(&self, grants: Grants, embedder: Option<Arc<dyn Embedder>>) -> Loaded {
+        let pre = match &self.pre {
+            Pre::Retriever(p) => Pre::Retriever(p.clone()),
+            Pre::Scorer(p) => Pre::Scorer(p.clone()),
+            Pre::Evolver(p) => Pre::Evolver(p.clone()),
+            Pre::Skill(p) => Pre::Skill(p.clone()),
+        };
+        Loaded::new(
+            self.info.clone(),
+            self.limits.clone(),
+            self.engine.clone(),
+            pre,
+            self.label(),
+            grants,
+            embedder,
+        )
+    }
+}
+
+impl Probed {
+    /// The plugin ready to be called, with what it is granted.
+    pub fn ready(self, grants: Grants, embedder: Option<Arc<dyn Embedder>>) -> Loaded {
+        let label = format!("{}@{}", self.info.name, self.info.version);
+        Loaded::new(
+            self.info,
+            self.limits,
+            self.engine,
+            self.pre,
+            &label,
+            grants,
+            embedder,
+        )
     }
 }
 

@@ -21,6 +21,10 @@ pub struct LockEntry {
     pub sha256: String,
     /// Where the file was when locked (for people; matching is by hash).
     pub file: String,
+    /// A drop-in pinned to replace the first-party plugin of its name
+    /// (`metaclaw plugins lock --override NAME`).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub first_party_override: bool,
 }
 
 impl LockFile {
@@ -47,6 +51,11 @@ impl LockFile {
 
     pub fn by_hash(&self, sha256: &str) -> Option<&LockEntry> {
         self.plugins.iter().find(|e| e.sha256 == sha256)
+    }
+
+    /// The entry written for the file at `path` when the lock was made.
+    pub fn by_file(&self, path: &Path) -> Option<&LockEntry> {
+        self.plugins.iter().find(|e| Path::new(&e.file) == path)
     }
 
     pub fn by_name_version(&self, name: &str, version: &str) -> Option<&LockEntry> {

@@ -2,30 +2,38 @@
 //!
 //! Plugins are components behind the WIT interfaces in `wit/` (one world per
 //! kind: retriever, scorer, evolver, skill). They are compiled once (cached
-//! on disk by sha256), instantiated from an `InstancePre` into a small pool,
-//! and called under a deadline (epoch interruption) and a memory budget,
-//! inside a WASI context that grants nothing unless the deployment says so.
-//! A trap or a missed deadline ends only that call; the caller falls back,
-//! and a plugin that keeps failing is disabled until it is reloaded.
+//! on disk under a MAC), instantiated from an `InstancePre` into a small
+//! pool, and called asynchronously on a runtime of their own under a
+//! wall-clock deadline that holds whatever the guest does, within a memory
+//! budget per plugin, inside a WASI context that grants nothing unless the
+//! deployment grants it to that very file. A trap or a missed deadline ends
+//! only that call; the caller falls back, and a plugin that keeps failing is
+//! disabled until it is reloaded.
 //!
-//! Calls are synchronous and may touch WASI, which blocks on the tokio
-//! runtime: make them from a blocking thread (`spawn_blocking`), never on an
-//! async worker.
+//! Calls are `async`: await them from any runtime, or, from a thread that is
+//! not running async tasks (the CLI, the scoring thread), run them with
+//! `PluginEngine::block_on`.
 
 pub mod bindings;
+mod cache;
 mod engine;
+pub mod files;
 mod loaded;
 mod lock;
 mod registry;
 mod sandbox;
+mod trust;
 mod view;
 
 pub use bindings::types;
-pub use engine::PluginEngine;
+pub use cache::{ArtifactState, CacheOptions};
+pub use engine::{EngineOptions, PluginEngine, Spawned, artifact_limit};
 pub use loaded::{
-    CallError, Kind, Limits, Loaded, PACKAGE, PACKAGE_VERSION, PluginInfo, compatible,
+    CallError, Kind, Limits, Loaded, PACKAGE, PACKAGE_VERSION, PluginInfo, Probed, Source,
+    compatible,
 };
 pub use lock::{LockEntry, LockFile};
 pub use registry::{PluginHost, PluginSpec, Problem, Registry, Settings, default_builtin_dir};
-pub use sandbox::{EmbedPurpose, Embedder, Grants};
+pub use sandbox::{EmbedBudget, EmbedPurpose, Embedder, Grants};
+pub use trust::{FIRST_PARTY, FileRef, Trust};
 pub use view::{PluginView, RegistryView, view};

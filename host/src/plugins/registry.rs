@@ -3,23 +3,34 @@
 //! Plugins come from two folders: the first-party ones shipped with
 //! metaclaw and the user's drop-in folder. Both are scanned at start and
 //! then watched: a new, replaced or removed file is picked up without a
-//! restart (once it has stopped changing). A file that fails to load is
-//! reported and skipped; it never takes the host down. With a lock file,
-//! only files whose sha256 the lock lists are loaded.
+//! restart (once it has stopped changing); a file that did not change is
+//! not read again. A file that fails to load is reported and skipped; it
+//! never takes the host down.
+//!
+//! Trust is bound to content, and decided before a plugin's code runs as
+//! far as it can be: with a lock file, a file whose sha256 the lock does not
+//! list is refused before it is compiled. Then, from the plugin's metadata
+//! (read under the deny-all sandbox, within `plugins.timeouts.load`): a
+//! drop-in may not take a first-party name unless that file is named
+//! explicitly; two files claiming one name are both refused; grants attach
+//! to file hashes and lock entries ([`super::trust`]).
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, RwLock};
-use std::time::{Duration, SystemTime};
+use std::time::Duration;
 
 use semver::{Version, VersionReq};
 use serde::Serialize;
 use sha2::{Digest, Sha256};
 
-use super::engine::PluginEngine;
-use super::loaded::{Kind, Limits, Loaded};
+use super::cache::CacheOptions;
+use super::engine::{EngineOptions, PluginEngine};
+use super::files::{self, Stamp};
+use super::loaded::{Kind, Limits, Loaded, Probed, Source};
 use super::lock::LockFile;
 use super::sandbox::{Embedder, Grants};
+use super::trust::{FIRST_PARTY, Trust};
 use crate::proxy::request::hex;
 
 /// `name` or `name@<semver requirement>` (e.g. `tool-error@^0.1`).
@@ -55,17 +66,29 @@ pub struct Settings {
     pub builtin_dir: Option<PathBuf>,
     pub user_dir: PathBuf,
     pub lock_path: PathBuf,
-    pub cache_dir: Option<PathBuf>,
-    pub grants: BTreeMap<String, Vec<String>>,
+    pub cache: Option<CacheOptions>,
+    /// Compiled artifacts no plugin used for this long are deleted (the
+    /// daemon only: a one-off CLI command sees only its own plugins).
+    pub evict_after: Option<Duration>,
+    pub trust: Trust,
     pub memory_bytes: usize,
     pub max_failures: u32,
     pub pool_size: usize,
     pub timeouts: BTreeMap<Kind, Duration>,
+    pub index_timeout: Duration,
+    pub load_timeout: Duration,
+    pub max_file_bytes: u64,
+    pub max_copy_bytes: usize,
+    pub threads: usize,
     pub retriever: Vec<PluginSpec>,
     pub scorers: Option<Vec<PluginSpec>>,
     pub evolvers: Option<Vec<PluginSpec>>,
     pub skills: Option<Vec<PluginSpec>>,
     pub watch_interval: Duration,
+    /// `metaclaw plugins lock`: the user vouches for the folder as it is,
+    /// so files sharing a name are kept (and reported), and a drop-in may
+    /// take a first-party name listed here (`--override NAME`).
+    pub pinning: Option<Vec<String>>,
 }
 
 impl Settings {
@@ -89,6 +112,13 @@ impl Settings {
         timeouts.insert(Kind::Scorer, p.timeouts.scorer.get());
         timeouts.insert(Kind::Evolver, p.timeouts.evolver.get());
         timeouts.insert(Kind::Skill, p.timeouts.skill.get());
+        let trust = Trust::new(&p.grants, &p.overrides, config.skills.embedding_retrieval())
+            .unwrap_or_else(|e| {
+                // The config is validated before it gets here; if it still does
+                // not parse, nothing is granted and nothing overrides.
+                tracing::error!("{e}: no plugin is granted anything");
+                Trust::default()
+            });
         Self {
             builtin_dir,
             user_dir: p
@@ -97,22 +127,21 @@ impl Settings {
                 .map(crate::daemon::expand_home)
                 .unwrap_or_else(|| home.plugins_dir()),
             lock_path: home.plugin_lock_file(),
-            cache_dir: Some(home.cache_dir().join("plugins")),
-            grants: {
-                let mut grants = p.grants.clone();
-                // Embedding retrieval needs the first-party retriever to
-                // have embeddings; a grant written in the config wins.
-                if config.skills.embedding_retrieval() {
-                    grants
-                        .entry("embedding".to_string())
-                        .or_insert_with(|| vec!["embed".to_string()]);
-                }
-                grants
-            },
+            cache: Some(CacheOptions {
+                dir: home.cache_dir().join("plugins"),
+                key_file: home.plugin_cache_key_file(),
+            }),
+            evict_after: None,
+            trust,
             memory_bytes: (p.memory_mb as usize) << 20,
             max_failures: p.max_failures.max(1),
             pool_size: p.pool_size.max(1),
             timeouts,
+            index_timeout: p.timeouts.index.get(),
+            load_timeout: p.timeouts.load.get(),
+            max_file_bytes: p.max_file_mb << 20,
+            max_copy_bytes: (p.max_call_mb as usize) << 20,
+            threads: p.threads,
             retriever: if p.retriever.is_empty() {
                 if config.skills.embedding_retrieval() {
                     specs(&["embedding".to_string(), "bm25".to_string()])
@@ -126,16 +155,8 @@ impl Settings {
             evolvers: p.evolvers.as_deref().map(specs),
             skills: p.skills.as_deref().map(specs),
             watch_interval: p.watch_interval.get(),
+            pinning: None,
         }
-    }
-
-    pub fn grants_for(&self, name: &str) -> Arc<Grants> {
-        Arc::new(
-            self.grants
-                .get(name)
-                .and_then(|g| Grants::parse(g).ok())
-                .unwrap_or_default(),
-        )
     }
 
     pub fn limits_for(&self, kind: Kind) -> Limits {
@@ -146,20 +167,30 @@ impl Settings {
                 .get(&kind)
                 .copied()
                 .unwrap_or(Duration::from_millis(50)),
+            index_timeout: self.index_timeout,
+            load_timeout: self.load_timeout,
             max_failures: self.max_failures,
             pool_size: self.pool_size,
+            max_copy_bytes: self.max_copy_bytes,
             ..Limits::default()
         }
     }
 
     /// The folders scanned, first-party first.
-    pub fn dirs(&self) -> Vec<(&'static str, PathBuf)> {
+    pub fn dirs(&self) -> Vec<(Source, PathBuf)> {
         let mut out = Vec::new();
         if let Some(b) = &self.builtin_dir {
-            out.push(("builtin", b.clone()));
+            out.push((Source::Builtin, b.clone()));
         }
-        out.push(("user", self.user_dir.clone()));
+        out.push((Source::User, self.user_dir.clone()));
         out
+    }
+
+    fn engine_options(&self) -> EngineOptions {
+        EngineOptions {
+            cache: self.cache.clone(),
+            threads: self.threads,
+        }
     }
 }
 
@@ -182,11 +213,30 @@ pub fn default_builtin_dir() -> Option<PathBuf> {
     candidate.is_dir().then_some(candidate)
 }
 
-/// A file that could not be loaded, and why.
-#[derive(Debug, Clone, Serialize, serde::Deserialize)]
+/// A file that could not be loaded (or something worth knowing about one),
+/// and why.
+#[derive(Debug, Clone, Serialize, serde::Deserialize, PartialEq)]
 pub struct Problem {
     pub path: PathBuf,
     pub error: String,
+}
+
+/// What the last scan learnt of one file, kept so that an unchanged file is
+/// not read, compiled or run again.
+#[derive(Clone)]
+struct FileRecord {
+    stamp: Stamp,
+    sha256: String,
+    probe: ProbeState,
+}
+
+#[derive(Clone)]
+enum ProbeState {
+    /// Compiled and probed (loaded, or refused for what it is).
+    Ready(Arc<Loaded>),
+    Failed(String),
+    /// Refused before compiling (the lock does not list it).
+    NotYet,
 }
 
 /// One scan's result.
@@ -194,10 +244,14 @@ pub struct Problem {
 pub struct Registry {
     pub plugins: Vec<Arc<Loaded>>,
     pub problems: Vec<Problem>,
+    /// Loaded, but not quite as configured (a grant that does not apply, a
+    /// first-party plugin replaced).
+    pub notices: Vec<Problem>,
     pub locked: bool,
     pub generation: u64,
+    files: HashMap<PathBuf, FileRecord>,
     /// What was scanned, to notice changes.
-    fingerprint: Vec<(PathBuf, u64, SystemTime)>,
+    fingerprint: Vec<(PathBuf, Option<Stamp>)>,
 }
 
 impl Registry {
@@ -252,8 +306,20 @@ pub struct PluginHost {
     current: RwLock<Arc<Registry>>,
     /// One scan at a time.
     scanning: Mutex<()>,
-    /// Told after each reload (retrievers then index the skill library).
+    /// Told after each reload (retrievers then index the skill library, in
+    /// the background).
     on_reload: Mutex<Option<Box<dyn Fn() + Send + Sync>>>,
+}
+
+/// Files probed at once (compiling is itself parallel; this bounds how
+/// long slow `metadata()` calls can hold a scan to about one deadline).
+const PROBES_AT_ONCE: usize = 4;
+
+/// A scan's view of one loadable file.
+struct Candidate {
+    source: Source,
+    path: PathBuf,
+    record: FileRecord,
 }
 
 impl PluginHost {
@@ -261,7 +327,7 @@ impl PluginHost {
         settings: Settings,
         embedder: Option<Arc<dyn Embedder>>,
     ) -> anyhow::Result<Arc<Self>> {
-        let engine = PluginEngine::new(settings.cache_dir.clone())?;
+        let engine = PluginEngine::new(settings.engine_options())?;
         Ok(Arc::new(Self {
             engine,
             settings,
@@ -276,23 +342,43 @@ impl PluginHost {
         self.current.read().map(|r| r.clone()).unwrap_or_default()
     }
 
-    /// Scans the folders now and swaps in the result.
+    /// Scans the folders now and swaps in the result. The first scan
+    /// publishes the first-party plugins before it looks at the drop-ins,
+    /// so nothing a drop-in does at load delays them.
     pub fn reload(&self) -> Arc<Registry> {
         let Ok(_one_at_a_time) = self.scanning.lock() else {
             return self.current();
         };
         let previous = self.current();
-        let next = Arc::new(self.scan(&previous));
-        report_changes(&previous, &next);
+        if previous.generation == 0 && self.settings.builtin_dir.is_some() {
+            let first = Arc::new(self.scan(&previous, Some(Source::Builtin)));
+            self.publish(&previous, first.clone());
+            let next = Arc::new(self.scan(&first, None));
+            self.publish(&first, next.clone());
+            return next;
+        }
+        let next = Arc::new(self.scan(&previous, None));
+        self.publish(&previous, next.clone());
+        next
+    }
+
+    fn publish(&self, previous: &Registry, next: Arc<Registry>) {
+        report_changes(previous, &next);
         if let Ok(mut current) = self.current.write() {
             *current = next.clone();
+        }
+        if let (Some(max_age), Some(cache)) = (self.settings.evict_after, self.engine.cache()) {
+            let keep: HashSet<String> = next.files.values().map(|f| f.sha256.clone()).collect();
+            let removed = cache.evict(&keep, max_age);
+            if removed > 0 {
+                tracing::info!("removed {removed} unused compiled plugin file(s) from the cache");
+            }
         }
         if let Ok(hook) = self.on_reload.lock()
             && let Some(hook) = hook.as_ref()
         {
             hook();
         }
-        next
     }
 
     /// Runs `hook` after every reload.
@@ -302,13 +388,28 @@ impl PluginHost {
         }
     }
 
-    fn scan(&self, previous: &Registry) -> Registry {
+    /// The `.wasm` entries of the folders (`only`: of one source), checked
+    /// without reading them.
+    fn entries(&self, only: Option<Source>) -> Vec<(Source, files::Entry)> {
+        self.settings
+            .dirs()
+            .into_iter()
+            .filter(|(source, _)| only.is_none_or(|o| o == *source))
+            .flat_map(|(source, dir)| {
+                files::list(&dir, self.settings.max_file_bytes)
+                    .into_iter()
+                    .map(move |e| (source, e))
+            })
+            .collect()
+    }
+
+    fn scan(&self, previous: &Registry, only: Option<Source>) -> Registry {
         // Taken before anything is read: a change made during the scan then
         // differs from it, and the watcher scans again.
-        let fingerprint = self.fingerprint();
+        let entries = self.entries(only);
         let mut registry = Registry {
             generation: previous.generation + 1,
-            fingerprint,
+            fingerprint: self.fingerprint_of(&entries),
             ..Registry::default()
         };
         let lock = match LockFile::read(&self.settings.lock_path) {
@@ -323,100 +424,290 @@ impl PluginHost {
             }
         };
         registry.locked = lock.is_some();
-        for (_, dir) in self.settings.dirs() {
-            for path in wasm_files(&dir) {
-                match self.load_one(&path, previous, lock.as_ref()) {
-                    Ok(plugin) => {
-                        let duplicate = registry.plugins.iter().find(|p| {
-                            p.info.name == plugin.info.name && p.info.version == plugin.info.version
+        let lock = lock.as_ref();
+
+        // Files: refused unread, reused unchanged, or read and hashed.
+        let mut candidates = Vec::new();
+        for (source, entry) in entries {
+            let stamp = match entry.stamp {
+                Ok(stamp) => stamp,
+                Err(error) => {
+                    registry.problems.push(Problem {
+                        path: entry.path,
+                        error,
+                    });
+                    continue;
+                }
+            };
+            let record = match previous.files.get(&entry.path) {
+                Some(known) if known.stamp == stamp => known.clone(),
+                _ => match files::read(&entry.path, &stamp, self.settings.max_file_bytes) {
+                    Ok(bytes) => FileRecord {
+                        stamp,
+                        sha256: hex(&Sha256::digest(&bytes)),
+                        probe: ProbeState::NotYet,
+                    },
+                    Err(error) => {
+                        registry.problems.push(Problem {
+                            path: entry.path,
+                            error,
                         });
-                        if let Some(first) = duplicate {
-                            registry.problems.push(Problem {
-                                path: path.clone(),
+                        continue;
+                    }
+                },
+            };
+            candidates.push(Candidate {
+                source,
+                path: entry.path,
+                record,
+            });
+        }
+
+        // The lock, before any code is compiled or run.
+        let mut admitted = Vec::new();
+        for c in candidates {
+            if let Some(lock) = lock
+                && lock.by_hash(&c.record.sha256).is_none()
+                && self.settings.pinning.is_none()
+            {
+                registry.problems.push(Problem {
+                    error: unpinned(lock, &c.path, &c.record.sha256),
+                    path: c.path.clone(),
+                });
+                registry.files.insert(c.path, c.record);
+                continue;
+            }
+            admitted.push(c);
+        }
+
+        // Compile and read metadata, a few files at once.
+        self.probe_all(&mut admitted);
+
+        // What each one is, and whether it may be what it says.
+        let reserved: BTreeSet<String> = FIRST_PARTY
+            .iter()
+            .map(|s| s.to_string())
+            .chain(
+                admitted
+                    .iter()
+                    .filter(|c| c.source == Source::Builtin)
+                    .filter_map(|c| match &c.record.probe {
+                        ProbeState::Ready(p) => Some(p.info.name.clone()),
+                        _ => None,
+                    }),
+            )
+            .collect();
+        let mut accepted: Vec<Arc<Loaded>> = Vec::new();
+        for c in admitted {
+            registry.files.insert(c.path.clone(), c.record.clone());
+            let plugin = match &c.record.probe {
+                ProbeState::Ready(p) => p.clone(),
+                ProbeState::Failed(error) => {
+                    registry.problems.push(Problem {
+                        path: c.path,
+                        error: error.clone(),
+                    });
+                    continue;
+                }
+                ProbeState::NotYet => continue,
+            };
+            if let Err(error) = self.admit(&plugin, lock, &reserved) {
+                registry.problems.push(Problem {
+                    path: c.path,
+                    error,
+                });
+                continue;
+            }
+            accepted.push(plugin);
+        }
+
+        // One name, one file — unless the deployment said otherwise.
+        let mut by_name: BTreeMap<String, Vec<Arc<Loaded>>> = BTreeMap::new();
+        for p in accepted {
+            by_name.entry(p.info.name.clone()).or_default().push(p);
+        }
+        for (name, mut claimants) in by_name {
+            if claimants.len() > 1 {
+                let trust = &self.settings.trust;
+                let replacing = claimants.iter().any(|p| {
+                    trust.overrides(&p.info, lock) || self.pin_override(&p.info.name, p.info.source)
+                });
+                if replacing {
+                    claimants.retain(|p| {
+                        let replaced = p.info.source == Source::Builtin;
+                        if replaced {
+                            registry.notices.push(Problem {
+                                path: p.info.path.clone(),
                                 error: format!(
-                                    "{} is already loaded from {}; this copy is ignored",
-                                    plugin.label(),
-                                    first.info.path.display()
+                                    "first-party {} is replaced by a drop-in the deployment named (plugins.overrides or metaclaw.lock)",
+                                    p.label()
                                 ),
                             });
-                        } else {
-                            registry.plugins.push(plugin);
                         }
-                    }
-                    Err(error) => registry.problems.push(Problem { path, error }),
+                        !replaced
+                    });
                 }
+            }
+            if claimants.len() > 1 {
+                let all_pinned = lock.is_some_and(|l| {
+                    claimants.iter().all(|p| {
+                        l.by_hash(&p.info.sha256)
+                            .is_some_and(|e| e.name == p.info.name)
+                    })
+                });
+                let listed = claimants
+                    .iter()
+                    .map(|p| format!("{} ({})", p.info.path.display(), p.info.version))
+                    .collect::<Vec<_>>()
+                    .join(", ");
+                if self.settings.pinning.is_some() || all_pinned {
+                    registry.notices.push(Problem {
+                        path: claimants[0].info.path.clone(),
+                        error: format!(
+                            "{} files claim the name {name:?}: {listed}; all are pinned",
+                            claimants.len()
+                        ),
+                    });
+                } else {
+                    for p in &claimants {
+                        registry.problems.push(Problem {
+                            path: p.info.path.clone(),
+                            error: format!(
+                                "refused: {} files claim the name {name:?} ({listed}); none is loaded until all but one are removed (or `metaclaw plugins lock` pins them all)",
+                                claimants.len()
+                            ),
+                        });
+                    }
+                    continue;
+                }
+            }
+            for p in claimants {
+                let plugin = self.granted(p, lock, &mut registry);
+                registry.plugins.push(plugin);
             }
         }
         registry
+            .plugins
+            .sort_by(|a, b| a.info.path.cmp(&b.info.path));
+        registry
     }
 
-    fn load_one(
-        &self,
-        path: &Path,
-        previous: &Registry,
-        lock: Option<&LockFile>,
-    ) -> Result<Arc<Loaded>, String> {
-        let bytes = std::fs::read(path).map_err(|e| format!("cannot read: {e}"))?;
-        let sha256 = hex(&Sha256::digest(&bytes));
-        // Unchanged since the last scan: keep the loaded plugin (and its
-        // state: pool, statistics, a disabled flag).
-        if let Some(same) = previous
-            .plugins
-            .iter()
-            .find(|p| p.info.path == path && p.info.sha256 == sha256)
-        {
-            return Ok(same.clone());
-        }
-        let pinned = lock.map(|l| l.by_hash(&sha256).is_some());
-        let plugin = Loaded::load(
-            &self.engine,
-            path.to_path_buf(),
-            &bytes,
-            sha256.clone(),
-            &|name| self.settings.grants_for(name),
-            self.embedder.clone(),
-            &|kind| self.settings.limits_for(kind),
-        )?;
-        if let (Some(lock), Some(false)) = (lock, pinned) {
-            let version = plugin.info.version.to_string();
-            return Err(match lock.by_name_version(&plugin.info.name, &version) {
-                Some(entry) => format!(
-                    "refused: {} has sha256 {sha256}, but metaclaw.lock pins {}@{version} to sha256 {} (run `metaclaw plugins lock` if this build is intended)",
-                    plugin.label(),
-                    plugin.info.name,
-                    entry.sha256
-                ),
-                None => format!(
-                    "refused: {} is not pinned in metaclaw.lock (sha256 {sha256}); run `metaclaw plugins lock` to pin it",
-                    plugin.label()
-                ),
+    /// Compiles and probes every candidate not probed before, a few at a
+    /// time, each on a thread of its own (a probe blocks on its deadline).
+    fn probe_all(&self, candidates: &mut [Candidate]) {
+        let mut todo: Vec<&mut Candidate> = candidates
+            .iter_mut()
+            .filter(|c| matches!(c.record.probe, ProbeState::NotYet))
+            .collect();
+        for batch in todo.chunks_mut(PROBES_AT_ONCE) {
+            std::thread::scope(|scope| {
+                for c in batch.iter_mut() {
+                    scope.spawn(|| {
+                        c.record.probe = self.probe_one(c);
+                    });
+                }
             });
         }
-        Ok(Arc::new(plugin))
     }
 
-    /// Paths, sizes and modification times of everything a scan reads.
-    fn fingerprint(&self) -> Vec<(PathBuf, u64, SystemTime)> {
-        let mut out = Vec::new();
-        for (_, dir) in self.settings.dirs() {
-            for path in wasm_files(&dir) {
-                if let Ok(m) = std::fs::metadata(&path) {
-                    out.push((
-                        path,
-                        m.len(),
-                        m.modified().unwrap_or(SystemTime::UNIX_EPOCH),
-                    ));
-                }
-            }
+    fn probe_one(&self, c: &Candidate) -> ProbeState {
+        let bytes = match files::read(&c.path, &c.record.stamp, self.settings.max_file_bytes) {
+            Ok(bytes) if hex(&Sha256::digest(&bytes)) == c.record.sha256 => bytes,
+            Ok(_) => return ProbeState::Failed("changed while being read".into()),
+            Err(e) => return ProbeState::Failed(e),
+        };
+        match Loaded::probe(
+            &self.engine,
+            c.path.clone(),
+            &bytes,
+            c.record.sha256.clone(),
+            c.source,
+            &|kind| self.settings.limits_for(kind),
+        ) {
+            Ok(probed) => ProbeState::Ready(Arc::new(self.ready(probed))),
+            Err(e) => ProbeState::Failed(e),
         }
-        if let Ok(m) = std::fs::metadata(&self.settings.lock_path) {
-            out.push((
-                self.settings.lock_path.clone(),
-                m.len(),
-                m.modified().unwrap_or(SystemTime::UNIX_EPOCH),
+    }
+
+    /// A probed plugin with no grants yet (`granted` decides them).
+    fn ready(&self, probed: Probed) -> Loaded {
+        probed.ready(Grants::default(), self.embedder.clone())
+    }
+
+    /// Whether `plugin` may be loaded as what it says it is.
+    fn admit(
+        &self,
+        plugin: &Loaded,
+        lock: Option<&LockFile>,
+        reserved: &BTreeSet<String>,
+    ) -> Result<(), String> {
+        let info = &plugin.info;
+        if let Some(entry) = lock.and_then(|l| l.by_hash(&info.sha256))
+            && (entry.name != info.name || entry.version != info.version.to_string())
+        {
+            return Err(format!(
+                "refused: metaclaw.lock pins this file as {}@{}, but it now calls itself {}",
+                entry.name,
+                entry.version,
+                plugin.label()
             ));
         }
+        if self.pin_override(&info.name, info.source) {
+            return Ok(());
+        }
+        self.settings.trust.may_use_name(info, lock, reserved)
+    }
+
+    /// `plugins lock --override NAME`: this drop-in may take the name.
+    fn pin_override(&self, name: &str, source: Source) -> bool {
+        source == Source::User
+            && self
+                .settings
+                .pinning
+                .as_ref()
+                .is_some_and(|names| names.iter().any(|n| n == name))
+    }
+
+    /// `plugin` with what its file is granted: the loaded one itself when
+    /// that has not changed (keeping its pool, statistics, a disabled flag).
+    fn granted(
+        &self,
+        plugin: Arc<Loaded>,
+        lock: Option<&LockFile>,
+        registry: &mut Registry,
+    ) -> Arc<Loaded> {
+        let (grants, notes) = self.settings.trust.grants_for(&plugin.info, lock);
+        for error in notes {
+            registry.notices.push(Problem {
+                path: plugin.info.path.clone(),
+                error,
+            });
+        }
+        if *plugin.grants() == grants {
+            return plugin;
+        }
+        let regranted = Arc::new(plugin.regranted(grants, self.embedder.clone()));
+        if let Some(record) = registry.files.get_mut(&plugin.info.path) {
+            record.probe = ProbeState::Ready(regranted.clone());
+        }
+        regranted
+    }
+
+    /// Paths and stamps of everything a scan reads.
+    fn fingerprint_of(&self, entries: &[(Source, files::Entry)]) -> Vec<(PathBuf, Option<Stamp>)> {
+        let mut out: Vec<(PathBuf, Option<Stamp>)> = entries
+            .iter()
+            .map(|(_, e)| (e.path.clone(), e.stamp.as_ref().ok().copied()))
+            .collect();
+        out.push((
+            self.settings.lock_path.clone(),
+            files::stamp_of(&self.settings.lock_path),
+        ));
         out
+    }
+
+    fn fingerprint(&self) -> Vec<(PathBuf, Option<Stamp>)> {
+        self.fingerprint_of(&self.entries(None))
     }
 
     /// Watches the folders (and the lock file) from a background thread.
@@ -428,7 +719,7 @@ impl PluginHost {
         let spawned = std::thread::Builder::new()
             .name("metaclaw-plugins".into())
             .spawn(move || {
-                let mut pending: Option<Vec<(PathBuf, u64, SystemTime)>> = None;
+                let mut pending: Option<Vec<(PathBuf, Option<Stamp>)>> = None;
                 loop {
                     std::thread::sleep(interval);
                     let Some(host) = host.upgrade() else { return };
@@ -482,26 +773,32 @@ impl PluginHost {
     }
 }
 
-fn wasm_files(dir: &Path) -> Vec<PathBuf> {
-    let Ok(entries) = std::fs::read_dir(dir) else {
-        return Vec::new();
-    };
-    let mut files: Vec<PathBuf> = entries
-        .filter_map(Result::ok)
-        .map(|e| e.path())
-        .filter(|p| p.extension().is_some_and(|x| x == "wasm") && p.is_file())
-        .collect();
-    files.sort();
-    files
+/// Why a file the lock does not list is refused (said without running it:
+/// what the lock recorded for that path, if anything).
+fn unpinned(lock: &LockFile, path: &Path, sha256: &str) -> String {
+    match lock.by_file(path) {
+        Some(entry) => format!(
+            "refused: {} has sha256 {sha256}, but metaclaw.lock pins {}@{} at this path to sha256 {} (run `metaclaw plugins lock` if this build is intended); it was not compiled or run",
+            path.display(),
+            entry.name,
+            entry.version,
+            entry.sha256
+        ),
+        None => format!(
+            "refused: {} (sha256 {sha256}) is not pinned in metaclaw.lock; run `metaclaw plugins lock` to pin it. It was not compiled or run",
+            path.display()
+        ),
+    }
 }
 
 fn report_changes(previous: &Registry, next: &Registry) {
     for p in &next.plugins {
         if !previous.plugins.iter().any(|q| Arc::ptr_eq(p, q)) {
             tracing::info!(
-                "plugin loaded: {} ({}, {}, sha256 {})",
+                "plugin loaded: {} ({}, {}, {}, sha256 {})",
                 p.label(),
                 p.info.kind.as_str(),
+                p.info.source.as_str(),
                 p.info.path.display(),
                 &p.info.sha256[..12]
             );
@@ -513,12 +810,13 @@ fn report_changes(previous: &Registry, next: &Registry) {
         }
     }
     for problem in &next.problems {
-        if !previous
-            .problems
-            .iter()
-            .any(|q| q.path == problem.path && q.error == problem.error)
-        {
+        if !previous.problems.contains(problem) {
             tracing::warn!("plugin {}: {}", problem.path.display(), problem.error);
+        }
+    }
+    for notice in &next.notices {
+        if !previous.notices.contains(notice) {
+            tracing::warn!("plugin {}: {}", notice.path.display(), notice.error);
         }
     }
 }

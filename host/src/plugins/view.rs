@@ -1,11 +1,11 @@
 //! What `plugins list` (and the daemon's `/admin/plugins`) shows.
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::atomic::Ordering;
 
 use serde::{Deserialize, Serialize};
 
-use super::registry::{Problem, Registry, Settings};
+use super::registry::{Problem, Registry};
 
 /// A plugin as `plugins list` shows it (the daemon's `/admin/plugins`
 /// answers with the same shape).
@@ -24,27 +24,29 @@ pub struct PluginView {
     pub package: String,
     pub calls: u64,
     pub failures: u64,
+    /// Calls that found every instance busy until their deadline.
+    #[serde(default)]
+    pub busy: u64,
+    /// Log lines dropped by the per-plugin limits.
+    #[serde(default)]
+    pub log_dropped: u64,
+    /// Memory its instances hold now (bytes), and its budget.
+    #[serde(default)]
+    pub memory: u64,
+    #[serde(default)]
+    pub memory_limit: u64,
 }
 
 #[derive(Debug, Serialize, Deserialize)]
 pub struct RegistryView {
     pub plugins: Vec<PluginView>,
     pub problems: Vec<Problem>,
+    #[serde(default)]
+    pub notices: Vec<Problem>,
     pub locked: bool,
 }
 
-pub fn view(registry: &Registry, settings: &Settings) -> RegistryView {
-    let source = |p: &Path| {
-        if settings
-            .builtin_dir
-            .as_deref()
-            .is_some_and(|b| p.starts_with(b))
-        {
-            "builtin"
-        } else {
-            "user"
-        }
-    };
+pub fn view(registry: &Registry) -> RegistryView {
     RegistryView {
         plugins: registry
             .plugins
@@ -56,16 +58,21 @@ pub fn view(registry: &Registry, settings: &Settings) -> RegistryView {
                 description: p.info.description.clone(),
                 sha256: p.info.sha256.clone(),
                 path: p.info.path.clone(),
-                source: source(&p.info.path).into(),
+                source: p.info.source.as_str().into(),
                 status: p.status(),
-                granted: p.grants.names(),
+                granted: p.grants().names(),
                 asks: p.info.asks.clone(),
                 package: p.info.package.clone(),
                 calls: p.stats.calls.load(Ordering::Relaxed),
                 failures: p.stats.failures.load(Ordering::Relaxed),
+                busy: p.stats.busy.load(Ordering::Relaxed),
+                log_dropped: p.log_dropped(),
+                memory: p.memory_in_use() as u64,
+                memory_limit: p.limits.memory_bytes as u64,
             })
             .collect(),
         problems: registry.problems.clone(),
+        notices: registry.notices.clone(),
         locked: registry.locked,
     }
 }

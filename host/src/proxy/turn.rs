@@ -522,18 +522,23 @@ async fn choose_skills(
     let query_body = body.clone();
     let session = ctx.session.id.to_string();
     let model = ctx.upstream_model.clone().unwrap_or_default();
-    let chosen = tokio::task::spawn_blocking(move || {
+    let engine = skills.plugins.as_ref().map(|p| p.engine.clone());
+    let choose = async move {
         let query = Query::from_chat_request(&query_body, &session, &model);
-        let selection = skills.select(&query);
+        let selection = skills.select(&query).await;
         let budget = skills.settings.max_context_tokens;
         // `max_tokens` is a ceiling, often the model's whole output limit
         // (Hermes: 65,536): reserving all of it would leave no room for
         // skills, so at most a quarter of the budget is kept for the answer.
         let reserve = reserve.min(budget / 4);
         inject::fit(selection.skills, query_body.len(), reserve, budget)
-    })
-    .await
-    .ok()?;
+    };
+    // On the plugin runtime: serving threads never run plugin code, and
+    // each plugin call there ends at its deadline. Dropped with the turn.
+    let chosen = match engine {
+        Some(engine) => engine.spawn(choose).await?,
+        None => choose.await,
+    };
     if chosen.is_empty() {
         return None;
     }

@@ -17,7 +17,6 @@ pub mod library;
 pub mod skill;
 
 use std::sync::{Arc, RwLock};
-use std::time::Duration;
 
 use crate::plugins::{PluginHost, types};
 use inject::Injected;
@@ -33,8 +32,6 @@ pub struct Settings {
     pub min_relative_relevance: f32,
     pub component_threshold: f32,
     pub max_context_tokens: u64,
-    /// Indexing the library can take longer than a retrieval.
-    pub index_timeout: Duration,
 }
 
 impl Settings {
@@ -48,7 +45,6 @@ impl Settings {
             min_relative_relevance: s.min_relative_relevance,
             component_threshold: s.component_threshold,
             max_context_tokens: config.max_context_tokens,
-            index_timeout: Duration::from_secs(120),
         }
     }
 }
@@ -254,30 +250,35 @@ impl Skills {
         self.last_retriever.lock().ok().and_then(|l| l.clone())
     }
 
-    /// Indexes the library in every retriever (off the request path).
+    /// Indexes the library in every retriever, in the background on the
+    /// plugin runtime (each `index()` under its own deadline): a reload or
+    /// a library change never waits for it.
     pub fn warm(&self) {
         let Some(plugins) = &self.plugins else { return };
         let snapshot = self.library.snapshot();
         let skills = self.wit_skills(&snapshot);
         for retriever in plugins.retrievers() {
-            match retriever.warm(&skills, snapshot.generation, self.settings.index_timeout) {
-                Ok(()) => tracing::debug!(
-                    retriever = retriever.label(),
-                    "indexed {} skills (generation {})",
-                    skills.len(),
-                    snapshot.generation
-                ),
-                Err(e) => tracing::warn!(
-                    retriever = retriever.label(),
-                    "cannot index the skills: {e}"
-                ),
-            }
+            let (skills, generation) = (skills.clone(), snapshot.generation);
+            plugins
+                .engine
+                .detach(async move { index(&retriever, &skills, generation).await });
         }
     }
 
-    /// Chooses the skills for a turn. Synchronous (it calls plugins): run it
-    /// on a blocking thread.
-    pub fn select(&self, query: &Query) -> Selection {
+    /// Indexes the library in every retriever now (`skills search`, tests).
+    pub async fn index_now(&self) {
+        let Some(plugins) = &self.plugins else { return };
+        let snapshot = self.library.snapshot();
+        let skills = self.wit_skills(&snapshot);
+        for retriever in plugins.retrievers() {
+            index(&retriever, &skills, snapshot.generation).await;
+        }
+    }
+
+    /// Chooses the skills for a turn. Every plugin call in it is bounded by
+    /// its deadline; run it on the plugin runtime (`PluginEngine::spawn`)
+    /// so that serving threads never run plugin code.
+    pub async fn select(&self, query: &Query) -> Selection {
         let mut selection = Selection::default();
         if !self.settings.enabled {
             return selection;
@@ -306,13 +307,10 @@ impl Skills {
             let skills = self.wit_skills(&snapshot);
             let want = (self.settings.top_k * 4).max(8) as u32;
             for retriever in self.plugins.iter().flat_map(|p| p.retrievers()) {
-                match retriever.retrieve(
-                    &skills,
-                    snapshot.generation,
-                    &context,
-                    want,
-                    self.settings.index_timeout,
-                ) {
+                match retriever
+                    .retrieve(&skills, snapshot.generation, &context, want)
+                    .await
+                {
                     Ok(ranked) => {
                         selection.retriever = Some(retriever.label().to_string());
                         if let Ok(mut last) = self.last_retriever.lock()
@@ -323,9 +321,12 @@ impl Skills {
                         selection.ranked = ranked.iter().map(|r| (r.id.clone(), r.score)).collect();
                         break;
                     }
-                    // Expected while the library is being indexed; not worth a
-                    // warning per turn.
-                    Err(e @ crate::plugins::CallError::Indexing) => tracing::debug!(
+                    // Expected while the library is being indexed, or in a
+                    // burst of turns; not worth a warning per turn.
+                    Err(
+                        e @ (crate::plugins::CallError::Indexing
+                        | crate::plugins::CallError::Busy(_)),
+                    ) => tracing::debug!(
                         retriever = retriever.label(),
                         "{e}; trying the next retriever"
                     ),
@@ -370,7 +371,7 @@ impl Skills {
             if chosen.len() >= self.settings.top_k {
                 break;
             }
-            let applies = match plugin.applies(&context) {
+            let applies = match plugin.applies(&context).await {
                 Ok(score) => score,
                 Err(e) => {
                     tracing::warn!(skill = plugin.label(), "applies() failed: {e}");
@@ -380,7 +381,7 @@ impl Skills {
             if applies < self.settings.component_threshold {
                 continue;
             }
-            match plugin.render(&context) {
+            match plugin.render(&context).await {
                 Ok(text) if !text.trim().is_empty() => {
                     // A SKILL.md naming this component describes it.
                     let described = snapshot.skills.iter().find(|s| {
@@ -416,6 +417,20 @@ impl Skills {
         skills.sort_by(|a, b| a.id.cmp(&b.id));
         selection.skills = skills;
         selection
+    }
+}
+
+async fn index(retriever: &crate::plugins::Loaded, skills: &[types::Skill], generation: u64) {
+    match retriever.warm(skills, generation).await {
+        Ok(()) => tracing::debug!(
+            retriever = retriever.label(),
+            "indexed {} skills (generation {generation})",
+            skills.len()
+        ),
+        Err(e) => tracing::warn!(
+            retriever = retriever.label(),
+            "cannot index the skills: {e}"
+        ),
     }
 }
 

@@ -301,21 +301,32 @@ pub fn load_built(
     grants: metaclaw::plugins::Grants,
     embedder: Option<std::sync::Arc<dyn metaclaw::plugins::Embedder>>,
     limits: metaclaw::plugins::Limits,
-) -> metaclaw::plugins::Loaded {
+) -> std::sync::Arc<metaclaw::plugins::Loaded> {
     use sha2::Digest;
     let path = built_plugin(rel);
     let bytes = std::fs::read(&path).unwrap();
     let sha = metaclaw::proxy::request::hex(&sha2::Sha256::digest(&bytes));
-    let grants = std::sync::Arc::new(grants);
-    metaclaw::plugins::Loaded::load(
+    let probed = metaclaw::plugins::Loaded::probe(
         engine,
         path,
         &bytes,
         sha,
-        &|_| grants.clone(),
-        embedder,
+        metaclaw::plugins::Source::Builtin,
         &|_: metaclaw::plugins::Kind| limits.clone(),
     )
+    .unwrap();
+    std::sync::Arc::new(probed.ready(grants, embedder))
+}
+
+/// A plugin engine with a compile cache in `dir` (its key beside it).
+pub fn engine_with_cache(dir: &std::path::Path) -> std::sync::Arc<metaclaw::plugins::PluginEngine> {
+    metaclaw::plugins::PluginEngine::new(metaclaw::plugins::EngineOptions {
+        cache: Some(metaclaw::plugins::CacheOptions {
+            dir: dir.join("cache"),
+            key_file: dir.join("cache.key"),
+        }),
+        threads: 2,
+    })
     .unwrap()
 }
 
