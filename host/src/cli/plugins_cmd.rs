@@ -478,6 +478,8 @@ fn parse<T: serde::de::DeserializeOwned>(v: &Value) -> Result<T> {
 /// finished turn; a retriever `{skills, context, k}`; an evolver
 /// `{drafts, library}`; a skill `{context}`.
 fn call(home: &Home, config: &LoadedConfig, spec: &str, input: &str) -> Result<ExitCode> {
+    // What the plugin logs (and why a call failed) on stderr, for its author.
+    crate::logging::init("warn,metaclaw::plugin=debug");
     let text = if input == "-" {
         std::io::read_to_string(std::io::stdin())?
     } else if Path::new(input).is_file() {

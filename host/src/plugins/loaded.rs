@@ -545,6 +545,9 @@ impl Loaded {
         };
         let bindings = match bindings {
             Ok(b) => b,
+            Err(e) if e.downcast_ref::<wasmtime::Trap>() == Some(&wasmtime::Trap::Interrupt) => {
+                return Err(CallError::Deadline(self.limits.timeout));
+            }
             Err(_) if store.data().limiter.hit => {
                 return Err(CallError::Memory(self.limits.memory_bytes));
             }
@@ -605,7 +608,8 @@ impl Loaded {
         }
         let deadline = Deadline::after(timeout);
         let started = Instant::now();
-        let mut running = false;
+        // When the call got its turn to run (None: it never did).
+        let mut running = None;
         let outcome = deadline
             .bound(async {
                 let _permit = self
@@ -613,7 +617,7 @@ impl Loaded {
                     .acquire()
                     .await
                     .map_err(|_| CallError::Busy(self.limits.pool_size))?;
-                running = true;
+                running = Some(Instant::now());
                 let _ticking = self.engine.running();
                 let mut instance = match self.take_pooled(want)? {
                     Some(instance) => instance,
@@ -636,9 +640,17 @@ impl Loaded {
         self.stats
             .busy_nanos
             .fetch_add(started.elapsed().as_nanos() as u64, Ordering::Relaxed);
+        // A call that waited for its turn most of its deadline and then ran
+        // out of time was crowded out, not slow: the plugin is blamed for a
+        // deadline only when it had at least half of it.
+        let had_its_time = running.is_some_and(|ran: Instant| ran.elapsed() >= timeout / 2);
         let (instance, result) = match outcome {
-            None if running => return Err(self.failed(CallError::Deadline(timeout))),
+            None if had_its_time => return Err(self.failed(CallError::Deadline(timeout))),
             None => {
+                self.stats.busy.fetch_add(1, Ordering::Relaxed);
+                return Err(CallError::Busy(self.limits.pool_size));
+            }
+            Some(Err(CallError::Deadline(_))) if !had_its_time => {
                 self.stats.busy.fetch_add(1, Ordering::Relaxed);
                 return Err(CallError::Busy(self.limits.pool_size));
             }
@@ -655,6 +667,10 @@ impl Loaded {
                 let error = self.trapped(&instance, &trap, timeout);
                 // A trapped instance is poisoned: drop it.
                 drop(instance);
+                if matches!(error, CallError::Deadline(_)) && !had_its_time {
+                    self.stats.busy.fetch_add(1, Ordering::Relaxed);
+                    return Err(CallError::Busy(self.limits.pool_size));
+                }
                 Err(self.failed(error))
             }
             // What the call reported itself (the embedding backend failed,
