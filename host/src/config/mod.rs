@@ -283,6 +283,28 @@ pub fn validate(config: &Config) -> Result<(), ConfigError> {
             ),
         ));
     }
+    for (i, entry) in config.proxy.allowed_hosts.iter().enumerate() {
+        if !crate::server::guard::is_host_entry(entry) {
+            return Err(invalid(
+                &format!("proxy.allowed_hosts[{i}]"),
+                format!(
+                    "{entry:?} is not a host name or host:port (examples: host.docker.internal, \
+                     host.docker.internal:30000, 10.0.0.2)"
+                ),
+            ));
+        }
+    }
+    for (i, entry) in config.proxy.allowed_origins.iter().enumerate() {
+        if crate::server::guard::parse_origin(entry).is_none() {
+            return Err(invalid(
+                &format!("proxy.allowed_origins[{i}]"),
+                format!(
+                    "{entry:?} is not an origin: scheme, host and port only (example: \
+                     http://localhost:3000)"
+                ),
+            ));
+        }
+    }
     if config.proxy.max_body_mb == 0 || config.proxy.max_body_mb > 4096 {
         return Err(invalid(
             "proxy.max_body_mb",
@@ -802,6 +824,36 @@ max_context_tokens: 60000
         assert_eq!(
             loaded.config.skills.embedding_api_key.as_deref(),
             Some("sk-env-777")
+        );
+    }
+
+    #[test]
+    fn allowed_hosts_and_origins_are_checked() {
+        let dir = tempfile::tempdir().unwrap();
+        for (yaml, key, hint) in [
+            (
+                "proxy:\n  allowed_hosts: [ok.example, 'http://x']\n",
+                "proxy.allowed_hosts[1]",
+                "host.docker.internal",
+            ),
+            (
+                "proxy:\n  allowed_origins: [localhost:3000]\n",
+                "proxy.allowed_origins[0]",
+                "http://localhost:3000",
+            ),
+        ] {
+            let err = format!("{:#}", load(&write(&dir, yaml)).unwrap_err());
+            assert!(err.contains(key) && err.contains(hint), "{yaml}: {err}");
+        }
+        let p = write(
+            &dir,
+            "proxy:\n  allowed_hosts: [host.docker.internal, 'gw:8080']\n  allowed_origins: ['http://localhost:3000']\n",
+        );
+        let config = load(&p).unwrap().config;
+        assert_eq!(config.proxy.allowed_hosts.len(), 2);
+        let defaults = Config::default();
+        assert!(
+            defaults.proxy.allowed_hosts.is_empty() && defaults.proxy.allowed_origins.is_empty()
         );
     }
 
