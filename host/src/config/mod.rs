@@ -305,6 +305,12 @@ pub fn validate(config: &Config) -> Result<(), ConfigError> {
             ));
         }
     }
+    if !(1..=65536).contains(&config.log.max_mb) {
+        return Err(invalid("log.max_mb", "must be between 1 and 65536".into()));
+    }
+    if config.log.keep > 100 {
+        return Err(invalid("log.keep", "at most 100 rotated files".into()));
+    }
     if config.proxy.max_body_mb == 0 || config.proxy.max_body_mb > 4096 {
         return Err(invalid(
             "proxy.max_body_mb",
@@ -828,7 +834,7 @@ max_context_tokens: 60000
     }
 
     #[test]
-    fn allowed_hosts_and_origins_are_checked() {
+    fn allowed_hosts_origins_and_log_rotation_are_checked() {
         let dir = tempfile::tempdir().unwrap();
         for (yaml, key, hint) in [
             (
@@ -841,20 +847,24 @@ max_context_tokens: 60000
                 "proxy.allowed_origins[0]",
                 "http://localhost:3000",
             ),
+            ("log:\n  max_mb: 0\n", "log.max_mb", "between 1"),
+            ("log:\n  keep: 1000\n", "log.keep", "at most"),
         ] {
             let err = format!("{:#}", load(&write(&dir, yaml)).unwrap_err());
             assert!(err.contains(key) && err.contains(hint), "{yaml}: {err}");
         }
         let p = write(
             &dir,
-            "proxy:\n  allowed_hosts: [host.docker.internal, 'gw:8080']\n  allowed_origins: ['http://localhost:3000']\n",
+            "proxy:\n  allowed_hosts: [host.docker.internal, 'gw:8080']\n  allowed_origins: ['http://localhost:3000']\nlog:\n  max_mb: 1\n  keep: 0\n",
         );
         let config = load(&p).unwrap().config;
         assert_eq!(config.proxy.allowed_hosts.len(), 2);
+        assert_eq!((config.log.max_mb, config.log.keep), (1, 0));
         let defaults = Config::default();
         assert!(
             defaults.proxy.allowed_hosts.is_empty() && defaults.proxy.allowed_origins.is_empty()
         );
+        assert_eq!((defaults.log.max_mb, defaults.log.keep), (16, 3));
     }
 
     #[test]

@@ -519,12 +519,19 @@ impl Default for StoreConfig {
 pub struct LogConfig {
     /// A tracing filter, e.g. `info` or `metaclaw=debug`. `RUST_LOG` wins.
     pub level: String,
+    /// The daemon's log file (`<home>/logs/metaclaw.log`) is rotated when
+    /// it passes this size, while running and at start.
+    pub max_mb: u64,
+    /// Rotated files kept (`metaclaw.log.1` is the newest); 0 keeps none.
+    pub keep: u32,
 }
 
 impl Default for LogConfig {
     fn default() -> Self {
         Self {
             level: "info".into(),
+            max_mb: 16,
+            keep: 3,
         }
     }
 }
