@@ -27,6 +27,8 @@ pub struct App {
     pub proxy_token: Option<String>,
     /// Required on /admin routes, always.
     pub admin_token: String,
+    /// The `Host` and `Origin` values served (DNS rebinding, CSRF).
+    pub guard: crate::server::Guard,
     pub info: RuntimeInfo,
 }
 

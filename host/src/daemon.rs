@@ -250,6 +250,7 @@ pub async fn run(options: DaemonOptions) -> Result<()> {
         },
         proxy_token: config.proxy.api_key.clone(),
         admin_token: home.admin_token()?,
+        guard: server::Guard::new(&config.proxy, port),
         info: RuntimeInfo {
             started: Instant::now(),
             started_at_ms: now_ms(),

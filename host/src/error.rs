@@ -23,6 +23,12 @@ pub enum ApiError {
     Unauthorized(&'static str),
     #[error("{0}")]
     NotFound(String),
+    /// A `Host` this daemon does not serve (DNS rebinding).
+    #[error("{0}")]
+    HostNotAllowed(String),
+    /// A browser page of another origin (cross-site request forgery).
+    #[error("{0}")]
+    CrossSite(String),
     #[error("method not allowed on this route")]
     MethodNotAllowed,
     #[error("upstream {base} is unreachable: {reason}")]
@@ -48,6 +54,7 @@ impl ApiError {
             Self::ClientBodyTimeout { .. } => StatusCode::REQUEST_TIMEOUT,
             Self::Unauthorized(_) => StatusCode::UNAUTHORIZED,
             Self::NotFound(_) => StatusCode::NOT_FOUND,
+            Self::HostNotAllowed(_) | Self::CrossSite(_) => StatusCode::FORBIDDEN,
             Self::MethodNotAllowed => StatusCode::METHOD_NOT_ALLOWED,
             Self::UpstreamUnreachable { .. } => StatusCode::BAD_GATEWAY,
             Self::UpstreamTimeout { .. } => StatusCode::GATEWAY_TIMEOUT,
@@ -67,6 +74,8 @@ impl ApiError {
             Self::ClientBodyTimeout { .. } => "client_body_timeout",
             Self::Unauthorized(_) => "unauthorized",
             Self::NotFound(_) => "not_found",
+            Self::HostNotAllowed(_) => "host_not_allowed",
+            Self::CrossSite(_) => "cross_site",
             Self::MethodNotAllowed => "method_not_allowed",
             Self::UpstreamUnreachable { .. } => "upstream_unreachable",
             Self::UpstreamTimeout { .. } => "upstream_timeout",
@@ -87,6 +96,7 @@ impl ApiError {
             | Self::MethodNotAllowed => "invalid_request_error",
             Self::Unauthorized(_) => "authentication_error",
             Self::NotFound(_) => "not_found_error",
+            Self::HostNotAllowed(_) | Self::CrossSite(_) => "permission_error",
             Self::UpstreamUnreachable { .. } => "upstream_unreachable",
             Self::UpstreamTimeout { .. } => "upstream_timeout",
             Self::UpstreamStatus { .. } => "upstream_error",

@@ -1,6 +1,13 @@
 //! The HTTP surface: routes, authentication, and serving with TCP_NODELAY,
 //! a deadline on request headers and a bounded graceful shutdown.
 //!
+//! Before any route, every request must name a `Host` this daemon serves
+//! (127.0.0.1, localhost, [::1] on its port, `proxy.host`,
+//! `proxy.allowed_hosts`), and every POST must not come from another
+//! origin's page nor be `text/plain`, a form or multipart ([`guard`]): a
+//! web page cannot reach the proxy through the user's browser. No CORS
+//! header is ever sent.
+//!
 //! | route | auth |
 //! |---|---|
 //! | `GET /healthz` | none |
@@ -13,6 +20,8 @@
 //! | `GET /admin/status` | the admin token (`<home>/admin.token`), always |
 //! | `GET /admin/plugins`, `POST /admin/plugins/reload` | the admin token, always |
 //! | `POST /admin/learn/now` (`{"session": ID}` or `{}`) | the admin token, always |
+
+pub mod guard;
 
 use std::future::Future;
 use std::time::Duration;
@@ -30,8 +39,11 @@ use subtle::ConstantTimeEq;
 use crate::app::SharedApp;
 use crate::error::ApiError;
 use crate::metrics::Gauges;
+use crate::proxy::dialect::Front;
 use crate::proxy::turn;
 use crate::sessions::{EndOutcome, EndReason};
+
+pub use guard::Guard;
 
 pub fn router(app: SharedApp) -> Router {
     let proxy = Router::new()
@@ -62,6 +74,8 @@ pub fn router(app: SharedApp) -> Router {
         .merge(admin)
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)
+        // Outermost: before routing, auth and any body is read.
+        .layer(middleware::from_fn_with_state(app.clone(), browser_guard))
         .with_state(app)
 }
 
@@ -125,6 +139,24 @@ pub async fn serve(
     Ok(())
 }
 
+/// Refuses what a web page could make the user's browser send: an unserved
+/// `Host` on any request; another origin, or a preflight-free content type,
+/// on a state-changing one (`OPTIONS` stays a 405 with no CORS allowance).
+async fn browser_guard(State(app): State<SharedApp>, request: Request, next: Next) -> Response {
+    let guard = &app.guard;
+    let checked = guard.check_host(request.headers()).and_then(|()| {
+        if request.method().is_safe() {
+            Ok(())
+        } else {
+            guard.check_browser(request.headers())
+        }
+    });
+    match checked {
+        Ok(()) => next.run(request).await,
+        Err(e) => refuse(&app, request.uri().path(), e),
+    }
+}
+
 async fn require_proxy_token(
     State(app): State<SharedApp>,
     request: Request,
@@ -133,17 +165,21 @@ async fn require_proxy_token(
     if let Some(expected) = &app.proxy_token
         && let Err(e) = check_token(request.headers(), expected, true)
     {
-        app.metrics.errors.inc(&[e.kind()]);
-        // Each API's clients get the error shape they parse.
-        let front = if request.uri().path().ends_with("/messages") {
-            crate::proxy::dialect::Front::Anthropic
-        } else {
-            crate::proxy::dialect::Front::Chat
-        };
-        let body = front.error_body(&e);
-        return e.into_response_with(body);
+        return refuse(&app, request.uri().path(), e);
     }
     next.run(request).await
+}
+
+/// The error counted, in the shape the route's clients parse.
+fn refuse(app: &SharedApp, path: &str, e: ApiError) -> Response {
+    app.metrics.errors.inc(&[e.kind()]);
+    let front = if path.ends_with("/messages") {
+        Front::Anthropic
+    } else {
+        Front::Chat
+    };
+    let body = front.error_body(&e);
+    e.into_response_with(body)
 }
 
 async fn require_admin_token(
@@ -384,4 +420,308 @@ async fn method_not_allowed() -> Response {
     let mut response = ApiError::MethodNotAllowed.into_response();
     *response.status_mut() = StatusCode::METHOD_NOT_ALLOWED;
     response
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+    use std::time::Instant;
+
+    use axum::body::Body;
+    use serde_json::Value;
+    use tower::ServiceExt;
+
+    use super::*;
+    use crate::app::{App, Limits, RuntimeInfo};
+    use crate::config::{Config, Loaded, ProxyConfig};
+    use crate::metrics::Metrics;
+    use crate::proxy::upstream::Upstream;
+    use crate::redact::Redactor;
+    use crate::sessions::{Hints, Tracker, TurnType};
+    use crate::store::{SessionSource, Store, StoreOptions};
+
+    const PORT: u16 = 30000;
+    const ADMIN: &str = "admin-token-0123456789";
+
+    /// The daemon's state on a temporary store, its upstream a closed port
+    /// (nothing here may reach it).
+    fn app(proxy: ProxyConfig) -> (SharedApp, tempfile::TempDir) {
+        let dir = tempfile::tempdir().unwrap();
+        let metrics = Arc::new(Metrics::new());
+        let (store, _writer) = Store::open(
+            StoreOptions {
+                path: dir.path().join("metaclaw.db"),
+                commit_interval: Duration::from_millis(10),
+                queue_capacity: 64,
+                redactor: Redactor::new(Vec::new()),
+                on_recorded: None,
+            },
+            metrics.clone(),
+        )
+        .unwrap();
+        let mut config = Config {
+            proxy,
+            ..Config::default()
+        };
+        config.llm.api_base = "http://127.0.0.1:9/v1".into();
+        let loaded = Loaded {
+            config,
+            path: dir.path().join("config.yaml"),
+            file_exists: false,
+            warnings: Vec::new(),
+            secret_sources: Default::default(),
+        };
+        let proxy = &loaded.config.proxy;
+        let app = Arc::new(App {
+            upstream: Upstream::new(&loaded, loaded.api_base()).unwrap(),
+            sessions: Tracker::new(store.clone(), metrics.clone(), Duration::from_secs(600)),
+            plugins: None,
+            skills: None,
+            store,
+            learn: None,
+            metrics,
+            limits: Limits {
+                max_body_bytes: 1 << 20,
+                client_body_timeout: Duration::from_secs(5),
+            },
+            proxy_token: proxy.api_key.clone(),
+            admin_token: ADMIN.into(),
+            guard: Guard::new(proxy, PORT),
+            info: RuntimeInfo {
+                started: Instant::now(),
+                started_at_ms: 0,
+                mode: "skills_only".into(),
+                demo: false,
+                upstream_base: loaded.api_base(),
+                host: proxy.host.clone(),
+                port: PORT,
+            },
+        });
+        (app, dir)
+    }
+
+    /// `method path` with `headers` (a `host` among them, or none at all)
+    /// and `body`: the status and the JSON body.
+    async fn send(
+        app: &SharedApp,
+        method: &str,
+        path: &str,
+        headers: &[(&str, &str)],
+        body: &str,
+    ) -> (StatusCode, Value) {
+        let mut request = Request::builder().method(method).uri(path);
+        for (k, v) in headers {
+            request = request.header(*k, *v);
+        }
+        let response = router(app.clone())
+            .oneshot(request.body(Body::from(body.to_string())).unwrap())
+            .await
+            .unwrap();
+        // Never a CORS allowance, whatever was asked.
+        let cors: Vec<_> = response
+            .headers()
+            .keys()
+            .filter(|k| k.as_str().starts_with("access-control-"))
+            .collect();
+        assert!(cors.is_empty(), "{method} {path}: {cors:?}");
+        let status = response.status();
+        let bytes = axum::body::to_bytes(response.into_body(), 1 << 20)
+            .await
+            .unwrap();
+        (
+            status,
+            serde_json::from_slice(&bytes).unwrap_or(Value::Null),
+        )
+    }
+
+    const LOCAL: (&str, &str) = ("host", "127.0.0.1:30000");
+    const JSON: (&str, &str) = ("content-type", "application/json");
+    const CHAT: &str = r#"{"model":"echo","messages":[{"role":"user","content":"hi"}]}"#;
+
+    fn open_session(app: &SharedApp, id: &str) -> String {
+        let hints = Hints {
+            explicit: Some((id, SessionSource::Header)),
+            ..Hints::default()
+        };
+        app.sessions.resolve(&hints, TurnType::Main).id.to_string()
+    }
+
+    #[tokio::test]
+    async fn a_foreign_host_is_refused_on_every_route_in_its_clients_shape() {
+        let (app, _dir) = app(ProxyConfig::default());
+        let evil = ("host", "evil.example:30000");
+
+        let (status, body) = send(&app, "POST", "/v1/chat/completions", &[evil, JSON], CHAT).await;
+        assert_eq!(status, 403);
+        assert_eq!(body["error"]["type"], "permission_error");
+        assert_eq!(body["error"]["code"], "host_not_allowed");
+        let message = body["error"]["message"].as_str().unwrap();
+        assert!(
+            message.contains("\"evil.example:30000\"") && message.contains("proxy.allowed_hosts"),
+            "{message}"
+        );
+
+        let (status, body) = send(&app, "POST", "/v1/messages", &[evil, JSON], "{}").await;
+        assert_eq!(status, 403);
+        assert_eq!(body["type"], "error");
+        assert_eq!(body["error"]["type"], "permission_error");
+        assert!(
+            body["error"]["message"]
+                .as_str()
+                .unwrap()
+                .contains("evil.example:30000"),
+            "{body}"
+        );
+
+        for (method, path) in [
+            ("GET", "/healthz"),
+            ("GET", "/v1/models"),
+            ("GET", "/admin/status"),
+            ("GET", "/nowhere"),
+        ] {
+            let auth = format!("Bearer {ADMIN}");
+            let headers = [evil, ("authorization", auth.as_str())];
+            let (status, _) = send(&app, method, path, &headers, "").await;
+            assert_eq!(status, 403, "{method} {path}");
+        }
+        // No Host at all (HTTP/1.0), a wrong port.
+        assert_eq!(send(&app, "GET", "/healthz", &[], "").await.0, 403);
+        let (status, _) = send(&app, "GET", "/healthz", &[("host", "127.0.0.1:30001")], "").await;
+        assert_eq!(status, 403);
+        assert_eq!(app.sessions.active_count(), 0);
+        let gauges = crate::metrics::Gauges {
+            uptime_seconds: 0.0,
+            store_queue_depth: 0,
+            active_sessions: 0,
+        };
+        assert!(app.metrics.render(&gauges).contains("host_not_allowed"));
+    }
+
+    #[tokio::test]
+    async fn loopback_names_on_the_port_and_allowed_hosts_are_served() {
+        let (app, _dir) = app(ProxyConfig {
+            allowed_hosts: vec!["host.docker.internal".into()],
+            ..ProxyConfig::default()
+        });
+        for host in [
+            "127.0.0.1:30000",
+            "localhost:30000",
+            "[::1]:30000",
+            "127.0.0.1",
+            "host.docker.internal:30000",
+        ] {
+            let (status, body) = send(&app, "GET", "/healthz", &[("host", host)], "").await;
+            assert_eq!(status, 200, "{host}: {body}");
+        }
+        let (status, _) = send(
+            &app,
+            "GET",
+            "/healthz",
+            &[("host", "other.internal:30000")],
+            "",
+        )
+        .await;
+        assert_eq!(status, 403);
+    }
+
+    #[tokio::test]
+    async fn a_cross_site_post_does_not_end_a_session_a_programs_post_does() {
+        let (app, _dir) = app(ProxyConfig::default());
+        let id = open_session(&app, "s-csrf");
+        let path = format!("/v1/sessions/{id}/end");
+
+        let evil = ("origin", "http://evil.example");
+        let (status, body) = send(&app, "POST", &path, &[LOCAL, evil, JSON], "").await;
+        assert_eq!(status, 403, "{body}");
+        assert_eq!(body["error"]["code"], "cross_site");
+        assert!(
+            body["error"]["message"]
+                .as_str()
+                .unwrap()
+                .contains("http://evil.example"),
+            "{body}"
+        );
+        let site = ("sec-fetch-site", "cross-site");
+        assert_eq!(send(&app, "POST", &path, &[LOCAL, site], "").await.0, 403);
+        // A form a page posts, no Origin needed to refuse it.
+        let form = ("content-type", "application/x-www-form-urlencoded");
+        assert_eq!(
+            send(&app, "POST", &path, &[LOCAL, form], "x=1").await.0,
+            415
+        );
+        assert_eq!(app.sessions.active_count(), 1);
+
+        // The same POST from a program: no Origin, JSON (or no body at all).
+        let (status, body) = send(&app, "POST", &path, &[LOCAL, JSON], "").await;
+        assert_eq!(status, 200, "{body}");
+        assert_eq!(
+            (&body["ended"], &body["already_ended"]),
+            (&Value::Bool(true), &Value::Bool(false))
+        );
+        // The proxy's own origin is not a cross-site one.
+        let id = open_session(&app, "s-own");
+        let own = ("origin", "http://127.0.0.1:30000");
+        let path = format!("/v1/sessions/{id}/end");
+        let (status, body) = send(&app, "POST", &path, &[LOCAL, own, JSON], "").await;
+        assert_eq!(status, 200, "{body}");
+        assert_eq!(body["ended"], true);
+    }
+
+    #[tokio::test]
+    async fn simple_content_types_are_refused_before_anything_is_recorded() {
+        let (app, _dir) = app(ProxyConfig::default());
+        let plain = ("content-type", "text/plain;charset=UTF-8");
+        let session = ("x-session-id", "s-plain");
+        let (status, body) = send(
+            &app,
+            "POST",
+            "/v1/chat/completions",
+            &[LOCAL, plain, session],
+            CHAT,
+        )
+        .await;
+        assert_eq!(status, 415);
+        let message = body["error"]["message"].as_str().unwrap();
+        assert!(message.contains("application/json"), "{message}");
+        let (status, body) =
+            send(&app, "POST", "/v1/messages", &[LOCAL, plain, session], CHAT).await;
+        assert_eq!(status, 415);
+        assert_eq!(body["type"], "error");
+        // Refused before the handler: no session was even opened.
+        assert_eq!(app.sessions.active_count(), 0);
+        assert_eq!(app.store.counts().unwrap(), (0, 0));
+
+        // Admin routes too, even with the token.
+        let auth = format!("Bearer {ADMIN}");
+        let admin = [
+            LOCAL,
+            ("authorization", auth.as_str()),
+            ("origin", "http://evil.example"),
+        ];
+        let (status, _) = send(&app, "POST", "/admin/plugins/reload", &admin, "").await;
+        assert_eq!(status, 403);
+    }
+
+    #[tokio::test]
+    async fn a_preflight_gets_no_cors_allowance() {
+        let (app, _dir) = app(ProxyConfig::default());
+        let preflight = [
+            LOCAL,
+            ("origin", "http://evil.example"),
+            ("access-control-request-method", "POST"),
+            (
+                "access-control-request-headers",
+                "content-type,authorization",
+            ),
+        ];
+        for path in [
+            "/v1/chat/completions",
+            "/v1/messages",
+            "/v1/sessions/x/end",
+            "/admin/learn/now",
+        ] {
+            let (status, _) = send(&app, "OPTIONS", path, &preflight, "").await;
+            assert_eq!(status, 405, "{path}");
+        }
+    }
 }

@@ -417,3 +417,103 @@ async fn recorded_data_is_readable_by_its_owner_only() {
         assert_eq!(mode, 0o600, "{file} is {mode:o}");
     }
 }
+
+/// The daemon `start` runs rotates its own log past `log.max_mb`, while it
+/// runs: whole lines, `log.keep` old files, and its stdout and stderr follow
+/// the new file.
+#[test]
+fn the_running_daemon_rotates_its_log() {
+    let up = dummy();
+    let home = tempfile::tempdir().unwrap();
+    write_config(
+        home.path(),
+        &format!(
+            "llm:\n  api_base: {}\nproxy:\n  port: 0\nlog:\n  max_mb: 1\n  keep: 2\nunknown_key: 1\n",
+            up.url
+        ),
+    );
+    let logs = home.path().join("logs");
+    std::fs::create_dir_all(&logs).unwrap();
+    let log = logs.join("metaclaw.log");
+    let numbered = |n: u32| logs.join(format!("metaclaw.log.{n}"));
+    for n in 1..=3 {
+        std::fs::write(numbered(n), format!("old-{n}\n")).unwrap();
+    }
+    // Just under 1 MiB: the daemon's first words (the config warning it
+    // prints on stderr) take the log past it, so its first log line starts
+    // a new file.
+    let filler: String = (0..10_485).map(|i| format!("filler {i:0>92}\n")).collect();
+    assert!(filler.len() < 1 << 20);
+    std::fs::write(&log, &filler).unwrap();
+
+    let out = cli_in(home.path(), &["start"]);
+    assert!(out.status.success(), "{}", text(&out));
+    let stop = cli_in(home.path(), &["stop"]);
+    assert!(stop.status.success(), "{}", text(&stop));
+
+    let old = std::fs::read_to_string(numbered(1)).unwrap();
+    let new = std::fs::read_to_string(&log).unwrap();
+    assert!(
+        old.starts_with(&filler),
+        "metaclaw.log.1 is not the old log"
+    );
+    let after = &old[filler.len()..];
+    assert!(
+        after.starts_with("warning: unknown config key `unknown_key`"),
+        "{after}"
+    );
+    // `keep: 2`: the previous .1 is now .2, and no .3 is left.
+    assert_eq!(std::fs::read_to_string(numbered(2)).unwrap(), "old-1\n");
+    assert!(!numbered(3).exists());
+    {
+        use std::os::unix::fs::PermissionsExt;
+        let mode = std::fs::metadata(&log).unwrap().permissions().mode() & 0o777;
+        assert_eq!(mode, 0o600, "the new log is {mode:o}");
+    }
+    // The daemon's log lines, and the line it prints on stdout, are in the
+    // new file, up to its last one.
+    assert!(
+        new.lines()
+            .any(|l| l.contains(" WARN ") && l.contains("unknown config key `unknown_key`")),
+        "{new}"
+    );
+    assert!(
+        new.lines()
+            .any(|l| l.starts_with("metaclaw listening on http://")),
+        "{new}"
+    );
+    assert!(new.contains("stopped"), "{new}");
+    // Every line whole: a filler line, the warning, a log line, or the
+    // printed one.
+    for text in [&old, &new] {
+        assert!(text.ends_with('\n'));
+        for line in text.lines() {
+            assert!(
+                ["filler ", "warning: ", "20", "metaclaw listening on "]
+                    .iter()
+                    .any(|p| line.starts_with(p)),
+                "cut line: {line:?}"
+            );
+        }
+    }
+}
+
+/// A daemon that dies during start-up: `start` shows what it logged.
+#[test]
+fn a_failed_start_shows_the_daemons_log() {
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = taken.local_addr().unwrap().port();
+    let home = tempfile::tempdir().unwrap();
+    write_config(
+        home.path(),
+        &format!("llm:\n  api_base: http://127.0.0.1:9/v1\nproxy:\n  port: {port}\n"),
+    );
+    let out = cli_in(home.path(), &["start"]);
+    assert_eq!(out.status.code(), Some(1));
+    let shown = text(&out);
+    assert!(
+        shown.contains("exited during start-up")
+            && shown.contains(&format!("cannot listen on 127.0.0.1:{port}")),
+        "{shown}"
+    );
+}

@@ -767,3 +767,120 @@ async fn health_models_and_metrics() {
         "{text}"
     );
 }
+
+/// What a web page in the user's browser could send (DNS rebinding, a
+/// cross-site form or `no-cors` fetch), through real HTTP: refused, and
+/// nothing recorded or ended.
+#[tokio::test]
+async fn a_web_page_cannot_use_the_proxy_through_the_browser() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+    let up = dummy();
+    let mc = Metaclaw::start(&up.url, PLAIN);
+    let base = format!("{}/v1", mc.url());
+    let port = mc.url().rsplit(':').next().unwrap().to_string();
+    let c = client();
+
+    // DNS rebinding: the page's own name in Host.
+    let r = c
+        .post(format!("{base}/chat/completions"))
+        .header("host", format!("evil.example:{port}"))
+        .header("content-type", "application/json")
+        .header("x-session-id", "rebound")
+        .body(chat("echo", "hi", false).to_string())
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 403);
+    let v: Value = r.json().await.unwrap();
+    let message = v["error"]["message"].as_str().unwrap();
+    assert!(
+        message.contains(&format!("evil.example:{port}"))
+            && message.contains("proxy.allowed_hosts"),
+        "{message}"
+    );
+    for host in [format!("localhost:{port}"), format!("[::1]:{port}")] {
+        let r = c
+            .get(format!("{}/healthz", mc.url()))
+            .header("host", &host)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), 200, "{host}");
+    }
+    // HTTP/1.0 with no Host.
+    let mut tcp = tokio::net::TcpStream::connect(mc.url().trim_start_matches("http://"))
+        .await
+        .unwrap();
+    tcp.write_all(b"GET /healthz HTTP/1.0\r\n\r\n")
+        .await
+        .unwrap();
+    let mut raw = String::new();
+    tcp.read_to_string(&mut raw).await.unwrap();
+    assert!(
+        raw.starts_with("HTTP/1.0 403") || raw.starts_with("HTTP/1.1 403"),
+        "{raw}"
+    );
+
+    // A `no-cors` fetch: text/plain, no preflight.
+    let r = c
+        .post(format!("{base}/chat/completions"))
+        .header("content-type", "text/plain;charset=UTF-8")
+        .header("x-session-id", "no-cors")
+        .body(chat("echo", "hi", false).to_string())
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 415);
+
+    // A live session, which a page tries to end.
+    post_chat(
+        &base,
+        &chat("echo", "hi", false),
+        &[("x-session-id", "live")],
+    )
+    .await;
+    mc.turns("live", 1);
+    let end = format!("{base}/sessions/live/end");
+    for (name, value) in [
+        ("origin", "http://evil.example"),
+        ("sec-fetch-site", "cross-site"),
+    ] {
+        let r = c
+            .post(&end)
+            .header(name, value)
+            .header("content-type", "text/plain")
+            .body("x")
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), 403, "{name}");
+    }
+    let session = mc.turns("live", 1);
+    assert_eq!(session["session"]["status"], "active", "{session}");
+    // The same from a program.
+    let r: Value = c
+        .post(&end)
+        .header("content-type", "application/json")
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(
+        (&r["ended"], &r["already_ended"]),
+        (&json!(true), &json!(false))
+    );
+
+    // Only the program's session was recorded.
+    let out = mc.cli(&["sessions", "list", "--json"]);
+    let list: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let ids: Vec<&str> = list
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s["id"].as_str().unwrap())
+        .collect();
+    assert_eq!(ids, ["live"], "{list}");
+}

@@ -1,8 +1,6 @@
 //! `start`, `stop`, `status` (with the agent wiring of [`super::claws_cmd`]).
 
-use std::fs::OpenOptions;
 use std::io::{Read, Seek, SeekFrom};
-use std::os::unix::fs::OpenOptionsExt;
 use std::os::unix::process::CommandExt;
 use std::path::Path;
 use std::process::{Command, ExitCode, Stdio};
@@ -16,9 +14,9 @@ use super::{JsonFlag, StartArgs, StopArgs, human_duration, load_config, runtime}
 use crate::config::Mode;
 use crate::daemon::{self, DaemonOptions};
 use crate::home::{Home, PidInfo};
+use crate::logging::RotatingLog;
 
 const START_TIMEOUT: Duration = Duration::from_secs(30);
-const LOG_ROTATE_BYTES: u64 = 16 << 20;
 
 pub fn start(home: &Home, config_path: &Path, args: StartArgs) -> Result<ExitCode> {
     let mut loaded = load_config(config_path)?;
@@ -35,8 +33,19 @@ pub fn start(home: &Home, config_path: &Path, args: StartArgs) -> Result<ExitCod
     daemon::check_servable(&loaded, args.demo)?;
     home.ensure()?;
 
+    let log_config = loaded.config.log.clone();
+    let max_log_bytes = log_config.max_mb.saturating_mul(1 << 20);
     if args.foreground {
-        crate::logging::init(&loaded.config.log.level);
+        match &args.log_file {
+            Some(path) => match RotatingLog::open(path, max_log_bytes, log_config.keep) {
+                Ok(log) => crate::logging::init_file(&log_config.level, log),
+                Err(e) => {
+                    crate::logging::init(&log_config.level);
+                    tracing::warn!("cannot open {}: {e}; logging to stderr", path.display());
+                }
+            },
+            None => crate::logging::init(&log_config.level),
+        }
         if !args.no_wire {
             super::claws_cmd::wire_when_healthy(home.clone(), loaded.clone(), args.demo);
         }
@@ -69,12 +78,15 @@ pub fn start(home: &Home, config_path: &Path, args: StartArgs) -> Result<ExitCod
     // The daemon is this binary in the foreground, detached from the
     // terminal (own process group) with its output in the log file.
     let log_path = home.log_file();
-    rotate_log(&log_path);
-    let log = OpenOptions::new()
-        .create(true)
-        .append(true)
-        .mode(0o600)
-        .open(&log_path)
+    // The daemon rotates its log while it runs; one left over the limit by
+    // an earlier run is rotated here, before the offset of this start's
+    // lines is taken.
+    if std::fs::metadata(&log_path).is_ok_and(|m| m.len() >= max_log_bytes)
+        && let Err(e) = crate::logging::rotate_files(&log_path, log_config.keep)
+    {
+        eprintln!("warning: cannot rotate {}: {e}", log_path.display());
+    }
+    let log = crate::logging::open_log(&log_path)
         .with_context(|| format!("cannot open {}", log_path.display()))?;
     let log_start = log.metadata().map(|m| m.len()).unwrap_or(0);
     let exe = std::env::current_exe().context("cannot find the metaclaw executable")?;
@@ -85,7 +97,9 @@ pub fn start(home: &Home, config_path: &Path, args: StartArgs) -> Result<ExitCod
         .arg("start")
         .arg("--foreground")
         // This process wires, once the daemon answers, and reports on the terminal.
-        .arg("--no-wire");
+        .arg("--no-wire")
+        .arg("--log-file")
+        .arg(&log_path);
     if let Some(port) = args.port {
         command.arg("--port").arg(port.to_string());
     }
@@ -226,21 +240,14 @@ async fn demo_round_trip(info: &PidInfo, token: Option<&str>) -> Result<()> {
     Ok(())
 }
 
-fn rotate_log(path: &Path) {
-    if std::fs::metadata(path)
-        .map(|m| m.len() > LOG_ROTATE_BYTES)
-        .unwrap_or(false)
-    {
-        let _ = std::fs::rename(path, path.with_extension("log.1"));
-    }
-}
-
 /// The last lines the daemon wrote since `from`.
 fn log_tail(path: &Path, from: u64) -> String {
     let Ok(mut f) = std::fs::File::open(path) else {
         return String::new();
     };
-    let _ = f.seek(SeekFrom::Start(from));
+    // A log rotated since `from` was taken is read from its start.
+    let len = f.metadata().map(|m| m.len()).unwrap_or(0);
+    let _ = f.seek(SeekFrom::Start(if from > len { 0 } else { from }));
     let mut text = String::new();
     let _ = f.take(64 << 10).read_to_string(&mut text);
     let lines: Vec<&str> = text.lines().collect();

@@ -98,6 +98,10 @@ pub struct StartArgs {
     /// Leave the agent's config alone (default: point `claw_type` at the proxy).
     #[arg(long, env = "METACLAW_NO_WIRE", value_parser = clap::builder::FalseyValueParser::new())]
     pub no_wire: bool,
+    /// The log file the daemon writes and rotates past `log.max_mb` (set by
+    /// `start` for the daemon it runs in the background).
+    #[arg(long, hide = true)]
+    pub log_file: Option<std::path::PathBuf>,
 }
 
 #[derive(ValueEnum, Debug, Clone, Copy, PartialEq, Eq)]

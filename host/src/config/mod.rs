@@ -283,6 +283,34 @@ pub fn validate(config: &Config) -> Result<(), ConfigError> {
             ),
         ));
     }
+    for (i, entry) in config.proxy.allowed_hosts.iter().enumerate() {
+        if !crate::server::guard::is_host_entry(entry) {
+            return Err(invalid(
+                &format!("proxy.allowed_hosts[{i}]"),
+                format!(
+                    "{entry:?} is not a host name or host:port (examples: host.docker.internal, \
+                     host.docker.internal:30000, 10.0.0.2)"
+                ),
+            ));
+        }
+    }
+    for (i, entry) in config.proxy.allowed_origins.iter().enumerate() {
+        if crate::server::guard::parse_origin(entry).is_none() {
+            return Err(invalid(
+                &format!("proxy.allowed_origins[{i}]"),
+                format!(
+                    "{entry:?} is not an origin: scheme, host and port only (example: \
+                     http://localhost:3000)"
+                ),
+            ));
+        }
+    }
+    if !(1..=65536).contains(&config.log.max_mb) {
+        return Err(invalid("log.max_mb", "must be between 1 and 65536".into()));
+    }
+    if config.log.keep > 100 {
+        return Err(invalid("log.keep", "at most 100 rotated files".into()));
+    }
     if config.proxy.max_body_mb == 0 || config.proxy.max_body_mb > 4096 {
         return Err(invalid(
             "proxy.max_body_mb",
@@ -817,6 +845,40 @@ max_context_tokens: 60000
             loaded.config.skills.embedding_api_key.as_deref(),
             Some("sk-env-777")
         );
+    }
+
+    #[test]
+    fn allowed_hosts_origins_and_log_rotation_are_checked() {
+        let dir = tempfile::tempdir().unwrap();
+        for (yaml, key, hint) in [
+            (
+                "proxy:\n  allowed_hosts: [ok.example, 'http://x']\n",
+                "proxy.allowed_hosts[1]",
+                "host.docker.internal",
+            ),
+            (
+                "proxy:\n  allowed_origins: [localhost:3000]\n",
+                "proxy.allowed_origins[0]",
+                "http://localhost:3000",
+            ),
+            ("log:\n  max_mb: 0\n", "log.max_mb", "between 1"),
+            ("log:\n  keep: 1000\n", "log.keep", "at most"),
+        ] {
+            let err = format!("{:#}", load(&write(&dir, yaml)).unwrap_err());
+            assert!(err.contains(key) && err.contains(hint), "{yaml}: {err}");
+        }
+        let p = write(
+            &dir,
+            "proxy:\n  allowed_hosts: [host.docker.internal, 'gw:8080']\n  allowed_origins: ['http://localhost:3000']\nlog:\n  max_mb: 1\n  keep: 0\n",
+        );
+        let config = load(&p).unwrap().config;
+        assert_eq!(config.proxy.allowed_hosts.len(), 2);
+        assert_eq!((config.log.max_mb, config.log.keep), (1, 0));
+        let defaults = Config::default();
+        assert!(
+            defaults.proxy.allowed_hosts.is_empty() && defaults.proxy.allowed_origins.is_empty()
+        );
+        assert_eq!((defaults.log.max_mb, defaults.log.keep), (16, 3));
     }
 
     #[test]

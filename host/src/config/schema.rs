@@ -171,6 +171,14 @@ pub struct ProxyConfig {
     pub host: String,
     /// When set, every /v1 request needs `Authorization: Bearer <api_key>`.
     pub api_key: Option<String>,
+    /// `Host` names served besides 127.0.0.1, localhost, [::1] and `host`
+    /// (any other is refused: DNS rebinding), e.g. `host.docker.internal`
+    /// for an agent in a container. `name` allows it with no port or the
+    /// listening port; `name:port` that port only.
+    pub allowed_hosts: Vec<String>,
+    /// Browser origins (`http://name:port`) that may send POSTs besides the
+    /// proxy's own; every other page's requests are refused (CSRF).
+    pub allowed_origins: Vec<String>,
     pub max_body_mb: u64,
     pub timeouts: ProxyTimeouts,
     /// How long shutdown waits for requests in flight.
@@ -183,6 +191,8 @@ impl Default for ProxyConfig {
             port: 30000,
             host: "127.0.0.1".into(),
             api_key: None,
+            allowed_hosts: Vec::new(),
+            allowed_origins: Vec::new(),
             max_body_mb: 32,
             timeouts: ProxyTimeouts::default(),
             shutdown_grace: Dur::secs(10),
@@ -509,12 +519,19 @@ impl Default for StoreConfig {
 pub struct LogConfig {
     /// A tracing filter, e.g. `info` or `metaclaw=debug`. `RUST_LOG` wins.
     pub level: String,
+    /// The daemon's log file (`<home>/logs/metaclaw.log`) is rotated when
+    /// it passes this size, while running and at start.
+    pub max_mb: u64,
+    /// Rotated files kept (`metaclaw.log.1` is the newest); 0 keeps none.
+    pub keep: u32,
 }
 
 impl Default for LogConfig {
     fn default() -> Self {
         Self {
             level: "info".into(),
+            max_mb: 16,
+            keep: 3,
         }
     }
 }

@@ -383,12 +383,7 @@ fn require_json(headers: &HeaderMap) -> Result<(), ApiError> {
         .get(header::CONTENT_TYPE)
         .and_then(|v| v.to_str().ok())
         .unwrap_or("");
-    let media = ct
-        .split(';')
-        .next()
-        .unwrap_or("")
-        .trim()
-        .to_ascii_lowercase();
+    let media = crate::server::guard::media_type(ct);
     if media == "application/json"
         || (media.starts_with("application/") && media.ends_with("+json"))
     {
