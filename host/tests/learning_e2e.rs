@@ -392,3 +392,50 @@ async fn judge_votes_survive_rate_limits_ties_are_zero_and_a_down_judge_is_retri
     });
     assert!(s["turns"][0]["judgment"].is_null());
 }
+
+#[tokio::test]
+async fn without_guard_evolution_refuses_to_run_and_says_why() {
+    let (up, mc) = with_bank(&config(
+        "judge",
+        "evolver",
+        "10m",
+        "plugins:\n  evolvers: [redact, dedup]\n",
+    ));
+    // Said at start, naming the key.
+    assert!(
+        mc.log().contains("plugins.evolvers does not list guard"),
+        "{}",
+        mc.log()
+    );
+    corrected_session(&mc, "unguarded").await;
+    mc.turns("unguarded", 2);
+    let out = mc.cli(&["learn", "now", "unguarded", "--json"]);
+    assert!(!out.status.success(), "the job cannot finish without guard");
+
+    // The evolve stage failed with the reason; the job stays queued for a
+    // retry, and `learn status` shows why.
+    let jobs = poll_json(mc.home.path(), &["learn", "status", "--json"], |v| {
+        v.as_array().is_some_and(|j| {
+            j.iter()
+                .any(|j| j["session_id"] == "unguarded" && j["error"].is_string())
+        })
+    });
+    let job = jobs
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|j| j["session_id"] == "unguarded")
+        .unwrap();
+    assert_eq!(job["state"], "queued", "{job}");
+    assert_eq!(job["stages"], json!(["score", "judge"]), "{job}");
+    let error = job["error"].as_str().unwrap();
+    assert!(
+        error.contains("no guard evolver is loaded: plugins.evolvers does not list guard"),
+        "{error}"
+    );
+    let out = mc.cli(&["learn", "status"]);
+    assert!(String::from_utf8_lossy(&out.stdout).contains("no guard evolver is loaded"));
+    // Nothing was drafted or written, and the evolver model was not paid for.
+    assert!(seen_by(&up.url, "evolver").await.is_empty());
+    assert!(skill_text(&mc, "lesson-distance-earth-moon").is_none());
+}

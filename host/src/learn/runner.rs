@@ -44,6 +44,9 @@ use crate::store::learning::{self, DraftRow};
 use crate::store::skills::Attribution;
 use crate::store::{ScoringInput, Store};
 
+/// The evolver plugin every chain must hold.
+const GUARD: &str = "guard";
+
 /// Everything a job needs.
 pub struct Learner {
     pub store: Store,
@@ -508,6 +511,9 @@ impl Learner {
                 .iter()
                 .map(|s| (s.name.as_str(), s.description.as_str())),
         );
+        // Before the evolver model is paid for: without guard nothing it
+        // drafts could be kept.
+        let chain = self.evolver_chain()?;
         let max = self.settings.max_drafts.to_string();
         let prompt = evolve::PROMPT.messages(&[
             ("max_drafts", &max),
@@ -535,7 +541,6 @@ impl Learner {
                 )
             }
         };
-        let chain = self.evolver_chain();
         let library: Vec<types::Skill> = snapshot
             .skills
             .iter()
@@ -603,12 +608,33 @@ impl Learner {
     /// The evolver plugins in order. Unset `plugins.evolvers`: every loaded
     /// evolver, the first-party ones last in the order guard → redact →
     /// dedup (so third-party edits are checked, and dedup compares clean
-    /// text).
-    fn evolver_chain(&self) -> Vec<Arc<Loaded>> {
+    /// text). An error when the chain has no enabled `guard`: drafts are
+    /// never kept unchecked, whatever the config says (fail closed; the job
+    /// is retried, so a guard that is still loading or gets fixed counts).
+    fn evolver_chain(&self) -> Result<Vec<Arc<Loaded>>> {
         let Some(plugins) = &self.plugins else {
-            return Vec::new();
+            anyhow::bail!(
+                "no guard evolver is loaded: plugins are off (see the log at start); skills are not evolved unchecked"
+            );
         };
         let mut chain = plugins.evolvers();
+        if !chain.iter().any(|p| p.info.name == GUARD) {
+            let listed = plugins
+                .settings
+                .evolvers
+                .as_ref()
+                .map(|specs| specs.iter().any(|s| s.name == GUARD));
+            let why = match listed {
+                Some(false) => "plugins.evolvers does not list guard (add it)",
+                Some(true) => {
+                    "plugins.evolvers lists guard, but it is not loaded or is disabled (see `metaclaw plugins list`)"
+                }
+                None => {
+                    "guard is not among the plugins or is disabled (build them with scripts/build-plugins; see `metaclaw plugins list` and plugins.builtin)"
+                }
+            };
+            anyhow::bail!("no guard evolver is loaded: {why}; skills are not evolved unchecked");
+        }
         if !self.evolvers_configured {
             let rank = |p: &Arc<Loaded>| match p.info.name.as_str() {
                 "guard" => 1,
@@ -618,7 +644,7 @@ impl Learner {
             };
             chain.sort_by_key(rank);
         }
-        chain
+        Ok(chain)
     }
 
     /// A kept draft as the SKILL.md to write: a new skill, or the next
