@@ -573,6 +573,12 @@ impl Learner {
         for draft in kept {
             rows.push(self.to_row(job, draft, &snapshot, &provenance, at));
         }
+        for row in rows
+            .iter()
+            .filter(|r| r.outcome == learning::PENDING_REVIEW)
+        {
+            tracing::info!(session = %job.session_id, skill = ?row.skill_id, "revision of a built-in or user-written skill held for review (metaclaw skills review)");
+        }
         for r in rejected {
             tracing::info!(session = %job.session_id, draft = %r.name, "skill draft rejected: {}", r.reason);
             rows.push(DraftRow {
@@ -586,12 +592,24 @@ impl Learner {
                 reason: Some(r.reason),
                 content: None,
                 base_hash: None,
+                base_version: None,
                 written_ms: None,
+                reviewed_ms: None,
                 at_ms: at,
             });
         }
         let kept = rows.iter().filter(|r| r.outcome != "rejected").count();
-        let summary = format!("{kept} skill draft(s) kept, {} rejected", rows.len() - kept);
+        let held = rows
+            .iter()
+            .filter(|r| r.outcome == learning::PENDING_REVIEW)
+            .count();
+        let summary = match held {
+            0 => format!("{kept} skill draft(s) kept, {} rejected", rows.len() - kept),
+            _ => format!(
+                "{kept} skill draft(s) kept ({held} held for review), {} rejected",
+                rows.len() - kept
+            ),
+        };
         let job = job.clone();
         self.db(move |c| {
             let tx = c.transaction()?;
@@ -668,7 +686,9 @@ impl Learner {
             reason: None,
             content: None,
             base_hash: None,
+            base_version: None,
             written_ms: None,
+            reviewed_ms: None,
             at_ms: at,
         };
         let existing = draft
@@ -719,15 +739,17 @@ impl Learner {
             row.reason = Some(format!("not a valid skill: {e}"));
             return row;
         }
-        row.outcome = if existing.is_some() {
-            "updated"
-        } else {
-            "created"
+        row.outcome = match &existing {
+            // Held until the user accepts it (`metaclaw skills review`).
+            Some(old) if old.revisions_need_review() => learning::PENDING_REVIEW,
+            Some(_) => "updated",
+            None => "created",
         }
         .into();
         row.skill_id = Some(skill.id.clone());
         row.version = Some(skill.version.to_string());
-        row.base_hash = existing.map(|s| s.content_hash.clone());
+        row.base_hash = existing.as_ref().map(|s| s.content_hash.clone());
+        row.base_version = existing.map(|s| s.version.to_string());
         row.content = Some(content);
         row
     }
@@ -866,8 +888,9 @@ fn run_chain(
 /// Writes `<dir>/<id>/SKILL.md` atomically (temporary file, then rename).
 /// An update is refused when the file changed since the draft was made
 /// from it; a new skill when another appeared under its name. Writing the
-/// same text again (a job resumed after a crash) is a no-op.
-fn write_skill(
+/// same text again (a job resumed after a crash) is a no-op. Returns why it
+/// was refused.
+pub(crate) fn write_skill(
     dir: &std::path::Path,
     id: &str,
     content: &str,
