@@ -135,12 +135,14 @@ async fn a_corrected_answer_is_judged_bad_and_becomes_a_skill_a_new_session_gets
         .unwrap_or_else(|| panic!("{ds:#?}"));
     match again["outcome"].as_str().unwrap() {
         "rejected" => assert!(again["reason"].as_str().unwrap().starts_with("dedup")),
-        "updated" => {
-            // Merged: the existing skill's next version, with provenance.
+        "pending-review" => {
+            // Merged into a built-in skill: its next version waits for
+            // review, not written.
             let id = again["skill_id"].as_str().unwrap();
             assert_eq!(again["version"], "1.2.0", "{again}");
+            assert!(again["written_ms"].is_null(), "{again}");
             assert!(
-                skill_text(&mc, id)
+                !skill_text(&mc, id)
                     .unwrap()
                     .contains("\"session\":\"moon\"")
             );
@@ -391,4 +393,170 @@ async fn judge_votes_survive_rate_limits_ties_are_zero_and_a_down_judge_is_retri
         v["turns"].as_array().is_some_and(|t| t.len() == 2)
     });
     assert!(s["turns"][0]["judgment"].is_null());
+}
+
+#[tokio::test]
+async fn a_revision_of_a_built_in_skill_waits_for_review_and_is_written_once_accepted() {
+    let (_up, mc) = with_bank(&config("judge", "evolver-revise", "10m", ""));
+    corrected_session(&mc, "revise").await;
+    mc.turns("revise", 2);
+    let out = mc.cli(&["learn", "now", "revise"]);
+    assert!(
+        out.status.success(),
+        "{}{}",
+        String::from_utf8_lossy(&out.stderr),
+        mc.log()
+    );
+    let s = learned(&mc, "revise");
+    let ds = drafts(&s);
+    // The lesson is a new skill, written; the revision of a built-in one
+    // is held.
+    assert!(ds.iter().any(|d| d["outcome"] == "created"), "{ds:#?}");
+    let revision = ds
+        .iter()
+        .find(|d| d["outcome"] == "pending-review")
+        .unwrap_or_else(|| panic!("{ds:#?}"));
+    let id = revision["skill_id"].as_str().unwrap();
+    assert!(revision["written_ms"].is_null(), "{revision}");
+    let before = skill_text(&mc, id).unwrap();
+    assert!(before.contains("created_by: builtin") && !before.contains("384,400"));
+    let (from, to) = (
+        revision["base_version"].as_str().unwrap(),
+        revision["version"].as_str().unwrap(),
+    );
+    let (from_v, to_v) = (
+        semver::Version::parse(from).unwrap(),
+        semver::Version::parse(to).unwrap(),
+    );
+    assert_eq!((to_v.major, to_v.minor), (from_v.major, from_v.minor + 1));
+    let shown = mc.cli(&["sessions", "show", "revise"]);
+    assert!(
+        String::from_utf8_lossy(&shown.stdout).contains(&format!(
+            "{id} revision (version {to}) waits for your review"
+        )),
+        "{}",
+        String::from_utf8_lossy(&shown.stdout)
+    );
+
+    // Listed with a diff, by the CLI on its own (the store and the folder).
+    let out = mc.cli(&["skills", "review", "--json"]);
+    let listed: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let listed = listed.as_array().unwrap();
+    assert_eq!(listed.len(), 1, "{listed:#?}");
+    let p = &listed[0];
+    assert_eq!(
+        (
+            &p["skill"],
+            &p["from_version"],
+            &p["to_version"],
+            &p["session"]
+        ),
+        (&json!(id), &json!(from), &json!(to), &json!("revise"))
+    );
+    assert!(p["stale"].is_null());
+    let diff = p["diff"].as_str().unwrap();
+    assert!(
+        diff.contains(&format!(
+            "--- {id} v{from} (in the library)\n+++ {id} v{to} (proposed)\n"
+        )) && diff.contains("\n+## Learned\n")
+            && diff.contains(CORRECTION),
+        "{diff}"
+    );
+    let review_id = p["id"].as_i64().unwrap().to_string();
+    let out = mc.cli(&["skills", "review"]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        text.contains(&format!(
+            "revision {review_id}: {id} v{from} → v{to}, learned from session revise"
+        )) && text.contains("@@ -"),
+        "{text}"
+    );
+
+    // Accepted: written as the next version, recorded as the session's.
+    let out = mc.cli(&["skills", "review", "accept", &review_id]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(String::from_utf8_lossy(&out.stdout).contains(&format!("{id} is now v{to}")));
+    let after = skill_text(&mc, id).unwrap();
+    assert!(
+        after.contains(&format!("version: {to}\n"))
+            && after.contains("created_by: builtin")
+            && after.contains("\"session\":\"revise\"")
+            && after.contains("384,400 km"),
+        "{after}"
+    );
+    let history = mc.cli(&["skills", "history", id, "--json"]);
+    let history: Value = serde_json::from_slice(&history.stdout).unwrap();
+    let last = history.as_array().unwrap().last().unwrap().clone();
+    assert_eq!(
+        (&last["change"], &last["who"], &last["version"]),
+        (&json!("changed"), &json!("evolved:revise"), &json!(to)),
+        "{history:#}"
+    );
+    let s = learned(&mc, "revise");
+    let accepted = drafts(&s)
+        .into_iter()
+        .find(|d| d["skill_id"] == id)
+        .unwrap();
+    assert_eq!(accepted["outcome"], "updated");
+    assert!(accepted["written_ms"].is_i64() && accepted["reviewed_ms"].is_i64());
+
+    // Nothing waits any more; accepting twice is a clear error.
+    let out = mc.cli(&["skills", "review"]);
+    assert!(String::from_utf8_lossy(&out.stdout).contains("no skill revisions are waiting"));
+    let out = mc.cli(&["skills", "review", "accept", &review_id]);
+    assert!(!out.status.success());
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("is not waiting for review: it was accepted")
+    );
+}
+
+#[tokio::test]
+async fn without_guard_evolution_refuses_to_run_and_says_why() {
+    let (up, mc) = with_bank(&config(
+        "judge",
+        "evolver",
+        "10m",
+        "plugins:\n  evolvers: [redact, dedup]\n",
+    ));
+    // Said at start, naming the key.
+    assert!(
+        mc.log().contains("plugins.evolvers does not list guard"),
+        "{}",
+        mc.log()
+    );
+    corrected_session(&mc, "unguarded").await;
+    mc.turns("unguarded", 2);
+    let out = mc.cli(&["learn", "now", "unguarded", "--json"]);
+    assert!(!out.status.success(), "the job cannot finish without guard");
+
+    // The evolve stage failed with the reason; the job stays queued for a
+    // retry, and `learn status` shows why.
+    let jobs = poll_json(mc.home.path(), &["learn", "status", "--json"], |v| {
+        v.as_array().is_some_and(|j| {
+            j.iter()
+                .any(|j| j["session_id"] == "unguarded" && j["error"].is_string())
+        })
+    });
+    let job = jobs
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|j| j["session_id"] == "unguarded")
+        .unwrap();
+    assert_eq!(job["state"], "queued", "{job}");
+    assert_eq!(job["stages"], json!(["score", "judge"]), "{job}");
+    let error = job["error"].as_str().unwrap();
+    assert!(
+        error.contains("no guard evolver is loaded: plugins.evolvers does not list guard"),
+        "{error}"
+    );
+    let out = mc.cli(&["learn", "status"]);
+    assert!(String::from_utf8_lossy(&out.stdout).contains("no guard evolver is loaded"));
+    // Nothing was drafted or written, and the evolver model was not paid for.
+    assert!(seen_by(&up.url, "evolver").await.is_empty());
+    assert!(skill_text(&mc, "lesson-distance-earth-moon").is_none());
 }

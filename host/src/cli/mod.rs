@@ -270,6 +270,27 @@ pub enum SkillsCommand {
     },
     /// Install the built-in skills (idempotent; never overwrites your edits).
     InstallBuiltin,
+    /// Revisions of built-in and your own skills that learning drafted:
+    /// listed with a diff until you accept or reject them.
+    Review {
+        #[command(subcommand)]
+        action: Option<ReviewAction>,
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+#[derive(Subcommand, Debug)]
+pub enum ReviewAction {
+    /// Write revision ID into the library (refused if the skill changed since).
+    Accept { id: i64 },
+    /// Drop revision ID.
+    Reject {
+        id: i64,
+        /// Kept with the revision (shown by `sessions show`).
+        #[arg(long)]
+        reason: Option<String>,
+    },
 }
 
 #[derive(Subcommand, Debug)]

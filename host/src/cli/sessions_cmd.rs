@@ -260,6 +260,11 @@ fn print_session(s: &SessionRow, turns: &[TurnRow], learned: &Learned) {
                     d.name,
                     d.reason.as_deref().unwrap_or("")
                 ),
+                "pending-review" => say!(
+                    "    ? {} revision (version {}) waits for your review: metaclaw skills review",
+                    d.skill_id.as_deref().unwrap_or(&d.name),
+                    d.version.as_deref().unwrap_or("?"),
+                ),
                 outcome => say!(
                     "    ✓ {} {} (version {}){}",
                     d.skill_id.as_deref().unwrap_or(&d.name),

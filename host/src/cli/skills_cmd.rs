@@ -1,4 +1,4 @@
-//! `metaclaw skills list | show | search | add | remove | history | install-builtin`.
+//! `metaclaw skills list | show | search | add | remove | history | install-builtin | review`.
 
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -6,10 +6,11 @@ use std::process::ExitCode;
 use anyhow::{Context, Result, bail};
 use serde_json::json;
 
-use super::{SkillsCommand, load_config, local_time};
+use super::{ReviewAction, SkillsCommand, load_config, local_time};
 use crate::config::Loaded as LoadedConfig;
 use crate::daemon::expand_home;
 use crate::home::Home;
+use crate::learn::review;
 use crate::plugins::{PluginHost, Settings as PluginSettings};
 use crate::skills::library::Library;
 use crate::skills::skill::{self, Category};
@@ -288,6 +289,56 @@ pub fn run(home: &Home, config_path: &Path, command: SkillsCommand) -> Result<Ex
                 say!("  kept your version of {name}");
             }
         }
+        SkillsCommand::Review { action, json } => match action {
+            None => {
+                let pending = review::pending(&db, &dir)?;
+                if json {
+                    say!("{}", serde_json::to_string_pretty(&pending)?);
+                } else if pending.is_empty() {
+                    say!("no skill revisions are waiting for review");
+                } else {
+                    for p in &pending {
+                        say!(
+                            "revision {}: {} v{} → v{}, learned from session {}, {}",
+                            p.id,
+                            p.skill,
+                            p.from_version.as_deref().unwrap_or("?"),
+                            p.to_version.as_deref().unwrap_or("?"),
+                            p.session,
+                            local_time(p.at_ms)
+                        );
+                        if let Some(stale) = &p.stale {
+                            say!("  cannot be accepted: {stale}");
+                        }
+                        say_raw!("{}", p.diff);
+                        say!(
+                            "  metaclaw skills review accept {0}  |  metaclaw skills review reject {0} [--reason TEXT]\n",
+                            p.id
+                        );
+                    }
+                }
+            }
+            Some(ReviewAction::Accept { id }) => {
+                let row = review::accept(&db, &dir, id)?;
+                say!(
+                    "accepted revision {id}: {} is now v{} ({})",
+                    row.skill_id.as_deref().unwrap_or(&row.name),
+                    row.version.as_deref().unwrap_or("?"),
+                    dir.join(row.skill_id.as_deref().unwrap_or(&row.name))
+                        .join("SKILL.md")
+                        .display()
+                );
+            }
+            Some(ReviewAction::Reject { id, reason }) => {
+                let row = review::reject(&db, id, reason.as_deref())?;
+                say!(
+                    "rejected revision {id} of {} (v{}, from session {})",
+                    row.skill_id.as_deref().unwrap_or(&row.name),
+                    row.version.as_deref().unwrap_or("?"),
+                    row.session_id
+                );
+            }
+        },
     }
     Ok(ExitCode::SUCCESS)
 }

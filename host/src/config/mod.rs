@@ -105,6 +105,19 @@ pub fn load_with_env(
     if config.wechat.enabled {
         warnings.push("wechat.enabled: the WeChat bridge is not part of metaclaw; ignored".into());
     }
+    // Evolution refuses to run without guard whatever the config says;
+    // say so up front rather than only in failed learning jobs.
+    if let Some(evolvers) = &config.plugins.evolvers
+        && config.learning.enabled
+        && config.skills.enabled
+        && !evolvers
+            .iter()
+            .any(|spec| crate::plugins::PluginSpec::parse(spec).is_ok_and(|s| s.name == "guard"))
+    {
+        warnings.push(
+            "plugins.evolvers does not list guard: skill evolution will not run until it does (drafts are never kept unchecked)".into(),
+        );
+    }
     Ok(Loaded {
         config,
         path: path.to_path_buf(),
@@ -763,6 +776,27 @@ max_context_tokens: 60000
             "https://dashscope.aliyuncs.com/compatible-mode/v1"
         );
         assert_eq!(loaded.config.max_context_tokens, 60_000);
+    }
+
+    #[test]
+    fn an_evolver_chain_without_guard_is_a_warning() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("config.yaml");
+        let warned = |text: &str| {
+            std::fs::write(&path, text).unwrap();
+            let loaded = load_with_env(&path, &|_| None).unwrap();
+            loaded
+                .warnings
+                .iter()
+                .any(|w| w.starts_with("plugins.evolvers does not list guard"))
+        };
+        assert!(warned("plugins:\n  evolvers: [redact, dedup]\n"));
+        assert!(warned("plugins:\n  evolvers: []\n"));
+        assert!(!warned("plugins:\n  evolvers: [\"guard@^0.1\", dedup]\n"));
+        assert!(!warned("{}\n"));
+        assert!(!warned(
+            "plugins:\n  evolvers: [dedup]\nlearning:\n  enabled: false\n"
+        ));
     }
 
     #[test]

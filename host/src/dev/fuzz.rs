@@ -14,7 +14,7 @@
 //! | [`anthropic_request`] | `/v1/messages` bodies: translation to chat, then [`chat_request`]'s path; whole answers and error bodies |
 //! | [`responses_request`] | `/v1/responses` bodies: the same for the Responses API |
 //! | [`sse`] | upstream event streams, cut into chunks chosen by the first byte: parser, assemblers, stream transcoders |
-//! | [`skill_md`] | `SKILL.md` files: frontmatter parsing, and render → parse round trips |
+//! | [`skill_md`] | `SKILL.md` files: frontmatter parsing, render → parse round trips, and the skills block sealed around them |
 //! | [`config`] | `config.yaml` text: YAML, schema, validation, and a round trip of what validates |
 
 // A fuzz harness reports a failure by panicking: libFuzzer turns the panic
@@ -328,7 +328,8 @@ fn transcode(mut chain: Chain, chunks: &[&[u8]]) -> Vec<SseEvent> {
 // Files.
 
 /// A `SKILL.md`, named after the `name:` it declares (the folder must match
-/// it). A skill that parses renders to text that parses back to it.
+/// it). A skill that parses renders to text that parses back to it, and
+/// injected, cannot close the skills block early or open another.
 pub fn skill_md(data: &[u8]) {
     let Ok(text) = std::str::from_utf8(data) else {
         return;
@@ -341,6 +342,22 @@ pub fn skill_md(data: &[u8]) {
     let Ok(parsed) = skill::parse(id, text) else {
         return;
     };
+    let block = inject::block(&[Injected {
+        id: parsed.id.clone(),
+        name: parsed.name.clone(),
+        version: parsed.version.to_string(),
+        description: parsed.description.clone(),
+        text: parsed.body.clone(),
+        score: 1.0,
+    }]);
+    let markers = inject::markers(&block);
+    assert!(
+        block.starts_with(inject::BEGIN)
+            && block.ends_with(inject::END)
+            && markers.len() == 2
+            && markers[1].start > block.len() - inject::END.len(),
+        "the skill's text unsealed the block:\n{block}"
+    );
     let rendered = skill::render(&parsed);
     let again = skill::parse(id, &rendered)
         .unwrap_or_else(|e| panic!("a rendered skill does not parse: {e}\n{rendered}"));

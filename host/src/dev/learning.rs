@@ -58,11 +58,23 @@ pub fn judge_reply(prompt: &str, split: Option<u64>) -> String {
     format!("The next state decides it.\nRationale: {why}\nScore: {score}")
 }
 
+/// Which dummy evolver answers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Evolver {
+    /// A lesson and a near-copy of an existing skill.
+    Plain,
+    /// The same, with an email, a home path and a token planted.
+    Leaky,
+    /// A lesson and a revision (`updates`) of an existing skill.
+    Revise,
+}
+
 /// Skill drafts from the transcript: a lesson named after the first user
 /// message's key words that quotes the user's correction (or last message),
-/// plus a near-copy of the first existing skill listed. `leaky` plants an
-/// email address, a home path and a token in the lesson.
-pub fn evolver_reply(prompt: &str, leaky: bool) -> String {
+/// plus a near-copy of the first existing skill listed, or with
+/// [`Evolver::Revise`] a revision of it that adds the lesson. [`Evolver::Leaky`]
+/// plants an email address, a home path and a token in the lesson.
+pub fn evolver_reply(prompt: &str, kind: Evolver) -> String {
     let transcript = section(prompt, "Transcript");
     let users: Vec<&str> = transcript
         .lines()
@@ -88,7 +100,7 @@ pub fn evolver_reply(prompt: &str, leaky: bool) -> String {
         "## Lesson\nA user said: \"{lesson}\".\n\n## Do instead\nCheck the facts asked about ({}) before answering, and say where they come from.\n\n## Anti-pattern\nAnswering from memory without checking.",
         words.join(", ")
     );
-    if leaky {
+    if kind == Evolver::Leaky {
         body.push_str("\n\nAsk alice@acme-corp.io, see /home/alice/notes/facts.txt, and use token ghp_abcdefghijklmnopqrstuvwxyz0123456789.");
     }
     let mut drafts = vec![json!({
@@ -104,14 +116,24 @@ pub fn evolver_reply(prompt: &str, leaky: bool) -> String {
         .filter_map(|l| l.strip_prefix("- ")?.split_once(": "))
         .next()
     {
-        drafts.push(json!({
-            "name": format!("{name}-again"),
-            "description": description,
-            "category": "general",
-            "tags": [],
-            "body": description,
-            "updates": null,
-        }));
+        drafts.push(match kind {
+            Evolver::Revise => json!({
+                "name": name,
+                "description": description,
+                "category": "general",
+                "tags": [],
+                "body": format!("{description}\n\n## Learned\nA user said: \"{lesson}\". Check such facts before answering."),
+                "updates": name,
+            }),
+            Evolver::Plain | Evolver::Leaky => json!({
+                "name": format!("{name}-again"),
+                "description": description,
+                "category": "general",
+                "tags": [],
+                "body": description,
+                "updates": null,
+            }),
+        });
     }
     format!(
         "Here are the skills:\n```json\n{}\n```",
@@ -152,7 +174,7 @@ mod tests {
     #[test]
     fn the_evolver_drafts_a_lesson_and_a_near_copy() {
         let prompt = "## Existing skills\n- git-rebase: Rebase a branch onto main.\n\n## Judged turns\n- turn 1: judge -1\n\n## Transcript\n[user] What is the distance from the earth to the moon?\n[assistant] 1 km\n[user] No, that's wrong.";
-        let reply = evolver_reply(prompt, false);
+        let reply = evolver_reply(prompt, Evolver::Plain);
         let json = &reply[reply.find('{').unwrap()..=reply.rfind('}').unwrap()];
         let v: serde_json::Value = serde_json::from_str(json).unwrap();
         assert_eq!(v["skills"][0]["name"], "lesson-distance-earth-moon");
@@ -164,6 +186,11 @@ mod tests {
         );
         assert_eq!(v["skills"][1]["name"], "git-rebase-again");
         assert_eq!(v["skills"][1]["description"], "Rebase a branch onto main.");
-        assert!(evolver_reply(prompt, true).contains("alice@acme-corp.io"));
+        assert!(evolver_reply(prompt, Evolver::Leaky).contains("alice@acme-corp.io"));
+        let reply = evolver_reply(prompt, Evolver::Revise);
+        let json = &reply[reply.find('{').unwrap()..=reply.rfind('}').unwrap()];
+        let v: serde_json::Value = serde_json::from_str(json).unwrap();
+        assert_eq!(v["skills"][1]["name"], "git-rebase");
+        assert_eq!(v["skills"][1]["updates"], "git-rebase");
     }
 }

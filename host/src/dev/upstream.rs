@@ -21,6 +21,7 @@
 //! | `judge-flaky` | 429 with `Retry-After: 1` on every other call, else like `judge` |
 //! | `evolver` | skill drafts (JSON) from the prompt's transcript, plus a near-copy of an existing skill |
 //! | `evolver-leaky` | like `evolver`, with an email, a home path and a token planted in the draft |
+//! | `evolver-revise` | the lesson, and a revision (`updates`) of the first existing skill that adds it |
 //! | `evolver-bad` | a reply with no JSON in it |
 //! | `evolver-slow-<ms>` | waits `ms`, then answers like `evolver` |
 //!
@@ -95,7 +96,7 @@ enum Behaviour {
     Judge,
     JudgeSplit,
     JudgeFlaky,
-    Evolver { leaky: bool },
+    Evolver(learning::Evolver),
     EvolverSlow(u64),
     EvolverBad,
 }
@@ -119,6 +120,7 @@ const BEHAVIOURS: &[&str] = &[
     "judge-flaky",
     "evolver",
     "evolver-leaky",
+    "evolver-revise",
     "evolver-bad",
     "evolver-slow-<ms>",
 ];
@@ -137,8 +139,9 @@ fn behaviour(model: &str) -> Option<Behaviour> {
         "judge" => Behaviour::Judge,
         "judge-split" => Behaviour::JudgeSplit,
         "judge-flaky" => Behaviour::JudgeFlaky,
-        "evolver" => Behaviour::Evolver { leaky: false },
-        "evolver-leaky" => Behaviour::Evolver { leaky: true },
+        "evolver" => Behaviour::Evolver(learning::Evolver::Plain),
+        "evolver-leaky" => Behaviour::Evolver(learning::Evolver::Leaky),
+        "evolver-revise" => Behaviour::Evolver(learning::Evolver::Revise),
         "evolver-bad" => Behaviour::EvolverBad,
         _ => {
             if let Some(ms) = name.strip_prefix("slow-") {
@@ -597,17 +600,17 @@ async fn answer(
                 (vec![Part::Text(text)], 0, "stop")
             }
         }
-        Behaviour::Evolver { leaky } => (
+        Behaviour::Evolver(kind) => (
             vec![Part::Text(learning::evolver_reply(
                 &last_user_text(&request),
-                leaky,
+                kind,
             ))],
             0,
             "stop",
         ),
         Behaviour::EvolverSlow(ms) => {
             tokio::time::sleep(Duration::from_millis(ms)).await;
-            let text = learning::evolver_reply(&last_user_text(&request), false);
+            let text = learning::evolver_reply(&last_user_text(&request), learning::Evolver::Plain);
             (vec![Part::Text(text)], 0, "stop")
         }
         Behaviour::EvolverBad => (

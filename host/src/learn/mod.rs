@@ -11,6 +11,7 @@ pub mod evolve;
 pub mod finished;
 pub mod judge;
 pub mod llm;
+pub mod review;
 pub mod reward;
 pub mod runner;
 

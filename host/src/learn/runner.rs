@@ -44,6 +44,9 @@ use crate::store::learning::{self, DraftRow};
 use crate::store::skills::Attribution;
 use crate::store::{ScoringInput, Store};
 
+/// The evolver plugin every chain must hold.
+const GUARD: &str = "guard";
+
 /// Everything a job needs.
 pub struct Learner {
     pub store: Store,
@@ -508,6 +511,9 @@ impl Learner {
                 .iter()
                 .map(|s| (s.name.as_str(), s.description.as_str())),
         );
+        // Before the evolver model is paid for: without guard nothing it
+        // drafts could be kept.
+        let chain = self.evolver_chain()?;
         let max = self.settings.max_drafts.to_string();
         let prompt = evolve::PROMPT.messages(&[
             ("max_drafts", &max),
@@ -535,7 +541,6 @@ impl Learner {
                 )
             }
         };
-        let chain = self.evolver_chain();
         let library: Vec<types::Skill> = snapshot
             .skills
             .iter()
@@ -577,6 +582,12 @@ impl Learner {
         for draft in kept {
             rows.push(self.to_row(job, draft, &snapshot, &provenance, at));
         }
+        for row in rows
+            .iter()
+            .filter(|r| r.outcome == learning::PENDING_REVIEW)
+        {
+            tracing::info!(session = %job.session_id, skill = ?row.skill_id, "revision of a built-in or user-written skill held for review (metaclaw skills review)");
+        }
         for r in rejected {
             tracing::info!(session = %job.session_id, draft = %r.name, "skill draft rejected: {}", r.reason);
             rows.push(DraftRow {
@@ -590,12 +601,24 @@ impl Learner {
                 reason: Some(r.reason),
                 content: None,
                 base_hash: None,
+                base_version: None,
                 written_ms: None,
+                reviewed_ms: None,
                 at_ms: at,
             });
         }
         let kept = rows.iter().filter(|r| r.outcome != "rejected").count();
-        let summary = format!("{kept} skill draft(s) kept, {} rejected", rows.len() - kept);
+        let held = rows
+            .iter()
+            .filter(|r| r.outcome == learning::PENDING_REVIEW)
+            .count();
+        let summary = match held {
+            0 => format!("{kept} skill draft(s) kept, {} rejected", rows.len() - kept),
+            _ => format!(
+                "{kept} skill draft(s) kept ({held} held for review), {} rejected",
+                rows.len() - kept
+            ),
+        };
         let job = job.clone();
         self.db(move |c| {
             let tx = c.transaction()?;
@@ -612,12 +635,33 @@ impl Learner {
     /// The evolver plugins in order. Unset `plugins.evolvers`: every loaded
     /// evolver, the first-party ones last in the order guard → redact →
     /// dedup (so third-party edits are checked, and dedup compares clean
-    /// text).
-    fn evolver_chain(&self) -> Vec<Arc<Loaded>> {
+    /// text). An error when the chain has no enabled `guard`: drafts are
+    /// never kept unchecked, whatever the config says (fail closed; the job
+    /// is retried, so a guard that is still loading or gets fixed counts).
+    fn evolver_chain(&self) -> Result<Vec<Arc<Loaded>>> {
         let Some(plugins) = &self.plugins else {
-            return Vec::new();
+            anyhow::bail!(
+                "no guard evolver is loaded: plugins are off (see the log at start); skills are not evolved unchecked"
+            );
         };
         let mut chain = plugins.evolvers();
+        if !chain.iter().any(|p| p.info.name == GUARD) {
+            let listed = plugins
+                .settings
+                .evolvers
+                .as_ref()
+                .map(|specs| specs.iter().any(|s| s.name == GUARD));
+            let why = match listed {
+                Some(false) => "plugins.evolvers does not list guard (add it)",
+                Some(true) => {
+                    "plugins.evolvers lists guard, but it is not loaded or is disabled (see `metaclaw plugins list`)"
+                }
+                None => {
+                    "guard is not among the plugins or is disabled (build them with scripts/build-plugins; see `metaclaw plugins list` and plugins.builtin)"
+                }
+            };
+            anyhow::bail!("no guard evolver is loaded: {why}; skills are not evolved unchecked");
+        }
         if !self.evolvers_configured {
             let rank = |p: &Arc<Loaded>| match p.info.name.as_str() {
                 "guard" => 1,
@@ -627,7 +671,7 @@ impl Learner {
             };
             chain.sort_by_key(rank);
         }
-        chain
+        Ok(chain)
     }
 
     /// A kept draft as the SKILL.md to write: a new skill, or the next
@@ -651,7 +695,9 @@ impl Learner {
             reason: None,
             content: None,
             base_hash: None,
+            base_version: None,
             written_ms: None,
+            reviewed_ms: None,
             at_ms: at,
         };
         let existing = draft
@@ -702,15 +748,17 @@ impl Learner {
             row.reason = Some(format!("not a valid skill: {e}"));
             return row;
         }
-        row.outcome = if existing.is_some() {
-            "updated"
-        } else {
-            "created"
+        row.outcome = match &existing {
+            // Held until the user accepts it (`metaclaw skills review`).
+            Some(old) if old.revisions_need_review() => learning::PENDING_REVIEW,
+            Some(_) => "updated",
+            None => "created",
         }
         .into();
         row.skill_id = Some(skill.id.clone());
         row.version = Some(skill.version.to_string());
-        row.base_hash = existing.map(|s| s.content_hash.clone());
+        row.base_hash = existing.as_ref().map(|s| s.content_hash.clone());
+        row.base_version = existing.map(|s| s.version.to_string());
         row.content = Some(content);
         row
     }
@@ -850,8 +898,9 @@ async fn run_chain(
 /// Writes `<dir>/<id>/SKILL.md` atomically (temporary file, then rename).
 /// An update is refused when the file changed since the draft was made
 /// from it; a new skill when another appeared under its name. Writing the
-/// same text again (a job resumed after a crash) is a no-op.
-fn write_skill(
+/// same text again (a job resumed after a crash) is a no-op. Returns why it
+/// was refused.
+pub(crate) fn write_skill(
     dir: &std::path::Path,
     id: &str,
     content: &str,

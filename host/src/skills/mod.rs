@@ -318,7 +318,13 @@ impl Skills {
                         {
                             *last = Some(retriever.label().to_string());
                         }
-                        selection.ranked = ranked.iter().map(|r| (r.id.clone(), r.score)).collect();
+                        // A NaN or infinite relevance is no relevance: it
+                        // would pass every floor, or raise it past all others.
+                        selection.ranked = ranked
+                            .iter()
+                            .filter(|r| r.score.is_finite())
+                            .map(|r| (r.id.clone(), r.score))
+                            .collect();
                         break;
                     }
                     // Expected while the library is being indexed, or in a
@@ -378,7 +384,8 @@ impl Skills {
                     continue;
                 }
             };
-            if applies < self.settings.component_threshold {
+            // NaN would pass the threshold, infinity outrank everything.
+            if !applies.is_finite() || applies < self.settings.component_threshold {
                 continue;
             }
             match plugin.render(&context).await {

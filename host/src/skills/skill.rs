@@ -67,6 +67,15 @@ pub struct Skill {
     pub content_hash: String,
 }
 
+impl Skill {
+    /// Whether a revision drafted by the learning pipeline waits for the
+    /// user's review instead of being written: built-in skills (safety
+    /// rules among them) and the user's own are never rewritten unseen.
+    pub fn revisions_need_review(&self) -> bool {
+        matches!(self.created_by.as_str(), "builtin" | "user")
+    }
+}
+
 /// The session an evolved skill was learned from: its turns that taught
 /// the lesson and the judge's scores of them.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

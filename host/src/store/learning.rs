@@ -159,7 +159,8 @@ pub struct DraftRow {
     pub session_id: String,
     pub round: i64,
     pub name: String,
-    /// `created`, `updated` or `rejected`.
+    /// `created`, `updated`, `rejected`, or `pending-review` (a revision of
+    /// a built-in or user-written skill, written only once accepted).
     pub outcome: String,
     pub skill_id: Option<String>,
     pub version: Option<String>,
@@ -169,15 +170,22 @@ pub struct DraftRow {
     pub content: Option<String>,
     #[serde(skip)]
     pub base_hash: Option<String>,
+    /// The version an update revises.
+    pub base_version: Option<String>,
     pub written_ms: Option<i64>,
+    /// When a held revision was accepted or rejected.
+    pub reviewed_ms: Option<i64>,
     pub at_ms: i64,
 }
+
+/// A revision held for review.
+pub const PENDING_REVIEW: &str = "pending-review";
 
 pub fn insert_draft(conn: &Connection, d: &DraftRow) -> rusqlite::Result<()> {
     conn.prepare_cached(
         "INSERT INTO evolved_drafts (session_id, round, name, outcome, skill_id, version, reason,
-                                     content, base_hash, written_ms, at_ms)
-         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)",
+                                     content, base_hash, base_version, written_ms, reviewed_ms, at_ms)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13)",
     )?
     .execute(params![
         d.session_id,
@@ -189,7 +197,9 @@ pub fn insert_draft(conn: &Connection, d: &DraftRow) -> rusqlite::Result<()> {
         d.reason,
         d.content,
         d.base_hash,
+        d.base_version,
         d.written_ms,
+        d.reviewed_ms,
         d.at_ms
     ])?;
     Ok(())
@@ -207,12 +217,14 @@ fn draft_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<DraftRow> {
         reason: r.get(7)?,
         content: r.get(8)?,
         base_hash: r.get(9)?,
-        written_ms: r.get(10)?,
-        at_ms: r.get(11)?,
+        base_version: r.get(10)?,
+        written_ms: r.get(11)?,
+        reviewed_ms: r.get(12)?,
+        at_ms: r.get(13)?,
     })
 }
 
-const DRAFT_COLUMNS: &str = "id, session_id, round, name, outcome, skill_id, version, reason, content, base_hash, written_ms, at_ms";
+const DRAFT_COLUMNS: &str = "id, session_id, round, name, outcome, skill_id, version, reason, content, base_hash, base_version, written_ms, reviewed_ms, at_ms";
 
 /// Every draft of a session, oldest first.
 pub fn drafts(conn: &Connection, session_id: &str) -> rusqlite::Result<Vec<DraftRow>> {
@@ -223,11 +235,11 @@ pub fn drafts(conn: &Connection, session_id: &str) -> rusqlite::Result<Vec<Draft
     .collect()
 }
 
-/// Kept drafts of a session not yet on disk.
+/// Kept drafts of a session not yet on disk (not those held for review).
 pub fn unwritten_drafts(conn: &Connection, session_id: &str) -> rusqlite::Result<Vec<DraftRow>> {
     conn.prepare_cached(&format!(
         "SELECT {DRAFT_COLUMNS} FROM evolved_drafts
-         WHERE session_id = ?1 AND outcome != 'rejected' AND written_ms IS NULL ORDER BY id"
+         WHERE session_id = ?1 AND outcome IN ('created', 'updated') AND written_ms IS NULL ORDER BY id"
     ))?
     .query_map([session_id], draft_row)?
     .collect()
@@ -251,6 +263,54 @@ pub fn draft_written(
             .execute(params![id, reason, at_ms])?,
     };
     Ok(())
+}
+
+/// Revisions held for review, oldest first.
+pub fn pending_reviews(conn: &Connection) -> rusqlite::Result<Vec<DraftRow>> {
+    conn.prepare_cached(&format!(
+        "SELECT {DRAFT_COLUMNS} FROM evolved_drafts WHERE outcome = '{PENDING_REVIEW}' ORDER BY id"
+    ))?
+    .query_map([], draft_row)?
+    .collect()
+}
+
+/// One draft, by id.
+pub fn draft(conn: &Connection, id: i64) -> rusqlite::Result<Option<DraftRow>> {
+    conn.query_row(
+        &format!("SELECT {DRAFT_COLUMNS} FROM evolved_drafts WHERE id = ?1"),
+        [id],
+        draft_row,
+    )
+    .optional()
+}
+
+/// A held revision was accepted (and is on disk) or rejected. False when it
+/// was no longer held.
+pub fn reviewed(
+    conn: &Connection,
+    id: i64,
+    accepted: bool,
+    reason: Option<&str>,
+    at_ms: i64,
+) -> rusqlite::Result<bool> {
+    let changed = if accepted {
+        conn.execute(
+            &format!(
+                "UPDATE evolved_drafts SET outcome = 'updated', written_ms = ?2, reviewed_ms = ?2
+                 WHERE id = ?1 AND outcome = '{PENDING_REVIEW}'"
+            ),
+            params![id, at_ms],
+        )?
+    } else {
+        conn.execute(
+            &format!(
+                "UPDATE evolved_drafts SET outcome = 'rejected', reason = ?2, reviewed_ms = ?3
+                 WHERE id = ?1 AND outcome = '{PENDING_REVIEW}'"
+            ),
+            params![id, reason, at_ms],
+        )?
+    };
+    Ok(changed == 1)
 }
 
 /// The session's end reason, if it has ended.

@@ -191,6 +191,15 @@ const MIGRATIONS: &[&str] = &[
     );
     CREATE INDEX evolved_drafts_by_session ON evolved_drafts(session_id);
     "#,
+    // 6: an evolved revision of a built-in or user-written skill is not
+    // written but held for review: outcome `pending-review`, then `updated`
+    // (accepted and written) or `rejected` (the reason says it was in
+    // review). The version it revises is kept to show it.
+    r#"
+    ALTER TABLE evolved_drafts ADD COLUMN base_version TEXT;
+    ALTER TABLE evolved_drafts ADD COLUMN reviewed_ms INTEGER;
+    CREATE INDEX evolved_drafts_pending ON evolved_drafts(id) WHERE outcome = 'pending-review';
+    "#,
 ];
 
 pub fn configure(conn: &Connection) -> rusqlite::Result<()> {
@@ -217,4 +226,39 @@ pub fn migrate(conn: &mut Connection) -> rusqlite::Result<u32> {
 
 pub fn latest_version() -> u32 {
     MIGRATIONS.len() as u32
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A database from before review (schema 5) keeps its drafts.
+    #[test]
+    fn the_review_migration_keeps_existing_drafts() {
+        let mut conn = Connection::open_in_memory().unwrap();
+        for sql in &MIGRATIONS[..5] {
+            conn.execute_batch(sql).unwrap();
+        }
+        conn.pragma_update(None, "user_version", 5).unwrap();
+        conn.execute(
+            "INSERT INTO evolved_drafts (session_id, round, name, outcome, skill_id, version, content, base_hash, written_ms, at_ms)
+             VALUES ('s', 1, 'tidy', 'updated', 'tidy', '1.2.0', 'text', 'abc', 7, 5)",
+            [],
+        )
+        .unwrap();
+        assert_eq!(migrate(&mut conn).unwrap(), latest_version());
+        let drafts = crate::store::learning::drafts(&conn, "s").unwrap();
+        assert_eq!(drafts.len(), 1);
+        let d = &drafts[0];
+        assert_eq!(
+            (d.outcome.as_str(), d.content.as_deref(), d.written_ms),
+            ("updated", Some("text"), Some(7))
+        );
+        assert_eq!((d.base_version.as_deref(), d.reviewed_ms), (None, None));
+        assert!(
+            crate::store::learning::pending_reviews(&conn)
+                .unwrap()
+                .is_empty()
+        );
+    }
 }
