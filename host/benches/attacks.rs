@@ -1,25 +1,27 @@
-//! The hostile scorer plugin against a running metaclaw: for each attack,
-//! small chat requests from other sessions arrive open-loop at a fixed
-//! rate, in alternating one-second slices without (baseline) and with the
-//! attack running (a turn of the session named after the attack every
-//! 100 ms by default: each finishes the one before, which the scorers,
-//! the hostile one included, then score on the scoring thread). Reported
-//! per attack:
-//! the other requests' latency in both kinds of slice, errors, metaclaw's
-//! RSS before, at its peak and after, what metaclaw recorded of the attack
-//! (the plugin's failure from the log, or the reward it was allowed to
-//! return), and how long a normal session's turn then waits to be scored
-//! (a scorer that starved the others would show there).
+//! Hostile plugins against a running metaclaw: for each attack, small chat
+//! requests from other sessions arrive open-loop at a fixed rate, in
+//! alternating one-second slices without (baseline) and with the attack
+//! running. Per-turn attacks send a turn of the attacking session every
+//! 100 ms by default (a scorer attack: each finishes the one before, which
+//! the scorers then score), or a burst of turns at once at the start of each
+//! attack slice (600 turns that wake a sleeping executable skill); drop-in
+//! attacks put a file into the plugin folder (a `guard@9.9.9` impostor, a
+//! `metadata()` that never returns, an 8 GiB sparse file) and watch
+//! everyone else meanwhile. Reported per attack: the other requests'
+//! latency in both kinds of slice, errors, metaclaw's RSS before, at its
+//! peak and after, what metaclaw recorded of the attack (the plugin's
+//! failures from the log, the reward it was allowed to return, a refused
+//! file), and how long a normal session's turn then waits to be scored.
 //!
 //!     cargo bench -p metaclaw --bench attacks                # every attack, 5 s per side
-//!     cargo bench -p metaclaw --bench attacks -- --quick     # CI: a few attacks, asserts containment
+//!     cargo bench -p metaclaw --bench attacks -- --quick     # CI: most attacks, asserts containment
 //!
 //! Options: --secs N (per side, per attack)  --rate R (requests/s)
 //!          --attacks loop,bomb,...  --quick
 //!          --attack-every MS (between attack turns; default 100)
 //!
-//! Needs the plugins built (scripts/build-plugins): the hostile one is
-//! `target/plugins/testing/hostile.wasm`.
+//! Needs the plugins built (scripts/build-plugins): the attackers are in
+//! `target/plugins/testing/`.
 #![allow(
     clippy::unwrap_used,
     clippy::expect_used,
@@ -46,30 +48,106 @@ fn spawn(cmd: Command, prefix: &str) -> (harness::Proc, String) {
     (proc, url)
 }
 
-/// Every attack the hostile plugin knows (its session id picks one).
-const ALL: [&str; 12] = [
+/// How an attack reaches metaclaw.
+#[derive(Clone, Copy)]
+enum Vector {
+    /// Turns of `session` saying `text`: one every `--attack-every` ms of an
+    /// attack slice, or `burst` of them at once at the start of each.
+    Turns {
+        session: &'static str,
+        text: &'static str,
+        burst: usize,
+    },
+    /// A file put into the plugin folder at the start of the attack (and
+    /// removed after it).
+    DropIn,
+}
+
+struct Attack {
+    name: &'static str,
+    /// The plugin that carries it (its name, as `plugins list` shows it).
+    plugin: &'static str,
+    /// Files in the plugin folder for the attack: (built file under
+    /// `target/plugins/`, or `sparse:<GiB>`; name in the folder).
+    files: &'static [(&'static str, &'static str)],
+    vector: Vector,
+}
+
+const HOSTILE: &[(&str, &str)] = &[];
+
+const fn turns(name: &'static str, text: &'static str) -> Attack {
+    Attack {
+        name,
+        plugin: "hostile",
+        files: HOSTILE,
+        vector: Vector::Turns {
+            session: name,
+            text,
+            burst: 0,
+        },
+    }
+}
+
+/// Every attack the bench knows.
+const ALL: [Attack; 18] = [
+    turns("loop", "go"),
+    turns("sleep", "go"),
+    turns("bomb", "go"),
+    turns("recurse", "go"),
+    turns("huge", "8388608"),
+    turns("trap", "go"),
+    turns("read-file", "/etc/passwd"),
+    turns("list-dir", "go"),
+    turns("write-file", "go"),
+    turns("open-socket", "{socket}"),
+    turns("read-env", "go"),
+    turns("wasi-clock", "go"),
+    turns("host-clock", "go"),
+    turns("log-flood", "go"),
+    Attack {
+        name: "sleep-skill",
+        plugin: "hostile-skill",
+        files: &[("testing/hostile-skill.wasm", "hostile-skill.wasm")],
+        vector: Vector::Turns {
+            session: "sleep-skill",
+            text: "hostile:sleep",
+            burst: 600,
+        },
+    },
+    Attack {
+        name: "slow-metadata",
+        plugin: "slow-metadata",
+        files: &[("testing/slow-metadata.wasm", "slow-metadata.wasm")],
+        vector: Vector::DropIn,
+    },
+    Attack {
+        name: "fake-guard",
+        plugin: "guard",
+        files: &[("testing/fake-guard.wasm", "guard-9.9.9.wasm")],
+        vector: Vector::DropIn,
+    },
+    Attack {
+        name: "sparse-8g",
+        plugin: "-",
+        files: &[("sparse:8", "huge.wasm")],
+        vector: Vector::DropIn,
+    },
+];
+const QUICK: [&str; 12] = [
     "loop",
+    "sleep",
     "bomb",
     "recurse",
     "huge",
-    "trap",
-    "read-file",
-    "list-dir",
-    "write-file",
-    "open-socket",
-    "read-env",
-    "wasi-clock",
-    "host-clock",
-];
-const QUICK: [&str; 6] = [
-    "loop",
-    "bomb",
-    "recurse",
-    "huge",
     "read-file",
     "open-socket",
+    "log-flood",
+    "sleep-skill",
+    "slow-metadata",
+    "fake-guard",
+    "sparse-8g",
 ];
-/// The plugin memory budget (`plugins.memory_mb`, default).
+/// The plugin memory budget (`plugins.memory_mb`, set so).
 const MEMORY_MB: u64 = 64;
 /// Sessions the other requests rotate through.
 const BYSTANDER_SESSIONS: u32 = 8;
@@ -80,7 +158,7 @@ struct Options {
     rate: u32,
     /// Milliseconds between attack turns.
     attack_every_ms: u32,
-    attacks: Vec<String>,
+    attacks: Vec<&'static Attack>,
 }
 
 fn options() -> Options {
@@ -92,19 +170,26 @@ fn options() -> Options {
             .and_then(|i| args.get(i + 1))
             .cloned()
     };
-    let attacks = value("--attacks")
+    let names: Vec<String> = value("--attacks")
         .map(|a| a.split(',').map(str::to_string).collect())
         .unwrap_or_else(|| {
-            let list: &[&str] = if quick { &QUICK } else { &ALL };
-            list.iter().map(|a| a.to_string()).collect()
+            if quick {
+                QUICK.iter().map(|a| a.to_string()).collect()
+            } else {
+                ALL.iter().map(|a| a.name.to_string()).collect()
+            }
         });
-    let attacks: Vec<String> = attacks;
-    for a in &attacks {
-        assert!(
-            ALL.contains(&a.as_str()),
-            "unknown attack {a}; known: {ALL:?}"
-        );
-    }
+    let attacks = names
+        .iter()
+        .map(|n| {
+            ALL.iter().find(|a| a.name == n).unwrap_or_else(|| {
+                panic!(
+                    "unknown attack {n}; known: {:?}",
+                    ALL.iter().map(|a| a.name).collect::<Vec<_>>()
+                )
+            })
+        })
+        .collect();
     Options {
         quick,
         secs: value("--secs")
@@ -161,17 +246,21 @@ struct Run {
 }
 
 /// `rate` requests/s of other sessions for `secs` seconds of each kind of
-/// slice, alternating each second (B A A B B A …); during attack slices a
-/// turn of session `attack` every `--attack-every` ms. The schedule is kept by this
-/// thread with precise sleeps; requests run on `rt`.
+/// slice, alternating each second (B A A B B A …). During attack slices the
+/// attack's turns (one every `--attack-every` ms, or a burst at the start
+/// of each); `start` runs as the first attack slice begins (a drop-in is put
+/// in place). The schedule is kept by this thread with precise sleeps;
+/// requests run on `rt`.
+#[allow(clippy::too_many_arguments)]
 fn run_slices(
     rt: &tokio::runtime::Runtime,
     client: &reqwest::Client,
     url: &str,
     opts: &Options,
-    attack: &str,
-    attack_text: &str,
+    vector: Vector,
+    socket: &str,
     pid: u32,
+    start: &dyn Fn(),
 ) -> Run {
     let rate = opts.rate.max(1);
     let (tx, rx) = std::sync::mpsc::channel();
@@ -193,6 +282,7 @@ fn run_slices(
     };
     let t0 = Instant::now() + Duration::from_millis(20);
     let (mut sent, mut attack_sent) = (0usize, 0usize);
+    let mut started = false;
     for slice in 0..(opts.secs * 2) {
         let kind = if (slice + slice / 2).is_multiple_of(2) {
             Slice::Baseline
@@ -206,14 +296,34 @@ fn run_slices(
             if scheduled > now {
                 std::thread::sleep(scheduled - now);
             }
-            if kind == Slice::Attack && i.is_multiple_of(attack_every) {
-                let (client, url, atx) = (client.clone(), url.to_string(), atx.clone());
-                let (session, text) = (attack.to_string(), attack_text.to_string());
-                rt.spawn(async move {
-                    let ok = turn(&client, &url, &session, &text, scheduled).await;
-                    let _ = atx.send(ok.is_some());
-                });
-                attack_sent += 1;
+            if kind == Slice::Attack && !started {
+                start();
+                started = true;
+            }
+            if let (
+                Slice::Attack,
+                Vector::Turns {
+                    session,
+                    text,
+                    burst,
+                },
+            ) = (kind, vector)
+            {
+                let n = match burst {
+                    0 if i.is_multiple_of(attack_every) => 1,
+                    0 => 0,
+                    n if i == 0 => n,
+                    _ => 0,
+                };
+                for _ in 0..n {
+                    let (client, url, atx) = (client.clone(), url.to_string(), atx.clone());
+                    let text = text.replace("{socket}", socket);
+                    rt.spawn(async move {
+                        let ok = turn(&client, &url, session, &text, scheduled).await;
+                        let _ = atx.send(ok.is_some());
+                    });
+                    attack_sent += 1;
+                }
             }
             let (client, url, tx) = (client.clone(), url.to_string(), tx.clone());
             let session = format!("by-{}", (sent as u32) % BYSTANDER_SESSIONS);
@@ -259,12 +369,16 @@ fn cli(home: &Path, args: &[&str]) -> Option<Value> {
     serde_json::from_slice(&out.stdout).ok()
 }
 
-/// The hostile plugin's `(calls, failures, status)` from `plugins list`.
-fn hostile_stats(home: &Path) -> (u64, u64, String) {
-    let list = cli(home, &["plugins", "list", "--json"]).unwrap_or(Value::Null);
+/// What `plugins list` says: every plugin, and the problems.
+fn listing(home: &Path) -> Value {
+    cli(home, &["plugins", "list", "--json"]).unwrap_or(Value::Null)
+}
+
+/// A plugin's `(calls, failures, status)` in a listing.
+fn stats(list: &Value, name: &str) -> (u64, u64, String) {
     list["plugins"]
         .as_array()
-        .and_then(|p| p.iter().find(|p| p["name"] == "hostile"))
+        .and_then(|p| p.iter().find(|p| p["name"] == name))
         .map(|p| {
             (
                 p["calls"].as_u64().unwrap_or(0),
@@ -273,6 +387,16 @@ fn hostile_stats(home: &Path) -> (u64, u64, String) {
             )
         })
         .unwrap_or((0, 0, "not loaded".into()))
+}
+
+/// The problem `plugins list` reports for the file called `file`.
+fn problem(list: &Value, file: &str) -> Option<String> {
+    list["problems"].as_array()?.iter().find_map(|p| {
+        p["path"]
+            .as_str()
+            .is_some_and(|path| path.ends_with(file))
+            .then(|| p["error"].as_str().unwrap_or("").to_string())
+    })
 }
 
 /// The hostile plugin's rewards on the turns of `session`, oldest first.
@@ -314,41 +438,17 @@ fn probe(
     None
 }
 
-/// Each `plugin call failed` of the hostile plugin in `log`, counted. A
-/// trap's message spans lines (its wasm backtrace): it is shortened to its
-/// first line and the trap's reason at the end.
-fn failures_in(log: &str) -> BTreeMap<String, u32> {
-    // A log entry starts with its timestamp (`2025-…`).
-    let starts_entry =
-        |l: &str| l.as_bytes().first().is_some_and(u8::is_ascii_digit) && l.get(4..5) == Some("-");
-    let mut entries: Vec<Vec<&str>> = Vec::new();
-    for line in log.lines() {
-        if starts_entry(line) || entries.is_empty() {
-            entries.push(vec![line]);
-        } else if let Some(last) = entries.last_mut() {
-            last.push(line);
-        }
-    }
+/// Each `plugin call failed` of `plugin` in `log`, counted by message
+/// (one line each: what a plugin can put in a message is escaped).
+fn failures_in(log: &str, plugin: &str) -> BTreeMap<String, u32> {
     let mut out = BTreeMap::new();
-    for entry in entries {
-        let Some((_, first)) = entry[0].split_once("plugin call failed: ") else {
+    let tag = format!("plugin={plugin}@");
+    for line in log.lines().filter(|l| l.contains(&tag)) {
+        let Some((_, message)) = line.split_once("plugin call failed: ") else {
             continue;
         };
-        let last = entry[entry.len() - 1];
-        if !last.contains("plugin=hostile") {
-            continue;
-        }
-        let strip = |t: &str| t.split(" plugin=").next().unwrap_or(t).trim().to_string();
-        let msg = if entry.len() == 1 {
-            strip(first)
-        } else {
-            let reason = strip(last);
-            let reason = reason
-                .split_once(">: ")
-                .map_or(reason.clone(), |(_, r)| r.to_string());
-            format!("{} … {reason}", first.trim())
-        };
-        *out.entry(msg).or_insert(0) += 1;
+        let message = message.split(" plugin=").next().unwrap_or(message).trim();
+        *out.entry(message.to_string()).or_insert(0) += 1;
     }
     out
 }
@@ -361,25 +461,50 @@ fn short(text: &str, n: usize) -> String {
     }
 }
 
+/// What an attack left behind.
+struct Evidence {
+    /// The attacking plugin's failures, by message.
+    failures: BTreeMap<String, u32>,
+    /// The hostile scorer's rewards on the attacking session.
+    rewards: Vec<String>,
+    /// The log written during the attack.
+    log: String,
+    /// `plugins list` after it.
+    listing: Value,
+    /// RSS growth (KiB) over the attack, at the peak.
+    grown_kib: u64,
+}
+
 /// What the attack is expected to end as; `Ok` names the limit that
 /// stopped it.
-fn judge(
-    attack: &str,
-    failures: &BTreeMap<String, u32>,
-    rewards: &[String],
-) -> Result<&'static str, String> {
+fn judge(attack: &Attack, e: &Evidence) -> Result<String, String> {
+    let (failures, rewards) = (&e.failures, &e.rewards);
     let failed = |needle: &str| failures.keys().any(|m| m.to_lowercase().contains(needle));
     let all_rewards =
         |ok: &dyn Fn(&str) -> bool| !rewards.is_empty() && rewards.iter().all(|r| ok(r));
+    let refused =
+        |file: &str, needle: &str| problem(&e.listing, file).is_some_and(|p| p.contains(needle));
+    let guard = e.listing["plugins"]
+        .as_array()
+        .and_then(|p| p.iter().find(|p| p["name"] == "guard"))
+        .map(|p| {
+            (
+                p["source"].as_str().unwrap_or(""),
+                p["version"].as_str().unwrap_or(""),
+            )
+        });
     let got = || {
         format!(
-            "failures {failures:?}, rewards {:?}",
-            rewards.iter().map(|r| short(r, 80)).collect::<Vec<_>>()
+            "failures {failures:?}, rewards {:?}, problems {}",
+            rewards.iter().map(|r| short(r, 80)).collect::<Vec<_>>(),
+            e.listing["problems"]
         )
     };
-    let verdict = match attack {
+    let verdict = match attack.name {
         "loop" => (failed("deadline") && rewards.is_empty())
-            .then_some("epoch deadline (plugins.timeouts.scorer)"),
+            .then_some("deadline (plugins.timeouts.scorer)"),
+        "sleep" => (failed("deadline") && rewards.is_empty())
+            .then_some("deadline, though asleep in WASI (the waiter drops the call)"),
         "bomb" => (failed("memory cap") && rewards.is_empty())
             .then_some("memory cap (plugins.memory_mb)")
             .or((failed("deadline") && rewards.is_empty())
@@ -387,9 +512,8 @@ fn judge(
         "recurse" => (failed("trapped") && failed("stack") && rewards.is_empty())
             .then_some("wasm stack limit (trap)"),
         "trap" => (failed("trapped") && rewards.is_empty()).then_some("trap ends the call only"),
-        "huge" => {
-            all_rewards(&|r| r.chars().count() <= 1001).then_some("reward clipped to 1000 chars")
-        }
+        "huge" => (failed("plugins.max_call_mb") && rewards.is_empty())
+            .then_some("copy limit (plugins.max_call_mb): refused before the host copies it"),
         "read-file" | "list-dir" | "write-file" | "open-socket" => {
             all_rewards(&|r| r.starts_with("Err(")).then_some("denied: no preopens / no network")
         }
@@ -397,35 +521,88 @@ fn judge(
         "wasi-clock" => all_rewards(&|r| r == "0").then_some("WASI clock frozen at the epoch"),
         "host-clock" => (failed("not granted") && rewards.is_empty())
             .then_some("capability `clock` not granted"),
+        "log-flood" => {
+            let flood = e.log.lines().filter(|l| l.contains("flood ")).count();
+            let forged = e
+                .log
+                .lines()
+                .any(|l| l.starts_with("2026-11-23T00:00:00.000000Z"));
+            let turns = rewards.len().max(1);
+            (!forged && flood <= 100 + 50 * turns && all_rewards(&|r| r == "flooded"))
+                .then_some("one line a message, 50 a call, 20 a second a plugin")
+        }
+        "sleep-skill" => failed("deadline")
+            .then_some("deadline; the other calls found it busy and went on without it"),
+        "slow-metadata" => (refused("slow-metadata.wasm", "metadata() failed: deadline")
+            && guard == Some(("builtin", "0.1.0")))
+        .then_some("load deadline (plugins.timeouts.load); first-party plugins loaded first"),
+        "fake-guard" => (refused("guard-9.9.9.wasm", "first-party")
+            && guard == Some(("builtin", "0.1.0")))
+        .then_some("first-party name reserved: refused before any grant or role"),
+        "sparse-8g" => (refused("huge.wasm", "max_file_mb") && e.grown_kib < 32 << 10)
+            .then_some("plugins.max_file_mb, from its metadata: never read"),
         _ => None,
     };
-    verdict.ok_or_else(got)
+    verdict.map(str::to_string).ok_or_else(got)
 }
 
 /// The outcome in a few words for the table.
-fn outcome_cell(attack: &str, failures: &BTreeMap<String, u32>, rewards: &[String]) -> String {
-    if let Some((msg, n)) = failures.iter().max_by_key(|(_, n)| **n) {
-        let shown = msg
-            .rsplit_once(" … ")
-            .map_or(msg.clone(), |(_, reason)| format!("trap: {reason}"));
-        return format!("{n}x fail: {}", short(&shown, 48));
+fn outcome_cell(attack: &Attack, e: &Evidence) -> String {
+    if let Some((msg, n)) = e.failures.iter().max_by_key(|(_, n)| **n) {
+        return format!("{n}x fail: {}", short(msg, 48));
     }
-    match rewards.last() {
-        Some(r) if attack == "huge" => {
-            format!("{}x reward: {} chars", rewards.len(), r.chars().count())
-        }
-        Some(r) => format!("{}x reward: {}", rewards.len(), short(r, 48)),
+    if let Some((_, file)) = attack.files.first()
+        && let Some(p) = problem(&e.listing, file)
+    {
+        return format!("refused: {}", short(&p, 48));
+    }
+    match e.rewards.last() {
+        Some(r) => format!("{}x reward: {}", e.rewards.len(), short(r, 48)),
         None => "nothing recorded".into(),
     }
 }
 
+/// Puts an attack's files into the plugin folder.
+fn place(files: &[(&str, &str)], built: &Path, dir: &Path) {
+    for (from, to) in files {
+        if let Some(gib) = from.strip_prefix("sparse:") {
+            let f = std::fs::File::create(dir.join(to)).unwrap();
+            f.set_len(gib.parse::<u64>().unwrap() << 30).unwrap();
+        } else {
+            std::fs::copy(built.join(from), dir.join(to)).unwrap();
+        }
+    }
+}
+
+/// Waits until `plugins list` shows every file of `attack` loaded or
+/// refused (the watcher picked it up).
+fn settled(home: &Path, attack: &Attack) -> bool {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while Instant::now() < deadline {
+        let list = listing(home);
+        let done = attack.files.iter().all(|(_, file)| {
+            problem(&list, file).is_some()
+                || list["plugins"].as_array().is_some_and(|p| {
+                    p.iter()
+                        .any(|p| p["path"].as_str().is_some_and(|path| path.ends_with(file)))
+                })
+        });
+        if done {
+            return true;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    false
+}
+
 fn main() {
     let opts = options();
-    let hostile = PathBuf::from(BIN)
+    let built = PathBuf::from(BIN)
         .parent()
         .and_then(Path::parent)
         .unwrap()
-        .join("plugins/testing/hostile.wasm");
+        .join("plugins");
+    let hostile = built.join("testing/hostile.wasm");
     assert!(
         hostile.is_file(),
         "{} is missing: run scripts/build-plugins first",
@@ -433,8 +610,9 @@ fn main() {
     );
     let home = tempfile::tempdir().unwrap();
     let h = home.path();
-    std::fs::create_dir_all(h.join("plugins")).unwrap();
-    std::fs::copy(&hostile, h.join("plugins/hostile.wasm")).unwrap();
+    let drop_ins = h.join("plugins");
+    std::fs::create_dir_all(&drop_ins).unwrap();
+    std::fs::copy(&hostile, drop_ins.join("hostile.wasm")).unwrap();
 
     let (_dummy, dummy_url) = spawn(
         {
@@ -450,7 +628,7 @@ fn main() {
     std::fs::write(
         h.join("config.yaml"),
         format!(
-            "llm:\n  api_base: {dummy_url}\nlog:\n  level: warn\nsessions:\n  idle_timeout: 1h\nplugins:\n  max_failures: 1000000\n"
+            "llm:\n  api_base: {dummy_url}\nlog:\n  level: warn\nsessions:\n  idle_timeout: 1h\nplugins:\n  max_failures: 1000000\n  memory_mb: {MEMORY_MB}\n  watch_interval: 200ms\n"
         ),
     )
     .unwrap();
@@ -471,7 +649,7 @@ fn main() {
 
     // Plugins compile in the background: wait for the hostile one.
     let deadline = Instant::now() + Duration::from_secs(120);
-    while hostile_stats(h).2 != "ok" {
+    while stats(&listing(h), "hostile").2 != "ok" {
         assert!(
             Instant::now() < deadline,
             "the hostile plugin never loaded:\n{}",
@@ -486,7 +664,7 @@ fn main() {
         .build()
         .unwrap();
     let client = reqwest::Client::builder()
-        .pool_max_idle_per_host(512)
+        .pool_max_idle_per_host(1024)
         .tcp_nodelay(true)
         .build()
         .unwrap();
@@ -509,9 +687,7 @@ fn main() {
     });
     let idle_probe = probe(&rt, &client, &url, h, "before");
 
-    println!(
-        "# hostile scorer plugin vs. a running metaclaw (release build, loopback, dummy upstream)"
-    );
+    println!("# hostile plugins vs. a running metaclaw (release build, loopback, dummy upstream)");
     println!(
         "# {} CPUs; other sessions' small chat requests open-loop at {}/s; {} s baseline + {} s attack per attack, interleaved 1 s slices",
         std::thread::available_parallelism()
@@ -522,18 +698,18 @@ fn main() {
         opts.secs
     );
     println!(
-        "# attack: a turn of the attack's session every {} ms (each finishes the previous one, which is then scored)",
+        "# attack: a turn of the attack's session every {} ms (a scorer attack: each finishes the previous one, which is then scored), a burst at the start of each attack slice, or a file dropped into the plugin folder",
         opts.attack_every_ms
     );
     println!(
-        "# limits: plugins.timeouts.scorer 50ms, plugins.memory_mb {MEMORY_MB}, no grants; max_failures raised so the attacker stays enabled"
+        "# limits: plugins.timeouts 50 ms (load 2 s), plugins.memory_mb {MEMORY_MB}, plugins.max_call_mb 4, no grants; max_failures raised so the attackers stay loaded"
     );
     println!(
         "# a normal turn's wait to be scored before any attack: {}",
         idle_probe.map_or("timeout".into(), |d| format!("{:.0} ms", ms(d)))
     );
     println!(
-        "\n{:<12} {:>5} {:>8} {:>8} {:>8} {:>8} {:>6} {:>6} {:>6} {:>5} {:>21} {:>8}  outcome",
+        "\n{:<13} {:>5} {:>8} {:>8} {:>8} {:>8} {:>6} {:>6} {:>6} {:>5} {:>21} {:>8}  outcome",
         "attack",
         "n",
         "base50",
@@ -551,28 +727,67 @@ fn main() {
     let mut problems = Vec::new();
     let mut details = Vec::new();
     for attack in &opts.attacks {
-        let text = match attack.as_str() {
-            "read-file" => "/etc/passwd".to_string(),
-            "open-socket" => socket_addr.clone(),
-            "huge" => (8u32 << 20).to_string(),
-            _ => "go".to_string(),
-        };
         let log_from = log().len();
-        let (calls0, fails0, _) = hostile_stats(h);
+        let before = listing(h);
+        let (calls0, fails0, _) = stats(&before, attack.plugin);
         let rss0 = rss_kib(pid);
-        let run = run_slices(&rt, &client, &url, &opts, attack, &text, pid);
+        let start = || {
+            if matches!(attack.vector, Vector::DropIn) {
+                place(attack.files, &built, &drop_ins);
+            }
+        };
+        // A per-turn attacker that is not the hostile scorer is put in place
+        // (and loaded) before the slices.
+        if matches!(attack.vector, Vector::Turns { .. }) && !attack.files.is_empty() {
+            place(attack.files, &built, &drop_ins);
+            assert!(
+                settled(h, attack),
+                "{} never loaded:\n{}",
+                attack.name,
+                log()
+            );
+        }
+        let run = run_slices(
+            &rt,
+            &client,
+            &url,
+            &opts,
+            attack.vector,
+            &socket_addr,
+            pid,
+            &start,
+        );
+        if matches!(attack.vector, Vector::DropIn) && !settled(h, attack) {
+            problems.push(format!(
+                "{}: the dropped file was never looked at",
+                attack.name
+            ));
+        }
         // Drains the scoring queue: every attack turn is scored by now.
-        let lag = probe(&rt, &client, &url, h, attack);
+        let lag = probe(&rt, &client, &url, h, attack.name);
         let rss1 = rss_kib(pid);
-        let (calls1, fails1, status) = hostile_stats(h);
+        let after = listing(h);
+        let (calls1, fails1, status) = stats(&after, attack.plugin);
         let all_log = log();
-        let failures = failures_in(&all_log[log_from.min(all_log.len())..]);
-        let rewards = hostile_rewards(h, attack);
+        let window = all_log[log_from.min(all_log.len())..].to_string();
+        let evidence = Evidence {
+            failures: failures_in(&window, attack.plugin),
+            rewards: hostile_rewards(h, attack.name),
+            log: window,
+            listing: after,
+            grown_kib: run
+                .peak_rss_kib
+                .saturating_sub(rss0)
+                .max(rss1.saturating_sub(rss0)),
+        };
+        for (_, file) in attack.files {
+            let _ = std::fs::remove_file(drop_ins.join(file));
+        }
         let [base, atk] = &run.lat;
         let ratio = ms(percentile(atk, 99.0)) / ms(percentile(base, 99.0)).max(1e-9);
         println!(
-            "{:<12} {:>5} {:>8.2} {:>8.2} {:>8.2} {:>8.2} {:>5.2}x {:>6} {:>6} {:>5} {:>7.0}/{:>6.0}/{:>6.0} {:>8}  {}",
-            attack,
+            "{:<13} {:>5} {:>8.2} {:>8.2} {:>8.2} {:>8.2} {:>5.2}x {:>6} {:>6} {:>5} {:>7.0}/{:>6.0}/{:>6.0} {:>8}  {}",
+            attack.name,
             base.len() + atk.len(),
             ms(percentile(base, 50.0)),
             ms(percentile(base, 99.0)),
@@ -586,11 +801,12 @@ fn main() {
             mib(run.peak_rss_kib),
             mib(rss1),
             lag.map_or("timeout".into(), |d| format!("{:.0}ms", ms(d))),
-            outcome_cell(attack, &failures, &rewards)
+            outcome_cell(attack, &evidence)
         );
-        let verdict = judge(attack, &failures, &rewards);
+        let verdict = judge(attack, &evidence);
         details.push(format!(
-            "{attack:<12} {}; plugin calls +{}, failures +{}, status {status}",
+            "{:<13} {}; plugin calls +{}, failures +{}, status {status}",
+            attack.name,
             match &verdict {
                 Ok(limit) => format!("contained by: {limit}"),
                 Err(got) => format!("UNEXPECTED: {got}"),
@@ -598,40 +814,47 @@ fn main() {
             calls1.saturating_sub(calls0),
             fails1.saturating_sub(fails0),
         ));
-        for (msg, n) in &failures {
-            details.push(format!(
-                "{:<12}   {n}x {}",
-                "",
-                short(msg.lines().next().unwrap_or(msg), 160)
-            ));
+        for (msg, n) in &evidence.failures {
+            details.push(format!("{:<13}   {n}x {}", "", short(msg, 160)));
         }
         if let Err(got) = verdict {
-            problems.push(format!("{attack}: unexpected outcome: {got}"));
+            problems.push(format!("{}: unexpected outcome: {got}", attack.name));
         }
         if run.errors != [0, 0] || run.attack_errors != 0 {
             problems.push(format!(
-                "{attack}: failed requests: baseline {}, attack slices {}, attack turns {}",
-                run.errors[0], run.errors[1], run.attack_errors
+                "{}: failed requests: baseline {}, attack slices {}, attack turns {}",
+                attack.name, run.errors[0], run.errors[1], run.attack_errors
+            ));
+        }
+        // Everyone else is answered within the deadline on top of what the
+        // baseline slices took, with room for what the attack's own turns
+        // cost the 2 cores (a 600-turn burst is 600 requests to serve); a
+        // stalled proxy would show the attacker's 10-minute sleep.
+        let bound = percentile(base, 99.0) + Duration::from_millis(50 + 1000);
+        if percentile(atk, 99.0) > bound {
+            problems.push(format!(
+                "{}: other requests' p99 {:.0} ms during the attack, over {:.0} ms",
+                attack.name,
+                ms(percentile(atk, 99.0)),
+                ms(bound)
             ));
         }
         if lag.is_none() {
             problems.push(format!(
-                "{attack}: a normal turn was not scored within 60 s"
+                "{}: a normal turn was not scored within 60 s",
+                attack.name
             ));
         }
-        if status != "ok" {
-            problems.push(format!("{attack}: the plugin is {status}"));
+        if attack.plugin != "-" && status != "ok" {
+            problems.push(format!("{}: the plugin is {status}", attack.name));
         }
         // The host never holds more than the plugin's budget on top of
-        // what it had (one scoring thread: one instance runs at a time).
-        let growth = run
-            .peak_rss_kib
-            .saturating_sub(rss0)
-            .max(rss1.saturating_sub(rss0));
-        if growth > (MEMORY_MB + 32) << 10 {
+        // what it had.
+        if evidence.grown_kib > (MEMORY_MB + 32) << 10 {
             problems.push(format!(
-                "{attack}: metaclaw grew by {:.0} MiB (budget {MEMORY_MB} MiB)",
-                mib(growth)
+                "{}: metaclaw grew by {:.0} MiB (budget {MEMORY_MB} MiB)",
+                attack.name,
+                mib(evidence.grown_kib)
             ));
         }
     }

@@ -229,7 +229,6 @@ pub async fn run(options: DaemonOptions) -> Result<()> {
             redactor,
             config.learning.clone(),
             config.skills.auto_evolve,
-            config.plugins.evolvers.is_some(),
         );
         Some(learner.spawn(sessions.subscribe())?)
     } else {

@@ -41,7 +41,9 @@ fn is_hidden(c: char) -> bool {
             | '\u{202A}'..='\u{202E}' // bidi embeddings and overrides
             | '\u{2060}'..='\u{2064}' // word joiner, invisible operators
             | '\u{2066}'..='\u{2069}' // bidi isolates
+            | '\u{00AD}'              // soft hyphen
             | '\u{FEFF}'              // zero-width no-break space
+            | '\u{E0000}'..='\u{E007F}' // tag characters (invisible ASCII)
         )
 }
 

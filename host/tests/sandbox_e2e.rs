@@ -689,33 +689,41 @@ fn the_memory_budget_holds_across_concurrent_calls() {
         None,
         limits,
     );
-    let calls: Vec<_> = (0..4)
+    let rss_before = rss_kib();
+    let calls: Vec<_> = (0..8)
         .map(|_| {
             let p = bomb.clone();
-            engine.spawn(async move {
-                p.score(&turn("bomb-observe", None))
-                    .await
-                    .map(|r| r.unwrap().rationale)
-            })
+            engine.spawn(async move { p.score(&turn("bomb-observe", None)).await })
         })
         .collect();
-    let mut total = 0u32;
-    for outcome in engine.block_on(futures_util::future::join_all(calls)) {
+    // The most any moment saw, while the calls run.
+    let (mut held, mut rss) = (0, 0);
+    let all = engine.spawn(futures_util::future::join_all(calls));
+    while !all_done(&all) {
+        held = held.max(bomb.memory_in_use());
+        rss = rss.max(rss_kib());
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    for outcome in engine.block_on(all).unwrap() {
         match outcome.unwrap() {
-            Ok(r) => {
-                total += r
-                    .trim_start_matches("refused after ")
-                    .trim_end_matches(" MiB")
-                    .parse::<u32>()
-                    .unwrap()
-            }
+            Ok(r) => assert!(
+                r.as_ref()
+                    .is_some_and(|r| r.rationale.starts_with("refused after ")),
+                "{r:?}"
+            ),
             // No room left for one more instance: busy, not a failure.
             Err(CallError::Busy(_)) => {}
             Err(e) => panic!("{e}"),
         }
     }
-    assert!(total <= 64, "together they held {total} MiB");
-    assert!(bomb.memory_in_use() <= 64 << 20);
+    assert!(held <= 64 << 20, "its instances held {held} bytes together");
+    assert!(held > 48 << 20, "the bombs grew to the budget: {held}");
+    let grown = rss.saturating_sub(rss_before);
+    assert!(grown < 112 << 10, "RSS grew by {grown} KiB");
+}
+
+fn all_done<T>(spawned: &metaclaw::plugins::Spawned<T>) -> bool {
+    spawned.is_finished()
 }
 
 /// An embedding backend that counts what it is asked and takes its time.

@@ -397,7 +397,9 @@ fn verify(home: &Home, config: &LoadedConfig) -> Result<ExitCode> {
     if let Some(cache) = host.engine.cache() {
         for entry in &lock.plugins {
             let limit = artifact_limit(host.settings.max_file_bytes as usize);
-            if let ArtifactState::Refused(reason) = cache.verify(&entry.sha256, limit) {
+            if let ArtifactState::Refused(reason) =
+                cache.verify(&entry.sha256, &host.engine.compats(), limit)
+            {
                 say!(
                     "CACHE    {}@{}: the compiled code in the cache was refused ({reason}); deleted, it is recompiled from the pinned file",
                     entry.name,

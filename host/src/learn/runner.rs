@@ -59,9 +59,6 @@ pub struct Learner {
     pub redactor: Arc<Redactor>,
     pub settings: LearningConfig,
     pub auto_evolve: bool,
-    /// `plugins.evolvers` was set: an empty chain is then what the user
-    /// chose, not plugins still loading.
-    pub evolvers_configured: bool,
     db: Mutex<Option<Connection>>,
 }
 
@@ -111,7 +108,6 @@ impl Learner {
         redactor: Arc<Redactor>,
         settings: LearningConfig,
         auto_evolve: bool,
-        evolvers_configured: bool,
     ) -> Self {
         Self {
             store,
@@ -122,7 +118,6 @@ impl Learner {
             redactor,
             settings,
             auto_evolve,
-            evolvers_configured,
             db: Mutex::new(None),
         }
     }
@@ -589,7 +584,12 @@ impl Learner {
             tracing::info!(session = %job.session_id, skill = ?row.skill_id, "revision of a built-in or user-written skill held for review (metaclaw skills review)");
         }
         for r in rejected {
-            tracing::info!(session = %job.session_id, draft = %r.name, "skill draft rejected: {}", r.reason);
+            tracing::info!(
+                session = %job.session_id,
+                draft = %crate::untrusted::log_line(&r.name, 100),
+                "skill draft rejected: {}",
+                crate::untrusted::log_line(&r.reason, 1000)
+            );
             rows.push(DraftRow {
                 id: 0,
                 session_id: job.session_id.clone(),
@@ -632,10 +632,11 @@ impl Learner {
         .await
     }
 
-    /// The evolver plugins in order. Unset `plugins.evolvers`: every loaded
-    /// evolver, the first-party ones last in the order guard → redact →
-    /// dedup (so third-party edits are checked, and dedup compares clean
-    /// text). An error when the chain has no enabled `guard`: drafts are
+    /// The evolver plugins in order: those `plugins.evolvers` names (unset:
+    /// every loaded one), third-party ones in the order given, then always
+    /// the first-party ones, guard → redact → dedup — whatever the config's
+    /// order, nothing edits a draft after guard has checked it, and dedup
+    /// compares clean text. An error when the chain has no enabled `guard`: drafts are
     /// never kept unchecked, whatever the config says (fail closed; the job
     /// is retried, so a guard that is still loading or gets fixed counts).
     fn evolver_chain(&self) -> Result<Vec<Arc<Loaded>>> {
@@ -662,15 +663,13 @@ impl Learner {
             };
             anyhow::bail!("no guard evolver is loaded: {why}; skills are not evolved unchecked");
         }
-        if !self.evolvers_configured {
-            let rank = |p: &Arc<Loaded>| match p.info.name.as_str() {
-                "guard" => 1,
-                "redact" => 2,
-                "dedup" => 3,
-                _ => 0,
-            };
-            chain.sort_by_key(rank);
-        }
+        let rank = |p: &Arc<Loaded>| match p.info.name.as_str() {
+            "guard" => 1,
+            "redact" => 2,
+            "dedup" => 3,
+            _ => 0,
+        };
+        chain.sort_by_key(rank);
         Ok(chain)
     }
 

@@ -35,8 +35,6 @@ pub struct CacheOptions {
 pub struct CompileCache {
     dir: PathBuf,
     key: Vec<u8>,
-    /// Distinguishes artifacts of different wasmtime builds and configs.
-    compat: String,
 }
 
 /// What `verify` found for one plugin's artifact.
@@ -54,7 +52,7 @@ const DOMAIN: &[u8] = b"metaclaw plugin cache v1\0";
 impl CompileCache {
     /// Opens the cache: the folder is created (or made) owner-only, and the
     /// key read, or created on first use.
-    pub fn open(options: &CacheOptions, compat: String) -> Result<Self> {
+    pub fn open(options: &CacheOptions) -> Result<Self> {
         fs::create_dir_all(&options.dir)
             .with_context(|| format!("cannot create {}", options.dir.display()))?;
         fs::set_permissions(&options.dir, fs::Permissions::from_mode(0o700))
@@ -63,23 +61,24 @@ impl CompileCache {
         Ok(Self {
             dir: options.dir.clone(),
             key,
-            compat,
         })
     }
 
-    fn paths(&self, sha256: &str) -> (PathBuf, PathBuf) {
-        let artifact = self.dir.join(format!("{sha256}-{}.cwasm", self.compat));
+    /// `compat` distinguishes artifacts of different wasmtime builds and
+    /// configurations.
+    fn paths(&self, sha256: &str, compat: &str) -> (PathBuf, PathBuf) {
+        let artifact = self.dir.join(format!("{sha256}-{compat}.cwasm"));
         let mac = artifact.with_extension("cwasm.mac");
         (artifact, mac)
     }
 
-    fn mac(&self, sha256: &str, code: &[u8]) -> Result<Vec<u8>> {
+    fn mac(&self, sha256: &str, compat: &str, code: &[u8]) -> Result<Vec<u8>> {
         let mut mac =
             HmacSha256::new_from_slice(&self.key).map_err(|e| anyhow::anyhow!("cache key: {e}"))?;
         mac.update(DOMAIN);
         mac.update(sha256.as_bytes());
         mac.update(b"\0");
-        mac.update(self.compat.as_bytes());
+        mac.update(compat.as_bytes());
         mac.update(b"\0");
         mac.update(code);
         Ok(mac.finalize().into_bytes().to_vec())
@@ -88,10 +87,10 @@ impl CompileCache {
     /// The compiled code of the `.wasm` with this sha256, if the cache holds
     /// an artifact whose MAC verifies. `max_bytes` bounds what is read (a
     /// planted sparse file costs nothing). A refused artifact is deleted.
-    pub fn load(&self, sha256: &str, max_bytes: u64) -> Option<Vec<u8>> {
-        match self.read_verified(sha256, max_bytes) {
+    pub fn load(&self, sha256: &str, compat: &str, max_bytes: u64) -> Option<Vec<u8>> {
+        match self.read_verified(sha256, compat, max_bytes) {
             Ok(Some(code)) => {
-                let (artifact, _) = self.paths(sha256);
+                let (artifact, _) = self.paths(sha256, compat);
                 // Recently used: eviction keeps it.
                 if let Ok(f) = fs::File::options().write(true).open(&artifact) {
                     let _ = f.set_modified(SystemTime::now());
@@ -103,14 +102,19 @@ impl CompileCache {
                 tracing::warn!(
                     "compiled plugin cache entry for sha256 {sha256} refused ({reason}); it is deleted and the plugin recompiled"
                 );
-                self.remove(sha256);
+                self.remove_one(sha256, compat);
                 None
             }
         }
     }
 
-    fn read_verified(&self, sha256: &str, max_bytes: u64) -> Result<Option<Vec<u8>>, String> {
-        let (artifact, mac_file) = self.paths(sha256);
+    fn read_verified(
+        &self,
+        sha256: &str,
+        compat: &str,
+        max_bytes: u64,
+    ) -> Result<Option<Vec<u8>>, String> {
+        let (artifact, mac_file) = self.paths(sha256, compat);
         let file = match OpenOptions::new()
             .read(true)
             .custom_flags(rustix::fs::OFlags::NOFOLLOW.bits() as i32)
@@ -131,7 +135,7 @@ impl CompileCache {
         file.take(max_bytes + 1)
             .read_to_end(&mut code)
             .map_err(|e| e.to_string())?;
-        let actual = hex(&self.mac(sha256, &code).map_err(|e| e.to_string())?);
+        let actual = hex(&self.mac(sha256, compat, &code).map_err(|e| e.to_string())?);
         if bool::from(actual.as_bytes().ct_eq(expected.trim().as_bytes())) {
             Ok(Some(code))
         } else {
@@ -141,9 +145,9 @@ impl CompileCache {
 
     /// Keeps `code` for next time (best effort: a cache that cannot be
     /// written only costs a recompile).
-    pub fn store(&self, sha256: &str, code: &[u8]) {
-        let (artifact, mac_file) = self.paths(sha256);
-        let written = self.mac(sha256, code).and_then(|mac| {
+    pub fn store(&self, sha256: &str, compat: &str, code: &[u8]) {
+        let (artifact, mac_file) = self.paths(sha256, compat);
+        let written = self.mac(sha256, compat, code).and_then(|mac| {
             crate::home::write_private(&artifact, code)?;
             crate::home::write_private(&mac_file, hex(&mac).as_bytes())
         });
@@ -152,24 +156,43 @@ impl CompileCache {
         }
     }
 
-    /// What the cache holds for the `.wasm` with this sha256.
-    pub fn verify(&self, sha256: &str, max_bytes: u64) -> ArtifactState {
-        match self.read_verified(sha256, max_bytes) {
-            Ok(Some(_)) => ArtifactState::Valid,
-            Ok(None) => ArtifactState::Absent,
-            Err(reason) => ArtifactState::Refused(reason),
+    /// What the cache holds for the `.wasm` with this sha256, compiled by
+    /// an engine of one of `compats`: the first refusal, else whether any
+    /// artifact verifies.
+    pub fn verify(&self, sha256: &str, compats: &[&str], max_bytes: u64) -> ArtifactState {
+        let mut state = ArtifactState::Absent;
+        for compat in compats {
+            match self.read_verified(sha256, compat, max_bytes) {
+                Ok(Some(_)) => state = ArtifactState::Valid,
+                Ok(None) => {}
+                Err(reason) => return ArtifactState::Refused(reason),
+            }
+        }
+        state
+    }
+
+    /// Deletes every artifact of the `.wasm` with this sha256.
+    pub fn remove(&self, sha256: &str) {
+        let Ok(entries) = fs::read_dir(&self.dir) else {
+            return;
+        };
+        for entry in entries.filter_map(Result::ok) {
+            if entry.file_name().to_string_lossy().starts_with(sha256) {
+                let _ = fs::remove_file(entry.path());
+            }
         }
     }
 
-    pub fn remove(&self, sha256: &str) {
-        let (artifact, mac) = self.paths(sha256);
+    fn remove_one(&self, sha256: &str, compat: &str) {
+        let (artifact, mac) = self.paths(sha256, compat);
         let _ = fs::remove_file(artifact);
         let _ = fs::remove_file(mac);
     }
 
-    /// Deletes artifacts of plugins not in `keep` that were not used for
-    /// `max_age` (other builds' artifacts included), and stray files.
-    pub fn evict(&self, keep: &HashSet<String>, max_age: Duration) -> usize {
+    /// Deletes artifacts of plugins not in `keep`, or of engines other than
+    /// `compats` (other builds), that were not used for `max_age`, and
+    /// stray files.
+    pub fn evict(&self, keep: &HashSet<String>, compats: &[&str], max_age: Duration) -> usize {
         let Ok(entries) = fs::read_dir(&self.dir) else {
             return 0;
         };
@@ -179,7 +202,7 @@ impl CompileCache {
             let path = entry.path();
             let name = entry.file_name().to_string_lossy().into_owned();
             let sha = name.split('-').next().unwrap_or_default();
-            let kept = keep.contains(sha) && name.contains(&self.compat);
+            let kept = keep.contains(sha) && compats.iter().any(|c| name.contains(c));
             let old = entry
                 .metadata()
                 .and_then(|m| m.modified())
@@ -220,13 +243,10 @@ mod tests {
     use super::*;
 
     fn cache(dir: &Path) -> CompileCache {
-        CompileCache::open(
-            &CacheOptions {
-                dir: dir.join("cache"),
-                key_file: dir.join("key"),
-            },
-            "c0".into(),
-        )
+        CompileCache::open(&CacheOptions {
+            dir: dir.join("cache"),
+            key_file: dir.join("key"),
+        })
         .unwrap()
     }
 
@@ -234,26 +254,32 @@ mod tests {
     fn artifacts_verify_and_swapped_ones_are_refused() {
         let dir = tempfile::tempdir().unwrap();
         let c = cache(dir.path());
-        assert_eq!(c.load("aa", 1 << 20), None);
-        c.store("aa", b"native code");
-        assert_eq!(c.load("aa", 1 << 20).as_deref(), Some(&b"native code"[..]));
+        assert_eq!(c.load("aa", "c0", 1 << 20), None);
+        c.store("aa", "c0", b"native code");
+        assert_eq!(
+            c.load("aa", "c0", 1 << 20).as_deref(),
+            Some(&b"native code"[..])
+        );
         // The same key after a restart.
         assert_eq!(
-            cache(dir.path()).load("aa", 1 << 20).as_deref(),
+            cache(dir.path()).load("aa", "c0", 1 << 20).as_deref(),
             Some(&b"native code"[..])
         );
         // Swapped code with a checksum that matches it: refused and deleted.
-        let (artifact, mac) = c.paths("aa");
+        let (artifact, mac) = c.paths("aa", "c0");
         std::fs::write(&artifact, b"evil code").unwrap();
-        assert!(matches!(c.verify("aa", 1 << 20), ArtifactState::Refused(_)));
-        assert_eq!(c.load("aa", 1 << 20), None);
+        assert!(matches!(
+            c.verify("aa", &["c0"], 1 << 20),
+            ArtifactState::Refused(_)
+        ));
+        assert_eq!(c.load("aa", "c0", 1 << 20), None);
         assert!(!artifact.exists() && !mac.exists());
         // Another plugin's artifact moved under this plugin's name: refused.
-        c.store("bb", b"bb code");
-        let (bb, bb_mac) = c.paths("bb");
+        c.store("bb", "c0", b"bb code");
+        let (bb, bb_mac) = c.paths("bb", "c0");
         std::fs::copy(&bb, &artifact).unwrap();
         std::fs::copy(&bb_mac, &mac).unwrap();
-        assert_eq!(c.load("aa", 1 << 20), None);
+        assert_eq!(c.load("aa", "c0", 1 << 20), None);
         // The folder is private.
         let mode = std::fs::metadata(dir.path().join("cache"))
             .unwrap()
@@ -266,20 +292,31 @@ mod tests {
     fn oversized_artifacts_are_not_read() {
         let dir = tempfile::tempdir().unwrap();
         let c = cache(dir.path());
-        c.store("aa", &[7u8; 4096]);
-        assert!(matches!(c.verify("aa", 100), ArtifactState::Refused(_)));
+        c.store("aa", "c0", &[7u8; 4096]);
+        assert!(matches!(
+            c.verify("aa", &["c0"], 100),
+            ArtifactState::Refused(_)
+        ));
     }
 
     #[test]
     fn eviction_keeps_what_is_used_and_recent() {
         let dir = tempfile::tempdir().unwrap();
         let c = cache(dir.path());
-        c.store("aa", b"a");
-        c.store("bb", b"b");
+        c.store("aa", "c0", b"a");
+        c.store("bb", "c0", b"b");
         let keep: HashSet<String> = ["aa".to_string()].into();
-        assert_eq!(c.evict(&keep, Duration::from_secs(3600)), 0, "bb is recent");
-        assert_eq!(c.evict(&keep, Duration::ZERO), 2, "bb's artifact and MAC");
-        assert!(c.load("aa", 1 << 20).is_some());
-        assert!(c.load("bb", 1 << 20).is_none());
+        assert_eq!(
+            c.evict(&keep, &["c0"], Duration::from_secs(3600)),
+            0,
+            "bb is recent"
+        );
+        assert_eq!(
+            c.evict(&keep, &["c0"], Duration::ZERO),
+            2,
+            "bb's artifact and MAC"
+        );
+        assert!(c.load("aa", "c0", 1 << 20).is_some());
+        assert!(c.load("bb", "c0", 1 << 20).is_none());
     }
 }

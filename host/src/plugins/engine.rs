@@ -41,22 +41,42 @@ pub struct EngineOptions {
 }
 
 pub struct PluginEngine {
-    pub engine: Engine,
-    pub linker: Linker<PluginState>,
-    ticker: Arc<Ticker>,
+    /// Most plugins: components of the stable component model.
+    plain: Flavor,
+    /// Components built with the component model's async ABI (jco's
+    /// QuickJS components declare its builtins): calls into them go through
+    /// wasmtime's concurrency machinery, which costs about half a
+    /// microsecond a call, so only they get this engine.
+    concurrent: Flavor,
     cache: Option<CompileCache>,
     runtime: Option<tokio::runtime::Runtime>,
     handle: tokio::runtime::Handle,
 }
 
-impl PluginEngine {
-    pub fn new(options: EngineOptions) -> Result<Arc<Self>> {
+/// Which of the engine's two wasmtime engines a component was compiled for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FlavorId {
+    Plain,
+    Concurrent,
+}
+
+/// One wasmtime engine, its linker and its epoch ticker.
+pub struct Flavor {
+    pub engine: Engine,
+    pub linker: Linker<PluginState>,
+    ticker: Arc<Ticker>,
+    /// Distinguishes compiled artifacts of different wasmtime builds and
+    /// configurations.
+    compat: String,
+}
+
+impl Flavor {
+    fn new(concurrent: bool) -> Result<Self> {
         let mut config = Config::new();
         config.wasm_component_model(true);
         config.epoch_interruption(true);
-        // jco's QuickJS components declare (without needing) async builtins
-        // such as `task.cancel`; validating them needs this on.
-        config.wasm_component_model_async(true);
+        config.wasm_component_model_async(concurrent);
+        config.concurrency_support(concurrent);
         config.parallel_compilation(true);
         // Deep recursion traps cleanly instead of exhausting the host stack
         // (the guest runs on a fiber stack of `async_stack_size`).
@@ -95,12 +115,30 @@ impl PluginEngine {
             &mut linker,
             |s| s,
         ))?;
-
         let mut hasher = std::collections::hash_map::DefaultHasher::new();
         engine.precompile_compatibility_hash().hash(&mut hasher);
         let compat = format!("{:016x}", hasher.finish());
+        let ticker = Ticker::start(engine.clone());
+        Ok(Self {
+            engine,
+            linker,
+            ticker,
+            compat,
+        })
+    }
+
+    /// Keeps the epoch advancing while the returned guard lives.
+    pub fn running(&self) -> TickerGuard {
+        self.ticker.activate()
+    }
+}
+
+impl PluginEngine {
+    pub fn new(options: EngineOptions) -> Result<Arc<Self>> {
+        let plain = Flavor::new(false)?;
+        let concurrent = Flavor::new(true)?;
         let cache = match &options.cache {
-            Some(c) => match CompileCache::open(c, compat) {
+            Some(c) => match CompileCache::open(c) {
                 Ok(cache) => Some(cache),
                 Err(e) => {
                     // Fail closed: without a key no artifact can be trusted.
@@ -127,35 +165,54 @@ impl PluginEngine {
             .build()
             .map_err(|e| anyhow::anyhow!("cannot start the plugin runtime: {e}"))?;
         let handle = runtime.handle().clone();
-        let ticker = Ticker::start(engine.clone());
         Ok(Arc::new(Self {
-            engine,
-            linker,
-            ticker,
+            plain,
+            concurrent,
             cache,
             runtime: Some(runtime),
             handle,
         }))
     }
 
+    pub fn flavor(&self, id: FlavorId) -> &Flavor {
+        match id {
+            FlavorId::Plain => &self.plain,
+            FlavorId::Concurrent => &self.concurrent,
+        }
+    }
+
     /// Compiles a component, or loads it from the cache (keyed by the
     /// sha256 of its bytes and the engine's compatibility hash, and
-    /// accepted only if its MAC verifies).
-    pub fn compile(&self, bytes: &[u8], sha256: &str) -> Result<Component> {
+    /// accepted only if its MAC verifies): for the plain engine, or, if it
+    /// needs the component model's async ABI, the concurrent one.
+    pub fn compile(&self, bytes: &[u8], sha256: &str) -> Result<(Component, FlavorId)> {
+        match self.compile_for(FlavorId::Plain, bytes, sha256) {
+            Ok(component) => Ok((component, FlavorId::Plain)),
+            Err(plain) => match self.compile_for(FlavorId::Concurrent, bytes, sha256) {
+                Ok(component) => Ok((component, FlavorId::Concurrent)),
+                // Not an async-ABI component either: the plain engine's
+                // reason is the one that applies.
+                Err(_) => Err(plain),
+            },
+        }
+    }
+
+    fn compile_for(&self, id: FlavorId, bytes: &[u8], sha256: &str) -> Result<Component> {
+        let flavor = self.flavor(id);
         let Some(cache) = &self.cache else {
-            return Component::new(&self.engine, bytes).map_err(|e| anyhow::anyhow!("{e}"));
+            return Component::new(&flavor.engine, bytes).map_err(|e| anyhow::anyhow!("{e}"));
         };
-        if let Some(code) = cache.load(sha256, artifact_limit(bytes.len()))
-            && let Ok(component) = self.deserialize_verified(&code)
+        if let Some(code) = cache.load(sha256, &flavor.compat, artifact_limit(bytes.len()))
+            && let Ok(component) = deserialize_verified(&flavor.engine, &code)
         {
             return Ok(component);
         }
-        let code = self
+        let code = flavor
             .engine
             .precompile_component(bytes)
             .map_err(|e| anyhow::anyhow!("{e:?}"))?;
-        let component = self.deserialize_verified(&code)?;
-        cache.store(sha256, &code);
+        let component = deserialize_verified(&flavor.engine, &code)?;
+        cache.store(sha256, &flavor.compat, &code);
         Ok(component)
     }
 
@@ -164,24 +221,10 @@ impl PluginEngine {
         self.cache.as_ref()
     }
 
-    /// Loads compiled code produced by `precompile_component`.
-    #[expect(
-        unsafe_code,
-        reason = "wasmtime requires unsafe to load precompiled native code"
-    )]
-    fn deserialize_verified(&self, code: &[u8]) -> Result<Component> {
-        // SAFETY: `code` was produced by `Engine::precompile_component` of an
-        // engine with this same configuration: either just now, or earlier
-        // and read back from the compile cache after its MAC — keyed by a
-        // secret outside the cache folder — verified over these exact bytes
-        // and the source's sha256 (cache.rs). wasmtime also checks the
-        // artifact's version and configuration header.
-        unsafe { Component::deserialize(&self.engine, code) }.map_err(|e| anyhow::anyhow!("{e}"))
-    }
-
-    /// Keeps the epoch advancing while the returned guard lives.
-    pub fn running(&self) -> TickerGuard {
-        self.ticker.activate()
+    /// The compatibility hashes of the two engines (cache entries of
+    /// others are stale).
+    pub fn compats(&self) -> [&str; 2] {
+        [&self.plain.compat, &self.concurrent.compat]
     }
 
     /// Runs `future` on the plugin runtime. Dropping what this returns
@@ -212,6 +255,21 @@ impl PluginEngine {
     }
 }
 
+/// Loads compiled code produced by `precompile_component`.
+#[expect(
+    unsafe_code,
+    reason = "wasmtime requires unsafe to load precompiled native code"
+)]
+fn deserialize_verified(engine: &Engine, code: &[u8]) -> Result<Component> {
+    // SAFETY: `code` was produced by `Engine::precompile_component` of an
+    // engine with this same configuration: either just now, or earlier and
+    // read back from the compile cache after its MAC — keyed by a secret
+    // outside the cache folder — verified over these exact bytes, the
+    // source's sha256 and this engine's compatibility hash (cache.rs).
+    // wasmtime also checks the artifact's version and configuration header.
+    unsafe { Component::deserialize(engine, code) }.map_err(|e| anyhow::anyhow!("{e}"))
+}
+
 /// Compiled code is a few times larger than the component; a cached
 /// artifact far beyond that is not ours and is not read.
 pub fn artifact_limit(wasm_len: usize) -> u64 {
@@ -220,6 +278,12 @@ pub fn artifact_limit(wasm_len: usize) -> u64 {
 
 /// A plugin-runtime task; aborted when dropped.
 pub struct Spawned<T>(tokio::task::JoinHandle<T>);
+
+impl<T> Spawned<T> {
+    pub fn is_finished(&self) -> bool {
+        self.0.is_finished()
+    }
+}
 
 impl<T> Future for Spawned<T> {
     /// `None` if the task was cancelled or panicked.
@@ -235,20 +299,27 @@ impl<T> Drop for Spawned<T> {
     }
 }
 
-/// Advances the engine's epoch every [`TICK`], but only while at least one
-/// plugin call is running: an idle daemon does not wake a thousand times a
-/// second.
+/// Advances the engine's epoch every [`TICK`] while plugin calls run, and
+/// for a moment after the last one, then waits to be woken: an idle daemon
+/// does not wake a thousand times a second, and back-to-back calls do not
+/// each pay for a wake-up.
 struct Ticker {
     active: AtomicUsize,
+    /// The ticker waits on `signal` (only then does a call need to wake it).
+    idle: AtomicBool,
     wake: Mutex<()>,
     signal: Condvar,
     stop: AtomicBool,
 }
 
+/// Ticks with no call running before the ticker goes idle.
+const IDLE_AFTER_TICKS: u32 = 50;
+
 impl Ticker {
     fn start(engine: Engine) -> Arc<Self> {
         let ticker = Arc::new(Self {
             active: AtomicUsize::new(0),
+            idle: AtomicBool::new(true),
             wake: Mutex::new(()),
             signal: Condvar::new(),
             stop: AtomicBool::new(false),
@@ -257,10 +328,12 @@ impl Ticker {
         let spawned = std::thread::Builder::new()
             .name("metaclaw-epoch".into())
             .spawn(move || {
+                let mut quiet = IDLE_AFTER_TICKS;
                 while !t.stop.load(Ordering::Relaxed) {
-                    {
+                    if quiet >= IDLE_AFTER_TICKS {
                         let Ok(mut guard) = t.wake.lock() else { return };
-                        while t.active.load(Ordering::Acquire) == 0
+                        t.idle.store(true, Ordering::SeqCst);
+                        while t.active.load(Ordering::SeqCst) == 0
                             && !t.stop.load(Ordering::Relaxed)
                         {
                             guard = match t.signal.wait(guard) {
@@ -268,9 +341,16 @@ impl Ticker {
                                 Err(_) => return,
                             };
                         }
+                        t.idle.store(false, Ordering::SeqCst);
+                        quiet = 0;
                     }
                     std::thread::sleep(TICK);
                     engine.increment_epoch();
+                    if t.active.load(Ordering::SeqCst) == 0 {
+                        quiet += 1;
+                    } else {
+                        quiet = 0;
+                    }
                 }
             });
         if let Err(e) = spawned {
@@ -284,7 +364,10 @@ impl Ticker {
     }
 
     fn activate(self: &Arc<Self>) -> TickerGuard {
-        if self.active.fetch_add(1, Ordering::AcqRel) == 0
+        self.active.fetch_add(1, Ordering::SeqCst);
+        // Woken only if it went to sleep; the lock orders this against its
+        // check of `active` before it waits.
+        if self.idle.load(Ordering::SeqCst)
             && let Ok(_guard) = self.wake.lock()
         {
             self.signal.notify_one();
@@ -301,14 +384,18 @@ pub struct TickerGuard {
 
 impl Drop for TickerGuard {
     fn drop(&mut self) {
-        self.ticker.active.fetch_sub(1, Ordering::AcqRel);
+        self.ticker.active.fetch_sub(1, Ordering::SeqCst);
     }
 }
 
 impl Drop for PluginEngine {
     fn drop(&mut self) {
-        self.ticker.stop.store(true, Ordering::Relaxed);
-        self.ticker.signal.notify_one();
+        for flavor in [&self.plain, &self.concurrent] {
+            flavor.ticker.stop.store(true, Ordering::Relaxed);
+            if let Ok(_guard) = flavor.ticker.wake.lock() {
+                flavor.ticker.signal.notify_one();
+            }
+        }
         // Never blocks, so the engine may be dropped anywhere (an async
         // task included); calls still running are cancelled.
         if let Some(runtime) = self.runtime.take() {

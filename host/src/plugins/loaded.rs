@@ -22,7 +22,7 @@ use wasmtime::component::Component;
 use wasmtime::{Store, UpdateDeadline};
 
 use super::bindings::{evolver, retriever, scorer, skill, types};
-use super::engine::PluginEngine;
+use super::engine::{FlavorId, PluginEngine};
 use super::sandbox::{
     Deadline, EmbedPurpose, Embedder, Grants, MemoryPool, PluginShared, PluginState,
 };
@@ -255,6 +255,8 @@ pub struct Loaded {
     pub stats: Stats,
     shared: Arc<PluginShared>,
     engine: Arc<PluginEngine>,
+    /// Which of the engine's wasmtime engines it was compiled for.
+    flavor: FlavorId,
     pre: Pre,
     pool: Mutex<Vec<Instance>>,
     /// One per call that may run at once.
@@ -271,22 +273,23 @@ pub struct Probed {
     pub info: PluginInfo,
     limits: Limits,
     engine: Arc<PluginEngine>,
+    flavor: FlavorId,
     pre: Pre,
 }
 
 /// The plugin kind a component implements, and the package version it was
 /// built for, read from its exports (`metaclaw:plugin/scorer-api@0.1.0`).
 pub fn detect(
-    engine: &PluginEngine,
+    engine: &wasmtime::Engine,
     component: &Component,
 ) -> Result<(Kind, Version, Vec<String>), String> {
     let ty = component.component_type();
     let exports: Vec<String> = ty
-        .exports(&engine.engine)
+        .exports(engine)
         .map(|(name, _)| name.to_string())
         .collect();
     let imports: Vec<String> = ty
-        .imports(&engine.engine)
+        .imports(engine)
         .map(|(name, _)| name.to_string())
         .collect();
     let mut found = None;
@@ -354,19 +357,23 @@ impl Loaded {
         source: Source,
         limits_for: &dyn Fn(Kind) -> Limits,
     ) -> Result<Probed, String> {
-        let component = engine.compile(bytes, &sha256).map_err(|e| {
+        let (component, flavor) = engine.compile(bytes, &sha256).map_err(|e| {
             format!(
                 "not a valid component: {}",
                 crate::untrusted::log_line(&format!("{e:#}"), 1000)
             )
         })?;
-        let (kind, package, imports) = detect(engine, &component)?;
-        let instance_pre = engine.linker.instantiate_pre(&component).map_err(|e| {
-            format!(
-                "cannot link: {}",
-                crate::untrusted::log_line(&e.to_string(), 500)
-            )
-        })?;
+        let (kind, package, imports) = detect(&engine.flavor(flavor).engine, &component)?;
+        let instance_pre = engine
+            .flavor(flavor)
+            .linker
+            .instantiate_pre(&component)
+            .map_err(|e| {
+                format!(
+                    "cannot link: {}",
+                    crate::untrusted::log_line(&e.to_string(), 500)
+                )
+            })?;
         let link_err = |e: wasmtime::Error| {
             format!(
                 "cannot link as a {}: {}",
@@ -408,6 +415,7 @@ impl Loaded {
                 ..limits.clone()
             },
             engine.clone(),
+            flavor,
             pre,
             "(loading)",
             Grants::default(),
@@ -456,14 +464,17 @@ impl Loaded {
             info,
             limits,
             engine: engine.clone(),
+            flavor,
             pre,
         })
     }
 
+    #[allow(clippy::too_many_arguments)]
     fn new(
         info: PluginInfo,
         limits: Limits,
         engine: Arc<PluginEngine>,
+        flavor: FlavorId,
         pre: Pre,
         label: &str,
         grants: Grants,
@@ -483,6 +494,7 @@ impl Loaded {
             stats: Stats::default(),
             shared,
             engine,
+            flavor,
             pre,
             pool: Mutex::new(Vec::new()),
             indexing: tokio::sync::Mutex::new(()),
@@ -521,7 +533,7 @@ impl Loaded {
     ) -> Result<Instance, CallError> {
         let mut state = PluginState::new(self.shared.clone());
         state.begin_call(deadline.clone(), purpose);
-        let mut store = Store::new(&self.engine.engine, state);
+        let mut store = Store::new(&self.engine.flavor(self.flavor).engine, state);
         store.limiter(|s| &mut s.limiter);
         store.set_hostcall_fuel(self.limits.max_copy_bytes);
         // Every tick: stop at the deadline, else let the runtime run
@@ -607,7 +619,7 @@ impl Loaded {
             return Err(CallError::Disabled(self.limits.max_failures));
         }
         let deadline = Deadline::after(timeout);
-        let started = Instant::now();
+        let started = deadline.started();
         // When the call got its turn to run (None: it never did).
         let mut running = None;
         let outcome = deadline
@@ -618,7 +630,7 @@ impl Loaded {
                     .await
                     .map_err(|_| CallError::Busy(self.limits.pool_size))?;
                 running = Some(Instant::now());
-                let _ticking = self.engine.running();
+                let _ticking = self.engine.flavor(self.flavor).running();
                 let mut instance = match self.take_pooled(want)? {
                     Some(instance) => instance,
                     // The deadline covers instantiation (the guest's
@@ -632,6 +644,10 @@ impl Loaded {
                     .store
                     .data_mut()
                     .begin_call(deadline.clone(), purpose);
+                // The next tick from now (a pooled instance's deadline is
+                // from its last call: without this every call would start
+                // by yielding).
+                instance.store.set_epoch_deadline(1);
                 let result = f(&mut instance).await;
                 Ok::<_, CallError>((instance, result))
             })
@@ -643,14 +659,14 @@ impl Loaded {
         // A call that waited for its turn most of its deadline and then ran
         // out of time was crowded out, not slow: the plugin is blamed for a
         // deadline only when it had at least half of it.
-        let had_its_time = running.is_some_and(|ran: Instant| ran.elapsed() >= timeout / 2);
+        let had_its_time = || running.is_some_and(|ran: Instant| ran.elapsed() >= timeout / 2);
         let (instance, result) = match outcome {
-            None if had_its_time => return Err(self.failed(CallError::Deadline(timeout))),
+            None if had_its_time() => return Err(self.failed(CallError::Deadline(timeout))),
             None => {
                 self.stats.busy.fetch_add(1, Ordering::Relaxed);
                 return Err(CallError::Busy(self.limits.pool_size));
             }
-            Some(Err(CallError::Deadline(_))) if !had_its_time => {
+            Some(Err(CallError::Deadline(_))) if !had_its_time() => {
                 self.stats.busy.fetch_add(1, Ordering::Relaxed);
                 return Err(CallError::Busy(self.limits.pool_size));
             }
@@ -667,7 +683,7 @@ impl Loaded {
                 let error = self.trapped(&instance, &trap, timeout);
                 // A trapped instance is poisoned: drop it.
                 drop(instance);
-                if matches!(error, CallError::Deadline(_)) && !had_its_time {
+                if matches!(error, CallError::Deadline(_)) && !had_its_time() {
                     self.stats.busy.fetch_add(1, Ordering::Relaxed);
                     return Err(CallError::Busy(self.limits.pool_size));
                 }
@@ -1031,6 +1047,7 @@ impl Loaded {
             self.info.clone(),
             self.limits.clone(),
             self.engine.clone(),
+            self.flavor,
             pre,
             self.label(),
             grants,
@@ -1047,6 +1064,7 @@ impl Probed {
             self.info,
             self.limits,
             self.engine,
+            self.flavor,
             self.pre,
             &label,
             grants,

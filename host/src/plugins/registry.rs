@@ -369,7 +369,7 @@ impl PluginHost {
         }
         if let (Some(max_age), Some(cache)) = (self.settings.evict_after, self.engine.cache()) {
             let keep: HashSet<String> = next.files.values().map(|f| f.sha256.clone()).collect();
-            let removed = cache.evict(&keep, max_age);
+            let removed = cache.evict(&keep, &self.engine.compats(), max_age);
             if removed > 0 {
                 tracing::info!("removed {removed} unused compiled plugin file(s) from the cache");
             }

@@ -161,6 +161,11 @@ impl Deadline {
         })
     }
 
+    /// When it was set.
+    pub fn started(&self) -> Instant {
+        self.base
+    }
+
     pub fn at(&self) -> Instant {
         self.base + Duration::from_nanos(self.at.load(Ordering::Acquire))
     }
