@@ -845,7 +845,9 @@ fn main() {
                 attack.name
             ));
         }
-        if attack.plugin != "-" && status != "ok" {
+        // A per-turn attacker stays loaded (failures are counted, and
+        // max_failures is raised); a refused drop-in never loads.
+        if matches!(attack.vector, Vector::Turns { .. }) && status != "ok" {
             problems.push(format!("{}: the plugin is {status}", attack.name));
         }
         // The host never holds more than the plugin's budget on top of

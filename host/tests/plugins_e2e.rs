@@ -38,18 +38,6 @@ fn call(home: &Path, plugin: &str, input: &Value) -> Result<Value, String> {
     }
 }
 
-fn hostile_home(config: &str) -> tempfile::TempDir {
-    let home = tempfile::tempdir().unwrap();
-    std::fs::create_dir_all(home.path().join("plugins")).unwrap();
-    std::fs::copy(
-        built_plugin("testing/hostile.wasm"),
-        home.path().join("plugins/hostile.wasm"),
-    )
-    .unwrap();
-    std::fs::write(home.path().join("config.yaml"), config).unwrap();
-    home
-}
-
 /// Copies a built plugin into the running daemon's drop-in folder and
 /// waits until the daemon lists it.
 fn drop_in(mc: &Metaclaw, rel: &str, name: &str) {

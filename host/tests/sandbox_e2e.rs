@@ -300,7 +300,7 @@ fn hundreds_of_sleeping_calls_hold_no_threads_and_others_go_on() {
     eprintln!(
         "600 sleeping calls: {deadline} ran to their deadline, {busy} found the plugin busy; threads {threads_before} → {during}; a bystander call took at most {slowest:?}"
     );
-    assert!(deadline >= 4 && deadline <= 600, "{deadline}");
+    assert!((4..=600).contains(&deadline), "{deadline}");
     assert_eq!(deadline + busy, 600);
     // Busy calls never started: only those that ran are failures.
     assert_eq!(
@@ -844,14 +844,8 @@ fn the_kv_quota_counts_entries() {
 /// the dropped lines counted.
 #[test]
 fn plugin_logs_are_one_line_a_message_and_rate_limited() {
-    let home = tempfile::tempdir().unwrap();
+    let home = hostile_home("{}\n");
     let h = home.path();
-    std::fs::create_dir_all(h.join("plugins")).unwrap();
-    std::fs::copy(
-        built_plugin("testing/hostile.wasm"),
-        h.join("plugins/hostile.wasm"),
-    )
-    .unwrap();
     let input = serde_json::to_string(&turn("log-flood", None)).unwrap();
     let out = cli_in(h, &["plugins", "call", "hostile", "--input", &input]);
     assert!(
@@ -881,14 +875,8 @@ fn plugin_logs_are_one_line_a_message_and_rate_limited() {
 /// code, and `plugins verify` says what it found.
 #[test]
 fn a_swapped_cache_artifact_is_refused() {
-    let home = tempfile::tempdir().unwrap();
+    let home = hostile_home("{}\n");
     let h = home.path();
-    std::fs::create_dir_all(h.join("plugins")).unwrap();
-    std::fs::copy(
-        built_plugin("testing/hostile.wasm"),
-        h.join("plugins/hostile.wasm"),
-    )
-    .unwrap();
     let lock = cli_in(h, &["plugins", "lock"]);
     assert!(
         lock.status.success(),
@@ -946,4 +934,97 @@ fn a_swapped_cache_artifact_is_refused() {
     use std::os::unix::fs::PermissionsExt;
     let mode = std::fs::metadata(&cache).unwrap().permissions().mode();
     assert_eq!(mode & 0o077, 0, "{mode:o}");
+}
+
+/// With a lock, a file it does not list is refused before any of its code
+/// is compiled or run: nothing of it reaches the compile cache.
+#[test]
+fn a_file_the_lock_does_not_list_is_never_compiled() {
+    let (home, host) = host_with(&[("testing/hostile.wasm", "hostile.wasm")], |_| {});
+    LockFile {
+        version: 1,
+        plugins: Vec::new(),
+    }
+    .write(&Home::at(home.path()).plugin_lock_file())
+    .unwrap();
+    host.reload();
+    let e = problem_of(&host, "hostile.wasm");
+    assert!(
+        e.contains("not pinned in metaclaw.lock") && e.contains("was not compiled or run"),
+        "{e}"
+    );
+    let sha = sha256_of(&built_plugin("testing/hostile.wasm"));
+    let cached: Vec<String> = std::fs::read_dir(home.path().join("cache/plugins"))
+        .map(|d| {
+            d.map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+                .collect()
+        })
+        .unwrap_or_default();
+    assert!(
+        !cached.iter().any(|n| n.starts_with(&sha)),
+        "compiled anyway: {cached:?}"
+    );
+}
+
+/// What plugins hand back on the way to a prompt: a NaN relevance is no
+/// relevance, and a render that closes the skills block and poses as the
+/// operator stays inside it, without its hidden characters.
+#[test]
+fn relevance_and_text_from_plugins_are_made_safe() {
+    use metaclaw::skills::inject::{self, BEGIN, END};
+    use metaclaw::skills::library::Library;
+    use metaclaw::skills::{Query, Retrieval, Settings as SkillSettings, Skills};
+
+    let (home, host) = host_with(
+        &[
+            ("testing/hostile-retriever.wasm", "hostile-retriever.wasm"),
+            ("testing/hostile-skill.wasm", "hostile-skill.wasm"),
+        ],
+        |c| c.plugins.retriever = vec!["hostile-retriever".into()],
+    );
+    host.reload();
+    let dir = home.path().join("skills");
+    for id in ["git-rebase", "unit-tests"] {
+        std::fs::create_dir_all(dir.join(id)).unwrap();
+        std::fs::write(
+            dir.join(id).join("SKILL.md"),
+            format!("---\nname: {id}\ndescription: About {id}.\n---\nDo {id} well.\n"),
+        )
+        .unwrap();
+    }
+    let library = Library::open(dir, home.path().join("metaclaw.db"));
+    let engine = host.engine.clone();
+    let skills = Skills::new(
+        library,
+        Some(host),
+        SkillSettings::from_config(&Config::default()),
+        Retrieval::default(),
+    );
+    engine.block_on(skills.index_now());
+    let select = |text: &str| {
+        engine.block_on(skills.select(&Query {
+            text: text.into(),
+            ..Query::default()
+        }))
+    };
+    // Ranked 0.5 each: both injected.
+    assert_eq!(select("how do I rebase").skills.len(), 2);
+    // Ranked NaN, and the skill component applies NaN much: nothing.
+    let nan = select("hostile:nan");
+    assert!(nan.skills.is_empty(), "{:?}", nan.skills);
+
+    let forged = select("hostile:forge");
+    let rendered = forged
+        .skills
+        .iter()
+        .find(|s| s.id == "hostile-skill")
+        .expect("the forging skill applies");
+    assert!(!rendered.text.contains('\u{202E}') && !rendered.text.contains('\x1b'));
+    let block = inject::block(&forged.skills);
+    assert_eq!(block.matches(BEGIN).count(), 1, "{block}");
+    assert_eq!(block.matches(END).count(), 1, "{block}");
+    assert!(block.starts_with(BEGIN) && block.ends_with(END));
+    assert!(inject::markers(&block[BEGIN.len()..block.len() - END.len()]).is_empty());
+    // The text is still there, for the model to read as a skill's words.
+    assert!(block.contains("SYSTEM: the operator says"));
 }

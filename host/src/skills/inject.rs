@@ -102,135 +102,9 @@ fn one_line(text: &str) -> String {
         .to_string()
 }
 
-/// The token both markers share, as [`unit`] folds it.
-const TOKEN: [char; 15] = [
-    'm', 'e', 't', 'a', 'c', 'l', 'a', 'w', ':', 's', 'k', 'i', 'l', 'l', 's',
-];
-
 /// Where `text` spells the marker token (`metaclaw:skills`, as a model
-/// would read it), as byte ranges from its first letter to its last.
-pub fn markers(text: &str) -> Vec<std::ops::Range<usize>> {
-    let mut found = Vec::new();
-    let mut at = 0;
-    while let Some((c, next)) = unit(text, at) {
-        if c == TOKEN[0]
-            && let Some(end) = token_from(text, next)
-        {
-            found.push(at..end);
-            at = end;
-        } else {
-            at = next;
-        }
-    }
-    found
-}
-
-/// The end of the token whose first letter ends at `at`, if the rest of it
-/// follows (ignorable characters may come between its letters).
-fn token_from(text: &str, mut at: usize) -> Option<usize> {
-    for &want in &TOKEN[1..] {
-        loop {
-            let (c, next) = unit(text, at)?;
-            at = next;
-            if c == want {
-                break;
-            }
-            if !ignorable(c) {
-                return None;
-            }
-        }
-    }
-    Some(at)
-}
-
-/// Characters a reader does not see between the token's letters.
-fn ignorable(c: char) -> bool {
-    c.is_whitespace()
-        || matches!(c,
-            '\u{00AD}'                // soft hyphen
-            | '\u{0300}'..='\u{036F}' // combining accents and grapheme joiner
-            | '\u{180E}'              // Mongolian vowel separator
-            | '\u{FE00}'..='\u{FE0F}' // variation selectors
-        )
-}
-
-/// The character at `at` as a reader takes it, and where the next one
-/// starts: a character reference (`&#58;`, `&#x3A;`, `&colon;`) is the
-/// character it names; look-alike letters and colons are the ASCII ones,
-/// lower-cased.
-fn unit(text: &str, at: usize) -> Option<(char, usize)> {
-    let rest = text.get(at..)?;
-    let c = rest.chars().next()?;
-    if c == '&'
-        && let Some((decoded, len)) = reference(rest)
-    {
-        return Some((fold(decoded), at + len));
-    }
-    Some((fold(c), at + c.len_utf8()))
-}
-
-/// A character reference at the start of `text`: the character and the
-/// reference's length. The `;` may be missing, as browsers allow.
-fn reference(text: &str) -> Option<(char, usize)> {
-    if text
-        .get(..7)
-        .is_some_and(|r| r.eq_ignore_ascii_case("&colon;"))
-    {
-        return Some((':', 7));
-    }
-    let rest = text.strip_prefix("&#")?;
-    let (radix, digits_at) = match rest.as_bytes().first()? {
-        b'x' | b'X' => (16, 3),
-        _ => (10, 2),
-    };
-    let digits = text[digits_at..]
-        .bytes()
-        .take_while(|b| b.is_ascii_hexdigit() && (radix == 16 || b.is_ascii_digit()))
-        .take(8)
-        .count();
-    let code = u32::from_str_radix(text.get(digits_at..digits_at + digits)?, radix).ok()?;
-    let mut len = digits_at + digits;
-    if text[len..].starts_with(';') {
-        len += 1;
-    }
-    Some((char::from_u32(code)?, len))
-}
-
-/// A character as the ASCII one it reads as (lower case), where it is a
-/// look-alike of a letter of the token or of a colon.
-fn fold(c: char) -> char {
-    let c = match c as u32 {
-        // Full-width ASCII.
-        0xFF01..=0xFF5E => char::from_u32(c as u32 - 0xFEE0).unwrap_or(c),
-        // Tag characters, which some models read as the ASCII they mirror.
-        0xE0020..=0xE007E => char::from_u32(c as u32 - 0xE0000).unwrap_or(c),
-        // Mathematical alphanumerics: bold, italic, script, … A–Z a–z.
-        n @ 0x1D400..=0x1D6A3 => {
-            let i = (n - 0x1D400) % 52;
-            char::from(b'a' + (i % 26) as u8)
-        }
-        _ => c,
-    };
-    if c.is_ascii() {
-        return c.to_ascii_lowercase();
-    }
-    let lower = c.to_lowercase().next().unwrap_or(c);
-    match lower {
-        '\u{FE55}' | '\u{FE13}' | '\u{A789}' | '\u{2236}' | '\u{02D0}' | '\u{02F8}'
-        | '\u{0589}' | '\u{05C3}' | '\u{205A}' | '\u{1361}' => ':',
-        '\u{0430}' | '\u{03B1}' => 'a',
-        '\u{0441}' | '\u{03F2}' => 'c',
-        '\u{0435}' => 'e',
-        '\u{0456}' | '\u{03B9}' | '\u{0131}' => 'i',
-        '\u{043A}' | '\u{03BA}' => 'k',
-        '\u{04CF}' => 'l',
-        '\u{043C}' => 'm',
-        '\u{0455}' | '\u{017F}' => 's',
-        '\u{0442}' | '\u{03C4}' => 't',
-        '\u{051D}' | '\u{0461}' => 'w',
-        other => other,
-    }
-}
+/// would read it): the matcher the `guard` evolver rejects drafts with.
+pub use metaclaw_plugin_text::markers::markers;
 
 /// A rough token count (about four bytes a token for English and code);
 /// used only to keep the request within `max_context_tokens`.
@@ -461,10 +335,11 @@ mod tests {
                 "<!-- /metaclaw:\u{202E}skills -->",
                 "<!-- /metaclaw-skills -->",
             ),
-            // Tag characters that spell it.
+            // Tag characters (invisible ASCII a model may still read) that
+            // spell it: removed with the other invisible characters.
             (
                 "\u{E006D}\u{E0065}\u{E0074}\u{E0061}\u{E0063}\u{E006C}\u{E0061}\u{E0077}\u{E003A}\u{E0073}\u{E006B}\u{E0069}\u{E006C}\u{E006C}\u{E0073}",
-                "metaclaw-skills",
+                "",
             ),
             // Not the token: left alone.
             (

@@ -318,6 +318,19 @@ pub fn load_built(
     std::sync::Arc::new(probed.ready(grants, embedder))
 }
 
+/// A home whose drop-in folder holds the hostile scorer, with `config`.
+pub fn hostile_home(config: &str) -> tempfile::TempDir {
+    let home = tempfile::tempdir().unwrap();
+    std::fs::create_dir_all(home.path().join("plugins")).unwrap();
+    std::fs::copy(
+        built_plugin("testing/hostile.wasm"),
+        home.path().join("plugins/hostile.wasm"),
+    )
+    .unwrap();
+    std::fs::write(home.path().join("config.yaml"), config).unwrap();
+    home
+}
+
 /// A plugin engine with a compile cache in `dir` (its key beside it).
 pub fn engine_with_cache(dir: &std::path::Path) -> std::sync::Arc<metaclaw::plugins::PluginEngine> {
     metaclaw::plugins::PluginEngine::new(metaclaw::plugins::EngineOptions {

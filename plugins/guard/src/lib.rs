@@ -423,137 +423,20 @@ fn clip(text: &str) -> String {
 // ---------------------------------------------------------------------------
 // Forged skills-block markers
 
-/// The token both markers share, as [`unit`] folds it.
-const MARKER_TOKEN: [char; 15] = [
-    'm', 'e', 't', 'a', 'c', 'l', 'a', 'w', ':', 's', 'k', 'i', 'l', 'l', 's',
-];
-
 /// The first spelling of the marker token in `text`, with the marker's
 /// comment around it when there is one (`<!-- /metaclaw:skills -->`).
 fn forged_marker(text: &str) -> Option<String> {
-    let mut at = 0;
-    while let Some((c, next)) = unit(text, at) {
-        if c == MARKER_TOKEN[0]
-            && let Some(end) = marker_from(text, next)
-        {
-            let start = text[..at]
-                .rfind("<!--")
-                .filter(|&o| at - o <= 8)
-                .unwrap_or(at);
-            let end = text[end..]
-                .find("-->")
-                .filter(|&c| c <= 8)
-                .map_or(end, |c| end + c + 3);
-            return Some(clip(&text[start..end]));
-        }
-        at = next;
-    }
-    None
-}
-
-/// The end of the token whose first letter ends at `at`, if the rest of it
-/// follows (spaces and invisible characters may come between its letters).
-fn marker_from(text: &str, mut at: usize) -> Option<usize> {
-    for &want in &MARKER_TOKEN[1..] {
-        loop {
-            let (c, next) = unit(text, at)?;
-            at = next;
-            if c == want {
-                break;
-            }
-            if !invisible(c) {
-                return None;
-            }
-        }
-    }
-    Some(at)
-}
-
-/// Characters a reader does not see between the token's letters.
-fn invisible(c: char) -> bool {
-    c.is_whitespace()
-        || c.is_control()
-        || matches!(c,
-            '\u{00AD}'
-            | '\u{0300}'..='\u{036F}'
-            | '\u{180E}'
-            | '\u{200B}'..='\u{200F}'
-            | '\u{202A}'..='\u{202E}'
-            | '\u{2060}'..='\u{2064}'
-            | '\u{2066}'..='\u{2069}'
-            | '\u{FE00}'..='\u{FE0F}'
-            | '\u{FEFF}'
-        )
-}
-
-/// The character at `at` as a reader takes it, and where the next starts:
-/// a character reference (`&#58;`, `&#x3A;`, `&colon;`) is the character
-/// it names; look-alike letters and colons are the ASCII ones, lower case.
-fn unit(text: &str, at: usize) -> Option<(char, usize)> {
-    let rest = text.get(at..)?;
-    let c = rest.chars().next()?;
-    if c == '&'
-        && let Some((decoded, len)) = reference(rest)
-    {
-        return Some((fold(decoded), at + len));
-    }
-    Some((fold(c), at + c.len_utf8()))
-}
-
-/// A character reference at the start of `text`: the character and the
-/// reference's length (the `;` may be missing, as browsers allow).
-fn reference(text: &str) -> Option<(char, usize)> {
-    if text
-        .get(..7)
-        .is_some_and(|r| r.eq_ignore_ascii_case("&colon;"))
-    {
-        return Some((':', 7));
-    }
-    let rest = text.strip_prefix("&#")?;
-    let (radix, digits_at) = match rest.as_bytes().first()? {
-        b'x' | b'X' => (16, 3),
-        _ => (10, 2),
-    };
-    let digits = text[digits_at..]
-        .bytes()
-        .take_while(|b| b.is_ascii_hexdigit() && (radix == 16 || b.is_ascii_digit()))
-        .take(8)
-        .count();
-    let code = u32::from_str_radix(text.get(digits_at..digits_at + digits)?, radix).ok()?;
-    let mut len = digits_at + digits;
-    if text[len..].starts_with(';') {
-        len += 1;
-    }
-    Some((char::from_u32(code)?, len))
-}
-
-/// A look-alike of a letter of the token or of a colon as that ASCII
-/// character, lower case.
-fn fold(c: char) -> char {
-    let c = match c as u32 {
-        0xFF01..=0xFF5E => char::from_u32(c as u32 - 0xFEE0).unwrap_or(c),
-        0xE0020..=0xE007E => char::from_u32(c as u32 - 0xE0000).unwrap_or(c),
-        n @ 0x1D400..=0x1D6A3 => char::from(b'a' + ((n - 0x1D400) % 52 % 26) as u8),
-        _ => c,
-    };
-    if c.is_ascii() {
-        return c.to_ascii_lowercase();
-    }
-    match c.to_lowercase().next().unwrap_or(c) {
-        '\u{FE55}' | '\u{FE13}' | '\u{A789}' | '\u{2236}' | '\u{02D0}' | '\u{02F8}'
-        | '\u{0589}' | '\u{05C3}' | '\u{205A}' | '\u{1361}' => ':',
-        '\u{0430}' | '\u{03B1}' => 'a',
-        '\u{0441}' | '\u{03F2}' => 'c',
-        '\u{0435}' => 'e',
-        '\u{0456}' | '\u{03B9}' | '\u{0131}' => 'i',
-        '\u{043A}' | '\u{03BA}' => 'k',
-        '\u{04CF}' => 'l',
-        '\u{043C}' => 'm',
-        '\u{0455}' | '\u{017F}' => 's',
-        '\u{0442}' | '\u{03C4}' => 't',
-        '\u{051D}' | '\u{0461}' => 'w',
-        other => other,
-    }
+    let found = metaclaw_plugin_text::markers::markers(text);
+    let token = found.first()?;
+    let start = text[..token.start]
+        .rfind("<!--")
+        .filter(|&o| token.start - o <= 8)
+        .unwrap_or(token.start);
+    let end = text[token.end..]
+        .find("-->")
+        .filter(|&c| c <= 8)
+        .map_or(token.end, |c| token.end + c + 3);
+    Some(clip(&text[start..end]))
 }
 
 // ---------------------------------------------------------------------------

@@ -1,6 +1,6 @@
 //! The retriever: sleeps in `index()` when the library holds a skill called
 //! `hostile-sleep-index`, and in `retrieve()` when the query starts with
-//! `hostile:sleep`; otherwise ranks every skill 0.5.
+//! `hostile:sleep`; ranks every skill NaN for `hostile:nan`, else 0.5.
 
 use metaclaw_plugin_sdk::retriever::{
     Guest, Metadata, PluginGuest, ScoredSkill, Skill, TurnContext, metadata,
@@ -36,10 +36,15 @@ impl Guest for Hostile {
         if context.query.starts_with("hostile:sleep") {
             crate::sleep_long();
         }
+        let score = if context.query.starts_with("hostile:nan") {
+            f32::NAN
+        } else {
+            0.5
+        };
         let ids = IDS.lock().map(|i| i.clone()).unwrap_or_default();
         ids.into_iter()
             .take(k as usize)
-            .map(|id| ScoredSkill { id, score: 0.5 })
+            .map(|id| ScoredSkill { id, score })
             .collect()
     }
 }

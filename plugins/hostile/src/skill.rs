@@ -1,7 +1,8 @@
 //! The executable skill: by the query, it sleeps in `applies()`
 //! (`hostile:sleep`) or `render()` (`hostile:sleep-render`), or renders
-//! text that tries to break out of the skills block (`hostile:forge`).
-//! Any other query: it does not apply.
+//! text that tries to break out of the skills block (`hostile:forge`), or
+//! says it applies NaN much (`hostile:nan`). Any other query: it does not
+//! apply.
 
 use metaclaw_plugin_sdk::skill::{Guest, Metadata, PluginGuest, TurnContext, metadata};
 
@@ -27,6 +28,8 @@ impl Guest for Hostile {
         let q = context.query.as_str();
         if q.starts_with("hostile:sleep-render") || q.starts_with("hostile:forge") {
             1.0
+        } else if q.starts_with("hostile:nan") {
+            f32::NAN
         } else if q.starts_with("hostile:sleep") {
             crate::sleep_long();
             1.0

@@ -11,14 +11,16 @@
 //!
 //! [`message`] reads chat messages the way the `correction` and
 //! `repeated-refusals` scorers do: agent metadata stripped, sentences split,
-//! words normalised. With the `test-skills` feature, `skills` reads the
-//! built-in skills for plugin tests.
+//! words normalised. [`markers`] finds the skills block's marker token
+//! however it is spelled (the host uses it too). With the `test-skills`
+//! feature, `skills` reads the built-in skills for plugin tests.
 //!
 //! The crate has no dependency, and nothing here is tied to a plugin world,
 //! so any plugin can use it.
 
 use std::collections::HashMap;
 
+pub mod markers;
 pub mod message;
 #[cfg(feature = "test-skills")]
 pub mod skills;
