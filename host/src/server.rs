@@ -329,7 +329,15 @@ async fn admin_status(State(app): State<SharedApp>) -> Response {
         }),
         "plugins": app.plugins.as_ref().map(|host| {
             let registry = host.current();
-            json!({ "loaded": registry.plugins.len(), "problems": registry.problems.len(), "locked": registry.locked })
+            // Skill evolution refuses to run without it (fail closed): say so.
+            let guard = host.evolvers().iter().any(|p| p.info.name == "guard");
+            json!({
+                "loaded": registry.plugins.len(),
+                "problems": registry.problems.len(),
+                "notices": registry.notices.len(),
+                "locked": registry.locked,
+                "guard": guard,
+            })
         }),
     }))
     .into_response()

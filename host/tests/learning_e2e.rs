@@ -556,6 +556,13 @@ async fn without_guard_evolution_refuses_to_run_and_says_why() {
     );
     let out = mc.cli(&["learn", "status"]);
     assert!(String::from_utf8_lossy(&out.stdout).contains("no guard evolver is loaded"));
+    // And `status` says so, whatever job may be running.
+    let out = mc.cli(&["status"]);
+    assert!(
+        String::from_utf8_lossy(&out.stdout).contains("warning:   no guard evolver is loaded"),
+        "{}",
+        String::from_utf8_lossy(&out.stdout)
+    );
     // Nothing was drafted or written, and the evolver model was not paid for.
     assert!(seen_by(&up.url, "evolver").await.is_empty());
     assert!(skill_text(&mc, "lesson-distance-earth-moon").is_none());

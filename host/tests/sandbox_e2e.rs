@@ -356,6 +356,25 @@ fn a_sleeping_metadata_delays_nothing_else_and_never_leaves_learning_without_gua
     assert!(problem_of(&host, "slow-metadata.wasm").contains("deadline"));
     let guard = plugin(&host, "guard");
     assert_eq!(guard.info.source, Source::Builtin);
+
+    // `plugins inspect` reads metadata the same way: within the deadline.
+    let home = tempfile::tempdir().unwrap();
+    let t = Instant::now();
+    let out = cli_in(
+        home.path(),
+        &[
+            "plugins",
+            "inspect",
+            built_plugin("testing/slow-metadata.wasm").to_str().unwrap(),
+        ],
+    );
+    assert!(!out.status.success());
+    let e = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        e.contains("metadata() failed: deadline of 2s exceeded"),
+        "{e}"
+    );
+    assert!(t.elapsed() < Duration::from_secs(30), "{:?}", t.elapsed());
 }
 
 /// `guard@9.9.9` and `bm25@9.9.9` dropped in (pass-throughs that would wave

@@ -414,7 +414,7 @@ pub fn status(home: &Home, config_path: &Path, args: JsonFlag) -> Result<ExitCod
         }
     }
     if let Some(p) = report["plugins"].as_object() {
-        let problems = p["problems"].as_u64().unwrap_or(0);
+        let problems = p["problems"].as_u64().unwrap_or(0) + p["notices"].as_u64().unwrap_or(0);
         say!(
             "  plugins:   {} loaded{}{}",
             p["loaded"],
@@ -424,11 +424,16 @@ pub fn status(home: &Home, config_path: &Path, args: JsonFlag) -> Result<ExitCod
                 ""
             },
             if problems > 0 {
-                format!(", {problems} problem(s): see `metaclaw plugins list`")
+                format!(", {problems} problem(s) or notice(s): see `metaclaw plugins list`")
             } else {
                 String::new()
             }
         );
+        if p["guard"] == false {
+            say!(
+                "  warning:   no guard evolver is loaded: skills are not evolved until it is (see `metaclaw plugins list`)"
+            );
+        }
     }
     super::claws_cmd::print_wiring(home);
     say!("  home:      {}", home.root.display());

@@ -119,6 +119,9 @@ fn list(home: &Home, config: &LoadedConfig, json: bool) -> Result<ExitCode> {
     for problem in &view.problems {
         say!("problem: {}: {}", problem.path.display(), problem.error);
     }
+    for notice in &view.notices {
+        say!("notice:  {}: {}", notice.path.display(), notice.error);
+    }
     Ok(ExitCode::SUCCESS)
 }
 
