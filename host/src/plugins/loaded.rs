@@ -862,13 +862,13 @@ impl Loaded {
             .await;
         let (mut ranked, stale) = match ranked {
             Err(CallError::Indexing) => {
-                self.warm_in_background(skills, generation);
+                self.refresh(skills, generation);
                 return Err(CallError::Indexing);
             }
             other => other?,
         };
         if stale {
-            self.warm_in_background(skills, generation);
+            self.refresh(skills, generation);
         }
         // A ranking made without the query's embedding is no ranking: let
         // the next retriever answer.
@@ -879,7 +879,20 @@ impl Loaded {
         Ok(ranked)
     }
 
-    /// Starts indexing `generation` unless that was already started.
+    /// No indexed instance was left (never made, or dropped after a
+    /// failure), or the one a turn got was of an older library: index,
+    /// unless an index is under way.
+    fn refresh(self: &Arc<Self>, skills: &Arc<Vec<types::Skill>>, generation: u64) {
+        if self.indexing.try_lock().is_ok() {
+            self.warming.store(u64::MAX, Ordering::Release);
+        }
+        self.warm_in_background(skills, generation);
+    }
+
+    /// Starts indexing `generation` unless that was already started (one
+    /// background index at a time). One that fails lets a later turn try
+    /// again: a plugin that keeps failing is disabled by then, and a
+    /// failing embedding backend backs off by itself.
     fn warm_in_background(self: &Arc<Self>, skills: &Arc<Vec<types::Skill>>, generation: u64) {
         if self.warming.swap(generation, Ordering::AcqRel) == generation {
             return;
@@ -888,6 +901,12 @@ impl Loaded {
         self.engine.detach(async move {
             if let Err(e) = this.warm(&skills, generation).await {
                 tracing::warn!(retriever = this.label(), "cannot index the skills: {e}");
+                let _ = this.warming.compare_exchange(
+                    generation,
+                    u64::MAX,
+                    Ordering::AcqRel,
+                    Ordering::Acquire,
+                );
             }
         });
     }
@@ -898,6 +917,18 @@ impl Loaded {
     pub async fn warm(&self, skills: &[types::Skill], generation: u64) -> Result<(), CallError> {
         let _one_at_a_time = self.indexing.lock().await;
         for _ in 0..self.limits.pool_size.max(1) {
+            // Enough indexed instances, counting those busy in calls (each
+            // index of a large library is seconds of work).
+            let ready = self.pool.lock().map_or(0, |p| {
+                p.iter().filter(|i| i.indexed == Some(generation)).count()
+            });
+            let busy = self
+                .limits
+                .pool_size
+                .saturating_sub(self.permits.available_permits());
+            if ready + busy >= self.limits.pool_size {
+                break;
+            }
             let done = self
                 .call(
                     self.limits.index_timeout,
