@@ -325,6 +325,9 @@ async fn admin_status(State(app): State<SharedApp>) -> Response {
                 "problems": snapshot.problems,
                 "retrieval": skills.retrieval,
                 "last_retriever": skills.last_retriever(),
+                // Retrievers that hold an index of this library (a turn
+                // never waits for one: until then it goes to the next).
+                "indexed_by": skills.indexed_by(snapshot.generation),
             })
         }),
         "plugins": app.plugins.as_ref().map(|host| {

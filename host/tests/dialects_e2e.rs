@@ -29,8 +29,7 @@ fn start_with_skill(up: &Proc, extra: &str) -> (Metaclaw, tempfile::TempDir) {
     );
     let mc = Metaclaw::start(&up.url, &config);
     poll_json(mc.home.path(), &["status", "--json"], |v| {
-        v["skills"]["loaded"].as_u64().unwrap_or(0) >= 1
-            && v["plugins"]["loaded"].as_u64().unwrap_or(0) >= 1
+        skills_ready(v, 1)
     });
     (mc, skills)
 }

@@ -408,6 +408,9 @@ async fn embedding_retrieval_through_an_openai_compatible_endpoint_caches_the_li
         "llm:\n  api_base: {upstream}\nskills:\n  retrieval_mode: embedding\n  embedding_backend: openai\n  embedding_api_base: {upstream}\n  embedding_model: dummy-embed\n  embedding_api_key: sk-embed-secret-4471\n",
     );
     let question = "How do I rebase my feature branch onto main without losing work?";
+    // A turn never waits for an index (it would go to bm25): wait for the
+    // library to be embedded first.
+    let stats = until_indexed(&up).await;
     let (seen, headers) = system_seen(&mc, question, &[("x-session-id", "emb-1")]).await;
     assert!(seen.contains("### git-rebase-safely (v"), "{seen}");
     assert!(
@@ -429,8 +432,8 @@ async fn embedding_retrieval_through_an_openai_compatible_endpoint_caches_the_li
         "{skills}"
     );
     assert!(skills["retrieval"]["problem"].is_null(), "{skills}");
-    let stats = until_indexed(&up).await;
     assert_eq!(stats["embedding_auth"], "Bearer sk-embed-secret-4471");
+    let stats = dummy_stats(&up.url).await;
     let human = String::from_utf8_lossy(&mc.cli(&["status"]).stdout).to_string();
     assert!(human.contains("retrieval: embedding"), "{human}");
     assert!(!human.contains("sk-embed-secret-4471"), "{human}");

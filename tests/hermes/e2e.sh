@@ -142,6 +142,7 @@ step "metaclaw start"
 metaclaw_started=true
 cat "$work/start.out"
 "$bin" status --json >"$work/status.json" || die "metaclaw status --json after start"
+wait_for 60 "metaclaw to index the skills" skills_indexed
 metaclaw_url="$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["url"])' "$work/status.json")"
 
 cp "$hermes_yaml" "$work/config.yaml.wired"

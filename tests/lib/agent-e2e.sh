@@ -24,6 +24,11 @@ wait_for() { # <seconds> <description> <command...>: poll every 0.5 s
     sleep 0.5
   done
 }
+# True once a retriever has indexed the loaded skills (metaclaw indexes in
+# the background and a turn never waits for it).
+skills_indexed() {
+  "$bin" status --json | python3 -c 'import json,sys; s=json.load(sys.stdin)["skills"]; sys.exit(0 if s["loaded"] and s.get("indexed_by") else 1)'
+}
 
 
 # Sets `bin`: $METACLAW_BIN, else $CARGO_TARGET_DIR/debug/metaclaw, else

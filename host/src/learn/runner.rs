@@ -883,9 +883,14 @@ async fn run_chain(
         for (draft, outcome) in drafts.into_iter().zip(outcomes) {
             match outcome {
                 types::DraftOutcome::Keep(d) => next.push(d),
+                // The plugin's words, stored and shown: one line, clipped.
                 types::DraftOutcome::Reject(reason) => rejected.push(Rejected {
                     name: draft.name,
-                    reason: format!("{}: {reason}", plugin.info.name),
+                    reason: format!(
+                        "{}: {}",
+                        plugin.info.name,
+                        crate::untrusted::log_line(&reason, 1000)
+                    ),
                 }),
             }
         }

@@ -265,6 +265,9 @@ pub struct Loaded {
     indexing: tokio::sync::Mutex<()>,
     /// The generation a background index was last started for.
     warming: AtomicU64,
+    /// The newest library generation an instance has indexed (`u64::MAX`:
+    /// none yet).
+    indexed: AtomicU64,
 }
 
 /// A compiled, checked plugin whose metadata has been read, before the
@@ -499,6 +502,16 @@ impl Loaded {
             pool: Mutex::new(Vec::new()),
             indexing: tokio::sync::Mutex::new(()),
             warming: AtomicU64::new(u64::MAX),
+            indexed: AtomicU64::new(u64::MAX),
+        }
+    }
+
+    /// The newest library generation one of its instances has indexed: a
+    /// retriever answers turns once it has one.
+    pub fn indexed_generation(&self) -> Option<u64> {
+        match self.indexed.load(Ordering::Acquire) {
+            u64::MAX => None,
+            generation => Some(generation),
         }
     }
 
@@ -954,6 +967,13 @@ impl Loaded {
                         match outcome {
                             Ok(Ok(())) => {
                                 *indexed = Some(generation);
+                                let _ = self.indexed.fetch_update(
+                                    Ordering::AcqRel,
+                                    Ordering::Acquire,
+                                    |now| {
+                                        (now == u64::MAX || now < generation).then_some(generation)
+                                    },
+                                );
                                 Ok(Ok(true))
                             }
                             // The host's embedding backend failed, not the

@@ -246,6 +246,16 @@ impl Skills {
         list
     }
 
+    /// The retrievers (`name@version`) that have indexed `generation`.
+    pub fn indexed_by(&self, generation: u64) -> Vec<String> {
+        self.plugins
+            .iter()
+            .flat_map(|p| p.retrievers())
+            .filter(|r| r.indexed_generation() == Some(generation))
+            .map(|r| r.label().to_string())
+            .collect()
+    }
+
     pub fn last_retriever(&self) -> Option<String> {
         self.last_retriever.lock().ok().and_then(|l| l.clone())
     }

@@ -414,12 +414,21 @@ pub fn with_bank(config: &str) -> (Proc, Metaclaw) {
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    // The daemon notices the new folders and indexes them.
-    // (Plugins compile in the background at start; until the retriever is
-    // loaded, turns get no skills.)
+    // The daemon notices the new folders and indexes them in the
+    // background. (Plugins compile in the background at start; until a
+    // retriever is loaded and has indexed the library, turns get no skills.)
     poll_json(mc.home.path(), &["status", "--json"], |v| {
-        v["skills"]["loaded"].as_u64().unwrap_or(0) >= 40
-            && v["plugins"]["loaded"].as_u64().unwrap_or(0) >= 3
+        skills_ready(v, 40) && v["plugins"]["loaded"].as_u64().unwrap_or(0) >= 3
     });
     (up, mc)
+}
+
+/// In `status --json`: at least `skills` skills are loaded and a retriever
+/// has indexed them (a turn never waits for an index: before it, turns go
+/// without skills).
+pub fn skills_ready(status: &Value, skills: u64) -> bool {
+    status["skills"]["loaded"].as_u64().unwrap_or(0) >= skills
+        && status["skills"]["indexed_by"]
+            .as_array()
+            .is_some_and(|r| !r.is_empty())
 }
