@@ -330,16 +330,18 @@ async fn admin_status(State(app): State<SharedApp>) -> Response {
                 "indexed_by": skills.indexed_by(snapshot.generation),
             })
         }),
+        // Why skills are not evolved now (the learning job's own check:
+        // without an enabled guard, nothing is).
+        "evolution_blocked": app.learn.as_ref().and_then(|_| {
+            crate::learn::evolver_chain(app.plugins.as_deref()).err().map(|e| e.to_string())
+        }),
         "plugins": app.plugins.as_ref().map(|host| {
             let registry = host.current();
-            // Skill evolution refuses to run without it (fail closed): say so.
-            let guard = host.evolvers().iter().any(|p| p.info.name == "guard");
             json!({
                 "loaded": registry.plugins.len(),
                 "problems": registry.problems.len(),
                 "notices": registry.notices.len(),
                 "locked": registry.locked,
-                "guard": guard,
             })
         }),
     }))

@@ -429,11 +429,9 @@ pub fn status(home: &Home, config_path: &Path, args: JsonFlag) -> Result<ExitCod
                 String::new()
             }
         );
-        if p["guard"] == false {
-            say!(
-                "  warning:   no guard evolver is loaded: skills are not evolved until it is (see `metaclaw plugins list`)"
-            );
-        }
+    }
+    if let Some(why) = report["evolution_blocked"].as_str() {
+        say!("  warning:   {why}");
     }
     super::claws_cmd::print_wiring(home);
     say!("  home:      {}", home.root.display());

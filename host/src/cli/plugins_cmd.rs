@@ -12,8 +12,8 @@ use super::{PluginsCommand, load_config, runtime};
 use crate::config::Loaded as LoadedConfig;
 use crate::home::Home;
 use crate::plugins::{
-    ArtifactState, FIRST_PARTY, Kind, Loaded, LockEntry, LockFile, PluginHost, RegistryView,
-    Settings, Source, artifact_limit, files, types, view,
+    ArtifactState, Kind, Loaded, LockEntry, LockFile, PluginHost, RegistryView, Settings, Source,
+    artifact_limit, files, types, view,
 };
 use crate::proxy::request::hex;
 
@@ -23,20 +23,6 @@ fn local_host(home: &Home, config: &LoadedConfig, ignore_lock: bool) -> Result<A
         settings.lock_path = home.root.join(".no-lock-for-this-scan");
     }
     PluginHost::new(settings, None)
-}
-
-/// The first-party names: reserved for the first-party plugins.
-fn reserved_names(host: &PluginHost) -> std::collections::BTreeSet<String> {
-    let mut names: std::collections::BTreeSet<String> =
-        FIRST_PARTY.iter().map(|s| s.to_string()).collect();
-    names.extend(
-        host.current()
-            .plugins
-            .iter()
-            .filter(|p| p.info.source == Source::Builtin)
-            .map(|p| p.info.name.clone()),
-    );
-    names
 }
 
 pub fn run(home: &Home, config_path: &Path, command: PluginsCommand) -> Result<ExitCode> {
@@ -222,14 +208,14 @@ fn inspect(home: &Home, config: &LoadedConfig, file: &Path, json: bool) -> Resul
 
 fn add(home: &Home, config: &LoadedConfig, file: &Path, force: bool) -> Result<ExitCode> {
     let host = local_host(home, config, true)?;
-    host.reload();
+    let registry = host.reload();
     let (plugin, _) = load_file(&host, home, file)?;
     let lock = LockFile::read(&home.plugin_lock_file()).ok().flatten();
     // What the daemon would refuse, refused here with the same words.
     if let Err(e) =
         host.settings
             .trust
-            .may_use_name(&plugin.info, lock.as_ref(), &reserved_names(&host))
+            .may_use_name(&plugin.info, lock.as_ref(), &registry.reserved)
     {
         bail!("{}: {e}", file.display());
     }
@@ -240,7 +226,7 @@ fn add(home: &Home, config: &LoadedConfig, file: &Path, force: bool) -> Result<E
         .user_dir
         .join(format!("{}-{}.wasm", plugin.info.name, plugin.info.version));
     // Two files claiming one name are both refused by the daemon.
-    if let Some(other) = host.current().plugins.iter().find(|p| {
+    if let Some(other) = registry.plugins.iter().find(|p| {
         p.info.name == plugin.info.name && p.info.source == Source::User && p.info.path != dest
     }) {
         bail!(
@@ -330,7 +316,10 @@ fn remove(home: &Home, config: &LoadedConfig, spec: &str) -> Result<ExitCode> {
 fn lock(home: &Home, config: &LoadedConfig, overrides: Vec<String>) -> Result<ExitCode> {
     let mut settings = Settings::from_config(&config.config, home);
     settings.lock_path = home.root.join(".no-lock-for-this-scan");
-    settings.pinning = Some(overrides.clone());
+    settings.pinning = true;
+    settings
+        .trust
+        .allow_overrides_for_pinning(overrides.clone());
     let host = PluginHost::new(settings, None)?;
     let registry = host.reload();
     for problem in &registry.problems {

@@ -15,7 +15,7 @@ pub mod review;
 pub mod reward;
 pub mod runner;
 
-pub use runner::{LearnError, LearnHandle, Learner};
+pub use runner::{LearnError, LearnHandle, Learner, evolver_chain};
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -145,10 +145,10 @@ pub fn score_turn(
         None => None,
     };
     let finished = finished::finished_turn(&turn, next.as_ref());
-    let scorers = plugins.map(PluginHost::scorers).unwrap_or_default();
     let Some(host) = plugins else {
         return Ok(Vec::new());
     };
+    let scorers = host.scorers();
     // All scorers at once: a slow one costs its deadline once, not once per
     // scorer after it.
     let outcomes = host.engine.block_on(futures_util::future::join_all(

@@ -508,7 +508,7 @@ impl Learner {
         );
         // Before the evolver model is paid for: without guard nothing it
         // drafts could be kept.
-        let chain = self.evolver_chain()?;
+        let chain = evolver_chain(self.plugins.as_deref())?;
         let max = self.settings.max_drafts.to_string();
         let prompt = evolve::PROMPT.messages(&[
             ("max_drafts", &max),
@@ -630,47 +630,6 @@ impl Learner {
             Ok(())
         })
         .await
-    }
-
-    /// The evolver plugins in order: those `plugins.evolvers` names (unset:
-    /// every loaded one), third-party ones in the order given, then always
-    /// the first-party ones, guard → redact → dedup — whatever the config's
-    /// order, nothing edits a draft after guard has checked it, and dedup
-    /// compares clean text. An error when the chain has no enabled `guard`: drafts are
-    /// never kept unchecked, whatever the config says (fail closed; the job
-    /// is retried, so a guard that is still loading or gets fixed counts).
-    fn evolver_chain(&self) -> Result<Vec<Arc<Loaded>>> {
-        let Some(plugins) = &self.plugins else {
-            anyhow::bail!(
-                "no guard evolver is loaded: plugins are off (see the log at start); skills are not evolved unchecked"
-            );
-        };
-        let mut chain = plugins.evolvers();
-        if !chain.iter().any(|p| p.info.name == GUARD) {
-            let listed = plugins
-                .settings
-                .evolvers
-                .as_ref()
-                .map(|specs| specs.iter().any(|s| s.name == GUARD));
-            let why = match listed {
-                Some(false) => "plugins.evolvers does not list guard (add it)",
-                Some(true) => {
-                    "plugins.evolvers lists guard, but it is not loaded or is disabled (see `metaclaw plugins list`)"
-                }
-                None => {
-                    "guard is not among the plugins or is disabled (build them with scripts/build-plugins; see `metaclaw plugins list` and plugins.builtin)"
-                }
-            };
-            anyhow::bail!("no guard evolver is loaded: {why}; skills are not evolved unchecked");
-        }
-        let rank = |p: &Arc<Loaded>| match p.info.name.as_str() {
-            "guard" => 1,
-            "redact" => 2,
-            "dedup" => 3,
-            _ => 0,
-        };
-        chain.sort_by_key(rank);
-        Ok(chain)
     }
 
     /// A kept draft as the SKILL.md to write: a new skill, or the next
@@ -853,6 +812,48 @@ async fn blocking<T: Send + 'static>(f: impl FnOnce() -> Result<T> + Send + 'sta
     tokio::task::spawn_blocking(f)
         .await
         .map_err(|e| anyhow::anyhow!("learning task failed: {e}"))?
+}
+
+/// The evolver plugins in order: those `plugins.evolvers` names (unset:
+/// every loaded one), third-party ones in the order given, then always the
+/// first-party ones, guard → redact → dedup — whatever the config's order,
+/// nothing edits a draft after guard has checked it, and dedup compares
+/// clean text. An error when the chain has no enabled `guard`: drafts are
+/// never kept unchecked, whatever the config says (fail closed; a job is
+/// retried, so a guard that is still loading or gets fixed counts; `status`
+/// shows the same reason).
+pub fn evolver_chain(plugins: Option<&PluginHost>) -> Result<Vec<Arc<Loaded>>> {
+    let Some(plugins) = plugins else {
+        anyhow::bail!(
+            "no guard evolver is loaded: plugins are off (see the log at start); skills are not evolved unchecked"
+        );
+    };
+    let mut chain = plugins.evolvers();
+    if !chain.iter().any(|p| p.info.name == GUARD) {
+        let listed = plugins
+            .settings
+            .evolvers
+            .as_ref()
+            .map(|specs| specs.iter().any(|s| s.name == GUARD));
+        let why = match listed {
+            Some(false) => "plugins.evolvers does not list guard (add it)",
+            Some(true) => {
+                "plugins.evolvers lists guard, but it is not loaded or is disabled (see `metaclaw plugins list`)"
+            }
+            None => {
+                "guard is not among the plugins or is disabled (build them with scripts/build-plugins; see `metaclaw plugins list` and plugins.builtin)"
+            }
+        };
+        anyhow::bail!("no guard evolver is loaded: {why}; skills are not evolved unchecked");
+    }
+    let rank = |p: &Arc<Loaded>| match p.info.name.as_str() {
+        GUARD => 1,
+        "redact" => 2,
+        "dedup" => 3,
+        _ => 0,
+    };
+    chain.sort_by_key(rank);
+    Ok(chain)
 }
 
 /// The drafts through each evolver plugin in turn. A plugin that fails

@@ -81,34 +81,29 @@ fn check(path: &Path, real_dir: &Path, max_bytes: u64) -> Result<Stamp, String> 
     } else {
         link
     };
-    if !target.file_type().is_file() {
+    loadable(&target, max_bytes)
+}
+
+/// A regular file no larger than `max_bytes`, judged from its metadata.
+fn loadable(m: &fs::Metadata, max_bytes: u64) -> Result<Stamp, String> {
+    if !m.file_type().is_file() {
         return Err("not a regular file: refused".into());
     }
-    if target.len() > max_bytes {
+    if m.len() > max_bytes {
         return Err(format!(
             "{:.1} MiB, over plugins.max_file_mb ({} MiB): not read",
-            target.len() as f64 / f64::from(1 << 20),
+            m.len() as f64 / f64::from(1 << 20),
             max_bytes >> 20
         ));
     }
-    Ok(Stamp::of(&target))
+    Ok(Stamp::of(m))
 }
 
 /// Reads a plugin file named on the command line (`plugins inspect`,
 /// `plugins add`): the same limits, without a folder to stay inside.
 pub fn read_named(path: &Path, max_bytes: u64) -> Result<Vec<u8>, String> {
     let m = fs::metadata(path).map_err(|e| format!("cannot read: {e}"))?;
-    if !m.file_type().is_file() {
-        return Err("not a regular file".into());
-    }
-    if m.len() > max_bytes {
-        return Err(format!(
-            "{:.1} MiB, over plugins.max_file_mb ({} MiB)",
-            m.len() as f64 / f64::from(1 << 20),
-            max_bytes >> 20
-        ));
-    }
-    read(path, &Stamp::of(&m), max_bytes)
+    read(path, &loadable(&m, max_bytes)?, max_bytes)
 }
 
 /// Reads a file `list` accepted, if it still is what `stamp` says: never

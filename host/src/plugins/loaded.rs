@@ -201,6 +201,7 @@ impl CallError {
     }
 }
 
+#[derive(Clone)]
 enum Pre {
     Retriever(retriever::RetrieverPre<PluginState>),
     Scorer(scorer::ScorerPre<PluginState>),
@@ -788,7 +789,12 @@ impl Loaded {
         error
     }
 
-    pub async fn metadata(&self) -> Result<types::PluginMetadata, CallError> {
+    /// One export called on any instance under the call's deadline: `f`
+    /// picks it from the bindings (`None`: this plugin is of another kind).
+    async fn call_export<R>(
+        &self,
+        f: impl AsyncFnOnce(&mut Store<PluginState>, &Bindings) -> Option<wasmtime::Result<R>>,
+    ) -> Result<R, CallError> {
         self.call(
             self.limits.timeout,
             Want::Any,
@@ -796,14 +802,23 @@ impl Loaded {
             async |Instance {
                        store, bindings, ..
                    }| {
-                Ok(match bindings {
-                    Bindings::Retriever(b) => b.metaclaw_plugin_plugin().call_metadata(store).await,
-                    Bindings::Scorer(b) => b.metaclaw_plugin_plugin().call_metadata(store).await,
-                    Bindings::Evolver(b) => b.metaclaw_plugin_plugin().call_metadata(store).await,
-                    Bindings::Skill(b) => b.metaclaw_plugin_plugin().call_metadata(store).await,
-                })
+                f(store, bindings)
+                    .await
+                    .ok_or(CallError::WrongKind(self.info.kind.as_str()))
             },
         )
+        .await
+    }
+
+    pub async fn metadata(&self) -> Result<types::PluginMetadata, CallError> {
+        self.call_export(async |store: &mut Store<PluginState>, b: &Bindings| {
+            Some(match b {
+                Bindings::Retriever(b) => b.metaclaw_plugin_plugin().call_metadata(store).await,
+                Bindings::Scorer(b) => b.metaclaw_plugin_plugin().call_metadata(store).await,
+                Bindings::Evolver(b) => b.metaclaw_plugin_plugin().call_metadata(store).await,
+                Bindings::Skill(b) => b.metaclaw_plugin_plugin().call_metadata(store).await,
+            })
+        })
         .await
     }
 
@@ -812,17 +827,12 @@ impl Loaded {
         turn: &types::FinishedTurn,
     ) -> Result<Option<types::Reward>, CallError> {
         let reward = self
-            .call(
-                self.limits.timeout,
-                Want::Any,
-                EmbedPurpose::Query,
-                async |Instance {
-                           store, bindings, ..
-                       }| match bindings {
+            .call_export(
+                async |store: &mut Store<PluginState>, b: &Bindings| match b {
                     Bindings::Scorer(b) => {
-                        Ok(b.metaclaw_plugin_scorer_api().call_score(store, turn).await)
+                        Some(b.metaclaw_plugin_scorer_api().call_score(store, turn).await)
                     }
-                    _ => Err(CallError::WrongKind(self.info.kind.as_str())),
+                    _ => None,
                 },
             )
             .await?;
@@ -956,9 +966,6 @@ impl Loaded {
                         let Bindings::Retriever(b) = bindings else {
                             return Err(CallError::WrongKind(self.info.kind.as_str()));
                         };
-                        if *indexed == Some(generation) {
-                            return Ok(Ok(false));
-                        }
                         let outcome = b
                             .metaclaw_plugin_retriever_api()
                             .call_index(&mut *store, skills, generation)
@@ -974,7 +981,7 @@ impl Loaded {
                                         (now == u64::MAX || now < generation).then_some(generation)
                                     },
                                 );
-                                Ok(Ok(true))
+                                Ok(Ok(()))
                             }
                             // The host's embedding backend failed, not the
                             // plugin.
@@ -991,9 +998,7 @@ impl Loaded {
                 )
                 .await;
             match done {
-                Ok(true) => {}
-                // Every pooled instance holds this generation already.
-                Ok(false) => break,
+                Ok(()) => {}
                 // The memory budget has room for fewer instances.
                 Err(CallError::Busy(_)) => break,
                 Err(e) => return Err(e),
@@ -1007,18 +1012,14 @@ impl Loaded {
         drafts: &[types::SkillDraft],
         library: &[types::Skill],
     ) -> Result<Vec<types::DraftOutcome>, CallError> {
-        self.call(
-            self.limits.timeout,
-            Want::Any,
-            EmbedPurpose::Query,
-            async |Instance {
-                       store, bindings, ..
-                   }| match bindings {
-                Bindings::Evolver(b) => Ok(b
-                    .metaclaw_plugin_evolver_api()
-                    .call_process(store, drafts, library)
-                    .await),
-                _ => Err(CallError::WrongKind(self.info.kind.as_str())),
+        self.call_export(
+            async |store: &mut Store<PluginState>, b: &Bindings| match b {
+                Bindings::Evolver(b) => Some(
+                    b.metaclaw_plugin_evolver_api()
+                        .call_process(store, drafts, library)
+                        .await,
+                ),
+                _ => None,
             },
         )
         .await
@@ -1026,18 +1027,14 @@ impl Loaded {
 
     pub async fn applies(&self, context: &types::TurnContext) -> Result<f32, CallError> {
         let score = self
-            .call(
-                self.limits.timeout,
-                Want::Any,
-                EmbedPurpose::Query,
-                async |Instance {
-                           store, bindings, ..
-                       }| match bindings {
-                    Bindings::Skill(b) => Ok(b
-                        .metaclaw_plugin_skill_api()
-                        .call_applies(store, context)
-                        .await),
-                    _ => Err(CallError::WrongKind(self.info.kind.as_str())),
+            .call_export(
+                async |store: &mut Store<PluginState>, b: &Bindings| match b {
+                    Bindings::Skill(b) => Some(
+                        b.metaclaw_plugin_skill_api()
+                            .call_applies(store, context)
+                            .await,
+                    ),
+                    _ => None,
                 },
             )
             .await?;
@@ -1050,18 +1047,14 @@ impl Loaded {
 
     pub async fn render(&self, context: &types::TurnContext) -> Result<String, CallError> {
         let text = self
-            .call(
-                self.limits.timeout,
-                Want::Any,
-                EmbedPurpose::Query,
-                async |Instance {
-                           store, bindings, ..
-                       }| match bindings {
-                    Bindings::Skill(b) => Ok(b
-                        .metaclaw_plugin_skill_api()
-                        .call_render(store, context)
-                        .await),
-                    _ => Err(CallError::WrongKind(self.info.kind.as_str())),
+            .call_export(
+                async |store: &mut Store<PluginState>, b: &Bindings| match b {
+                    Bindings::Skill(b) => Some(
+                        b.metaclaw_plugin_skill_api()
+                            .call_render(store, context)
+                            .await,
+                    ),
+                    _ => None,
                 },
             )
             .await?;
@@ -1082,24 +1075,16 @@ impl Loaded {
             "ok".into()
         }
     }
-}
 
-impl Loaded {
     /// The same compiled plugin with other grants, and none of this one's
     /// state (instances, statistics).
     pub fn regranted(&self, grants: Grants, embedder: Option<Arc<dyn Embedder>>) -> Loaded {
-        let pre = match &self.pre {
-            Pre::Retriever(p) => Pre::Retriever(p.clone()),
-            Pre::Scorer(p) => Pre::Scorer(p.clone()),
-            Pre::Evolver(p) => Pre::Evolver(p.clone()),
-            Pre::Skill(p) => Pre::Skill(p.clone()),
-        };
         Loaded::new(
             self.info.clone(),
             self.limits.clone(),
             self.engine.clone(),
             self.flavor,
-            pre,
+            self.pre.clone(),
             self.label(),
             grants,
             embedder,

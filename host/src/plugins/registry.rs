@@ -86,9 +86,10 @@ pub struct Settings {
     pub skills: Option<Vec<PluginSpec>>,
     pub watch_interval: Duration,
     /// `metaclaw plugins lock`: the user vouches for the folder as it is,
-    /// so files sharing a name are kept (and reported), and a drop-in may
-    /// take a first-party name listed here (`--override NAME`).
-    pub pinning: Option<Vec<String>>,
+    /// so the lock is not checked and files sharing a name are kept (and
+    /// reported); which drop-ins may take a first-party name is in `trust`
+    /// (`--override NAME`).
+    pub pinning: bool,
 }
 
 impl Settings {
@@ -155,7 +156,7 @@ impl Settings {
             evolvers: p.evolvers.as_deref().map(specs),
             skills: p.skills.as_deref().map(specs),
             watch_interval: p.watch_interval.get(),
-            pinning: None,
+            pinning: false,
         }
     }
 
@@ -249,6 +250,9 @@ pub struct Registry {
     pub notices: Vec<Problem>,
     pub locked: bool,
     pub generation: u64,
+    /// The first-party names: the static list and those of the first-party
+    /// folder's files. A drop-in may not take one unless it is named.
+    pub reserved: BTreeSet<String>,
     files: HashMap<PathBuf, FileRecord>,
     /// What was scanned, to notice changes.
     fingerprint: Vec<(PathBuf, Option<Stamp>)>,
@@ -320,6 +324,9 @@ struct Candidate {
     source: Source,
     path: PathBuf,
     record: FileRecord,
+    /// The file's bytes when this scan read them (to hash a new or changed
+    /// file): the probe uses them rather than reading it again.
+    bytes: Option<Vec<u8>>,
 }
 
 impl PluginHost {
@@ -439,14 +446,17 @@ impl PluginHost {
                     continue;
                 }
             };
-            let record = match previous.files.get(&entry.path) {
-                Some(known) if known.stamp == stamp => known.clone(),
+            let (record, bytes) = match previous.files.get(&entry.path) {
+                Some(known) if known.stamp == stamp => (known.clone(), None),
                 _ => match files::read(&entry.path, &stamp, self.settings.max_file_bytes) {
-                    Ok(bytes) => FileRecord {
-                        stamp,
-                        sha256: hex(&Sha256::digest(&bytes)),
-                        probe: ProbeState::NotYet,
-                    },
+                    Ok(bytes) => (
+                        FileRecord {
+                            stamp,
+                            sha256: hex(&Sha256::digest(&bytes)),
+                            probe: ProbeState::NotYet,
+                        },
+                        Some(bytes),
+                    ),
                     Err(error) => {
                         registry.problems.push(Problem {
                             path: entry.path,
@@ -460,6 +470,7 @@ impl PluginHost {
                 source,
                 path: entry.path,
                 record,
+                bytes,
             });
         }
 
@@ -468,7 +479,7 @@ impl PluginHost {
         for c in candidates {
             if let Some(lock) = lock
                 && lock.by_hash(&c.record.sha256).is_none()
-                && self.settings.pinning.is_none()
+                && !self.settings.pinning
             {
                 registry.problems.push(Problem {
                     error: unpinned(lock, &c.path, &c.record.sha256),
@@ -484,7 +495,7 @@ impl PluginHost {
         self.probe_all(&mut admitted);
 
         // What each one is, and whether it may be what it says.
-        let reserved: BTreeSet<String> = FIRST_PARTY
+        registry.reserved = FIRST_PARTY
             .iter()
             .map(|s| s.to_string())
             .chain(
@@ -511,7 +522,7 @@ impl PluginHost {
                 }
                 ProbeState::NotYet => continue,
             };
-            if let Err(error) = self.admit(&plugin, lock, &reserved) {
+            if let Err(error) = self.admit(&plugin, lock, &registry.reserved) {
                 registry.problems.push(Problem {
                     path: c.path,
                     error,
@@ -529,9 +540,7 @@ impl PluginHost {
         for (name, mut claimants) in by_name {
             if claimants.len() > 1 {
                 let trust = &self.settings.trust;
-                let replacing = claimants.iter().any(|p| {
-                    trust.overrides(&p.info, lock) || self.pin_override(&p.info.name, p.info.source)
-                });
+                let replacing = claimants.iter().any(|p| trust.overrides(&p.info, lock));
                 if replacing {
                     claimants.retain(|p| {
                         let replaced = p.info.source == Source::Builtin;
@@ -560,7 +569,7 @@ impl PluginHost {
                     .map(|p| format!("{} ({})", p.info.path.display(), p.info.version))
                     .collect::<Vec<_>>()
                     .join(", ");
-                if self.settings.pinning.is_some() || all_pinned {
+                if self.settings.pinning || all_pinned {
                     registry.notices.push(Problem {
                         path: claimants[0].info.path.clone(),
                         error: format!(
@@ -610,11 +619,15 @@ impl PluginHost {
         }
     }
 
-    fn probe_one(&self, c: &Candidate) -> ProbeState {
-        let bytes = match files::read(&c.path, &c.record.stamp, self.settings.max_file_bytes) {
-            Ok(bytes) if hex(&Sha256::digest(&bytes)) == c.record.sha256 => bytes,
-            Ok(_) => return ProbeState::Failed("changed while being read".into()),
-            Err(e) => return ProbeState::Failed(e),
+    fn probe_one(&self, c: &mut Candidate) -> ProbeState {
+        // A file the lock refused in an earlier scan was not kept in memory.
+        let bytes = match c.bytes.take() {
+            Some(bytes) => bytes,
+            None => match files::read(&c.path, &c.record.stamp, self.settings.max_file_bytes) {
+                Ok(bytes) if hex(&Sha256::digest(&bytes)) == c.record.sha256 => bytes,
+                Ok(_) => return ProbeState::Failed("changed while being read".into()),
+                Err(e) => return ProbeState::Failed(e),
+            },
         };
         match Loaded::probe(
             &self.engine,
@@ -652,20 +665,7 @@ impl PluginHost {
                 plugin.label()
             ));
         }
-        if self.pin_override(&info.name, info.source) {
-            return Ok(());
-        }
         self.settings.trust.may_use_name(info, lock, reserved)
-    }
-
-    /// `plugins lock --override NAME`: this drop-in may take the name.
-    fn pin_override(&self, name: &str, source: Source) -> bool {
-        source == Source::User
-            && self
-                .settings
-                .pinning
-                .as_ref()
-                .is_some_and(|names| names.iter().any(|n| n == name))
     }
 
     /// `plugin` with what its file is granted: the loaded one itself when

@@ -79,6 +79,9 @@ pub struct Trust {
     grants: Vec<(FileRef, Grants)>,
     /// Drop-ins allowed to take a first-party name (each with its sha256).
     overrides: Vec<FileRef>,
+    /// Names a drop-in may take while `metaclaw plugins lock --override`
+    /// pins it (the user names the file by running it).
+    pinning_overrides: Vec<String>,
     /// `skills.retrieval_mode: embedding`: the first-party `embedding`
     /// retriever gets `embed` unless the config grants it explicitly.
     embedding_retrieval: bool,
@@ -109,8 +112,15 @@ impl Trust {
         Ok(Self {
             grants: rules,
             overrides: named,
+            pinning_overrides: Vec::new(),
             embedding_retrieval,
         })
+    }
+
+    /// `metaclaw plugins lock --override NAME`: the drop-in called NAME may
+    /// replace the first-party plugin of that name (and is pinned so).
+    pub fn allow_overrides_for_pinning(&mut self, names: Vec<String>) {
+        self.pinning_overrides = names;
     }
 
     /// Whether `info` may carry its name. `reserved`: the first-party
@@ -121,14 +131,10 @@ impl Trust {
         lock: Option<&LockFile>,
         reserved: &BTreeSet<String>,
     ) -> Result<(), String> {
-        if info.source == Source::Builtin || !reserved.contains(&info.name) {
-            return Ok(());
-        }
-        let by_config = self.overrides.iter().any(|o| o.names(info));
-        let by_lock = lock
-            .and_then(|l| l.by_hash(&info.sha256))
-            .is_some_and(|e| e.name == info.name && e.first_party_override);
-        if by_config || by_lock {
+        if info.source == Source::Builtin
+            || !reserved.contains(&info.name)
+            || self.overrides(info, lock)
+        {
             return Ok(());
         }
         Err(format!(
@@ -143,6 +149,7 @@ impl Trust {
     pub fn overrides(&self, info: &PluginInfo, lock: Option<&LockFile>) -> bool {
         info.source == Source::User
             && (self.overrides.iter().any(|o| o.names(info))
+                || self.pinning_overrides.contains(&info.name)
                 || lock
                     .and_then(|l| l.by_hash(&info.sha256))
                     .is_some_and(|e| e.name == info.name && e.first_party_override))
