@@ -233,7 +233,8 @@ enum Want {
     /// A retriever instance with an index, of `generation` by preference
     /// (an older index serves while the new one is built); never a new one.
     Indexed(u64),
-    /// One whose index is not of `generation` (a new one if none is ready).
+    /// One whose index is older than `generation`, or none (a new one if
+    /// none is ready).
     Unindexed(u64),
 }
 
@@ -609,7 +610,10 @@ impl Loaded {
                         .max_by_key(|(_, i)| i.indexed)
                         .map(|(n, _)| n)
                 }),
-            Want::Unindexed(generation) => pool.iter().position(|i| i.indexed != Some(generation)),
+            // Never one holding a newer library than asked.
+            Want::Unindexed(generation) => pool
+                .iter()
+                .position(|i| i.indexed.is_none_or(|g| g < generation)),
         };
         match (pick, want) {
             (Some(n), _) => Ok(Some(pool.swap_remove(n))),
@@ -939,6 +943,11 @@ impl Loaded {
     /// time; each `index()` has `limits.index_timeout` of its own time.
     pub async fn warm(&self, skills: &[types::Skill], generation: u64) -> Result<(), CallError> {
         let _one_at_a_time = self.indexing.lock().await;
+        // Background indexes may run in any order: an older library's
+        // index is not wanted once a newer one is ready.
+        if self.indexed_generation().is_some_and(|g| g > generation) {
+            return Ok(());
+        }
         for _ in 0..self.limits.pool_size.max(1) {
             // Enough indexed instances, counting those busy in calls (each
             // index of a large library is seconds of work).
