@@ -331,9 +331,13 @@ async fn admin_status(State(app): State<SharedApp>) -> Response {
             })
         }),
         // Why skills are not evolved now (the learning job's own check:
-        // without an enabled guard, nothing is).
+        // without an enabled guard, nothing is), or that they are evolved
+        // unchecked because the config's chain leaves guard out.
         "evolution_blocked": app.learn.as_ref().and_then(|_| {
             crate::learn::evolver_chain(app.plugins.as_deref()).err().map(|e| e.to_string())
+        }),
+        "evolution_unguarded": app.learn.as_ref().and_then(|_| {
+            crate::learn::evolution_unguarded(app.plugins.as_deref())
         }),
         "plugins": app.plugins.as_ref().map(|host| {
             let registry = host.current();

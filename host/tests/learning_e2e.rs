@@ -515,26 +515,31 @@ async fn a_revision_of_a_built_in_skill_waits_for_review_and_is_written_once_acc
 }
 
 #[tokio::test]
-async fn without_guard_evolution_refuses_to_run_and_says_why() {
+async fn with_guard_removed_evolution_waits_and_writes_nothing() {
+    // The first-party plugins as a folder, without guard: what a deployment
+    // that lost it (or never had it) runs with.
+    let builtin = tempfile::tempdir().unwrap();
+    let shipped = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../plugins/builtin");
+    for entry in std::fs::read_dir(&shipped).unwrap() {
+        let path = entry.unwrap().path();
+        let name = path.file_name().unwrap().to_string_lossy().to_string();
+        if name.ends_with(".wasm") && name != "guard.wasm" {
+            std::fs::copy(&path, builtin.path().join(&name)).unwrap();
+        }
+    }
     let (up, mc) = with_bank(&config(
         "judge",
         "evolver",
         "10m",
-        "plugins:\n  evolvers: [redact, dedup]\n",
+        &format!("plugins:\n  builtin_dir: {}\n", builtin.path().display()),
     ));
-    // Said at start, naming the key.
-    assert!(
-        mc.log().contains("plugins.evolvers does not list guard"),
-        "{}",
-        mc.log()
-    );
     corrected_session(&mc, "unguarded").await;
     mc.turns("unguarded", 2);
     let out = mc.cli(&["learn", "now", "unguarded", "--json"]);
     assert!(!out.status.success(), "the job cannot finish without guard");
 
-    // The evolve stage failed with the reason; the job stays queued for a
-    // retry, and `learn status` shows why.
+    // The job waits (queued, its attempt given back) with the reason, after
+    // the stages that need no guard; `learn status` shows why.
     let jobs = poll_json(mc.home.path(), &["learn", "status", "--json"], |v| {
         v.as_array().is_some_and(|j| {
             j.iter()
@@ -548,10 +553,11 @@ async fn without_guard_evolution_refuses_to_run_and_says_why() {
         .find(|j| j["session_id"] == "unguarded")
         .unwrap();
     assert_eq!(job["state"], "queued", "{job}");
+    assert_eq!(job["attempts"], 0, "waiting uses up no attempt: {job}");
     assert_eq!(job["stages"], json!(["score", "judge"]), "{job}");
     let error = job["error"].as_str().unwrap();
     assert!(
-        error.contains("no guard evolver is loaded: plugins.evolvers does not list guard"),
+        error.starts_with("waiting: no guard evolver is loaded: guard is not loaded"),
         "{error}"
     );
     let out = mc.cli(&["learn", "status"]);
@@ -566,4 +572,36 @@ async fn without_guard_evolution_refuses_to_run_and_says_why() {
     // Nothing was drafted or written, and the evolver model was not paid for.
     assert!(seen_by(&up.url, "evolver").await.is_empty());
     assert!(skill_text(&mc, "lesson-distance-earth-moon").is_none());
+}
+
+#[tokio::test]
+async fn an_evolver_chain_configured_without_guard_runs_and_says_so() {
+    let (_up, mc) = with_bank(&config(
+        "judge",
+        "evolver",
+        "10m",
+        "plugins:\n  evolvers: [redact, dedup]\n",
+    ));
+    // Said at start, naming the key.
+    assert!(
+        mc.log().contains("plugins.evolvers does not list guard"),
+        "{}",
+        mc.log()
+    );
+    corrected_session(&mc, "unguarded").await;
+    mc.turns("unguarded", 2);
+    let out = mc.cli(&["learn", "now", "unguarded", "--json"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(skill_text(&mc, "lesson-distance-earth-moon").is_some());
+    let out = mc.cli(&["status"]);
+    assert!(
+        String::from_utf8_lossy(&out.stdout)
+            .contains("warning:   plugins.evolvers leaves out guard"),
+        "{}",
+        String::from_utf8_lossy(&out.stdout)
+    );
 }

@@ -202,10 +202,17 @@ async fn a_lock_pins_plugins_by_hash_and_a_replaced_build_is_refused() {
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
+    // The drop-in is pinned; the first-party plugins compiled into the
+    // binary are not (they change only with it), and the output says so.
     let lock = std::fs::read_to_string(home.join("metaclaw.lock")).unwrap();
     assert!(
-        lock.contains("name: refusals") && lock.contains("name: tool-error"),
+        lock.contains("name: refusals") && !lock.contains("name: tool-error"),
         "{lock}"
+    );
+    assert!(
+        String::from_utf8_lossy(&out.stdout).contains("first-party plugins compiled into metaclaw"),
+        "{}",
+        String::from_utf8_lossy(&out.stdout)
     );
     let verify = cli_in(home, &["plugins", "verify"]);
     assert!(

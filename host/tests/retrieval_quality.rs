@@ -55,9 +55,6 @@ fn labelled(file: &str) -> Labelled {
 fn skills(home: &Path, config: Config) -> Arc<Skills> {
     let home = Home::at(home);
     home.ensure().unwrap();
-    let builtin = common::built_plugin("builtin/bm25.wasm");
-    let mut config = config;
-    config.plugins.builtin_dir = Some(builtin.parent().unwrap().display().to_string());
     let db = home.db_file();
     let (retrieval, embedder) = Retrieval::from_config(&config, &db);
     assert_eq!(retrieval.problem, None);

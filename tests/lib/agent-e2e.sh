@@ -46,13 +46,7 @@ find_metaclaw() {
     cargo build --locked -q -p metaclaw
   fi
   [ -x "$bin" ] || die "no metaclaw binary at $bin"
-  # Skills are chosen by the bm25 retriever plugin, loaded from plugins/builtin
-  # beside the binary's folder (scripts/build-plugins puts it there).
-  plugins_dir="${METACLAW_BUILTIN_PLUGINS:-$(dirname "$(dirname "$bin")")/plugins/builtin}"
-  if [ ! -f "$plugins_dir/bm25.wasm" ]; then
-    step "build the first-party plugins ($plugins_dir/bm25.wasm is missing)"
-    scripts/build-plugins --rust-only
-  fi
+  # Skills are chosen by the bm25 retriever plugin, compiled into metaclaw.
   echo "metaclaw: $bin ($("$bin" --version))"
   # `metaclaw start` wires the agent and `stop --restore` undoes it; builds
   # before that have no --no-wire. (Help is captured before grep: see

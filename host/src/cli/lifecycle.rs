@@ -18,6 +18,43 @@ use crate::logging::RotatingLog;
 
 const START_TIMEOUT: Duration = Duration::from_secs(30);
 
+/// The first start after an install or upgrade compiles the first-party
+/// plugins (seconds to a minute on a slow machine): done here, before the
+/// daemon starts, so a terminal shows progress; later starts find them in
+/// the compile cache and skip this.
+fn precompile_plugins(home: &Home, config: &crate::config::Config) {
+    use std::io::{IsTerminal, Write};
+    let settings = crate::plugins::Settings::from_config(config, home);
+    let terminal = std::io::stderr().is_terminal();
+    let started = Instant::now();
+    let mut progress = |done: usize, total: usize, name: &str| {
+        if terminal {
+            eprint!(
+                "\rcompiling the first-party plugins (first start only): {done}/{total} {name:<28}"
+            );
+            let _ = std::io::stderr().flush();
+        }
+    };
+    match crate::plugins::PluginHost::precompile_embedded(&settings, &mut progress) {
+        Ok(0) => {}
+        Ok(n) => {
+            let took = started.elapsed().as_secs_f32();
+            if terminal {
+                eprintln!(
+                    "\rcompiled the {n} first-party plugins in {took:.1}s (cached for later starts){:20}",
+                    ""
+                );
+            } else {
+                eprintln!(
+                    "compiled the {n} first-party plugins in {took:.1}s (cached for later starts)"
+                );
+            }
+        }
+        // The daemon compiles them itself (and reports what fails).
+        Err(e) => tracing::debug!("cannot precompile the plugins: {e:#}"),
+    }
+}
+
 pub fn start(home: &Home, config_path: &Path, args: StartArgs) -> Result<ExitCode> {
     let mut loaded = load_config(config_path)?;
     if let Some(port) = args.port {
@@ -74,6 +111,8 @@ pub fn start(home: &Home, config_path: &Path, args: StartArgs) -> Result<ExitCod
         home.remove_pid_file();
         eprintln!("note: removed a stale pid file (its process is gone)");
     }
+
+    precompile_plugins(home, &loaded.config);
 
     // The daemon is this binary in the foreground, detached from the
     // terminal (own process group) with its output in the log file.
@@ -430,8 +469,10 @@ pub fn status(home: &Home, config_path: &Path, args: JsonFlag) -> Result<ExitCod
             }
         );
     }
-    if let Some(why) = report["evolution_blocked"].as_str() {
-        say!("  warning:   {why}");
+    for key in ["evolution_blocked", "evolution_unguarded"] {
+        if let Some(why) = report[key].as_str() {
+            say!("  warning:   {why}");
+        }
     }
     super::claws_cmd::print_wiring(home);
     say!("  home:      {}", home.root.display());

@@ -31,7 +31,7 @@ use crate::config::{self, Loaded};
 use crate::home::Home;
 
 #[derive(Parser, Debug)]
-#[command(name = "metaclaw", version, about = "A learning proxy between your AI agent and its LLM", long_about = None)]
+#[command(name = "metaclaw", version, long_version = crate::plugins::embedded::LONG_VERSION, about = "A learning proxy between your AI agent and its LLM", long_about = None)]
 pub struct Cli {
     /// Config file (default: <home>/config.yaml; home is $METACLAW_HOME or ~/.metaclaw).
     #[arg(short = 'c', long, global = true, value_name = "PATH")]
@@ -383,10 +383,15 @@ fn dispatch(cli: Cli) -> Result<ExitCode> {
             if args.json {
                 say!(
                     "{}",
-                    serde_json::json!({ "name": "metaclaw", "version": env!("CARGO_PKG_VERSION") })
+                    serde_json::json!({
+                        "name": "metaclaw",
+                        "version": env!("CARGO_PKG_VERSION"),
+                        "plugins": crate::plugins::embedded::versions_json(),
+                        "plugins_built_with": crate::plugins::embedded::EMBEDDED_RUSTC,
+                    })
                 );
             } else {
-                say!("metaclaw {}", env!("CARGO_PKG_VERSION"));
+                say!("metaclaw {}", crate::plugins::embedded::LONG_VERSION);
             }
             Ok(ExitCode::SUCCESS)
         }

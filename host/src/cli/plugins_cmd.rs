@@ -12,8 +12,8 @@ use super::{PluginsCommand, load_config, runtime};
 use crate::config::Loaded as LoadedConfig;
 use crate::home::Home;
 use crate::plugins::{
-    ArtifactState, Kind, Loaded, LockEntry, LockFile, PluginHost, RegistryView, Settings, Source,
-    artifact_limit, files, types, view,
+    ArtifactState, BuiltinSource, Kind, Loaded, LockEntry, LockFile, PluginHost, RegistryView,
+    Settings, Source, artifact_limit, files, types, view,
 };
 use crate::proxy::request::hex;
 
@@ -337,11 +337,14 @@ fn lock(home: &Home, config: &LoadedConfig, overrides: Vec<String>) -> Result<Ex
             bail!("--override {name}: no drop-in plugin called {name:?} is loadable");
         }
     }
+    // The embedded first-party plugins are the binary itself: pinning them
+    // would only make the next upgrade refuse them.
     let lock = LockFile {
         version: 1,
         plugins: registry
             .plugins
             .iter()
+            .filter(|p| !p.info.embedded())
             .map(|p| LockEntry {
                 name: p.info.name.clone(),
                 version: p.info.version.to_string(),
@@ -370,7 +373,17 @@ fn lock(home: &Home, config: &LoadedConfig, overrides: Vec<String>) -> Result<Ex
             }
         );
     }
-    say!("wrote {} ({} plugins)", path.display(), lock.plugins.len());
+    let embedded = registry
+        .plugins
+        .iter()
+        .filter(|p| p.info.embedded())
+        .count();
+    say!(
+        "wrote {} ({} plugins; the {embedded} first-party plugins compiled into metaclaw {} are not pinned: they change only with the binary)",
+        path.display(),
+        lock.plugins.len(),
+        env!("CARGO_PKG_VERSION")
+    );
     Ok(ExitCode::SUCCESS)
 }
 
@@ -386,18 +399,33 @@ fn verify(home: &Home, config: &LoadedConfig) -> Result<ExitCode> {
     let mut bad = 0;
     // Compiled code is what actually runs: an artifact that does not verify
     // is reported (and deleted) before loading would recompile it quietly.
+    // The embedded plugins' compiled code is checked too: it runs as much
+    // as a pinned file's does.
     if let Some(cache) = host.engine.cache() {
-        for entry in &lock.plugins {
+        let embedded = (host.settings.builtin == BuiltinSource::Embedded)
+            .then_some(crate::plugins::embedded::EMBEDDED)
+            .unwrap_or_default()
+            .iter()
+            .map(|p| {
+                (
+                    p.name.to_string(),
+                    p.version.to_string(),
+                    p.sha256.to_string(),
+                )
+            });
+        let pinned = lock
+            .plugins
+            .iter()
+            .map(|e| (e.name.clone(), e.version.clone(), e.sha256.clone()));
+        for (name, version, sha256) in pinned.chain(embedded) {
             let limit = artifact_limit(host.settings.max_file_bytes as usize);
             if let ArtifactState::Refused(reason) =
-                cache.verify(&entry.sha256, &host.engine.compats(), limit)
+                cache.verify(&sha256, &host.engine.compats(), limit)
             {
                 say!(
-                    "CACHE    {}@{}: the compiled code in the cache was refused ({reason}); deleted, it is recompiled from the pinned file",
-                    entry.name,
-                    entry.version
+                    "CACHE    {name}@{version}: the compiled code in the cache was refused ({reason}); deleted, it is recompiled from the pinned file"
                 );
-                cache.remove(&entry.sha256);
+                cache.remove(&sha256);
                 bad += 1;
             }
         }
@@ -409,6 +437,20 @@ fn verify(home: &Home, config: &LoadedConfig) -> Result<ExitCode> {
             .iter()
             .any(|p| p.info.sha256 == entry.sha256)
         {
+            // A lock written when the first-party plugins were files.
+            if let Some(p) = registry
+                .plugins
+                .iter()
+                .find(|p| p.info.embedded() && p.info.name == entry.name)
+            {
+                say!(
+                    "note     {}@{}: now compiled into metaclaw ({}); this entry is ignored (`metaclaw plugins lock` drops it)",
+                    entry.name,
+                    entry.version,
+                    p.label()
+                );
+                continue;
+            }
             match registry
                 .plugins
                 .iter()
@@ -432,7 +474,7 @@ fn verify(home: &Home, config: &LoadedConfig) -> Result<ExitCode> {
             bad += 1;
         }
     }
-    for p in &registry.plugins {
+    for p in registry.plugins.iter().filter(|p| !p.info.embedded()) {
         if lock.by_hash(&p.info.sha256).is_none()
             && lock
                 .by_name_version(&p.info.name, &p.info.version.to_string())

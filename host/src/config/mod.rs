@@ -105,8 +105,8 @@ pub fn load_with_env(
     if config.wechat.enabled {
         warnings.push("wechat.enabled: the WeChat bridge is not part of metaclaw; ignored".into());
     }
-    // Evolution refuses to run without guard whatever the config says;
-    // say so up front rather than only in failed learning jobs.
+    // An evolver chain configured without guard is the one way evolved
+    // skills are written unchecked: said at every start, not only in status.
     if let Some(evolvers) = &config.plugins.evolvers
         && config.learning.enabled
         && config.skills.enabled
@@ -115,7 +115,7 @@ pub fn load_with_env(
             .any(|spec| crate::plugins::PluginSpec::parse(spec).is_ok_and(|s| s.name == "guard"))
     {
         warnings.push(
-            "plugins.evolvers does not list guard: skill evolution will not run until it does (drafts are never kept unchecked)".into(),
+            "plugins.evolvers does not list guard: evolved skills are written without the poisoning guard, as configured (add guard to the list to check them)".into(),
         );
     }
     Ok(Loaded {

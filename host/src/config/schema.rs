@@ -543,10 +543,11 @@ impl Default for LogConfig {
 pub struct PluginsConfig {
     /// The drop-in folder (default `<home>/plugins`); watched for changes.
     pub dir: Option<String>,
-    /// First-party plugins shipped with metaclaw (default: `plugins/builtin`
-    /// beside the executable's folder, where scripts/build-plugins puts them).
+    /// Load the first-party plugins from this folder instead of the copies
+    /// compiled into metaclaw (unset, the default: the embedded ones). For
+    /// developing them; these are files, so a lock file checks them.
     pub builtin_dir: Option<String>,
-    /// `false` ignores the first-party plugins.
+    /// `false` turns the first-party plugins off (their names stay reserved).
     pub builtin: bool,
     /// The retriever, tried in order: `name` or `name@<semver requirement>`.
     pub retriever: Vec<String>,

@@ -15,7 +15,7 @@ pub mod review;
 pub mod reward;
 pub mod runner;
 
-pub use runner::{LearnError, LearnHandle, Learner, evolver_chain};
+pub use runner::{Blocked, LearnError, LearnHandle, Learner, evolution_unguarded, evolver_chain};
 
 use std::collections::HashMap;
 use std::sync::Arc;

@@ -289,7 +289,20 @@ impl Learner {
     async fn execute(self: &Arc<Self>, job: Job) {
         let session = job.session_id.clone();
         tracing::info!(session = %session, round = job.round, attempt = job.attempts, "learning from session");
-        let outcome = self.stages(&job).await.map_err(|e| format!("{e:#}"));
+        let outcome = match self.stages(&job).await {
+            Err(e) if e.downcast_ref::<Blocked>().is_some() => {
+                tracing::warn!(session = %session, "learning job waits: {e:#}");
+                let (s, why) = (session.clone(), format!("{e:#}"));
+                if let Err(e) = self
+                    .db(move |c| jobs::wait_blocked(c, &s, &why, now_ms()))
+                    .await
+                {
+                    tracing::error!(session = %session, "cannot record the job's outcome: {e:#}");
+                }
+                return;
+            }
+            outcome => outcome.map_err(|e| format!("{e:#}")),
+        };
         match &outcome {
             Ok(()) => tracing::info!(session = %session, "learning job done"),
             Err(e) => {
@@ -814,19 +827,29 @@ async fn blocking<T: Send + 'static>(f: impl FnOnce() -> Result<T> + Send + 'sta
         .map_err(|e| anyhow::anyhow!("learning task failed: {e}"))?
 }
 
+/// Evolution cannot run now for a reason outside the job (no `guard`):
+/// the job waits, queued, without using up its attempts.
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+pub struct Blocked(String);
+
 /// The evolver plugins in order: those `plugins.evolvers` names (unset:
 /// every loaded one), third-party ones in the order given, then always the
 /// first-party ones, guard → redact → dedup — whatever the config's order,
 /// nothing edits a draft after guard has checked it, and dedup compares
-/// clean text. An error when the chain has no enabled `guard`: drafts are
-/// never kept unchecked, whatever the config says (fail closed; a job is
-/// retried, so a guard that is still loading or gets fixed counts; `status`
-/// shows the same reason).
+/// clean text.
+///
+/// Fails closed: without an enabled `guard` in the chain, [`Blocked`] —
+/// drafts are never kept unchecked (the job waits; a guard that is still
+/// loading, or gets fixed, counts; `status` and `doctor` show the reason).
+/// The one exception is a deployment that lists its chain in
+/// `plugins.evolvers` and leaves guard out: it said so, and `status` says it.
 pub fn evolver_chain(plugins: Option<&PluginHost>) -> Result<Vec<Arc<Loaded>>> {
     let Some(plugins) = plugins else {
-        anyhow::bail!(
-            "no guard evolver is loaded: plugins are off (see the log at start); skills are not evolved unchecked"
-        );
+        return Err(Blocked(
+            "no guard evolver is loaded: plugins are off (see the log at start); skills are not evolved unchecked".into(),
+        )
+        .into());
     };
     let mut chain = plugins.evolvers();
     if !chain.iter().any(|p| p.info.name == GUARD) {
@@ -836,15 +859,19 @@ pub fn evolver_chain(plugins: Option<&PluginHost>) -> Result<Vec<Arc<Loaded>>> {
             .as_ref()
             .map(|specs| specs.iter().any(|s| s.name == GUARD));
         let why = match listed {
-            Some(false) => "plugins.evolvers does not list guard (add it)",
+            // Configured without it: the deployment's explicit choice.
+            Some(false) => return Ok(chain),
             Some(true) => {
                 "plugins.evolvers lists guard, but it is not loaded or is disabled (see `metaclaw plugins list`)"
             }
             None => {
-                "guard is not among the plugins or is disabled (build them with scripts/build-plugins; see `metaclaw plugins list` and plugins.builtin)"
+                "guard is not loaded or is disabled (see `metaclaw plugins list`; plugins.builtin: false turns the first-party plugins off)"
             }
         };
-        anyhow::bail!("no guard evolver is loaded: {why}; skills are not evolved unchecked");
+        return Err(Blocked(format!(
+            "no guard evolver is loaded: {why}; skills are not evolved unchecked"
+        ))
+        .into());
     }
     let rank = |p: &Arc<Loaded>| match p.info.name.as_str() {
         GUARD => 1,
@@ -854,6 +881,15 @@ pub fn evolver_chain(plugins: Option<&PluginHost>) -> Result<Vec<Arc<Loaded>>> {
     };
     chain.sort_by_key(rank);
     Ok(chain)
+}
+
+/// Why evolved skills are written without guard, if they are: the config's
+/// `plugins.evolvers` leaves it out.
+pub fn evolution_unguarded(plugins: Option<&PluginHost>) -> Option<String> {
+    let chain = evolver_chain(plugins).ok()?;
+    (!chain.iter().any(|p| p.info.name == GUARD)).then(|| {
+        "plugins.evolvers leaves out guard: evolved skills are written without the poisoning check (as configured)".to_string()
+    })
 }
 
 /// The drafts through each evolver plugin in turn. A plugin that fails

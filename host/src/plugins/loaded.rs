@@ -151,6 +151,13 @@ pub struct PluginInfo {
     pub source: Source,
 }
 
+impl PluginInfo {
+    /// Compiled into the binary (not a file: the lock does not pin it).
+    pub fn embedded(&self) -> bool {
+        self.path.starts_with(super::embedded::EMBEDDED_DIR)
+    }
+}
+
 /// Why a call failed.
 #[derive(Debug, Clone, thiserror::Error)]
 pub enum CallError {

@@ -16,6 +16,7 @@
 
 pub mod bindings;
 mod cache;
+pub mod embedded;
 mod engine;
 pub mod files;
 mod loaded;
@@ -33,7 +34,7 @@ pub use loaded::{
     compatible,
 };
 pub use lock::{LockEntry, LockFile};
-pub use registry::{PluginHost, PluginSpec, Problem, Registry, Settings, default_builtin_dir};
+pub use registry::{BuiltinSource, PluginHost, PluginSpec, Problem, Registry, Settings};
 pub use sandbox::{EmbedBudget, EmbedPurpose, Embedder, Grants};
 pub use trust::{FIRST_PARTY, FileRef, Trust};
 pub use view::{PluginView, RegistryView, view};

@@ -1,10 +1,11 @@
 //! Which plugins are loaded, and which run in each role.
 //!
-//! Plugins come from two folders: the first-party ones shipped with
-//! metaclaw and the user's drop-in folder. Both are scanned at start and
-//! then watched: a new, replaced or removed file is picked up without a
-//! restart (once it has stopped changing); a file that did not change is
-//! not read again. A file that fails to load is reported and skipped; it
+//! Plugins come from two places: the first-party ones compiled into
+//! metaclaw ([`super::embedded`]; or a folder of them, `plugins.builtin_dir`)
+//! and the user's drop-in folder. The folders are scanned at start and then
+//! watched: a new, replaced or removed file is picked up without a restart
+//! (once it has stopped changing); a file that did not change is not read
+//! again. A file that fails to load is reported and skipped; it
 //! never takes the host down.
 //!
 //! Trust is bound to content, and decided before a plugin's code runs as
@@ -15,6 +16,7 @@
 //! explicitly; two files claiming one name are both refused; grants attach
 //! to file hashes and lock entries ([`super::trust`]).
 
+use std::borrow::Cow;
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, RwLock};
@@ -25,6 +27,7 @@ use serde::Serialize;
 use sha2::{Digest, Sha256};
 
 use super::cache::CacheOptions;
+use super::embedded::{self, EmbeddedPlugin};
 use super::engine::{EngineOptions, PluginEngine};
 use super::files::{self, Stamp};
 use super::loaded::{Kind, Limits, Loaded, Probed, Source};
@@ -60,10 +63,22 @@ impl PluginSpec {
     }
 }
 
+/// Where the first-party plugins come from.
+#[derive(Debug, Clone, PartialEq)]
+pub enum BuiltinSource {
+    /// `plugins.builtin: false`: none (their names stay reserved).
+    Off,
+    /// Compiled into the binary: the default.
+    Embedded,
+    /// `plugins.builtin_dir`: a folder of first-party builds instead (for
+    /// developing them). Its files are files: the lock checks them.
+    Folder(PathBuf),
+}
+
 /// Everything the host needs to know from the config.
 #[derive(Debug, Clone)]
 pub struct Settings {
-    pub builtin_dir: Option<PathBuf>,
+    pub builtin: BuiltinSource,
     pub user_dir: PathBuf,
     pub lock_path: PathBuf,
     pub cache: Option<CacheOptions>,
@@ -100,13 +115,10 @@ impl Settings {
                 .filter_map(|s| PluginSpec::parse(s).ok())
                 .collect::<Vec<_>>()
         };
-        let builtin_dir = if p.builtin {
-            p.builtin_dir
-                .as_deref()
-                .map(crate::daemon::expand_home)
-                .or_else(default_builtin_dir)
-        } else {
-            None
+        let builtin = match (&p.builtin, p.builtin_dir.as_deref()) {
+            (false, _) => BuiltinSource::Off,
+            (true, Some(dir)) => BuiltinSource::Folder(crate::daemon::expand_home(dir)),
+            (true, None) => BuiltinSource::Embedded,
         };
         let mut timeouts = BTreeMap::new();
         timeouts.insert(Kind::Retriever, p.timeouts.retriever.get());
@@ -121,7 +133,7 @@ impl Settings {
                 Trust::default()
             });
         Self {
-            builtin_dir,
+            builtin,
             user_dir: p
                 .dir
                 .as_deref()
@@ -180,7 +192,7 @@ impl Settings {
     /// The folders scanned, first-party first.
     pub fn dirs(&self) -> Vec<(Source, PathBuf)> {
         let mut out = Vec::new();
-        if let Some(b) = &self.builtin_dir {
+        if let BuiltinSource::Folder(b) = &self.builtin {
             out.push((Source::Builtin, b.clone()));
         }
         out.push((Source::User, self.user_dir.clone()));
@@ -193,25 +205,6 @@ impl Settings {
             threads: self.threads,
         }
     }
-}
-
-/// First-party plugins sit in `plugins/builtin` next to the folder holding
-/// the executable: `target/plugins/builtin` for `target/release/metaclaw`,
-/// which is where scripts/build-plugins writes them.
-pub fn default_builtin_dir() -> Option<PathBuf> {
-    if let Some(dir) = std::env::var_os("METACLAW_BUILTIN_PLUGINS").filter(|v| !v.is_empty()) {
-        return Some(PathBuf::from(dir));
-    }
-    let exe = std::env::current_exe().ok()?;
-    let bin_dir = exe.parent()?;
-    // `deps/` when running from a test binary.
-    let bin_dir = if bin_dir.ends_with("deps") {
-        bin_dir.parent()?
-    } else {
-        bin_dir
-    };
-    let candidate = bin_dir.parent()?.join("plugins").join("builtin");
-    candidate.is_dir().then_some(candidate)
 }
 
 /// A file that could not be loaded (or something worth knowing about one),
@@ -326,7 +319,9 @@ struct Candidate {
     record: FileRecord,
     /// The file's bytes when this scan read them (to hash a new or changed
     /// file): the probe uses them rather than reading it again.
-    bytes: Option<Vec<u8>>,
+    bytes: Option<Cow<'static, [u8]>>,
+    /// Compiled into the binary: not a file, so not the lock's to check.
+    embedded: Option<&'static EmbeddedPlugin>,
 }
 
 impl PluginHost {
@@ -345,6 +340,37 @@ impl PluginHost {
         }))
     }
 
+    /// Compiles the embedded first-party plugins into the cache where it
+    /// does not hold them yet (the first start after an install or an
+    /// upgrade), calling `progress(done, total, name)` before each; the
+    /// daemon then loads them from the cache. Returns how many it compiled.
+    pub fn precompile_embedded(
+        settings: &Settings,
+        progress: &mut dyn FnMut(usize, usize, &str),
+    ) -> anyhow::Result<usize> {
+        if settings.builtin != BuiltinSource::Embedded {
+            return Ok(0);
+        }
+        let engine = PluginEngine::new(settings.engine_options())?;
+        let Some(cache) = engine.cache() else {
+            return Ok(0);
+        };
+        let missing: Vec<&EmbeddedPlugin> = embedded::EMBEDDED
+            .iter()
+            .filter(|p| {
+                let limit = super::engine::artifact_limit(p.bytes.len());
+                cache.verify(p.sha256, &engine.compats(), limit)
+                    != super::cache::ArtifactState::Valid
+            })
+            .collect();
+        for (i, p) in missing.iter().enumerate() {
+            progress(i, missing.len(), p.name);
+            // A failure is the daemon's to report, with the plugin's name.
+            let _ = engine.compile(p.bytes, p.sha256);
+        }
+        Ok(missing.len())
+    }
+
     pub fn current(&self) -> Arc<Registry> {
         self.current.read().map(|r| r.clone()).unwrap_or_default()
     }
@@ -357,7 +383,7 @@ impl PluginHost {
             return self.current();
         };
         let previous = self.current();
-        if previous.generation == 0 && self.settings.builtin_dir.is_some() {
+        if previous.generation == 0 && self.settings.builtin != BuiltinSource::Off {
             let first = Arc::new(self.scan(&previous, Some(Source::Builtin)));
             self.publish(&previous, first.clone());
             let next = Arc::new(self.scan(&first, None));
@@ -455,7 +481,7 @@ impl PluginHost {
                             sha256: hex(&Sha256::digest(&bytes)),
                             probe: ProbeState::NotYet,
                         },
-                        Some(bytes),
+                        Some(Cow::Owned(bytes)),
                     ),
                     Err(error) => {
                         registry.problems.push(Problem {
@@ -471,13 +497,40 @@ impl PluginHost {
                 path: entry.path,
                 record,
                 bytes,
+                embedded: None,
             });
+        }
+        if self.settings.builtin == BuiltinSource::Embedded
+            && only.is_none_or(|o| o == Source::Builtin)
+        {
+            candidates.extend(embedded::EMBEDDED.iter().map(|p| {
+                let path = p.path();
+                let (record, bytes) = match previous.files.get(&path) {
+                    Some(known) => (known.clone(), None),
+                    None => (
+                        FileRecord {
+                            stamp: Stamp::embedded(p.bytes.len() as u64),
+                            sha256: p.sha256.to_string(),
+                            probe: ProbeState::NotYet,
+                        },
+                        Some(Cow::Borrowed(p.bytes)),
+                    ),
+                };
+                Candidate {
+                    source: Source::Builtin,
+                    path,
+                    record,
+                    bytes,
+                    embedded: Some(p),
+                }
+            }));
         }
 
         // The lock, before any code is compiled or run.
         let mut admitted = Vec::new();
         for c in candidates {
             if let Some(lock) = lock
+                && c.embedded.is_none()
                 && lock.by_hash(&c.record.sha256).is_none()
                 && !self.settings.pinning
             {
@@ -621,13 +674,18 @@ impl PluginHost {
 
     fn probe_one(&self, c: &mut Candidate) -> ProbeState {
         // A file the lock refused in an earlier scan was not kept in memory.
-        let bytes = match c.bytes.take() {
-            Some(bytes) => bytes,
-            None => match files::read(&c.path, &c.record.stamp, self.settings.max_file_bytes) {
-                Ok(bytes) if hex(&Sha256::digest(&bytes)) == c.record.sha256 => bytes,
-                Ok(_) => return ProbeState::Failed("changed while being read".into()),
-                Err(e) => return ProbeState::Failed(e),
-            },
+        let bytes = match (c.bytes.take(), c.embedded) {
+            (Some(bytes), _) => bytes,
+            (None, Some(p)) => Cow::Borrowed(p.bytes),
+            (None, None) => {
+                match files::read(&c.path, &c.record.stamp, self.settings.max_file_bytes) {
+                    Ok(bytes) if hex(&Sha256::digest(&bytes)) == c.record.sha256 => {
+                        Cow::Owned(bytes)
+                    }
+                    Ok(_) => return ProbeState::Failed("changed while being read".into()),
+                    Err(e) => return ProbeState::Failed(e),
+                }
+            }
         };
         match Loaded::probe(
             &self.engine,

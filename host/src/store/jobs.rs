@@ -219,6 +219,26 @@ pub fn finish(
     Ok(())
 }
 
+/// How long a job waits before it looks again at what blocked it.
+pub const BLOCKED_RECHECK_MS: i64 = 60_000;
+
+/// The job could not go on for a reason outside it (no `guard` evolver is
+/// loaded): it waits, queued, without using up an attempt, and says why.
+pub fn wait_blocked(conn: &Connection, session_id: &str, why: &str, now_ms: i64) -> Result<()> {
+    conn.execute(
+        "UPDATE learning_jobs SET state = 'queued', attempts = MAX(attempts - 1, 0),
+             not_before_ms = ?2, finished_ms = ?3, error = ?4
+         WHERE session_id = ?1",
+        params![
+            session_id,
+            now_ms + BLOCKED_RECHECK_MS,
+            now_ms,
+            format!("waiting: {why}")
+        ],
+    )?;
+    Ok(())
+}
+
 /// The wait before attempt `attempts + 1`.
 fn backoff_ms(attempts: i64) -> i64 {
     let doublings = (attempts - 1).clamp(0, 20) as u32;

@@ -11,6 +11,37 @@ use serde_json::Value;
 
 pub const BIN: &str = env!("CARGO_BIN_EXE_metaclaw");
 
+/// Gives `home` the compile cache of the first-party plugins, compiled once
+/// per test binary: every daemon a test starts would otherwise compile the
+/// same nine components again, which on a slow 2-core machine is most of a
+/// test's CPU (what the first start does is tested on its own, cold).
+pub fn warm_plugin_cache(home: &Path) {
+    static WARM: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
+    let warm = WARM.get_or_init(|| {
+        // Kept between runs: an entry is keyed by the component's sha256
+        // and the engine, so a rebuilt binary or plugin only misses.
+        let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("warm-plugin-cache");
+        std::fs::create_dir_all(&dir).unwrap();
+        let out = cli_in(&dir, &["plugins", "list"]);
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        dir
+    });
+    let cache = home.join("cache/plugins");
+    std::fs::create_dir_all(&cache).unwrap();
+    for entry in std::fs::read_dir(warm.join("cache/plugins")).unwrap() {
+        let entry = entry.unwrap();
+        // Not another run's half-written temp file.
+        if !entry.file_name().to_string_lossy().starts_with('.') {
+            std::fs::copy(entry.path(), cache.join(entry.file_name())).unwrap();
+        }
+    }
+    std::fs::copy(warm.join("plugin-cache.key"), home.join("plugin-cache.key")).unwrap();
+}
+
 /// A child process killed when dropped.
 pub struct Proc {
     pub child: Child,
@@ -76,6 +107,7 @@ impl Metaclaw {
 
     pub fn start_with_env(upstream: &str, config: &str, env: &[(&str, &str)]) -> Self {
         let home = tempfile::tempdir().unwrap();
+        warm_plugin_cache(home.path());
         let config = config.replace("{upstream}", upstream);
         std::fs::write(home.path().join("config.yaml"), config).unwrap();
         let log = std::fs::File::create(home.path().join("test-stderr.log")).unwrap();
@@ -277,14 +309,20 @@ pub fn fixture(name: &str) -> Value {
 
 /// Where scripts/build-plugins put the plugins, next to the binary's folder.
 pub fn built_plugin(rel: &str) -> PathBuf {
-    let bin = std::path::Path::new(BIN);
-    let path = bin
-        .parent()
-        .unwrap()
-        .parent()
-        .unwrap()
-        .join("plugins")
-        .join(rel);
+    // The first-party ones are checked in (and embedded in the binary); the
+    // examples and attackers are built into the target dir.
+    let path = match rel.strip_prefix("builtin/") {
+        Some(file) => std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("../plugins/builtin")
+            .join(file),
+        None => std::path::Path::new(BIN)
+            .parent()
+            .unwrap()
+            .parent()
+            .unwrap()
+            .join("plugins")
+            .join(rel),
+    };
     assert!(
         path.is_file(),
         "{} is missing: run scripts/build-plugins first (scripts/test does)",
