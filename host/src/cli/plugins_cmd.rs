@@ -402,17 +402,18 @@ fn verify(home: &Home, config: &LoadedConfig) -> Result<ExitCode> {
     // The embedded plugins' compiled code is checked too: it runs as much
     // as a pinned file's does.
     if let Some(cache) = host.engine.cache() {
-        let embedded = (host.settings.builtin == BuiltinSource::Embedded)
-            .then_some(crate::plugins::embedded::EMBEDDED)
-            .unwrap_or_default()
-            .iter()
-            .map(|p| {
-                (
-                    p.name.to_string(),
-                    p.version.to_string(),
-                    p.sha256.to_string(),
-                )
-            });
+        let embedded: &[_] = if host.settings.builtin == BuiltinSource::Embedded {
+            crate::plugins::embedded::EMBEDDED
+        } else {
+            &[]
+        };
+        let embedded = embedded.iter().map(|p| {
+            (
+                p.name.to_string(),
+                p.version.to_string(),
+                p.sha256.to_string(),
+            )
+        });
         let pinned = lock
             .plugins
             .iter()
