@@ -277,6 +277,11 @@ pub struct Loaded {
     /// The newest library generation an instance has indexed (`u64::MAX`:
     /// none yet).
     indexed: AtomicU64,
+    /// The library generation whose last index failed (`u64::MAX`: none).
+    /// An older index serves while a newer one is built, not once building
+    /// it has failed: then its answers are stale, and the next retriever
+    /// (one that could index the library) answers instead.
+    index_failed: AtomicU64,
 }
 
 /// A compiled, checked plugin whose metadata has been read, before the
@@ -512,6 +517,7 @@ impl Loaded {
             indexing: tokio::sync::Mutex::new(()),
             warming: AtomicU64::new(u64::MAX),
             indexed: AtomicU64::new(u64::MAX),
+            index_failed: AtomicU64::new(u64::MAX),
         }
     }
 
@@ -903,6 +909,9 @@ impl Loaded {
         };
         if stale {
             self.refresh(skills, generation);
+            if self.index_failed.load(Ordering::Acquire) == generation {
+                return Err(CallError::Indexing);
+            }
         }
         // A ranking made without the query's embedding is no ranking: let
         // the next retriever answer.
@@ -949,6 +958,30 @@ impl Loaded {
     /// creating the rest), so that turns find ready indexes. One index at a
     /// time; each `index()` has `limits.index_timeout` of its own time.
     pub async fn warm(&self, skills: &[types::Skill], generation: u64) -> Result<(), CallError> {
+        let outcome = self.index_instances(skills, generation).await;
+        if outcome.is_ok() {
+            let _ = self.index_failed.compare_exchange(
+                generation,
+                u64::MAX,
+                Ordering::AcqRel,
+                Ordering::Acquire,
+            );
+        } else {
+            // Indexes may end in any order: the newest failure counts.
+            let _ = self
+                .index_failed
+                .fetch_update(Ordering::AcqRel, Ordering::Acquire, |now| {
+                    (now == u64::MAX || now < generation).then_some(generation)
+                });
+        }
+        outcome
+    }
+
+    async fn index_instances(
+        &self,
+        skills: &[types::Skill],
+        generation: u64,
+    ) -> Result<(), CallError> {
         let _one_at_a_time = self.indexing.lock().await;
         // Background indexes may run in any order: an older library's
         // index is not wanted once a newer one is ready.

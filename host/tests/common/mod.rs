@@ -455,8 +455,15 @@ pub fn with_bank(config: &str) -> (Proc, Metaclaw) {
     // The daemon notices the new folders and indexes them in the
     // background. (Plugins compile in the background at start; until a
     // retriever is loaded and has indexed the library, turns get no skills.)
+    // bm25 serves whenever another retriever cannot (an embedding endpoint
+    // that is down, a missing model): wait for its index in particular.
     poll_json(mc.home.path(), &["status", "--json"], |v| {
-        skills_ready(v, 40) && v["plugins"]["loaded"].as_u64().unwrap_or(0) >= 3
+        skills_ready(v, 40)
+            && v["plugins"]["loaded"].as_u64().unwrap_or(0) >= 3
+            && v["skills"]["indexed_by"].as_array().is_some_and(|r| {
+                r.iter()
+                    .any(|n| n.as_str().is_some_and(|n| n.starts_with("bm25")))
+            })
     });
     (up, mc)
 }
