@@ -342,6 +342,10 @@ pub enum DevCommand {
         port: u16,
         #[arg(long, default_value = "127.0.0.1")]
         host: String,
+        /// Answer 401 to API requests that do not carry this key (as
+        /// `Authorization: Bearer KEY` or `x-api-key: KEY`).
+        #[arg(long, value_name = "KEY")]
+        require_key: Option<String>,
     },
 }
 
@@ -395,7 +399,11 @@ fn dispatch(cli: Cli) -> Result<ExitCode> {
             }
             Ok(ExitCode::SUCCESS)
         }
-        Command::Dev(DevCommand::Upstream { port, host }) => dev_upstream(&host, port),
+        Command::Dev(DevCommand::Upstream {
+            port,
+            host,
+            require_key,
+        }) => dev_upstream(&host, port, require_key),
     }
 }
 
@@ -414,14 +422,18 @@ fn runtime() -> Result<tokio::runtime::Runtime> {
         .build()?)
 }
 
-fn dev_upstream(host: &str, port: u16) -> Result<ExitCode> {
+fn dev_upstream(host: &str, port: u16, require_key: Option<String>) -> Result<ExitCode> {
     crate::logging::init("info");
     let rt = runtime()?;
     rt.block_on(async {
         let listener = tokio::net::TcpListener::bind((host, port)).await?;
         let addr = listener.local_addr()?;
         say!("dummy upstream listening on http://{addr}/v1");
-        crate::dev::upstream::serve(listener, Default::default()).await?;
+        let dummy = match require_key {
+            Some(key) => crate::dev::upstream::Dummy::requiring_key(key),
+            None => crate::dev::upstream::Dummy::default(),
+        };
+        crate::dev::upstream::serve(listener, std::sync::Arc::new(dummy)).await?;
         anyhow::Ok(())
     })?;
     Ok(ExitCode::SUCCESS)
