@@ -14,6 +14,7 @@ macro_rules! say_raw {
 
 mod claws_cmd;
 mod config_cmd;
+mod doctor;
 mod learn_cmd;
 mod lifecycle;
 mod plugins_cmd;
@@ -52,6 +53,9 @@ pub enum Command {
     Uninstall(UninstallArgs),
     /// Is it running, and what has it recorded?
     Status(JsonFlag),
+    /// Check the setup: config, upstream, plugins, skills, wiring, store,
+    /// disk, port; each ok, warning or error with the fix.
+    Doctor(DoctorArgs),
     /// Show, read or change the configuration.
     #[command(subcommand)]
     Config(ConfigCommand),
@@ -76,6 +80,16 @@ pub enum Command {
 
 #[derive(Args, Debug, Clone, Default)]
 pub struct JsonFlag {
+    /// Machine-readable output.
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(Args, Debug, Clone, Default)]
+pub struct DoctorArgs {
+    /// Also send the upstream one small request with the key (GET /models).
+    #[arg(long)]
+    pub online: bool,
     /// Machine-readable output.
     #[arg(long)]
     pub json: bool,
@@ -378,6 +392,7 @@ fn dispatch(cli: Cli) -> Result<ExitCode> {
         Command::Stop(args) => lifecycle::stop(&home, args),
         Command::Uninstall(args) => claws_cmd::uninstall(&home, &config_path, args),
         Command::Status(args) => lifecycle::status(&home, &config_path, args),
+        Command::Doctor(args) => doctor::run(&home, &config_path, args),
         Command::Config(cmd) => config_cmd::run(&config_path, cmd),
         Command::Sessions(cmd) => sessions_cmd::run(&home, &config_path, cmd),
         Command::Plugins(cmd) => plugins_cmd::run(&home, &config_path, cmd),
