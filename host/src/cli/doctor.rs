@@ -463,6 +463,29 @@ fn existing_ancestor(path: &Path) -> Option<&Path> {
         .find(|p| !p.as_os_str().is_empty() && fs::symlink_metadata(p).is_ok())
 }
 
+/// Whether the missing `path` could be created: the nearest folder above
+/// it takes a new file. `Err` says why not.
+fn creatable(path: &Path) -> Result<(), String> {
+    let Some(parent) = existing_ancestor(path) else {
+        return Err(format!(
+            "{} cannot be created: no folder above it exists",
+            path.display()
+        ));
+    };
+    let usable = if parent.is_dir() {
+        probe_dir(parent).map_err(|e| e.to_string())
+    } else {
+        Err("it is not a folder".to_string())
+    };
+    usable.map_err(|why| {
+        format!(
+            "{} cannot be created: {}: {why}",
+            path.display(),
+            parent.display()
+        )
+    })
+}
+
 fn check_home(report: &mut Report, home: &Home) {
     let root = &home.root;
     let fix_folder = "set METACLAW_HOME to a folder you can write (or move what is there away)";
@@ -490,40 +513,17 @@ fn check_home(report: &mut Report, home: &Home) {
             ),
             Ok(()) => report.ok("home", format!("{} is writable", root.display())),
         },
-        Err(e) if is_missing(&e) => {
-            // `start` (and `setup`) create it.
-            let Some(parent) = existing_ancestor(root) else {
-                report.error(
-                    "home",
-                    format!("{} cannot be created: no folder above it exists", root.display()),
-                    fix_folder,
-                );
-                return;
-            };
-            let usable = if parent.is_dir() {
-                probe_dir(parent).map_err(|e| e.to_string())
-            } else {
-                Err("it is not a folder".to_string())
-            };
-            match usable {
-                Ok(()) => report.ok(
-                    "home",
-                    format!(
-                        "{} does not exist yet; `metaclaw start` creates it",
-                        root.display()
-                    ),
+        // `start` (and `setup`) create it.
+        Err(e) if is_missing(&e) => match creatable(root) {
+            Ok(()) => report.ok(
+                "home",
+                format!(
+                    "{} does not exist yet; `metaclaw start` creates it",
+                    root.display()
                 ),
-                Err(why) => report.error(
-                    "home",
-                    format!(
-                        "{} cannot be created: {}: {why}",
-                        root.display(),
-                        parent.display()
-                    ),
-                    fix_folder,
-                ),
-            }
-        }
+            ),
+            Err(why) => report.error("home", why, fix_folder),
+        },
         Err(e) => report.error("home", format!("{}: {e}", root.display()), fix_folder),
     }
 }
@@ -609,40 +609,17 @@ fn check_store(report: &mut Report, home: &Home, loaded: &Loaded) {
                 format!("give your user write access to it and its folder, or {fix_path}"),
             ),
         },
-        Err(e) if is_missing(&e) => {
-            let Some(parent) = existing_ancestor(&path) else {
-                report.error(
-                    "store",
-                    format!("{} cannot be created", path.display()),
-                    fix_path,
-                );
-                return;
-            };
-            // The home itself is checked above; a store elsewhere is not.
-            let usable = if parent.is_dir() {
-                probe_dir(parent).map_err(|e| e.to_string())
-            } else {
-                Err("it is not a folder".to_string())
-            };
-            match usable {
-                Ok(()) => report.ok(
-                    "store",
-                    format!(
-                        "{} does not exist yet; `metaclaw start` creates it",
-                        path.display()
-                    ),
+        // The home is checked on its own; a store elsewhere is not.
+        Err(e) if is_missing(&e) => match creatable(&path) {
+            Ok(()) => report.ok(
+                "store",
+                format!(
+                    "{} does not exist yet; `metaclaw start` creates it",
+                    path.display()
                 ),
-                Err(why) => report.error(
-                    "store",
-                    format!(
-                        "{} cannot be created: {}: {why}",
-                        path.display(),
-                        parent.display()
-                    ),
-                    fix_path,
-                ),
-            }
-        }
+            ),
+            Err(why) => report.error("store", why, fix_path),
+        },
         Err(e) => report.error("store", format!("{}: {e}", path.display()), fix_path),
     }
 }

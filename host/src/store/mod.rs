@@ -376,14 +376,8 @@ fn open_rw(path: &Path) -> Result<Connection> {
     Ok(conn)
 }
 
-/// A read-only connection for the CLI, which may run beside the daemon.
-pub fn open_read_only(path: &Path) -> Result<Connection> {
-    let conn = Connection::open_with_flags(
-        path,
-        OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_NO_MUTEX,
-    )
-    .with_context(|| format!("cannot open {}", path.display()))?;
-    conn.busy_timeout(Duration::from_secs(5))?;
+/// The store's schema version; an error when a newer metaclaw wrote it.
+fn schema_version(conn: &Connection, path: &Path) -> Result<u32> {
     let version: u32 = conn.pragma_query_value(None, "user_version", |r| r.get(0))?;
     if version > schema::latest_version() {
         bail!(
@@ -391,6 +385,22 @@ pub fn open_read_only(path: &Path) -> Result<Connection> {
             path.display()
         );
     }
+    Ok(version)
+}
+
+/// A connection to the existing store at `path`, which waits for the
+/// daemon's writer, and its schema version (refused if newer than known).
+fn open_existing(path: &Path, flags: OpenFlags) -> Result<(Connection, u32)> {
+    let conn = Connection::open_with_flags(path, flags | OpenFlags::SQLITE_OPEN_NO_MUTEX)
+        .with_context(|| format!("cannot open {}", path.display()))?;
+    conn.busy_timeout(Duration::from_secs(5))?;
+    let version = schema_version(&conn, path)?;
+    Ok((conn, version))
+}
+
+/// A read-only connection for the CLI, which may run beside the daemon.
+pub fn open_read_only(path: &Path) -> Result<Connection> {
+    let (conn, version) = open_existing(path, OpenFlags::SQLITE_OPEN_READ_ONLY)?;
     if version == 0 {
         bail!("{} has no metaclaw data yet", path.display());
     }
@@ -401,19 +411,7 @@ pub fn open_read_only(path: &Path) -> Result<Connection> {
 /// a table created in a transaction that is rolled back (`doctor`). Waits
 /// for the daemon's writer like any other writer.
 pub fn probe_write(path: &Path) -> Result<()> {
-    let mut conn = Connection::open_with_flags(
-        path,
-        OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_NO_MUTEX,
-    )
-    .with_context(|| format!("cannot open {}", path.display()))?;
-    conn.busy_timeout(Duration::from_secs(5))?;
-    let version: u32 = conn.pragma_query_value(None, "user_version", |r| r.get(0))?;
-    if version > schema::latest_version() {
-        bail!(
-            "{} was written by a newer metaclaw: upgrade metaclaw",
-            path.display()
-        );
-    }
+    let (mut conn, _) = open_existing(path, OpenFlags::SQLITE_OPEN_READ_WRITE)?;
     // SQLite opens a file it may not write read-only, silently.
     if conn.is_readonly(rusqlite::MAIN_DB)? {
         bail!("{} can only be opened read-only", path.display());
@@ -431,13 +429,7 @@ pub fn probe_write(path: &Path) -> Result<()> {
 /// SQLite serialises it with the writer thread.
 pub fn open_side_writer(path: &Path) -> Result<Connection> {
     let mut conn = open_rw(path)?;
-    let version: u32 = conn.pragma_query_value(None, "user_version", |r| r.get(0))?;
-    if version > schema::latest_version() {
-        bail!(
-            "{} was written by a newer metaclaw: upgrade metaclaw",
-            path.display()
-        );
-    }
+    schema_version(&conn, path)?;
     schema::migrate(&mut conn)?;
     Ok(conn)
 }
