@@ -188,6 +188,31 @@ fn a_wrong_key_a_missing_key_an_unreachable_upstream_and_a_taken_port_are_errors
         }
     }
 
+    // An Anthropic-style upstream gets the key as `x-api-key` (with
+    // `anthropic-version`): the right one passes, a wrong one is refused.
+    let anthropic =
+        fresh_home(&config_for(&up.url).replace("llm:\n", "llm:\n  api_format: anthropic\n"));
+    let out = doctor(
+        anthropic.path(),
+        &["--online", "--json"],
+        &[("DOCTOR_KEY", KEY)],
+    );
+    assert_eq!(check(&out, "online")["verdict"], "ok", "{}", text(&out));
+    let out = doctor(
+        anthropic.path(),
+        &["--online", "--json"],
+        &[("DOCTOR_KEY", "sk-wrong-2")],
+    );
+    let online = check(&out, "online");
+    assert_eq!(online["verdict"], "error", "{online}");
+    assert!(
+        online["message"]
+            .as_str()
+            .unwrap()
+            .contains("invalid x-api-key"),
+        "{online}"
+    );
+
     // Without --online nothing is sent, and the output says it was skipped.
     let out = doctor(home.path(), &[], &[("DOCTOR_KEY", "sk-wrong-1")]);
     assert!(out.status.success(), "{}", text(&out));

@@ -628,7 +628,8 @@ fn check_port(report: &mut Report, home: &Home, loaded: &Loaded) -> Result<()> {
     let proxy = &loaded.config.proxy;
     let port = proxy.port;
     let fix_port = "stop it, or give metaclaw another port: `metaclaw config set proxy.port N`";
-    if let Some(info) = home.running()? {
+    // A home that cannot be read is reported by the home check.
+    if let Some(info) = home.running().ok().flatten() {
         if runtime()?.block_on(super::lifecycle::healthy(&info.url)) {
             let note = if port != 0 && info.port != port {
                 format!(" (proxy.port says {port}: it was started with another)")

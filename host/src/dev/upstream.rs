@@ -218,7 +218,7 @@ pub fn router(dummy: Arc<Dummy>) -> Router {
 }
 
 /// With a required key, a request that does not carry it gets what OpenAI
-/// answers for a wrong key (Anthropic's shape on `/v1/messages`).
+/// answers for a wrong key (Anthropic's shape for an Anthropic client).
 async fn require_key(
     State(dummy): State<Arc<Dummy>>,
     request: axum::extract::Request,
@@ -236,7 +236,8 @@ async fn require_key(
     if bearer == Some(key.as_str()) || x_api_key == Some(key.as_str()) {
         return next.run(request).await;
     }
-    if request.uri().path() == "/v1/messages" {
+    // Anthropic's shape for its clients (they send `anthropic-version`).
+    if request.uri().path() == "/v1/messages" || headers.contains_key("anthropic-version") {
         let body = json!({"type": "error", "error": {"type": "authentication_error",
                           "message": "invalid x-api-key"}});
         return (StatusCode::UNAUTHORIZED, axum::Json(body)).into_response();
