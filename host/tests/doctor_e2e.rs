@@ -70,6 +70,7 @@ fn config_for(upstream: &str) -> String {
 
 fn fresh_home(config: &str) -> tempfile::TempDir {
     let home = tempfile::tempdir().unwrap();
+    warm_plugin_cache(home.path());
     std::fs::write(home.path().join("config.yaml"), config).unwrap();
     home
 }
@@ -402,6 +403,7 @@ fn an_unwritable_home_or_store_is_an_error() {
     // A store path that is a folder: the daemon could not open it.
     let home_dir = dir.path().join("home");
     std::fs::create_dir(&home_dir).unwrap();
+    warm_plugin_cache(&home_dir);
     std::fs::set_permissions(&home_dir, std::fs::Permissions::from_mode(0o700)).unwrap();
     let folder = dir.path().join("db-is-a-folder");
     std::fs::create_dir(&folder).unwrap();

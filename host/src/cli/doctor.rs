@@ -901,6 +901,11 @@ fn check_evolution(report: &mut Report, plugins: Option<&PluginHost>, loaded: &L
         return;
     }
     match crate::learn::evolver_chain(plugins) {
+        Ok(_) if let Some(why) = crate::learn::evolution_unguarded(plugins) => report.warning(
+            "evolution",
+            why,
+            "add guard to plugins.evolvers (or remove the key: every loaded evolver runs, guard first)",
+        ),
         Ok(chain) => {
             let names: Vec<&str> = chain.iter().map(|p| p.info.name.as_str()).collect();
             report.ok(
