@@ -450,3 +450,53 @@ fn an_unwritable_home_or_store_is_an_error() {
         );
     }
 }
+
+#[test]
+fn evolution_and_retrieval_without_their_plugins_are_reported() {
+    let base = "llm:\n  api_base: http://127.0.0.1:9/v1\n  model_id: echo\nclaw_type: none\nproxy:\n  port: 0\n";
+    // No first-party plugins: no guard (evolution waits) and no retriever.
+    let home = fresh_home(&format!("{base}plugins:\n  builtin: false\n"));
+    let out = doctor(home.path(), &["--json"], &[]);
+    assert!(!out.status.success(), "{}", text(&out));
+    let evolution = check(&out, "evolution");
+    assert_eq!(evolution["verdict"], "error", "{evolution}");
+    assert!(
+        evolution["message"]
+            .as_str()
+            .unwrap()
+            .contains("no guard evolver is loaded"),
+        "{evolution}"
+    );
+    let retrieval = check(&out, "retrieval");
+    assert_eq!(retrieval["verdict"], "error", "{retrieval}");
+    assert!(
+        retrieval["message"]
+            .as_str()
+            .unwrap()
+            .contains("plugins.builtin is false and no drop-in bm25 retriever is loaded"),
+        "{retrieval}"
+    );
+    // A chain the config writes without guard runs as configured: a warning.
+    let home = fresh_home(&format!("{base}plugins:\n  evolvers: [redact, dedup]\n"));
+    let out = doctor(home.path(), &["--json"], &[]);
+    let evolution = check(&out, "evolution");
+    assert_eq!(evolution["verdict"], "warning", "{evolution}");
+    assert!(
+        evolution["fix"]
+            .as_str()
+            .unwrap()
+            .contains("plugins.evolvers"),
+        "{evolution}"
+    );
+    // Learning off: nothing to evolve, and doctor says which key.
+    let home = fresh_home(&format!("{base}learning:\n  enabled: false\n"));
+    let evolution = check(&doctor(home.path(), &["--json"], &[]), "evolution");
+    assert_eq!(evolution["verdict"], "ok", "{evolution}");
+    assert!(
+        evolution["message"]
+            .as_str()
+            .unwrap()
+            .contains("learning.enabled: false"),
+        "{evolution}"
+    );
+}
