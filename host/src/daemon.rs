@@ -147,6 +147,7 @@ pub async fn run(options: DaemonOptions) -> Result<()> {
             queue_capacity: config.store.queue_capacity,
             redactor: Redactor::new(secrets.clone()),
             on_recorded: Some(recorded_tx),
+            queue_learning: config.learning.enabled,
         },
         metrics.clone(),
     )?;

@@ -264,13 +264,18 @@ async fn models(State(app): State<SharedApp>) -> Response {
 }
 
 async fn end_session(State(app): State<SharedApp>, Path(id): Path<String>) -> Response {
+    // Whether the end queues a learning job, so a client is not left
+    // waiting for one that learning.enabled: false never runs.
+    let learning = crate::learn::state_json(app.learn.is_some());
     match app.sessions.end(&id, EndReason::Api) {
-        EndOutcome::Ended => {
-            axum::Json(json!({ "id": id, "ended": true, "already_ended": false })).into_response()
-        }
-        EndOutcome::AlreadyEnded => {
-            axum::Json(json!({ "id": id, "ended": true, "already_ended": true })).into_response()
-        }
+        EndOutcome::Ended => axum::Json(
+            json!({ "id": id, "ended": true, "already_ended": false, "learning": learning }),
+        )
+        .into_response(),
+        EndOutcome::AlreadyEnded => axum::Json(
+            json!({ "id": id, "ended": true, "already_ended": true, "learning": learning }),
+        )
+        .into_response(),
         EndOutcome::Unknown => ApiError::NotFound(format!("no session {id:?}")).into_response(),
     }
 }
@@ -318,18 +323,27 @@ async fn admin_status(State(app): State<SharedApp>) -> Response {
         "store": { "path": app.store.path(), "queue_depth": app.store.queue_depth() },
         "skills": app.skills.as_ref().map(|skills| {
             let snapshot = skills.library.snapshot();
+            let mut retrieval = json!(skills.retrieval);
+            // What answers a turn now: `mode` is only what is configured.
+            let (answering, none_answers) = match skills.answering() {
+                Ok(list) => (list, None),
+                Err(why) => (Vec::new(), Some(why)),
+            };
+            retrieval["answering"] = json!(answering);
+            retrieval["none_answers"] = json!(none_answers);
             json!({
                 "loaded": snapshot.skills.len(),
                 "generation": snapshot.generation,
                 "dir": skills.library.dir,
                 "problems": snapshot.problems,
-                "retrieval": skills.retrieval,
+                "retrieval": retrieval,
                 "last_retriever": skills.last_retriever(),
                 // Retrievers that hold an index of this library (a turn
                 // never waits for one: until then it goes to the next).
                 "indexed_by": skills.indexed_by(snapshot.generation),
             })
         }),
+        "learning": crate::learn::state_json(app.learn.is_some()),
         // Why skills are not evolved now (the learning job's own check:
         // without an enabled guard, nothing is), or that they are evolved
         // unchecked because the config's chain leaves guard out.
@@ -381,8 +395,7 @@ async fn admin_plugins_reload(State(app): State<SharedApp>) -> Response {
 /// still open), or every queued and failed job; answers when they end.
 async fn admin_learn_now(State(app): State<SharedApp>, body: axum::body::Bytes) -> Response {
     let Some(learn) = app.learn.clone() else {
-        return ApiError::NotFound("learning is off (learning.enabled: false)".into())
-            .into_response();
+        return ApiError::NotFound(crate::learn::OFF.into()).into_response();
     };
     let session = if body.iter().all(u8::is_ascii_whitespace) {
         None
@@ -472,6 +485,7 @@ mod tests {
                 queue_capacity: 64,
                 redactor: Redactor::new(Vec::new()),
                 on_recorded: None,
+                queue_learning: false,
             },
             metrics.clone(),
         )

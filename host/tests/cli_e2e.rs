@@ -517,3 +517,144 @@ fn a_failed_start_shows_the_daemons_log() {
         "{shown}"
     );
 }
+
+#[test]
+fn config_show_prints_the_url_a_preset_supplies() {
+    let home = tempfile::tempdir().unwrap();
+    let out = cli_in(
+        home.path(),
+        &[
+            "setup",
+            "--provider",
+            "openai",
+            "--api-key-env",
+            "OPENAI_API_KEY",
+            "--model",
+            "gpt-4o",
+            "--claw",
+            "none",
+        ],
+    );
+    assert!(out.status.success(), "{}", text(&out));
+    assert!(
+        text(&out).contains("openai → https://api.openai.com/v1"),
+        "{}",
+        text(&out)
+    );
+    // The file leaves the URL to the preset; show says which URL that is.
+    let out = cli_in(home.path(), &["config", "show"]);
+    assert!(out.status.success(), "{}", text(&out));
+    let shown = String::from_utf8_lossy(&out.stdout).to_string();
+    assert!(
+        shown.contains("\n  api_base: https://api.openai.com/v1  # preset openai\n"),
+        "{shown}"
+    );
+    assert!(!shown.contains("api_base: \"\""), "{shown}");
+    // Still YAML, with the effective value.
+    let tree: Value = serde_saphyr::from_str(&shown).unwrap();
+    assert_eq!(tree["llm"]["api_base"], "https://api.openai.com/v1");
+    let out = cli_in(home.path(), &["config", "get", "llm.api_base"]);
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout).trim(),
+        "https://api.openai.com/v1"
+    );
+}
+
+#[tokio::test]
+async fn with_learning_off_a_session_end_queues_no_job_and_everything_says_so() {
+    let up = dummy();
+    let mc = Metaclaw::start(
+        &up.url,
+        "llm:\n  api_base: {upstream}\nlearning:\n  enabled: false\n",
+    );
+    let base = format!("{}/v1", mc.url());
+    post_chat(
+        &base,
+        &chat("echo", "hello", false),
+        &[("x-session-id", "off-1")],
+    )
+    .await;
+    mc.turns("off-1", 1);
+    let ended: Value = client()
+        .post(format!("{base}/sessions/off-1/end"))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(ended["ended"], true, "{ended}");
+    assert_eq!(ended["learning"]["enabled"], false, "{ended}");
+    let note = ended["learning"]["note"].as_str().unwrap();
+    assert!(note.contains("learning.enabled"), "{ended}");
+    mc.session_until("off-1", |v| v["session"]["status"] == "ended");
+
+    // The end is recorded, and no job waits for a learner that never runs.
+    let out = mc.cli(&["learn", "status", "--json"]);
+    assert!(out.status.success(), "{}", text(&out));
+    let jobs: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(jobs, serde_json::json!([]), "{}", text(&out));
+    assert!(text(&out).contains("learning is off"), "{}", text(&out));
+    let out = mc.cli(&["learn", "status"]);
+    let said = text(&out);
+    assert!(
+        said.contains("learning is off (learning.enabled: false)")
+            && said.contains("metaclaw config set learning.enabled true"),
+        "{said}"
+    );
+    assert!(!said.contains("no learning jobs yet"), "{said}");
+
+    let status: Value = serde_json::from_slice(&mc.cli(&["status", "--json"]).stdout).unwrap();
+    assert_eq!(status["learning"]["enabled"], false, "{status}");
+    let human = text(&mc.cli(&["status"]));
+    assert!(
+        human.contains("learning:  learning is off (learning.enabled: false)"),
+        "{human}"
+    );
+}
+
+#[test]
+fn status_says_no_retriever_answers_when_none_is_loaded() {
+    let up = dummy();
+    let mc = Metaclaw::start(
+        &up.url,
+        "llm:\n  api_base: {upstream}\nplugins:\n  builtin: false\n",
+    );
+    // Plugins load in the background: wait until the scan is done.
+    let status = poll_json(mc.home.path(), &["status", "--json"], |v| {
+        v["skills"]["retrieval"]["none_answers"]
+            .as_str()
+            .is_some_and(|why| !why.contains("still loading"))
+    });
+    let retrieval = &status["skills"]["retrieval"];
+    assert_eq!(retrieval["mode"], "bm25", "{retrieval}");
+    assert_eq!(retrieval["answering"], serde_json::json!([]), "{retrieval}");
+    assert_eq!(
+        retrieval["none_answers"],
+        "plugins.builtin is false and no drop-in bm25 retriever is loaded",
+        "{retrieval}"
+    );
+    let human = text(&mc.cli(&["status"]));
+    assert!(
+        human.contains(
+            "retrieval: none answers (bm25 configured, not loaded: plugins.builtin is false and no drop-in bm25 retriever is loaded)"
+        ),
+        "{human}"
+    );
+
+    // With the first-party plugins, bm25 answers.
+    let (_up, mc) = with_bank("llm:\n  api_base: {upstream}\n");
+    let status: Value = serde_json::from_slice(&mc.cli(&["status", "--json"]).stdout).unwrap();
+    let retrieval = &status["skills"]["retrieval"];
+    assert!(retrieval["none_answers"].is_null(), "{retrieval}");
+    assert!(
+        retrieval["answering"][0]
+            .as_str()
+            .unwrap()
+            .starts_with("bm25@"),
+        "{retrieval}"
+    );
+    let human = text(&mc.cli(&["status"]));
+    assert!(human.contains("retrieval: bm25"), "{human}");
+    assert!(!human.contains("none answers"), "{human}");
+}

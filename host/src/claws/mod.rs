@@ -42,7 +42,7 @@ use sha2::{Digest, Sha256};
 use crate::config::ClawType;
 use crate::home::Home;
 
-pub use state::{AgentRecord, CommandRecord, FileRecord, State};
+pub use state::{AgentRecord, CommandRecord, FileRecord, Finding, State, check_file};
 
 /// The API key written into agent configs when the proxy needs none.
 pub const LOCAL_KEY: &str = "metaclaw-local";

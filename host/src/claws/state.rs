@@ -557,6 +557,67 @@ pub(super) fn restore(home: &Home, env: &Env) -> Result<Report> {
     Ok(report)
 }
 
+/// The original bytes of a file that existed before wiring, from its
+/// backup, checked against the hash taken when the backup was made.
+fn read_backup(file: &FileRecord) -> Result<Vec<u8>> {
+    let Some(backup) = &file.backup else {
+        bail!("its backup is not recorded");
+    };
+    let bytes =
+        fs::read(backup).with_context(|| format!("cannot read its backup {}", backup.display()))?;
+    if file.original_sha256.as_deref() != Some(sha256_hex(&bytes).as_str()) {
+        bail!(
+            "its backup {} does not match the original",
+            backup.display()
+        );
+    }
+    Ok(bytes)
+}
+
+/// Something wrong with a wired file (`metaclaw doctor`).
+#[derive(Debug, Clone, PartialEq)]
+pub enum Finding {
+    /// The agent no longer goes through metaclaw, or restore would fail.
+    Broken(String),
+    /// Worth knowing; wiring still works.
+    Changed(String),
+}
+
+/// How a file metaclaw wired for an agent at `base_url` stands now:
+/// nothing when it is as metaclaw wrote it and its backup (if it had an
+/// original) would put it back.
+pub fn check_file(file: &FileRecord, base_url: &str) -> Vec<Finding> {
+    let mut findings = Vec::new();
+    match read_opt(&file.path) {
+        Ok(None) => findings.push(Finding::Broken(
+            "it is gone: the agent no longer reads metaclaw's settings".into(),
+        )),
+        Err(e) => findings.push(Finding::Broken(format!("{e:#}"))),
+        Ok(Some(bytes)) if sha256_hex(&bytes) != file.written_sha256 => {
+            // Edited since (by the user or the agent): whether it still
+            // names the proxy is the question that matters.
+            if String::from_utf8_lossy(&bytes).contains(base_url) {
+                findings.push(Finding::Changed(format!(
+                    "edited since metaclaw wrote it; it still names {base_url}"
+                )));
+            } else {
+                findings.push(Finding::Broken(format!(
+                    "edited since metaclaw wrote it, and it no longer names {base_url}: the agent does not go through metaclaw"
+                )));
+            }
+        }
+        Ok(Some(_)) => {}
+    }
+    if file.existed
+        && let Err(e) = read_backup(file)
+    {
+        findings.push(Finding::Broken(format!(
+            "{e:#}: `metaclaw stop --restore` cannot put the original back"
+        )));
+    }
+    findings
+}
+
 fn restore_file(file: &FileRecord) -> Result<FileOutcome> {
     let current = read_opt(&file.path)?;
     let current_sha = current.as_deref().map(sha256_hex);
@@ -573,17 +634,7 @@ fn restore_file(file: &FileRecord) -> Result<FileOutcome> {
         _ => None,
     };
     let action = if file.existed {
-        let Some(backup) = &file.backup else {
-            bail!("its backup is not recorded");
-        };
-        let bytes = fs::read(backup)
-            .with_context(|| format!("cannot read its backup {}", backup.display()))?;
-        if file.original_sha256.as_deref() != Some(sha256_hex(&bytes).as_str()) {
-            bail!(
-                "its backup {} does not match the original",
-                backup.display()
-            );
-        }
+        let bytes = read_backup(file)?;
         if current.as_deref() != Some(bytes.as_slice())
             || fs::metadata(&file.path)
                 .map(|m| m.permissions().mode() & 0o7777)
@@ -596,7 +647,9 @@ fn restore_file(file: &FileRecord) -> Result<FileOutcome> {
             }
             write_atomic(&file.path, &bytes, file.mode.unwrap_or(0o600))?;
         }
-        let _ = fs::remove_file(backup);
+        if let Some(backup) = &file.backup {
+            let _ = fs::remove_file(backup);
+        }
         Action::Restored
     } else {
         if current.is_some() {

@@ -849,3 +849,46 @@ fn none_and_an_empty_model_wire_nothing() {
     t.model = String::new();
     assert!(wire(&s.home, &ClawType::Openclaw, &t, &s.env).is_err());
 }
+
+#[test]
+fn a_wired_file_is_checked_for_edits_that_unwire_it_and_for_its_backup() {
+    let s = setup();
+    let file = openclaw_file(&s);
+    write(&file, OPENCLAW_JSON5);
+    wire(&s.home, &ClawType::Openclaw, &target(30124), &s.env).unwrap();
+    let agent = state(&s.home).unwrap().agents[0].clone();
+    let record = &agent.files[0];
+    assert_eq!(check_file(record, &agent.base_url), vec![]);
+
+    // An edit that keeps the proxy's URL is worth a note only.
+    let wired = fs::read_to_string(&file).unwrap();
+    fs::write(&file, wired.replace("\"heartbeat\"", "\"heartbeatX\"")).unwrap();
+    let findings = check_file(record, &agent.base_url);
+    assert!(
+        matches!(&findings[..], [Finding::Changed(w)] if w.contains("still names http://127.0.0.1:30124")),
+        "{findings:?}"
+    );
+    // One that points the agent elsewhere is broken wiring.
+    fs::write(&file, wired.replace("127.0.0.1:30124", "api.example.com")).unwrap();
+    let findings = check_file(record, &agent.base_url);
+    assert!(
+        matches!(&findings[..], [Finding::Broken(w)] if w.contains("no longer names")),
+        "{findings:?}"
+    );
+    // A backup that would not restore the original is too.
+    fs::write(&file, &wired).unwrap();
+    for b in backups(&s.home) {
+        fs::write(b, "tampered").unwrap();
+    }
+    let findings = check_file(record, &agent.base_url);
+    assert!(
+        matches!(&findings[..], [Finding::Broken(w)] if w.contains("does not match the original") && w.contains("--restore")),
+        "{findings:?}"
+    );
+    fs::remove_file(&file).unwrap();
+    assert!(
+        check_file(record, &agent.base_url)
+            .iter()
+            .any(|f| matches!(f, Finding::Broken(w) if w.contains("it is gone"))),
+    );
+}

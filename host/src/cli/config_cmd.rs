@@ -21,12 +21,15 @@ pub fn run(path: &Path, command: ConfigCommand) -> Result<ExitCode> {
             } else {
                 format!("{} (not created yet: defaults)", path.display())
             };
-            say!("# effective configuration: {origin}; secrets masked");
-            say_raw!("{}", config::to_yaml(&config::masked_tree(&loaded)));
+            say!(
+                "# effective configuration: {origin}; secrets masked; `# preset …` and `# default: …` mark values the file leaves empty"
+            );
+            let (tree, origins) = config::effective_tree(&loaded);
+            say_raw!("{}", config::annotate(&config::to_yaml(&tree), &origins));
         }
         ConfigCommand::Get { key } => {
             let loaded = load_config(path)?;
-            let tree = config::masked_tree(&loaded);
+            let (tree, _) = config::effective_tree(&loaded);
             let Some(value) = config::get_path(&tree, &key) else {
                 bail!(config::ConfigError::UnknownKey {
                     key,

@@ -15,10 +15,11 @@ use crate::store::{self, jobs::Job};
 const NOW_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(1800);
 
 pub fn run(home: &Home, config_path: &Path, command: LearnCommand) -> Result<ExitCode> {
-    let _ = load_config(config_path)?;
+    let loaded = load_config(config_path)?;
+    let enabled = loaded.config.learning.enabled;
     match command {
         LearnCommand::Now { session, json } => now(home, session, json),
-        LearnCommand::Status { json, limit } => status(home, config_path, json, limit),
+        LearnCommand::Status { json, limit } => status(home, config_path, json, limit, enabled),
     }
 }
 
@@ -72,7 +73,21 @@ fn now(home: &Home, session: Option<String>, json: bool) -> Result<ExitCode> {
     })
 }
 
-fn status(home: &Home, config_path: &Path, json: bool, limit: usize) -> Result<ExitCode> {
+fn status(
+    home: &Home,
+    config_path: &Path,
+    json: bool,
+    limit: usize,
+    enabled: bool,
+) -> Result<ExitCode> {
+    if !enabled {
+        // On stderr with --json, which stays a list of jobs.
+        if json {
+            eprintln!("note: {}", crate::learn::OFF);
+        } else {
+            say!("{}", crate::learn::OFF);
+        }
+    }
     let path = db_path(home, config_path);
     let jobs = if path.exists() {
         let conn = store::open_read_only(&path)?;
@@ -83,7 +98,9 @@ fn status(home: &Home, config_path: &Path, json: bool, limit: usize) -> Result<E
     if json {
         say!("{}", serde_json::to_string_pretty(&jobs)?);
     } else if jobs.is_empty() {
-        say!("no learning jobs yet (a job is queued when a session ends)");
+        if enabled {
+            say!("no learning jobs yet (a job is queued when a session ends)");
+        }
     } else {
         let count = |s: &str| jobs.iter().filter(|j| j.state == s).count();
         say!(

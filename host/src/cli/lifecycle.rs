@@ -432,7 +432,13 @@ pub fn status(home: &Home, config_path: &Path, args: JsonFlag) -> Result<ExitCod
             s["dir"].as_str().unwrap_or("?")
         );
         if let Some(r) = s["retrieval"].as_object() {
-            let mut line = format!("  retrieval: {}", r["mode"].as_str().unwrap_or("?"));
+            let mode = r["mode"].as_str().unwrap_or("?");
+            let mut line = match r["none_answers"].as_str() {
+                Some(why) => {
+                    format!("  retrieval: none answers ({mode} configured, not loaded: {why})")
+                }
+                None => format!("  retrieval: {mode}"),
+            };
             if let Some(model) = r["embeddings"].as_str() {
                 line.push_str(&format!(" ({model})"));
             }
@@ -468,6 +474,9 @@ pub fn status(home: &Home, config_path: &Path, args: JsonFlag) -> Result<ExitCod
                 String::new()
             }
         );
+    }
+    if let Some(note) = report["learning"]["note"].as_str() {
+        say!("  learning:  {note}");
     }
     for key in ["evolution_blocked", "evolution_unguarded"] {
         if let Some(why) = report[key].as_str() {

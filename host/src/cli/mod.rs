@@ -14,6 +14,7 @@ macro_rules! say_raw {
 
 mod claws_cmd;
 mod config_cmd;
+mod doctor;
 mod learn_cmd;
 mod lifecycle;
 mod plugins_cmd;
@@ -52,6 +53,9 @@ pub enum Command {
     Uninstall(UninstallArgs),
     /// Is it running, and what has it recorded?
     Status(JsonFlag),
+    /// Check the setup: config, upstream, plugins, skills, wiring, store,
+    /// disk, port; each ok, warning or error with the fix.
+    Doctor(DoctorArgs),
     /// Show, read or change the configuration.
     #[command(subcommand)]
     Config(ConfigCommand),
@@ -76,6 +80,16 @@ pub enum Command {
 
 #[derive(Args, Debug, Clone, Default)]
 pub struct JsonFlag {
+    /// Machine-readable output.
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(Args, Debug, Clone, Default)]
+pub struct DoctorArgs {
+    /// Also send the upstream one small request with the key (GET /models).
+    #[arg(long)]
+    pub online: bool,
     /// Machine-readable output.
     #[arg(long)]
     pub json: bool,
@@ -342,6 +356,10 @@ pub enum DevCommand {
         port: u16,
         #[arg(long, default_value = "127.0.0.1")]
         host: String,
+        /// Answer 401 to API requests that do not carry this key (as
+        /// `Authorization: Bearer KEY` or `x-api-key: KEY`).
+        #[arg(long, value_name = "KEY")]
+        require_key: Option<String>,
     },
 }
 
@@ -374,6 +392,7 @@ fn dispatch(cli: Cli) -> Result<ExitCode> {
         Command::Stop(args) => lifecycle::stop(&home, args),
         Command::Uninstall(args) => claws_cmd::uninstall(&home, &config_path, args),
         Command::Status(args) => lifecycle::status(&home, &config_path, args),
+        Command::Doctor(args) => doctor::run(&home, &config_path, args),
         Command::Config(cmd) => config_cmd::run(&config_path, cmd),
         Command::Sessions(cmd) => sessions_cmd::run(&home, &config_path, cmd),
         Command::Plugins(cmd) => plugins_cmd::run(&home, &config_path, cmd),
@@ -395,7 +414,11 @@ fn dispatch(cli: Cli) -> Result<ExitCode> {
             }
             Ok(ExitCode::SUCCESS)
         }
-        Command::Dev(DevCommand::Upstream { port, host }) => dev_upstream(&host, port),
+        Command::Dev(DevCommand::Upstream {
+            port,
+            host,
+            require_key,
+        }) => dev_upstream(&host, port, require_key),
     }
 }
 
@@ -414,14 +437,18 @@ fn runtime() -> Result<tokio::runtime::Runtime> {
         .build()?)
 }
 
-fn dev_upstream(host: &str, port: u16) -> Result<ExitCode> {
+fn dev_upstream(host: &str, port: u16, require_key: Option<String>) -> Result<ExitCode> {
     crate::logging::init("info");
     let rt = runtime()?;
     rt.block_on(async {
         let listener = tokio::net::TcpListener::bind((host, port)).await?;
         let addr = listener.local_addr()?;
         say!("dummy upstream listening on http://{addr}/v1");
-        crate::dev::upstream::serve(listener, Default::default()).await?;
+        let dummy = match require_key {
+            Some(key) => crate::dev::upstream::Dummy::requiring_key(key),
+            None => crate::dev::upstream::Dummy::default(),
+        };
+        crate::dev::upstream::serve(listener, std::sync::Arc::new(dummy)).await?;
         anyhow::Ok(())
     })?;
     Ok(ExitCode::SUCCESS)

@@ -76,7 +76,7 @@ pub fn run(home: &Home, path: &Path, args: SetupArgs) -> Result<ExitCode> {
 }
 
 /// An enum as it is written in config.yaml (`qwen`, `openclaw`).
-fn config_name(value: &impl serde::Serialize) -> String {
+pub(super) fn config_name(value: &impl serde::Serialize) -> String {
     match serde_json::to_value(value) {
         Ok(Value::String(s)) => s,
         _ => "?".into(),

@@ -17,7 +17,7 @@ use crate::skills::skill::{self, Category};
 use crate::skills::{Query, Retrieval, Settings as SkillSettings, Skills, builtin, clean_query};
 use crate::store::skills::{Attribution, builtin_hashes, history};
 
-fn skills_dir(home: &Home, config: &LoadedConfig) -> PathBuf {
+pub(super) fn skills_dir(home: &Home, config: &LoadedConfig) -> PathBuf {
     config
         .config
         .skills
@@ -27,7 +27,7 @@ fn skills_dir(home: &Home, config: &LoadedConfig) -> PathBuf {
         .unwrap_or_else(|| home.skills_dir())
 }
 
-fn db(home: &Home, config: &LoadedConfig) -> PathBuf {
+pub(super) fn db(home: &Home, config: &LoadedConfig) -> PathBuf {
     config
         .config
         .store

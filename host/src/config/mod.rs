@@ -615,6 +615,99 @@ pub fn masked_tree(loaded: &Loaded) -> Value {
     tree
 }
 
+/// The effective config as a tree (secrets masked): values left empty in
+/// the file show what is used instead. Also returns, for each such key,
+/// where its value comes from (`preset openai`, `default: llm.api_base`).
+pub fn effective_tree(loaded: &Loaded) -> (Value, Vec<(&'static str, String)>) {
+    let mut tree = masked_tree(loaded);
+    let mut origins = Vec::new();
+    let config = &loaded.config;
+    let base = loaded.api_base();
+    if config.llm.api_base.trim().is_empty() && !base.is_empty() {
+        set_path(&mut tree, "llm.api_base", Value::String(base.clone()));
+        let provider = match serde_json::to_value(&config.llm.provider) {
+            Ok(Value::String(name)) => name,
+            _ => "?".into(),
+        };
+        origins.push(("llm.api_base", format!("preset {provider}")));
+    }
+    // The judge, the evolver and remote embeddings use the upstream's
+    // endpoint and model unless given their own (learn::llm, embeddings).
+    let model = config.llm.model_id.trim();
+    let mut defaults = vec![
+        (
+            "rl.prm_url",
+            config.rl.prm_url.as_str(),
+            "llm.api_base",
+            base.as_str(),
+        ),
+        (
+            "rl.prm_model",
+            config.rl.prm_model.as_str(),
+            "llm.model_id",
+            model,
+        ),
+        (
+            "rl.evolver_api_base",
+            config.rl.evolver_api_base.as_str(),
+            "llm.api_base",
+            base.as_str(),
+        ),
+        (
+            "rl.evolver_model",
+            config.rl.evolver_model.as_str(),
+            "llm.model_id",
+            model,
+        ),
+    ];
+    if config.skills.embedding_backend == "openai" {
+        defaults.push((
+            "skills.embedding_api_base",
+            config.skills.embedding_api_base.as_deref().unwrap_or(""),
+            "llm.api_base",
+            base.as_str(),
+        ));
+    }
+    for (key, own, from, value) in defaults {
+        if own.trim().is_empty() && !value.is_empty() {
+            set_path(&mut tree, key, Value::String(value.to_string()));
+            origins.push((key, format!("default: {from}")));
+        }
+    }
+    (tree, origins)
+}
+
+/// `yaml` (as [`to_yaml`] writes it) with a trailing comment on the line of
+/// each dotted key in `notes`: still valid YAML.
+pub fn annotate(yaml: &str, notes: &[(&str, String)]) -> String {
+    let mut out = String::with_capacity(yaml.len() + notes.len() * 32);
+    // (indent, key) of the mappings enclosing the current line.
+    let mut stack: Vec<(usize, String)> = Vec::new();
+    for line in yaml.lines() {
+        let indent = line.len() - line.trim_start().len();
+        let body = line.trim_start();
+        let key = body
+            .split_once(':')
+            .map(|(k, _)| k)
+            .filter(|k| !k.is_empty() && k.chars().all(|c| c.is_ascii_alphanumeric() || c == '_'));
+        out.push_str(line);
+        if let Some(key) = key {
+            while stack.last().is_some_and(|(i, _)| *i >= indent) {
+                stack.pop();
+            }
+            stack.push((indent, key.to_string()));
+            let path: Vec<&str> = stack.iter().map(|(_, k)| k.as_str()).collect();
+            let path = path.join(".");
+            if let Some((_, note)) = notes.iter().find(|(k, _)| *k == path) {
+                out.push_str("  # ");
+                out.push_str(note);
+            }
+        }
+        out.push('\n');
+    }
+    out
+}
+
 pub fn to_yaml(tree: &Value) -> String {
     serde_saphyr::to_string(tree).unwrap_or_else(|e| format!("# cannot render config: {e}\n"))
 }
@@ -941,6 +1034,48 @@ max_context_tokens: 60000
         // The failed sets changed nothing.
         let (after, _) = read_raw(&p).unwrap();
         assert_eq!(after, tree);
+    }
+
+    #[test]
+    fn presets_and_defaults_show_their_effective_values() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = write(
+            &dir,
+            "llm:\n  provider: openai\n  model_id: gpt-4o\nrl:\n  prm_model: judge-model\n",
+        );
+        let loaded = load_with_env(&p, &|_| None).unwrap();
+        let (tree, origins) = effective_tree(&loaded);
+        let yaml = annotate(&to_yaml(&tree), &origins);
+        assert!(
+            yaml.contains("  api_base: https://api.openai.com/v1  # preset openai\n"),
+            "{yaml}"
+        );
+        assert!(
+            yaml.contains("  evolver_model: gpt-4o  # default: llm.model_id\n"),
+            "{yaml}"
+        );
+        assert!(
+            yaml.contains("  prm_url: https://api.openai.com/v1  # default: llm.api_base\n"),
+            "{yaml}"
+        );
+        // A value the file sets is shown as it is, unmarked.
+        assert!(yaml.contains("  prm_model: judge-model\n"), "{yaml}");
+        // Still YAML, with the effective values in it.
+        let back: Value = serde_saphyr::from_str(&yaml).unwrap();
+        assert_eq!(back["llm"]["api_base"], "https://api.openai.com/v1");
+        assert_eq!(back["memory"]["scope"], "default");
+        // An explicit base wins over the preset, and is not marked.
+        let p = write(
+            &dir,
+            "llm:\n  provider: openai\n  api_base: http://127.0.0.1:8000/v1\n",
+        );
+        let loaded = load_with_env(&p, &|_| None).unwrap();
+        let (tree, origins) = effective_tree(&loaded);
+        assert_eq!(tree["llm"]["api_base"], "http://127.0.0.1:8000/v1");
+        assert!(
+            origins.iter().all(|(k, _)| *k != "llm.api_base"),
+            "{origins:?}"
+        );
     }
 
     #[test]

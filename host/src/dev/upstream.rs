@@ -28,6 +28,11 @@
 //! `GET /v1/dummy/requests?model=NAME` lists the bodies of the last
 //! requests for that model (what a judge or evolver was shown).
 //!
+//! `metaclaw dev upstream --require-key KEY` ([`Dummy::requiring_key`])
+//! answers every other `/v1` route with 401 unless the request carries
+//! `Authorization: Bearer KEY` or `x-api-key: KEY`, as a real provider
+//! does for a wrong key (`doctor --online` is tested against it).
+//!
 //! OpenClaw's per-call internal-context message is not "the user's
 //! message", so `echo` skips it.
 //!
@@ -77,6 +82,8 @@ pub struct Dummy {
     seq: AtomicU64,
     flaky_calls: Mutex<HashMap<String, u64>>,
     pub stats: Stats,
+    /// When set, the API routes refuse requests without this key.
+    required_key: Option<String>,
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -170,6 +177,14 @@ fn behaviour(model: &str) -> Option<Behaviour> {
 }
 
 impl Dummy {
+    /// A dummy that answers 401 to API requests without `key`.
+    pub fn requiring_key(key: impl Into<String>) -> Self {
+        Self {
+            required_key: Some(key.into()),
+            ..Self::default()
+        }
+    }
+
     /// This call's number (1, 2, …) among the calls for `model`.
     fn count_call(&self, model: &str) -> u64 {
         let Ok(mut calls) = self.flaky_calls.lock() else {
@@ -182,11 +197,17 @@ impl Dummy {
 }
 
 pub fn router(dummy: Arc<Dummy>) -> Router {
-    Router::new()
+    let api = Router::new()
         .route("/v1/chat/completions", post(chat))
         .route("/v1/messages", post(anthropic_messages))
         .route("/v1/models", get(models))
         .route("/v1/embeddings", post(embeddings))
+        .route_layer(axum::middleware::from_fn_with_state(
+            dummy.clone(),
+            require_key,
+        ));
+    Router::new()
+        .merge(api)
         .route("/v1/dummy/stats", get(stats))
         .route("/v1/dummy/requests", get(recent_requests))
         .route(
@@ -194,6 +215,36 @@ pub fn router(dummy: Arc<Dummy>) -> Router {
             get(|| async { axum::Json(json!({ "ok": true, "dummy": true })) }),
         )
         .with_state(dummy)
+}
+
+/// With a required key, a request that does not carry it gets what OpenAI
+/// answers for a wrong key (Anthropic's shape for an Anthropic client).
+async fn require_key(
+    State(dummy): State<Arc<Dummy>>,
+    request: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> Response {
+    let Some(key) = &dummy.required_key else {
+        return next.run(request).await;
+    };
+    let headers = request.headers();
+    let bearer = headers
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix("Bearer "));
+    let x_api_key = headers.get("x-api-key").and_then(|v| v.to_str().ok());
+    if bearer == Some(key.as_str()) || x_api_key == Some(key.as_str()) {
+        return next.run(request).await;
+    }
+    // Anthropic's shape for its clients (they send `anthropic-version`).
+    if request.uri().path() == "/v1/messages" || headers.contains_key("anthropic-version") {
+        let body = json!({"type": "error", "error": {"type": "authentication_error",
+                          "message": "invalid x-api-key"}});
+        return (StatusCode::UNAUTHORIZED, axum::Json(body)).into_response();
+    }
+    let body = json!({ "error": { "message": "Incorrect API key provided",
+                       "type": "invalid_request_error", "code": "invalid_api_key" } });
+    (StatusCode::UNAUTHORIZED, axum::Json(body)).into_response()
 }
 
 /// Serves the dummy on `listener` until the process ends.
@@ -1037,5 +1088,42 @@ mod tests {
         assert_eq!(name, "read");
         assert_eq!(arguments, "{\"path\":\"hello.txt\"}");
         assert_eq!(id, "call_7_0");
+    }
+
+    #[tokio::test]
+    async fn a_required_key_is_checked_on_the_api_routes_only() {
+        use tower::ServiceExt;
+        let app = router(Arc::new(Dummy::requiring_key("sk-right")));
+        let get = |path: &str, auth: Option<(&str, &str)>| {
+            let mut request = axum::http::Request::builder().uri(path);
+            if let Some((k, v)) = auth {
+                request = request.header(k, v);
+            }
+            let app = app.clone();
+            let request = request.body(Body::empty()).unwrap();
+            async move { app.oneshot(request).await.unwrap().status() }
+        };
+        assert_eq!(get("/v1/models", None).await, StatusCode::UNAUTHORIZED);
+        let wrong = Some(("authorization", "Bearer sk-wrong"));
+        assert_eq!(get("/v1/models", wrong).await, StatusCode::UNAUTHORIZED);
+        let right = Some(("authorization", "Bearer sk-right"));
+        assert_eq!(get("/v1/models", right).await, StatusCode::OK);
+        assert_eq!(
+            get("/v1/models", Some(("x-api-key", "sk-right"))).await,
+            StatusCode::OK
+        );
+        // The dummy's own routes stay open.
+        assert_eq!(get("/healthz", None).await, StatusCode::OK);
+        assert_eq!(get("/v1/dummy/stats", None).await, StatusCode::OK);
+        // No key required: everything answers.
+        let open = router(Arc::new(Dummy::default()));
+        let request = axum::http::Request::builder()
+            .uri("/v1/models")
+            .body(Body::empty())
+            .unwrap();
+        assert_eq!(
+            open.oneshot(request).await.unwrap().status(),
+            StatusCode::OK
+        );
     }
 }

@@ -61,10 +61,10 @@ fn backend(config: &Config) -> Result<Arc<dyn Backend>> {
                 .embedding_api_base
                 .clone()
                 .filter(|b| !b.trim().is_empty())
-                .unwrap_or_else(|| config.llm.api_base.clone());
+                .unwrap_or_else(|| crate::config::effective_api_base(&config.llm));
             if base.trim().is_empty() {
                 bail!(
-                    "skills.embedding_backend is openai but no endpoint is set: set skills.embedding_api_base (or llm.api_base)"
+                    "skills.embedding_backend is openai but no endpoint is set: set skills.embedding_api_base (or llm.api_base, or a provider with a preset)"
                 );
             }
             let key = s.embedding_api_key.clone().or(config.llm.api_key.clone());

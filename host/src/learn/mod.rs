@@ -17,6 +17,19 @@ pub mod runner;
 
 pub use runner::{Blocked, LearnError, LearnHandle, Learner, evolution_unguarded, evolver_chain};
 
+/// What `status`, `learn status`, `doctor` and a session's end say when
+/// `learning.enabled` is false (and which key turns learning on).
+pub const OFF: &str = "learning is off (learning.enabled: false): sessions are recorded but no learning job is queued; `metaclaw config set learning.enabled true` and a restart turn it on";
+
+/// `"learning"` in `/admin/status` and a session end's answer.
+pub fn state_json(enabled: bool) -> serde_json::Value {
+    if enabled {
+        serde_json::json!({ "enabled": true })
+    } else {
+        serde_json::json!({ "enabled": false, "note": OFF })
+    }
+}
+
 use std::collections::HashMap;
 use std::sync::Arc;
 

@@ -289,14 +289,29 @@ impl Upstream {
     }
 
     pub async fn get(&self, path: &str) -> Result<reqwest::Response, ApiError> {
-        let mut req = self.client.get(format!("{}{path}", self.base));
+        self.get_within(path, Duration::from_secs(10)).await
+    }
+
+    /// `GET {base}{path}` of the primary, with its key and the headers its
+    /// API needs (Anthropic's version), answered within `limit`.
+    pub async fn get_within(
+        &self,
+        path: &str,
+        limit: Duration,
+    ) -> Result<reqwest::Response, ApiError> {
+        let mut headers = self.request_headers(&HeaderMap::new());
+        headers.remove(header::CONTENT_TYPE);
+        let mut req = self
+            .client
+            .get(format!("{}{path}", self.base))
+            .headers(headers);
         if let Some(auth) = self.targets.first().and_then(|t| t.auth.clone()) {
             req = req.header(self.auth_name(), auth);
         }
-        match tokio::time::timeout(Duration::from_secs(10), req.send()).await {
+        match tokio::time::timeout(limit, req.send()).await {
             Err(_) => Err(ApiError::UpstreamTimeout {
                 phase: "GET",
-                secs: 10.0,
+                secs: limit.as_secs_f64(),
             }),
             Ok(Err(e)) => Err(self.transport_error(&e)),
             Ok(Ok(r)) => Ok(r),

@@ -453,6 +453,7 @@ mod tests {
                 queue_capacity: 64,
                 redactor: Redactor::new([]),
                 on_recorded: None,
+                queue_learning: true,
             },
             metrics.clone(),
         )

@@ -32,6 +32,8 @@ pub struct Settings {
     pub min_relative_relevance: f32,
     pub component_threshold: f32,
     pub max_context_tokens: u64,
+    /// `plugins.builtin` (to say why no retriever answers).
+    pub builtin_plugins: bool,
 }
 
 impl Settings {
@@ -45,6 +47,7 @@ impl Settings {
             min_relative_relevance: s.min_relative_relevance,
             component_threshold: s.component_threshold,
             max_context_tokens: config.max_context_tokens,
+            builtin_plugins: config.plugins.builtin,
         }
     }
 }
@@ -138,6 +141,38 @@ pub struct Selection {
     pub retriever: Option<String>,
     /// Every candidate with its score, best first (for `skills search`).
     pub ranked: Vec<(String, f32)>,
+}
+
+/// The retrievers a turn asks now (`name@version`, in order), or why none
+/// would answer (then no skill is injected): for `status` and `doctor`.
+/// `builtin` is `plugins.builtin`.
+pub fn answering(plugins: Option<&PluginHost>, builtin: bool) -> Result<Vec<String>, String> {
+    let Some(host) = plugins else {
+        return Err("the plugin host did not start (see the log)".into());
+    };
+    let loaded: Vec<String> = host
+        .retrievers()
+        .iter()
+        .map(|r| r.label().to_string())
+        .collect();
+    if !loaded.is_empty() {
+        return Ok(loaded);
+    }
+    if host.current().generation == 0 {
+        return Err("the plugins are still loading".into());
+    }
+    let wanted: Vec<&str> = host
+        .settings
+        .retriever
+        .iter()
+        .map(|s| s.name.as_str())
+        .collect();
+    let wanted = wanted.join(" or ");
+    Err(if builtin {
+        format!("no {wanted} plugin is loaded and enabled (see `metaclaw plugins list`)")
+    } else {
+        format!("plugins.builtin is false and no drop-in {wanted} retriever is loaded")
+    })
 }
 
 /// How skills are retrieved, for `status`.
@@ -254,6 +289,11 @@ impl Skills {
             .filter(|r| r.indexed_generation() == Some(generation))
             .map(|r| r.label().to_string())
             .collect()
+    }
+
+    /// [`answering`] for this library's plugins.
+    pub fn answering(&self) -> Result<Vec<String>, String> {
+        answering(self.plugins.as_deref(), self.settings.builtin_plugins)
     }
 
     pub fn last_retriever(&self) -> Option<String> {

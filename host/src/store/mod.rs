@@ -170,6 +170,9 @@ pub struct StoreOptions {
     pub redactor: Redactor,
     /// Told about each committed turn.
     pub on_recorded: Option<tokio::sync::mpsc::UnboundedSender<Recorded>>,
+    /// Queue a learning job for each ended session (`learning.enabled`):
+    /// with learning off, a job would wait forever for a learner.
+    pub queue_learning: bool,
 }
 
 /// A permit to record one turn; see the module docs.
@@ -211,6 +214,7 @@ impl Store {
             options.commit_interval,
             metrics.clone(),
             options.on_recorded,
+            options.queue_learning,
         );
         let handle = std::thread::Builder::new()
             .name("metaclaw-store".into())
@@ -372,14 +376,8 @@ fn open_rw(path: &Path) -> Result<Connection> {
     Ok(conn)
 }
 
-/// A read-only connection for the CLI, which may run beside the daemon.
-pub fn open_read_only(path: &Path) -> Result<Connection> {
-    let conn = Connection::open_with_flags(
-        path,
-        OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_NO_MUTEX,
-    )
-    .with_context(|| format!("cannot open {}", path.display()))?;
-    conn.busy_timeout(Duration::from_secs(5))?;
+/// The store's schema version; an error when a newer metaclaw wrote it.
+fn schema_version(conn: &Connection, path: &Path) -> Result<u32> {
     let version: u32 = conn.pragma_query_value(None, "user_version", |r| r.get(0))?;
     if version > schema::latest_version() {
         bail!(
@@ -387,10 +385,43 @@ pub fn open_read_only(path: &Path) -> Result<Connection> {
             path.display()
         );
     }
+    Ok(version)
+}
+
+/// A connection to the existing store at `path`, which waits for the
+/// daemon's writer, and its schema version (refused if newer than known).
+fn open_existing(path: &Path, flags: OpenFlags) -> Result<(Connection, u32)> {
+    let conn = Connection::open_with_flags(path, flags | OpenFlags::SQLITE_OPEN_NO_MUTEX)
+        .with_context(|| format!("cannot open {}", path.display()))?;
+    conn.busy_timeout(Duration::from_secs(5))?;
+    let version = schema_version(&conn, path)?;
+    Ok((conn, version))
+}
+
+/// A read-only connection for the CLI, which may run beside the daemon.
+pub fn open_read_only(path: &Path) -> Result<Connection> {
+    let (conn, version) = open_existing(path, OpenFlags::SQLITE_OPEN_READ_ONLY)?;
     if version == 0 {
         bail!("{} has no metaclaw data yet", path.display());
     }
     Ok(conn)
+}
+
+/// Whether the existing store at `path` takes a write, changing nothing:
+/// a table created in a transaction that is rolled back (`doctor`). Waits
+/// for the daemon's writer like any other writer.
+pub fn probe_write(path: &Path) -> Result<()> {
+    let (mut conn, _) = open_existing(path, OpenFlags::SQLITE_OPEN_READ_WRITE)?;
+    // SQLite opens a file it may not write read-only, silently.
+    if conn.is_readonly(rusqlite::MAIN_DB)? {
+        bail!("{} can only be opened read-only", path.display());
+    }
+    let tx = conn.transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)?;
+    tx.execute_batch(
+        "CREATE TABLE metaclaw_doctor_probe (x INTEGER); INSERT INTO metaclaw_doctor_probe VALUES (1);",
+    )?;
+    tx.rollback()?;
+    Ok(())
 }
 
 /// A read-write connection with the schema up to date, for work that
@@ -398,13 +429,7 @@ pub fn open_read_only(path: &Path) -> Result<Connection> {
 /// SQLite serialises it with the writer thread.
 pub fn open_side_writer(path: &Path) -> Result<Connection> {
     let mut conn = open_rw(path)?;
-    let version: u32 = conn.pragma_query_value(None, "user_version", |r| r.get(0))?;
-    if version > schema::latest_version() {
-        bail!(
-            "{} was written by a newer metaclaw: upgrade metaclaw",
-            path.display()
-        );
-    }
+    schema_version(&conn, path)?;
     schema::migrate(&mut conn)?;
     Ok(conn)
 }

@@ -39,6 +39,8 @@ pub struct Writer {
     recent: RecentBlobs,
     /// Told about each committed turn (the learning stages listen).
     on_recorded: Option<tokio::sync::mpsc::UnboundedSender<super::Recorded>>,
+    /// An ended session gets its learning job.
+    queue_learning: bool,
 }
 
 /// A record turned into rows, ready to insert.
@@ -61,6 +63,7 @@ impl Writer {
         commit_interval: Duration,
         metrics: Arc<Metrics>,
         on_recorded: Option<tokio::sync::mpsc::UnboundedSender<super::Recorded>>,
+        queue_learning: bool,
     ) -> Self {
         Self {
             conn,
@@ -70,6 +73,7 @@ impl Writer {
             known_blobs: HashSet::new(),
             recent: RecentBlobs::default(),
             on_recorded,
+            queue_learning,
         }
     }
 
@@ -212,7 +216,7 @@ impl Writer {
             }
         }
         for (session, reason, at_ms) in ends {
-            insert_end(&tx, session, reason, *at_ms)?;
+            insert_end(&tx, session, reason, *at_ms, self.queue_learning)?;
         }
         for (turn_id, list, at_ms) in rewards {
             insert_rewards(&tx, turn_id, list, *at_ms)?;
@@ -515,6 +519,7 @@ fn insert_end(
     s: &super::SessionInfo,
     reason: &str,
     at_ms: i64,
+    queue_learning: bool,
 ) -> rusqlite::Result<()> {
     tx.prepare_cached(
         "INSERT INTO sessions (id, base_key, agent_session_id, source, window_index, status,
@@ -535,8 +540,11 @@ fn insert_end(
         "INSERT INTO session_events (session_id, kind, reason, at_ms) VALUES (?1, 'ended', ?2, ?3)",
     )?
     .execute(params![&*s.id, reason, at_ms])?;
-    // In the same transaction: an ended session always has its job.
-    super::jobs::enqueue(tx, &s.id, at_ms)?;
+    // In the same transaction: an ended session always has its job (when
+    // learning is on).
+    if queue_learning {
+        super::jobs::enqueue(tx, &s.id, at_ms)?;
+    }
     Ok(())
 }
 

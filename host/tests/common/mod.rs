@@ -93,6 +93,14 @@ pub fn dummy() -> Proc {
     spawn_and_wait(cmd, "dummy upstream listening on ")
 }
 
+/// The dummy upstream answering 401 to API requests without `key`.
+pub fn dummy_requiring_key(key: &str) -> Proc {
+    let mut cmd = Command::new(BIN);
+    cmd.args(["dev", "upstream", "--port", "0", "--require-key", key])
+        .stderr(Stdio::null());
+    spawn_and_wait(cmd, "dummy upstream listening on ")
+}
+
 pub struct Metaclaw {
     pub proc: Proc,
     pub home: tempfile::TempDir,
