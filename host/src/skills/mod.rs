@@ -335,6 +335,11 @@ impl Skills {
                             .filter(|r| r.score.is_finite())
                             .map(|r| (r.id.clone(), r.score))
                             .collect();
+                        // By the score the floors and `skills search` use:
+                        // a retriever may rank by something else (BM25 by
+                        // its raw score, `embedding` by fused rank). Stable,
+                        // so ties keep the retriever's order.
+                        selection.ranked.sort_by(|a, b| b.1.total_cmp(&a.1));
                         break;
                     }
                     // Expected while the library is being indexed, or in a
