@@ -177,7 +177,16 @@ pub fn parse_text(text: &str) -> Result<Skill, String> {
         Ok(Value::Object(map)) => map,
         Ok(Value::Null) => Map::new(),
         Ok(_) => return Err("frontmatter: must be `key: value` lines".into()),
-        Err(e) => return Err(format!("frontmatter is not valid YAML: {e}")),
+        Err(e) => original_lines(yaml).ok_or_else(|| {
+            // The first line says where and what; the rest is a snippet.
+            let e = e.to_string();
+            let e = e
+                .lines()
+                .next()
+                .unwrap_or_default()
+                .trim_start_matches("error: ");
+            format!("frontmatter is not valid YAML: {e}")
+        })?,
     };
     let mut known: HashMap<&str, Value> = HashMap::new();
     for key in KNOWN {
@@ -291,6 +300,35 @@ pub fn parse_text(text: &str) -> Result<Skill, String> {
         body: body.to_string(),
         content_hash: hex(&Sha256::digest(text.as_bytes())),
     })
+}
+
+/// The original MetaClaw's frontmatter, which it reads line by line, not
+/// as YAML: `description: Do this: then that` is valid there. Used only
+/// when the text is not YAML, and only when every line is `key: value`.
+fn original_lines(yaml: &str) -> Option<Map<String, Value>> {
+    let mut map = Map::new();
+    for line in yaml.lines() {
+        let line = line.trim_end();
+        if line.trim().is_empty() || line.trim_start().starts_with('#') {
+            continue;
+        }
+        let (key, value) = line.split_once(':')?;
+        let simple = key.chars().next().is_some_and(|c| c.is_ascii_alphabetic())
+            && key
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-');
+        if !simple {
+            return None;
+        }
+        let value = value.trim();
+        let value = value
+            .strip_prefix('"')
+            .and_then(|v| v.strip_suffix('"'))
+            .or_else(|| value.strip_prefix('\'').and_then(|v| v.strip_suffix('\'')))
+            .unwrap_or(value);
+        map.insert(key.to_string(), Value::String(value.to_string()));
+    }
+    Some(map)
 }
 
 /// A list of words: a YAML list of scalars, or one comma-separated string.
@@ -422,6 +460,14 @@ mod tests {
         assert_eq!(s.category, Category::CommonMistakes);
         assert_eq!(s.version, semver::Version::new(1, 0, 0));
         assert_eq!(s.created_by, "user");
+        // The original reads lines, not YAML: a colon in a value is fine.
+        let s = parse(
+            "standup",
+            "---\nname: standup\ndescription: Notes: yesterday, today, blockers.\ncategory: communication\n---\nBody.\n",
+        )
+        .unwrap();
+        assert_eq!(s.description, "Notes: yesterday, today, blockers.");
+        assert_eq!(s.category, Category::TaskSpecific);
     }
 
     #[test]
@@ -432,7 +478,11 @@ mod tests {
             ("ab", "---\ndescription: d.\n---\nb\n", "name: required"),
             ("ab", "---\nname: ab\n---\nb\n", "description: required"),
             ("ab", "---\n- a list\n---\nb\n", "key: value"),
-            ("ab", "---\nname: [ab\n---\nb\n", "not valid YAML"),
+            (
+                "ab",
+                "---\nname: ab\ndescription: d.\nmetadata:\n  - [broken\n---\nb\n",
+                "not valid YAML",
+            ),
             (
                 "ab",
                 "---\nname: ab\ndescription: {a: 1}\n---\nb\n",
@@ -469,11 +519,6 @@ mod tests {
                 "created_by",
             ),
             ("ab", "---\nname: ab\ndescription: d.\n---\n\n", "body"),
-            (
-                "ab",
-                "---\nname: ab\ndescription: [d\n---\nb\n",
-                "frontmatter",
-            ),
         ];
         for (id, text, needle) in cases {
             let err = parse(id, text).unwrap_err();

@@ -346,7 +346,7 @@ const FILLER: &[&str] = &[
 ];
 
 /// Everyday vocabulary: words of ordinary life, many of which also have a
-/// technical sense ("branch", "commit", "crash", "pull", "review", "test",
+/// technical sense ("branch", "crash", "pull", "review", "test",
 /// "responses"). They still count, but less than a word of the trade.
 const EVERYDAY: &[&str] = &[
     "accident",
@@ -564,7 +564,6 @@ const EVERYDAY: &[&str] = &[
     "college",
     "color",
     "comment",
-    "commit",
     "common",
     "community",
     "company",
