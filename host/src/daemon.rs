@@ -191,12 +191,7 @@ pub async fn run(options: DaemonOptions) -> Result<()> {
     // The skill library also loads in the background (a large one takes a
     // while to read); until then no skill is injected.
     let skills = config.skills.enabled.then(|| {
-        let dir = config
-            .skills
-            .dir
-            .as_deref()
-            .map(expand_home)
-            .unwrap_or_else(|| home.skills_dir());
+        let (dir, _) = crate::skills::paths(&home, config);
         let library = Library::new(dir, store.path().to_path_buf());
         Skills::new(
             library,

@@ -51,7 +51,8 @@ impl World {
         cmd.args(args)
             .env("METACLAW_HOME", self.home.path())
             .env("HOME", self.user.path())
-            .env("PATH", self.empty_path.path());
+            .env("PATH", self.empty_path.path())
+            .env("METACLAW_NO_BUILTIN_SKILLS", "1");
         for var in [
             "METACLAW_LLM_API_KEY",
             "METACLAW_PROXY_API_KEY",

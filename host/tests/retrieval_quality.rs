@@ -1,6 +1,7 @@
 //! Retrieval quality over the built-in bank: recall@6 of what would be
 //! injected, for the labelled queries in tests/data/retrieval-queries.yaml,
-//! and small talk that must inject nothing. Prints the figures.
+//! and small talk and off-topic messages that share a word with a skill,
+//! which must inject nothing. Prints the figures.
 //!
 //! The retrievers are the real wasm plugins (scripts/build-plugins), the
 //! embeddings the real all-MiniLM-L6-v2 (METACLAW_TEST_MODEL_DIR, fetched by
@@ -22,6 +23,10 @@ use metaclaw::skills::{Query, Retrieval, Settings, Skills};
 struct Labelled {
     queries: Vec<Case>,
     small_talk: Vec<String>,
+    /// Chat that shares a word with a skill ("responses to my party
+    /// invitation"): one shared word must not inject a skill.
+    #[serde(default)]
+    off_topic: Vec<String>,
 }
 
 #[derive(serde::Deserialize)]
@@ -86,6 +91,7 @@ fn select(skills: &Skills, text: &str) -> metaclaw::skills::Selection {
 struct Figures {
     recall: f64,
     small_talk_injecting: usize,
+    off_topic_injecting: usize,
 }
 
 fn evaluate(name: &str, file: &str, skills: &Skills, retriever: &str) -> Figures {
@@ -115,20 +121,30 @@ fn evaluate(name: &str, file: &str, skills: &Skills, retriever: &str) -> Figures
             }
         }
     }
-    let mut small_talk_injecting = 0;
-    for text in &set.small_talk {
-        let selection = select(skills, text);
-        if !selection.skills.is_empty() {
-            small_talk_injecting += 1;
-            let ids: Vec<&str> = selection.skills.iter().map(|s| s.id.as_str()).collect();
-            misses.push(format!("  small talk {text:?} injected {ids:?}"));
+    let mut injecting = |kind: &str, texts: &[String]| {
+        let mut count = 0;
+        for text in texts {
+            let selection = select(skills, text);
+            if !selection.skills.is_empty() {
+                count += 1;
+                let ids: Vec<String> = selection
+                    .skills
+                    .iter()
+                    .map(|s| format!("{} {:.2}", s.id, s.score))
+                    .collect();
+                misses.push(format!("  {kind} {text:?} injected {ids:?}"));
+            }
         }
-    }
+        count
+    };
+    let small_talk_injecting = injecting("small talk", &set.small_talk);
+    let off_topic_injecting = injecting("off-topic", &set.off_topic);
     let recall = found as f64 / expected as f64;
     println!(
-        "{name} on {file}: recall@6 = {recall:.3} ({found}/{expected} expected skills over {} queries); small talk injecting: {small_talk_injecting}/{}",
+        "{name} on {file}: recall@6 = {recall:.3} ({found}/{expected} expected skills over {} queries); small talk injecting: {small_talk_injecting}/{}; off-topic injecting: {off_topic_injecting}/{}",
         set.queries.len(),
-        set.small_talk.len()
+        set.small_talk.len(),
+        set.off_topic.len()
     );
     for m in &misses {
         println!("{m}");
@@ -136,6 +152,7 @@ fn evaluate(name: &str, file: &str, skills: &Skills, retriever: &str) -> Figures
     Figures {
         recall,
         small_talk_injecting,
+        off_topic_injecting,
     }
 }
 
@@ -149,6 +166,10 @@ fn the_labelled_sets_are_well_formed() {
             "{file}: at least 50 labelled queries"
         );
         assert!(set.small_talk.len() >= 10);
+        assert!(
+            set.off_topic.len() >= 10,
+            "{file}: at least 10 off-topic messages"
+        );
         for case in &set.queries {
             assert!(!case.expect.is_empty(), "{:?} expects nothing", case.query);
             for id in &case.expect {
@@ -165,7 +186,8 @@ fn the_labelled_sets_are_well_formed() {
     );
 }
 
-/// Both sets meet `min_recall`, and no small talk injects a skill.
+/// Both sets meet `min_recall`, and no small talk or off-topic message
+/// injects a skill.
 fn assert_quality(name: &str, skills: &Skills, min_recall: f64) {
     for file in SETS {
         let f = evaluate(name, file, skills, &format!("{name}@"));
@@ -177,6 +199,10 @@ fn assert_quality(name: &str, skills: &Skills, min_recall: f64) {
         assert_eq!(
             f.small_talk_injecting, 0,
             "{file}: small talk injected skills"
+        );
+        assert_eq!(
+            f.off_topic_injecting, 0,
+            "{file}: off-topic messages injected skills"
         );
     }
 }

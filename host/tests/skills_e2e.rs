@@ -597,3 +597,277 @@ fn turns_during_indexing_do_not_pile_up_more_indexes() {
         .unwrap();
     assert!(!ranked.is_empty());
 }
+
+/// The CLI as a user runs it: unlike `cli_in`, `start` installs the
+/// built-in skills (`skills.install_builtin`).
+fn cli_as_user(home: &Path, args: &[&str]) -> (bool, String) {
+    let out = std::process::Command::new(BIN)
+        .args(args)
+        .env("METACLAW_HOME", home)
+        .env_remove("METACLAW_LLM_API_KEY")
+        .env_remove("METACLAW_PROXY_API_KEY")
+        .env_remove("METACLAW_NO_BUILTIN_SKILLS")
+        .env("METACLAW_NO_WIRE", "1")
+        .output()
+        .unwrap();
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    (out.status.success(), text)
+}
+
+fn listed(home: &Path) -> Vec<String> {
+    let (ok, text) = cli_as_user(home, &["skills", "list", "--json"]);
+    assert!(ok, "{text}");
+    let v: Value = serde_json::from_str(&text).unwrap();
+    v["skills"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s["name"].as_str().unwrap().to_string())
+        .collect()
+}
+
+const SETUP: &[&str] = &[
+    "setup",
+    "--provider",
+    "openai",
+    "--api-key-env",
+    "SOME_KEY",
+    "--model",
+    "gpt-4o-mini",
+    "--claw",
+    "none",
+];
+
+#[test]
+fn setup_installs_the_built_in_skills_unless_told_not_to() {
+    let home = tempfile::tempdir().unwrap();
+    let (ok, text) = cli_as_user(home.path(), SETUP);
+    assert!(ok, "{text}");
+    assert!(text.contains("built-in skills: 4"), "{text}");
+    let names = listed(home.path());
+    assert!(names.len() >= 40, "{names:?}");
+    assert!(names.contains(&"git-rebase-safely".to_string()));
+    // Setting up again changes nothing, and says nothing about skills.
+    let (ok, text) = cli_as_user(home.path(), SETUP);
+    assert!(ok && !text.contains("built-in skills"), "{text}");
+
+    let off = tempfile::tempdir().unwrap();
+    std::fs::write(
+        off.path().join("config.yaml"),
+        "skills:\n  install_builtin: false\n",
+    )
+    .unwrap();
+    let (ok, text) = cli_as_user(off.path(), SETUP);
+    assert!(ok, "{text}");
+    assert!(text.contains("skills.install_builtin: false"), "{text}");
+    assert!(listed(off.path()).is_empty());
+}
+
+#[test]
+fn start_installs_the_bank_once_and_keeps_what_the_user_changed() {
+    let up = dummy();
+    let home = tempfile::tempdir().unwrap();
+    std::fs::write(
+        home.path().join("config.yaml"),
+        format!("llm:\n  api_base: {}\nproxy:\n  port: 0\n", up.url),
+    )
+    .unwrap();
+    let (ok, text) = cli_as_user(home.path(), &["start"]);
+    assert!(ok, "{text}");
+    assert!(text.contains("built-in skills: 4"), "{text}");
+    assert!(cli_as_user(home.path(), &["stop"]).0);
+    assert!(listed(home.path()).len() >= 40);
+
+    // The user edits one built-in skill and removes another.
+    let edited = home.path().join("skills/git-rebase-safely/SKILL.md");
+    let mine = std::fs::read_to_string(&edited).unwrap() + "\nMy team never rebases main.\n";
+    std::fs::write(&edited, &mine).unwrap();
+    let (ok, text) = cli_as_user(home.path(), &["skills", "remove", "query-json-with-jq"]);
+    assert!(ok, "{text}");
+
+    let (ok, text) = cli_as_user(home.path(), &["start"]);
+    assert!(ok, "{text}");
+    assert!(!text.contains("built-in skills"), "{text}");
+    assert!(cli_as_user(home.path(), &["stop"]).0);
+    assert_eq!(std::fs::read_to_string(&edited).unwrap(), mine);
+    let names = listed(home.path());
+    assert!(!names.contains(&"query-json-with-jq".to_string()));
+    assert!(names.contains(&"git-rebase-safely".to_string()));
+}
+
+fn write_skill(folder: &Path, text: &str) {
+    std::fs::create_dir_all(folder).unwrap();
+    std::fs::write(folder.join("SKILL.md"), text).unwrap();
+}
+
+/// A skills collection as a git checkout holds them: nested folders, the
+/// Agent Skills format with bundled files, the original MetaClaw's format,
+/// and three that must be refused.
+fn collection(root: &Path) {
+    let pdf = root.join("skills/pdf-forms");
+    write_skill(
+        &pdf,
+        "---\nname: pdf-forms\ndescription: Fill in and flatten PDF forms with the bundled script.\nlicense: MIT\nallowed-tools: Bash(python:*) Read\nmetadata:\n  author: someone\n  openclaw:\n    requires:\n      bins: [qpdf]\n---\n# PDF forms\n\nList the form fields with `scripts/fields.sh`, then fill them in; see `references/fields.md`.\n",
+    );
+    std::fs::create_dir_all(pdf.join("scripts")).unwrap();
+    std::fs::write(
+        pdf.join("scripts/fields.sh"),
+        "#!/bin/sh\nqpdf --json \"$1\"\n",
+    )
+    .unwrap();
+    std::fs::create_dir_all(pdf.join("references")).unwrap();
+    std::fs::write(
+        pdf.join("references/fields.md"),
+        "# Fields\n\nText, checkbox, choice.\n",
+    )
+    .unwrap();
+    // A link out of the skill folder: never followed.
+    std::os::unix::fs::symlink("/etc/hostname", pdf.join("references/host")).unwrap();
+    write_skill(
+        &root.join("team/standup-notes"),
+        "---\nname: standup-notes\ndescription: Write daily standup notes: yesterday, today, blockers.\ncategory: communication\n---\nThree short lines; blockers first if there are any.\n",
+    );
+    write_skill(
+        &root.join("skills/bad-yaml"),
+        "---\nname: bad-yaml\ndescription: d.\nmetadata:\n  tags: [unclosed\n---\nBody.\n",
+    );
+    write_skill(
+        &root.join("skills/no-description"),
+        "---\nname: no-description\nlicense: MIT\n---\nBody.\n",
+    );
+    write_skill(
+        &root.join("skills/too-big"),
+        &format!(
+            "---\nname: too-big\ndescription: Far too long.\n---\n{}\n",
+            "word ".repeat(10_000)
+        ),
+    );
+    // Version-control state is not searched.
+    write_skill(
+        &root.join(".git/hidden-skill"),
+        "---\nname: hidden-skill\ndescription: d.\n---\nb\n",
+    );
+}
+
+#[test]
+fn import_copies_good_skills_with_their_files_and_reports_each() {
+    let home = tempfile::tempdir().unwrap();
+    let source = tempfile::tempdir().unwrap();
+    collection(source.path());
+    let root = source.path().to_str().unwrap();
+
+    let (ok, text) = cli_as_user(home.path(), &["skills", "import", root]);
+    assert!(ok, "{text}");
+    for line in [
+        "imported  pdf-forms  (from ",
+        "2 bundled file(s); 1 symbolic link(s) not followed",
+        "imported  standup-notes",
+        "bad-yaml: frontmatter is not valid YAML: line 4 column 9: unclosed bracket",
+        "no-description: description: required",
+        "too-big: the body is 49999 bytes; at most 32768",
+        "2 imported, 0 skipped, 3 refused",
+    ] {
+        assert!(text.contains(line), "{line:?} not in:\n{text}");
+    }
+    assert!(!text.contains("hidden-skill"), "{text}");
+    let lib = home.path().join("skills/pdf-forms");
+    assert!(lib.join("scripts/fields.sh").is_file());
+    assert!(lib.join("references/fields.md").is_file());
+    assert!(std::fs::symlink_metadata(lib.join("references/host")).is_err());
+    let mut names = listed(home.path());
+    names.sort();
+    assert_eq!(names, vec!["pdf-forms", "standup-notes"]);
+
+    // `show` has the keys metaclaw does not read, and the files.
+    let (ok, text) = cli_as_user(home.path(), &["skills", "show", "pdf-forms", "--json"]);
+    assert!(ok, "{text}");
+    let shown: Value = serde_json::from_str(&text).unwrap();
+    let skill = &shown["skill"];
+    assert_eq!(skill["extra"]["license"], "MIT");
+    assert_eq!(skill["extra"]["allowed-tools"], "Bash(python:*) Read");
+    assert_eq!(
+        skill["extra"]["metadata"]["openclaw"]["requires"]["bins"][0],
+        "qpdf"
+    );
+    let pdf_source = std::fs::canonicalize(source.path().join("skills/pdf-forms")).unwrap();
+    assert_eq!(
+        skill["created_by"],
+        format!("imported:{}", pdf_source.display())
+    );
+    assert_eq!(shown["files"][0]["path"], "references/fields.md");
+    assert_eq!(shown["files"][1]["bytes"], 27);
+    let (_, text) = cli_as_user(home.path(), &["skills", "show", "pdf-forms"]);
+    assert!(text.contains("license: MIT"), "{text}");
+    assert!(text.contains("scripts/fields.sh"), "{text}");
+    let (ok, text) = cli_as_user(home.path(), &["skills", "history", "pdf-forms"]);
+    assert!(ok && text.contains("metaclaw skills import"), "{text}");
+
+    // Again: nothing new, and the bad ones still refused: a failure.
+    let (ok, text) = cli_as_user(home.path(), &["skills", "import", root]);
+    assert!(!ok, "{text}");
+    assert!(
+        text.contains("skipped   pdf-forms  (already in the library, identical)"),
+        "{text}"
+    );
+    assert!(text.contains("0 imported, 2 skipped, 3 refused"), "{text}");
+
+    // A different skill of a taken name is never overwritten without --force.
+    let other = tempfile::tempdir().unwrap();
+    write_skill(
+        &other.path().join("pdf-forms"),
+        "---\nname: pdf-forms\ndescription: Another take on PDF forms.\n---\nUse pdftk.\n",
+    );
+    let one = other.path().join("pdf-forms");
+    let one = one.to_str().unwrap();
+    let (ok, text) = cli_as_user(home.path(), &["skills", "import", one]);
+    assert!(ok, "{text}");
+    assert!(text.contains("pass --force to replace it"), "{text}");
+    assert!(lib.join("scripts/fields.sh").is_file());
+    let (ok, text) = cli_as_user(home.path(), &["skills", "import", one, "--force"]);
+    assert!(ok && text.contains("replaced the library's"), "{text}");
+    assert!(!lib.join("scripts").exists());
+}
+
+/// Imported skills in both formats are retrieved; `skills search` lists
+/// the candidates best first, with their scores.
+#[test]
+fn imported_skills_are_retrieved_and_search_lists_by_score() {
+    let home = tempfile::tempdir().unwrap();
+    let source = tempfile::tempdir().unwrap();
+    collection(source.path());
+    let (ok, text) = cli_as_user(home.path(), SETUP);
+    assert!(ok, "{text}");
+    let (ok, text) = cli_as_user(
+        home.path(),
+        &["skills", "import", source.path().to_str().unwrap()],
+    );
+    assert!(ok, "{text}");
+    for (query, want) in [
+        ("fill in the fields of this PDF form for me", "pdf-forms"),
+        ("write my standup notes for today", "standup-notes"),
+    ] {
+        let (ok, text) = cli_as_user(home.path(), &["skills", "search", query, "--json"]);
+        assert!(ok, "{text}");
+        let v: Value = serde_json::from_str(&text).unwrap();
+        assert!(v["retriever"].as_str().is_some(), "{text}");
+        let injected: Vec<&str> = v["injected"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|s| s.as_str().unwrap())
+            .collect();
+        assert!(injected.contains(&want), "{query:?}: {text}");
+        let scores: Vec<f64> = v["ranked"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|r| r["score"].as_f64().unwrap())
+            .collect();
+        assert!(scores.len() > 1, "{text}");
+        assert!(scores.windows(2).all(|w| w[0] >= w[1]), "{scores:?}");
+    }
+}

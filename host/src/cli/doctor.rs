@@ -587,7 +587,7 @@ fn check_disk(report: &mut Report, home: &Home) {
 }
 
 fn check_store(report: &mut Report, home: &Home, loaded: &Loaded) {
-    let path = super::skills_cmd::db(home, loaded);
+    let path = crate::skills::paths(home, &loaded.config).1;
     let fix_path =
         "set store.path to a file in a writable folder (`metaclaw config set store.path PATH`)";
     match fs::metadata(&path) {
@@ -926,7 +926,7 @@ fn check_skills(report: &mut Report, home: &Home, loaded: &Loaded) {
         report.ok("skills", "skills are off (skills.enabled: false)");
         return;
     }
-    let dir = super::skills_cmd::skills_dir(home, loaded);
+    let dir = crate::skills::paths(home, &loaded.config).0;
     let install = "`metaclaw skills install-builtin` installs the built-in skills";
     match fs::read_dir(&dir) {
         Err(e) if is_missing(&e) => {

@@ -83,6 +83,9 @@ pub fn start(home: &Home, config_path: &Path, args: StartArgs) -> Result<ExitCod
             },
             None => crate::logging::init(&log_config.level),
         }
+        if !args.no_builtin_skills {
+            super::skills_cmd::install_builtin_on(home, &loaded.config, "metaclaw start");
+        }
         if !args.no_wire {
             super::claws_cmd::wire_when_healthy(home.clone(), loaded.clone(), args.demo);
         }
@@ -111,6 +114,10 @@ pub fn start(home: &Home, config_path: &Path, args: StartArgs) -> Result<ExitCod
         home.remove_pid_file();
         eprintln!("note: removed a stale pid file (its process is gone)");
     }
+    // Here, so that the line is on the terminal; the daemon need not look.
+    if !args.no_builtin_skills {
+        super::skills_cmd::install_builtin_on(home, &loaded.config, "metaclaw start");
+    }
 
     precompile_plugins(home, &loaded.config);
 
@@ -137,6 +144,7 @@ pub fn start(home: &Home, config_path: &Path, args: StartArgs) -> Result<ExitCod
         .arg("--foreground")
         // This process wires, once the daemon answers, and reports on the terminal.
         .arg("--no-wire")
+        .arg("--no-builtin-skills")
         .arg("--log-file")
         .arg(&log_path);
     if let Some(port) = args.port {

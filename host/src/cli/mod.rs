@@ -112,6 +112,10 @@ pub struct StartArgs {
     /// Leave the agent's config alone (default: point `claw_type` at the proxy).
     #[arg(long, env = "METACLAW_NO_WIRE", value_parser = clap::builder::FalseyValueParser::new())]
     pub no_wire: bool,
+    /// Leave the skill library as it is this time (default: install the
+    /// built-in skills new in this version; see `skills.install_builtin`).
+    #[arg(long, env = "METACLAW_NO_BUILTIN_SKILLS", value_parser = clap::builder::FalseyValueParser::new())]
+    pub no_builtin_skills: bool,
     /// The log file the daemon writes and rotates past `log.max_mb` (set by
     /// `start` for the daemon it runs in the background).
     #[arg(long, hide = true)]
@@ -255,7 +259,7 @@ pub enum SkillsCommand {
         #[arg(long)]
         json: bool,
     },
-    /// One skill's SKILL.md.
+    /// One skill's SKILL.md and the files it brings.
     Show {
         name: String,
         #[arg(long)]
@@ -264,6 +268,18 @@ pub enum SkillsCommand {
     /// What the retriever would inject for a message, with scores.
     Search {
         query: String,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Copy a folder of skills into the library: one skill folder, or a
+    /// collection (~/.claude/skills, ~/.openclaw/skills, the original
+    /// MetaClaw's ~/.metaclaw/skills, a git checkout), with their bundled
+    /// files. Never overwrites a different skill unless --force.
+    Import {
+        path: PathBuf,
+        /// Replace a library skill of the same name that differs.
+        #[arg(long)]
+        force: bool,
         #[arg(long)]
         json: bool,
     },

@@ -1,47 +1,48 @@
 //! `metaclaw skills list | show | search | add | remove | history | install-builtin | review`.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::ExitCode;
 
 use anyhow::{Context, Result, bail};
 use serde_json::json;
 
 use super::{ReviewAction, SkillsCommand, load_config, local_time};
-use crate::config::Loaded as LoadedConfig;
 use crate::daemon::expand_home;
 use crate::home::Home;
 use crate::learn::review;
 use crate::plugins::{PluginHost, Settings as PluginSettings};
 use crate::skills::library::Library;
 use crate::skills::skill::{self, Category};
-use crate::skills::{Query, Retrieval, Settings as SkillSettings, Skills, builtin, clean_query};
-use crate::store::skills::{Attribution, builtin_hashes, history};
+use crate::skills::{
+    Query, Retrieval, Settings as SkillSettings, Skills, builtin, clean_query, import,
+};
+use crate::store::skills::{Attribution, history};
 
-pub(super) fn skills_dir(home: &Home, config: &LoadedConfig) -> PathBuf {
-    config
-        .config
-        .skills
-        .dir
-        .as_deref()
-        .map(expand_home)
-        .unwrap_or_else(|| home.skills_dir())
-}
-
-pub(super) fn db(home: &Home, config: &LoadedConfig) -> PathBuf {
-    config
-        .config
-        .store
-        .path
-        .as_deref()
-        .map(expand_home)
-        .unwrap_or_else(|| home.db_file())
+/// What `setup` and `start` do with the built-in bank
+/// (`skills.install_builtin`): install it and say in one line what
+/// changed. A failure is a warning: the proxy works without skills.
+pub(super) fn install_builtin_on(home: &Home, config: &crate::config::Config, why: &str) {
+    if !config.skills.install_builtin {
+        return;
+    }
+    let (dir, db) = crate::skills::paths(home, config);
+    match builtin::install_recorded(&dir, &db, why, builtin::Missing::New) {
+        Ok(report) => {
+            if let Some(line) = report.summary(&dir) {
+                say!("{line}");
+            }
+        }
+        Err(e) => eprintln!(
+            "warning: cannot install the built-in skills into {}: {e:#}",
+            dir.display()
+        ),
+    }
 }
 
 pub fn run(home: &Home, config_path: &Path, command: SkillsCommand) -> Result<ExitCode> {
     let config = load_config(config_path)?;
     home.ensure()?;
-    let dir = skills_dir(home, &config);
-    let db = db(home, &config);
+    let (dir, db) = crate::skills::paths(home, &config.config);
     match command {
         SkillsCommand::List {
             category,
@@ -112,14 +113,36 @@ pub fn run(home: &Home, config_path: &Path, command: SkillsCommand) -> Result<Ex
                 )
             })?;
             let parsed = skill::parse(&name, &text);
+            let bundled = import::bundled(&folder)?;
             if json {
+                let files: Vec<_> = bundled
+                    .files
+                    .iter()
+                    .map(|(path, bytes)| json!({"path": path, "bytes": bytes}))
+                    .collect();
                 let value = match &parsed {
-                    Ok(s) => json!({"skill": s, "path": folder.join("SKILL.md")}),
-                    Err(e) => json!({"error": e, "path": folder.join("SKILL.md")}),
+                    Ok(s) => {
+                        json!({"skill": s, "path": folder.join("SKILL.md"), "files": files, "links": bundled.links})
+                    }
+                    Err(e) => {
+                        json!({"error": e, "path": folder.join("SKILL.md"), "files": files, "links": bundled.links})
+                    }
                 };
                 say!("{}", serde_json::to_string_pretty(&value)?);
             } else {
                 say_raw!("{text}");
+                if !bundled.files.is_empty() || !bundled.links.is_empty() {
+                    say!(
+                        "\nfiles (in {}; never run or injected by metaclaw):",
+                        folder.display()
+                    );
+                    for (path, bytes) in &bundled.files {
+                        say!("  {:>9}  {}", bytes, path.display());
+                    }
+                    for path in &bundled.links {
+                        say!("  {:>9}  {} (symbolic link)", "-", path.display());
+                    }
+                }
                 if let Err(e) = parsed {
                     say!("\nproblem: {e}");
                 }
@@ -198,15 +221,9 @@ pub fn run(home: &Home, config_path: &Path, command: SkillsCommand) -> Result<Ex
             };
             let text = std::fs::read_to_string(&file)
                 .with_context(|| format!("cannot read {}", file.display()))?;
-            // The name decides the folder; parse once to learn it, then
-            // strictly against that folder name.
-            let name = text
-                .lines()
-                .find_map(|l| l.strip_prefix("name:"))
-                .map(|n| n.trim().trim_matches(['"', '\'']).to_string())
-                .context("no `name:` in the frontmatter")?;
-            let parsed = skill::parse(&name, &text)
-                .map_err(|e| anyhow::anyhow!("{}: {e}", file.display()))?;
+            // The name decides the folder.
+            let parsed =
+                skill::parse_text(&text).map_err(|e| anyhow::anyhow!("{}: {e}", file.display()))?;
             let target = dir.join(&parsed.id);
             if target.join("SKILL.md").exists() && !force {
                 bail!(
@@ -228,6 +245,76 @@ pub fn run(home: &Home, config_path: &Path, command: SkillsCommand) -> Result<Ex
                 parsed.version,
                 target.display()
             );
+        }
+        SkillsCommand::Import { path, force, json } => {
+            let root = expand_home(&path.to_string_lossy());
+            if !root.is_dir() {
+                bail!(
+                    "{} is not a folder: give a skill folder (holding SKILL.md) or a folder of them",
+                    root.display()
+                );
+            }
+            let items = import::import(&root, &dir, force);
+            if items.is_empty() {
+                bail!("no SKILL.md found in or under {}", root.display());
+            }
+            let count =
+                |f: fn(&import::Outcome) -> bool| items.iter().filter(|i| f(&i.outcome)).count();
+            let imported = count(|o| matches!(o, import::Outcome::Imported { .. }));
+            let refused = count(|o| matches!(o, import::Outcome::Refused { .. }));
+            let skipped = items.len() - imported - refused;
+            if imported > 0 {
+                Library::new(dir.clone(), db).rescan(Some(&Attribution {
+                    who: "import".into(),
+                    why: format!("metaclaw skills import {}", root.display()),
+                }));
+            }
+            if json {
+                say!(
+                    "{}",
+                    serde_json::to_string_pretty(&json!({
+                        "library": dir, "imported": imported, "skipped": skipped,
+                        "refused": refused, "skills": items,
+                    }))?
+                );
+            } else {
+                for item in &items {
+                    match &item.outcome {
+                        import::Outcome::Imported {
+                            name,
+                            files,
+                            links_skipped,
+                            replaced,
+                        } => {
+                            let mut notes = vec![format!("from {}", item.source.display())];
+                            if *files > 0 {
+                                notes.push(format!("{files} bundled file(s)"));
+                            }
+                            if *links_skipped > 0 {
+                                notes
+                                    .push(format!("{links_skipped} symbolic link(s) not followed"));
+                            }
+                            if *replaced {
+                                notes.push("replaced the library's".into());
+                            }
+                            say!("imported  {name}  ({})", notes.join("; "));
+                        }
+                        import::Outcome::Skipped { name, why } => say!("skipped   {name}  ({why})"),
+                        import::Outcome::Refused { why } => {
+                            say!("refused   {}: {why}", item.source.display())
+                        }
+                    }
+                }
+                say!(
+                    "{imported} imported, {skipped} skipped, {refused} refused ({})",
+                    dir.display()
+                );
+            }
+            // Failure only when nothing could come in because of bad skills;
+            // skips alone (a second import of the same folder) are success.
+            if imported == 0 && refused > 0 {
+                return Ok(ExitCode::FAILURE);
+            }
         }
         SkillsCommand::Remove { name } => {
             if !skill::valid_name(&name) || !dir.join(&name).join("SKILL.md").exists() {
@@ -267,16 +354,12 @@ pub fn run(home: &Home, config_path: &Path, command: SkillsCommand) -> Result<Ex
             }
         }
         SkillsCommand::InstallBuiltin => {
-            let conn = crate::store::open_side_writer(&db)?;
-            let report = builtin::install(&dir, &|name| {
-                builtin_hashes(&conn, name).unwrap_or_default()
-            })?;
-            drop(conn);
-            let library = Library::new(dir.clone(), db);
-            library.rescan(Some(&Attribution {
-                who: "builtin".into(),
-                why: "metaclaw skills install-builtin".into(),
-            }));
+            let report = builtin::install_recorded(
+                &dir,
+                &db,
+                "metaclaw skills install-builtin",
+                builtin::Missing::All,
+            )?;
             say!(
                 "{} added, {} updated, {} already current, {} kept as you edited them ({})",
                 report.added.len(),

@@ -237,6 +237,11 @@ pub struct SkillsConfig {
     pub enabled: bool,
     /// Default: `<home>/skills`.
     pub dir: Option<String>,
+    /// `setup` and `start` install the built-in skill bank: all of it into
+    /// a library with no skill, and later (a new version) the skills new
+    /// to the bank and new versions of those the user did not edit. Off:
+    /// the library is left as it is (`skills install-builtin` still works).
+    pub install_builtin: bool,
     /// `bm25` (also `template`, the original's default) or `embedding`
     /// (cosine over embeddings, BM25 as the fallback).
     pub retrieval_mode: String,
@@ -280,6 +285,7 @@ impl Default for SkillsConfig {
         Self {
             enabled: true,
             dir: None,
+            install_builtin: true,
             retrieval_mode: "template".into(),
             top_k: 6,
             task_specific_top_k: 10,

@@ -11,7 +11,7 @@ use serde_json::Value;
 use super::llm::{Prompt, clip};
 use crate::plugins::types::{Message, SkillDraft};
 use crate::redact::Redactor;
-use crate::skills::skill::{Category, MAX_BODY, MAX_DESCRIPTION, valid_name};
+use crate::skills::skill::{Category, MAX_BODY, MAX_DRAFT_DESCRIPTION, valid_name};
 
 pub const PROMPT: Prompt = Prompt::new("evolver-v1", include_str!("../../prompts/evolver-v1.md"));
 
@@ -152,7 +152,7 @@ fn check_draft(item: &Value, library: &HashSet<String>) -> Result<SkillDraft, St
     let description = text("description").ok_or("no description")?;
     let description = clip(
         &description.split_whitespace().collect::<Vec<_>>().join(" "),
-        MAX_DESCRIPTION - 1,
+        MAX_DRAFT_DESCRIPTION - 1,
     );
     // The original's drafts call the body "content".
     let body = text("body")

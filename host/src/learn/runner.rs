@@ -710,6 +710,7 @@ impl Learner {
                 created_by: format!("evolved:{}", job.session_id),
                 component: None,
                 provenance: Some(provenance.clone()),
+                extra: serde_json::Map::new(),
                 body,
                 content_hash: String::new(),
             },

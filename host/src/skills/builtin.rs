@@ -15,20 +15,93 @@ pub struct Installed {
     pub unchanged: Vec<String>,
     /// Edited by the user since metaclaw installed them: left alone.
     pub kept: Vec<String>,
+    /// Removed by the user since metaclaw installed them: not added again.
+    pub removed: Vec<String>,
+}
+
+impl Installed {
+    /// One line saying what changed, if anything was added or updated.
+    pub fn summary(&self, dir: &Path) -> Option<String> {
+        if self.added.is_empty() && self.updated.is_empty() {
+            return None;
+        }
+        let mut parts = Vec::new();
+        if !self.added.is_empty() {
+            parts.push(format!("{} added", self.added.len()));
+        }
+        if !self.updated.is_empty() {
+            parts.push(format!("{} updated", self.updated.len()));
+        }
+        if !self.kept.is_empty() {
+            parts.push(format!("{} kept as you edited them", self.kept.len()));
+        }
+        Some(format!(
+            "built-in skills: {} ({})",
+            parts.join(", "),
+            dir.display()
+        ))
+    }
+}
+
+/// Which missing built-in skills an install adds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Missing {
+    /// Every one (`skills install-builtin`, or a library with no skill).
+    All,
+    /// Only those the store has never recorded (new in this version): a
+    /// skill the user removed stays removed.
+    New,
+}
+
+/// Installs the bank into `dir` and records the changes in the store at
+/// `db` as the built-in bank's (`why` says what installed it), so that a
+/// later install knows which files are still exactly what it wrote.
+/// `Missing::New` becomes `All` when `dir` holds no skill yet.
+pub fn install_recorded(
+    dir: &Path,
+    db: &Path,
+    why: &str,
+    missing: Missing,
+) -> anyhow::Result<Installed> {
+    let empty = super::library::scan(dir).0.is_empty();
+    let conn = crate::store::open_side_writer(db)?;
+    let recorded = |name: &str| -> bool {
+        crate::store::skills::history(&conn, name).is_ok_and(|h| !h.is_empty())
+    };
+    let report = install(
+        dir,
+        &|name| crate::store::skills::builtin_hashes(&conn, name).unwrap_or_default(),
+        &|name| missing == Missing::New && !empty && recorded(name),
+    )?;
+    drop(conn);
+    if !report.added.is_empty() || !report.updated.is_empty() {
+        super::library::Library::new(dir.to_path_buf(), db.to_path_buf()).rescan(Some(
+            &crate::store::skills::Attribution {
+                who: "builtin".into(),
+                why: why.into(),
+            },
+        ));
+    }
+    Ok(report)
 }
 
 /// Writes the bank into `dir`. A skill already there is replaced only if it
 /// is exactly a version metaclaw installed earlier (`installed_before`
-/// lists those hashes): a user's edits are never overwritten.
+/// lists those hashes): a user's edits are never overwritten. A missing
+/// skill is added unless `removed` says the user removed it.
 pub fn install(
     dir: &Path,
     installed_before: &dyn Fn(&str) -> Vec<String>,
+    removed: &dyn Fn(&str) -> bool,
 ) -> std::io::Result<Installed> {
     let mut report = Installed::default();
     for (name, text) in BUILTIN {
         let folder = dir.join(name);
         let file = folder.join("SKILL.md");
         match std::fs::read(&file) {
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound && removed(name) => {
+                report.removed.push(name.to_string());
+            }
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
                 std::fs::create_dir_all(&folder)?;
                 std::fs::write(&file, text)?;
@@ -67,27 +140,70 @@ mod tests {
     #[test]
     fn installing_is_idempotent_and_keeps_user_edits() {
         let dir = tempfile::tempdir().unwrap();
-        let first = install(dir.path(), &|_| Vec::new()).unwrap();
+        let first = install(dir.path(), &|_| Vec::new(), &|_| false).unwrap();
         assert_eq!(first.added.len(), BUILTIN.len());
-        let again = install(dir.path(), &|_| Vec::new()).unwrap();
+        let again = install(dir.path(), &|_| Vec::new(), &|_| false).unwrap();
         assert!(again.added.is_empty() && again.updated.is_empty());
         assert_eq!(again.unchanged.len(), BUILTIN.len());
         let (name, _) = BUILTIN[0];
         let file = dir.path().join(name).join("SKILL.md");
         std::fs::write(&file, "my own version").unwrap();
-        let third = install(dir.path(), &|_| Vec::new()).unwrap();
+        let third = install(dir.path(), &|_| Vec::new(), &|_| false).unwrap();
         assert_eq!(third.kept, vec![name.to_string()]);
         assert_eq!(std::fs::read_to_string(&file).unwrap(), "my own version");
         // An old version that metaclaw itself installed is updated.
         let old = hex(&Sha256::digest(b"my own version"));
-        let fourth = install(dir.path(), &|n| {
-            if n == name {
-                vec![old.clone()]
-            } else {
-                Vec::new()
-            }
-        })
+        let fourth = install(
+            dir.path(),
+            &|n| {
+                if n == name {
+                    vec![old.clone()]
+                } else {
+                    Vec::new()
+                }
+            },
+            &|_| false,
+        )
         .unwrap();
         assert_eq!(fourth.updated, vec![name.to_string()]);
+    }
+
+    /// A start adds what is new in this version and updates what the user
+    /// did not edit; a skill the user removed or edited stays as it is.
+    #[test]
+    fn recorded_installs_respect_removals_and_edits() {
+        let home = tempfile::tempdir().unwrap();
+        let (dir, db) = (home.path().join("skills"), home.path().join("m.db"));
+        let first = install_recorded(&dir, &db, "test", Missing::New).unwrap();
+        assert_eq!(first.added.len(), BUILTIN.len());
+        assert!(first.summary(&dir).unwrap().contains("added"));
+        let (edited, _) = BUILTIN[0];
+        let (removed, _) = BUILTIN[1];
+        let (new, _) = BUILTIN[2];
+        std::fs::write(dir.join(edited).join("SKILL.md"), "mine").unwrap();
+        std::fs::remove_dir_all(dir.join(removed)).unwrap();
+        // As if `new` were a skill this version brings: never recorded.
+        std::fs::remove_dir_all(dir.join(new)).unwrap();
+        let conn = crate::store::open_side_writer(&db).unwrap();
+        conn.execute("DELETE FROM skill_changes WHERE skill_id = ?1", [new])
+            .unwrap();
+        drop(conn);
+        let later = install_recorded(&dir, &db, "test", Missing::New).unwrap();
+        assert_eq!(later.added, vec![new.to_string()]);
+        assert_eq!(later.kept, vec![edited.to_string()]);
+        assert_eq!(later.removed, vec![removed.to_string()]);
+        assert_eq!(
+            std::fs::read_to_string(dir.join(edited).join("SKILL.md")).unwrap(),
+            "mine"
+        );
+        assert!(
+            install_recorded(&dir, &db, "test", Missing::New)
+                .unwrap()
+                .summary(&dir)
+                .is_none()
+        );
+        // The explicit command adds every missing one.
+        let all = install_recorded(&dir, &db, "test", Missing::All).unwrap();
+        assert_eq!(all.added, vec![removed.to_string()]);
     }
 }

@@ -12,9 +12,33 @@
 //! their `applies()` clears `skills.component_threshold`.
 
 pub mod builtin;
+pub mod import;
 pub mod inject;
 pub mod library;
 pub mod skill;
+
+/// The library folder and the store file that `config` names (under
+/// `home` unless set).
+pub fn paths(
+    home: &crate::home::Home,
+    config: &crate::config::Config,
+) -> (std::path::PathBuf, std::path::PathBuf) {
+    let expand = crate::daemon::expand_home;
+    (
+        config
+            .skills
+            .dir
+            .as_deref()
+            .map(expand)
+            .unwrap_or_else(|| home.skills_dir()),
+        config
+            .store
+            .path
+            .as_deref()
+            .map(expand)
+            .unwrap_or_else(|| home.db_file()),
+    )
+}
 
 use std::sync::{Arc, RwLock};
 
@@ -375,6 +399,11 @@ impl Skills {
                             .filter(|r| r.score.is_finite())
                             .map(|r| (r.id.clone(), r.score))
                             .collect();
+                        // By the score the floors and `skills search` use:
+                        // a retriever may rank by something else (BM25 by
+                        // its raw score, `embedding` by fused rank). Stable,
+                        // so ties keep the retriever's order.
+                        selection.ranked.sort_by(|a, b| b.1.total_cmp(&a.1));
                         break;
                     }
                     // Expected while the library is being indexed, or in a

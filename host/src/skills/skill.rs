@@ -1,10 +1,17 @@
 //! One skill: `<skills.dir>/<name>/SKILL.md`, YAML frontmatter and a
-//! Markdown body. Parsing is strict: anything off is an error that says what
-//! to fix, and the skill is skipped (never the whole library).
+//! Markdown body. Parsing is strict about what metaclaw reads (anything off
+//! is an error that says what to fix, and the skill is skipped, never the
+//! whole library) and keeps what it does not: the Agent Skills format
+//! (Claude skills, OpenClaw/ClawHub skills) adds keys such as `license`,
+//! `metadata`, `allowed-tools` or `homepage`, which are stored with the
+//! skill, shown, and written back unchanged.
 
 use std::path::Path;
 
+use std::collections::HashMap;
+
 use serde::{Deserialize, Serialize};
+use serde_json::{Map, Value};
 use sha2::{Digest, Sha256};
 
 use crate::proxy::request::hex;
@@ -55,13 +62,16 @@ pub struct Skill {
     pub category: Category,
     pub tags: Vec<String>,
     pub version: semver::Version,
-    /// `builtin`, `user`, or `evolved:<session id>`.
+    /// `builtin`, `user`, `evolved:<session id>` or `imported:<source>`.
     pub created_by: String,
     /// An executable skill: the `skill` plugin (`name` or `name@req`) that
     /// decides when it applies and renders it.
     pub component: Option<String>,
     /// Where an evolved skill (or its latest version) came from.
     pub provenance: Option<Provenance>,
+    /// Frontmatter keys metaclaw does not read, in their order, kept as
+    /// they were (`license`, `metadata`, `allowed-tools`, ...).
+    pub extra: serde_json::Map<String, serde_json::Value>,
     pub body: String,
     /// sha256 of the whole file.
     pub content_hash: String,
@@ -73,6 +83,7 @@ impl Skill {
     /// rules among them) and the user's own are never rewritten unseen.
     pub fn revisions_need_review(&self) -> bool {
         matches!(self.created_by.as_str(), "builtin" | "user")
+            || self.created_by.starts_with(IMPORTED)
     }
 }
 
@@ -92,27 +103,28 @@ pub struct Provenance {
     pub model: String,
 }
 
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-struct Frontmatter {
-    name: String,
-    description: String,
-    #[serde(default)]
-    category: Option<String>,
-    #[serde(default)]
-    tags: Vec<String>,
-    #[serde(default)]
-    version: Option<String>,
-    #[serde(default)]
-    created_by: Option<String>,
-    #[serde(default)]
-    component: Option<String>,
-    #[serde(default)]
-    provenance: Option<Provenance>,
-}
+/// The frontmatter keys metaclaw reads; any other key is kept in `extra`.
+const KNOWN: [&str; 8] = [
+    "name",
+    "description",
+    "category",
+    "tags",
+    "version",
+    "created_by",
+    "component",
+    "provenance",
+];
 
-pub const MAX_DESCRIPTION: usize = 400;
+/// `created_by` of a skill copied in by `metaclaw skills import`.
+pub const IMPORTED: &str = "imported:";
+
+/// The Agent Skills format's limit.
+pub const MAX_DESCRIPTION: usize = 1024;
+/// What the learning pipeline drafts: one sentence or two.
+pub const MAX_DRAFT_DESCRIPTION: usize = 400;
 pub const MAX_BODY: usize = 32 << 10;
+/// A SKILL.md larger than this is not read at all.
+pub const MAX_FILE: u64 = 256 << 10;
 
 /// Is this a valid skill name (and folder name)?
 pub fn valid_name(name: &str) -> bool {
@@ -124,8 +136,20 @@ pub fn valid_name(name: &str) -> bool {
         && !name.ends_with('-')
 }
 
-/// Parses the text of `<id>/SKILL.md`.
+/// Parses the text of `<id>/SKILL.md`: its `name` must be `id`.
 pub fn parse(id: &str, text: &str) -> Result<Skill, String> {
+    let skill = parse_text(text)?;
+    if skill.name != id {
+        return Err(format!(
+            "name {:?} must equal its folder name {id:?}",
+            skill.name
+        ));
+    }
+    Ok(skill)
+}
+
+/// Parses a SKILL.md wherever it is: its id is its `name`.
+pub fn parse_text(text: &str) -> Result<Skill, String> {
     let text = text.strip_prefix('\u{feff}').unwrap_or(text);
     let Some(rest) = text
         .strip_prefix("---\n")
@@ -149,57 +173,83 @@ pub fn parse(id: &str, text: &str) -> Result<Skill, String> {
     let body = rest[end + "\n---".len()..]
         .trim_start_matches(['\r', '\n'])
         .trim_end();
-    let fm: Frontmatter = serde_saphyr::from_str(yaml).map_err(|e| {
-        let e = e.to_string();
-        if e.contains("unknown field") {
-            format!("frontmatter: {e} (allowed: name, description, category, tags, version, created_by, component, provenance)")
-        } else {
-            format!("frontmatter: {e}")
+    let mut extra = match serde_saphyr::from_str::<Value>(yaml) {
+        Ok(Value::Object(map)) => map,
+        Ok(Value::Null) => Map::new(),
+        Ok(_) => return Err("frontmatter: must be `key: value` lines".into()),
+        Err(e) => original_lines(yaml).ok_or_else(|| {
+            // The first line says where and what; the rest is a snippet.
+            let e = e.to_string();
+            let e = e
+                .lines()
+                .next()
+                .unwrap_or_default()
+                .trim_start_matches("error: ");
+            format!("frontmatter is not valid YAML: {e}")
+        })?,
+    };
+    let mut known: HashMap<&str, Value> = HashMap::new();
+    for key in KNOWN {
+        if let Some(value) = extra.shift_remove(key) {
+            known.insert(key, value);
         }
-    })?;
-    let name = fm.name.trim().to_string();
+    }
+    let text_of = |key: &str| -> Result<Option<String>, String> {
+        match known.get(key) {
+            None | Some(Value::Null) => Ok(None),
+            Some(Value::String(s)) => Ok(Some(s.clone())),
+            Some(Value::Number(n)) => Ok(Some(n.to_string())),
+            Some(Value::Bool(b)) => Ok(Some(b.to_string())),
+            Some(_) => Err(format!("{key}: must be text")),
+        }
+    };
+    let name = text_of("name")?
+        .map(|n| n.trim().to_string())
+        .filter(|n| !n.is_empty())
+        .ok_or(
+            "name: required (2-64 lowercase letters, digits and dashes, e.g. git-rebase-safely)",
+        )?;
     if !valid_name(&name) {
         return Err(format!(
             "name {name:?}: use 2-64 lowercase letters, digits and dashes"
         ));
     }
-    if name != id {
-        return Err(format!("name {name:?} must equal its folder name {id:?}"));
-    }
-    let description = fm.description.trim().to_string();
+    let description = text_of("description")?
+        .map(|d| d.trim().to_string())
+        .unwrap_or_default();
     if description.is_empty() {
         return Err("description: required (one sentence saying when the skill applies)".into());
     }
     if description.chars().count() > MAX_DESCRIPTION {
         return Err(format!("description: at most {MAX_DESCRIPTION} characters"));
     }
-    let category = match &fm.category {
+    let category = match text_of("category")? {
         None => Category::General,
-        Some(c) => Category::parse(c).ok_or_else(|| {
+        Some(c) => Category::parse(&c).ok_or_else(|| {
             format!("category {c:?}: use general, task-specific or common-mistakes")
         })?,
     };
-    let version = match &fm.version {
+    let version = match text_of("version")? {
         None => semver::Version::new(1, 0, 0),
-        Some(v) => semver::Version::parse(v.trim())
-            .map_err(|e| format!("version {v:?}: {e} (e.g. 1.0.0)"))?,
+        Some(v) => parse_version(&v).map_err(|e| format!("version {v:?}: {e} (e.g. 1.0.0)"))?,
     };
-    let created_by = fm
-        .created_by
+    let created_by = text_of("created_by")?
         .map(|c| c.trim().to_string())
         .unwrap_or_else(|| "user".into());
-    let known = created_by == "builtin"
+    let known_origin = created_by == "builtin"
         || created_by == "user"
-        || created_by
-            .strip_prefix("evolved:")
-            .is_some_and(|s| !s.is_empty());
-    if !known {
+        || ["evolved:", IMPORTED].iter().any(|prefix| {
+            created_by
+                .strip_prefix(prefix)
+                .is_some_and(|s| !s.is_empty())
+        });
+    if !known_origin {
         return Err(format!(
-            "created_by {created_by:?}: use builtin, user or evolved:<session id>"
+            "created_by {created_by:?}: use builtin, user, evolved:<session id> or imported:<source>"
         ));
     }
     let mut tags = Vec::new();
-    for tag in fm.tags {
+    for tag in words(known.get("tags"), "tags")? {
         let tag = tag.trim().to_lowercase();
         if tag.is_empty() || tag.len() > 40 {
             return Err(format!("tags: {tag:?} must be 1-40 characters"));
@@ -208,10 +258,26 @@ pub fn parse(id: &str, text: &str) -> Result<Skill, String> {
             tags.push(tag);
         }
     }
-    if let Some(component) = &fm.component {
+    // Other formats' keywords feed retrieval as tags do; the key itself is
+    // kept as it was, and a keyword that would not make a tag is left out
+    // rather than refusing the skill.
+    for keyword in words(extra.get("keywords"), "keywords").unwrap_or_default() {
+        let keyword = keyword.trim().to_lowercase();
+        if (1..=40).contains(&keyword.len()) && !tags.contains(&keyword) {
+            tags.push(keyword);
+        }
+    }
+    let component = text_of("component")?.map(|c| c.trim().to_string());
+    if let Some(component) = &component {
         crate::plugins::PluginSpec::parse(component).map_err(|e| format!("component: {e}"))?;
     }
-    if body.is_empty() && fm.component.is_none() {
+    let provenance = match known.remove("provenance") {
+        None | Some(Value::Null) => None,
+        Some(v) => {
+            Some(serde_json::from_value::<Provenance>(v).map_err(|e| format!("provenance: {e}"))?)
+        }
+    };
+    if body.is_empty() && component.is_none() {
         return Err("the body (the instructions, after the frontmatter) is empty".into());
     }
     if body.len() > MAX_BODY {
@@ -221,18 +287,82 @@ pub fn parse(id: &str, text: &str) -> Result<Skill, String> {
         ));
     }
     Ok(Skill {
-        id: id.to_string(),
+        id: name.clone(),
         name,
         description,
         category,
         tags,
         version,
         created_by,
-        component: fm.component.map(|c| c.trim().to_string()),
-        provenance: fm.provenance,
+        component,
+        provenance,
+        extra,
         body: body.to_string(),
         content_hash: hex(&Sha256::digest(text.as_bytes())),
     })
+}
+
+/// The original MetaClaw's frontmatter, which it reads line by line, not
+/// as YAML: `description: Do this: then that` is valid there. Used only
+/// when the text is not YAML, and only when every line is `key: value`.
+fn original_lines(yaml: &str) -> Option<Map<String, Value>> {
+    let mut map = Map::new();
+    for line in yaml.lines() {
+        let line = line.trim_end();
+        if line.trim().is_empty() || line.trim_start().starts_with('#') {
+            continue;
+        }
+        let (key, value) = line.split_once(':')?;
+        let simple = key.chars().next().is_some_and(|c| c.is_ascii_alphabetic())
+            && key
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-');
+        if !simple {
+            return None;
+        }
+        let value = value.trim();
+        let value = value
+            .strip_prefix('"')
+            .and_then(|v| v.strip_suffix('"'))
+            .or_else(|| value.strip_prefix('\'').and_then(|v| v.strip_suffix('\'')))
+            .unwrap_or(value);
+        map.insert(key.to_string(), Value::String(value.to_string()));
+    }
+    Some(map)
+}
+
+/// A list of words: a YAML list of scalars, or one comma-separated string.
+fn words(value: Option<&Value>, key: &str) -> Result<Vec<String>, String> {
+    let scalar = |v: &Value| match v {
+        Value::String(s) => Some(s.clone()),
+        Value::Number(n) => Some(n.to_string()),
+        Value::Bool(b) => Some(b.to_string()),
+        _ => None,
+    };
+    match value {
+        None | Some(Value::Null) => Ok(Vec::new()),
+        Some(Value::String(s)) => Ok(s.split(',').map(str::to_string).collect()),
+        Some(Value::Array(items)) => items
+            .iter()
+            .map(|v| scalar(v).ok_or_else(|| format!("{key}: a list of words")))
+            .collect(),
+        Some(_) => Err(format!("{key}: a list of words")),
+    }
+}
+
+/// A semantic version; `1`, `1.2` and `v1.2.3` as other formats write them.
+fn parse_version(text: &str) -> Result<semver::Version, semver::Error> {
+    let text = text.trim();
+    let text = text.strip_prefix(['v', 'V']).unwrap_or(text);
+    let parts = text.split('.').count();
+    let numeric = text
+        .split('.')
+        .all(|p| !p.is_empty() && p.bytes().all(|b| b.is_ascii_digit()));
+    match parts {
+        1 if numeric => semver::Version::parse(&format!("{text}.0.0")),
+        2 if numeric => semver::Version::parse(&format!("{text}.0")),
+        _ => semver::Version::parse(text),
+    }
 }
 
 /// Reads and parses `<dir>/SKILL.md`.
@@ -242,6 +372,12 @@ pub fn load(dir: &Path) -> Result<Skill, String> {
         .and_then(|n| n.to_str())
         .ok_or_else(|| "the folder name is not UTF-8".to_string())?;
     let file = dir.join("SKILL.md");
+    let size = std::fs::metadata(&file)
+        .map_err(|e| format!("cannot read SKILL.md: {e}"))?
+        .len();
+    if size > MAX_FILE {
+        return Err(format!("SKILL.md is {size} bytes; at most {MAX_FILE}"));
+    }
     let text = std::fs::read_to_string(&file).map_err(|e| format!("cannot read SKILL.md: {e}"))?;
     parse(id, &text)
 }
@@ -270,6 +406,9 @@ pub fn render(skill: &Skill) -> String {
     {
         // JSON is YAML's flow style: one line, no quoting surprises.
         fm.push_str(&format!("provenance: {json}\n"));
+    }
+    for (key, value) in &skill.extra {
+        fm.push_str(&format!("{}: {value}\n", yaml_str(key)));
     }
     format!("{fm}---\n{}\n", skill.body.trim_end())
 }
@@ -321,6 +460,14 @@ mod tests {
         assert_eq!(s.category, Category::CommonMistakes);
         assert_eq!(s.version, semver::Version::new(1, 0, 0));
         assert_eq!(s.created_by, "user");
+        // The original reads lines, not YAML: a colon in a value is fine.
+        let s = parse(
+            "standup",
+            "---\nname: standup\ndescription: Notes: yesterday, today, blockers.\ncategory: communication\n---\nBody.\n",
+        )
+        .unwrap();
+        assert_eq!(s.description, "Notes: yesterday, today, blockers.");
+        assert_eq!(s.category, Category::TaskSpecific);
     }
 
     #[test]
@@ -328,10 +475,18 @@ mod tests {
         let cases = [
             ("x", "no frontmatter", "`---`"),
             ("x", "---\nname: x\n", "not closed"),
+            ("ab", "---\ndescription: d.\n---\nb\n", "name: required"),
+            ("ab", "---\nname: ab\n---\nb\n", "description: required"),
+            ("ab", "---\n- a list\n---\nb\n", "key: value"),
             (
                 "ab",
-                "---\nname: ab\ndescription: d.\nauthor: me\n---\nb\n",
-                "allowed: name",
+                "---\nname: ab\ndescription: d.\nmetadata:\n  - [broken\n---\nb\n",
+                "not valid YAML",
+            ),
+            (
+                "ab",
+                "---\nname: ab\ndescription: {a: 1}\n---\nb\n",
+                "must be text",
             ),
             (
                 "ab",
@@ -364,16 +519,40 @@ mod tests {
                 "created_by",
             ),
             ("ab", "---\nname: ab\ndescription: d.\n---\n\n", "body"),
-            (
-                "ab",
-                "---\nname: ab\ndescription: [d\n---\nb\n",
-                "frontmatter",
-            ),
         ];
         for (id, text, needle) in cases {
             let err = parse(id, text).unwrap_err();
             assert!(err.contains(needle), "{text:?}: {err}");
         }
+    }
+
+    /// Claude skills and OpenClaw/ClawHub skills: keys metaclaw does not
+    /// read are kept, in order, and written back.
+    #[test]
+    fn agent_skills_keys_are_kept() {
+        let text = "---\nname: pdf-tools\ndescription: Fill and merge PDF forms.\nlicense: Apache-2.0\nallowed-tools: Read, Bash(python:*)\nmetadata:\n  openclaw:\n    emoji: \"📄\"\n    requires: {bins: [qpdf]}\nhomepage: https://example.com/pdf\nkeywords: [pdf, Forms]\nversion: 1.2\n---\nRun `scripts/fill.py`.\n";
+        let s = parse("pdf-tools", text).unwrap();
+        assert_eq!(
+            s.extra.keys().collect::<Vec<_>>(),
+            vec![
+                "license",
+                "allowed-tools",
+                "metadata",
+                "homepage",
+                "keywords"
+            ]
+        );
+        assert_eq!(
+            s.extra["metadata"]["openclaw"]["requires"]["bins"][0],
+            "qpdf"
+        );
+        assert_eq!(s.tags, vec!["pdf", "forms"]);
+        assert_eq!(s.version, semver::Version::new(1, 2, 0));
+        assert_eq!(s.created_by, "user");
+        let back = parse("pdf-tools", &render(&s)).unwrap();
+        assert_eq!(back.extra, s.extra);
+        assert_eq!(back.tags, s.tags);
+        assert_eq!(back.body, s.body);
     }
 
     #[test]

@@ -126,6 +126,8 @@ impl Metaclaw {
             .env_remove("METACLAW_PROXY_API_KEY")
             // Never wire the developer's real agent from a test.
             .env("METACLAW_NO_WIRE", "1")
+            // A test's library holds what the test puts there.
+            .env("METACLAW_NO_BUILTIN_SKILLS", "1")
             .stderr(log);
         for (k, v) in env {
             cmd.env(k, v);
@@ -154,6 +156,8 @@ impl Metaclaw {
             .env_remove("METACLAW_PROXY_API_KEY")
             // Never wire the developer's real agent from a test.
             .env("METACLAW_NO_WIRE", "1")
+            // A test's library holds what the test puts there.
+            .env("METACLAW_NO_BUILTIN_SKILLS", "1")
             .stderr(log);
         self.proc = spawn_and_wait(cmd, "metaclaw listening on ");
     }
@@ -203,6 +207,8 @@ pub fn cli_in(home: &Path, args: &[&str]) -> Output {
         .env_remove("METACLAW_PROXY_API_KEY")
         // Never wire the developer's real agent from a test.
         .env("METACLAW_NO_WIRE", "1")
+        // A test's library holds what the test puts there.
+        .env("METACLAW_NO_BUILTIN_SKILLS", "1")
         .output()
         .expect("run metaclaw")
 }

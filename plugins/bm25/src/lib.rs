@@ -10,6 +10,13 @@
 //! does not fall as a message gets longer; unlike raw BM25, it means the
 //! same in a library of 40 skills and of 10,000.
 //!
+//! One shared word is not enough, unless it is a keyword of the trade: the
+//! words a message shares with a skill must corroborate each other
+//! (everyday English words count half, filler words nothing; see
+//! `everyday`), and a message made of everyday words only is chat. A skill
+//! short of that keeps half its evidence, which the host's default floor
+//! then drops.
+//!
 //! Latin text is split into words (lower-cased, stop words dropped, light
 //! suffix stemming); CJK text, which has no spaces between words, becomes
 //! overlapping character bigrams. The tokenizer lives in
@@ -20,6 +27,9 @@
 
 use std::cell::RefCell;
 use std::collections::HashMap;
+
+pub mod everyday;
+use everyday::{Kind, Specificity};
 
 use metaclaw_plugin_sdk::retriever::{
     Guest, Metadata, PluginGuest, ScoredSkill, Skill, TurnContext, metadata,
@@ -37,28 +47,60 @@ const B: f32 = 0.75;
 /// term in what the skill is about, or a few commoner ones.
 const FULL_EVIDENCE: f32 = 2.33;
 
-/// A posting is the skill (31 bits) and whether the term is in the skill's
-/// head (name, tags, description) (1 bit), with the term's BM25 weight in
-/// that skill precomputed: a query is then one multiply-add per posting.
+/// How much the words a message shares with a skill must add up to (see
+/// [`corroboration`]) for its evidence to count fully: one keyword of the
+/// trade ("rebase", "jq"), a word of the trade and an everyday word, or
+/// three everyday words. One everyday word is not enough: "I got a lot of
+/// responses to my party invitation" is not about JSON API responses.
+const CORROBORATED: f32 = 1.5;
+/// What is left of the evidence of a skill that is not corroborated, and of
+/// every skill for a message of everyday words only.
+pub const UNCORROBORATED: f32 = 0.5;
+
+/// What a query term shared with a skill adds to its corroboration, by
+/// where the skill has it (indexed by the posting's place bits): filler
+/// words nothing; an everyday word ½, or 1 in the skill's name (a skill
+/// called `ask-clarifying-questions` is about asking questions); any other
+/// word 1, or 2 when it is one of the skill's keywords (name, tags).
+fn corroboration(kind: Kind) -> [f32; 8] {
+    let (plain, keyword, name) = match kind {
+        Kind::Filler => (0.0, 0.0, 0.0),
+        Kind::Everyday => (0.5, 0.5, 1.0),
+        Kind::Specific => (1.0, 2.0, 2.0),
+    };
+    let mut by_place = [plain; 8];
+    by_place[(HEAD_BIT | KEYWORD_BIT) as usize] = keyword;
+    by_place[(HEAD_BIT | KEYWORD_BIT | NAME_BIT) as usize] = name;
+    by_place
+}
+
+/// A posting is the skill (29 bits), whether the term is in the skill's
+/// head (name, tags, description), among its keywords (name, tags) and in
+/// its name (1 bit each), with the term's BM25 weight in that skill
+/// precomputed: a query is then one multiply-add per posting.
 const HEAD_BIT: u32 = 1;
+const KEYWORD_BIT: u32 = 2;
+const NAME_BIT: u32 = 4;
+const SKILL_SHIFT: u32 = 3;
 /// Skills one index holds at most.
-pub const MAX_SKILLS: usize = 1 << 31;
+pub const MAX_SKILLS: usize = 1 << 29;
 
 #[derive(Default)]
 pub struct Index {
     ids: Vec<String>,
     /// Term → its postings, `postings[start..start + len]`.
     terms: HashMap<String, (u32, u32)>,
-    /// (skill << 1 | head, tf * (K1 + 1) / (tf + K1 * length norm)).
+    /// (skill << 3 | name | keyword | head, tf * (K1 + 1) / (tf + K1 * length norm)).
     postings: Vec<(u32, f32)>,
     /// Per-query accumulators, reused (one call at a time per instance).
     scratch: RefCell<Scratch>,
+    specificity: Specificity,
 }
 
 #[derive(Default)]
 struct Scratch {
-    /// Per skill: (BM25 score, evidence), side by side (one cache line).
-    sums: Vec<[f32; 2]>,
+    /// Per skill: (BM25 score, evidence, corroboration), side by side.
+    sums: Vec<[f32; 3]>,
 }
 
 thread_local! {
@@ -104,26 +146,30 @@ pub struct Hit {
     pub doc: u32,
     pub bm25: f32,
     pub relevance: f32,
+    /// The relevance before the shared words were asked to corroborate
+    /// each other (a retriever with another signal may corroborate them).
+    pub evidence: f32,
 }
 
-/// A skill's distinct terms with their weighted frequency and whether its
-/// head has them.
-fn skill_terms(skill: &Skill, out: &mut HashMap<String, (u32, bool)>) -> u32 {
+/// A skill's distinct terms with their weighted frequency and where they
+/// are (`HEAD_BIT`, `KEYWORD_BIT`).
+fn skill_terms(skill: &Skill, out: &mut HashMap<String, (u32, u32)>) -> u32 {
     out.clear();
     let mut length = 0;
     let name = skill.name.replace('-', " ");
     let tags = skill.tags.join(" ");
-    let fields: [(&str, u32, bool); 4] = [
-        (&name, 3, true),
-        (&tags, 3, true),
-        (&skill.description, 2, true),
-        (&skill.body, 1, false),
+    let keyword = HEAD_BIT | KEYWORD_BIT;
+    let fields: [(&str, u32, u32); 4] = [
+        (&name, 3, keyword | NAME_BIT),
+        (&tags, 3, keyword),
+        (&skill.description, 2, HEAD_BIT),
+        (&skill.body, 1, 0),
     ];
-    for (text, weight, head) in fields {
+    for (text, weight, place) in fields {
         for term in tokens(text) {
-            let entry = out.entry(term).or_insert((0, false));
+            let entry = out.entry(term).or_insert((0, 0));
             entry.0 += weight;
-            entry.1 |= head;
+            entry.1 |= place;
             length += weight;
         }
     }
@@ -168,14 +214,14 @@ impl Index {
         for (doc, skill) in skills.iter().enumerate() {
             skill_terms(skill, &mut terms);
             let norm = K1 * (1.0 - B + B * lengths[doc] as f32 / average);
-            for (term, (tf, head)) in &terms {
+            for (term, (tf, place)) in &terms {
                 let Some(&id) = dictionary.get(term) else {
                     continue;
                 };
                 let id = id as usize;
                 let tf = *tf as f32;
                 postings[(starts[id] + filled[id]) as usize] = (
-                    ((doc as u32) << 1) | if *head { HEAD_BIT } else { 0 },
+                    ((doc as u32) << SKILL_SHIFT) | place,
                     tf * (K1 + 1.0) / (tf + norm),
                 );
                 filled[id] += 1;
@@ -189,6 +235,7 @@ impl Index {
                 .collect(),
             postings,
             scratch: RefCell::new(Scratch::default()),
+            specificity: Specificity::new(),
         }
     }
 
@@ -220,6 +267,18 @@ impl Index {
             .collect()
     }
 
+    /// Whether `query` is chat: made of everyday words only, whatever it
+    /// shares with a skill ("the kids keep asking me questions").
+    pub fn chat(&self, query: &str) -> bool {
+        self.chat_terms(&tokens(query))
+    }
+
+    fn chat_terms(&self, terms: &[String]) -> bool {
+        terms
+            .iter()
+            .all(|t| self.specificity.kind(t) != Kind::Specific)
+    }
+
     /// The `k` best matches for `query` by BM25, best first.
     pub fn hits(&self, query: &str, k: usize) -> Vec<Hit> {
         let mut terms = tokens(query);
@@ -231,7 +290,7 @@ impl Index {
         let mut scratch = self.scratch.borrow_mut();
         let sums = &mut scratch.sums;
         if sums.len() != self.ids.len() {
-            *sums = vec![[0.0; 2]; self.ids.len()];
+            *sums = vec![[0.0; 3]; self.ids.len()];
         }
         for term in &terms {
             let Some(&(start, len)) = self.terms.get(term) else {
@@ -241,16 +300,18 @@ impl Index {
             // A term in what the skill is about counts fully; one only
             // mentioned in its body, less.
             let found = [BODY_ONLY * idf, idf];
+            let corroboration = corroboration(self.specificity.kind(term));
             for &(p, weight) in &self.postings[start as usize..(start + len) as usize] {
-                let sum = &mut sums[(p >> 1) as usize];
+                let sum = &mut sums[(p >> SKILL_SHIFT) as usize];
                 sum[0] += idf * weight;
                 sum[1] += found[(p & HEAD_BIT) as usize];
+                sum[2] += corroboration[(p & (HEAD_BIT | KEYWORD_BIT | NAME_BIT)) as usize];
             }
         }
         // One pass over every skill keeps the best k (dense accumulators:
         // no branch per posting, and a scan of 10,000 pairs is cheap).
         let mut best: Vec<(f32, u32)> = Vec::with_capacity(k + 1);
-        for (doc, &[score, _]) in sums.iter().enumerate() {
+        for (doc, &[score, ..]) in sums.iter().enumerate() {
             if score <= 0.0 || (best.len() == k && score <= best[k - 1].0) {
                 continue;
             }
@@ -260,15 +321,26 @@ impl Index {
             best.truncate(k);
         }
         let rarest = self.idf(1);
+        let chat = self.chat_terms(&terms);
         let ranked = best
             .into_iter()
-            .map(|(score, doc)| Hit {
-                doc,
-                bm25: score,
-                relevance: (sums[doc as usize][1] / rarest / FULL_EVIDENCE).clamp(0.0, 1.0),
+            .map(|(score, doc)| {
+                let [_, evidence, corroboration] = sums[doc as usize];
+                let weight = if chat || corroboration < CORROBORATED {
+                    UNCORROBORATED
+                } else {
+                    1.0
+                };
+                let evidence = evidence / rarest / FULL_EVIDENCE;
+                Hit {
+                    doc,
+                    bm25: score,
+                    relevance: (evidence * weight).clamp(0.0, 1.0),
+                    evidence: evidence.clamp(0.0, 1.0),
+                }
             })
             .collect();
-        sums.fill([0.0; 2]);
+        sums.fill([0.0; 3]);
         ranked
     }
 }
@@ -339,6 +411,42 @@ mod tests {
         let hits = bank().search("which novel did you read first, and did you like it", 5);
         assert!(!hits.is_empty());
         assert!(hits.iter().all(|h| h.score < 0.3), "{hits:?}");
+    }
+
+    #[test]
+    fn one_everyday_word_is_not_enough() {
+        let index = Index::build(&[
+            skill(
+                "query-json-with-jq",
+                "Query, filter and transform JSON data or API responses with jq.",
+                &["json", "jq"],
+                "jq '.items[]'",
+            ),
+            skill(
+                "git-rebase-safely",
+                "Rebase a feature branch onto main without losing work.",
+                &["git", "rebase", "branches"],
+                "Use git rebase --onto.",
+            ),
+        ]);
+        let strong = |q: &str| -> Vec<String> {
+            index
+                .search(q, 5)
+                .into_iter()
+                .filter(|h| h.score >= 0.3)
+                .map(|h| h.id)
+                .collect()
+        };
+        // Shared everyday words, however rare in the library: chat.
+        assert!(strong("I got a lot of responses to my party invitation").is_empty());
+        assert!(strong("my grandma is researching the Irish branch of my family").is_empty());
+        // A keyword of the trade alone is enough; so are corroborating words.
+        assert_eq!(strong("how do I rebase?"), vec!["git-rebase-safely"]);
+        assert_eq!(strong("jq?"), vec!["query-json-with-jq"]);
+        assert_eq!(
+            strong("filter the API responses"),
+            vec!["query-json-with-jq"]
+        );
     }
 
     #[test]

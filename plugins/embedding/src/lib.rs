@@ -16,6 +16,7 @@
 
 use std::cell::RefCell;
 
+use metaclaw_bm25 as bm25;
 use metaclaw_bm25::Index as Lexical;
 use metaclaw_plugin_sdk::retriever::{
     Guest, LogLevel, Metadata, PluginGuest, ScoredSkill, Skill, TurnContext, embed, log, metadata,
@@ -32,6 +33,9 @@ const FLOOR: f32 = 0.15;
 const SPAN: f32 = 0.50;
 /// Reciprocal rank fusion's constant (the usual 60).
 const RRF_K: f32 = 60.0;
+/// The dense relevance at which a skill's meaning corroborates the words
+/// BM25 found it by (a cosine of 0.2; unrelated texts sit below it).
+const CORROBORATING: f32 = 0.1;
 /// Candidates taken from each ranking before fusing.
 const CANDIDATES: usize = 50;
 
@@ -279,20 +283,35 @@ impl Index {
         }
         let n = CANDIDATES.max(k);
         let similarity = self.similarities(vector);
+        // Chat that shares a topic's everyday words ("keeping secrets from
+        // my sister") is near that topic in meaning too: as with BM25 alone,
+        // it keeps half its relevance.
+        let chat = self.lexical.chat(query);
+        let dense = |cosine: f32| {
+            let r = relevance(cosine);
+            if chat { r * bm25::UNCORROBORATED } else { r }
+        };
         // (fused score, relevance) per skill that either ranking proposes.
         let mut fused: Vec<(usize, f32, f32)> = Vec::with_capacity(2 * n);
         for (rank, (cosine, doc)) in top(similarity.iter().copied(), n).into_iter().enumerate() {
-            fused.push((doc, 1.0 / (RRF_K + rank as f32), relevance(cosine)));
+            fused.push((doc, 1.0 / (RRF_K + rank as f32), dense(cosine)));
         }
         for (rank, hit) in self.lexical.hits(query, n).into_iter().enumerate() {
             let doc = hit.doc as usize;
             let rrf = 1.0 / (RRF_K + rank as f32);
+            // Words BM25 found uncorroborated count fully when the skill is
+            // also near the message in meaning.
+            let lexical = if !chat && relevance(similarity[doc]) >= CORROBORATING {
+                hit.evidence
+            } else {
+                hit.relevance
+            };
             match fused.iter_mut().find(|(d, _, _)| *d == doc) {
                 Some(entry) => {
                     entry.1 += rrf;
-                    entry.2 = entry.2.max(hit.relevance);
+                    entry.2 = entry.2.max(lexical);
                 }
-                None => fused.push((doc, rrf, hit.relevance.max(relevance(similarity[doc])))),
+                None => fused.push((doc, rrf, lexical.max(dense(similarity[doc])))),
             }
         }
         fused.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
