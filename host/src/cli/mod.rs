@@ -14,6 +14,7 @@ macro_rules! say_raw {
 
 mod claws_cmd;
 mod config_cmd;
+mod demo;
 mod learn_cmd;
 mod lifecycle;
 mod plugins_cmd;

@@ -14,9 +14,18 @@ use crate::store::{self, SessionRow, TurnRow, learning};
 use std::collections::HashMap;
 
 pub fn db_path(home: &Home, config_path: &Path) -> PathBuf {
-    crate::config::load(config_path)
-        .ok()
-        .and_then(|l| l.config.store.path.as_deref().map(expand_home))
+    let config = crate::config::load(config_path).ok().map(|l| l.config);
+    store_file(home, config.as_ref())
+}
+
+/// The store the commands read: while `start --demo` runs, the demo's own;
+/// else `store.path` (default `<home>/metaclaw.db`).
+pub fn store_file(home: &Home, config: Option<&crate::config::Config>) -> PathBuf {
+    if home.demo_running() {
+        return home.demo_db_file();
+    }
+    config
+        .and_then(|c| c.store.path.as_deref().map(expand_home))
         .unwrap_or_else(|| home.db_file())
 }
 

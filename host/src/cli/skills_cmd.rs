@@ -17,7 +17,12 @@ use crate::skills::skill::{self, Category};
 use crate::skills::{Query, Retrieval, Settings as SkillSettings, Skills, builtin, clean_query};
 use crate::store::skills::{Attribution, builtin_hashes, history};
 
+/// The library the commands read and change: while `start --demo` runs,
+/// the demo's own; else `skills.dir` (default `<home>/skills`).
 fn skills_dir(home: &Home, config: &LoadedConfig) -> PathBuf {
+    if home.demo_running() {
+        return home.demo_skills_dir();
+    }
     config
         .config
         .skills
@@ -28,13 +33,7 @@ fn skills_dir(home: &Home, config: &LoadedConfig) -> PathBuf {
 }
 
 fn db(home: &Home, config: &LoadedConfig) -> PathBuf {
-    config
-        .config
-        .store
-        .path
-        .as_deref()
-        .map(expand_home)
-        .unwrap_or_else(|| home.db_file())
+    super::sessions_cmd::store_file(home, Some(&config.config))
 }
 
 pub fn run(home: &Home, config_path: &Path, command: SkillsCommand) -> Result<ExitCode> {
