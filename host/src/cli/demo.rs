@@ -309,14 +309,15 @@ impl Daemon {
                 return Ok(status);
             }
             if Instant::now() > deadline {
-                let why = match &status["evolution_blocked"] {
-                    Value::String(s) => format!(" ({s})"),
+                let blocked = match &status["evolution_blocked"] {
+                    Value::String(s) => format!("; skills would not evolve either: {s}"),
                     _ => String::new(),
                 };
                 bail!(
-                    "no retriever indexed the demo's skill library within {}s{why}: see \
-                     `metaclaw plugins list` and the log",
-                    STEP_TIMEOUT.as_secs()
+                    "no retriever indexed the demo's skill library within {}s ({} plugin(s) \
+                     loaded; see `metaclaw plugins list` and the log){blocked}",
+                    STEP_TIMEOUT.as_secs(),
+                    status["plugins"]["loaded"].as_u64().unwrap_or(0)
                 );
             }
             tokio::time::sleep(POLL).await;
