@@ -115,6 +115,7 @@ pub async fn run(options: DaemonOptions) -> Result<()> {
         rl.prm_model = "judge".into();
         rl.evolver_api_base.clear();
         rl.evolver_model = "evolver".into();
+        use_demo_data(&home, &mut loaded.config)?;
     }
 
     let config = &loaded.config;
@@ -350,6 +351,40 @@ pub async fn run(options: DaemonOptions) -> Result<()> {
     home.remove_pid_file();
     tracing::info!("stopped");
     served.context("server error")
+}
+
+/// Points the demo at its own store and skill library (`<home>/demo`),
+/// emptied and given the built-in bank: each demo shows the same loop from
+/// the same start, and nothing it records or evolves reaches the user's
+/// own data. Skills and learning are on, whatever the config says: they are
+/// what the demo shows.
+fn use_demo_data(home: &Home, config: &mut config::Config) -> Result<()> {
+    let dir = home.demo_dir();
+    match std::fs::remove_dir_all(&dir) {
+        Ok(()) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+        Err(e) => return Err(e).with_context(|| format!("cannot clear {}", dir.display())),
+    }
+    let skills = home.demo_skills_dir();
+    std::fs::create_dir_all(&skills)
+        .with_context(|| format!("cannot create {}", skills.display()))?;
+    crate::skills::builtin::install(&skills, &|_| Vec::new(), &|_| false)
+        .with_context(|| format!("cannot install the built-in skills in {}", skills.display()))?;
+    // The config holds paths as text.
+    let text = |path: std::path::PathBuf| {
+        path.into_os_string().into_string().map_err(|p| {
+            anyhow::anyhow!(
+                "the demo needs a metaclaw home whose path is UTF-8, not {}",
+                p.to_string_lossy()
+            )
+        })
+    };
+    config.store.path = Some(text(home.demo_db_file())?);
+    config.skills.dir = Some(text(skills)?);
+    config.skills.enabled = true;
+    config.learning.enabled = true;
+    config.learning.judge = true;
+    Ok(())
 }
 
 async fn shutdown_signal() {

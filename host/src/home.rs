@@ -93,6 +93,23 @@ impl Home {
     pub fn skills_dir(&self) -> PathBuf {
         self.root.join("skills")
     }
+    /// `start --demo`'s own store and skill library, apart from the user's:
+    /// the demo writes a session and evolves a skill, which must not land
+    /// in the user's data. Started afresh by each demo.
+    pub fn demo_dir(&self) -> PathBuf {
+        self.root.join("demo")
+    }
+    pub fn demo_db_file(&self) -> PathBuf {
+        self.demo_dir().join("metaclaw.db")
+    }
+    pub fn demo_skills_dir(&self) -> PathBuf {
+        self.demo_dir().join("skills")
+    }
+    /// Whether the daemon running now is `start --demo`: the commands that
+    /// read the store and the library then read the demo's.
+    pub fn demo_running(&self) -> bool {
+        self.running().ok().flatten().is_some_and(|p| p.demo)
+    }
 
     /// Takes the home's lock without waiting. `Ok(None)` means another live
     /// process holds it.

@@ -353,6 +353,12 @@ async fn admin_status(State(app): State<SharedApp>) -> Response {
         "evolution_unguarded": app.learn.as_ref().and_then(|_| {
             crate::learn::evolution_unguarded(app.plugins.as_deref())
         }),
+        // The evolver plugins every skill draft goes through, in order.
+        "evolver_chain": app.learn.as_ref().and_then(|_| {
+            crate::learn::evolver_chain(app.plugins.as_deref()).ok().map(|chain| {
+                chain.iter().map(|p| p.info.name.clone()).collect::<Vec<_>>()
+            })
+        }),
         "plugins": app.plugins.as_ref().map(|host| {
             let registry = host.current();
             json!({

@@ -136,6 +136,119 @@ async fn a_stale_pid_file_is_detected_and_cleaned() {
     assert!(cli_in(home.path(), &["stop"]).status.success());
 }
 
+/// `start --demo` shows the loop (built-in skills injected, a correction,
+/// the judge's verdicts, a skill evolved through guard, redact and dedup,
+/// and a similar question getting it) on data of its own: the user's
+/// store and library, default or configured, are never written.
+#[test]
+fn the_demo_shows_the_learning_loop_on_its_own_data_and_stops() {
+    let home = tempfile::tempdir().unwrap();
+    warm_plugin_cache(home.path());
+    let mine = home.path().join("mine");
+    // The user's own paths, and learning off: the demo uses neither.
+    write_config(
+        home.path(),
+        &format!(
+            "skills:\n  dir: {0}/skills\nstore:\n  path: {0}/my.db\nlearning:\n  enabled: false\n",
+            mine.display()
+        ),
+    );
+    let untouched = |when: &str| {
+        for path in [
+            mine.clone(),
+            home.path().join("skills"),
+            home.path().join("metaclaw.db"),
+        ] {
+            assert!(!path.exists(), "{when}: {} was written", path.display());
+        }
+    };
+
+    let out = cli_in(home.path(), &["start", "--demo", "--port", "0"]);
+    let printed = text(&out);
+    assert!(out.status.success(), "{printed}");
+    let step = |n: &str| -> String {
+        let mut lines = printed.lines().skip_while(|l| !l.starts_with(n));
+        let first = lines
+            .next()
+            .unwrap_or_else(|| panic!("no step {n}: {printed}"));
+        let rest: Vec<&str> = lines.take_while(|l| l.starts_with("   ")).collect();
+        format!("{first}\n{}", rest.join("\n"))
+    };
+    assert!(printed.contains("dummies"), "{printed}");
+    let demo = home.path().join("demo");
+    assert!(printed.contains(&demo.display().to_string()), "{printed}");
+    // 1: built-in skills injected, with their scores.
+    let first = step("1. ");
+    assert!(
+        first.contains("built-in skills injected: git-commit-messages (0."),
+        "{first}"
+    );
+    assert!(step("2. ").contains("wrong"), "{printed}");
+    let session = printed
+        .split(|c: char| c.is_whitespace() || c == '/')
+        .find(|w| w.starts_with("demo-"))
+        .unwrap()
+        .to_string();
+    assert!(
+        step("3. ").contains(&format!("/v1/sessions/{session}/end")),
+        "{printed}"
+    );
+    // 4: the judge's verdicts, the chain, the skill evolved and the
+    // near-copy dedup dropped.
+    let learned = step("4. ");
+    for line in [
+        "judge: turn 1 -1 (the user corrected the answer); turn 2 0",
+        "checked by guard → redact → dedup",
+        "✓ lesson-write-commit-message created (v1.0.0)",
+        "rejected: dedup: near-duplicate of",
+    ] {
+        assert!(learned.contains(line), "{line:?} not in:\n{learned}");
+    }
+    // 5: the similar question in a new session gets the evolved skill first.
+    let again = step("5. ");
+    assert!(
+        again.contains("skills injected: lesson-write-commit-message (0.")
+            && again.contains("evolved in step 4"),
+        "{again}"
+    );
+    assert!(printed.contains("Try it yourself"), "{printed}");
+
+    assert!(demo.join("skills/git-commit-messages/SKILL.md").exists());
+    assert!(
+        demo.join("skills/lesson-write-commit-message/SKILL.md")
+            .exists()
+    );
+    untouched("while the demo runs");
+    // While it runs, the commands read the demo's data.
+    let shown = text(&cli_in(home.path(), &["sessions", "show", &session]));
+    assert!(
+        shown.contains("lesson-write-commit-message created") && shown.contains("judge:     -1"),
+        "{shown}"
+    );
+    let skill = cli_in(
+        home.path(),
+        &["skills", "show", "lesson-write-commit-message"],
+    );
+    assert!(skill.status.success(), "{}", text(&skill));
+
+    let out = cli_in(home.path(), &["stop"]);
+    assert!(out.status.success(), "{}", text(&out));
+    assert!(text(&out).contains("stopped"), "{}", text(&out));
+    assert_eq!(cli_in(home.path(), &["status"]).status.code(), Some(3));
+    assert!(!home.path().join("metaclaw.pid").exists());
+    untouched("after stop");
+
+    // Each demo starts afresh: the same skill is evolved again.
+    let out = cli_in(home.path(), &["start", "--demo", "--port", "0"]);
+    assert!(
+        text(&out).contains("✓ lesson-write-commit-message created"),
+        "{}",
+        text(&out)
+    );
+    assert!(cli_in(home.path(), &["stop"]).status.success());
+    untouched("after a second demo");
+}
+
 #[test]
 fn a_config_that_cannot_serve_is_refused_before_anything_starts() {
     let home = tempfile::tempdir().unwrap();

@@ -13,7 +13,7 @@ use serde_json::{Value, json};
 use super::{JsonFlag, StartArgs, StopArgs, human_duration, load_config, runtime};
 use crate::config::Mode;
 use crate::daemon::{self, DaemonOptions};
-use crate::home::{Home, PidInfo};
+use crate::home::Home;
 use crate::logging::RotatingLog;
 
 const START_TIMEOUT: Duration = Duration::from_secs(30);
@@ -83,7 +83,7 @@ pub fn start(home: &Home, config_path: &Path, args: StartArgs) -> Result<ExitCod
             },
             None => crate::logging::init(&log_config.level),
         }
-        if !args.no_builtin_skills {
+        if !args.no_builtin_skills && !args.demo {
             super::skills_cmd::install_builtin_on(home, &loaded.config, "metaclaw start");
         }
         if !args.no_wire {
@@ -115,7 +115,7 @@ pub fn start(home: &Home, config_path: &Path, args: StartArgs) -> Result<ExitCod
         eprintln!("note: removed a stale pid file (its process is gone)");
     }
     // Here, so that the line is on the terminal; the daemon need not look.
-    if !args.no_builtin_skills {
+    if !args.no_builtin_skills && !args.demo {
         super::skills_cmd::install_builtin_on(home, &loaded.config, "metaclaw start");
     }
 
@@ -213,11 +213,18 @@ pub fn start(home: &Home, config_path: &Path, args: StartArgs) -> Result<ExitCod
         );
         wired_ok = false;
     }
-    if args.demo {
-        rt.block_on(demo_round_trip(
+    if args.demo
+        && let Err(e) = rt.block_on(super::demo::run(
+            home,
             &info,
             loaded.config.proxy.api_key.as_deref(),
-        ))?;
+        ))
+    {
+        bail!(
+            "the demo stopped: {e:#}\nmetaclaw keeps running at {} (its log: {}); `metaclaw stop` stops it",
+            info.url,
+            log_path.display()
+        );
     }
     Ok(if wired_ok {
         ExitCode::SUCCESS
@@ -234,57 +241,6 @@ pub(super) async fn healthy(url: &str) -> bool {
         return false;
     };
     matches!(client.get(format!("{url}/healthz")).send().await, Ok(r) if r.status().is_success())
-}
-
-/// Sends one streamed request through the demo and shows it arrive.
-async fn demo_round_trip(info: &PidInfo, token: Option<&str>) -> Result<()> {
-    use futures_util::StreamExt;
-    let text = "Hello from the metaclaw demo";
-    let session = format!("demo-{}", uuid::Uuid::now_v7().simple());
-    let client = reqwest::Client::new();
-    let mut request = client
-        .post(format!("{}/v1/chat/completions", info.url))
-        .header("content-type", "application/json")
-        .header("x-session-id", &session)
-        .body(json!({"model": "echo", "stream": true, "messages": [{"role": "user", "content": text}]}).to_string());
-    if let Some(token) = token {
-        request = request.bearer_auth(token);
-    }
-    let response = request.send().await.context("the demo request failed")?;
-    if !response.status().is_success() {
-        bail!(
-            "the demo request failed: {}",
-            response.text().await.unwrap_or_default()
-        );
-    }
-    let mut stream = response.bytes_stream();
-    let mut raw = Vec::new();
-    while let Some(chunk) = stream.next().await {
-        raw.extend_from_slice(&chunk?);
-    }
-    let (answer, _) = crate::proxy::assemble::assemble_sse(&raw);
-    let reply = answer["choices"][0]["message"]["content"]
-        .as_str()
-        .unwrap_or("");
-    let chunks = raw.windows(6).filter(|w| w == b"data: ").count();
-    say!();
-    say!("Demo round trip (the upstream is a built-in echo model; no API key needed):");
-    say!("  you:      {text}");
-    say!("  upstream: {reply}   ({chunks} SSE events, streamed through the proxy)");
-    say!("  recorded: session {session}");
-    let auth = token
-        .map(|t| format!(" -H 'authorization: Bearer {t}'"))
-        .unwrap_or_default();
-    say!();
-    say!("Try it yourself:");
-    say!(
-        "  curl -s {}/v1/chat/completions -H 'content-type: application/json'{auth} \\\n    -d '{{\"model\":\"echo\",\"messages\":[{{\"role\":\"user\",\"content\":\"hi there\"}}]}}'",
-        info.url
-    );
-    say!("  metaclaw sessions list      # what was recorded");
-    say!("  metaclaw status             # health, pid, counts");
-    say!("  metaclaw stop");
-    Ok(())
 }
 
 /// The last lines the daemon wrote since `from`.

@@ -14,6 +14,7 @@ macro_rules! say_raw {
 
 mod claws_cmd;
 mod config_cmd;
+mod demo;
 mod doctor;
 mod learn_cmd;
 mod lifecycle;
@@ -106,7 +107,8 @@ pub struct StartArgs {
     /// Operating mode.
     #[arg(long, value_enum)]
     pub mode: Option<ModeArg>,
-    /// Answer from a built-in echo model: a full round trip with no API key.
+    /// Show the learning loop on built-in dummy models (no API key; the
+    /// demo keeps its data in <home>/demo).
     #[arg(long)]
     pub demo: bool,
     /// Leave the agent's config alone (default: point `claw_type` at the proxy).

@@ -8,15 +8,23 @@ use anyhow::{Result, bail};
 use serde_json::{Value, json};
 
 use super::{SessionsCommand, load_config, local_time};
-use crate::daemon::expand_home;
 use crate::home::Home;
 use crate::store::{self, SessionRow, TurnRow, learning};
 use std::collections::HashMap;
 
 pub fn db_path(home: &Home, config_path: &Path) -> PathBuf {
-    crate::config::load(config_path)
-        .ok()
-        .and_then(|l| l.config.store.path.as_deref().map(expand_home))
+    let config = crate::config::load(config_path).ok().map(|l| l.config);
+    store_file(home, config.as_ref())
+}
+
+/// The store the commands read: while `start --demo` runs, the demo's own;
+/// else `store.path` (default `<home>/metaclaw.db`).
+pub fn store_file(home: &Home, config: Option<&crate::config::Config>) -> PathBuf {
+    if home.demo_running() {
+        return home.demo_db_file();
+    }
+    config
+        .map(|c| crate::skills::paths(home, c).1)
         .unwrap_or_else(|| home.db_file())
 }
 

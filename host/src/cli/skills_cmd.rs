@@ -1,12 +1,13 @@
 //! `metaclaw skills list | show | search | add | remove | history | install-builtin | review`.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use anyhow::{Context, Result, bail};
 use serde_json::json;
 
 use super::{ReviewAction, SkillsCommand, load_config, local_time};
+use crate::config::Loaded as LoadedConfig;
 use crate::daemon::expand_home;
 use crate::home::Home;
 use crate::learn::review;
@@ -39,10 +40,23 @@ pub(super) fn install_builtin_on(home: &Home, config: &crate::config::Config, wh
     }
 }
 
+/// The library the commands read and change: while `start --demo` runs,
+/// the demo's own; else `skills.dir` (default `<home>/skills`).
+fn skills_dir(home: &Home, config: &LoadedConfig) -> PathBuf {
+    if home.demo_running() {
+        return home.demo_skills_dir();
+    }
+    crate::skills::paths(home, &config.config).0
+}
+
+fn db(home: &Home, config: &LoadedConfig) -> PathBuf {
+    super::sessions_cmd::store_file(home, Some(&config.config))
+}
+
 pub fn run(home: &Home, config_path: &Path, command: SkillsCommand) -> Result<ExitCode> {
     let config = load_config(config_path)?;
     home.ensure()?;
-    let (dir, db) = crate::skills::paths(home, &config.config);
+    let (dir, db) = (skills_dir(home, &config), db(home, &config));
     match command {
         SkillsCommand::List {
             category,

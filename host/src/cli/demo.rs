@@ -1,0 +1,408 @@
+//! `start --demo`: the learning loop in a few seconds, with no API key.
+//!
+//! The daemon answers from the dummy upstream in its own process (an echo
+//! model, and a rule-based judge and evolver) and keeps its data apart, in
+//! `<home>/demo` (`daemon::use_demo_data`). This side plays the user over
+//! the daemon's own HTTP API: a question that gets built-in skills, a
+//! correction, the session's end, its learning job (`learn now`), and a
+//! similar question in a new session that gets the skill just evolved.
+//! Every wait is for something the daemon reports, and bounded.
+
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result, bail};
+use serde_json::{Value, json};
+
+use crate::home::{Home, PidInfo};
+use crate::store::{self, jobs::Job, learning};
+use crate::untrusted::log_line;
+
+/// The longest the demo waits for any one step.
+const STEP_TIMEOUT: Duration = Duration::from_secs(30);
+/// How often a wait looks again.
+const POLL: Duration = Duration::from_millis(20);
+
+const QUESTION: &str = "Write a commit message for my refactor of the config loader";
+const CORRECTION: &str =
+    "No, that's wrong: the subject should say why the loader changed, not list the files.";
+const SIMILAR: &str = "Write a commit message for my refactor of the HTTP retry logic";
+
+/// The daemon, as the demo talks to it.
+struct Daemon {
+    client: reqwest::Client,
+    url: String,
+    proxy_token: Option<String>,
+    admin_token: String,
+}
+
+/// A skill injected into a turn, with its retrieval score.
+struct Injected {
+    id: String,
+    score: f64,
+}
+
+pub(super) async fn run(home: &Home, info: &PidInfo, proxy_token: Option<&str>) -> Result<()> {
+    let started = Instant::now();
+    let daemon = Daemon {
+        client: reqwest::Client::builder()
+            .timeout(STEP_TIMEOUT)
+            .build()
+            .context("cannot make an HTTP client")?,
+        url: info.url.clone(),
+        proxy_token: proxy_token.map(str::to_string),
+        admin_token: home
+            .read_admin_token()
+            .context("cannot read the admin token")?,
+    };
+    say!();
+    say!(
+        "Demo: the learning loop, end to end. The models are dummies built into metaclaw (an echo \
+         model answers; a rule-based judge and evolver learn): no API key, nothing leaves this machine."
+    );
+    let status = daemon.until_indexed(None).await?;
+    let store_path = status["store"]["path"]
+        .as_str()
+        .context("the daemon did not say where its store is")?
+        .to_string();
+    let skills_dir = status["skills"]["dir"].as_str().unwrap_or_default();
+    say!(
+        "  demo data: {} (its own store and skill library, started afresh with {} built-in skills; \
+         yours are not touched)",
+        home.demo_dir().display(),
+        status["skills"]["loaded"]
+    );
+
+    // 1-2: a question, and a correction in the same session.
+    let first = new_session_id();
+    say!();
+    say!("1. You ask: \"{QUESTION}\"");
+    let mut messages = vec![json!({"role": "user", "content": QUESTION})];
+    let (turn, answer) = daemon.ask(&first, &messages).await?;
+    let injected = injected_into(Path::new(&store_path), &first, &turn).await?;
+    if injected.is_empty() {
+        bail!("no built-in skill was injected into the question (see `metaclaw status`)");
+    }
+    say!("   built-in skills injected: {}", list(&injected, None));
+    say!(
+        "   answer (the echo model repeats you): \"{}\"",
+        log_line(&answer, 60)
+    );
+    say!("2. You correct it: \"{CORRECTION}\"");
+    messages.push(json!({"role": "assistant", "content": answer}));
+    messages.push(json!({"role": "user", "content": CORRECTION}));
+    daemon.ask(&first, &messages).await?;
+
+    // 3-4: the session ends; its learning job judges and evolves.
+    daemon.end(&first).await?;
+    say!("3. The session ends (POST /v1/sessions/{first}/end): a learning job is queued.");
+    say!("4. Learning from it (what `metaclaw learn now {first}` runs):");
+    let job = daemon.learn_now(&first).await?;
+    if job.state != "done" {
+        bail!(
+            "the learning job did not finish ({}): {}",
+            job.state,
+            job.detail()
+        );
+    }
+    let conn = store::open_read_only(Path::new(&store_path))?;
+    let turns = store::session_turns(&conn, &first)?;
+    let judgments = learning::judgments(&conn, &first)?;
+    let verdicts: Vec<String> = turns
+        .iter()
+        .map(|t| match judgments.get(&t.id) {
+            Some(j) => format!(
+                "turn {} {} ({})",
+                t.seq,
+                signed(j.value),
+                log_line(&j.rationale, 60)
+            ),
+            None => format!("turn {} not judged", t.seq),
+        })
+        .collect();
+    say!("   judge: {}", verdicts.join("; "));
+    let drafts = learning::drafts(&conn, &first)?;
+    drop(conn);
+    let chain: Vec<&str> = status["evolver_chain"]
+        .as_array()
+        .map(|c| c.iter().filter_map(Value::as_str).collect())
+        .unwrap_or_default();
+    say!(
+        "   evolver: {} draft(s), each checked by {}:",
+        drafts.len(),
+        if chain.is_empty() {
+            "no evolver plugin".to_string()
+        } else {
+            chain.join(" → ")
+        }
+    );
+    let mut evolved = None;
+    for d in &drafts {
+        let name = log_line(d.skill_id.as_deref().unwrap_or(&d.name), 60);
+        match d.outcome.as_str() {
+            "rejected" => say!(
+                "     ✗ {name} rejected: {}",
+                log_line(d.reason.as_deref().unwrap_or(""), 100)
+            ),
+            outcome => {
+                say!(
+                    "     ✓ {name} {outcome} (v{}) in {skills_dir}",
+                    d.version.as_deref().unwrap_or("?")
+                );
+                if outcome == "created" && d.written_ms.is_some() {
+                    evolved = d.skill_id.clone();
+                }
+            }
+        }
+    }
+    let Some(evolved) = evolved else {
+        bail!("the learning job evolved no skill ({})", job.detail());
+    };
+
+    // 5: the library changed; once it is indexed, a similar question in a
+    // new session retrieves the new skill.
+    let generation = status["skills"]["generation"].as_u64().unwrap_or(0);
+    daemon.until_indexed(Some(generation)).await?;
+    let second = new_session_id();
+    say!("5. You ask again, in a new session: \"{SIMILAR}\"");
+    let messages = [json!({"role": "user", "content": SIMILAR})];
+    let (turn, _) = daemon.ask(&second, &messages).await?;
+    let injected = injected_into(Path::new(&store_path), &second, &turn).await?;
+    say!("   skills injected: {}", list(&injected, Some(&evolved)));
+    if !injected.iter().any(|s| s.id == evolved) {
+        bail!("the evolved skill {evolved} was not injected into the similar question");
+    }
+    say!("   (demo done in {:.1} s)", started.elapsed().as_secs_f64());
+
+    let auth = proxy_token
+        .map(|t| format!(" -H 'authorization: Bearer {t}'"))
+        .unwrap_or_default();
+    say!();
+    say!("Try it yourself (while the demo runs, these read its data):");
+    say!(
+        "  curl -si {}/v1/chat/completions -H 'content-type: application/json'{auth} \\\n    \
+         -d '{{\"model\":\"echo\",\"messages\":[{{\"role\":\"user\",\"content\":\"How do I rebase my branch onto main?\"}}]}}'\n    \
+         # the x-metaclaw-skills header lists the skills injected",
+        info.url
+    );
+    say!("  metaclaw sessions show {first}   # turns, skills, verdicts, what evolved");
+    say!("  metaclaw skills show {evolved}");
+    say!("  metaclaw skills search \"squash my commits before a merge\"");
+    say!("  metaclaw status");
+    say!("  metaclaw stop       # then `metaclaw setup` and `metaclaw start` for your own agent");
+    Ok(())
+}
+
+/// A reply's JSON body (`null` if it has none).
+async fn json_body(response: reqwest::Response) -> Value {
+    let bytes = response.bytes().await.unwrap_or_default();
+    serde_json::from_slice(&bytes).unwrap_or_default()
+}
+
+/// A verdict as the judge gives it: -1, 0, +1.
+fn signed(value: i8) -> String {
+    match value {
+        0 => "0".into(),
+        v => format!("{v:+}"),
+    }
+}
+
+fn new_session_id() -> String {
+    format!("demo-{}", uuid::Uuid::now_v7().simple())
+}
+
+/// `id (score), …`, best first, marking `evolved`.
+fn list(skills: &[Injected], evolved: Option<&str>) -> String {
+    if skills.is_empty() {
+        return "none".into();
+    }
+    let mut by_score: Vec<&Injected> = skills.iter().collect();
+    by_score.sort_by(|a, b| b.score.total_cmp(&a.score));
+    by_score
+        .into_iter()
+        .map(|s| {
+            let mark = match evolved {
+                Some(e) if e == s.id => " ← evolved in step 4",
+                _ => "",
+            };
+            format!("{} ({:.2}){mark}", log_line(&s.id, 60), s.score)
+        })
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+/// The skills injected into `turn`, read from the store once the turn is
+/// recorded (the proxy answers first and records right after).
+async fn injected_into(db: &Path, session: &str, turn: &str) -> Result<Vec<Injected>> {
+    let deadline = Instant::now() + STEP_TIMEOUT;
+    loop {
+        let conn = store::open_read_only(db)?;
+        let row = store::session_turns(&conn, session)?
+            .into_iter()
+            .find(|t| t.id == turn);
+        if let Some(row) = row {
+            let skills = row
+                .injected_skills
+                .as_ref()
+                .and_then(Value::as_array)
+                .map(|list| {
+                    list.iter()
+                        .map(|s| Injected {
+                            id: s["id"].as_str().unwrap_or("?").to_string(),
+                            score: s["score"].as_f64().unwrap_or(0.0),
+                        })
+                        .collect()
+                })
+                .unwrap_or_default();
+            return Ok(skills);
+        }
+        if Instant::now() > deadline {
+            bail!(
+                "turn {turn} was not recorded within {}s (see the log)",
+                STEP_TIMEOUT.as_secs()
+            );
+        }
+        tokio::time::sleep(POLL).await;
+    }
+}
+
+impl Daemon {
+    fn proxy(&self, request: reqwest::RequestBuilder) -> reqwest::RequestBuilder {
+        match &self.proxy_token {
+            Some(token) => request.bearer_auth(token),
+            None => request,
+        }
+    }
+
+    async fn status(&self) -> Result<Value> {
+        let response = self
+            .client
+            .get(format!("{}/admin/status", self.url))
+            .bearer_auth(&self.admin_token)
+            .send()
+            .await
+            .context("cannot reach metaclaw")?;
+        if !response.status().is_success() {
+            bail!("/admin/status answered {}", response.status());
+        }
+        Ok(serde_json::from_slice(&response.bytes().await?)?)
+    }
+
+    /// Waits until the library is read (a generation after `after`, if
+    /// given) and a retriever has indexed it: a turn never waits for an
+    /// index, so a question asked before would get no skills.
+    async fn until_indexed(&self, after: Option<u64>) -> Result<Value> {
+        let deadline = Instant::now() + STEP_TIMEOUT;
+        loop {
+            let status = self.status().await?;
+            let skills = &status["skills"];
+            if skills.is_null() {
+                bail!("skills are off in this daemon");
+            }
+            let generation = skills["generation"].as_u64().unwrap_or(0);
+            let ready = skills["loaded"].as_u64().unwrap_or(0) > 0
+                && after.is_none_or(|g| generation > g)
+                && skills["indexed_by"]
+                    .as_array()
+                    .is_some_and(|r| !r.is_empty());
+            if ready {
+                return Ok(status);
+            }
+            if Instant::now() > deadline {
+                let blocked = match &status["evolution_blocked"] {
+                    Value::String(s) => format!("; skills would not evolve either: {s}"),
+                    _ => String::new(),
+                };
+                bail!(
+                    "no retriever indexed the demo's skill library within {}s ({} plugin(s) \
+                     loaded; see `metaclaw plugins list` and the log){blocked}",
+                    STEP_TIMEOUT.as_secs(),
+                    status["plugins"]["loaded"].as_u64().unwrap_or(0)
+                );
+            }
+            tokio::time::sleep(POLL).await;
+        }
+    }
+
+    /// One turn in `session`: the turn's id and the answer's text.
+    async fn ask(&self, session: &str, messages: &[Value]) -> Result<(String, String)> {
+        let body = json!({"model": "echo", "messages": messages});
+        let response = self
+            .proxy(
+                self.client
+                    .post(format!("{}/v1/chat/completions", self.url)),
+            )
+            .header("content-type", "application/json")
+            .header("x-session-id", session)
+            .body(body.to_string())
+            .send()
+            .await
+            .context("the demo's question did not reach metaclaw")?;
+        let status = response.status();
+        let turn = response
+            .headers()
+            .get("x-metaclaw-turn-id")
+            .and_then(|v| v.to_str().ok())
+            .map(str::to_string);
+        let answer: Value = json_body(response).await;
+        let (true, Some(turn)) = (status.is_success(), turn) else {
+            bail!("the demo's question failed ({status}): {answer}");
+        };
+        let text = answer["choices"][0]["message"]["content"]
+            .as_str()
+            .unwrap_or_default()
+            .to_string();
+        Ok((turn, text))
+    }
+
+    async fn end(&self, session: &str) -> Result<()> {
+        let response = self
+            .proxy(
+                self.client
+                    .post(format!("{}/v1/sessions/{session}/end", self.url)),
+            )
+            .header("content-type", "application/json")
+            .send()
+            .await
+            .context("cannot end the demo's session")?;
+        if !response.status().is_success() {
+            bail!(
+                "ending the demo's session failed ({}): {}",
+                response.status(),
+                response.text().await.unwrap_or_default()
+            );
+        }
+        Ok(())
+    }
+
+    /// Runs the session's learning job now and returns it as it ended.
+    async fn learn_now(&self, session: &str) -> Result<Job> {
+        let response = self
+            .client
+            .post(format!("{}/admin/learn/now", self.url))
+            .bearer_auth(&self.admin_token)
+            .header("content-type", "application/json")
+            .body(json!({ "session": session }).to_string())
+            .send()
+            .await
+            .with_context(|| {
+                format!(
+                    "the learning job did not answer within {}s",
+                    STEP_TIMEOUT.as_secs()
+                )
+            })?;
+        let status = response.status();
+        let reply: Value = json_body(response).await;
+        if !status.is_success() {
+            bail!(
+                "learn now failed ({status}): {}",
+                reply["error"]["message"].as_str().unwrap_or_default()
+            );
+        }
+        let jobs: Vec<Job> = serde_json::from_value(reply["jobs"].clone())
+            .context("learn now answered without its job")?;
+        jobs.into_iter()
+            .next()
+            .context("learn now ran no job for the demo's session")
+    }
+}
