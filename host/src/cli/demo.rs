@@ -97,7 +97,14 @@ pub(super) async fn run(home: &Home, info: &PidInfo, proxy_token: Option<&str>) 
     daemon.end(&first).await?;
     say!("3. The session ends (POST /v1/sessions/{first}/end): a learning job is queued.");
     say!("4. Learning from it (what `metaclaw learn now {first}` runs):");
-    let job = daemon.learn_now(&first).await?;
+    let mut job = daemon.learn_now(&first).await?;
+    // The runner may have claimed it first: `learn now` then waits for it,
+    // and asking again returns it as it ended.
+    let asked = Instant::now();
+    while job.state == "running" && asked.elapsed() < STEP_TIMEOUT {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        job = daemon.learn_now(&first).await?;
+    }
     if job.state != "done" {
         bail!(
             "the learning job did not finish ({}): {}",
