@@ -8,7 +8,8 @@
 #   - a turn about git gets built-in skills injected (setup installed them);
 #   - the scorer plugins score it;
 #   - the session's learning job runs the evolver chain through guard and
-#     writes the evolved skill.
+#     writes the evolved skill;
+#   - `metaclaw doctor --online` finds nothing wrong.
 # The build reuses a cached target dir (METACLAW_INSTALL_TARGET, default
 # ~/.cache/metaclaw/target, as CI): `cargo install` itself is what is run.
 set -euo pipefail
@@ -74,6 +75,10 @@ for _ in $(seq 600); do
 done
 echo "$status" | grep -q '"indexed_by": *\[[^]]*"bm25' || fail "bm25 never indexed the library: $status"
 
+step "metaclaw doctor --online"
+doctor="$("$bin" doctor --online 2>&1)" || fail "doctor found an error on a fresh install: $doctor"
+echo "$doctor" | sed 's/^/   /'
+
 chat() { # session, JSON messages
   curl -sS --fail-with-body "$url/v1/chat/completions" -H 'content-type: application/json' \
     -H "x-session-id: $1" -d "{\"model\":\"echo\",\"messages\":$2}"
@@ -83,7 +88,7 @@ question="How should I write the git commit message for this refactor before I p
 chat fresh-1 "[{\"role\":\"user\",\"content\":\"$question\"}]" >/dev/null || fail "the first turn"
 chat fresh-1 "[{\"role\":\"user\",\"content\":\"$question\"},{\"role\":\"assistant\",\"content\":\"Just write 'fix stuff'.\"},{\"role\":\"user\",\"content\":\"No, that is wrong: a commit message needs a short imperative subject line and a body that says why.\"}]" >/dev/null ||
   fail "the second turn"
-seen="$(curl -sS "${upstream%/v1}/dummy/requests?model=echo")"
+seen="$(curl -sS "$upstream/dummy/requests?model=echo")"
 echo "$seen" | grep -q 'metaclaw:skills' || fail "no skills block reached the upstream: $seen"
 echo "$seen" | grep -q 'git-commit-messages' || fail "the git skill was not injected: $seen"
 
@@ -92,7 +97,7 @@ curl -sS --fail-with-body -X POST "$url/v1/sessions/fresh-1/end" -H 'content-typ
   fail "ending the session"
 learned="$("$bin" learn now fresh-1 --json)" || fail "learn now: $learned"
 show="$("$bin" sessions show fresh-1 --json)"
-skills="$(echo "$show" | python3 -c 'import json,sys; t=json.load(sys.stdin)["turns"]; print(" ".join(s["name"] if isinstance(s,dict) else s for s in (t[0].get("injected_skills") or [])))')"
+skills="$(echo "$show" | python3 -c 'import json,sys; t=json.load(sys.stdin)["turns"]; print(" ".join(s["id"] for s in (t[0].get("injected_skills") or [])))')"
 echo "   skills injected into the first turn: $skills"
 rewards="$(echo "$show" | python3 -c 'import json,sys; t=json.load(sys.stdin)["turns"]; print(" ".join(sorted({r["source"] for x in t for r in x["rewards"]})))')"
 echo "   rewards recorded from: $rewards"
