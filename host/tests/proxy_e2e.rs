@@ -884,3 +884,116 @@ async fn a_web_page_cannot_use_the_proxy_through_the_browser() {
         .collect();
     assert_eq!(ids, ["live"], "{list}");
 }
+
+/// The dummy upstream behind HTTPS: a rustls server holding the test CA's
+/// certificate for 127.0.0.1 (tests/fixtures/tls) that relays each
+/// connection to the plain dummy, and the key exchange group each handshake
+/// settled on (the server takes the client's first choice it supports).
+struct TlsFront {
+    url: String,
+    groups: std::sync::Arc<std::sync::Mutex<Vec<String>>>,
+    _relay: tokio::task::JoinHandle<()>,
+}
+
+/// A file of the test-only TLS material in tests/fixtures/tls.
+fn tls_fixture(name: &str) -> std::path::PathBuf {
+    std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../tests/fixtures/tls")
+        .join(name)
+}
+
+async fn tls_front(dummy_url: &str) -> TlsFront {
+    use rustls::pki_types::pem::PemObject;
+    use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+    let certs = CertificateDer::pem_file_iter(tls_fixture("server.pem"))
+        .unwrap()
+        .collect::<Result<Vec<_>, _>>()
+        .unwrap();
+    let key = PrivateKeyDer::from_pem_file(tls_fixture("server.key")).unwrap();
+    let mut provider = rustls::crypto::aws_lc_rs::default_provider();
+    provider.kx_groups = rustls::crypto::aws_lc_rs::ALL_KX_GROUPS.to_vec();
+    let config = rustls::ServerConfig::builder_with_provider(std::sync::Arc::new(provider))
+        .with_safe_default_protocol_versions()
+        .unwrap()
+        .with_no_client_auth()
+        .with_single_cert(certs, key)
+        .unwrap();
+    let acceptor = tokio_rustls::TlsAcceptor::from(std::sync::Arc::new(config));
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let plain = dummy_url
+        .trim_start_matches("http://")
+        .trim_end_matches("/v1")
+        .to_string();
+    let groups = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let seen = groups.clone();
+    let relay = tokio::spawn(async move {
+        while let Ok((tcp, _)) = listener.accept().await {
+            let (acceptor, plain, seen) = (acceptor.clone(), plain.clone(), seen.clone());
+            tokio::spawn(async move {
+                // A failed handshake (an untrusted certificate) ends here.
+                let Ok(mut tls) = acceptor.accept(tcp).await else {
+                    return;
+                };
+                if let Some(group) = tls.get_ref().1.negotiated_key_exchange_group() {
+                    seen.lock().unwrap().push(format!("{:?}", group.name()));
+                }
+                let mut upstream = tokio::net::TcpStream::connect(plain).await.unwrap();
+                let _ = tokio::io::copy_bidirectional(&mut tls, &mut upstream).await;
+            });
+        }
+    });
+    TlsFront {
+        url: format!("https://127.0.0.1:{port}/v1"),
+        groups,
+        _relay: relay,
+    }
+}
+
+#[tokio::test]
+async fn an_https_upstream_is_verified_and_reached_with_post_quantum_key_exchange() {
+    let up = dummy();
+    let front = tls_front(&up.url).await;
+
+    // The system's roots replaced by the test CA (rustls-native-certs reads
+    // SSL_CERT_FILE): a turn goes through, over X25519MLKEM768.
+    let ca = tls_fixture("ca.pem");
+    let mc = Metaclaw::start_with_env(
+        &front.url,
+        PLAIN,
+        &[("SSL_CERT_FILE", ca.to_str().unwrap())],
+    );
+    let r = post_chat(
+        &format!("{}/v1", mc.url()),
+        &chat("echo", "over TLS", false),
+        &[],
+    )
+    .await;
+    assert_eq!(r.status(), 200, "{}", mc.log());
+    let v: Value = r.json().await.unwrap();
+    assert_eq!(v["choices"][0]["message"]["content"], "over TLS");
+    let groups = front.groups.lock().unwrap().clone();
+    assert!(
+        !groups.is_empty() && groups.iter().all(|g| g == "X25519MLKEM768"),
+        "{groups:?}"
+    );
+
+    // Trusting only an unrelated certificate: the server's is refused, and
+    // the agent is told why.
+    let other = tls_fixture("server.pem");
+    let mc = Metaclaw::start_with_env(
+        &front.url,
+        PLAIN,
+        &[("SSL_CERT_FILE", other.to_str().unwrap())],
+    );
+    let r = post_chat(
+        &format!("{}/v1", mc.url()),
+        &chat("echo", "over TLS", false),
+        &[],
+    )
+    .await;
+    assert_eq!(r.status(), 502);
+    let v: Value = r.json().await.unwrap();
+    let message = v["error"]["message"].as_str().unwrap();
+    assert!(message.contains("certificate"), "{message}");
+}
