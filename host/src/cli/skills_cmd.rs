@@ -204,9 +204,13 @@ pub fn run(home: &Home, config_path: &Path, command: SkillsCommand) -> Result<Ex
                         "retriever: {r} (min relevance {})",
                         skills.settings.min_relevance
                     ),
-                    None => say!(
-                        "no retriever answered: build the plugins (scripts/build-plugins) or check `metaclaw plugins list`"
-                    ),
+                    None => match skills.answering() {
+                        Err(why) => say!("no retriever answered: {why}"),
+                        Ok(loaded) => say!(
+                            "no retriever answered: {} did not (see `metaclaw plugins list` and the log)",
+                            loaded.join(", ")
+                        ),
+                    },
                 }
                 for (id, score) in selection.ranked.iter().take(15) {
                     let mark = if injected.contains(&id.as_str()) {
