@@ -1,14 +1,14 @@
 //! Embeds what every install needs into the binary:
 //! - the built-in skill bank (`skills/*/SKILL.md`), installed into a new
 //!   library by `metaclaw setup` / the first `start`;
-//! - the first-party plugins (`plugins/builtin/*.wasm`, compiled from
-//!   `plugins/` by `scripts/build-plugins` and checked in with a MANIFEST of
-//!   their sha256s, which CI proves the sources reproduce), so an installed
-//!   binary retrieves, scores and guards with no second build step.
+//! - the first-party plugins, built here from `plugins/` for wasm32-wasip2
+//!   (a nested cargo build into the target dir), so an installed binary
+//!   retrieves, scores and guards with no second build step.
 
 use std::error::Error;
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
+use std::process::Command;
 
 use sha2::{Digest, Sha256};
 
@@ -48,60 +48,99 @@ fn skills(root: &Path) -> Result<String, Box<dyn Error>> {
     Ok(code)
 }
 
-/// The code listing the embedded components, after checking each file
-/// against the MANIFEST (a component edited by hand, or a MANIFEST from
-/// another build, stops the build).
+/// The first-party plugins, by package: each is built on its own (one
+/// plugin is one world of the SDK, and one cargo invocation would unify
+/// their features).
+const FIRST_PARTY: &[&str] = &[
+    "tool-error",
+    "correction",
+    "repeated-refusals",
+    "bm25",
+    "embedding",
+    "destructive-command-guard",
+    "guard",
+    "redact",
+    "dedup",
+];
+
+/// Builds the first-party plugins from `plugins/` for wasm32-wasip2 and
+/// returns the code embedding them.
 fn plugins(root: &Path) -> Result<String, Box<dyn Error>> {
-    let dir = root.join("plugins/builtin");
-    let manifest_path = dir.join("MANIFEST");
-    println!("cargo:rerun-if-changed={}", dir.display());
-    println!("cargo:rerun-if-changed={}", manifest_path.display());
-    let manifest = std::fs::read_to_string(&manifest_path).map_err(|e| {
-        format!(
-            "{}: {e}; the first-party plugins are built by scripts/build-plugins",
-            manifest_path.display()
-        )
-    })?;
-    let mut rustc = String::new();
-    let mut listed = Vec::new();
-    let mut recorded_sources = String::new();
-    let mut code = String::from(
-        "/// The first-party plugins compiled into this binary, from plugins/builtin.\npub static EMBEDDED: &[EmbeddedPlugin] = &[\n",
+    let workspace = root.join("plugins");
+    // Rebuilt when a plugin's source or the WIT interfaces change.
+    for f in sources(root)? {
+        println!("cargo:rerun-if-changed={}", root.join(f).display());
+    }
+    ensure_wasm_target()?;
+    // Shared by every profile and feature set of this build (debug, release,
+    // clippy): the plugins are always built the same way, so once.
+    let out = PathBuf::from(std::env::var("OUT_DIR")?);
+    let target_dir = out
+        .ancestors()
+        .nth(4)
+        .map(|t| t.join("first-party-plugins"))
+        .unwrap_or_else(|| out.join("first-party-plugins"));
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+    let root_abs = root.canonicalize()?;
+    let cargo_home = std::env::var("CARGO_HOME")
+        .map(PathBuf::from)
+        .or_else(|_| std::env::var("HOME").map(|h| PathBuf::from(h).join(".cargo")))?;
+    // SIMD: the embedding retriever's dot products are four times faster.
+    // The checkout and the registry are remapped, so no local path ends up
+    // in a component (panic locations).
+    let rustflags = format!(
+        "-C target-feature=+simd128 --remap-path-prefix={}=/metaclaw --remap-path-prefix={}=/cargo",
+        root_abs.display(),
+        cargo_home.join("registry/src").display()
     );
-    for line in manifest.lines() {
-        if let Some(r) = line.strip_prefix("# rustc: ") {
-            rustc = r.to_string();
-            continue;
+    let versions = versions(&cargo, &workspace)?;
+    let mut code = String::from(
+        "/// The first-party plugins, built from plugins/ by host/build.rs.\npub static EMBEDDED: &[EmbeddedPlugin] = &[\n",
+    );
+    let mut listed = Vec::new();
+    for name in FIRST_PARTY {
+        let package = format!("metaclaw-{name}");
+        let status = Command::new(&cargo)
+            .args(["build", "--quiet", "--locked", "--release"])
+            .args(["--target", "wasm32-wasip2", "-p", &package])
+            .arg("--manifest-path")
+            .arg(workspace.join("Cargo.toml"))
+            .arg("--target-dir")
+            .arg(&target_dir)
+            // This build's own flags are for the host, not for wasm.
+            .env_remove("RUSTFLAGS")
+            .env_remove("CARGO_ENCODED_RUSTFLAGS")
+            .env_remove("CARGO_BUILD_RUSTFLAGS")
+            .env_remove("CARGO_TARGET_DIR")
+            .env_remove("CARGO_BUILD_TARGET")
+            .env("CARGO_TARGET_WASM32_WASIP2_RUSTFLAGS", &rustflags)
+            .status()
+            .map_err(|e| format!("cannot run {cargo}: {e}"))?;
+        if !status.success() {
+            return Err(
+                format!("building the first-party plugin {package} failed ({status})").into(),
+            );
         }
-        let fields: Vec<&str> = line.split_whitespace().collect();
-        match fields.as_slice() {
-            ["sources", digest] => recorded_sources = digest.to_string(),
-            ["plugin", name, version, sha256] => {
-                let file = dir.join(format!("{name}.wasm"));
-                let bytes = std::fs::read(&file).map_err(|e| format!("{}: {e}", file.display()))?;
-                let actual = hex(&Sha256::digest(&bytes));
-                if actual != *sha256 {
-                    return Err(format!(
-                        "{}: sha256 {actual}, but plugins/builtin/MANIFEST says {sha256}; rebuild with scripts/build-plugins",
-                        file.display()
-                    )
-                    .into());
-                }
-                listed.push(format!("{name} {version}"));
-                writeln!(
-                    code,
-                    "    EmbeddedPlugin {{ name: {name:?}, version: {version:?}, sha256: {sha256:?}, bytes: include_bytes!({:?}) }},",
-                    file.canonicalize()?.display().to_string()
-                )?;
-            }
-            _ => {}
-        }
+        let built = target_dir
+            .join("wasm32-wasip2/release")
+            .join(format!("{}.wasm", package.replace('-', "_")));
+        // Copied at once: building a later plugin that depends on this one
+        // (embedding uses bm25) rewrites its file as a plain dependency.
+        let file = out.join(format!("{name}.wasm"));
+        std::fs::copy(&built, &file).map_err(|e| format!("{}: {e}", built.display()))?;
+        let bytes = std::fs::read(&file).map_err(|e| format!("{}: {e}", file.display()))?;
+        let sha256 = hex(&Sha256::digest(&bytes));
+        let version = versions
+            .get(&package)
+            .ok_or_else(|| format!("{package}: not in plugins/Cargo.toml"))?;
+        listed.push(format!("{name} {version}"));
+        writeln!(
+            code,
+            "    EmbeddedPlugin {{ name: {name:?}, version: {version:?}, sha256: {sha256:?}, bytes: include_bytes!({:?}) }},",
+            file.display().to_string()
+        )?;
     }
     code.push_str("];\n");
-    writeln!(
-        code,
-        "/// The rustc that built them (the same sources and rustc give the same bytes).\npub const EMBEDDED_RUSTC: &str = {rustc:?};"
-    )?;
     writeln!(
         code,
         "/// What `metaclaw --version` prints after the name.\npub const LONG_VERSION: &str = {:?};",
@@ -111,38 +150,75 @@ fn plugins(root: &Path) -> Result<String, Box<dyn Error>> {
             listed.join(", ")
         )
     )?;
-    // A developer who changed a plugin's source and forgot to rebuild is
-    // told at every build (CI fails on it: scripts/build-plugins --check).
-    let (files, digest) = sources_digest(root)?;
-    for f in &files {
-        println!("cargo:rerun-if-changed={}", root.join(f).display());
-    }
-    if digest != recorded_sources {
-        println!(
-            "cargo:warning=plugins/builtin is older than the plugin sources (plugins/, wit/): run scripts/build-plugins to rebuild the embedded first-party plugins"
-        );
-    }
     Ok(code)
 }
 
-/// The digest scripts/build-plugins records: sha256 of "<sha256 of file>
-/// <path>\n" for each source file, paths sorted bytewise.
-fn sources_digest(root: &Path) -> Result<(Vec<String>, String), Box<dyn Error>> {
+/// The wasm32-wasip2 standard library: added with rustup if it is missing
+/// (the one thing a Rust toolchain may lack to build metaclaw).
+fn ensure_wasm_target() -> Result<(), Box<dyn Error>> {
+    let rustc = std::env::var("RUSTC").unwrap_or_else(|_| "rustc".into());
+    let sysroot = Command::new(&rustc).args(["--print", "sysroot"]).output()?;
+    let sysroot = PathBuf::from(String::from_utf8_lossy(&sysroot.stdout).trim());
+    if sysroot.join("lib/rustlib/wasm32-wasip2").is_dir() {
+        return Ok(());
+    }
+    println!(
+        "cargo:warning=adding the wasm32-wasip2 target (rustup target add wasm32-wasip2): metaclaw's first-party plugins are built for it"
+    );
+    let added = Command::new("rustup")
+        .args(["target", "add", "wasm32-wasip2"])
+        .status();
+    match added {
+        Ok(status) if status.success() => Ok(()),
+        _ => Err("the first-party plugins are built for wasm32-wasip2, which this Rust toolchain lacks: run `rustup target add wasm32-wasip2` (or install that target's standard library) and build again".into()),
+    }
+}
+
+/// Each plugin package's version, from `cargo metadata` of the plugins
+/// workspace.
+fn versions(
+    cargo: &str,
+    workspace: &Path,
+) -> Result<std::collections::HashMap<String, String>, Box<dyn Error>> {
+    let out = Command::new(cargo)
+        .args(["metadata", "--no-deps", "--format-version", "1", "--locked"])
+        .arg("--manifest-path")
+        .arg(workspace.join("Cargo.toml"))
+        .output()?;
+    if !out.status.success() {
+        return Err(format!(
+            "cargo metadata of plugins/: {}",
+            String::from_utf8_lossy(&out.stderr)
+        )
+        .into());
+    }
+    let meta: serde_json::Value = serde_json::from_slice(&out.stdout)?;
+    Ok(meta["packages"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|p| {
+            Some((
+                p["name"].as_str()?.to_string(),
+                p["version"].as_str()?.to_string(),
+            ))
+        })
+        .collect())
+}
+
+/// The files the plugins are built from: the plugins workspace (not its
+/// build output, not the attackers) and the WIT interfaces.
+fn sources(root: &Path) -> Result<Vec<String>, Box<dyn Error>> {
     let mut files = Vec::new();
     for top in ["plugins", "wit"] {
         walk(root, Path::new(top), &mut files)?;
     }
     files.sort();
-    let mut listing = String::new();
-    for f in &files {
-        let bytes = std::fs::read(root.join(f))?;
-        writeln!(listing, "{} {f}", hex(&Sha256::digest(&bytes)))?;
-    }
-    Ok((files, hex(&Sha256::digest(listing.as_bytes()))))
+    Ok(files)
 }
 
 fn walk(root: &Path, rel: &Path, out: &mut Vec<String>) -> Result<(), Box<dyn Error>> {
-    for skip in ["plugins/target", "plugins/builtin", "plugins/hostile"] {
+    for skip in ["plugins/target", "plugins/hostile"] {
         if rel == Path::new(skip) {
             return Ok(());
         }

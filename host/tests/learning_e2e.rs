@@ -519,12 +519,9 @@ async fn with_guard_removed_evolution_waits_and_writes_nothing() {
     // The first-party plugins as a folder, without guard: what a deployment
     // that lost it (or never had it) runs with.
     let builtin = tempfile::tempdir().unwrap();
-    let shipped = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../plugins/builtin");
-    for entry in std::fs::read_dir(&shipped).unwrap() {
-        let path = entry.unwrap().path();
-        let name = path.file_name().unwrap().to_string_lossy().to_string();
-        if name.ends_with(".wasm") && name != "guard.wasm" {
-            std::fs::copy(&path, builtin.path().join(&name)).unwrap();
+    for plugin in metaclaw::plugins::embedded::EMBEDDED {
+        if plugin.name != "guard" {
+            embedded_plugin_file_in(builtin.path(), &format!("{}.wasm", plugin.name));
         }
     }
     let (up, mc) = with_bank(&config(

@@ -424,7 +424,6 @@ fn dispatch(cli: Cli) -> Result<ExitCode> {
                         "name": "metaclaw",
                         "version": env!("CARGO_PKG_VERSION"),
                         "plugins": crate::plugins::embedded::versions_json(),
-                        "plugins_built_with": crate::plugins::embedded::EMBEDDED_RUSTC,
                     })
                 );
             } else {

@@ -321,14 +321,38 @@ pub fn fixture(name: &str) -> Value {
     serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap()
 }
 
+/// The embedded first-party plugin `file` (`guard.wasm`) as a file under
+/// `dir` (written if it is not there with these bytes).
+pub fn embedded_plugin_file_in(dir: &Path, file: &str) -> PathBuf {
+    let name = file.trim_end_matches(".wasm");
+    let plugin = metaclaw::plugins::embedded::EMBEDDED
+        .iter()
+        .find(|p| p.name == name)
+        .unwrap_or_else(|| panic!("no first-party plugin {name:?}"));
+    std::fs::create_dir_all(dir).unwrap();
+    let path = dir.join(file);
+    if std::fs::read(&path).ok().as_deref() != Some(plugin.bytes) {
+        let tmp = dir.join(format!(".{file}.{}", std::process::id()));
+        std::fs::write(&tmp, plugin.bytes).unwrap();
+        std::fs::rename(&tmp, &path).unwrap();
+    }
+    path
+}
+
+fn embedded_plugin_file(file: &str) -> PathBuf {
+    embedded_plugin_file_in(
+        &PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("first-party-plugins"),
+        file,
+    )
+}
+
 /// Where scripts/build-plugins put the plugins, next to the binary's folder.
 pub fn built_plugin(rel: &str) -> PathBuf {
-    // The first-party ones are checked in (and embedded in the binary); the
-    // examples and attackers are built into the target dir.
+    // The first-party ones are embedded in metaclaw (built by host/build.rs):
+    // written out as files for the tests that need one; the examples and
+    // attackers are built into the target dir by scripts/build-plugins.
     let path = match rel.strip_prefix("builtin/") {
-        Some(file) => std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
-            .join("../plugins/builtin")
-            .join(file),
+        Some(file) => embedded_plugin_file(file),
         None => std::path::Path::new(BIN)
             .parent()
             .unwrap()
