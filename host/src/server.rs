@@ -268,13 +268,12 @@ async fn end_session(State(app): State<SharedApp>, Path(id): Path<String>) -> Re
     // waiting for one that learning.enabled: false never runs.
     let learning = crate::learn::state_json(app.learn.is_some());
     match app.sessions.end(&id, EndReason::Api) {
-        EndOutcome::Ended => axum::Json(
-            json!({ "id": id, "ended": true, "already_ended": false, "learning": learning }),
-        )
-        .into_response(),
-        EndOutcome::AlreadyEnded => axum::Json(
-            json!({ "id": id, "ended": true, "already_ended": true, "learning": learning }),
-        )
+        outcome @ (EndOutcome::Ended | EndOutcome::AlreadyEnded) => axum::Json(json!({
+            "id": id,
+            "ended": true,
+            "already_ended": matches!(outcome, EndOutcome::AlreadyEnded),
+            "learning": learning,
+        }))
         .into_response(),
         EndOutcome::Unknown => ApiError::NotFound(format!("no session {id:?}")).into_response(),
     }
@@ -303,6 +302,11 @@ async fn admin_status(State(app): State<SharedApp>) -> Response {
         Ok(Ok(c)) => c,
         _ => return ApiError::Internal("cannot read the store".into()).into_response(),
     };
+    // The learning job's own check, once (with learning on).
+    let chain = app
+        .learn
+        .as_ref()
+        .map(|_| crate::learn::evolver_chain(app.plugins.as_deref()));
     let info = &app.info;
     axum::Json(json!({
         "running": true,
@@ -346,18 +350,15 @@ async fn admin_status(State(app): State<SharedApp>) -> Response {
         "learning": crate::learn::state_json(app.learn.is_some()),
         // Why skills are not evolved now (the learning job's own check:
         // without an enabled guard, nothing is), or that they are evolved
-        // unchecked because the config's chain leaves guard out.
-        "evolution_blocked": app.learn.as_ref().and_then(|_| {
-            crate::learn::evolver_chain(app.plugins.as_deref()).err().map(|e| e.to_string())
-        }),
-        "evolution_unguarded": app.learn.as_ref().and_then(|_| {
-            crate::learn::evolution_unguarded(app.plugins.as_deref())
-        }),
-        // The evolver plugins every skill draft goes through, in order.
-        "evolver_chain": app.learn.as_ref().and_then(|_| {
-            crate::learn::evolver_chain(app.plugins.as_deref()).ok().map(|chain| {
-                chain.iter().map(|p| p.info.name.clone()).collect::<Vec<_>>()
-            })
+        // unchecked because the config's chain leaves guard out; and the
+        // evolver plugins every skill draft goes through, in order.
+        "evolution_blocked": chain.as_ref().and_then(|c| c.as_ref().err()).map(|e| e.to_string()),
+        "evolution_unguarded": chain
+            .as_ref()
+            .and_then(|c| c.as_ref().ok())
+            .and_then(|c| crate::learn::evolution_unguarded(c)),
+        "evolver_chain": chain.as_ref().and_then(|c| c.as_ref().ok()).map(|c| {
+            c.iter().map(|p| p.info.name.clone()).collect::<Vec<_>>()
         }),
         "plugins": app.plugins.as_ref().map(|host| {
             let registry = host.current();

@@ -901,7 +901,7 @@ fn check_evolution(report: &mut Report, plugins: Option<&PluginHost>, loaded: &L
         return;
     }
     match crate::learn::evolver_chain(plugins) {
-        Ok(_) if let Some(why) = crate::learn::evolution_unguarded(plugins) => report.warning(
+        Ok(chain) if let Some(why) = crate::learn::evolution_unguarded(&chain) => report.warning(
             "evolution",
             why,
             "add guard to plugins.evolvers (or remove the key: every loaded evolver runs, guard first)",

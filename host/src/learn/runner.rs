@@ -884,10 +884,10 @@ pub fn evolver_chain(plugins: Option<&PluginHost>) -> Result<Vec<Arc<Loaded>>> {
     Ok(chain)
 }
 
-/// Why evolved skills are written without guard, if they are: the config's
+/// Why evolved skills are written without guard, if they are: `chain` (an
+/// [`evolver_chain`] that was allowed to run) has none because the config's
 /// `plugins.evolvers` leaves it out.
-pub fn evolution_unguarded(plugins: Option<&PluginHost>) -> Option<String> {
-    let chain = evolver_chain(plugins).ok()?;
+pub fn evolution_unguarded(chain: &[Arc<Loaded>]) -> Option<String> {
     (!chain.iter().any(|p| p.info.name == GUARD)).then(|| {
         "plugins.evolvers leaves out guard: evolved skills are written without the poisoning check (as configured)".to_string()
     })
