@@ -10,6 +10,7 @@ use anyhow::{Context, Result, bail};
 use tokio::net::TcpListener;
 
 use crate::app::{App, Limits, RuntimeInfo};
+use crate::clock::now_ms;
 use crate::config::{self, Loaded};
 use crate::dev;
 use crate::home::{Home, PidInfo};
@@ -21,7 +22,7 @@ use crate::plugins::{PluginHost, Settings as PluginSettings};
 use crate::proxy::upstream::Upstream;
 use crate::redact::Redactor;
 use crate::server;
-use crate::sessions::{Tracker, now_ms};
+use crate::sessions::Tracker;
 use crate::skills::library::Library;
 use crate::skills::{Retrieval, Settings as SkillSettings, Skills};
 use crate::store::{Store, StoreOptions};
@@ -124,7 +125,7 @@ pub async fn run(options: DaemonOptions) -> Result<()> {
         .store
         .path
         .as_deref()
-        .map(expand_home)
+        .map(crate::home::expand_home)
         .unwrap_or_else(|| home.db_file());
     let secrets = [
         &config.llm.api_key,
@@ -399,13 +400,5 @@ async fn shutdown_signal() {
     tokio::select! {
         _ = term.recv() => tracing::info!("SIGTERM: shutting down"),
         _ = int.recv() => tracing::info!("SIGINT: shutting down"),
-    }
-}
-
-/// `~/x` → `$HOME/x`.
-pub fn expand_home(path: &str) -> std::path::PathBuf {
-    match (path.strip_prefix("~/"), std::env::var_os("HOME")) {
-        (Some(rest), Some(home)) => std::path::PathBuf::from(home).join(rest),
-        _ => std::path::PathBuf::from(path),
     }
 }

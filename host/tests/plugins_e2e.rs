@@ -255,7 +255,7 @@ async fn a_lock_pins_plugins_by_hash_and_a_replaced_build_is_refused() {
         .unwrap();
     let message = problem["error"].as_str().unwrap();
     let bytes = std::fs::read(dir.join("refusals.wasm")).unwrap();
-    let new_hash = sha256_hex(&bytes);
+    let new_hash = metaclaw::digest::sha256_hex(&bytes);
     assert!(
         message.contains(&pinned_hash) && message.contains(&new_hash),
         "both hashes must be named: {message}"
@@ -292,14 +292,6 @@ async fn a_lock_pins_plugins_by_hash_and_a_replaced_build_is_refused() {
     assert!(cli_in(home, &["plugins", "verify"]).status.success());
 }
 
-fn sha256_hex(bytes: &[u8]) -> String {
-    use sha2::Digest;
-    sha2::Sha256::digest(bytes)
-        .iter()
-        .map(|b| format!("{b:02x}"))
-        .collect()
-}
-
 #[test]
 fn without_grants_a_plugin_cannot_read_files_open_sockets_read_the_environment_or_the_clock() {
     let home = hostile_home("{}\n");
@@ -330,7 +322,7 @@ fn without_grants_a_plugin_cannot_read_files_open_sockets_read_the_environment_o
 
 /// The sha256 of a plugin scripts/build-plugins built.
 fn built_sha(rel: &str) -> String {
-    sha256_hex(&std::fs::read(built_plugin(rel)).unwrap())
+    metaclaw::digest::sha256_hex(std::fs::read(built_plugin(rel)).unwrap())
 }
 
 #[test]

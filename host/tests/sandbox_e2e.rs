@@ -438,8 +438,7 @@ fn impostors_of_first_party_plugins_change_nothing() {
 }
 
 fn sha256_of(path: &Path) -> String {
-    use sha2::Digest;
-    metaclaw::proxy::request::hex(&sha2::Sha256::digest(std::fs::read(path).unwrap()))
+    metaclaw::digest::sha256_hex(std::fs::read(path).unwrap())
 }
 
 /// A grant written for a name goes to the first-party plugin of that name
@@ -638,8 +637,7 @@ fn load_bytes(
     bytes: &[u8],
     limits: Limits,
 ) -> Arc<metaclaw::plugins::Loaded> {
-    use sha2::Digest;
-    let sha = metaclaw::proxy::request::hex(&sha2::Sha256::digest(bytes));
+    let sha = metaclaw::digest::sha256_hex(bytes);
     let probed = metaclaw::plugins::Loaded::probe(
         engine,
         PathBuf::from("wat.wasm"),

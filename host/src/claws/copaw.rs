@@ -110,7 +110,7 @@ fn edit_provider(
     path: &Path,
 ) -> Result<Option<Vec<u8>>> {
     let mut out = wanted.clone();
-    out["meta"]["metaclaw_key_sha256"] = json!(super::sha256_hex(key.as_bytes()));
+    out["meta"]["metaclaw_key_sha256"] = json!(crate::digest::sha256_hex(key.as_bytes()));
     if let Some(text) = text_of(current, path)?
         && let Ok(existing) = serde_json::from_str::<Value>(&text)
         && existing["base_url"] == out["base_url"]

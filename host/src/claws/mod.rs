@@ -35,9 +35,9 @@ use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+use crate::digest::sha256_hex;
 use anyhow::{Context, Result, bail};
 use serde::Serialize;
-use sha2::{Digest, Sha256};
 
 use crate::config::ClawType;
 use crate::home::Home;
@@ -402,16 +402,6 @@ pub fn state(home: &Home) -> Option<State> {
         .ok()
         .flatten()
         .filter(|s| !s.agents.is_empty())
-}
-
-fn sha256_hex(bytes: &[u8]) -> String {
-    use std::fmt::Write;
-    Sha256::digest(bytes)
-        .iter()
-        .fold(String::with_capacity(64), |mut out, b| {
-            let _ = write!(out, "{b:02x}");
-            out
-        })
 }
 
 /// Reads a file; `None` if it does not exist.

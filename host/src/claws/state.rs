@@ -9,8 +9,8 @@ use serde::{Deserialize, Serialize};
 
 use super::{
     Action, Env, FileOutcome, Plan, PlannedCommand, Report, Target, procs, read_opt, service_for,
-    sha256_hex,
 };
+use crate::digest::sha256_hex;
 use crate::home::{Home, write_private};
 
 const VERSION: u32 = 1;

@@ -16,14 +16,13 @@ use std::time::Duration;
 use anyhow::Result;
 use serde::Serialize;
 use serde_json::{Value, json};
-use sha2::{Digest, Sha256};
 
 use super::{DoctorArgs, runtime};
 use crate::claws::{self, Finding};
 use crate::config::{self, ClawType, Loaded, Provider, presets};
+use crate::digest::sha256_hex;
 use crate::home::Home;
 use crate::plugins::{FIRST_PARTY, LockFile, PluginHost, Settings, Source, files};
-use crate::proxy::request::hex;
 use crate::untrusted::log_line;
 
 /// How long `--online` waits for the upstream (connect and answer).
@@ -749,7 +748,7 @@ fn check_plugins(report: &mut Report, home: &Home, loaded: &Loaded) -> Option<Ar
             let fix = "`metaclaw plugins verify` lists every difference; `metaclaw plugins lock` pins the files as they are now, if they are meant to be";
             match files::read_named(&file, host.settings.max_file_bytes) {
                 Ok(bytes) => {
-                    let sha = hex(&Sha256::digest(&bytes));
+                    let sha = sha256_hex(&bytes);
                     if sha != entry.sha256 {
                         report.error(
                             "plugin pins",

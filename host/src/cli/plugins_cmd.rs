@@ -6,16 +6,15 @@ use std::sync::Arc;
 
 use anyhow::{Context, Result, bail};
 use serde_json::{Value, json};
-use sha2::{Digest, Sha256};
 
 use super::{PluginsCommand, load_config, runtime};
 use crate::config::Loaded as LoadedConfig;
+use crate::digest::sha256_hex;
 use crate::home::Home;
 use crate::plugins::{
     ArtifactState, BuiltinSource, Kind, Loaded, LockEntry, LockFile, PluginHost, RegistryView,
     Settings, Source, artifact_limit, files, types, view,
 };
-use crate::proxy::request::hex;
 
 fn local_host(home: &Home, config: &LoadedConfig, ignore_lock: bool) -> Result<Arc<PluginHost>> {
     let mut settings = Settings::from_config(&config.config, home);
@@ -118,7 +117,7 @@ fn load_file(host: &PluginHost, home: &Home, file: &Path) -> Result<(Loaded, Vec
     let settings = &host.settings;
     let bytes = files::read_named(file, settings.max_file_bytes)
         .map_err(|e| anyhow::anyhow!("{}: {e}", file.display()))?;
-    let sha = hex(&Sha256::digest(&bytes));
+    let sha = sha256_hex(&bytes);
     let probed = Loaded::probe(
         &host.engine,
         file.to_path_buf(),
@@ -237,7 +236,7 @@ fn add(home: &Home, config: &LoadedConfig, file: &Path, force: bool) -> Result<E
         );
     }
     if let Ok(existing) = files::read_named(&dest, settings.max_file_bytes) {
-        if hex(&Sha256::digest(&existing)) == plugin.info.sha256 {
+        if sha256_hex(&existing) == plugin.info.sha256 {
             say!(
                 "{} is already installed ({})",
                 plugin.label(),

@@ -8,8 +8,8 @@ use serde_json::json;
 
 use super::{ReviewAction, SkillsCommand, load_config, local_time};
 use crate::config::Loaded as LoadedConfig;
-use crate::daemon::expand_home;
 use crate::home::Home;
+use crate::home::expand_home;
 use crate::learn::review;
 use crate::plugins::{PluginHost, Settings as PluginSettings};
 use crate::skills::library::Library;

@@ -60,7 +60,7 @@ impl Cached {
     pub fn new(backend: Arc<dyn Backend>, db: &Path) -> Result<Self> {
         let conn = match crate::store::open_side_writer(db) {
             Ok(conn) => {
-                let cutoff = crate::sessions::now_ms() - KEEP_UNUSED_MS;
+                let cutoff = crate::clock::now_ms() - KEEP_UNUSED_MS;
                 if let Err(e) = conn.execute("DELETE FROM embeddings WHERE used_ms < ?1", [cutoff])
                 {
                     tracing::warn!("cannot prune the embedding cache: {e}");
@@ -161,7 +161,7 @@ impl Cached {
             Ok(mem) => keys.iter().map(|k| mem.get(k).cloned()).collect(),
             Err(_) => vec![None; keys.len()],
         };
-        let now = crate::sessions::now_ms();
+        let now = crate::clock::now_ms();
         if found.iter().any(Option::is_none)
             && let Ok(mut db) = self.db.lock()
             && let Some(conn) = db.as_mut()

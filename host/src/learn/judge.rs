@@ -8,9 +8,9 @@ use futures_util::future::join_all;
 
 use super::finished::finished_turn;
 use super::llm::{ChatModel, LlmError, Prompt, clip};
+use crate::clock::now_ms;
 use crate::plugins::types::Message;
 use crate::redact::Redactor;
-use crate::sessions::now_ms;
 use crate::store::ScoringInput;
 use crate::store::learning::{Judgment, Vote};
 

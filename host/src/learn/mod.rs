@@ -35,8 +35,9 @@ use std::sync::Arc;
 
 use tokio::sync::{broadcast, mpsc};
 
+use crate::clock::now_ms;
 use crate::plugins::PluginHost;
-use crate::sessions::{SessionEnded, now_ms};
+use crate::sessions::SessionEnded;
 use crate::store::{Recorded, RewardRecord, Store};
 
 pub struct Scoring {

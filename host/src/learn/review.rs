@@ -9,11 +9,10 @@ use std::path::Path;
 use anyhow::{Context, Result, bail};
 use rusqlite::Connection;
 use serde::Serialize;
-use sha2::{Digest, Sha256};
 
 use super::runner::write_skill;
-use crate::proxy::request::hex;
-use crate::sessions::now_ms;
+use crate::clock::now_ms;
+use crate::digest::sha256_hex;
 use crate::skills::library::Library;
 use crate::skills::skill::{self, Skill};
 use crate::store::learning::{self, DraftRow, PENDING_REVIEW};
@@ -51,7 +50,7 @@ pub fn pending(db: &Path, dir: &Path) -> Result<Vec<Pending>> {
         };
         let (current, stale) = match std::fs::read_to_string(dir.join(id).join("SKILL.md")) {
             Ok(text) => {
-                let changed = row.base_hash.as_deref() != Some(&hex(&Sha256::digest(&text)));
+                let changed = row.base_hash.as_deref() != Some(&sha256_hex(&text));
                 let current = match skill::parse(id, &text) {
                     Ok(s) => reviewable(&s),
                     Err(_) => text,

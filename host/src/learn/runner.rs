@@ -22,7 +22,6 @@ use std::time::Duration;
 
 use anyhow::{Context, Result};
 use rusqlite::Connection;
-use sha2::{Digest, Sha256};
 use tokio::sync::{Semaphore, broadcast, mpsc, oneshot};
 use tokio::task::JoinSet;
 
@@ -31,12 +30,13 @@ use super::judge::Judge;
 use super::llm::ChatModel;
 use super::reward::{self, ScorerReward};
 use super::{finished, score_turn};
+use crate::clock::now_ms;
 use crate::config::schema::LearningConfig;
+use crate::digest::sha256_hex;
 use crate::plugins::types::{self, SkillDraft};
 use crate::plugins::{Loaded, PluginHost};
-use crate::proxy::request::hex;
 use crate::redact::Redactor;
-use crate::sessions::{SessionEnded, now_ms};
+use crate::sessions::SessionEnded;
 use crate::skills::Skills;
 use crate::skills::skill::{self, Category, Provenance, Skill};
 use crate::store::jobs::{self, Job};
@@ -950,10 +950,10 @@ pub(crate) fn write_skill(
 ) -> Result<Option<String>> {
     let folder = dir.join(id);
     let path = folder.join("SKILL.md");
-    let ours = hex(&Sha256::digest(content.as_bytes()));
+    let ours = sha256_hex(content.as_bytes());
     match std::fs::read(&path) {
         Ok(current) => {
-            let current = hex(&Sha256::digest(&current));
+            let current = sha256_hex(&current);
             if current == ours {
                 return Ok(None);
             }

@@ -20,7 +20,7 @@ use hmac::{KeyInit, Mac};
 use sha2::Sha256;
 use subtle::ConstantTimeEq;
 
-use crate::proxy::request::hex;
+use crate::digest::hex;
 
 type HmacSha256 = hmac::Hmac<Sha256>;
 

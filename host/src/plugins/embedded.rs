@@ -37,7 +37,6 @@ pub fn versions_json() -> serde_json::Value {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use sha2::Digest;
 
     #[test]
     fn every_first_party_plugin_is_embedded() {
@@ -51,10 +50,7 @@ mod tests {
             assert_eq!(p.sha256.len(), 64);
         }
         for p in EMBEDDED {
-            assert_eq!(
-                p.sha256,
-                crate::proxy::request::hex(&sha2::Sha256::digest(p.bytes))
-            );
+            assert_eq!(p.sha256, crate::digest::sha256_hex(p.bytes));
         }
         assert!(LONG_VERSION.contains("guard 0.1"), "{LONG_VERSION}");
     }

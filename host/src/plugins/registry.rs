@@ -24,7 +24,6 @@ use std::time::Duration;
 
 use semver::{Version, VersionReq};
 use serde::Serialize;
-use sha2::{Digest, Sha256};
 
 use super::cache::CacheOptions;
 use super::embedded::{self, EmbeddedPlugin};
@@ -34,7 +33,7 @@ use super::loaded::{Kind, Limits, Loaded, Probed, Source};
 use super::lock::LockFile;
 use super::sandbox::{Embedder, Grants};
 use super::trust::{FIRST_PARTY, Trust};
-use crate::proxy::request::hex;
+use crate::digest::sha256_hex;
 
 /// `name` or `name@<semver requirement>` (e.g. `tool-error@^0.1`).
 #[derive(Debug, Clone, PartialEq)]
@@ -117,7 +116,7 @@ impl Settings {
         };
         let builtin = match (&p.builtin, p.builtin_dir.as_deref()) {
             (false, _) => BuiltinSource::Off,
-            (true, Some(dir)) => BuiltinSource::Folder(crate::daemon::expand_home(dir)),
+            (true, Some(dir)) => BuiltinSource::Folder(crate::home::expand_home(dir)),
             (true, None) => BuiltinSource::Embedded,
         };
         let mut timeouts = BTreeMap::new();
@@ -137,7 +136,7 @@ impl Settings {
             user_dir: p
                 .dir
                 .as_deref()
-                .map(crate::daemon::expand_home)
+                .map(crate::home::expand_home)
                 .unwrap_or_else(|| home.plugins_dir()),
             lock_path: home.plugin_lock_file(),
             cache: Some(CacheOptions {
@@ -478,7 +477,7 @@ impl PluginHost {
                     Ok(bytes) => (
                         FileRecord {
                             stamp,
-                            sha256: hex(&Sha256::digest(&bytes)),
+                            sha256: sha256_hex(&bytes),
                             probe: ProbeState::NotYet,
                         },
                         Some(Cow::Owned(bytes)),
@@ -679,9 +678,7 @@ impl PluginHost {
             (None, Some(p)) => Cow::Borrowed(p.bytes),
             (None, None) => {
                 match files::read(&c.path, &c.record.stamp, self.settings.max_file_bytes) {
-                    Ok(bytes) if hex(&Sha256::digest(&bytes)) == c.record.sha256 => {
-                        Cow::Owned(bytes)
-                    }
+                    Ok(bytes) if sha256_hex(&bytes) == c.record.sha256 => Cow::Owned(bytes),
                     Ok(_) => return ProbeState::Failed("changed while being read".into()),
                     Err(e) => return ProbeState::Failed(e),
                 }

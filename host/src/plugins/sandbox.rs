@@ -660,7 +660,7 @@ impl clock::Host for PluginState {
         if !self.shared.grants.clock {
             return Err(self.denied("clock"));
         }
-        Ok(crate::sessions::now_ms().max(0) as u64)
+        Ok(crate::clock::now_ms().max(0) as u64)
     }
 }
 

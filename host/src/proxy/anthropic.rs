@@ -13,8 +13,8 @@ use super::dialect::{
     Transcode, arguments_object, blocks_text, chat_chunk, copy_control_fields, named,
 };
 use super::sse::SseEvent;
+use crate::clock::now_ms;
 use crate::error::ApiError;
-use crate::sessions::now_ms;
 
 /// Anthropic requires `max_tokens`; a chat request may leave it out.
 const DEFAULT_MAX_TOKENS: u64 = 4096;

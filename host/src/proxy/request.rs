@@ -9,6 +9,7 @@ use serde::Deserialize;
 use serde_json::value::RawValue;
 use sha2::{Digest, Sha256};
 
+use crate::digest::hex;
 use crate::error::ApiError;
 use crate::sessions::openclaw;
 
@@ -233,16 +234,6 @@ fn describe_json_error(body: &[u8], e: &serde_json::Error) -> ApiError {
             }
         }
     }
-}
-
-pub fn hex(bytes: &[u8]) -> String {
-    const DIGITS: &[u8; 16] = b"0123456789abcdef";
-    let mut out = String::with_capacity(bytes.len() * 2);
-    for b in bytes {
-        out.push(DIGITS[(b >> 4) as usize] as char);
-        out.push(DIGITS[(b & 15) as usize] as char);
-    }
-    out
 }
 
 #[cfg(test)]

@@ -7,8 +7,8 @@ use serde_json::{Map, Value, json};
 
 use super::dialect::{Transcode, blocks_text, copy_control_fields, named};
 use super::sse::SseEvent;
+use crate::clock::now_ms;
 use crate::error::ApiError;
-use crate::sessions::now_ms;
 
 fn bad(message: impl Into<String>) -> ApiError {
     ApiError::BadRequest(message.into())

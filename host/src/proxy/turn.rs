@@ -33,9 +33,10 @@ use super::sse::SseParser;
 use super::upstream::{Upstream, forward_response_headers};
 use super::{anthropic, responses};
 use crate::app::{App, Limits, SharedApp};
+use crate::clock::now_ms;
 use crate::config::ApiFormat;
 use crate::error::ApiError;
-use crate::sessions::{EndReason, Hints, TurnType, now_ms, openclaw};
+use crate::sessions::{EndReason, Hints, TurnType, openclaw};
 use crate::skills::{Query, Skills, inject};
 use crate::store::{Admission, Capture, SessionInfo, SessionSource, TurnRecord, TurnStatus};
 

@@ -21,6 +21,7 @@ use std::time::{Duration, Instant};
 
 use tokio::sync::broadcast;
 
+use crate::clock::now_ms;
 use crate::metrics::Metrics;
 use crate::store::{SessionInfo, SessionSource, Store, StoredSession};
 
@@ -351,7 +352,7 @@ fn bounded_id(id: &str) -> String {
     }
     use sha2::Digest;
     let digest = sha2::Sha256::digest(id.as_bytes());
-    format!("x-{}", &crate::proxy::request::hex(&digest)[..24])
+    format!("x-{}", &crate::digest::hex(&digest)[..24])
 }
 
 /// (conversation key, source, agent's session id, explicit window).
@@ -429,13 +430,6 @@ fn source_from_str(s: &str) -> SessionSource {
         "openclaw_runtime" => SessionSource::OpenclawRuntime,
         _ => SessionSource::Fingerprint,
     }
-}
-
-pub fn now_ms() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_millis() as i64)
-        .unwrap_or(0)
 }
 
 #[cfg(test)]

@@ -2,9 +2,7 @@
 
 use std::path::Path;
 
-use sha2::{Digest, Sha256};
-
-use crate::proxy::request::hex;
+use crate::digest::sha256_hex;
 
 include!(concat!(env!("OUT_DIR"), "/builtin_skills.rs"));
 
@@ -110,7 +108,7 @@ pub fn install(
             Err(e) => return Err(e),
             Ok(current) if current == text.as_bytes() => report.unchanged.push(name.to_string()),
             Ok(current) => {
-                let hash = hex(&Sha256::digest(&current));
+                let hash = sha256_hex(&current);
                 if installed_before(name).contains(&hash) {
                     std::fs::write(&file, text)?;
                     report.updated.push(name.to_string());
@@ -152,7 +150,7 @@ mod tests {
         assert_eq!(third.kept, vec![name.to_string()]);
         assert_eq!(std::fs::read_to_string(&file).unwrap(), "my own version");
         // An old version that metaclaw itself installed is updated.
-        let old = hex(&Sha256::digest(b"my own version"));
+        let old = sha256_hex(b"my own version");
         let fourth = install(
             dir.path(),
             &|n| {

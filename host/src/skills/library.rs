@@ -9,7 +9,7 @@ use std::time::Duration;
 use serde::Serialize;
 
 use super::skill::{self, Skill};
-use crate::sessions::now_ms;
+use crate::clock::now_ms;
 use crate::store::skills::{Attribution, SkillVersion};
 
 #[derive(Debug, Clone, Serialize)]

@@ -23,7 +23,7 @@ pub fn paths(
     home: &crate::home::Home,
     config: &crate::config::Config,
 ) -> (std::path::PathBuf, std::path::PathBuf) {
-    let expand = crate::daemon::expand_home;
+    let expand = crate::home::expand_home;
     (
         config
             .skills

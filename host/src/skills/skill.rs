@@ -12,9 +12,8 @@ use std::collections::HashMap;
 
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
-use sha2::{Digest, Sha256};
 
-use crate::proxy::request::hex;
+use crate::digest::sha256_hex;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, PartialOrd, Ord, Hash)]
 #[serde(rename_all = "kebab-case")]
@@ -298,7 +297,7 @@ pub fn parse_text(text: &str) -> Result<Skill, String> {
         provenance,
         extra,
         body: body.to_string(),
-        content_hash: hex(&Sha256::digest(text.as_bytes())),
+        content_hash: sha256_hex(text.as_bytes()),
     })
 }
 

@@ -13,14 +13,14 @@ use rusqlite::{Connection, Transaction, params};
 use serde::Deserialize;
 use serde_json::value::RawValue;
 use serde_json::{Map, Value};
-use sha2::{Digest, Sha256};
 
 use tokio::sync::OwnedSemaphorePermit;
 
 use super::{Capture, Op, TurnRecord, TurnStatus};
+use crate::digest::sha256_hex;
 use crate::metrics::Metrics;
 use crate::proxy::assemble::assemble_sse;
-use crate::proxy::request::{CONTROL_FIELDS, content_text, hex};
+use crate::proxy::request::{CONTROL_FIELDS, content_text};
 use crate::redact::Redactor;
 use crate::sessions::openclaw;
 
@@ -338,7 +338,7 @@ impl Writer {
         if let Some(hash) = self.recent.find(bytes) {
             return hash;
         }
-        let hash = hex(&Sha256::digest(bytes));
+        let hash = sha256_hex(bytes);
         if !self.known_blobs.contains(&hash) && !blobs.iter().any(|(h, _)| *h == hash) {
             let mut value: Value = serde_json::from_str(raw.get()).unwrap_or(Value::Null);
             self.redactor.redact_json(&mut value);

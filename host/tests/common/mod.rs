@@ -378,10 +378,9 @@ pub fn load_built(
     embedder: Option<std::sync::Arc<dyn metaclaw::plugins::Embedder>>,
     limits: metaclaw::plugins::Limits,
 ) -> std::sync::Arc<metaclaw::plugins::Loaded> {
-    use sha2::Digest;
     let path = built_plugin(rel);
     let bytes = std::fs::read(&path).unwrap();
-    let sha = metaclaw::proxy::request::hex(&sha2::Sha256::digest(&bytes));
+    let sha = metaclaw::digest::sha256_hex(&bytes);
     let probed = metaclaw::plugins::Loaded::probe(
         engine,
         path,
