@@ -1,31 +1,18 @@
-//! The daemon in the foreground: takes the home's lock, opens the store,
-//! serves the proxy, and on SIGTERM/SIGINT drains in-flight requests and the
+//! The daemon in the foreground: takes the home's lock, starts the product
+//! ([`App::start`]), serves it, and on SIGTERM/SIGINT drains in-flight requests and the
 //! write queue before it exits.
 
 use std::io::Write;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
 use tokio::net::TcpListener;
 
-use crate::app::{App, Limits, RuntimeInfo};
-use crate::clock::now_ms;
+use crate::app::{App, StartOptions};
 use crate::config::{self, Loaded};
 use crate::dev;
 use crate::home::{Home, PidInfo};
-use crate::learn::judge::Judge;
-use crate::learn::llm::{ChatModel, Role};
-use crate::learn::{Learner, Scoring};
-use crate::metrics::Metrics;
-use crate::plugins::{PluginHost, Settings as PluginSettings};
-use crate::proxy::upstream::Upstream;
-use crate::redact::Redactor;
 use crate::server;
-use crate::sessions::Tracker;
-use crate::skills::library::Library;
-use crate::skills::{Retrieval, Settings as SkillSettings, Skills};
-use crate::store::{Store, StoreOptions};
 
 pub struct DaemonOptions {
     pub home: Home,
@@ -120,48 +107,6 @@ pub async fn run(options: DaemonOptions) -> Result<()> {
     }
 
     let config = &loaded.config;
-    let metrics = Arc::new(Metrics::new());
-    let db_path = config
-        .store
-        .path
-        .as_deref()
-        .map(crate::home::expand_home)
-        .unwrap_or_else(|| home.db_file());
-    let secrets = [
-        &config.llm.api_key,
-        &config.proxy.api_key,
-        &config.rl.tinker_api_key,
-        &config.rl.api_key,
-        &config.rl.prm_api_key,
-        &config.rl.evolver_api_key,
-        &config.opd.teacher_api_key,
-        &config.skills.embedding_api_key,
-    ]
-    .into_iter()
-    .flatten()
-    .cloned()
-    .collect::<Vec<String>>();
-    let (recorded_tx, recorded_rx) = tokio::sync::mpsc::unbounded_channel();
-    let (store, writer) = Store::open(
-        StoreOptions {
-            path: db_path,
-            commit_interval: config.store.commit_interval.get(),
-            queue_capacity: config.store.queue_capacity,
-            redactor: Redactor::new(secrets.clone()),
-            on_recorded: Some(recorded_tx),
-            queue_learning: config.learning.enabled,
-        },
-        metrics.clone(),
-    )?;
-    let sessions = Tracker::new(
-        store.clone(),
-        metrics.clone(),
-        config.sessions.idle_timeout.get(),
-    );
-    sessions.restore();
-    let upstream_base = loaded.api_base();
-    let upstream = Upstream::new(&loaded, upstream_base.clone())?;
-
     let host = config::parse_host(&config.proxy.host).context("proxy.host")?;
     let listener = TcpListener::bind((host, config.proxy.port))
         .await
@@ -172,96 +117,18 @@ pub async fn run(options: DaemonOptions) -> Result<()> {
             )
         })?;
     let port = listener.local_addr()?.port();
-    let host_text = host.to_string();
-    let url = format!("http://{}:{port}", server::url_host(&host_text));
-
-    // Plugins load in the background once the proxy is up: compiling a large
-    // component takes seconds and must not delay start-up. Until then each
-    // role falls back to its built-in behaviour.
-    let (retrieval, embedder) = Retrieval::from_config(config, store.path());
-    let mut plugin_settings = PluginSettings::from_config(config, &home);
-    // The daemon sees every plugin in use: it may clean the compile cache.
-    plugin_settings.evict_after = Some(Duration::from_secs(7 * 24 * 3600));
-    let plugins = match PluginHost::new(plugin_settings, embedder) {
-        Ok(host) => Some(host),
-        Err(e) => {
-            tracing::error!("plugins are off: {e:#}");
-            None
-        }
-    };
-
-    // The skill library also loads in the background (a large one takes a
-    // while to read); until then no skill is injected.
-    let skills = config.skills.enabled.then(|| {
-        let (dir, _) = crate::skills::paths(&home, config);
-        let library = Library::new(dir, store.path().to_path_buf());
-        Skills::new(
-            library,
-            plugins.clone(),
-            SkillSettings::from_config(config),
-            retrieval,
-        )
-    });
-
-    // Learning: one job per ended session, on its own low-priority thread.
-    let learn = if config.learning.enabled {
-        let redactor = Arc::new(Redactor::new(secrets));
-        let judge = match config.learning.judge {
-            true => {
-                ChatModel::from_config(config, &upstream_base, Role::Judge)?.map(|model| Judge {
-                    model,
-                    votes: config.rl.prm_m.max(1),
-                    temperature: config.learning.judge_temperature,
-                    redactor: redactor.clone(),
-                })
-            }
-            false => None,
-        };
-        let evolver = ChatModel::from_config(config, &upstream_base, Role::Evolver)?;
-        let learner = Learner::new(
-            store.clone(),
-            plugins.clone(),
-            skills.clone(),
-            judge,
-            evolver,
-            redactor,
-            config.learning.clone(),
-            config.skills.auto_evolve,
-        );
-        Some(learner.spawn(sessions.subscribe())?)
-    } else {
-        None
-    };
-
-    let app = Arc::new(App {
-        upstream,
-        sessions,
-        plugins: plugins.clone(),
-        skills: skills.clone(),
-        store: store.clone(),
-        learn: learn.as_ref().map(|(handle, _)| handle.clone()),
-        metrics: metrics.clone(),
-        limits: Limits {
-            max_body_bytes: (config.proxy.max_body_mb as usize) << 20,
-            client_body_timeout: config.proxy.timeouts.client_body.get(),
-        },
-        proxy_token: config.proxy.api_key.clone(),
-        admin_token: home.admin_token()?,
-        guard: server::Guard::new(&config.proxy, port),
-        info: RuntimeInfo {
-            started: Instant::now(),
-            started_at_ms: now_ms(),
-            mode: config.mode.as_str().to_string(),
-            demo,
-            upstream_base: upstream_base.clone(),
-            host: host_text.clone(),
-            port,
-        },
-    });
-
+    let handle = App::start(StartOptions {
+        home: &home,
+        loaded: &loaded,
+        demo,
+        host,
+        port,
+    })?;
+    let app = handle.app().clone();
+    let url = format!("http://{}:{port}", server::url_host(&app.info.host));
     home.write_pid_file(&PidInfo {
         pid: std::process::id(),
-        host: host_text,
+        host: app.info.host.clone(),
         port,
         url: url.clone(),
         mode: config.mode.as_str().to_string(),
@@ -270,85 +137,23 @@ pub async fn run(options: DaemonOptions) -> Result<()> {
         demo,
     })?;
     tracing::info!(
-        "metaclaw listening on {url} (upstream {upstream_base}, mode {})",
+        "metaclaw listening on {url} (upstream {}, mode {})",
+        app.info.upstream_base,
         config.mode.as_str()
     );
     // Tests and scripts read this line to learn the port.
     // (A closed stdout must not take the daemon down: ignore write errors.)
     let _ = writeln!(std::io::stdout(), "metaclaw listening on {url}");
 
-    let sweeper = {
-        let app = app.clone();
-        let every = (app.sessions.idle_timeout() / 4)
-            .clamp(Duration::from_millis(50), Duration::from_secs(15));
-        tokio::spawn(async move {
-            let mut tick = tokio::time::interval(every);
-            loop {
-                tick.tick().await;
-                app.sessions.sweep_idle();
-            }
-        })
-    };
-    if let Some(skills) = skills.clone() {
-        if let Some(host) = &plugins {
-            let s = skills.clone();
-            host.on_reload(move || s.warm());
-        }
-        let spawned = std::thread::Builder::new()
-            .name("metaclaw-skills-load".into())
-            .spawn(move || {
-                let snapshot = skills.library.rescan(None);
-                tracing::info!(
-                    "{} skill(s) loaded, {} problem(s), generation {}",
-                    snapshot.skills.len(),
-                    snapshot.problems.len(),
-                    snapshot.generation
-                );
-                let s = skills.clone();
-                skills
-                    .library
-                    .watch(Duration::from_millis(200), move |_| s.warm());
-                skills.warm();
-            });
-        if let Err(e) = spawned {
-            tracing::error!("cannot load the skill library: {e}");
-        }
-    }
-    if let Some(host) = plugins.clone() {
-        let spawned = std::thread::Builder::new()
-            .name("metaclaw-plugin-load".into())
-            .spawn(move || {
-                let registry = host.reload();
-                tracing::info!(
-                    "{} plugin(s) loaded, {} problem(s)",
-                    registry.plugins.len(),
-                    registry.problems.len()
-                );
-                host.watch();
-            });
-        if let Err(e) = spawned {
-            tracing::error!("cannot load plugins: {e}");
-        }
-    }
-    let scoring = tokio::spawn(
-        Scoring::new(store.clone(), plugins).run(recorded_rx, app.sessions.subscribe()),
-    );
-
-    let grace = config.proxy.shutdown_grace.get();
     let served = server::serve(
         listener,
-        server::router(app.clone()),
+        server::router(app, server::Guard::new(&config.proxy, port)),
         shutdown_signal(),
-        grace,
+        config.proxy.shutdown_grace.get(),
         config.proxy.timeouts.client_header.get(),
     )
     .await;
-    sweeper.abort();
-    scoring.abort();
-    tracing::info!("draining the store queue");
-    store.shutdown().await;
-    drop(app);
-    let _ = tokio::task::spawn_blocking(move || writer.join()).await;
+    handle.shutdown().await;
     home.remove_pid_file();
     tracing::info!("stopped");
     served.context("server error")

@@ -28,6 +28,7 @@ pub mod digest;
 pub mod embeddings;
 pub mod error;
 pub mod home;
+pub mod http;
 pub mod learn;
 pub mod logging;
 pub mod metrics;

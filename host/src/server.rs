@@ -24,6 +24,7 @@
 pub mod guard;
 
 use std::future::Future;
+use std::sync::Arc;
 use std::time::Duration;
 
 use axum::Router;
@@ -45,13 +46,17 @@ use crate::sessions::{EndOutcome, EndReason};
 
 pub use guard::Guard;
 
-pub fn router(app: SharedApp) -> Router {
-    let proxy = Router::new()
+pub fn router(app: SharedApp, guard: Guard) -> Router {
+    // The turn handlers get only what a turn needs.
+    let turns = Router::new()
         .route("/v1/chat/completions", post(turn::chat_completions))
         .route("/chat/completions", post(turn::chat_completions))
         .route("/v1/messages", post(turn::messages))
         .route("/v1/responses", post(turn::responses))
         .route("/responses", post(turn::responses))
+        .with_state(app.proxy.clone());
+    let proxy = Router::new()
+        .merge(turns)
         .route("/v1/models", get(models))
         .route("/v1/sessions/{id}/end", post(end_session))
         .route("/metrics", get(metrics))
@@ -75,7 +80,10 @@ pub fn router(app: SharedApp) -> Router {
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)
         // Outermost: before routing, auth and any body is read.
-        .layer(middleware::from_fn_with_state(app.clone(), browser_guard))
+        .layer(middleware::from_fn_with_state(
+            (app.clone(), Arc::new(guard)),
+            browser_guard,
+        ))
         .with_state(app)
 }
 
@@ -142,8 +150,11 @@ pub async fn serve(
 /// Refuses what a web page could make the user's browser send: an unserved
 /// `Host` on any request; another origin, or a preflight-free content type,
 /// on a state-changing one (`OPTIONS` stays a 405 with no CORS allowance).
-async fn browser_guard(State(app): State<SharedApp>, request: Request, next: Next) -> Response {
-    let guard = &app.guard;
+async fn browser_guard(
+    State((app, guard)): State<(SharedApp, Arc<Guard>)>,
+    request: Request,
+    next: Next,
+) -> Response {
     let checked = guard.check_host(request.headers()).and_then(|()| {
         if request.method().is_safe() {
             Ok(())
@@ -172,7 +183,7 @@ async fn require_proxy_token(
 
 /// The error counted, in the shape the route's clients parse.
 fn refuse(app: &SharedApp, path: &str, e: ApiError) -> Response {
-    app.metrics.errors.inc(&[e.kind()]);
+    app.proxy.metrics.errors.inc(&[e.kind()]);
     let front = if path.ends_with("/messages") {
         Front::Anthropic
     } else {
@@ -188,7 +199,7 @@ async fn require_admin_token(
     next: Next,
 ) -> Response {
     if let Err(e) = check_token(request.headers(), &app.admin_token, false) {
-        app.metrics.errors.inc(&[e.kind()]);
+        app.proxy.metrics.errors.inc(&[e.kind()]);
         return e.into_response();
     }
     next.run(request).await
@@ -234,7 +245,7 @@ async fn healthz(State(app): State<SharedApp>) -> Response {
 /// The upstream's model list; if the upstream has none to give, the
 /// configured model.
 async fn models(State(app): State<SharedApp>) -> Response {
-    let upstream = app.upstream.get("/models").await;
+    let upstream = app.proxy.upstream.get("/models").await;
     if let Ok(response) = upstream
         && response.status().is_success()
         && let Ok(body) = response.bytes().await
@@ -249,14 +260,14 @@ async fn models(State(app): State<SharedApp>) -> Response {
         )
             .into_response();
     }
-    match &app.upstream.default_model {
+    match &app.proxy.upstream.default_model {
         Some(model) => axum::Json(json!({
             "object": "list",
             "data": [{ "id": model, "object": "model", "created": 0, "owned_by": "metaclaw" }],
         }))
         .into_response(),
         None => ApiError::UpstreamUnreachable {
-            base: app.upstream.base.clone(),
+            base: app.proxy.upstream.base.clone(),
             reason: "no model list from the upstream and no llm.model_id configured".into(),
         }
         .into_response(),
@@ -267,7 +278,7 @@ async fn end_session(State(app): State<SharedApp>, Path(id): Path<String>) -> Re
     // Whether the end queues a learning job, so a client is not left
     // waiting for one that learning.enabled: false never runs.
     let learning = crate::learn::state_json(app.learn.is_some());
-    match app.sessions.end(&id, EndReason::Api) {
+    match app.proxy.sessions.end(&id, EndReason::Api) {
         outcome @ (EndOutcome::Ended | EndOutcome::AlreadyEnded) => axum::Json(json!({
             "id": id,
             "ended": true,
@@ -282,21 +293,21 @@ async fn end_session(State(app): State<SharedApp>, Path(id): Path<String>) -> Re
 async fn metrics(State(app): State<SharedApp>) -> Response {
     let gauges = Gauges {
         uptime_seconds: app.info.started.elapsed().as_secs_f64(),
-        store_queue_depth: app.store.queue_depth(),
-        active_sessions: app.sessions.active_count(),
+        store_queue_depth: app.proxy.store.queue_depth(),
+        active_sessions: app.proxy.sessions.active_count(),
     };
     (
         [(
             header::CONTENT_TYPE,
             HeaderValue::from_static("text/plain; version=0.0.4"),
         )],
-        app.metrics.render(&gauges),
+        app.proxy.metrics.render(&gauges),
     )
         .into_response()
 }
 
 async fn admin_status(State(app): State<SharedApp>) -> Response {
-    let store = app.store.clone();
+    let store = app.proxy.store.clone();
     let counts = tokio::task::spawn_blocking(move || store.counts()).await;
     let (sessions, turns) = match counts {
         Ok(Ok(c)) => c,
@@ -322,10 +333,10 @@ async fn admin_status(State(app): State<SharedApp>) -> Response {
         "started_at_ms": info.started_at_ms,
         "uptime_seconds": info.started.elapsed().as_secs_f64(),
         "sessions": sessions,
-        "active_sessions": app.sessions.active_count(),
+        "active_sessions": app.proxy.sessions.active_count(),
         "turns": turns,
-        "store": { "path": app.store.path(), "queue_depth": app.store.queue_depth() },
-        "skills": app.skills.as_ref().map(|skills| {
+        "store": { "path": app.proxy.store.path(), "queue_depth": app.proxy.store.queue_depth() },
+        "skills": app.proxy.skills.as_ref().map(|skills| {
             let snapshot = skills.library.snapshot();
             let mut retrieval = json!(skills.retrieval);
             // What answers a turn now: `mode` is only what is configured.
@@ -425,7 +436,7 @@ async fn admin_learn_now(State(app): State<SharedApp>, body: axum::body::Bytes) 
     };
     if let Some(id) = &session {
         // Learning from a session means it is over.
-        let _ = app.sessions.end(id, EndReason::Api);
+        let _ = app.proxy.sessions.end(id, EndReason::Api);
     }
     match learn.now(session).await {
         Ok(jobs) => axum::Json(json!({ "jobs": jobs })).into_response(),
@@ -469,10 +480,11 @@ mod tests {
     use tower::ServiceExt;
 
     use super::*;
-    use crate::app::{App, Limits, RuntimeInfo};
+    use crate::app::{App, RuntimeInfo};
     use crate::config::{Config, Loaded, ProxyConfig};
     use crate::metrics::Metrics;
     use crate::proxy::upstream::Upstream;
+    use crate::proxy::{Limits, Proxy};
     use crate::redact::Redactor;
     use crate::sessions::{Hints, Tracker, TurnType};
     use crate::store::{SessionSource, Store, StoreOptions};
@@ -482,7 +494,7 @@ mod tests {
 
     /// The daemon's state on a temporary store, its upstream a closed port
     /// (nothing here may reach it).
-    fn app(proxy: ProxyConfig) -> (SharedApp, tempfile::TempDir) {
+    fn app(proxy: ProxyConfig) -> (Served, tempfile::TempDir) {
         let dir = tempfile::tempdir().unwrap();
         let metrics = Arc::new(Metrics::new());
         let (store, _writer) = Store::open(
@@ -511,20 +523,21 @@ mod tests {
         };
         let proxy = &loaded.config.proxy;
         let app = Arc::new(App {
-            upstream: Upstream::new(&loaded, loaded.api_base()).unwrap(),
-            sessions: Tracker::new(store.clone(), metrics.clone(), Duration::from_secs(600)),
+            proxy: Arc::new(Proxy {
+                upstream: Upstream::new(&loaded, loaded.api_base()).unwrap(),
+                sessions: Tracker::new(store.clone(), metrics.clone(), Duration::from_secs(600)),
+                skills: None,
+                store,
+                metrics,
+                limits: Limits {
+                    max_body_bytes: 1 << 20,
+                    client_body_timeout: Duration::from_secs(5),
+                },
+            }),
             plugins: None,
-            skills: None,
-            store,
             learn: None,
-            metrics,
-            limits: Limits {
-                max_body_bytes: 1 << 20,
-                client_body_timeout: Duration::from_secs(5),
-            },
             proxy_token: proxy.api_key.clone(),
             admin_token: ADMIN.into(),
-            guard: Guard::new(proxy, PORT),
             info: RuntimeInfo {
                 started: Instant::now(),
                 started_at_ms: 0,
@@ -535,13 +548,27 @@ mod tests {
                 port: PORT,
             },
         });
-        (app, dir)
+        let config = loaded.config.proxy.clone();
+        (Served { app, config }, dir)
+    }
+
+    /// The state and the config its `Host` guard is built from.
+    struct Served {
+        app: SharedApp,
+        config: ProxyConfig,
+    }
+
+    impl std::ops::Deref for Served {
+        type Target = App;
+        fn deref(&self) -> &App {
+            &self.app
+        }
     }
 
     /// `method path` with `headers` (a `host` among them, or none at all)
     /// and `body`: the status and the JSON body.
     async fn send(
-        app: &SharedApp,
+        app: &Served,
         method: &str,
         path: &str,
         headers: &[(&str, &str)],
@@ -551,7 +578,7 @@ mod tests {
         for (k, v) in headers {
             request = request.header(*k, *v);
         }
-        let response = router(app.clone())
+        let response = router(app.app.clone(), Guard::new(&app.config, PORT))
             .oneshot(request.body(Body::from(body.to_string())).unwrap())
             .await
             .unwrap();
@@ -576,12 +603,16 @@ mod tests {
     const JSON: (&str, &str) = ("content-type", "application/json");
     const CHAT: &str = r#"{"model":"echo","messages":[{"role":"user","content":"hi"}]}"#;
 
-    fn open_session(app: &SharedApp, id: &str) -> String {
+    fn open_session(app: &Served, id: &str) -> String {
         let hints = Hints {
             explicit: Some((id, SessionSource::Header)),
             ..Hints::default()
         };
-        app.sessions.resolve(&hints, TurnType::Main).id.to_string()
+        app.proxy
+            .sessions
+            .resolve(&hints, TurnType::Main)
+            .id
+            .to_string()
     }
 
     #[tokio::test]
@@ -626,13 +657,18 @@ mod tests {
         assert_eq!(send(&app, "GET", "/healthz", &[], "").await.0, 403);
         let (status, _) = send(&app, "GET", "/healthz", &[("host", "127.0.0.1:30001")], "").await;
         assert_eq!(status, 403);
-        assert_eq!(app.sessions.active_count(), 0);
+        assert_eq!(app.proxy.sessions.active_count(), 0);
         let gauges = crate::metrics::Gauges {
             uptime_seconds: 0.0,
             store_queue_depth: 0,
             active_sessions: 0,
         };
-        assert!(app.metrics.render(&gauges).contains("host_not_allowed"));
+        assert!(
+            app.proxy
+                .metrics
+                .render(&gauges)
+                .contains("host_not_allowed")
+        );
     }
 
     #[tokio::test]
@@ -687,7 +723,7 @@ mod tests {
             send(&app, "POST", &path, &[LOCAL, form], "x=1").await.0,
             415
         );
-        assert_eq!(app.sessions.active_count(), 1);
+        assert_eq!(app.proxy.sessions.active_count(), 1);
 
         // The same POST from a program: no Origin, JSON (or no body at all).
         let (status, body) = send(&app, "POST", &path, &[LOCAL, JSON], "").await;
@@ -726,8 +762,8 @@ mod tests {
         assert_eq!(status, 415);
         assert_eq!(body["type"], "error");
         // Refused before the handler: no session was even opened.
-        assert_eq!(app.sessions.active_count(), 0);
-        assert_eq!(app.store.counts().unwrap(), (0, 0));
+        assert_eq!(app.proxy.sessions.active_count(), 0);
+        assert_eq!(app.proxy.store.counts().unwrap(), (0, 0));
 
         // Admin routes too, even with the token.
         let auth = format!("Bearer {ADMIN}");

@@ -24,6 +24,7 @@ use anyhow::{Context, Result};
 use rusqlite::Connection;
 use tokio::sync::{Semaphore, broadcast, mpsc, oneshot};
 use tokio::task::JoinSet;
+use tokio_util::sync::CancellationToken;
 
 use super::evolve::{self, Rejected};
 use super::judge::Judge;
@@ -128,6 +129,7 @@ impl Learner {
     pub fn spawn(
         self,
         ended: broadcast::Receiver<SessionEnded>,
+        cancel: CancellationToken,
     ) -> Result<(LearnHandle, std::thread::JoinHandle<()>)> {
         let (tx, rx) = mpsc::unbounded_channel();
         let learner = Arc::new(self);
@@ -145,7 +147,7 @@ impl Learner {
                         return;
                     }
                 };
-                runtime.block_on(learner.run(rx, ended));
+                runtime.block_on(learner.run(rx, ended, cancel));
             })
             .context("cannot start the learning thread")?;
         Ok((LearnHandle { tx }, thread))
@@ -155,8 +157,12 @@ impl Learner {
         self: Arc<Self>,
         mut commands: mpsc::UnboundedReceiver<Command>,
         mut ended: broadcast::Receiver<SessionEnded>,
+        cancel: CancellationToken,
     ) {
-        self.wait_for_plugins().await;
+        tokio::select! {
+            () = self.wait_for_plugins() => {}
+            () = cancel.cancelled() => return,
+        }
         match self.db(|c| jobs::recover(c, now_ms())).await {
             Ok(0) => {}
             Ok(n) => tracing::info!("{n} learning job(s) cut short last time: running them again"),
@@ -171,6 +177,8 @@ impl Learner {
                 _ => Duration::from_secs(3600),
             };
             tokio::select! {
+                // Jobs cut short here are run again at the next start.
+                () = cancel.cancelled() => break,
                 () = tokio::time::sleep(wait) => {}
                 event = ended.recv() => match event {
                     // The end (and its job) is queued to the store writer.

@@ -31,8 +31,7 @@ use super::dialect::{Chain, Front, Transcode, encode};
 use super::request::{CONTROL_FIELDS, ChatRequest, truthy};
 use super::sse::SseParser;
 use super::upstream::{Upstream, forward_response_headers};
-use super::{anthropic, responses};
-use crate::app::{App, Limits, SharedApp};
+use super::{Limits, Proxy, anthropic, responses};
 use crate::clock::now_ms;
 use crate::config::ApiFormat;
 use crate::error::ApiError;
@@ -48,38 +47,39 @@ const DRAIN_LIMIT: usize = 64 << 20;
 const WHOLE_BODY_LIMIT: usize = 64 << 20;
 
 /// `POST /v1/chat/completions`
-pub async fn chat_completions(State(app): State<SharedApp>, request: Request) -> Response {
-    serve(app, request, Front::Chat).await
+pub async fn chat_completions(State(proxy): State<Arc<Proxy>>, request: Request) -> Response {
+    serve(proxy, request, Front::Chat).await
 }
 
 /// `POST /v1/messages` (Anthropic Messages)
-pub async fn messages(State(app): State<SharedApp>, request: Request) -> Response {
-    serve(app, request, Front::Anthropic).await
+pub async fn messages(State(proxy): State<Arc<Proxy>>, request: Request) -> Response {
+    serve(proxy, request, Front::Anthropic).await
 }
 
 /// `POST /v1/responses` (OpenAI Responses)
-pub async fn responses(State(app): State<SharedApp>, request: Request) -> Response {
-    serve(app, request, Front::Responses).await
+pub async fn responses(State(proxy): State<Arc<Proxy>>, request: Request) -> Response {
+    serve(proxy, request, Front::Responses).await
 }
 
-async fn serve(app: SharedApp, request: Request, front: Front) -> Response {
+async fn serve(proxy: Arc<Proxy>, request: Request, front: Front) -> Response {
     let started = Instant::now();
-    let response = match turn(&app, request, started, front).await {
+    let response = match turn(&proxy, request, started, front).await {
         Ok(response) => response,
         Err(e) => {
-            app.metrics.errors.inc(&[e.kind()]);
+            proxy.metrics.errors.inc(&[e.kind()]);
             let body = front.error_body(&e);
             e.into_response_with(body)
         }
     };
-    app.metrics
+    proxy
+        .metrics
         .requests
         .inc(&[front.route(), response.status().as_str()]);
     response
 }
 
 async fn turn(
-    app: &SharedApp,
+    proxy: &Arc<Proxy>,
     request: Request,
     started: Instant,
     front: Front,
@@ -91,7 +91,7 @@ async fn turn(
     // is recorded and learned from (the client's own is kept for a
     // pass-through and for echoing).
     require_json(&parts.headers)?;
-    let raw = read_body(body, &app.limits).await?;
+    let raw = read_body(body, &proxy.limits).await?;
     let (body, client) = match front {
         Front::Chat => (raw, None),
         Front::Anthropic | Front::Responses => {
@@ -110,7 +110,7 @@ async fn turn(
 
     // 2. Session.
     let turn_type = turn_type(&parts.headers, &request);
-    let session = app
+    let session = proxy
         .sessions
         .resolve(&session_hints(&parts.headers, &request), turn_type);
     let done_after = parts
@@ -121,17 +121,17 @@ async fn turn(
         || request.body_session_done;
 
     // 3. Upstream body (chat form).
-    let (chat_body, upstream_model) = match upstream_body(&body, &request, &app.upstream) {
+    let (chat_body, upstream_model) = match upstream_body(&body, &request, &proxy.upstream) {
         Ok(b) => b,
         Err(e) => {
-            app.sessions.finished(&session, turn_type);
+            proxy.sessions.finished(&session, turn_type);
             return Err(e);
         }
     };
     // From here on the turn is tracked: if the client goes away at any
     // await below, dropping `ctx` records it and releases its session.
     let mut ctx = TurnCtx {
-        app: app.clone(),
+        proxy: proxy.clone(),
         id: uuid::Uuid::now_v7().to_string(),
         session,
         turn_type,
@@ -152,17 +152,17 @@ async fn turn(
         fallback: 0,
         finished: false,
     };
-    ctx.admission = app.store.admit().await;
+    ctx.admission = proxy.store.admit().await;
 
     // 4. Skills: the few that fit this turn, after the agent's own system
     // prompt (main turns only; background work gets none).
-    let block = match (&app.skills, turn_type) {
+    let block = match (&proxy.skills, turn_type) {
         (Some(skills), TurnType::Main) if skills.settings.enabled => {
             choose_skills(skills, &chat_body, &mut ctx, request.max_output_tokens).await
         }
         _ => None,
     };
-    let format = app.upstream.format;
+    let format = proxy.upstream.format;
     let passthrough = front.passes_through(format);
     let outgoing = match outgoing(format, passthrough, chat_body, client.as_ref(), &ctx, block) {
         Ok(outgoing) => outgoing,
@@ -178,7 +178,7 @@ async fn turn(
         ApiFormat::Openai => "/chat/completions",
         ApiFormat::Anthropic => "/messages",
     };
-    let sent = match app.upstream.post(path, &parts.headers, outgoing).await {
+    let sent = match proxy.upstream.post(path, &parts.headers, outgoing).await {
         Ok(sent) => sent,
         Err(e) => {
             ctx.finish(TurnStatus::Error, None, Capture::None, Some(e.to_string()));
@@ -198,7 +198,7 @@ async fn turn(
     forward_response_headers(response.headers(), &mut headers);
     ctx.tag(&mut headers);
     if !status.is_success() {
-        let body = read_whole(response, &app.upstream, 1 << 20)
+        let body = read_whole(response, &proxy.upstream, 1 << 20)
             .await
             .unwrap_or_default();
         ctx.upstream_done = Some(Instant::now());
@@ -213,7 +213,7 @@ async fn turn(
             Capture::Json(error.body()),
             Some(error.to_string()),
         );
-        app.metrics.errors.inc(&[error.kind()]);
+        proxy.metrics.errors.inc(&[error.kind()]);
         let body = front.error_body(&error);
         let mut response = error.into_response_with(body);
         for (name, value) in headers
@@ -229,12 +229,12 @@ async fn turn(
         let stream = TeeStream::new(
             response.bytes_stream().boxed(),
             ctx,
-            app.upstream.between_chunks_timeout,
+            proxy.upstream.between_chunks_timeout,
             transcode,
         );
         return Ok((status, headers, Body::from_stream(stream)).into_response());
     }
-    match read_whole(response, &app.upstream, WHOLE_BODY_LIMIT).await {
+    match read_whole(response, &proxy.upstream, WHOLE_BODY_LIMIT).await {
         Ok(bytes) => {
             ctx.first_byte = ctx.upstream_started;
             ctx.upstream_done = Some(Instant::now());
@@ -384,7 +384,7 @@ fn require_json(headers: &HeaderMap) -> Result<(), ApiError> {
         .get(header::CONTENT_TYPE)
         .and_then(|v| v.to_str().ok())
         .unwrap_or("");
-    let media = crate::server::guard::media_type(ct);
+    let media = crate::http::media_type(ct);
     if media == "application/json"
         || (media.starts_with("application/") && media.ends_with("+json"))
     {
@@ -596,7 +596,7 @@ async fn read_whole(
 // The turn in flight, and how it is recorded.
 
 struct TurnCtx {
-    app: Arc<App>,
+    proxy: Arc<Proxy>,
     id: String,
     session: SessionInfo,
     turn_type: TurnType,
@@ -657,7 +657,7 @@ impl TurnCtx {
                 .unwrap_or(now)
                 .saturating_duration_since(s)
         });
-        let metrics = &self.app.metrics;
+        let metrics = &self.proxy.metrics;
         if let Some(upstream) = upstream {
             metrics.upstream_latency.observe(upstream.as_secs_f64());
             if status == TurnStatus::Ok {
@@ -690,11 +690,11 @@ impl TurnCtx {
             message_count: self.message_count,
             injected_skills: self.injected.take(),
         };
-        self.app.store.record(record, self.admission.take());
-        self.app.sessions.finished(&self.session, self.turn_type);
+        self.proxy.store.record(record, self.admission.take());
+        self.proxy.sessions.finished(&self.session, self.turn_type);
         if self.done_after {
             let _ = self
-                .app
+                .proxy
                 .sessions
                 .end(&self.session.id, EndReason::ClientDone);
         }
@@ -716,7 +716,7 @@ impl Drop for TurnCtx {
     /// The handler was dropped mid-turn: the client went away.
     fn drop(&mut self) {
         if !self.finished {
-            self.app.metrics.errors.inc(&["client_disconnected"]);
+            self.proxy.metrics.errors.inc(&["client_disconnected"]);
             self.finish(
                 TurnStatus::Incomplete,
                 None,
@@ -763,7 +763,7 @@ impl TeeStream {
 
     fn capture(&mut self) -> Capture {
         let bytes = std::mem::take(&mut self.captured);
-        match self.ctx.as_ref().map(|c| c.app.upstream.format) {
+        match self.ctx.as_ref().map(|c| c.proxy.upstream.format) {
             Some(ApiFormat::Anthropic) => Capture::AnthropicSse(bytes),
             _ => Capture::Sse(bytes),
         }
@@ -795,7 +795,7 @@ impl TeeStream {
             ctx.upstream_done = Some(Instant::now());
         }
         let event = error.as_ref().map(|(kind, message)| {
-            ctx.app.metrics.errors.inc(&[kind]);
+            ctx.proxy.metrics.errors.inc(&[kind]);
             let mut out = Vec::new();
             encode(&ctx.front.stream_error(kind, message), &mut out);
             Bytes::from(out)
@@ -874,7 +874,7 @@ impl Drop for TeeStream {
         if !self.ended {
             let captured = self.capture();
             if let Some(mut ctx) = self.ctx.take() {
-                ctx.app.metrics.errors.inc(&["client_disconnected"]);
+                ctx.proxy.metrics.errors.inc(&["client_disconnected"]);
                 ctx.finish(
                     TurnStatus::Incomplete,
                     Some(StatusCode::OK),

@@ -147,7 +147,7 @@ impl Guard {
         }
         if let Some(value) = headers.get(header::CONTENT_TYPE) {
             let raw = shown(value);
-            if SIMPLE_TYPES.contains(&media_type(&raw).as_str()) {
+            if SIMPLE_TYPES.contains(&crate::http::media_type(&raw).as_str()) {
                 return Err(ApiError::UnsupportedMediaType(raw));
             }
         }
@@ -188,17 +188,6 @@ impl Guard {
 /// A header value fit to quote in an error: lossy UTF-8, one line, bounded.
 fn shown(value: &HeaderValue) -> String {
     crate::untrusted::log_line(&String::from_utf8_lossy(value.as_bytes()), 200)
-}
-
-/// A `Content-Type`'s media type without parameters, lowercase
-/// (`Text/Plain; charset=utf-8` → `text/plain`).
-pub fn media_type(content_type: &str) -> String {
-    content_type
-        .split(';')
-        .next()
-        .unwrap_or("")
-        .trim()
-        .to_ascii_lowercase()
 }
 
 /// A `proxy.allowed_hosts` entry: `name`, `name:port`, an IP address, or

@@ -1,0 +1,98 @@
+//! The composition root: [`App::start`] builds the running product from a
+//! config and a home (store, sessions, upstream, plugins, skills, learning)
+//! and returns an [`AppHandle`] that owns every background task, stops them
+//! with one cancellation and drains what they hold on [`AppHandle::shutdown`].
+//!
+//! Everything below `app` is wired here and nowhere else; the server and
+//! the daemon above it only see [`App`] (the admin routes' state) and
+//! [`Proxy`] (the turn handlers' state).
+
+mod start;
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use tokio::task::JoinSet;
+use tokio_util::sync::CancellationToken;
+
+use crate::learn::LearnHandle;
+use crate::plugins::PluginHost;
+use crate::proxy::Proxy;
+
+pub use start::StartOptions;
+
+/// What the routes share: the turn pipeline's state and what the admin
+/// routes report on.
+pub struct App {
+    /// What a turn needs (the proxy routes get only this).
+    pub proxy: Arc<Proxy>,
+    /// `None` when the plugin host could not start (the proxy still serves).
+    pub plugins: Option<Arc<PluginHost>>,
+    /// The learning runner (`None` when `learning.enabled` is off).
+    pub learn: Option<LearnHandle>,
+    /// `proxy.api_key`: required on /v1 routes when set.
+    pub proxy_token: Option<String>,
+    /// Required on /admin routes, always.
+    pub admin_token: String,
+    pub info: RuntimeInfo,
+}
+
+/// Facts about this daemon for `status`.
+pub struct RuntimeInfo {
+    pub started: Instant,
+    pub started_at_ms: i64,
+    pub mode: String,
+    pub demo: bool,
+    pub upstream_base: String,
+    pub host: String,
+    pub port: u16,
+}
+
+pub type SharedApp = Arc<App>;
+
+/// The running product: the shared state and everything running beside the
+/// routes.
+pub struct AppHandle {
+    app: SharedApp,
+    /// Cancelled on shutdown: every background task stops on it.
+    cancel: CancellationToken,
+    /// The session sweeper and the per-turn scoring loop.
+    tasks: JoinSet<()>,
+    /// The store's writer thread: joined after its queue is drained.
+    writer: std::thread::JoinHandle<()>,
+    /// The learning runner's thread: it stops when the last handle to it
+    /// (in [`App`]) is dropped; a job cut short is run again next start.
+    learner: Option<std::thread::JoinHandle<()>>,
+}
+
+impl AppHandle {
+    pub fn app(&self) -> &SharedApp {
+        &self.app
+    }
+
+    /// After the server stopped serving: stops the background tasks, writes
+    /// every queued record, and waits for the writer and the learning
+    /// runner to end.
+    pub async fn shutdown(self) {
+        let Self {
+            app,
+            cancel,
+            mut tasks,
+            writer,
+            learner,
+        } = self;
+        cancel.cancel();
+        while tasks.join_next().await.is_some() {}
+        tracing::info!("draining the store queue");
+        app.proxy.store.shutdown().await;
+        // The last handles to the store and the learning runner.
+        drop(app);
+        let _ = tokio::task::spawn_blocking(move || {
+            let _ = writer.join();
+            if let Some(learner) = learner {
+                let _ = learner.join();
+            }
+        })
+        .await;
+    }
+}

@@ -1,0 +1,290 @@
+//! [`App::start`]: the one place where the parts are put together.
+//!
+//! The path of a turn: `server` routes it to `proxy::turn`, which resolves
+//! its session (`sessions`), picks skills (`skills` → retriever plugins),
+//! calls the upstream and queues the record for the store's writer thread.
+//! The path of learning starts where a turn is recorded: the writer reports
+//! each recorded turn to per-turn scoring (`learn::Scoring`, scorer
+//! plugins), the session tracker reports ended sessions to it and to the
+//! learning runner (`learn::Learner`), whose jobs judge, evolve and publish
+//! skills on their own thread.
+
+use std::net::IpAddr;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::Result;
+use tokio::task::JoinSet;
+use tokio_util::sync::CancellationToken;
+
+use super::{App, AppHandle, RuntimeInfo};
+use crate::clock::now_ms;
+use crate::config::Loaded;
+use crate::home::Home;
+use crate::learn::judge::Judge;
+use crate::learn::llm::{ChatModel, Role};
+use crate::learn::{Learner, Scoring};
+use crate::metrics::Metrics;
+use crate::plugins::{PluginHost, Settings as PluginSettings};
+use crate::proxy::upstream::Upstream;
+use crate::proxy::{Limits, Proxy};
+use crate::redact::Redactor;
+use crate::sessions::Tracker;
+use crate::skills::library::Library;
+use crate::skills::{Retrieval, Settings as SkillSettings, Skills};
+use crate::store::{Store, StoreOptions};
+
+pub struct StartOptions<'a> {
+    pub home: &'a Home,
+    pub loaded: &'a Loaded,
+    /// Serving the demo (a dummy upstream; said in `status`).
+    pub demo: bool,
+    /// Where the server listens (for `status`).
+    pub host: IpAddr,
+    pub port: u16,
+}
+
+impl App {
+    /// Builds the product from its config and starts its background work.
+    /// Plugins and the skill library load in the background, so this
+    /// returns in milliseconds; until they are in, turns are served without
+    /// skills and scorers. Needs a tokio runtime.
+    pub fn start(options: StartOptions<'_>) -> Result<AppHandle> {
+        let StartOptions {
+            home,
+            loaded,
+            demo,
+            host,
+            port,
+        } = options;
+        let config = &loaded.config;
+        let cancel = CancellationToken::new();
+        let mut tasks = JoinSet::new();
+        let metrics = Arc::new(Metrics::new());
+
+        // Secrets never reach the store or a learning LLM.
+        let secrets = [
+            &config.llm.api_key,
+            &config.proxy.api_key,
+            &config.rl.tinker_api_key,
+            &config.rl.api_key,
+            &config.rl.prm_api_key,
+            &config.rl.evolver_api_key,
+            &config.opd.teacher_api_key,
+            &config.skills.embedding_api_key,
+        ]
+        .into_iter()
+        .flatten()
+        .cloned()
+        .collect::<Vec<String>>();
+
+        // The store: turns are recorded off the hot path by its writer
+        // thread, which reports each recorded turn to learning.
+        let db_path = config
+            .store
+            .path
+            .as_deref()
+            .map(crate::home::expand_home)
+            .unwrap_or_else(|| home.db_file());
+        let (recorded_tx, recorded) = tokio::sync::mpsc::unbounded_channel();
+        let (store, writer) = Store::open(
+            StoreOptions {
+                path: db_path,
+                commit_interval: config.store.commit_interval.get(),
+                queue_capacity: config.store.queue_capacity,
+                redactor: Redactor::new(secrets.clone()),
+                on_recorded: Some(recorded_tx),
+                queue_learning: config.learning.enabled,
+            },
+            metrics.clone(),
+        )?;
+
+        let sessions = Tracker::new(
+            store.clone(),
+            metrics.clone(),
+            config.sessions.idle_timeout.get(),
+        );
+        sessions.restore();
+        let upstream_base = loaded.api_base();
+        let upstream = Upstream::new(loaded, upstream_base.clone())?;
+
+        // Plugins load in the background once the proxy is up: compiling a
+        // large component takes seconds and must not delay start-up. Until
+        // then each role falls back to its built-in behaviour.
+        let (retrieval, embedder) = Retrieval::from_config(config, store.path());
+        let mut plugin_settings = PluginSettings::from_config(config, home);
+        // The daemon sees every plugin in use: it may clean the compile cache.
+        plugin_settings.evict_after = Some(Duration::from_secs(7 * 24 * 3600));
+        let plugins = match PluginHost::new(plugin_settings, embedder) {
+            Ok(host) => Some(host),
+            Err(e) => {
+                tracing::error!("plugins are off: {e:#}");
+                None
+            }
+        };
+
+        // The skill library also loads in the background (a large one takes
+        // a while to read); until then no skill is injected.
+        let skills = config.skills.enabled.then(|| {
+            let (dir, _) = crate::skills::paths(home, config);
+            let library = Library::new(dir, store.path().to_path_buf());
+            Skills::new(
+                library,
+                plugins.clone(),
+                SkillSettings::from_config(config),
+                retrieval,
+            )
+        });
+
+        // Learning, per session: one job per ended session, on its own
+        // low-priority thread.
+        let learner = if config.learning.enabled {
+            let redactor = Arc::new(Redactor::new(secrets));
+            let judge = match config.learning.judge {
+                true => ChatModel::from_config(config, &upstream_base, Role::Judge)?.map(|model| {
+                    Judge {
+                        model,
+                        votes: config.rl.prm_m.max(1),
+                        temperature: config.learning.judge_temperature,
+                        redactor: redactor.clone(),
+                    }
+                }),
+                false => None,
+            };
+            let evolver = ChatModel::from_config(config, &upstream_base, Role::Evolver)?;
+            let learner = Learner::new(
+                store.clone(),
+                plugins.clone(),
+                skills.clone(),
+                judge,
+                evolver,
+                redactor,
+                config.learning.clone(),
+                config.skills.auto_evolve,
+            );
+            Some(learner.spawn(sessions.subscribe(), cancel.clone())?)
+        } else {
+            None
+        };
+        // Learning, per turn: each recorded main turn is scored by the
+        // scorer plugins once its successor (or its session's end) is known.
+        let scoring = Scoring::new(store.clone(), plugins.clone());
+        let ended = sessions.subscribe();
+        spawn_until(&mut tasks, &cancel, scoring.run(recorded, ended));
+
+        let proxy = Arc::new(Proxy {
+            upstream,
+            sessions,
+            skills: skills.clone(),
+            store,
+            metrics,
+            limits: Limits {
+                max_body_bytes: (config.proxy.max_body_mb as usize) << 20,
+                client_body_timeout: config.proxy.timeouts.client_body.get(),
+            },
+        });
+        let (learn, learner) = learner.unzip();
+        let app = Arc::new(App {
+            proxy: proxy.clone(),
+            plugins: plugins.clone(),
+            learn,
+            proxy_token: config.proxy.api_key.clone(),
+            admin_token: home.admin_token()?,
+            info: RuntimeInfo {
+                started: Instant::now(),
+                started_at_ms: now_ms(),
+                mode: config.mode.as_str().to_string(),
+                demo,
+                upstream_base,
+                host: host.to_string(),
+                port,
+            },
+        });
+
+        // Idle sessions end (and are learned from) without a client's word.
+        let every = (proxy.sessions.idle_timeout() / 4)
+            .clamp(Duration::from_millis(50), Duration::from_secs(15));
+        spawn_until(&mut tasks, &cancel, async move {
+            let mut tick = tokio::time::interval(every);
+            loop {
+                tick.tick().await;
+                proxy.sessions.sweep_idle();
+            }
+        });
+        if let Some(skills) = skills {
+            load_skills(skills, plugins.as_deref());
+        }
+        if let Some(host) = plugins {
+            load_plugins(host);
+        }
+        Ok(AppHandle {
+            app,
+            cancel,
+            tasks,
+            writer,
+            learner,
+        })
+    }
+}
+
+/// Runs `work` until it ends or `cancel` is cancelled.
+fn spawn_until(
+    tasks: &mut JoinSet<()>,
+    cancel: &CancellationToken,
+    work: impl Future<Output = ()> + Send + 'static,
+) {
+    let cancel = cancel.clone();
+    tasks.spawn(async move {
+        tokio::select! {
+            () = cancel.cancelled() => {}
+            () = work => {}
+        }
+    });
+}
+
+/// Reads the library on its own thread, then watches it; every change (and
+/// every plugin reload) re-indexes it for the retrievers.
+fn load_skills(skills: Arc<Skills>, plugins: Option<&PluginHost>) {
+    if let Some(host) = plugins {
+        let s = skills.clone();
+        host.on_reload(move || s.warm());
+    }
+    let spawned = std::thread::Builder::new()
+        .name("metaclaw-skills-load".into())
+        .spawn(move || {
+            let snapshot = skills.library.rescan(None);
+            tracing::info!(
+                "{} skill(s) loaded, {} problem(s), generation {}",
+                snapshot.skills.len(),
+                snapshot.problems.len(),
+                snapshot.generation
+            );
+            let s = skills.clone();
+            skills
+                .library
+                .watch(Duration::from_millis(200), move |_| s.warm());
+            skills.warm();
+        });
+    if let Err(e) = spawned {
+        tracing::error!("cannot load the skill library: {e}");
+    }
+}
+
+/// Loads (compiling if needed) the configured plugins on their own thread,
+/// then watches their folders.
+fn load_plugins(host: Arc<PluginHost>) {
+    let spawned = std::thread::Builder::new()
+        .name("metaclaw-plugin-load".into())
+        .spawn(move || {
+            let registry = host.reload();
+            tracing::info!(
+                "{} plugin(s) loaded, {} problem(s)",
+                registry.plugins.len(),
+                registry.problems.len()
+            );
+            host.watch();
+        });
+    if let Err(e) = spawned {
+        tracing::error!("cannot load plugins: {e}");
+    }
+}
