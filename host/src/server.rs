@@ -356,6 +356,9 @@ async fn admin_status(State(app): State<SharedApp>) -> Response {
                 // Retrievers that hold an index of this library (a turn
                 // never waits for one: until then it goes to the next).
                 "indexed_by": skills.indexed_by(snapshot.generation),
+                // Every loaded retriever: ready, indexing, failed or
+                // not_started (what a tool waits on before a first turn).
+                "retrievers": skills.retriever_indexes(snapshot.generation),
             })
         }),
         "learning": crate::learn::state_json(app.learn.is_some()),

@@ -366,26 +366,14 @@ fn the_built_in_bank_is_in_the_repository_and_valid() {
     assert!(count >= 40, "{count} skills");
 }
 
-/// Polls until every skill of the library has been embedded (the retriever
-/// indexes in the background after start) and returns the stats then.
-async fn until_indexed(up: &Proc) -> Value {
-    let deadline = Instant::now() + Duration::from_secs(60);
-    let mut last = Value::Null;
-    loop {
-        let stats = dummy_stats(&up.url).await;
-        // Two texts per skill (what it is about, how it starts); unchanged
-        // for a moment means indexing is over.
-        let embedded = stats["embedded_texts"].as_u64().unwrap_or(0);
-        if embedded >= 88 && stats["embedded_texts"] == last["embedded_texts"] {
-            return stats;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "the library was never embedded: {stats}"
-        );
-        last = stats;
-        tokio::time::sleep(Duration::from_millis(300)).await;
-    }
+/// Waits until `status` says the `embedding` retriever's index of the
+/// library is ready (a turn never waits for an index: before it, turns go
+/// to bm25); then the dummy's counters.
+async fn until_indexed(mc: &Metaclaw, up: &Proc) -> Value {
+    poll_json(mc.home.path(), &["status", "--json"], |v| {
+        retriever_ready(v, "embedding")
+    });
+    dummy_stats(&up.url).await
 }
 
 /// `status --json` once a turn has been retrieved; asserts which retriever
@@ -410,7 +398,7 @@ async fn embedding_retrieval_through_an_openai_compatible_endpoint_caches_the_li
     let question = "How do I rebase my feature branch onto main without losing work?";
     // A turn never waits for an index (it would go to bm25): wait for the
     // library to be embedded first.
-    let stats = until_indexed(&up).await;
+    let stats = until_indexed(&mc, &up).await;
     let (seen, headers) = system_seen(&mc, question, &[("x-session-id", "emb-1")]).await;
     assert!(seen.contains("### git-rebase-safely (v"), "{seen}");
     assert!(

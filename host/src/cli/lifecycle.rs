@@ -410,6 +410,18 @@ pub fn status(home: &Home, config_path: &Path, args: JsonFlag) -> Result<ExitCod
                 line.push_str(&format!(", last answered by {last}"));
             }
             say!("{line}");
+            let indexes: Vec<String> = s["retrievers"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .map(|r| {
+                    let state = r["index"].as_str().unwrap_or("?").replace('_', " ");
+                    format!("{} {state}", r["name"].as_str().unwrap_or("?"))
+                })
+                .collect();
+            if !indexes.is_empty() {
+                say!("  indexes:   {}", indexes.join(", "));
+            }
             if let Some(problem) = r["problem"].as_str() {
                 say!("  warning:   embeddings are off, BM25 retrieves instead: {problem}");
             }

@@ -258,6 +258,21 @@ pub struct Stats {
     pub last_error: Mutex<Option<String>>,
 }
 
+/// A retriever's index of the current skill library, as `status` shows it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum IndexState {
+    /// Turns are answered from it.
+    Ready,
+    /// Being built; meanwhile turns go to the next retriever.
+    Indexing,
+    /// The last attempt failed; a later turn tries again.
+    Failed,
+    /// Not started for this library yet (it starts with the next turn or
+    /// change).
+    NotStarted,
+}
+
 pub struct Loaded {
     pub info: PluginInfo,
     pub limits: Limits,
@@ -527,6 +542,20 @@ impl Loaded {
         match self.indexed.load(Ordering::Acquire) {
             u64::MAX => None,
             generation => Some(generation),
+        }
+    }
+
+    /// Where this retriever's index of library `generation` stands (for
+    /// `status`: tests and tools wait for the retriever they need).
+    pub fn index_state(&self, generation: u64) -> IndexState {
+        if self.indexed_generation().is_some_and(|g| g >= generation) {
+            IndexState::Ready
+        } else if self.index_failed.load(Ordering::Acquire) == generation {
+            IndexState::Failed
+        } else if self.warming.load(Ordering::Acquire) == generation {
+            IndexState::Indexing
+        } else {
+            IndexState::NotStarted
         }
     }
 

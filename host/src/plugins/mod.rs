@@ -30,8 +30,8 @@ pub use bindings::types;
 pub use cache::{ArtifactState, CacheOptions};
 pub use engine::{EngineOptions, PluginEngine, Spawned, artifact_limit};
 pub use loaded::{
-    CallError, Kind, Limits, Loaded, PACKAGE, PACKAGE_VERSION, PluginInfo, Probed, Source,
-    compatible,
+    CallError, IndexState, Kind, Limits, Loaded, PACKAGE, PACKAGE_VERSION, PluginInfo, Probed,
+    Source, compatible,
 };
 pub use lock::{LockEntry, LockFile};
 pub use registry::{BuiltinSource, PluginHost, PluginSpec, Problem, Registry, Settings};

@@ -315,6 +315,17 @@ impl Skills {
             .collect()
     }
 
+    /// Each loaded retriever and where its index of library `generation`
+    /// stands: `[{"name": "bm25@0.1.0", "index": "ready"}, …]`.
+    pub fn retriever_indexes(&self, generation: u64) -> serde_json::Value {
+        let retrievers = self.plugins.iter().flat_map(|p| p.retrievers());
+        serde_json::Value::Array(
+            retrievers
+                .map(|r| serde_json::json!({ "name": r.label(), "index": r.index_state(generation) }))
+                .collect(),
+        )
+    }
+
     /// [`answering`] for this library's plugins.
     pub fn answering(&self) -> Result<Vec<String>, String> {
         answering(self.plugins.as_deref(), self.settings.builtin_plugins)

@@ -490,19 +490,28 @@ pub fn with_bank(config: &str) -> (Proc, Metaclaw) {
         String::from_utf8_lossy(&out.stderr)
     );
     // The daemon notices the new folders and indexes them in the
-    // background. (Plugins compile in the background at start; until a
-    // retriever is loaded and has indexed the library, turns get no skills.)
-    // bm25 serves whenever another retriever cannot (an embedding endpoint
-    // that is down, a missing model): wait for its index in particular.
+    // background (plugins compile in the background at start; a turn never
+    // waits for an index). bm25 serves whenever another retriever cannot (an
+    // embedding endpoint that is down, a missing model): wait for its index.
     poll_json(mc.home.path(), &["status", "--json"], |v| {
-        skills_ready(v, 40)
-            && v["plugins"]["loaded"].as_u64().unwrap_or(0) >= 3
-            && v["skills"]["indexed_by"].as_array().is_some_and(|r| {
-                r.iter()
-                    .any(|n| n.as_str().is_some_and(|n| n.starts_with("bm25")))
-            })
+        skills_ready(v, 40) && retriever_ready(v, "bm25")
     });
     (up, mc)
+}
+
+/// In `status --json`: the retriever plugin `name` (`bm25`, `embedding`)
+/// is loaded and its index of the current library is ready.
+pub fn retriever_ready(status: &Value, name: &str) -> bool {
+    status["skills"]["retrievers"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .any(|r| {
+            r["name"]
+                .as_str()
+                .is_some_and(|n| n.split('@').next() == Some(name))
+                && r["index"] == "ready"
+        })
 }
 
 /// In `status --json`: at least `skills` skills are loaded and a retriever
