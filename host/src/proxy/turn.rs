@@ -26,6 +26,7 @@ use bytes::Bytes;
 use futures_util::{Stream, StreamExt, stream::BoxStream};
 use serde_json::{Map, Value};
 use tokio::time::Sleep;
+use tracing::Instrument;
 
 use super::dialect::{Chain, Front, Transcode, encode};
 use super::request::{CONTROL_FIELDS, ChatRequest, truthy};
@@ -63,7 +64,18 @@ pub async fn responses(State(proxy): State<Arc<Proxy>>, request: Request) -> Res
 
 async fn serve(proxy: Arc<Proxy>, request: Request, front: Front) -> Response {
     let started = Instant::now();
-    let response = match turn(&proxy, request, started, front).await {
+    // Every log of this turn (session, retrieval, plugins, upstream, the
+    // streamed answer) carries its id, session, front and model.
+    let id = uuid::Uuid::now_v7().to_string();
+    let span = tracing::info_span!(
+        "turn",
+        id = %id,
+        front = front.route(),
+        session = tracing::field::Empty,
+        model = tracing::field::Empty,
+    );
+    let turn = turn(&proxy, request, started, front, id, span.clone());
+    let response = match turn.instrument(span).await {
         Ok(response) => response,
         Err(e) => {
             proxy.metrics.errors.inc(&[e.kind()]);
@@ -83,6 +95,8 @@ async fn turn(
     request: Request,
     started: Instant,
     front: Front,
+    id: String,
+    span: tracing::Span,
 ) -> Result<Response, ApiError> {
     let started_at_ms = now_ms();
     let (parts, body) = request.into_parts();
@@ -113,6 +127,10 @@ async fn turn(
     let session = proxy
         .sessions
         .resolve(&session_hints(&parts.headers, &request), turn_type);
+    span.record("session", &*session.id);
+    if let Some(model) = &request.model {
+        span.record("model", model.as_str());
+    }
     let done_after = parts
         .headers
         .get("x-session-done")
@@ -132,7 +150,8 @@ async fn turn(
     // await below, dropping `ctx` records it and releases its session.
     let mut ctx = TurnCtx {
         proxy: proxy.clone(),
-        id: uuid::Uuid::now_v7().to_string(),
+        id,
+        span,
         session,
         turn_type,
         front,
@@ -598,6 +617,9 @@ async fn read_whole(
 struct TurnCtx {
     proxy: Arc<Proxy>,
     id: String,
+    /// The turn's span, entered again wherever the turn goes on after its
+    /// handler returned (the streamed answer).
+    span: tracing::Span,
     session: SessionInfo,
     turn_type: TurnType,
     front: Front,
@@ -819,6 +841,7 @@ impl Stream for TeeStream {
             if this.ended {
                 return Poll::Ready(None);
             }
+            let _in_turn = this.ctx.as_ref().map(|c| c.span.clone().entered());
             match this.upstream.poll_next_unpin(cx) {
                 Poll::Ready(Some(Ok(chunk))) => {
                     if let Some(ctx) = this.ctx.as_mut() {
