@@ -294,6 +294,76 @@ max_context_tokens: 60000
     }
 
     #[test]
+    fn plugin_entries_are_typed_at_load_and_bad_ones_name_their_key() {
+        let dir = tempfile::tempdir().unwrap();
+        let sha = "ab".repeat(32);
+        for (yaml, key, hint) in [
+            (
+                "plugins:\n  retriever: ['@1']\n".to_string(),
+                "plugins.retriever[0]",
+                "a plugin name is required",
+            ),
+            (
+                "plugins:\n  evolvers: [guard, 'dedup@not-a-req']\n".into(),
+                "plugins.evolvers[1]",
+                "tool-error@^0.1",
+            ),
+            (
+                "plugins:\n  grants:\n    notes: [root]\n".into(),
+                "plugins.grants.notes",
+                "unknown capability",
+            ),
+            (
+                "plugins:\n  grants:\n    'notes@md5:1': [kv]\n".into(),
+                "plugins.grants",
+                "NAME@sha256:<hex>",
+            ),
+            (
+                "plugins:\n  overrides: [guard]\n".into(),
+                "plugins.overrides[0]",
+                "a name alone is what any file can claim",
+            ),
+            (
+                "learning:\n  reward:\n    combine: max\n".into(),
+                "learning.reward.combine",
+                "weighted",
+            ),
+        ] {
+            let err = format!("{:#}", load(&write(&dir, &yaml)).unwrap_err());
+            assert!(err.contains(key) && err.contains(hint), "{yaml}: {err}");
+        }
+        // What loads is typed, and written back (`config show`, `set`) it
+        // loads again to the same config.
+        let p = write(
+            &dir,
+            &format!(
+                "plugins:\n  retriever: [embedding@^0.2, bm25]\n  evolvers: [guard]\n  grants:\n    \
+                 notes: [clock, 'fs:/tmp/notes']\n    'mine@sha256:{}': [kv]\n  overrides: ['guard@sha256:{sha}']\n\
+                 proxy:\n  allowed_hosts: [Gateway:8080, 'fd00::1']\n  allowed_origins: ['HTTP://LocalHost:3000/']\n\
+                 skills:\n  retrieval_mode: embedding\n  embedding_backend: openai\n",
+                sha.to_uppercase()
+            ),
+        );
+        let config = load_with_env(&p, &|_| None).unwrap().config;
+        let plugins = &config.plugins;
+        assert_eq!(plugins.retriever[1], PluginSpec::any("bm25"));
+        assert_eq!(plugins.overrides[0].sha256, sha);
+        let mine: FileRef = format!("mine@sha256:{sha}").parse().unwrap();
+        assert!(plugins.grants[&mine].kv);
+        assert_eq!(
+            config.proxy.allowed_origins[0].as_str(),
+            "http://localhost:3000"
+        );
+        assert_eq!(config.proxy.allowed_hosts[0].to_string(), "gateway:8080");
+        assert!(config.skills.embedding_retrieval());
+        let tree = serde_json::to_value(&config).unwrap();
+        let again = parse_tree(&parse_raw(&to_yaml(&tree), &p).unwrap(), &p)
+            .unwrap()
+            .0;
+        assert_eq!(again, config);
+    }
+
+    #[test]
     fn allowed_hosts_origins_and_log_rotation_are_checked() {
         let dir = tempfile::tempdir().unwrap();
         for (yaml, key, hint) in [
