@@ -14,9 +14,7 @@
 //!   first-party `embedding` retriever gets `embed` in embedding mode as a
 //!   first-party plugin, not for its name).
 
-use std::collections::BTreeSet;
-
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use super::loaded::{PluginInfo, Source};
 use super::lock::LockFile;
