@@ -406,11 +406,22 @@ max_context_tokens: 60000
         );
         set_key(&p, "proxy.port", "30005").unwrap();
         set_key(&p, "llm.model_id", "1.5").unwrap();
+        // Maps keyed by a plugin's name take any name.
+        set_key(&p, "learning.reward.scorer_weights.tool-error", "0.5").unwrap();
+        set_key(&p, "plugins.grants.notes", "[clock]").unwrap();
         let (tree, _) = read_raw(&p).unwrap();
         assert_eq!(get_path(&tree, "proxy.port"), Some(&Value::from(30005)));
         assert_eq!(get_path(&tree, "llm.model_id"), Some(&Value::from("1.5")));
         assert_eq!(get_path(&tree, "memory.scope"), Some(&Value::from("team")));
         assert_eq!(get_path(&tree, "custom_thing"), Some(&Value::from(7)));
+        assert_eq!(
+            get_path(&tree, "learning.reward.scorer_weights.tool-error"),
+            Some(&Value::from(0.5))
+        );
+        let err = set_key(&p, "plugins.grants.notes", "[root]")
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("unknown capability"), "{err}");
 
         let err = set_key(&p, "proxy.port", "seventy")
             .unwrap_err()
