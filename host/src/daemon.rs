@@ -67,14 +67,10 @@ pub async fn run(options: DaemonOptions) -> Result<()> {
         home.remove_pid_file();
     }
     check_servable(&loaded, demo)?;
+    // Unknown keys, keys that do nothing in this version (and a mode that
+    // is not implemented): said in the log at every start.
     for warning in &loaded.warnings {
         tracing::warn!("{warning}");
-    }
-    if loaded.config.mode != config::Mode::SkillsOnly {
-        tracing::warn!(
-            "mode {}: RL training is not part of this build yet; serving with skills and session learning only",
-            loaded.config.mode.as_str()
-        );
     }
 
     // The demo answers from a dummy upstream inside this process.

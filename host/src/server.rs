@@ -677,7 +677,7 @@ mod tests {
     #[tokio::test]
     async fn loopback_names_on_the_port_and_allowed_hosts_are_served() {
         let (app, _dir) = app(ProxyConfig {
-            allowed_hosts: vec!["host.docker.internal".into()],
+            allowed_hosts: vec!["host.docker.internal".parse().unwrap()],
             ..ProxyConfig::default()
         });
         for host in [

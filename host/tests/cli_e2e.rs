@@ -303,6 +303,11 @@ fn config_show_masks_secrets_get_reads_and_set_validates() {
         err.contains("`proxy.prot`") && err.contains("proxy.port"),
         "{err}"
     );
+    // A key accepted for compatibility that does nothing says so.
+    assert!(
+        err.contains("`memory.scope` is set in") && err.contains("not implemented in this version"),
+        "{err}"
+    );
 
     let get = |key: &str| {
         String::from_utf8_lossy(&cli_in(home.path(), &["config", "get", key]).stdout)
@@ -328,6 +333,13 @@ fn config_show_masks_secrets_get_reads_and_set_validates() {
     let out = cli_in(home.path(), &["config", "set", "llm.model_id", "1.5"]);
     assert!(out.status.success());
     assert_eq!(get("llm.model_id"), "1.5");
+    let out = cli_in(home.path(), &["config", "set", "rl.lora_rank", "16"]);
+    assert!(out.status.success(), "{}", text(&out));
+    assert!(
+        text(&out).contains("note: rl.lora_rank is not implemented in this version"),
+        "{}",
+        text(&out)
+    );
     let out = cli_in(home.path(), &["config", "set", "nope.key", "1"]);
     assert!(!out.status.success());
     assert!(text(&out).contains("unknown config key `nope.key`"));
@@ -541,7 +553,7 @@ fn the_running_daemon_rotates_its_log() {
     write_config(
         home.path(),
         &format!(
-            "llm:\n  api_base: {}\nproxy:\n  port: 0\nlog:\n  max_mb: 1\n  keep: 2\nunknown_key: 1\n",
+            "llm:\n  api_base: {}\nproxy:\n  port: 0\nlog:\n  max_mb: 1\n  keep: 2\nunknown_key: 1\nscheduler:\n  enabled: true\n",
             up.url
         ),
     );
@@ -588,6 +600,13 @@ fn the_running_daemon_rotates_its_log() {
     assert!(
         new.lines()
             .any(|l| l.contains(" WARN ") && l.contains("unknown config key `unknown_key`")),
+        "{new}"
+    );
+    // So is a key that does nothing in this version.
+    assert!(
+        new.lines().any(|l| l.contains(" WARN ")
+            && l.contains("`scheduler.enabled` is set in")
+            && l.contains("not implemented in this version")),
         "{new}"
     );
     assert!(

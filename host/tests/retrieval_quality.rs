@@ -227,7 +227,7 @@ fn model_dir() -> String {
 fn embedding_recall_at_6_over_the_builtin_bank() {
     let tmp = tempfile::tempdir().unwrap();
     let mut config = Config::default();
-    config.skills.retrieval_mode = "embedding".into();
+    config.skills.retrieval_mode = metaclaw::config::RetrievalMode::Embedding;
     config.skills.embedding_model_path = Some(model_dir());
     let skills = skills(tmp.path(), config);
     assert!(skills.retrieval.embeddings.is_some());

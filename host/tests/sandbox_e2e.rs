@@ -422,7 +422,7 @@ fn impostors_of_first_party_plugins_change_nothing() {
     // The deployment names the file: then it replaces the first-party one.
     let sha = sha256_of(&built_plugin("testing/fake-guard.wasm"));
     let (_home, host) = host_with(&[("testing/fake-guard.wasm", "guard-9.9.9.wasm")], |c| {
-        c.plugins.overrides = vec![format!("guard@sha256:{sha}")];
+        c.plugins.overrides = vec![format!("guard@sha256:{sha}").parse().unwrap()];
     });
     host.reload();
     let guard = plugin(&host, "guard");
@@ -451,8 +451,8 @@ fn a_plugin_claiming_a_granted_name_gets_no_grant() {
     let note = secret.path().join("notes.txt");
     let grant = |c: &mut Config| {
         c.plugins.grants.insert(
-            "hostile".into(),
-            vec![format!("fs:{}", secret.path().display())],
+            "hostile".parse().unwrap(),
+            Grants::parse(&[format!("fs:{}", secret.path().display())]).unwrap(),
         );
     };
     let (home, host) = host_with(&[("testing/hostile.wasm", "hostile.wasm")], grant);
@@ -997,7 +997,7 @@ fn relevance_and_text_from_plugins_are_made_safe() {
             ("testing/hostile-retriever.wasm", "hostile-retriever.wasm"),
             ("testing/hostile-skill.wasm", "hostile-skill.wasm"),
         ],
-        |c| c.plugins.retriever = vec!["hostile-retriever".into()],
+        |c| c.plugins.retriever = vec!["hostile-retriever".parse().unwrap()],
     );
     host.reload();
     let dir = home.path().join("skills");

@@ -51,6 +51,9 @@ pub fn run(path: &Path, command: ConfigCommand) -> Result<ExitCode> {
                 stored.to_string()
             };
             say!("{key} = {shown}   ({})", path.display());
+            if let Some(note) = config::inert::note_on_set(&key, &stored) {
+                say!("note: {note}");
+            }
             if config::SECRET_KEYS.contains(&key.as_str()) {
                 say!(
                     "note: stored in the file (mode 0600); an environment variable keeps it off disk (see `metaclaw config show`)"

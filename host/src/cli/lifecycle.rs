@@ -61,11 +61,12 @@ pub fn start(home: &Home, config_path: &Path, args: StartArgs) -> Result<ExitCod
         loaded.config.proxy.port = port;
     }
     if let Some(mode) = args.mode {
-        loaded.config.mode = match mode.as_str() {
+        let mode = match mode.as_str() {
             "rl" => Mode::Rl,
             "auto" => Mode::Auto,
             _ => Mode::SkillsOnly,
         };
+        crate::config::inert::override_mode(&mut loaded, mode);
     }
     daemon::check_servable(&loaded, args.demo)?;
     home.ensure()?;

@@ -5,7 +5,12 @@
 
 use serde::{Deserialize, Serialize};
 
+use super::compat::{
+    MemoryConfig, OpdConfig, OpenRouterConfig, RlConfig, SchedulerConfig, WechatConfig,
+};
 use super::duration::Dur;
+use super::hosts::{HostEntry, Origin};
+use super::plugin_refs::{FilePin, FileRef, Grants, PluginSpec};
 
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq, Default)]
 #[serde(rename_all = "snake_case")]
@@ -175,10 +180,10 @@ pub struct ProxyConfig {
     /// (any other is refused: DNS rebinding), e.g. `host.docker.internal`
     /// for an agent in a container. `name` allows it with no port or the
     /// listening port; `name:port` that port only.
-    pub allowed_hosts: Vec<String>,
+    pub allowed_hosts: Vec<HostEntry>,
     /// Browser origins (`http://name:port`) that may send POSTs besides the
     /// proxy's own; every other page's requests are refused (CSRF).
-    pub allowed_origins: Vec<String>,
+    pub allowed_origins: Vec<Origin>,
     pub max_body_mb: u64,
     pub timeouts: ProxyTimeouts,
     /// How long shutdown waits for requests in flight.
@@ -244,7 +249,7 @@ pub struct SkillsConfig {
     pub install_builtin: bool,
     /// `bm25` (also `template`, the original's default) or `embedding`
     /// (cosine over embeddings, BM25 as the fallback).
-    pub retrieval_mode: String,
+    pub retrieval_mode: RetrievalMode,
     pub top_k: u32,
     pub task_specific_top_k: u32,
     pub auto_evolve: bool,
@@ -252,7 +257,7 @@ pub struct SkillsConfig {
     /// Where embeddings come from: `local` (all-MiniLM-L6-v2 in-process,
     /// from `embedding_model_path`; needs the `local-embeddings` build) or
     /// `openai` (any OpenAI-compatible `/v1/embeddings` endpoint).
-    pub embedding_backend: String,
+    pub embedding_backend: EmbeddingBackend,
     /// `local`: the folder holding `model.safetensors`, `tokenizer.json`
     /// and `config.json` of all-MiniLM-L6-v2 (or a BERT model like it).
     pub embedding_model_path: Option<String>,
@@ -276,8 +281,28 @@ impl SkillsConfig {
     /// `retrieval_mode: embedding`; every other mode (`bm25`, and the
     /// original's `template`) retrieves with BM25.
     pub fn embedding_retrieval(&self) -> bool {
-        self.retrieval_mode == "embedding"
+        self.retrieval_mode == RetrievalMode::Embedding
     }
+}
+
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq, Default)]
+#[serde(rename_all = "lowercase")]
+pub enum RetrievalMode {
+    /// The original's name for keyword retrieval: BM25 here.
+    #[default]
+    Template,
+    Bm25,
+    Embedding,
+}
+
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq, Default)]
+#[serde(rename_all = "lowercase")]
+pub enum EmbeddingBackend {
+    /// all-MiniLM-L6-v2 in-process (the `local-embeddings` build).
+    #[default]
+    Local,
+    /// An OpenAI-compatible `/v1/embeddings` endpoint.
+    Openai,
 }
 
 impl Default for SkillsConfig {
@@ -286,12 +311,12 @@ impl Default for SkillsConfig {
             enabled: true,
             dir: None,
             install_builtin: true,
-            retrieval_mode: "template".into(),
+            retrieval_mode: RetrievalMode::Template,
             top_k: 6,
             task_specific_top_k: 10,
             auto_evolve: true,
             evolution_every_n_turns: 10,
-            embedding_backend: "local".into(),
+            embedding_backend: EmbeddingBackend::Local,
             embedding_model_path: None,
             embedding_api_base: None,
             embedding_api_key: None,
@@ -301,187 +326,6 @@ impl Default for SkillsConfig {
             component_threshold: 0.5,
         }
     }
-}
-
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
-#[serde(default)]
-pub struct RlConfig {
-    pub enabled: bool,
-    pub backend: String,
-    pub model: String,
-    pub tinker_api_key: Option<String>,
-    pub api_key: Option<String>,
-    pub base_url: String,
-    pub tinker_base_url: String,
-    pub prm_provider: String,
-    pub prm_url: String,
-    pub prm_model: String,
-    pub prm_api_key: Option<String>,
-    pub prm_m: u32,
-    pub lora_rank: u32,
-    pub batch_size: u32,
-    pub learning_rate: f64,
-    pub loss_fn: String,
-    pub resume_from_ckpt: String,
-    pub manual_train_trigger: bool,
-    pub evolver_provider: String,
-    pub evolver_api_base: String,
-    pub evolver_api_key: Option<String>,
-    pub evolver_model: String,
-}
-
-impl Default for RlConfig {
-    fn default() -> Self {
-        Self {
-            enabled: false,
-            backend: "auto".into(),
-            model: String::new(),
-            tinker_api_key: None,
-            api_key: None,
-            base_url: String::new(),
-            tinker_base_url: String::new(),
-            prm_provider: String::new(),
-            prm_url: String::new(),
-            prm_model: String::new(),
-            prm_api_key: None,
-            prm_m: 3,
-            lora_rank: 32,
-            batch_size: 4,
-            learning_rate: 1e-4,
-            loss_fn: "importance_sampling".into(),
-            resume_from_ckpt: String::new(),
-            manual_train_trigger: false,
-            evolver_provider: String::new(),
-            evolver_api_base: String::new(),
-            evolver_api_key: None,
-            evolver_model: String::new(),
-        }
-    }
-}
-
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
-#[serde(default)]
-pub struct OpdConfig {
-    pub enabled: bool,
-    pub teacher_url: String,
-    pub teacher_model: String,
-    pub teacher_api_key: Option<String>,
-    pub kl_penalty_coef: f64,
-}
-
-impl Default for OpdConfig {
-    fn default() -> Self {
-        Self {
-            enabled: false,
-            teacher_url: String::new(),
-            teacher_model: String::new(),
-            teacher_api_key: None,
-            kl_penalty_coef: 1.0,
-        }
-    }
-}
-
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
-#[serde(default)]
-pub struct SchedulerConfig {
-    pub enabled: bool,
-    pub idle_threshold_minutes: u32,
-    pub sleep_start: String,
-    pub sleep_end: String,
-    pub min_window_minutes: u32,
-    pub calendar: CalendarConfig,
-}
-
-impl Default for SchedulerConfig {
-    fn default() -> Self {
-        Self {
-            enabled: false,
-            idle_threshold_minutes: 30,
-            sleep_start: "23:00".into(),
-            sleep_end: "07:00".into(),
-            min_window_minutes: 15,
-            calendar: CalendarConfig::default(),
-        }
-    }
-}
-
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Default)]
-#[serde(default)]
-pub struct CalendarConfig {
-    pub enabled: bool,
-    pub credentials_path: String,
-    pub token_path: String,
-}
-
-/// The original's memory layer. Accepted so its configs load; metaclaw does
-/// not implement it and says so at start when it is enabled.
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
-#[serde(default)]
-pub struct MemoryConfig {
-    pub enabled: bool,
-    pub dir: String,
-    pub store_path: String,
-    pub policy_path: String,
-    pub telemetry_path: String,
-    pub scope: String,
-    pub retrieval_mode: String,
-    pub use_embeddings: bool,
-    pub embedding_mode: String,
-    pub embedding_model: String,
-    pub max_injected_units: u32,
-    pub max_injected_tokens: u32,
-    pub auto_extract: bool,
-    pub auto_consolidate: bool,
-    pub ignore_turn_type: bool,
-    pub manual_trigger: bool,
-    pub auto_upgrade_enabled: bool,
-    pub auto_upgrade_interval_seconds: u64,
-    pub auto_upgrade_require_review: bool,
-    pub review_stale_after_hours: u32,
-    pub sidecar_url: String,
-}
-
-impl Default for MemoryConfig {
-    fn default() -> Self {
-        Self {
-            enabled: false,
-            dir: String::new(),
-            store_path: String::new(),
-            policy_path: String::new(),
-            telemetry_path: String::new(),
-            scope: "default".into(),
-            retrieval_mode: "keyword".into(),
-            use_embeddings: false,
-            embedding_mode: "hashing".into(),
-            embedding_model: "all-MiniLM-L6-v2".into(),
-            max_injected_units: 6,
-            max_injected_tokens: 800,
-            auto_extract: true,
-            auto_consolidate: true,
-            ignore_turn_type: false,
-            manual_trigger: false,
-            auto_upgrade_enabled: false,
-            auto_upgrade_interval_seconds: 900,
-            auto_upgrade_require_review: true,
-            review_stale_after_hours: 72,
-            sidecar_url: String::new(),
-        }
-    }
-}
-
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Default)]
-#[serde(default)]
-pub struct WechatConfig {
-    pub enabled: bool,
-}
-
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Default)]
-#[serde(default)]
-pub struct OpenRouterConfig {
-    pub app_name: String,
-    pub route: String,
-    pub fallback_models: String,
-    pub data_policy: String,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
@@ -556,21 +400,21 @@ pub struct PluginsConfig {
     /// `false` turns the first-party plugins off (their names stay reserved).
     pub builtin: bool,
     /// The retriever, tried in order: `name` or `name@<semver requirement>`.
-    pub retriever: Vec<String>,
+    pub retriever: Vec<PluginSpec>,
     /// Scorers that run on every finished turn; unset: every loaded scorer.
-    pub scorers: Option<Vec<String>>,
+    pub scorers: Option<Vec<PluginSpec>>,
     /// Evolver post-processors, in order; unset: every loaded evolver.
-    pub evolvers: Option<Vec<String>>,
+    pub evolvers: Option<Vec<PluginSpec>>,
     /// Executable skills; unset: every loaded skill component.
-    pub skills: Option<Vec<String>>,
+    pub skills: Option<Vec<PluginSpec>>,
     /// Capabilities: `embed`, `clock`, `kv`, `network`, `env:NAME`,
     /// `fs:/dir`, keyed by `NAME` (the first-party plugin NAME, or a drop-in
     /// NAME whose sha256 metaclaw.lock pins) or `NAME@sha256:<hex>` (that
     /// file only). Nothing is granted by default.
-    pub grants: std::collections::BTreeMap<String, Vec<String>>,
+    pub grants: std::collections::BTreeMap<FileRef, Grants>,
     /// Drop-ins allowed to replace the first-party plugin of their name,
     /// each named by its file: `NAME@sha256:<hex>`.
-    pub overrides: Vec<String>,
+    pub overrides: Vec<FilePin>,
     /// Per-call deadlines by role, and for indexing and loading.
     pub timeouts: PluginTimeouts,
     /// Memory cap per plugin: all its instances' memories and tables
@@ -688,7 +532,7 @@ pub struct RewardConfig {
     /// `weighted` (default): judge_weight × judge + Σ weight × scorer reward,
     /// clamped to [-1, 1]. `min`: the most negative signal (else the most
     /// positive). `judge`: the judge alone (scorers only when it is off).
-    pub combine: String,
+    pub combine: RewardCombine,
     pub judge_weight: f32,
     /// Per scorer plugin name; a scorer not listed weighs 1.
     pub scorer_weights: std::collections::BTreeMap<String, f32>,
@@ -697,11 +541,20 @@ pub struct RewardConfig {
 impl Default for RewardConfig {
     fn default() -> Self {
         Self {
-            combine: "weighted".into(),
+            combine: RewardCombine::Weighted,
             judge_weight: 1.0,
             scorer_weights: std::collections::BTreeMap::new(),
         }
     }
+}
+
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq, Default)]
+#[serde(rename_all = "lowercase")]
+pub enum RewardCombine {
+    #[default]
+    Weighted,
+    Min,
+    Judge,
 }
 
 /// The keys whose values are secrets: masked when shown, never logged.

@@ -20,7 +20,7 @@ use anyhow::{Result, bail};
 
 pub use cache::Cached;
 
-use crate::config::Config;
+use crate::config::{Config, EmbeddingBackend};
 
 /// A model that turns texts into L2-normalised vectors.
 pub trait Backend: Send + Sync {
@@ -37,12 +37,8 @@ pub const LOCAL_AVAILABLE: bool = cfg!(feature = "local-embeddings");
 /// `None` when nothing needs embeddings (no embedding retrieval and no
 /// plugin granted `embed`).
 pub fn from_config(config: &Config, db: &Path) -> Result<Option<Arc<Cached>>> {
-    let wanted = config.skills.embedding_retrieval()
-        || config
-            .plugins
-            .grants
-            .values()
-            .any(|g| g.iter().any(|c| c == "embed"));
+    let wanted =
+        config.skills.embedding_retrieval() || config.plugins.grants.values().any(|g| g.embed);
     if !wanted {
         return Ok(None);
     }
@@ -55,8 +51,8 @@ pub const DEFAULT_MODEL_DIR: &str = "~/.cache/metaclaw/models/all-MiniLM-L6-v2";
 
 fn backend(config: &Config) -> Result<Arc<dyn Backend>> {
     let s = &config.skills;
-    match s.embedding_backend.as_str() {
-        "openai" => {
+    match s.embedding_backend {
+        EmbeddingBackend::Openai => {
             let base = s
                 .embedding_api_base
                 .clone()
@@ -74,7 +70,7 @@ fn backend(config: &Config) -> Result<Arc<dyn Backend>> {
                 &s.embedding_model,
             )?))
         }
-        _ => {
+        EmbeddingBackend::Local => {
             if !LOCAL_AVAILABLE {
                 return local(Path::new(""));
             }

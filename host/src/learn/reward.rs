@@ -8,7 +8,7 @@
 //! most positive); `judge` takes the judge alone, the scorers only when it
 //! did not judge.
 
-use crate::config::schema::RewardConfig;
+use crate::config::schema::{RewardCombine, RewardConfig};
 
 /// A scorer's reward, by its plugin name.
 pub struct ScorerReward<'a> {
@@ -35,8 +35,8 @@ pub fn combine(
                 .sum::<f64>();
         Some(sum.clamp(-1.0, 1.0))
     };
-    match config.combine.as_str() {
-        "min" => {
+    match config.combine {
+        RewardCombine::Min => {
             let signals = judge.into_iter().chain(
                 scorers
                     .iter()
@@ -51,8 +51,8 @@ pub fn combine(
                 })
             })
         }
-        "judge" => judge.or_else(weighted),
-        _ => weighted(),
+        RewardCombine::Judge => judge.or_else(weighted),
+        RewardCombine::Weighted => weighted(),
     }
 }
 
@@ -66,9 +66,9 @@ pub fn scorer_name(source: &str) -> &str {
 mod tests {
     use super::*;
 
-    fn config(combine: &str) -> RewardConfig {
+    fn config(combine: RewardCombine) -> RewardConfig {
         RewardConfig {
-            combine: combine.into(),
+            combine,
             ..RewardConfig::default()
         }
     }
@@ -79,7 +79,7 @@ mod tests {
 
     #[test]
     fn rewards_combine_as_documented() {
-        let w = config("weighted");
+        let w = config(RewardCombine::Weighted);
         assert_eq!(combine(&w, Some(1), &[r("tool-error", -0.75)]), Some(0.25));
         assert_eq!(
             combine(&w, Some(-1), &[r("correction", -1.0)]),
@@ -88,7 +88,7 @@ mod tests {
         );
         assert_eq!(combine(&w, None, &[]), None);
         assert_eq!(combine(&w, Some(0), &[]), Some(0.0));
-        let mut heavy = config("weighted");
+        let mut heavy = config(RewardCombine::Weighted);
         heavy.judge_weight = 0.5;
         heavy.scorer_weights.insert("tool-error".into(), 0.0);
         assert_eq!(
@@ -96,13 +96,13 @@ mod tests {
             Some(0.5)
         );
 
-        let m = config("min");
+        let m = config(RewardCombine::Min);
         assert_eq!(combine(&m, Some(1), &[r("tool-error", -0.75)]), Some(-0.75));
         assert_eq!(combine(&m, Some(0), &[r("x", 0.5)]), Some(0.5));
         assert_eq!(combine(&m, Some(-1), &[r("x", 0.5)]), Some(-1.0));
         assert_eq!(combine(&m, None, &[]), None);
 
-        let j = config("judge");
+        let j = config(RewardCombine::Judge);
         assert_eq!(combine(&j, Some(1), &[r("tool-error", -1.0)]), Some(1.0));
         assert_eq!(combine(&j, None, &[r("tool-error", -0.5)]), Some(-0.5));
         assert_eq!(scorer_name("plugin:tool-error@0.1.0"), "tool-error");

@@ -22,7 +22,7 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::Duration;
 
-use semver::{Version, VersionReq};
+use semver::Version;
 use serde::Serialize;
 
 use super::cache::CacheOptions;
@@ -35,32 +35,7 @@ use super::sandbox::{Embedder, Grants};
 use super::trust::{FIRST_PARTY, Trust};
 use crate::digest::sha256_hex;
 
-/// `name` or `name@<semver requirement>` (e.g. `tool-error@^0.1`).
-#[derive(Debug, Clone, PartialEq)]
-pub struct PluginSpec {
-    pub name: String,
-    pub req: VersionReq,
-}
-
-impl PluginSpec {
-    pub fn parse(text: &str) -> Result<Self, String> {
-        let (name, req) = match text.split_once('@') {
-            Some((n, r)) => (n.trim(), r.trim()),
-            None => (text.trim(), "*"),
-        };
-        if name.is_empty() {
-            return Err(format!(
-                "{text:?}: a plugin name is required (name or name@version-requirement)"
-            ));
-        }
-        let req =
-            VersionReq::parse(req).map_err(|e| format!("{text:?}: {e} (e.g. tool-error@^0.1)"))?;
-        Ok(Self {
-            name: name.to_string(),
-            req,
-        })
-    }
-}
+pub use crate::config::PluginSpec;
 
 /// Where the first-party plugins come from.
 #[derive(Debug, Clone, PartialEq)]
@@ -109,11 +84,6 @@ pub struct Settings {
 impl Settings {
     pub fn from_config(config: &crate::config::Config, home: &crate::home::Home) -> Self {
         let p = &config.plugins;
-        let specs = |v: &[String]| {
-            v.iter()
-                .filter_map(|s| PluginSpec::parse(s).ok())
-                .collect::<Vec<_>>()
-        };
         let builtin = match (&p.builtin, p.builtin_dir.as_deref()) {
             (false, _) => BuiltinSource::Off,
             (true, Some(dir)) => BuiltinSource::Folder(crate::home::expand_home(dir)),
@@ -124,13 +94,7 @@ impl Settings {
         timeouts.insert(Kind::Scorer, p.timeouts.scorer.get());
         timeouts.insert(Kind::Evolver, p.timeouts.evolver.get());
         timeouts.insert(Kind::Skill, p.timeouts.skill.get());
-        let trust = Trust::new(&p.grants, &p.overrides, config.skills.embedding_retrieval())
-            .unwrap_or_else(|e| {
-                // The config is validated before it gets here; if it still does
-                // not parse, nothing is granted and nothing overrides.
-                tracing::error!("{e}: no plugin is granted anything");
-                Trust::default()
-            });
+        let trust = Trust::new(&p.grants, &p.overrides, config.skills.embedding_retrieval());
         Self {
             builtin,
             user_dir: p
@@ -156,16 +120,16 @@ impl Settings {
             threads: p.threads,
             retriever: if p.retriever.is_empty() {
                 if config.skills.embedding_retrieval() {
-                    specs(&["embedding".to_string(), "bm25".to_string()])
+                    vec![PluginSpec::any("embedding"), PluginSpec::any("bm25")]
                 } else {
-                    specs(&["bm25".to_string()])
+                    vec![PluginSpec::any("bm25")]
                 }
             } else {
-                specs(&p.retriever)
+                p.retriever.clone()
             },
-            scorers: p.scorers.as_deref().map(specs),
-            evolvers: p.evolvers.as_deref().map(specs),
-            skills: p.skills.as_deref().map(specs),
+            scorers: p.scorers.clone(),
+            evolvers: p.evolvers.clone(),
+            skills: p.skills.clone(),
             watch_interval: p.watch_interval.get(),
             pinning: false,
         }
@@ -873,30 +837,5 @@ fn report_changes(previous: &Registry, next: &Registry) {
         if !previous.notices.contains(notice) {
             tracing::warn!("plugin {}: {}", notice.path.display(), notice.error);
         }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn specs_parse_with_and_without_requirements() {
-        let s = PluginSpec::parse("tool-error@^0.1").unwrap();
-        assert_eq!(s.name, "tool-error");
-        assert!(s.req.matches(&Version::new(0, 1, 7)));
-        assert!(!s.req.matches(&Version::new(0, 2, 0)));
-        assert!(
-            PluginSpec::parse("bm25")
-                .unwrap()
-                .req
-                .matches(&Version::new(9, 0, 0))
-        );
-        assert!(
-            PluginSpec::parse("x@not-a-req")
-                .unwrap_err()
-                .contains("x@not-a-req")
-        );
-        assert!(PluginSpec::parse("@1").is_err());
     }
 }

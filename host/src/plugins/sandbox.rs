@@ -8,7 +8,6 @@
 //! that is escaped to one line a message and rate-limited.
 
 use std::collections::HashMap;
-use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -22,73 +21,8 @@ use wasmtime_wasi::{
 
 use super::bindings::{clock, embed, kv, log, types};
 
-/// Capabilities granted to one plugin (`plugins.grants` in the config):
-/// `embed`, `clock`, `kv`, `network`, `env:NAME`, `fs:/dir`.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct Grants {
-    pub embed: bool,
-    pub clock: bool,
-    pub kv: bool,
-    pub network: bool,
-    pub env: Vec<String>,
-    /// Directories the plugin may read (mounted at the same path).
-    pub read_dirs: Vec<PathBuf>,
-}
-
-impl Grants {
-    pub fn parse(items: &[String]) -> Result<Self, String> {
-        let mut g = Grants::default();
-        g.add(items)?;
-        Ok(g)
-    }
-
-    /// Adds `items` to what is granted.
-    pub fn add(&mut self, items: &[String]) -> Result<(), String> {
-        for item in items {
-            match item.as_str() {
-                "embed" => self.embed = true,
-                "clock" => self.clock = true,
-                "kv" => self.kv = true,
-                "network" => self.network = true,
-                other => {
-                    if let Some(var) = other.strip_prefix("env:") {
-                        if !self.env.iter().any(|v| v == var) {
-                            self.env.push(var.to_string());
-                        }
-                    } else if let Some(dir) = other.strip_prefix("fs:") {
-                        let dir = PathBuf::from(dir);
-                        if !self.read_dirs.contains(&dir) {
-                            self.read_dirs.push(dir);
-                        }
-                    } else {
-                        return Err(format!(
-                            "unknown capability {other:?} (use embed, clock, kv, network, env:NAME or fs:/dir)"
-                        ));
-                    }
-                }
-            }
-        }
-        Ok(())
-    }
-
-    /// The names, as written in the config.
-    pub fn names(&self) -> Vec<String> {
-        let mut out = Vec::new();
-        for (on, name) in [
-            (self.embed, "embed"),
-            (self.clock, "clock"),
-            (self.kv, "kv"),
-            (self.network, "network"),
-        ] {
-            if on {
-                out.push(name.to_string());
-            }
-        }
-        out.extend(self.env.iter().map(|v| format!("env:{v}")));
-        out.extend(self.read_dirs.iter().map(|d| format!("fs:{}", d.display())));
-        out
-    }
-}
+/// Capabilities granted to one plugin: parsed with the config.
+pub use crate::config::Grants;
 
 /// Embeddings for plugins that are granted `embed` (the host's embedding
 /// backend, `crate::embeddings`).
@@ -721,23 +655,6 @@ impl kv::Host for PluginState {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn grants_parse_and_print_back() {
-        let items: Vec<String> = ["clock", "env:HOME", "fs:/tmp/x", "network"]
-            .iter()
-            .map(|s| s.to_string())
-            .collect();
-        let g = Grants::parse(&items).unwrap();
-        assert!(g.clock && g.network && !g.embed);
-        assert_eq!(g.env, vec!["HOME"]);
-        assert_eq!(g.names(), vec!["clock", "network", "env:HOME", "fs:/tmp/x"]);
-        assert!(
-            Grants::parse(&["root".to_string()])
-                .unwrap_err()
-                .contains("unknown capability")
-        );
-    }
 
     #[test]
     fn the_budget_is_shared_by_every_memory_table_and_instance() {

@@ -14,11 +14,12 @@
 //!   first-party `embedding` retriever gets `embed` in embedding mode as a
 //!   first-party plugin, not for its name).
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 
 use super::loaded::{PluginInfo, Source};
 use super::lock::LockFile;
 use super::sandbox::Grants;
+use crate::config::FilePin;
 
 /// The plugins metaclaw ships. Their names stay reserved even when the
 /// first-party folder is missing or turned off.
@@ -34,51 +35,14 @@ pub const FIRST_PARTY: &[&str] = &[
     "tool-error",
 ];
 
-/// `NAME` or `NAME@sha256:<64 hex>`: how the config names a plugin file.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct FileRef {
-    pub name: String,
-    pub sha256: Option<String>,
-}
-
-impl FileRef {
-    pub fn parse(text: &str) -> Result<Self, String> {
-        let (name, sha) = match text.split_once('@') {
-            Some((name, rest)) => {
-                let Some(hex) = rest.strip_prefix("sha256:") else {
-                    return Err(format!(
-                        "{text:?}: write NAME or NAME@sha256:<hex> (the file's sha256, as `metaclaw plugins list` shows it)"
-                    ));
-                };
-                let hex = hex.to_ascii_lowercase();
-                if hex.len() != 64 || !hex.bytes().all(|b| b.is_ascii_hexdigit()) {
-                    return Err(format!("{text:?}: a sha256 is 64 hexadecimal digits"));
-                }
-                (name, Some(hex))
-            }
-            None => (text, None),
-        };
-        let name = name.trim();
-        if name.is_empty() {
-            return Err(format!("{text:?}: a plugin name is required"));
-        }
-        Ok(Self {
-            name: name.to_string(),
-            sha256: sha,
-        })
-    }
-
-    fn names(&self, info: &PluginInfo) -> bool {
-        self.name == info.name && self.sha256.as_deref().is_none_or(|sha| sha == info.sha256)
-    }
-}
+pub use crate::config::FileRef;
 
 /// The trust rules of a deployment, from its config.
 #[derive(Debug, Clone, Default)]
 pub struct Trust {
     grants: Vec<(FileRef, Grants)>,
     /// Drop-ins allowed to take a first-party name (each with its sha256).
-    overrides: Vec<FileRef>,
+    overrides: Vec<FilePin>,
     /// Names a drop-in may take while `metaclaw plugins lock --override`
     /// pins it (the user names the file by running it).
     pinning_overrides: Vec<String>,
@@ -88,33 +52,22 @@ pub struct Trust {
 }
 
 impl Trust {
+    /// From `plugins.grants` and `plugins.overrides`, parsed (and so
+    /// checked) when the config was loaded.
     pub fn new(
-        grants: &std::collections::BTreeMap<String, Vec<String>>,
-        overrides: &[String],
+        grants: &BTreeMap<FileRef, Grants>,
+        overrides: &[FilePin],
         embedding_retrieval: bool,
-    ) -> Result<Self, String> {
-        let mut rules = Vec::new();
-        for (key, items) in grants {
-            let file = FileRef::parse(key).map_err(|e| format!("plugins.grants: {e}"))?;
-            let granted = Grants::parse(items).map_err(|e| format!("plugins.grants.{key}: {e}"))?;
-            rules.push((file, granted));
-        }
-        let mut named = Vec::new();
-        for text in overrides {
-            let file = FileRef::parse(text).map_err(|e| format!("plugins.overrides: {e}"))?;
-            if file.sha256.is_none() {
-                return Err(format!(
-                    "plugins.overrides: {text:?} must name the file by its sha256 (NAME@sha256:<hex>): a name alone is what any file can claim"
-                ));
-            }
-            named.push(file);
-        }
-        Ok(Self {
-            grants: rules,
-            overrides: named,
+    ) -> Self {
+        Self {
+            grants: grants
+                .iter()
+                .map(|(file, granted)| (file.clone(), granted.clone()))
+                .collect(),
+            overrides: overrides.to_vec(),
             pinning_overrides: Vec::new(),
             embedding_retrieval,
-        })
+        }
     }
 
     /// `metaclaw plugins lock --override NAME`: the drop-in called NAME may
@@ -148,7 +101,10 @@ impl Trust {
     /// first-party plugin.
     pub fn overrides(&self, info: &PluginInfo, lock: Option<&LockFile>) -> bool {
         info.source == Source::User
-            && (self.overrides.iter().any(|o| o.names(info))
+            && (self
+                .overrides
+                .iter()
+                .any(|o| o.name == info.name && o.sha256 == info.sha256)
                 || self.pinning_overrides.contains(&info.name)
                 || lock
                     .and_then(|l| l.by_hash(&info.sha256))
@@ -174,8 +130,7 @@ impl Trust {
                 None => info.source == Source::Builtin || pinned,
             };
             if applies {
-                // Parsed when the config was loaded: this cannot fail.
-                let _ = granted.add(&grants.names());
+                granted.merge(grants);
             } else if file.sha256.is_some() {
                 notes.push(format!(
                     "plugins.grants.\"{}@sha256:{}…\" not applied: this file's sha256 is {}",
@@ -249,6 +204,14 @@ mod tests {
         }
     }
 
+    fn file(text: &str) -> FileRef {
+        text.parse().unwrap()
+    }
+
+    fn grants(items: &[&str]) -> Grants {
+        Grants::parse(&items.iter().map(|s| s.to_string()).collect::<Vec<_>>()).unwrap()
+    }
+
     fn reserved() -> BTreeSet<String> {
         FIRST_PARTY.iter().map(|s| s.to_string()).collect()
     }
@@ -273,14 +236,15 @@ mod tests {
                 .may_use_name(&fake, Some(&lock("guard", SHA_A, true)), &reserved())
                 .is_ok()
         );
-        let by_config =
-            Trust::new(&BTreeMap::new(), &[format!("guard@sha256:{SHA_A}")], false).unwrap();
+        let by_config = Trust::new(
+            &BTreeMap::new(),
+            &[format!("guard@sha256:{SHA_A}").parse().unwrap()],
+            false,
+        );
         assert!(by_config.may_use_name(&fake, None, &reserved()).is_ok());
         // Another file under the same name gains nothing from it.
         let other = info("guard", SHA_B, Source::User);
         assert!(by_config.may_use_name(&other, None, &reserved()).is_err());
-        // A name alone is refused as an override.
-        assert!(Trust::new(&BTreeMap::new(), &["guard".into()], false).is_err());
         // The first-party file and ordinary names are fine.
         assert!(
             trust
@@ -297,9 +261,9 @@ mod tests {
     #[test]
     fn grants_follow_the_file_not_the_name() {
         let mut config = BTreeMap::new();
-        config.insert("notes".to_string(), vec!["fs:/home/me/notes".to_string()]);
-        config.insert(format!("kv-user@sha256:{SHA_A}"), vec!["kv".to_string()]);
-        let trust = Trust::new(&config, &[], false).unwrap();
+        config.insert(file("notes"), grants(&["fs:/home/me/notes"]));
+        config.insert(file(&format!("kv-user@sha256:{SHA_A}")), grants(&["kv"]));
+        let trust = Trust::new(&config, &[], false);
 
         // A drop-in claiming a granted name, unpinned: nothing, and a note.
         let (g, notes) = trust.grants_for(&info("notes", SHA_B, Source::User), None);
@@ -331,7 +295,7 @@ mod tests {
 
     #[test]
     fn embed_is_implied_only_for_the_first_party_embedding_retriever() {
-        let trust = Trust::new(&BTreeMap::new(), &[], true).unwrap();
+        let trust = Trust::new(&BTreeMap::new(), &[], true);
         assert!(
             trust
                 .grants_for(&info("embedding", SHA_A, Source::Builtin), None)
@@ -346,8 +310,8 @@ mod tests {
         );
         // Written in the config, the config wins.
         let mut config = BTreeMap::new();
-        config.insert("embedding".to_string(), vec!["clock".to_string()]);
-        let trust = Trust::new(&config, &[], true).unwrap();
+        config.insert(file("embedding"), grants(&["clock"]));
+        let trust = Trust::new(&config, &[], true);
         let g = trust
             .grants_for(&info("embedding", SHA_A, Source::Builtin), None)
             .0;

@@ -11,11 +11,11 @@
 //! CORS header is ever sent, so a preflighted request from a page never
 //! follows either.
 
-use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
+use std::net::{Ipv4Addr, Ipv6Addr};
 
 use axum::http::{HeaderMap, HeaderValue, header};
 
-use crate::config::ProxyConfig;
+use crate::config::{HostEntry, HostName, ProxyConfig, parse_authority, parse_host, parse_origin};
 use crate::error::ApiError;
 
 /// What a page may POST to another origin without a preflight.
@@ -25,25 +25,11 @@ const SIMPLE_TYPES: &[&str] = &[
     "multipart/form-data",
 ];
 
-#[derive(Debug, Clone, PartialEq, Eq)]
-enum Name {
-    Ip(IpAddr),
-    /// Lowercase.
-    Dns(String),
-}
-
-#[derive(Debug, Clone)]
-struct Allowed {
-    name: Name,
-    /// `None`: no port, or the port the daemon listens on.
-    port: Option<u16>,
-}
-
 /// The `Host` and `Origin` values this daemon answers.
 #[derive(Debug, Clone)]
 pub struct Guard {
     port: u16,
-    hosts: Vec<Allowed>,
+    hosts: Vec<HostEntry>,
     /// `proxy.host` is 0.0.0.0 or `::` (which requires `proxy.api_key`): any
     /// IP literal is a Host it may be reached by, and DNS rebinding needs a
     /// name.
@@ -56,29 +42,28 @@ impl Guard {
     /// `port` is the port the daemon listens on (known once it is bound).
     pub fn new(proxy: &ProxyConfig, port: u16) -> Self {
         let mut hosts = vec![
-            Allowed {
-                name: Name::Ip(Ipv4Addr::LOCALHOST.into()),
+            HostEntry {
+                name: HostName::Ip(Ipv4Addr::LOCALHOST.into()),
                 port: None,
             },
-            Allowed {
-                name: Name::Ip(Ipv6Addr::LOCALHOST.into()),
+            HostEntry {
+                name: HostName::Ip(Ipv6Addr::LOCALHOST.into()),
                 port: None,
             },
-            Allowed {
-                name: Name::Dns("localhost".into()),
+            HostEntry {
+                name: HostName::Dns("localhost".into()),
                 port: None,
             },
         ];
-        let bound = crate::config::parse_host(&proxy.host);
+        let bound = parse_host(&proxy.host);
         let any_ip = bound.is_some_and(|ip| ip.is_unspecified());
         if let Some(ip) = bound.filter(|ip| !ip.is_unspecified()) {
-            hosts.push(Allowed {
-                name: Name::Ip(ip),
+            hosts.push(HostEntry {
+                name: HostName::Ip(ip),
                 port: None,
             });
         }
-        // The config was validated: an entry that does not parse is not there.
-        hosts.extend(proxy.allowed_hosts.iter().filter_map(|e| parse_entry(e)));
+        hosts.extend(proxy.allowed_hosts.iter().cloned());
         Self {
             port,
             hosts,
@@ -86,7 +71,7 @@ impl Guard {
             origins: proxy
                 .allowed_origins
                 .iter()
-                .filter_map(|o| parse_origin(o))
+                .map(|o| o.as_str().to_string())
                 .collect(),
         }
     }
@@ -171,8 +156,8 @@ impl Guard {
             .is_some_and(|(name, port)| self.serves(&name, Some(port.unwrap_or(80)), false))
     }
 
-    fn serves(&self, name: &Name, port: Option<u16>, any_ip: bool) -> bool {
-        if any_ip && self.any_ip && matches!(name, Name::Ip(_)) {
+    fn serves(&self, name: &HostName, port: Option<u16>, any_ip: bool) -> bool {
+        if any_ip && self.any_ip && matches!(name, HostName::Ip(_)) {
             return true;
         }
         self.hosts.iter().any(|allowed| {
@@ -190,76 +175,6 @@ fn shown(value: &HeaderValue) -> String {
     crate::untrusted::log_line(&String::from_utf8_lossy(value.as_bytes()), 200)
 }
 
-/// A `proxy.allowed_hosts` entry: `name`, `name:port`, an IP address, or
-/// `[v6]:port`.
-pub fn is_host_entry(text: &str) -> bool {
-    parse_entry(text).is_some()
-}
-
-fn parse_entry(text: &str) -> Option<Allowed> {
-    let text = text.trim();
-    if let Ok(ip) = text.parse::<Ipv6Addr>() {
-        return Some(Allowed {
-            name: Name::Ip(ip.into()),
-            port: None,
-        });
-    }
-    parse_authority(text).map(|(name, port)| Allowed { name, port })
-}
-
-/// An origin as browsers serialize it in `Origin` (`http://localhost:3000`,
-/// default ports left out), or `None` when `text` is not a bare http(s)
-/// origin (`null`, a path, credentials).
-pub fn parse_origin(text: &str) -> Option<String> {
-    let url = reqwest::Url::parse(text.trim()).ok()?;
-    let bare = matches!(url.scheme(), "http" | "https")
-        && url.host().is_some()
-        && url.username().is_empty()
-        && url.password().is_none()
-        && url.path() == "/"
-        && url.query().is_none()
-        && url.fragment().is_none();
-    bare.then(|| url.origin().ascii_serialization())
-}
-
-/// `name`, `name:port`, `1.2.3.4[:port]` or `[v6][:port]`, as in `Host`.
-fn parse_authority(text: &str) -> Option<(Name, Option<u16>)> {
-    let (name, rest) = match text.strip_prefix('[') {
-        Some(bracketed) => {
-            let (inside, rest) = bracketed.split_once(']')?;
-            (Name::Ip(IpAddr::V6(inside.parse().ok()?)), rest)
-        }
-        None => {
-            let (host, rest) = text.split_at(text.find(':').unwrap_or(text.len()));
-            (parse_name(host)?, rest)
-        }
-    };
-    let port = match rest {
-        "" => None,
-        _ => {
-            let digits = rest.strip_prefix(':')?;
-            if digits.is_empty() || !digits.bytes().all(|b| b.is_ascii_digit()) {
-                return None;
-            }
-            Some(digits.parse().ok()?)
-        }
-    };
-    Some((name, port))
-}
-
-fn parse_name(host: &str) -> Option<Name> {
-    if let Ok(ip) = host.parse::<Ipv4Addr>() {
-        return Some(Name::Ip(ip.into()));
-    }
-    let name = host.to_ascii_lowercase();
-    let valid = !name.is_empty()
-        && name.len() <= 253
-        && name
-            .bytes()
-            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'.' | b'_'));
-    valid.then_some(Name::Dns(name))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -267,8 +182,8 @@ mod tests {
     fn guard(host: &str, allowed_hosts: &[&str], allowed_origins: &[&str]) -> Guard {
         let proxy = ProxyConfig {
             host: host.into(),
-            allowed_hosts: allowed_hosts.iter().map(|s| s.to_string()).collect(),
-            allowed_origins: allowed_origins.iter().map(|s| s.to_string()).collect(),
+            allowed_hosts: allowed_hosts.iter().map(|s| s.parse().unwrap()).collect(),
+            allowed_origins: allowed_origins.iter().map(|s| s.parse().unwrap()).collect(),
             ..ProxyConfig::default()
         };
         Guard::new(&proxy, 30000)
@@ -431,32 +346,5 @@ mod tests {
         }
         // SDKs and `curl -X POST` with no body send none.
         assert!(g.check_browser(&HeaderMap::new()).is_ok());
-    }
-
-    #[test]
-    fn config_entries_parse() {
-        for ok in [
-            "host.docker.internal",
-            "host.docker.internal:30000",
-            "10.0.0.2",
-            "fd00::1",
-            "[fd00::1]:8080",
-        ] {
-            assert!(is_host_entry(ok), "{ok}");
-        }
-        for bad in ["http://x", "x/y", "*", "", "x:y", "[::1", "a b"] {
-            assert!(!is_host_entry(bad), "{bad}");
-        }
-        assert_eq!(
-            parse_origin("HTTP://LocalHost:80").as_deref(),
-            Some("http://localhost")
-        );
-        assert_eq!(
-            parse_origin("http://x:3000/").as_deref(),
-            Some("http://x:3000")
-        );
-        for bad in ["localhost:3000", "http://x/app", "ftp://x", "null"] {
-            assert_eq!(parse_origin(bad), None, "{bad}");
-        }
     }
 }

@@ -1,0 +1,187 @@
+//! The original MetaClaw's sections that metaclaw accepts so its configs
+//! load: `rl` (whose judge and evolver keys are used; the training keys
+//! are not yet), `opd`, `scheduler`, `memory`, `wechat` and `openrouter`.
+//! Which of their keys do nothing in this version, and why: `inert`.
+
+use serde::{Deserialize, Serialize};
+
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(default)]
+pub struct RlConfig {
+    pub enabled: bool,
+    pub backend: String,
+    pub model: String,
+    pub tinker_api_key: Option<String>,
+    pub api_key: Option<String>,
+    pub base_url: String,
+    pub tinker_base_url: String,
+    pub prm_provider: String,
+    pub prm_url: String,
+    pub prm_model: String,
+    pub prm_api_key: Option<String>,
+    pub prm_m: u32,
+    pub lora_rank: u32,
+    pub batch_size: u32,
+    pub learning_rate: f64,
+    pub loss_fn: String,
+    pub resume_from_ckpt: String,
+    pub manual_train_trigger: bool,
+    pub evolver_provider: String,
+    pub evolver_api_base: String,
+    pub evolver_api_key: Option<String>,
+    pub evolver_model: String,
+}
+
+impl Default for RlConfig {
+    fn default() -> Self {
+        Self {
+            enabled: false,
+            backend: "auto".into(),
+            model: String::new(),
+            tinker_api_key: None,
+            api_key: None,
+            base_url: String::new(),
+            tinker_base_url: String::new(),
+            prm_provider: String::new(),
+            prm_url: String::new(),
+            prm_model: String::new(),
+            prm_api_key: None,
+            prm_m: 3,
+            lora_rank: 32,
+            batch_size: 4,
+            learning_rate: 1e-4,
+            loss_fn: "importance_sampling".into(),
+            resume_from_ckpt: String::new(),
+            manual_train_trigger: false,
+            evolver_provider: String::new(),
+            evolver_api_base: String::new(),
+            evolver_api_key: None,
+            evolver_model: String::new(),
+        }
+    }
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(default)]
+pub struct OpdConfig {
+    pub enabled: bool,
+    pub teacher_url: String,
+    pub teacher_model: String,
+    pub teacher_api_key: Option<String>,
+    pub kl_penalty_coef: f64,
+}
+
+impl Default for OpdConfig {
+    fn default() -> Self {
+        Self {
+            enabled: false,
+            teacher_url: String::new(),
+            teacher_model: String::new(),
+            teacher_api_key: None,
+            kl_penalty_coef: 1.0,
+        }
+    }
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(default)]
+pub struct SchedulerConfig {
+    pub enabled: bool,
+    pub idle_threshold_minutes: u32,
+    pub sleep_start: String,
+    pub sleep_end: String,
+    pub min_window_minutes: u32,
+    pub calendar: CalendarConfig,
+}
+
+impl Default for SchedulerConfig {
+    fn default() -> Self {
+        Self {
+            enabled: false,
+            idle_threshold_minutes: 30,
+            sleep_start: "23:00".into(),
+            sleep_end: "07:00".into(),
+            min_window_minutes: 15,
+            calendar: CalendarConfig::default(),
+        }
+    }
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Default)]
+#[serde(default)]
+pub struct CalendarConfig {
+    pub enabled: bool,
+    pub credentials_path: String,
+    pub token_path: String,
+}
+
+/// The original's memory layer. Accepted so its configs load; metaclaw does
+/// not implement it, and says so for each key a config sets (`inert`).
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(default)]
+pub struct MemoryConfig {
+    pub enabled: bool,
+    pub dir: String,
+    pub store_path: String,
+    pub policy_path: String,
+    pub telemetry_path: String,
+    pub scope: String,
+    pub retrieval_mode: String,
+    pub use_embeddings: bool,
+    pub embedding_mode: String,
+    pub embedding_model: String,
+    pub max_injected_units: u32,
+    pub max_injected_tokens: u32,
+    pub auto_extract: bool,
+    pub auto_consolidate: bool,
+    pub ignore_turn_type: bool,
+    pub manual_trigger: bool,
+    pub auto_upgrade_enabled: bool,
+    pub auto_upgrade_interval_seconds: u64,
+    pub auto_upgrade_require_review: bool,
+    pub review_stale_after_hours: u32,
+    pub sidecar_url: String,
+}
+
+impl Default for MemoryConfig {
+    fn default() -> Self {
+        Self {
+            enabled: false,
+            dir: String::new(),
+            store_path: String::new(),
+            policy_path: String::new(),
+            telemetry_path: String::new(),
+            scope: "default".into(),
+            retrieval_mode: "keyword".into(),
+            use_embeddings: false,
+            embedding_mode: "hashing".into(),
+            embedding_model: "all-MiniLM-L6-v2".into(),
+            max_injected_units: 6,
+            max_injected_tokens: 800,
+            auto_extract: true,
+            auto_consolidate: true,
+            ignore_turn_type: false,
+            manual_trigger: false,
+            auto_upgrade_enabled: false,
+            auto_upgrade_interval_seconds: 900,
+            auto_upgrade_require_review: true,
+            review_stale_after_hours: 72,
+            sidecar_url: String::new(),
+        }
+    }
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Default)]
+#[serde(default)]
+pub struct WechatConfig {
+    pub enabled: bool,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Default)]
+#[serde(default)]
+pub struct OpenRouterConfig {
+    pub app_name: String,
+    pub route: String,
+    pub fallback_models: String,
+    pub data_policy: String,
+}

@@ -1,0 +1,439 @@
+//! Keys accepted that do nothing in this version, and why.
+//!
+//! metaclaw reads the original MetaClaw's `config.yaml` unchanged, so it
+//! accepts keys for features it does not have (yet). A user who sets one
+//! must not believe it works: [`warnings`] says so once per key the config
+//! sets, naming the key, and `config set` says it when the key is written.
+//! A key "is set" when the file gives it a value that asks for something
+//! (not null, `""`, `[]`, `{}` or `false`: those ask for what happens
+//! anyway), or an environment variable supplies it.
+//!
+//! Every key of the schema is in exactly one of [`INERT`] and
+//! [`IMPLEMENTED`] (a test checks it). When a key starts doing something,
+//! move it from `INERT` to `IMPLEMENTED` (and out of the README's table of
+//! inert keys).
+
+use std::collections::BTreeMap;
+use std::path::Path;
+
+use serde_json::Value;
+
+use super::{Config, Loaded, Mode, get_path};
+
+const TINKER: &str =
+    "training through a Tinker-compatible service arrives with W2-D (the Tinker bridge)";
+const SERVE: &str = "serving from the trained model arrives with W2-E, training with W2-F";
+const TRAIN: &str = "training steps arrive with W2-F (RL training side)";
+const OPD: &str = "on-policy distillation from a teacher arrives with W2-F (RL training side)";
+const SCHEDULER: &str =
+    "the idle-time training scheduler arrives with W2-G (until then nothing trains)";
+const GOOGLE_CALENDAR: &str = "the original's Google Calendar sign-in files; W2-G reads a calendar from an iCalendar address instead";
+const MEMORY: &str =
+    "the original's memory layer is not part of metaclaw, and no planned work adds it";
+const PROVIDER: &str = "the judge and the evolver speak the upstream's API at rl.prm_url / rl.evolver_api_base (default: llm.*); there are no presets for them";
+const OPENROUTER: &str = "not sent to OpenRouter by this version (only openrouter.app_name is)";
+
+/// Accepted keys that do nothing in this version: key → why, and which work
+/// implements it (W2-D … W2-G are the issues of the RL wave).
+pub const INERT: &[(&str, &str)] = &[
+    (
+        "llm.auth_method",
+        "the original's sign-in for subscription (CLI) providers; metaclaw authenticates with llm.api_key or llm.api_key_env, and no planned work adds it",
+    ),
+    (
+        "llm.bedrock_region",
+        "AWS Bedrock is not supported (llm.provider: bedrock is refused at start), and no planned work adds it",
+    ),
+    (
+        "skills.evolution_every_n_turns",
+        "metaclaw evolves skills when a session ends (skills.auto_evolve), not every N turns",
+    ),
+    ("rl.enabled", SERVE),
+    (
+        "rl.backend",
+        "the training service is the one at rl.tinker_base_url, with W2-D (the Tinker bridge)",
+    ),
+    ("rl.model", TINKER),
+    ("rl.tinker_api_key", TINKER),
+    (
+        "rl.api_key",
+        "the original's key for other training backends; W2-D (the Tinker bridge) uses rl.tinker_api_key",
+    ),
+    (
+        "rl.base_url",
+        "the original's URL for other training backends; W2-D (the Tinker bridge) uses rl.tinker_base_url",
+    ),
+    ("rl.tinker_base_url", TINKER),
+    ("rl.prm_provider", PROVIDER),
+    ("rl.lora_rank", TINKER),
+    ("rl.batch_size", TRAIN),
+    ("rl.learning_rate", TRAIN),
+    ("rl.loss_fn", TRAIN),
+    (
+        "rl.resume_from_ckpt",
+        "checkpoints arrive with W2-D (the Tinker bridge) and W2-F (RL training side)",
+    ),
+    (
+        "rl.manual_train_trigger",
+        "`metaclaw train step` arrives with W2-F (RL training side)",
+    ),
+    ("rl.evolver_provider", PROVIDER),
+    ("opd.enabled", OPD),
+    ("opd.teacher_url", OPD),
+    ("opd.teacher_model", OPD),
+    ("opd.teacher_api_key", OPD),
+    ("opd.kl_penalty_coef", OPD),
+    ("scheduler.enabled", SCHEDULER),
+    ("scheduler.idle_threshold_minutes", SCHEDULER),
+    ("scheduler.sleep_start", SCHEDULER),
+    ("scheduler.sleep_end", SCHEDULER),
+    ("scheduler.min_window_minutes", SCHEDULER),
+    ("scheduler.calendar.enabled", SCHEDULER),
+    ("scheduler.calendar.credentials_path", GOOGLE_CALENDAR),
+    ("scheduler.calendar.token_path", GOOGLE_CALENDAR),
+    ("memory.enabled", MEMORY),
+    ("memory.dir", MEMORY),
+    ("memory.store_path", MEMORY),
+    ("memory.policy_path", MEMORY),
+    ("memory.telemetry_path", MEMORY),
+    ("memory.scope", MEMORY),
+    ("memory.retrieval_mode", MEMORY),
+    ("memory.use_embeddings", MEMORY),
+    ("memory.embedding_mode", MEMORY),
+    ("memory.embedding_model", MEMORY),
+    ("memory.max_injected_units", MEMORY),
+    ("memory.max_injected_tokens", MEMORY),
+    ("memory.auto_extract", MEMORY),
+    ("memory.auto_consolidate", MEMORY),
+    ("memory.ignore_turn_type", MEMORY),
+    ("memory.manual_trigger", MEMORY),
+    ("memory.auto_upgrade_enabled", MEMORY),
+    ("memory.auto_upgrade_interval_seconds", MEMORY),
+    ("memory.auto_upgrade_require_review", MEMORY),
+    ("memory.review_stale_after_hours", MEMORY),
+    ("memory.sidecar_url", MEMORY),
+    (
+        "wechat.enabled",
+        "the WeChat bridge is not part of metaclaw, and no planned work adds it",
+    ),
+    ("openrouter.route", OPENROUTER),
+    (
+        "openrouter.fallback_models",
+        "not sent to OpenRouter by this version; llm.fallbacks tries other upstreams",
+    ),
+    ("openrouter.data_policy", OPENROUTER),
+];
+
+/// The keys the running product reads (grep the field to see where). `mode`
+/// is read too, but only `skills_only` is implemented: see [`mode_warning`].
+pub const IMPLEMENTED: &[&str] = &[
+    "mode",
+    "claw_type",
+    "max_context_tokens",
+    "context_window",
+    "configure_openclaw",
+    // The upstream (proxy::upstream; the judge and evolver default to it).
+    "llm.provider",
+    "llm.model_id",
+    "llm.api_base",
+    "llm.api_key",
+    "llm.api_key_env",
+    "llm.force_model",
+    "llm.api_format",
+    "llm.fallbacks",
+    // The listener and its limits (daemon, server, proxy).
+    "proxy.port",
+    "proxy.host",
+    "proxy.api_key",
+    "proxy.allowed_hosts",
+    "proxy.allowed_origins",
+    "proxy.max_body_mb",
+    "proxy.timeouts.connect",
+    "proxy.timeouts.first_byte",
+    "proxy.timeouts.between_chunks",
+    "proxy.timeouts.client_body",
+    "proxy.timeouts.client_header",
+    "proxy.shutdown_grace",
+    // Skills and retrieval (skills, embeddings).
+    "skills.enabled",
+    "skills.dir",
+    "skills.install_builtin",
+    "skills.retrieval_mode",
+    "skills.top_k",
+    "skills.task_specific_top_k",
+    "skills.auto_evolve",
+    "skills.embedding_backend",
+    "skills.embedding_model_path",
+    "skills.embedding_api_base",
+    "skills.embedding_api_key",
+    "skills.embedding_model",
+    "skills.min_relevance",
+    "skills.min_relative_relevance",
+    "skills.component_threshold",
+    // The judge and the evolver (learn::llm).
+    "rl.prm_url",
+    "rl.prm_model",
+    "rl.prm_api_key",
+    "rl.prm_m",
+    "rl.evolver_api_base",
+    "rl.evolver_api_key",
+    "rl.evolver_model",
+    "openrouter.app_name",
+    "sessions.idle_timeout",
+    "store.path",
+    "store.commit_interval",
+    "store.queue_capacity",
+    "log.level",
+    "log.max_mb",
+    "log.keep",
+    // The plugin host (plugins::registry).
+    "plugins.dir",
+    "plugins.builtin_dir",
+    "plugins.builtin",
+    "plugins.retriever",
+    "plugins.scorers",
+    "plugins.evolvers",
+    "plugins.skills",
+    "plugins.grants",
+    "plugins.overrides",
+    "plugins.timeouts.retriever",
+    "plugins.timeouts.scorer",
+    "plugins.timeouts.evolver",
+    "plugins.timeouts.skill",
+    "plugins.timeouts.index",
+    "plugins.timeouts.load",
+    "plugins.memory_mb",
+    "plugins.max_failures",
+    "plugins.pool_size",
+    "plugins.watch_interval",
+    "plugins.max_file_mb",
+    "plugins.max_call_mb",
+    "plugins.threads",
+    // Learning from ended sessions (learn).
+    "learning.enabled",
+    "learning.concurrency",
+    "learning.judge",
+    "learning.judge_temperature",
+    "learning.llm_timeout",
+    "learning.max_drafts",
+    "learning.transcript_chars",
+    "learning.reward.combine",
+    "learning.reward.judge_weight",
+    "learning.reward.scorer_weights",
+];
+
+/// Why `key` does nothing in this version; `None` for a key that works.
+pub fn why_inert(key: &str) -> Option<&'static str> {
+    INERT.iter().find(|(k, _)| *k == key).map(|(_, why)| *why)
+}
+
+/// `mode: rl` and `auto` are accepted; what metaclaw does instead.
+pub fn mode_warning(mode: &Mode) -> Option<String> {
+    let later = match mode {
+        Mode::SkillsOnly => return None,
+        Mode::Rl => "serving from the trained model arrives with W2-E, training with W2-F",
+        Mode::Auto => {
+            "serving from the trained model arrives with W2-E, training with W2-F, and the idle-time scheduler of auto with W2-G"
+        }
+    };
+    Some(format!(
+        "`mode: {}` is not implemented in this version: metaclaw serves from llm with skills and learning from sessions, as in skills_only ({later})",
+        mode.as_str()
+    ))
+}
+
+/// Sets the mode for this run (`start --mode`), with the warning that goes
+/// with it in place of the config's.
+pub fn override_mode(loaded: &mut Loaded, mode: Mode) {
+    if let Some(old) = mode_warning(&loaded.config.mode) {
+        loaded.warnings.retain(|w| *w != old);
+    }
+    loaded.warnings.extend(mode_warning(&mode));
+    loaded.config.mode = mode;
+}
+
+/// What `config set KEY VALUE` says after writing a key that does nothing.
+pub fn note_on_set(key: &str, value: &Value) -> Option<String> {
+    if key == "mode" {
+        let mode: Mode = serde_json::from_value(value.clone()).ok()?;
+        return mode_warning(&mode);
+    }
+    why_inert(key).map(|why| {
+        format!("{key} is not implemented in this version, so it does nothing yet: {why}")
+    })
+}
+
+/// One warning per inert key the file (`raw`) or the environment
+/// (`secret_sources`: key → variable) sets, and one for an unimplemented
+/// mode.
+pub(super) fn warnings(
+    raw: &Value,
+    config: &Config,
+    secret_sources: &BTreeMap<String, String>,
+    path: &Path,
+) -> Vec<String> {
+    let mut out = Vec::new();
+    out.extend(mode_warning(&config.mode));
+    for (key, why) in INERT {
+        let by = match secret_sources.get(*key) {
+            Some(var) => format!("by ${var}"),
+            None if get_path(raw, key).is_some_and(asks) => format!("in {}", path.display()),
+            None => continue,
+        };
+        out.push(format!(
+            "`{key}` is set {by} but is not implemented in this version, so it does nothing: {why}"
+        ));
+    }
+    out
+}
+
+/// Whether a value asks for something: `null`, `""`, `[]`, `{}` and `false`
+/// ask for what happens anyway.
+fn asks(value: &Value) -> bool {
+    match value {
+        Value::Null | Value::Bool(false) => false,
+        Value::String(s) => !s.trim().is_empty(),
+        Value::Array(a) => !a.is_empty(),
+        Value::Object(o) => !o.is_empty(),
+        _ => true,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeSet;
+
+    use super::*;
+    use crate::config::keys::OPEN_MAPS;
+    use crate::config::{known_keys, load_with_env};
+
+    /// A key added to the schema must be declared: read by the product, or
+    /// accepted and inert (and then warned about).
+    #[test]
+    fn every_key_is_implemented_or_listed_as_inert() {
+        let mut schema: BTreeSet<String> = known_keys().into_iter().collect();
+        schema.extend(OPEN_MAPS.iter().map(|k| k.to_string()));
+        let inert: BTreeSet<String> = INERT.iter().map(|(k, _)| k.to_string()).collect();
+        let implemented: BTreeSet<String> = IMPLEMENTED.iter().map(|k| k.to_string()).collect();
+        assert_eq!(inert.len(), INERT.len(), "a key is listed twice in INERT");
+        assert_eq!(
+            implemented.len(),
+            IMPLEMENTED.len(),
+            "a key is listed twice in IMPLEMENTED"
+        );
+        let undeclared: Vec<_> = schema
+            .iter()
+            .filter(|k| !inert.contains(*k) && !implemented.contains(*k))
+            .collect();
+        assert!(
+            undeclared.is_empty(),
+            "config keys neither in IMPLEMENTED nor in INERT (host/src/config/inert.rs): {undeclared:?}. \
+             Add each to IMPLEMENTED if the product reads it, or to INERT with why it does nothing \
+             and which work implements it (and to the README's list of inert keys)"
+        );
+        let both: Vec<_> = inert.intersection(&implemented).collect();
+        assert!(
+            both.is_empty(),
+            "config keys both in IMPLEMENTED and in INERT (host/src/config/inert.rs): {both:?}; keep each in one"
+        );
+        let stale: Vec<_> = inert
+            .union(&implemented)
+            .filter(|k| !schema.contains(*k))
+            .collect();
+        assert!(
+            stale.is_empty(),
+            "INERT or IMPLEMENTED (host/src/config/inert.rs) names keys the schema does not have: {stale:?}; remove them"
+        );
+    }
+
+    #[test]
+    fn keys_set_in_the_file_or_the_environment_are_warned_about_once_each() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("config.yaml");
+        std::fs::write(
+            &path,
+            "mode: madmax\nrl:\n  lora_rank: 16\n  enabled: false\n  resume_from_ckpt: ''\n  prm_model: judge\nscheduler:\n  calendar:\n    enabled: true\nmemory:\n  scope: team\nopd: {}\n",
+        )
+        .unwrap();
+        let env = |var: &str| (var == "TINKER_API_KEY").then(|| "tk-secret-1".to_string());
+        let loaded = load_with_env(&path, &env).unwrap();
+        let text = loaded.warnings.join("\n");
+        let about = |key: &str| {
+            loaded
+                .warnings
+                .iter()
+                .filter(|w| w.starts_with(&format!("`{key}` is set")))
+                .count()
+        };
+        for key in [
+            "rl.lora_rank",
+            "scheduler.calendar.enabled",
+            "memory.scope",
+            "rl.tinker_api_key",
+        ] {
+            assert_eq!(about(key), 1, "{key}: {text}");
+        }
+        assert!(
+            text.contains("`rl.lora_rank` is set in ")
+                && text.contains("not implemented in this version")
+                && text.contains("W2-D"),
+            "{text}"
+        );
+        assert!(
+            text.contains("`rl.tinker_api_key` is set by $TINKER_API_KEY"),
+            "{text}"
+        );
+        // Unset, empty, false, defaulted, or implemented: nothing.
+        for key in [
+            "rl.enabled",
+            "rl.resume_from_ckpt",
+            "rl.prm_model",
+            "rl.batch_size",
+            "opd.enabled",
+        ] {
+            assert_eq!(about(key), 0, "{key}: {text}");
+        }
+        assert!(!text.contains("tk-secret-1"), "{text}");
+        // The mode, with what metaclaw does instead.
+        assert!(
+            text.contains("`mode: auto` is not implemented in this version")
+                && text.contains("as in skills_only"),
+            "{text}"
+        );
+        assert_eq!(loaded.warnings.len(), 5, "{text}");
+
+        // Nothing set: nothing said.
+        std::fs::write(&path, "llm:\n  model_id: m\n").unwrap();
+        assert!(load_with_env(&path, &|_| None).unwrap().warnings.is_empty());
+    }
+
+    #[test]
+    fn a_mode_given_for_one_run_replaces_the_configs_warning() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("config.yaml");
+        std::fs::write(&path, "mode: rl\n").unwrap();
+        let mut loaded = load_with_env(&path, &|_| None).unwrap();
+        assert_eq!(loaded.warnings.len(), 1);
+        override_mode(&mut loaded, Mode::SkillsOnly);
+        assert!(loaded.warnings.is_empty(), "{:?}", loaded.warnings);
+        override_mode(&mut loaded, Mode::Auto);
+        assert_eq!(loaded.config.mode, Mode::Auto);
+        assert!(loaded.warnings[0].contains("`mode: auto`"));
+    }
+
+    #[test]
+    fn setting_an_inert_key_says_so() {
+        let note = note_on_set("opd.teacher_url", &Value::from("http://t/v1")).unwrap();
+        assert!(
+            note.contains("opd.teacher_url") && note.contains("W2-F"),
+            "{note}"
+        );
+        assert!(note_on_set("proxy.port", &Value::from(1)).is_none());
+        assert!(
+            note_on_set("mode", &Value::from("rl"))
+                .unwrap()
+                .contains("`mode: rl`")
+        );
+        assert!(note_on_set("mode", &Value::from("skills_only")).is_none());
+    }
+}

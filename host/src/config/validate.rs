@@ -1,0 +1,157 @@
+//! What the types cannot check: URLs, the bind address, limits. (Plugin
+//! names, grants, hosts, origins and modes are typed: a bad one fails to
+//! parse, naming its key.)
+
+use super::{Config, ConfigError, parse_host};
+
+/// Checks a parsed config; the error names the key to fix.
+pub fn validate(config: &Config) -> Result<(), ConfigError> {
+    let invalid = |key: &str, message: String| ConfigError::Invalid {
+        key: key.into(),
+        message,
+    };
+    // Base URLs stay strings (an empty one means "the default", and the
+    // code joins paths to them as text) but must be http(s) URLs.
+    http_url("llm.api_base", &config.llm.api_base, true)?;
+    for (i, fallback) in config.llm.fallbacks.iter().enumerate() {
+        http_url(
+            &format!("llm.fallbacks[{i}].api_base"),
+            &fallback.api_base,
+            false,
+        )?;
+    }
+    if let Some(base) = &config.skills.embedding_api_base {
+        http_url("skills.embedding_api_base", base, false)?;
+    }
+    http_url("rl.prm_url", &config.rl.prm_url, true)?;
+    http_url("rl.evolver_api_base", &config.rl.evolver_api_base, true)?;
+    if parse_host(&config.proxy.host).is_none() {
+        return Err(invalid(
+            "proxy.host",
+            format!(
+                "{:?} is not an IP address (use 127.0.0.1 or ::1)",
+                config.proxy.host
+            ),
+        ));
+    }
+    if !(1..=65536).contains(&config.log.max_mb) {
+        return Err(invalid("log.max_mb", "must be between 1 and 65536".into()));
+    }
+    if config.log.keep > 100 {
+        return Err(invalid("log.keep", "at most 100 rotated files".into()));
+    }
+    if config.proxy.max_body_mb == 0 || config.proxy.max_body_mb > 4096 {
+        return Err(invalid(
+            "proxy.max_body_mb",
+            "must be between 1 and 4096".into(),
+        ));
+    }
+    let t = &config.proxy.timeouts;
+    for (key, d) in [
+        ("proxy.timeouts.connect", t.connect),
+        ("proxy.timeouts.first_byte", t.first_byte),
+        ("proxy.timeouts.between_chunks", t.between_chunks),
+        ("proxy.timeouts.client_body", t.client_body),
+        ("proxy.timeouts.client_header", t.client_header),
+        ("sessions.idle_timeout", config.sessions.idle_timeout),
+    ] {
+        if d.get().is_zero() {
+            return Err(invalid(key, "must be longer than zero".into()));
+        }
+    }
+    for (key, d) in [
+        (
+            "plugins.timeouts.retriever",
+            config.plugins.timeouts.retriever,
+        ),
+        ("plugins.timeouts.scorer", config.plugins.timeouts.scorer),
+        ("plugins.timeouts.evolver", config.plugins.timeouts.evolver),
+        ("plugins.timeouts.skill", config.plugins.timeouts.skill),
+        ("plugins.timeouts.index", config.plugins.timeouts.index),
+        ("plugins.timeouts.load", config.plugins.timeouts.load),
+        ("plugins.watch_interval", config.plugins.watch_interval),
+    ] {
+        if d.get().is_zero() || d.get() > std::time::Duration::from_secs(600) {
+            return Err(invalid(key, "must be between 1ms and 10m".into()));
+        }
+    }
+    if !(1..=4096).contains(&config.plugins.memory_mb) {
+        return Err(invalid(
+            "plugins.memory_mb",
+            "must be between 1 and 4096".into(),
+        ));
+    }
+    for (key, max, value) in [
+        ("plugins.max_file_mb", 4096, config.plugins.max_file_mb),
+        ("plugins.max_call_mb", 1024, config.plugins.max_call_mb),
+    ] {
+        if !(1..=max).contains(&value) {
+            return Err(invalid(key, format!("must be between 1 and {max}")));
+        }
+    }
+    let learning = &config.learning;
+    if !(1..=64).contains(&learning.concurrency) {
+        return Err(invalid(
+            "learning.concurrency",
+            "must be between 1 and 64".into(),
+        ));
+    }
+    if !(1..=20).contains(&learning.max_drafts) {
+        return Err(invalid(
+            "learning.max_drafts",
+            "must be between 1 and 20".into(),
+        ));
+    }
+    if !(1_000..=1_000_000).contains(&learning.transcript_chars) {
+        return Err(invalid(
+            "learning.transcript_chars",
+            "must be between 1000 and 1000000".into(),
+        ));
+    }
+    if !(0.0..=2.0).contains(&learning.judge_temperature) {
+        return Err(invalid(
+            "learning.judge_temperature",
+            "must be between 0 and 2".into(),
+        ));
+    }
+    if learning.llm_timeout.get().is_zero() {
+        return Err(invalid(
+            "learning.llm_timeout",
+            "must be longer than zero".into(),
+        ));
+    }
+    if config.rl.prm_m > 15 {
+        return Err(invalid("rl.prm_m", "at most 15 votes per turn".into()));
+    }
+    if config.store.queue_capacity < 16 {
+        return Err(invalid(
+            "store.queue_capacity",
+            "must be at least 16".into(),
+        ));
+    }
+    if let Some(key) = &config.proxy.api_key
+        && key.len() < 8
+    {
+        return Err(invalid(
+            "proxy.api_key",
+            "must be at least 8 characters".into(),
+        ));
+    }
+    Ok(())
+}
+
+/// `text` is an http(s) URL with a host; empty is fine where `may_be_empty`
+/// (the key then defaults to another).
+fn http_url(key: &str, text: &str, may_be_empty: bool) -> Result<(), ConfigError> {
+    let text = text.trim();
+    if may_be_empty && text.is_empty() {
+        return Ok(());
+    }
+    match reqwest::Url::parse(text) {
+        Ok(url) if matches!(url.scheme(), "http" | "https") && url.host().is_some() => Ok(()),
+        _ => Err(ConfigError::Invalid {
+            key: key.into(),
+            message: format!("{text:?} is not an http(s) URL (example: https://api.openai.com/v1)"),
+        }),
+    }
+}
