@@ -241,3 +241,47 @@ async fn errors_come_back_in_the_clients_shape_and_are_recorded() {
     assert_eq!(turns[0].http_status, Some(500));
     p.handle.shutdown().await;
 }
+
+#[tokio::test]
+async fn an_agents_resend_after_a_failure_is_an_attempt_of_the_same_turn() {
+    let p = product("").await;
+    // `flaky` fails every other call, the first one first: the agent gets
+    // a 503 and sends the same request again, as OpenClaw does.
+    let first = p
+        .post("/v1/chat/completions", "s-retry", chat("flaky", false))
+        .await;
+    assert_eq!(first.status(), StatusCode::SERVICE_UNAVAILABLE);
+    let again = p
+        .post("/v1/chat/completions", "s-retry", chat("flaky", false))
+        .await;
+    assert_eq!(again.status(), StatusCode::OK);
+
+    let turns = p.turns("s-retry").await;
+    assert_eq!(turns.len(), 2, "{turns:?}");
+    // The failed attempt is kept but no learning reads it: only main turns
+    // are judged and scored, and the session counts one turn.
+    assert_eq!(
+        (turns[0].turn_type.as_str(), turns[0].attempt),
+        ("retried", 1)
+    );
+    assert_eq!((turns[1].turn_type.as_str(), turns[1].attempt), ("main", 2));
+    assert_eq!(turns[1].retry_of.as_deref(), Some(turns[0].id.as_str()));
+    let conn = metaclaw::store::open_read_only(p.handle.app().proxy.store.path()).unwrap();
+    let session = metaclaw::store::session_detail(&conn, "s-retry")
+        .unwrap()
+        .unwrap();
+    assert_eq!(session.main_turns, 1, "{session:?}");
+
+    // The next request of the conversation is a new turn.
+    let mut next = chat("echo", false);
+    next["messages"] = json!([
+        {"role": "user", "content": "hello there"},
+        {"role": "assistant", "content": "hello there"},
+        {"role": "user", "content": "and now?"},
+    ]);
+    let response = p.post("/v1/chat/completions", "s-retry", next).await;
+    assert_eq!(response.status(), StatusCode::OK);
+    let turns = p.turns("s-retry").await;
+    assert_eq!((turns[2].turn_type.as_str(), turns[2].attempt), ("main", 1));
+    p.handle.shutdown().await;
+}

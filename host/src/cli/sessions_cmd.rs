@@ -190,6 +190,12 @@ fn print_session(s: &SessionRow, turns: &[TurnRow], learned: &Learned) {
             t.model.as_deref().unwrap_or("-"),
             timing,
         );
+        if let Some(first) = &t.retry_of {
+            say!(
+                "     attempt {} of the turn first sent as {first} (a resend after a failure)",
+                t.attempt
+            );
+        }
         if let Some(user) = &t.user {
             say!("     user:      {user}");
         }

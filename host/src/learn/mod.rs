@@ -103,6 +103,14 @@ impl Scoring {
         if turn.turn_type != "main" {
             return;
         }
+        if turn.retry {
+            // The attempt it retries is superseded: scoring it with its
+            // own resend as "what happened next" would read the agent's
+            // retry as the user repeating themselves.
+            self.pending
+                .insert(turn.session_id.clone(), turn.turn_id.clone());
+            return;
+        }
         let previous = match self
             .pending
             .insert(turn.session_id.clone(), turn.turn_id.clone())

@@ -36,7 +36,7 @@ use super::{Limits, Proxy, anthropic, responses};
 use crate::clock::now_ms;
 use crate::config::ApiFormat;
 use crate::error::ApiError;
-use crate::sessions::{EndReason, Hints, TurnType, openclaw};
+use crate::sessions::{Attempt, EndReason, Hints, TurnType, openclaw};
 use crate::skills::{Query, Skills, inject};
 use crate::store::{Admission, Capture, SessionInfo, SessionSource, TurnRecord, TurnStatus};
 
@@ -142,9 +142,21 @@ async fn turn(
     let (chat_body, upstream_model) = match upstream_body(&body, &request, &proxy.upstream) {
         Ok(b) => b,
         Err(e) => {
-            proxy.sessions.finished(&session, turn_type);
+            proxy.sessions.finished(&session, turn_type, "", false);
             return Err(e);
         }
+    };
+    // A resend of a main turn whose answer failed is that turn again.
+    let attempt = match turn_type {
+        TurnType::Main => {
+            let key = Attempt::key(
+                request.model.as_deref(),
+                request.message_count,
+                request.last_user_text.as_deref(),
+            );
+            proxy.sessions.attempt(&session, key, &id)
+        }
+        TurnType::Side => Attempt::FIRST,
     };
     // From here on the turn is tracked: if the client goes away at any
     // await below, dropping `ctx` records it and releases its session.
@@ -152,6 +164,7 @@ async fn turn(
         proxy: proxy.clone(),
         id,
         span,
+        attempt,
         session,
         turn_type,
         front,
@@ -620,6 +633,7 @@ struct TurnCtx {
     /// The turn's span, entered again wherever the turn goes on after its
     /// handler returned (the streamed answer).
     span: tracing::Span,
+    attempt: Attempt,
     session: SessionInfo,
     turn_type: TurnType,
     front: Front,
@@ -689,8 +703,12 @@ impl TurnCtx {
             }
         }
         let ms = |d: Duration| d.as_secs_f64() * 1000.0;
+        let id = std::mem::take(&mut self.id);
+        let failed = status != TurnStatus::Ok;
         let record = TurnRecord {
-            id: std::mem::take(&mut self.id),
+            id: id.clone(),
+            attempt: self.attempt.number,
+            retry_of: self.attempt.retry_of.take(),
             session: self.session.clone(),
             turn_type: self.turn_type.as_str(),
             api: self.front.api(),
@@ -713,7 +731,9 @@ impl TurnCtx {
             injected_skills: self.injected.take(),
         };
         self.proxy.store.record(record, self.admission.take());
-        self.proxy.sessions.finished(&self.session, self.turn_type);
+        self.proxy
+            .sessions
+            .finished(&self.session, self.turn_type, &id, failed);
         if self.done_after {
             let _ = self
                 .proxy

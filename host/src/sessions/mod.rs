@@ -106,8 +106,49 @@ struct Live {
     last_activity: Instant,
     last_message_count: u32,
     in_flight: u32,
+    /// The session's latest main turn, to tell a retry from a new turn.
+    last_main: Option<LastMain>,
     /// Whether windows are detected by history shrinking (no explicit N).
     shrink_windows: bool,
+}
+
+/// The latest main turn of a live session.
+struct LastMain {
+    /// [`Attempt::key`] of its request.
+    key: u64,
+    /// Its id, and the id of the turn's first attempt.
+    id: Arc<str>,
+    first: Arc<str>,
+    number: u32,
+    /// It ended without an answer (an error, a cut stream).
+    failed: bool,
+}
+
+/// Which attempt of a turn a main turn is: agents re-send a request whose
+/// answer failed (OpenClaw up to 8 times over ~2 minutes after a 500), and
+/// each resend is the same turn again, not the user speaking again.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Attempt {
+    /// 1 for a new turn.
+    pub number: u32,
+    /// The first attempt's turn id, for a retry.
+    pub retry_of: Option<Arc<str>>,
+}
+
+impl Attempt {
+    pub const FIRST: Self = Self {
+        number: 1,
+        retry_of: None,
+    };
+
+    /// What makes two requests of a session the same request: the model,
+    /// how many messages the conversation has and the user's last words.
+    pub fn key(model: Option<&str>, message_count: u32, last_user_text: Option<&str>) -> u64 {
+        use std::hash::{Hash, Hasher};
+        let mut h = std::collections::hash_map::DefaultHasher::new();
+        (model, message_count, last_user_text).hash(&mut h);
+        h.finish()
+    }
 }
 
 pub struct Tracker {
@@ -172,6 +213,7 @@ impl Tracker {
                         last_activity,
                         last_message_count: s.last_message_count,
                         in_flight: 0,
+                        last_main: None,
                     },
                 );
             }
@@ -217,6 +259,7 @@ impl Tracker {
                         last_activity: now,
                         last_message_count: count,
                         in_flight: 0,
+                        last_main: None,
                         shrink_windows: window.is_none()
                             && matches!(
                                 source,
@@ -263,15 +306,56 @@ impl Tracker {
         info
     }
 
-    /// A turn of `session` is over. Main turns restart the idle clock at
-    /// their end, so a long answer does not count as silence.
-    pub fn finished(&self, session: &SessionInfo, turn_type: TurnType) {
+    /// Which attempt main turn `turn_id` of `session` is: a retry when the
+    /// session's previous main turn was the same request (`key`, see
+    /// [`Attempt::key`]) and failed.
+    pub fn attempt(&self, session: &SessionInfo, key: u64, turn_id: &str) -> Attempt {
+        let Ok(mut live) = self.live.lock() else {
+            return Attempt::FIRST;
+        };
+        let Some(entry) = live
+            .get_mut(&session.base_key)
+            .filter(|e| e.current.id == session.id)
+        else {
+            return Attempt::FIRST;
+        };
+        let id: Arc<str> = turn_id.into();
+        let attempt = match &entry.last_main {
+            Some(last) if last.key == key && last.failed => Attempt {
+                number: last.number + 1,
+                retry_of: Some(last.first.clone()),
+            },
+            _ => Attempt::FIRST,
+        };
+        entry.last_main = Some(LastMain {
+            key,
+            first: attempt.retry_of.clone().unwrap_or_else(|| id.clone()),
+            id,
+            number: attempt.number,
+            failed: false,
+        });
+        attempt
+    }
+
+    /// Turn `turn_id` of `session` is over, answered or `failed`. Main turns
+    /// restart the idle clock at their end, so a long answer does not count
+    /// as silence.
+    pub fn finished(
+        &self,
+        session: &SessionInfo,
+        turn_type: TurnType,
+        turn_id: &str,
+        failed: bool,
+    ) {
         if let Ok(mut live) = self.live.lock()
             && let Some(entry) = live.get_mut(&session.base_key)
         {
             entry.in_flight = entry.in_flight.saturating_sub(1);
             if turn_type == TurnType::Main && entry.current.id == session.id {
                 entry.last_activity = Instant::now();
+            }
+            if let Some(last) = entry.last_main.as_mut().filter(|l| &*l.id == turn_id) {
+                last.failed = failed;
             }
         }
     }
@@ -543,6 +627,31 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn a_resend_of_a_failed_request_is_an_attempt_of_the_same_turn() {
+        let dir = tempfile::tempdir().unwrap();
+        let (t, _s) = tracker(&dir, Duration::from_secs(60));
+        let s = t.resolve(&hints(Some("retry:0"), None, 3), TurnType::Main);
+        let key = Attempt::key(Some("m"), 3, Some("fix the build"));
+        assert_eq!(t.attempt(&s, key, "t1"), Attempt::FIRST);
+        t.finished(&s, TurnType::Main, "t1", true);
+        // The same request again, twice, after failures: attempts 2 and 3
+        // of turn t1.
+        let s = t.resolve(&hints(Some("retry:0"), None, 3), TurnType::Main);
+        let second = t.attempt(&s, key, "t2");
+        assert_eq!((second.number, second.retry_of.as_deref()), (2, Some("t1")));
+        t.finished(&s, TurnType::Main, "t2", true);
+        let third = t.attempt(&s, key, "t3");
+        assert_eq!((third.number, third.retry_of.as_deref()), (3, Some("t1")));
+        t.finished(&s, TurnType::Main, "t3", false);
+        // Answered: the same words again are the user asking again.
+        assert_eq!(t.attempt(&s, key, "t4"), Attempt::FIRST);
+        t.finished(&s, TurnType::Main, "t4", true);
+        // A different request after a failure is a new turn.
+        let other = Attempt::key(Some("m"), 5, Some("fix the build"));
+        assert_eq!(t.attempt(&s, other, "t5"), Attempt::FIRST);
+    }
+
+    #[tokio::test]
     async fn idle_sessions_end_but_not_while_a_turn_is_in_flight() {
         let dir = tempfile::tempdir().unwrap();
         let (t, _s) = tracker(&dir, Duration::from_millis(50));
@@ -551,7 +660,7 @@ mod tests {
         tokio::time::sleep(Duration::from_millis(80)).await;
         t.sweep_idle();
         assert_eq!(t.active_count(), 1, "in flight: not idle");
-        t.finished(&s, TurnType::Main);
+        t.finished(&s, TurnType::Main, "", false);
         tokio::time::sleep(Duration::from_millis(80)).await;
         t.sweep_idle();
         assert_eq!(t.active_count(), 0);
@@ -563,10 +672,10 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let (t, _s) = tracker(&dir, Duration::from_millis(60));
         let s = t.resolve(&hints(Some("hb:0"), None, 1), TurnType::Main);
-        t.finished(&s, TurnType::Main);
+        t.finished(&s, TurnType::Main, "", false);
         tokio::time::sleep(Duration::from_millis(40)).await;
         let side = t.resolve(&hints(Some("hb:0"), None, 2), TurnType::Side);
-        t.finished(&side, TurnType::Side);
+        t.finished(&side, TurnType::Side, "", false);
         tokio::time::sleep(Duration::from_millis(40)).await;
         t.sweep_idle();
         assert_eq!(t.active_count(), 0);
@@ -577,7 +686,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let (t, store) = tracker(&dir, Duration::from_secs(60));
         let s = t.resolve(&hints(Some("e:0"), None, 1), TurnType::Main);
-        t.finished(&s, TurnType::Main);
+        t.finished(&s, TurnType::Main, "", false);
         assert_eq!(t.end("e", EndReason::Api), EndOutcome::Ended);
         store.flush().await;
         assert_eq!(t.end("e", EndReason::Api), EndOutcome::AlreadyEnded);

@@ -100,6 +100,11 @@ pub enum Capture {
 #[derive(Debug)]
 pub struct TurnRecord {
     pub id: String,
+    /// Which attempt of its turn this is (1: a new turn).
+    pub attempt: u32,
+    /// For a retry: the first attempt's id. The earlier attempts are then
+    /// recorded as `retried`, which no learning reads.
+    pub retry_of: Option<Arc<str>>,
     pub session: SessionInfo,
     pub turn_type: &'static str,
     pub api: &'static str,
@@ -138,6 +143,8 @@ pub struct Recorded {
     pub session_id: Arc<str>,
     pub turn_type: &'static str,
     pub seq: i64,
+    /// A retry of the session's previous main turn (which it supersedes).
+    pub retry: bool,
 }
 
 enum Op {

@@ -153,13 +153,17 @@ pub struct TurnRow {
     pub injected_skills: Option<Value>,
     /// The judge's and the scorers' rewards combined (`learning.reward`).
     pub reward: Option<f64>,
+    /// Which attempt of its turn this is; a retry names the first attempt.
+    pub attempt: u32,
+    pub retry_of: Option<String>,
 }
 
 pub fn session_turns(conn: &Connection, session_id: &str) -> rusqlite::Result<Vec<TurnRow>> {
     conn.prepare(
         "SELECT id, seq, turn_type, api, model, upstream_model, stream, status, http_status, error,
                 user_summary, response_summary, usage, started_at_ms, finished_at_ms, total_ms, upstream_ms,
-                ttft_ms, response, request_params, request_messages, injected_skills, reward
+                ttft_ms, response, request_params, request_messages, injected_skills, reward,
+                attempt, retry_of
          FROM turns WHERE session_id = ?1 ORDER BY seq",
     )?
     .query_map(params![session_id], |row| {
@@ -194,6 +198,8 @@ pub fn session_turns(conn: &Connection, session_id: &str) -> rusqlite::Result<Ve
                 .unwrap_or_default(),
             injected_skills: json(21)?,
             reward: row.get(22)?,
+            attempt: row.get(23)?,
+            retry_of: row.get(24)?,
         })
     })?
     .collect()

@@ -200,6 +200,13 @@ const MIGRATIONS: &[&str] = &[
     ALTER TABLE evolved_drafts ADD COLUMN reviewed_ms INTEGER;
     CREATE INDEX evolved_drafts_pending ON evolved_drafts(id) WHERE outcome = 'pending-review';
     "#,
+    // 7: attempts. An agent's resend of a request whose answer failed is an
+    // attempt of the same turn: it names the first attempt (`retry_of`),
+    // and the attempts it supersedes get turn_type `retried`.
+    r#"
+    ALTER TABLE turns ADD COLUMN attempt INTEGER NOT NULL DEFAULT 1;
+    ALTER TABLE turns ADD COLUMN retry_of TEXT;
+    "#,
 ];
 
 pub fn configure(conn: &Connection) -> rusqlite::Result<()> {

@@ -151,6 +151,7 @@ impl Writer {
                                     session_id: turn.session.id.clone(),
                                     turn_type: turn.turn_type,
                                     seq,
+                                    retry: turn.retry_of.is_some(),
                                 });
                             }
                         }
@@ -445,7 +446,15 @@ fn insert_turn(tx: &Transaction<'_>, t: &TurnRecord, p: &Prepared) -> rusqlite::
             stmt.execute(params![hash, json])?;
         }
     }
-    let main = i64::from(t.turn_type == "main");
+    // A retry is the same turn again: it replaces the attempts before it.
+    let main = i64::from(t.turn_type == "main" && t.retry_of.is_none());
+    if let Some(first) = &t.retry_of {
+        tx.prepare_cached(
+            "UPDATE turns SET turn_type = 'retried'
+             WHERE session_id = ?1 AND turn_type = 'main' AND (id = ?2 OR retry_of = ?2)",
+        )?
+        .execute(params![&*t.session.id, &**first])?;
+    }
     // A turn that started after its session ended reopens it (the agent came
     // back to the conversation); one still in flight at the end does not.
     let seq: i64 = tx.prepare_cached(
@@ -481,9 +490,9 @@ fn insert_turn(tx: &Transaction<'_>, t: &TurnRecord, p: &Prepared) -> rusqlite::
         "INSERT INTO turns (id, session_id, seq, turn_type, api, model, upstream_model, stream, status,
                             http_status, error, request_messages, tools_blob, request_params, response, usage,
                             user_summary, response_summary, started_at_ms, finished_at_ms, total_ms,
-                            upstream_ms, ttft_ms, injected_skills)
+                            upstream_ms, ttft_ms, injected_skills, attempt, retry_of)
          VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19, ?20,
-                 ?21, ?22, ?23, ?24)",
+                 ?21, ?22, ?23, ?24, ?25, ?26)",
     )?
     .execute(params![
         t.id,
@@ -510,6 +519,8 @@ fn insert_turn(tx: &Transaction<'_>, t: &TurnRecord, p: &Prepared) -> rusqlite::
         t.upstream_ms,
         t.ttft_ms,
         t.injected_skills,
+        t.attempt,
+        t.retry_of.as_deref(),
     ])?;
     Ok(seq)
 }
