@@ -25,13 +25,13 @@ use std::path::Path;
 
 use axum::http::StatusCode;
 use bytes::Bytes;
+use metaclaw_wire::dialect::{Chain, Transcode, encode};
+use metaclaw_wire::request::ChatRequest;
+use metaclaw_wire::sse::{SseEvent, SseParser, parse_all};
+use metaclaw_wire::{anthropic, assemble, openclaw, responses};
 use serde_json::{Value, json};
 
-use crate::proxy::dialect::{Chain, Transcode, encode};
-use crate::proxy::request::ChatRequest;
-use crate::proxy::sse::{SseEvent, SseParser, parse_all};
-use crate::proxy::{anthropic, assemble, responses};
-use crate::sessions::{TurnType, openclaw};
+use crate::sessions::TurnType;
 use crate::skills::inject::{self, Injected};
 use crate::skills::{Query, clean_query, skill};
 
@@ -182,7 +182,7 @@ fn chat_pipeline(body: &[u8]) -> Option<ChatRequest> {
             matches!(first["role"].as_str(), Some("system" | "developer")),
             "the block is not in a system message: {first}"
         );
-        let system = crate::proxy::dialect::blocks_text(&first["content"]);
+        let system = metaclaw_wire::dialect::blocks_text(&first["content"]);
         assert!(system.ends_with(&block), "the block is not at the end");
         let again = Query::from_chat_request(&spliced, "session", "model");
         assert_eq!(again.text, query.text);
@@ -203,8 +203,8 @@ fn whole_answers(value: &Value, raw: &[u8]) {
     let _ = responses::response_from_chat(value, value);
     let raw = Bytes::copy_from_slice(raw);
     for status in [StatusCode::BAD_REQUEST, StatusCode::TOO_MANY_REQUESTS] {
-        let _ = anthropic::error_to_openai(status, &raw);
-        let body = anthropic::error_from_openai(status, &raw);
+        let _ = anthropic::error_to_openai(status.as_u16(), &raw);
+        let body = anthropic::error_from_openai(status.as_u16(), &raw);
         assert!(serde_json::from_slice::<Value>(&body).is_ok());
     }
 }

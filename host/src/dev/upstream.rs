@@ -55,11 +55,11 @@ use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use futures_util::{Stream, StreamExt, stream};
+use metaclaw_wire::openclaw;
+use metaclaw_wire::request::value_text;
 use serde_json::{Value, json};
 
 use super::learning;
-use crate::proxy::request::value_text;
-use crate::sessions::openclaw;
 
 #[derive(Default)]
 pub struct Stats {
@@ -422,7 +422,7 @@ async fn anthropic_messages(
     headers: HeaderMap,
     body: Bytes,
 ) -> Response {
-    use crate::proxy::{anthropic, dialect, sse};
+    use metaclaw_wire::{anthropic, dialect, sse};
     dummy.stats.requests.fetch_add(1, Ordering::Relaxed);
     let Ok(request) = serde_json::from_slice::<Value>(&body) else {
         return error(StatusCode::BAD_REQUEST, "the body is not JSON");
@@ -449,7 +449,7 @@ async fn anthropic_messages(
                 header::CONTENT_TYPE,
                 HeaderValue::from_static("application/json"),
             )],
-            anthropic::error_from_openai(parts.status, &bytes),
+            anthropic::error_from_openai(parts.status.as_u16(), &bytes),
         )
             .into_response();
     }

@@ -1,9 +1,9 @@
 //! A recorded turn and its successor, as the `finished-turn` scorers see.
 
+use metaclaw_wire::request::value_text;
 use serde_json::Value;
 
 use crate::plugins::types::{FinishedTurn, Message, ToolCall};
-use crate::proxy::request::value_text;
 use crate::store::ScoringInput;
 
 /// `turn`'s request and answer, and its next state from `next`: the tool

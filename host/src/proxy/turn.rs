@@ -24,19 +24,19 @@ use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use bytes::Bytes;
 use futures_util::{Stream, StreamExt, stream::BoxStream};
+use metaclaw_wire::dialect::{Chain, Front, Transcode, encode};
+use metaclaw_wire::request::{CONTROL_FIELDS, ChatRequest, truthy};
+use metaclaw_wire::sse::SseParser;
+use metaclaw_wire::{anthropic, openclaw, responses};
 use serde_json::{Map, Value};
 use tokio::time::Sleep;
 
-use super::dialect::{Chain, Front, Transcode, encode};
-use super::request::{CONTROL_FIELDS, ChatRequest, truthy};
-use super::sse::SseParser;
 use super::upstream::{Upstream, forward_response_headers};
-use super::{anthropic, responses};
 use crate::app::{App, Limits, SharedApp};
 use crate::clock::now_ms;
 use crate::config::ApiFormat;
 use crate::error::ApiError;
-use crate::sessions::{EndReason, Hints, TurnType, openclaw};
+use crate::sessions::{EndReason, Hints, TurnType};
 use crate::skills::{Query, Skills, inject};
 use crate::store::{Admission, Capture, SessionInfo, SessionSource, TurnRecord, TurnStatus};
 
@@ -68,7 +68,7 @@ async fn serve(app: SharedApp, request: Request, front: Front) -> Response {
         Ok(response) => response,
         Err(e) => {
             app.metrics.errors.inc(&[e.kind()]);
-            let body = front.error_body(&e);
+            let body = e.body_for(front);
             e.into_response_with(body)
         }
     };
@@ -203,7 +203,7 @@ async fn turn(
             .unwrap_or_default();
         ctx.upstream_done = Some(Instant::now());
         let body = match format {
-            ApiFormat::Anthropic => anthropic::error_to_openai(status, &body),
+            ApiFormat::Anthropic => anthropic::error_to_openai(status.as_u16(), &body),
             ApiFormat::Openai => body,
         };
         let error = ApiError::UpstreamStatus { status, body };
@@ -214,7 +214,7 @@ async fn turn(
             Some(error.to_string()),
         );
         app.metrics.errors.inc(&[error.kind()]);
-        let body = front.error_body(&error);
+        let body = error.body_for(front);
         let mut response = error.into_response_with(body);
         for (name, value) in headers
             .iter()

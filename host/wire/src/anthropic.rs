@@ -9,32 +9,38 @@ use std::collections::HashMap;
 use bytes::Bytes;
 use serde_json::{Map, Value, json};
 
-use super::dialect::{
+use crate::dialect::{
     Transcode, arguments_object, blocks_text, chat_chunk, copy_control_fields, named,
 };
-use super::sse::SseEvent;
-use crate::clock::now_ms;
-use crate::error::ApiError;
+use crate::error::{Error, Result};
+use crate::sse::SseEvent;
+use crate::unix_seconds;
 
 /// Anthropic requires `max_tokens`; a chat request may leave it out.
 const DEFAULT_MAX_TOKENS: u64 = 4096;
 
-fn bad(message: impl Into<String>) -> ApiError {
-    ApiError::BadRequest(message.into())
-}
-
 // ---------------------------------------------------------------------------
 // Requests.
 
+fn bad_field(field: impl Into<String>, expected: &'static str) -> Error {
+    Error::BadField {
+        field: field.into(),
+        expected,
+    }
+}
+
 /// An Anthropic Messages request as a chat-completions request.
-pub fn request_to_chat(request: &Value) -> Result<Value, ApiError> {
-    let obj = request
-        .as_object()
-        .ok_or_else(|| bad("the request body must be a JSON object"))?;
+pub fn request_to_chat(request: &Value) -> Result<Value> {
+    let obj = request.as_object().ok_or(Error::NotAnObject)?;
     let messages = match obj.get("messages") {
         Some(Value::Array(m)) => m,
-        Some(_) => return Err(bad("`messages` must be a list of {role, content}")),
-        None => return Err(bad("`messages` is required: a list of {role, content}")),
+        Some(_) => return Err(bad_field("`messages`", "a list of {role, content}")),
+        None => {
+            return Err(Error::Missing {
+                field: "messages",
+                expected: "a list of {role, content}",
+            });
+        }
     };
     let mut chat = Vec::with_capacity(messages.len() + 1);
     match obj.get("system") {
@@ -45,7 +51,9 @@ pub fn request_to_chat(request: &Value) -> Result<Value, ApiError> {
                 chat.push(json!({"role": "system", "content": text}));
             }
         }
-        Some(_) => return Err(bad("`system` must be a string or a list of text blocks")),
+        Some(_) => {
+            return Err(bad_field("`system`", "a string or a list of text blocks"));
+        }
     }
     for (i, message) in messages.iter().enumerate() {
         let content = &message["content"];
@@ -53,9 +61,10 @@ pub fn request_to_chat(request: &Value) -> Result<Value, ApiError> {
             Some("user") => user_to_chat(content, i, &mut chat)?,
             Some("assistant") => chat.push(assistant_to_chat(content, i)?),
             _ => {
-                return Err(bad(format!(
-                    "messages[{i}].role must be \"user\" or \"assistant\""
-                )));
+                return Err(bad_field(
+                    format!("messages[{i}].role"),
+                    "\"user\" or \"assistant\"",
+                ));
             }
         }
     }
@@ -131,7 +140,7 @@ fn system_text(system: &Value) -> String {
 
 /// A user turn: tool results become `tool` messages (first: OpenAI wants
 /// them right after the assistant's calls), the rest one user message.
-fn user_to_chat(content: &Value, i: usize, chat: &mut Vec<Value>) -> Result<(), ApiError> {
+fn user_to_chat(content: &Value, i: usize, chat: &mut Vec<Value>) -> Result<()> {
     let blocks = match content {
         Value::String(s) => {
             chat.push(json!({"role": "user", "content": s}));
@@ -139,9 +148,10 @@ fn user_to_chat(content: &Value, i: usize, chat: &mut Vec<Value>) -> Result<(), 
         }
         Value::Array(blocks) => blocks,
         _ => {
-            return Err(bad(format!(
-                "messages[{i}].content must be a string or a list of blocks"
-            )));
+            return Err(bad_field(
+                format!("messages[{i}].content"),
+                "a string or a list of blocks",
+            ));
         }
     };
     let mut parts = Vec::new();
@@ -192,14 +202,15 @@ fn user_to_chat(content: &Value, i: usize, chat: &mut Vec<Value>) -> Result<(), 
     Ok(())
 }
 
-fn assistant_to_chat(content: &Value, i: usize) -> Result<Value, ApiError> {
+fn assistant_to_chat(content: &Value, i: usize) -> Result<Value> {
     let blocks = match content {
         Value::String(s) => return Ok(json!({"role": "assistant", "content": s})),
         Value::Array(blocks) => blocks,
         _ => {
-            return Err(bad(format!(
-                "messages[{i}].content must be a string or a list of blocks"
-            )));
+            return Err(bad_field(
+                format!("messages[{i}].content"),
+                "a string or a list of blocks",
+            ));
         }
     };
     // Thinking blocks are the model's own; they are not sent back upstream.
@@ -246,10 +257,11 @@ fn assistant_message(blocks: &[Value]) -> (Map<String, Value>, String) {
 }
 
 /// A chat-completions request as an Anthropic Messages request.
-pub fn request_from_chat(request: &Value) -> Result<Value, ApiError> {
-    let messages = request["messages"]
-        .as_array()
-        .ok_or_else(|| bad("`messages` is required: a list of chat messages"))?;
+pub fn request_from_chat(request: &Value) -> Result<Value> {
+    let messages = request["messages"].as_array().ok_or(Error::Missing {
+        field: "messages",
+        expected: "a list of chat messages",
+    })?;
     let mut system = Vec::new();
     let mut out_messages: Vec<Value> = Vec::new();
     for m in messages {
@@ -498,7 +510,7 @@ pub fn response_to_chat(message: &Value) -> Value {
     json!({
         "id": message["id"],
         "object": "chat.completion",
-        "created": now_ms() / 1000,
+        "created": unix_seconds(),
         "model": message["model"],
         "choices": [{
             "index": 0,
@@ -541,7 +553,7 @@ fn error_type(status: u16) -> &'static str {
 
 /// An OpenAI-style error body (or any upstream error body) as Anthropic's;
 /// one already in Anthropic's shape passes through.
-pub fn error_from_openai(status: axum::http::StatusCode, body: &Bytes) -> Bytes {
+pub fn error_from_openai(status: u16, body: &Bytes) -> Bytes {
     let parsed = serde_json::from_slice::<Value>(body).unwrap_or(Value::Null);
     if parsed["type"] == "error" && parsed["error"].is_object() {
         return body.clone();
@@ -551,17 +563,17 @@ pub fn error_from_openai(status: axum::http::StatusCode, body: &Bytes) -> Bytes 
         .map(str::to_string)
         .unwrap_or_else(|| String::from_utf8_lossy(body).chars().take(2000).collect());
     Bytes::from(
-        json!({"type": "error", "error": {"type": error_type(status.as_u16()), "message": message}})
+        json!({"type": "error", "error": {"type": error_type(status), "message": message}})
             .to_string(),
     )
 }
 
 /// An Anthropic error body as OpenAI's, for a chat client.
-pub fn error_to_openai(status: axum::http::StatusCode, body: &Bytes) -> Bytes {
+pub fn error_to_openai(status: u16, body: &Bytes) -> Bytes {
     let parsed = serde_json::from_slice::<Value>(body).unwrap_or(Value::Null);
     match parsed["error"]["message"].as_str() {
         Some(message) if parsed["type"] == "error" => Bytes::from(
-            json!({"error": {"message": message, "type": parsed["error"]["type"], "code": status.as_u16()}})
+            json!({"error": {"message": message, "type": parsed["error"]["type"], "code": status}})
                 .to_string(),
         ),
         _ => body.clone(),
@@ -761,7 +773,7 @@ impl Transcode for ToChatStream {
                 let m = &v["message"];
                 self.id = m["id"].clone();
                 self.model = m["model"].clone();
-                self.created = now_ms() / 1000;
+                self.created = unix_seconds();
                 self.input_tokens = usage_input(&m["usage"]);
                 out.push(self.chunk(json!({"role": "assistant", "content": ""}), None));
             }
@@ -841,9 +853,9 @@ impl Transcode for ToChatStream {
 /// A whole captured Anthropic stream, as the `chat.completion` it adds up
 /// to, and whether it ended properly.
 pub fn assemble_sse(bytes: &[u8]) -> (Value, bool) {
-    let (events, _) = super::sse::parse_all(bytes);
+    let (events, _) = crate::sse::parse_all(bytes);
     let mut to_chat = ToChatStream::default();
-    let mut asm = super::assemble::ChatAssembler::default();
+    let mut asm = crate::assemble::ChatAssembler::default();
     let mut chunks = Vec::new();
     for event in events {
         to_chat.event(event, &mut chunks);
@@ -859,8 +871,8 @@ pub fn assemble_sse(bytes: &[u8]) -> (Value, bool) {
 mod tests {
     #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
     use super::*;
-    use crate::proxy::dialect::{Chain, encode};
-    use crate::proxy::sse::parse_all;
+    use crate::dialect::{Chain, encode};
+    use crate::sse::parse_all;
 
     fn fixture() -> Value {
         let v: Value = serde_json::from_str(include_str!(
@@ -1054,19 +1066,12 @@ mod tests {
     #[test]
     fn errors_take_anthropics_shape() {
         let body = Bytes::from_static(br#"{"error":{"message":"slow down","type":"rate_limit"}}"#);
-        let v: Value = serde_json::from_slice(&error_from_openai(
-            axum::http::StatusCode::TOO_MANY_REQUESTS,
-            &body,
-        ))
-        .unwrap();
+        let v: Value = serde_json::from_slice(&error_from_openai(429, &body)).unwrap();
         assert_eq!(v["type"], "error");
         assert_eq!(v["error"]["type"], "rate_limit_error");
         assert_eq!(v["error"]["message"], "slow down");
-        let back: Value = serde_json::from_slice(&error_to_openai(
-            axum::http::StatusCode::TOO_MANY_REQUESTS,
-            &Bytes::from(v.to_string()),
-        ))
-        .unwrap();
+        let back: Value =
+            serde_json::from_slice(&error_to_openai(429, &Bytes::from(v.to_string()))).unwrap();
         assert_eq!(back["error"]["message"], "slow down");
     }
 

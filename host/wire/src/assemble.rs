@@ -8,7 +8,7 @@ use std::collections::BTreeMap;
 use serde::Deserialize;
 use serde_json::{Map, Value, json};
 
-use super::sse;
+use crate::sse;
 
 #[derive(Debug, Default)]
 pub struct ChatAssembler {

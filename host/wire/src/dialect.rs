@@ -8,9 +8,20 @@
 use bytes::Bytes;
 use serde_json::{Value, json};
 
-use super::sse::SseEvent;
-use crate::config::ApiFormat;
-use crate::error::ApiError;
+use serde::{Deserialize, Serialize};
+
+use crate::sse::SseEvent;
+
+/// The API an upstream speaks (`llm.api_format`).
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq, Default)]
+#[serde(rename_all = "lowercase")]
+pub enum ApiFormat {
+    /// OpenAI chat completions.
+    #[default]
+    Openai,
+    /// Anthropic Messages.
+    Anthropic,
+}
 
 /// The API a client spoke to the proxy.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -46,13 +57,13 @@ impl Front {
         self == Self::Anthropic && upstream == ApiFormat::Anthropic
     }
 
-    /// A JSON error body in this dialect (Anthropic clients parse
-    /// `{"type": "error", "error": {"type", "message"}}`; OpenAI's two APIs
-    /// share `{"error": {…}}`).
-    pub fn error_body(self, e: &ApiError) -> Bytes {
+    /// An OpenAI-style JSON error body (`status`, `body`) in this dialect
+    /// (Anthropic clients parse `{"type": "error", "error": {"type",
+    /// "message"}}`; OpenAI's two APIs share `{"error": {…}}`).
+    pub fn error_body(self, status: u16, body: Bytes) -> Bytes {
         match self {
-            Self::Anthropic => super::anthropic::error_from_openai(e.status(), &e.body()),
-            Self::Chat | Self::Responses => e.body(),
+            Self::Anthropic => crate::anthropic::error_from_openai(status, &body),
+            Self::Chat | Self::Responses => body,
         }
     }
 
@@ -170,7 +181,7 @@ pub fn blocks_text(content: &Value) -> String {
 /// Copies metaclaw's own body fields (session controls) across a
 /// translation, so the turn pipeline still sees them.
 pub fn copy_control_fields(from: &Value, to: &mut serde_json::Map<String, Value>) {
-    for field in super::request::CONTROL_FIELDS {
+    for field in crate::request::CONTROL_FIELDS {
         if let Some(v) = from.get(*field) {
             to.insert((*field).to_string(), v.clone());
         }
@@ -180,7 +191,7 @@ pub fn copy_control_fields(from: &Value, to: &mut serde_json::Map<String, Value>
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::proxy::sse::parse_all;
+    use crate::sse::parse_all;
 
     #[test]
     fn encoded_events_parse_back() {

@@ -5,27 +5,22 @@
 
 use serde_json::{Map, Value, json};
 
-use super::dialect::{Transcode, blocks_text, copy_control_fields, named};
-use super::sse::SseEvent;
-use crate::clock::now_ms;
-use crate::error::ApiError;
-
-fn bad(message: impl Into<String>) -> ApiError {
-    ApiError::BadRequest(message.into())
-}
+use crate::dialect::{Transcode, blocks_text, copy_control_fields, named};
+use crate::error::{Error, Result};
+use crate::sse::SseEvent;
+use crate::unix_seconds;
 
 /// A Responses request as a chat-completions request.
-pub fn request_to_chat(request: &Value) -> Result<Value, ApiError> {
-    let obj = request
-        .as_object()
-        .ok_or_else(|| bad("the request body must be a JSON object"))?;
+pub fn request_to_chat(request: &Value) -> Result<Value> {
+    let obj = request.as_object().ok_or(Error::NotAnObject)?;
     if obj
         .get("previous_response_id")
         .is_some_and(|v| !v.is_null())
     {
-        return Err(bad(
-            "`previous_response_id` is not supported: metaclaw keeps no responses; send the whole conversation in `input`",
-        ));
+        return Err(Error::Unsupported {
+            field: "previous_response_id",
+            instead: "metaclaw keeps no responses; send the whole conversation in `input`",
+        });
     }
     let mut chat: Vec<Value> = Vec::new();
     match obj.get("instructions") {
@@ -41,8 +36,13 @@ pub fn request_to_chat(request: &Value) -> Result<Value, ApiError> {
                 item_to_chat(item, i, &mut chat)?;
             }
         }
-        Some(_) => return Err(bad("`input` must be a string or a list of items")),
-        None => return Err(bad("`input` is required: a string or a list of items")),
+        Some(_) => return Err(bad_field("`input`", "a string or a list of items")),
+        None => {
+            return Err(Error::Missing {
+                field: "input",
+                expected: "a string or a list of items",
+            });
+        }
     }
     let mut out = Map::new();
     if let Some(model) = obj.get("model") {
@@ -125,7 +125,14 @@ pub fn request_to_chat(request: &Value) -> Result<Value, ApiError> {
     Ok(Value::Object(out))
 }
 
-fn item_to_chat(item: &Value, i: usize, chat: &mut Vec<Value>) -> Result<(), ApiError> {
+fn bad_field(field: impl Into<String>, expected: &'static str) -> Error {
+    Error::BadField {
+        field: field.into(),
+        expected,
+    }
+}
+
+fn item_to_chat(item: &Value, i: usize, chat: &mut Vec<Value>) -> Result<()> {
     let kind = item["type"]
         .as_str()
         .or_else(|| item.get("role").map(|_| "message"));
@@ -136,9 +143,10 @@ fn item_to_chat(item: &Value, i: usize, chat: &mut Vec<Value>) -> Result<(), Api
                 Some("user") => "user",
                 Some("assistant") => "assistant",
                 _ => {
-                    return Err(bad(format!(
-                        "input[{i}].role must be system, developer, user or assistant"
-                    )));
+                    return Err(bad_field(
+                        format!("input[{i}].role"),
+                        "system, developer, user or assistant",
+                    ));
                 }
             };
             let content = match &item["content"] {
@@ -146,9 +154,10 @@ fn item_to_chat(item: &Value, i: usize, chat: &mut Vec<Value>) -> Result<(), Api
                 Value::Array(parts) if role == "user" => user_parts(parts),
                 parts @ Value::Array(_) => json!(blocks_text(parts)),
                 _ => {
-                    return Err(bad(format!(
-                        "input[{i}].content must be a string or a list of parts"
-                    )));
+                    return Err(bad_field(
+                        format!("input[{i}].content"),
+                        "a string or a list of parts",
+                    ));
                 }
             };
             chat.push(json!({"role": role, "content": content}));
@@ -182,9 +191,10 @@ fn item_to_chat(item: &Value, i: usize, chat: &mut Vec<Value>) -> Result<(), Api
         // stateless chat upstream can use.
         Some(_) => {}
         None => {
-            return Err(bad(format!(
-                "input[{i}] needs a `type` (message, function_call, function_call_output) or a `role`"
-            )));
+            return Err(Error::Untyped {
+                field: format!("input[{i}]"),
+                expected: "a `type` (message, function_call, function_call_output) or a `role`",
+            });
         }
     }
     Ok(())
@@ -296,7 +306,7 @@ fn conclude(resp: &mut Map<String, Value>, finish: Option<&str>) {
 /// Responses request, echoed in part as the API does).
 pub fn response_from_chat(chat: &Value, request: &Value) -> Value {
     let id = response_id(chat["id"].as_str());
-    let created = chat["created"].as_i64().unwrap_or(now_ms() / 1000);
+    let created = chat["created"].as_i64().unwrap_or(unix_seconds());
     let mut resp = envelope(&id, &chat["model"], created, request);
     let choice = &chat["choices"][0];
     let message = &choice["message"];
@@ -387,7 +397,7 @@ impl FromChatStream {
             return;
         }
         let id = response_id(chunk["id"].as_str());
-        let created = chunk["created"].as_i64().unwrap_or(now_ms() / 1000);
+        let created = chunk["created"].as_i64().unwrap_or(unix_seconds());
         let resp = envelope(&id, &chunk["model"], created, &self.request);
         self.response = Some(resp.clone());
         self.emit(
@@ -624,7 +634,7 @@ impl Transcode for FromChatStream {
 mod tests {
     #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
     use super::*;
-    use crate::proxy::dialect::{Chain, chat_chunk};
+    use crate::dialect::{Chain, chat_chunk};
 
     fn fixture() -> Value {
         let v: Value = serde_json::from_str(include_str!(
