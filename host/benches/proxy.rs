@@ -462,7 +462,7 @@ fn main() {
         ));
         let (chat, native) = translated(
             "anthropic_messages.json",
-            metaclaw_wire::anthropic::request_to_chat,
+            metaclaw_wire::request::anthropic::to_chat,
         );
         payloads.push((
             "OpenClaw's Anthropic request via /v1/messages (B) vs. its chat form direct (A), non-streaming",
@@ -472,7 +472,7 @@ fn main() {
         ));
         let (chat, native) = translated(
             "openai_responses.json",
-            metaclaw_wire::responses::request_to_chat,
+            metaclaw_wire::request::responses::to_chat,
         );
         payloads.push((
             "OpenClaw's Responses request via /v1/responses (B) vs. its chat form direct (A), non-streaming",

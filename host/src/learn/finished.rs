@@ -1,6 +1,6 @@
 //! A recorded turn and its successor, as the `finished-turn` scorers see.
 
-use metaclaw_wire::request::value_text;
+use metaclaw_wire::text::value_text;
 use serde_json::Value;
 
 use crate::plugins::types::{FinishedTurn, Message, ToolCall};

@@ -360,7 +360,7 @@ fn derive(hints: &Hints<'_>) -> (String, SessionSource, Option<Arc<str>>, Option
     }
     if let Some((sid, n)) = hints
         .prompt_cache_key
-        .and_then(metaclaw_wire::openclaw::split_prompt_cache_key)
+        .and_then(metaclaw_wire::agent::openclaw::split_prompt_cache_key)
     {
         let sid = bounded_id(sid);
         return (

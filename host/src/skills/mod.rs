@@ -106,7 +106,7 @@ impl Query {
         }
         let text = |m: &Message<'_>| {
             m.content
-                .map(metaclaw_wire::request::content_text)
+                .map(metaclaw_wire::text::content_text)
                 .unwrap_or_default()
         };
         let clip = |s: String, n: usize| {
@@ -134,7 +134,7 @@ impl Query {
                 continue;
             }
             let t = text(m);
-            if m.role == "user" && metaclaw_wire::openclaw::is_internal_context(&t) {
+            if m.role == "user" && metaclaw_wire::agent::openclaw::is_internal_context(&t) {
                 continue;
             }
             recent.push((m.role.to_string(), clip(t, 2000)));

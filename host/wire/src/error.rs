@@ -41,6 +41,14 @@ pub enum Error {
 }
 
 impl Error {
+    /// A field of the wrong type or value.
+    pub(crate) fn bad_field(field: impl Into<String>, expected: &'static str) -> Self {
+        Self::BadField {
+            field: field.into(),
+            expected,
+        }
+    }
+
     /// The body could not be read as JSON (as opposed to JSON that is not
     /// a usable request): the two are counted apart.
     pub fn is_invalid_json(&self) -> bool {

@@ -9,8 +9,9 @@ use serde::Deserialize;
 use serde_json::value::RawValue;
 use sha2::{Digest, Sha256};
 
+use crate::agent::openclaw;
 use crate::error::Error;
-use crate::openclaw;
+use crate::text::content_text;
 
 /// Request fields that belong to metaclaw, not to the upstream: the
 /// original's body-level session controls. They are removed before
@@ -170,40 +171,6 @@ impl ChatRequest {
     }
 }
 
-/// The text of a parsed message `content`: a string, or the text parts of a
-/// list joined by newlines.
-pub fn value_text(content: &serde_json::Value) -> String {
-    match content {
-        serde_json::Value::String(s) => s.clone(),
-        serde_json::Value::Array(parts) => parts
-            .iter()
-            .filter_map(|p| p["text"].as_str())
-            .collect::<Vec<_>>()
-            .join("\n"),
-        _ => String::new(),
-    }
-}
-
-/// [`value_text`] of a raw (unparsed) `content`.
-pub fn content_text(raw: &RawValue) -> String {
-    let s = raw.get();
-    if s.starts_with('"') {
-        return serde_json::from_str::<String>(s).unwrap_or_default();
-    }
-    #[derive(Deserialize)]
-    struct Part {
-        text: Option<String>,
-    }
-    match serde_json::from_str::<Vec<Part>>(s) {
-        Ok(parts) => parts
-            .into_iter()
-            .filter_map(|p| p.text)
-            .collect::<Vec<_>>()
-            .join("\n"),
-        Err(_) => String::new(),
-    }
-}
-
 /// A clear 400 for a body that is not a usable chat request.
 fn describe_json_error(body: &[u8], e: &serde_json::Error) -> Error {
     use serde_json::error::Category;
@@ -248,7 +215,7 @@ mod tests {
     #[test]
     fn reads_the_openclaw_fixture() {
         let fixture: serde_json::Value = serde_json::from_str(include_str!(
-            "../../../tests/fixtures/openclaw/chat_completions_stream_request.json"
+            "../../../../tests/fixtures/openclaw/chat_completions_stream_request.json"
         ))
         .unwrap();
         let body = serde_json::to_vec(&fixture["body"]).unwrap();

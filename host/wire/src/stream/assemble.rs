@@ -8,7 +8,7 @@ use std::collections::BTreeMap;
 use serde::Deserialize;
 use serde_json::{Map, Value, json};
 
-use crate::sse;
+use super::sse;
 
 #[derive(Debug, Default)]
 pub struct ChatAssembler {
