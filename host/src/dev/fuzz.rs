@@ -34,7 +34,7 @@ use serde_json::{Value, json};
 
 use crate::sessions::TurnType;
 use crate::skills::inject::{self, Injected};
-use crate::skills::{Query, clean_query, skill};
+use crate::skills::{Query, skill};
 
 /// A fuzz entry point.
 pub type Target = fn(&[u8]);
@@ -153,7 +153,7 @@ fn chat_pipeline(body: &[u8]) -> Option<ChatRequest> {
 
     // The retrieval query (on a blocking thread in the proxy).
     let query = Query::from_chat_request(body, "session", "model");
-    let _ = clean_query(&query.text);
+    let _ = wire::text::user_words(&query.text);
 
     // Skills spliced after the system prompt, the agent's bytes untouched.
     let block = inject::block(&[Injected {

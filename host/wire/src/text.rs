@@ -1,5 +1,5 @@
 //! The text of a message, read the same way from a parsed tree and from raw
-//! JSON, in all three APIs.
+//! JSON, in all three APIs; and the user's own words in a user message.
 
 use std::borrow::Cow;
 use std::fmt;
@@ -8,6 +8,22 @@ use serde::Deserialize;
 use serde::de::{Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
 use serde_json::Value;
 use serde_json::value::RawValue;
+
+use crate::agent::openclaw;
+
+/// The user's own words in a user message's text, without what agent
+/// frameworks wrap around them: OpenClaw's `[Mon 2026-11-23 18:26 UTC]`
+/// prefix and trailing `Runtime: …` line, `… (untrusted metadata):`
+/// blocks; none in OpenClaw's per-call internal context. One set of rules,
+/// the first-party scorer plugins' own (`metaclaw-plugin-text`), for
+/// everything that reads what the user said: retrieval, the scorers, the
+/// judge and the evolver.
+pub fn user_words(text: &str) -> String {
+    if openclaw::is_internal_context(text) {
+        return String::new();
+    }
+    metaclaw_plugin_text::message::strip_metadata(text)
+}
 
 /// The text of a message `content`: a string, or the texts of a list's
 /// parts joined by newlines (a part is a bare string or has a string
@@ -131,6 +147,68 @@ impl<'de> Visitor<'de> for TextVisitor {
 mod tests {
     #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
     use super::*;
+
+    /// Every user message of the captured OpenClaw requests, as the user's
+    /// words.
+    #[test]
+    fn openclaws_user_messages_become_the_users_words() {
+        let fixtures = [
+            (
+                include_str!(
+                    "../../../tests/fixtures/openclaw/chat_completions_stream_request.json"
+                ),
+                "Say PONG",
+            ),
+            (
+                include_str!(
+                    "../../../tests/fixtures/openclaw/openai_completions_exec_with_prompt_cache_key.json"
+                ),
+                "capture metaclaw/fake-model",
+            ),
+            (
+                include_str!(
+                    "../../../tests/fixtures/openclaw/tool_loop_call2_with_tool_result.json"
+                ),
+                "read hello.txt",
+            ),
+            (
+                include_str!("../../../tests/fixtures/openclaw/anthropic_messages.json"),
+                "capture metaclaw-anthropic/fake-claude",
+            ),
+            (
+                include_str!("../../../tests/fixtures/openclaw/openai_responses.json"),
+                "capture metaclaw-responses/fake-resp",
+            ),
+        ];
+        for (fixture, words) in fixtures {
+            let body: Value = serde_json::from_str::<Value>(fixture).unwrap()["body"].clone();
+            let items = body["messages"]
+                .as_array()
+                .or(body["input"].as_array())
+                .unwrap();
+            let said: Vec<String> = items
+                .iter()
+                .filter(|m| m["role"] == "user")
+                .map(|m| user_words(&value_text(&m["content"])))
+                .filter(|w| !w.is_empty())
+                .collect();
+            assert_eq!(said, [words]);
+        }
+        for (message, words) in [
+            (
+                "[Mon 2026-11-23 18:26 UTC] What is the distance from the earth to the moon?\n\nRuntime: agent=main | session=agent:main:main | sessionId=1a206f6b-47b6-464c-86db-730d5d7b0316 | host=vm",
+                "What is the distance from the earth to the moon?",
+            ),
+            (
+                "Sender (untrusted metadata):\n```json\n{\"name\": \"ana\"}\n```\n[Mon 2026-11-23 18:27 UTC] no, that's wrong",
+                "no, that's wrong",
+            ),
+            ("  plain  ", "plain"),
+            ("[x] is a checkbox", "[x] is a checkbox"),
+        ] {
+            assert_eq!(user_words(message), words);
+        }
+    }
 
     #[test]
     fn raw_and_parsed_contents_read_alike() {
