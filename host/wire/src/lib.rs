@@ -22,6 +22,18 @@ pub mod text;
 pub use api::{ApiFormat, Front};
 pub use error::{Error, Result};
 
+/// The captured OpenClaw requests (`tests/fixtures/openclaw/`), for tests.
+#[cfg(test)]
+pub(crate) fn openclaw_fixture(file: &str) -> serde_json::Value {
+    let path = format!(
+        "{}/../../tests/fixtures/openclaw/{file}",
+        env!("CARGO_MANIFEST_DIR")
+    );
+    let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{path}: {e}"));
+    let capture: serde_json::Value = serde_json::from_str(&text).unwrap();
+    capture["body"].clone()
+}
+
 /// Seconds since the Unix epoch (0 before it): the `created` of an answer.
 pub(crate) fn unix_seconds() -> i64 {
     std::time::SystemTime::now()

@@ -152,36 +152,23 @@ mod tests {
     /// words.
     #[test]
     fn openclaws_user_messages_become_the_users_words() {
-        let fixtures = [
+        for (file, words) in [
+            ("chat_completions_stream_request.json", "Say PONG"),
             (
-                include_str!(
-                    "../../../tests/fixtures/openclaw/chat_completions_stream_request.json"
-                ),
-                "Say PONG",
-            ),
-            (
-                include_str!(
-                    "../../../tests/fixtures/openclaw/openai_completions_exec_with_prompt_cache_key.json"
-                ),
+                "openai_completions_exec_with_prompt_cache_key.json",
                 "capture metaclaw/fake-model",
             ),
+            ("tool_loop_call2_with_tool_result.json", "read hello.txt"),
             (
-                include_str!(
-                    "../../../tests/fixtures/openclaw/tool_loop_call2_with_tool_result.json"
-                ),
-                "read hello.txt",
-            ),
-            (
-                include_str!("../../../tests/fixtures/openclaw/anthropic_messages.json"),
+                "anthropic_messages.json",
                 "capture metaclaw-anthropic/fake-claude",
             ),
             (
-                include_str!("../../../tests/fixtures/openclaw/openai_responses.json"),
+                "openai_responses.json",
                 "capture metaclaw-responses/fake-resp",
             ),
-        ];
-        for (fixture, words) in fixtures {
-            let body: Value = serde_json::from_str::<Value>(fixture).unwrap()["body"].clone();
+        ] {
+            let body = crate::openclaw_fixture(file);
             let items = body["messages"]
                 .as_array()
                 .or(body["input"].as_array())

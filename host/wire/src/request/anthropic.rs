@@ -8,7 +8,7 @@ use serde_json::{Map, Value, json};
 
 use super::copy_control_fields;
 use crate::error::{Error, Result};
-use crate::response::anthropic::{arguments_object, assistant_message};
+use crate::response::anthropic::{assistant_blocks, assistant_message};
 use crate::text::value_text;
 
 /// Anthropic requires `max_tokens`; a chat request may leave it out.
@@ -218,19 +218,7 @@ pub fn from_chat(request: &Value) -> Result<Value> {
         match m["role"].as_str().unwrap_or("") {
             "system" | "developer" => system.push(value_text(&m["content"])),
             "assistant" => {
-                let mut blocks = Vec::new();
-                let text = value_text(&m["content"]);
-                if !text.is_empty() {
-                    blocks.push(json!({"type": "text", "text": text}));
-                }
-                for call in m["tool_calls"].as_array().into_iter().flatten() {
-                    blocks.push(json!({
-                        "type": "tool_use",
-                        "id": call["id"],
-                        "name": call["function"]["name"],
-                        "input": arguments_object(call["function"]["arguments"].as_str().unwrap_or("")),
-                    }));
-                }
+                let blocks = assistant_blocks(m);
                 if !blocks.is_empty() {
                     out_messages.push(json!({"role": "assistant", "content": blocks}));
                 }
@@ -389,11 +377,7 @@ mod tests {
     use super::*;
 
     fn fixture() -> Value {
-        let v: Value = serde_json::from_str(include_str!(
-            "../../../../tests/fixtures/openclaw/anthropic_messages.json"
-        ))
-        .unwrap();
-        v["body"].clone()
+        crate::openclaw_fixture("anthropic_messages.json")
     }
 
     #[test]

@@ -214,11 +214,8 @@ mod tests {
 
     #[test]
     fn reads_the_openclaw_fixture() {
-        let fixture: serde_json::Value = serde_json::from_str(include_str!(
-            "../../../../tests/fixtures/openclaw/chat_completions_stream_request.json"
-        ))
-        .unwrap();
-        let body = serde_json::to_vec(&fixture["body"]).unwrap();
+        let fixture = crate::openclaw_fixture("chat_completions_stream_request.json");
+        let body = serde_json::to_vec(&fixture).unwrap();
         let req = ChatRequest::parse(&body, false).unwrap();
         assert!(req.stream);
         assert_eq!(req.model.as_deref(), Some("fake-model"));

@@ -225,11 +225,7 @@ mod tests {
     use super::*;
 
     fn fixture() -> Value {
-        let v: Value = serde_json::from_str(include_str!(
-            "../../../../tests/fixtures/openclaw/openai_responses.json"
-        ))
-        .unwrap();
-        v["body"].clone()
+        crate::openclaw_fixture("openai_responses.json")
     }
 
     #[test]

@@ -47,9 +47,28 @@ pub(crate) fn assistant_message(blocks: &[Value]) -> (Map<String, Value>, String
     (message, thinking)
 }
 
+/// A chat assistant message as Anthropic content blocks: its text, then
+/// its tool calls as `tool_use` blocks (the inverse of [`assistant_message`]).
+pub(crate) fn assistant_blocks(message: &Value) -> Vec<Value> {
+    let mut blocks = Vec::new();
+    let text = value_text(&message["content"]);
+    if !text.is_empty() {
+        blocks.push(json!({"type": "text", "text": text}));
+    }
+    for call in message["tool_calls"].as_array().into_iter().flatten() {
+        blocks.push(json!({
+            "type": "tool_use",
+            "id": call["id"],
+            "name": call["function"]["name"],
+            "input": arguments_object(call["function"]["arguments"].as_str().unwrap_or("")),
+        }));
+    }
+    blocks
+}
+
 /// A tool call's JSON arguments as an object (Anthropic's `input`); text
 /// that is not a JSON object is kept under `_raw` rather than lost.
-pub(crate) fn arguments_object(arguments: &str) -> Value {
+fn arguments_object(arguments: &str) -> Value {
     if arguments.trim().is_empty() {
         return json!({});
     }
@@ -89,19 +108,7 @@ pub(crate) fn message_id(chat_id: Option<&str>) -> String {
 pub fn from_chat(chat: &Value) -> Value {
     let choice = &chat["choices"][0];
     let message = &choice["message"];
-    let mut content = Vec::new();
-    let text = value_text(&message["content"]);
-    if !text.is_empty() {
-        content.push(json!({"type": "text", "text": text}));
-    }
-    for call in message["tool_calls"].as_array().into_iter().flatten() {
-        content.push(json!({
-            "type": "tool_use",
-            "id": call["id"],
-            "name": call["function"]["name"],
-            "input": arguments_object(call["function"]["arguments"].as_str().unwrap_or("")),
-        }));
-    }
+    let content = assistant_blocks(message);
     json!({
         "id": message_id(chat["id"].as_str()),
         "type": "message",

@@ -10,7 +10,7 @@ use serde_json::{Value, json};
 
 use super::assemble::ChatAssembler;
 use super::sse::{SseEvent, parse_all};
-use super::{Transcode, chat_chunk, named};
+use super::{ChatEvent, Transcode, chat_chunk, chat_event, named};
 use crate::response::anthropic::{finish_from_stop, message_id, stop_from_finish, usage_input};
 use crate::unix_seconds;
 
@@ -79,22 +79,21 @@ impl FromChat {
 
 impl Transcode for FromChat {
     fn event(&mut self, event: SseEvent, out: &mut Vec<SseEvent>) {
-        let data = event.data.trim();
-        if self.ended || data.is_empty() || data == "[DONE]" {
+        if self.ended {
             return;
         }
-        let Ok(chunk) = serde_json::from_str::<Value>(data) else {
-            return;
+        let chunk = match chat_event(&event) {
+            None => return,
+            Some(ChatEvent::Chunk(chunk)) => chunk,
+            Some(ChatEvent::Error { message, .. }) => {
+                out.push(named(
+                    "error",
+                    json!({"type": "error", "error": {"type": "api_error", "message": message}}),
+                ));
+                self.ended = true;
+                return;
+            }
         };
-        if let Some(error) = chunk.get("error").filter(|e| !e.is_null()) {
-            let message = error["message"].as_str().unwrap_or("upstream error");
-            out.push(named(
-                "error",
-                json!({"type": "error", "error": {"type": "api_error", "message": message}}),
-            ));
-            self.ended = true;
-            return;
-        }
         self.start(&chunk, out);
         if let Some(usage) = chunk.get("usage").filter(|u| u.is_object()) {
             self.input_tokens = usage["prompt_tokens"].as_u64().unwrap_or(self.input_tokens);

@@ -18,6 +18,36 @@ pub trait Transcode: Send {
     fn finish(&mut self, out: &mut Vec<SseEvent>);
 }
 
+/// What one event of a chat-completions stream carries, for a transcoder.
+pub(crate) enum ChatEvent {
+    Chunk(Value),
+    /// An `error` object sent inside the stream (OpenAI does this).
+    Error {
+        message: String,
+        code: Value,
+    },
+}
+
+/// The chunk or error one chat-completions event carries; none for
+/// `[DONE]`, a blank event or one that is not JSON.
+pub(crate) fn chat_event(event: &SseEvent) -> Option<ChatEvent> {
+    let data = event.data.trim();
+    if data.is_empty() || data == "[DONE]" {
+        return None;
+    }
+    let chunk = serde_json::from_str::<Value>(data).ok()?;
+    match chunk.get("error").filter(|e| !e.is_null()) {
+        Some(error) => Some(ChatEvent::Error {
+            message: error["message"]
+                .as_str()
+                .unwrap_or("upstream error")
+                .to_string(),
+            code: error["code"].clone(),
+        }),
+        None => Some(ChatEvent::Chunk(chunk)),
+    }
+}
+
 /// Transcoders applied one after the other (upstream dialect → chat →
 /// client dialect).
 pub struct Chain(pub Vec<Box<dyn Transcode>>);

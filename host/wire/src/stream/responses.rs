@@ -5,7 +5,7 @@
 use serde_json::{Map, Value, json};
 
 use super::sse::SseEvent;
-use super::{Transcode, named};
+use super::{ChatEvent, Transcode, chat_event, named};
 use crate::response::responses::{
     call_item, conclude, envelope, message_item, response_id, usage_from_chat,
 };
@@ -227,39 +227,45 @@ impl FromChat {
     }
 }
 
-impl Transcode for FromChat {
-    fn event(&mut self, event: SseEvent, out: &mut Vec<SseEvent>) {
-        let data = event.data.trim();
-        if self.ended || data.is_empty() || data == "[DONE]" {
-            return;
-        }
-        let Ok(chunk) = serde_json::from_str::<Value>(data) else {
-            return;
-        };
-        if let Some(error) = chunk.get("error").filter(|e| !e.is_null()) {
-            let message = error["message"].as_str().unwrap_or("upstream error");
-            let code = error["code"].clone();
+impl FromChat {
+    /// The upstream sent an error inside the stream: an `error` event, then
+    /// the response failed (if it had started), and nothing more.
+    fn fail(&mut self, message: &str, code: Value, out: &mut Vec<SseEvent>) {
+        self.emit(
+            "error",
+            json!({"code": code, "message": message, "param": null}),
+            out,
+        );
+        if let Some(mut resp) = self.response.take() {
+            resp.insert("status".into(), json!("failed"));
+            resp.insert(
+                "error".into(),
+                json!({"code": "server_error", "message": message}),
+            );
+            resp.insert("output".into(), Value::Array(self.output.clone()));
             self.emit(
-                "error",
-                json!({"code": code, "message": message, "param": null}),
+                "response.failed",
+                json!({"response": Value::Object(resp)}),
                 out,
             );
-            if let Some(mut resp) = self.response.take() {
-                resp.insert("status".into(), json!("failed"));
-                resp.insert(
-                    "error".into(),
-                    json!({"code": "server_error", "message": message}),
-                );
-                resp.insert("output".into(), Value::Array(self.output.clone()));
-                self.emit(
-                    "response.failed",
-                    json!({"response": Value::Object(resp)}),
-                    out,
-                );
-            }
-            self.ended = true;
+        }
+        self.ended = true;
+    }
+}
+
+impl Transcode for FromChat {
+    fn event(&mut self, event: SseEvent, out: &mut Vec<SseEvent>) {
+        if self.ended {
             return;
         }
+        let chunk = match chat_event(&event) {
+            None => return,
+            Some(ChatEvent::Chunk(chunk)) => chunk,
+            Some(ChatEvent::Error { message, code }) => {
+                self.fail(&message, code, out);
+                return;
+            }
+        };
         self.start(&chunk, out);
         if chunk["usage"].is_object() {
             self.usage = chunk["usage"].clone();
