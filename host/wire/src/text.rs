@@ -1,7 +1,6 @@
 //! The text of a message, read the same way from a parsed tree and from raw
 //! JSON, in all three APIs; and the user's own words in a user message.
 
-use std::borrow::Cow;
 use std::fmt;
 
 use serde::Deserialize;
@@ -83,6 +82,27 @@ impl<'de> Deserialize<'de> for StringOnly {
     }
 }
 
+/// Whether a member's key is `text` (read without copying it).
+struct IsText(bool);
+
+impl<'de> Deserialize<'de> for IsText {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct KeyVisitor;
+        impl Visitor<'_> for KeyVisitor {
+            type Value = IsText;
+
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("a member name")
+            }
+
+            fn visit_str<E>(self, key: &str) -> Result<IsText, E> {
+                Ok(IsText(key == "text"))
+            }
+        }
+        d.deserialize_str(KeyVisitor)
+    }
+}
+
 /// A string is its own text; a part (object) has the text of its `text`
 /// member (the last one, as a parsed tree keeps); anything else has none.
 struct TextVisitor {
@@ -107,8 +127,8 @@ impl<'de> Visitor<'de> for TextVisitor {
 
     fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
         let mut text = None;
-        while let Some(key) = map.next_key::<Cow<'de, str>>()? {
-            if self.in_part && key == "text" {
+        while let Some(IsText(is_text)) = map.next_key()? {
+            if self.in_part && is_text {
                 text = map.next_value::<StringOnly>()?.0;
             } else {
                 map.next_value::<IgnoredAny>()?;
