@@ -431,22 +431,21 @@ fn main() {
     // The other two APIs, as OpenClaw sends them: through metaclaw's
     // `/v1/messages` and `/v1/responses` (translated to chat there and
     // back), against the same request in chat form straight to the dummy.
-    let translated =
-        |file: &str, translate: fn(&Value) -> Result<Value, metaclaw::error::ApiError>| {
-            let f: Value = serde_json::from_str(
-                &std::fs::read_to_string(format!(
-                    "{}/../tests/fixtures/openclaw/{file}",
-                    env!("CARGO_MANIFEST_DIR")
-                ))
-                .unwrap(),
-            )
-            .unwrap();
-            let mut native = f["body"].clone();
-            native["model"] = json!("echo");
-            native["stream"] = json!(false);
-            let chat = translate(&native).unwrap();
-            (chat, native)
-        };
+    let translated = |file: &str, translate: fn(&Value) -> metaclaw_wire::Result<Value>| {
+        let f: Value = serde_json::from_str(
+            &std::fs::read_to_string(format!(
+                "{}/../tests/fixtures/openclaw/{file}",
+                env!("CARGO_MANIFEST_DIR")
+            ))
+            .unwrap(),
+        )
+        .unwrap();
+        let mut native = f["body"].clone();
+        native["model"] = json!("echo");
+        native["stream"] = json!(false);
+        let chat = translate(&native).unwrap();
+        (chat, native)
+    };
     let chat_route = "/v1/chat/completions";
     let mut payloads: Vec<(&str, Value, &str, Value)> = vec![(
         "small chat request (non-streaming)",
@@ -463,7 +462,7 @@ fn main() {
         ));
         let (chat, native) = translated(
             "anthropic_messages.json",
-            metaclaw::proxy::anthropic::request_to_chat,
+            metaclaw_wire::request::anthropic::to_chat,
         );
         payloads.push((
             "OpenClaw's Anthropic request via /v1/messages (B) vs. its chat form direct (A), non-streaming",
@@ -473,7 +472,7 @@ fn main() {
         ));
         let (chat, native) = translated(
             "openai_responses.json",
-            metaclaw::proxy::responses::request_to_chat,
+            metaclaw_wire::request::responses::to_chat,
         );
         payloads.push((
             "OpenClaw's Responses request via /v1/responses (B) vs. its chat form direct (A), non-streaming",

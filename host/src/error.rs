@@ -6,6 +6,7 @@
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use bytes::Bytes;
+use metaclaw_wire::Front;
 
 #[derive(Debug, thiserror::Error)]
 pub enum ApiError {
@@ -105,7 +106,13 @@ impl ApiError {
         }
     }
 
-    /// The JSON error body for this error.
+    /// The JSON error body for this error in the API `front`'s clients
+    /// parse.
+    pub fn body_for(&self, front: Front) -> Bytes {
+        front.error_body(self.status().as_u16(), self.body())
+    }
+
+    /// The JSON error body for this error (OpenAI's shape).
     pub fn body(&self) -> Bytes {
         if let Self::UpstreamStatus { status, body } = self {
             return upstream_error_body(*status, body);
@@ -170,6 +177,18 @@ impl ApiError {
                 .insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
         }
         response
+    }
+}
+
+/// What the wire crate refuses is the client's fault: a 400, counted as
+/// `invalid_json` when the body is not JSON and `bad_request` otherwise,
+/// with the wire error's message.
+impl From<metaclaw_wire::Error> for ApiError {
+    fn from(e: metaclaw_wire::Error) -> Self {
+        match e {
+            metaclaw_wire::Error::InvalidJson(reason) => Self::InvalidJson(reason),
+            other => Self::BadRequest(other.to_string()),
+        }
     }
 }
 

@@ -34,13 +34,13 @@ use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::serve::{Listener, ListenerExt};
+use metaclaw_wire::Front;
 use serde_json::json;
 use subtle::ConstantTimeEq;
 
 use crate::app::SharedApp;
 use crate::error::ApiError;
 use crate::metrics::Gauges;
-use crate::proxy::dialect::Front;
 use crate::proxy::turn;
 use crate::sessions::{EndOutcome, EndReason};
 
@@ -189,7 +189,7 @@ fn refuse(app: &SharedApp, path: &str, e: ApiError) -> Response {
     } else {
         Front::Chat
     };
-    let body = front.error_body(&e);
+    let body = e.body_for(front);
     e.into_response_with(body)
 }
 

@@ -215,6 +215,74 @@ async fn a_corrected_answer_is_judged_bad_and_becomes_a_skill_a_new_session_gets
     );
 }
 
+/// Found with real OpenClaw: its timestamp prefix reached the judge and the
+/// evolver, and an evolved skill was named `lesson-mon-2026-utc`.
+#[tokio::test]
+async fn openclaws_metadata_reaches_neither_the_judge_nor_the_evolver_nor_a_skill_name() {
+    let (up, mc) = with_bank(&config("judge", "evolver", "10m", ""));
+    let base = format!("{}/v1", mc.url());
+    let runtime = "\n\nRuntime: agent=main | session=agent:main:main | sessionId=1a206f6b-47b6-464c-86db-730d5d7b0316 | host=vm | os=Linux 6.1.0-generic (x64) | shell=bash";
+    let task = format!(
+        "[Mon 2026-11-23 18:26 UTC] What is the distance from the earth to the moon?{runtime}"
+    );
+    let internal = "<<<BEGIN_OPENCLAW_INTERNAL_CONTEXT>>>\nConversation data (data, not instructions):\n\"Active exec sessions:\\nnone\"\n<<<END_OPENCLAW_INTERNAL_CONTEXT>>>";
+    // The agent's model answers `chunk-1` (an echo would repeat the
+    // metadata as the assistant's own words).
+    let first = json!({"model": "stream-1-0", "messages": [
+        {"role": "user", "content": task},
+        {"role": "user", "content": internal},
+    ]});
+    let second = json!({"model": "stream-1-0", "messages": [
+        {"role": "user", "content": task},
+        {"role": "assistant", "content": WRONG},
+        {"role": "user", "content": format!("[Mon 2026-11-23 18:27 UTC] {CORRECTION}")},
+        {"role": "user", "content": internal},
+    ]});
+    for body in [first, second] {
+        let r = post_chat(&base, &body, &[("x-session-id", "openclaw")]).await;
+        assert_eq!(r.status(), 200);
+    }
+    mc.turns("openclaw", 2);
+    let out = mc.cli(&["learn", "now", "openclaw"]);
+    assert!(
+        out.status.success(),
+        "{}{}",
+        String::from_utf8_lossy(&out.stderr),
+        mc.log()
+    );
+    let s = learned(&mc, "openclaw");
+    assert_eq!(s["turns"][0]["judgment"]["value"], -1, "{s:#}");
+
+    // The judge and the evolver were shown the user's words, not OpenClaw's.
+    let judged = seen_by(&up.url, "judge").await;
+    let evolved = seen_by(&up.url, "evolver").await;
+    assert!(!judged.is_empty() && !evolved.is_empty());
+    for prompt in judged.iter().chain(&evolved) {
+        assert!(
+            prompt.contains("distance from the earth to the moon"),
+            "{prompt}"
+        );
+        for metadata in [
+            "2026-11-23",
+            "Runtime:",
+            "sessionId=",
+            "OPENCLAW_INTERNAL_CONTEXT",
+        ] {
+            assert!(!prompt.contains(metadata), "{metadata} reached {prompt}");
+        }
+    }
+    // The lesson is named after what the user asked.
+    let ds = drafts(&s);
+    let names: Vec<&str> = ds.iter().filter_map(|d| d["name"].as_str()).collect();
+    assert!(names.contains(&"lesson-distance-earth-moon"), "{ds:#?}");
+    assert!(
+        !names
+            .iter()
+            .any(|n| n.contains("mon-2026") || n.contains("utc")),
+        "{names:?}"
+    );
+}
+
 #[tokio::test]
 async fn a_hostile_transcript_yields_no_skill_and_leaks_are_scrubbed() {
     let (_up, mc) = with_bank(&config("judge", "evolver-leaky", "10m", ""));

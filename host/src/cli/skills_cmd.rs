@@ -14,9 +14,7 @@ use crate::learn::review;
 use crate::plugins::{PluginHost, Settings as PluginSettings};
 use crate::skills::library::Library;
 use crate::skills::skill::{self, Category};
-use crate::skills::{
-    Query, Retrieval, Settings as SkillSettings, Skills, builtin, clean_query, import,
-};
+use crate::skills::{Query, Retrieval, Settings as SkillSettings, Skills, builtin, import};
 use crate::store::skills::{Attribution, history};
 
 /// What `setup` and `start` do with the built-in bank
@@ -179,7 +177,7 @@ pub fn run(home: &Home, config_path: &Path, command: SkillsCommand) -> Result<Ex
                 retrieval,
             );
             let q = Query {
-                text: clean_query(&query),
+                text: metaclaw_wire::text::user_words(&query),
                 ..Query::default()
             };
             let selection = engine.block_on(async {

@@ -147,13 +147,9 @@ pub struct LlmConfig {
     pub fallbacks: Vec<FallbackConfig>,
 }
 
-#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq, Default)]
-#[serde(rename_all = "lowercase")]
-pub enum ApiFormat {
-    #[default]
-    Openai,
-    Anthropic,
-}
+/// `openai` or `anthropic`: the wire crate's, so the proxy's translators
+/// and the config name one type.
+pub use metaclaw_wire::ApiFormat;
 
 /// One fallback upstream, same API format as `llm`.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Default)]

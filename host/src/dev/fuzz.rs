@@ -25,15 +25,16 @@ use std::path::Path;
 
 use axum::http::StatusCode;
 use bytes::Bytes;
+use metaclaw_wire as wire;
+use metaclaw_wire::agent::openclaw;
+use metaclaw_wire::request::ChatRequest;
+use metaclaw_wire::stream::sse::{SseEvent, SseParser, parse_all};
+use metaclaw_wire::stream::{Chain, Transcode, encode};
 use serde_json::{Value, json};
 
-use crate::proxy::dialect::{Chain, Transcode, encode};
-use crate::proxy::request::ChatRequest;
-use crate::proxy::sse::{SseEvent, SseParser, parse_all};
-use crate::proxy::{anthropic, assemble, responses};
-use crate::sessions::{TurnType, openclaw};
+use crate::sessions::TurnType;
 use crate::skills::inject::{self, Injected};
-use crate::skills::{Query, clean_query, skill};
+use crate::skills::{Query, skill};
 
 /// A fuzz entry point.
 pub type Target = fn(&[u8]);
@@ -64,12 +65,12 @@ pub fn anthropic_request(data: &[u8]) {
     let Ok(value) = serde_json::from_slice::<Value>(data) else {
         return;
     };
-    if let Ok(chat) = anthropic::request_to_chat(&value) {
+    if let Ok(chat) = wire::request::anthropic::to_chat(&value) {
         translated(&chat);
     }
     // Pass-through to an Anthropic upstream: skills as one more system block.
     let mut passthrough = value.clone();
-    anthropic::splice_system(&mut passthrough, "BLOCK");
+    wire::request::anthropic::splice_system(&mut passthrough, "BLOCK");
     if let Some(obj) = passthrough.as_object() {
         match &obj["system"] {
             Value::String(s) => assert!(s.ends_with("BLOCK")),
@@ -85,7 +86,7 @@ pub fn responses_request(data: &[u8]) {
     let Ok(value) = serde_json::from_slice::<Value>(data) else {
         return;
     };
-    if let Ok(chat) = responses::request_to_chat(&value) {
+    if let Ok(chat) = wire::request::responses::to_chat(&value) {
         translated(&chat);
     }
     whole_answers(&value, data);
@@ -152,7 +153,7 @@ fn chat_pipeline(body: &[u8]) -> Option<ChatRequest> {
 
     // The retrieval query (on a blocking thread in the proxy).
     let query = Query::from_chat_request(body, "session", "model");
-    let _ = clean_query(&query.text);
+    let _ = wire::text::user_words(&query.text);
 
     // Skills spliced after the system prompt, the agent's bytes untouched.
     let block = inject::block(&[Injected {
@@ -182,29 +183,29 @@ fn chat_pipeline(body: &[u8]) -> Option<ChatRequest> {
             matches!(first["role"].as_str(), Some("system" | "developer")),
             "the block is not in a system message: {first}"
         );
-        let system = crate::proxy::dialect::blocks_text(&first["content"]);
+        let system = wire::text::value_text(&first["content"]);
         assert!(system.ends_with(&block), "the block is not at the end");
         let again = Query::from_chat_request(&spliced, "session", "model");
         assert_eq!(again.text, query.text);
         // An Anthropic upstream gets the spliced body translated.
-        let _ = anthropic::request_from_chat(&tree);
+        let _ = wire::request::anthropic::from_chat(&tree);
     }
     if let Some(tree) = &tree {
-        let _ = anthropic::request_from_chat(tree);
+        let _ = wire::request::anthropic::from_chat(tree);
     }
     Some(request)
 }
 
 /// Whole upstream answers and error bodies, from the same untrusted JSON.
 fn whole_answers(value: &Value, raw: &[u8]) {
-    let chat = anthropic::response_to_chat(value);
-    let _ = anthropic::response_from_chat(&chat);
-    let _ = anthropic::response_from_chat(value);
-    let _ = responses::response_from_chat(value, value);
+    let chat = wire::response::anthropic::to_chat(value);
+    let _ = wire::response::anthropic::from_chat(&chat);
+    let _ = wire::response::anthropic::from_chat(value);
+    let _ = wire::response::responses::from_chat(value, value);
     let raw = Bytes::copy_from_slice(raw);
     for status in [StatusCode::BAD_REQUEST, StatusCode::TOO_MANY_REQUESTS] {
-        let _ = anthropic::error_to_openai(status, &raw);
-        let body = anthropic::error_from_openai(status, &raw);
+        let _ = wire::response::error_body::to_openai(status.as_u16(), &raw);
+        let body = wire::response::error_body::to_anthropic(status.as_u16(), &raw);
         assert!(serde_json::from_slice::<Value>(&body).is_ok());
     }
 }
@@ -235,21 +236,21 @@ pub fn sse(data: &[u8]) {
     assert_eq!(parser.dropped_events, dropped);
 
     // What is recorded for a streamed turn.
-    let (completion, _) = assemble::assemble_sse(stream);
+    let (completion, _) = wire::stream::assemble::assemble_sse(stream);
     assert!(completion["choices"].is_array());
-    let (completion, _) = anthropic::assemble_sse(stream);
+    let (completion, _) = wire::stream::anthropic::assemble(stream);
     assert!(completion["choices"].is_array());
 
     // What a client in another dialect gets (the chains `turn` builds).
     let request = json!({"tools": [{"type": "function", "name": "f"}], "tool_choice": "auto"});
     let chains: [fn(&Value) -> Chain; 4] = [
-        |_| Chain(vec![Box::new(anthropic::FromChatStream::default())]),
-        |r| Chain(vec![Box::new(responses::FromChatStream::new(r))]),
-        |_| Chain(vec![Box::new(anthropic::ToChatStream::default())]),
+        |_| Chain(vec![Box::new(wire::stream::anthropic::FromChat::default())]),
+        |r| Chain(vec![Box::new(wire::stream::responses::FromChat::new(r))]),
+        |_| Chain(vec![Box::new(wire::stream::anthropic::ToChat::default())]),
         |r| {
             Chain(vec![
-                Box::new(anthropic::ToChatStream::default()) as Box<dyn Transcode>,
-                Box::new(responses::FromChatStream::new(r)),
+                Box::new(wire::stream::anthropic::ToChat::default()) as Box<dyn Transcode>,
+                Box::new(wire::stream::responses::FromChat::new(r)),
             ])
         },
     ];

@@ -55,11 +55,11 @@ use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use futures_util::{Stream, StreamExt, stream};
+use metaclaw_wire::agent::openclaw;
+use metaclaw_wire::text::value_text;
 use serde_json::{Value, json};
 
 use super::learning;
-use crate::proxy::request::value_text;
-use crate::sessions::openclaw;
 
 #[derive(Default)]
 pub struct Stats {
@@ -422,7 +422,7 @@ async fn anthropic_messages(
     headers: HeaderMap,
     body: Bytes,
 ) -> Response {
-    use crate::proxy::{anthropic, dialect, sse};
+    use metaclaw_wire as wire;
     dummy.stats.requests.fetch_add(1, Ordering::Relaxed);
     let Ok(request) = serde_json::from_slice::<Value>(&body) else {
         return error(StatusCode::BAD_REQUEST, "the body is not JSON");
@@ -433,7 +433,7 @@ async fn anthropic_messages(
                           "message": "x-api-key and anthropic-version are required"}});
         return (StatusCode::UNAUTHORIZED, axum::Json(body)).into_response();
     }
-    let chat = match anthropic::request_to_chat(&request) {
+    let chat = match wire::request::anthropic::to_chat(&request) {
         Ok(chat) => chat,
         Err(e) => return error(StatusCode::BAD_REQUEST, e.to_string()),
     };
@@ -449,7 +449,7 @@ async fn anthropic_messages(
                 header::CONTENT_TYPE,
                 HeaderValue::from_static("application/json"),
             )],
-            anthropic::error_from_openai(parts.status, &bytes),
+            wire::response::error_body::to_anthropic(parts.status.as_u16(), &bytes),
         )
             .into_response();
     }
@@ -463,11 +463,12 @@ async fn anthropic_messages(
             return cut("application/json", Vec::new());
         };
         let chat: Value = serde_json::from_slice(&bytes).unwrap_or(Value::Null);
-        return axum::Json(anthropic::response_from_chat(&chat)).into_response();
+        return axum::Json(wire::response::anthropic::from_chat(&chat)).into_response();
     }
     // Chat chunks → Anthropic events, as they come.
-    let mut parser = sse::SseParser::new();
-    let mut chain = dialect::Chain(vec![Box::new(anthropic::FromChatStream::default())]);
+    let mut parser = wire::stream::sse::SseParser::new();
+    let mut chain =
+        wire::stream::Chain(vec![Box::new(wire::stream::anthropic::FromChat::default())]);
     let mut upstream = body.into_data_stream();
     let events = async_stream_events(move |tx| async move {
         while let Some(chunk) = upstream.next().await {
@@ -484,7 +485,7 @@ async fn anthropic_messages(
             parser.push(&chunk, &mut |e| events.push(e));
             let mut out = Vec::new();
             for e in chain.run(events, false) {
-                dialect::encode(&e, &mut out);
+                wire::stream::encode(&e, &mut out);
             }
             if !out.is_empty() && tx.send(Ok(Bytes::from(out))).await.is_err() {
                 return;
@@ -492,7 +493,7 @@ async fn anthropic_messages(
         }
         let mut out = Vec::new();
         for e in chain.run(Vec::new(), true) {
-            dialect::encode(&e, &mut out);
+            wire::stream::encode(&e, &mut out);
         }
         let _ = tx.send(Ok(Bytes::from(out))).await;
     });

@@ -1,9 +1,13 @@
-//! A recorded turn and its successor, as the `finished-turn` scorers see.
+//! A recorded turn and its successor, as the `finished-turn` scorers, the
+//! judge and the evolver see them: user messages are the user's words
+//! (`metaclaw_wire::text::user_words`, the rules retrieval uses), so an
+//! agent's metadata (OpenClaw's timestamp prefix and runtime line) is
+//! neither judged nor learned from, nor named in an evolved skill.
 
+use metaclaw_wire::text::{user_words, value_text};
 use serde_json::Value;
 
 use crate::plugins::types::{FinishedTurn, Message, ToolCall};
-use crate::proxy::request::value_text;
 use crate::store::ScoringInput;
 
 /// `turn`'s request and answer, and its next state from `next`: the tool
@@ -54,9 +58,14 @@ fn next_state(messages: &[Value]) -> (Vec<Message>, Option<String>) {
     (tools, user)
 }
 
-/// A stored OpenAI-shaped message as a WIT `message`.
+/// A stored OpenAI-shaped message as a WIT `message` (a user message's
+/// content is the user's words).
 pub fn to_message(m: &Value) -> Message {
-    let content = value_text(&m["content"]);
+    let role = m["role"].as_str().unwrap_or("");
+    let content = match role {
+        "user" => user_words(&value_text(&m["content"])),
+        _ => value_text(&m["content"]),
+    };
     let tool_calls = m["tool_calls"]
         .as_array()
         .map(|calls| {
@@ -74,7 +83,7 @@ pub fn to_message(m: &Value) -> Message {
         })
         .unwrap_or_default();
     Message {
-        role: m["role"].as_str().unwrap_or("").to_string(),
+        role: role.to_string(),
         content,
         tool_call_id: m["tool_call_id"].as_str().map(str::to_string),
         tool_calls,
@@ -134,5 +143,42 @@ mod tests {
         assert!(f.tool_results.is_empty());
         let last = finished_turn(&turn, None);
         assert_eq!(last.next_user_message, None);
+    }
+
+    #[test]
+    fn openclaws_metadata_is_not_what_the_user_said() {
+        let task = "[Mon 2026-11-23 18:26 UTC] What is the distance from the earth to the moon?\n\nRuntime: agent=main | session=agent:main:main | sessionId=1a206f6b-47b6-464c-86db-730d5d7b0316 | host=vm";
+        let turn = input(
+            vec![
+                json!({"role": "system", "content": "[Mon 2026-11-23 18:26 UTC] kept as sent"}),
+                json!({"role": "user", "content": [{"type": "text", "text": task}]}),
+            ],
+            Some(
+                json!({"choices": [{"message": {"role": "assistant", "content": "[1] About 1,000 km."}}]}),
+            ),
+        );
+        let next = input(
+            vec![
+                json!({"role": "user", "content": task}),
+                json!({"role": "assistant", "content": "[1] About 1,000 km."}),
+                json!({"role": "user", "content": "[Mon 2026-11-23 18:27 UTC] No, that's wrong: it is about 384,400 km."}),
+            ],
+            None,
+        );
+        let f = finished_turn(&turn, Some(&next));
+        assert_eq!(
+            f.request[1].content,
+            "What is the distance from the earth to the moon?"
+        );
+        assert_eq!(
+            f.next_user_message.as_deref(),
+            Some("No, that's wrong: it is about 384,400 km.")
+        );
+        // Only the user's messages are theirs to clean.
+        assert_eq!(
+            f.request[0].content,
+            "[Mon 2026-11-23 18:26 UTC] kept as sent"
+        );
+        assert_eq!(f.response.content, "[1] About 1,000 km.");
     }
 }

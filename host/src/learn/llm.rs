@@ -198,7 +198,7 @@ impl ChatModel {
             return Err(Attempt::Fatal("no time left".into()));
         }
         let body = if self.anthropic {
-            crate::proxy::anthropic::request_from_chat(body)
+            metaclaw_wire::request::anthropic::from_chat(body)
                 .map_err(|e| Attempt::Fatal(e.to_string()))?
         } else {
             body.clone()
@@ -256,7 +256,7 @@ impl ChatModel {
         let reply: Value = serde_json::from_str(&text)
             .map_err(|_| Attempt::Fatal(format!("the reply is not JSON: {}", clip(&text, 200))))?;
         let reply = if self.anthropic {
-            crate::proxy::anthropic::response_to_chat(&reply)
+            metaclaw_wire::response::anthropic::to_chat(&reply)
         } else {
             reply
         };

@@ -24,19 +24,22 @@ use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use bytes::Bytes;
 use futures_util::{Stream, StreamExt, stream::BoxStream};
+use metaclaw_wire as wire;
+use metaclaw_wire::Front;
+use metaclaw_wire::agent::openclaw;
+use metaclaw_wire::request::{CONTROL_FIELDS, ChatRequest, truthy};
+use metaclaw_wire::stream::sse::SseParser;
+use metaclaw_wire::stream::{Chain, Transcode, encode};
 use serde_json::{Map, Value};
 use tokio::time::Sleep;
 use tracing::Instrument;
 
-use super::dialect::{Chain, Front, Transcode, encode};
-use super::request::{CONTROL_FIELDS, ChatRequest, truthy};
-use super::sse::SseParser;
 use super::upstream::{Upstream, forward_response_headers};
-use super::{Limits, Proxy, anthropic, responses};
+use super::{Limits, Proxy};
 use crate::clock::now_ms;
 use crate::config::ApiFormat;
 use crate::error::ApiError;
-use crate::sessions::{Attempt, EndReason, Hints, TurnType, openclaw};
+use crate::sessions::{Attempt, EndReason, Hints, TurnType};
 use crate::skills::{Query, Skills, inject};
 use crate::store::{Admission, Capture, SessionInfo, SessionSource, TurnRecord, TurnStatus};
 
@@ -79,7 +82,7 @@ async fn serve(proxy: Arc<Proxy>, request: Request, front: Front) -> Response {
         Ok(response) => response,
         Err(e) => {
             proxy.metrics.errors.inc(&[e.kind()]);
-            let body = front.error_body(&e);
+            let body = e.body_for(front);
             e.into_response_with(body)
         }
     };
@@ -112,9 +115,9 @@ async fn turn(
             let value: Value =
                 serde_json::from_slice(&raw).map_err(|e| ApiError::InvalidJson(e.to_string()))?;
             let chat = if front == Front::Anthropic {
-                anthropic::request_to_chat(&value)?
+                wire::request::anthropic::to_chat(&value)?
             } else {
-                responses::request_to_chat(&value)?
+                wire::request::responses::to_chat(&value)?
             };
             let bytes = serde_json::to_vec(&chat).map_err(|e| ApiError::Internal(e.to_string()))?;
             (Bytes::from(bytes), Some(value))
@@ -235,7 +238,7 @@ async fn turn(
             .unwrap_or_default();
         ctx.upstream_done = Some(Instant::now());
         let body = match format {
-            ApiFormat::Anthropic => anthropic::error_to_openai(status, &body),
+            ApiFormat::Anthropic => wire::response::error_body::to_openai(status.as_u16(), &body),
             ApiFormat::Openai => body,
         };
         let error = ApiError::UpstreamStatus { status, body };
@@ -246,7 +249,7 @@ async fn turn(
             Some(error.to_string()),
         );
         proxy.metrics.errors.inc(&[error.kind()]);
-        let body = front.error_body(&error);
+        let body = error.body_for(front);
         let mut response = error.into_response_with(body);
         for (name, value) in headers
             .iter()
@@ -335,7 +338,7 @@ fn outgoing(
             }
         }
         if let Some(block) = &block {
-            anthropic::splice_system(&mut body, block);
+            wire::request::anthropic::splice_system(&mut body, block);
         }
         return to_bytes(&body);
     }
@@ -348,7 +351,7 @@ fn outgoing(
         ApiFormat::Anthropic => {
             let chat: Value = serde_json::from_slice(&chat_body)
                 .map_err(|e| ApiError::InvalidJson(e.to_string()))?;
-            to_bytes(&anthropic::request_from_chat(&chat)?)
+            to_bytes(&wire::request::anthropic::from_chat(&chat)?)
         }
     }
 }
@@ -366,12 +369,12 @@ fn transcoders(
     }
     let mut stages: Vec<Box<dyn Transcode>> = Vec::new();
     if format == ApiFormat::Anthropic {
-        stages.push(Box::new(anthropic::ToChatStream::default()));
+        stages.push(Box::new(wire::stream::anthropic::ToChat::default()));
     }
     match front {
         Front::Chat => {}
-        Front::Anthropic => stages.push(Box::new(anthropic::FromChatStream::default())),
-        Front::Responses => stages.push(Box::new(responses::FromChatStream::new(
+        Front::Anthropic => stages.push(Box::new(wire::stream::anthropic::FromChat::default())),
+        Front::Responses => stages.push(Box::new(wire::stream::responses::FromChat::new(
             client.unwrap_or(&Value::Null),
         ))),
     }
@@ -395,13 +398,15 @@ fn whole_answer(
             reason: format!("the upstream's answer is not JSON: {e}"),
         })?;
     let chat = match format {
-        ApiFormat::Anthropic => anthropic::response_to_chat(&parsed),
+        ApiFormat::Anthropic => wire::response::anthropic::to_chat(&parsed),
         ApiFormat::Openai => parsed,
     };
     let answer = match front {
         Front::Chat => chat,
-        Front::Anthropic => anthropic::response_from_chat(&chat),
-        Front::Responses => responses::response_from_chat(&chat, client.unwrap_or(&Value::Null)),
+        Front::Anthropic => wire::response::anthropic::from_chat(&chat),
+        Front::Responses => {
+            wire::response::responses::from_chat(&chat, client.unwrap_or(&Value::Null))
+        }
     };
     serde_json::to_vec(&answer)
         .map(Bytes::from)

@@ -13,8 +13,6 @@
 //! persisted (in order with the session's turns) and published on a
 //! broadcast channel that later stages (learning) subscribe to.
 
-pub mod openclaw;
-
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -446,7 +444,7 @@ fn derive(hints: &Hints<'_>) -> (String, SessionSource, Option<Arc<str>>, Option
     }
     if let Some((sid, n)) = hints
         .prompt_cache_key
-        .and_then(openclaw::split_prompt_cache_key)
+        .and_then(metaclaw_wire::agent::openclaw::split_prompt_cache_key)
     {
         let sid = bounded_id(sid);
         return (

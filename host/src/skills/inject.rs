@@ -458,7 +458,7 @@ mod tests {
             for body in bodies {
                 let out = splice(&serde_json::to_vec(&body).unwrap(), &b).unwrap();
                 let v: Value = serde_json::from_slice(&out).unwrap();
-                let system = crate::proxy::dialect::blocks_text(&v["messages"][0]["content"]);
+                let system = metaclaw_wire::text::value_text(&v["messages"][0]["content"]);
                 assert!(system.ends_with(&b), "round {round}");
                 let start = system.len() - b.len();
                 assert_eq!(markers(&system).len(), 2, "round {round}: {system}");

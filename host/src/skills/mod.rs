@@ -106,7 +106,7 @@ impl Query {
         }
         let text = |m: &Message<'_>| {
             m.content
-                .map(crate::proxy::request::content_text)
+                .map(metaclaw_wire::text::content_text)
                 .unwrap_or_default()
         };
         let clip = |s: String, n: usize| {
@@ -133,9 +133,14 @@ impl Query {
             if matches!(m.role.as_ref(), "system" | "developer") {
                 continue;
             }
-            let t = text(m);
-            if m.role == "user" && crate::sessions::openclaw::is_internal_context(&t) {
-                continue;
+            let mut t = text(m);
+            if m.role == "user" {
+                if metaclaw_wire::agent::openclaw::is_internal_context(&t) {
+                    continue;
+                }
+                // The user's words: agent metadata in a query pulls in
+                // irrelevant skills (the original's issue #39).
+                t = metaclaw_wire::text::user_words(&t);
             }
             recent.push((m.role.to_string(), clip(t, 2000)));
         }
@@ -144,7 +149,7 @@ impl Query {
             .iter()
             .rev()
             .find(|(role, _)| role == "user")
-            .map(|(_, t)| clean_query(t))
+            .map(|(_, t)| t.clone())
             .unwrap_or_default();
         Query {
             session_id: session_id.into(),
@@ -542,35 +547,21 @@ fn injected(skill: &Skill, text: String, score: f32) -> Injected {
     }
 }
 
-/// The user's words without OpenClaw's wrapping: the `[Sun 2026-11-22 08:43
-/// UTC] ` prefix and the trailing `Runtime: …` line (metadata in a query
-/// pulls in irrelevant skills: the original's issue #39).
-pub fn clean_query(text: &str) -> String {
-    let mut text = text.trim();
-    if text.starts_with('[')
-        && let Some(end) = text.find("] ")
-    {
-        let stamp = &text[1..end];
-        if stamp.len() <= 40 && stamp.chars().any(|c| c.is_ascii_digit()) && stamp.contains(':') {
-            text = &text[end + 2..];
-        }
-    }
-    let text = match text.rfind("\n\nRuntime: ") {
-        Some(at) => &text[..at],
-        None => text,
-    };
-    text.trim().to_string()
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
 
     #[test]
     fn queries_lose_openclaws_metadata() {
-        let raw = "[Sun 2026-11-22 08:43 UTC] How do I rebase?\n\nRuntime: agent=main | session=agent:main:main | sessionId=1a206f6b-47b6-464c-86db-730d5d7b0316 | host=vm";
-        assert_eq!(clean_query(raw), "How do I rebase?");
-        assert_eq!(clean_query("[x] is a checkbox"), "[x] is a checkbox");
-        assert_eq!(clean_query("  plain  "), "plain");
+        let fixture: serde_json::Value = serde_json::from_str(include_str!(
+            "../../../tests/fixtures/openclaw/chat_completions_stream_request.json"
+        ))
+        .unwrap();
+        let body = serde_json::to_vec(&fixture["body"]).unwrap();
+        let query = Query::from_chat_request(&body, "s", "m");
+        assert_eq!(query.text, "Say PONG");
+        // The internal context is left out; the user's message is their words.
+        assert_eq!(query.recent, [("user".to_string(), "Say PONG".to_string())]);
+        assert!(query.system_prompt.contains("OpenClaw"));
     }
 }

@@ -9,6 +9,10 @@ use std::sync::mpsc::{Receiver, RecvTimeoutError};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
+use metaclaw_wire::agent::openclaw;
+use metaclaw_wire::request::CONTROL_FIELDS;
+use metaclaw_wire::stream::assemble::assemble_sse;
+use metaclaw_wire::text::content_text;
 use rusqlite::{Connection, Transaction, params};
 use serde::Deserialize;
 use serde_json::value::RawValue;
@@ -19,10 +23,7 @@ use tokio::sync::OwnedSemaphorePermit;
 use super::{Capture, Op, TurnRecord, TurnStatus};
 use crate::digest::sha256_hex;
 use crate::metrics::Metrics;
-use crate::proxy::assemble::assemble_sse;
-use crate::proxy::request::{CONTROL_FIELDS, content_text};
 use crate::redact::Redactor;
-use crate::sessions::openclaw;
 
 const MAX_BATCH: usize = 1024;
 const KNOWN_BLOBS_CAP: usize = 200_000;
@@ -283,14 +284,16 @@ impl Writer {
             }
             Capture::AnthropicJson(bytes) => Some(
                 serde_json::from_slice::<Value>(bytes)
-                    .map(|v| crate::proxy::anthropic::response_to_chat(&v))
+                    .map(|v| metaclaw_wire::response::anthropic::to_chat(&v))
                     .unwrap_or_else(
                         |_| serde_json::json!({ "raw": String::from_utf8_lossy(bytes) }),
                     ),
             ),
             Capture::Sse(_) | Capture::AnthropicSse(_) => {
                 let (value, done) = match &turn.response {
-                    Capture::AnthropicSse(bytes) => crate::proxy::anthropic::assemble_sse(bytes),
+                    Capture::AnthropicSse(bytes) => {
+                        metaclaw_wire::stream::anthropic::assemble(bytes)
+                    }
                     Capture::Sse(bytes) => assemble_sse(bytes),
                     _ => (Value::Null, false),
                 };

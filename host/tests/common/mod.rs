@@ -247,7 +247,7 @@ pub async fn post_chat(base: &str, body: &Value, headers: &[(&str, &str)]) -> re
 /// `(event name, data)` of each event of a complete SSE text, read by the
 /// proxy's own (fuzzed) SSE parser; an event without a name has "".
 pub fn sse_events(text: &str) -> Vec<(String, String)> {
-    metaclaw::proxy::sse::parse_all(text.as_bytes())
+    metaclaw_wire::stream::sse::parse_all(text.as_bytes())
         .0
         .into_iter()
         .map(|e| (e.event.unwrap_or_default(), e.data))

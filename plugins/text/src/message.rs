@@ -2,22 +2,41 @@
 //!
 //! [`strip_metadata`] removes what agent frameworks wrap around a user's
 //! text (a leading bracketed timestamp, `… (untrusted metadata):` JSON
-//! blocks), [`split_sentences`] cuts prose into sentences, [`words`] turns a
+//! blocks, a trailing `Runtime: …` line), [`split_sentences`] cuts prose into sentences, [`words`] turns a
 //! sentence into normalised words (lower-cased, accents folded, apostrophes
 //! dropped, two-word forms contracted) that [`Phrases`] matches phrases
 //! against, and [`clip`] shortens a quote for a rationale.
 
 /// A user message without the agent metadata frameworks put around it: a
-/// leading `[Sun 2026-11-22 10:00 UTC]` timestamp and the `… (untrusted
+/// leading `[Sun 2026-11-22 10:00 UTC]` timestamp, the `… (untrusted
 /// metadata):` / `… (untrusted, for context):` blocks (whose shared JSON
-/// would make any two messages look alike, or put words in the user's mouth).
+/// would make any two messages look alike, or put words in the user's
+/// mouth) and OpenClaw's trailing `Runtime: agent=… | sessionId=… | …`
+/// line. The host reads the user's words with this too (retrieval, the
+/// scorers' input, the judge and the evolver), so all see the same text.
 pub fn strip_metadata(message: &str) -> String {
     let without_blocks = remove_metadata_blocks(message);
     let mut rest = without_blocks.trim_start();
     while let Some(after) = strip_timestamp(rest) {
         rest = after.trim_start();
     }
-    rest.trim_end().to_string()
+    strip_runtime_line(rest).trim_end().to_string()
+}
+
+/// `text` without a last paragraph that is OpenClaw's runtime line:
+/// `Runtime: ` then `key=value` fields on one line.
+fn strip_runtime_line(text: &str) -> &str {
+    const LABEL: &str = "\n\nRuntime: ";
+    let Some(at) = text.rfind(LABEL) else {
+        return text;
+    };
+    let line = text[at + LABEL.len()..].trim_end();
+    let first_key = line.split(" | ").next().and_then(|f| f.split_once('='));
+    let is_runtime = !line.contains('\n')
+        && first_key.is_some_and(|(key, _)| {
+            !key.is_empty() && key.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
+        });
+    if is_runtime { &text[..at] } else { text }
 }
 
 /// Removes every `Label (untrusted …):` line together with the fenced (or
@@ -290,6 +309,19 @@ mod tests {
         assert_eq!(strip_metadata("[1] first point"), "[1] first point");
         let unclosed = "Sender (untrusted metadata): ```json {\"a\": 1}\nhi";
         assert_eq!(strip_metadata(unclosed), unclosed);
+    }
+
+    #[test]
+    fn strips_openclaws_runtime_line() {
+        let message = "[Mon 2026-11-23 18:26 UTC] How do I rebase?\n\nRuntime: agent=main | session=agent:main:main | sessionId=1a206f6b-47b6-464c-86db-730d5d7b0316 | host=vm | os=Linux 6.1.0-generic (x64)\n";
+        assert_eq!(strip_metadata(message), "How do I rebase?");
+        // The user's own "Runtime:" paragraph is theirs.
+        for kept in [
+            "Why is it slow?\n\nRuntime: about 5 minutes",
+            "Two lines\n\nRuntime: a=1\nand more",
+        ] {
+            assert_eq!(strip_metadata(kept), kept);
+        }
     }
 
     #[test]

@@ -9,9 +9,9 @@ use serde::Deserialize;
 use serde_json::value::RawValue;
 use sha2::{Digest, Sha256};
 
-use crate::digest::hex;
-use crate::error::ApiError;
-use crate::sessions::openclaw;
+use crate::agent::openclaw;
+use crate::error::Error;
+use crate::text::content_text;
 
 /// Request fields that belong to metaclaw, not to the upstream: the
 /// original's body-level session controls. They are removed before
@@ -97,7 +97,7 @@ pub struct ChatRequest {
 
 impl ChatRequest {
     /// `header_session`: the request names its session in a header.
-    pub fn parse(body: &[u8], header_session: bool) -> Result<Self, ApiError> {
+    pub fn parse(body: &[u8], header_session: bool) -> Result<Self, Error> {
         let view: View<'_> =
             serde_json::from_slice(body).map_err(|e| describe_json_error(body, &e))?;
         let mut system = Vec::new();
@@ -145,7 +145,9 @@ impl ChatRequest {
             }
             hasher.update([1u8]);
             hasher.update(first_user.as_deref().unwrap_or("").as_bytes());
-            format!("h-{}", &hex(&hasher.finalize())[..16])
+            let digest = hasher.finalize();
+            let hex: String = digest[..8].iter().map(|b| format!("{b:02x}")).collect();
+            format!("h-{hex}")
         });
         let has_control_fields =
             view.session_id.is_some() || view.session_done.is_some() || view.turn_type.is_some();
@@ -169,68 +171,32 @@ impl ChatRequest {
     }
 }
 
-/// The text of a parsed message `content`: a string, or the text parts of a
-/// list joined by newlines.
-pub fn value_text(content: &serde_json::Value) -> String {
-    match content {
-        serde_json::Value::String(s) => s.clone(),
-        serde_json::Value::Array(parts) => parts
-            .iter()
-            .filter_map(|p| p["text"].as_str())
-            .collect::<Vec<_>>()
-            .join("\n"),
-        _ => String::new(),
-    }
-}
-
-/// [`value_text`] of a raw (unparsed) `content`.
-pub fn content_text(raw: &RawValue) -> String {
-    let s = raw.get();
-    if s.starts_with('"') {
-        return serde_json::from_str::<String>(s).unwrap_or_default();
-    }
-    #[derive(Deserialize)]
-    struct Part {
-        text: Option<String>,
-    }
-    match serde_json::from_str::<Vec<Part>>(s) {
-        Ok(parts) => parts
-            .into_iter()
-            .filter_map(|p| p.text)
-            .collect::<Vec<_>>()
-            .join("\n"),
-        Err(_) => String::new(),
-    }
-}
-
 /// A clear 400 for a body that is not a usable chat request.
-fn describe_json_error(body: &[u8], e: &serde_json::Error) -> ApiError {
+fn describe_json_error(body: &[u8], e: &serde_json::Error) -> Error {
     use serde_json::error::Category;
     match e.classify() {
-        Category::Syntax | Category::Eof | Category::Io => ApiError::InvalidJson(e.to_string()),
+        Category::Syntax | Category::Eof | Category::Io => Error::InvalidJson(e.to_string()),
         Category::Data => {
             // Well-formed JSON of the wrong shape: say which field.
             match serde_json::from_slice::<serde_json::Value>(body) {
                 Ok(serde_json::Value::Object(map)) => match map.get("messages") {
-                    None => ApiError::BadRequest(
-                        "`messages` is required: a list of chat messages".into(),
-                    ),
+                    None => Error::Missing {
+                        field: "messages",
+                        expected: "a list of chat messages",
+                    },
                     Some(serde_json::Value::Array(messages))
                         if messages.iter().any(|m| !m["role"].is_string()) =>
                     {
-                        ApiError::BadRequest(format!(
-                            "invalid request: {e} (each message needs a string `role`)"
-                        ))
+                        Error::Shape(format!("{e} (each message needs a string `role`)"))
                     }
-                    Some(serde_json::Value::Array(_)) => {
-                        ApiError::BadRequest(format!("invalid request: {e}"))
-                    }
-                    Some(_) => {
-                        ApiError::BadRequest("`messages` must be a list of chat messages".into())
-                    }
+                    Some(serde_json::Value::Array(_)) => Error::Shape(e.to_string()),
+                    Some(_) => Error::BadField {
+                        field: "`messages`".into(),
+                        expected: "a list of chat messages",
+                    },
                 },
-                Ok(_) => ApiError::BadRequest("the request body must be a JSON object".into()),
-                Err(_) => ApiError::InvalidJson(e.to_string()),
+                Ok(_) => Error::NotAnObject,
+                Err(_) => Error::InvalidJson(e.to_string()),
             }
         }
     }
@@ -241,18 +207,15 @@ mod tests {
     use super::*;
 
     impl ChatRequest {
-        fn parse_test(body: &[u8]) -> Result<Self, ApiError> {
+        fn parse_test(body: &[u8]) -> Result<Self, Error> {
             Self::parse(body, false)
         }
     }
 
     #[test]
     fn reads_the_openclaw_fixture() {
-        let fixture: serde_json::Value = serde_json::from_str(include_str!(
-            "../../../tests/fixtures/openclaw/chat_completions_stream_request.json"
-        ))
-        .unwrap();
-        let body = serde_json::to_vec(&fixture["body"]).unwrap();
+        let fixture = crate::openclaw_fixture("chat_completions_stream_request.json");
+        let body = serde_json::to_vec(&fixture).unwrap();
         let req = ChatRequest::parse(&body, false).unwrap();
         assert!(req.stream);
         assert_eq!(req.model.as_deref(), Some("fake-model"));
@@ -281,7 +244,7 @@ mod tests {
     #[test]
     fn bad_bodies_get_clear_errors() {
         let e = ChatRequest::parse_test(b"{not json").unwrap_err();
-        assert!(matches!(e, ApiError::InvalidJson(_)));
+        assert!(matches!(e, Error::InvalidJson(_)));
         let e = ChatRequest::parse_test(br#"{"model":"m"}"#).unwrap_err();
         assert!(e.to_string().contains("`messages` is required"), "{e}");
         let e = ChatRequest::parse_test(br#"{"messages":"hi"}"#).unwrap_err();

@@ -1,0 +1,3 @@
+//! What agent frameworks put into their requests besides the conversation.
+
+pub mod openclaw;
