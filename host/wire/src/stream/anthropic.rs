@@ -180,6 +180,20 @@ pub struct ToChat {
 }
 
 impl ToChat {
+    /// Usage from wherever the stream carries it: `message_start` usually
+    /// has the input and `message_delta` the output, but some upstreams
+    /// (and Anthropic with server tools) report the input only at the end.
+    /// The counts are cumulative: a later one replaces an earlier one.
+    fn count(&mut self, usage: &Value) {
+        let input = usage_input(usage);
+        if input > 0 {
+            self.input_tokens = input;
+        }
+        if let Some(n) = usage["output_tokens"].as_u64() {
+            self.output_tokens = n;
+        }
+    }
+
     fn chunk(&self, delta: Value, finish: Option<&str>) -> SseEvent {
         chat_chunk(json!({
             "id": self.id, "object": "chat.completion.chunk", "created": self.created, "model": self.model,
@@ -204,7 +218,7 @@ impl Transcode for ToChat {
                 self.id = m["id"].clone();
                 self.model = m["model"].clone();
                 self.created = unix_seconds();
-                self.input_tokens = usage_input(&m["usage"]);
+                self.count(&m["usage"]);
                 out.push(self.chunk(json!({"role": "assistant", "content": ""}), None));
             }
             "content_block_start" => {
@@ -249,9 +263,7 @@ impl Transcode for ToChat {
                 }
             }
             "message_delta" => {
-                if let Some(n) = v["usage"]["output_tokens"].as_u64() {
-                    self.output_tokens = n;
-                }
+                self.count(&v["usage"]);
                 if let Some(finish) = finish_from_stop(v["delta"]["stop_reason"].as_str()) {
                     out.push(self.chunk(json!({}), Some(finish)));
                 }
@@ -379,5 +391,34 @@ mod tests {
             !out.iter()
                 .any(|e| e.event.as_deref() == Some("message_stop"))
         );
+    }
+
+    #[test]
+    fn usage_is_taken_from_wherever_the_stream_carries_it() {
+        let event = |v: Value| format!("event: {}\ndata: {v}\n\n", v["type"].as_str().unwrap());
+        // The input only at the end, as some Anthropic-compatible upstreams
+        // send it: not 0 prompt tokens.
+        let stream = [
+            event(json!({"type": "message_start", "message": {"id": "m1", "model": "c", "usage": {"output_tokens": 1}}})),
+            event(json!({"type": "content_block_start", "index": 0, "content_block": {"type": "text", "text": ""}})),
+            event(json!({"type": "content_block_delta", "index": 0, "delta": {"type": "text_delta", "text": "hi"}})),
+            event(json!({"type": "message_delta", "delta": {"stop_reason": "end_turn"}, "usage": {"input_tokens": 812, "cache_read_input_tokens": 100, "output_tokens": 7}})),
+            event(json!({"type": "message_stop"})),
+        ]
+        .concat();
+        let (chat, done) = assemble(stream.as_bytes());
+        assert!(done);
+        assert_eq!(chat["usage"]["prompt_tokens"], 912, "{chat}");
+        assert_eq!(chat["usage"]["completion_tokens"], 7, "{chat}");
+        // The usual place: the input at the start, the output at the end.
+        let stream = [
+            event(json!({"type": "message_start", "message": {"id": "m1", "model": "c", "usage": {"input_tokens": 40, "output_tokens": 1}}})),
+            event(json!({"type": "message_delta", "delta": {"stop_reason": "end_turn"}, "usage": {"output_tokens": 9}})),
+            event(json!({"type": "message_stop"})),
+        ]
+        .concat();
+        let (chat, _) = assemble(stream.as_bytes());
+        assert_eq!(chat["usage"]["prompt_tokens"], 40, "{chat}");
+        assert_eq!(chat["usage"]["completion_tokens"], 9, "{chat}");
     }
 }
