@@ -38,7 +38,11 @@ async fn product(llm: &str) -> Product {
     let upstream = format!("http://{}/v1", listener.local_addr().unwrap());
     let dummy = Arc::new(metaclaw::dev::upstream::Dummy::default());
     tokio::spawn(metaclaw::dev::upstream::serve(listener, dummy));
+    product_of(&upstream, llm).await
+}
 
+/// [`product`] in front of the upstream at `upstream`.
+async fn product_of(upstream: &str, llm: &str) -> Product {
     let dir = tempfile::tempdir().unwrap();
     let home = Home::at(dir.path());
     home.ensure().unwrap();
@@ -47,7 +51,7 @@ async fn product(llm: &str) -> Product {
         "llm:\n  api_base: {upstream}\n  model_id: echo\n{llm}skills:\n  enabled: false\nlearning:\n  enabled: false\nplugins:\n  builtin: false\n"
     );
     let path = dir.path().join("config.yaml");
-    std::fs::write(&path, config.replace("{upstream}", &upstream)).unwrap();
+    std::fs::write(&path, config.replace("{upstream}", upstream)).unwrap();
     let loaded = metaclaw::config::load(&path).unwrap();
     let handle = App::start(StartOptions {
         home: &home,
@@ -283,5 +287,48 @@ async fn an_agents_resend_after_a_failure_is_an_attempt_of_the_same_turn() {
     assert_eq!(response.status(), StatusCode::OK);
     let turns = p.turns("s-retry").await;
     assert_eq!((turns[2].turn_type.as_str(), turns[2].attempt), ("main", 1));
+    p.handle.shutdown().await;
+}
+
+#[tokio::test]
+async fn an_anthropic_clients_error_from_an_anthropic_upstream_passes_through_whole() {
+    // A provider's error, with fields metaclaw knows nothing about.
+    let error = json!({
+        "type": "error",
+        "error": {"type": "overloaded_error", "message": "Overloaded", "retry_hint": 3},
+        "request_id": "req_011CPqYVyj",
+    });
+    let answer = error.clone();
+    let upstream = Router::new().route(
+        "/v1/messages",
+        axum::routing::post(move || {
+            let answer = answer.clone();
+            async move { (StatusCode::from_u16(529).unwrap(), axum::Json(answer)) }
+        }),
+    );
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let base = format!("http://{}/v1", listener.local_addr().unwrap());
+    tokio::spawn(async move { axum::serve(listener, upstream).await });
+    let p = product_of(&base, "  api_format: anthropic\n  api_key: sk-test\n").await;
+
+    let request = json!({
+        "model": "claude",
+        "max_tokens": 64,
+        "messages": [{"role": "user", "content": "hello there"}],
+    });
+    let response = p.post("/v1/messages", "s-529", request.clone()).await;
+    assert_eq!(response.status().as_u16(), 529);
+    assert_eq!(json_body(response).await, error);
+
+    // An OpenAI client of the same upstream gets it in OpenAI's shape.
+    let response = p.post("/v1/chat/completions", "s-529-chat", request).await;
+    assert_eq!(response.status().as_u16(), 529);
+    let body = json_body(response).await;
+    assert_eq!(body["error"]["message"], "Overloaded", "{body}");
+    let turns = p.turns("s-529").await;
+    assert_eq!(
+        (turns[0].status.as_str(), turns[0].http_status),
+        ("error", Some(529))
+    );
     p.handle.shutdown().await;
 }

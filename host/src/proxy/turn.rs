@@ -237,6 +237,11 @@ async fn turn(
             .await
             .unwrap_or_default();
         ctx.upstream_done = Some(Instant::now());
+        // An Anthropic client of an Anthropic upstream gets the upstream's
+        // own error (its request_id and any other field); the record, like
+        // every other client, gets it in the one shape the store keeps.
+        let own = (passthrough && format == ApiFormat::Anthropic && is_json_object(&body))
+            .then(|| body.clone());
         let body = match format {
             ApiFormat::Anthropic => wire::response::error_body::to_openai(status.as_u16(), &body),
             ApiFormat::Openai => body,
@@ -249,7 +254,7 @@ async fn turn(
             Some(error.to_string()),
         );
         proxy.metrics.errors.inc(&[error.kind()]);
-        let body = error.body_for(front);
+        let body = own.unwrap_or_else(|| error.body_for(front));
         let mut response = error.into_response_with(body);
         for (name, value) in headers
             .iter()
@@ -433,6 +438,11 @@ fn require_json(headers: &HeaderMap) -> Result<(), ApiError> {
             ct.to_string()
         }))
     }
+}
+
+fn is_json_object(bytes: &[u8]) -> bool {
+    serde_json::from_slice::<serde::de::IgnoredAny>(bytes).is_ok()
+        && bytes.iter().find(|b| !b.is_ascii_whitespace()) == Some(&b'{')
 }
 
 /// The request body, refused past `proxy.max_body_mb` or when the client is
