@@ -15,7 +15,8 @@ use anyhow::{Context, Result, bail};
 use serde_json::{Value, json};
 
 use crate::home::{Home, PidInfo};
-use crate::store::{self, jobs::Job, learning};
+use crate::store::learning::{self, DraftOutcome};
+use crate::store::{self, jobs::Job};
 use crate::untrusted::log_line;
 
 /// The longest the demo waits for any one step.
@@ -146,8 +147,8 @@ pub(super) async fn run(home: &Home, info: &PidInfo, proxy_token: Option<&str>) 
     let mut evolved = None;
     for d in &drafts {
         let name = log_line(d.skill_id.as_deref().unwrap_or(&d.name), 60);
-        match d.outcome.as_str() {
-            "rejected" => say!(
+        match d.outcome {
+            DraftOutcome::Rejected => say!(
                 "     ✗ {name} rejected: {}",
                 log_line(d.reason.as_deref().unwrap_or(""), 100)
             ),
@@ -156,7 +157,7 @@ pub(super) async fn run(home: &Home, info: &PidInfo, proxy_token: Option<&str>) 
                     "     ✓ {name} {outcome} (v{}) in {skills_dir}",
                     d.version.as_deref().unwrap_or("?")
                 );
-                if outcome == "created" && d.written_ms.is_some() {
+                if outcome == DraftOutcome::Created && d.written_ms.is_some() {
                     evolved = d.skill_id.clone();
                 }
             }

@@ -40,8 +40,8 @@ use crate::redact::Redactor;
 use crate::sessions::SessionEnded;
 use crate::skills::Skills;
 use crate::skills::skill::{self, Category, Provenance, Skill};
-use crate::store::jobs::{self, Job};
-use crate::store::learning::{self, DraftRow};
+use crate::store::jobs::{self, Job, Stage};
+use crate::store::learning::{self, DraftOutcome, DraftRow};
 use crate::store::skills::Attribution;
 use crate::store::{ScoringInput, Store};
 
@@ -327,19 +327,19 @@ impl Learner {
     }
 
     async fn stages(self: &Arc<Self>, job: &Job) -> Result<()> {
-        let done: HashSet<&str> = job.stages.iter().map(String::as_str).collect();
-        if !done.contains("score") {
+        let done = &job.stages;
+        if !done.contains(&Stage::Score) {
             let this = self.clone();
             let job = job.clone();
             blocking(move || this.score(&job)).await?;
         }
-        if !done.contains("judge") {
+        if !done.contains(&Stage::Judge) {
             self.judge(job).await?;
         }
-        if !done.contains("evolve") {
+        if !done.contains(&Stage::Evolve) {
             self.evolve(job).await?;
         }
-        if !done.contains("publish") {
+        if !done.contains(&Stage::Publish) {
             let this = self.clone();
             let job = job.clone();
             blocking(move || this.publish(&job)).await?;
@@ -370,7 +370,7 @@ impl Learner {
             jobs::stage_done(
                 &tx,
                 job,
-                "score",
+                Stage::Score,
                 &format!("{} turn(s) scored", scored.len()),
                 at,
             )?;
@@ -435,7 +435,7 @@ impl Learner {
                     learning::set_reward(&tx, &turn.id, value)?;
                 }
             }
-            jobs::stage_done(&tx, job, "judge", summary, now_ms())?;
+            jobs::stage_done(&tx, job, Stage::Judge, summary, now_ms())?;
             tx.commit()?;
             Ok(())
         })
@@ -486,7 +486,15 @@ impl Learner {
             let summary = skip.unwrap_or("skipped").to_string();
             let job = job.clone();
             return self
-                .db(move |c| Ok(jobs::stage_done(c, &job, "evolve", &summary, now_ms())?))
+                .db(move |c| {
+                    Ok(jobs::stage_done(
+                        c,
+                        &job,
+                        Stage::Evolve,
+                        &summary,
+                        now_ms(),
+                    )?)
+                })
                 .await;
         };
 
@@ -600,7 +608,7 @@ impl Learner {
         }
         for row in rows
             .iter()
-            .filter(|r| r.outcome == learning::PENDING_REVIEW)
+            .filter(|r| r.outcome == DraftOutcome::PendingReview)
         {
             tracing::info!(session = %job.session_id, skill = ?row.skill_id, "revision of a built-in or user-written skill held for review (metaclaw skills review)");
         }
@@ -616,7 +624,7 @@ impl Learner {
                 session_id: job.session_id.clone(),
                 round: job.round,
                 name: r.name,
-                outcome: "rejected".into(),
+                outcome: DraftOutcome::Rejected,
                 skill_id: None,
                 version: None,
                 reason: Some(r.reason),
@@ -628,10 +636,10 @@ impl Learner {
                 at_ms: at,
             });
         }
-        let kept = rows.iter().filter(|r| r.outcome != "rejected").count();
+        let kept = rows.iter().filter(|r| r.outcome.kept()).count();
         let held = rows
             .iter()
-            .filter(|r| r.outcome == learning::PENDING_REVIEW)
+            .filter(|r| r.outcome == DraftOutcome::PendingReview)
             .count();
         let summary = match held {
             0 => format!("{kept} skill draft(s) kept, {} rejected", rows.len() - kept),
@@ -646,7 +654,7 @@ impl Learner {
             for row in &rows {
                 learning::insert_draft(&tx, row)?;
             }
-            jobs::stage_done(&tx, &job, "evolve", &summary, now_ms())?;
+            jobs::stage_done(&tx, &job, Stage::Evolve, &summary, now_ms())?;
             tx.commit()?;
             Ok(())
         })
@@ -668,7 +676,7 @@ impl Learner {
             session_id: job.session_id.clone(),
             round: job.round,
             name: draft.name.clone(),
-            outcome: "rejected".into(),
+            outcome: DraftOutcome::Rejected,
             skill_id: None,
             version: None,
             reason: None,
@@ -730,11 +738,10 @@ impl Learner {
         }
         row.outcome = match &existing {
             // Held until the user accepts it (`metaclaw skills review`).
-            Some(old) if old.revisions_need_review() => learning::PENDING_REVIEW,
-            Some(_) => "updated",
-            None => "created",
-        }
-        .into();
+            Some(old) if old.revisions_need_review() => DraftOutcome::PendingReview,
+            Some(_) => DraftOutcome::Updated,
+            None => DraftOutcome::Created,
+        };
         row.skill_id = Some(skill.id.clone());
         row.version = Some(skill.version.to_string());
         row.base_hash = existing.as_ref().map(|s| s.content_hash.clone());
@@ -781,7 +788,7 @@ impl Learner {
             Ok(jobs::stage_done(
                 c,
                 job,
-                "publish",
+                Stage::Publish,
                 &format!("{} skill(s) written", written.len()),
                 now_ms(),
             )?)

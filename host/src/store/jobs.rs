@@ -12,6 +12,97 @@ use anyhow::Result;
 use rusqlite::{Connection, OptionalExtension, TransactionBehavior, params};
 use serde::{Deserialize, Serialize};
 
+/// A fieldless enum kept in a text column. `as_str` and `FromStr` are the
+/// column's strings (those of databases written before the enum existed:
+/// they must not change); serde and rusqlite go through them, so the JSON
+/// of `learn status` and `sessions show` is the same text too.
+macro_rules! text_enum {
+    ($(#[$meta:meta])* pub enum $name:ident {
+        $($(#[$vmeta:meta])* $variant:ident = $text:literal,)+
+    }) => {
+        $(#[$meta])*
+        #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+        pub enum $name {
+            $($(#[$vmeta])* $variant,)+
+        }
+
+        impl $name {
+            pub const ALL: [Self; [$($text),+].len()] = [$(Self::$variant),+];
+
+            pub fn as_str(self) -> &'static str {
+                match self {
+                    $(Self::$variant => $text,)+
+                }
+            }
+        }
+
+        impl std::str::FromStr for $name {
+            type Err = String;
+            fn from_str(text: &str) -> Result<Self, String> {
+                match text {
+                    $($text => Ok(Self::$variant),)+
+                    other => Err(format!(
+                        "{other:?} is not one of {}",
+                        [$($text),+].join(", ")
+                    )),
+                }
+            }
+        }
+
+        impl std::fmt::Display for $name {
+            fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                // `pad`: column widths in tables apply.
+                f.pad(self.as_str())
+            }
+        }
+
+        impl serde::Serialize for $name {
+            fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+                s.serialize_str(self.as_str())
+            }
+        }
+
+        impl<'de> serde::Deserialize<'de> for $name {
+            fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+                let text = <std::borrow::Cow<'de, str>>::deserialize(d)?;
+                text.parse().map_err(serde::de::Error::custom)
+            }
+        }
+
+        impl rusqlite::types::ToSql for $name {
+            fn to_sql(&self) -> rusqlite::Result<rusqlite::types::ToSqlOutput<'_>> {
+                Ok(self.as_str().into())
+            }
+        }
+
+        impl rusqlite::types::FromSql for $name {
+            fn column_result(
+                value: rusqlite::types::ValueRef<'_>,
+            ) -> rusqlite::types::FromSqlResult<Self> {
+                value
+                    .as_str()?
+                    .parse()
+                    .map_err(|e: String| rusqlite::types::FromSqlError::Other(e.into()))
+            }
+        }
+    };
+}
+pub(crate) use text_enum;
+
+text_enum! {
+    /// A stage of a learning job, in the order they run (`learn::stages`).
+    pub enum Stage {
+        /// Scorer plugins on the turns not scored yet.
+        Score = "score",
+        /// The judge on every main turn, then one reward per turn.
+        Judge = "judge",
+        /// The evolver model's drafts through the evolver plugins.
+        Evolve = "evolve",
+        /// Kept drafts written to the skills folder.
+        Publish = "publish",
+    }
+}
+
 /// Attempts before a job is left `failed` (until `learn now` retries it).
 pub const MAX_ATTEMPTS: i64 = 5;
 /// The wait after the first failure; it doubles with each attempt.
@@ -33,7 +124,7 @@ pub struct Job {
     pub finished_ms: Option<i64>,
     pub error: Option<String>,
     /// Stages done, in the order they were.
-    pub stages: Vec<String>,
+    pub stages: Vec<Stage>,
 }
 
 impl Job {
@@ -41,7 +132,12 @@ impl Job {
     pub fn detail(&self) -> String {
         match &self.error {
             Some(e) if self.state != "done" => format!("error: {e}"),
-            _ => self.stages.join(" → "),
+            _ => self
+                .stages
+                .iter()
+                .map(|s| s.as_str())
+                .collect::<Vec<_>>()
+                .join(" → "),
         }
     }
 }
@@ -166,7 +262,7 @@ pub fn all_due_now(conn: &Connection, now_ms: i64) -> Result<Vec<String>> {
 pub fn stage_done(
     conn: &Connection,
     job: &Job,
-    stage: &str,
+    stage: Stage,
     summary: &str,
     at_ms: i64,
 ) -> rusqlite::Result<()> {
@@ -266,7 +362,7 @@ pub fn get(conn: &Connection, session_id: &str) -> Result<Option<Job>> {
 }
 
 /// The stages a round of the session's job has done.
-pub fn stages(conn: &Connection, session_id: &str, round: i64) -> Result<Vec<String>> {
+pub fn stages(conn: &Connection, session_id: &str, round: i64) -> Result<Vec<Stage>> {
     let mut stmt = conn.prepare_cached(
         "SELECT stage FROM learning_stages WHERE session_id = ?1 AND round = ?2
          ORDER BY done_ms, stage",
@@ -335,6 +431,55 @@ mod tests {
     }
 
     #[test]
+    fn stages_and_outcomes_keep_the_text_databases_hold() {
+        use crate::store::learning::DraftOutcome;
+        // Written by versions before the enums: these strings must not change.
+        assert_eq!(
+            Stage::ALL.map(Stage::as_str),
+            ["score", "judge", "evolve", "publish"]
+        );
+        assert_eq!(
+            DraftOutcome::ALL.map(DraftOutcome::as_str),
+            ["created", "updated", "rejected", "pending-review"]
+        );
+        for stage in Stage::ALL {
+            assert_eq!(stage.as_str().parse(), Ok(stage));
+            assert_eq!(serde_json::to_value(stage).unwrap(), stage.as_str());
+        }
+        for outcome in DraftOutcome::ALL {
+            assert_eq!(outcome.as_str().parse(), Ok(outcome));
+            assert_eq!(
+                format!("{outcome:<16}|"),
+                format!("{:<16}|", outcome.as_str())
+            );
+        }
+        let job: Job = serde_json::from_value(serde_json::json!({
+            "session_id": "s", "state": "done", "round": 1, "attempts": 1,
+            "not_before_ms": 0, "enqueued_ms": 0, "started_ms": null,
+            "finished_ms": null, "error": null, "stages": ["score", "judge"]
+        }))
+        .unwrap();
+        assert_eq!(job.stages, [Stage::Score, Stage::Judge]);
+
+        // A stage this version does not know (a newer one wrote it) is an
+        // error that names it, not a panic.
+        let (_tmp, conn) = db();
+        session(&conn, "s");
+        enqueue(&conn, "s", 0).unwrap();
+        conn.execute(
+            "INSERT INTO learning_stages (session_id, round, stage, done_ms, summary)
+             VALUES ('s', 1, 'distill', 1, '')",
+            [],
+        )
+        .unwrap();
+        let e = format!("{:#}", get(&conn, "s").unwrap_err());
+        assert!(
+            e.contains("\"distill\" is not one of score, judge, evolve, publish"),
+            "{e}"
+        );
+    }
+
+    #[test]
     fn jobs_run_in_order_and_once_per_session() {
         let (_tmp, mut conn) = db();
         for (id, at) in [("b", 20), ("a", 10)] {
@@ -398,21 +543,21 @@ mod tests {
         // The judge stage committed; the process died during evolution.
         {
             let tx = conn.transaction().unwrap();
-            stage_done(&tx, &job, "judge", "3 turns judged", 2).unwrap();
+            stage_done(&tx, &job, Stage::Judge, "3 turns judged", 2).unwrap();
             tx.commit().unwrap();
         }
         {
             let tx = conn.transaction().unwrap();
-            stage_done(&tx, &job, "evolve", "1 skill", 3).unwrap();
+            stage_done(&tx, &job, Stage::Evolve, "1 skill", 3).unwrap();
             // dropped: rolled back, as a kill would
         }
         // Next start.
         assert_eq!(recover(&conn, 10).unwrap(), 1);
         let job = claim(&mut conn, 10, None).unwrap().unwrap();
         assert_eq!(job.attempts, 2);
-        assert_eq!(job.stages, vec!["judge"]);
+        assert_eq!(job.stages, vec![Stage::Judge]);
         // A stage cannot be recorded twice.
-        assert!(stage_done(&conn, &job, "judge", "again", 11).is_err());
+        assert!(stage_done(&conn, &job, Stage::Judge, "again", 11).is_err());
     }
 
     #[test]
@@ -421,7 +566,7 @@ mod tests {
         session(&conn, "s");
         enqueue(&conn, "s", 0).unwrap();
         let job = claim(&mut conn, 1, None).unwrap().unwrap();
-        stage_done(&conn, &job, "judge", "", 2).unwrap();
+        stage_done(&conn, &job, Stage::Judge, "", 2).unwrap();
         // Reopened and ended while the job runs: a second round follows.
         enqueue(&conn, "s", 3).unwrap();
         finish(&conn, "s", Ok(()), 4).unwrap();
@@ -431,7 +576,7 @@ mod tests {
             next.stages.is_empty(),
             "a new round starts with no stage done"
         );
-        stage_done(&conn, &next, "judge", "", 5).unwrap();
+        stage_done(&conn, &next, Stage::Judge, "", 5).unwrap();
         finish(&conn, "s", Ok(()), 6).unwrap();
         assert_eq!(read(&conn, "s").unwrap().unwrap().state, "done");
         // Ended again after it finished: round 3.
