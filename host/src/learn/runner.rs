@@ -27,10 +27,11 @@ use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 
 use super::evolve::{self, Rejected};
+use super::finished;
 use super::judge::Judge;
 use super::llm::ChatModel;
+use super::per_turn::score_turn;
 use super::reward::{self, ScorerReward};
-use super::{finished, score_turn};
 use crate::clock::now_ms;
 use crate::config::schema::LearningConfig;
 use crate::digest::sha256_hex;
