@@ -1,9 +1,21 @@
-//! Learning from sessions, never on the serving path.
+//! Learning from sessions, never on the serving path. The path of
+//! learning, file by file:
 //!
-//! When a session's next main turn is recorded, the previous one is
-//! finished and the scorer plugins score it ([`per_turn`]); when a session
-//! ends, its learning job ([`runner`]) scores the last turn, has the judge
-//! score every turn with its next state, and evolves skills.
+//! 1. a turn is recorded: the store's writer reports it (`store::writer`);
+//! 2. per-turn scoring ([`per_turn`]): once a main turn's successor is
+//!    recorded, the scorer plugins score it;
+//! 3. the session ends (`sessions`): its learning job is queued in the same
+//!    transaction (`store::jobs`), and per-turn scoring scores its last turn;
+//! 4. the job runner ([`runner`]) claims the job and runs its stages in
+//!    order, each committed once: [`stages::score`] → [`stages::judge`] →
+//!    [`stages::evolve`] → [`stages::publish`].
+//!
+//! What the stages use: [`finished`] (a recorded turn with its next state,
+//! as scorers and the judge see it), [`judge`] (the judge model's prompt and
+//! votes), [`reward`] (one reward per turn), [`evolve`] (the evolver's
+//! prompt and the drafts' schema check), [`llm`] (the models' client).
+//! [`review`]: revisions of built-in and user-written skills held for the
+//! user.
 
 pub mod evolve;
 pub mod finished;
@@ -13,9 +25,12 @@ pub mod per_turn;
 pub mod review;
 pub mod reward;
 pub mod runner;
+pub mod stages;
 
 pub use per_turn::Scoring;
-pub use runner::{Blocked, LearnError, LearnHandle, Learner, evolution_unguarded, evolver_chain};
+pub use runner::{LearnError, LearnHandle, Learner};
+pub use stages::Blocked;
+pub use stages::evolve::{evolution_unguarded, evolver_chain};
 
 /// What `status`, `learn status`, `doctor` and a session's end say when
 /// `learning.enabled` is false (and which key turns learning on).

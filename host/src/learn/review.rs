@@ -10,7 +10,7 @@ use anyhow::{Context, Result, bail};
 use rusqlite::Connection;
 use serde::Serialize;
 
-use super::runner::write_skill;
+use super::stages::publish::write_skill;
 use crate::clock::now_ms;
 use crate::digest::sha256_hex;
 use crate::skills::library::Library;
