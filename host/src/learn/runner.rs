@@ -377,3 +377,128 @@ impl Learner {
         tracing::warn!("plugins or skills still loading after a minute; learning starts anyway");
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::metrics::Metrics;
+    use crate::store::StoreOptions;
+
+    /// A temporary store with session `s` ended, its job queued for an hour
+    /// from now (so only `learn now` runs it).
+    fn store() -> (tempfile::TempDir, Store, Db) {
+        let dir = tempfile::tempdir().unwrap();
+        let (store, _writer) = Store::open(
+            StoreOptions {
+                path: dir.path().join("metaclaw.db"),
+                commit_interval: Duration::from_millis(10),
+                queue_capacity: 64,
+                redactor: Redactor::new(Vec::new()),
+                on_recorded: None,
+                queue_learning: true,
+            },
+            Arc::new(Metrics::new()),
+        )
+        .unwrap();
+        let db = Db::new(store.path().to_path_buf());
+        db.call_blocking(|c| {
+            c.execute(
+                "INSERT INTO sessions (id, base_key, source, started_at_ms, last_activity_ms)
+                 VALUES ('s', 's', 'header', 0, 0)",
+                [],
+            )?;
+            Ok(jobs::enqueue(c, "s", now_ms() + 3_600_000)?)
+        })
+        .unwrap();
+        (dir, store, db)
+    }
+
+    /// The runner, with nothing configured: no plugins, skills, judge or
+    /// evolver.
+    fn spawn(store: Store) -> (LearnHandle, CancellationToken) {
+        let learner = Learner::new(
+            store,
+            None,
+            None,
+            None,
+            None,
+            Arc::new(Redactor::new(Vec::new())),
+            LearningConfig::default(),
+            false,
+        );
+        let (ended_tx, ended) = broadcast::channel(4);
+        // The runner stops when the session tracker goes away.
+        std::mem::forget(ended_tx);
+        let cancel = CancellationToken::new();
+        let (handle, _thread) = learner.spawn(ended, cancel.clone()).unwrap();
+        (handle, cancel)
+    }
+
+    /// The stages the job's round recorded, in the order they ran, with
+    /// their summaries.
+    fn summaries(db: &Db) -> Vec<(Stage, String)> {
+        let mut done: Vec<(i64, Stage, String)> = db
+            .call_blocking(|c| {
+                let mut stmt = c.prepare(
+                    "SELECT done_ms, stage, summary FROM learning_stages WHERE session_id = 's'",
+                )?;
+                let rows = stmt.query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))?;
+                Ok(rows.collect::<rusqlite::Result<_>>()?)
+            })
+            .unwrap();
+        // Stages done within one millisecond: in their order.
+        done.sort_by_key(|(at, stage, _)| (*at, *stage));
+        done.into_iter()
+            .map(|(_, s, summary)| (s, summary))
+            .collect()
+    }
+
+    #[tokio::test]
+    async fn a_job_runs_its_stages_in_order_each_committed_once() {
+        let (_dir, store, db) = store();
+        let (handle, cancel) = spawn(store);
+        let jobs = handle.now(Some("s".into())).await.unwrap();
+        assert_eq!(jobs.len(), 1);
+        assert_eq!(jobs[0].state, "done", "{:?}", jobs[0]);
+        assert_eq!(jobs[0].stages, Stage::ALL);
+        assert_eq!(
+            summaries(&db),
+            [
+                (Stage::Score, "0 turn(s) scored".to_string()),
+                (Stage::Judge, "judge off".to_string()),
+                (Stage::Evolve, "off: skills are disabled".to_string()),
+                (Stage::Publish, "0 skill(s) written".to_string()),
+            ]
+        );
+        let unknown = handle.now(Some("nope".into())).await.unwrap_err();
+        assert!(
+            matches!(&unknown, LearnError::NoSession(s) if s == "nope"),
+            "{unknown}"
+        );
+        cancel.cancel();
+    }
+
+    #[tokio::test]
+    async fn a_retried_job_skips_the_stages_an_earlier_attempt_committed() {
+        let (_dir, store, db) = store();
+        // An attempt committed its score stage, then failed (and waits for
+        // its backoff).
+        db.call_blocking(|c| {
+            let job = jobs::claim(c, now_ms(), Some("s"))?.unwrap();
+            jobs::stage_done(c, &job, Stage::Score, "from the first attempt", now_ms())?;
+            jobs::finish(c, "s", Err("judge: 503".into()), now_ms())
+        })
+        .unwrap();
+        let (handle, cancel) = spawn(store);
+        let jobs = handle.now(Some("s".into())).await.unwrap();
+        assert_eq!(jobs[0].state, "done", "{:?}", jobs[0]);
+        assert_eq!(jobs[0].attempts, 1, "learn now starts the count again");
+        let done = summaries(&db);
+        assert_eq!(done.len(), 4, "{done:?}");
+        assert_eq!(
+            done[0],
+            (Stage::Score, "from the first attempt".to_string())
+        );
+        cancel.cancel();
+    }
+}

@@ -21,7 +21,8 @@ macro_rules! text_enum {
         $($(#[$vmeta:meta])* $variant:ident = $text:literal,)+
     }) => {
         $(#[$meta])*
-        #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+        // Ordered as declared.
+        #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
         pub enum $name {
             $($(#[$vmeta])* $variant,)+
         }
@@ -361,14 +362,18 @@ pub fn get(conn: &Connection, session_id: &str) -> Result<Option<Job>> {
     read(conn, session_id)
 }
 
-/// The stages a round of the session's job has done.
+/// The stages a round of the session's job has done, in the order they
+/// were (stages done within the same millisecond: in their order).
 pub fn stages(conn: &Connection, session_id: &str, round: i64) -> Result<Vec<Stage>> {
     let mut stmt = conn.prepare_cached(
-        "SELECT stage FROM learning_stages WHERE session_id = ?1 AND round = ?2
-         ORDER BY done_ms, stage",
+        "SELECT done_ms, stage FROM learning_stages WHERE session_id = ?1 AND round = ?2",
     )?;
-    let rows = stmt.query_map(params![session_id, round], |r| r.get(0))?;
-    Ok(rows.collect::<rusqlite::Result<_>>()?)
+    let rows = stmt.query_map(params![session_id, round], |r| {
+        Ok((r.get::<_, i64>(0)?, r.get::<_, Stage>(1)?))
+    })?;
+    let mut done = rows.collect::<rusqlite::Result<Vec<_>>>()?;
+    done.sort();
+    Ok(done.into_iter().map(|(_, stage)| stage).collect())
 }
 
 /// When the next queued job is due, if any.
