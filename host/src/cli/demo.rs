@@ -15,8 +15,9 @@ use anyhow::{Context, Result, bail};
 use serde_json::{Value, json};
 
 use crate::home::{Home, PidInfo};
+use crate::store;
+use crate::store::jobs::{Job, JobState};
 use crate::store::learning::{self, DraftOutcome};
-use crate::store::{self, jobs::Job};
 use crate::untrusted::log_line;
 
 /// The longest the demo waits for any one step.
@@ -102,11 +103,11 @@ pub(super) async fn run(home: &Home, info: &PidInfo, proxy_token: Option<&str>) 
     // The runner may have claimed it first: `learn now` then waits for it,
     // and asking again returns it as it ended.
     let asked = Instant::now();
-    while job.state == "running" && asked.elapsed() < STEP_TIMEOUT {
+    while job.state == JobState::Running && asked.elapsed() < STEP_TIMEOUT {
         tokio::time::sleep(Duration::from_millis(100)).await;
         job = daemon.learn_now(&first).await?;
     }
-    if job.state != "done" {
+    if job.state != JobState::Done {
         bail!(
             "the learning job did not finish ({}): {}",
             job.state,

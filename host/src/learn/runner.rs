@@ -25,7 +25,7 @@ use crate::redact::Redactor;
 use crate::sessions::SessionEnded;
 use crate::skills::Skills;
 use crate::store::Store;
-use crate::store::jobs::{self, Job};
+use crate::store::jobs::{self, Job, JobState};
 
 /// Runs the learning jobs.
 pub struct Learner {
@@ -222,7 +222,7 @@ impl Learner {
                 }
                 // Running already (the session's end started it): its
                 // outcome is the answer.
-                if job.is_none_or(|j| j.state != "running") {
+                if job.is_none_or(|j| j.state != JobState::Running) {
                     let s = id.clone();
                     self.db(move |c| jobs::request_now(c, &s, now_ms()))
                         .await
@@ -259,7 +259,7 @@ impl Learner {
         for _ in 0..6000 {
             let s = id.to_string();
             match self.db(move |c| jobs::get(c, &s)).await {
-                Ok(Some(job)) if job.state == "running" => {
+                Ok(Some(job)) if job.state == JobState::Running => {
                     tokio::time::sleep(Duration::from_millis(100)).await;
                 }
                 _ => return,
@@ -459,7 +459,7 @@ mod tests {
         let (handle, cancel) = spawn(store);
         let jobs = handle.now(Some("s".into())).await.unwrap();
         assert_eq!(jobs.len(), 1);
-        assert_eq!(jobs[0].state, "done", "{:?}", jobs[0]);
+        assert_eq!(jobs[0].state, JobState::Done, "{:?}", jobs[0]);
         assert_eq!(jobs[0].stages, Stage::ALL);
         assert_eq!(
             summaries(&db),
@@ -491,7 +491,7 @@ mod tests {
         .unwrap();
         let (handle, cancel) = spawn(store);
         let jobs = handle.now(Some("s".into())).await.unwrap();
-        assert_eq!(jobs[0].state, "done", "{:?}", jobs[0]);
+        assert_eq!(jobs[0].state, JobState::Done, "{:?}", jobs[0]);
         assert_eq!(jobs[0].attempts, 1, "learn now starts the count again");
         let done = summaries(&db);
         assert_eq!(done.len(), 4, "{done:?}");

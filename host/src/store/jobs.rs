@@ -104,6 +104,18 @@ text_enum! {
     }
 }
 
+text_enum! {
+    /// Where a learning job is.
+    pub enum JobState {
+        /// Waiting to be claimed (`not_before_ms`: a retry's backoff).
+        Queued = "queued",
+        Running = "running",
+        Done = "done",
+        /// Out of attempts, until `learn now` retries it.
+        Failed = "failed",
+    }
+}
+
 /// Attempts before a job is left `failed` (until `learn now` retries it).
 pub const MAX_ATTEMPTS: i64 = 5;
 /// The wait after the first failure; it doubles with each attempt.
@@ -113,8 +125,7 @@ const BACKOFF_MAX_MS: i64 = 3_600_000;
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Job {
     pub session_id: String,
-    /// `queued`, `running`, `done` or `failed`.
-    pub state: String,
+    pub state: JobState,
     /// 1, then one more each time the session reopens and ends again.
     pub round: i64,
     pub attempts: i64,
@@ -132,7 +143,7 @@ impl Job {
     /// Its error while it has not succeeded, else the stages it has done.
     pub fn detail(&self) -> String {
         match &self.error {
-            Some(e) if self.state != "done" => format!("error: {e}"),
+            Some(e) if self.state != JobState::Done => format!("error: {e}"),
             _ => self
                 .stages
                 .iter()
@@ -215,14 +226,14 @@ pub fn claim(conn: &mut Connection, now_ms: i64, only: Option<&str>) -> Result<O
 /// caller waits for it (the runner may claim it between a caller's check
 /// and this call).
 pub fn request_now(conn: &Connection, session_id: &str, now_ms: i64) -> Result<()> {
-    let state: Option<String> = conn
+    let state: Option<JobState> = conn
         .query_row(
             "SELECT state FROM learning_jobs WHERE session_id = ?1",
             [session_id],
             |r| r.get(0),
         )
         .optional()?;
-    match state.as_deref() {
+    match state {
         None => {
             let known: bool = conn.query_row(
                 "SELECT EXISTS (SELECT 1 FROM sessions WHERE id = ?1)",
@@ -234,8 +245,8 @@ pub fn request_now(conn: &Connection, session_id: &str, now_ms: i64) -> Result<(
             }
             enqueue(conn, session_id, now_ms)?;
         }
-        Some("running") => {}
-        Some("done") => enqueue(conn, session_id, now_ms)?,
+        Some(JobState::Running) => {}
+        Some(JobState::Done) => enqueue(conn, session_id, now_ms)?,
         Some(_) => {
             conn.execute(
                 "UPDATE learning_jobs SET state = 'queued', attempts = 0, not_before_ms = ?2
@@ -302,9 +313,9 @@ pub fn finish(
                 |r| r.get(0),
             )?;
             let (state, not_before) = if attempts >= MAX_ATTEMPTS {
-                ("failed", now_ms)
+                (JobState::Failed, now_ms)
             } else {
-                ("queued", now_ms + backoff_ms(attempts))
+                (JobState::Queued, now_ms + backoff_ms(attempts))
             };
             conn.execute(
                 "UPDATE learning_jobs SET state = ?2, not_before_ms = ?3, finished_ms = ?4, error = ?5
@@ -444,6 +455,10 @@ mod tests {
             ["score", "judge", "evolve", "publish"]
         );
         assert_eq!(
+            JobState::ALL.map(JobState::as_str),
+            ["queued", "running", "done", "failed"]
+        );
+        assert_eq!(
             DraftOutcome::ALL.map(DraftOutcome::as_str),
             ["created", "updated", "rejected", "pending-review"]
         );
@@ -496,13 +511,13 @@ mod tests {
         assert!(claim(&mut conn, 5, None).unwrap().is_none(), "none due yet");
         let first = claim(&mut conn, 100, None).unwrap().unwrap();
         assert_eq!((first.session_id.as_str(), first.attempts), ("a", 1));
-        assert_eq!(first.state, "running");
+        assert_eq!(first.state, JobState::Running);
         let second = claim(&mut conn, 100, None).unwrap().unwrap();
         assert_eq!(second.session_id, "b");
         assert!(claim(&mut conn, 100, None).unwrap().is_none());
         finish(&conn, "a", Ok(()), 120).unwrap();
         let a = read(&conn, "a").unwrap().unwrap();
-        assert_eq!((a.state.as_str(), a.finished_ms), ("done", Some(120)));
+        assert_eq!((a.state, a.finished_ms), (JobState::Done, Some(120)));
     }
 
     #[test]
@@ -518,12 +533,12 @@ mod tests {
             let job = read(&conn, "s").unwrap().unwrap();
             assert_eq!(job.error.as_deref(), Some("judge: 429"));
             if attempt < MAX_ATTEMPTS {
-                assert_eq!(job.state, "queued");
+                assert_eq!(job.state, JobState::Queued);
                 assert_eq!(job.not_before_ms - now, backoff_ms(attempt));
                 assert!(claim(&mut conn, now + 1, None).unwrap().is_none());
                 now = job.not_before_ms;
             } else {
-                assert_eq!(job.state, "failed");
+                assert_eq!(job.state, JobState::Failed);
             }
         }
         assert_eq!(backoff_ms(1), 30_000);
@@ -536,7 +551,7 @@ mod tests {
         );
         // `learn now` takes a failed job.
         let job = claim(&mut conn, now, Some("s")).unwrap().unwrap();
-        assert_eq!(job.state, "running");
+        assert_eq!(job.state, JobState::Running);
     }
 
     #[test]
@@ -583,11 +598,11 @@ mod tests {
         );
         stage_done(&conn, &next, Stage::Judge, "", 5).unwrap();
         finish(&conn, "s", Ok(()), 6).unwrap();
-        assert_eq!(read(&conn, "s").unwrap().unwrap().state, "done");
+        assert_eq!(read(&conn, "s").unwrap().unwrap().state, JobState::Done);
         // Ended again after it finished: round 3.
         enqueue(&conn, "s", 7).unwrap();
         let third = read(&conn, "s").unwrap().unwrap();
-        assert_eq!((third.state.as_str(), third.round), ("queued", 3));
+        assert_eq!((third.state, third.round), (JobState::Queued, 3));
         assert_eq!(next_due(&conn).unwrap(), Some(7));
     }
 }
