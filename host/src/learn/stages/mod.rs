@@ -65,7 +65,7 @@ pub trait Output: Send + 'static {
 /// the job waits, queued, without using up its attempts.
 #[derive(Debug, thiserror::Error)]
 #[error("{0}")]
-pub struct Blocked(pub(crate) String);
+pub struct Blocked(String);
 
 /// The learner's store connection (a side writer beside the store's writer
 /// thread), opened on first use and shared by the runner and the stages.
