@@ -4,10 +4,10 @@
 //! its session (`sessions`), picks skills (`skills` → retriever plugins),
 //! calls the upstream and queues the record for the store's writer thread.
 //! The path of learning starts where a turn is recorded: the writer reports
-//! each recorded turn to per-turn scoring (`learn::Scoring`, scorer
-//! plugins), the session tracker reports ended sessions to it and to the
-//! learning runner (`learn::Learner`), whose jobs judge, evolve and publish
-//! skills on their own thread.
+//! each recorded turn to per-turn scoring (`learn::per_turn`, scorer
+//! plugins); the session tracker reports ended sessions to it and to the
+//! learning runner (`learn::runner`), whose jobs run the stages
+//! (`learn::stages`: score, judge, evolve, publish) on their own thread.
 
 use std::net::IpAddr;
 use std::sync::Arc;

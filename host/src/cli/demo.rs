@@ -15,7 +15,9 @@ use anyhow::{Context, Result, bail};
 use serde_json::{Value, json};
 
 use crate::home::{Home, PidInfo};
-use crate::store::{self, jobs::Job, learning};
+use crate::store;
+use crate::store::jobs::{Job, JobState};
+use crate::store::learning::{self, DraftOutcome};
 use crate::untrusted::log_line;
 
 /// The longest the demo waits for any one step.
@@ -101,11 +103,11 @@ pub(super) async fn run(home: &Home, info: &PidInfo, proxy_token: Option<&str>) 
     // The runner may have claimed it first: `learn now` then waits for it,
     // and asking again returns it as it ended.
     let asked = Instant::now();
-    while job.state == "running" && asked.elapsed() < STEP_TIMEOUT {
+    while job.state == JobState::Running && asked.elapsed() < STEP_TIMEOUT {
         tokio::time::sleep(Duration::from_millis(100)).await;
         job = daemon.learn_now(&first).await?;
     }
-    if job.state != "done" {
+    if job.state != JobState::Done {
         bail!(
             "the learning job did not finish ({}): {}",
             job.state,
@@ -146,8 +148,8 @@ pub(super) async fn run(home: &Home, info: &PidInfo, proxy_token: Option<&str>) 
     let mut evolved = None;
     for d in &drafts {
         let name = log_line(d.skill_id.as_deref().unwrap_or(&d.name), 60);
-        match d.outcome.as_str() {
-            "rejected" => say!(
+        match d.outcome {
+            DraftOutcome::Rejected => say!(
                 "     ✗ {name} rejected: {}",
                 log_line(d.reason.as_deref().unwrap_or(""), 100)
             ),
@@ -156,7 +158,7 @@ pub(super) async fn run(home: &Home, info: &PidInfo, proxy_token: Option<&str>) 
                     "     ✓ {name} {outcome} (v{}) in {skills_dir}",
                     d.version.as_deref().unwrap_or("?")
                 );
-                if outcome == "created" && d.written_ms.is_some() {
+                if outcome == DraftOutcome::Created && d.written_ms.is_some() {
                     evolved = d.skill_id.clone();
                 }
             }

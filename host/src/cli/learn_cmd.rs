@@ -9,7 +9,8 @@ use anyhow::{Context, Result, bail};
 use super::sessions_cmd::db_path;
 use super::{LearnCommand, load_config, local_time, runtime};
 use crate::home::Home;
-use crate::store::{self, jobs::Job};
+use crate::store;
+use crate::store::jobs::{Job, JobState};
 
 /// `learn now` waits this long for the jobs (judge and evolver calls).
 const NOW_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(1800);
@@ -65,7 +66,7 @@ fn now(home: &Home, session: Option<String>, json: bool) -> Result<ExitCode> {
     } else {
         print_jobs(&jobs);
     }
-    let failed = jobs.iter().any(|j| j.state != "done");
+    let failed = jobs.iter().any(|j| j.state != JobState::Done);
     Ok(if failed {
         ExitCode::FAILURE
     } else {
@@ -102,13 +103,13 @@ fn status(
             say!("no learning jobs yet (a job is queued when a session ends)");
         }
     } else {
-        let count = |s: &str| jobs.iter().filter(|j| j.state == s).count();
+        let count = |s: JobState| jobs.iter().filter(|j| j.state == s).count();
         say!(
             "{} queued, {} running, {} failed, {} done",
-            count("queued"),
-            count("running"),
-            count("failed"),
-            count("done")
+            count(JobState::Queued),
+            count(JobState::Running),
+            count(JobState::Failed),
+            count(JobState::Done)
         );
         print_jobs(&jobs);
     }
@@ -131,10 +132,10 @@ fn print_jobs(jobs: &[Job]) {
         "WHEN"
     );
     for j in jobs {
-        let when = match j.state.as_str() {
-            "queued" => format!("due {}", local_time(j.not_before_ms)),
-            "running" => j.started_ms.map(local_time).unwrap_or_default(),
-            _ => j.finished_ms.map(local_time).unwrap_or_default(),
+        let when = match j.state {
+            JobState::Queued => format!("due {}", local_time(j.not_before_ms)),
+            JobState::Running => j.started_ms.map(local_time).unwrap_or_default(),
+            JobState::Done | JobState::Failed => j.finished_ms.map(local_time).unwrap_or_default(),
         };
         say!(
             "{:<width$}  {:<7}  {:>5}  {:>8}  {:<19}  {}",

@@ -9,7 +9,8 @@ use serde_json::{Value, json};
 
 use super::{SessionsCommand, load_config, local_time};
 use crate::home::Home;
-use crate::store::{self, SessionRow, TurnRow, learning};
+use crate::store::learning::{self, DraftOutcome};
+use crate::store::{self, SessionRow, TurnRow};
 use std::collections::HashMap;
 
 pub fn db_path(home: &Home, config_path: &Path) -> PathBuf {
@@ -268,13 +269,13 @@ fn print_session(s: &SessionRow, turns: &[TurnRow], learned: &Learned) {
     if !learned.drafts.is_empty() {
         say!("  skills evolved from this session:");
         for d in &learned.drafts {
-            match d.outcome.as_str() {
-                "rejected" => say!(
+            match d.outcome {
+                DraftOutcome::Rejected => say!(
                     "    ✗ {} rejected: {}",
                     d.name,
                     d.reason.as_deref().unwrap_or("")
                 ),
-                "pending-review" => say!(
+                DraftOutcome::PendingReview => say!(
                     "    ? {} revision (version {}) waits for your review: metaclaw skills review",
                     d.skill_id.as_deref().unwrap_or(&d.name),
                     d.version.as_deref().unwrap_or("?"),

@@ -10,12 +10,12 @@ use anyhow::{Context, Result, bail};
 use rusqlite::Connection;
 use serde::Serialize;
 
-use super::runner::write_skill;
+use super::stages::publish::write_skill;
 use crate::clock::now_ms;
 use crate::digest::sha256_hex;
 use crate::skills::library::Library;
 use crate::skills::skill::{self, Skill};
-use crate::store::learning::{self, DraftRow, PENDING_REVIEW};
+use crate::store::learning::{self, DraftOutcome, DraftRow};
 use crate::store::skills::Attribution;
 
 /// A revision waiting for review, as `skills review` shows it.
@@ -146,10 +146,10 @@ fn held(conn: &Connection, id: i64) -> Result<DraftRow> {
     let Some(row) = learning::draft(conn, id)? else {
         bail!("no revision {id} (see `metaclaw skills review`)");
     };
-    if row.outcome != PENDING_REVIEW {
-        let done = match (row.outcome.as_str(), row.reviewed_ms) {
-            ("updated", Some(_)) => "it was accepted".to_string(),
-            ("rejected", Some(_)) => "it was rejected".to_string(),
+    if row.outcome != DraftOutcome::PendingReview {
+        let done = match (row.outcome, row.reviewed_ms) {
+            (DraftOutcome::Updated, Some(_)) => "it was accepted".to_string(),
+            (DraftOutcome::Rejected, Some(_)) => "it was rejected".to_string(),
             (outcome, _) => format!("it is a draft that was {outcome}"),
         };
         bail!("revision {id} is not waiting for review: {done} (see `metaclaw skills review`)");
@@ -338,7 +338,7 @@ mod tests {
             session_id: "s1".into(),
             round: 1,
             name: "tidy".into(),
-            outcome: PENDING_REVIEW.into(),
+            outcome: DraftOutcome::PendingReview,
             skill_id: Some("tidy".into()),
             version: Some("1.2.0".into()),
             reason: None,
@@ -388,7 +388,7 @@ mod tests {
         );
         assert!(last.why.contains("accepted in review"), "{}", last.why);
         let row = learning::draft(&conn, id).unwrap().unwrap();
-        assert_eq!(row.outcome, "updated");
+        assert_eq!(row.outcome, DraftOutcome::Updated);
         assert!(row.written_ms.is_some() && row.reviewed_ms.is_some());
 
         let again = accept(&db, &dir, id).unwrap_err().to_string();
@@ -424,7 +424,7 @@ mod tests {
         reject(&db, id, Some("  not what I want ")).unwrap();
         let conn = crate::store::open_side_writer(&db).unwrap();
         let row = learning::draft(&conn, id).unwrap().unwrap();
-        assert_eq!(row.outcome, "rejected");
+        assert_eq!(row.outcome, DraftOutcome::Rejected);
         assert_eq!(
             row.reason.as_deref(),
             Some("rejected in review: not what I want")

@@ -12,6 +12,110 @@ use anyhow::Result;
 use rusqlite::{Connection, OptionalExtension, TransactionBehavior, params};
 use serde::{Deserialize, Serialize};
 
+/// A fieldless enum kept in a text column. `as_str` and `FromStr` are the
+/// column's strings (those of databases written before the enum existed:
+/// they must not change); serde and rusqlite go through them, so the JSON
+/// of `learn status` and `sessions show` is the same text too.
+macro_rules! text_enum {
+    ($(#[$meta:meta])* pub enum $name:ident {
+        $($(#[$vmeta:meta])* $variant:ident = $text:literal,)+
+    }) => {
+        $(#[$meta])*
+        // Ordered as declared.
+        #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+        pub enum $name {
+            $($(#[$vmeta])* $variant,)+
+        }
+
+        impl $name {
+            pub const ALL: [Self; [$($text),+].len()] = [$(Self::$variant),+];
+
+            pub fn as_str(self) -> &'static str {
+                match self {
+                    $(Self::$variant => $text,)+
+                }
+            }
+        }
+
+        impl std::str::FromStr for $name {
+            type Err = String;
+            fn from_str(text: &str) -> Result<Self, String> {
+                match text {
+                    $($text => Ok(Self::$variant),)+
+                    other => Err(format!(
+                        "{other:?} is not one of {}",
+                        [$($text),+].join(", ")
+                    )),
+                }
+            }
+        }
+
+        impl std::fmt::Display for $name {
+            fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                // `pad`: column widths in tables apply.
+                f.pad(self.as_str())
+            }
+        }
+
+        impl serde::Serialize for $name {
+            fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+                s.serialize_str(self.as_str())
+            }
+        }
+
+        impl<'de> serde::Deserialize<'de> for $name {
+            fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+                let text = <std::borrow::Cow<'de, str>>::deserialize(d)?;
+                text.parse().map_err(serde::de::Error::custom)
+            }
+        }
+
+        impl rusqlite::types::ToSql for $name {
+            fn to_sql(&self) -> rusqlite::Result<rusqlite::types::ToSqlOutput<'_>> {
+                Ok(self.as_str().into())
+            }
+        }
+
+        impl rusqlite::types::FromSql for $name {
+            fn column_result(
+                value: rusqlite::types::ValueRef<'_>,
+            ) -> rusqlite::types::FromSqlResult<Self> {
+                value
+                    .as_str()?
+                    .parse()
+                    .map_err(|e: String| rusqlite::types::FromSqlError::Other(e.into()))
+            }
+        }
+    };
+}
+pub(crate) use text_enum;
+
+text_enum! {
+    /// A stage of a learning job, in the order they run (`learn::stages`).
+    pub enum Stage {
+        /// Scorer plugins on the turns not scored yet.
+        Score = "score",
+        /// The judge on every main turn, then one reward per turn.
+        Judge = "judge",
+        /// The evolver model's drafts through the evolver plugins.
+        Evolve = "evolve",
+        /// Kept drafts written to the skills folder.
+        Publish = "publish",
+    }
+}
+
+text_enum! {
+    /// Where a learning job is.
+    pub enum JobState {
+        /// Waiting to be claimed (`not_before_ms`: a retry's backoff).
+        Queued = "queued",
+        Running = "running",
+        Done = "done",
+        /// Out of attempts, until `learn now` retries it.
+        Failed = "failed",
+    }
+}
+
 /// Attempts before a job is left `failed` (until `learn now` retries it).
 pub const MAX_ATTEMPTS: i64 = 5;
 /// The wait after the first failure; it doubles with each attempt.
@@ -21,8 +125,7 @@ const BACKOFF_MAX_MS: i64 = 3_600_000;
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Job {
     pub session_id: String,
-    /// `queued`, `running`, `done` or `failed`.
-    pub state: String,
+    pub state: JobState,
     /// 1, then one more each time the session reopens and ends again.
     pub round: i64,
     pub attempts: i64,
@@ -33,15 +136,20 @@ pub struct Job {
     pub finished_ms: Option<i64>,
     pub error: Option<String>,
     /// Stages done, in the order they were.
-    pub stages: Vec<String>,
+    pub stages: Vec<Stage>,
 }
 
 impl Job {
     /// Its error while it has not succeeded, else the stages it has done.
     pub fn detail(&self) -> String {
         match &self.error {
-            Some(e) if self.state != "done" => format!("error: {e}"),
-            _ => self.stages.join(" → "),
+            Some(e) if self.state != JobState::Done => format!("error: {e}"),
+            _ => self
+                .stages
+                .iter()
+                .map(|s| s.as_str())
+                .collect::<Vec<_>>()
+                .join(" → "),
         }
     }
 }
@@ -118,14 +226,14 @@ pub fn claim(conn: &mut Connection, now_ms: i64, only: Option<&str>) -> Result<O
 /// caller waits for it (the runner may claim it between a caller's check
 /// and this call).
 pub fn request_now(conn: &Connection, session_id: &str, now_ms: i64) -> Result<()> {
-    let state: Option<String> = conn
+    let state: Option<JobState> = conn
         .query_row(
             "SELECT state FROM learning_jobs WHERE session_id = ?1",
             [session_id],
             |r| r.get(0),
         )
         .optional()?;
-    match state.as_deref() {
+    match state {
         None => {
             let known: bool = conn.query_row(
                 "SELECT EXISTS (SELECT 1 FROM sessions WHERE id = ?1)",
@@ -137,8 +245,8 @@ pub fn request_now(conn: &Connection, session_id: &str, now_ms: i64) -> Result<(
             }
             enqueue(conn, session_id, now_ms)?;
         }
-        Some("running") => {}
-        Some("done") => enqueue(conn, session_id, now_ms)?,
+        Some(JobState::Running) => {}
+        Some(JobState::Done) => enqueue(conn, session_id, now_ms)?,
         Some(_) => {
             conn.execute(
                 "UPDATE learning_jobs SET state = 'queued', attempts = 0, not_before_ms = ?2
@@ -166,7 +274,7 @@ pub fn all_due_now(conn: &Connection, now_ms: i64) -> Result<Vec<String>> {
 pub fn stage_done(
     conn: &Connection,
     job: &Job,
-    stage: &str,
+    stage: Stage,
     summary: &str,
     at_ms: i64,
 ) -> rusqlite::Result<()> {
@@ -205,9 +313,9 @@ pub fn finish(
                 |r| r.get(0),
             )?;
             let (state, not_before) = if attempts >= MAX_ATTEMPTS {
-                ("failed", now_ms)
+                (JobState::Failed, now_ms)
             } else {
-                ("queued", now_ms + backoff_ms(attempts))
+                (JobState::Queued, now_ms + backoff_ms(attempts))
             };
             conn.execute(
                 "UPDATE learning_jobs SET state = ?2, not_before_ms = ?3, finished_ms = ?4, error = ?5
@@ -265,14 +373,18 @@ pub fn get(conn: &Connection, session_id: &str) -> Result<Option<Job>> {
     read(conn, session_id)
 }
 
-/// The stages a round of the session's job has done.
-pub fn stages(conn: &Connection, session_id: &str, round: i64) -> Result<Vec<String>> {
+/// The stages a round of the session's job has done, in the order they
+/// were (stages done within the same millisecond: in their order).
+pub fn stages(conn: &Connection, session_id: &str, round: i64) -> Result<Vec<Stage>> {
     let mut stmt = conn.prepare_cached(
-        "SELECT stage FROM learning_stages WHERE session_id = ?1 AND round = ?2
-         ORDER BY done_ms, stage",
+        "SELECT done_ms, stage FROM learning_stages WHERE session_id = ?1 AND round = ?2",
     )?;
-    let rows = stmt.query_map(params![session_id, round], |r| r.get(0))?;
-    Ok(rows.collect::<rusqlite::Result<_>>()?)
+    let rows = stmt.query_map(params![session_id, round], |r| {
+        Ok((r.get::<_, i64>(0)?, r.get::<_, Stage>(1)?))
+    })?;
+    let mut done = rows.collect::<rusqlite::Result<Vec<_>>>()?;
+    done.sort();
+    Ok(done.into_iter().map(|(_, stage)| stage).collect())
 }
 
 /// When the next queued job is due, if any.
@@ -335,6 +447,59 @@ mod tests {
     }
 
     #[test]
+    fn stages_and_outcomes_keep_the_text_databases_hold() {
+        use crate::store::learning::DraftOutcome;
+        // Written by versions before the enums: these strings must not change.
+        assert_eq!(
+            Stage::ALL.map(Stage::as_str),
+            ["score", "judge", "evolve", "publish"]
+        );
+        assert_eq!(
+            JobState::ALL.map(JobState::as_str),
+            ["queued", "running", "done", "failed"]
+        );
+        assert_eq!(
+            DraftOutcome::ALL.map(DraftOutcome::as_str),
+            ["created", "updated", "rejected", "pending-review"]
+        );
+        for stage in Stage::ALL {
+            assert_eq!(stage.as_str().parse(), Ok(stage));
+            assert_eq!(serde_json::to_value(stage).unwrap(), stage.as_str());
+        }
+        for outcome in DraftOutcome::ALL {
+            assert_eq!(outcome.as_str().parse(), Ok(outcome));
+            assert_eq!(
+                format!("{outcome:<16}|"),
+                format!("{:<16}|", outcome.as_str())
+            );
+        }
+        let job: Job = serde_json::from_value(serde_json::json!({
+            "session_id": "s", "state": "done", "round": 1, "attempts": 1,
+            "not_before_ms": 0, "enqueued_ms": 0, "started_ms": null,
+            "finished_ms": null, "error": null, "stages": ["score", "judge"]
+        }))
+        .unwrap();
+        assert_eq!(job.stages, [Stage::Score, Stage::Judge]);
+
+        // A stage this version does not know (a newer one wrote it) is an
+        // error that names it, not a panic.
+        let (_tmp, conn) = db();
+        session(&conn, "s");
+        enqueue(&conn, "s", 0).unwrap();
+        conn.execute(
+            "INSERT INTO learning_stages (session_id, round, stage, done_ms, summary)
+             VALUES ('s', 1, 'distill', 1, '')",
+            [],
+        )
+        .unwrap();
+        let e = format!("{:#}", get(&conn, "s").unwrap_err());
+        assert!(
+            e.contains("\"distill\" is not one of score, judge, evolve, publish"),
+            "{e}"
+        );
+    }
+
+    #[test]
     fn jobs_run_in_order_and_once_per_session() {
         let (_tmp, mut conn) = db();
         for (id, at) in [("b", 20), ("a", 10)] {
@@ -346,13 +511,13 @@ mod tests {
         assert!(claim(&mut conn, 5, None).unwrap().is_none(), "none due yet");
         let first = claim(&mut conn, 100, None).unwrap().unwrap();
         assert_eq!((first.session_id.as_str(), first.attempts), ("a", 1));
-        assert_eq!(first.state, "running");
+        assert_eq!(first.state, JobState::Running);
         let second = claim(&mut conn, 100, None).unwrap().unwrap();
         assert_eq!(second.session_id, "b");
         assert!(claim(&mut conn, 100, None).unwrap().is_none());
         finish(&conn, "a", Ok(()), 120).unwrap();
         let a = read(&conn, "a").unwrap().unwrap();
-        assert_eq!((a.state.as_str(), a.finished_ms), ("done", Some(120)));
+        assert_eq!((a.state, a.finished_ms), (JobState::Done, Some(120)));
     }
 
     #[test]
@@ -368,12 +533,12 @@ mod tests {
             let job = read(&conn, "s").unwrap().unwrap();
             assert_eq!(job.error.as_deref(), Some("judge: 429"));
             if attempt < MAX_ATTEMPTS {
-                assert_eq!(job.state, "queued");
+                assert_eq!(job.state, JobState::Queued);
                 assert_eq!(job.not_before_ms - now, backoff_ms(attempt));
                 assert!(claim(&mut conn, now + 1, None).unwrap().is_none());
                 now = job.not_before_ms;
             } else {
-                assert_eq!(job.state, "failed");
+                assert_eq!(job.state, JobState::Failed);
             }
         }
         assert_eq!(backoff_ms(1), 30_000);
@@ -386,7 +551,7 @@ mod tests {
         );
         // `learn now` takes a failed job.
         let job = claim(&mut conn, now, Some("s")).unwrap().unwrap();
-        assert_eq!(job.state, "running");
+        assert_eq!(job.state, JobState::Running);
     }
 
     #[test]
@@ -398,21 +563,21 @@ mod tests {
         // The judge stage committed; the process died during evolution.
         {
             let tx = conn.transaction().unwrap();
-            stage_done(&tx, &job, "judge", "3 turns judged", 2).unwrap();
+            stage_done(&tx, &job, Stage::Judge, "3 turns judged", 2).unwrap();
             tx.commit().unwrap();
         }
         {
             let tx = conn.transaction().unwrap();
-            stage_done(&tx, &job, "evolve", "1 skill", 3).unwrap();
+            stage_done(&tx, &job, Stage::Evolve, "1 skill", 3).unwrap();
             // dropped: rolled back, as a kill would
         }
         // Next start.
         assert_eq!(recover(&conn, 10).unwrap(), 1);
         let job = claim(&mut conn, 10, None).unwrap().unwrap();
         assert_eq!(job.attempts, 2);
-        assert_eq!(job.stages, vec!["judge"]);
+        assert_eq!(job.stages, vec![Stage::Judge]);
         // A stage cannot be recorded twice.
-        assert!(stage_done(&conn, &job, "judge", "again", 11).is_err());
+        assert!(stage_done(&conn, &job, Stage::Judge, "again", 11).is_err());
     }
 
     #[test]
@@ -421,7 +586,7 @@ mod tests {
         session(&conn, "s");
         enqueue(&conn, "s", 0).unwrap();
         let job = claim(&mut conn, 1, None).unwrap().unwrap();
-        stage_done(&conn, &job, "judge", "", 2).unwrap();
+        stage_done(&conn, &job, Stage::Judge, "", 2).unwrap();
         // Reopened and ended while the job runs: a second round follows.
         enqueue(&conn, "s", 3).unwrap();
         finish(&conn, "s", Ok(()), 4).unwrap();
@@ -431,13 +596,13 @@ mod tests {
             next.stages.is_empty(),
             "a new round starts with no stage done"
         );
-        stage_done(&conn, &next, "judge", "", 5).unwrap();
+        stage_done(&conn, &next, Stage::Judge, "", 5).unwrap();
         finish(&conn, "s", Ok(()), 6).unwrap();
-        assert_eq!(read(&conn, "s").unwrap().unwrap().state, "done");
+        assert_eq!(read(&conn, "s").unwrap().unwrap().state, JobState::Done);
         // Ended again after it finished: round 3.
         enqueue(&conn, "s", 7).unwrap();
         let third = read(&conn, "s").unwrap().unwrap();
-        assert_eq!((third.state.as_str(), third.round), ("queued", 3));
+        assert_eq!((third.state, third.round), (JobState::Queued, 3));
         assert_eq!(next_due(&conn).unwrap(), Some(7));
     }
 }

@@ -5,6 +5,7 @@ use rusqlite::{Connection, OptionalExtension, params};
 use serde::Serialize;
 
 use super::RewardRecord;
+use super::jobs::text_enum;
 
 /// Stores a finished turn's scorer rewards, unless it was scored already
 /// (the per-turn scorer and a session's job may both get to its last turn).
@@ -159,9 +160,7 @@ pub struct DraftRow {
     pub session_id: String,
     pub round: i64,
     pub name: String,
-    /// `created`, `updated`, `rejected`, or `pending-review` (a revision of
-    /// a built-in or user-written skill, written only once accepted).
-    pub outcome: String,
+    pub outcome: DraftOutcome,
     pub skill_id: Option<String>,
     pub version: Option<String>,
     pub reason: Option<String>,
@@ -178,8 +177,28 @@ pub struct DraftRow {
     pub at_ms: i64,
 }
 
-/// A revision held for review.
-pub const PENDING_REVIEW: &str = "pending-review";
+text_enum! {
+    /// What became of a skill draft.
+    pub enum DraftOutcome {
+        /// A new skill (written by the publish stage).
+        Created = "created",
+        /// The next version of a library skill (written by the publish
+        /// stage, or once accepted in review).
+        Updated = "updated",
+        /// Turned down (the reason is kept with it).
+        Rejected = "rejected",
+        /// A revision of a built-in or user-written skill, written only
+        /// once accepted (`metaclaw skills review`).
+        PendingReview = "pending-review",
+    }
+}
+
+impl DraftOutcome {
+    /// A draft that is (or is to be) in the library.
+    pub fn kept(self) -> bool {
+        self != Self::Rejected
+    }
+}
 
 pub fn insert_draft(conn: &Connection, d: &DraftRow) -> rusqlite::Result<()> {
     conn.prepare_cached(
@@ -239,9 +258,12 @@ pub fn drafts(conn: &Connection, session_id: &str) -> rusqlite::Result<Vec<Draft
 pub fn unwritten_drafts(conn: &Connection, session_id: &str) -> rusqlite::Result<Vec<DraftRow>> {
     conn.prepare_cached(&format!(
         "SELECT {DRAFT_COLUMNS} FROM evolved_drafts
-         WHERE session_id = ?1 AND outcome IN ('created', 'updated') AND written_ms IS NULL ORDER BY id"
+         WHERE session_id = ?1 AND outcome IN (?2, ?3) AND written_ms IS NULL ORDER BY id"
     ))?
-    .query_map([session_id], draft_row)?
+    .query_map(
+        params![session_id, DraftOutcome::Created, DraftOutcome::Updated],
+        draft_row,
+    )?
     .collect()
 }
 
@@ -258,9 +280,9 @@ pub fn draft_written(
             .execute(params![id, at_ms])?,
         Some(reason) => conn
             .prepare_cached(
-                "UPDATE evolved_drafts SET outcome = 'rejected', reason = ?2, written_ms = ?3 WHERE id = ?1",
+                "UPDATE evolved_drafts SET outcome = ?4, reason = ?2, written_ms = ?3 WHERE id = ?1",
             )?
-            .execute(params![id, reason, at_ms])?,
+            .execute(params![id, reason, at_ms, DraftOutcome::Rejected])?,
     };
     Ok(())
 }
@@ -268,9 +290,9 @@ pub fn draft_written(
 /// Revisions held for review, oldest first.
 pub fn pending_reviews(conn: &Connection) -> rusqlite::Result<Vec<DraftRow>> {
     conn.prepare_cached(&format!(
-        "SELECT {DRAFT_COLUMNS} FROM evolved_drafts WHERE outcome = '{PENDING_REVIEW}' ORDER BY id"
+        "SELECT {DRAFT_COLUMNS} FROM evolved_drafts WHERE outcome = ?1 ORDER BY id"
     ))?
-    .query_map([], draft_row)?
+    .query_map([DraftOutcome::PendingReview], draft_row)?
     .collect()
 }
 
@@ -293,21 +315,18 @@ pub fn reviewed(
     reason: Option<&str>,
     at_ms: i64,
 ) -> rusqlite::Result<bool> {
+    let held = DraftOutcome::PendingReview;
     let changed = if accepted {
         conn.execute(
-            &format!(
-                "UPDATE evolved_drafts SET outcome = 'updated', written_ms = ?2, reviewed_ms = ?2
-                 WHERE id = ?1 AND outcome = '{PENDING_REVIEW}'"
-            ),
-            params![id, at_ms],
+            "UPDATE evolved_drafts SET outcome = ?3, written_ms = ?2, reviewed_ms = ?2
+             WHERE id = ?1 AND outcome = ?4",
+            params![id, at_ms, DraftOutcome::Updated, held],
         )?
     } else {
         conn.execute(
-            &format!(
-                "UPDATE evolved_drafts SET outcome = 'rejected', reason = ?2, reviewed_ms = ?3
-                 WHERE id = ?1 AND outcome = '{PENDING_REVIEW}'"
-            ),
-            params![id, reason, at_ms],
+            "UPDATE evolved_drafts SET outcome = ?4, reason = ?2, reviewed_ms = ?3
+             WHERE id = ?1 AND outcome = ?5",
+            params![id, reason, at_ms, DraftOutcome::Rejected, held],
         )?
     };
     Ok(changed == 1)

@@ -1,0 +1,170 @@
+//! Per-turn scoring: a turn's outcome is known once the next thing happens
+//! in its session (the agent's next call carries the tool results or the
+//! user's next message). So when a session's next main turn is recorded
+//! (the store's writer reports it), the previous one is *finished* and the
+//! scorer plugins score it; when the session ends, its last turn. Rewards
+//! go back to the store through its writer queue. What this misses (a
+//! crash, a restart) the job's score stage (`stages::score`) catches up.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use tokio::sync::{broadcast, mpsc};
+
+use super::finished;
+use crate::clock::now_ms;
+use crate::plugins::PluginHost;
+use crate::sessions::SessionEnded;
+use crate::store::{Recorded, RewardRecord, Store};
+
+pub struct Scoring {
+    store: Store,
+    /// Turns to score (and their successors), for the scoring thread.
+    jobs: std::sync::mpsc::Sender<(String, Option<String>)>,
+    /// The latest main turn of each open session, waiting for its successor.
+    pending: HashMap<Arc<str>, String>,
+}
+
+impl Scoring {
+    /// Scoring runs on its own thread, one turn at a time, beside the
+    /// runtime that serves requests (a scorer reads the whole conversation).
+    /// Not niced: scorer calls have wall-clock deadlines, and a starved
+    /// thread would time out plugins that did nothing wrong.
+    pub fn new(store: Store, plugins: Option<Arc<PluginHost>>) -> Self {
+        let (jobs, queue) = std::sync::mpsc::channel::<(String, Option<String>)>();
+        let scorer_store = store.clone();
+        let spawned = std::thread::Builder::new()
+            .name("metaclaw-score".into())
+            .spawn(move || {
+                for (turn_id, next) in queue {
+                    match score_turn(&scorer_store, plugins.as_deref(), &turn_id, next.as_deref()) {
+                        Ok(rewards) => scorer_store.rewards(turn_id, rewards, now_ms()),
+                        Err(e) => tracing::warn!(turn = %turn_id, "cannot score: {e:#}"),
+                    }
+                }
+            });
+        if let Err(e) = spawned {
+            tracing::error!("turns will not be scored: cannot start the scoring thread: {e}");
+        }
+        Self {
+            store,
+            jobs,
+            pending: HashMap::new(),
+        }
+    }
+
+    /// Runs until both channels close.
+    pub async fn run(
+        mut self,
+        mut recorded: mpsc::UnboundedReceiver<Recorded>,
+        mut ended: broadcast::Receiver<SessionEnded>,
+    ) {
+        loop {
+            tokio::select! {
+                turn = recorded.recv() => match turn {
+                    Some(turn) => self.on_recorded(turn).await,
+                    None => return,
+                },
+                event = ended.recv() => match event {
+                    Ok(event) => self.on_session_end(event.session.id).await,
+                    Err(broadcast::error::RecvError::Lagged(n)) => {
+                        tracing::warn!("scoring missed {n} session ends; their last turns are scored when the sessions resume");
+                    }
+                    Err(broadcast::error::RecvError::Closed) => return,
+                },
+            }
+        }
+    }
+
+    async fn on_recorded(&mut self, turn: Recorded) {
+        if turn.turn_type != "main" {
+            return;
+        }
+        if turn.retry {
+            // The attempt it retries is superseded: scoring it with its
+            // own resend as "what happened next" would read the agent's
+            // retry as the user repeating themselves.
+            self.pending
+                .insert(turn.session_id.clone(), turn.turn_id.clone());
+            return;
+        }
+        let previous = match self
+            .pending
+            .insert(turn.session_id.clone(), turn.turn_id.clone())
+        {
+            Some(previous) => Some(previous),
+            // First sight since start: the store knows what is unscored.
+            None => self.unscored(&turn.session_id, Some(turn.seq)).await,
+        };
+        if let Some(previous) = previous {
+            self.score(previous, Some(turn.turn_id));
+        }
+    }
+
+    async fn on_session_end(&mut self, session: Arc<str>) {
+        let last = match self.pending.remove(&session) {
+            Some(last) => Some(last),
+            None => self.unscored(&session, None).await,
+        };
+        if let Some(last) = last {
+            self.score(last, None);
+        }
+    }
+
+    async fn unscored(&self, session: &str, before: Option<i64>) -> Option<String> {
+        let store = self.store.clone();
+        let session = session.to_string();
+        tokio::task::spawn_blocking(move || store.unscored_main_turn(&session, before))
+            .await
+            .ok()
+            .and_then(Result::ok)
+            .flatten()
+            .map(|(id, _)| id)
+    }
+
+    /// Scores `turn_id` in the background, `next` being its successor.
+    fn score(&self, turn_id: String, next: Option<String>) {
+        let _ = self.jobs.send((turn_id, next));
+    }
+}
+
+/// Runs every scorer of the role on a finished turn. A failing scorer is
+/// skipped (its failure is counted, and it is disabled if it keeps failing).
+pub fn score_turn(
+    store: &Store,
+    plugins: Option<&PluginHost>,
+    turn_id: &str,
+    next: Option<&str>,
+) -> anyhow::Result<Vec<RewardRecord>> {
+    let Some(turn) = store.scoring_input(turn_id)? else {
+        anyhow::bail!("turn {turn_id} is not in the store");
+    };
+    let next = match next {
+        Some(id) => store.scoring_input(id)?,
+        None => None,
+    };
+    let finished = finished::finished_turn(&turn, next.as_ref());
+    let Some(host) = plugins else {
+        return Ok(Vec::new());
+    };
+    let scorers = host.scorers();
+    // All scorers at once: a slow one costs its deadline once, not once per
+    // scorer after it.
+    let outcomes = host.engine.block_on(futures_util::future::join_all(
+        scorers.iter().map(|scorer| scorer.score(&finished)),
+    ));
+    let mut rewards = Vec::new();
+    for (scorer, outcome) in scorers.iter().zip(outcomes) {
+        match outcome {
+            Ok(Some(reward)) => rewards.push(RewardRecord {
+                source: format!("plugin:{}", scorer.label()),
+                value: reward.value,
+                label: reward.label,
+                rationale: reward.rationale,
+            }),
+            Ok(None) => {}
+            Err(e) => tracing::debug!(plugin = scorer.label(), "scorer skipped: {e}"),
+        }
+    }
+    Ok(rewards)
+}

@@ -1,0 +1,428 @@
+//! Stage 3: evolution. When the session had a judged failure (or always
+//! with `skills.auto_evolve`), its transcript and verdicts go to the
+//! evolver model (`learn::evolve`: prompt and schema check); its drafts
+//! pass through the evolver plugin chain (guard → redact → dedup), and the
+//! kept ones become SKILL.md texts in the store, for the publish stage.
+
+use std::collections::HashSet;
+use std::sync::Arc;
+
+use anyhow::Result;
+use rusqlite::Connection;
+
+use super::{Blocked, Output, Parts, Stage, inputs};
+use crate::clock::now_ms;
+use crate::learn::evolve::{self, Rejected};
+use crate::learn::finished;
+use crate::plugins::types::{self, SkillDraft};
+use crate::plugins::{Loaded, PluginHost};
+use crate::redact::Redactor;
+use crate::skills::skill::{self, Category, Provenance, Skill};
+use crate::store::jobs::Job;
+use crate::store::learning::{self, DraftOutcome, DraftRow};
+
+/// The evolver plugin every chain must hold.
+const GUARD: &str = "guard";
+
+/// The round's drafts and what became of them.
+pub struct Evolved {
+    rows: Vec<DraftRow>,
+    /// Why the evolver was not asked (evolution off, or not called for).
+    skipped: Option<&'static str>,
+}
+
+/// Drafts skills from the job's session, if it calls for it.
+pub async fn run(parts: &Parts, job: &Job) -> Result<Evolved> {
+    let session = job.session_id.clone();
+    let (turns, judgments, totals) = parts
+        .db
+        .call(move |c| {
+            Ok((
+                learning::main_turns(c, &session)?,
+                learning::judgments(c, &session)?,
+                learning::turn_reward_totals(c, &session)?,
+            ))
+        })
+        .await?;
+    let failed = judgments.values().any(|j| j.value < 0);
+    let skip = match (&parts.skills, &parts.evolver) {
+        (None, _) => Some("off: skills are disabled"),
+        (_, None) => Some("off: no evolver model (set rl.evolver_model or llm.model_id)"),
+        _ if turns.is_empty() => Some("skipped: the session has no main turn"),
+        _ if !failed && !parts.auto_evolve => {
+            Some("skipped: no judged failure and skills.auto_evolve is off")
+        }
+        _ => None,
+    };
+    let (Some(skills), Some(evolver), None) = (&parts.skills, &parts.evolver, skip) else {
+        return Ok(Evolved {
+            rows: Vec::new(),
+            skipped: Some(skip.unwrap_or("skipped")),
+        });
+    };
+
+    // The transcript: the last main turn's conversation and answer.
+    let last = turns.last().map(|t| t.id.clone()).unwrap_or_default();
+    let (input, _) = inputs(&parts.store, last.clone(), None).await?;
+    let Some(input) = input else {
+        anyhow::bail!("turn {last} is not in the store");
+    };
+    let finished = finished::finished_turn(&input, None);
+    let mut messages = finished.request;
+    messages.push(finished.response);
+    let transcript = evolve::transcript(
+        &messages,
+        parts.settings.transcript_chars as usize,
+        &parts.redactor,
+    );
+    let mut judged = String::new();
+    for (i, turn) in turns.iter().enumerate() {
+        let verdict = match judgments.get(&turn.id) {
+            Some(j) => format!("judge {:+}: {}", j.value, j.rationale),
+            None => "not judged".to_string(),
+        };
+        let total = totals
+            .get(&turn.id)
+            .map(|r| format!("; reward {r:+.2}"))
+            .unwrap_or_default();
+        judged.push_str(
+            &parts
+                .redactor
+                .redact_str(&format!("- turn {}: {verdict}{total}\n", i + 1)),
+        );
+    }
+    let snapshot = skills.library.snapshot();
+    let listed = evolve::library_list(
+        snapshot
+            .skills
+            .iter()
+            .map(|s| (s.name.as_str(), s.description.as_str())),
+    );
+    // Before the evolver model is paid for: without guard nothing it
+    // drafts could be kept.
+    let chain = evolver_chain(parts.plugins.as_deref())?;
+    let max = parts.settings.max_drafts.to_string();
+    let prompt = evolve::PROMPT.messages(&[
+        ("max_drafts", &max),
+        ("skills", &listed),
+        ("judged", &judged),
+        ("transcript", &transcript),
+    ]);
+    let reply = evolver.complete(&prompt, 0.4, evolve::MAX_TOKENS).await?;
+
+    let ids: HashSet<String> = snapshot.skills.iter().map(|s| s.id.clone()).collect();
+    let (drafts, mut rejected) = match evolve::parse_drafts(
+        &reply,
+        parts.settings.max_drafts as usize,
+        &ids,
+    ) {
+        Ok(parsed) => parsed,
+        Err(reason) => {
+            tracing::warn!(session = %job.session_id, "the evolver's reply was rejected: {reason}");
+            (
+                Vec::new(),
+                vec![Rejected {
+                    name: "(reply)".into(),
+                    reason,
+                }],
+            )
+        }
+    };
+    let library: Vec<types::Skill> = snapshot
+        .skills
+        .iter()
+        .map(|s| crate::skills::to_wit(s))
+        .collect();
+    // On the plugin runtime, each plugin under its deadline.
+    let chained = async move { run_chain(&chain, drafts, &library).await };
+    let (kept, more) = match parts.plugins.as_ref() {
+        Some(plugins) => plugins
+            .engine
+            .spawn(chained)
+            .await
+            .ok_or_else(|| anyhow::anyhow!("the evolver chain was cancelled"))??,
+        None => chained.await?,
+    };
+    rejected.extend(more);
+
+    // Provenance: the turns that failed (else all), with their scores.
+    let mut taught: Vec<(String, Option<i8>)> = turns
+        .iter()
+        .map(|t| (t.id.clone(), judgments.get(&t.id).map(|j| j.value)))
+        .filter(|(id, score)| *score == Some(-1) || totals.get(id).is_some_and(|r| *r < 0.0))
+        .collect();
+    if taught.is_empty() {
+        taught = turns
+            .iter()
+            .map(|t| (t.id.clone(), judgments.get(&t.id).map(|j| j.value)))
+            .collect();
+    }
+    taught.truncate(20);
+    let provenance = Provenance {
+        session: job.session_id.clone(),
+        turns: taught.iter().map(|(id, _)| id.clone()).collect(),
+        judge_scores: taught.iter().map(|(_, s)| *s).collect(),
+        model: evolver.model.clone(),
+    };
+    let at = now_ms();
+    let mut rows = Vec::new();
+    for draft in kept {
+        rows.push(to_row(
+            &parts.redactor,
+            job,
+            draft,
+            &snapshot,
+            &provenance,
+            at,
+        ));
+    }
+    for row in rows
+        .iter()
+        .filter(|r| r.outcome == DraftOutcome::PendingReview)
+    {
+        tracing::info!(session = %job.session_id, skill = ?row.skill_id, "revision of a built-in or user-written skill held for review (metaclaw skills review)");
+    }
+    for r in rejected {
+        tracing::info!(
+            session = %job.session_id,
+            draft = %crate::untrusted::log_line(&r.name, 100),
+            "skill draft rejected: {}",
+            crate::untrusted::log_line(&r.reason, 1000)
+        );
+        rows.push(DraftRow {
+            reason: Some(r.reason),
+            ..rejected_row(job, r.name, at)
+        });
+    }
+    Ok(Evolved {
+        rows,
+        skipped: None,
+    })
+}
+
+impl Output for Evolved {
+    const STAGE: Stage = Stage::Evolve;
+
+    fn summary(&self) -> String {
+        if let Some(why) = self.skipped {
+            return why.to_string();
+        }
+        let rows = &self.rows;
+        let kept = rows.iter().filter(|r| r.outcome.kept()).count();
+        let held = rows
+            .iter()
+            .filter(|r| r.outcome == DraftOutcome::PendingReview)
+            .count();
+        match held {
+            0 => format!("{kept} skill draft(s) kept, {} rejected", rows.len() - kept),
+            _ => format!(
+                "{kept} skill draft(s) kept ({held} held for review), {} rejected",
+                rows.len() - kept
+            ),
+        }
+    }
+
+    fn write(&self, tx: &Connection) -> Result<()> {
+        for row in &self.rows {
+            learning::insert_draft(tx, row)?;
+        }
+        Ok(())
+    }
+}
+
+/// A draft of the job's round named `name`, rejected (for no reason yet).
+fn rejected_row(job: &Job, name: String, at: i64) -> DraftRow {
+    DraftRow {
+        id: 0,
+        session_id: job.session_id.clone(),
+        round: job.round,
+        name,
+        outcome: DraftOutcome::Rejected,
+        skill_id: None,
+        version: None,
+        reason: None,
+        content: None,
+        base_hash: None,
+        base_version: None,
+        written_ms: None,
+        reviewed_ms: None,
+        at_ms: at,
+    }
+}
+
+/// A kept draft as the SKILL.md to write: a new skill, or the next
+/// version of the one it `updates`.
+fn to_row(
+    redactor: &Redactor,
+    job: &Job,
+    draft: SkillDraft,
+    snapshot: &crate::skills::library::Snapshot,
+    provenance: &Provenance,
+    at: i64,
+) -> DraftRow {
+    let mut row = rejected_row(job, draft.name.clone(), at);
+    let existing = draft
+        .updates
+        .as_deref()
+        .and_then(|id| snapshot.get(id))
+        .cloned();
+    if existing.is_none() && snapshot.get(&draft.name).is_some() {
+        row.reason = Some(format!(
+            "a skill named {:?} exists and the draft does not update it",
+            draft.name
+        ));
+        return row;
+    }
+    let category = Category::ALL
+        .into_iter()
+        .find(|c| c.as_str() == draft.category)
+        .unwrap_or(Category::General);
+    // The plugins redacted; the host's own patterns run once more.
+    let description = redactor.redact_str(&draft.description);
+    let body = redactor.redact_str(&draft.body);
+    let skill = match &existing {
+        Some(old) => Skill {
+            description,
+            category,
+            tags: draft.tags.clone(),
+            version: semver::Version::new(old.version.major, old.version.minor + 1, 0),
+            provenance: Some(provenance.clone()),
+            body,
+            ..Skill::clone(old)
+        },
+        None => Skill {
+            id: draft.name.clone(),
+            name: draft.name.clone(),
+            description,
+            category,
+            tags: draft.tags.clone(),
+            version: semver::Version::new(1, 0, 0),
+            created_by: format!("evolved:{}", job.session_id),
+            component: None,
+            provenance: Some(provenance.clone()),
+            extra: serde_json::Map::new(),
+            body,
+            content_hash: String::new(),
+        },
+    };
+    let content = skill::render(&skill);
+    if let Err(e) = skill::parse(&skill.id, &content) {
+        row.reason = Some(format!("not a valid skill: {e}"));
+        return row;
+    }
+    row.outcome = match &existing {
+        // Held until the user accepts it (`metaclaw skills review`).
+        Some(old) if old.revisions_need_review() => DraftOutcome::PendingReview,
+        Some(_) => DraftOutcome::Updated,
+        None => DraftOutcome::Created,
+    };
+    row.skill_id = Some(skill.id.clone());
+    row.version = Some(skill.version.to_string());
+    row.base_hash = existing.as_ref().map(|s| s.content_hash.clone());
+    row.base_version = existing.map(|s| s.version.to_string());
+    row.content = Some(content);
+    row
+}
+
+/// The evolver plugins in order: those `plugins.evolvers` names (unset:
+/// every loaded one), third-party ones in the order given, then always the
+/// first-party ones, guard → redact → dedup — whatever the config's order,
+/// nothing edits a draft after guard has checked it, and dedup compares
+/// clean text.
+///
+/// Fails closed: without an enabled `guard` in the chain, [`Blocked`] —
+/// drafts are never kept unchecked (the job waits; a guard that is still
+/// loading, or gets fixed, counts; `status` and `doctor` show the reason).
+/// The one exception is a deployment that lists its chain in
+/// `plugins.evolvers` and leaves guard out: it said so, and `status` says it.
+pub fn evolver_chain(plugins: Option<&PluginHost>) -> Result<Vec<Arc<Loaded>>> {
+    let Some(plugins) = plugins else {
+        return Err(Blocked(
+            "no guard evolver is loaded: plugins are off (see the log at start); skills are not evolved unchecked".into(),
+        )
+        .into());
+    };
+    let mut chain = plugins.evolvers();
+    if !chain.iter().any(|p| p.info.name == GUARD) {
+        let listed = plugins
+            .settings
+            .evolvers
+            .as_ref()
+            .map(|specs| specs.iter().any(|s| s.name == GUARD));
+        let why = match listed {
+            // Configured without it: the deployment's explicit choice.
+            Some(false) => return Ok(chain),
+            Some(true) => {
+                "plugins.evolvers lists guard, but it is not loaded or is disabled (see `metaclaw plugins list`)"
+            }
+            None => {
+                "guard is not loaded or is disabled (see `metaclaw plugins list`; plugins.builtin: false turns the first-party plugins off)"
+            }
+        };
+        return Err(Blocked(format!(
+            "no guard evolver is loaded: {why}; skills are not evolved unchecked"
+        ))
+        .into());
+    }
+    let rank = |p: &Arc<Loaded>| match p.info.name.as_str() {
+        GUARD => 1,
+        "redact" => 2,
+        "dedup" => 3,
+        _ => 0,
+    };
+    chain.sort_by_key(rank);
+    Ok(chain)
+}
+
+/// Why evolved skills are written without guard, if they are: `chain` (an
+/// [`evolver_chain`] that was allowed to run) has none because the config's
+/// `plugins.evolvers` leaves it out.
+pub fn evolution_unguarded(chain: &[Arc<Loaded>]) -> Option<String> {
+    (!chain.iter().any(|p| p.info.name == GUARD)).then(|| {
+        "plugins.evolvers leaves out guard: evolved skills are written without the poisoning check (as configured)".to_string()
+    })
+}
+
+/// The drafts through each evolver plugin in turn. A plugin that fails
+/// fails the stage (the job is retried): a draft never skips a check.
+async fn run_chain(
+    chain: &[Arc<Loaded>],
+    mut drafts: Vec<SkillDraft>,
+    library: &[types::Skill],
+) -> Result<(Vec<SkillDraft>, Vec<Rejected>)> {
+    let mut rejected = Vec::new();
+    for plugin in chain {
+        if drafts.is_empty() {
+            break;
+        }
+        let outcomes = plugin
+            .process(&drafts, library)
+            .await
+            .map_err(|e| anyhow::anyhow!("evolver plugin {} failed: {e}", plugin.label()))?;
+        if outcomes.len() != drafts.len() {
+            anyhow::bail!(
+                "evolver plugin {} returned {} outcomes for {} drafts",
+                plugin.label(),
+                outcomes.len(),
+                drafts.len()
+            );
+        }
+        let mut next = Vec::with_capacity(drafts.len());
+        for (draft, outcome) in drafts.into_iter().zip(outcomes) {
+            match outcome {
+                types::DraftOutcome::Keep(d) => next.push(d),
+                // The plugin's words, stored and shown: one line, clipped.
+                types::DraftOutcome::Reject(reason) => rejected.push(Rejected {
+                    name: draft.name,
+                    reason: format!(
+                        "{}: {}",
+                        plugin.info.name,
+                        crate::untrusted::log_line(&reason, 1000)
+                    ),
+                }),
+            }
+        }
+        drafts = next;
+    }
+    Ok((drafts, rejected))
+}

@@ -1,0 +1,96 @@
+//! Stage 2: the judge (`learn::judge`) on every main turn not judged yet,
+//! each with its next state, then one reward per turn from the judge's
+//! score and the scorers' rewards (`learn::reward`, `learning.reward`).
+
+use anyhow::Result;
+use rusqlite::Connection;
+
+use super::{Output, Parts, Stage, inputs};
+use crate::config::schema::RewardConfig;
+use crate::learn::reward::{self, ScorerReward};
+use crate::store::jobs::Job;
+use crate::store::learning;
+
+/// How many turns were judged now; the rewards are combined when the stage
+/// is committed.
+pub struct Judged {
+    judged: usize,
+    /// The judge's model (`None`: judging is off).
+    model: Option<String>,
+    session_id: String,
+    reward: RewardConfig,
+}
+
+/// Judges the job's main turns. Each verdict is committed as it comes: a
+/// job cut short does not pay for the turns it judged again.
+pub async fn run(parts: &Parts, job: &Job) -> Result<Judged> {
+    let session = job.session_id.clone();
+    let turns = parts
+        .db
+        .call(move |c| Ok(learning::main_turns(c, &session)?))
+        .await?;
+    let mut judged = 0;
+    if let Some(judge) = &parts.judge {
+        for (i, turn) in turns.iter().enumerate() {
+            if turn.judged {
+                continue;
+            }
+            let (input, next) = inputs(
+                &parts.store,
+                turn.id.clone(),
+                turns.get(i + 1).map(|t| t.id.clone()),
+            )
+            .await?;
+            let Some(input) = input else { continue };
+            let judgment = judge.judge(&input, next.as_ref()).await?;
+            tracing::debug!(turn = %turn.id, value = judgment.value, "judged: {}", judgment.rationale);
+            parts
+                .db
+                .call(move |c| Ok(learning::store_judgment(c, &judgment)?))
+                .await?;
+            judged += 1;
+        }
+    }
+    Ok(Judged {
+        judged,
+        model: parts.judge.as_ref().map(|j| j.model.model.clone()),
+        session_id: job.session_id.clone(),
+        reward: parts.settings.reward.clone(),
+    })
+}
+
+impl Output for Judged {
+    const STAGE: Stage = Stage::Judge;
+
+    fn summary(&self) -> String {
+        match &self.model {
+            Some(model) => format!("{} turn(s) judged by {model}", self.judged),
+            None => "judge off".to_string(),
+        }
+    }
+
+    /// Every main turn's combined reward, from what is stored (verdicts of
+    /// earlier attempts included).
+    fn write(&self, tx: &Connection) -> Result<()> {
+        let session = &self.session_id;
+        let turns = learning::main_turns(tx, session)?;
+        let judgments = learning::judgments(tx, session)?;
+        let rewards = crate::store::turn_rewards(tx, session)?;
+        for turn in &turns {
+            let scorers: Vec<ScorerReward<'_>> = rewards
+                .get(&turn.id)
+                .into_iter()
+                .flatten()
+                .map(|r| ScorerReward {
+                    name: reward::scorer_name(&r.source),
+                    value: r.value,
+                })
+                .collect();
+            let judge = judgments.get(&turn.id).map(|j| j.value);
+            if let Some(value) = reward::combine(&self.reward, judge, &scorers) {
+                learning::set_reward(tx, &turn.id, value)?;
+            }
+        }
+        Ok(())
+    }
+}

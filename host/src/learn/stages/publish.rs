@@ -1,0 +1,118 @@
+//! Stage 4: the drafts the evolve stage kept, written to the skills folder
+//! (atomically, never over a skill that changed since it was drafted), then
+//! the library re-read and re-indexed.
+
+use std::path::PathBuf;
+
+use anyhow::{Context, Result};
+use rusqlite::Connection;
+
+use super::{Output, Parts, Stage};
+use crate::clock::now_ms;
+use crate::digest::sha256_hex;
+use crate::store::jobs::Job;
+use crate::store::learning;
+use crate::store::skills::Attribution;
+
+/// The skills written now.
+pub struct Published {
+    written: Vec<String>,
+}
+
+/// Writes the job's kept drafts that are not on disk yet, each marked
+/// written (or refused, with the reason) as it goes: a job cut short does
+/// not write them twice. Blocking (file I/O).
+pub fn run(parts: &Parts, job: &Job) -> Result<Published> {
+    let rows = parts
+        .db
+        .call_blocking(|c| Ok(learning::unwritten_drafts(c, &job.session_id)?))?;
+    let mut written = Vec::new();
+    if let Some(skills) = &parts.skills {
+        for row in &rows {
+            let (Some(id), Some(content)) = (&row.skill_id, &row.content) else {
+                continue;
+            };
+            let refused = write_skill(&skills.library.dir, id, content, row.base_hash.as_deref())?;
+            if let Some(reason) = &refused {
+                tracing::warn!(skill = %id, "evolved skill not written: {reason}");
+            } else {
+                tracing::info!(skill = %id, version = ?row.version, "skill {} from session {}", row.outcome, job.session_id);
+                written.push(id.clone());
+            }
+            parts.db.call_blocking(|c| {
+                Ok(learning::draft_written(
+                    c,
+                    row.id,
+                    now_ms(),
+                    refused.as_deref(),
+                )?)
+            })?;
+        }
+        if !written.is_empty() {
+            skills.library.rescan(Some(&Attribution {
+                who: format!("evolved:{}", job.session_id),
+                why: format!("learned from session {}", job.session_id),
+            }));
+            skills.warm();
+        }
+    }
+    Ok(Published { written })
+}
+
+impl Output for Published {
+    const STAGE: Stage = Stage::Publish;
+
+    fn summary(&self) -> String {
+        format!("{} skill(s) written", self.written.len())
+    }
+
+    /// Nothing more: each draft was marked as it was written.
+    fn write(&self, _tx: &Connection) -> Result<()> {
+        Ok(())
+    }
+}
+
+/// Writes `<dir>/<id>/SKILL.md` atomically (temporary file, then rename).
+/// An update is refused when the file changed since the draft was made
+/// from it; a new skill when another appeared under its name. Writing the
+/// same text again (a job resumed after a crash) is a no-op. Returns why it
+/// was refused.
+pub(crate) fn write_skill(
+    dir: &std::path::Path,
+    id: &str,
+    content: &str,
+    base_hash: Option<&str>,
+) -> Result<Option<String>> {
+    let folder = dir.join(id);
+    let path = folder.join("SKILL.md");
+    let ours = sha256_hex(content.as_bytes());
+    match std::fs::read(&path) {
+        Ok(current) => {
+            let current = sha256_hex(&current);
+            if current == ours {
+                return Ok(None);
+            }
+            match base_hash {
+                Some(base) if base == current => {}
+                Some(_) => {
+                    return Ok(Some(
+                        "the skill changed on disk since the draft was made".into(),
+                    ));
+                }
+                None => return Ok(Some("a skill with this name appeared meanwhile".into())),
+            }
+        }
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            if base_hash.is_some() {
+                return Ok(Some("the skill it updates was removed".into()));
+            }
+        }
+        Err(e) => return Err(e).with_context(|| format!("cannot read {}", path.display())),
+    }
+    std::fs::create_dir_all(&folder)
+        .with_context(|| format!("cannot create {}", folder.display()))?;
+    let tmp: PathBuf = folder.join(format!(".SKILL.md.{}.tmp", std::process::id()));
+    std::fs::write(&tmp, content).with_context(|| format!("cannot write {}", tmp.display()))?;
+    std::fs::rename(&tmp, &path).with_context(|| format!("cannot write {}", path.display()))?;
+    Ok(None)
+}
