@@ -15,7 +15,7 @@ use super::finished;
 use crate::clock::now_ms;
 use crate::plugins::PluginHost;
 use crate::sessions::SessionEnded;
-use crate::store::{Recorded, RewardRecord, Store};
+use crate::store::{Recorded, RewardRecord, Store, TurnType};
 
 pub struct Scoring {
     store: Store,
@@ -77,7 +77,7 @@ impl Scoring {
     }
 
     async fn on_recorded(&mut self, turn: Recorded) {
-        if turn.turn_type != "main" {
+        if turn.turn_type != TurnType::Main {
             return;
         }
         if turn.retry {

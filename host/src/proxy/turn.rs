@@ -159,7 +159,7 @@ async fn turn(
             );
             proxy.sessions.attempt(&session, key, &id)
         }
-        TurnType::Side => Attempt::FIRST,
+        TurnType::Side | TurnType::Retried => Attempt::FIRST,
     };
     // From here on the turn is tracked: if the client goes away at any
     // await below, dropping `ctx` records it and releases its session.
@@ -725,8 +725,8 @@ impl TurnCtx {
             attempt: self.attempt.number,
             retry_of: self.attempt.retry_of.take(),
             session: self.session.clone(),
-            turn_type: self.turn_type.as_str(),
-            api: self.front.api(),
+            turn_type: self.turn_type,
+            api: self.front,
             model: self.model.take(),
             upstream_model: self.upstream_model.take(),
             stream: self.stream,

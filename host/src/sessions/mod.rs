@@ -21,31 +21,8 @@ use tokio::sync::broadcast;
 
 use crate::clock::now_ms;
 use crate::metrics::Metrics;
+pub use crate::store::TurnType;
 use crate::store::{SessionInfo, SessionSource, Store, StoredSession};
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum TurnType {
-    Main,
-    Side,
-}
-
-impl TurnType {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Self::Main => "main",
-            Self::Side => "side",
-        }
-    }
-
-    /// `main`/`side` as sent in `X-Turn-Type` or the body's `turn_type`.
-    pub fn parse(text: &str) -> Option<Self> {
-        match text.trim().to_ascii_lowercase().as_str() {
-            "main" => Some(Self::Main),
-            "side" => Some(Self::Side),
-            _ => None,
-        }
-    }
-}
 
 /// Why a session ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

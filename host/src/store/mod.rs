@@ -95,6 +95,36 @@ pub enum Capture {
     AnthropicSse(Vec<u8>),
 }
 
+/// Whose turn it is: the user's conversation (`main`), the agent's
+/// background work (`side`: heartbeats, titles), or an attempt that a
+/// resend of the same request superseded (`retried`, set by the store).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TurnType {
+    Main,
+    Side,
+    Retried,
+}
+
+impl TurnType {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Main => "main",
+            Self::Side => "side",
+            Self::Retried => "retried",
+        }
+    }
+
+    /// `main`/`side` as a client sends them in `X-Turn-Type` or the body's
+    /// `turn_type` (a client cannot say `retried`).
+    pub fn parse(text: &str) -> Option<Self> {
+        match text.trim().to_ascii_lowercase().as_str() {
+            "main" => Some(Self::Main),
+            "side" => Some(Self::Side),
+            _ => None,
+        }
+    }
+}
+
 /// One finished turn, as the proxy hands it over. Parsing, redaction and
 /// deduplication happen in the writer, off the request path.
 #[derive(Debug)]
@@ -106,8 +136,8 @@ pub struct TurnRecord {
     /// recorded as `retried`, which no learning reads.
     pub retry_of: Option<Arc<str>>,
     pub session: SessionInfo,
-    pub turn_type: &'static str,
-    pub api: &'static str,
+    pub turn_type: TurnType,
+    pub api: metaclaw_wire::Front,
     pub model: Option<String>,
     pub upstream_model: Option<String>,
     pub stream: bool,
@@ -141,7 +171,7 @@ pub struct RewardRecord {
 pub struct Recorded {
     pub turn_id: String,
     pub session_id: Arc<str>,
-    pub turn_type: &'static str,
+    pub turn_type: TurnType,
     pub seq: i64,
     /// A retry of the session's previous main turn (which it supersedes).
     pub retry: bool,

@@ -20,7 +20,7 @@ use serde_json::{Map, Value};
 
 use tokio::sync::OwnedSemaphorePermit;
 
-use super::{Capture, Op, TurnRecord, TurnStatus};
+use super::{Capture, Op, TurnRecord, TurnStatus, TurnType};
 use crate::digest::sha256_hex;
 use crate::metrics::Metrics;
 use crate::redact::Redactor;
@@ -450,13 +450,18 @@ fn insert_turn(tx: &Transaction<'_>, t: &TurnRecord, p: &Prepared) -> rusqlite::
         }
     }
     // A retry is the same turn again: it replaces the attempts before it.
-    let main = i64::from(t.turn_type == "main" && t.retry_of.is_none());
+    let main = i64::from(t.turn_type == TurnType::Main && t.retry_of.is_none());
     if let Some(first) = &t.retry_of {
         tx.prepare_cached(
-            "UPDATE turns SET turn_type = 'retried'
-             WHERE session_id = ?1 AND turn_type = 'main' AND (id = ?2 OR retry_of = ?2)",
+            "UPDATE turns SET turn_type = ?3
+             WHERE session_id = ?1 AND turn_type = ?4 AND (id = ?2 OR retry_of = ?2)",
         )?
-        .execute(params![&*t.session.id, &**first])?;
+        .execute(params![
+            &*t.session.id,
+            &**first,
+            TurnType::Retried.as_str(),
+            TurnType::Main.as_str()
+        ])?;
     }
     // A turn that started after its session ended reopens it (the agent came
     // back to the conversation); one still in flight at the end does not.
@@ -501,8 +506,8 @@ fn insert_turn(tx: &Transaction<'_>, t: &TurnRecord, p: &Prepared) -> rusqlite::
         t.id,
         &*t.session.id,
         seq,
-        t.turn_type,
-        t.api,
+        t.turn_type.as_str(),
+        t.api.api(),
         t.model,
         t.upstream_model,
         t.stream,
