@@ -629,7 +629,7 @@ fn check_port(report: &mut Report, home: &Home, loaded: &Loaded) -> Result<()> {
     let fix_port = "stop it, or give metaclaw another port: `metaclaw config set proxy.port N`";
     // A home that cannot be read is reported by the home check.
     if let Some(info) = home.running().ok().flatten() {
-        if runtime()?.block_on(super::lifecycle::healthy(&info.url)) {
+        if runtime()?.block_on(super::admin::healthy(&info.url)) {
             let note = if port != 0 && info.port != port {
                 format!(" (proxy.port says {port}: it was started with another)")
             } else {
@@ -703,12 +703,8 @@ fn check_port(report: &mut Report, home: &Home, loaded: &Loaded) -> Result<()> {
 
 /// The version of the metaclaw answering `/healthz` at `url`, if it is one.
 async fn metaclaw_at(url: &str) -> Option<String> {
-    let client = reqwest::Client::builder()
-        .timeout(Duration::from_secs(2))
-        .build()
-        .ok()?;
-    let response = client.get(format!("{url}/healthz")).send().await.ok()?;
-    let body: Value = serde_json::from_slice(&response.bytes().await.ok()?).ok()?;
+    let admin = super::admin::AdminClient::at(url).ok()?;
+    let body = admin.timeout(Duration::from_secs(2)).health().await.ok()?;
     // metaclaw's /healthz names its version and mode.
     match (&body["version"], &body["mode"]) {
         (Value::String(v), Value::String(_)) => Some(format!("version {}", log_line(v, 40))),
