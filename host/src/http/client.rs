@@ -43,15 +43,14 @@ pub struct ClientSpec {
 #[derive(Debug, thiserror::Error)]
 pub enum ClientError {
     #[error(
-        "cannot verify HTTPS servers such as {url}: {detail} ({looked}). Install the system's CA \
-         certificates (Debian/Ubuntu: `apt-get install ca-certificates`; Fedora: `dnf install \
-         ca-certificates`; Alpine: `apk add ca-certificates`), or set SSL_CERT_FILE to a PEM file \
-         of trusted CA certificates"
+        "cannot verify HTTPS servers such as {url}: no CA certificate was found in {looked} \
+         (rustls: {detail}). To fix: {fix}"
     )]
     NoCaCertificates {
         url: String,
-        detail: String,
         looked: String,
+        fix: String,
+        detail: String,
     },
     #[error("cannot set up an HTTP client: {0}")]
     Other(String),
@@ -103,11 +102,15 @@ impl ClientSpec {
                 .map_err(|e| ClientError::Other(e.to_string()));
         };
         builder.build().map_err(|e| match tls_cause(&e) {
-            Some(detail) => ClientError::NoCaCertificates {
-                url,
-                detail,
-                looked: looked_in(),
-            },
+            Some(detail) => {
+                let (looked, fix) = where_and_fix();
+                ClientError::NoCaCertificates {
+                    url,
+                    looked,
+                    fix,
+                    detail,
+                }
+            }
             None => ClientError::Other(e.to_string()),
         })
     }
@@ -134,21 +137,34 @@ fn tls_cause(e: &reqwest::Error) -> Option<String> {
     None
 }
 
-/// Where the certificates were looked for: `SSL_CERT_FILE` and
-/// `SSL_CERT_DIR`, when either is set, replace the system's store.
-fn looked_in() -> String {
+const INSTALL: &str = "install the system's CA certificates (Debian/Ubuntu: `apt-get install \
+    ca-certificates`; Fedora: `dnf install ca-certificates`; Alpine: `apk add ca-certificates`)";
+
+/// Where the certificates were looked for, and what to do about it:
+/// `SSL_CERT_FILE` and `SSL_CERT_DIR`, when either is set, replace the
+/// system's store.
+fn where_and_fix() -> (String, String) {
     let set: Vec<String> = ["SSL_CERT_FILE", "SSL_CERT_DIR"]
         .into_iter()
         .filter_map(|var| std::env::var_os(var).map(|v| format!("{var}={}", v.to_string_lossy())))
         .collect();
     if set.is_empty() {
-        "the system's certificate store is empty or missing".into()
-    } else {
-        format!(
-            "only {} was read: set, it replaces the system's store; unset it or point it at certificates",
-            set.join(" and ")
-        )
+        return (
+            "the system's certificate store".into(),
+            format!("{INSTALL}, or set SSL_CERT_FILE to a PEM file of trusted CA certificates"),
+        );
     }
+    let names: Vec<&str> = set.iter().filter_map(|s| s.split('=').next()).collect();
+    (
+        format!(
+            "{}, which replaces the system's store when set",
+            set.join(" and ")
+        ),
+        format!(
+            "point {} at CA certificates, or unset it and {INSTALL}",
+            names.join(" and ")
+        ),
+    )
 }
 
 #[cfg(test)]
