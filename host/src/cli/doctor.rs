@@ -305,11 +305,16 @@ fn check_upstream_online(report: &mut Report, loaded: &Loaded) -> Result<()> {
     let upstream = match crate::proxy::upstream::Upstream::new(loaded, base.clone()) {
         Ok(u) => u,
         Err(e) => {
-            report.error(
-                "online",
-                format!("{e:#}"),
-                "correct the key (`metaclaw setup --api-key-env VAR`)",
-            );
+            match e.downcast_ref::<crate::http::ClientError>() {
+                Some(crate::http::ClientError::NoCaCertificates { problem, fix }) => {
+                    report.error("online", problem.clone(), fix.clone());
+                }
+                _ => report.error(
+                    "online",
+                    format!("{e:#}"),
+                    "correct the key (`metaclaw setup --api-key-env VAR`)",
+                ),
+            }
             return Ok(());
         }
     };

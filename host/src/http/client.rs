@@ -42,16 +42,8 @@ pub struct ClientSpec {
 /// Why a client could not be built.
 #[derive(Debug, thiserror::Error)]
 pub enum ClientError {
-    #[error(
-        "cannot verify HTTPS servers such as {url}: no CA certificate was found in {looked} \
-         (rustls: {detail}). To fix: {fix}"
-    )]
-    NoCaCertificates {
-        url: String,
-        looked: String,
-        fix: String,
-        detail: String,
-    },
+    #[error("{problem}. To fix: {fix}")]
+    NoCaCertificates { problem: String, fix: String },
     #[error("cannot set up an HTTP client: {0}")]
     Other(String),
 }
@@ -105,10 +97,11 @@ impl ClientSpec {
             Some(detail) => {
                 let (looked, fix) = where_and_fix();
                 ClientError::NoCaCertificates {
-                    url,
-                    looked,
+                    problem: format!(
+                        "cannot verify HTTPS servers such as {url}: no CA certificate was found \
+                         in {looked} (rustls: {detail})"
+                    ),
                     fix,
-                    detail,
                 }
             }
             None => ClientError::Other(e.to_string()),
