@@ -4,7 +4,7 @@
 
 use axum::http::{HeaderMap, HeaderName, HeaderValue, header};
 
-use crate::config::ApiFormat;
+use metaclaw_wire::ApiFormat;
 
 /// Sent to an Anthropic API when the client names no version.
 pub const ANTHROPIC_VERSION: &str = "2023-06-01";
