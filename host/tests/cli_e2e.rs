@@ -791,23 +791,25 @@ fn status_says_no_retriever_answers_when_none_is_loaded() {
     assert!(!human.contains("none answers"), "{human}");
 }
 
-/// A machine without CA certificates (a bare container): `SSL_CERT_DIR`
-/// names an empty folder, which replaces the system's store.
+/// A machine without CA certificates (a bare container): `SSL_CERT_FILE`
+/// and `SSL_CERT_DIR`, which replace the system's store when set, name
+/// nothing.
 #[test]
 fn without_ca_certificates_start_says_what_is_missing_and_plain_http_still_works() {
     let no_certs = tempfile::tempdir().unwrap();
+    let dir = no_certs.path().to_str().unwrap().to_string();
+    let file = no_certs
+        .path()
+        .join("none.pem")
+        .to_str()
+        .unwrap()
+        .to_string();
     let run = |home: &std::path::Path, args: &[&str]| {
-        Command::new(BIN)
-            .args(args)
-            .env("METACLAW_HOME", home)
-            .env_remove("METACLAW_LLM_API_KEY")
-            .env_remove("METACLAW_PROXY_API_KEY")
-            .env("METACLAW_NO_WIRE", "1")
-            .env("METACLAW_NO_BUILTIN_SKILLS", "1")
-            .env_remove("SSL_CERT_FILE")
-            .env("SSL_CERT_DIR", no_certs.path())
-            .output()
-            .unwrap()
+        cli_with_env(
+            home,
+            args,
+            &[("SSL_CERT_FILE", &file), ("SSL_CERT_DIR", &dir)],
+        )
     };
 
     // An HTTPS upstream cannot be verified: start fails and says how to fix it.
@@ -822,7 +824,7 @@ fn without_ca_certificates_start_says_what_is_missing_and_plain_http_still_works
     let shown = text(&out);
     for expected in [
         "cannot verify HTTPS servers such as https://127.0.0.1:9/v1",
-        "no CA certificate was found in SSL_CERT_DIR=",
+        "no CA certificate was found in SSL_CERT_FILE=",
         "apt-get install ca-certificates",
     ] {
         assert!(shown.contains(expected), "{expected:?} not in:\n{shown}");

@@ -200,6 +200,11 @@ impl Metaclaw {
 }
 
 pub fn cli_in(home: &Path, args: &[&str]) -> Output {
+    cli_with_env(home, args, &[])
+}
+
+/// [`cli_in`] with `env` set as well.
+pub fn cli_with_env(home: &Path, args: &[&str], env: &[(&str, &str)]) -> Output {
     Command::new(BIN)
         .args(args)
         .env("METACLAW_HOME", home)
@@ -209,6 +214,7 @@ pub fn cli_in(home: &Path, args: &[&str]) -> Output {
         .env("METACLAW_NO_WIRE", "1")
         // A test's library holds what the test puts there.
         .env("METACLAW_NO_BUILTIN_SKILLS", "1")
+        .envs(env.iter().copied())
         .output()
         .expect("run metaclaw")
 }
