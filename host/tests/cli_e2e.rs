@@ -791,26 +791,10 @@ fn status_says_no_retriever_answers_when_none_is_loaded() {
     assert!(!human.contains("none answers"), "{human}");
 }
 
-/// A machine without CA certificates (a bare container): `SSL_CERT_FILE`
-/// and `SSL_CERT_DIR`, which replace the system's store when set, name
-/// nothing.
 #[test]
 fn without_ca_certificates_start_says_what_is_missing_and_plain_http_still_works() {
-    let no_certs = tempfile::tempdir().unwrap();
-    let dir = no_certs.path().to_str().unwrap().to_string();
-    let file = no_certs
-        .path()
-        .join("none.pem")
-        .to_str()
-        .unwrap()
-        .to_string();
-    let run = |home: &std::path::Path, args: &[&str]| {
-        cli_with_env(
-            home,
-            args,
-            &[("SSL_CERT_FILE", &file), ("SSL_CERT_DIR", &dir)],
-        )
-    };
+    let no_ca = NoCaCertificates::new();
+    let run = |home: &std::path::Path, args: &[&str]| cli_with_env(home, args, &no_ca.env());
 
     // An HTTPS upstream cannot be verified: start fails and says how to fix it.
     let home = tempfile::tempdir().unwrap();

@@ -294,24 +294,12 @@ fn a_wrong_key_a_missing_key_an_unreachable_upstream_and_a_taken_port_are_errors
 
 #[test]
 fn an_https_upstream_on_a_machine_without_ca_certificates_is_an_error_with_the_fix() {
-    // Set, these replace the system's store: here they hold nothing.
-    let no_certs = tempfile::tempdir().unwrap();
-    let dir = no_certs.path().to_str().unwrap().to_string();
-    let file = no_certs
-        .path()
-        .join("none.pem")
-        .to_str()
-        .unwrap()
-        .to_string();
+    let no_ca = NoCaCertificates::new();
     let home = fresh_home(&config_for("https://127.0.0.1:9/v1"));
     let out = doctor(
         home.path(),
         &["--online", "--json"],
-        &[
-            ("DOCTOR_KEY", KEY),
-            ("SSL_CERT_FILE", &file),
-            ("SSL_CERT_DIR", &dir),
-        ],
+        &[&[("DOCTOR_KEY", KEY)][..], &no_ca.env()].concat(),
     );
     assert!(!out.status.success(), "{}", text(&out));
     let online = check(&out, "online");
