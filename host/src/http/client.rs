@@ -91,7 +91,7 @@ impl ClientSpec {
             return builder
                 .tls_certs_only(std::iter::empty())
                 .build()
-                .map_err(|e| ClientError::Other(e.to_string()));
+                .map_err(|e| ClientError::Other(super::innermost(&e)));
         };
         builder.build().map_err(|e| match tls_cause(&e) {
             Some(detail) => {
@@ -104,7 +104,7 @@ impl ClientSpec {
                     fix,
                 }
             }
-            None => ClientError::Other(e.to_string()),
+            None => ClientError::Other(super::innermost(&e)),
         })
     }
 }

@@ -33,11 +33,16 @@ pub fn describe(e: &reqwest::Error) -> String {
     } else {
         "transport error"
     };
+    format!("{reason}: {}", innermost(e))
+}
+
+/// The innermost cause of `e`: what happened, not where.
+fn innermost(e: &reqwest::Error) -> String {
     let mut detail = e.to_string();
     let mut source = std::error::Error::source(e);
     while let Some(cause) = source {
         detail = cause.to_string();
         source = cause.source();
     }
-    format!("{reason}: {detail}")
+    detail
 }
