@@ -790,3 +790,41 @@ fn status_says_no_retriever_answers_when_none_is_loaded() {
     assert!(human.contains("retrieval: bm25"), "{human}");
     assert!(!human.contains("none answers"), "{human}");
 }
+
+#[test]
+fn without_ca_certificates_start_says_what_is_missing_and_plain_http_still_works() {
+    let no_ca = NoCaCertificates::new();
+    let run = |home: &std::path::Path, args: &[&str]| cli_with_env(home, args, &no_ca.env());
+
+    // An HTTPS upstream cannot be verified: start fails and says how to fix it.
+    let home = tempfile::tempdir().unwrap();
+    warm_plugin_cache(home.path());
+    write_config(
+        home.path(),
+        "llm:\n  api_base: https://127.0.0.1:9/v1\nproxy:\n  port: 0\n",
+    );
+    let out = run(home.path(), &["start"]);
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out));
+    let shown = text(&out);
+    for expected in [
+        "cannot verify HTTPS servers such as https://127.0.0.1:9/v1",
+        "no CA certificate was found in SSL_CERT_FILE=",
+        "apt-get install ca-certificates",
+    ] {
+        assert!(shown.contains(expected), "{expected:?} not in:\n{shown}");
+    }
+    assert!(!home.path().join("metaclaw.pid").exists());
+
+    // A plain-HTTP upstream needs none, nor does the CLI talking to the daemon.
+    let up = dummy();
+    let home = home_for(&up);
+    warm_plugin_cache(home.path());
+    let out = run(home.path(), &["start"]);
+    assert!(out.status.success(), "{}", text(&out));
+    let out = run(home.path(), &["status", "--json"]);
+    assert!(out.status.success(), "{}", text(&out));
+    let status: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(status["healthy"], true, "{status}");
+    let out = run(home.path(), &["stop"]);
+    assert!(out.status.success(), "{}", text(&out));
+}

@@ -293,6 +293,32 @@ fn a_wrong_key_a_missing_key_an_unreachable_upstream_and_a_taken_port_are_errors
 }
 
 #[test]
+fn an_https_upstream_on_a_machine_without_ca_certificates_is_an_error_with_the_fix() {
+    let no_ca = NoCaCertificates::new();
+    let home = fresh_home(&config_for("https://127.0.0.1:9/v1"));
+    let out = doctor(
+        home.path(),
+        &["--online", "--json"],
+        &[&[("DOCTOR_KEY", KEY)][..], &no_ca.env()].concat(),
+    );
+    assert!(!out.status.success(), "{}", text(&out));
+    let online = check(&out, "online");
+    assert_eq!(online["verdict"], "error", "{online}");
+    let message = online["message"].as_str().unwrap();
+    assert!(
+        message.contains("cannot verify HTTPS servers such as https://127.0.0.1:9/v1")
+            && message.contains("no CA certificate was found in SSL_CERT_FILE="),
+        "{online}"
+    );
+    let fix = online["fix"].as_str().unwrap();
+    assert!(
+        fix.contains("point SSL_CERT_FILE and SSL_CERT_DIR at CA certificates")
+            && fix.contains("ca-certificates"),
+        "{online}"
+    );
+}
+
+#[test]
 fn a_tampered_pinned_plugin_is_an_error_naming_the_file_and_the_fix() {
     let up = dummy();
     let home = fresh_home(&format!(

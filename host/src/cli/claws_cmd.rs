@@ -1,13 +1,10 @@
 //! The agent-wiring side of `start`, `stop --restore`, `status` and `uninstall`.
 
-use std::path::Path;
-use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
-use anyhow::{Context, Result, bail};
+use anyhow::Result;
 use serde_json::{Value, json};
 
-use super::UninstallArgs;
 use crate::claws::{self, Env, LOCAL_KEY, Target};
 use crate::config::{ClawType, Loaded};
 use crate::home::Home;
@@ -87,7 +84,7 @@ pub fn wire_when_healthy(home: Home, loaded: Loaded, demo: bool) {
             let deadline = Instant::now() + Duration::from_secs(60);
             let url = loop {
                 if let Some(info) = home.read_pid_file().filter(|p| p.pid == std::process::id())
-                    && rt.block_on(super::lifecycle::healthy(&info.url))
+                    && rt.block_on(super::admin::healthy(&info.url))
                 {
                     break info.url;
                 }
@@ -184,40 +181,4 @@ pub fn print_wiring(home: &Home) {
             );
         }
     }
-}
-
-/// `metaclaw uninstall`: stop, put every agent config back, forget the
-/// wiring; with `--purge --yes`, delete the home too.
-pub fn uninstall(home: &Home, config_path: &Path, args: UninstallArgs) -> Result<ExitCode> {
-    if args.purge && !args.yes {
-        bail!(
-            "--purge deletes {} (recorded sessions, skills, plugins, the config in it): add --yes to confirm",
-            home.root.display()
-        );
-    }
-    if home.running()?.is_some() {
-        super::lifecycle::stop_daemon(home, args.timeout)?;
-    }
-    restore_and_print(home)
-        .context("the agent's config could not be put back; nothing was deleted")?;
-    if args.purge {
-        if home.root.exists() {
-            std::fs::remove_dir_all(&home.root)
-                .with_context(|| format!("cannot delete {}", home.root.display()))?;
-        }
-        say!("deleted {}", home.root.display());
-        if !config_path.starts_with(&home.root) && config_path.exists() {
-            say!(
-                "kept the config file {} (outside the home)",
-                config_path.display()
-            );
-        }
-    } else {
-        say!(
-            "metaclaw is unwired; recorded data is kept in {} (`metaclaw uninstall --purge --yes` deletes it)",
-            home.root.display()
-        );
-    }
-    say!("to remove the binary: cargo uninstall metaclaw");
-    Ok(ExitCode::SUCCESS)
 }

@@ -14,6 +14,7 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, Result, bail};
 use serde_json::{Value, json};
 
+use super::admin::AdminClient;
 use crate::home::{Home, PidInfo};
 use crate::store;
 use crate::store::jobs::{Job, JobState};
@@ -32,10 +33,8 @@ const SIMILAR: &str = "Write a commit message for my refactor of the HTTP retry 
 
 /// The daemon, as the demo talks to it.
 struct Daemon {
-    client: reqwest::Client,
-    url: String,
+    admin: AdminClient,
     proxy_token: Option<String>,
-    admin_token: String,
 }
 
 /// A skill injected into a turn, with its retrieval score.
@@ -47,15 +46,8 @@ struct Injected {
 pub(super) async fn run(home: &Home, info: &PidInfo, proxy_token: Option<&str>) -> Result<()> {
     let started = Instant::now();
     let daemon = Daemon {
-        client: reqwest::Client::builder()
-            .timeout(STEP_TIMEOUT)
-            .build()
-            .context("cannot make an HTTP client")?,
-        url: info.url.clone(),
+        admin: AdminClient::of(home, info)?.timeout(STEP_TIMEOUT),
         proxy_token: proxy_token.map(str::to_string),
-        admin_token: home
-            .read_admin_token()
-            .context("cannot read the admin token")?,
     };
     say!();
     say!(
@@ -276,7 +268,14 @@ async fn injected_into(db: &Path, session: &str, turn: &str) -> Result<Vec<Injec
 }
 
 impl Daemon {
-    fn proxy(&self, request: reqwest::RequestBuilder) -> reqwest::RequestBuilder {
+    /// A request to the proxy's own route `path`, with its token if any.
+    fn proxy(&self, path: &str) -> reqwest::RequestBuilder {
+        let request = self
+            .admin
+            .http()
+            .post(format!("{}{path}", self.admin.url()))
+            .timeout(STEP_TIMEOUT)
+            .header("content-type", "application/json");
         match &self.proxy_token {
             Some(token) => request.bearer_auth(token),
             None => request,
@@ -284,17 +283,7 @@ impl Daemon {
     }
 
     async fn status(&self) -> Result<Value> {
-        let response = self
-            .client
-            .get(format!("{}/admin/status", self.url))
-            .bearer_auth(&self.admin_token)
-            .send()
-            .await
-            .context("cannot reach metaclaw")?;
-        if !response.status().is_success() {
-            bail!("/admin/status answered {}", response.status());
-        }
-        Ok(serde_json::from_slice(&response.bytes().await?)?)
+        Ok(self.admin.get_json("/admin/status").await?)
     }
 
     /// Waits until the library is read (a generation after `after`, if
@@ -337,11 +326,7 @@ impl Daemon {
     async fn ask(&self, session: &str, messages: &[Value]) -> Result<(String, String)> {
         let body = json!({"model": "echo", "messages": messages});
         let response = self
-            .proxy(
-                self.client
-                    .post(format!("{}/v1/chat/completions", self.url)),
-            )
-            .header("content-type", "application/json")
+            .proxy("/v1/chat/completions")
             .header("x-session-id", session)
             .body(body.to_string())
             .send()
@@ -366,11 +351,7 @@ impl Daemon {
 
     async fn end(&self, session: &str) -> Result<()> {
         let response = self
-            .proxy(
-                self.client
-                    .post(format!("{}/v1/sessions/{session}/end", self.url)),
-            )
-            .header("content-type", "application/json")
+            .proxy(&format!("/v1/sessions/{session}/end"))
             .send()
             .await
             .context("cannot end the demo's session")?;
@@ -386,28 +367,11 @@ impl Daemon {
 
     /// Runs the session's learning job now and returns it as it ended.
     async fn learn_now(&self, session: &str) -> Result<Job> {
-        let response = self
-            .client
-            .post(format!("{}/admin/learn/now", self.url))
-            .bearer_auth(&self.admin_token)
-            .header("content-type", "application/json")
-            .body(json!({ "session": session }).to_string())
-            .send()
+        let reply = self
+            .admin
+            .post_json("/admin/learn/now", &json!({ "session": session }))
             .await
-            .with_context(|| {
-                format!(
-                    "the learning job did not answer within {}s",
-                    STEP_TIMEOUT.as_secs()
-                )
-            })?;
-        let status = response.status();
-        let reply: Value = json_body(response).await;
-        if !status.is_success() {
-            bail!(
-                "learn now failed ({status}): {}",
-                reply["error"]["message"].as_str().unwrap_or_default()
-            );
-        }
+            .context("learn now failed")?;
         let jobs: Vec<Job> = serde_json::from_value(reply["jobs"].clone())
             .context("learn now answered without its job")?;
         jobs.into_iter()

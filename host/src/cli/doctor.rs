@@ -305,11 +305,16 @@ fn check_upstream_online(report: &mut Report, loaded: &Loaded) -> Result<()> {
     let upstream = match crate::proxy::upstream::Upstream::new(loaded, base.clone()) {
         Ok(u) => u,
         Err(e) => {
-            report.error(
-                "online",
-                format!("{e:#}"),
-                "correct the key (`metaclaw setup --api-key-env VAR`)",
-            );
+            match e.downcast_ref::<crate::http::ClientError>() {
+                Some(crate::http::ClientError::NoCaCertificates { problem, fix }) => {
+                    report.error("online", problem.clone(), fix.clone());
+                }
+                _ => report.error(
+                    "online",
+                    format!("{e:#}"),
+                    "correct the key (`metaclaw setup --api-key-env VAR`)",
+                ),
+            }
             return Ok(());
         }
     };
@@ -629,7 +634,7 @@ fn check_port(report: &mut Report, home: &Home, loaded: &Loaded) -> Result<()> {
     let fix_port = "stop it, or give metaclaw another port: `metaclaw config set proxy.port N`";
     // A home that cannot be read is reported by the home check.
     if let Some(info) = home.running().ok().flatten() {
-        if runtime()?.block_on(super::lifecycle::healthy(&info.url)) {
+        if runtime()?.block_on(super::admin::healthy(&info.url)) {
             let note = if port != 0 && info.port != port {
                 format!(" (proxy.port says {port}: it was started with another)")
             } else {
@@ -703,12 +708,8 @@ fn check_port(report: &mut Report, home: &Home, loaded: &Loaded) -> Result<()> {
 
 /// The version of the metaclaw answering `/healthz` at `url`, if it is one.
 async fn metaclaw_at(url: &str) -> Option<String> {
-    let client = reqwest::Client::builder()
-        .timeout(Duration::from_secs(2))
-        .build()
-        .ok()?;
-    let response = client.get(format!("{url}/healthz")).send().await.ok()?;
-    let body: Value = serde_json::from_slice(&response.bytes().await.ok()?).ok()?;
+    let admin = super::admin::AdminClient::at(url).ok()?;
+    let body = admin.timeout(Duration::from_secs(2)).health().await.ok()?;
     // metaclaw's /healthz names its version and mode.
     match (&body["version"], &body["mode"]) {
         (Value::String(v), Value::String(_)) => Some(format!("version {}", log_line(v, 40))),

@@ -4,8 +4,9 @@
 use std::path::Path;
 use std::process::ExitCode;
 
-use anyhow::{Context, Result, bail};
+use anyhow::Result;
 
+use super::admin::AdminClient;
 use super::sessions_cmd::db_path;
 use super::{LearnCommand, load_config, local_time, runtime};
 use crate::home::Home;
@@ -25,39 +26,10 @@ pub fn run(home: &Home, config_path: &Path, command: LearnCommand) -> Result<Exi
 }
 
 fn now(home: &Home, session: Option<String>, json: bool) -> Result<ExitCode> {
-    let Some(info) = home.running()? else {
-        bail!(
-            "metaclaw is not running: start it with `metaclaw start` (it runs the learning jobs)"
-        );
-    };
-    let token = home
-        .read_admin_token()
-        .context("cannot read the admin token")?;
+    // The daemon runs the jobs: it owns the queue and the models.
+    let admin = AdminClient::connect(home)?.timeout(NOW_TIMEOUT);
     let body = serde_json::json!({ "session": session });
-    let (status, reply) = runtime()?.block_on(async {
-        let client = reqwest::Client::builder().timeout(NOW_TIMEOUT).build()?;
-        let r = client
-            .post(format!("{}/admin/learn/now", info.url))
-            .bearer_auth(token)
-            .header(reqwest::header::CONTENT_TYPE, "application/json")
-            .body(body.to_string())
-            .send()
-            .await
-            .with_context(|| format!("cannot reach metaclaw at {}", info.url))?;
-        let status = r.status();
-        let bytes: bytes::Bytes = r.bytes().await?;
-        let reply: serde_json::Value =
-            serde_json::from_slice(&bytes).context("metaclaw's answer is not JSON")?;
-        anyhow::Ok((status, reply))
-    })?;
-    if !status.is_success() {
-        bail!(
-            "{}",
-            reply["error"]["message"]
-                .as_str()
-                .unwrap_or("learn now failed")
-        );
-    }
+    let reply = runtime()?.block_on(admin.post_json("/admin/learn/now", &body))?;
     let jobs: Vec<Job> = serde_json::from_value(reply["jobs"].clone()).unwrap_or_default();
     if json {
         say!("{}", serde_json::to_string_pretty(&reply["jobs"])?);

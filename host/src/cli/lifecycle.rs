@@ -1,4 +1,5 @@
-//! `start`, `stop`, `status` (with the agent wiring of [`super::claws_cmd`]).
+//! `start`, `stop`, `status`, `uninstall` (with the agent wiring of
+//! [`super::claws_cmd`]).
 
 use std::io::{Read, Seek, SeekFrom};
 use std::os::unix::process::CommandExt;
@@ -8,9 +9,10 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
 use rustix::process::{Pid, Signal, kill_process, test_kill_process};
-use serde_json::{Value, json};
+use serde_json::json;
 
-use super::{JsonFlag, StartArgs, StopArgs, human_duration, load_config, runtime};
+use super::admin::AdminClient;
+use super::{JsonFlag, StartArgs, StopArgs, UninstallArgs, human_duration, load_config, runtime};
 use crate::config::Mode;
 use crate::daemon::{self, DaemonOptions};
 use crate::home::Home;
@@ -177,7 +179,7 @@ pub fn start(home: &Home, config_path: &Path, args: StartArgs) -> Result<ExitCod
             );
         }
         if let Some(info) = home.read_pid_file().filter(|p| p.pid == child.id())
-            && rt.block_on(healthy(&info.url))
+            && rt.block_on(super::admin::healthy(&info.url))
         {
             break info;
         }
@@ -234,16 +236,6 @@ pub fn start(home: &Home, config_path: &Path, args: StartArgs) -> Result<ExitCod
     })
 }
 
-pub(super) async fn healthy(url: &str) -> bool {
-    let Ok(client) = reqwest::Client::builder()
-        .timeout(Duration::from_secs(2))
-        .build()
-    else {
-        return false;
-    };
-    matches!(client.get(format!("{url}/healthz")).send().await, Ok(r) if r.status().is_success())
-}
-
 /// The last lines the daemon wrote since `from`.
 fn log_tail(path: &Path, from: u64) -> String {
     let Ok(mut f) = std::fs::File::open(path) else {
@@ -269,7 +261,7 @@ pub fn stop(home: &Home, args: StopArgs) -> Result<ExitCode> {
 }
 
 /// Stops the daemon: SIGTERM, a clean stop within `timeout` seconds, else SIGKILL.
-pub(super) fn stop_daemon(home: &Home, timeout: u64) -> Result<ExitCode> {
+fn stop_daemon(home: &Home, timeout: u64) -> Result<ExitCode> {
     let Some(info) = home.running()? else {
         if home.read_pid_file().is_some() {
             home.remove_pid_file();
@@ -305,6 +297,42 @@ pub(super) fn stop_daemon(home: &Home, timeout: u64) -> Result<ExitCode> {
     bail!("pid {} is still alive after SIGKILL", info.pid)
 }
 
+/// `metaclaw uninstall`: stop, put every agent config back, forget the
+/// wiring; with `--purge --yes`, delete the home too.
+pub fn uninstall(home: &Home, config_path: &Path, args: UninstallArgs) -> Result<ExitCode> {
+    if args.purge && !args.yes {
+        bail!(
+            "--purge deletes {} (recorded sessions, skills, plugins, the config in it): add --yes to confirm",
+            home.root.display()
+        );
+    }
+    if home.running()?.is_some() {
+        stop_daemon(home, args.timeout)?;
+    }
+    super::claws_cmd::restore_and_print(home)
+        .context("the agent's config could not be put back; nothing was deleted")?;
+    if args.purge {
+        if home.root.exists() {
+            std::fs::remove_dir_all(&home.root)
+                .with_context(|| format!("cannot delete {}", home.root.display()))?;
+        }
+        say!("deleted {}", home.root.display());
+        if !config_path.starts_with(&home.root) && config_path.exists() {
+            say!(
+                "kept the config file {} (outside the home)",
+                config_path.display()
+            );
+        }
+    } else {
+        say!(
+            "metaclaw is unwired; recorded data is kept in {} (`metaclaw uninstall --purge --yes` deletes it)",
+            home.root.display()
+        );
+    }
+    say!("to remove the binary: cargo uninstall metaclaw");
+    Ok(ExitCode::SUCCESS)
+}
+
 pub fn status(home: &Home, config_path: &Path, args: JsonFlag) -> Result<ExitCode> {
     let running = home.running()?;
     let Some(info) = running else {
@@ -324,22 +352,14 @@ pub fn status(home: &Home, config_path: &Path, args: JsonFlag) -> Result<ExitCod
         }
         return Ok(ExitCode::from(3));
     };
-    let token = home.read_admin_token().unwrap_or_default();
-    let rt = runtime()?;
-    let fetched: Result<Value> = rt.block_on(async {
-        let client = reqwest::Client::builder()
-            .timeout(Duration::from_secs(3))
-            .build()?;
-        let response = client
-            .get(format!("{}/admin/status", info.url))
-            .bearer_auth(&token)
-            .send()
-            .await?;
-        if !response.status().is_success() {
-            bail!("/admin/status answered {}", response.status());
-        }
-        Ok(serde_json::from_slice::<Value>(&response.bytes().await?)?)
-    });
+    let fetched = match AdminClient::of(home, &info) {
+        Ok(admin) => runtime()?.block_on(
+            admin
+                .timeout(Duration::from_secs(3))
+                .get_json("/admin/status"),
+        ),
+        Err(e) => Err(e),
+    };
     let mut report = match fetched {
         Ok(v) => v,
         Err(e) => {

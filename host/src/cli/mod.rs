@@ -12,6 +12,7 @@ macro_rules! say_raw {
     ($($arg:tt)*) => { $crate::cli::emit(format_args!($($arg)*)) };
 }
 
+mod admin;
 mod claws_cmd;
 mod config_cmd;
 mod demo;
@@ -408,7 +409,7 @@ fn dispatch(cli: Cli) -> Result<ExitCode> {
         Command::Setup(args) => setup::run(&home, &config_path, args),
         Command::Start(args) => lifecycle::start(&home, &config_path, args),
         Command::Stop(args) => lifecycle::stop(&home, args),
-        Command::Uninstall(args) => claws_cmd::uninstall(&home, &config_path, args),
+        Command::Uninstall(args) => lifecycle::uninstall(&home, &config_path, args),
         Command::Status(args) => lifecycle::status(&home, &config_path, args),
         Command::Doctor(args) => doctor::run(&home, &config_path, args),
         Command::Config(cmd) => config_cmd::run(&config_path, cmd),

@@ -7,6 +7,7 @@ use std::sync::Arc;
 use anyhow::{Context, Result, bail};
 use serde_json::{Value, json};
 
+use super::admin::AdminClient;
 use super::{PluginsCommand, load_config, runtime};
 use crate::config::Loaded as LoadedConfig;
 use crate::digest::sha256_hex;
@@ -39,21 +40,10 @@ pub fn run(home: &Home, config_path: &Path, command: PluginsCommand) -> Result<E
 
 fn list(home: &Home, config: &LoadedConfig, json: bool) -> Result<ExitCode> {
     // A running daemon knows live status (calls, failures, disabled).
-    let live = home.running()?.and_then(|info| {
-        let token = home.read_admin_token()?;
-        runtime().ok()?.block_on(async {
-            let client = reqwest::Client::builder()
-                .timeout(std::time::Duration::from_secs(5))
-                .build()
-                .ok()?;
-            let r = client
-                .get(format!("{}/admin/plugins", info.url))
-                .bearer_auth(token)
-                .send()
-                .await
-                .ok()?;
-            serde_json::from_slice::<RegistryView>(&r.bytes().await.ok()?).ok()
-        })
+    // Without one (or one that does not answer), the plugins as loaded here.
+    let live = AdminClient::connect(home).ok().and_then(|admin| {
+        let view = runtime().ok()?.block_on(admin.get_json("/admin/plugins"));
+        serde_json::from_value::<RegistryView>(view.ok()?).ok()
     });
     let view = match live {
         Some(v) => v,

@@ -10,7 +10,8 @@ use anyhow::Result;
 use rusqlite::{Connection, OptionalExtension, params};
 use sha2::{Digest, Sha256};
 
-use super::Backend;
+use super::{Backend, EmbedError};
+use crate::http::Backoff;
 use crate::plugins::{EmbedPurpose, Embedder};
 
 type Key = [u8; 32];
@@ -25,11 +26,11 @@ const BATCH: usize = 32;
 const KEEP_UNUSED_MS: i64 = 30 * 24 * 3600 * 1000;
 /// A hit refreshes a row's `used_ms` at most this often.
 const TOUCH_EVERY_MS: i64 = 24 * 3600 * 1000;
-/// After the backend fails, calls fail at once for this long (doubling up
-/// to `BACKOFF_MAX`), so a down endpoint costs each turn nothing: retrieval
-/// falls back to BM25 without waiting on it.
-const BACKOFF_FIRST: Duration = Duration::from_secs(5);
-const BACKOFF_MAX: Duration = Duration::from_secs(300);
+/// After the backend fails, calls fail at once for 5 s, doubling up to
+/// 5 min, or for as long as the server's `Retry-After` asks: a down or
+/// rate-limited endpoint costs each turn nothing (retrieval falls back to
+/// BM25 without waiting on it) and is not asked again too soon.
+const BACKOFF: Backoff = Backoff::new(Duration::from_secs(5), Duration::from_secs(300));
 
 pub struct Cached {
     backend: Arc<dyn Backend>,
@@ -41,13 +42,25 @@ pub struct Cached {
     breaker: Mutex<Breaker>,
 }
 
-#[derive(Default)]
 struct Breaker {
     /// No backend call before this.
     retry_at: Option<Instant>,
-    /// How long the next failure waits.
+    /// The waits after failures in a row.
+    backoff: Backoff,
+    /// How long the last failure waits.
     wait: Duration,
     last_error: String,
+}
+
+impl Default for Breaker {
+    fn default() -> Self {
+        Self {
+            retry_at: None,
+            backoff: BACKOFF,
+            wait: Duration::ZERO,
+            last_error: String::new(),
+        }
+    }
 }
 
 #[derive(Default)]
@@ -112,28 +125,22 @@ impl Cached {
             match &outcome {
                 Ok(_) => *b = Breaker::default(),
                 Err(e) => {
-                    let wait = if b.wait.is_zero() {
-                        BACKOFF_FIRST
-                    } else {
-                        (b.wait * 2).min(BACKOFF_MAX)
-                    };
+                    let wait = b.backoff.wait(e.retry_after);
                     tracing::warn!(
-                        "the embedding backend failed; retrying in {}s: {e}",
-                        wait.as_secs()
+                        "the embedding backend failed; retrying in {:.0?}: {e}",
+                        wait
                     );
-                    *b = Breaker {
-                        retry_at: Some(Instant::now() + wait),
-                        wait,
-                        last_error: e.clone(),
-                    };
+                    b.retry_at = Some(Instant::now() + wait);
+                    b.wait = wait;
+                    b.last_error = e.message.clone();
                 }
             }
         }
-        outcome
+        outcome.map_err(|e| e.message)
     }
 
     /// `BATCH` texts per backend call.
-    fn compute_now(&self, texts: &[&String]) -> Result<Vec<Vec<f32>>, String> {
+    fn compute_now(&self, texts: &[&String]) -> Result<Vec<Vec<f32>>, EmbedError> {
         let mut out = Vec::with_capacity(texts.len());
         for chunk in texts.chunks(BATCH) {
             let owned: Vec<String> = chunk.iter().map(|t| (*t).clone()).collect();
@@ -143,7 +150,8 @@ impl Cached {
                     "the embedding backend returned {} vectors for {} texts",
                     vectors.len(),
                     owned.len()
-                ));
+                )
+                .into());
             }
             out.extend(vectors);
         }
@@ -312,7 +320,7 @@ mod tests {
         fn model_id(&self) -> &str {
             "counting-v1"
         }
-        fn embed(&self, texts: &[String]) -> Result<Vec<Vec<f32>>, String> {
+        fn embed(&self, texts: &[String]) -> Result<Vec<Vec<f32>>, EmbedError> {
             self.0.fetch_add(texts.len(), Ordering::SeqCst);
             Ok(texts.iter().map(|t| vec![t.len() as f32, 1.0]).collect())
         }
@@ -354,7 +362,7 @@ mod tests {
             fn model_id(&self) -> &str {
                 "down-v1"
             }
-            fn embed(&self, _: &[String]) -> Result<Vec<Vec<f32>>, String> {
+            fn embed(&self, _: &[String]) -> Result<Vec<Vec<f32>>, EmbedError> {
                 self.0.fetch_add(1, Ordering::SeqCst);
                 Err("connection refused".into())
             }
@@ -389,7 +397,38 @@ mod tests {
             2,
             "retried after the wait"
         );
-        assert_eq!(cache.breaker.lock().unwrap().wait, BACKOFF_FIRST * 2);
+        assert_eq!(
+            cache.breaker.lock().unwrap().wait,
+            Duration::from_secs(10),
+            "5 s, then 10"
+        );
+    }
+
+    #[test]
+    fn a_rate_limited_backend_is_left_alone_as_long_as_it_asks() {
+        struct Limited;
+        impl Backend for Limited {
+            fn model_id(&self) -> &str {
+                "limited-v1"
+            }
+            fn embed(&self, _: &[String]) -> Result<Vec<Vec<f32>>, EmbedError> {
+                Err(EmbedError {
+                    message: "answered 429 Too Many Requests".into(),
+                    retry_after: Some(Duration::from_secs(60)),
+                })
+            }
+        }
+        let tmp = tempfile::tempdir().unwrap();
+        let cache = Cached::new(Arc::new(Limited), &tmp.path().join("metaclaw.db")).unwrap();
+        let e = cache
+            .embed(&texts(&["a"]), EmbedPurpose::Query)
+            .unwrap_err();
+        assert!(e.contains("429"), "{e}");
+        assert_eq!(
+            cache.breaker.lock().unwrap().wait,
+            Duration::from_secs(60),
+            "not the 5 s of the backoff"
+        );
     }
 
     #[test]
@@ -416,7 +455,7 @@ mod tests {
             fn model_id(&self) -> &str {
                 "other-v2"
             }
-            fn embed(&self, texts: &[String]) -> Result<Vec<Vec<f32>>, String> {
+            fn embed(&self, texts: &[String]) -> Result<Vec<Vec<f32>>, EmbedError> {
                 Ok(texts.iter().map(|_| vec![9.0]).collect())
             }
         }
@@ -437,7 +476,7 @@ mod tests {
             fn model_id(&self) -> &str {
                 "short"
             }
-            fn embed(&self, _texts: &[String]) -> Result<Vec<Vec<f32>>, String> {
+            fn embed(&self, _texts: &[String]) -> Result<Vec<Vec<f32>>, EmbedError> {
                 Ok(vec![vec![1.0]])
             }
         }

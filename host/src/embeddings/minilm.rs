@@ -13,7 +13,7 @@ use serde::Deserialize;
 use sha2::{Digest, Sha256};
 use tokenizers::Tokenizer;
 
-use super::Backend;
+use super::{Backend, EmbedError};
 
 /// sentence-transformers' limit for this model: longer texts are cut.
 const MAX_TOKENS: usize = 256;
@@ -120,11 +120,11 @@ impl Backend for MiniLm {
         &self.id
     }
 
-    fn embed(&self, texts: &[String]) -> Result<Vec<Vec<f32>>, String> {
+    fn embed(&self, texts: &[String]) -> Result<Vec<Vec<f32>>, EmbedError> {
         let model = self.loaded()?;
         model
             .embed(texts)
-            .map_err(|e| format!("embedding failed: {e:#}"))
+            .map_err(|e| format!("embedding failed: {e:#}").into())
     }
 }
 

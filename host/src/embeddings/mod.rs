@@ -15,6 +15,7 @@ mod remote;
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
+use std::time::Duration;
 
 use anyhow::{Result, bail};
 
@@ -27,7 +28,31 @@ pub trait Backend: Send + Sync {
     /// Names the model (and its weights) in cache keys: vectors from
     /// different models never mix.
     fn model_id(&self) -> &str;
-    fn embed(&self, texts: &[String]) -> Result<Vec<Vec<f32>>, String>;
+    fn embed(&self, texts: &[String]) -> Result<Vec<Vec<f32>>, EmbedError>;
+}
+
+/// Why a backend could not embed.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+#[error("{message}")]
+pub struct EmbedError {
+    pub message: String,
+    /// How long the server asked to be left alone (its `Retry-After`).
+    pub retry_after: Option<Duration>,
+}
+
+impl From<String> for EmbedError {
+    fn from(message: String) -> Self {
+        Self {
+            message,
+            retry_after: None,
+        }
+    }
+}
+
+impl From<&str> for EmbedError {
+    fn from(message: &str) -> Self {
+        message.to_string().into()
+    }
 }
 
 /// Whether this build can run a model in-process.
@@ -63,7 +88,10 @@ fn backend(config: &Config) -> Result<Arc<dyn Backend>> {
                     "skills.embedding_backend is openai but no endpoint is set: set skills.embedding_api_base (or llm.api_base, or a provider with a preset)"
                 );
             }
-            let key = s.embedding_api_key.clone().or(config.llm.api_key.clone());
+            let key = match s.embedding_api_key.as_deref() {
+                Some(key) => (key, "skills.embedding_api_key"),
+                None => (config.llm.api_key.as_deref().unwrap_or(""), "llm.api_key"),
+            };
             Ok(Arc::new(remote::Remote::new(
                 &base,
                 key,

@@ -3,18 +3,25 @@
 //! Plugins call `embed` synchronously from blocking threads, so requests are
 //! handed to one worker thread with its own small runtime and answered over
 //! a channel: no runtime-in-runtime tricks on the caller's side.
+//!
+//! A failed request is not retried here: a turn's query waits on it, so
+//! the caller ([`super::Cached`]) stops asking for a while instead, as long
+//! as the server's `Retry-After` says or else a growing backoff.
 
 use std::time::Duration;
 
 use anyhow::{Context, Result};
+use axum::http::{HeaderMap, HeaderValue, header};
 use serde::Deserialize;
 use tokio::sync::mpsc;
 
-use super::Backend;
+use super::{Backend, EmbedError};
+use crate::config::ApiFormat;
+use crate::http::{ClientSpec, Credential, Purpose};
 
 struct Job {
     texts: Vec<String>,
-    reply: std::sync::mpsc::SyncSender<Result<Vec<Vec<f32>>, String>>,
+    reply: std::sync::mpsc::SyncSender<Result<Vec<Vec<f32>>, EmbedError>>,
 }
 
 pub struct Remote {
@@ -35,15 +42,22 @@ struct Item {
 }
 
 impl Remote {
-    pub fn new(api_base: &str, api_key: Option<String>, model: &str) -> Result<Self> {
+    /// `key` (may be empty: none is sent) came from the setting `key_setting`.
+    pub fn new(api_base: &str, (key, key_setting): (&str, &str), model: &str) -> Result<Self> {
         let base = api_base.trim().trim_end_matches('/').to_string();
         let url = format!("{base}/embeddings");
         reqwest::Url::parse(&url).with_context(|| format!("embedding endpoint {url:?}"))?;
-        let client = reqwest::Client::builder()
-            .connect_timeout(Duration::from_secs(10))
-            .tcp_nodelay(true)
-            .build()
-            .context("cannot build the embedding HTTP client")?;
+        let mut headers = HeaderMap::new();
+        headers.insert(
+            header::CONTENT_TYPE,
+            HeaderValue::from_static("application/json"),
+        );
+        if let Some(credential) = Credential::new(ApiFormat::Openai, Some(key), key_setting)? {
+            credential.apply(&mut headers);
+        }
+        let client = ClientSpec::new(Purpose::Embeddings)
+            .only_calls([url.as_str()])
+            .build()?;
         let runtime = tokio::runtime::Builder::new_current_thread()
             .enable_all()
             .build()
@@ -56,8 +70,7 @@ impl Remote {
                 runtime.block_on(async move {
                     while let Some(job) = rx.recv().await {
                         let result =
-                            request(&client, &url, api_key.as_deref(), &model_name, &job.texts)
-                                .await;
+                            request(&client, &url, &headers, &model_name, &job.texts).await;
                         let _ = job.reply.send(result);
                     }
                 });
@@ -75,7 +88,7 @@ impl Backend for Remote {
         &self.id
     }
 
-    fn embed(&self, texts: &[String]) -> Result<Vec<Vec<f32>>, String> {
+    fn embed(&self, texts: &[String]) -> Result<Vec<Vec<f32>>, EmbedError> {
         if texts.is_empty() {
             return Ok(Vec::new());
         }
@@ -85,27 +98,27 @@ impl Backend for Remote {
                 texts: texts.to_vec(),
                 reply,
             })
-            .map_err(|_| "the embedding client has stopped".to_string())?;
+            .map_err(|_| EmbedError::from("the embedding client has stopped"))?;
         answer
             .recv()
-            .map_err(|_| "the embedding client has stopped".to_string())?
+            .map_err(|_| EmbedError::from("the embedding client has stopped"))?
     }
 }
 
 async fn request(
     client: &reqwest::Client,
     url: &str,
-    api_key: Option<&str>,
+    headers: &HeaderMap,
     model: &str,
     texts: &[String],
-) -> Result<Vec<Vec<f32>>, String> {
+) -> Result<Vec<Vec<f32>>, EmbedError> {
     // A turn's query is one short text and waits on the hot path: it gets
     // little time. A library being indexed gets more.
     let timeout = Duration::from_secs((5 + texts.len() as u64).min(60));
-    let mut req = client
+    let req = client
         .post(url)
         .timeout(timeout)
-        .header(reqwest::header::CONTENT_TYPE, "application/json")
+        .headers(headers.clone())
         .body(
             serde_json::json!({
                 "model": model,
@@ -114,24 +127,25 @@ async fn request(
             })
             .to_string(),
         );
-    if let Some(key) = api_key {
-        req = req.bearer_auth(key);
-    }
     let response = req.send().await.map_err(|e| {
         if e.is_timeout() {
             format!("{url} did not answer within {}s", timeout.as_secs())
         } else {
-            format!("cannot reach {url}: {}", e.without_url())
+            format!("cannot reach {url}: {}", crate::http::describe(&e))
         }
     })?;
     let status = response.status();
+    let retry_after = crate::http::retry_after(response.headers());
     let body = response
         .bytes()
         .await
-        .map_err(|e| format!("{url}: {}", e.without_url()))?;
+        .map_err(|e| format!("{url}: {}", crate::http::describe(&e)))?;
     if !status.is_success() {
         let text: String = String::from_utf8_lossy(&body).chars().take(300).collect();
-        return Err(format!("{url} answered {status}: {text}"));
+        return Err(EmbedError {
+            message: format!("{url} answered {status}: {text}"),
+            retry_after,
+        });
     }
     let parsed: Response = serde_json::from_slice(&body)
         .map_err(|e| format!("{url} answered something that is not an embeddings response: {e}"))?;
@@ -140,13 +154,14 @@ async fn request(
             "{url} returned {} embeddings for {} texts",
             parsed.data.len(),
             texts.len()
-        ));
+        )
+        .into());
     }
     let mut out = vec![Vec::new(); texts.len()];
     for (position, item) in parsed.data.into_iter().enumerate() {
         let at = item.index.unwrap_or(position);
         let Some(slot) = out.get_mut(at) else {
-            return Err(format!("{url} returned an embedding for index {at}"));
+            return Err(format!("{url} returned an embedding for index {at}").into());
         };
         let mut v = item.embedding;
         // Not every compatible server normalises.
@@ -154,7 +169,7 @@ async fn request(
         *slot = v;
     }
     if out.iter().any(Vec::is_empty) {
-        return Err(format!("{url} left some texts without an embedding"));
+        return Err(format!("{url} left some texts without an embedding").into());
     }
     Ok(out)
 }

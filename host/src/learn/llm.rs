@@ -3,11 +3,13 @@
 //! respect rate limits (429 and its `Retry-After`), 5xx and timeouts, all
 //! within one deadline per call.
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
+use axum::http::{HeaderMap, HeaderValue, header};
 use serde_json::{Value, json};
 
-use crate::config::Config;
+use crate::config::{ApiFormat, Config};
+use crate::http::{Attempt, Backoff, ClientSpec, Credential, Purpose};
 
 /// A versioned prompt from `host/prompts/`: a system part and a user part,
 /// split by a `<!-- user -->` line, with `{{name}}` placeholders.
@@ -64,7 +66,8 @@ pub struct ChatModel {
     client: reqwest::Client,
     url: String,
     pub model: String,
-    key: Option<String>,
+    /// Its key in its API's convention, and the content type.
+    headers: HeaderMap,
     /// One call, retries included.
     pub deadline: Duration,
     /// Anthropic Messages when the model is the main `llm` and that speaks
@@ -82,17 +85,9 @@ pub enum LlmError {
     },
 }
 
-/// One attempt's failure: whether trying again can help, and how soon.
-enum Attempt {
-    Retry {
-        after: Option<Duration>,
-        why: String,
-    },
-    Fatal(String),
-}
-
-const FIRST_BACKOFF: Duration = Duration::from_millis(500);
-const MAX_BACKOFF: Duration = Duration::from_secs(30);
+/// Retries wait 0.5 s, doubled each time up to 30 s (or the server's
+/// `Retry-After`).
+const BACKOFF: Backoff = Backoff::new(Duration::from_millis(500), Duration::from_secs(30));
 
 impl ChatModel {
     /// The judge (`rl.prm_*`) or the evolver (`rl.evolver_*`), each key
@@ -118,31 +113,42 @@ impl ChatModel {
         if model.is_empty() || base.is_empty() {
             return Ok(None);
         }
-        let key = key
-            .clone()
-            .filter(|k| !k.is_empty())
-            .or_else(|| config.llm.api_key.clone().filter(|k| !k.is_empty()));
-        let client = reqwest::Client::builder()
+        let (key, what) = match key.as_deref().filter(|k| !k.is_empty()) {
+            Some(own) => (Some(own), role.key_setting()),
+            None => (config.llm.api_key.as_deref(), "llm.api_key"),
+        };
+        let format = if anthropic {
+            ApiFormat::Anthropic
+        } else {
+            ApiFormat::Openai
+        };
+        let mut headers = HeaderMap::new();
+        headers.insert(
+            header::CONTENT_TYPE,
+            HeaderValue::from_static("application/json"),
+        );
+        if let Some(credential) = Credential::new(format, key, what)? {
+            credential.apply(&mut headers);
+        }
+        crate::http::add_version(format, &mut headers);
+        let url = format!(
+            "{}/{}",
+            base.trim_end_matches('/'),
+            if anthropic {
+                "messages"
+            } else {
+                "chat/completions"
+            }
+        );
+        let client = ClientSpec::new(Purpose::Learning)
             .connect_timeout(config.proxy.timeouts.connect.get())
-            .user_agent(concat!(
-                "metaclaw/",
-                env!("CARGO_PKG_VERSION"),
-                " (learning)"
-            ))
+            .only_calls([url.as_str()])
             .build()?;
         Ok(Some(Self {
             client,
-            url: format!(
-                "{}/{}",
-                base.trim_end_matches('/'),
-                if anthropic {
-                    "messages"
-                } else {
-                    "chat/completions"
-                }
-            ),
+            url,
             model: model.to_string(),
-            key,
+            headers,
             deadline: config.learning.llm_timeout.get(),
             anthropic,
         }))
@@ -163,26 +169,12 @@ impl ChatModel {
             "max_tokens": max_tokens,
             "stream": false,
         });
-        let started = Instant::now();
-        let mut backoff = FIRST_BACKOFF;
-        loop {
-            let left = self.deadline.saturating_sub(started.elapsed());
-            match self.attempt(&body, left).await {
-                Ok(text) => return Ok(text),
-                Err(Attempt::Fatal(reason)) => return Err(self.error(reason)),
-                Err(Attempt::Retry { after, why }) => {
-                    let wait = after.unwrap_or(backoff).min(MAX_BACKOFF);
-                    backoff = (backoff * 2).min(MAX_BACKOFF);
-                    if started.elapsed() + wait >= self.deadline {
-                        return Err(
-                            self.error(format!("{why}; gave up after {:.0?}", started.elapsed()))
-                        );
-                    }
-                    tracing::debug!(model = %self.model, "learning model: {why}; retrying in {wait:?}");
-                    tokio::time::sleep(wait).await;
-                }
-            }
-        }
+        let what = format!("learning model {}", self.model);
+        crate::http::until_deadline(self.deadline, BACKOFF, &what, |left| {
+            self.attempt(&body, left)
+        })
+        .await
+        .map_err(|reason| self.error(reason))
     }
 
     fn error(&self, reason: String) -> LlmError {
@@ -194,64 +186,29 @@ impl ChatModel {
     }
 
     async fn attempt(&self, body: &Value, left: Duration) -> Result<String, Attempt> {
-        if left.is_zero() {
-            return Err(Attempt::Fatal("no time left".into()));
-        }
         let body = if self.anthropic {
             metaclaw_wire::request::anthropic::from_chat(body)
                 .map_err(|e| Attempt::Fatal(e.to_string()))?
         } else {
             body.clone()
         };
-        let mut request = self
+        let response = self
             .client
             .post(&self.url)
-            .header(reqwest::header::CONTENT_TYPE, "application/json")
+            .headers(self.headers.clone())
             .body(body.to_string())
-            .timeout(left);
-        if self.anthropic {
-            request = request.header(
-                "anthropic-version",
-                crate::proxy::upstream::ANTHROPIC_VERSION,
-            );
-            if let Some(key) = &self.key {
-                request = request.header("x-api-key", key);
-            }
-        } else if let Some(key) = &self.key {
-            request = request.bearer_auth(key);
-        }
-        let response = request.send().await.map_err(|e| Attempt::Retry {
-            after: None,
-            why: if e.is_timeout() {
-                "timed out".into()
-            } else {
-                format!("cannot connect: {e}")
-            },
-        })?;
+            .timeout(left)
+            .send()
+            .await
+            .map_err(|e| Attempt::unanswered(&e))?;
         let status = response.status();
-        let retry_after = response
-            .headers()
-            .get(reqwest::header::RETRY_AFTER)
-            .and_then(|v| v.to_str().ok())
-            .and_then(|v| v.trim().parse::<f64>().ok())
-            .filter(|s| s.is_finite() && *s >= 0.0)
-            .map(Duration::from_secs_f64);
+        let headers = response.headers().clone();
         let text = response.text().await.map_err(|e| Attempt::Retry {
             after: None,
-            why: format!("reading the reply: {e}"),
+            why: format!("reading the reply: {}", crate::http::describe(&e)),
         })?;
-        if status.as_u16() == 429 || status.is_server_error() {
-            return Err(Attempt::Retry {
-                after: retry_after,
-                why: format!("HTTP {}: {}", status.as_u16(), clip(&text, 200)),
-            });
-        }
         if !status.is_success() {
-            return Err(Attempt::Fatal(format!(
-                "HTTP {}: {}",
-                status.as_u16(),
-                clip(&text, 300)
-            )));
+            return Err(Attempt::status(status, &headers, &clip(&text, 300)));
         }
         let reply: Value = serde_json::from_str(&text)
             .map_err(|_| Attempt::Fatal(format!("the reply is not JSON: {}", clip(&text, 200))))?;
@@ -276,6 +233,16 @@ impl ChatModel {
 pub enum Role {
     Judge,
     Evolver,
+}
+
+impl Role {
+    /// The setting that holds this role's own key.
+    fn key_setting(self) -> &'static str {
+        match self {
+            Self::Judge => "rl.prm_api_key",
+            Self::Evolver => "rl.evolver_api_key",
+        }
+    }
 }
 
 /// At most `max` characters, on one line when `max` is small.

@@ -8,22 +8,19 @@ use bytes::Bytes;
 
 use crate::config::{ApiFormat, Loaded, Provider};
 use crate::error::ApiError;
+use crate::http::{Backoff, ClientSpec, Credential, Purpose};
 
-/// Sent when the client names no Anthropic API version.
-pub const ANTHROPIC_VERSION: &str = "2023-06-01";
-
-/// Backoff before the first fallback; doubled for each next one.
-const FALLBACK_BACKOFF: Duration = Duration::from_millis(200);
-/// The longest wait before a fallback (a 429's `Retry-After` included).
-const MAX_FALLBACK_WAIT: Duration = Duration::from_secs(2);
+/// Before the first fallback 200 ms, doubled for each next one, and never
+/// more than 2 s (a 429's `Retry-After` included): a turn is waiting.
+const FALLBACK_BACKOFF: Backoff = Backoff::new(Duration::from_millis(200), Duration::from_secs(2));
 
 /// One upstream endpoint: the primary (`llm`) or a fallback.
 #[derive(Clone)]
 struct Target {
     /// e.g. `https://api.openai.com/v1`, no trailing slash.
     base: String,
-    /// The credential header for this endpoint (sensitive).
-    auth: Option<HeaderValue>,
+    /// This endpoint's key.
+    auth: Option<Credential>,
     /// The model to ask this endpoint for instead of the request's.
     model: Option<String>,
 }
@@ -92,39 +89,12 @@ const DROP_RESPONSE_HEADERS: &[&str] = &[
     "set-cookie",
 ];
 
-/// The credential header for `key` in `format`'s convention.
-fn auth_header(
-    format: ApiFormat,
-    key: Option<&str>,
-    what: &str,
-) -> anyhow::Result<Option<HeaderValue>> {
-    let Some(key) = key.filter(|k| !k.is_empty()) else {
-        return Ok(None);
-    };
-    let text = match format {
-        ApiFormat::Openai => format!("Bearer {key}"),
-        ApiFormat::Anthropic => key.to_string(),
-    };
-    let mut v = HeaderValue::from_str(&text)
-        .map_err(|_| anyhow::anyhow!("{what} contains characters not allowed in a header"))?;
-    v.set_sensitive(true);
-    Ok(Some(v))
-}
-
 impl Upstream {
     pub fn new(loaded: &Loaded, base: String) -> anyhow::Result<Self> {
         let config = &loaded.config;
         let timeouts = &config.proxy.timeouts;
-        let client = reqwest::Client::builder()
-            .connect_timeout(timeouts.connect.get())
-            .tcp_nodelay(true)
-            .pool_max_idle_per_host(256)
-            .pool_idle_timeout(Duration::from_secs(90))
-            .tcp_keepalive(Duration::from_secs(30))
-            .user_agent(concat!("metaclaw/", env!("CARGO_PKG_VERSION")))
-            .build()?;
         let format = config.llm.api_format;
-        let auth = auth_header(format, config.llm.api_key.as_deref(), "llm.api_key")?;
+        let auth = Credential::new(format, config.llm.api_key.as_deref(), "llm.api_key")?;
         let mut targets = vec![Target {
             base: base.clone(),
             auth: auth.clone(),
@@ -133,7 +103,7 @@ impl Upstream {
         for (i, fallback) in config.llm.fallbacks.iter().enumerate() {
             targets.push(Target {
                 base: fallback.api_base.trim().trim_end_matches('/').to_string(),
-                auth: auth_header(
+                auth: Credential::new(
                     format,
                     fallback.api_key.as_deref(),
                     &format!("llm.fallbacks[{i}].api_key"),
@@ -141,6 +111,10 @@ impl Upstream {
                 model: Some(fallback.model_id.trim().to_string()).filter(|m| !m.is_empty()),
             });
         }
+        let client = ClientSpec::new(Purpose::Upstream)
+            .connect_timeout(timeouts.connect.get())
+            .only_calls(targets.iter().map(|t| t.base.as_str()))
+            .build()?;
         let mut extra_headers = Vec::new();
         if config.llm.provider == Provider::Openrouter {
             // OpenRouter attributes traffic by these.
@@ -184,7 +158,7 @@ impl Upstream {
         body: Bytes,
     ) -> Result<Sent, ApiError> {
         let headers = self.request_headers(client_headers);
-        let mut wait = FALLBACK_BACKOFF;
+        let mut backoff = FALLBACK_BACKOFF;
         let last = self.targets.len().saturating_sub(1);
         for (i, target) in self.targets.iter().enumerate() {
             let is_last = i == last;
@@ -194,12 +168,13 @@ impl Upstream {
             };
             let mut headers = headers.clone();
             if let Some(auth) = &target.auth {
-                headers.insert(self.auth_name(), auth.clone());
+                auth.apply(&mut headers);
             } else if i > 0 {
                 // A fallback without a key of its own gets no credential:
                 // the client's key is for the primary.
-                headers.remove(header::AUTHORIZATION);
-                headers.remove("x-api-key");
+                for name in &crate::http::CREDENTIAL_HEADERS {
+                    headers.remove(name);
+                }
             }
             let wait_hint = match self.send_once(&target.base, path, headers, body).await {
                 Err(e) if is_last => return Err(e),
@@ -207,7 +182,7 @@ impl Upstream {
                     tracing::warn!(base = %target.base, "upstream failed ({e}); trying the next fallback");
                     None
                 }
-                Ok(response) if is_last || !should_fall_back(response.status()) => {
+                Ok(response) if is_last || !crate::http::is_transient(response.status()) => {
                     if i > 0 {
                         tracing::info!(fallback = i, base = %target.base, "served by a fallback");
                     }
@@ -223,20 +198,12 @@ impl Upstream {
                         status = response.status().as_u16(),
                         "upstream failed; trying the next fallback"
                     );
-                    retry_after(response.headers())
+                    crate::http::retry_after(response.headers())
                 }
             };
-            tokio::time::sleep(wait_hint.unwrap_or(wait).min(MAX_FALLBACK_WAIT)).await;
-            wait *= 2;
+            tokio::time::sleep(backoff.wait(wait_hint)).await;
         }
         Err(ApiError::Internal("no upstream configured".into()))
-    }
-
-    fn auth_name(&self) -> HeaderName {
-        match self.format {
-            ApiFormat::Openai => header::AUTHORIZATION,
-            ApiFormat::Anthropic => HeaderName::from_static("x-api-key"),
-        }
     }
 
     /// What every attempt sends besides the credential.
@@ -247,18 +214,13 @@ impl Upstream {
             HeaderValue::from_static("application/json"),
         );
         if self.pass_client_auth {
-            for name in [header::AUTHORIZATION, HeaderName::from_static("x-api-key")] {
+            for name in crate::http::CREDENTIAL_HEADERS {
                 if let Some(v) = client_headers.get(&name) {
                     headers.insert(name, v.clone());
                 }
             }
         }
-        if self.format == ApiFormat::Anthropic && !headers.contains_key("anthropic-version") {
-            headers.insert(
-                HeaderName::from_static("anthropic-version"),
-                HeaderValue::from_static(ANTHROPIC_VERSION),
-            );
-        }
+        crate::http::add_version(self.format, &mut headers);
         for (name, value) in &self.extra_headers {
             headers.insert(name.clone(), value.clone());
         }
@@ -301,13 +263,13 @@ impl Upstream {
     ) -> Result<reqwest::Response, ApiError> {
         let mut headers = self.request_headers(&HeaderMap::new());
         headers.remove(header::CONTENT_TYPE);
-        let mut req = self
+        if let Some(auth) = self.targets.first().and_then(|t| t.auth.as_ref()) {
+            auth.apply(&mut headers);
+        }
+        let req = self
             .client
             .get(format!("{}{path}", self.base))
             .headers(headers);
-        if let Some(auth) = self.targets.first().and_then(|t| t.auth.clone()) {
-            req = req.header(self.auth_name(), auth);
-        }
         match tokio::time::timeout(limit, req.send()).await {
             Err(_) => Err(ApiError::UpstreamTimeout {
                 phase: "GET",
@@ -323,23 +285,6 @@ impl Upstream {
     }
 }
 
-/// Worth trying another upstream: it is down or overloaded, or limits us.
-fn should_fall_back(status: reqwest::StatusCode) -> bool {
-    status.is_server_error() || status.as_u16() == 429
-}
-
-fn retry_after(headers: &reqwest::header::HeaderMap) -> Option<Duration> {
-    headers
-        .get(reqwest::header::RETRY_AFTER)?
-        .to_str()
-        .ok()?
-        .trim()
-        .parse::<f64>()
-        .ok()
-        .filter(|s| s.is_finite() && *s >= 0.0)
-        .map(Duration::from_secs_f64)
-}
-
 /// `body` with its `model` replaced (a fallback serving another model).
 fn with_model(body: &Bytes, model: &str) -> Option<Bytes> {
     let mut map: serde_json::Map<String, serde_json::Value> = serde_json::from_slice(body).ok()?;
@@ -348,26 +293,9 @@ fn with_model(body: &Bytes, model: &str) -> Option<Bytes> {
 }
 
 fn transport_error(base: &str, e: &reqwest::Error) -> ApiError {
-    {
-        let reason = if e.is_connect() {
-            "connection failed".to_string()
-        } else if e.is_timeout() {
-            "timed out".to_string()
-        } else {
-            "transport error".to_string()
-        };
-        // The innermost cause says what happened ("connection closed
-        // before message completed"); the layers above it only say where.
-        let mut detail = e.to_string();
-        let mut source = std::error::Error::source(e);
-        while let Some(cause) = source {
-            detail = cause.to_string();
-            source = cause.source();
-        }
-        ApiError::UpstreamUnreachable {
-            base: base.to_string(),
-            reason: format!("{reason}: {detail}"),
-        }
+    ApiError::UpstreamUnreachable {
+        base: base.to_string(),
+        reason: crate::http::describe(e),
     }
 }
 

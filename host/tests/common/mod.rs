@@ -200,6 +200,35 @@ impl Metaclaw {
 }
 
 pub fn cli_in(home: &Path, args: &[&str]) -> Output {
+    cli_with_env(home, args, &[])
+}
+
+/// A machine without CA certificates (a bare container), as environment:
+/// `SSL_CERT_FILE` and `SSL_CERT_DIR`, which replace the system's store
+/// when set, name a missing file and an empty folder.
+pub struct NoCaCertificates {
+    _dir: tempfile::TempDir,
+    file: String,
+    dir: String,
+}
+
+impl NoCaCertificates {
+    pub fn new() -> Self {
+        let dir = tempfile::tempdir().unwrap();
+        Self {
+            file: dir.path().join("none.pem").to_str().unwrap().to_string(),
+            dir: dir.path().to_str().unwrap().to_string(),
+            _dir: dir,
+        }
+    }
+
+    pub fn env(&self) -> [(&str, &str); 2] {
+        [("SSL_CERT_FILE", &self.file), ("SSL_CERT_DIR", &self.dir)]
+    }
+}
+
+/// [`cli_in`] with `env` set as well.
+pub fn cli_with_env(home: &Path, args: &[&str], env: &[(&str, &str)]) -> Output {
     Command::new(BIN)
         .args(args)
         .env("METACLAW_HOME", home)
@@ -209,6 +238,7 @@ pub fn cli_in(home: &Path, args: &[&str]) -> Output {
         .env("METACLAW_NO_WIRE", "1")
         // A test's library holds what the test puts there.
         .env("METACLAW_NO_BUILTIN_SKILLS", "1")
+        .envs(env.iter().copied())
         .output()
         .expect("run metaclaw")
 }
