@@ -41,7 +41,9 @@ use crate::config::ApiFormat;
 use crate::error::ApiError;
 use crate::sessions::{Attempt, EndReason, Hints, TurnType};
 use crate::skills::{Query, Skills, inject};
-use crate::store::{Admission, Capture, SessionInfo, SessionSource, TurnRecord, TurnStatus};
+use crate::store::{
+    Admission, Capture, InjectedSkill, SessionInfo, SessionSource, TurnRecord, TurnStatus,
+};
 
 /// The most of one answer kept for the record; the client still gets all.
 const CAPTURE_LIMIT: usize = 32 << 20;
@@ -183,7 +185,7 @@ async fn turn(
         first_byte: None,
         admission: None,
         done_after,
-        injected: None,
+        injected: Vec::new(),
         fallback: 0,
         finished: false,
     };
@@ -585,15 +587,14 @@ async fn choose_skills(
     if chosen.is_empty() {
         return None;
     }
-    ctx.injected = Some(
-        serde_json::json!(
-            chosen
-                .iter()
-                .map(|s| serde_json::json!({"id": s.id, "version": s.version, "score": s.score}))
-                .collect::<Vec<_>>()
-        )
-        .to_string(),
-    );
+    ctx.injected = chosen
+        .iter()
+        .map(|s| InjectedSkill {
+            id: s.id.clone(),
+            version: s.version.clone(),
+            score: s.score,
+        })
+        .collect();
     Some(inject::block(&chosen))
 }
 
@@ -664,8 +665,8 @@ struct TurnCtx {
     first_byte: Option<Instant>,
     admission: Admission,
     done_after: bool,
-    /// The skills injected: `[{"id", "version", "score"}]`.
-    injected: Option<String>,
+    /// The skills injected, best first.
+    injected: Vec<InjectedSkill>,
     /// Which upstream answered: 0 the primary, `i + 1` `llm.fallbacks[i]`.
     fallback: usize,
     finished: bool,
@@ -680,10 +681,11 @@ impl TurnCtx {
         if let Ok(v) = HeaderValue::from_str(&self.id) {
             headers.insert("x-metaclaw-turn-id", v);
         }
-        if let Some(ids) = self.injected.as_deref().and_then(injected_ids)
-            && let Ok(v) = HeaderValue::from_str(&ids)
-        {
-            headers.insert("x-metaclaw-skills", v);
+        if !self.injected.is_empty() {
+            let ids: Vec<&str> = self.injected.iter().map(|s| s.id.as_str()).collect();
+            if let Ok(v) = HeaderValue::from_str(&ids.join(",")) {
+                headers.insert("x-metaclaw-skills", v);
+            }
         }
         if self.fallback > 0 {
             headers.insert("x-metaclaw-fallback", HeaderValue::from(self.fallback));
@@ -743,7 +745,7 @@ impl TurnCtx {
                 .first_byte
                 .map(|f| ms(f.saturating_duration_since(self.started))),
             message_count: self.message_count,
-            injected_skills: self.injected.take(),
+            injected_skills: std::mem::take(&mut self.injected),
         };
         self.proxy.store.record(record, self.admission.take());
         self.proxy
@@ -756,17 +758,6 @@ impl TurnCtx {
                 .end(&self.session.id, EndReason::ClientDone);
         }
     }
-}
-
-/// `a,b,c` from the injected-skills record.
-fn injected_ids(record: &str) -> Option<String> {
-    let list: Vec<serde_json::Value> = serde_json::from_str(record).ok()?;
-    Some(
-        list.iter()
-            .filter_map(|s| s["id"].as_str())
-            .collect::<Vec<_>>()
-            .join(","),
-    )
 }
 
 impl Drop for TurnCtx {

@@ -152,8 +152,17 @@ pub struct TurnRecord {
     pub upstream_ms: Option<f64>,
     pub ttft_ms: Option<f64>,
     pub message_count: u32,
-    /// `[{"id", "version", "score"}]` of the skills injected.
-    pub injected_skills: Option<String>,
+    /// The skills injected into the turn's prompt, best first.
+    pub injected_skills: Vec<InjectedSkill>,
+}
+
+/// A skill injected into a turn, as recorded (`[{"id", "version",
+/// "score"}]` in `turns.injected_skills`).
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct InjectedSkill {
+    pub id: String,
+    pub version: String,
+    pub score: f32,
 }
 
 /// A reward to store for a turn.

@@ -526,7 +526,7 @@ fn insert_turn(tx: &Transaction<'_>, t: &TurnRecord, p: &Prepared) -> rusqlite::
         t.total_ms,
         t.upstream_ms,
         t.ttft_ms,
-        t.injected_skills,
+        injected_skills(&t.injected_skills),
         t.attempt,
         t.retry_of.as_deref(),
     ])?;
@@ -598,4 +598,11 @@ fn truncate(text: &str, max: usize) -> String {
     let mut cut: String = flat.chars().take(max).collect();
     cut.push('…');
     cut
+}
+
+/// The injected skills' column: JSON, or NULL when none was injected.
+fn injected_skills(skills: &[super::InjectedSkill]) -> Option<String> {
+    (!skills.is_empty())
+        .then(|| serde_json::to_string(skills).ok())
+        .flatten()
 }
