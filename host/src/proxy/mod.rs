@@ -1,6 +1,7 @@
 //! The proxy: OpenAI- and Anthropic-compatible routes in front of the
 //! upstream LLM API.
 
+mod capture;
 pub mod turn;
 pub mod upstream;
 

@@ -35,7 +35,7 @@ use tokio::time::Sleep;
 use tracing::Instrument;
 
 use super::upstream::{Upstream, forward_response_headers};
-use super::{Limits, Proxy};
+use super::{Limits, Proxy, capture};
 use crate::clock::now_ms;
 use crate::config::ApiFormat;
 use crate::error::ApiError;
@@ -170,6 +170,10 @@ async fn turn(
         id,
         span,
         attempt,
+        user_text: request
+            .last_user_text
+            .as_deref()
+            .map(wire::text::user_words),
         session,
         turn_type,
         front,
@@ -252,7 +256,7 @@ async fn turn(
         ctx.finish(
             TurnStatus::Error,
             Some(status),
-            Capture::Json(error.body()),
+            capture::error(error.body()),
             Some(error.to_string()),
         );
         proxy.metrics.errors.inc(&[error.kind()]);
@@ -281,10 +285,7 @@ async fn turn(
             ctx.first_byte = ctx.upstream_started;
             ctx.upstream_done = Some(Instant::now());
             let answer = whole_answer(format, front, passthrough, &bytes, client.as_ref());
-            let capture = match format {
-                ApiFormat::Openai => Capture::Json(bytes),
-                ApiFormat::Anthropic => Capture::AnthropicJson(bytes),
-            };
+            let capture = capture::whole(format, bytes);
             match answer {
                 Ok(answer) => {
                     ctx.finish(TurnStatus::Ok, Some(status), capture, None);
@@ -650,6 +651,8 @@ struct TurnCtx {
     /// handler returned (the streamed answer).
     span: tracing::Span,
     attempt: Attempt,
+    /// What the user said last, in their own words.
+    user_text: Option<String>,
     session: SessionInfo,
     turn_type: TurnType,
     front: Front,
@@ -724,6 +727,7 @@ impl TurnCtx {
         let failed = status != TurnStatus::Ok;
         let record = TurnRecord {
             id: id.clone(),
+            user_text: self.user_text.take(),
             attempt: self.attempt.number,
             retry_of: self.attempt.retry_of.take(),
             session: self.session.clone(),
@@ -811,10 +815,11 @@ impl TeeStream {
 
     fn capture(&mut self) -> Capture {
         let bytes = std::mem::take(&mut self.captured);
-        match self.ctx.as_ref().map(|c| c.proxy.upstream.format) {
-            Some(ApiFormat::Anthropic) => Capture::AnthropicSse(bytes),
-            _ => Capture::Sse(bytes),
-        }
+        let format = self
+            .ctx
+            .as_ref()
+            .map_or(ApiFormat::Openai, |c| c.proxy.upstream.format);
+        capture::stream(format, bytes)
     }
 
     /// The client's bytes for an upstream chunk (`None`: nothing to send

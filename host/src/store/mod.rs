@@ -83,16 +83,17 @@ impl TurnStatus {
     }
 }
 
-/// The answer as captured on its way to the client.
+/// How to read a captured answer as the chat completion it amounts to, and
+/// whether it ended properly. The proxy, which knows the upstream's API
+/// format, picks it; the store only runs it, on its writer thread, off the
+/// serving path.
+pub type ReadAnswer = fn(&[u8]) -> (serde_json::Value, bool);
+
+/// The answer of a turn, as the upstream sent it.
 #[derive(Debug)]
 pub enum Capture {
     None,
-    Json(Bytes),
-    Sse(Vec<u8>),
-    /// An Anthropic upstream's answer: recorded as the chat completion it
-    /// amounts to, like every other turn.
-    AnthropicJson(Bytes),
-    AnthropicSse(Vec<u8>),
+    Answer { bytes: Bytes, read: ReadAnswer },
 }
 
 /// Whose turn it is: the user's conversation (`main`), the agent's
@@ -130,6 +131,9 @@ impl TurnType {
 #[derive(Debug)]
 pub struct TurnRecord {
     pub id: String,
+    /// What the user said last, in their own words (agent metadata
+    /// removed), for `sessions show`.
+    pub user_text: Option<String>,
     /// Which attempt of its turn this is (1: a new turn).
     pub attempt: u32,
     /// For a retry: the first attempt's id. The earlier attempts are then

@@ -11,7 +11,6 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use metaclaw_wire::agent::openclaw;
 use metaclaw_wire::request::CONTROL_FIELDS;
-use metaclaw_wire::stream::assemble::assemble_sse;
 use metaclaw_wire::text::content_text;
 use rusqlite::{Connection, Transaction, params};
 use serde::Deserialize;
@@ -231,7 +230,6 @@ impl Writer {
         let mut blobs = Vec::new();
         let mut message_hashes = Vec::new();
         let mut tools_blob = None;
-        let mut user_summary = None;
         let mut params = Map::new();
         let body = &turn.request_body;
         // Split the body into its fields without parsing them: messages and
@@ -244,14 +242,16 @@ impl Writer {
                             let messages: Vec<&RawValue> =
                                 serde_json::from_str(raw.get()).unwrap_or_default();
                             for message in messages {
+                                // OpenClaw's per-call internal context is
+                                // forwarded, never recorded.
                                 let head: MessageHead<'_> =
                                     serde_json::from_str(message.get()).unwrap_or_default();
-                                if head.role.as_deref() == Some("user") {
-                                    let text = head.content.map(content_text).unwrap_or_default();
-                                    if openclaw::is_internal_context(&text) {
-                                        continue;
-                                    }
-                                    user_summary = Some(text);
+                                if head.role.as_deref() == Some("user")
+                                    && head.content.is_some_and(|c| {
+                                        openclaw::is_internal_context(&content_text(c))
+                                    })
+                                {
+                                    continue;
                                 }
                                 message_hashes.push(self.blob(body, message, &mut blobs));
                             }
@@ -277,26 +277,8 @@ impl Writer {
         let mut status = turn.status;
         let response = match &turn.response {
             Capture::None => None,
-            Capture::Json(bytes) => {
-                Some(serde_json::from_slice::<Value>(bytes).unwrap_or_else(
-                    |_| serde_json::json!({ "raw": String::from_utf8_lossy(bytes) }),
-                ))
-            }
-            Capture::AnthropicJson(bytes) => Some(
-                serde_json::from_slice::<Value>(bytes)
-                    .map(|v| metaclaw_wire::response::anthropic::to_chat(&v))
-                    .unwrap_or_else(
-                        |_| serde_json::json!({ "raw": String::from_utf8_lossy(bytes) }),
-                    ),
-            ),
-            Capture::Sse(_) | Capture::AnthropicSse(_) => {
-                let (value, done) = match &turn.response {
-                    Capture::AnthropicSse(bytes) => {
-                        metaclaw_wire::stream::anthropic::assemble(bytes)
-                    }
-                    Capture::Sse(bytes) => assemble_sse(bytes),
-                    _ => (Value::Null, false),
-                };
+            Capture::Answer { bytes, read } => {
+                let (value, done) = read(bytes);
                 let finished = value["choices"]
                     .as_array()
                     .is_some_and(|c| c.iter().any(|c| !c["finish_reason"].is_null()));
@@ -326,8 +308,11 @@ impl Writer {
             params: params.to_string(),
             response: response.map(|v| v.to_string()),
             usage,
-            user_summary: user_summary
-                .map(|s| truncate(&self.redactor.redact_str(&s), SUMMARY_CHARS)),
+            user_summary: turn
+                .user_text
+                .as_deref()
+                .filter(|s| !s.is_empty())
+                .map(|s| truncate(&self.redactor.redact_str(s), SUMMARY_CHARS)),
             response_summary: response_summary.map(|s| truncate(&s, SUMMARY_CHARS)),
             status,
         }

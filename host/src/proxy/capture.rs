@@ -1,0 +1,59 @@
+//! A turn's answer as the record takes it: the bytes the upstream sent and
+//! how to read them as a chat completion. Reading runs later, on the store's
+//! writer thread, so the serving path only keeps the bytes; the store runs
+//! the reader it is given and knows no API format.
+
+use bytes::Bytes;
+use metaclaw_wire::ApiFormat;
+use serde_json::{Value, json};
+
+use crate::store::Capture;
+
+/// A whole (non-streamed) answer from an upstream speaking `format`.
+pub fn whole(format: ApiFormat, bytes: Bytes) -> Capture {
+    let read = match format {
+        ApiFormat::Openai => chat_json,
+        ApiFormat::Anthropic => anthropic_json,
+    };
+    Capture::Answer { bytes, read }
+}
+
+/// A streamed answer (server-sent events) from an upstream speaking
+/// `format`, as far as it went.
+pub fn stream(format: ApiFormat, bytes: Vec<u8>) -> Capture {
+    let read = match format {
+        ApiFormat::Openai => metaclaw_wire::stream::assemble::assemble_sse,
+        ApiFormat::Anthropic => metaclaw_wire::stream::anthropic::assemble,
+    };
+    Capture::Answer {
+        bytes: Bytes::from(bytes),
+        read,
+    }
+}
+
+/// An error answer, already in OpenAI's shape.
+pub fn error(body: Bytes) -> Capture {
+    Capture::Answer {
+        bytes: body,
+        read: chat_json,
+    }
+}
+
+fn chat_json(bytes: &[u8]) -> (Value, bool) {
+    (
+        serde_json::from_slice(bytes).unwrap_or_else(|_| raw(bytes)),
+        true,
+    )
+}
+
+fn anthropic_json(bytes: &[u8]) -> (Value, bool) {
+    let chat = serde_json::from_slice::<Value>(bytes)
+        .map(|v| metaclaw_wire::response::anthropic::to_chat(&v))
+        .unwrap_or_else(|_| raw(bytes));
+    (chat, true)
+}
+
+/// An answer that is not JSON, kept as text.
+fn raw(bytes: &[u8]) -> Value {
+    json!({ "raw": String::from_utf8_lossy(bytes) })
+}
