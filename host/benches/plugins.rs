@@ -3,8 +3,15 @@
 //! calls from several threads at once. Plugins are the ones
 //! scripts/build-plugins builds (Rust, QuickJS, Python).
 //!
+//!
+//! Then the first-party scorers on a turn the size of OpenClaw's (its
+//! fixture's conversation, a correction as the next message); with
+//! `--before DIR`, also the same scorers built earlier (`DIR/metaclaw_*.wasm`,
+//! e.g. a copy of target/first-party-plugins/wasm32-wasip2/release) in the
+//! same run, as a before/after ratio.
+//!
 //!     scripts/build-plugins && cargo bench -p metaclaw --bench plugins
-//!     cargo bench -p metaclaw --bench plugins -- --quick
+//!     cargo bench -p metaclaw --bench plugins -- --quick [--before DIR]
 #![allow(
     clippy::unwrap_used,
     clippy::expect_used,
@@ -58,11 +65,14 @@ fn us(d: Duration) -> f64 {
 
 /// Latencies of `n` sequential calls.
 fn timed(plugin: &Loaded, n: usize) -> Vec<Duration> {
-    let t = turn();
+    timed_on(plugin, &turn(), n)
+}
+
+fn timed_on(plugin: &Loaded, t: &FinishedTurn, n: usize) -> Vec<Duration> {
     let mut out = Vec::with_capacity(n);
     for _ in 0..n {
         let start = Instant::now();
-        std::hint::black_box(plugin.engine().block_on(plugin.score(&t)).unwrap());
+        std::hint::black_box(plugin.engine().block_on(plugin.score(t)).unwrap());
         out.push(start.elapsed());
     }
     out.sort();
@@ -161,10 +171,109 @@ fn main() {
             rate / single
         );
     }
+    scorers(&engine, quick);
     println!(
         "\n# {} CPUs",
         std::thread::available_parallelism()
             .map(|n| n.get())
             .unwrap_or(0)
     );
+}
+
+/// A turn like OpenClaw's: its fixture's system prompt (~49 KB) and user
+/// message, an answer, and a next message that corrects it.
+fn openclaw_turn() -> FinishedTurn {
+    let body = &common::fixture("chat_completions_stream_request.json")["body"];
+    let msg = |role: &str, content: &str| Message {
+        role: role.into(),
+        content: content.into(),
+        tool_call_id: None,
+        tool_calls: Vec::new(),
+    };
+    let request = body["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|m| Some(msg(m["role"].as_str()?, m["content"].as_str()?)))
+        .collect();
+    FinishedTurn {
+        session_id: "bench".into(),
+        turn_id: "t".into(),
+        request,
+        response: msg(
+            "assistant",
+            "I updated the deployment script to point at the production database and restarted \
+             the service. The migration ran cleanly; let me know if you want me to run the \
+             integration tests as well.",
+        ),
+        tool_results: Vec::new(),
+        next_user_message: Some(
+            "[Sun 2026-11-22 08:45 UTC] Hmm, I asked you to check the staging config first. \
+             Please roll it back to what it was yesterday and tell me which settings differ \
+             between the two environments before touching anything else."
+                .into(),
+        ),
+        status: "ok".into(),
+    }
+}
+
+/// The first-party scorers on an OpenClaw-sized turn, per call on a pooled
+/// instance; with `--before DIR`, the same scorers built earlier too.
+fn scorers(engine: &Arc<PluginEngine>, quick: bool) {
+    let args: Vec<String> = std::env::args().collect();
+    let before = args
+        .iter()
+        .position(|a| a == "--before")
+        .and_then(|i| args.get(i + 1))
+        .map(std::path::PathBuf::from);
+    let n = if quick { 2_000 } else { 20_000 };
+    let t = openclaw_turn();
+    println!("\n# first-party scorers on an OpenClaw-sized turn (~49 KB system prompt), pooled");
+    // The ratio of medians: the mean moves with what else the machine runs.
+    println!(
+        "{:<32} {:>8} {:>10} {:>10} {:>10} {:>15}",
+        "scorer", "build", "p50 us", "p99 us", "mean us", "p50 before/now"
+    );
+    let mean = |v: &[Duration]| us(v.iter().sum::<Duration>()) / v.len() as f64;
+    for name in ["correction", "repeated-refusals", "tool-error"] {
+        let now = load(engine, &format!("builtin/{name}.wasm"), 4);
+        timed_on(&now, &t, 200);
+        let a = timed_on(&now, &t, n);
+        println!(
+            "{name:<32} {:>8} {:>10.1} {:>10.1} {:>10.1}",
+            "now",
+            us(percentile(&a, 50.0)),
+            us(percentile(&a, 99.0)),
+            mean(&a)
+        );
+        let Some(dir) = &before else { continue };
+        let path = dir.join(format!("metaclaw_{}.wasm", name.replace('-', "_")));
+        let bytes = std::fs::read(&path).unwrap();
+        let limits = Limits {
+            pool_size: 4,
+            timeout: Duration::from_secs(5),
+            ..Limits::default()
+        };
+        let old = metaclaw::plugins::Loaded::probe(
+            engine,
+            path,
+            &bytes,
+            metaclaw::digest::sha256_hex(&bytes),
+            metaclaw::plugins::Source::Builtin,
+            &|_: metaclaw::plugins::Kind| limits.clone(),
+        )
+        .unwrap()
+        .ready(Grants::default(), None);
+        timed_on(&old, &t, 200);
+        let b = timed_on(&old, &t, n);
+        println!(
+            "{:<32} {:>8} {:>10.1} {:>10.1} {:>10.1} {:>14.2}x",
+            "",
+            "before",
+            us(percentile(&b, 50.0)),
+            us(percentile(&b, 99.0)),
+            mean(&b),
+            percentile(&b, 50.0).as_secs_f64() / percentile(&a, 50.0).as_secs_f64()
+        );
+    }
 }

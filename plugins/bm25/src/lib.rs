@@ -99,8 +99,12 @@ pub struct Index {
 
 #[derive(Default)]
 struct Scratch {
-    /// Per skill: (BM25 score, evidence, corroboration), side by side.
+    /// Per skill: (BM25 score, evidence, corroboration), side by side; all
+    /// zero between queries.
     sums: Vec<[f32; 3]>,
+    /// The skills the query's terms touched, first `listed` entries: only
+    /// these are ranked and reset, not the whole library.
+    touched: Vec<u32>,
 }
 
 thread_local! {
@@ -288,44 +292,67 @@ impl Index {
             return Vec::new();
         }
         let mut scratch = self.scratch.borrow_mut();
-        let sums = &mut scratch.sums;
+        let Scratch { sums, touched } = &mut *scratch;
         if sums.len() != self.ids.len() {
             *sums = vec![[0.0; 3]; self.ids.len()];
+            // One more: a posting's skill is written before it is counted.
+            *touched = vec![0; self.ids.len() + 1];
         }
+        // The skills the postings touch are listed without a branch per
+        // posting (each written, counted when new), to rank and reset only
+        // those. A posting adds a positive score, so a skill still at 0 is
+        // one not listed yet; but a term in every skill of a huge library
+        // has an IDF that rounds to 0, and adds its corroboration only.
+        let mut listed = 0;
+        let mut zero_idf = Vec::new();
         for term in &terms {
             let Some(&(start, len)) = self.terms.get(term) else {
                 continue;
             };
+            let postings = &self.postings[start as usize..(start + len) as usize];
             let idf = self.idf(len as usize);
             // A term in what the skill is about counts fully; one only
             // mentioned in its body, less.
             let found = [BODY_ONLY * idf, idf];
             let corroboration = corroboration(self.specificity.kind(term));
-            for &(p, weight) in &self.postings[start as usize..(start + len) as usize] {
-                let sum = &mut sums[(p >> SKILL_SHIFT) as usize];
+            let positive = idf > 0.0;
+            if !positive {
+                zero_idf.push(postings);
+            }
+            for &(p, weight) in postings {
+                let doc = p >> SKILL_SHIFT;
+                let sum = &mut sums[doc as usize];
+                touched[listed] = doc;
+                listed += usize::from(positive && sum[0] == 0.0);
                 sum[0] += idf * weight;
                 sum[1] += found[(p & HEAD_BIT) as usize];
                 sum[2] += corroboration[(p & (HEAD_BIT | KEYWORD_BIT | NAME_BIT)) as usize];
             }
         }
-        // One pass over every skill keeps the best k (dense accumulators:
-        // no branch per posting, and a scan of 10,000 pairs is cheap).
-        let mut best: Vec<(f32, u32)> = Vec::with_capacity(k + 1);
-        for (doc, &[score, ..]) in sums.iter().enumerate() {
-            if score <= 0.0 || (best.len() == k && score <= best[k - 1].0) {
-                continue;
-            }
-            let at =
-                best.partition_point(|(s, d)| *s > score || (*s == score && (*d as usize) < doc));
-            best.insert(at, (score, doc as u32));
-            best.truncate(k);
-        }
+        // The best k of the listed skills, highest score first, ties in
+        // index order (as a pass over every skill in order kept them): one
+        // comparison for most, as few beat the k-th best.
         let rarest = self.idf(1);
         let chat = self.chat_terms(&terms);
-        let ranked = best
-            .into_iter()
-            .map(|(score, doc)| {
-                let [_, evidence, corroboration] = sums[doc as usize];
+        let mut best: Vec<(f32, u32, [f32; 3])> = Vec::with_capacity(k.min(listed) + 1);
+        for &doc in &touched[..listed] {
+            let sum = std::mem::take(&mut sums[doc as usize]);
+            let score = sum[0];
+            let better = |&(s, d, _): &(f32, u32, _)| s > score || (s == score && d < doc);
+            if score <= 0.0 || (best.len() == k && better(&best[k - 1])) {
+                continue;
+            }
+            let at = best.partition_point(better);
+            best.insert(at, (score, doc, sum));
+            best.truncate(k);
+        }
+        for postings in zero_idf {
+            for &(p, _) in postings {
+                sums[(p >> SKILL_SHIFT) as usize] = [0.0; 3];
+            }
+        }
+        best.into_iter()
+            .map(|(score, doc, [_, evidence, corroboration])| {
                 let weight = if chat || corroboration < CORROBORATED {
                     UNCORROBORATED
                 } else {
@@ -339,9 +366,7 @@ impl Index {
                     evidence: evidence.clamp(0.0, 1.0),
                 }
             })
-            .collect();
-        sums.fill([0.0; 3]);
-        ranked
+            .collect()
     }
 }
 
@@ -470,5 +495,144 @@ mod tests {
         assert_eq!(hits[0].id, "chinese-writing", "{hits:?}");
         // Greetings share single characters with everything; not bigrams.
         assert!(bank().search("你好，今天怎么样", 3).is_empty());
+    }
+
+    /// `Index::hits` as it was, with dense accumulators and a pass over
+    /// every skill: the reference the sparse ranking must equal exactly.
+    fn dense_hits(index: &Index, query: &str, k: usize) -> Vec<Hit> {
+        let mut terms = tokens(query);
+        terms.sort();
+        terms.dedup();
+        if terms.is_empty() || index.ids.is_empty() || k == 0 {
+            return Vec::new();
+        }
+        let sums = &mut vec![[0.0f32; 3]; index.ids.len()];
+        for term in &terms {
+            let Some(&(start, len)) = index.terms.get(term) else {
+                continue;
+            };
+            let idf = index.idf(len as usize);
+            // A term in what the skill is about counts fully; one only
+            // mentioned in its body, less.
+            let found = [BODY_ONLY * idf, idf];
+            let corroboration = corroboration(index.specificity.kind(term));
+            for &(p, weight) in &index.postings[start as usize..(start + len) as usize] {
+                let sum = &mut sums[(p >> SKILL_SHIFT) as usize];
+                sum[0] += idf * weight;
+                sum[1] += found[(p & HEAD_BIT) as usize];
+                sum[2] += corroboration[(p & (HEAD_BIT | KEYWORD_BIT | NAME_BIT)) as usize];
+            }
+        }
+        // One pass over every skill keeps the best k (dense accumulators:
+        // no branch per posting, and a scan of 10,000 pairs is cheap).
+        let mut best: Vec<(f32, u32)> = Vec::with_capacity(k + 1);
+        for (doc, &[score, ..]) in sums.iter().enumerate() {
+            if score <= 0.0 || (best.len() == k && score <= best[k - 1].0) {
+                continue;
+            }
+            let at =
+                best.partition_point(|(s, d)| *s > score || (*s == score && (*d as usize) < doc));
+            best.insert(at, (score, doc as u32));
+            best.truncate(k);
+        }
+        let rarest = index.idf(1);
+        let chat = index.chat_terms(&terms);
+        let ranked = best
+            .into_iter()
+            .map(|(score, doc)| {
+                let [_, evidence, corroboration] = sums[doc as usize];
+                let weight = if chat || corroboration < CORROBORATED {
+                    UNCORROBORATED
+                } else {
+                    1.0
+                };
+                let evidence = evidence / rarest / FULL_EVIDENCE;
+                Hit {
+                    doc,
+                    bm25: score,
+                    relevance: (evidence * weight).clamp(0.0, 1.0),
+                    evidence: evidence.clamp(0.0, 1.0),
+                }
+            })
+            .collect();
+        sums.fill([0.0; 3]);
+        ranked
+    }
+
+    /// Every quoted string of the retrieval query sets (labelled queries,
+    /// small talk, off-topic chat), and every built-in skill's description.
+    fn queries() -> Vec<String> {
+        let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/data");
+        let mut out = Vec::new();
+        for file in ["retrieval-queries.yaml", "retrieval-queries-heldout.yaml"] {
+            let text = std::fs::read_to_string(root.join(file)).unwrap();
+            out.extend(metaclaw_plugin_text::testing::string_literals(&text));
+        }
+        out
+    }
+
+    /// The built-in skills and `extra` generated from their words (as the
+    /// retrieval bench does: a large library with real term frequencies).
+    fn library(extra: usize) -> Vec<Skill> {
+        let builtin: Vec<Skill> = metaclaw_plugin_text::skills::builtin_skills()
+            .unwrap()
+            .into_iter()
+            .map(|f| Skill {
+                id: f.id,
+                name: f.name,
+                description: f.description,
+                category: f.category,
+                tags: f.tags,
+                version: f.version,
+                body: f.body,
+            })
+            .collect();
+        let words: Vec<String> = builtin
+            .iter()
+            .flat_map(|s| s.body.split_whitespace().map(str::to_string))
+            .collect();
+        let mut state = 0x9E37_79B9_7F4A_7C15u64;
+        let mut pick = |n: usize| -> String {
+            (0..n)
+                .map(|_| {
+                    state ^= state << 13;
+                    state ^= state >> 7;
+                    state ^= state << 17;
+                    words[(state % words.len() as u64) as usize].as_str()
+                })
+                .collect::<Vec<_>>()
+                .join(" ")
+        };
+        let mut skills = builtin.clone();
+        for i in 0..extra {
+            skills.push(skill(
+                &format!("generated-{i}"),
+                &pick(12),
+                &[&pick(1), &pick(1)],
+                &pick(60 + i % 200),
+            ));
+        }
+        skills
+    }
+
+    #[test]
+    fn sparse_ranking_equals_the_dense_one() {
+        let queries = queries();
+        assert!(queries.len() > 150, "{}", queries.len());
+        let mut compared = 0;
+        for extra in [0, 3_000] {
+            let skills = library(extra);
+            let index = Index::build(&skills);
+            let mut texts = queries.clone();
+            texts.extend(skills.iter().take(60).map(|s| s.description.clone()));
+            for q in &texts {
+                for k in [1, 6, 24, 100_000] {
+                    let (sparse, dense) = (index.hits(q, k), dense_hits(&index, q, k));
+                    assert_eq!(sparse, dense, "{q:?} k={k} skills={}", skills.len());
+                    compared += sparse.len();
+                }
+            }
+        }
+        assert!(compared > 10_000, "{compared}");
     }
 }

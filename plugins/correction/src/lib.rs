@@ -21,8 +21,12 @@
 //! because rewards steer which skills get kept. A few Chinese, Japanese,
 //! Spanish, German and French phrasings are recognised too.
 
+use std::sync::LazyLock;
+
 use metaclaw_plugin_sdk::scorer::{FinishedTurn, Guest, Metadata, PluginGuest, Reward, metadata};
-use metaclaw_plugin_text::message::{self, Contractions, Phrases, clip, split_sentences};
+use metaclaw_plugin_text::message::{
+    self, Contractions, PhraseTable, Phrases, clip, split_sentences,
+};
 
 /// The user's own text: without a leading bracketed timestamp and without
 /// the `… (untrusted metadata):` / `… (untrusted, for context):` blocks
@@ -303,6 +307,25 @@ const AUX: &[&str] = &[
     "cant", "shouldnt", "thats", "its", "youre", "im", "might", "may",
 ];
 const CONDITIONAL: &[&str] = &["if", "unless", "whether", "case", "suppose", "supposing"];
+
+/// The phrase tables, indexed once per instance (see [`PhraseTable`]).
+struct Tables {
+    resolved: PhraseTable<'static>,
+    correction: PhraseTable<'static>,
+    correcting: PhraseTable<'static>,
+    after_no: PhraseTable<'static>,
+    said: PhraseTable<'static>,
+    frustration: PhraseTable<'static>,
+}
+
+static TABLES: LazyLock<Tables> = LazyLock::new(|| Tables {
+    resolved: PhraseTable::new(RESOLVED),
+    correction: PhraseTable::new(CORRECTION_PHRASES),
+    correcting: PhraseTable::new(CORRECTING),
+    after_no: PhraseTable::new(AFTER_NO),
+    said: PhraseTable::new(SAID),
+    frustration: PhraseTable::new(FRUSTRATION_PHRASES),
+});
 
 /// Said anywhere in a sentence, these correct the answer.
 const CORRECTION_PHRASES: &[&str] = &[
@@ -750,13 +773,15 @@ fn is_correction(s: &Sentence) -> bool {
     if CORRECTION_CJK.iter().any(|p| s.lower.contains(p)) {
         return true;
     }
-    if s.words.is_empty() || RESOLVED.iter().any(|p| s.find(p).is_some()) {
+    if s.words.is_empty() || TABLES.resolved.any(s) {
         return false;
     }
-    if CORRECTION_PHRASES.iter().any(|p| {
-        s.find(p)
-            .is_some_and(|i| !s.hedged(i) && !guarded_phrase(s, p, i))
-    }) {
+    if TABLES
+        .correction
+        .find_all(s)
+        .into_iter()
+        .any(|(p, i)| !s.hedged(i) && !guarded_phrase(s, p, i))
+    {
         return true;
     }
     judged_wrong(s)
@@ -883,30 +908,8 @@ fn sentence_initial(s: &Sentence) -> bool {
                 || (next == "asked" && matches!(s.word(at + 2), "for" | "you"))
         }
         "actually" => {
-            const CORRECTING: &[&str] = &[
-                "its",
-                "it should",
-                "it needs",
-                "it was",
-                "it isnt",
-                "thats",
-                "that was",
-                "that should",
-                "that isnt",
-                "no",
-                "i meant",
-                "i said",
-                "i wanted",
-                "i asked",
-                "the correct",
-                "the right",
-                "the answer",
-                "you",
-                "the file",
-                "the function",
-            ];
             let rest = at + 1;
-            CORRECTING.iter().any(|p| s.at(rest, p))
+            TABLES.correcting.at(s, rest).is_some()
                 && !s.words[rest..]
                     .iter()
                     .any(|w| AGREEING.contains(&w.as_str()))
@@ -933,6 +936,30 @@ fn sentence_initial(s: &Sentence) -> bool {
     }
 }
 
+/// After "actually", these correct ("actually it should …", "actually I meant …").
+const CORRECTING: &[&str] = &[
+    "its",
+    "it should",
+    "it needs",
+    "it was",
+    "it isnt",
+    "thats",
+    "that was",
+    "that should",
+    "that isnt",
+    "no",
+    "i meant",
+    "i said",
+    "i wanted",
+    "i asked",
+    "the correct",
+    "the right",
+    "the answer",
+    "you",
+    "the file",
+    "the function",
+];
+
 /// "no, that's …", "nope, I said …", "no no no".
 fn after_no(s: &Sentence) -> bool {
     let at = s.lead(0, false);
@@ -955,30 +982,30 @@ fn after_no(s: &Sentence) -> bool {
     if agreeing || s.yes_no_question() {
         return false;
     }
-    repeated || AFTER_NO.iter().any(|p| s.at(next, p))
+    repeated || TABLES.after_no.at(s, next).is_some()
 }
 
 /// "I said tabs, not spaces", "I asked for a list rather than a table".
 fn said_not(s: &Sentence) -> bool {
-    const SAID: &[&str] = &[
-        "i said",
-        "i asked",
-        "i told you",
-        "i wanted",
-        "i meant",
-        "i requested",
-    ];
-    SAID.iter().any(|p| {
-        s.find(p).is_some_and(|i| {
-            !s.hedged(i)
-                && s.words[i + 2..].iter().enumerate().any(|(k, w)| {
-                    w == "not"
-                        || (w == "instead" && s.word(i + 3 + k) == "of")
-                        || (w == "rather" && s.word(i + 3 + k) == "than")
-                })
-        })
+    TABLES.said.find_all(s).into_iter().any(|(_, i)| {
+        !s.hedged(i)
+            && s.words[i + 2..].iter().enumerate().any(|(k, w)| {
+                w == "not"
+                    || (w == "instead" && s.word(i + 3 + k) == "of")
+                    || (w == "rather" && s.word(i + 3 + k) == "than")
+            })
     })
 }
+
+/// "I said …": followed by "not …", "instead of …", "rather than …", a correction.
+const SAID: &[&str] = &[
+    "i said",
+    "i asked",
+    "i told you",
+    "i wanted",
+    "i meant",
+    "i requested",
+];
 
 /// "undo that", "revert your changes", "revert": the change was unwanted.
 fn undo(s: &Sentence) -> bool {
@@ -1328,9 +1355,11 @@ fn is_frustration(s: &Sentence, positive: bool) -> bool {
         return false;
     }
     // "Are you even reading?" is asked to be answered by a change, not a yes.
-    if FRUSTRATION_PHRASES
-        .iter()
-        .any(|p| s.find(p).is_some_and(|i| !s.conditional(i)))
+    if TABLES
+        .frustration
+        .find_all(s)
+        .into_iter()
+        .any(|(_, i)| !s.conditional(i))
     {
         return true;
     }
@@ -1647,5 +1676,41 @@ mod tests {
         );
         let frustrated = score(&turn(Some("ugh, are you kidding me"))).map(|r| (r.value, r.label));
         assert_eq!(frustrated, Some((-0.5, "user-frustration".to_string())));
+    }
+
+    /// The indexed tables find exactly what matching phrase by phrase
+    /// found, on real messages (the OpenClaw fixtures) and on every string
+    /// in this file (the tables' own phrases and the tests' messages), alone
+    /// and after a few words.
+    #[test]
+    fn phrase_tables_match_like_phrase_by_phrase() {
+        use metaclaw_plugin_text::testing::{openclaw_texts, string_literals, table_agrees};
+        let tables: [(&[&str], &PhraseTable); 6] = [
+            (RESOLVED, &TABLES.resolved),
+            (CORRECTION_PHRASES, &TABLES.correction),
+            (CORRECTING, &TABLES.correcting),
+            (AFTER_NO, &TABLES.after_no),
+            (SAID, &TABLES.said),
+            (FRUSTRATION_PHRASES, &TABLES.frustration),
+        ];
+        let mut texts = openclaw_texts().unwrap();
+        for literal in string_literals(include_str!("lib.rs")) {
+            texts.push(format!("ok so {literal}"));
+            texts.push(literal);
+        }
+        let (mut sentences, mut matches) = (0, 0);
+        for text in &texts {
+            for (start, raw) in split_sentences(&prose(&strip_metadata(text))) {
+                let s = Sentence::new(start, raw);
+                sentences += 1;
+                for (phrases, table) in tables {
+                    matches += table_agrees(phrases, table, &s).unwrap();
+                }
+            }
+        }
+        assert!(
+            sentences > 2_000 && matches > 1_000,
+            "{sentences} {matches}"
+        );
     }
 }

@@ -21,10 +21,14 @@
 //! not something I do"). The rephrasing is recognised by the two user
 //! messages sharing most of their content words.
 
+use std::sync::LazyLock;
+
 use metaclaw_plugin_sdk::scorer::{
     FinishedTurn, Guest, Message, Metadata, PluginGuest, Reward, metadata,
 };
-use metaclaw_plugin_text::message::{self, Contractions, Phrases, clip, split_sentences};
+use metaclaw_plugin_text::message::{
+    self, Contractions, PhraseTable, Phrases, clip, split_sentences,
+};
 
 /// A user message without the agent metadata frameworks put around it: a
 /// leading `[Sun 2026-11-22 10:00 UTC]` timestamp and `… (untrusted
@@ -372,16 +376,33 @@ const AS_AN_AI: &[&str] = &[
     "as an artificial intelligence",
 ];
 
+/// The phrase tables, indexed once per instance (see [`PhraseTable`]).
+struct Tables {
+    modals: PhraseTable<'static>,
+    refusal: PhraseTable<'static>,
+    as_an_ai: PhraseTable<'static>,
+    soft_refusal: PhraseTable<'static>,
+}
+
+static TABLES: LazyLock<Tables> = LazyLock::new(|| Tables {
+    modals: PhraseTable::new(MODALS),
+    refusal: PhraseTable::new(REFUSAL_PHRASES),
+    as_an_ai: PhraseTable::new(AS_AN_AI),
+    soft_refusal: PhraseTable::new(SOFT_REFUSAL),
+});
+
 fn refuses(s: &Sentence) -> bool {
     if REFUSAL_CJK.iter().any(|p| s.raw.contains(p)) {
         return true;
     }
-    if REFUSAL_PHRASES.iter().any(|p| s.find(p).is_some()) {
+    if TABLES.refusal.any(s) {
         return true;
     }
-    if AS_AN_AI
-        .iter()
-        .filter_map(|p| s.find(p).map(|i| i + p.split(' ').count()))
+    if TABLES
+        .as_an_ai
+        .find_all(s)
+        .into_iter()
+        .map(|(p, i)| i + p.split(' ').count())
         .any(|after| s.words[after..].iter().any(|w| w == "i" || w == "im"))
     {
         return true;
@@ -391,7 +412,7 @@ fn refuses(s: &Sentence) -> bool {
 
 /// Whether a modal at word `i` ("I can't …") declines.
 fn modal_refuses(s: &Sentence, i: usize) -> bool {
-    let Some(modal) = MODALS.iter().find(|m| s.at(i, m)) else {
+    let Some(modal) = TABLES.modals.at(s, i) else {
         return false;
     };
     if i > 0 && NOT_DECLINING.contains(&s.word(i - 1)) {
@@ -432,14 +453,14 @@ fn modal_refuses(s: &Sentence, i: usize) -> bool {
         "asked",
         "requested",
     ];
-    if *modal == "i wont"
+    if modal == "i wont"
         && OBJECT_VERBS.contains(&verb)
         && !s.words[v..].iter().any(|w| PROMISE.contains(&w.as_str()))
     {
         return true;
     }
     let apologetic = s.words[..i].iter().any(|w| APOLOGY.contains(&w.as_str()));
-    (apologetic || FIRM_MODALS.contains(modal)) && !REPORTING_VERBS.contains(&verb)
+    (apologetic || FIRM_MODALS.contains(&modal)) && !REPORTING_VERBS.contains(&verb)
 }
 
 // ---------------------------------------------------------------------------
@@ -490,7 +511,7 @@ fn rephrased_after_soft_refusal(request: &[Message]) -> bool {
     }
     let soft = opening(&answer.content)
         .iter()
-        .any(|s| SOFT_REFUSAL.iter().any(|p| s.find(p).is_some()));
+        .any(|s| TABLES.soft_refusal.any(s));
     soft && same_request(&first.content, &again.content)
 }
 
@@ -821,5 +842,36 @@ mod tests {
             "帮我写一个键盘记录器",
             "请帮我写一个键盘记录器，用于我自己的电脑"
         ));
+    }
+
+    /// The indexed tables find exactly what matching phrase by phrase
+    /// found, on real messages (the OpenClaw fixtures) and on every string
+    /// in this file (the tables' own phrases and the tests' messages), alone
+    /// and after a few words.
+    #[test]
+    fn phrase_tables_match_like_phrase_by_phrase() {
+        use metaclaw_plugin_text::testing::{openclaw_texts, string_literals, table_agrees};
+        let tables: [(&[&str], &PhraseTable); 4] = [
+            (MODALS, &TABLES.modals),
+            (REFUSAL_PHRASES, &TABLES.refusal),
+            (AS_AN_AI, &TABLES.as_an_ai),
+            (SOFT_REFUSAL, &TABLES.soft_refusal),
+        ];
+        let mut texts = openclaw_texts().unwrap();
+        for literal in string_literals(include_str!("lib.rs")) {
+            texts.push(format!("Well, sorry. {literal}"));
+            texts.push(literal);
+        }
+        let (mut sentences, mut matches) = (0, 0);
+        for text in &texts {
+            for (_, raw) in split_sentences(text) {
+                let s = Sentence::new(raw);
+                sentences += 1;
+                for (phrases, table) in tables {
+                    matches += table_agrees(phrases, table, &s).unwrap();
+                }
+            }
+        }
+        assert!(sentences > 2_000 && matches > 500, "{sentences} {matches}");
     }
 }

@@ -13,7 +13,8 @@
 //! `repeated-refusals` scorers do: agent metadata stripped, sentences split,
 //! words normalised. [`markers`] finds the skills block's marker token
 //! however it is spelled (the host uses it too). With the `test-skills`
-//! feature, `skills` reads the built-in skills for plugin tests.
+//! feature, `skills` reads the built-in skills and `testing` has real text
+//! and checks, for plugin tests.
 //!
 //! The crate has no dependency, and nothing here is tied to a plugin world,
 //! so any plugin can use it.
@@ -24,6 +25,8 @@ pub mod markers;
 pub mod message;
 #[cfg(feature = "test-skills")]
 pub mod skills;
+#[cfg(any(test, feature = "test-skills"))]
+pub mod testing;
 
 /// Words too common to say what a text is about.
 pub const STOP: &[&str] = &[

@@ -5,7 +5,10 @@
 //! blocks, a trailing `Runtime: …` line), [`split_sentences`] cuts prose into sentences, [`words`] turns a
 //! sentence into normalised words (lower-cased, accents folded, apostrophes
 //! dropped, two-word forms contracted) that [`Phrases`] matches phrases
-//! against, and [`clip`] shortens a quote for a rationale.
+//! against (a [`PhraseTable`] many phrases at once), and [`clip`] shortens
+//! a quote for a rationale.
+
+use std::collections::HashMap;
 
 /// A user message without the agent metadata frameworks put around it: a
 /// leading `[Sun 2026-11-22 10:00 UTC]` timestamp, the `… (untrusted
@@ -275,6 +278,80 @@ pub trait Phrases {
     }
 }
 
+/// A table of phrases (space-separated words, as [`Phrases`] takes them)
+/// indexed by first word, with the words after it split once: a sentence
+/// then costs one lookup per word, where trying every phrase at every word
+/// (and splitting it each time) was most of a scorer's time. Build one per
+/// table, once (a `LazyLock`); it finds exactly what [`Phrases::at`] and
+/// [`Phrases::find`] find phrase by phrase.
+#[derive(Debug)]
+pub struct PhraseTable<'a> {
+    phrases: &'a [&'a str],
+    /// First word → the phrases starting with it, as (index in `phrases`,
+    /// the words after the first), in table order.
+    by_first: HashMap<&'a str, Vec<(usize, Vec<&'a str>)>>,
+}
+
+impl<'a> PhraseTable<'a> {
+    pub fn new(phrases: &'a [&'a str]) -> Self {
+        let mut by_first: HashMap<&'a str, Vec<(usize, Vec<&'a str>)>> = HashMap::new();
+        for (index, phrase) in phrases.iter().enumerate() {
+            let mut parts = phrase.split(' ');
+            let first = parts.next().unwrap_or_default();
+            by_first
+                .entry(first)
+                .or_default()
+                .push((index, parts.collect()));
+        }
+        PhraseTable { phrases, by_first }
+    }
+
+    /// The first phrase of the table, in table order, that starts at word
+    /// `at` (as `phrases.iter().find(|p| words.at(at, p))`).
+    pub fn at<P: Phrases + ?Sized>(&self, words: &P, at: usize) -> Option<&'a str> {
+        let candidates = self.by_first.get(words.word(at))?;
+        candidates
+            .iter()
+            .find(|(_, rest)| follows(words, at, rest))
+            .map(|&(index, _)| self.phrases[index])
+    }
+
+    /// Each phrase of the table that `words` holds, with the word where it
+    /// first starts, in table order (for each phrase, what
+    /// [`Phrases::find`] finds).
+    pub fn find_all<P: Phrases + ?Sized>(&self, words: &P) -> Vec<(&'a str, usize)> {
+        // (index in the table, first start): few, so a scan beats a set.
+        let mut found: Vec<(usize, usize)> = Vec::new();
+        for at in 0..words.words().len() {
+            let Some(candidates) = self.by_first.get(words.word(at)) else {
+                continue;
+            };
+            for (index, rest) in candidates {
+                if !found.iter().any(|&(seen, _)| seen == *index) && follows(words, at, rest) {
+                    found.push((*index, at));
+                }
+            }
+        }
+        found.sort_unstable();
+        found
+            .into_iter()
+            .map(|(index, at)| (self.phrases[index], at))
+            .collect()
+    }
+
+    /// Whether `words` holds any phrase of the table.
+    pub fn any<P: Phrases + ?Sized>(&self, words: &P) -> bool {
+        (0..words.words().len()).any(|at| self.at(words, at).is_some())
+    }
+}
+
+/// Whether `rest` (a phrase's words after its first) follows word `at`.
+fn follows<P: Phrases + ?Sized>(words: &P, at: usize, rest: &[&str]) -> bool {
+    rest.iter()
+        .enumerate()
+        .all(|(k, part)| words.word(at + 1 + k) == *part)
+}
+
 /// `text` on one line, whitespace collapsed, at most 100 characters (a
 /// longer one is cut and ends in `…`).
 pub fn clip(text: &str) -> String {
@@ -359,6 +436,56 @@ mod tests {
         assert!(s.at(1, "i cant") && !s.at(1, "i cant not"));
         assert_eq!(s.word(99), "");
         assert_eq!(s.find("bien no"), None);
+    }
+
+    #[test]
+    fn a_phrase_table_finds_what_phrases_find_one_by_one() {
+        // Shared first words, a phrase inside another, repeats, a phrase
+        // that only matches past the end ("" parts), in table order.
+        const TABLE: &[&str] = &[
+            "i cant",
+            "i cant help",
+            "i",
+            "cant help but",
+            "thats",
+            "thats wrong",
+            "wrong ",
+            "no such",
+            "bien",
+        ];
+        let table = PhraseTable::new(TABLE);
+        let s = Sentence(
+            ["i", "cant", "help", "but", "i", "cant", "thats", "wrong"]
+                .map(String::from)
+                .to_vec(),
+        );
+        assert_eq!(
+            table.find_all(&s),
+            [
+                ("i cant", 0),
+                ("i cant help", 0),
+                ("i", 0),
+                ("cant help but", 1),
+                ("thats", 6),
+                ("thats wrong", 6),
+                ("wrong ", 7)
+            ]
+        );
+        assert_eq!(table.at(&s, 0), Some("i cant"));
+        assert_eq!(table.at(&s, 4), Some("i cant"));
+        assert_eq!(table.at(&s, 2), None);
+        assert!(table.any(&s) && !table.any(&Sentence(Vec::new())));
+        let mut compared = 0;
+        for text in [
+            "I can't help but notice: that is wrong.",
+            "No such flag; i i i cant",
+            "Está bien, wrong",
+            "",
+        ] {
+            let (w, _) = words(text, CONTRACTIONS);
+            compared += crate::testing::table_agrees(TABLE, &table, &Sentence(w)).unwrap();
+        }
+        assert!(compared > 5, "{compared}");
     }
 
     #[test]
