@@ -23,6 +23,7 @@ pub struct Scoring {
     jobs: std::sync::mpsc::Sender<(String, Option<String>)>,
     /// The latest main turn of each open session, waiting for its successor.
     pending: HashMap<Arc<str>, String>,
+    plugins: Option<Arc<PluginHost>>,
 }
 
 impl Scoring {
@@ -33,11 +34,17 @@ impl Scoring {
     pub fn new(store: Store, plugins: Option<Arc<PluginHost>>) -> Self {
         let (jobs, queue) = std::sync::mpsc::channel::<(String, Option<String>)>();
         let scorer_store = store.clone();
+        let scorer_plugins = plugins.clone();
         let spawned = std::thread::Builder::new()
             .name("metaclaw-score".into())
             .spawn(move || {
                 for (turn_id, next) in queue {
-                    match score_turn(&scorer_store, plugins.as_deref(), &turn_id, next.as_deref()) {
+                    match score_turn(
+                        &scorer_store,
+                        scorer_plugins.as_deref(),
+                        &turn_id,
+                        next.as_deref(),
+                    ) {
                         Ok(rewards) => scorer_store.rewards(turn_id, rewards, now_ms()),
                         Err(e) => tracing::warn!(turn = %turn_id, "cannot score: {e:#}"),
                     }
@@ -50,7 +57,17 @@ impl Scoring {
             store,
             jobs,
             pending: HashMap::new(),
+            plugins,
         }
+    }
+
+    /// Whether any scorer is loaded now (`plugins.scorers: []` has none; a
+    /// reload may change it). Without one, a turn is neither read back nor
+    /// queued: the job's score stage marks what is left when it runs.
+    fn scoring(&self) -> bool {
+        self.plugins
+            .as_ref()
+            .is_some_and(|p| !p.scorers().is_empty())
     }
 
     /// Runs until both channels close.
@@ -80,6 +97,12 @@ impl Scoring {
         if turn.turn_type != TurnType::Main {
             return;
         }
+        if !self.scoring() {
+            // Its predecessor is not this turn's to score once scorers come
+            // back: the store says then what is unscored.
+            self.pending.remove(&turn.session_id);
+            return;
+        }
         if turn.retry {
             // The attempt it retries is superseded: scoring it with its
             // own resend as "what happened next" would read the agent's
@@ -102,6 +125,10 @@ impl Scoring {
     }
 
     async fn on_session_end(&mut self, session: Arc<str>) {
+        if !self.scoring() {
+            self.pending.remove(&session);
+            return;
+        }
         let last = match self.pending.remove(&session) {
             Some(last) => Some(last),
             None => self.unscored(&session, None).await,
@@ -136,6 +163,14 @@ pub fn score_turn(
     turn_id: &str,
     next: Option<&str>,
 ) -> anyhow::Result<Vec<RewardRecord>> {
+    // No scorer, nothing to read: the turn is scored with no rewards.
+    let Some(host) = plugins else {
+        return Ok(Vec::new());
+    };
+    let scorers = host.scorers();
+    if scorers.is_empty() {
+        return Ok(Vec::new());
+    }
     let Some(turn) = store.scoring_input(turn_id)? else {
         anyhow::bail!("turn {turn_id} is not in the store");
     };
@@ -144,10 +179,6 @@ pub fn score_turn(
         None => None,
     };
     let finished = finished::finished_turn(&turn, next.as_ref());
-    let Some(host) = plugins else {
-        return Ok(Vec::new());
-    };
-    let scorers = host.scorers();
     // All scorers at once: a slow one costs its deadline once, not once per
     // scorer after it.
     let outcomes = host.engine.block_on(futures_util::future::join_all(

@@ -14,7 +14,7 @@
 use std::future::Future;
 use std::hash::{Hash, Hasher};
 use std::pin::Pin;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 use std::task::{Context, Poll};
 use std::time::Duration;
@@ -299,10 +299,10 @@ impl<T> Drop for Spawned<T> {
     }
 }
 
-/// Advances the engine's epoch every [`TICK`] while plugin calls run, and
-/// for a moment after the last one, then waits to be woken: an idle daemon
-/// does not wake a thousand times a second, and back-to-back calls do not
-/// each pay for a wake-up.
+/// Advances the engine's epoch every [`TICK`] while plugin calls run, then
+/// waits to be woken by the next call: the epoch only has to move while a
+/// guest runs (for its deadline and its yields), and a ticker that lingered
+/// after each call would never rest under steady traffic.
 struct Ticker {
     active: AtomicUsize,
     /// The ticker waits on `signal` (only then does a call need to wake it).
@@ -310,10 +310,14 @@ struct Ticker {
     wake: Mutex<()>,
     signal: Condvar,
     stop: AtomicBool,
+    /// Epoch increments so far.
+    ticks: AtomicU64,
 }
 
-/// Ticks with no call running before the ticker goes idle.
-const IDLE_AFTER_TICKS: u32 = 50;
+/// Ticks with no call running before the ticker goes idle: one, so a call
+/// shorter than a tick costs it one wake-up and one tick. (Fifty kept it
+/// ticking without pause at 100 requests a second: ten wake-ups a request.)
+const IDLE_AFTER_TICKS: u32 = 1;
 
 impl Ticker {
     fn start(engine: Engine) -> Arc<Self> {
@@ -323,6 +327,7 @@ impl Ticker {
             wake: Mutex::new(()),
             signal: Condvar::new(),
             stop: AtomicBool::new(false),
+            ticks: AtomicU64::new(0),
         });
         let t = ticker.clone();
         let spawned = std::thread::Builder::new()
@@ -346,6 +351,7 @@ impl Ticker {
                     }
                     std::thread::sleep(TICK);
                     engine.increment_epoch();
+                    t.ticks.fetch_add(1, Ordering::Relaxed);
                     if t.active.load(Ordering::SeqCst) == 0 {
                         quiet += 1;
                     } else {
@@ -400,6 +406,54 @@ impl Drop for PluginEngine {
         // task included); calls still running are cancelled.
         if let Some(runtime) = self.runtime.take() {
             runtime.shutdown_background();
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The epoch moves while a call runs and stops within a tick of the
+    /// last one ending (the ticker waits for the next call, not 50 ms).
+    #[test]
+    fn the_ticker_ticks_only_while_a_call_runs() {
+        let engine = Engine::default();
+        let ticker = Ticker::start(engine);
+        let wait_for = |what: &str, done: &dyn Fn() -> bool| {
+            let deadline = std::time::Instant::now() + Duration::from_secs(10);
+            while !done() {
+                assert!(std::time::Instant::now() < deadline, "{what}");
+                std::thread::sleep(Duration::from_micros(100));
+            }
+        };
+        wait_for("the ticker never went idle", &|| {
+            ticker.idle.load(Ordering::SeqCst)
+        });
+        assert_eq!(
+            ticker.ticks.load(Ordering::Relaxed),
+            0,
+            "ticked with no call"
+        );
+        for round in 1..=3 {
+            let call = ticker.activate();
+            let before = ticker.ticks.load(Ordering::Relaxed);
+            wait_for("no tick while a call ran", &|| {
+                ticker.ticks.load(Ordering::Relaxed) >= before + 3
+            });
+            drop(call);
+            let ended = ticker.ticks.load(Ordering::Relaxed);
+            wait_for("the ticker did not rest after the call", &|| {
+                ticker.idle.load(Ordering::SeqCst)
+            });
+            // Parked: at most the tick under way when the call ended, and
+            // the one after it.
+            let rested = ticker.ticks.load(Ordering::Relaxed);
+            assert!(rested <= ended + 2, "round {round}: {ended} -> {rested}");
+        }
+        ticker.stop.store(true, Ordering::Relaxed);
+        if let Ok(_guard) = ticker.wake.lock() {
+            ticker.signal.notify_one();
         }
     }
 }

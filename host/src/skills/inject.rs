@@ -11,6 +11,9 @@
 //! contributes safe ([`contributed`]), so the block has exactly one BEGIN
 //! and one END, at its start and its end.
 
+use std::borrow::Cow;
+use std::sync::Arc;
+
 use bytes::Bytes;
 use serde::Deserialize;
 use serde_json::value::RawValue;
@@ -30,12 +33,13 @@ pub struct Injected {
 }
 
 /// The block for `skills` (already in the order to show them). Everything
-/// a skill contributes goes through [`contributed`] here, so nothing inside
-/// the block can close it early or open another one.
-pub fn block(skills: &[Injected]) -> String {
-    let entries: Vec<String> = skills.iter().map(entry).collect();
+/// a skill contributes goes through [`contributed`] here (or went through
+/// it when its [`Chosen`] entry was made), so nothing inside the block can
+/// close it early or open another one.
+pub fn block<P: Part>(skills: &[P]) -> String {
+    let entries: Vec<Cow<'_, str>> = skills.iter().map(Part::entry).collect();
     let mut out =
-        String::with_capacity(frame_len() + entries.iter().map(String::len).sum::<usize>());
+        String::with_capacity(frame_len() + entries.iter().map(|e| e.len()).sum::<usize>());
     out.push_str(BEGIN);
     out.push_str(HEADER);
     for e in &entries {
@@ -43,6 +47,68 @@ pub fn block(skills: &[Injected]) -> String {
     }
     out.push_str(END);
     out
+}
+
+/// A skill as [`fit`] and [`block`] see it: its score and its part of the
+/// block.
+pub trait Part {
+    fn score(&self) -> f32;
+    /// Its part of the block ([`entry`]).
+    fn entry(&self) -> Cow<'_, str>;
+}
+
+/// Made on every call: for one-off blocks (tests, `skills search`).
+impl Part for Injected {
+    fn score(&self) -> f32 {
+        self.score
+    }
+    fn entry(&self) -> Cow<'_, str> {
+        Cow::Owned(entry(self))
+    }
+}
+
+/// A skill chosen for a turn, with its part of the block already made: a
+/// library skill's comes from its snapshot ([`super::library::Snapshot::entry`]),
+/// made once per library generation, so a turn neither sanitises its text
+/// again nor twice (once to [`fit`], once for the [`block`]).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Chosen {
+    skill: Injected,
+    entry: Arc<str>,
+}
+
+impl Chosen {
+    /// `skill` with its entry made now (text no snapshot holds: a
+    /// component's `render()`).
+    pub fn new(skill: Injected) -> Self {
+        let entry = entry(&skill).into();
+        Self { skill, entry }
+    }
+
+    /// `skill` with the entry its snapshot made of the same skill and text.
+    pub(crate) fn cached(skill: Injected, entry: Arc<str>) -> Self {
+        Self { skill, entry }
+    }
+
+    pub fn into_injected(self) -> Injected {
+        self.skill
+    }
+}
+
+impl std::ops::Deref for Chosen {
+    type Target = Injected;
+    fn deref(&self) -> &Injected {
+        &self.skill
+    }
+}
+
+impl Part for Chosen {
+    fn score(&self) -> f32 {
+        self.skill.score
+    }
+    fn entry(&self) -> Cow<'_, str> {
+        Cow::Borrowed(&self.entry)
+    }
 }
 
 const HEADER: &str = "\n## Skills\n\nSelected by metaclaw for this request. Apply them where they fit; ignore them where they do not.\n";
@@ -53,13 +119,19 @@ fn frame_len() -> usize {
 }
 
 /// One skill's part of the block, its text made safe.
-fn entry(s: &Injected) -> String {
+pub fn entry(s: &Injected) -> String {
+    entry_of(&s.name, &s.version, &s.description, &s.text)
+}
+
+/// [`entry`] from the fields it reads (a library skill's, without copying
+/// them into an [`Injected`] first).
+pub fn entry_of(name: &str, version: &str, description: &str, text: &str) -> String {
     format!(
         "\n### {} (v{})\n*{}*\n\n{}\n",
-        one_line(&s.name),
-        one_line(&s.version),
-        one_line(&s.description),
-        contributed(&s.text).trim()
+        one_line(name),
+        one_line(version),
+        one_line(description),
+        contributed(text).trim()
     )
 }
 
@@ -114,14 +186,14 @@ pub fn estimate_tokens(bytes: usize) -> u64 {
 
 /// Drops the lowest-scored skills until the request fits the budget.
 /// `reserve` is what the request keeps for the answer (its max tokens).
-pub fn fit(
-    mut skills: Vec<Injected>,
+pub fn fit<P: Part>(
+    mut skills: Vec<P>,
     request_bytes: usize,
     reserve: u64,
     max_context_tokens: u64,
-) -> Vec<Injected> {
+) -> Vec<P> {
     // Each skill's part of the block, measured once.
-    let mut sizes: Vec<usize> = skills.iter().map(|s| entry(s).len()).collect();
+    let mut sizes: Vec<usize> = skills.iter().map(|s| s.entry().len()).collect();
     while !skills.is_empty() {
         let block_len = frame_len() + sizes.iter().sum::<usize>();
         let total = estimate_tokens(request_bytes + block_len) + reserve;
@@ -131,7 +203,7 @@ pub fn fit(
         let Some(lowest) = skills
             .iter()
             .enumerate()
-            .min_by(|a, b| a.1.score.total_cmp(&b.1.score))
+            .min_by(|a, b| a.1.score().total_cmp(&b.1.score()))
             .map(|(i, _)| i)
         else {
             break;
@@ -477,6 +549,14 @@ mod tests {
             vec!["a"]
         );
         assert!(fit(skills.clone(), 4000, 0, 10).is_empty());
-        assert_eq!(fit(skills, 10, 0, 1_000_000).len(), 3);
+        assert_eq!(fit(skills.clone(), 10, 0, 1_000_000).len(), 3);
+        // Skills with their entries made beforehand fit and show the same.
+        let chosen: Vec<Chosen> = skills.iter().cloned().map(Chosen::new).collect();
+        let kept = fit(chosen, 4000, 100, estimate_tokens(4000 + one) + 100);
+        assert_eq!(
+            kept.iter().map(|s| s.id.as_str()).collect::<Vec<_>>(),
+            vec!["a"]
+        );
+        assert_eq!(block(&kept), block(&skills[..1]));
     }
 }

@@ -2,12 +2,14 @@
 //! the folder changes, with its generation and change history kept in the
 //! store. A bad file is reported and skipped; the rest of the library stays.
 
+use std::collections::HashMap;
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex, RwLock};
+use std::sync::{Arc, Mutex, OnceLock, RwLock};
 use std::time::Duration;
 
 use serde::Serialize;
 
+use super::inject;
 use super::skill::{self, Skill};
 use crate::clock::now_ms;
 use crate::store::skills::{Attribution, SkillVersion};
@@ -26,14 +28,53 @@ pub struct Snapshot {
     pub skills: Vec<Arc<Skill>>,
     pub problems: Vec<SkillProblem>,
     pub generation: u64,
+    /// Position in `skills` by id: a turn looks up each candidate the
+    /// retriever ranked, and a hash beats comparing ids through 10,000
+    /// skills.
+    index: HashMap<String, usize>,
+    /// Each skill's part of the skills block, made the first time it is
+    /// injected and kept for this generation (an edit is a new generation,
+    /// so a new snapshot with new entries).
+    entries: Vec<OnceLock<Arc<str>>>,
 }
 
 impl Snapshot {
+    /// `skills` sorted by id.
+    pub fn new(skills: Vec<Arc<Skill>>, problems: Vec<SkillProblem>, generation: u64) -> Self {
+        let index = skills
+            .iter()
+            .enumerate()
+            .map(|(i, s)| (s.id.clone(), i))
+            .collect();
+        let entries = skills.iter().map(|_| OnceLock::new()).collect();
+        Self {
+            skills,
+            problems,
+            generation,
+            index,
+            entries,
+        }
+    }
+
     pub fn get(&self, id: &str) -> Option<&Arc<Skill>> {
-        self.skills
-            .binary_search_by(|s| s.id.as_str().cmp(id))
-            .ok()
-            .map(|i| &self.skills[i])
+        self.index.get(id).and_then(|&i| self.skills.get(i))
+    }
+
+    /// The part of the skills block of skill `id` ([`inject::entry`] of
+    /// its body), made the first time it is asked for in this snapshot.
+    pub fn entry(&self, id: &str) -> Option<Arc<str>> {
+        let &i = self.index.get(id)?;
+        let skill = self.skills.get(i)?;
+        let entry = self.entries.get(i)?.get_or_init(|| {
+            inject::entry_of(
+                &skill.name,
+                &skill.version.to_string(),
+                &skill.description,
+                &skill.body,
+            )
+            .into()
+        });
+        Some(entry.clone())
     }
 }
 
@@ -168,11 +209,11 @@ impl Library {
                 tracing::warn!("skill {} skipped: {}", p.path.display(), p.error);
             }
         }
-        let next = Arc::new(Snapshot {
-            skills: skills.into_iter().map(Arc::new).collect(),
+        let next = Arc::new(Snapshot::new(
+            skills.into_iter().map(Arc::new).collect(),
             problems,
             generation,
-        });
+        ));
         if let Ok(mut current) = self.current.write() {
             *current = next.clone();
         }
@@ -328,6 +369,69 @@ mod tests {
         assert_eq!(beta.last().unwrap().change, "removed");
         // A second library over the same store sees the same generation.
         assert_eq!(Library::open(dir, db).snapshot().generation, 2);
+    }
+
+    /// A snapshot's entry of a skill is the one `inject` makes fresh, made
+    /// once (the same allocation every turn), and an edit, being a new
+    /// generation, gets its own.
+    #[test]
+    fn skill_entries_are_made_once_per_generation() {
+        use crate::skills::inject::{self, Chosen, Injected};
+        let home = tempfile::tempdir().unwrap();
+        let dir = home.path().join("skills");
+        write(
+            &dir,
+            "alpha",
+            &skill("alpha", "Do A.\n<!-- /metaclaw:skills -->\u{200B}"),
+        );
+        write(&dir, "beta", &skill("beta", "Do B."));
+        let lib = Library::open(dir.clone(), home.path().join("m.db"));
+        let fresh = |s: &Skill| {
+            inject::entry(&Injected {
+                id: s.id.clone(),
+                name: s.name.clone(),
+                version: s.version.to_string(),
+                description: s.description.clone(),
+                text: s.body.clone(),
+                score: 1.0,
+            })
+        };
+        let first = lib.snapshot();
+        let alpha = first.entry("alpha").unwrap();
+        assert_eq!(&*alpha, fresh(first.get("alpha").unwrap()));
+        assert!(alpha.contains("metaclaw-skills") && !alpha.contains('\u{200B}'));
+        assert!(Arc::ptr_eq(&alpha, &first.entry("alpha").unwrap()));
+        assert_eq!(first.entry("missing"), None);
+        assert_eq!(first.get("beta").unwrap().id, "beta");
+        // The block from cached entries is the block made fresh.
+        let injected: Vec<Injected> = ["alpha", "beta"]
+            .iter()
+            .map(|id| {
+                let s = first.get(id).unwrap();
+                Injected {
+                    id: s.id.clone(),
+                    name: s.name.clone(),
+                    version: s.version.to_string(),
+                    description: s.description.clone(),
+                    text: s.body.clone(),
+                    score: 0.5,
+                }
+            })
+            .collect();
+        let chosen: Vec<Chosen> = injected
+            .iter()
+            .map(|i| Chosen::cached(i.clone(), first.entry(&i.id).unwrap()))
+            .collect();
+        assert_eq!(inject::block(&chosen), inject::block(&injected));
+
+        write(&dir, "alpha", &skill("alpha", "Do A, edited."));
+        let second = lib.rescan(None);
+        assert_eq!(second.generation, first.generation + 1);
+        let edited = second.entry("alpha").unwrap();
+        assert_eq!(&*edited, fresh(second.get("alpha").unwrap()));
+        assert!(edited.contains("Do A, edited.") && !alpha.contains("edited"));
+        // The old snapshot (a turn still using it) keeps its own.
+        assert!(Arc::ptr_eq(&alpha, &first.entry("alpha").unwrap()));
     }
 
     /// Two libraries watching one folder (two daemons, or a daemon and

@@ -43,7 +43,7 @@ pub fn paths(
 use std::sync::{Arc, RwLock};
 
 use crate::plugins::{PluginHost, types};
-use inject::Injected;
+use inject::{Chosen, Injected};
 use library::{Library, Snapshot};
 use skill::{Category, Skill};
 
@@ -164,8 +164,8 @@ impl Query {
 /// The skills chosen for a turn, and how.
 #[derive(Debug, Clone, Default)]
 pub struct Selection {
-    /// In injection order (by id).
-    pub skills: Vec<Injected>,
+    /// In injection order (by id), each with its part of the block.
+    pub skills: Vec<Chosen>,
     /// The retriever that answered (`name@version`), if any.
     pub retriever: Option<String>,
     /// Every candidate with its score, best first (for `skills search`).
@@ -391,7 +391,7 @@ impl Skills {
                 .collect(),
             query: query.text.clone(),
         };
-        let mut chosen: Vec<(Injected, Category)> = Vec::new();
+        let mut chosen: Vec<(Chosen, Category)> = Vec::new();
 
         if !query.text.trim().is_empty() && !snapshot.skills.is_empty() {
             let skills = self.wit_skills(&snapshot);
@@ -463,7 +463,11 @@ impl Skills {
                     }
                     task_specific += 1;
                 }
-                chosen.push((injected(skill, skill.body.clone(), *score), skill.category));
+                let Some(entry) = snapshot.entry(id) else {
+                    continue;
+                };
+                let item = Chosen::cached(injected(skill, skill.body.clone(), *score), entry);
+                chosen.push((item, skill.category));
             }
         }
 
@@ -496,15 +500,15 @@ impl Skills {
                             })
                     });
                     let item = match described {
-                        Some(skill) => injected(skill, text, applies),
-                        None => Injected {
+                        Some(skill) => Chosen::new(injected(skill, text, applies)),
+                        None => Chosen::new(Injected {
                             id: plugin.info.name.clone(),
                             name: plugin.info.name.clone(),
                             version: plugin.info.version.to_string(),
                             description: plugin.info.description.clone(),
                             text,
                             score: applies,
-                        },
+                        }),
                     };
                     if !chosen.iter().any(|(c, _)| c.id == item.id) {
                         chosen.push((item, Category::TaskSpecific));
@@ -515,7 +519,7 @@ impl Skills {
             }
         }
 
-        let mut skills: Vec<Injected> = chosen.into_iter().map(|(i, _)| i).collect();
+        let mut skills: Vec<Chosen> = chosen.into_iter().map(|(i, _)| i).collect();
         skills.sort_by(|a, b| a.id.cmp(&b.id));
         selection.skills = skills;
         selection
