@@ -1,274 +1,38 @@
-//! Which plugins are loaded, and which run in each role.
-//!
-//! Plugins come from two places: the first-party ones compiled into
-//! metaclaw ([`super::embedded`]; or a folder of them, `plugins.builtin_dir`)
-//! and the user's drop-in folder. The folders are scanned at start and then
-//! watched: a new, replaced or removed file is picked up without a restart
-//! (once it has stopped changing); a file that did not change is not read
-//! again. A file that fails to load is reported and skipped; it
-//! never takes the host down.
-//!
-//! Trust is bound to content, and decided before a plugin's code runs as
-//! far as it can be: with a lock file, a file whose sha256 the lock does not
-//! list is refused before it is compiled. Then, from the plugin's metadata
-//! (read under the deny-all sandbox, within `plugins.timeouts.load`): a
-//! drop-in may not take a first-party name unless that file is named
-//! explicitly; two files claiming one name are both refused; grants attach
-//! to file hashes and lock entries ([`super::trust`]).
+//! Discovery and loading: a scan of the folders (and the embedded
+//! plugins), the lock and trust checked before and after a plugin's
+//! metadata is read, files probed a few at a time, and what changed since
+//! the last scan.
 
 use std::borrow::Cow;
-use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex, RwLock};
-use std::time::Duration;
+use std::sync::Arc;
 
-use semver::Version;
-use serde::Serialize;
-
-use super::cache::CacheOptions;
-use super::embedded::{self, EmbeddedPlugin};
-use super::engine::{EngineOptions, PluginEngine};
-use super::files::{self, Stamp};
-use super::loaded::{Kind, Limits, Loaded, Probed, Source};
-use super::lock::LockFile;
-use super::sandbox::{Embedder, Grants};
-use super::trust::{FIRST_PARTY, Trust};
+use super::{BuiltinSource, PluginHost, Problem, Registry};
 use crate::digest::sha256_hex;
-
-pub use crate::config::PluginSpec;
-
-/// Where the first-party plugins come from.
-#[derive(Debug, Clone, PartialEq)]
-pub enum BuiltinSource {
-    /// `plugins.builtin: false`: none (their names stay reserved).
-    Off,
-    /// Compiled into the binary: the default.
-    Embedded,
-    /// `plugins.builtin_dir`: a folder of first-party builds instead (for
-    /// developing them). Its files are files: the lock checks them.
-    Folder(PathBuf),
-}
-
-/// Everything the host needs to know from the config.
-#[derive(Debug, Clone)]
-pub struct Settings {
-    pub builtin: BuiltinSource,
-    pub user_dir: PathBuf,
-    pub lock_path: PathBuf,
-    pub cache: Option<CacheOptions>,
-    /// Compiled artifacts no plugin used for this long are deleted (the
-    /// daemon only: a one-off CLI command sees only its own plugins).
-    pub evict_after: Option<Duration>,
-    pub trust: Trust,
-    pub memory_bytes: usize,
-    pub max_failures: u32,
-    pub pool_size: usize,
-    pub timeouts: BTreeMap<Kind, Duration>,
-    pub index_timeout: Duration,
-    pub load_timeout: Duration,
-    pub max_file_bytes: u64,
-    pub max_copy_bytes: usize,
-    pub threads: usize,
-    pub retriever: Vec<PluginSpec>,
-    pub scorers: Option<Vec<PluginSpec>>,
-    pub evolvers: Option<Vec<PluginSpec>>,
-    pub skills: Option<Vec<PluginSpec>>,
-    pub watch_interval: Duration,
-    /// `metaclaw plugins lock`: the user vouches for the folder as it is,
-    /// so the lock is not checked and files sharing a name are kept (and
-    /// reported); which drop-ins may take a first-party name is in `trust`
-    /// (`--override NAME`).
-    pub pinning: bool,
-}
-
-impl Settings {
-    pub fn from_config(config: &crate::config::Config, home: &crate::home::Home) -> Self {
-        let p = &config.plugins;
-        let builtin = match (&p.builtin, p.builtin_dir.as_deref()) {
-            (false, _) => BuiltinSource::Off,
-            (true, Some(dir)) => BuiltinSource::Folder(crate::home::expand_home(dir)),
-            (true, None) => BuiltinSource::Embedded,
-        };
-        let mut timeouts = BTreeMap::new();
-        timeouts.insert(Kind::Retriever, p.timeouts.retriever.get());
-        timeouts.insert(Kind::Scorer, p.timeouts.scorer.get());
-        timeouts.insert(Kind::Evolver, p.timeouts.evolver.get());
-        timeouts.insert(Kind::Skill, p.timeouts.skill.get());
-        let trust = Trust::new(&p.grants, &p.overrides, config.skills.embedding_retrieval());
-        Self {
-            builtin,
-            user_dir: p
-                .dir
-                .as_deref()
-                .map(crate::home::expand_home)
-                .unwrap_or_else(|| home.plugins_dir()),
-            lock_path: home.plugin_lock_file(),
-            cache: Some(CacheOptions {
-                dir: home.cache_dir().join("plugins"),
-                key_file: home.plugin_cache_key_file(),
-            }),
-            evict_after: None,
-            trust,
-            memory_bytes: (p.memory_mb as usize) << 20,
-            max_failures: p.max_failures.max(1),
-            pool_size: p.pool_size.max(1),
-            timeouts,
-            index_timeout: p.timeouts.index.get(),
-            load_timeout: p.timeouts.load.get(),
-            max_file_bytes: p.max_file_mb << 20,
-            max_copy_bytes: (p.max_call_mb as usize) << 20,
-            threads: p.threads,
-            retriever: if p.retriever.is_empty() {
-                if config.skills.embedding_retrieval() {
-                    vec![PluginSpec::any("embedding"), PluginSpec::any("bm25")]
-                } else {
-                    vec![PluginSpec::any("bm25")]
-                }
-            } else {
-                p.retriever.clone()
-            },
-            scorers: p.scorers.clone(),
-            evolvers: p.evolvers.clone(),
-            skills: p.skills.clone(),
-            watch_interval: p.watch_interval.get(),
-            pinning: false,
-        }
-    }
-
-    pub fn limits_for(&self, kind: Kind) -> Limits {
-        Limits {
-            memory_bytes: self.memory_bytes,
-            timeout: self
-                .timeouts
-                .get(&kind)
-                .copied()
-                .unwrap_or(Duration::from_millis(50)),
-            index_timeout: self.index_timeout,
-            load_timeout: self.load_timeout,
-            max_failures: self.max_failures,
-            pool_size: self.pool_size,
-            max_copy_bytes: self.max_copy_bytes,
-            ..Limits::default()
-        }
-    }
-
-    /// The folders scanned, first-party first.
-    pub fn dirs(&self) -> Vec<(Source, PathBuf)> {
-        let mut out = Vec::new();
-        if let BuiltinSource::Folder(b) = &self.builtin {
-            out.push((Source::Builtin, b.clone()));
-        }
-        out.push((Source::User, self.user_dir.clone()));
-        out
-    }
-
-    fn engine_options(&self) -> EngineOptions {
-        EngineOptions {
-            cache: self.cache.clone(),
-            threads: self.threads,
-        }
-    }
-}
-
-/// A file that could not be loaded (or something worth knowing about one),
-/// and why.
-#[derive(Debug, Clone, Serialize, serde::Deserialize, PartialEq)]
-pub struct Problem {
-    pub path: PathBuf,
-    pub error: String,
-}
+use crate::plugins::FIRST_PARTY;
+use crate::plugins::embedded::{self, EmbeddedPlugin};
+use crate::plugins::files::{self, Stamp};
+use crate::plugins::loaded::{Loaded, Probed, Source};
+use crate::plugins::lock::LockFile;
+use crate::plugins::sandbox::Grants;
 
 /// What the last scan learnt of one file, kept so that an unchanged file is
 /// not read, compiled or run again.
 #[derive(Clone)]
-struct FileRecord {
+pub(super) struct FileRecord {
     stamp: Stamp,
-    sha256: String,
+    pub(super) sha256: String,
     probe: ProbeState,
 }
 
 #[derive(Clone)]
-enum ProbeState {
+pub(super) enum ProbeState {
     /// Compiled and probed (loaded, or refused for what it is).
     Ready(Arc<Loaded>),
     Failed(String),
     /// Refused before compiling (the lock does not list it).
     NotYet,
-}
-
-/// One scan's result.
-#[derive(Default)]
-pub struct Registry {
-    pub plugins: Vec<Arc<Loaded>>,
-    pub problems: Vec<Problem>,
-    /// Loaded, but not quite as configured (a grant that does not apply, a
-    /// first-party plugin replaced).
-    pub notices: Vec<Problem>,
-    pub locked: bool,
-    pub generation: u64,
-    /// The first-party names: the static list and those of the first-party
-    /// folder's files. A drop-in may not take one unless it is named.
-    pub reserved: BTreeSet<String>,
-    files: HashMap<PathBuf, FileRecord>,
-    /// What was scanned, to notice changes.
-    fingerprint: Vec<(PathBuf, Option<Stamp>)>,
-}
-
-impl Registry {
-    /// The highest version of `name` that `req` allows, among `kind`.
-    pub fn best(
-        &self,
-        kind: Kind,
-        spec: &PluginSpec,
-        include_disabled: bool,
-    ) -> Option<Arc<Loaded>> {
-        self.plugins
-            .iter()
-            .filter(|p| {
-                p.info.kind == kind && p.info.name == spec.name && spec.req.matches(&p.info.version)
-            })
-            .filter(|p| include_disabled || !p.is_disabled())
-            .max_by(|a, b| a.info.version.cmp(&b.info.version))
-            .cloned()
-    }
-
-    /// The highest version of every plugin of `kind`, by name.
-    fn latest_of(&self, kind: Kind) -> Vec<Arc<Loaded>> {
-        let mut by_name: BTreeMap<&str, &Arc<Loaded>> = BTreeMap::new();
-        for p in self
-            .plugins
-            .iter()
-            .filter(|p| p.info.kind == kind && !p.is_disabled())
-        {
-            let better = by_name
-                .get(p.info.name.as_str())
-                .is_none_or(|q| p.info.version > q.info.version);
-            if better {
-                by_name.insert(&p.info.name, p);
-            }
-        }
-        by_name.into_values().cloned().collect()
-    }
-
-    pub fn find(&self, name: &str, version: Option<&Version>) -> Option<Arc<Loaded>> {
-        self.plugins
-            .iter()
-            .filter(|p| p.info.name == name && version.is_none_or(|v| *v == p.info.version))
-            .max_by(|a, b| a.info.version.cmp(&b.info.version))
-            .cloned()
-    }
-}
-
-pub struct PluginHost {
-    pub engine: Arc<PluginEngine>,
-    pub settings: Settings,
-    embedder: Option<Arc<dyn Embedder>>,
-    current: RwLock<Arc<Registry>>,
-    /// One scan at a time.
-    scanning: Mutex<()>,
-    /// Told after each reload (retrievers then index the skill library, in
-    /// the background).
-    on_reload: Mutex<Option<Box<dyn Fn() + Send + Sync>>>,
 }
 
 /// Files probed at once (compiling is itself parallel; this bounds how
@@ -288,102 +52,6 @@ struct Candidate {
 }
 
 impl PluginHost {
-    pub fn new(
-        settings: Settings,
-        embedder: Option<Arc<dyn Embedder>>,
-    ) -> anyhow::Result<Arc<Self>> {
-        let engine = PluginEngine::new(settings.engine_options())?;
-        Ok(Arc::new(Self {
-            engine,
-            settings,
-            embedder,
-            current: RwLock::new(Arc::new(Registry::default())),
-            scanning: Mutex::new(()),
-            on_reload: Mutex::new(None),
-        }))
-    }
-
-    /// Compiles the embedded first-party plugins into the cache where it
-    /// does not hold them yet (the first start after an install or an
-    /// upgrade), calling `progress(done, total, name)` before each; the
-    /// daemon then loads them from the cache. Returns how many it compiled.
-    pub fn precompile_embedded(
-        settings: &Settings,
-        progress: &mut dyn FnMut(usize, usize, &str),
-    ) -> anyhow::Result<usize> {
-        if settings.builtin != BuiltinSource::Embedded {
-            return Ok(0);
-        }
-        let engine = PluginEngine::new(settings.engine_options())?;
-        let Some(cache) = engine.cache() else {
-            return Ok(0);
-        };
-        let missing: Vec<&EmbeddedPlugin> = embedded::EMBEDDED
-            .iter()
-            .filter(|p| {
-                let limit = super::engine::artifact_limit(p.bytes.len());
-                cache.verify(p.sha256, &engine.compats(), limit)
-                    != super::cache::ArtifactState::Valid
-            })
-            .collect();
-        for (i, p) in missing.iter().enumerate() {
-            progress(i, missing.len(), p.name);
-            // A failure is the daemon's to report, with the plugin's name.
-            let _ = engine.compile(p.bytes, p.sha256);
-        }
-        Ok(missing.len())
-    }
-
-    pub fn current(&self) -> Arc<Registry> {
-        self.current.read().map(|r| r.clone()).unwrap_or_default()
-    }
-
-    /// Scans the folders now and swaps in the result. The first scan
-    /// publishes the first-party plugins before it looks at the drop-ins,
-    /// so nothing a drop-in does at load delays them.
-    pub fn reload(&self) -> Arc<Registry> {
-        let Ok(_one_at_a_time) = self.scanning.lock() else {
-            return self.current();
-        };
-        let previous = self.current();
-        if previous.generation == 0 && self.settings.builtin != BuiltinSource::Off {
-            let first = Arc::new(self.scan(&previous, Some(Source::Builtin)));
-            self.publish(&previous, first.clone());
-            let next = Arc::new(self.scan(&first, None));
-            self.publish(&first, next.clone());
-            return next;
-        }
-        let next = Arc::new(self.scan(&previous, None));
-        self.publish(&previous, next.clone());
-        next
-    }
-
-    fn publish(&self, previous: &Registry, next: Arc<Registry>) {
-        report_changes(previous, &next);
-        if let Ok(mut current) = self.current.write() {
-            *current = next.clone();
-        }
-        if let (Some(max_age), Some(cache)) = (self.settings.evict_after, self.engine.cache()) {
-            let keep: HashSet<String> = next.files.values().map(|f| f.sha256.clone()).collect();
-            let removed = cache.evict(&keep, &self.engine.compats(), max_age);
-            if removed > 0 {
-                tracing::info!("removed {removed} unused compiled plugin file(s) from the cache");
-            }
-        }
-        if let Ok(hook) = self.on_reload.lock()
-            && let Some(hook) = hook.as_ref()
-        {
-            hook();
-        }
-    }
-
-    /// Runs `hook` after every reload.
-    pub fn on_reload(&self, hook: impl Fn() + Send + Sync + 'static) {
-        if let Ok(mut slot) = self.on_reload.lock() {
-            *slot = Some(Box::new(hook));
-        }
-    }
-
     /// The `.wasm` entries of the folders (`only`: of one source), checked
     /// without reading them.
     fn entries(&self, only: Option<Source>) -> Vec<(Source, files::Entry)> {
@@ -399,7 +67,7 @@ impl PluginHost {
             .collect()
     }
 
-    fn scan(&self, previous: &Registry, only: Option<Source>) -> Registry {
+    pub(super) fn scan(&self, previous: &Registry, only: Option<Source>) -> Registry {
         // Taken before anything is read: a change made during the scan then
         // differs from it, and the watcher scans again.
         let entries = self.entries(only);
@@ -725,70 +393,8 @@ impl PluginHost {
         out
     }
 
-    fn fingerprint(&self) -> Vec<(PathBuf, Option<Stamp>)> {
+    pub(super) fn fingerprint(&self) -> Vec<(PathBuf, Option<Stamp>)> {
         self.fingerprint_of(&self.entries(None))
-    }
-
-    /// Watches the folders (and the lock file) from a background thread.
-    /// A change is loaded once the files have stopped changing for one
-    /// interval, so a plugin being copied in is not read half-written.
-    pub fn watch(self: &Arc<Self>) {
-        let host = Arc::downgrade(self);
-        let interval = self.settings.watch_interval;
-        let spawned = std::thread::Builder::new()
-            .name("metaclaw-plugins".into())
-            .spawn(move || {
-                let mut pending: Option<Vec<(PathBuf, Option<Stamp>)>> = None;
-                loop {
-                    std::thread::sleep(interval);
-                    let Some(host) = host.upgrade() else { return };
-                    let now = host.fingerprint();
-                    if now == host.current().fingerprint {
-                        pending = None;
-                        continue;
-                    }
-                    if pending.as_ref() == Some(&now) {
-                        host.reload();
-                        pending = None;
-                    } else {
-                        pending = Some(now);
-                    }
-                }
-            });
-        if let Err(e) = spawned {
-            tracing::error!("cannot watch the plugin folders ({e}); restart to pick up changes");
-        }
-    }
-
-    /// The scorers that run on finished turns.
-    pub fn scorers(&self) -> Vec<Arc<Loaded>> {
-        self.role(Kind::Scorer, self.settings.scorers.as_deref())
-    }
-
-    /// The evolver post-processors, in order.
-    pub fn evolvers(&self) -> Vec<Arc<Loaded>> {
-        self.role(Kind::Evolver, self.settings.evolvers.as_deref())
-    }
-
-    /// Executable skills.
-    pub fn skills(&self) -> Vec<Arc<Loaded>> {
-        self.role(Kind::Skill, self.settings.skills.as_deref())
-    }
-
-    /// Retrievers in the order to try them (the next one is the fallback).
-    pub fn retrievers(&self) -> Vec<Arc<Loaded>> {
-        self.role(Kind::Retriever, Some(&self.settings.retriever))
-    }
-
-    fn role(&self, kind: Kind, specs: Option<&[PluginSpec]>) -> Vec<Arc<Loaded>> {
-        let registry = self.current();
-        match specs {
-            None => registry.latest_of(kind),
-            Some(specs) => specs
-                .iter()
-                .filter_map(|s| registry.best(kind, s, false))
-                .collect(),
-        }
     }
 }
 
@@ -810,7 +416,7 @@ fn unpinned(lock: &LockFile, path: &Path, sha256: &str) -> String {
     }
 }
 
-fn report_changes(previous: &Registry, next: &Registry) {
+pub(super) fn report_changes(previous: &Registry, next: &Registry) {
     for p in &next.plugins {
         if !previous.plugins.iter().any(|q| Arc::ptr_eq(p, q)) {
             tracing::info!(

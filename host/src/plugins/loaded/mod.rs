@@ -1,0 +1,305 @@
+//! One loaded plugin: its compiled component, an `InstancePre` for its
+//! world, a small pool of ready instances, and the rules of a call.
+//!
+//! A call has a wall-clock deadline that holds whatever the guest does:
+//! calls are futures (wasmtime async), a running guest checks the deadline
+//! at every epoch tick and yields to the runtime, and the caller stops
+//! waiting when it passes — a guest asleep in WASI, or waiting on the host,
+//! is dropped there. A plugin runs at most `pool_size` calls at once; a call
+//! that cannot start before its deadline goes to the fallback without
+//! counting against the plugin. A call that runs past its deadline fails at
+//! that moment, its instance is discarded, and a plugin that keeps failing
+//! is disabled until it is reloaded.
+//!
+//! The parts, one job each: what a plugin is and the world it implements
+//! (`info`), the instance pool and the rules of a call (`pool`), the calls
+//! of each kind (`calls`), and a retriever's index of the skill library
+//! (`index`).
+
+mod calls;
+mod index;
+mod info;
+mod pool;
+
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+
+use semver::Version;
+
+use super::bindings::{evolver, retriever, scorer, skill};
+use super::engine::{FlavorId, PluginEngine};
+use super::sandbox::{Embedder, Grants, MemoryPool, PluginShared};
+
+pub use index::IndexState;
+pub use info::{Kind, Limits, PACKAGE, PACKAGE_VERSION, PluginInfo, Source, compatible, detect};
+pub use pool::{CallError, Stats};
+use pool::{Instance, Pre};
+
+pub struct Loaded {
+    pub info: PluginInfo,
+    pub limits: Limits,
+    pub stats: Stats,
+    shared: Arc<PluginShared>,
+    engine: Arc<PluginEngine>,
+    /// Which of the engine's wasmtime engines it was compiled for.
+    flavor: FlavorId,
+    pre: Pre,
+    pool: Mutex<Vec<Instance>>,
+    /// One per call that may run at once.
+    permits: tokio::sync::Semaphore,
+    /// Held while the library is indexed: one index at a time.
+    indexing: tokio::sync::Mutex<()>,
+    /// The generation a background index was last started for.
+    warming: AtomicU64,
+    /// The newest library generation an instance has indexed (`u64::MAX`:
+    /// none yet).
+    indexed: AtomicU64,
+    /// The library generation whose last index failed (`u64::MAX`: none).
+    /// An older index serves while a newer one is built, not once building
+    /// it has failed: then its answers are stale, and the next retriever
+    /// (one that could index the library) answers instead.
+    index_failed: AtomicU64,
+}
+
+/// A compiled, checked plugin whose metadata has been read, before the
+/// host decides what it is granted.
+pub struct Probed {
+    pub info: PluginInfo,
+    limits: Limits,
+    engine: Arc<PluginEngine>,
+    flavor: FlavorId,
+    pre: Pre,
+}
+
+impl Loaded {
+    /// Compiles (or loads from the cache), checks the component's world,
+    /// and reads its metadata under the deny-all sandbox within
+    /// `limits.load_timeout`. Blocks: call it from a thread of its own (the
+    /// plugin scanner, the CLI), never from an async task.
+    pub fn probe(
+        engine: &Arc<PluginEngine>,
+        path: PathBuf,
+        bytes: &[u8],
+        sha256: String,
+        source: Source,
+        limits_for: &dyn Fn(Kind) -> Limits,
+    ) -> Result<Probed, String> {
+        let (component, flavor) = engine.compile(bytes, &sha256).map_err(|e| {
+            format!(
+                "not a valid component: {}",
+                crate::untrusted::log_line(&format!("{e:#}"), 1000)
+            )
+        })?;
+        let (kind, package, imports) = detect(&engine.flavor(flavor).engine, &component)?;
+        let instance_pre = engine
+            .flavor(flavor)
+            .linker
+            .instantiate_pre(&component)
+            .map_err(|e| {
+                format!(
+                    "cannot link: {}",
+                    crate::untrusted::log_line(&e.to_string(), 500)
+                )
+            })?;
+        let link_err = |e: wasmtime::Error| {
+            format!(
+                "cannot link as a {}: {}",
+                kind.as_str(),
+                crate::untrusted::log_line(&e.to_string(), 500)
+            )
+        };
+        let pre = match kind {
+            Kind::Retriever => {
+                Pre::Retriever(retriever::RetrieverPre::new(instance_pre).map_err(link_err)?)
+            }
+            Kind::Scorer => Pre::Scorer(scorer::ScorerPre::new(instance_pre).map_err(link_err)?),
+            Kind::Evolver => {
+                Pre::Evolver(evolver::EvolverPre::new(instance_pre).map_err(link_err)?)
+            }
+            Kind::Skill => Pre::Skill(skill::SkillPre::new(instance_pre).map_err(link_err)?),
+        };
+        let limits = limits_for(kind);
+        // Metadata is read under the deny-all sandbox: what a plugin is
+        // granted depends on what it is, which is not known yet.
+        let probe = Self::new(
+            PluginInfo {
+                name: String::new(),
+                version: Version::new(0, 0, 0),
+                kind,
+                description: String::new(),
+                asks: Vec::new(),
+                package: format!("{PACKAGE}@{package}"),
+                imports,
+                sha256,
+                size: bytes.len() as u64,
+                path,
+                source,
+            },
+            Limits {
+                timeout: limits.load_timeout,
+                pool_size: 1,
+                max_failures: u32::MAX,
+                ..limits.clone()
+            },
+            engine.clone(),
+            flavor,
+            pre,
+            "(loading)",
+            Grants::default(),
+            None,
+        );
+        let meta = engine
+            .block_on(probe.metadata())
+            .map_err(|e| format!("metadata() failed: {e}"))?;
+        let declared = Kind::from(meta.kind);
+        if declared != kind {
+            return Err(format!(
+                "its metadata says {} but it implements the {} world",
+                declared.as_str(),
+                kind.as_str()
+            ));
+        }
+        let name = meta.name.trim().to_string();
+        if name.is_empty()
+            || name.len() > 64
+            || !name
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_')
+        {
+            return Err(format!(
+                "invalid plugin name {:?} (1 to 64 letters, digits, - and _)",
+                crate::untrusted::log_line(&name, 80)
+            ));
+        }
+        let version = Version::parse(meta.version.trim()).map_err(|e| {
+            format!(
+                "version {:?} is not semver: {e}",
+                crate::untrusted::log_line(&meta.version, 80)
+            )
+        })?;
+        let Self { mut info, pre, .. } = probe;
+        info.name = name;
+        info.version = version;
+        info.description = crate::untrusted::log_line(&meta.description, 500);
+        info.asks = meta
+            .capabilities
+            .iter()
+            .take(32)
+            .map(|c| crate::untrusted::log_line(c, 100))
+            .collect();
+        Ok(Probed {
+            info,
+            limits,
+            engine: engine.clone(),
+            flavor,
+            pre,
+        })
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn new(
+        info: PluginInfo,
+        limits: Limits,
+        engine: Arc<PluginEngine>,
+        flavor: FlavorId,
+        pre: Pre,
+        label: &str,
+        grants: Grants,
+        embedder: Option<Arc<dyn Embedder>>,
+    ) -> Self {
+        let shared = PluginShared::new(
+            &info.name,
+            label,
+            grants,
+            embedder,
+            MemoryPool::new(limits.memory_bytes),
+        );
+        Self {
+            permits: tokio::sync::Semaphore::new(limits.pool_size.max(1)),
+            info,
+            limits,
+            stats: Stats::default(),
+            shared,
+            engine,
+            flavor,
+            pre,
+            pool: Mutex::new(Vec::new()),
+            indexing: tokio::sync::Mutex::new(()),
+            warming: AtomicU64::new(u64::MAX),
+            indexed: AtomicU64::new(u64::MAX),
+            index_failed: AtomicU64::new(u64::MAX),
+        }
+    }
+
+    pub fn label(&self) -> &str {
+        &self.shared.label
+    }
+
+    /// The engine it runs on (`engine().block_on(plugin.score(..))` from a
+    /// thread that is not running async tasks).
+    pub fn engine(&self) -> &Arc<PluginEngine> {
+        &self.engine
+    }
+
+    /// What this plugin is granted.
+    pub fn grants(&self) -> &Grants {
+        &self.shared.grants
+    }
+
+    /// Log lines of this plugin dropped by the rate limits.
+    pub fn log_dropped(&self) -> u64 {
+        self.shared.log.dropped.load(Ordering::Relaxed)
+    }
+
+    pub fn is_disabled(&self) -> bool {
+        self.stats.disabled.load(Ordering::Relaxed)
+    }
+
+    pub fn status(&self) -> String {
+        if self.is_disabled() {
+            let last = self
+                .stats
+                .last_error
+                .lock()
+                .ok()
+                .and_then(|l| l.clone())
+                .unwrap_or_default();
+            format!("disabled: {last}")
+        } else {
+            "ok".into()
+        }
+    }
+
+    /// The same compiled plugin with other grants, and none of this one's
+    /// state (instances, statistics).
+    pub fn regranted(&self, grants: Grants, embedder: Option<Arc<dyn Embedder>>) -> Loaded {
+        Loaded::new(
+            self.info.clone(),
+            self.limits.clone(),
+            self.engine.clone(),
+            self.flavor,
+            self.pre.clone(),
+            self.label(),
+            grants,
+            embedder,
+        )
+    }
+}
+
+impl Probed {
+    /// The plugin ready to be called, with what it is granted.
+    pub fn ready(self, grants: Grants, embedder: Option<Arc<dyn Embedder>>) -> Loaded {
+        let label = format!("{}@{}", self.info.name, self.info.version);
+        Loaded::new(
+            self.info,
+            self.limits,
+            self.engine,
+            self.flavor,
+            self.pre,
+            &label,
+            grants,
+            embedder,
+        )
+    }
+}

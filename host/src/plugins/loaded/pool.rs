@@ -1,0 +1,369 @@
+//! The instance pool and the rules of a call: the deadline, the budgets,
+//! the failures counted against a plugin (and disabling it), and what a
+//! trap means.
+
+use std::sync::Arc;
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use serde::Serialize;
+use wasmtime::{Store, UpdateDeadline};
+
+use super::Loaded;
+use crate::plugins::bindings::{evolver, retriever, scorer, skill};
+use crate::plugins::sandbox::{Deadline, EmbedPurpose, PluginState};
+
+/// Why a call failed.
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum CallError {
+    #[error(
+        "disabled after {0} consecutive failures (fix the plugin, then replace its file or restart)"
+    )]
+    Disabled(u32),
+    #[error("deadline of {0:?} exceeded")]
+    Deadline(Duration),
+    #[error("memory cap of {} MiB reached", .0 >> 20)]
+    Memory(usize),
+    #[error("trapped: {0}")]
+    Trap(String),
+    /// More data than `plugins.max_call_mb` crossed into the host in one
+    /// call (a huge result, a huge host-call argument).
+    #[error("copied more than plugins.max_call_mb ({} MiB) into the host in one call", .0 >> 20)]
+    TooLarge(usize),
+    #[error("cannot instantiate: {0}")]
+    Instantiate(String),
+    #[error("wrong kind: this plugin is a {0}")]
+    WrongKind(&'static str),
+    /// The host's embedding backend failed during the call: not the
+    /// plugin's fault, so not counted against it.
+    #[error("the embedding backend failed: {0}")]
+    Embed(String),
+    /// The retriever has no index of the library yet (at start, after a
+    /// change): this turn goes to the next retriever, or without skills,
+    /// while the index is built in the background.
+    #[error("still indexing the skills")]
+    Indexing,
+    /// Every instance was busy until the deadline: the call never started,
+    /// so it is not counted against the plugin.
+    #[error("busy: {0} calls already running, none ended before the deadline")]
+    Busy(usize),
+}
+
+impl CallError {
+    /// Failures the plugin is blamed for (counted toward disabling it).
+    fn counts(&self) -> bool {
+        matches!(
+            self,
+            CallError::Deadline(_)
+                | CallError::Memory(_)
+                | CallError::Trap(_)
+                | CallError::TooLarge(_)
+                | CallError::Instantiate(_)
+        )
+    }
+}
+
+#[derive(Clone)]
+pub(super) enum Pre {
+    Retriever(retriever::RetrieverPre<PluginState>),
+    Scorer(scorer::ScorerPre<PluginState>),
+    Evolver(evolver::EvolverPre<PluginState>),
+    Skill(skill::SkillPre<PluginState>),
+}
+
+pub(super) enum Bindings {
+    Retriever(retriever::Retriever),
+    Scorer(scorer::Scorer),
+    Evolver(evolver::Evolver),
+    Skill(skill::Skill),
+}
+
+pub(super) struct Instance {
+    pub(super) store: Store<PluginState>,
+    pub(super) bindings: Bindings,
+    calls: u32,
+    /// For a retriever: the library generation this instance has indexed
+    /// (each instance has its own memory, so each needs the index).
+    pub(super) indexed: Option<u64>,
+}
+
+/// Which pooled instance a call wants.
+#[derive(Clone, Copy)]
+pub(super) enum Want {
+    /// Any (a new one if none is ready).
+    Any,
+    /// A retriever instance with an index, of `generation` by preference
+    /// (an older index serves while the new one is built); never a new one.
+    Indexed(u64),
+    /// One whose index is older than `generation`, or none (a new one if
+    /// none is ready).
+    Unindexed(u64),
+}
+
+#[derive(Debug, Default, Serialize)]
+pub struct Stats {
+    pub calls: AtomicU64,
+    pub failures: AtomicU64,
+    /// Calls that found every instance busy until their deadline.
+    pub busy: AtomicU64,
+    pub consecutive_failures: AtomicU32,
+    pub disabled: AtomicBool,
+    pub busy_nanos: AtomicU64,
+    #[serde(skip)]
+    pub last_error: Mutex<Option<String>>,
+}
+
+impl Loaded {
+    async fn instantiate(
+        &self,
+        deadline: &Arc<Deadline>,
+        purpose: EmbedPurpose,
+    ) -> Result<Instance, CallError> {
+        let mut state = PluginState::new(self.shared.clone());
+        state.begin_call(deadline.clone(), purpose);
+        let mut store = Store::new(&self.engine.flavor(self.flavor).engine, state);
+        store.limiter(|s| &mut s.limiter);
+        store.set_hostcall_fuel(self.limits.max_copy_bytes);
+        // Every tick: stop at the deadline, else let the runtime run
+        // others (and the caller notice a deadline of its own).
+        store.epoch_deadline_callback(|ctx| {
+            Ok(if ctx.data().deadline.expired() {
+                UpdateDeadline::Interrupt
+            } else {
+                UpdateDeadline::Yield(1)
+            })
+        });
+        store.set_epoch_deadline(1);
+        let bindings = match &self.pre {
+            Pre::Retriever(p) => p
+                .instantiate_async(&mut store)
+                .await
+                .map(Bindings::Retriever),
+            Pre::Scorer(p) => p.instantiate_async(&mut store).await.map(Bindings::Scorer),
+            Pre::Evolver(p) => p.instantiate_async(&mut store).await.map(Bindings::Evolver),
+            Pre::Skill(p) => p.instantiate_async(&mut store).await.map(Bindings::Skill),
+        };
+        let bindings = match bindings {
+            Ok(b) => b,
+            Err(e) if e.downcast_ref::<wasmtime::Trap>() == Some(&wasmtime::Trap::Interrupt) => {
+                return Err(CallError::Deadline(self.limits.timeout));
+            }
+            Err(_) if store.data().limiter.hit => {
+                return Err(CallError::Memory(self.limits.memory_bytes));
+            }
+            Err(e) => {
+                return Err(CallError::Instantiate(crate::untrusted::log_line(
+                    &format!("{e:#}"),
+                    1000,
+                )));
+            }
+        };
+        Ok(Instance {
+            store,
+            bindings,
+            calls: 0,
+            indexed: None,
+        })
+    }
+
+    /// An instance from the pool as `want` asks, or a new one.
+    fn take_pooled(&self, want: Want) -> Result<Option<Instance>, CallError> {
+        let Ok(mut pool) = self.pool.lock() else {
+            return Ok(None);
+        };
+        let pick = match want {
+            Want::Any => pool.len().checked_sub(1),
+            Want::Indexed(generation) => pool
+                .iter()
+                .position(|i| i.indexed == Some(generation))
+                .or_else(|| {
+                    pool.iter()
+                        .enumerate()
+                        .filter(|(_, i)| i.indexed.is_some())
+                        .max_by_key(|(_, i)| i.indexed)
+                        .map(|(n, _)| n)
+                }),
+            // Never one holding a newer library than asked.
+            Want::Unindexed(generation) => pool
+                .iter()
+                .position(|i| i.indexed.is_none_or(|g| g < generation)),
+        };
+        match (pick, want) {
+            (Some(n), _) => Ok(Some(pool.swap_remove(n))),
+            (None, Want::Indexed(_)) => Err(CallError::Indexing),
+            (None, _) => Ok(None),
+        }
+    }
+
+    /// Runs `f` on an instance under the deadline and the budgets. A trap
+    /// or a missed deadline ends only this call: the instance is dropped,
+    /// the failure counted, and the plugin disabled after too many in a
+    /// row.
+    pub(super) async fn call<R>(
+        &self,
+        timeout: Duration,
+        want: Want,
+        purpose: EmbedPurpose,
+        f: impl AsyncFnOnce(&mut Instance) -> Result<wasmtime::Result<R>, CallError>,
+    ) -> Result<R, CallError> {
+        if self.is_disabled() {
+            return Err(CallError::Disabled(self.limits.max_failures));
+        }
+        let deadline = Deadline::after(timeout);
+        let started = deadline.started();
+        // When the call got its turn to run (None: it never did).
+        let mut running = None;
+        let outcome = deadline
+            .bound(async {
+                let _permit = self
+                    .permits
+                    .acquire()
+                    .await
+                    .map_err(|_| CallError::Busy(self.limits.pool_size))?;
+                running = Some(Instant::now());
+                let _ticking = self.engine.flavor(self.flavor).running();
+                let mut instance = match self.take_pooled(want)? {
+                    Some(instance) => instance,
+                    // The deadline covers instantiation (the guest's
+                    // start-up code runs there).
+                    None => self
+                        .instantiate(&deadline, purpose)
+                        .await
+                        .map_err(|e| self.classify_start(e))?,
+                };
+                instance
+                    .store
+                    .data_mut()
+                    .begin_call(deadline.clone(), purpose);
+                // The next tick from now (a pooled instance's deadline is
+                // from its last call: without this every call would start
+                // by yielding).
+                instance.store.set_epoch_deadline(1);
+                let result = f(&mut instance).await;
+                Ok::<_, CallError>((instance, result))
+            })
+            .await;
+        self.stats.calls.fetch_add(1, Ordering::Relaxed);
+        self.stats
+            .busy_nanos
+            .fetch_add(started.elapsed().as_nanos() as u64, Ordering::Relaxed);
+        // A call that waited for its turn most of its deadline and then ran
+        // out of time was crowded out, not slow: the plugin is blamed for a
+        // deadline only when it had at least half of it.
+        let had_its_time = || running.is_some_and(|ran: Instant| ran.elapsed() >= timeout / 2);
+        let (instance, result) = match outcome {
+            None if had_its_time() => return Err(self.failed(CallError::Deadline(timeout))),
+            None => {
+                self.stats.busy.fetch_add(1, Ordering::Relaxed);
+                return Err(CallError::Busy(self.limits.pool_size));
+            }
+            Some(Err(CallError::Deadline(_))) if !had_its_time() => {
+                self.stats.busy.fetch_add(1, Ordering::Relaxed);
+                return Err(CallError::Busy(self.limits.pool_size));
+            }
+            Some(Err(e)) => return Err(if e.counts() { self.failed(e) } else { e }),
+            Some(Ok(done)) => done,
+        };
+        match result {
+            Ok(Ok(value)) => {
+                self.stats.consecutive_failures.store(0, Ordering::Relaxed);
+                self.give_back(instance);
+                Ok(value)
+            }
+            Ok(Err(trap)) => {
+                let error = self.trapped(&instance, &trap, timeout);
+                // A trapped instance is poisoned: drop it.
+                drop(instance);
+                if matches!(error, CallError::Deadline(_)) && !had_its_time() {
+                    self.stats.busy.fetch_add(1, Ordering::Relaxed);
+                    return Err(CallError::Busy(self.limits.pool_size));
+                }
+                Err(self.failed(error))
+            }
+            // What the call reported itself (the embedding backend failed,
+            // index() refused, wrong kind). Only the plugin's own failures
+            // count; the instance is dropped either way.
+            Err(e) => Err(if e.counts() { self.failed(e) } else { e }),
+        }
+    }
+
+    /// A failed instantiation. The memory budget is shared by the plugin's
+    /// instances: with others running, no room for one more only means
+    /// busy.
+    fn classify_start(&self, error: CallError) -> CallError {
+        let others = self
+            .limits
+            .pool_size
+            .saturating_sub(self.permits.available_permits() + 1);
+        match error {
+            CallError::Memory(_) if others > 0 => CallError::Busy(self.limits.pool_size),
+            error => error,
+        }
+    }
+
+    fn give_back(&self, mut instance: Instance) {
+        instance.calls += 1;
+        if instance.calls < self.limits.recycle_after
+            && let Ok(mut pool) = self.pool.lock()
+            && pool.len() < self.limits.pool_size
+        {
+            pool.push(instance);
+        }
+    }
+
+    /// What a trap means: the deadline, the memory cap, or the plugin's own
+    /// failure (with the tail of what it wrote to stderr).
+    fn trapped(&self, instance: &Instance, trap: &wasmtime::Error, timeout: Duration) -> CallError {
+        let state = instance.store.data();
+        if trap.downcast_ref::<wasmtime::Trap>() == Some(&wasmtime::Trap::Interrupt) {
+            return CallError::Deadline(timeout);
+        }
+        if state.limiter.hit {
+            return CallError::Memory(self.limits.memory_bytes);
+        }
+        // wasmtime's own words when the copy limit (hostcall fuel) is hit.
+        if format!("{trap:#}").contains("fuel allocated for hostcalls has been exhausted") {
+            return CallError::TooLarge(self.limits.max_copy_bytes);
+        }
+        let stderr = String::from_utf8_lossy(&state.stderr.contents())
+            .trim()
+            .to_string();
+        let tail: String = stderr
+            .chars()
+            .rev()
+            .take(300)
+            .collect::<Vec<_>>()
+            .into_iter()
+            .rev()
+            .collect();
+        let mut msg = format!("{trap:#}");
+        if !tail.is_empty() {
+            msg.push_str(&format!(" (stderr: {tail})"));
+        }
+        // Function names in the backtrace and stderr are the guest's words.
+        CallError::Trap(crate::untrusted::log_line(&msg, 2000))
+    }
+
+    /// Linear memory and tables held by all of the plugin's instances.
+    pub fn memory_in_use(&self) -> usize {
+        self.shared.memory.used()
+    }
+
+    fn failed(&self, error: CallError) -> CallError {
+        self.stats.failures.fetch_add(1, Ordering::Relaxed);
+        let n = self
+            .stats
+            .consecutive_failures
+            .fetch_add(1, Ordering::Relaxed)
+            + 1;
+        tracing::warn!(plugin = %self.label(), "plugin call failed: {error}");
+        if let Ok(mut last) = self.stats.last_error.lock() {
+            *last = Some(error.to_string());
+        }
+        if n >= self.limits.max_failures && !self.stats.disabled.swap(true, Ordering::Relaxed) {
+            tracing::error!(plugin = %self.label(), "disabled after {n} consecutive failures; replace the file or restart to retry");
+        }
+        error
+    }
+}
