@@ -13,7 +13,7 @@
 //! | [`skills`] | the skill library, retrieval through plugins, injection |
 //! | [`plugins`] | the WebAssembly plugin host |
 //! | [`embeddings`] | host-side embedding backends for plugins |
-//! | [`dev`] | the dummy upstream used by tests, benches and the demo |
+//! | [`dev`] | the fuzz harness bodies |
 //! | [`home`], [`clock`], [`digest`] | leaf helpers: home paths, wall-clock time, hex digests |
 //! | [`untrusted`] | text from plugins and skills, made safe for logs and prompts |
 

@@ -1,5 +1,3 @@
 //! Developer tools shipped in the binary.
 
 pub mod fuzz;
-pub mod learning;
-pub mod upstream;
