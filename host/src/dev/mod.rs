@@ -1,3 +1,0 @@
-//! Developer tools shipped in the binary.
-
-pub mod fuzz;
