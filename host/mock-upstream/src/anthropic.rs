@@ -1,7 +1,6 @@
 //! `POST /v1/messages`: the chat answers, spoken in Anthropic's API.
 
 use std::sync::Arc;
-use std::sync::atomic::Ordering;
 
 use axum::body::{Body, Bytes};
 use axum::extract::State;
@@ -13,7 +12,7 @@ use serde_json::{Value, json};
 use crate::chat::answer;
 use crate::faults::cut;
 use crate::routes::error;
-use crate::{Dummy, remember};
+use crate::{Dummy, receive};
 
 /// `POST /v1/messages`: the same models, spoken in Anthropic's API (the
 /// request as received is what `/v1/dummy/requests` lists). Lets tests
@@ -24,11 +23,10 @@ pub(crate) async fn anthropic_messages(
     body: Bytes,
 ) -> Response {
     use metaclaw_wire as wire;
-    dummy.stats.requests.fetch_add(1, Ordering::Relaxed);
-    let Ok(request) = serde_json::from_slice::<Value>(&body) else {
-        return error(StatusCode::BAD_REQUEST, "the body is not JSON");
+    let request = match receive(&dummy, &body) {
+        Ok(request) => request,
+        Err(response) => return *response,
     };
-    remember(&dummy, &request);
     if headers.get("x-api-key").is_none() || headers.get("anthropic-version").is_none() {
         let body = json!({"type": "error", "error": {"type": "authentication_error",
                           "message": "x-api-key and anthropic-version are required"}});

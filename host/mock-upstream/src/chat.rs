@@ -17,18 +17,17 @@ use crate::request::{
     tool_calls, words,
 };
 use crate::routes::error;
-use crate::{Dummy, faults, learning, remember};
+use crate::{Dummy, faults, learning, receive};
 
 pub(crate) async fn chat(
     State(dummy): State<Arc<Dummy>>,
     headers: HeaderMap,
     body: Bytes,
 ) -> Response {
-    dummy.stats.requests.fetch_add(1, Ordering::Relaxed);
-    let Ok(request) = serde_json::from_slice::<Value>(&body) else {
-        return error(StatusCode::BAD_REQUEST, "the body is not JSON");
+    let request = match receive(&dummy, &body) {
+        Ok(request) => request,
+        Err(response) => return *response,
     };
-    remember(&dummy, &request);
     answer(dummy, headers, request, body.len()).await
 }
 

@@ -68,8 +68,10 @@ mod routes;
 
 use std::collections::HashMap;
 use std::sync::Mutex;
-use std::sync::atomic::AtomicU64;
+use std::sync::atomic::{AtomicU64, Ordering};
 
+use axum::http::StatusCode;
+use axum::response::Response;
 use serde_json::Value;
 
 pub use embeddings::{EMBEDDING_DIM, hashed_embedding};
@@ -123,8 +125,21 @@ impl Dummy {
     }
 }
 
-/// Keeps `request` for `/v1/dummy/requests`.
-pub(crate) fn remember(dummy: &Dummy, request: &Value) {
+/// A chat or messages request as received: counted, parsed and kept for
+/// `/v1/dummy/requests`; a body that is not JSON is answered with 400.
+pub(crate) fn receive(dummy: &Dummy, body: &[u8]) -> Result<Value, Box<Response>> {
+    dummy.stats.requests.fetch_add(1, Ordering::Relaxed);
+    let Ok(request) = serde_json::from_slice::<Value>(body) else {
+        return Err(Box::new(routes::error(
+            StatusCode::BAD_REQUEST,
+            "the body is not JSON",
+        )));
+    };
+    remember(dummy, &request);
+    Ok(request)
+}
+
+fn remember(dummy: &Dummy, request: &Value) {
     let model = request["model"].as_str().unwrap_or("").to_string();
     if let Ok(mut recent) = dummy.stats.recent.lock() {
         if recent.len() == RECENT_REQUESTS {
