@@ -1,4 +1,4 @@
-//! `metaclaw::dev::fuzz::anthropic_request` under libFuzzer (see that module).
+//! `metaclaw_fuzz_bodies::anthropic_request` under libFuzzer (see that crate, fuzz/bodies).
 #![no_main]
 
-libfuzzer_sys::fuzz_target!(|data: &[u8]| metaclaw::dev::fuzz::anthropic_request(data));
+libfuzzer_sys::fuzz_target!(|data: &[u8]| metaclaw_fuzz_bodies::anthropic_request(data));

@@ -1,4 +1,4 @@
-//! `metaclaw::dev::fuzz::chat_request` under libFuzzer (see that module).
+//! `metaclaw_fuzz_bodies::chat_request` under libFuzzer (see that crate, fuzz/bodies).
 #![no_main]
 
-libfuzzer_sys::fuzz_target!(|data: &[u8]| metaclaw::dev::fuzz::chat_request(data));
+libfuzzer_sys::fuzz_target!(|data: &[u8]| metaclaw_fuzz_bodies::chat_request(data));

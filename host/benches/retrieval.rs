@@ -46,7 +46,7 @@ impl Embedder for Hashing {
         let start = Instant::now();
         let out = texts
             .iter()
-            .map(|t| metaclaw::dev::upstream::hashed_embedding(t, DIM))
+            .map(|t| metaclaw_mock_upstream::hashed_embedding(t, DIM))
             .collect();
         if purpose == EmbedPurpose::Query {
             self.query_nanos

@@ -3,16 +3,20 @@
 //! write queue before it exits.
 
 use std::io::Write;
-use std::sync::Arc;
 
 use anyhow::{Context, Result, bail};
 use tokio::net::TcpListener;
 
 use crate::app::{App, StartOptions};
 use crate::config::{self, Loaded};
-use crate::dev;
 use crate::home::{Home, PidInfo};
 use crate::server;
+
+/// What `start --demo` and `dev upstream` say in a build without the
+/// dummy upstream, rather than a missing subcommand or flag.
+pub const NO_DUMMY_UPSTREAM: &str = "this metaclaw was built without the dummy upstream (cargo feature \
+     `dev-tools`, on by default); build it with default features (`cargo install --path host`) or \
+     with `--features dev-tools`";
 
 pub struct DaemonOptions {
     pub home: Home,
@@ -34,18 +38,48 @@ pub fn check_servable(loaded: &Loaded, demo: bool) -> Result<()> {
         );
     }
     if demo {
+        if !cfg!(feature = "dev-tools") {
+            bail!("--demo answers from the dummy upstream, and {NO_DUMMY_UPSTREAM}");
+        }
         return Ok(());
     }
     if let Some(reason) = config::presets::unsupported_reason(&config.llm.provider) {
         bail!("llm.provider: {reason}");
     }
     if loaded.api_base().is_empty() {
+        let demo = if cfg!(feature = "dev-tools") {
+            " — or try `metaclaw start --demo`"
+        } else {
+            ""
+        };
         bail!(
             "no upstream configured: set llm.api_base (or a provider preset) with `metaclaw setup` or \
-             `metaclaw config set llm.api_base https://…/v1` — or try `metaclaw start --demo`"
+             `metaclaw config set llm.api_base https://…/v1`{demo}"
         );
     }
     Ok(())
+}
+
+/// The demo's upstream: a dummy in this process, serving until it exits.
+/// Its base URL.
+#[cfg(feature = "dev-tools")]
+async fn start_demo_upstream() -> Result<String> {
+    let listener = TcpListener::bind("127.0.0.1:0")
+        .await
+        .context("cannot start the demo upstream")?;
+    let addr = listener.local_addr()?;
+    let dummy = std::sync::Arc::new(metaclaw_mock_upstream::Dummy::default());
+    tokio::spawn(async move {
+        if let Err(e) = metaclaw_mock_upstream::serve(listener, dummy).await {
+            tracing::error!("demo upstream stopped: {e}");
+        }
+    });
+    Ok(format!("http://{addr}/v1"))
+}
+
+#[cfg(not(feature = "dev-tools"))]
+async fn start_demo_upstream() -> Result<String> {
+    bail!("--demo answers from the dummy upstream, and {NO_DUMMY_UPSTREAM}")
 }
 
 pub async fn run(options: DaemonOptions) -> Result<()> {
@@ -75,18 +109,9 @@ pub async fn run(options: DaemonOptions) -> Result<()> {
 
     // The demo answers from a dummy upstream inside this process.
     if demo {
-        let listener = TcpListener::bind("127.0.0.1:0")
-            .await
-            .context("cannot start the demo upstream")?;
-        let addr = listener.local_addr()?;
-        let dummy = Arc::new(dev::upstream::Dummy::default());
-        tokio::spawn(async move {
-            if let Err(e) = dev::upstream::serve(listener, dummy).await {
-                tracing::error!("demo upstream stopped: {e}");
-            }
-        });
+        let api_base = start_demo_upstream().await?;
         let llm = &mut loaded.config.llm;
-        llm.api_base = format!("http://{addr}/v1");
+        llm.api_base = api_base;
         llm.api_key = None;
         llm.force_model = false;
         llm.model_id = "echo".into();
@@ -201,5 +226,34 @@ async fn shutdown_signal() {
     tokio::select! {
         _ = term.recv() => tracing::info!("SIGTERM: shutting down"),
         _ = int.recv() => tracing::info!("SIGINT: shutting down"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// `--demo` needs no upstream in a build with the dummy, and in one
+    /// without it says what is missing and how to get it.
+    #[test]
+    fn the_demo_needs_the_dummy_upstream_built_in() {
+        let loaded = Loaded {
+            config: config::Config::default(),
+            path: "config.yaml".into(),
+            file_exists: false,
+            warnings: Vec::new(),
+            secret_sources: Default::default(),
+        };
+        let demo = check_servable(&loaded, true);
+        let plain = check_servable(&loaded, false).unwrap_err().to_string();
+        if cfg!(feature = "dev-tools") {
+            assert!(demo.is_ok(), "{demo:?}");
+            assert!(plain.contains("`metaclaw start --demo`"), "{plain}");
+        } else {
+            let demo = demo.unwrap_err().to_string();
+            assert!(demo.contains("built without the dummy upstream"), "{demo}");
+            assert!(demo.contains("--features dev-tools"), "{demo}");
+            assert!(!plain.contains("--demo"), "{plain}");
+        }
     }
 }

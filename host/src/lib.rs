@@ -13,7 +13,6 @@
 //! | [`skills`] | the skill library, retrieval through plugins, injection |
 //! | [`plugins`] | the WebAssembly plugin host |
 //! | [`embeddings`] | host-side embedding backends for plugins |
-//! | [`dev`] | the dummy upstream used by tests, benches and the demo |
 //! | [`home`], [`clock`], [`digest`] | leaf helpers: home paths, wall-clock time, hex digests |
 //! | [`untrusted`] | text from plugins and skills, made safe for logs and prompts |
 
@@ -23,7 +22,6 @@ pub mod cli;
 pub mod clock;
 pub mod config;
 pub mod daemon;
-pub mod dev;
 pub mod digest;
 pub mod embeddings;
 pub mod error;

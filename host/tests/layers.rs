@@ -31,7 +31,7 @@ const LAYERS: &[&[&str]] = &[
     &["proxy", "learn"],
     // The composition root.
     &["app"],
-    &["server", "claws", "dev"],
+    &["server", "claws"],
     &["daemon", "cli"],
 ];
 

@@ -36,8 +36,8 @@ struct Product {
 async fn product(llm: &str) -> Product {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let upstream = format!("http://{}/v1", listener.local_addr().unwrap());
-    let dummy = Arc::new(metaclaw::dev::upstream::Dummy::default());
-    tokio::spawn(metaclaw::dev::upstream::serve(listener, dummy));
+    let dummy = Arc::new(metaclaw_mock_upstream::Dummy::default());
+    tokio::spawn(metaclaw_mock_upstream::serve(listener, dummy));
     product_of(&upstream, llm).await
 }
 

@@ -455,7 +455,9 @@ fn runtime() -> Result<tokio::runtime::Runtime> {
         .build()?)
 }
 
+#[cfg(feature = "dev-tools")]
 fn dev_upstream(host: &str, port: u16, require_key: Option<String>) -> Result<ExitCode> {
+    use metaclaw_mock_upstream::Dummy;
     crate::logging::init("info");
     let rt = runtime()?;
     rt.block_on(async {
@@ -463,13 +465,18 @@ fn dev_upstream(host: &str, port: u16, require_key: Option<String>) -> Result<Ex
         let addr = listener.local_addr()?;
         say!("dummy upstream listening on http://{addr}/v1");
         let dummy = match require_key {
-            Some(key) => crate::dev::upstream::Dummy::requiring_key(key),
-            None => crate::dev::upstream::Dummy::default(),
+            Some(key) => Dummy::requiring_key(key),
+            None => Dummy::default(),
         };
-        crate::dev::upstream::serve(listener, std::sync::Arc::new(dummy)).await?;
+        metaclaw_mock_upstream::serve(listener, std::sync::Arc::new(dummy)).await?;
         anyhow::Ok(())
     })?;
     Ok(ExitCode::SUCCESS)
+}
+
+#[cfg(not(feature = "dev-tools"))]
+fn dev_upstream(_host: &str, _port: u16, _require_key: Option<String>) -> Result<ExitCode> {
+    anyhow::bail!("{}", crate::daemon::NO_DUMMY_UPSTREAM)
 }
 
 /// Local time, for people.

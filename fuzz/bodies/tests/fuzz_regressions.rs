@@ -1,15 +1,16 @@
 //! Replays the fuzz seed corpora (`fuzz/corpus/<target>/`) and every input
 //! a fuzzer ever crashed on (`fuzz/regressions/<target>/`) through the same
-//! `metaclaw::dev::fuzz` functions the cargo-fuzz targets call, so found
+//! `metaclaw_fuzz_bodies` functions the cargo-fuzz targets call, so found
 //! bugs stay fixed in `cargo test` (run the fuzzers with `scripts/fuzz`).
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 use std::path::{Path, PathBuf};
 
-use metaclaw::dev::fuzz::TARGETS;
+use metaclaw_fuzz_bodies::TARGETS;
 
+/// `fuzz/`: this crate is `fuzz/bodies`.
 fn root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../fuzz")
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
 }
 
 /// The files of `dir`, sorted (a missing folder has none).

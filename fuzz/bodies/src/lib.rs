@@ -1,7 +1,9 @@
 //! Fuzz entry points: one function per input parser that the proxy or the
-//! CLI runs on bytes it does not control. The cargo-fuzz targets in `fuzz/`
-//! call these, and `tests/fuzz_regressions.rs` replays the seed corpora and
-//! every crash found so far through them, so one piece of code serves both.
+//! CLI runs on bytes it does not control. The cargo-fuzz targets in
+//! `fuzz/fuzz_targets/` call these, and `tests/fuzz_regressions.rs` (in
+//! `cargo test --workspace`) replays the seed corpora and every crash found
+//! so far through them, so one piece of code serves both. A crate of its
+//! own, beside the targets: none of it ships in `metaclaw`.
 //!
 //! Each function must return on any input without panicking, hanging or
 //! allocating without bound; where it is cheap it also checks a property
@@ -23,18 +25,16 @@
 
 use std::path::Path;
 
-use axum::http::StatusCode;
 use bytes::Bytes;
+use metaclaw::sessions::TurnType;
+use metaclaw::skills::inject::{self, Injected};
+use metaclaw::skills::{Query, skill};
 use metaclaw_wire as wire;
 use metaclaw_wire::agent::openclaw;
 use metaclaw_wire::request::ChatRequest;
 use metaclaw_wire::stream::sse::{SseEvent, SseParser, parse_all};
 use metaclaw_wire::stream::{Chain, Transcode, encode};
 use serde_json::{Value, json};
-
-use crate::sessions::TurnType;
-use crate::skills::inject::{self, Injected};
-use crate::skills::{Query, skill};
 
 /// A fuzz entry point.
 pub type Target = fn(&[u8]);
@@ -203,9 +203,9 @@ fn whole_answers(value: &Value, raw: &[u8]) {
     let _ = wire::response::anthropic::from_chat(value);
     let _ = wire::response::responses::from_chat(value, value);
     let raw = Bytes::copy_from_slice(raw);
-    for status in [StatusCode::BAD_REQUEST, StatusCode::TOO_MANY_REQUESTS] {
-        let _ = wire::response::error_body::to_openai(status.as_u16(), &raw);
-        let body = wire::response::error_body::to_anthropic(status.as_u16(), &raw);
+    for status in [400, 429] {
+        let _ = wire::response::error_body::to_openai(status, &raw);
+        let body = wire::response::error_body::to_anthropic(status, &raw);
         assert!(serde_json::from_slice::<Value>(&body).is_ok());
     }
 }
@@ -379,7 +379,7 @@ pub fn skill_md(data: &[u8]) {
 /// re-serialises (as `config show`/`config set` write it) and parses back to
 /// the same value.
 pub fn config(data: &[u8]) {
-    use crate::config;
+    use metaclaw::config;
     let Ok(text) = std::str::from_utf8(data) else {
         return;
     };

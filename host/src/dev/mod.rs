@@ -1,5 +1,0 @@
-//! Developer tools shipped in the binary.
-
-pub mod fuzz;
-pub mod learning;
-pub mod upstream;
