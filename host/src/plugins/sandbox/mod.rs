@@ -1,0 +1,281 @@
+//! What a plugin may touch, and how much of it. Every store gets a WASI
+//! context that denies the filesystem, network, environment and real clocks
+//! unless the deployment granted them; a memory budget shared by all of the
+//! plugin's instances (linear memories and tables alike); a cap on what one
+//! call may copy into the host; metaclaw's host capabilities (`embed`,
+//! `clock`, `kv`), which deny an ungranted call (a trap, or an error where
+//! the interface has one), `embed` within a budget of its own; and a log
+//! that is escaped to one line a message and rate-limited.
+
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use wasmtime::component::ResourceTable;
+use wasmtime_wasi::p2::pipe::MemoryOutputPipe;
+use wasmtime_wasi::{
+    FsPerms, HostMonotonicClock, HostWallClock, WasiCtx, WasiCtxBuilder, WasiCtxView, WasiView,
+};
+
+use super::bindings::{clock, embed, kv, log, types};
+
+mod host;
+mod limits;
+
+pub use limits::*;
+
+/// Capabilities granted to one plugin: parsed with the config.
+pub use crate::config::Grants;
+
+/// Embeddings for plugins that are granted `embed` (the host's embedding
+/// backend, `crate::embeddings`).
+pub trait Embedder: Send + Sync {
+    /// One L2-normalised vector per text.
+    fn embed(&self, texts: &[String], purpose: EmbedPurpose) -> Result<Vec<Vec<f32>>, String>;
+}
+
+/// Why a plugin asks for embeddings: texts embedded while indexing the
+/// library come back again and again (every instance indexes, every
+/// restart too) and are worth keeping; a turn's query rarely is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum EmbedPurpose {
+    Index,
+    Query,
+}
+
+/// What all instances of one plugin share.
+pub struct PluginShared {
+    /// The name it declared (validated: letters, digits, `-`, `_`).
+    pub name: Arc<str>,
+    /// `name@version`, for logs and messages.
+    pub label: Arc<str>,
+    pub grants: Grants,
+    pub embedder: Option<Arc<dyn Embedder>>,
+    pub memory: Arc<MemoryPool>,
+    pub log: LogLimiter,
+    kv: Mutex<KvCache>,
+    /// Embedding jobs in flight for this plugin; a job whose call was
+    /// abandoned keeps its slot until the backend answers.
+    embed_slots: Arc<tokio::sync::Semaphore>,
+}
+
+impl PluginShared {
+    pub fn new(
+        name: &str,
+        label: &str,
+        grants: Grants,
+        embedder: Option<Arc<dyn Embedder>>,
+        memory: Arc<MemoryPool>,
+    ) -> Arc<Self> {
+        Arc::new(Self {
+            name: name.into(),
+            label: label.into(),
+            grants,
+            embedder,
+            memory,
+            log: LogLimiter::new(),
+            kv: Mutex::new(KvCache::default()),
+            embed_slots: Arc::new(tokio::sync::Semaphore::new(2)),
+        })
+    }
+}
+
+/// Per-store state: one per plugin instance.
+pub struct PluginState {
+    wasi: WasiCtx,
+    table: ResourceTable,
+    pub limiter: MemoryBudget,
+    pub shared: Arc<PluginShared>,
+    /// What the plugin wrote to stderr (shown when a call fails).
+    pub stderr: MemoryOutputPipe,
+    /// The current call's deadline.
+    pub deadline: Arc<Deadline>,
+    /// Log lines left in the current call.
+    pub log_budget: u32,
+    /// Set while the host runs the retriever's `index()`.
+    pub embed_purpose: EmbedPurpose,
+    /// What the current call may still spend on `embed`.
+    pub embed_left: EmbedBudget,
+    /// The last failure of the host's embedding backend in this call (not
+    /// the plugin's fault).
+    pub embed_error: Option<String>,
+}
+
+pub const LOG_LINES_PER_CALL: u32 = 50;
+
+impl PluginState {
+    pub fn new(shared: Arc<PluginShared>) -> Self {
+        let grants = &shared.grants;
+        let stderr = MemoryOutputPipe::new(8 << 10);
+        let mut b = WasiCtxBuilder::new();
+        b.stderr(stderr.clone());
+        if !grants.clock {
+            b.wall_clock(FrozenClock);
+            b.monotonic_clock(FrozenClock);
+        }
+        for var in &grants.env {
+            if let Ok(value) = std::env::var(var) {
+                b.env(var, value);
+            }
+        }
+        for dir in &grants.read_dirs {
+            let guest = dir.to_string_lossy().into_owned();
+            if let Err(e) = b.preopened_dir(dir, &guest, FsPerms::ReadOnly) {
+                tracing::warn!(plugin = %shared.label, "cannot grant {}: {e}", dir.display());
+            }
+        }
+        b.allow_tcp(grants.network);
+        b.allow_udp(grants.network);
+        b.allow_ip_name_lookup(grants.network);
+        if grants.network {
+            b.socket_addr_check(|_, _| Box::pin(async { true }));
+        }
+        Self {
+            wasi: b.build(),
+            table: ResourceTable::new(),
+            limiter: MemoryBudget::new(shared.memory.clone()),
+            shared,
+            stderr,
+            deadline: Deadline::after(Duration::ZERO),
+            log_budget: LOG_LINES_PER_CALL,
+            embed_purpose: EmbedPurpose::Query,
+            embed_left: EmbedBudget::CALL,
+            embed_error: None,
+        }
+    }
+
+    /// Ready for a new call ending at `deadline`.
+    pub fn begin_call(&mut self, deadline: Arc<Deadline>, purpose: EmbedPurpose) {
+        self.deadline = deadline;
+        self.log_budget = LOG_LINES_PER_CALL;
+        self.embed_purpose = purpose;
+        self.embed_left = EmbedBudget::for_purpose(purpose);
+        self.embed_error = None;
+    }
+
+    fn denied(&self, capability: &str) -> wasmtime::Error {
+        wasmtime::Error::msg(format!(
+            "capability `{capability}` is not granted to plugin {}; grant it with plugins.grants.{}: [{capability}]",
+            self.shared.label, self.shared.name
+        ))
+    }
+}
+
+impl WasiView for PluginState {
+    fn ctx(&mut self) -> WasiCtxView<'_> {
+        WasiCtxView {
+            ctx: &mut self.wasi,
+            table: &mut self.table,
+        }
+    }
+}
+
+/// Time stands still for plugins without the `clock` grant.
+struct FrozenClock;
+
+impl HostWallClock for FrozenClock {
+    fn resolution(&self) -> Duration {
+        Duration::from_secs(1)
+    }
+    fn now(&self) -> Duration {
+        Duration::ZERO
+    }
+}
+
+impl HostMonotonicClock for FrozenClock {
+    fn resolution(&self) -> u64 {
+        1_000_000_000
+    }
+    fn now(&self) -> u64 {
+        0
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use wasmtime::ResourceLimiter;
+
+    #[test]
+    fn the_budget_is_shared_by_every_memory_table_and_instance() {
+        let pool = MemoryPool::new(10 << 20);
+        let mut a = MemoryBudget::new(pool.clone());
+        let mut b = MemoryBudget::new(pool.clone());
+        assert!(a.memory_growing(0, 6 << 20, None).unwrap());
+        assert!(
+            !b.memory_growing(0, 6 << 20, None).unwrap(),
+            "a second instance shares the budget"
+        );
+        assert!(b.hit);
+        // A table of a million references is 8 MiB: past what is left.
+        assert!(!a.table_growing(0, 1 << 20, None).unwrap());
+        assert!(a.table_growing(0, 1000, None).unwrap());
+        assert!(!a.table_growing(0, (1 << 20) + 1, None).unwrap());
+        drop(a);
+        assert_eq!(pool.used(), 0, "a dropped instance gives its bytes back");
+        assert!(b.memory_growing(0, 6 << 20, None).unwrap());
+    }
+
+    #[test]
+    fn kv_counts_entries_and_their_overhead() {
+        let grants = Grants {
+            kv: true,
+            ..Grants::default()
+        };
+        let shared = PluginShared::new("p", "p@1.0.0", grants, None, MemoryPool::new(1 << 20));
+        let mut state = PluginState::new(shared);
+        // Empty values: without the per-entry cost 1 MiB would hold a
+        // hundred thousand of them.
+        let mut n = 0;
+        while kv::Host::set(&mut state, format!("{n:05}"), Vec::new())
+            .unwrap()
+            .is_ok()
+        {
+            n += 1;
+        }
+        assert_eq!(n, KV_MAX_ENTRIES);
+        // An existing entry may still change; a big value hits the bytes.
+        assert!(
+            kv::Host::set(&mut state, "00000".into(), vec![1; 100])
+                .unwrap()
+                .is_ok()
+        );
+        kv::Host::delete(&mut state, "00001".into()).unwrap();
+        let err = kv::Host::set(&mut state, "big".into(), vec![0; KV_MAX_BYTES])
+            .unwrap()
+            .unwrap_err();
+        assert!(err.contains("bytes"), "{err}");
+    }
+
+    #[test]
+    fn the_log_limiter_admits_a_burst_then_a_trickle() {
+        let l = LogLimiter::new();
+        let admitted = (0..1000).filter(|_| l.admit()).count();
+        assert!(
+            (100..=110).contains(&admitted),
+            "a burst of about {}: {admitted}",
+            LogLimiter::BURST
+        );
+        assert!(l.dropped.load(Ordering::Relaxed) >= 890);
+    }
+
+    #[tokio::test]
+    async fn a_deadline_that_moves_is_followed() {
+        let d = Deadline::after(Duration::from_millis(20));
+        let moved = d.clone();
+        let out = d
+            .bound(async move {
+                moved.set(Instant::now() + Duration::from_millis(80));
+                tokio::time::sleep(Duration::from_millis(50)).await;
+                7
+            })
+            .await;
+        assert_eq!(out, Some(7), "the deadline moved past the sleep");
+        let d = Deadline::after(Duration::from_millis(10));
+        assert_eq!(
+            d.bound(tokio::time::sleep(Duration::from_secs(5))).await,
+            None
+        );
+        assert!(d.expired());
+    }
+}
