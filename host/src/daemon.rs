@@ -57,6 +57,20 @@ pub fn check_servable(loaded: &Loaded, demo: bool) -> Result<()> {
              `metaclaw config set llm.api_base https://…/v1`{demo}"
         );
     }
+    // Without CA certificates an HTTPS upstream cannot be reached: said
+    // here, before `start` puts the daemon in the background, not only in
+    // its log.
+    let base = loaded.api_base();
+    let fallbacks = config
+        .llm
+        .fallbacks
+        .iter()
+        .map(|f| f.api_base.as_str())
+        .filter(|b| !b.is_empty());
+    crate::http::ClientSpec::new(crate::http::Purpose::Upstream)
+        .only_calls(std::iter::once(base.as_str()).chain(fallbacks))
+        .build()
+        .map_err(|e| anyhow::anyhow!("llm.api_base {base}: {e}"))?;
     Ok(())
 }
 
