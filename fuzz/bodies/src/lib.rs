@@ -121,8 +121,9 @@ fn translated(chat: &Value) {
 /// What `turn` does with a chat-completions body (the client's, or one
 /// translated from another dialect); `None` where the proxy answers 400.
 fn chat_pipeline(body: &[u8]) -> Option<ChatRequest> {
-    let parsed = ChatRequest::parse(body, false);
-    let with_header = ChatRequest::parse(body, true);
+    let bytes = Bytes::copy_from_slice(body);
+    let parsed = ChatRequest::parse(bytes.clone(), false);
+    let with_header = ChatRequest::parse(bytes, true);
     let request = match (parsed, with_header) {
         (Ok(r), Ok(h)) => {
             assert!(h.fingerprint.is_none(), "a header names the session");
@@ -152,10 +153,11 @@ fn chat_pipeline(body: &[u8]) -> Option<ChatRequest> {
     }
 
     // The retrieval query (on a blocking thread in the proxy).
-    let query = Query::from_chat_request(body, "session", "model");
+    let query = Query::from_request(&request, "session", "model");
     let _ = wire::text::user_words(&query.text);
 
-    // Skills spliced after the system prompt, the agent's bytes untouched.
+    // Skills spliced after the system prompt, the agent's bytes untouched
+    // but for what must change (here the model and the control fields too).
     let block = inject::block(&[Injected {
         id: "fuzz-skill".into(),
         name: "fuzz-skill".into(),
@@ -167,17 +169,20 @@ fn chat_pipeline(body: &[u8]) -> Option<ChatRequest> {
     // The hot path does not check what it skips (an unknown field may hold
     // invalid UTF-8): the property holds for bodies that are JSON.
     let tree = serde_json::from_slice::<Value>(body).ok();
-    if let Some(spliced) = inject::splice(body, &block)
-        && tree.is_some()
-    {
+    for model in [None, Some("served-model")] {
+        if tree.is_none() {
+            break;
+        }
+        let spliced = request.outgoing(model, Some(&block));
         let tree: Value = serde_json::from_slice(&spliced)
             .unwrap_or_else(|e| panic!("the spliced body is not JSON ({e})"));
-        let after = ChatRequest::parse(&spliced, false)
+        let after = ChatRequest::parse(spliced.clone(), false)
             .unwrap_or_else(|e| panic!("the spliced body no longer parses: {e}"));
         assert_eq!(after.message_count, request.message_count);
         assert_eq!(after.last_user_text, request.last_user_text);
-        assert_eq!(after.model, request.model);
+        assert_eq!(after.model.as_deref(), model.or(request.model.as_deref()));
         assert_eq!(after.stream, request.stream);
+        assert!(!after.has_control_fields, "a control field went upstream");
         let first = &tree["messages"][0];
         assert!(
             matches!(first["role"].as_str(), Some("system" | "developer")),
@@ -185,7 +190,7 @@ fn chat_pipeline(body: &[u8]) -> Option<ChatRequest> {
         );
         let system = wire::text::value_text(&first["content"]);
         assert!(system.ends_with(&block), "the block is not at the end");
-        let again = Query::from_chat_request(&spliced, "session", "model");
+        let again = Query::from_request(&after, "session", "model");
         assert_eq!(again.text, query.text);
         // An Anthropic upstream gets the spliced body translated.
         let _ = wire::request::anthropic::from_chat(&tree);

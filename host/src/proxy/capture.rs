@@ -1,13 +1,43 @@
-//! A turn's answer as the record takes it: the bytes the upstream sent and
-//! how to read them as a chat completion. Reading runs later, on the store's
-//! writer thread, so the serving path only keeps the bytes; the store runs
-//! the reader it is given and knows no API format.
+//! A turn as the record takes it. The request: the agent's bytes and where
+//! its messages, tools and parameters lie (read once, by the proxy). The
+//! answer: the bytes the upstream sent and how to read them as a chat
+//! completion. Reading runs later, on the store's writer thread, so the
+//! serving path only keeps bytes and ranges; the store knows no API format
+//! and no agent.
 
 use bytes::Bytes;
 use metaclaw_wire::ApiFormat;
+use metaclaw_wire::request::{CONTROL_FIELDS, ChatRequest};
 use serde_json::{Value, json};
 
-use crate::store::Capture;
+use crate::store::{Capture, RecordedRequest};
+
+/// What of a request is recorded: the conversation (not OpenClaw's
+/// per-call internal context), the tools and the parameters, without
+/// metaclaw's own control fields.
+pub fn request(request: &ChatRequest) -> RecordedRequest {
+    let mut recorded = RecordedRequest {
+        body: request.body().clone(),
+        messages: request
+            .messages()
+            .iter()
+            .filter(|m| !m.internal)
+            .map(|m| m.raw.clone())
+            .collect(),
+        ..RecordedRequest::default()
+    };
+    for field in request.fields() {
+        match field.name.as_str() {
+            "messages" => {}
+            "tools" => recorded.tools = Some(field.value.clone()),
+            name if CONTROL_FIELDS.contains(&name) => {}
+            name => recorded
+                .params
+                .push((name.to_string(), field.value.clone())),
+        }
+    }
+    recorded
+}
 
 /// A whole (non-streamed) answer from an upstream speaking `format`.
 pub fn whole(format: ApiFormat, bytes: Bytes) -> Capture {

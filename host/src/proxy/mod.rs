@@ -1,7 +1,11 @@
 //! The proxy: OpenAI- and Anthropic-compatible routes in front of the
 //! upstream LLM API.
 
+mod answer;
 mod capture;
+mod record;
+mod request;
+mod stream;
 pub mod turn;
 pub mod upstream;
 

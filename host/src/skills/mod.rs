@@ -45,6 +45,7 @@ use std::sync::{Arc, RwLock};
 use crate::plugins::{PluginHost, types};
 use inject::{Chosen, Injected};
 use library::{Library, Snapshot};
+use metaclaw_wire::request::{ChatRequest, Role};
 use skill::{Category, Skill};
 
 #[derive(Debug, Clone)]
@@ -89,63 +90,35 @@ pub struct Query {
 }
 
 impl Query {
-    /// The query of a chat-completions request (parsed off the async
-    /// workers: this reads the whole body).
-    pub fn from_chat_request(body: &[u8], session_id: &str, model: &str) -> Self {
-        #[derive(serde::Deserialize)]
-        struct Body<'a> {
-            #[serde(borrow, default)]
-            messages: Vec<Message<'a>>,
-        }
-        #[derive(serde::Deserialize)]
-        struct Message<'a> {
-            #[serde(borrow)]
-            role: std::borrow::Cow<'a, str>,
-            #[serde(borrow, default)]
-            content: Option<&'a serde_json::value::RawValue>,
-        }
-        let text = |m: &Message<'_>| {
-            m.content
-                .map(metaclaw_wire::text::content_text)
-                .unwrap_or_default()
+    /// How many of the latest messages a query carries, and how much of
+    /// each (and of the system prompt).
+    const RECENT: usize = 6;
+    const CLIP_CHARS: usize = 2000;
+
+    /// The query of a turn's request: only its last few messages are read.
+    pub fn from_request(request: &ChatRequest, session_id: &str, model: &str) -> Self {
+        let clip = |s: String| match s.char_indices().nth(Self::CLIP_CHARS) {
+            Some((end, _)) => s[..end].to_string(),
+            None => s,
         };
-        let clip = |s: String, n: usize| {
-            if s.chars().count() > n {
-                s.chars().take(n).collect()
-            } else {
-                s
-            }
-        };
-        let body: Body<'_> = serde_json::from_slice(body).unwrap_or(Body {
-            messages: Vec::new(),
-        });
-        let system_prompt = body
-            .messages
-            .iter()
-            .find(|m| matches!(m.role.as_ref(), "system" | "developer"))
-            .map(|m| clip(text(m), 2000))
-            .unwrap_or_default();
         let mut recent: Vec<(String, String)> = Vec::new();
-        for m in body.messages.iter().rev() {
-            if recent.len() == 6 {
+        for m in request.messages().iter().rev() {
+            if recent.len() == Self::RECENT {
                 break;
             }
-            if matches!(m.role.as_ref(), "system" | "developer") {
+            if m.role == Role::System || m.internal {
                 continue;
             }
-            let mut t = text(m);
-            if m.role == "user" {
-                if metaclaw_wire::agent::openclaw::is_internal_context(&t) {
-                    continue;
-                }
+            let mut text = request.text(m);
+            if m.role == Role::User {
                 // The user's words: agent metadata in a query pulls in
                 // irrelevant skills (the original's issue #39).
-                t = metaclaw_wire::text::user_words(&t);
+                text = metaclaw_wire::text::user_words(&text);
             }
-            recent.push((m.role.to_string(), clip(t, 2000)));
+            recent.push((m.role.as_str().to_string(), clip(text)));
         }
         recent.reverse();
-        let query = recent
+        let text = recent
             .iter()
             .rev()
             .find(|(role, _)| role == "user")
@@ -154,9 +127,9 @@ impl Query {
         Query {
             session_id: session_id.into(),
             model: model.into(),
-            text: query,
+            text,
             recent,
-            system_prompt,
+            system_prompt: request.system_prompt().map(clip).unwrap_or_default(),
         }
     }
 }
@@ -562,7 +535,8 @@ mod tests {
         ))
         .unwrap();
         let body = serde_json::to_vec(&fixture["body"]).unwrap();
-        let query = Query::from_chat_request(&body, "s", "m");
+        let request = ChatRequest::parse(body.into(), false).unwrap();
+        let query = Query::from_request(&request, "s", "m");
         assert_eq!(query.text, "Say PONG");
         // The internal context is left out; the user's message is their words.
         assert_eq!(query.recent, [("user".to_string(), "Say PONG".to_string())]);

@@ -15,6 +15,7 @@ mod schema;
 pub mod skills;
 mod writer;
 
+use std::ops::Range;
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
@@ -145,7 +146,7 @@ pub struct TurnRecord {
     pub model: Option<String>,
     pub upstream_model: Option<String>,
     pub stream: bool,
-    pub request_body: Bytes,
+    pub request: RecordedRequest,
     pub response: Capture,
     pub status: TurnStatus,
     pub http_status: Option<u16>,
@@ -158,6 +159,21 @@ pub struct TurnRecord {
     pub message_count: u32,
     /// The skills injected into the turn's prompt, best first.
     pub injected_skills: Vec<InjectedSkill>,
+}
+
+/// A turn's request as the proxy read it: the agent's bytes and where the
+/// parts the store keeps lie in them. The store parses only the values it
+/// stores; what is a message, a tool list or metaclaw's own field is the
+/// proxy's to say.
+#[derive(Debug, Clone, Default)]
+pub struct RecordedRequest {
+    pub body: Bytes,
+    /// The conversation's messages, in order (each one a JSON object).
+    pub messages: Vec<Range<usize>>,
+    /// The tool definitions (a JSON list), if any.
+    pub tools: Option<Range<usize>>,
+    /// The other parameters (`model`, `temperature`…), by name.
+    pub params: Vec<(String, Range<usize>)>,
 }
 
 /// A skill injected into a turn, as recorded (`[{"id", "version",

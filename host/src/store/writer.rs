@@ -1,20 +1,16 @@
 //! The writer thread: the only code that writes the database. It takes
-//! whatever is queued, turns each record into rows (full JSON parse,
-//! internal-context stripping, redaction, blob dedup) and commits the batch.
+//! whatever is queued, turns each record into rows (the values it keeps
+//! parsed and redacted, blobs deduplicated) and commits the batch. What a
+//! request's parts are, the proxy said when it queued the turn.
 
-use std::borrow::Cow;
 use std::collections::HashSet;
+use std::ops::Range;
 use std::sync::Arc;
 use std::sync::mpsc::{Receiver, RecvTimeoutError};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use metaclaw_wire::agent::openclaw;
-use metaclaw_wire::request::CONTROL_FIELDS;
-use metaclaw_wire::text::content_text;
 use rusqlite::{Connection, Transaction, params};
-use serde::Deserialize;
-use serde_json::value::RawValue;
 use serde_json::{Map, Value};
 
 use tokio::sync::OwnedSemaphorePermit;
@@ -231,45 +227,24 @@ impl Writer {
         let mut message_hashes = Vec::new();
         let mut tools_blob = None;
         let mut params = Map::new();
-        let body = &turn.request_body;
-        // Split the body into its fields without parsing them: messages and
-        // tools are only parsed (and redacted) when they are new.
-        match serde_json::from_slice::<Fields<'_>>(body) {
-            Ok(Fields(fields)) => {
-                for (Key(key), raw) in fields {
-                    match key.as_ref() {
-                        "messages" => {
-                            let messages: Vec<&RawValue> =
-                                serde_json::from_str(raw.get()).unwrap_or_default();
-                            for message in messages {
-                                // OpenClaw's per-call internal context is
-                                // forwarded, never recorded.
-                                let head: MessageHead<'_> =
-                                    serde_json::from_str(message.get()).unwrap_or_default();
-                                if head.role.as_deref() == Some("user")
-                                    && head.content.is_some_and(|c| {
-                                        openclaw::is_internal_context(&content_text(c))
-                                    })
-                                {
-                                    continue;
-                                }
-                                message_hashes.push(self.blob(body, message, &mut blobs));
-                            }
-                        }
-                        "tools" => tools_blob = Some(self.blob(body, raw, &mut blobs)),
-                        k if CONTROL_FIELDS.contains(&k) => {}
-                        _ => {
-                            params.insert(
-                                key.into_owned(),
-                                serde_json::from_str(raw.get()).unwrap_or(Value::Null),
-                            );
-                        }
-                    }
-                }
-            }
-            Err(_) => {
-                params.insert("unparsable_body".into(), Value::Bool(true));
-            }
+        let request = &turn.request;
+        let body = &request.body;
+        let text = |range: &Range<usize>| {
+            body.get(range.clone())
+                .and_then(|b| std::str::from_utf8(b).ok())
+                .unwrap_or("null")
+        };
+        for message in &request.messages {
+            message_hashes.push(self.blob(body, text(message), &mut blobs));
+        }
+        if let Some(tools) = &request.tools {
+            tools_blob = Some(self.blob(body, text(tools), &mut blobs));
+        }
+        for (name, value) in &request.params {
+            params.insert(
+                name.clone(),
+                serde_json::from_str(text(value)).unwrap_or(Value::Null),
+            );
         }
         let mut params = Value::Object(params);
         self.redactor.redact_json(&mut params);
@@ -322,14 +297,14 @@ impl Writer {
     /// sent them), queuing the redacted blob if it is new. A value seen
     /// recently (the same system prompt, turn after turn) is recognised by
     /// comparing bytes, without hashing it again.
-    fn blob(&mut self, body: &Bytes, raw: &RawValue, blobs: &mut Vec<(String, String)>) -> String {
-        let bytes = raw.get().as_bytes();
+    fn blob(&mut self, body: &Bytes, json: &str, blobs: &mut Vec<(String, String)>) -> String {
+        let bytes = json.as_bytes();
         if let Some(hash) = self.recent.find(bytes) {
             return hash;
         }
         let hash = sha256_hex(bytes);
         if !self.known_blobs.contains(&hash) && !blobs.iter().any(|(h, _)| *h == hash) {
-            let mut value: Value = serde_json::from_str(raw.get()).unwrap_or(Value::Null);
+            let mut value: Value = serde_json::from_str(json).unwrap_or(Value::Null);
             self.redactor.redact_json(&mut value);
             blobs.push((hash.clone(), value.to_string()));
         }
@@ -338,43 +313,6 @@ impl Writer {
         }
         hash
     }
-}
-
-/// The top-level fields of a JSON object, values left unparsed.
-struct Fields<'a>(Vec<(Key<'a>, &'a RawValue)>);
-
-#[derive(Deserialize)]
-struct Key<'a>(#[serde(borrow)] Cow<'a, str>);
-
-impl<'de: 'a, 'a> Deserialize<'de> for Fields<'a> {
-    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        struct V<'a>(std::marker::PhantomData<&'a ()>);
-        impl<'de: 'a, 'a> serde::de::Visitor<'de> for V<'a> {
-            type Value = Fields<'a>;
-            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-                f.write_str("a JSON object")
-            }
-            fn visit_map<M: serde::de::MapAccess<'de>>(
-                self,
-                mut map: M,
-            ) -> Result<Fields<'a>, M::Error> {
-                let mut fields = Vec::new();
-                while let Some(entry) = map.next_entry::<Key<'a>, &'a RawValue>()? {
-                    fields.push(entry);
-                }
-                Ok(Fields(fields))
-            }
-        }
-        d.deserialize_map(V(std::marker::PhantomData))
-    }
-}
-
-#[derive(Deserialize, Default)]
-struct MessageHead<'a> {
-    #[serde(borrow, default)]
-    role: Option<Cow<'a, str>>,
-    #[serde(borrow, default)]
-    content: Option<&'a RawValue>,
 }
 
 /// `part` as a zero-copy slice of `whole`, if it lies inside it.

@@ -45,7 +45,11 @@ pub fn value_text(content: &Value) -> String {
 
 /// [`value_text`] of a raw (unparsed) `content`, without building its tree.
 pub fn content_text(raw: &RawValue) -> String {
-    let s = raw.get();
+    json_content_text(raw.get())
+}
+
+/// [`content_text`] of a `content` given as its JSON text.
+pub fn json_content_text(s: &str) -> String {
     if s.starts_with('"') {
         return serde_json::from_str::<String>(s).unwrap_or_default();
     }

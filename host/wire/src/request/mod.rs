@@ -10,7 +10,7 @@ pub mod responses;
 
 use serde_json::Value;
 
-pub use chat::{CONTROL_FIELDS, ChatRequest, truthy};
+pub use chat::{CONTROL_FIELDS, ChatRequest, Field, Message, Role, truthy};
 
 /// Copies metaclaw's own body fields (session controls) across a
 /// translation, so the turn pipeline still sees them.
