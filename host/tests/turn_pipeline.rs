@@ -28,6 +28,8 @@ const PORT: u16 = 30000;
 struct Product {
     handle: AppHandle,
     router: Router,
+    /// The in-process upstream, when [`product`] started it.
+    dummy: Option<Arc<metaclaw_mock_upstream::Dummy>>,
     _home: tempfile::TempDir,
 }
 
@@ -37,8 +39,10 @@ async fn product(llm: &str) -> Product {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let upstream = format!("http://{}/v1", listener.local_addr().unwrap());
     let dummy = Arc::new(metaclaw_mock_upstream::Dummy::default());
-    tokio::spawn(metaclaw_mock_upstream::serve(listener, dummy));
-    product_of(&upstream, llm).await
+    tokio::spawn(metaclaw_mock_upstream::serve(listener, dummy.clone()));
+    let mut product = product_of(&upstream, llm).await;
+    product.dummy = Some(dummy);
+    product
 }
 
 /// [`product`] in front of the upstream at `upstream`.
@@ -65,6 +69,7 @@ async fn product_of(upstream: &str, llm: &str) -> Product {
     Product {
         handle,
         router,
+        dummy: None,
         _home: dir,
     }
 }
@@ -120,6 +125,60 @@ async fn a_turn_is_answered_and_recorded_once() {
     assert_eq!(turns.len(), 1, "{turns:?}");
     assert_eq!(turns[0].status, "ok");
     assert_eq!(turns[0].user.as_deref(), Some("hello there"));
+    p.handle.shutdown().await;
+}
+
+#[tokio::test]
+async fn one_read_of_the_request_feeds_the_upstream_body_and_the_record() {
+    let p = product("").await;
+    let internal =
+        "<<<BEGIN_OPENCLAW_INTERNAL_CONTEXT>>>\nruntime notes\n<<<END_OPENCLAW_INTERNAL_CONTEXT>>>";
+    let body = json!({
+        "turn_type": "main",
+        "model": "echo",
+        "messages": [
+            {"role": "system", "content": "You are terse."},
+            {"role": "user", "content": "[Mon 2026-11-23 18:26 UTC] what is 2+2?"},
+            {"role": "user", "content": internal},
+        ],
+        "temperature": 0.25,
+        "session_done": false,
+    });
+    let response = p.post("/v1/chat/completions", "s-once", body).await;
+    assert_eq!(response.status(), StatusCode::OK);
+    json_body(response).await;
+
+    // Upstream: the agent's request minus metaclaw's control fields, the
+    // internal context still there (the model needs it).
+    let dummy = p.dummy.as_ref().unwrap();
+    let (_, sent) = dummy.stats.recent.lock().unwrap().back().cloned().unwrap();
+    assert!(
+        sent.get("turn_type").is_none() && sent.get("session_done").is_none(),
+        "{sent}"
+    );
+    assert_eq!(sent["temperature"], 0.25);
+    assert_eq!(sent["messages"].as_array().unwrap().len(), 3);
+
+    // Record: the conversation (no internal context), the parameters (no
+    // control fields), the user's words.
+    let turns = p.turns("s-once").await;
+    assert_eq!(turns.len(), 1, "{turns:?}");
+    let turn = &turns[0];
+    assert_eq!(turn.user.as_deref(), Some("what is 2+2?"));
+    assert_eq!(
+        turn.request_params,
+        json!({"model": "echo", "temperature": 0.25})
+    );
+    let store = &p.handle.app().proxy.store;
+    let conn = metaclaw::store::open_read_only(store.path()).unwrap();
+    let messages = metaclaw::store::load_messages(&conn, &turn.message_hashes).unwrap();
+    assert_eq!(
+        messages,
+        [
+            json!({"role": "system", "content": "You are terse."}),
+            json!({"role": "user", "content": "[Mon 2026-11-23 18:26 UTC] what is 2+2?"}),
+        ]
+    );
     p.handle.shutdown().await;
 }
 

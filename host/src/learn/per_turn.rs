@@ -14,15 +14,47 @@ use tokio::sync::{broadcast, mpsc};
 use super::finished;
 use crate::clock::now_ms;
 use crate::plugins::PluginHost;
+use crate::plugins::types::FinishedTurn;
 use crate::sessions::SessionEnded;
-use crate::store::{Recorded, RewardRecord, Store, TurnType};
+use crate::store::{Recorded, RewardRecord, SCORER_TAIL, ScoringInput, Store, TurnType};
+
+/// A turn for the scorers: what the store's writer handed over when it
+/// recorded the turn, or (for a turn recorded before this run) its id, to
+/// read back.
+enum Input {
+    Memory(Arc<ScoringInput>),
+    Stored(String),
+}
+
+impl Input {
+    fn of(turn: &Recorded) -> Self {
+        match &turn.scoring {
+            Some(input) => Input::Memory(input.clone()),
+            None => Input::Stored(turn.turn_id.clone()),
+        }
+    }
+
+    fn id(&self) -> &str {
+        match self {
+            Input::Memory(input) => &input.turn_id,
+            Input::Stored(id) => id,
+        }
+    }
+
+    fn load(self, store: &Store) -> anyhow::Result<Option<Arc<ScoringInput>>> {
+        match self {
+            Input::Memory(input) => Ok(Some(input)),
+            Input::Stored(id) => Ok(store.scoring_input(&id)?.map(Arc::new)),
+        }
+    }
+}
 
 pub struct Scoring {
     store: Store,
     /// Turns to score (and their successors), for the scoring thread.
-    jobs: std::sync::mpsc::Sender<(String, Option<String>)>,
+    jobs: std::sync::mpsc::Sender<(Input, Option<Input>)>,
     /// The latest main turn of each open session, waiting for its successor.
-    pending: HashMap<Arc<str>, String>,
+    pending: HashMap<Arc<str>, Input>,
     plugins: Option<Arc<PluginHost>>,
 }
 
@@ -32,19 +64,25 @@ impl Scoring {
     /// Not niced: scorer calls have wall-clock deadlines, and a starved
     /// thread would time out plugins that did nothing wrong.
     pub fn new(store: Store, plugins: Option<Arc<PluginHost>>) -> Self {
-        let (jobs, queue) = std::sync::mpsc::channel::<(String, Option<String>)>();
+        let (jobs, queue) = std::sync::mpsc::channel::<(Input, Option<Input>)>();
         let scorer_store = store.clone();
         let scorer_plugins = plugins.clone();
         let spawned = std::thread::Builder::new()
             .name("metaclaw-score".into())
             .spawn(move || {
-                for (turn_id, next) in queue {
-                    match score_turn(
-                        &scorer_store,
-                        scorer_plugins.as_deref(),
-                        &turn_id,
-                        next.as_deref(),
-                    ) {
+                for (turn, next) in queue {
+                    let turn_id = turn.id().to_string();
+                    let scored = (|| {
+                        let Some(turn) = turn.load(&scorer_store)? else {
+                            anyhow::bail!("turn {turn_id} is not in the store");
+                        };
+                        let next = match next {
+                            Some(next) => next.load(&scorer_store)?,
+                            None => None,
+                        };
+                        Ok(score(scorer_plugins.as_deref(), &turn, next.as_deref()))
+                    })();
+                    match scored {
                         Ok(rewards) => scorer_store.rewards(turn_id, rewards, now_ms()),
                         Err(e) => tracing::warn!(turn = %turn_id, "cannot score: {e:#}"),
                     }
@@ -108,19 +146,22 @@ impl Scoring {
             // own resend as "what happened next" would read the agent's
             // retry as the user repeating themselves.
             self.pending
-                .insert(turn.session_id.clone(), turn.turn_id.clone());
+                .insert(turn.session_id.clone(), Input::of(&turn));
             return;
         }
         let previous = match self
             .pending
-            .insert(turn.session_id.clone(), turn.turn_id.clone())
+            .insert(turn.session_id.clone(), Input::of(&turn))
         {
             Some(previous) => Some(previous),
             // First sight since start: the store knows what is unscored.
-            None => self.unscored(&turn.session_id, Some(turn.seq)).await,
+            None => self
+                .unscored(&turn.session_id, Some(turn.seq))
+                .await
+                .map(Input::Stored),
         };
         if let Some(previous) = previous {
-            self.score(previous, Some(turn.turn_id));
+            self.score(previous, Some(Input::of(&turn)));
         }
     }
 
@@ -131,7 +172,7 @@ impl Scoring {
         }
         let last = match self.pending.remove(&session) {
             Some(last) => Some(last),
-            None => self.unscored(&session, None).await,
+            None => self.unscored(&session, None).await.map(Input::Stored),
         };
         if let Some(last) = last {
             self.score(last, None);
@@ -149,14 +190,13 @@ impl Scoring {
             .map(|(id, _)| id)
     }
 
-    /// Scores `turn_id` in the background, `next` being its successor.
-    fn score(&self, turn_id: String, next: Option<String>) {
-        let _ = self.jobs.send((turn_id, next));
+    /// Scores `turn` in the background, `next` being its successor.
+    fn score(&self, turn: Input, next: Option<Input>) {
+        let _ = self.jobs.send((turn, next));
     }
 }
 
-/// Runs every scorer of the role on a finished turn. A failing scorer is
-/// skipped (its failure is counted, and it is disabled if it keeps failing).
+/// Scores a recorded turn read back from the store (the job's score stage).
 pub fn score_turn(
     store: &Store,
     plugins: Option<&PluginHost>,
@@ -164,11 +204,7 @@ pub fn score_turn(
     next: Option<&str>,
 ) -> anyhow::Result<Vec<RewardRecord>> {
     // No scorer, nothing to read: the turn is scored with no rewards.
-    let Some(host) = plugins else {
-        return Ok(Vec::new());
-    };
-    let scorers = host.scorers();
-    if scorers.is_empty() {
+    if plugins.is_none_or(|host| host.scorers().is_empty()) {
         return Ok(Vec::new());
     }
     let Some(turn) = store.scoring_input(turn_id)? else {
@@ -178,7 +214,24 @@ pub fn score_turn(
         Some(id) => store.scoring_input(id)?,
         None => None,
     };
-    let finished = finished::finished_turn(&turn, next.as_ref());
+    Ok(score(plugins, &turn, next.as_ref()))
+}
+
+/// Runs every scorer of the role on a finished turn. A failing scorer is
+/// skipped (its failure is counted, and it is disabled if it keeps failing).
+fn score(
+    plugins: Option<&PluginHost>,
+    turn: &ScoringInput,
+    next: Option<&ScoringInput>,
+) -> Vec<RewardRecord> {
+    let Some(host) = plugins else {
+        return Vec::new();
+    };
+    let scorers = host.scorers();
+    if scorers.is_empty() {
+        return Vec::new();
+    }
+    let finished = scorer_view(turn, next);
     // All scorers at once: a slow one costs its deadline once, not once per
     // scorer after it.
     let outcomes = host.engine.block_on(futures_util::future::join_all(
@@ -197,5 +250,16 @@ pub fn score_turn(
             Err(e) => tracing::debug!(plugin = scorer.label(), "scorer skipped: {e}"),
         }
     }
-    Ok(rewards)
+    rewards
+}
+
+/// The finished turn as a scorer gets it: the conversation's latest
+/// [`SCORER_TAIL`] messages, without the system prompt (what the writer
+/// hands over already is just that).
+fn scorer_view(turn: &ScoringInput, next: Option<&ScoringInput>) -> FinishedTurn {
+    let mut finished = finished::finished_turn(turn, next);
+    finished.request.retain(|m| m.role != "system");
+    let skip = finished.request.len().saturating_sub(SCORER_TAIL);
+    finished.request.drain(..skip);
+    finished
 }

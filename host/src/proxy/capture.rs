@@ -7,10 +7,10 @@
 
 use bytes::Bytes;
 use metaclaw_wire::ApiFormat;
-use metaclaw_wire::request::{CONTROL_FIELDS, ChatRequest};
+use metaclaw_wire::request::{CONTROL_FIELDS, ChatRequest, Role};
 use serde_json::{Value, json};
 
-use crate::store::{Capture, RecordedRequest};
+use crate::store::{Capture, RecordedRequest, SCORER_TAIL};
 
 /// What of a request is recorded: the conversation (not OpenClaw's
 /// per-call internal context), the tools and the parameters, without
@@ -26,6 +26,22 @@ pub fn request(request: &ChatRequest) -> RecordedRequest {
             .collect(),
         ..RecordedRequest::default()
     };
+    let recorded_roles: Vec<&Role> = request
+        .messages()
+        .iter()
+        .filter(|m| !m.internal)
+        .map(|m| &m.role)
+        .collect();
+    let mut scored: Vec<usize> = recorded_roles
+        .iter()
+        .enumerate()
+        .rev()
+        .filter(|(_, role)| ***role != Role::System)
+        .map(|(i, _)| i)
+        .take(SCORER_TAIL)
+        .collect();
+    scored.reverse();
+    recorded.scored = scored;
     for field in request.fields() {
         match field.name.as_str() {
             "messages" => {}

@@ -174,7 +174,16 @@ pub struct RecordedRequest {
     pub tools: Option<Range<usize>>,
     /// The other parameters (`model`, `temperature`…), by name.
     pub params: Vec<(String, Range<usize>)>,
+    /// Which of `messages` the scorers read, in order: the latest
+    /// [`SCORER_TAIL`] that are not a system prompt.
+    pub scored: Vec<usize>,
 }
+
+/// How many of a conversation's latest messages a scorer gets. Scorers
+/// judge the end of a conversation (the answer, what came next, a few
+/// messages before); the whole of it, system prompt included, was tens of
+/// kilobytes read back and copied into each scorer on every turn.
+pub const SCORER_TAIL: usize = 32;
 
 /// A skill injected into a turn, as recorded (`[{"id", "version",
 /// "score"}]` in `turns.injected_skills`).
@@ -204,6 +213,9 @@ pub struct Recorded {
     pub seq: i64,
     /// A retry of the session's previous main turn (which it supersedes).
     pub retry: bool,
+    /// What the scorers read of a main turn (its latest messages and its
+    /// answer, redacted as stored), so that scoring need not read it back.
+    pub scoring: Option<Arc<ScoringInput>>,
 }
 
 enum Op {

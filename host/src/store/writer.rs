@@ -50,6 +50,8 @@ struct Prepared {
     user_summary: Option<String>,
     response_summary: Option<String>,
     status: TurnStatus,
+    /// A main turn's scorer input: its latest messages and its answer.
+    scoring: Option<(Vec<Value>, Option<Value>)>,
 }
 
 impl Writer {
@@ -140,14 +142,27 @@ impl Writer {
             match self.commit(&turns, &ends, &rewards) {
                 Ok(seqs) => {
                     if let Some(tx) = &self.on_recorded {
-                        for ((turn, _), seq) in turns.iter().zip(seqs) {
+                        for ((turn, prepared), seq) in turns.iter_mut().zip(seqs) {
                             if let Some(seq) = seq {
+                                let scoring =
+                                    prepared.scoring.take().map(|(messages, response)| {
+                                        Arc::new(super::ScoringInput {
+                                            turn_id: turn.id.clone(),
+                                            session_id: turn.session.id.to_string(),
+                                            seq,
+                                            status: prepared.status.as_str().to_string(),
+                                            turn_type: turn.turn_type.as_str().to_string(),
+                                            messages,
+                                            response,
+                                        })
+                                    });
                                 let _ = tx.send(super::Recorded {
                                     turn_id: turn.id.clone(),
                                     session_id: turn.session.id.clone(),
                                     turn_type: turn.turn_type,
                                     seq,
                                     retry: turn.retry_of.is_some(),
+                                    scoring,
                                 });
                             }
                         }
@@ -267,6 +282,20 @@ impl Writer {
             self.redactor.redact_json(&mut v);
             v
         });
+        // Only main turns are scored, and only when someone listens.
+        let scoring = (self.on_recorded.is_some() && turn.turn_type == TurnType::Main).then(|| {
+            let messages = request
+                .scored
+                .iter()
+                .filter_map(|&i| request.messages.get(i))
+                .map(|range| {
+                    let mut value: Value = serde_json::from_str(text(range)).unwrap_or(Value::Null);
+                    self.redactor.redact_json(&mut value);
+                    value
+                })
+                .collect();
+            (messages, response.clone())
+        });
         let usage = response
             .as_ref()
             .and_then(|r| r.get("usage"))
@@ -290,6 +319,7 @@ impl Writer {
                 .map(|s| truncate(&self.redactor.redact_str(s), SUMMARY_CHARS)),
             response_summary: response_summary.map(|s| truncate(&s, SUMMARY_CHARS)),
             status,
+            scoring,
         }
     }
 
