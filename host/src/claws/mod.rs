@@ -20,6 +20,7 @@
 
 mod copaw;
 mod dotenv;
+mod files;
 mod hermes;
 mod ironclaw;
 mod nanoclaw;
@@ -42,7 +43,8 @@ use serde::Serialize;
 use crate::config::ClawType;
 use crate::home::Home;
 
-pub use state::{AgentRecord, CommandRecord, FileRecord, Finding, State, check_file};
+pub use files::{Finding, check_file};
+pub use state::{AgentRecord, CommandRecord, FileRecord, State};
 
 /// The API key written into agent configs when the proxy needs none.
 pub const LOCAL_KEY: &str = "metaclaw-local";
