@@ -56,10 +56,12 @@ pub struct AppHandle {
     app: SharedApp,
     /// Cancelled on shutdown: every background task stops on it.
     cancel: CancellationToken,
-    /// The session sweeper and the per-turn scoring loop.
+    /// The session sweeper and the other background tasks.
     tasks: JoinSet<()>,
     /// The store's writer thread: joined after its queue is drained.
     writer: std::thread::JoinHandle<()>,
+    /// Per-turn scoring's thread: it ends after the writer (which feeds it).
+    scoring: Option<std::thread::JoinHandle<()>>,
     /// The learning runner's thread: it stops when the last handle to it
     /// (in [`App`]) is dropped; a job cut short is run again next start.
     learner: Option<std::thread::JoinHandle<()>>,
@@ -79,6 +81,7 @@ impl AppHandle {
             cancel,
             mut tasks,
             writer,
+            scoring,
             learner,
         } = self;
         cancel.cancel();
@@ -89,6 +92,9 @@ impl AppHandle {
         drop(app);
         let _ = tokio::task::spawn_blocking(move || {
             let _ = writer.join();
+            if let Some(scoring) = scoring {
+                let _ = scoring.join();
+            }
             if let Some(learner) = learner {
                 let _ = learner.join();
             }

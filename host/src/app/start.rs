@@ -4,10 +4,11 @@
 //! its session (`sessions`), picks skills (`skills` → retriever plugins),
 //! calls the upstream and queues the record for the store's writer thread.
 //! The path of learning starts where a turn is recorded: the writer reports
-//! each recorded turn to per-turn scoring (`learn::per_turn`, scorer
-//! plugins); the session tracker reports ended sessions to it and to the
-//! learning runner (`learn::runner`), whose jobs run the stages
-//! (`learn::stages`: score, judge, evolve, publish) on their own thread.
+//! each recorded turn and session end, in commit order, to per-turn scoring
+//! (`learn::per_turn`, scorer plugins, on its own thread); the session
+//! tracker reports ended sessions to the learning runner (`learn::runner`),
+//! whose jobs run the stages (`learn::stages`: score, judge, evolve,
+//! publish) on their own thread.
 
 use std::net::IpAddr;
 use std::sync::Arc;
@@ -86,7 +87,7 @@ impl App {
             .as_deref()
             .map(crate::home::expand_home)
             .unwrap_or_else(|| home.db_file());
-        let (recorded_tx, recorded) = tokio::sync::mpsc::unbounded_channel();
+        let (recorded_tx, recorded) = std::sync::mpsc::channel();
         let (store, writer) = Store::open(
             StoreOptions {
                 path: db_path,
@@ -168,9 +169,13 @@ impl App {
         };
         // Learning, per turn: each recorded main turn is scored by the
         // scorer plugins once its successor (or its session's end) is known.
-        let scoring = Scoring::new(store.clone(), plugins.clone());
-        let ended = sessions.subscribe();
-        spawn_until(&mut tasks, &cancel, scoring.run(recorded, ended));
+        let scoring = match Scoring::spawn(store.clone(), plugins.clone(), recorded) {
+            Ok(thread) => Some(thread),
+            Err(e) => {
+                tracing::error!("turns will not be scored: cannot start the scoring thread: {e}");
+                None
+            }
+        };
 
         let proxy = Arc::new(Proxy {
             upstream,
@@ -222,6 +227,7 @@ impl App {
             cancel,
             tasks,
             writer,
+            scoring,
             learner,
         })
     }

@@ -2,21 +2,21 @@
 //! in its session (the agent's next call carries the tool results or the
 //! user's next message). So when a session's next main turn is recorded
 //! (the store's writer reports it), the previous one is *finished* and the
-//! scorer plugins score it; when the session ends, its last turn. Rewards
+//! scorer plugins score it; when the session ends (the writer reports that
+//! too, after the session's turns), its last turn. Rewards
 //! go back to the store through its writer queue. What this misses (a
 //! crash, a restart) the job's score stage (`stages::score`) catches up.
 
 use std::collections::HashMap;
 use std::sync::Arc;
-
-use tokio::sync::{broadcast, mpsc};
+use std::sync::mpsc::Receiver;
+use std::thread::JoinHandle;
 
 use super::finished;
 use crate::clock::now_ms;
 use crate::plugins::PluginHost;
 use crate::plugins::types::FinishedTurn;
-use crate::sessions::SessionEnded;
-use crate::store::{Recorded, RewardRecord, SCORER_TAIL, ScoringInput, Store, TurnType};
+use crate::store::{Committed, Recorded, RewardRecord, SCORER_TAIL, ScoringInput, Store, TurnType};
 
 /// A turn for the scorers: what the store's writer handed over when it
 /// recorded the turn, or (for a turn recorded before this run) its id, to
@@ -51,52 +51,37 @@ impl Input {
 
 pub struct Scoring {
     store: Store,
-    /// Turns to score (and their successors), for the scoring thread.
-    jobs: std::sync::mpsc::Sender<(Input, Option<Input>)>,
     /// The latest main turn of each open session, waiting for its successor.
     pending: HashMap<Arc<str>, Input>,
     plugins: Option<Arc<PluginHost>>,
 }
 
 impl Scoring {
-    /// Scoring runs on its own thread, one turn at a time, beside the
-    /// runtime that serves requests (a scorer reads the whole conversation).
-    /// Not niced: scorer calls have wall-clock deadlines, and a starved
-    /// thread would time out plugins that did nothing wrong.
-    pub fn new(store: Store, plugins: Option<Arc<PluginHost>>) -> Self {
-        let (jobs, queue) = std::sync::mpsc::channel::<(Input, Option<Input>)>();
-        let scorer_store = store.clone();
-        let scorer_plugins = plugins.clone();
-        let spawned = std::thread::Builder::new()
-            .name("metaclaw-score".into())
-            .spawn(move || {
-                for (turn, next) in queue {
-                    let turn_id = turn.id().to_string();
-                    let scored = (|| {
-                        let Some(turn) = turn.load(&scorer_store)? else {
-                            anyhow::bail!("turn {turn_id} is not in the store");
-                        };
-                        let next = match next {
-                            Some(next) => next.load(&scorer_store)?,
-                            None => None,
-                        };
-                        Ok(score(scorer_plugins.as_deref(), &turn, next.as_deref()))
-                    })();
-                    match scored {
-                        Ok(rewards) => scorer_store.rewards(turn_id, rewards, now_ms()),
-                        Err(e) => tracing::warn!(turn = %turn_id, "cannot score: {e:#}"),
-                    }
-                }
-            });
-        if let Err(e) = spawned {
-            tracing::error!("turns will not be scored: cannot start the scoring thread: {e}");
-        }
-        Self {
+    /// Scoring runs on its own thread, one turn at a time, fed by the
+    /// store's writer in commit order (a turn, then its session's end):
+    /// no hop through the serving runtime. Not niced: scorer calls have
+    /// wall-clock deadlines, and a starved thread would time out plugins
+    /// that did nothing wrong. It ends when the writer does.
+    pub fn spawn(
+        store: Store,
+        plugins: Option<Arc<PluginHost>>,
+        committed: Receiver<Committed>,
+    ) -> std::io::Result<JoinHandle<()>> {
+        let mut scoring = Self {
             store,
-            jobs,
             pending: HashMap::new(),
             plugins,
-        }
+        };
+        std::thread::Builder::new()
+            .name("metaclaw-score".into())
+            .spawn(move || {
+                for event in committed {
+                    match event {
+                        Committed::Turn(turn) => scoring.on_recorded(turn),
+                        Committed::SessionEnd(session) => scoring.on_session_end(session),
+                    }
+                }
+            })
     }
 
     /// Whether any scorer is loaded now (`plugins.scorers: []` has none; a
@@ -108,30 +93,7 @@ impl Scoring {
             .is_some_and(|p| !p.scorers().is_empty())
     }
 
-    /// Runs until both channels close.
-    pub async fn run(
-        mut self,
-        mut recorded: mpsc::UnboundedReceiver<Recorded>,
-        mut ended: broadcast::Receiver<SessionEnded>,
-    ) {
-        loop {
-            tokio::select! {
-                turn = recorded.recv() => match turn {
-                    Some(turn) => self.on_recorded(turn).await,
-                    None => return,
-                },
-                event = ended.recv() => match event {
-                    Ok(event) => self.on_session_end(event.session.id).await,
-                    Err(broadcast::error::RecvError::Lagged(n)) => {
-                        tracing::warn!("scoring missed {n} session ends; their last turns are scored when the sessions resume");
-                    }
-                    Err(broadcast::error::RecvError::Closed) => return,
-                },
-            }
-        }
-    }
-
-    async fn on_recorded(&mut self, turn: Recorded) {
+    fn on_recorded(&mut self, turn: Recorded) {
         if turn.turn_type != TurnType::Main {
             return;
         }
@@ -157,7 +119,6 @@ impl Scoring {
             // First sight since start: the store knows what is unscored.
             None => self
                 .unscored(&turn.session_id, Some(turn.seq))
-                .await
                 .map(Input::Stored),
         };
         if let Some(previous) = previous {
@@ -165,34 +126,47 @@ impl Scoring {
         }
     }
 
-    async fn on_session_end(&mut self, session: Arc<str>) {
+    fn on_session_end(&mut self, session: Arc<str>) {
         if !self.scoring() {
             self.pending.remove(&session);
             return;
         }
         let last = match self.pending.remove(&session) {
             Some(last) => Some(last),
-            None => self.unscored(&session, None).await.map(Input::Stored),
+            None => self.unscored(&session, None).map(Input::Stored),
         };
         if let Some(last) = last {
             self.score(last, None);
         }
     }
 
-    async fn unscored(&self, session: &str, before: Option<i64>) -> Option<String> {
-        let store = self.store.clone();
-        let session = session.to_string();
-        tokio::task::spawn_blocking(move || store.unscored_main_turn(&session, before))
-            .await
-            .ok()
-            .and_then(Result::ok)
-            .flatten()
-            .map(|(id, _)| id)
+    fn unscored(&self, session: &str, before: Option<i64>) -> Option<String> {
+        match self.store.unscored_main_turn(session, before) {
+            Ok(found) => found.map(|(id, _)| id),
+            Err(e) => {
+                tracing::warn!(session, "cannot look for unscored turns: {e:#}");
+                None
+            }
+        }
     }
 
-    /// Scores `turn` in the background, `next` being its successor.
+    /// Scores `turn`, `next` being its successor, and queues its rewards.
     fn score(&self, turn: Input, next: Option<Input>) {
-        let _ = self.jobs.send((turn, next));
+        let turn_id = turn.id().to_string();
+        let scored = (|| {
+            let Some(turn) = turn.load(&self.store)? else {
+                anyhow::bail!("turn {turn_id} is not in the store");
+            };
+            let next = match next {
+                Some(next) => next.load(&self.store)?,
+                None => None,
+            };
+            Ok(score(self.plugins.as_deref(), &turn, next.as_deref()))
+        })();
+        match scored {
+            Ok(rewards) => self.store.rewards(turn_id, rewards, now_ms()),
+            Err(e) => tracing::warn!(turn = %turn_id, "cannot score: {e:#}"),
+        }
     }
 }
 

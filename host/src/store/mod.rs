@@ -204,6 +204,14 @@ pub struct RewardRecord {
     pub rationale: String,
 }
 
+/// What the writer reports after each commit, in order, so later stages
+/// (per-turn scoring) can act on it.
+pub enum Committed {
+    Turn(Recorded),
+    /// A session's end (after every turn of it the writer had).
+    SessionEnd(Arc<str>),
+}
+
 /// Sent after a turn is committed, so later stages can act on it.
 #[derive(Debug, Clone)]
 pub struct Recorded {
@@ -246,8 +254,8 @@ pub struct StoreOptions {
     pub commit_interval: Duration,
     pub queue_capacity: usize,
     pub redactor: Redactor,
-    /// Told about each committed turn.
-    pub on_recorded: Option<tokio::sync::mpsc::UnboundedSender<Recorded>>,
+    /// Told about each committed turn and session end, in commit order.
+    pub on_recorded: Option<mpsc::Sender<Committed>>,
     /// Queue a learning job for each ended session (`learning.enabled`):
     /// with learning off, a job would wait forever for a learner.
     pub queue_learning: bool,

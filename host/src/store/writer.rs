@@ -33,8 +33,9 @@ pub struct Writer {
     /// neither redacted nor written again.
     known_blobs: HashSet<String>,
     recent: RecentBlobs,
-    /// Told about each committed turn (the learning stages listen).
-    on_recorded: Option<tokio::sync::mpsc::UnboundedSender<super::Recorded>>,
+    /// Told about each committed turn and session end (per-turn scoring
+    /// listens).
+    on_recorded: Option<std::sync::mpsc::Sender<super::Committed>>,
     /// An ended session gets its learning job.
     queue_learning: bool,
 }
@@ -60,7 +61,7 @@ impl Writer {
         redactor: Redactor,
         commit_interval: Duration,
         metrics: Arc<Metrics>,
-        on_recorded: Option<tokio::sync::mpsc::UnboundedSender<super::Recorded>>,
+        on_recorded: Option<std::sync::mpsc::Sender<super::Committed>>,
         queue_learning: bool,
     ) -> Self {
         Self {
@@ -156,15 +157,18 @@ impl Writer {
                                             response,
                                         })
                                     });
-                                let _ = tx.send(super::Recorded {
+                                let _ = tx.send(super::Committed::Turn(super::Recorded {
                                     turn_id: turn.id.clone(),
                                     session_id: turn.session.id.clone(),
                                     turn_type: turn.turn_type,
                                     seq,
                                     retry: turn.retry_of.is_some(),
                                     scoring,
-                                });
+                                }));
                             }
+                        }
+                        for (session, _, _) in &ends {
+                            let _ = tx.send(super::Committed::SessionEnd(session.id.clone()));
                         }
                     }
                     for (_, p) in &turns {
