@@ -14,6 +14,8 @@
 //!
 //! Options: --rates 100,1000,5000  --secs N (per side per rate)  --skills N
 //!          --no-original  --no-embeddings  --starts N (start-up trials)
+//!          --baseline BIN (another metaclaw build, e.g. the commit before a
+//!          change: its skills-off and BM25 sides join the same run)
 //!
 //! The original is installed into a throwaway venv by
 //! `scripts/original-metaclaw install` (it imports torch at start-up even in
@@ -55,6 +57,9 @@ struct Options {
     original: bool,
     embeddings: bool,
     starts: u32,
+    /// Another metaclaw binary (an earlier build) whose skills-off and BM25
+    /// sides run in the same run, for a before/after on the same machine.
+    baseline: Option<PathBuf>,
 }
 
 fn options() -> Options {
@@ -89,6 +94,7 @@ fn options() -> Options {
         original: !flag("--no-original"),
         embeddings: !flag("--no-embeddings"),
         starts: num("--starts", 1, 5) as u32,
+        baseline: value("--baseline").map(PathBuf::from),
     }
 }
 
@@ -537,7 +543,11 @@ fn metaclaw_home(dir: &Path, dummy: &str, skills: &str) -> PathBuf {
 }
 
 fn start_metaclaw(home: &Path, port: u16) -> Proc {
-    let child = Command::new(BIN)
+    start_metaclaw_bin(Path::new(BIN), home, port)
+}
+
+fn start_metaclaw_bin(bin: &Path, home: &Path, port: u16) -> Proc {
+    let child = Command::new(bin)
         .args(["start", "--foreground", "--port", &port.to_string()])
         .env("METACLAW_HOME", home)
         .stdout(Stdio::null())
@@ -856,16 +866,25 @@ fn main() {
         admin: None,
         _proc: None,
     }];
-    let mut configs: Vec<(String, String)> = vec![
+    let off = "skills:\n  enabled: false\n".to_string();
+    let bm25 = format!("skills:\n  dir: {library_text}\n  retrieval_mode: bm25\n");
+    let mut configs: Vec<(String, String, PathBuf)> = vec![
         (
             "metaclaw, skills off".into(),
-            "skills:\n  enabled: false\n".into(),
+            off.clone(),
+            PathBuf::from(BIN),
         ),
         (
             format!("metaclaw, {} skills, BM25", opts.skills),
-            format!("skills:\n  dir: {library_text}\n  retrieval_mode: bm25\n"),
+            bm25.clone(),
+            PathBuf::from(BIN),
         ),
     ];
+    if let Some(baseline) = &opts.baseline {
+        configs.push(("baseline, skills off".into(), off, baseline.clone()));
+        let name = format!("baseline, {} skills, BM25", opts.skills);
+        configs.push((name, bm25, baseline.clone()));
+    }
     if embeddings {
         // The first `embedding_skills` of the same generated library.
         let small = work.path().join("library-embedding");
@@ -880,12 +899,13 @@ fn main() {
                 small.display(),
                 model_dir.clone().unwrap_or_default()
             ),
+            PathBuf::from(BIN),
         ));
     }
-    for (i, (name, skills)) in configs.into_iter().enumerate() {
+    for (i, (name, skills, bin)) in configs.into_iter().enumerate() {
         let home = metaclaw_home(&work.path().join(format!("side-{i}")), &dummy_url, &skills);
         let port = free_port();
-        let proc = start_metaclaw(&home, port);
+        let proc = start_metaclaw_bin(&bin, &home, port);
         wait_healthy(port, "/healthz", Instant::now(), Duration::from_secs(60))
             .expect("metaclaw did not become healthy");
         sides.push(Side {
