@@ -1,0 +1,427 @@
+//! Between the JSON types and the protobuf messages: the `forward_backward`
+//! request out, and the protobuf results in (reference §7.2: packed
+//! little-endian arrays, per-datum outputs batched with byte offsets,
+//! bfloat16 and int32 widened, NaN for a missing logprob).
+
+use std::collections::BTreeMap;
+
+use prost::Message;
+
+use crate::proto;
+use crate::types::{
+    Chunk, Datum, ForwardBackwardResult, LossConfig, LossFn, Sampled, Sequence, StopReason,
+    TensorData,
+};
+
+/// A protobuf body that does not hold what the schema says.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum Error {
+    #[error("the server's protobuf answer cannot be decoded: {0}")]
+    Decode(String),
+    #[error("the server's protobuf answer is malformed: {0}")]
+    Malformed(String),
+}
+
+/// The `forward_backward` request body (protobuf). Numeric loss settings go
+/// into both config fields, as the SDK writes them; text ones only into
+/// the second.
+pub fn forward_backward_body(
+    model_id: &str,
+    seq_id: i32,
+    data: &[Datum],
+    loss: LossFn,
+    config: &BTreeMap<String, LossConfig>,
+    forward_only: bool,
+) -> Vec<u8> {
+    let mut request = proto::ForwardBackwardRequest {
+        model_id: model_id.to_string(),
+        seq_id,
+        data: data.iter().map(datum).collect(),
+        loss_fn: loss.as_str().to_string(),
+        forward_only,
+        ..Default::default()
+    };
+    for (name, value) in config {
+        let value = match value {
+            LossConfig::Number(n) => {
+                request.loss_fn_config.insert(name.clone(), *n);
+                proto::loss_config_value::Value::Number(*n)
+            }
+            LossConfig::Text(t) => proto::loss_config_value::Value::Text(t.clone()),
+        };
+        request
+            .loss_fn_config_v2
+            .insert(name.clone(), proto::LossConfigValue { value: Some(value) });
+    }
+    request.encode_to_vec()
+}
+
+fn datum(datum: &Datum) -> proto::Datum {
+    proto::Datum {
+        model_input: datum
+            .model_input
+            .chunks
+            .iter()
+            .map(|chunk| match chunk {
+                Chunk::EncodedText { tokens } => proto::Chunk {
+                    chunk: Some(proto::chunk::Kind::EncodedText(proto::EncodedTextChunk {
+                        tokens: tokens.iter().flat_map(|t| t.to_le_bytes()).collect(),
+                    })),
+                },
+            })
+            .collect(),
+        loss_fn_inputs: datum
+            .loss_fn_inputs
+            .iter()
+            .map(|(name, tensor)| (name.clone(), self::tensor(tensor)))
+            .collect(),
+    }
+}
+
+fn tensor(tensor: &TensorData) -> proto::Tensor {
+    let (bytes, dtype, shape): (Vec<u8>, proto::DType, _) = match tensor {
+        TensorData::Int64 { data, shape } => (
+            data.iter().flat_map(|v| v.to_le_bytes()).collect(),
+            proto::DType::Int64,
+            shape,
+        ),
+        TensorData::Float32 { data, shape } => (
+            data.iter().flat_map(|v| v.to_le_bytes()).collect(),
+            proto::DType::Float32,
+            shape,
+        ),
+    };
+    proto::Tensor {
+        encoding: Some(proto::tensor::Encoding::Dense(bytes)),
+        dtype: dtype as i32,
+        shape: shape.clone().unwrap_or_else(|| vec![tensor.len() as i64]),
+    }
+}
+
+/// A protobuf `ForwardBackwardOutput`, one output map per datum.
+pub fn forward_backward_result(body: &[u8]) -> Result<ForwardBackwardResult, Error> {
+    let output =
+        proto::ForwardBackwardOutput::decode(body).map_err(|e| Error::Decode(e.to_string()))?;
+    let mut outputs = Vec::new();
+    for record in &output.loss_fn_outputs {
+        let datums = usize::try_from(record.num_datums)
+            .map_err(|_| Error::Malformed(format!("num_datums {}", record.num_datums)))?;
+        let first = outputs.len();
+        outputs.resize_with(first + datums, BTreeMap::new);
+        for (name, batched) in &record.fields {
+            for (i, values) in unbatch(name, batched, datums)?.into_iter().enumerate() {
+                if let Some(map) = outputs.get_mut(first + i) {
+                    map.insert(name.clone(), values);
+                }
+            }
+        }
+    }
+    let output_type = output
+        .loss_fn_output_type
+        .rsplit(':')
+        .next()
+        .unwrap_or_default()
+        .to_string();
+    Ok(ForwardBackwardResult {
+        loss_fn_output_type: output_type,
+        loss_fn_outputs: outputs,
+        metrics: output.metrics,
+    })
+}
+
+/// One field of every datum of a record: datum *i*'s bytes are
+/// `data[offsets[i]..offsets[i + 1]]`.
+fn unbatch(
+    name: &str,
+    batched: &proto::BatchedTensor,
+    datums: usize,
+) -> Result<Vec<TensorData>, Error> {
+    let offsets: Vec<i64> = le_values(&batched.offsets, i64::from_le_bytes)
+        .ok_or_else(|| Error::Malformed(format!("{name}: offsets are not int64")))?;
+    if offsets.len() != datums + 1 {
+        return Err(Error::Malformed(format!(
+            "{name}: {} offsets for {datums} datums",
+            offsets.len()
+        )));
+    }
+    let dtype = proto::DType::try_from(batched.dtype)
+        .map_err(|_| Error::Malformed(format!("{name}: unknown dtype {}", batched.dtype)))?;
+    let mut out = Vec::with_capacity(datums);
+    for pair in offsets.windows(2) {
+        let (start, end) = (pair[0], pair[1]);
+        let bytes = usize::try_from(start)
+            .ok()
+            .zip(usize::try_from(end).ok())
+            .and_then(|(s, e)| batched.data.get(s..e))
+            .ok_or_else(|| {
+                Error::Malformed(format!("{name}: offsets {start}..{end} out of range"))
+            })?;
+        let bad = || Error::Malformed(format!("{name}: {} bytes of {dtype:?}", bytes.len()));
+        out.push(match dtype {
+            proto::DType::Float32 => {
+                TensorData::float32(le_values(bytes, f32::from_le_bytes).ok_or_else(bad)?)
+            }
+            proto::DType::Bfloat16 => TensorData::float32(
+                le_values(bytes, u16::from_le_bytes)
+                    .ok_or_else(bad)?
+                    .into_iter()
+                    .map(|h| f32::from_bits(u32::from(h) << 16))
+                    .collect(),
+            ),
+            proto::DType::Int64 => {
+                TensorData::int64(le_values(bytes, i64::from_le_bytes).ok_or_else(bad)?)
+            }
+            proto::DType::Int32 => TensorData::int64(
+                le_values(bytes, i32::from_le_bytes)
+                    .ok_or_else(bad)?
+                    .into_iter()
+                    .map(i64::from)
+                    .collect(),
+            ),
+            proto::DType::Unspecified => return Err(bad()),
+        });
+    }
+    Ok(out)
+}
+
+/// A protobuf `SampleResponse`.
+pub fn sampled(body: &[u8]) -> Result<Sampled, Error> {
+    let response = proto::SampleResponse::decode(body).map_err(|e| Error::Decode(e.to_string()))?;
+    let mut sequences = Vec::with_capacity(response.sequences.len());
+    for (i, s) in response.sequences.iter().enumerate() {
+        let tokens = le_values(&s.tokens, i32::from_le_bytes)
+            .ok_or_else(|| Error::Malformed(format!("sequence {i}: tokens are not int32")))?;
+        let logprobs =
+            match &s.logprobs {
+                Some(bytes) => Some(le_values(bytes, f32::from_le_bytes).ok_or_else(|| {
+                    Error::Malformed(format!("sequence {i}: logprobs are not f32"))
+                })?),
+                None => None,
+            };
+        sequences.push(Sequence {
+            stop_reason: match proto::StopReason::try_from(s.stop_reason) {
+                Ok(proto::StopReason::Length) => StopReason::Length,
+                _ => StopReason::Stop,
+            },
+            tokens,
+            logprobs,
+        });
+    }
+    let prompt_logprobs = match &response.prompt_logprobs {
+        Some(bytes) => Some(
+            le_values(bytes, f32::from_le_bytes)
+                .ok_or_else(|| Error::Malformed("prompt logprobs are not f32".into()))?
+                .into_iter()
+                .map(|v| (!v.is_nan()).then_some(v))
+                .collect(),
+        ),
+        None => None,
+    };
+    Ok(Sampled {
+        sequences,
+        prompt_logprobs,
+    })
+}
+
+/// Little-endian values of `N` bytes each; `None` if the length is not a
+/// multiple of `N`.
+fn le_values<T, const N: usize>(bytes: &[u8], from: fn([u8; N]) -> T) -> Option<Vec<T>> {
+    if !bytes.len().is_multiple_of(N) {
+        return None;
+    }
+    bytes
+        .chunks_exact(N)
+        .map(|c| <[u8; N]>::try_from(c).ok().map(from))
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+
+    use super::*;
+    use crate::types::ModelInput;
+
+    /// The bytes worked out by hand from the schema (reference §7): field
+    /// tags, lengths and little-endian packed arrays.
+    #[test]
+    fn the_forward_backward_body_matches_the_schema_byte_for_byte() {
+        let datum = Datum {
+            model_input: ModelInput::tokens(vec![5]),
+            loss_fn_inputs: BTreeMap::from([(
+                "target_tokens".to_string(),
+                TensorData::int64(vec![6]),
+            )]),
+        };
+        let config = BTreeMap::from([("clip_low_threshold".to_string(), LossConfig::Number(0.5))]);
+        let body = forward_backward_body("m", 1, &[datum], LossFn::Ppo, &config, false);
+        let half = [0, 0, 0, 0, 0, 0, 0xe0, 0x3f]; // 0.5, f64 little-endian
+        let expected: Vec<u8> = [
+            &[0x0a, 0x01, b'm'][..], // 1: model_id
+            &[0x10, 0x01],           // 2: seq_id
+            // 3: one Datum (44 bytes): 1: a Chunk holding 1: an encoded
+            // text chunk whose 1: tokens are int32 [5]; 2: the map entry
+            // "target_tokens" → Tensor {1: dense int64 [6], 3: INT64, 4: [1]}
+            &[0x1a, 0x2c, 0x0a, 0x08, 0x0a, 0x06, 0x0a, 0x04, 5, 0, 0, 0],
+            &[0x12, 0x20, 0x0a, 0x0d],
+            b"target_tokens",
+            &[
+                0x12, 0x0f, 0x0a, 0x08, 6, 0, 0, 0, 0, 0, 0, 0, 0x18, 0x02, 0x22, 0x01, 0x01,
+            ],
+            &[0x22, 0x03], // 4: loss_fn
+            b"ppo",
+            &[0x2a, 0x1d, 0x0a, 0x12], // 5: loss_fn_config entry, a double
+            b"clip_low_threshold",
+            &[0x11],
+            &half,
+            &[0x3a, 0x1f, 0x0a, 0x12], // 7: loss_fn_config_v2 entry, {1: number}
+            b"clip_low_threshold",
+            &[0x12, 0x09, 0x09],
+            &half,
+        ]
+        .concat();
+        assert_eq!(body, expected);
+    }
+
+    #[test]
+    fn text_loss_settings_go_only_into_the_second_config_field() {
+        let config = BTreeMap::from([("mode".to_string(), LossConfig::Text("x".into()))]);
+        let body = forward_backward_body("m", 2, &[], LossFn::Cispo, &config, true);
+        let request = proto::ForwardBackwardRequest::decode(&body[..]).unwrap();
+        assert!(request.loss_fn_config.is_empty());
+        assert_eq!(
+            request.loss_fn_config_v2["mode"].value,
+            Some(proto::loss_config_value::Value::Text("x".into()))
+        );
+        assert!(request.forward_only);
+        assert_eq!(request.seq_id, 2);
+    }
+
+    #[test]
+    fn batched_outputs_come_apart_per_datum() {
+        let f32s = |v: &[f32]| v.iter().flat_map(|x| x.to_le_bytes()).collect::<Vec<u8>>();
+        let i64s = |v: &[i64]| v.iter().flat_map(|x| x.to_le_bytes()).collect::<Vec<u8>>();
+        let output = proto::ForwardBackwardOutput {
+            loss_fn_output_type: "tinker.types:ScalarOutput".into(),
+            loss_fn_outputs: vec![proto::ArrayRecord {
+                type_tag: String::new(),
+                fields: BTreeMap::from([
+                    (
+                        "logprobs".to_string(),
+                        proto::BatchedTensor {
+                            data: f32s(&[-1.0, -2.0, -3.0]),
+                            offsets: i64s(&[0, 4, 12]),
+                            dtype: proto::DType::Float32 as i32,
+                            trailing_shape: vec![],
+                        },
+                    ),
+                    (
+                        // bfloat16 -1.0 and 2.0, then an int32 field.
+                        "loss".to_string(),
+                        proto::BatchedTensor {
+                            data: vec![0x80, 0xbf, 0x00, 0x40],
+                            offsets: i64s(&[0, 2, 4]),
+                            dtype: proto::DType::Bfloat16 as i32,
+                            trailing_shape: vec![],
+                        },
+                    ),
+                    (
+                        "ids".to_string(),
+                        proto::BatchedTensor {
+                            data: [7i32, 8].iter().flat_map(|x| x.to_le_bytes()).collect(),
+                            offsets: i64s(&[0, 4, 8]),
+                            dtype: proto::DType::Int32 as i32,
+                            trailing_shape: vec![],
+                        },
+                    ),
+                ]),
+                num_datums: 2,
+            }],
+            metrics: BTreeMap::from([("loss:sum".to_string(), 6.0)]),
+        };
+        let result = forward_backward_result(&output.encode_to_vec()).unwrap();
+        assert_eq!(result.loss_fn_output_type, "ScalarOutput");
+        assert_eq!(result.loss_fn_outputs.len(), 2);
+        assert_eq!(
+            result.loss_fn_outputs[0]["logprobs"],
+            TensorData::float32(vec![-1.0])
+        );
+        assert_eq!(
+            result.loss_fn_outputs[1]["logprobs"],
+            TensorData::float32(vec![-2.0, -3.0])
+        );
+        assert_eq!(
+            result.loss_fn_outputs[0]["loss"],
+            TensorData::float32(vec![-1.0])
+        );
+        assert_eq!(
+            result.loss_fn_outputs[1]["loss"],
+            TensorData::float32(vec![2.0])
+        );
+        assert_eq!(result.loss_fn_outputs[1]["ids"], TensorData::int64(vec![8]));
+        assert_eq!(result.metrics["loss:sum"], 6.0);
+    }
+
+    #[test]
+    fn malformed_results_are_errors_not_panics() {
+        let bad_offsets = proto::ForwardBackwardOutput {
+            loss_fn_outputs: vec![proto::ArrayRecord {
+                fields: BTreeMap::from([(
+                    "logprobs".to_string(),
+                    proto::BatchedTensor {
+                        data: vec![0; 4],
+                        offsets: [0i64, 64].iter().flat_map(|x| x.to_le_bytes()).collect(),
+                        dtype: proto::DType::Float32 as i32,
+                        trailing_shape: vec![],
+                    },
+                )]),
+                num_datums: 1,
+                ..Default::default()
+            }],
+            ..Default::default()
+        };
+        let e = forward_backward_result(&bad_offsets.encode_to_vec()).unwrap_err();
+        assert!(e.to_string().contains("out of range"), "{e}");
+        assert!(matches!(
+            forward_backward_result(b"\xff\xff"),
+            Err(Error::Decode(_))
+        ));
+        let odd = proto::SampleResponse {
+            sequences: vec![proto::SampledSequence {
+                tokens: vec![1, 2, 3],
+                ..Default::default()
+            }],
+            ..Default::default()
+        };
+        assert!(sampled(&odd.encode_to_vec()).is_err());
+    }
+
+    #[test]
+    fn samples_keep_the_exact_tokens_and_their_logprobs() {
+        let response = proto::SampleResponse {
+            sequences: vec![proto::SampledSequence {
+                stop_reason: proto::StopReason::Length as i32,
+                tokens: [7i32, 8].iter().flat_map(|x| x.to_le_bytes()).collect(),
+                logprobs: Some(
+                    [-0.5f32, -0.25]
+                        .iter()
+                        .flat_map(|x| x.to_le_bytes())
+                        .collect(),
+                ),
+                topk_sampled_logprobs: None,
+            }],
+            prompt_logprobs: Some(
+                [f32::NAN, -1.0]
+                    .iter()
+                    .flat_map(|x| x.to_le_bytes())
+                    .collect(),
+            ),
+            ..Default::default()
+        };
+        let sampled = sampled(&response.encode_to_vec()).unwrap();
+        assert_eq!(sampled.sequences[0].tokens, [7, 8]);
+        assert_eq!(sampled.sequences[0].logprobs, Some(vec![-0.5, -0.25]));
+        assert_eq!(sampled.sequences[0].stop_reason, StopReason::Length);
+        assert_eq!(sampled.prompt_logprobs, Some(vec![None, Some(-1.0)]));
+    }
+}
