@@ -380,6 +380,14 @@ pub enum DevCommand {
         #[arg(long, value_name = "KEY")]
         require_key: Option<String>,
     },
+    /// Run a fake Tinker-compatible training server (a trainable bigram
+    /// model `fake-bigram`; faults picked by the base model's name).
+    Tinker {
+        #[arg(long, default_value_t = 18011)]
+        port: u16,
+        #[arg(long, default_value = "127.0.0.1")]
+        host: String,
+    },
 }
 
 pub fn emit(args: std::fmt::Arguments<'_>) {
@@ -437,6 +445,7 @@ fn dispatch(cli: Cli) -> Result<ExitCode> {
             host,
             require_key,
         }) => dev_upstream(&host, port, require_key),
+        Command::Dev(DevCommand::Tinker { port, host }) => dev_tinker(&host, port),
     }
 }
 
@@ -477,6 +486,27 @@ fn dev_upstream(host: &str, port: u16, require_key: Option<String>) -> Result<Ex
 #[cfg(not(feature = "dev-tools"))]
 fn dev_upstream(_host: &str, _port: u16, _require_key: Option<String>) -> Result<ExitCode> {
     anyhow::bail!("{}", crate::daemon::NO_DUMMY_UPSTREAM)
+}
+
+#[cfg(feature = "dev-tools")]
+fn dev_tinker(host: &str, port: u16) -> Result<ExitCode> {
+    crate::logging::init("info");
+    let rt = runtime()?;
+    rt.block_on(async {
+        let listener = tokio::net::TcpListener::bind((host, port)).await?;
+        let addr = listener.local_addr()?;
+        say!("fake tinker listening on http://{addr}");
+        metaclaw_mock_tinker::serve(listener).await?;
+        anyhow::Ok(())
+    })?;
+    Ok(ExitCode::SUCCESS)
+}
+
+#[cfg(not(feature = "dev-tools"))]
+fn dev_tinker(_host: &str, _port: u16) -> Result<ExitCode> {
+    anyhow::bail!(
+        "this metaclaw was built without the `dev-tools` feature: `metaclaw dev tinker` is not in it (cargo install --path host --features dev-tools)"
+    )
 }
 
 /// Local time, for people.

@@ -223,6 +223,144 @@ pub fn sampled(body: &[u8]) -> Result<Sampled, Error> {
     })
 }
 
+/// A `forward_backward` request as a server reads it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ForwardBackwardRequest {
+    pub model_id: String,
+    pub seq_id: i64,
+    pub data: Vec<Datum>,
+    pub loss: LossFn,
+    pub forward_only: bool,
+}
+
+/// Reads a protobuf `forward_backward` body (the server's side of
+/// [`forward_backward_body`]).
+pub fn decode_forward_backward(body: &[u8]) -> Result<ForwardBackwardRequest, Error> {
+    let request =
+        proto::ForwardBackwardRequest::decode(body).map_err(|e| Error::Decode(e.to_string()))?;
+    let loss: LossFn =
+        serde_json::from_value(serde_json::Value::String(request.loss_fn.clone()))
+            .map_err(|_| Error::Malformed(format!("unknown loss_fn {:?}", request.loss_fn)))?;
+    let mut data = Vec::with_capacity(request.data.len());
+    for (i, d) in request.data.iter().enumerate() {
+        let mut chunks = Vec::new();
+        for chunk in &d.model_input {
+            match &chunk.chunk {
+                Some(proto::chunk::Kind::EncodedText(text)) => chunks.push(Chunk::EncodedText {
+                    tokens: le_values(&text.tokens, i32::from_le_bytes).ok_or_else(|| {
+                        Error::Malformed(format!("datum {i}: tokens are not int32"))
+                    })?,
+                }),
+                _ => return Err(Error::Malformed(format!("datum {i}: only token chunks"))),
+            }
+        }
+        let mut inputs = BTreeMap::new();
+        for (name, t) in &d.loss_fn_inputs {
+            let Some(proto::tensor::Encoding::Dense(bytes)) = &t.encoding else {
+                return Err(Error::Malformed(format!("datum {i}: {name} is not dense")));
+            };
+            let bad = || Error::Malformed(format!("datum {i}: {name} does not match its dtype"));
+            let values = match proto::DType::try_from(t.dtype) {
+                Ok(proto::DType::Int64) => {
+                    TensorData::int64(le_values(bytes, i64::from_le_bytes).ok_or_else(bad)?)
+                }
+                Ok(proto::DType::Float32) => {
+                    TensorData::float32(le_values(bytes, f32::from_le_bytes).ok_or_else(bad)?)
+                }
+                _ => return Err(bad()),
+            };
+            inputs.insert(name.clone(), values);
+        }
+        data.push(Datum {
+            model_input: crate::types::ModelInput { chunks },
+            loss_fn_inputs: inputs,
+        });
+    }
+    Ok(ForwardBackwardRequest {
+        model_id: request.model_id,
+        seq_id: i64::from(request.seq_id),
+        data,
+        loss,
+        forward_only: request.forward_only,
+    })
+}
+
+/// A forward/backward result as protobuf (the server's side of
+/// [`forward_backward_result`]): one record holding every datum.
+pub fn encode_forward_backward_result(result: &ForwardBackwardResult) -> Vec<u8> {
+    let mut fields: BTreeMap<String, proto::BatchedTensor> = BTreeMap::new();
+    let names: std::collections::BTreeSet<&String> = result
+        .loss_fn_outputs
+        .iter()
+        .flat_map(|m| m.keys())
+        .collect();
+    for name in names {
+        let mut batched = proto::BatchedTensor {
+            dtype: proto::DType::Float32 as i32,
+            ..Default::default()
+        };
+        let mut offsets = vec![0i64];
+        for map in &result.loss_fn_outputs {
+            match map.get(name) {
+                Some(TensorData::Int64 { data, .. }) => {
+                    batched.dtype = proto::DType::Int64 as i32;
+                    batched
+                        .data
+                        .extend(data.iter().flat_map(|v| v.to_le_bytes()));
+                }
+                Some(TensorData::Float32 { data, .. }) => {
+                    batched
+                        .data
+                        .extend(data.iter().flat_map(|v| v.to_le_bytes()));
+                }
+                None => {}
+            }
+            offsets.push(batched.data.len() as i64);
+        }
+        batched.offsets = offsets.iter().flat_map(|v| v.to_le_bytes()).collect();
+        fields.insert(name.clone(), batched);
+    }
+    proto::ForwardBackwardOutput {
+        loss_fn_output_type: result.loss_fn_output_type.clone(),
+        loss_fn_outputs: vec![proto::ArrayRecord {
+            type_tag: String::new(),
+            fields,
+            num_datums: result.loss_fn_outputs.len() as i64,
+        }],
+        metrics: result.metrics.clone(),
+    }
+    .encode_to_vec()
+}
+
+/// Sampled sequences as protobuf (the server's side of [`sampled`]).
+pub fn encode_sampled(sampled: &Sampled) -> Vec<u8> {
+    proto::SampleResponse {
+        sequences: sampled
+            .sequences
+            .iter()
+            .map(|s| proto::SampledSequence {
+                stop_reason: match s.stop_reason {
+                    StopReason::Stop => proto::StopReason::Stop as i32,
+                    StopReason::Length => proto::StopReason::Length as i32,
+                },
+                tokens: s.tokens.iter().flat_map(|t| t.to_le_bytes()).collect(),
+                logprobs: s
+                    .logprobs
+                    .as_ref()
+                    .map(|l| l.iter().flat_map(|v| v.to_le_bytes()).collect()),
+                topk_sampled_logprobs: None,
+            })
+            .collect(),
+        prompt_logprobs: sampled.prompt_logprobs.as_ref().map(|l| {
+            l.iter()
+                .flat_map(|v| v.unwrap_or(f32::NAN).to_le_bytes())
+                .collect()
+        }),
+        ..Default::default()
+    }
+    .encode_to_vec()
+}
+
 /// Little-endian values of `N` bytes each; `None` if the length is not a
 /// multiple of `N`.
 fn le_values<T, const N: usize>(bytes: &[u8], from: fn([u8; N]) -> T) -> Option<Vec<T>> {
@@ -281,6 +419,63 @@ mod tests {
         ]
         .concat();
         assert_eq!(body, expected);
+    }
+
+    #[test]
+    fn both_sides_of_the_protobuf_dialect_round_trip() {
+        let datum = Datum {
+            model_input: ModelInput::tokens(vec![1, 2, 3]),
+            loss_fn_inputs: BTreeMap::from([
+                (
+                    "target_tokens".to_string(),
+                    TensorData::int64(vec![2, 3, 4]),
+                ),
+                (
+                    "advantages".to_string(),
+                    TensorData::float32(vec![0.5, -1.0, 2.0]),
+                ),
+            ]),
+        };
+        let body = forward_backward_body(
+            "m",
+            7,
+            std::slice::from_ref(&datum),
+            LossFn::ImportanceSampling,
+            &BTreeMap::new(),
+            false,
+        );
+        let read = decode_forward_backward(&body).unwrap();
+        assert_eq!(
+            (read.model_id.as_str(), read.seq_id, read.loss),
+            ("m", 7, LossFn::ImportanceSampling)
+        );
+        assert_eq!(read.data, [datum]);
+
+        let result = ForwardBackwardResult {
+            loss_fn_output_type: "scalar".into(),
+            loss_fn_outputs: vec![
+                BTreeMap::from([(
+                    "logprobs".to_string(),
+                    TensorData::float32(vec![-1.0, -2.0]),
+                )]),
+                BTreeMap::from([("logprobs".to_string(), TensorData::float32(vec![-3.0]))]),
+            ],
+            metrics: BTreeMap::from([("loss:sum".to_string(), 1.5)]),
+        };
+        assert_eq!(
+            forward_backward_result(&encode_forward_backward_result(&result)).unwrap(),
+            result
+        );
+
+        let samples = Sampled {
+            sequences: vec![Sequence {
+                stop_reason: StopReason::Stop,
+                tokens: vec![9, 10],
+                logprobs: Some(vec![-0.1, -0.2]),
+            }],
+            prompt_logprobs: Some(vec![None, Some(-4.0)]),
+        };
+        assert_eq!(sampled(&encode_sampled(&samples)).unwrap(), samples);
     }
 
     #[test]

@@ -1,0 +1,544 @@
+//! The fake's state: sessions, training models with their `seq_id` order,
+//! samplers, checkpoints and futures, and the faults each base model asks
+//! for. One mutex: the fake serves tests, not load.
+
+use std::collections::{BTreeMap, HashMap};
+use std::time::{Duration, Instant};
+
+use metaclaw_tinker::types::{Datum, ForwardBackwardResult, LossFn, Sampled, TensorData};
+use serde_json::{Value, json};
+
+use crate::bigram::{VOCAB, Weights};
+
+/// The base model the fake trains; `NAME@fault=n,…` adds faults.
+pub const BASE_MODEL: &str = "fake-bigram";
+
+/// Faults of one base model, each counted down per poll of one of its
+/// futures (in this order), `slow_ms` for every future.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Faults {
+    pub drop: u32,
+    pub http500: u32,
+    pub http429: u32,
+    pub http408: u32,
+    pub http410: u32,
+    pub try_again: u32,
+    pub slow_ms: u64,
+}
+
+impl Faults {
+    /// `fake-bigram@try_again=2,http410=1,slow=200`; `None` for a model
+    /// the fake does not have.
+    pub fn parse(base_model: &str) -> Option<Self> {
+        let (name, spec) = base_model.split_once('@').unwrap_or((base_model, ""));
+        if name != BASE_MODEL {
+            return None;
+        }
+        let mut faults = Faults::default();
+        for item in spec.split(',').filter(|s| !s.is_empty()) {
+            let (key, n) = item.split_once('=').unwrap_or((item, "1"));
+            let n: u64 = n.parse().ok()?;
+            let count = u32::try_from(n).ok()?;
+            match key {
+                "drop" => faults.drop = count,
+                "http500" => faults.http500 = count,
+                "http429" => faults.http429 = count,
+                "http408" => faults.http408 = count,
+                "http410" => faults.http410 = count,
+                "try_again" => faults.try_again = count,
+                "slow" => faults.slow_ms = n,
+                _ => return None,
+            }
+        }
+        Some(faults)
+    }
+}
+
+/// A finished operation's result.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Reply {
+    Json(Value),
+    ForwardBackward(ForwardBackwardResult),
+    Sample(Sampled),
+    /// The operation failed: skyrl's shape (HTTP 400 `{"detail"}`).
+    Failed(String),
+}
+
+pub struct Future {
+    /// The base model whose faults apply to its polls.
+    group: String,
+    ready_at: Instant,
+    /// `None` while it waits for earlier `seq_id`s.
+    reply: Option<Reply>,
+}
+
+/// What a poll of a future gets.
+pub enum Poll {
+    Reply(Reply),
+    TryAgain,
+    Status(u16),
+    Drop,
+    Unknown,
+}
+
+/// An `asample` request, read.
+pub struct SampleRequest<'a> {
+    pub prompt: &'a [i32],
+    pub num_samples: usize,
+    pub max_tokens: usize,
+    pub temperature: f32,
+    pub stop: &'a [i32],
+    pub seed: u64,
+}
+
+/// A training-side operation, run in `seq_id` order.
+#[derive(Debug, Clone)]
+pub enum Op {
+    ForwardBackward {
+        data: Vec<Datum>,
+        loss: LossFn,
+        forward_only: bool,
+    },
+    OptimStep {
+        learning_rate: f32,
+    },
+    SaveWeights {
+        name: String,
+    },
+    SaveForSampler {
+        name: Option<String>,
+    },
+    LoadWeights {
+        path: String,
+    },
+}
+
+struct Model {
+    base_model: String,
+    rank: u32,
+    weights: Weights,
+    grad: Vec<f32>,
+    next_seq: i64,
+    /// Submitted ahead of their turn: seq → (payload, request id, op).
+    waiting: BTreeMap<i64, (Value, String, Op)>,
+    /// Done: seq → (payload, reply), for retries.
+    done: HashMap<i64, (Value, Reply)>,
+}
+
+struct Checkpoint {
+    kind: &'static str,
+    weights: Weights,
+    base_model: String,
+    rank: u32,
+    at: u64,
+}
+
+#[derive(Default)]
+pub struct State {
+    next_id: u64,
+    sessions: HashMap<String, ()>,
+    models: HashMap<String, Model>,
+    samplers: HashMap<String, (String, Weights)>,
+    checkpoints: BTreeMap<String, Checkpoint>,
+    futures: HashMap<String, Future>,
+    faults: HashMap<String, Faults>,
+}
+
+impl State {
+    fn id(&mut self, prefix: &str) -> String {
+        self.next_id += 1;
+        format!("{prefix}{}", self.next_id)
+    }
+
+    fn future(&mut self, group: &str, reply: Option<Reply>) -> String {
+        let slow = self.faults.get(group).map_or(0, |f| f.slow_ms);
+        let id = self.id("");
+        self.futures.insert(
+            id.clone(),
+            Future {
+                group: group.to_string(),
+                ready_at: Instant::now() + Duration::from_millis(slow),
+                reply,
+            },
+        );
+        id
+    }
+
+    pub fn create_session(&mut self) -> String {
+        let id = self.id("session_");
+        self.sessions.insert(id.clone(), ());
+        id
+    }
+
+    pub fn heartbeat(&self, session: &str) -> bool {
+        self.sessions.contains_key(session)
+    }
+
+    /// Ends a session as a server would after missed heartbeats: its
+    /// models go.
+    pub fn expire(&mut self, session: &str) {
+        self.sessions.remove(session);
+    }
+
+    pub fn create_model(
+        &mut self,
+        session: &str,
+        base_model: &str,
+        rank: u32,
+    ) -> Result<String, String> {
+        if !self.sessions.contains_key(session) {
+            return Err(format!("unknown session {session}"));
+        }
+        let faults = Faults::parse(base_model).ok_or_else(|| {
+            format!("unknown base model {base_model:?} (this server has {BASE_MODEL})")
+        })?;
+        self.faults.entry(base_model.to_string()).or_insert(faults);
+        let model_id = self.id("model_");
+        self.models.insert(
+            model_id.clone(),
+            Model {
+                base_model: base_model.to_string(),
+                rank,
+                weights: Weights::default(),
+                grad: vec![0.0; VOCAB * VOCAB],
+                next_seq: 1,
+                waiting: BTreeMap::new(),
+                done: HashMap::new(),
+            },
+        );
+        // Faults are for the model's training and sampling futures.
+        let created = Reply::Json(json!({ "model_id": model_id }));
+        Ok(self.future("", Some(created)))
+    }
+
+    pub fn info(&self, model_id: &str) -> Option<Value> {
+        let m = self.models.get(model_id)?;
+        Some(json!({
+            "model_id": model_id,
+            "model_data": {"arch": "bigram", "model_name": m.base_model},
+            "is_lora": true,
+            "lora_rank": m.rank,
+            "model_name": m.base_model,
+        }))
+    }
+
+    /// A training-side request: queued in `seq_id` order, run when its
+    /// turn comes. A retry (same seq, same payload) gets the same result;
+    /// another payload under a used seq is a conflict (409).
+    pub fn submit(
+        &mut self,
+        model_id: &str,
+        seq: i64,
+        payload: Value,
+        op: Op,
+    ) -> Result<String, (u16, String)> {
+        let Some(model) = self.models.get(model_id) else {
+            return Err((404, format!("unknown model {model_id}")));
+        };
+        let group = model.base_model.clone();
+        if seq < model.next_seq {
+            return match model.done.get(&seq) {
+                Some((p, reply)) if *p == payload => {
+                    let reply = reply.clone();
+                    Ok(self.future(&group, Some(reply)))
+                }
+                _ => Err((
+                    409,
+                    format!("seq_id {seq} was already used with another request"),
+                )),
+            };
+        }
+        if let Some((p, id, _)) = model.waiting.get(&seq) {
+            return if *p == payload {
+                Ok(id.clone())
+            } else {
+                Err((
+                    409,
+                    format!("seq_id {seq} was already used with another request"),
+                ))
+            };
+        }
+        let id = self.future(&group, None);
+        if let Some(model) = self.models.get_mut(model_id) {
+            model.waiting.insert(seq, (payload, id.clone(), op));
+        }
+        self.run(model_id);
+        Ok(id)
+    }
+
+    /// Runs a model's queued operations that are next in line.
+    fn run(&mut self, model_id: &str) {
+        loop {
+            let Some(model) = self.models.get_mut(model_id) else {
+                return;
+            };
+            let Some((payload, id, op)) = model.waiting.remove(&model.next_seq) else {
+                return;
+            };
+            let seq = model.next_seq;
+            model.next_seq += 1;
+            let reply = self.execute(model_id, op);
+            if let Some(model) = self.models.get_mut(model_id) {
+                model.done.insert(seq, (payload, reply.clone()));
+            }
+            if let Some(f) = self.futures.get_mut(&id) {
+                f.reply = Some(reply);
+            }
+        }
+    }
+
+    fn execute(&mut self, model_id: &str, op: Op) -> Reply {
+        let stamp = self.next_id;
+        let Some(model) = self.models.get_mut(model_id) else {
+            return Reply::Failed(format!("unknown model {model_id}"));
+        };
+        match op {
+            Op::ForwardBackward {
+                data,
+                loss,
+                forward_only,
+            } => {
+                let grad = (!forward_only).then_some(&mut model.grad);
+                match model.weights.forward_backward(&data, loss, grad) {
+                    Ok(outputs) => Reply::ForwardBackward(ForwardBackwardResult {
+                        loss_fn_output_type: "scalar".into(),
+                        loss_fn_outputs: outputs
+                            .into_iter()
+                            .map(|(logprobs, loss)| {
+                                BTreeMap::from([
+                                    ("logprobs".to_string(), TensorData::float32(logprobs)),
+                                    ("elementwise_loss".to_string(), TensorData::float32(loss)),
+                                ])
+                            })
+                            .collect(),
+                        metrics: BTreeMap::new(),
+                    }),
+                    Err(e) => Reply::Failed(e),
+                }
+            }
+            Op::OptimStep { learning_rate } => {
+                let norm = model.weights.step(&mut model.grad, learning_rate);
+                Reply::Json(json!({"metrics": {
+                    "fake/grad_norm": norm,
+                    "fake/learning_rate": learning_rate,
+                }}))
+            }
+            Op::SaveWeights { name } => {
+                let path = format!("tinker://{model_id}/weights/{name}");
+                let checkpoint = Checkpoint {
+                    kind: "training",
+                    weights: model.weights.clone(),
+                    base_model: model.base_model.clone(),
+                    rank: model.rank,
+                    at: stamp,
+                };
+                self.checkpoints.insert(path.clone(), checkpoint);
+                Reply::Json(json!({ "path": path }))
+            }
+            Op::SaveForSampler { name: Some(name) } => {
+                let path = format!("tinker://{model_id}/sampler_weights/{name}");
+                let checkpoint = Checkpoint {
+                    kind: "sampler",
+                    weights: model.weights.clone(),
+                    base_model: model.base_model.clone(),
+                    rank: model.rank,
+                    at: stamp,
+                };
+                self.checkpoints.insert(path.clone(), checkpoint);
+                Reply::Json(json!({ "path": path }))
+            }
+            Op::SaveForSampler { name: None } => {
+                let sampler = (model.base_model.clone(), model.weights.clone());
+                let id = self.id("sampling_");
+                self.samplers.insert(id.clone(), sampler);
+                Reply::Json(json!({ "sampling_session_id": id }))
+            }
+            Op::LoadWeights { path } => match self.checkpoints.get(&path) {
+                Some(c) => {
+                    let weights = c.weights.clone();
+                    if let Some(model) = self.models.get_mut(model_id) {
+                        model.weights = weights;
+                    }
+                    Reply::Json(json!({ "path": path }))
+                }
+                None => Reply::Failed(format!("no checkpoint at {path}")),
+            },
+        }
+    }
+
+    /// A sampler on the base weights or on a saved checkpoint.
+    pub fn create_sampler(
+        &mut self,
+        base_model: Option<&str>,
+        model_path: Option<&str>,
+    ) -> Result<String, String> {
+        let sampler = match (base_model, model_path) {
+            (Some(base), None) => {
+                Faults::parse(base).ok_or_else(|| format!("unknown base model {base:?}"))?;
+                self.faults
+                    .entry(base.to_string())
+                    .or_insert_with(|| Faults::parse(base).unwrap_or_default());
+                (base.to_string(), Weights::default())
+            }
+            (None, Some(path)) => {
+                let c = self
+                    .checkpoints
+                    .get(path)
+                    .ok_or_else(|| format!("no checkpoint at {path}"))?;
+                (c.base_model.clone(), c.weights.clone())
+            }
+            _ => return Err("give exactly one of base_model and model_path".into()),
+        };
+        let id = self.id("sampling_");
+        self.samplers.insert(id.clone(), sampler);
+        Ok(id)
+    }
+
+    pub fn sample(&mut self, sampler: &str, request: &SampleRequest<'_>) -> Result<String, String> {
+        let (group, weights) = self
+            .samplers
+            .get(sampler)
+            .cloned()
+            .ok_or_else(|| format!("unknown sampling session {sampler}"))?;
+        let sequences = (0..request.num_samples)
+            .map(|i| {
+                let seed = request.seed.wrapping_add(i as u64);
+                weights.sample(
+                    request.prompt,
+                    request.max_tokens,
+                    request.temperature,
+                    request.stop,
+                    seed,
+                )
+            })
+            .collect();
+        let reply = Reply::Sample(Sampled {
+            sequences,
+            prompt_logprobs: None,
+        });
+        Ok(self.future(&group, Some(reply)))
+    }
+
+    pub fn checkpoints(&self, model_id: &str) -> Value {
+        let prefix = format!("tinker://{model_id}/");
+        let list: Vec<Value> = self
+            .checkpoints
+            .iter()
+            .filter(|(path, _)| path.starts_with(&prefix))
+            .map(|(path, c)| {
+                json!({
+                    "checkpoint_id": path.rsplit('/').next().unwrap_or_default(),
+                    "checkpoint_type": c.kind,
+                    "time": c.at,
+                    "tinker_path": path,
+                    "public": false,
+                })
+            })
+            .collect();
+        json!({ "checkpoints": list })
+    }
+
+    pub fn weights_info(&self, path: &str) -> Option<Value> {
+        let c = self.checkpoints.get(path)?;
+        Some(json!({"base_model": c.base_model, "is_lora": true, "lora_rank": c.rank}))
+    }
+
+    /// A poll of a future: its base model's faults first, then the result
+    /// once it is ready.
+    pub fn poll(&mut self, request_id: &str) -> Poll {
+        let Some(future) = self.futures.get(request_id) else {
+            return Poll::Unknown;
+        };
+        if let Some(f) = self.faults.get_mut(&future.group) {
+            for (count, poll) in [
+                (&mut f.drop, Poll::Drop),
+                (&mut f.http500, Poll::Status(500)),
+                (&mut f.http429, Poll::Status(429)),
+                (&mut f.http408, Poll::Status(408)),
+                (&mut f.http410, Poll::Status(410)),
+                (&mut f.try_again, Poll::TryAgain),
+            ] {
+                if *count > 0 {
+                    *count -= 1;
+                    if matches!(poll, Poll::Status(410)) {
+                        // The promise broke: the client re-submits.
+                        self.futures.remove(request_id);
+                    }
+                    return poll;
+                }
+            }
+        }
+        match self.futures.get(request_id) {
+            Some(f) if Instant::now() >= f.ready_at => match &f.reply {
+                Some(reply) => Poll::Reply(reply.clone()),
+                None => Poll::TryAgain,
+            },
+            Some(_) => Poll::TryAgain,
+            None => Poll::Unknown,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::panic)]
+
+    use super::*;
+
+    #[test]
+    fn faults_are_read_from_the_base_model_name() {
+        assert_eq!(Faults::parse("fake-bigram"), Some(Faults::default()));
+        let f = Faults::parse("fake-bigram@try_again=2,http410,slow=50").unwrap();
+        assert_eq!((f.try_again, f.http410, f.slow_ms), (2, 1, 50));
+        assert_eq!(Faults::parse("other"), None);
+        assert_eq!(Faults::parse("fake-bigram@nonsense=1"), None);
+    }
+
+    #[test]
+    fn training_requests_run_in_seq_order_and_retries_are_idempotent() {
+        let mut s = State::default();
+        let session = s.create_session();
+        let created = s.create_model(&session, BASE_MODEL, 4).unwrap();
+        let Poll::Reply(Reply::Json(v)) = s.poll(&created) else {
+            panic!()
+        };
+        let model = v["model_id"].as_str().unwrap().to_string();
+        // seq 2 arrives first: it waits for seq 1.
+        let save = s
+            .submit(
+                &model,
+                2,
+                json!({"n": 2}),
+                Op::SaveWeights { name: "a".into() },
+            )
+            .unwrap();
+        assert!(matches!(s.poll(&save), Poll::TryAgain));
+        let step = s
+            .submit(
+                &model,
+                1,
+                json!({"n": 1}),
+                Op::OptimStep { learning_rate: 0.1 },
+            )
+            .unwrap();
+        assert!(matches!(s.poll(&step), Poll::Reply(Reply::Json(_))));
+        assert!(matches!(s.poll(&save), Poll::Reply(Reply::Json(_))));
+        // A retry of seq 1 gets the same answer; another payload is refused.
+        let again = s
+            .submit(
+                &model,
+                1,
+                json!({"n": 1}),
+                Op::OptimStep { learning_rate: 0.1 },
+            )
+            .unwrap();
+        assert!(matches!(s.poll(&again), Poll::Reply(Reply::Json(_))));
+        let conflict = s.submit(
+            &model,
+            1,
+            json!({"n": 9}),
+            Op::OptimStep { learning_rate: 0.1 },
+        );
+        assert_eq!(conflict.unwrap_err().0, 409);
+    }
+}
