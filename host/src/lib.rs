@@ -5,6 +5,7 @@
 //! | [`proxy`] | the OpenAI-compatible routes; [`proxy::turn`] is one turn top to bottom |
 //! | [`sessions`] | which conversation a turn belongs to, and when it ends |
 //! | [`store`] | the SQLite file, written off the hot path |
+//! | [`tinker`] | the client of a Tinker-compatible training service (RL) |
 //! | [`server`] | routes, auth, serving |
 //! | [`daemon`] | the long-running process: lock, wiring, shutdown |
 //! | [`config`] | `config.yaml`: schema, validation, editing |
@@ -37,4 +38,5 @@ pub mod server;
 pub mod sessions;
 pub mod skills;
 pub mod store;
+pub mod tinker;
 pub mod untrusted;

@@ -24,7 +24,7 @@ const LAYERS: &[&[&str]] = &[
         "untrusted",
     ],
     &["config"],
-    &["store", "plugins"],
+    &["store", "plugins", "tinker"],
     &["sessions", "embeddings"],
     &["skills"],
     // The turn and learning.

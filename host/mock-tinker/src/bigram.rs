@@ -208,36 +208,14 @@ fn pick(row: &[f32], temperature: f32, u: f64) -> usize {
 mod tests {
     #![allow(clippy::unwrap_used)]
 
-    use std::collections::BTreeMap;
-
     use super::*;
-    use metaclaw_tinker::types::{ModelInput, TensorData};
 
     #[test]
     fn a_positive_advantage_raises_the_sampled_tokens_logprob() {
         let mut weights = Weights::default();
         let seq = weights.sample(&[3], 4, 1.0, &[], 7);
-        let prompt_and_answer: Vec<i32> = std::iter::once(3).chain(seq.tokens.clone()).collect();
-        let n = prompt_and_answer.len() - 1;
-        let datum = Datum {
-            model_input: ModelInput::tokens(prompt_and_answer[..n].to_vec()),
-            loss_fn_inputs: BTreeMap::from([
-                (
-                    "target_tokens".into(),
-                    TensorData::int64(
-                        prompt_and_answer[1..]
-                            .iter()
-                            .map(|&t| i64::from(t))
-                            .collect(),
-                    ),
-                ),
-                (
-                    "logprobs".into(),
-                    TensorData::float32(seq.logprobs.clone().unwrap()),
-                ),
-                ("advantages".into(), TensorData::float32(vec![1.0; n])),
-            ]),
-        };
+        let n = seq.tokens.len();
+        let datum = Datum::from_sample(&[3], &seq, 1.0);
         let mut grad = vec![0.0; VOCAB * VOCAB];
         let before = weights
             .forward_backward(

@@ -323,29 +323,9 @@ impl State {
                     "fake/learning_rate": learning_rate,
                 }}))
             }
-            Op::SaveWeights { name } => {
-                let path = format!("tinker://{model_id}/weights/{name}");
-                let checkpoint = Checkpoint {
-                    kind: "training",
-                    weights: model.weights.clone(),
-                    base_model: model.base_model.clone(),
-                    rank: model.rank,
-                    at: stamp,
-                };
-                self.checkpoints.insert(path.clone(), checkpoint);
-                Reply::Json(json!({ "path": path }))
-            }
+            Op::SaveWeights { name } => self.save(model_id, "weights", &name, stamp),
             Op::SaveForSampler { name: Some(name) } => {
-                let path = format!("tinker://{model_id}/sampler_weights/{name}");
-                let checkpoint = Checkpoint {
-                    kind: "sampler",
-                    weights: model.weights.clone(),
-                    base_model: model.base_model.clone(),
-                    rank: model.rank,
-                    at: stamp,
-                };
-                self.checkpoints.insert(path.clone(), checkpoint);
-                Reply::Json(json!({ "path": path }))
+                self.save(model_id, "sampler_weights", &name, stamp)
             }
             Op::SaveForSampler { name: None } => {
                 let sampler = (model.base_model.clone(), model.weights.clone());
@@ -364,6 +344,27 @@ impl State {
                 None => Reply::Failed(format!("no checkpoint at {path}")),
             },
         }
+    }
+
+    /// The model's weights as a checkpoint at `tinker://model/{segment}/name`.
+    fn save(&mut self, model_id: &str, segment: &str, name: &str, at: u64) -> Reply {
+        let Some(model) = self.models.get(model_id) else {
+            return Reply::Failed(format!("unknown model {model_id}"));
+        };
+        let path = format!("tinker://{model_id}/{segment}/{name}");
+        let checkpoint = Checkpoint {
+            kind: if segment == "weights" {
+                "training"
+            } else {
+                "sampler"
+            },
+            weights: model.weights.clone(),
+            base_model: model.base_model.clone(),
+            rank: model.rank,
+            at,
+        };
+        self.checkpoints.insert(path.clone(), checkpoint);
+        Reply::Json(json!({ "path": path }))
     }
 
     /// A sampler on the base weights or on a saved checkpoint.

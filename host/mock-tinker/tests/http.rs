@@ -9,7 +9,7 @@ use axum::Router;
 use axum::body::Body;
 use axum::http::{Request, StatusCode};
 use metaclaw_tinker::convert;
-use metaclaw_tinker::types::{Datum, LossFn, ModelInput, Sampled, TensorData};
+use metaclaw_tinker::types::{Datum, LossFn, Sampled};
 use serde_json::{Value, json};
 use tower::ServiceExt;
 
@@ -105,27 +105,6 @@ impl Fake {
     }
 }
 
-fn datum(prompt: i32, sampled: &metaclaw_tinker::types::Sequence, advantage: f32) -> Datum {
-    let tokens: Vec<i32> = std::iter::once(prompt)
-        .chain(sampled.tokens.clone())
-        .collect();
-    let n = tokens.len() - 1;
-    Datum {
-        model_input: ModelInput::tokens(tokens[..n].to_vec()),
-        loss_fn_inputs: BTreeMap::from([
-            (
-                "target_tokens".into(),
-                TensorData::int64(tokens[1..].iter().map(|&t| i64::from(t)).collect()),
-            ),
-            (
-                "logprobs".into(),
-                TensorData::float32(sampled.logprobs.clone().unwrap()),
-            ),
-            ("advantages".into(), TensorData::float32(vec![advantage; n])),
-        ]),
-    }
-}
-
 #[tokio::test]
 async fn a_training_step_changes_what_the_new_weights_sample() {
     let fake = Fake(metaclaw_mock_tinker::router());
@@ -146,7 +125,7 @@ async fn a_training_step_changes_what_the_new_weights_sample() {
     let body = convert::forward_backward_body(
         &model,
         1,
-        &[datum(3, seq, -1.0)],
+        &[Datum::from_sample(&[3], seq, -1.0)],
         LossFn::ImportanceSampling,
         &BTreeMap::new(),
         false,
@@ -229,22 +208,15 @@ async fn faults_come_in_the_shapes_a_client_must_handle() {
         .await;
     assert_eq!(status, StatusCode::CONFLICT);
     // A session the server ended answers its heartbeats with 410.
-    let (status, _, _) = fake
-        .call(
-            "session_heartbeat",
-            json!({"session_id": session, "type": "session_heartbeat"}),
-            false,
-        )
-        .await;
-    assert_eq!(status, StatusCode::OK);
+    let beat = json!({"session_id": session, "type": "session_heartbeat"});
+    assert_eq!(
+        fake.call("session_heartbeat", beat.clone(), false).await.0,
+        StatusCode::OK
+    );
     fake.call("fake/expire_session", json!({"session_id": session}), false)
         .await;
-    let (status, _, _) = fake
-        .call(
-            "session_heartbeat",
-            json!({"session_id": session, "type": "session_heartbeat"}),
-            false,
-        )
-        .await;
-    assert_eq!(status, StatusCode::GONE);
+    assert_eq!(
+        fake.call("session_heartbeat", beat, false).await.0,
+        StatusCode::GONE
+    );
 }

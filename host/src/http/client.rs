@@ -15,6 +15,8 @@ pub enum Purpose {
     Embeddings,
     /// The CLI talking to the daemon.
     Cli,
+    /// A Tinker-compatible training service.
+    Training,
 }
 
 impl Purpose {
@@ -24,6 +26,7 @@ impl Purpose {
             Self::Learning => concat!("metaclaw/", env!("CARGO_PKG_VERSION"), " (learning)"),
             Self::Embeddings => concat!("metaclaw/", env!("CARGO_PKG_VERSION"), " (embeddings)"),
             Self::Cli => concat!("metaclaw/", env!("CARGO_PKG_VERSION"), " (cli)"),
+            Self::Training => concat!("metaclaw/", env!("CARGO_PKG_VERSION"), " (training)"),
         }
     }
 }

@@ -97,6 +97,41 @@ pub struct Datum {
     pub loss_fn_inputs: BTreeMap<String, TensorData>,
 }
 
+impl Datum {
+    /// A sampled answer as one policy-gradient example: the prompt and the
+    /// exact tokens sampled (never re-tokenised), each answer token with
+    /// the sampler's logprob and `advantage`; prompt positions get weight 0
+    /// (reference §15.1: position *i* predicts token *i + 1*).
+    pub fn from_sample(prompt: &[i32], sampled: &Sequence, advantage: f32) -> Self {
+        let tokens: Vec<i32> = prompt.iter().chain(&sampled.tokens).copied().collect();
+        let n = tokens.len().saturating_sub(1);
+        let prompt_targets = prompt.len().saturating_sub(1);
+        let mut logprobs = vec![0.0; prompt_targets];
+        logprobs.extend(
+            sampled
+                .logprobs
+                .clone()
+                .unwrap_or_else(|| vec![0.0; sampled.tokens.len()]),
+        );
+        let mut advantages = vec![0.0; prompt_targets];
+        advantages.resize(n, advantage);
+        let mut weights = vec![0.0; prompt_targets];
+        weights.resize(n, 1.0);
+        Datum {
+            model_input: ModelInput::tokens(tokens[..n].to_vec()),
+            loss_fn_inputs: BTreeMap::from([
+                (
+                    "target_tokens".to_string(),
+                    TensorData::int64(tokens[1..].iter().map(|&t| i64::from(t)).collect()),
+                ),
+                ("logprobs".to_string(), TensorData::float32(logprobs)),
+                ("advantages".to_string(), TensorData::float32(advantages)),
+                ("weights".to_string(), TensorData::float32(weights)),
+            ]),
+        }
+    }
+}
+
 /// The losses every known server implements (reference §10).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
@@ -213,6 +248,33 @@ mod tests {
                     "target_tokens": {"dtype": "int64", "data": [6, 7]},
                 },
             })
+        );
+    }
+
+    #[test]
+    fn a_sample_becomes_a_datum_aligned_on_the_next_token() {
+        let sampled = Sequence {
+            stop_reason: StopReason::Stop,
+            tokens: vec![7, 8],
+            logprobs: Some(vec![-0.5, -0.25]),
+        };
+        let d = Datum::from_sample(&[1, 2], &sampled, 2.0);
+        assert_eq!(d.model_input, ModelInput::tokens(vec![1, 2, 7]));
+        assert_eq!(
+            d.loss_fn_inputs["target_tokens"],
+            TensorData::int64(vec![2, 7, 8])
+        );
+        assert_eq!(
+            d.loss_fn_inputs["logprobs"],
+            TensorData::float32(vec![0.0, -0.5, -0.25])
+        );
+        assert_eq!(
+            d.loss_fn_inputs["advantages"],
+            TensorData::float32(vec![0.0, 2.0, 2.0])
+        );
+        assert_eq!(
+            d.loss_fn_inputs["weights"],
+            TensorData::float32(vec![0.0, 1.0, 1.0])
         );
     }
 

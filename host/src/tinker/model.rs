@@ -1,0 +1,365 @@
+//! A training model and a sampler. Every training-side call takes the
+//! model's next `seq_id` (from 1) when it is made, so calls may be in
+//! flight together and the service still runs them in order; a retry or a
+//! re-submission after 410 reuses its `seq_id` and body.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicI64, Ordering};
+
+use bytes::Bytes;
+use metaclaw_tinker::convert;
+use metaclaw_tinker::types::{
+    Datum, ForwardBackwardResult, LossConfig, LossFn, ModelInput, Sampled,
+};
+use serde_json::{Value, json};
+
+use super::Error;
+use super::future::{Kind, submit_and_wait};
+use super::session::{Dialect, SessionState};
+use super::transport::{Body, Reply, Transport};
+
+/// Adam's settings (defaults as the reference gives them).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct AdamParams {
+    pub learning_rate: f64,
+    pub beta1: f64,
+    pub beta2: f64,
+    pub eps: f64,
+    pub weight_decay: f64,
+    pub grad_clip_norm: f64,
+}
+
+impl Default for AdamParams {
+    fn default() -> Self {
+        Self {
+            learning_rate: 1e-4,
+            beta1: 0.9,
+            beta2: 0.95,
+            eps: 1e-12,
+            weight_decay: 0.0,
+            grad_clip_norm: 0.0,
+        }
+    }
+}
+
+/// How to sample.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct SamplingParams {
+    pub max_tokens: u32,
+    pub temperature: Option<f32>,
+    pub top_p: Option<f32>,
+    pub top_k: Option<i32>,
+    pub seed: Option<u64>,
+    /// Stop token ids (`None`: the model's end of sequence).
+    pub stop_tokens: Option<Vec<i32>>,
+}
+
+/// A saved checkpoint, as the service lists it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Checkpoint {
+    pub id: String,
+    /// `training` (weights and optimiser state) or `sampler`.
+    pub kind: String,
+    pub path: String,
+}
+
+/// A LoRA being trained.
+pub struct TrainingModel {
+    transport: Arc<Transport>,
+    dialect: Arc<std::sync::Mutex<Option<Dialect>>>,
+    session: Arc<SessionState>,
+    pub model_id: String,
+    /// The last `seq_id` handed out.
+    seq: AtomicI64,
+}
+
+impl TrainingModel {
+    pub(super) fn new(
+        transport: Arc<Transport>,
+        dialect: Arc<std::sync::Mutex<Option<Dialect>>>,
+        session: Arc<SessionState>,
+        model_id: String,
+        last_seq: i64,
+    ) -> Self {
+        Self {
+            transport,
+            dialect,
+            session,
+            model_id,
+            seq: AtomicI64::new(last_seq),
+        }
+    }
+
+    /// The last `seq_id` this client handed out (to persist, and give to
+    /// `Session::attach` after a restart).
+    pub fn last_seq(&self) -> i64 {
+        self.seq.load(Ordering::SeqCst)
+    }
+
+    fn next_seq(&self) -> i64 {
+        self.seq.fetch_add(1, Ordering::SeqCst) + 1
+    }
+
+    /// A training-side call, unless the service ended the session.
+    async fn run(&self, path: &str, body: Body, kind: Kind) -> Result<Reply, Error> {
+        self.session.check()?;
+        submit_and_wait(&self.transport, path, body, kind).await
+    }
+
+    /// One forward and backward pass over `data`: per datum the outputs
+    /// (`logprobs` of each target under the current weights, and what else
+    /// the server returns), and its metrics. The gradients accumulate until
+    /// [`Self::optim_step`].
+    pub async fn forward_backward(
+        &self,
+        data: &[Datum],
+        loss: LossFn,
+        config: &BTreeMap<String, LossConfig>,
+    ) -> Result<ForwardBackwardResult, Error> {
+        let seq = self.next_seq();
+        let dialect = self.dialect.lock().map(|d| *d).unwrap_or(None);
+        let reply = match dialect {
+            Some(Dialect::Json) => self.forward_backward_json(seq, data, loss, config).await?,
+            Some(Dialect::Protobuf) | None => {
+                let body = convert::forward_backward_body(
+                    &self.model_id,
+                    seq_i32(seq)?,
+                    data,
+                    loss,
+                    config,
+                    false,
+                );
+                match self
+                    .run(
+                        "forward_backward",
+                        Body::Protobuf(Bytes::from(body)),
+                        Kind::ForwardBackward,
+                    )
+                    .await
+                {
+                    Ok(reply) => {
+                        self.set_dialect(Dialect::Protobuf);
+                        reply
+                    }
+                    // A server of the JSON dialect cannot read the body.
+                    Err(Error::Service {
+                        status: 415 | 422, ..
+                    }) if dialect.is_none() => {
+                        self.set_dialect(Dialect::Json);
+                        self.forward_backward_json(seq, data, loss, config).await?
+                    }
+                    Err(e) => return Err(e),
+                }
+            }
+        };
+        forward_backward_result(&reply)
+    }
+
+    fn set_dialect(&self, dialect: Dialect) {
+        if let Ok(mut d) = self.dialect.lock() {
+            *d = Some(dialect);
+        }
+    }
+
+    async fn forward_backward_json(
+        &self,
+        seq: i64,
+        data: &[Datum],
+        loss: LossFn,
+        config: &BTreeMap<String, LossConfig>,
+    ) -> Result<Reply, Error> {
+        let mut input = json!({"data": data, "loss_fn": loss.as_str()});
+        if !config.is_empty() {
+            input["loss_fn_config"] = json!(config);
+        }
+        let body = json!({
+            "model_id": self.model_id, "seq_id": seq, "forward_backward_input": input, "type": "forward_backward",
+        });
+        self.run("forward_backward", Body::Json(body), Kind::ForwardBackward)
+            .await
+    }
+
+    /// Applies the accumulated gradients; the service's metrics.
+    pub async fn optim_step(&self, adam: AdamParams) -> Result<BTreeMap<String, f64>, Error> {
+        let body = json!({
+            "model_id": self.model_id, "seq_id": self.next_seq(), "type": "optim_step",
+            "adam_params": {
+                "learning_rate": adam.learning_rate, "beta1": adam.beta1, "beta2": adam.beta2,
+                "eps": adam.eps, "weight_decay": adam.weight_decay, "grad_clip_norm": adam.grad_clip_norm,
+            },
+        });
+        let reply = self
+            .run("optim_step", Body::Json(body), Kind::OptimStep)
+            .await?;
+        let v = reply.json()?;
+        Ok(v["metrics"]
+            .as_object()
+            .into_iter()
+            .flatten()
+            .map(|(k, v)| (k.clone(), v.as_f64().unwrap_or(f64::NAN)))
+            .collect())
+    }
+
+    /// Saves weights and optimiser state under `name`; the `tinker://` path.
+    pub async fn save_state(&self, name: &str) -> Result<String, Error> {
+        let body = json!({
+            "model_id": self.model_id, "path": name, "seq_id": self.next_seq(), "type": "save_weights",
+        });
+        let reply = self
+            .run("save_weights", Body::Json(body), Kind::SaveWeights)
+            .await?;
+        path_of(&reply)
+    }
+
+    /// Saves the current weights for sampling under `name`; the path.
+    pub async fn save_for_sampler(&self, name: &str) -> Result<String, Error> {
+        path_of(&self.snapshot(json!({ "path": name })).await?)
+    }
+
+    /// `save_weights_for_sampler`, named (`path`) or not
+    /// (`sampling_session_seq_id`).
+    async fn snapshot(&self, how: Value) -> Result<Reply, Error> {
+        let mut body = json!({
+            "model_id": self.model_id, "seq_id": self.next_seq(),
+            "kind": "snapshot", "type": "save_weights_for_sampler",
+        });
+        if let (Some(body), Value::Object(how)) = (body.as_object_mut(), how) {
+            body.extend(how);
+        }
+        self.run(
+            "save_weights_for_sampler",
+            Body::Json(body),
+            Kind::SaveWeightsForSampler,
+        )
+        .await
+    }
+
+    /// A sampler on the current weights (saved without a name).
+    pub async fn sampler(&self) -> Result<Sampler, Error> {
+        let sampler_seq = self.session.next_sampler.fetch_add(1, Ordering::Relaxed);
+        let reply = self
+            .snapshot(json!({ "sampling_session_seq_id": sampler_seq }))
+            .await?;
+        let id = reply.json()?["sampling_session_id"]
+            .as_str()
+            .ok_or_else(|| {
+                Error::Protocol("save_weights_for_sampler gave no sampling session".into())
+            })?
+            .to_string();
+        Ok(Sampler::new(
+            self.transport.clone(),
+            self.session.clone(),
+            id,
+        ))
+    }
+
+    /// Loads saved state (weights, and the optimiser's with `optimizer`).
+    pub async fn load_state(&self, path: &str, optimizer: bool) -> Result<(), Error> {
+        let body = json!({
+            "model_id": self.model_id, "path": path, "seq_id": self.next_seq(),
+            "optimizer": optimizer, "type": "load_weights",
+        });
+        self.run("load_weights", Body::Json(body), Kind::LoadWeights)
+            .await?;
+        Ok(())
+    }
+
+    /// The model's checkpoints, as the service lists them.
+    pub async fn checkpoints(&self) -> Result<Vec<Checkpoint>, Error> {
+        let path = format!("training_runs/{}/checkpoints", self.model_id);
+        let reply = self
+            .transport
+            .call(reqwest::Method::GET, &path, None)
+            .await?;
+        let v = reply.json()?;
+        Ok(v["checkpoints"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .map(|c| Checkpoint {
+                id: c["checkpoint_id"].as_str().unwrap_or_default().to_string(),
+                kind: c["checkpoint_type"]
+                    .as_str()
+                    .unwrap_or_default()
+                    .to_string(),
+                path: c["tinker_path"].as_str().unwrap_or_default().to_string(),
+            })
+            .collect())
+    }
+}
+
+fn seq_i32(seq: i64) -> Result<i32, Error> {
+    i32::try_from(seq)
+        .map_err(|_| Error::Client(format!("seq_id {seq} does not fit the protocol's int32")))
+}
+
+fn path_of(reply: &Reply) -> Result<String, Error> {
+    reply.json()?["path"]
+        .as_str()
+        .map(str::to_string)
+        .ok_or_else(|| Error::Protocol("a save answered without a path".into()))
+}
+
+fn forward_backward_result(reply: &Reply) -> Result<ForwardBackwardResult, Error> {
+    if reply.protobuf {
+        return Ok(convert::forward_backward_result(&reply.bytes)?);
+    }
+    serde_json::from_slice(&reply.bytes)
+        .map_err(|e| Error::Protocol(format!("forward_backward result: {e}")))
+}
+
+/// A sampling session: the weights it samples are fixed when it is made.
+pub struct Sampler {
+    transport: Arc<Transport>,
+    session: Arc<SessionState>,
+    pub id: String,
+    seq: AtomicI64,
+}
+
+impl Sampler {
+    pub(super) fn new(transport: Arc<Transport>, session: Arc<SessionState>, id: String) -> Self {
+        Self {
+            transport,
+            session,
+            id,
+            seq: AtomicI64::new(0),
+        }
+    }
+
+    /// `num_samples` continuations of `prompt`: the exact tokens sampled
+    /// and their logprobs.
+    pub async fn sample(
+        &self,
+        prompt: &[i32],
+        params: &SamplingParams,
+        num_samples: u32,
+    ) -> Result<Sampled, Error> {
+        self.session.check()?;
+        let seq = self.seq.fetch_add(1, Ordering::SeqCst);
+        // Defaults are left out: some servers refuse any field they do not know.
+        let mut sampling = json!({"max_tokens": params.max_tokens});
+        let optional: [(&str, Option<Value>); 5] = [
+            ("temperature", params.temperature.map(|v| json!(v))),
+            ("top_p", params.top_p.map(|v| json!(v))),
+            ("top_k", params.top_k.map(|v| json!(v))),
+            ("seed", params.seed.map(|v| json!(v))),
+            ("stop", params.stop_tokens.as_ref().map(|v| json!(v))),
+        ];
+        for (key, value) in optional {
+            if let Some(value) = value {
+                sampling[key] = value;
+            }
+        }
+        let body = Body::Json(json!({
+            "sampling_session_id": self.id, "seq_id": seq, "num_samples": num_samples,
+            "prompt": ModelInput::tokens(prompt.to_vec()), "sampling_params": sampling, "type": "sample",
+        }));
+        let reply = submit_and_wait(&self.transport, "asample", body, Kind::Sample).await?;
+        if reply.protobuf {
+            return Ok(convert::sampled(&reply.bytes)?);
+        }
+        serde_json::from_slice(&reply.bytes)
+            .map_err(|e| Error::Protocol(format!("sample result: {e}")))
+    }
+}

@@ -1,0 +1,178 @@
+//! One call to a Tinker-compatible service: the headers every request
+//! carries (key, idempotency key reused on every retry of the call), the
+//! retries the protocol allows (408, 409, 429, 5xx and unanswered requests,
+//! honouring `retry-after-ms` / `retry-after`), and the server's error in
+//! its own words (`{"detail"}` or `{"error", "category"}`).
+
+use std::time::Duration;
+
+use axum::http::{HeaderMap, StatusCode};
+use bytes::Bytes;
+use serde_json::Value;
+
+use super::Error;
+use crate::http::{Backoff, retry_after};
+
+/// How many times one request is sent before its failure is final.
+const TRIES: u32 = 10;
+/// The SDK's backoff: 0.5 s doubling, capped at 10 s.
+const BACKOFF: (Duration, Duration) = (Duration::from_millis(500), Duration::from_secs(10));
+
+/// A request body: JSON, or protobuf (`forward_backward`).
+#[derive(Clone)]
+pub enum Body {
+    Json(Value),
+    Protobuf(Bytes),
+}
+
+/// What came back: the status, content type and bytes.
+pub struct Reply {
+    pub status: StatusCode,
+    pub protobuf: bool,
+    pub bytes: Bytes,
+    pub headers: HeaderMap,
+}
+
+impl Reply {
+    pub fn json(&self) -> Result<Value, Error> {
+        serde_json::from_slice(&self.bytes).map_err(|e| Error::Protocol(format!("not JSON: {e}")))
+    }
+}
+
+/// The service's address and credentials, and the HTTP client.
+pub struct Transport {
+    pub(super) http: reqwest::Client,
+    pub(super) base: String,
+    pub(super) api_key: Option<String>,
+    /// First wait of the retry backoff (tests shorten it).
+    pub(super) first_wait: Duration,
+}
+
+impl Transport {
+    fn url(&self, path: &str) -> String {
+        format!("{}/api/v1/{path}", self.base)
+    }
+
+    /// One attempt, no retries (a poll: its statuses mean other things).
+    pub async fn send_once(
+        &self,
+        method: reqwest::Method,
+        path: &str,
+        body: Option<&Body>,
+        headers: &[(&str, String)],
+        timeout: Duration,
+    ) -> Result<Reply, reqwest::Error> {
+        let mut request = self
+            .http
+            .request(method, self.url(path))
+            .timeout(timeout)
+            .header("accept", "application/x-protobuf, application/json");
+        if let Some(key) = &self.api_key {
+            request = request.header("x-api-key", key);
+        }
+        for (name, value) in headers {
+            request = request.header(*name, value);
+        }
+        request = match body {
+            Some(Body::Json(v)) => request
+                .header("content-type", "application/json")
+                .body(v.to_string()),
+            Some(Body::Protobuf(b)) => request
+                .header("content-type", "application/x-protobuf")
+                .body(b.clone()),
+            None => request,
+        };
+        let response = request.send().await?;
+        let status = response.status();
+        let headers = response.headers().clone();
+        let protobuf = headers
+            .get("content-type")
+            .and_then(|v| v.to_str().ok())
+            .is_some_and(|ct| ct.starts_with("application/x-protobuf"));
+        let bytes = response.bytes().await?;
+        Ok(Reply {
+            status: StatusCode::from_u16(status.as_u16()).unwrap_or(StatusCode::BAD_GATEWAY),
+            protobuf,
+            bytes,
+            headers,
+        })
+    }
+
+    /// A call, retried as the protocol allows with one idempotency key;
+    /// a final error status becomes [`Error::Service`].
+    pub async fn call(
+        &self,
+        method: reqwest::Method,
+        path: &str,
+        body: Option<Body>,
+    ) -> Result<Reply, Error> {
+        let key = format!("metaclaw-retry-{}", uuid::Uuid::new_v4());
+        let headers = [("x-idempotency-key", key)];
+        let mut backoff = Backoff::new(self.first_wait, BACKOFF.1);
+        let mut last = String::new();
+        for _ in 0..TRIES {
+            let hint = match self
+                .send_once(
+                    method.clone(),
+                    path,
+                    body.as_ref(),
+                    &headers,
+                    Duration::from_secs(60),
+                )
+                .await
+            {
+                Ok(reply) if reply.status.is_success() => return Ok(reply),
+                Ok(reply) => {
+                    let retryable = matches!(reply.status.as_u16(), 408 | 409 | 429 | 500..=599)
+                        && reply
+                            .headers
+                            .get("x-should-retry")
+                            .and_then(|v| v.to_str().ok())
+                            != Some("false");
+                    let error = service_error(path, &reply);
+                    if !retryable {
+                        return Err(error);
+                    }
+                    last = error.to_string();
+                    retry_hint(&reply.headers)
+                }
+                Err(e) => {
+                    last = format!("{path}: {}", crate::http::describe(&e));
+                    None
+                }
+            };
+            tokio::time::sleep(backoff.wait(hint)).await;
+        }
+        Err(Error::Unavailable(format!("{last} (after {TRIES} tries)")))
+    }
+}
+
+/// `retry-after-ms`, else `retry-after`.
+pub fn retry_hint(headers: &HeaderMap) -> Option<Duration> {
+    headers
+        .get("retry-after-ms")
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.trim().parse::<u64>().ok())
+        .map(Duration::from_millis)
+        .or_else(|| retry_after(headers))
+}
+
+/// The server's error, in its words: FastAPI's `{"detail"}` (a string or
+/// validation errors) or a future's `{"error", "category"}`.
+pub fn service_error(path: &str, reply: &Reply) -> Error {
+    let body: Value = serde_json::from_slice(&reply.bytes).unwrap_or(Value::Null);
+    let message = match (&body["detail"], &body["error"]) {
+        (Value::String(s), _) | (_, Value::String(s)) => s.clone(),
+        (Value::Null, Value::Null) => String::from_utf8_lossy(&reply.bytes)
+            .chars()
+            .take(300)
+            .collect(),
+        (detail, _) => detail.to_string(),
+    };
+    Error::Service {
+        status: reply.status.as_u16(),
+        call: path.to_string(),
+        message,
+        users_fault: body["category"] == "user",
+    }
+}
