@@ -448,6 +448,21 @@ async fn a_failing_embedding_endpoint_falls_back_to_bm25_and_says_so() {
     let (up, mc) = with_bank(
         "llm:\n  api_base: {upstream}\nskills:\n  retrieval_mode: embedding\n  embedding_backend: openai\n  embedding_api_base: {upstream}\n  embedding_model: error-503\n",
     );
+    // The embedding retriever has tried to index the library through the
+    // endpoint, and failed (until then bm25 answers because the other is
+    // still indexing, which is not what this test is about).
+    poll_json(mc.home.path(), &["status", "--json"], |v| {
+        v["skills"]["retrievers"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .any(|r| {
+                r["name"]
+                    .as_str()
+                    .is_some_and(|n| n.starts_with("embedding@"))
+                    && r["index"] == "failed"
+            })
+    });
     let (seen, _) = system_seen(
         &mc,
         "How do I rebase my feature branch onto main without losing work?",

@@ -248,7 +248,7 @@ fn spawn_until(
     });
 }
 
-/// Reads the library on its own thread, then watches it; every change (and
+/// Watches the library and reads it, on its own thread; every change (and
 /// every plugin reload) re-indexes it for the retrievers.
 fn load_skills(skills: Arc<Skills>, plugins: Option<&PluginHost>) {
     if let Some(host) = plugins {
@@ -258,6 +258,12 @@ fn load_skills(skills: Arc<Skills>, plugins: Option<&PluginHost>) {
     let spawned = std::thread::Builder::new()
         .name("metaclaw-skills-load".into())
         .spawn(move || {
+            // Watching first, then reading: a skill written between the two
+            // is either read or reported, never missed.
+            let s = skills.clone();
+            skills
+                .library
+                .watch(Duration::from_millis(200), move |_| s.warm());
             let snapshot = skills.library.rescan(None);
             tracing::info!(
                 "{} skill(s) loaded, {} problem(s), generation {}",
@@ -265,10 +271,6 @@ fn load_skills(skills: Arc<Skills>, plugins: Option<&PluginHost>) {
                 snapshot.problems.len(),
                 snapshot.generation
             );
-            let s = skills.clone();
-            skills
-                .library
-                .watch(Duration::from_millis(200), move |_| s.warm());
             skills.warm();
         });
     if let Err(e) = spawned {

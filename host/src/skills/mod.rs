@@ -369,7 +369,14 @@ impl Skills {
         if !query.text.trim().is_empty() && !snapshot.skills.is_empty() {
             let skills = self.wit_skills(&snapshot);
             let want = (self.settings.top_k * 4).max(8) as u32;
-            for retriever in self.plugins.iter().flat_map(|p| p.retrievers()) {
+            // A retriever whose index of this library is ready answers
+            // first; one still indexing it (serving an older library's
+            // index, possibly an empty one) only when none is ready.
+            let mut retrievers: Vec<_> = self.plugins.iter().flat_map(|p| p.retrievers()).collect();
+            retrievers.sort_by_key(|r| {
+                r.index_state(snapshot.generation) != crate::plugins::IndexState::Ready
+            });
+            for retriever in retrievers {
                 match retriever
                     .retrieve(&skills, snapshot.generation, &context, want)
                     .await

@@ -522,9 +522,19 @@ pub fn with_bank(config: &str) -> (Proc, Metaclaw) {
     // The daemon notices the new folders and indexes them in the
     // background (plugins compile in the background at start; a turn never
     // waits for an index). bm25 serves whenever another retriever cannot (an
-    // embedding endpoint that is down, a missing model): wait for its index.
+    // embedding endpoint that is down, a missing model): wait for its index
+    // of the whole bank (an index of part of it is replaced when the rest
+    // loads, and turns meanwhile go without skills).
+    let bank = std::fs::read_dir(PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../skills"))
+        .map(|dir| {
+            dir.flatten()
+                .filter(|e| e.path().join("SKILL.md").is_file())
+                .count()
+        })
+        .unwrap_or(0) as u64;
+    assert!(bank > 0, "the built-in bank (skills/) is empty");
     poll_json(mc.home.path(), &["status", "--json"], |v| {
-        skills_ready(v, 40) && retriever_ready(v, "bm25")
+        skills_ready(v, bank) && retriever_ready(v, "bm25")
     });
     (up, mc)
 }
