@@ -1,0 +1,46 @@
+"""Start skyrl 0.3.0's Tinker API server without `uv run` (workaround (c), docs reference §16.1).
+
+skyrl's API process (skyrl.tinker.api) starts its engine subprocess with
+`uv run <the parent's uv flags> --extra tinker --extra <backend> -m skyrl.tinker.engine ...`
+and refuses to start unless it was itself launched by `uv run`. This launcher
+replaces that command builder with "this interpreter, -m skyrl.tinker.engine,
+plus the config as argv", then runs the FastAPI app under uvicorn exactly as
+`python -m skyrl.tinker.api` would.
+
+Usage (run by scripts/skyrl-cpu, with PYTHONPATH=tests/tinker/stubs JAX_PLATFORMS=cpu HF_HUB_OFFLINE=1):
+  python launcher.py --base-model DIR --backend jax --database-url sqlite:///W/skyrl.db \
+      --checkpoints-base W/ckpt --host 127.0.0.1 --port 8011 \
+      --backend-config '{"max_lora_adapters":16,"max_lora_rank":8}'
+"""
+
+import argparse
+import sys
+
+import uvicorn
+
+import skyrl.tinker.api as api
+from skyrl.tinker.config import EngineConfig, add_model, config_to_argv
+from skyrl.utils.log import get_uvicorn_log_config, logger
+
+
+def _engine_cmd(_parent_cmd, engine_config):
+    return [sys.executable, "-m", "skyrl.tinker.engine", *config_to_argv(engine_config)]
+
+
+def main() -> None:
+    api._build_uv_run_cmd_engine = _engine_cmd  # looked up at call time in api.lifespan
+
+    parser = argparse.ArgumentParser(description="skyrl 0.3.0 tinker API server, launched without uv")
+    add_model(parser, EngineConfig)
+    parser.add_argument("--host", type=str, default="127.0.0.1")
+    parser.add_argument("--port", type=int, default=8000)
+    args = parser.parse_args()
+
+    engine_config = EngineConfig.model_validate({k: v for k, v in vars(args).items() if k in EngineConfig.model_fields})
+    api.app.state.engine_config = engine_config
+    logger.info(f"metaclaw launcher: engine command {_engine_cmd(None, engine_config)}")
+    uvicorn.run(api.app, host=args.host, port=args.port, log_config=get_uvicorn_log_config())
+
+
+if __name__ == "__main__":
+    main()

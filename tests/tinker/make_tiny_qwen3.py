@@ -1,0 +1,173 @@
+"""Generate a tiny random Qwen3 model, offline and deterministically.
+
+Usage: python make_tiny_qwen3.py OUT_DIR
+
+Settings (docs reference tinker-protocol.md §16.1): Qwen3ForCausalLM, 2 layers,
+hidden 64, intermediate 128, 4 attention / 2 KV heads, head dim 16, vocab 384
+(byte-level BPE trained on the small corpus below, padded to a multiple of 64),
+max positions 512, float32, untied embeddings, weights normal(0, 1) * 0.02
+(norm weights 1), special tokens <|endoftext|> (pad), <|im_start|>,
+<|im_end|> (EOS), ChatML chat template. Needs numpy, safetensors and
+tokenizers only: no hub, no torch. Same output bytes on every run.
+"""
+
+import json
+import os
+import sys
+
+import numpy as np
+from safetensors.numpy import save_file
+from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
+
+SEED = 20240601
+VOCAB = 384
+SPECIALS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
+CONFIG = {
+    "architectures": ["Qwen3ForCausalLM"],
+    "model_type": "qwen3",
+    "hidden_size": 64,
+    "intermediate_size": 128,
+    "num_hidden_layers": 2,
+    "num_attention_heads": 4,
+    "num_key_value_heads": 2,
+    "head_dim": 16,
+    "hidden_act": "silu",
+    "max_position_embeddings": 512,
+    "rms_norm_eps": 1e-6,
+    "rope_theta": 1000000.0,
+    "rope_parameters": {"rope_type": "default", "rope_theta": 1000000.0},
+    "attention_bias": False,
+    "attention_dropout": 0.0,
+    "use_sliding_window": False,
+    "sliding_window": None,
+    "max_window_layers": 2,
+    "tie_word_embeddings": False,
+    "initializer_range": 0.02,
+    "use_cache": True,
+    "dtype": "float32",
+    "torch_dtype": "float32",
+    "vocab_size": VOCAB,
+}
+CHAT_TEMPLATE = (
+    "{% for message in messages %}"
+    "{{ '<|im_start|>' + message['role'] + '\n' + message['content'] + '<|im_end|>' + '\n' }}"
+    "{% endfor %}"
+    "{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}"
+)
+CORPUS = """
+The quick brown fox jumps over the lazy dog. A small model learns to answer short questions.
+You are a helpful assistant. The user asks a question and the assistant answers it politely.
+Hello, how are you today? I am fine, thank you. What is the weather like? It is sunny and warm.
+Please write a function that adds two numbers. def add(a, b): return a + b
+The proxy records each turn, scores it, and trains a small adapter on the good answers.
+system user assistant tool call result error retry session model sample train weights loss
+0 1 2 3 4 5 6 7 8 9 10 100 1000 + - * / = ( ) [ ] { } < > : ; , . ! ? ' " # $ % & @ _
+""".strip()
+
+
+def train_tokenizer() -> Tokenizer:
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    tok.post_processor = processors.ByteLevel(trim_offsets=False)
+    trainer = trainers.BpeTrainer(
+        vocab_size=VOCAB,
+        min_frequency=2,
+        special_tokens=SPECIALS,
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        show_progress=False,
+    )
+    tok.train_from_iterator([line for line in CORPUS.splitlines() for _ in range(8)], trainer=trainer)
+    return tok
+
+
+def weights(rng: np.random.Generator, cfg: dict) -> dict:
+    h, inter, hd = cfg["hidden_size"], cfg["intermediate_size"], cfg["head_dim"]
+    nh, nkv, vocab = cfg["num_attention_heads"], cfg["num_key_value_heads"], cfg["vocab_size"]
+
+    def normal(*shape):  # HF Linear layout: [out_features, in_features]
+        return (rng.standard_normal(shape) * 0.02).astype(np.float32)
+
+    def ones(n):
+        return np.ones((n,), dtype=np.float32)
+
+    t = {"model.embed_tokens.weight": normal(vocab, h)}
+    for i in range(cfg["num_hidden_layers"]):
+        p = f"model.layers.{i}."
+        t[p + "input_layernorm.weight"] = ones(h)
+        t[p + "post_attention_layernorm.weight"] = ones(h)
+        t[p + "self_attn.q_proj.weight"] = normal(nh * hd, h)
+        t[p + "self_attn.k_proj.weight"] = normal(nkv * hd, h)
+        t[p + "self_attn.v_proj.weight"] = normal(nkv * hd, h)
+        t[p + "self_attn.o_proj.weight"] = normal(h, nh * hd)
+        t[p + "self_attn.q_norm.weight"] = ones(hd)
+        t[p + "self_attn.k_norm.weight"] = ones(hd)
+        t[p + "mlp.gate_proj.weight"] = normal(inter, h)
+        t[p + "mlp.up_proj.weight"] = normal(inter, h)
+        t[p + "mlp.down_proj.weight"] = normal(h, inter)
+    t["model.norm.weight"] = ones(h)
+    t["lm_head.weight"] = normal(vocab, h)
+    return t
+
+
+def main() -> None:
+    if len(sys.argv) != 2:
+        sys.exit("usage: make_tiny_qwen3.py OUT_DIR")
+    out = sys.argv[1]
+    os.makedirs(out, exist_ok=True)
+
+    tok = train_tokenizer()
+    n_tokens = tok.get_vocab_size(with_added_tokens=True)
+    vocab = -(-n_tokens // 64) * 64
+    assert vocab == VOCAB, f"tokenizer has {n_tokens} tokens, padded {vocab} != {VOCAB}"
+    ids = {s: tok.token_to_id(s) for s in SPECIALS}
+    tok.save(os.path.join(out, "tokenizer.json"))
+
+    cfg = dict(CONFIG)
+    cfg.update(
+        bos_token_id=ids["<|endoftext|>"],
+        eos_token_id=ids["<|im_end|>"],
+        pad_token_id=ids["<|endoftext|>"],
+    )
+
+    def write_json(name, obj):
+        with open(os.path.join(out, name), "w") as f:
+            json.dump(obj, f, indent=2, sort_keys=True)
+            f.write("\n")
+
+    write_json("config.json", cfg)
+    write_json(
+        "generation_config.json",
+        {"bos_token_id": cfg["bos_token_id"], "eos_token_id": cfg["eos_token_id"], "pad_token_id": cfg["pad_token_id"]},
+    )
+    added = {
+        str(ids[s]): {"content": s, "lstrip": False, "normalized": False, "rstrip": False, "single_word": False, "special": True}
+        for s in SPECIALS
+    }
+    write_json(
+        "tokenizer_config.json",
+        {
+            "tokenizer_class": "PreTrainedTokenizerFast",
+            "added_tokens_decoder": added,
+            "additional_special_tokens": ["<|im_start|>", "<|im_end|>"],
+            "bos_token": None,
+            "eos_token": "<|im_end|>",
+            "pad_token": "<|endoftext|>",
+            "unk_token": None,
+            "model_max_length": cfg["max_position_embeddings"],
+            "clean_up_tokenization_spaces": False,
+            "chat_template": CHAT_TEMPLATE,
+        },
+    )
+    write_json("special_tokens_map.json", {"eos_token": "<|im_end|>", "pad_token": "<|endoftext|>",
+                                           "additional_special_tokens": ["<|im_start|>", "<|im_end|>"]})
+    with open(os.path.join(out, "chat_template.jinja"), "w") as f:
+        f.write(CHAT_TEMPLATE)
+
+    rng = np.random.default_rng(SEED)
+    save_file(weights(rng, cfg), os.path.join(out, "model.safetensors"), metadata={"format": "pt"})
+    print(f"tiny Qwen3 written to {out}: {n_tokens} tokens in the tokenizer, vocab {vocab}, special ids {ids}")
+
+
+if __name__ == "__main__":
+    main()
