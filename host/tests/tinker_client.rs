@@ -151,6 +151,14 @@ async fn a_session_the_service_ended_refuses_further_calls() {
     assert!(matches!(e, Error::SessionEnded(_)), "{e}");
 }
 
+#[test]
+fn the_key_is_never_printed() {
+    let settings = Settings::new("http://127.0.0.1:1", Some("tml-secret-4471".into()));
+    let printed = format!("{settings:?}");
+    assert!(!printed.contains("tml-secret-4471"), "{printed}");
+    assert!(printed.contains("<redacted>"), "{printed}");
+}
+
 #[tokio::test]
 async fn refusals_say_what_the_service_said() {
     let settings = fake().await;

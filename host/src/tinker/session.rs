@@ -28,7 +28,7 @@ pub enum Dialect {
 }
 
 /// Where the service is and how to reach it.
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub struct Settings {
     /// Without `/api/v1`; a trailing `/` is ignored.
     pub base_url: String,
@@ -40,6 +40,20 @@ pub struct Settings {
     pub first_retry_wait: Duration,
     /// How often a session says it is alive (the protocol's 10 s).
     pub heartbeat: Duration,
+}
+
+/// The key is never printed: a `{:?}` of the settings (a log, an error)
+/// says only whether there is one.
+impl std::fmt::Debug for Settings {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Settings")
+            .field("base_url", &self.base_url)
+            .field("api_key", &self.api_key.as_ref().map(|_| "<redacted>"))
+            .field("dialect", &self.dialect)
+            .field("first_retry_wait", &self.first_retry_wait)
+            .field("heartbeat", &self.heartbeat)
+            .finish()
+    }
 }
 
 impl Settings {
