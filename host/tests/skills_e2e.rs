@@ -452,16 +452,7 @@ async fn a_failing_embedding_endpoint_falls_back_to_bm25_and_says_so() {
     // endpoint, and failed (until then bm25 answers because the other is
     // still indexing, which is not what this test is about).
     poll_json(mc.home.path(), &["status", "--json"], |v| {
-        v["skills"]["retrievers"]
-            .as_array()
-            .into_iter()
-            .flatten()
-            .any(|r| {
-                r["name"]
-                    .as_str()
-                    .is_some_and(|n| n.starts_with("embedding@"))
-                    && r["index"] == "failed"
-            })
+        retriever_index(v, "embedding") == Some("failed")
     });
     let (seen, _) = system_seen(
         &mc,

@@ -26,21 +26,15 @@ pub fn request(request: &ChatRequest) -> RecordedRequest {
             .collect(),
         ..RecordedRequest::default()
     };
-    let recorded_roles: Vec<&Role> = request
+    let mut scored: Vec<usize> = request
         .messages()
         .iter()
         .filter(|m| !m.internal)
-        .map(|m| &m.role)
-        .collect();
-    let mut scored: Vec<usize> = recorded_roles
-        .iter()
         .enumerate()
-        .rev()
-        .filter(|(_, role)| ***role != Role::System)
+        .filter(|(_, m)| m.role != Role::System)
         .map(|(i, _)| i)
-        .take(SCORER_TAIL)
         .collect();
-    scored.reverse();
+    scored.drain(..scored.len().saturating_sub(SCORER_TAIL));
     recorded.scored = scored;
     for field in request.fields() {
         match field.name.as_str() {

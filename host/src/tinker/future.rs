@@ -92,7 +92,10 @@ where
     let mut slow_down = crate::http::Backoff::new(transport.first_wait, SLOW_DOWN_MAX);
     let (mut unanswered, mut bad_requests) = (0u32, 0u32);
     let started = Instant::now();
-    for iteration in 0u64.. {
+    let mut polls = 0u64;
+    loop {
+        let iteration = polls;
+        polls += 1;
         let headers = [
             ("x-tinker-request-type", kind.header().to_string()),
             ("x-tinker-request-iteration", iteration.to_string()),
@@ -153,5 +156,4 @@ where
             _ => return Err(service_error("retrieve_future", &reply)),
         }
     }
-    Err(Error::Protocol("polling ended".into()))
 }

@@ -539,19 +539,26 @@ pub fn with_bank(config: &str) -> (Proc, Metaclaw) {
     (up, mc)
 }
 
-/// In `status --json`: the retriever plugin `name` (`bm25`, `embedding`)
-/// is loaded and its index of the current library is ready.
-pub fn retriever_ready(status: &Value, name: &str) -> bool {
+/// In `status --json`: where the index of the retriever plugin `name`
+/// (`bm25`, `embedding`) stands (`ready`, `indexing`, `failed`,
+/// `not_started`), if it is loaded.
+pub fn retriever_index<'a>(status: &'a Value, name: &str) -> Option<&'a str> {
     status["skills"]["retrievers"]
         .as_array()
         .into_iter()
         .flatten()
-        .any(|r| {
+        .find(|r| {
             r["name"]
                 .as_str()
                 .is_some_and(|n| n.split('@').next() == Some(name))
-                && r["index"] == "ready"
         })
+        .and_then(|r| r["index"].as_str())
+}
+
+/// In `status --json`: the retriever plugin `name` is loaded and its index
+/// of the current library is ready.
+pub fn retriever_ready(status: &Value, name: &str) -> bool {
+    retriever_index(status, name) == Some("ready")
 }
 
 /// In `status --json`: at least `skills` skills are loaded and a retriever
