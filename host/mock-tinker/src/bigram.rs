@@ -3,9 +3,10 @@
 //! so sampling from trained weights gives other logprobs than the base.
 //! Training is real gradient descent on the losses the reference names
 //! (summed over tokens, as the servers do), so a test can check that a
-//! step moves the logprobs the way the advantages say.
+//! step moves the logprobs the way the advantages say. Its "tokenizer"
+//! spells each token as one character, so stop strings mean something.
 
-use metaclaw_tinker::types::{Datum, LossFn, Sequence, StopReason};
+use metaclaw_tinker::types::{Datum, LossFn, Sequence, Stop, StopReason};
 
 /// Per datum: the current logprob of each target, and each one's loss.
 pub type Outputs = (Vec<f32>, Vec<f32>);
@@ -25,6 +26,18 @@ impl Default for Weights {
             delta: vec![0.0; VOCAB * VOCAB],
         }
     }
+}
+
+/// The character each token id spells (ids taken modulo [`VOCAB`]).
+const SPELLING: &[u8; VOCAB] = b"abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_-";
+
+/// The text of `tokens`: one character per token, so a test can build a
+/// stop string from tokens it saw sampled.
+pub fn detokenize(tokens: &[i32]) -> String {
+    tokens
+        .iter()
+        .map(|&t| char::from(SPELLING[token(i64::from(t))]))
+        .collect()
 }
 
 fn base_logit(prev: usize, next: usize) -> f32 {
@@ -50,13 +63,14 @@ impl Weights {
     }
 
     /// Samples `max_tokens` after `prompt` (deterministic for a seed),
-    /// stopping at a stop token.
+    /// stopping at a stop token, or once the sampled text holds a stop
+    /// string (the tokens that completed it are kept, as servers do).
     pub fn sample(
         &self,
         prompt: &[i32],
         max_tokens: usize,
         temperature: f32,
-        stop: &[i32],
+        stop: &Stop,
         seed: u64,
     ) -> Sequence {
         let mut rng = seed.wrapping_mul(0x2545_F491_4F6C_DD1D) | 1;
@@ -77,7 +91,16 @@ impl Weights {
             tokens.push(next as i32);
             logprobs.push(row[next]);
             prev = next as i64;
-            if stop.contains(&(next as i32)) {
+            let stopped = match stop {
+                Stop::Tokens(ids) => ids.contains(&(next as i32)),
+                Stop::Strings(texts) => {
+                    let text = detokenize(&tokens);
+                    texts
+                        .iter()
+                        .any(|s| !s.is_empty() && text.contains(s.as_str()))
+                }
+            };
+            if stopped {
                 stop_reason = StopReason::Stop;
                 break;
             }
@@ -87,6 +110,18 @@ impl Weights {
             tokens,
             logprobs: Some(logprobs),
         }
+    }
+
+    /// The logprob of each prompt token given the one before; the first
+    /// has none.
+    pub fn prompt_logprobs(&self, prompt: &[i32]) -> Vec<Option<f32>> {
+        let mut out = Vec::with_capacity(prompt.len());
+        out.extend(prompt.first().map(|_| None));
+        for pair in prompt.windows(2) {
+            let row = self.row_logprobs(token(i64::from(pair[0])));
+            out.push(Some(row[token(i64::from(pair[1]))]));
+        }
+        out
     }
 
     /// Forward (and backward into `grad`): per datum the current logprob
@@ -213,7 +248,7 @@ mod tests {
     #[test]
     fn a_positive_advantage_raises_the_sampled_tokens_logprob() {
         let mut weights = Weights::default();
-        let seq = weights.sample(&[3], 4, 1.0, &[], 7);
+        let seq = weights.sample(&[3], 4, 1.0, &NO_STOP, 7);
         let n = seq.tokens.len();
         let datum = Datum::from_sample(&[3], &seq, 1.0);
         let mut grad = vec![0.0; VOCAB * VOCAB];
@@ -236,17 +271,44 @@ mod tests {
         }
     }
 
+    const NO_STOP: Stop = Stop::Tokens(Vec::new());
+
     #[test]
     fn sampling_is_deterministic_for_a_seed() {
         let weights = Weights::default();
         assert_eq!(
-            weights.sample(&[1], 8, 1.0, &[], 3),
-            weights.sample(&[1], 8, 1.0, &[], 3)
+            weights.sample(&[1], 8, 1.0, &NO_STOP, 3),
+            weights.sample(&[1], 8, 1.0, &NO_STOP, 3)
         );
-        let greedy = weights.sample(&[1], 3, 0.0, &[], 0);
+        let greedy = weights.sample(&[1], 3, 0.0, &NO_STOP, 0);
         assert_eq!(greedy.tokens.len(), 3);
-        let stopped = weights.sample(&[1], 8, 0.0, &[greedy.tokens[0]], 0);
+        let first = Stop::Tokens(vec![greedy.tokens[0]]);
+        let stopped = weights.sample(&[1], 8, 0.0, &first, 0);
         assert_eq!(stopped.tokens.len(), 1);
         assert_eq!(stopped.stop_reason, StopReason::Stop);
+    }
+
+    #[test]
+    fn stop_strings_match_the_sampled_text() {
+        let weights = Weights::default();
+        let greedy = weights.sample(&[1], 6, 0.0, &NO_STOP, 0);
+        let text = detokenize(&greedy.tokens);
+        // The text of tokens 2 and 3: sampling stops once token 3 is out.
+        let stop = Stop::Strings(vec!["never".into(), text[1..3].to_string()]);
+        let stopped = weights.sample(&[1], 6, 0.0, &stop, 0);
+        assert_eq!(stopped.tokens, greedy.tokens[..3]);
+        assert_eq!(stopped.stop_reason, StopReason::Stop);
+    }
+
+    #[test]
+    fn prompt_logprobs_are_the_sampled_tokens_logprobs() {
+        let weights = Weights::default();
+        let seq = weights.sample(&[5], 4, 1.0, &NO_STOP, 9);
+        let prompt: Vec<i32> = [5].iter().chain(&seq.tokens).copied().collect();
+        let scored = weights.prompt_logprobs(&prompt);
+        assert_eq!(scored[0], None);
+        let sampled: Vec<Option<f32>> = seq.logprobs.unwrap().into_iter().map(Some).collect();
+        assert_eq!(scored[1..], sampled[..]);
+        assert!(weights.prompt_logprobs(&[]).is_empty());
     }
 }

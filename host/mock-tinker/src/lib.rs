@@ -13,19 +13,33 @@
 //!
 //! **Faults** are chosen by the base model's name, `fake-bigram@F=n,…`;
 //! each is counted down on the polls of that model's training and
-//! sampling futures, in this
-//! order: `drop` (the connection is cut), `http500`, `http429` (with
-//! `retry-after-ms: 20`), `http408` (still pending), `http410` (the promise
-//! broke: the client must re-submit with the same `seq_id`), `try_again`;
-//! `slow=MS` makes every future ready only after MS milliseconds.
-//! `POST /api/v1/fake/expire_session {session_id}` ends a session as a
-//! server does after missed heartbeats (its heartbeats then get 410).
+//! sampling futures, in this order: `drop` (the connection is cut),
+//! `http500`, `http429` (with `retry-after-ms: 20`), `http402` (billing:
+//! the client pauses and tries again; also counted down on the direct
+//! calls about the model, `get_info` and `weights_info`), `http408`
+//! (still pending), `http410` (the promise broke: the client must
+//! re-submit with the same `seq_id`), `try_again`; then `metadata` (a
+//! ready result is first answered `complete_metadata` when the poll allows
+//! a metadata-only answer); `slow=MS` makes every future ready only after
+//! MS milliseconds. `POST /api/v1/fake/expire_session {session_id}` ends a
+//! session as a server does after missed heartbeats (its heartbeats then
+//! get 410).
+//!
+//! **Options** are per server ([`router_with`], [`serve_with`]): what its
+//! `client/config` says — `compress` (`proto_compress_fwdbwd`: clients
+//! send zstd bodies, which it decompresses as any server does) and
+//! `json_only` (`proto_write_fwdbwd: false`, and protobuf bodies refused
+//! with 422). `GET /api/v1/fake/seen` tells a test what the fake saw
+//! ([`Seen`]: body kinds, `complete_metadata` answers).
+//!
+//! Its tokenizer spells each token as one character ([`detokenize`]), so
+//! stop strings stop sampling; `prompt_logprobs` are the bigram's.
 //!
 //! | module | job |
 //! |---|---|
 //! | `routes` | the HTTP routes and their error shapes |
-//! | `state` | sessions, models and their `seq_id` order, futures, faults |
-//! | `bigram` | the trainable model |
+//! | `state` | sessions, models and their `seq_id` order, futures, faults, options, what it saw |
+//! | `bigram` | the trainable model and its one-character tokenizer |
 
 mod bigram;
 mod routes;
@@ -33,14 +47,28 @@ mod state;
 
 use std::sync::{Arc, Mutex};
 
-pub use state::{BASE_MODEL, Faults};
+pub use bigram::detokenize;
+pub use state::{BASE_MODEL, Faults, Options, Seen};
 
-/// The fake's router, on a fresh state.
+/// The fake's router, on a fresh state, with the default options.
 pub fn router() -> axum::Router {
-    routes::router(Arc::new(Mutex::new(state::State::default())))
+    router_with(Options::default())
+}
+
+/// The fake's router, on a fresh state, with `options`.
+pub fn router_with(options: Options) -> axum::Router {
+    routes::router(Arc::new(Mutex::new(state::State::new(options))))
 }
 
 /// Serves the fake on `listener` until the task is dropped.
 pub async fn serve(listener: tokio::net::TcpListener) -> std::io::Result<()> {
-    axum::serve(listener, router()).await
+    serve_with(listener, Options::default()).await
+}
+
+/// Serves the fake with `options` on `listener` until the task is dropped.
+pub async fn serve_with(
+    listener: tokio::net::TcpListener,
+    options: Options,
+) -> std::io::Result<()> {
+    axum::serve(listener, router_with(options)).await
 }

@@ -1,7 +1,8 @@
 //! The HTTP routes, under `/api/v1` as the reference lists them: the JSON
 //! dialect everywhere, and the protobuf one where current servers use it
-//! (a `forward_backward` body sent as `application/x-protobuf`; results as
-//! protobuf when the poll's `Accept` asks for it).
+//! (a `forward_backward` body sent as `application/x-protobuf`, zstd when
+//! its `Content-Encoding` says so; results as protobuf when the poll's
+//! `Accept` asks for it).
 
 use std::sync::{Arc, Mutex};
 
@@ -12,7 +13,7 @@ use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use metaclaw_tinker::convert;
-use metaclaw_tinker::types::{Datum, LossFn, ModelInput};
+use metaclaw_tinker::types::{Datum, LoraConfig, LossFn, ModelInput, Stop};
 use serde_json::{Value, json};
 
 use crate::state::{self, Op, Poll, Reply};
@@ -30,6 +31,7 @@ pub fn router(state: Shared) -> Router {
         .route("/api/v1/create_session", post(create_session))
         .route("/api/v1/session_heartbeat", post(heartbeat))
         .route("/api/v1/fake/expire_session", post(expire))
+        .route("/api/v1/fake/seen", get(seen))
         .route("/api/v1/create_model", post(create_model))
         .route("/api/v1/get_info", post(get_info))
         .route("/api/v1/forward_backward", post(forward_backward))
@@ -98,8 +100,23 @@ fn locked(state: &Shared) -> std::sync::MutexGuard<'_, state::State> {
     state.lock().unwrap_or_else(|p| p.into_inner())
 }
 
-async fn client_config() -> Response {
-    axum::Json(json!({"pjwt_auth_enabled": false})).into_response()
+/// The most a compressed body may unpack to.
+const BODY_LIMIT: u64 = 64 << 20;
+
+async fn client_config(State(s): State<Shared>) -> Response {
+    let options = locked(&s).options;
+    let mut config = json!({"pjwt_auth_enabled": false});
+    if options.compress {
+        config["proto_compress_fwdbwd"] = json!(true);
+    }
+    if options.json_only {
+        config["proto_write_fwdbwd"] = json!(false);
+    }
+    axum::Json(config).into_response()
+}
+
+async fn seen(State(s): State<Shared>) -> Response {
+    axum::Json(locked(&s).seen.clone()).into_response()
 }
 
 async fn capabilities() -> Response {
@@ -133,12 +150,10 @@ async fn create_model(State(s): State<Shared>, body: Bytes) -> Answer {
     let v = json_body(&body)?;
     let session = text(&v, "session_id")?;
     let base = text(&v, "base_model")?;
-    let rank = v["lora_config"]["rank"]
-        .as_u64()
-        .and_then(|r| u32::try_from(r).ok())
-        .ok_or_else(|| detail(422, "`lora_config.rank` is required"))?;
+    let lora: LoraConfig = serde_json::from_value(v["lora_config"].clone())
+        .map_err(|e| detail(422, format!("`lora_config`: {e}")))?;
     let id = locked(&s)
-        .create_model(session, base, rank)
+        .create_model(session, base, lora)
         .map_err(|e| detail(400, e))?;
     Ok(future(id, None))
 }
@@ -148,7 +163,7 @@ async fn get_info(State(s): State<Shared>, body: Bytes) -> Answer {
     let id = text(&v, "model_id")?;
     let info = locked(&s)
         .info(id)
-        .ok_or_else(|| detail(404, format!("unknown model {id}")))?;
+        .map_err(|(status, message)| detail(status, message))?;
     Ok(axum::Json(info).into_response())
 }
 
@@ -185,15 +200,33 @@ fn fwd_input(v: &Value, key: &str, forward_only: bool) -> Result<Op, Refusal> {
 }
 
 async fn forward_backward(State(s): State<Shared>, headers: HeaderMap, body: Bytes) -> Answer {
-    let protobuf = headers
-        .get(header::CONTENT_TYPE)
-        .and_then(|v| v.to_str().ok())
-        .is_some_and(|ct| ct.starts_with("application/x-protobuf"));
+    let header = |name| headers.get(name).and_then(|v| v.to_str().ok());
+    let protobuf =
+        header(header::CONTENT_TYPE).is_some_and(|ct| ct.starts_with("application/x-protobuf"));
     if !protobuf {
+        locked(&s).seen.fwdbwd_json += 1;
         let v = json_body(&body)?;
         let op = fwd_input(&v, "forward_backward_input", false)?;
         return submit(&s, &v, op);
     }
+    let zstd = header(header::CONTENT_ENCODING).is_some_and(|e| e.eq_ignore_ascii_case("zstd"));
+    {
+        let mut state = locked(&s);
+        if state.options.json_only {
+            state.seen.fwdbwd_refused += 1;
+            return Err(detail(422, "the body must be JSON"));
+        }
+        state.seen.fwdbwd_protobuf += 1;
+        state.seen.fwdbwd_zstd += u64::from(zstd);
+    }
+    let body = if zstd {
+        Bytes::from(
+            convert::decompress_body(&body, BODY_LIMIT)
+                .map_err(|e| detail(400, format!("a zstd body that does not decompress: {e}")))?,
+        )
+    } else {
+        body
+    };
     let request =
         convert::decode_forward_backward(&body).map_err(|e| detail(422, e.to_string()))?;
     // The payload a retry is compared with.
@@ -264,15 +297,18 @@ async fn asample(State(s): State<Shared>, body: Bytes) -> Answer {
     let max_tokens = params["max_tokens"]
         .as_u64()
         .ok_or_else(|| detail(422, "`sampling_params.max_tokens` is required"))?;
-    let stop: Vec<i32> = params["stop"]
-        .as_array()
-        .map(|a| {
-            a.iter()
-                .filter_map(|t| t.as_i64())
-                .map(|t| t as i32)
-                .collect()
-        })
-        .unwrap_or_default();
+    // A list of ids or of strings (never both), or one string; none
+    // stops only at `max_tokens` (the bigram has no end of sequence).
+    let stop = match &params["stop"] {
+        Value::Null => Stop::Tokens(Vec::new()),
+        Value::String(one) => Stop::Strings(vec![one.clone()]),
+        list => serde_json::from_value(list.clone()).map_err(|_| {
+            detail(
+                422,
+                "`sampling_params.stop` is a list of token ids or of strings",
+            )
+        })?,
+    };
     let mut state = locked(&s);
     let sampler = match v["sampling_session_id"].as_str() {
         Some(id) => id.to_string(),
@@ -289,6 +325,7 @@ async fn asample(State(s): State<Shared>, body: Bytes) -> Answer {
         seed: params["seed"]
             .as_u64()
             .unwrap_or(v["seq_id"].as_u64().unwrap_or(0)),
+        prompt_logprobs: v["prompt_logprobs"].as_bool().unwrap_or(false),
     };
     let id = state
         .sample(&sampler, &request)
@@ -303,9 +340,14 @@ async fn retrieve_future(State(s): State<Shared>, headers: HeaderMap, body: Byte
         .get(header::ACCEPT)
         .and_then(|v| v.to_str().ok())
         .is_some_and(|a| a.contains("application/x-protobuf"));
-    let poll = locked(&s).poll(id);
+    let allow_metadata_only = v["allow_metadata_only"].as_bool().unwrap_or(false);
+    let poll = locked(&s).poll(id, allow_metadata_only);
     Ok(match poll {
         Poll::Unknown => return Err(detail(404, format!("unknown request_id {id}"))),
+        Poll::Metadata(size) => axum::Json(json!({
+            "status": "complete_metadata", "response_payload_size": size,
+        }))
+        .into_response(),
         Poll::TryAgain => axum::Json(json!({
             "type": "try_again", "request_id": id, "queue_state": "active",
         }))
@@ -317,6 +359,7 @@ async fn retrieve_future(State(s): State<Shared>, headers: HeaderMap, body: Byte
             r
         }
         Poll::Status(408) => return Err(detail(408, "still pending")),
+        Poll::Status(402) => return Err(detail(402, state::NO_CREDIT)),
         Poll::Status(410) => return Err(detail(410, "the promise expired: re-submit the request")),
         Poll::Status(status) => return Err(detail(status, "injected server error")),
         Poll::Drop => dropped(),
@@ -358,6 +401,6 @@ async fn weights_info(State(s): State<Shared>, body: Bytes) -> Answer {
     let path = text(&v, "tinker_path")?;
     let info = locked(&s)
         .weights_info(path)
-        .ok_or_else(|| detail(404, format!("no checkpoint at {path}")))?;
+        .map_err(|(status, message)| detail(status, message))?;
     Ok(axum::Json(info).into_response())
 }

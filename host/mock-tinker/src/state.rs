@@ -1,11 +1,15 @@
 //! The fake's state: sessions, training models with their `seq_id` order,
-//! samplers, checkpoints and futures, and the faults each base model asks
-//! for. One mutex: the fake serves tests, not load.
+//! samplers, checkpoints and futures, the faults each base model asks
+//! for, the server's options, and what it saw (for tests to check). One
+//! mutex: the fake serves tests, not load.
 
 use std::collections::{BTreeMap, HashMap};
 use std::time::{Duration, Instant};
 
-use metaclaw_tinker::types::{Datum, ForwardBackwardResult, LossFn, Sampled, TensorData};
+use metaclaw_tinker::types::{
+    Datum, ForwardBackwardResult, LoraConfig, LossFn, Sampled, Stop, TensorData,
+};
+use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
 use crate::bigram::{VOCAB, Weights};
@@ -13,16 +17,24 @@ use crate::bigram::{VOCAB, Weights};
 /// The base model the fake trains; `NAME@fault=n,…` adds faults.
 pub const BASE_MODEL: &str = "fake-bigram";
 
+/// What a 402 (the `http402` fault) says.
+pub const NO_CREDIT: &str = "billing: the account has no credit left";
+
 /// Faults of one base model, each counted down per poll of one of its
-/// futures (in this order), `slow_ms` for every future.
+/// futures (in this order); `http402` also on the direct calls about the
+/// model (`get_info`, `weights_info`); `metadata` on a poll that finds
+/// the result ready and allows a metadata-only answer; `slow_ms` for every
+/// future.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct Faults {
     pub drop: u32,
     pub http500: u32,
     pub http429: u32,
+    pub http402: u32,
     pub http408: u32,
     pub http410: u32,
     pub try_again: u32,
+    pub metadata: u32,
     pub slow_ms: u64,
 }
 
@@ -43,15 +55,42 @@ impl Faults {
                 "drop" => faults.drop = count,
                 "http500" => faults.http500 = count,
                 "http429" => faults.http429 = count,
+                "http402" => faults.http402 = count,
                 "http408" => faults.http408 = count,
                 "http410" => faults.http410 = count,
                 "try_again" => faults.try_again = count,
+                "metadata" => faults.metadata = count,
                 "slow" => faults.slow_ms = n,
                 _ => return None,
             }
         }
         Some(faults)
     }
+}
+
+/// How the fake presents itself: what its `client/config` says (one
+/// server, one config; faults are per base model).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Options {
+    /// `proto_compress_fwdbwd: true`: clients send protobuf
+    /// `forward_backward` bodies zstd-compressed.
+    pub compress: bool,
+    /// A server of the JSON dialect (SDK 0.23–0.24 era): its config says
+    /// `proto_write_fwdbwd: false`, and a protobuf body is refused (422).
+    pub json_only: bool,
+}
+
+/// What the fake saw, for tests to check (`GET /api/v1/fake/seen`).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Seen {
+    /// `forward_backward` bodies, by kind (`zstd` ones are protobuf too).
+    pub fwdbwd_json: u64,
+    pub fwdbwd_protobuf: u64,
+    pub fwdbwd_zstd: u64,
+    /// Protobuf bodies refused because of `json_only`.
+    pub fwdbwd_refused: u64,
+    /// Polls answered `complete_metadata`.
+    pub complete_metadata: u64,
 }
 
 /// A finished operation's result.
@@ -75,6 +114,8 @@ pub struct Future {
 /// What a poll of a future gets.
 pub enum Poll {
     Reply(Reply),
+    /// Done; the result's size, for a client to fetch it next poll.
+    Metadata(usize),
     TryAgain,
     Status(u16),
     Drop,
@@ -87,8 +128,9 @@ pub struct SampleRequest<'a> {
     pub num_samples: usize,
     pub max_tokens: usize,
     pub temperature: f32,
-    pub stop: &'a [i32],
+    pub stop: &'a Stop,
     pub seed: u64,
+    pub prompt_logprobs: bool,
 }
 
 /// A training-side operation, run in `seq_id` order.
@@ -115,7 +157,7 @@ pub enum Op {
 
 struct Model {
     base_model: String,
-    rank: u32,
+    lora: LoraConfig,
     weights: Weights,
     grad: Vec<f32>,
     next_seq: i64,
@@ -129,12 +171,14 @@ struct Checkpoint {
     kind: &'static str,
     weights: Weights,
     base_model: String,
-    rank: u32,
+    lora: LoraConfig,
     at: u64,
 }
 
 #[derive(Default)]
 pub struct State {
+    pub options: Options,
+    pub seen: Seen,
     next_id: u64,
     sessions: HashMap<String, ()>,
     models: HashMap<String, Model>,
@@ -145,6 +189,13 @@ pub struct State {
 }
 
 impl State {
+    pub fn new(options: Options) -> Self {
+        Self {
+            options,
+            ..Self::default()
+        }
+    }
+
     fn id(&mut self, prefix: &str) -> String {
         self.next_id += 1;
         format!("{prefix}{}", self.next_id)
@@ -184,7 +235,7 @@ impl State {
         &mut self,
         session: &str,
         base_model: &str,
-        rank: u32,
+        lora: LoraConfig,
     ) -> Result<String, String> {
         if !self.sessions.contains_key(session) {
             return Err(format!("unknown session {session}"));
@@ -198,7 +249,7 @@ impl State {
             model_id.clone(),
             Model {
                 base_model: base_model.to_string(),
-                rank,
+                lora,
                 weights: Weights::default(),
                 grad: vec![0.0; VOCAB * VOCAB],
                 next_seq: 1,
@@ -211,15 +262,34 @@ impl State {
         Ok(self.future("", Some(created)))
     }
 
-    pub fn info(&self, model_id: &str) -> Option<Value> {
-        let m = self.models.get(model_id)?;
-        Some(json!({
-            "model_id": model_id,
-            "model_data": {"arch": "bigram", "model_name": m.base_model},
-            "is_lora": true,
-            "lora_rank": m.rank,
-            "model_name": m.base_model,
-        }))
+    /// `get_info`: the reference's shape, with the LoRA's settings as
+    /// `weights_info` gives them.
+    pub fn info(&mut self, model_id: &str) -> Result<Value, (u16, String)> {
+        let m = self
+            .models
+            .get(model_id)
+            .ok_or_else(|| (404, format!("unknown model {model_id}")))?;
+        let mut info = lora_info(&m.lora);
+        info["model_id"] = json!(model_id);
+        info["model_name"] = json!(m.base_model);
+        info["model_data"] = json!({
+            "arch": "bigram", "model_name": m.base_model, "tokenizer_id": BASE_MODEL,
+        });
+        let group = m.base_model.clone();
+        self.billing(&group)?;
+        Ok(info)
+    }
+
+    /// A direct call about `group`'s model, refused while its `http402`
+    /// lasts.
+    fn billing(&mut self, group: &str) -> Result<(), (u16, String)> {
+        match self.faults.get_mut(group) {
+            Some(f) if f.http402 > 0 => {
+                f.http402 -= 1;
+                Err((402, NO_CREDIT.into()))
+            }
+            _ => Ok(()),
+        }
     }
 
     /// A training-side request: queued in `seq_id` order, run when its
@@ -360,7 +430,7 @@ impl State {
             },
             weights: model.weights.clone(),
             base_model: model.base_model.clone(),
-            rank: model.rank,
+            lora: model.lora,
             at,
         };
         self.checkpoints.insert(path.clone(), checkpoint);
@@ -415,7 +485,9 @@ impl State {
             .collect();
         let reply = Reply::Sample(Sampled {
             sequences,
-            prompt_logprobs: None,
+            prompt_logprobs: request
+                .prompt_logprobs
+                .then(|| weights.prompt_logprobs(request.prompt)),
         });
         Ok(self.future(&group, Some(reply)))
     }
@@ -439,14 +511,23 @@ impl State {
         json!({ "checkpoints": list })
     }
 
-    pub fn weights_info(&self, path: &str) -> Option<Value> {
-        let c = self.checkpoints.get(path)?;
-        Some(json!({"base_model": c.base_model, "is_lora": true, "lora_rank": c.rank}))
+    /// `weights_info`: the checkpoint's base model and LoRA settings.
+    pub fn weights_info(&mut self, path: &str) -> Result<Value, (u16, String)> {
+        let c = self
+            .checkpoints
+            .get(path)
+            .ok_or_else(|| (404, format!("no checkpoint at {path}")))?;
+        let mut info = lora_info(&c.lora);
+        info["base_model"] = json!(c.base_model);
+        let group = c.base_model.clone();
+        self.billing(&group)?;
+        Ok(info)
     }
 
     /// A poll of a future: its base model's faults first, then the result
-    /// once it is ready.
-    pub fn poll(&mut self, request_id: &str) -> Poll {
+    /// once it is ready (first as `complete_metadata` while that fault
+    /// lasts and the poll accepts it).
+    pub fn poll(&mut self, request_id: &str, allow_metadata_only: bool) -> Poll {
         let Some(future) = self.futures.get(request_id) else {
             return Poll::Unknown;
         };
@@ -455,6 +536,7 @@ impl State {
                 (&mut f.drop, Poll::Drop),
                 (&mut f.http500, Poll::Status(500)),
                 (&mut f.http429, Poll::Status(429)),
+                (&mut f.http402, Poll::Status(402)),
                 (&mut f.http408, Poll::Status(408)),
                 (&mut f.http410, Poll::Status(410)),
                 (&mut f.try_again, Poll::TryAgain),
@@ -469,15 +551,50 @@ impl State {
                 }
             }
         }
-        match self.futures.get(request_id) {
+        let reply = match self.futures.get(request_id) {
             Some(f) if Instant::now() >= f.ready_at => match &f.reply {
-                Some(reply) => Poll::Reply(reply.clone()),
-                None => Poll::TryAgain,
+                Some(reply) => reply.clone(),
+                None => return Poll::TryAgain,
             },
-            Some(_) => Poll::TryAgain,
-            None => Poll::Unknown,
+            Some(_) => return Poll::TryAgain,
+            None => return Poll::Unknown,
+        };
+        let group = self.futures.get(request_id).map(|f| f.group.clone());
+        if let Some(f) = group.and_then(|g| self.faults.get_mut(&g))
+            && allow_metadata_only
+            && f.metadata > 0
+        {
+            f.metadata -= 1;
+            self.seen.complete_metadata += 1;
+            return Poll::Metadata(reply.size());
         }
+        Poll::Reply(reply)
     }
+}
+
+impl Reply {
+    /// About how many bytes the result is (what `complete_metadata` says).
+    fn size(&self) -> usize {
+        let json = match self {
+            Reply::Json(v) => v.clone(),
+            Reply::ForwardBackward(r) => json!(r),
+            Reply::Sample(s) => json!(s),
+            Reply::Failed(m) => json!(m),
+        };
+        json.to_string().len()
+    }
+}
+
+/// A LoRA's settings as `get_info` and `weights_info` report them.
+fn lora_info(lora: &LoraConfig) -> Value {
+    json!({
+        "is_lora": true,
+        "lora_rank": lora.rank,
+        "train_unembed": lora.train_unembed,
+        "train_mlp": lora.train_mlp,
+        "train_attn": lora.train_attn,
+        "optimizer_config": {"type": "adamw"},
+    })
 }
 
 #[cfg(test)]
@@ -491,6 +608,8 @@ mod tests {
         assert_eq!(Faults::parse("fake-bigram"), Some(Faults::default()));
         let f = Faults::parse("fake-bigram@try_again=2,http410,slow=50").unwrap();
         assert_eq!((f.try_again, f.http410, f.slow_ms), (2, 1, 50));
+        let f = Faults::parse("fake-bigram@http402=3,metadata").unwrap();
+        assert_eq!((f.http402, f.metadata), (3, 1));
         assert_eq!(Faults::parse("other"), None);
         assert_eq!(Faults::parse("fake-bigram@nonsense=1"), None);
     }
@@ -499,8 +618,10 @@ mod tests {
     fn training_requests_run_in_seq_order_and_retries_are_idempotent() {
         let mut s = State::default();
         let session = s.create_session();
-        let created = s.create_model(&session, BASE_MODEL, 4).unwrap();
-        let Poll::Reply(Reply::Json(v)) = s.poll(&created) else {
+        let created = s
+            .create_model(&session, BASE_MODEL, LoraConfig::new(4))
+            .unwrap();
+        let Poll::Reply(Reply::Json(v)) = s.poll(&created, true) else {
             panic!()
         };
         let model = v["model_id"].as_str().unwrap().to_string();
@@ -513,7 +634,7 @@ mod tests {
                 Op::SaveWeights { name: "a".into() },
             )
             .unwrap();
-        assert!(matches!(s.poll(&save), Poll::TryAgain));
+        assert!(matches!(s.poll(&save, false), Poll::TryAgain));
         let step = s
             .submit(
                 &model,
@@ -522,8 +643,8 @@ mod tests {
                 Op::OptimStep { learning_rate: 0.1 },
             )
             .unwrap();
-        assert!(matches!(s.poll(&step), Poll::Reply(Reply::Json(_))));
-        assert!(matches!(s.poll(&save), Poll::Reply(Reply::Json(_))));
+        assert!(matches!(s.poll(&step, false), Poll::Reply(Reply::Json(_))));
+        assert!(matches!(s.poll(&save, false), Poll::Reply(Reply::Json(_))));
         // A retry of seq 1 gets the same answer; another payload is refused.
         let again = s
             .submit(
@@ -533,7 +654,7 @@ mod tests {
                 Op::OptimStep { learning_rate: 0.1 },
             )
             .unwrap();
-        assert!(matches!(s.poll(&again), Poll::Reply(Reply::Json(_))));
+        assert!(matches!(s.poll(&again, false), Poll::Reply(Reply::Json(_))));
         let conflict = s.submit(
             &model,
             1,
@@ -541,5 +662,24 @@ mod tests {
             Op::OptimStep { learning_rate: 0.1 },
         );
         assert_eq!(conflict.unwrap_err().0, 409);
+    }
+
+    #[test]
+    fn metadata_comes_first_only_to_a_poll_that_allows_it() {
+        let mut s = State::default();
+        let session = s.create_session();
+        let base = "fake-bigram@metadata=1";
+        let created = s.create_model(&session, base, LoraConfig::new(4)).unwrap();
+        let Poll::Reply(Reply::Json(v)) = s.poll(&created, true) else {
+            panic!()
+        };
+        let model = v["model_id"].as_str().unwrap().to_string();
+        let step = s
+            .submit(&model, 1, json!({}), Op::OptimStep { learning_rate: 0.1 })
+            .unwrap();
+        assert!(matches!(s.poll(&step, false), Poll::Reply(_)));
+        assert!(matches!(s.poll(&step, true), Poll::Metadata(n) if n > 0));
+        assert!(matches!(s.poll(&step, true), Poll::Reply(_)));
+        assert_eq!(s.seen.complete_metadata, 1);
     }
 }

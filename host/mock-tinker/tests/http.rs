@@ -1,5 +1,6 @@
 //! The fake over HTTP (tower `oneshot` on its router): the loop a training
-//! client runs, in both dialects, and the faults a client must survive.
+//! client runs, in both dialects, the faults a client must survive, and
+//! the options, bodies and stops it takes.
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
@@ -218,5 +219,86 @@ async fn faults_come_in_the_shapes_a_client_must_handle() {
     assert_eq!(
         fake.call("session_heartbeat", beat, false).await.0,
         StatusCode::GONE
+    );
+}
+
+#[tokio::test]
+async fn the_config_bodies_and_stops_it_takes() {
+    let options = metaclaw_mock_tinker::Options {
+        compress: true,
+        ..Default::default()
+    };
+    let fake = Fake(metaclaw_mock_tinker::router_with(options));
+    let config = fake
+        .json("client/config", json!({"sdk_version": "x"}))
+        .await;
+    assert_eq!(config["proto_compress_fwdbwd"], true);
+    let (_, model) = fake.model("fake-bigram").await;
+    let body = convert::forward_backward_body(
+        &model,
+        1,
+        &[],
+        LossFn::CrossEntropy,
+        &BTreeMap::new(),
+        true,
+    );
+    let post = |body: Vec<u8>| {
+        Request::post("/api/v1/forward_backward")
+            .header("content-type", "application/x-protobuf")
+            .header("content-encoding", "zstd")
+            .body(Body::from(body))
+            .unwrap()
+    };
+    // A zstd body is read; one that is not zstd is refused.
+    let packed = convert::compress_body(&body).unwrap();
+    assert_eq!(fake.send(post(packed)).await.0, StatusCode::OK);
+    assert_eq!(fake.send(post(body)).await.0, StatusCode::BAD_REQUEST);
+
+    // Stops are ids or strings, never both.
+    let sampler = fake
+        .json(
+            "create_sampling_session",
+            json!({"session_id": "x", "sampling_session_seq_id": 0, "base_model": "fake-bigram"}),
+        )
+        .await;
+    let sample = |stop: Value| json!({"sampling_session_id": sampler["sampling_session_id"], "seq_id": 0, "num_samples": 1, "prompt": {"chunks": [{"type": "encoded_text", "tokens": [3]}]}, "sampling_params": {"max_tokens": 2, "stop": stop}});
+    assert_eq!(
+        fake.call("asample", sample(json!(["ab"])), false).await.0,
+        StatusCode::OK
+    );
+    assert_eq!(
+        fake.call("asample", sample(json!([1, "ab"])), false)
+            .await
+            .0,
+        StatusCode::UNPROCESSABLE_ENTITY
+    );
+
+    // A server of the JSON dialect says so, and refuses protobuf.
+    let legacy = Fake(metaclaw_mock_tinker::router_with(
+        metaclaw_mock_tinker::Options {
+            json_only: true,
+            ..Default::default()
+        },
+    ));
+    let config = legacy
+        .json("client/config", json!({"sdk_version": "x"}))
+        .await;
+    assert_eq!(config["proto_write_fwdbwd"], false);
+    let (_, model) = legacy.model("fake-bigram").await;
+    let body = convert::forward_backward_body(
+        &model,
+        1,
+        &[],
+        LossFn::CrossEntropy,
+        &BTreeMap::new(),
+        true,
+    );
+    let request = Request::post("/api/v1/forward_backward")
+        .header("content-type", "application/x-protobuf")
+        .body(Body::from(body))
+        .unwrap();
+    assert_eq!(
+        legacy.send(request).await.0,
+        StatusCode::UNPROCESSABLE_ENTITY
     );
 }

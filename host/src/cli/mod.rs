@@ -23,6 +23,7 @@ mod plugins_cmd;
 mod sessions_cmd;
 mod setup;
 mod skills_cmd;
+mod tinker_cmd;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -73,6 +74,10 @@ pub enum Command {
     /// Learning from ended sessions: run a job now, see the queue.
     #[command(subcommand)]
     Learn(LearnCommand),
+    /// The Tinker training service (rl.tinker_base_url): check it, train
+    /// on a file of datums, see the training runs.
+    #[command(subcommand)]
+    Tinker(TinkerCommand),
     /// Print the version.
     Version(JsonFlag),
     /// Developer tools.
@@ -251,6 +256,53 @@ pub enum LearnCommand {
 }
 
 #[derive(Subcommand, Debug)]
+pub enum TinkerCommand {
+    /// Connect to the training service: its dialect, flags and models, and
+    /// whether rl.model can be trained there.
+    Check {
+        #[arg(long)]
+        json: bool,
+    },
+    /// Train the LoRA of rl.model on Tinker datums (one JSON object per
+    /// line: model_input, loss_fn_inputs), continuing the active run: a
+    /// restart continues from the run's last saved state.
+    Train {
+        /// The datums (JSON lines); steps take them in order, wrapping.
+        #[arg(long, value_name = "FILE")]
+        data: PathBuf,
+        /// Steps to train in this call.
+        #[arg(long, default_value_t = 1)]
+        steps: u32,
+        /// Datums per step (default: rl.batch_size).
+        #[arg(long)]
+        batch: Option<usize>,
+        /// cross_entropy, importance_sampling, ppo or cispo (default: rl.loss_fn).
+        #[arg(long)]
+        loss: Option<String>,
+        /// Adam's learning rate (default: rl.learning_rate).
+        #[arg(long)]
+        learning_rate: Option<f64>,
+        /// Save the training state every this many steps (0: only at the end).
+        #[arg(long, default_value_t = 1)]
+        save_every: u32,
+        /// Start a new run instead of continuing the active one.
+        #[arg(long)]
+        fresh: bool,
+        /// One JSON object per line.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Training runs and their last steps.
+    Status {
+        #[arg(long)]
+        json: bool,
+        /// Steps shown per run, newest first.
+        #[arg(long, default_value_t = 5)]
+        steps: usize,
+    },
+}
+
+#[derive(Subcommand, Debug)]
 pub enum SkillsCommand {
     /// The skills in the library.
     List {
@@ -425,6 +477,7 @@ fn dispatch(cli: Cli) -> Result<ExitCode> {
         Command::Plugins(cmd) => plugins_cmd::run(&home, &config_path, cmd),
         Command::Skills(cmd) => skills_cmd::run(&home, &config_path, cmd),
         Command::Learn(cmd) => learn_cmd::run(&home, &config_path, cmd),
+        Command::Tinker(cmd) => tinker_cmd::run(&home, &config_path, cmd),
         Command::Version(args) => {
             if args.json {
                 say!(

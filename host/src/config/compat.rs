@@ -1,6 +1,6 @@
 //! The original MetaClaw's sections that metaclaw accepts so its configs
-//! load: `rl` (whose judge and evolver keys are used; the training keys
-//! are not yet), `opd`, `scheduler`, `memory`, `wechat` and `openrouter`.
+//! load: `rl` (whose judge, evolver and Tinker keys are used; the training
+//! keys are not yet), `opd`, `scheduler`, `memory`, `wechat` and `openrouter`.
 //! Which of their keys do nothing in this version, and why: `inert`.
 
 use serde::{Deserialize, Serialize};
@@ -15,6 +15,9 @@ pub struct RlConfig {
     pub api_key: Option<String>,
     pub base_url: String,
     pub tinker_base_url: String,
+    /// How `forward_backward` is sent: `auto` (protobuf, JSON when the
+    /// service refuses it), `protobuf` or `json`.
+    pub tinker_dialect: TinkerDialect,
     pub prm_provider: String,
     pub prm_url: String,
     pub prm_model: String,
@@ -42,6 +45,7 @@ impl Default for RlConfig {
             api_key: None,
             base_url: String::new(),
             tinker_base_url: String::new(),
+            tinker_dialect: TinkerDialect::Auto,
             prm_provider: String::new(),
             prm_url: String::new(),
             prm_model: String::new(),
@@ -59,6 +63,15 @@ impl Default for RlConfig {
             evolver_model: String::new(),
         }
     }
+}
+
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq, Default)]
+#[serde(rename_all = "lowercase")]
+pub enum TinkerDialect {
+    #[default]
+    Auto,
+    Protobuf,
+    Json,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]

@@ -20,8 +20,6 @@ use serde_json::Value;
 
 use super::{Config, Loaded, Mode, get_path};
 
-const TINKER: &str =
-    "training through a Tinker-compatible service arrives with W2-D (the Tinker bridge)";
 const SERVE: &str = "serving from the trained model arrives with W2-E, training with W2-F";
 const TRAIN: &str = "training steps arrive with W2-F (RL training side)";
 const OPD: &str = "on-policy distillation from a teacher arrives with W2-F (RL training side)";
@@ -51,28 +49,20 @@ pub const INERT: &[(&str, &str)] = &[
     ("rl.enabled", SERVE),
     (
         "rl.backend",
-        "the training service is the one at rl.tinker_base_url, with W2-D (the Tinker bridge)",
+        "the training service is the Tinker-compatible one at rl.tinker_base_url",
     ),
-    ("rl.model", TINKER),
-    ("rl.tinker_api_key", TINKER),
     (
         "rl.api_key",
-        "the original's key for other training backends; W2-D (the Tinker bridge) uses rl.tinker_api_key",
+        "the original's key for other training backends; the Tinker bridge uses rl.tinker_api_key",
     ),
     (
         "rl.base_url",
-        "the original's URL for other training backends; W2-D (the Tinker bridge) uses rl.tinker_base_url",
+        "the original's URL for other training backends; the Tinker bridge uses rl.tinker_base_url",
     ),
-    ("rl.tinker_base_url", TINKER),
     ("rl.prm_provider", PROVIDER),
-    ("rl.lora_rank", TINKER),
     ("rl.batch_size", TRAIN),
     ("rl.learning_rate", TRAIN),
     ("rl.loss_fn", TRAIN),
-    (
-        "rl.resume_from_ckpt",
-        "checkpoints arrive with W2-D (the Tinker bridge) and W2-F (RL training side)",
-    ),
     (
         "rl.manual_train_trigger",
         "`metaclaw train step` arrives with W2-F (RL training side)",
@@ -178,6 +168,13 @@ pub const IMPLEMENTED: &[&str] = &[
     "rl.evolver_api_base",
     "rl.evolver_api_key",
     "rl.evolver_model",
+    // The Tinker bridge (tinker; `metaclaw tinker check | train | status`).
+    "rl.model",
+    "rl.tinker_base_url",
+    "rl.tinker_api_key",
+    "rl.tinker_dialect",
+    "rl.lora_rank",
+    "rl.resume_from_ckpt",
     "openrouter.app_name",
     "sessions.idle_timeout",
     "store.path",
@@ -352,7 +349,7 @@ mod tests {
         let path = dir.path().join("config.yaml");
         std::fs::write(
             &path,
-            "mode: madmax\nrl:\n  lora_rank: 16\n  enabled: false\n  resume_from_ckpt: ''\n  prm_model: judge\nscheduler:\n  calendar:\n    enabled: true\nmemory:\n  scope: team\nopd: {}\n",
+            "mode: madmax\nrl:\n  batch_size: 16\n  lora_rank: 16\n  enabled: false\n  resume_from_ckpt: ''\n  prm_model: judge\nscheduler:\n  calendar:\n    enabled: true\nmemory:\n  scope: team\nopd: {}\n",
         )
         .unwrap();
         let env = |var: &str| (var == "TINKER_API_KEY").then(|| "tk-secret-1".to_string());
@@ -366,29 +363,26 @@ mod tests {
                 .count()
         };
         for key in [
-            "rl.lora_rank",
+            "rl.batch_size",
             "scheduler.calendar.enabled",
             "memory.scope",
-            "rl.tinker_api_key",
         ] {
             assert_eq!(about(key), 1, "{key}: {text}");
         }
         assert!(
-            text.contains("`rl.lora_rank` is set in ")
+            text.contains("`rl.batch_size` is set in ")
                 && text.contains("not implemented in this version")
-                && text.contains("W2-D"),
+                && text.contains("W2-F"),
             "{text}"
         );
-        assert!(
-            text.contains("`rl.tinker_api_key` is set by $TINKER_API_KEY"),
-            "{text}"
-        );
-        // Unset, empty, false, defaulted, or implemented: nothing.
+        // Unset, empty, false, defaulted, or implemented (the Tinker
+        // bridge's keys, from the file or the environment): nothing.
         for key in [
             "rl.enabled",
             "rl.resume_from_ckpt",
             "rl.prm_model",
-            "rl.batch_size",
+            "rl.lora_rank",
+            "rl.tinker_api_key",
             "opd.enabled",
         ] {
             assert_eq!(about(key), 0, "{key}: {text}");
@@ -400,7 +394,7 @@ mod tests {
                 && text.contains("as in skills_only"),
             "{text}"
         );
-        assert_eq!(loaded.warnings.len(), 5, "{text}");
+        assert_eq!(loaded.warnings.len(), 4, "{text}");
 
         // Nothing set: nothing said.
         std::fs::write(&path, "llm:\n  model_id: m\n").unwrap();

@@ -13,6 +13,7 @@ pub mod learning;
 mod read;
 mod schema;
 pub mod skills;
+pub mod training;
 mod writer;
 
 use std::ops::Range;

@@ -207,6 +207,42 @@ const MIGRATIONS: &[&str] = &[
     ALTER TABLE turns ADD COLUMN attempt INTEGER NOT NULL DEFAULT 1;
     ALTER TABLE turns ADD COLUMN retry_of TEXT;
     "#,
+    // 8: training runs on a Tinker-compatible service (tinker::run): the
+    // model being trained, the steps its weights have had, the last saved
+    // state, and one row per step with what the service answered.
+    r#"
+    CREATE TABLE training_runs (
+        id            TEXT PRIMARY KEY,
+        service       TEXT NOT NULL,
+        base_model    TEXT NOT NULL,
+        lora_rank     INTEGER NOT NULL,
+        model_id      TEXT,
+        last_seq      INTEGER NOT NULL DEFAULT 0,
+        step          INTEGER NOT NULL DEFAULT 0,
+        incarnation   INTEGER NOT NULL DEFAULT 0,
+        pending       TEXT,
+        state_path    TEXT,
+        state_step    INTEGER,
+        sampler_path  TEXT,
+        sampler_step  INTEGER,
+        started_from  TEXT,
+        status        TEXT NOT NULL DEFAULT 'active',
+        created_ms    INTEGER NOT NULL,
+        updated_ms    INTEGER NOT NULL
+    );
+    CREATE INDEX training_runs_active ON training_runs(service, base_model) WHERE status = 'active';
+    CREATE TABLE training_steps (
+        run_id      TEXT NOT NULL REFERENCES training_runs(id),
+        step        INTEGER NOT NULL,
+        incarnation INTEGER NOT NULL,
+        model_id    TEXT NOT NULL,
+        samples     INTEGER NOT NULL,
+        loss        REAL,
+        metrics     TEXT NOT NULL,
+        at_ms       INTEGER NOT NULL,
+        PRIMARY KEY (run_id, step, incarnation)
+    );
+    "#,
 ];
 
 pub fn configure(conn: &Connection) -> rusqlite::Result<()> {

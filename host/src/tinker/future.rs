@@ -1,9 +1,10 @@
 //! Waiting for a future (reference §8): `retrieve_future` until the result,
 //! a terminal failure, or a status that says what to do — poll again (408,
-//! 5xx, `try_again`), wait (429, 402, an unanswered poll), re-submit the
-//! original request under its `seq_id` (410), or give up (other 4xx).
+//! 5xx, `try_again`; `complete_metadata`, then asking for the whole
+//! result), wait (429, 402, an unanswered poll), re-submit the original
+//! request under its `seq_id` (410), or give up (other 4xx).
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use serde_json::{Value, json};
 
@@ -19,8 +20,6 @@ const NOT_YET: (Duration, Duration) = (Duration::from_millis(5), Duration::from_
 const SLOW_DOWN_MAX: Duration = Duration::from_secs(30);
 /// Consecutive unanswered polls before the service counts as gone.
 const UNANSWERED: u32 = 8;
-/// How long a billing pause (402) is waited out.
-const BILLING: Duration = Duration::from_secs(3600);
 
 /// What a submitted request is, for the poll's `X-Tinker-Request-Type`.
 #[derive(Debug, Clone, Copy)]
@@ -91,7 +90,10 @@ where
     let mut not_yet = crate::http::Backoff::new(NOT_YET.0, NOT_YET.1);
     let mut slow_down = crate::http::Backoff::new(transport.first_wait, SLOW_DOWN_MAX);
     let (mut unanswered, mut bad_requests) = (0u32, 0u32);
-    let started = Instant::now();
+    let mut billing = None;
+    // As the SDK: a large result may first be announced by its size
+    // (`complete_metadata`); then it is asked for whole.
+    let mut allow_metadata_only = true;
     let mut polls = 0u64;
     loop {
         let iteration = polls;
@@ -100,7 +102,9 @@ where
             ("x-tinker-request-type", kind.header().to_string()),
             ("x-tinker-request-iteration", iteration.to_string()),
         ];
-        let body = Body::Json(json!({"request_id": request_id, "allow_metadata_only": false}));
+        let body = Body::Json(json!({
+            "request_id": request_id, "allow_metadata_only": allow_metadata_only,
+        }));
         let reply = match transport
             .send_once(
                 reqwest::Method::POST,
@@ -135,6 +139,10 @@ where
                     tokio::time::sleep(not_yet.wait(None)).await;
                     continue;
                 }
+                if v["status"] == "complete_metadata" {
+                    allow_metadata_only = false;
+                    continue;
+                }
                 if v.get("error").is_some_and(|e| !e.is_null()) || v["type"] == "request_failed" {
                     return Err(service_error("retrieve_future", &reply));
                 }
@@ -142,7 +150,11 @@ where
             }
             408 | 500..=599 => tokio::time::sleep(not_yet.wait(None)).await,
             429 => tokio::time::sleep(slow_down.wait(retry_hint(&reply.headers))).await,
-            402 if started.elapsed() < BILLING => tokio::time::sleep(Duration::from_secs(5)).await,
+            402 => {
+                if !transport.billing_pause(&mut billing).await {
+                    return Err(service_error("retrieve_future", &reply));
+                }
+            }
             410 => {
                 tracing::debug!(
                     request_id,

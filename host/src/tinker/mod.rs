@@ -7,18 +7,26 @@
 //!
 //! | file | job |
 //! |---|---|
-//! | `transport.rs` | one call: headers, idempotency key, retries, error bodies |
-//! | `future.rs` | waiting for a future, re-submitting on 410 |
-//! | `session.rs` | the service, a session and its heartbeat |
-//! | `model.rs` | a training model (forward/backward, optimiser, checkpoints) and a sampler |
+//! | `transport.rs` | one call: headers, idempotency key, retries, billing pauses, zstd bodies, error bodies |
+//! | `future.rs` | waiting for a future (`complete_metadata` included), re-submitting on 410 |
+//! | `session.rs` | the service (its client config, `weights_info`), a session and its heartbeat |
+//! | `model.rs` | a training model (forward/backward, optimiser, checkpoints, `get_info`) and a sampler |
+//! | `run.rs` | a training run kept in the store: restarts from its last saved state, unique checkpoint names |
+//! | `configured.rs` | the settings the config gives (`rl.tinker_*`, `rl.model`, `rl.lora_rank`, …) |
+//! | `check.rs` | `metaclaw tinker check`: dialect, flags, models, what to fix |
 
+pub mod check;
+pub mod configured;
 mod future;
 mod model;
+mod run;
 mod session;
 mod transport;
 
 pub use metaclaw_tinker::types;
+pub use metaclaw_tinker::types::{LoraConfig, ModelInfo, Stop, WeightsInfo};
 pub use model::{AdamParams, Checkpoint, Sampler, SamplingParams, TrainingModel};
+pub use run::{Opened, RunSpec, StepReport, TrainingRun};
 pub use session::{Dialect, Service, Session, Settings};
 
 /// What a call to the training service can end in.

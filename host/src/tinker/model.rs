@@ -7,10 +7,9 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicI64, Ordering};
 
-use bytes::Bytes;
 use metaclaw_tinker::convert;
 use metaclaw_tinker::types::{
-    Datum, ForwardBackwardResult, LossConfig, LossFn, ModelInput, Sampled,
+    Datum, ForwardBackwardResult, LossConfig, LossFn, ModelInfo, ModelInput, Sampled, Stop,
 };
 use serde_json::{Value, json};
 
@@ -43,7 +42,8 @@ impl Default for AdamParams {
     }
 }
 
-/// How to sample.
+/// How to sample. `None` and `false` are the service's defaults, and are
+/// not sent (some servers refuse any field they do not know).
 #[derive(Debug, Clone, PartialEq, Default)]
 pub struct SamplingParams {
     pub max_tokens: u32,
@@ -51,8 +51,13 @@ pub struct SamplingParams {
     pub top_p: Option<f32>,
     pub top_k: Option<i32>,
     pub seed: Option<u64>,
-    /// Stop token ids (`None`: the model's end of sequence).
-    pub stop_tokens: Option<Vec<i32>>,
+    /// Token ids or strings to stop at (`None`: the model's end of
+    /// sequence).
+    pub stop: Option<Stop>,
+    /// Also score the prompt: [`Sampled::prompt_logprobs`], one per prompt
+    /// token (the first has none). With `max_tokens` 1, this scores a
+    /// fixed sequence.
+    pub prompt_logprobs: bool,
 }
 
 /// A saved checkpoint, as the service lists it.
@@ -122,20 +127,16 @@ impl TrainingModel {
         let reply = match dialect {
             Some(Dialect::Json) => self.forward_backward_json(seq, data, loss, config).await?,
             Some(Dialect::Protobuf) | None => {
-                let body = convert::forward_backward_body(
+                let body = self.transport.protobuf(convert::forward_backward_body(
                     &self.model_id,
                     seq_i32(seq)?,
                     data,
                     loss,
                     config,
                     false,
-                );
+                ))?;
                 match self
-                    .run(
-                        "forward_backward",
-                        Body::Protobuf(Bytes::from(body)),
-                        Kind::ForwardBackward,
-                    )
+                    .run("forward_backward", body, Kind::ForwardBackward)
                     .await
                 {
                     Ok(reply) => {
@@ -265,6 +266,17 @@ impl TrainingModel {
         Ok(())
     }
 
+    /// What the service says of the model: its base model, tokenizer and
+    /// LoRA settings.
+    pub async fn get_info(&self) -> Result<ModelInfo, Error> {
+        let body = Body::Json(json!({"model_id": self.model_id, "type": "get_info"}));
+        let reply = self
+            .transport
+            .call(reqwest::Method::POST, "get_info", Some(body))
+            .await?;
+        serde_json::from_slice(&reply.bytes).map_err(|e| Error::Protocol(format!("get_info: {e}")))
+    }
+
     /// The model's checkpoints, as the service lists them.
     pub async fn checkpoints(&self) -> Result<Vec<Checkpoint>, Error> {
         let path = format!("training_runs/{}/checkpoints", self.model_id);
@@ -337,29 +349,89 @@ impl Sampler {
     ) -> Result<Sampled, Error> {
         self.session.check()?;
         let seq = self.seq.fetch_add(1, Ordering::SeqCst);
-        // Defaults are left out: some servers refuse any field they do not know.
-        let mut sampling = json!({"max_tokens": params.max_tokens});
-        let optional: [(&str, Option<Value>); 5] = [
-            ("temperature", params.temperature.map(|v| json!(v))),
-            ("top_p", params.top_p.map(|v| json!(v))),
-            ("top_k", params.top_k.map(|v| json!(v))),
-            ("seed", params.seed.map(|v| json!(v))),
-            ("stop", params.stop_tokens.as_ref().map(|v| json!(v))),
-        ];
-        for (key, value) in optional {
-            if let Some(value) = value {
-                sampling[key] = value;
-            }
-        }
-        let body = Body::Json(json!({
-            "sampling_session_id": self.id, "seq_id": seq, "num_samples": num_samples,
-            "prompt": ModelInput::tokens(prompt.to_vec()), "sampling_params": sampling, "type": "sample",
-        }));
+        let body = Body::Json(sample_body(&self.id, seq, prompt, params, num_samples));
         let reply = submit_and_wait(&self.transport, "asample", body, Kind::Sample).await?;
         if reply.protobuf {
             return Ok(convert::sampled(&reply.bytes)?);
         }
         serde_json::from_slice(&reply.bytes)
             .map_err(|e| Error::Protocol(format!("sample result: {e}")))
+    }
+}
+
+/// An `asample` request. Defaults are left out: some servers (tuft) refuse
+/// any field they do not know.
+fn sample_body(
+    sampler: &str,
+    seq: i64,
+    prompt: &[i32],
+    params: &SamplingParams,
+    num_samples: u32,
+) -> Value {
+    let mut sampling = json!({"max_tokens": params.max_tokens});
+    let optional: [(&str, Option<Value>); 5] = [
+        ("temperature", params.temperature.map(|v| json!(v))),
+        ("top_p", params.top_p.map(|v| json!(v))),
+        ("top_k", params.top_k.map(|v| json!(v))),
+        ("seed", params.seed.map(|v| json!(v))),
+        ("stop", params.stop.as_ref().map(|v| json!(v))),
+    ];
+    for (key, value) in optional {
+        if let Some(value) = value {
+            sampling[key] = value;
+        }
+    }
+    let mut body = json!({
+        "sampling_session_id": sampler, "seq_id": seq, "num_samples": num_samples,
+        "prompt": ModelInput::tokens(prompt.to_vec()), "sampling_params": sampling, "type": "sample",
+    });
+    if params.prompt_logprobs {
+        body["prompt_logprobs"] = json!(true);
+    }
+    body
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+
+    use super::*;
+
+    #[test]
+    fn a_sample_request_sends_only_what_is_not_a_default() {
+        let plain = SamplingParams {
+            max_tokens: 4,
+            ..SamplingParams::default()
+        };
+        assert_eq!(
+            sample_body("s", 2, &[5], &plain, 1),
+            json!({
+                "sampling_session_id": "s", "seq_id": 2, "num_samples": 1,
+                "prompt": {"chunks": [{"type": "encoded_text", "tokens": [5]}]},
+                "sampling_params": {"max_tokens": 4}, "type": "sample",
+            })
+        );
+        let full = SamplingParams {
+            max_tokens: 1,
+            top_k: Some(5),
+            seed: Some(9),
+            stop: Some(Stop::Strings(vec!["\n\n".into()])),
+            prompt_logprobs: true,
+            ..SamplingParams::default()
+        };
+        let body = sample_body("s", 0, &[5, 6], &full, 2);
+        assert_eq!(
+            body["sampling_params"],
+            json!({"max_tokens": 1, "top_k": 5, "seed": 9, "stop": ["\n\n"]})
+        );
+        assert_eq!(body["prompt_logprobs"], true);
+        let tokens = SamplingParams {
+            stop: Some(Stop::Tokens(vec![2, 7])),
+            ..full
+        };
+        assert_eq!(
+            sample_body("s", 0, &[5], &tokens, 1)["sampling_params"]["stop"],
+            json!([2, 7])
+        );
     }
 }

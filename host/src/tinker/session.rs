@@ -1,7 +1,9 @@
-//! The service and its sessions. A session owns its training models and
-//! samplers and must hear from the client every 10 s; a 410 to a heartbeat
-//! means the service ended it (skyrl does after 300 s of silence), and
-//! every later call on it says so.
+//! The service and its sessions. The service's client config chooses how
+//! `forward_backward` bodies go (`proto_compress_fwdbwd`: zstd; the legacy
+//! `proto_write_fwdbwd: false`: JSON). A session owns its training models
+//! and samplers and must hear from the client every 10 s; a 410 to a
+//! heartbeat means the service ended it (skyrl does after 300 s of
+//! silence), and every later call on it says so.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -9,6 +11,8 @@ use std::time::Duration;
 
 use serde_json::{Value, json};
 use tokio::task::JoinHandle;
+
+use metaclaw_tinker::types::{LoraConfig, WeightsInfo};
 
 use super::Error;
 use super::future::{Kind, submit_and_wait};
@@ -18,13 +22,25 @@ use crate::http::{ClientSpec, Purpose};
 
 /// The protocol's heartbeat period.
 const HEARTBEAT: Duration = Duration::from_secs(10);
+/// The protocol's billing pause (402): tried again every 5 s for an hour.
+const BILLING: (Duration, Duration) = (Duration::from_secs(5), Duration::from_secs(3600));
 
 /// Which body `forward_backward` is sent as: protobuf (current SDKs and
 /// hosted Tinker) or JSON (skyrl 0.3, older servers).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
 pub enum Dialect {
     Protobuf,
     Json,
+}
+
+impl Dialect {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Dialect::Protobuf => "protobuf",
+            Dialect::Json => "json",
+        }
+    }
 }
 
 /// Where the service is and how to reach it.
@@ -34,12 +50,20 @@ pub struct Settings {
     pub base_url: String,
     /// Sent as `X-API-Key`; never logged.
     pub api_key: Option<String>,
-    /// `None`: protobuf, falling back to JSON when the server refuses it.
+    /// `None`: as the service's client config says (JSON if it sets the
+    /// legacy `proto_write_fwdbwd: false`), else protobuf, falling back to
+    /// JSON when the server refuses it.
     pub dialect: Option<Dialect>,
     /// The first wait between retries (the protocol's 0.5 s; tests use less).
     pub first_retry_wait: Duration,
     /// How often a session says it is alive (the protocol's 10 s).
     pub heartbeat: Duration,
+    /// The pause between tries while the service wants payment (HTTP 402;
+    /// the protocol's 5 s).
+    pub billing_wait: Duration,
+    /// How long a call waits for payment before failing (the protocol's
+    /// hour).
+    pub billing_limit: Duration,
 }
 
 /// The key is never printed: a `{:?}` of the settings (a log, an error)
@@ -52,6 +76,8 @@ impl std::fmt::Debug for Settings {
             .field("dialect", &self.dialect)
             .field("first_retry_wait", &self.first_retry_wait)
             .field("heartbeat", &self.heartbeat)
+            .field("billing_wait", &self.billing_wait)
+            .field("billing_limit", &self.billing_limit)
             .finish()
     }
 }
@@ -65,6 +91,8 @@ impl Settings {
             dialect: None,
             first_retry_wait: Duration::from_millis(500),
             heartbeat: HEARTBEAT,
+            billing_wait: BILLING.0,
+            billing_limit: BILLING.1,
         }
     }
 }
@@ -76,23 +104,29 @@ pub struct Service {
     pub(super) dialect: Arc<std::sync::Mutex<Option<Dialect>>>,
     /// What `client/config` said (unknown flags kept).
     pub config: Value,
+    /// Why the dialect is what it is (for `metaclaw tinker check`).
+    pub dialect_evidence: String,
     heartbeat: Duration,
 }
 
 impl Service {
-    /// Connects: reads the server's client config (a 404 means defaults).
+    /// Connects: reads the server's client config (a 404 means defaults),
+    /// which says how `forward_backward` bodies are sent.
     pub async fn connect(settings: &Settings) -> Result<Self, Error> {
         let base = settings.base_url.trim_end_matches('/').to_string();
         let http = ClientSpec::new(Purpose::Training)
             .only_calls([base.as_str()])
             .build()
             .map_err(|e| Error::Client(e.to_string()))?;
-        let transport = Arc::new(Transport {
+        let mut transport = Transport {
             http,
             base,
             api_key: settings.api_key.clone(),
             first_wait: settings.first_retry_wait,
-        });
+            billing_wait: settings.billing_wait,
+            billing_limit: settings.billing_limit,
+            compress: false,
+        };
         let body =
             Body::Json(json!({"sdk_version": concat!("metaclaw-", env!("CARGO_PKG_VERSION"))}));
         let config = match transport
@@ -103,12 +137,52 @@ impl Service {
             Err(Error::Service { status: 404, .. }) => Value::Object(Default::default()),
             Err(e) => return Err(e),
         };
+        transport.compress = config["proto_compress_fwdbwd"] == true;
+        // SDKs 0.23–0.24 sent JSON bodies to a server that said so.
+        let legacy_json = config["proto_write_fwdbwd"] == false;
+        let (dialect, dialect_evidence) = match (settings.dialect, legacy_json) {
+            (Some(d), _) => (Some(d), "as configured".to_string()),
+            (None, true) => (
+                Some(Dialect::Json),
+                "its client config sets proto_write_fwdbwd: false".to_string(),
+            ),
+            (None, false) if transport.compress => (
+                Some(Dialect::Protobuf),
+                "its client config asks for zstd protobuf bodies".to_string(),
+            ),
+            (None, false) => probe_dialect(&transport).await,
+        };
         Ok(Self {
-            transport,
-            dialect: Arc::new(std::sync::Mutex::new(settings.dialect)),
+            transport: Arc::new(transport),
+            dialect: Arc::new(std::sync::Mutex::new(dialect)),
+            dialect_evidence,
             config,
             heartbeat: settings.heartbeat,
         })
+    }
+
+    /// The `forward_backward` dialect in use: as set, as the client
+    /// config said, or as the first `forward_backward` found (`None`
+    /// before that).
+    pub fn dialect(&self) -> Option<Dialect> {
+        self.dialect.lock().map(|d| *d).unwrap_or(None)
+    }
+
+    /// What the service knows of saved weights (`tinker://…`): the base
+    /// model and LoRA they belong to.
+    pub async fn weights_info(&self, tinker_path: &str) -> Result<WeightsInfo, Error> {
+        let body = Body::Json(json!({ "tinker_path": tinker_path }));
+        let reply = self
+            .transport
+            .call(reqwest::Method::POST, "weights_info", Some(body))
+            .await?;
+        serde_json::from_slice(&reply.bytes)
+            .map_err(|e| Error::Protocol(format!("weights_info: {e}")))
+    }
+
+    /// The service's base URL (without `/api/v1`).
+    pub fn url(&self) -> &str {
+        &self.transport.base
     }
 
     /// The models the service offers: `(name, trainable)`.
@@ -161,6 +235,58 @@ impl Service {
             state,
             heartbeat,
         })
+    }
+}
+
+/// Which dialect the service reads, asked without training anything: a
+/// protobuf `forward_backward` for a model that does not exist. A service
+/// that reads protobuf looks for the model and refuses it (404 or 400); one
+/// that reads only JSON cannot parse the body (422, or 415). The probe's
+/// bytes are valid UTF-8, so a JSON server says 422 rather than failing
+/// with a 500 the way it does on a real protobuf body (skyrl 0.3). No
+/// clear answer: `None`, and the first real call finds out (on 415/422).
+async fn probe_dialect(transport: &Transport) -> (Option<Dialect>, String) {
+    let body = metaclaw_tinker::convert::forward_backward_body(
+        "metaclaw-dialect-probe",
+        1,
+        &[],
+        metaclaw_tinker::types::LossFn::CrossEntropy,
+        &Default::default(),
+        false,
+    );
+    let answer = transport
+        .send_once(
+            reqwest::Method::POST,
+            "forward_backward",
+            Some(&Body::Protobuf(bytes::Bytes::from(body))),
+            &[],
+            Duration::from_secs(30),
+        )
+        .await;
+    match answer.map(|reply| reply.status.as_u16()) {
+        Ok(status @ (415 | 422)) => (
+            Some(Dialect::Json),
+            format!("it refused a protobuf forward_backward with HTTP {status}"),
+        ),
+        Ok(status @ (400 | 404)) => (
+            Some(Dialect::Protobuf),
+            format!(
+                "it read a protobuf forward_backward (HTTP {status} for a model that does not exist)"
+            ),
+        ),
+        Ok(status) => (
+            None,
+            format!(
+                "unknown: a protobuf forward_backward probe got HTTP {status}; the first call will tell"
+            ),
+        ),
+        Err(e) => (
+            None,
+            format!(
+                "unknown: the probe got no answer ({}); the first call will tell",
+                crate::http::describe(&e)
+            ),
+        ),
     }
 }
 
@@ -229,16 +355,10 @@ impl Session {
     pub async fn create_model(
         &self,
         base_model: &str,
-        rank: u32,
-        seed: Option<u64>,
+        lora: &LoraConfig,
     ) -> Result<TrainingModel, Error> {
         self.state.check()?;
         let model_seq_id = self.state.next_model.fetch_add(1, Ordering::Relaxed);
-        let mut lora =
-            json!({"rank": rank, "train_unembed": true, "train_mlp": true, "train_attn": true});
-        if let Some(seed) = seed {
-            lora["seed"] = json!(seed);
-        }
         let body = Body::Json(json!({
             "session_id": self.state.id, "model_seq_id": model_seq_id, "base_model": base_model,
             "lora_config": lora, "type": "create_model",

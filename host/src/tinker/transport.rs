@@ -1,10 +1,12 @@
 //! One call to a Tinker-compatible service: the headers every request
 //! carries (key, idempotency key reused on every retry of the call), the
 //! retries the protocol allows (408, 409, 429, 5xx and unanswered requests,
-//! honouring `retry-after-ms` / `retry-after`), and the server's error in
-//! its own words (`{"detail"}` or `{"error", "category"}`).
+//! honouring `retry-after-ms` / `retry-after`; a billing pause, 402, waited
+//! out for up to an hour), the body's encoding (zstd when the service asks
+//! for it), and the server's error in its own words (`{"detail"}` or
+//! `{"error", "category"}`).
 
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use axum::http::{HeaderMap, StatusCode};
 use bytes::Bytes;
@@ -18,11 +20,13 @@ const TRIES: u32 = 10;
 /// The SDK's backoff: 0.5 s doubling, capped at 10 s.
 const BACKOFF: (Duration, Duration) = (Duration::from_millis(500), Duration::from_secs(10));
 
-/// A request body: JSON, or protobuf (`forward_backward`).
+/// A request body: JSON, or protobuf (`forward_backward`), plain or
+/// zstd-compressed.
 #[derive(Clone)]
 pub enum Body {
     Json(Value),
     Protobuf(Bytes),
+    ProtobufZstd(Bytes),
 }
 
 /// What came back: the status, content type and bytes.
@@ -46,11 +50,41 @@ pub struct Transport {
     pub(super) api_key: Option<String>,
     /// First wait of the retry backoff (tests shorten it).
     pub(super) first_wait: Duration,
+    /// The pause between tries while the service wants payment (402).
+    pub(super) billing_wait: Duration,
+    /// How long a call waits for payment before its 402 is final.
+    pub(super) billing_limit: Duration,
+    /// The service's `proto_compress_fwdbwd`: protobuf bodies go zstd.
+    pub(super) compress: bool,
 }
 
 impl Transport {
     fn url(&self, path: &str) -> String {
         format!("{}/api/v1/{path}", self.base)
+    }
+
+    /// A protobuf body, zstd-compressed if the service asked for that.
+    pub fn protobuf(&self, body: Vec<u8>) -> Result<Body, Error> {
+        if !self.compress {
+            return Ok(Body::Protobuf(Bytes::from(body)));
+        }
+        let packed = metaclaw_tinker::convert::compress_body(&body)
+            .map_err(|e| Error::Client(format!("compressing a request body: {e}")))?;
+        Ok(Body::ProtobufZstd(Bytes::from(packed)))
+    }
+
+    /// A 402 (billing): pauses and says whether to try again, which is
+    /// so until `billing_limit` after the call's first 402 (`since`).
+    pub async fn billing_pause(&self, since: &mut Option<Instant>) -> bool {
+        let first = *since.get_or_insert_with(|| {
+            tracing::warn!("the training service wants payment (HTTP 402); pausing");
+            Instant::now()
+        });
+        if first.elapsed() >= self.billing_limit {
+            return false;
+        }
+        tokio::time::sleep(self.billing_wait).await;
+        true
     }
 
     /// One attempt, no retries (a poll: its statuses mean other things).
@@ -80,6 +114,10 @@ impl Transport {
             Some(Body::Protobuf(b)) => request
                 .header("content-type", "application/x-protobuf")
                 .body(b.clone()),
+            Some(Body::ProtobufZstd(b)) => request
+                .header("content-type", "application/x-protobuf")
+                .header("content-encoding", "zstd")
+                .body(b.clone()),
             None => request,
         };
         let response = request.send().await?;
@@ -98,8 +136,9 @@ impl Transport {
         })
     }
 
-    /// A call, retried as the protocol allows with one idempotency key;
-    /// a final error status becomes [`Error::Service`].
+    /// A call, retried as the protocol allows with one idempotency key
+    /// (402s, waited out, count as no try); a final error status becomes
+    /// [`Error::Service`].
     pub async fn call(
         &self,
         method: reqwest::Method,
@@ -110,7 +149,9 @@ impl Transport {
         let headers = [("x-idempotency-key", key)];
         let mut backoff = Backoff::new(self.first_wait, BACKOFF.1);
         let mut last = String::new();
-        for _ in 0..TRIES {
+        let mut billing = None;
+        let mut tries = 0;
+        while tries < TRIES {
             let hint = match self
                 .send_once(
                     method.clone(),
@@ -122,6 +163,12 @@ impl Transport {
                 .await
             {
                 Ok(reply) if reply.status.is_success() => return Ok(reply),
+                Ok(reply) if reply.status == StatusCode::PAYMENT_REQUIRED => {
+                    if self.billing_pause(&mut billing).await {
+                        continue;
+                    }
+                    return Err(service_error(path, &reply));
+                }
                 Ok(reply) => {
                     let retryable = matches!(reply.status.as_u16(), 408 | 409 | 429 | 500..=599)
                         && reply
@@ -141,6 +188,7 @@ impl Transport {
                     None
                 }
             };
+            tries += 1;
             tokio::time::sleep(backoff.wait(hint)).await;
         }
         Err(Error::Unavailable(format!("{last} (after {TRIES} tries)")))

@@ -1,7 +1,8 @@
 //! Between the JSON types and the protobuf messages: the `forward_backward`
 //! request out, and the protobuf results in (reference §7.2: packed
 //! little-endian arrays, per-datum outputs batched with byte offsets,
-//! bfloat16 and int32 widened, NaN for a missing logprob).
+//! bfloat16 and int32 widened, NaN for a missing logprob), and the zstd
+//! a `forward_backward` body is sent in when the server asks for it.
 
 use std::collections::BTreeMap;
 
@@ -361,6 +362,30 @@ pub fn encode_sampled(sampled: &Sampled) -> Vec<u8> {
     .encode_to_vec()
 }
 
+/// A body zstd-compressed for `Content-Encoding: zstd` (the server's
+/// `proto_compress_fwdbwd`). One-shot, so the frame states its content
+/// size: Python servers' `zstandard` decompressors need it.
+pub fn compress_body(body: &[u8]) -> std::io::Result<Vec<u8>> {
+    zstd::bulk::compress(body, zstd::DEFAULT_COMPRESSION_LEVEL)
+}
+
+/// A `Content-Encoding: zstd` body, decompressed (the server's side of
+/// [`compress_body`]); more than `limit` bytes is an error, not an
+/// allocation.
+pub fn decompress_body(body: &[u8], limit: u64) -> std::io::Result<Vec<u8>> {
+    use std::io::Read;
+    let mut out = Vec::new();
+    zstd::stream::read::Decoder::new(body)?
+        .take(limit.saturating_add(1))
+        .read_to_end(&mut out)?;
+    if out.len() as u64 > limit {
+        return Err(std::io::Error::other(format!(
+            "the body decompresses to more than {limit} bytes"
+        )));
+    }
+    Ok(out)
+}
+
 /// Little-endian values of `N` bytes each; `None` if the length is not a
 /// multiple of `N`.
 fn le_values<T, const N: usize>(bytes: &[u8], from: fn([u8; N]) -> T) -> Option<Vec<T>> {
@@ -490,6 +515,22 @@ mod tests {
         );
         assert!(request.forward_only);
         assert_eq!(request.seq_id, 2);
+    }
+
+    #[test]
+    fn compressed_bodies_come_back_whole_and_state_their_size() {
+        let body = forward_backward_body("m", 1, &[], LossFn::Ppo, &BTreeMap::new(), false);
+        let packed = compress_body(&body).unwrap();
+        // The frame header says how large the content is (Python's
+        // `ZstdDecompressor().decompress` refuses a frame that does not).
+        assert_eq!(
+            zstd::zstd_safe::get_frame_content_size(&packed).ok(),
+            Some(Some(body.len() as u64))
+        );
+        assert_eq!(decompress_body(&packed, 1 << 20).unwrap(), body);
+        let big = compress_body(&[0u8; 4096]).unwrap();
+        assert!(decompress_body(&big, 4095).is_err());
+        assert!(decompress_body(b"not zstd", 1 << 20).is_err());
     }
 
     #[test]

@@ -7,7 +7,8 @@
 //! - [`proto`]: the protobuf messages (package `tinker_public`) current
 //!   servers speak for `forward_backward` and for sample and
 //!   forward/backward results;
-//! - [`convert`]: between the two, with the packed-array conventions.
+//! - [`convert`]: between the two, with the packed-array conventions, and
+//!   the zstd compression of `forward_backward` bodies.
 //!
 //! The client (sessions, heartbeat, futures, retries) builds on these.
 

@@ -1,5 +1,6 @@
 //! The Tinker API's JSON types (protocol reference §6): what a training
-//! step is made of, and what comes back. Sent strictly (defaults omitted:
+//! step is made of (with a LoRA's settings and sampling's stops), and what
+//! comes back (results, and what `get_info` and `weights_info` tell). Sent strictly (defaults omitted:
 //! some servers reject any extra field), read leniently (unknown fields
 //! ignored, `null` metrics kept as NaN).
 
@@ -176,6 +177,144 @@ pub struct ForwardBackwardResult {
     pub metrics: BTreeMap<String, f64>,
 }
 
+/// A new LoRA's settings (reference §6.4). skyrl honours only `rank` and
+/// `seed`; the three `train_*` are sent all the same, as the SDK does.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LoraConfig {
+    pub rank: u32,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub seed: Option<u64>,
+    #[serde(default = "yes")]
+    pub train_unembed: bool,
+    #[serde(default = "yes")]
+    pub train_mlp: bool,
+    #[serde(default = "yes")]
+    pub train_attn: bool,
+}
+
+fn yes() -> bool {
+    true
+}
+
+impl LoraConfig {
+    /// A LoRA of `rank` on every layer kind, unseeded (the reference's
+    /// defaults).
+    pub fn new(rank: u32) -> Self {
+        Self {
+            rank,
+            seed: None,
+            train_unembed: true,
+            train_mlp: true,
+            train_attn: true,
+        }
+    }
+
+    /// The same, with its initialisation seeded.
+    pub fn seeded(self, seed: u64) -> Self {
+        Self {
+            seed: Some(seed),
+            ..self
+        }
+    }
+}
+
+/// Where sampling stops besides `max_tokens` (reference §6.5): token ids
+/// or strings, never both (skyrl wants a list of one kind). No `Stop` at
+/// all keeps the model's end-of-sequence; an empty list disables even it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(untagged)]
+pub enum Stop {
+    Tokens(Vec<i32>),
+    Strings(Vec<String>),
+}
+
+/// What `get_info` says of a training model. Servers fill in different
+/// parts (skyrl, tuft, hosted): every field may be missing.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Deserialize)]
+#[serde(from = "RawModelInfo")]
+pub struct ModelInfo {
+    pub model_id: Option<String>,
+    /// The base model (`model_name`, at the top or in `model_data`).
+    pub base_model: Option<String>,
+    pub arch: Option<String>,
+    /// Which tokenizer the base model's token ids are from.
+    pub tokenizer_id: Option<String>,
+    pub is_lora: Option<bool>,
+    pub lora_rank: Option<u32>,
+    pub train_unembed: Option<bool>,
+    pub train_mlp: Option<bool>,
+    pub train_attn: Option<bool>,
+    /// `optimizer_config.type` (`adamw`).
+    pub optimizer: Option<String>,
+}
+
+/// `get_info`'s answer as it comes: the names in `model_data` or not.
+#[derive(Deserialize)]
+struct RawModelInfo {
+    #[serde(default)]
+    model_id: Option<String>,
+    #[serde(default)]
+    model_name: Option<String>,
+    #[serde(default)]
+    model_data: Option<ModelData>,
+    #[serde(flatten)]
+    weights: WeightsInfo,
+}
+
+#[derive(Default, Deserialize)]
+#[serde(default)]
+struct ModelData {
+    arch: Option<String>,
+    model_name: Option<String>,
+    tokenizer_id: Option<String>,
+}
+
+impl From<RawModelInfo> for ModelInfo {
+    fn from(raw: RawModelInfo) -> Self {
+        let (w, data) = (raw.weights, raw.model_data.unwrap_or_default());
+        Self {
+            model_id: raw.model_id,
+            base_model: raw.model_name.or(data.model_name).or(w.base_model),
+            arch: data.arch,
+            tokenizer_id: data.tokenizer_id,
+            is_lora: w.is_lora,
+            lora_rank: w.lora_rank,
+            train_unembed: w.train_unembed,
+            train_mlp: w.train_mlp,
+            train_attn: w.train_attn,
+            optimizer: w.optimizer,
+        }
+    }
+}
+
+/// What `weights_info` says of a checkpoint: the model it was saved from,
+/// so a client can sample it or train on from it with the right base.
+/// Every field may be missing.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Deserialize)]
+#[serde(default)]
+pub struct WeightsInfo {
+    pub base_model: Option<String>,
+    pub is_lora: Option<bool>,
+    pub lora_rank: Option<u32>,
+    pub train_unembed: Option<bool>,
+    pub train_mlp: Option<bool>,
+    pub train_attn: Option<bool>,
+    /// `optimizer_config.type` (`adamw`).
+    #[serde(rename = "optimizer_config", deserialize_with = "optimizer_type")]
+    pub optimizer: Option<String>,
+}
+
+/// `optimizer_config: {type}` → its type.
+fn optimizer_type<'de, D: Deserializer<'de>>(d: D) -> Result<Option<String>, D::Error> {
+    #[derive(Deserialize)]
+    struct Config {
+        #[serde(default, rename = "type")]
+        kind: Option<String>,
+    }
+    let config: Option<Config> = Deserialize::deserialize(d)?;
+    Ok(config.and_then(|c| c.kind))
+}
+
 /// Why a sampled sequence ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
@@ -275,6 +414,81 @@ mod tests {
         assert_eq!(
             d.loss_fn_inputs["weights"],
             TensorData::float32(vec![0.0, 1.0, 1.0])
+        );
+    }
+
+    #[test]
+    fn lora_and_stop_settings_serialise_as_the_reference_shows() {
+        assert_eq!(
+            serde_json::to_value(LoraConfig::new(8)).unwrap(),
+            json!({"rank": 8, "train_unembed": true, "train_mlp": true, "train_attn": true})
+        );
+        let lora = LoraConfig {
+            train_attn: false,
+            ..LoraConfig::new(4).seeded(3)
+        };
+        assert_eq!(
+            serde_json::to_value(lora).unwrap(),
+            json!({"rank": 4, "seed": 3, "train_unembed": true, "train_mlp": true, "train_attn": false})
+        );
+        // A server reading a bare `{rank}` gets the reference's defaults.
+        let read: LoraConfig = serde_json::from_value(json!({"rank": 2})).unwrap();
+        assert_eq!(read, LoraConfig::new(2));
+
+        let tokens = serde_json::to_value(Stop::Tokens(vec![1, 2])).unwrap();
+        assert_eq!(tokens, json!([1, 2]));
+        let strings = serde_json::to_value(Stop::Strings(vec!["</s>".into()])).unwrap();
+        assert_eq!(strings, json!(["</s>"]));
+        assert_eq!(
+            serde_json::from_value::<Stop>(strings).unwrap(),
+            Stop::Strings(vec!["</s>".into()])
+        );
+        assert!(serde_json::from_value::<Stop>(json!([1, "a"])).is_err());
+    }
+
+    #[test]
+    fn model_and_weights_info_are_read_from_any_servers_shape() {
+        // The reference's get_info: names in model_data and at the top.
+        let info: ModelInfo = serde_json::from_value(json!({
+            "model_id": "m1",
+            "model_data": {"arch": "qwen3", "model_name": "Qwen/Qwen3-8B", "tokenizer_id": "Qwen/Qwen3-8B"},
+            "is_lora": true, "lora_rank": 16,
+            "optimizer_config": {"type": "adamw"},
+            "extra": 1,
+        }))
+        .unwrap();
+        assert_eq!(info.model_id.as_deref(), Some("m1"));
+        assert_eq!(info.base_model.as_deref(), Some("Qwen/Qwen3-8B"));
+        assert_eq!(info.arch.as_deref(), Some("qwen3"));
+        assert_eq!(info.tokenizer_id.as_deref(), Some("Qwen/Qwen3-8B"));
+        assert_eq!((info.is_lora, info.lora_rank), (Some(true), Some(16)));
+        assert_eq!(info.optimizer.as_deref(), Some("adamw"));
+        // A server that says almost nothing.
+        let bare: ModelInfo =
+            serde_json::from_value(json!({"model_name": "b", "model_data": null})).unwrap();
+        assert_eq!(
+            bare,
+            ModelInfo {
+                base_model: Some("b".into()),
+                ..ModelInfo::default()
+            }
+        );
+
+        let weights: WeightsInfo = serde_json::from_value(json!({
+            "base_model": "b", "is_lora": true, "lora_rank": 4, "train_mlp": false,
+            "optimizer_config": {"type": "adamw"},
+        }))
+        .unwrap();
+        assert_eq!(weights.base_model.as_deref(), Some("b"));
+        assert_eq!(
+            (weights.lora_rank, weights.train_mlp),
+            (Some(4), Some(false))
+        );
+        assert_eq!(weights.train_attn, None);
+        assert_eq!(weights.optimizer.as_deref(), Some("adamw"));
+        assert_eq!(
+            serde_json::from_value::<WeightsInfo>(json!({})).unwrap(),
+            WeightsInfo::default()
         );
     }
 

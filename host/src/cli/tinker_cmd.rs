@@ -1,0 +1,255 @@
+//! `tinker check | train | status`: the training service the config names
+//! (`rl.tinker_base_url`, `rl.tinker_api_key`, `rl.model`, …). `train`
+//! drives the active training run in this process; the run's progress is
+//! in the store, so `status` reads it whether or not anything runs.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::process::ExitCode;
+
+use anyhow::{Context, Result, bail};
+use serde_json::json;
+
+use super::sessions_cmd::db_path;
+use super::{TinkerCommand, load_config, local_time, runtime};
+use crate::home::Home;
+use crate::store;
+use crate::tinker::types::{Datum, LossFn};
+use crate::tinker::{self, AdamParams, Service, TrainingRun};
+
+pub fn run(home: &Home, config_path: &Path, command: TinkerCommand) -> Result<ExitCode> {
+    let loaded = load_config(config_path)?;
+    let config = loaded.config;
+    let env = |k: &str| std::env::var(k).ok();
+    let settings = tinker::configured::settings(&config, &env);
+    match command {
+        TinkerCommand::Check { json } => {
+            let model = tinker::configured::base_model(&config);
+            let report = runtime()?
+                .block_on(tinker::check::check(&settings, &model))
+                .map_err(|e| anyhow::anyhow!(tinker::check::advice(&settings, &e)))?;
+            let problem = report.problem();
+            if json {
+                let mut v = serde_json::to_value(&report)?;
+                v["problem"] = json!(problem);
+                say!("{}", serde_json::to_string_pretty(&v)?);
+            } else {
+                say!(
+                    "service   {} (key {})",
+                    report.url,
+                    if report.key_set { "set" } else { "not set" }
+                );
+                say!(
+                    "dialect   {}: {}{}",
+                    report.dialect.map(|d| d.as_str()).unwrap_or("unknown"),
+                    report.dialect_evidence,
+                    report
+                        .configured_dialect
+                        .map(|d| format!(" (rl.tinker_dialect: {})", d.as_str()))
+                        .unwrap_or_default()
+                );
+                say!("flags     {}", report.flags);
+                for (name, trainable) in &report.models {
+                    let what = if *trainable {
+                        "trainable"
+                    } else {
+                        "sampling only"
+                    };
+                    say!("model     {name} ({what})");
+                }
+                match &problem {
+                    None => say!("ok: rl.model `{}` can be trained here", report.model),
+                    Some(p) => say!("problem: {p}"),
+                }
+            }
+            Ok(if problem.is_none() {
+                ExitCode::SUCCESS
+            } else {
+                ExitCode::FAILURE
+            })
+        }
+        TinkerCommand::Train {
+            data,
+            steps,
+            batch,
+            loss,
+            learning_rate,
+            save_every,
+            fresh,
+            json,
+        } => {
+            let datums = read_datums(&data)?;
+            let batch = batch.unwrap_or(config.rl.batch_size as usize).max(1);
+            let loss_name = loss.unwrap_or_else(|| config.rl.loss_fn.clone());
+            let loss: LossFn = serde_json::from_value(json!(loss_name)).map_err(|_| {
+                anyhow::anyhow!(
+                    "unknown loss `{loss_name}`: use cross_entropy, importance_sampling, ppo or cispo"
+                )
+            })?;
+            let adam = AdamParams {
+                learning_rate: learning_rate.unwrap_or(config.rl.learning_rate),
+                ..AdamParams::default()
+            };
+            let spec = tinker::configured::run_spec(&config, save_every);
+            let db = db_path(home, config_path);
+            runtime()?.block_on(async {
+                let service = Service::connect(&settings)
+                    .await
+                    .map_err(|e| anyhow::anyhow!(tinker::check::advice(&settings, &e)))?;
+                let (mut run, opened) = TrainingRun::open(&service, &db, spec, fresh).await?;
+                let record = run.record().clone();
+                if json {
+                    let mut v = serde_json::to_value(&opened)?;
+                    v["event"] = json!("opened");
+                    v["run"] = json!(record.id);
+                    v["model_id"] = json!(record.model_id);
+                    v["step"] = json!(record.step);
+                    say!("{v}");
+                } else {
+                    say!(
+                        "run {} on {}: model {} at step {} ({})",
+                        record.id,
+                        record.service,
+                        record.model_id.as_deref().unwrap_or("-"),
+                        record.step,
+                        describe_opened(&opened)
+                    );
+                }
+                for _ in 0..steps {
+                    let start = (run.record().step as usize * batch) % datums.len();
+                    let chunk: Vec<Datum> = (0..batch)
+                        .map(|i| datums[(start + i) % datums.len()].clone())
+                        .collect();
+                    let report = run.step(&chunk, loss, &BTreeMap::new(), adam).await?;
+                    if json {
+                        let mut v = serde_json::to_value(&report)?;
+                        v["event"] = json!("step");
+                        say!("{v}");
+                    } else {
+                        let loss = report
+                            .loss
+                            .map(|l| format!("{l:.4}"))
+                            .unwrap_or_else(|| "-".into());
+                        say!(
+                            "step {}: {} datums, loss {loss}{}",
+                            report.step,
+                            report.samples,
+                            report
+                                .saved
+                                .as_deref()
+                                .map(|p| format!(", saved {p}"))
+                                .unwrap_or_default()
+                        );
+                    }
+                }
+                // The run ends saved, so the next start loses nothing.
+                if run.record().state_step != Some(run.record().step) {
+                    let path = run.save_state().await?;
+                    if json {
+                        say!(
+                            "{}",
+                            json!({"event": "saved", "path": path, "step": run.record().step})
+                        );
+                    } else {
+                        say!("saved {path}");
+                    }
+                }
+                anyhow::Ok(())
+            })?;
+            Ok(ExitCode::SUCCESS)
+        }
+        TinkerCommand::Status { json, steps } => {
+            let path = db_path(home, config_path);
+            let runs = if path.exists() {
+                let conn = store::open_read_only(&path)?;
+                store::training::list(&conn, 20)?
+                    .into_iter()
+                    .map(|r| {
+                        let steps = store::training::steps(&conn, &r.id, steps)?;
+                        anyhow::Ok((r, steps))
+                    })
+                    .collect::<Result<Vec<_>>>()?
+            } else {
+                Vec::new()
+            };
+            if json {
+                let v: Vec<_> = runs
+                    .iter()
+                    .map(|(r, s)| {
+                        let mut v = serde_json::to_value(r).unwrap_or_default();
+                        v["steps"] = serde_json::to_value(s).unwrap_or_default();
+                        v
+                    })
+                    .collect();
+                say!("{}", serde_json::to_string_pretty(&v)?);
+            } else if runs.is_empty() {
+                say!("no training runs yet (`metaclaw tinker train` starts one)");
+            } else {
+                for (r, s) in &runs {
+                    say!(
+                        "{} ({}) {} rank {} on {}: step {}, model {}, saved {}{}",
+                        r.id,
+                        r.status,
+                        r.base_model,
+                        r.lora_rank,
+                        r.service,
+                        r.step,
+                        r.model_id.as_deref().unwrap_or("-"),
+                        r.state_path.as_deref().unwrap_or("never"),
+                        r.pending
+                            .as_deref()
+                            .map(|p| format!(", interrupted during {p}"))
+                            .unwrap_or_default()
+                    );
+                    for step in s {
+                        say!(
+                            "  step {} at {}: {} datums, loss {}",
+                            step.step,
+                            local_time(step.at_ms),
+                            step.samples,
+                            step.loss
+                                .map(|l| format!("{l:.4}"))
+                                .unwrap_or_else(|| "-".into())
+                        );
+                    }
+                }
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+    }
+}
+
+fn describe_opened(opened: &tinker::Opened) -> String {
+    match opened {
+        tinker::Opened::New { from: None } => "new LoRA weights".into(),
+        tinker::Opened::New { from: Some(p) } => format!("started from {p}"),
+        tinker::Opened::Restored { from, lost: 0, .. } => format!("restored from {from}"),
+        tinker::Opened::Restored { from, lost, .. } => {
+            format!("restored from {from}; {lost} later steps were not saved and are not in it")
+        }
+    }
+}
+
+/// The datums of `path`, one JSON object per line (blank lines skipped).
+fn read_datums(path: &Path) -> Result<Vec<Datum>> {
+    let text = std::fs::read_to_string(path)
+        .with_context(|| format!("cannot read the datums in {}", path.display()))?;
+    let mut datums = Vec::new();
+    for (i, line) in text.lines().enumerate() {
+        if line.trim().is_empty() {
+            continue;
+        }
+        let datum: Datum = serde_json::from_str(line).with_context(|| {
+            format!(
+                "{} line {}: not a Tinker datum ({{\"model_input\": …, \"loss_fn_inputs\": …}})",
+                path.display(),
+                i + 1
+            )
+        })?;
+        datums.push(datum);
+    }
+    if datums.is_empty() {
+        bail!("{} has no datums", path.display());
+    }
+    Ok(datums)
+}

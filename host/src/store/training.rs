@@ -1,0 +1,255 @@
+//! Training runs on a Tinker-compatible service, kept so that a run
+//! survives metaclaw's restarts (`tinker::run` drives them). A run is a
+//! LoRA of one base model on one service; its row says which model on the
+//! service holds its weights now, how many optimiser steps those weights
+//! have had, the last `seq_id` handed out, the last saved state (weights
+//! and optimiser) and what is in flight (`pending`), and each process that
+//! drives it counts one `incarnation`, so names it makes never repeat.
+
+use anyhow::Result;
+use rusqlite::{Connection, OptionalExtension, params};
+use serde::Serialize;
+
+/// A run's row.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Run {
+    pub id: String,
+    /// The service's base URL.
+    pub service: String,
+    pub base_model: String,
+    pub lora_rank: u32,
+    /// The training model that holds the run's weights (none yet: the run
+    /// has not made one).
+    pub model_id: Option<String>,
+    pub last_seq: i64,
+    /// Optimiser steps the weights in `model_id` have had, counting the
+    /// steps of the state they were loaded from.
+    pub step: i64,
+    pub incarnation: i64,
+    /// A training call sent whose outcome is not known (`forward_backward`
+    /// of step n+1, …): the model's state is then unknown.
+    pub pending: Option<String>,
+    pub state_path: Option<String>,
+    pub state_step: Option<i64>,
+    pub sampler_path: Option<String>,
+    pub sampler_step: Option<i64>,
+    /// The checkpoint the run's first weights were loaded from.
+    pub started_from: Option<String>,
+    /// `active`, or `finished` (replaced by a fresh run).
+    pub status: String,
+    pub created_ms: i64,
+    pub updated_ms: i64,
+}
+
+/// One optimiser step, as the service reported it.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Step {
+    pub step: i64,
+    pub incarnation: i64,
+    pub model_id: String,
+    pub samples: i64,
+    pub loss: Option<f64>,
+    /// The forward/backward's and the optimiser's metrics (JSON object).
+    pub metrics: serde_json::Value,
+    pub at_ms: i64,
+}
+
+const COLUMNS: &str = "id, service, base_model, lora_rank, model_id, last_seq, step, incarnation, \
+    pending, state_path, state_step, sampler_path, sampler_step, started_from, status, created_ms, updated_ms";
+
+fn row_to_run(r: &rusqlite::Row<'_>) -> rusqlite::Result<Run> {
+    Ok(Run {
+        id: r.get(0)?,
+        service: r.get(1)?,
+        base_model: r.get(2)?,
+        lora_rank: r.get(3)?,
+        model_id: r.get(4)?,
+        last_seq: r.get(5)?,
+        step: r.get(6)?,
+        incarnation: r.get(7)?,
+        pending: r.get(8)?,
+        state_path: r.get(9)?,
+        state_step: r.get(10)?,
+        sampler_path: r.get(11)?,
+        sampler_step: r.get(12)?,
+        started_from: r.get(13)?,
+        status: r.get(14)?,
+        created_ms: r.get(15)?,
+        updated_ms: r.get(16)?,
+    })
+}
+
+/// The active run of `base_model` on `service`.
+pub fn active(conn: &Connection, service: &str, base_model: &str) -> Result<Option<Run>> {
+    let sql = format!(
+        "SELECT {COLUMNS} FROM training_runs WHERE status = 'active' AND service = ?1 \
+         AND base_model = ?2 ORDER BY created_ms DESC LIMIT 1"
+    );
+    Ok(conn
+        .query_row(&sql, params![service, base_model], row_to_run)
+        .optional()?)
+}
+
+/// Runs, newest first.
+pub fn list(conn: &Connection, limit: usize) -> Result<Vec<Run>> {
+    let sql = format!("SELECT {COLUMNS} FROM training_runs ORDER BY created_ms DESC LIMIT ?1");
+    let mut stmt = conn.prepare(&sql)?;
+    let rows = stmt.query_map([limit as i64], row_to_run)?;
+    Ok(rows.collect::<rusqlite::Result<_>>()?)
+}
+
+pub fn get(conn: &Connection, id: &str) -> Result<Option<Run>> {
+    let sql = format!("SELECT {COLUMNS} FROM training_runs WHERE id = ?1");
+    Ok(conn.query_row(&sql, [id], row_to_run).optional()?)
+}
+
+/// A new run; the service's other active run of the same base model (if
+/// any) is finished in the same transaction.
+pub fn create(conn: &mut Connection, run: &Run) -> Result<()> {
+    let tx = conn.transaction()?;
+    tx.execute(
+        "UPDATE training_runs SET status = 'finished', updated_ms = ?3 \
+         WHERE status = 'active' AND service = ?1 AND base_model = ?2",
+        params![run.service, run.base_model, run.created_ms],
+    )?;
+    tx.execute(
+        &format!(
+            "INSERT INTO training_runs ({COLUMNS}) VALUES \
+             (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17)"
+        ),
+        params![
+            run.id,
+            run.service,
+            run.base_model,
+            run.lora_rank,
+            run.model_id,
+            run.last_seq,
+            run.step,
+            run.incarnation,
+            run.pending,
+            run.state_path,
+            run.state_step,
+            run.sampler_path,
+            run.sampler_step,
+            run.started_from,
+            run.status,
+            run.created_ms,
+            run.updated_ms,
+        ],
+    )?;
+    tx.commit()?;
+    Ok(())
+}
+
+/// A process takes the run over: a new incarnation, whose number it gets.
+pub fn next_incarnation(conn: &Connection, id: &str, now_ms: i64) -> Result<i64> {
+    Ok(conn.query_row(
+        "UPDATE training_runs SET incarnation = incarnation + 1, updated_ms = ?2 WHERE id = ?1 \
+         RETURNING incarnation",
+        params![id, now_ms],
+        |r| r.get(0),
+    )?)
+}
+
+/// The run's weights now live in `model_id`, at `step`, with nothing in
+/// flight.
+pub fn set_model(
+    conn: &Connection,
+    id: &str,
+    model_id: &str,
+    step: i64,
+    last_seq: i64,
+    now_ms: i64,
+) -> Result<()> {
+    conn.execute(
+        "UPDATE training_runs SET model_id = ?2, step = ?3, last_seq = ?4, pending = NULL, \
+         updated_ms = ?5 WHERE id = ?1",
+        params![id, model_id, step, last_seq, now_ms],
+    )?;
+    Ok(())
+}
+
+/// A training call is about to go out: from now until it is settled the
+/// model's state is unknown.
+pub fn set_pending(
+    conn: &Connection,
+    id: &str,
+    what: &str,
+    last_seq: i64,
+    now_ms: i64,
+) -> Result<()> {
+    conn.execute(
+        "UPDATE training_runs SET pending = ?2, last_seq = ?3, updated_ms = ?4 WHERE id = ?1",
+        params![id, what, last_seq, now_ms],
+    )?;
+    Ok(())
+}
+
+/// A step the service applied: its row, and the run's new step count, in
+/// one transaction.
+pub fn step_done(conn: &mut Connection, id: &str, step: &Step, last_seq: i64) -> Result<()> {
+    let tx = conn.transaction()?;
+    tx.execute(
+        "INSERT INTO training_steps (run_id, step, incarnation, model_id, samples, loss, metrics, at_ms) \
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
+        params![
+            id,
+            step.step,
+            step.incarnation,
+            step.model_id,
+            step.samples,
+            step.loss,
+            step.metrics.to_string(),
+            step.at_ms,
+        ],
+    )?;
+    tx.execute(
+        "UPDATE training_runs SET step = ?2, last_seq = ?3, pending = NULL, updated_ms = ?4 \
+         WHERE id = ?1",
+        params![id, step.step, last_seq, step.at_ms],
+    )?;
+    tx.commit()?;
+    Ok(())
+}
+
+/// What was saved: a training state (`state`) or sampler weights.
+pub fn saved(
+    conn: &Connection,
+    id: &str,
+    state: bool,
+    path: &str,
+    step: i64,
+    last_seq: i64,
+    now_ms: i64,
+) -> Result<()> {
+    let sql = if state {
+        "UPDATE training_runs SET state_path = ?2, state_step = ?3, last_seq = ?4, pending = NULL, \
+         updated_ms = ?5 WHERE id = ?1"
+    } else {
+        "UPDATE training_runs SET sampler_path = ?2, sampler_step = ?3, last_seq = ?4, \
+         pending = NULL, updated_ms = ?5 WHERE id = ?1"
+    };
+    conn.execute(sql, params![id, path, step, last_seq, now_ms])?;
+    Ok(())
+}
+
+/// The run's steps, newest first.
+pub fn steps(conn: &Connection, id: &str, limit: usize) -> Result<Vec<Step>> {
+    let mut stmt = conn.prepare(
+        "SELECT step, incarnation, model_id, samples, loss, metrics, at_ms FROM training_steps \
+         WHERE run_id = ?1 ORDER BY at_ms DESC, step DESC LIMIT ?2",
+    )?;
+    let rows = stmt.query_map(params![id, limit as i64], |r| {
+        let metrics: String = r.get(5)?;
+        Ok(Step {
+            step: r.get(0)?,
+            incarnation: r.get(1)?,
+            model_id: r.get(2)?,
+            samples: r.get(3)?,
+            loss: r.get(4)?,
+            metrics: serde_json::from_str(&metrics).unwrap_or(serde_json::Value::Null),
+            at_ms: r.get(6)?,
+        })
+    })?;
+    Ok(rows.collect::<rusqlite::Result<_>>()?)
+}
