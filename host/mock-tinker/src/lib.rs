@@ -21,7 +21,12 @@
 //! re-submit with the same `seq_id`), `try_again`; then `metadata` (a
 //! ready result is first answered `complete_metadata` when the poll allows
 //! a metadata-only answer); `slow=MS` makes every future ready only after
-//! MS milliseconds. `POST /api/v1/fake/expire_session {session_id}` ends a
+//! MS milliseconds; `stall_fwdbwd=N` runs the Nth `forward_backward` of
+//! the base model but never completes its future (a client can be killed
+//! mid-step). `GET /api/v1/fake/models` reports each training model: its
+//! session, the optimiser steps in its weights (counting those of the
+//! checkpoint it loaded), that checkpoint, and whether it holds gradients
+//! no step applied. `POST /api/v1/fake/expire_session {session_id}` ends a
 //! session as a server does after missed heartbeats (its heartbeats then
 //! get 410).
 //!
@@ -48,7 +53,7 @@ mod state;
 use std::sync::{Arc, Mutex};
 
 pub use bigram::detokenize;
-pub use state::{BASE_MODEL, Faults, Options, Seen};
+pub use state::{BASE_MODEL, Faults, ModelReport, Options, Seen};
 
 /// The fake's router, on a fresh state, with the default options.
 pub fn router() -> axum::Router {

@@ -32,6 +32,7 @@ pub fn router(state: Shared) -> Router {
         .route("/api/v1/session_heartbeat", post(heartbeat))
         .route("/api/v1/fake/expire_session", post(expire))
         .route("/api/v1/fake/seen", get(seen))
+        .route("/api/v1/fake/models", get(models))
         .route("/api/v1/create_model", post(create_model))
         .route("/api/v1/get_info", post(get_info))
         .route("/api/v1/forward_backward", post(forward_backward))
@@ -45,7 +46,32 @@ pub fn router(state: Shared) -> Router {
         .route("/api/v1/retrieve_future", post(retrieve_future))
         .route("/api/v1/training_runs/{id}/checkpoints", get(checkpoints))
         .route("/api/v1/weights_info", post(weights_info))
+        .layer(axum::middleware::from_fn_with_state(state.clone(), key))
         .with_state(state)
+}
+
+/// With `Options::api_key`, a request without that `X-API-Key` is refused
+/// (401) as hosted Tinker and tuft refuse a bad key; the fake's own test
+/// routes and health are open.
+async fn key(
+    State(s): State<Shared>,
+    request: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> Response {
+    let wanted = locked(&s).options.api_key;
+    let open = request.uri().path().starts_with("/api/v1/fake/")
+        || request.uri().path() == "/api/v1/healthz";
+    if let Some(wanted) = wanted
+        && !open
+        && request
+            .headers()
+            .get("x-api-key")
+            .and_then(|v| v.to_str().ok())
+            != Some(wanted)
+    {
+        return detail(401, "invalid API key").into_response();
+    }
+    next.run(request).await
 }
 
 /// A refused request, in FastAPI's error shape (`{"detail": …}`), which
@@ -117,6 +143,10 @@ async fn client_config(State(s): State<Shared>) -> Response {
 
 async fn seen(State(s): State<Shared>) -> Response {
     axum::Json(locked(&s).seen.clone()).into_response()
+}
+
+async fn models(State(s): State<Shared>) -> Response {
+    axum::Json(locked(&s).models()).into_response()
 }
 
 async fn capabilities() -> Response {

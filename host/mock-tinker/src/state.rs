@@ -36,6 +36,12 @@ pub struct Faults {
     pub try_again: u32,
     pub metadata: u32,
     pub slow_ms: u64,
+    /// The Nth `forward_backward` of this base model (counted from 1, over
+    /// all its models) runs, but its future never completes: a client
+    /// waiting on it can be killed in the middle of a step.
+    pub stall_fwdbwd: u32,
+    /// `forward_backward`s submitted so far (for `stall_fwdbwd`).
+    fwdbwd_submitted: u32,
 }
 
 impl Faults {
@@ -61,6 +67,7 @@ impl Faults {
                 "try_again" => faults.try_again = count,
                 "metadata" => faults.metadata = count,
                 "slow" => faults.slow_ms = n,
+                "stall_fwdbwd" => faults.stall_fwdbwd = count,
                 _ => return None,
             }
         }
@@ -78,6 +85,8 @@ pub struct Options {
     /// A server of the JSON dialect (SDK 0.23–0.24 era): its config says
     /// `proto_write_fwdbwd: false`, and a protobuf body is refused (422).
     pub json_only: bool,
+    /// The only `X-API-Key` accepted (others get 401); `None`: any.
+    pub api_key: Option<&'static str>,
 }
 
 /// What the fake saw, for tests to check (`GET /api/v1/fake/seen`).
@@ -93,6 +102,23 @@ pub struct Seen {
     pub complete_metadata: u64,
 }
 
+/// A training model as the fake sees it, for tests to compare with what a
+/// client says it did (`GET /api/v1/fake/models`).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ModelReport {
+    pub session: String,
+    pub base_model: String,
+    /// Optimiser steps in its weights, counting those of the checkpoint it
+    /// loaded.
+    pub steps: u64,
+    /// The checkpoint its weights were loaded from.
+    pub loaded_from: Option<String>,
+    /// `forward_backward`s run on it.
+    pub forward_backwards: u64,
+    /// Gradients accumulated that no optimiser step has applied.
+    pub unapplied_gradients: bool,
+}
+
 /// A finished operation's result.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Reply {
@@ -106,6 +132,8 @@ pub enum Reply {
 pub struct Future {
     /// The base model whose faults apply to its polls.
     group: String,
+    /// Never answered (`stall_fwdbwd`).
+    stalled: bool,
     ready_at: Instant,
     /// `None` while it waits for earlier `seq_id`s.
     reply: Option<Reply>,
@@ -160,6 +188,8 @@ struct Model {
     lora: LoraConfig,
     weights: Weights,
     grad: Vec<f32>,
+    /// What the fake reports of it (`GET /api/v1/fake/models`).
+    report: ModelReport,
     next_seq: i64,
     /// Submitted ahead of their turn: seq → (payload, request id, op).
     waiting: BTreeMap<i64, (Value, String, Op)>,
@@ -170,6 +200,8 @@ struct Model {
 struct Checkpoint {
     kind: &'static str,
     weights: Weights,
+    /// Optimiser steps in the weights.
+    steps: u64,
     base_model: String,
     lora: LoraConfig,
     at: u64,
@@ -208,6 +240,7 @@ impl State {
             id.clone(),
             Future {
                 group: group.to_string(),
+                stalled: false,
                 ready_at: Instant::now() + Duration::from_millis(slow),
                 reply,
             },
@@ -252,6 +285,11 @@ impl State {
                 lora,
                 weights: Weights::default(),
                 grad: vec![0.0; VOCAB * VOCAB],
+                report: ModelReport {
+                    session: session.to_string(),
+                    base_model: base_model.to_string(),
+                    ..ModelReport::default()
+                },
                 next_seq: 1,
                 waiting: BTreeMap::new(),
                 done: HashMap::new(),
@@ -328,7 +366,15 @@ impl State {
                 ))
             };
         }
+        let stall = matches!(op, Op::ForwardBackward { .. })
+            && self.faults.get_mut(&group).is_some_and(|f| {
+                f.fwdbwd_submitted += 1;
+                f.fwdbwd_submitted == f.stall_fwdbwd
+            });
         let id = self.future(&group, None);
+        if stall && let Some(f) = self.futures.get_mut(&id) {
+            f.stalled = true;
+        }
         if let Some(model) = self.models.get_mut(model_id) {
             model.waiting.insert(seq, (payload, id.clone(), op));
         }
@@ -368,6 +414,10 @@ impl State {
                 loss,
                 forward_only,
             } => {
+                if !forward_only {
+                    model.report.forward_backwards += 1;
+                    model.report.unapplied_gradients = true;
+                }
                 let grad = (!forward_only).then_some(&mut model.grad);
                 match model.weights.forward_backward(&data, loss, grad) {
                     Ok(outputs) => Reply::ForwardBackward(ForwardBackwardResult {
@@ -388,6 +438,8 @@ impl State {
             }
             Op::OptimStep { learning_rate } => {
                 let norm = model.weights.step(&mut model.grad, learning_rate);
+                model.report.steps += 1;
+                model.report.unapplied_gradients = false;
                 Reply::Json(json!({"metrics": {
                     "fake/grad_norm": norm,
                     "fake/learning_rate": learning_rate,
@@ -405,9 +457,11 @@ impl State {
             }
             Op::LoadWeights { path } => match self.checkpoints.get(&path) {
                 Some(c) => {
-                    let weights = c.weights.clone();
+                    let (weights, steps) = (c.weights.clone(), c.steps);
                     if let Some(model) = self.models.get_mut(model_id) {
                         model.weights = weights;
+                        model.report.steps = steps;
+                        model.report.loaded_from = Some(path.clone());
                     }
                     Reply::Json(json!({ "path": path }))
                 }
@@ -429,6 +483,7 @@ impl State {
                 "sampler"
             },
             weights: model.weights.clone(),
+            steps: model.report.steps,
             base_model: model.base_model.clone(),
             lora: model.lora,
             at,
@@ -524,6 +579,14 @@ impl State {
         Ok(info)
     }
 
+    /// Every training model, by id.
+    pub fn models(&self) -> BTreeMap<String, ModelReport> {
+        self.models
+            .iter()
+            .map(|(id, m)| (id.clone(), m.report.clone()))
+            .collect()
+    }
+
     /// A poll of a future: its base model's faults first, then the result
     /// once it is ready (first as `complete_metadata` while that fault
     /// lasts and the poll accepts it).
@@ -552,6 +615,7 @@ impl State {
             }
         }
         let reply = match self.futures.get(request_id) {
+            Some(f) if f.stalled => return Poll::TryAgain,
             Some(f) if Instant::now() >= f.ready_at => match &f.reply {
                 Some(reply) => reply.clone(),
                 None => return Poll::TryAgain,

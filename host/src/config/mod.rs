@@ -160,7 +160,8 @@ max_context_tokens: 60000
         );
         let loaded = load_with_env(&p, &|_| None).unwrap();
         // It loads; what it asks for that metaclaw does not do is said, key
-        // by key (the judge's keys are used, the rest of rl is not).
+        // by key (the judge's and the Tinker bridge's keys are used, the
+        // training ones are not yet).
         let mut inert: Vec<&str> = loaded
             .warnings
             .iter()
@@ -175,8 +176,6 @@ max_context_tokens: 60000
                 "rl.backend",
                 "rl.batch_size",
                 "rl.enabled",
-                "rl.lora_rank",
-                "rl.model",
             ],
             "{:?}",
             loaded.warnings

@@ -56,6 +56,9 @@ pub struct Settings {
     pub dialect: Option<Dialect>,
     /// The first wait between retries (the protocol's 0.5 s; tests use less).
     pub first_retry_wait: Duration,
+    /// Sends of one request before its failure is final (the protocol's
+    /// 10; `tinker check` wants a quick answer).
+    pub tries: u32,
     /// How often a session says it is alive (the protocol's 10 s).
     pub heartbeat: Duration,
     /// The pause between tries while the service wants payment (HTTP 402;
@@ -75,6 +78,7 @@ impl std::fmt::Debug for Settings {
             .field("api_key", &self.api_key.as_ref().map(|_| "<redacted>"))
             .field("dialect", &self.dialect)
             .field("first_retry_wait", &self.first_retry_wait)
+            .field("tries", &self.tries)
             .field("heartbeat", &self.heartbeat)
             .field("billing_wait", &self.billing_wait)
             .field("billing_limit", &self.billing_limit)
@@ -90,6 +94,7 @@ impl Settings {
             api_key,
             dialect: None,
             first_retry_wait: Duration::from_millis(500),
+            tries: super::transport::TRIES,
             heartbeat: HEARTBEAT,
             billing_wait: BILLING.0,
             billing_limit: BILLING.1,
@@ -123,6 +128,7 @@ impl Service {
             base,
             api_key: settings.api_key.clone(),
             first_wait: settings.first_retry_wait,
+            tries: settings.tries,
             billing_wait: settings.billing_wait,
             billing_limit: settings.billing_limit,
             compress: false,

@@ -15,8 +15,9 @@ use serde_json::Value;
 use super::Error;
 use crate::http::{Backoff, retry_after};
 
-/// How many times one request is sent before its failure is final.
-const TRIES: u32 = 10;
+/// How many times one request is sent before its failure is final (the
+/// protocol's number).
+pub const TRIES: u32 = 10;
 /// The SDK's backoff: 0.5 s doubling, capped at 10 s.
 const BACKOFF: (Duration, Duration) = (Duration::from_millis(500), Duration::from_secs(10));
 
@@ -50,6 +51,8 @@ pub struct Transport {
     pub(super) api_key: Option<String>,
     /// First wait of the retry backoff (tests shorten it).
     pub(super) first_wait: Duration,
+    /// Sends of one request before its failure is final.
+    pub(super) tries: u32,
     /// The pause between tries while the service wants payment (402).
     pub(super) billing_wait: Duration,
     /// How long a call waits for payment before its 402 is final.
@@ -151,7 +154,7 @@ impl Transport {
         let mut last = String::new();
         let mut billing = None;
         let mut tries = 0;
-        while tries < TRIES {
+        while tries < self.tries {
             let hint = match self
                 .send_once(
                     method.clone(),
@@ -191,7 +194,10 @@ impl Transport {
             tries += 1;
             tokio::time::sleep(backoff.wait(hint)).await;
         }
-        Err(Error::Unavailable(format!("{last} (after {TRIES} tries)")))
+        Err(Error::Unavailable(format!(
+            "{last} (after {} tries)",
+            self.tries
+        )))
     }
 }
 
