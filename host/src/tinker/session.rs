@@ -252,14 +252,7 @@ impl Service {
 /// with a 500 the way it does on a real protobuf body (skyrl 0.3). No
 /// clear answer: `None`, and the first real call finds out (on 415/422).
 async fn probe_dialect(transport: &Transport) -> (Option<Dialect>, String) {
-    let body = metaclaw_tinker::convert::forward_backward_body(
-        "metaclaw-dialect-probe",
-        1,
-        &[],
-        metaclaw_tinker::types::LossFn::CrossEntropy,
-        &Default::default(),
-        false,
-    );
+    let body = probe_body();
     let answer = transport
         .send_once(
             reqwest::Method::POST,
@@ -294,6 +287,18 @@ async fn probe_dialect(transport: &Transport) -> (Option<Dialect>, String) {
             ),
         ),
     }
+}
+
+/// The dialect probe's body: a protobuf `forward_backward` with no data.
+fn probe_body() -> Vec<u8> {
+    metaclaw_tinker::convert::forward_backward_body(
+        "metaclaw-dialect-probe",
+        1,
+        &[],
+        metaclaw_tinker::types::LossFn::CrossEntropy,
+        &Default::default(),
+        false,
+    )
 }
 
 pub(super) struct SessionState {
@@ -337,7 +342,11 @@ async fn heartbeat(transport: Arc<Transport>, state: Arc<SessionState>, every: D
             .await
         {
             Ok(_) => {}
-            Err(Error::Service { status: 410, .. }) => {
+            // 410 is the protocol's "finished"; skyrl answers 404 for a
+            // session it has expired.
+            Err(Error::Service {
+                status: 410 | 404, ..
+            }) => {
                 tracing::warn!(session = %state.id, "the training service ended the session");
                 state.ended.store(true, Ordering::Relaxed);
                 return;
@@ -428,5 +437,18 @@ impl Session {
             })?
             .to_string();
         Ok(Sampler::new(self.transport.clone(), self.state.clone(), id))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    /// A JSON server must read the probe as text and refuse it as JSON
+    /// (422), not fail to decode it (skyrl 0.3's bare 500).
+    #[test]
+    fn the_dialect_probe_is_utf8_but_not_json() {
+        let body = super::probe_body();
+        let text = std::str::from_utf8(&body).unwrap();
+        assert!(serde_json::from_str::<serde_json::Value>(text).is_err());
+        assert!(!body.is_empty());
     }
 }
