@@ -36,22 +36,18 @@ fn metaclaw(home: &Path) -> Command {
     cmd
 }
 
-fn train(home: &Path, data: &Path, steps: &str) -> Output {
-    metaclaw(home)
-        .args([
-            "tinker",
-            "train",
-            "--json",
-            "--loss",
-            "cross_entropy",
-            "--batch",
-            "2",
-        ])
+/// `tinker train --json` on `data` (cross-entropy, two datums a step).
+fn train_command(home: &Path, data: &Path, steps: &str) -> Command {
+    let mut cmd = metaclaw(home);
+    cmd.args(["tinker", "train", "--json", "--loss", "cross_entropy"])
+        .args(["--batch", "2", "--steps", steps])
         .arg("--data")
-        .arg(data)
-        .args(["--steps", steps])
-        .output()
-        .unwrap()
+        .arg(data);
+    cmd
+}
+
+fn train(home: &Path, data: &Path, steps: &str) -> Output {
+    train_command(home, data, steps).output().unwrap()
 }
 
 /// The JSON lines a `train --json` printed.
@@ -257,19 +253,7 @@ async fn a_kill_between_forward_backward_and_optim_step_leaves_nothing_inconsist
     );
 
     // The third forward_backward is run but never answered: kill -9 then.
-    let mut child = metaclaw(home.path())
-        .args([
-            "tinker",
-            "train",
-            "--json",
-            "--loss",
-            "cross_entropy",
-            "--batch",
-            "2",
-        ])
-        .arg("--data")
-        .arg(&data)
-        .args(["--steps", "3"])
+    let mut child = train_command(home.path(), &data, "3")
         .stdout(Stdio::piped())
         .stderr(Stdio::null())
         .spawn()

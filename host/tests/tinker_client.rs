@@ -147,8 +147,12 @@ async fn the_loop_survives_every_fault_the_protocol_names() {
     train_in_time(&fake().await, faulty).await;
 }
 
-#[tokio::test]
-async fn a_billing_pause_on_a_direct_call_is_waited_out() {
+/// A model whose next two calls are answered 402, with a 100 ms pause.
+async fn billed_twice() -> (
+    Service,
+    metaclaw::tinker::Session,
+    metaclaw::tinker::TrainingModel,
+) {
     let mut settings = fake().await;
     settings.billing_wait = Duration::from_millis(100);
     let service = Service::connect(&settings).await.unwrap();
@@ -157,6 +161,12 @@ async fn a_billing_pause_on_a_direct_call_is_waited_out() {
         .create_model("fake-bigram@http402=2", &LoraConfig::new(4))
         .await
         .unwrap();
+    (service, session, model)
+}
+
+#[tokio::test]
+async fn a_billing_pause_on_a_direct_call_is_waited_out() {
+    let (_service, _session, model) = billed_twice().await;
     // get_info is answered 402 twice, then the info.
     let t = Instant::now();
     let info = model.get_info().await.unwrap();
@@ -167,14 +177,7 @@ async fn a_billing_pause_on_a_direct_call_is_waited_out() {
 
 #[tokio::test]
 async fn a_billing_pause_on_a_poll_waits_as_long_as_set() {
-    let mut settings = fake().await;
-    settings.billing_wait = Duration::from_millis(100);
-    let service = Service::connect(&settings).await.unwrap();
-    let session = service.create_session().await.unwrap();
-    let model = session
-        .create_model("fake-bigram@http402=2", &LoraConfig::new(4))
-        .await
-        .unwrap();
+    let (_service, _session, model) = billed_twice().await;
     // The optimiser step's first two polls are answered 402.
     let t = Instant::now();
     model.optim_step(AdamParams::default()).await.unwrap();

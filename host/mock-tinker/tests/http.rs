@@ -222,17 +222,12 @@ async fn faults_come_in_the_shapes_a_client_must_handle() {
     );
 }
 
-#[tokio::test]
-async fn the_config_bodies_and_stops_it_takes() {
-    let options = metaclaw_mock_tinker::Options {
-        compress: true,
-        ..Default::default()
-    };
-    let fake = Fake(metaclaw_mock_tinker::router_with(options));
+/// The fake's client config, and a protobuf forward-only body for a new
+/// model of it.
+async fn config_and_probe(fake: &Fake) -> (Value, Vec<u8>) {
     let config = fake
         .json("client/config", json!({"sdk_version": "x"}))
         .await;
-    assert_eq!(config["proto_compress_fwdbwd"], true);
     let (_, model) = fake.model("fake-bigram").await;
     let body = convert::forward_backward_body(
         &model,
@@ -242,6 +237,18 @@ async fn the_config_bodies_and_stops_it_takes() {
         &BTreeMap::new(),
         true,
     );
+    (config, body)
+}
+
+#[tokio::test]
+async fn the_config_bodies_and_stops_it_takes() {
+    let options = metaclaw_mock_tinker::Options {
+        compress: true,
+        ..Default::default()
+    };
+    let fake = Fake(metaclaw_mock_tinker::router_with(options));
+    let (config, body) = config_and_probe(&fake).await;
+    assert_eq!(config["proto_compress_fwdbwd"], true);
     let post = |body: Vec<u8>| {
         Request::post("/api/v1/forward_backward")
             .header("content-type", "application/x-protobuf")
@@ -280,19 +287,8 @@ async fn the_config_bodies_and_stops_it_takes() {
             ..Default::default()
         },
     ));
-    let config = legacy
-        .json("client/config", json!({"sdk_version": "x"}))
-        .await;
+    let (config, body) = config_and_probe(&legacy).await;
     assert_eq!(config["proto_write_fwdbwd"], false);
-    let (_, model) = legacy.model("fake-bigram").await;
-    let body = convert::forward_backward_body(
-        &model,
-        1,
-        &[],
-        LossFn::CrossEntropy,
-        &BTreeMap::new(),
-        true,
-    );
     let request = Request::post("/api/v1/forward_backward")
         .header("content-type", "application/x-protobuf")
         .body(Body::from(body))
