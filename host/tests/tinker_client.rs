@@ -147,6 +147,23 @@ async fn the_loop_survives_every_fault_the_protocol_names() {
     train_in_time(&fake().await, faulty).await;
 }
 
+/// A new model of `base_model` on the service at `settings`, with the
+/// service and session it lives in.
+async fn model_on(
+    settings: &Settings,
+    base_model: &str,
+    lora: &LoraConfig,
+) -> (
+    Service,
+    metaclaw::tinker::Session,
+    metaclaw::tinker::TrainingModel,
+) {
+    let service = Service::connect(settings).await.unwrap();
+    let session = service.create_session().await.unwrap();
+    let model = session.create_model(base_model, lora).await.unwrap();
+    (service, session, model)
+}
+
 /// A model whose next two calls are answered 402, with a 100 ms pause.
 async fn billed_twice() -> (
     Service,
@@ -155,13 +172,7 @@ async fn billed_twice() -> (
 ) {
     let mut settings = fake().await;
     settings.billing_wait = Duration::from_millis(100);
-    let service = Service::connect(&settings).await.unwrap();
-    let session = service.create_session().await.unwrap();
-    let model = session
-        .create_model("fake-bigram@http402=2", &LoraConfig::new(4))
-        .await
-        .unwrap();
-    (service, session, model)
+    model_on(&settings, "fake-bigram@http402=2", &LoraConfig::new(4)).await
 }
 
 #[tokio::test]
@@ -193,26 +204,19 @@ async fn a_billing_pause_on_a_poll_waits_as_long_as_set() {
 async fn a_billing_pause_longer_than_the_limit_fails() {
     let mut settings = fake().await;
     settings.billing_limit = Duration::from_millis(50);
-    let service = Service::connect(&settings).await.unwrap();
-    let session = service.create_session().await.unwrap();
-    let model = session
-        .create_model("fake-bigram@http402=100000", &LoraConfig::new(4))
-        .await
-        .unwrap();
+    let (_service, _session, model) =
+        model_on(&settings, "fake-bigram@http402=100000", &LoraConfig::new(4)).await;
     let e = model.get_info().await.unwrap_err();
     assert!(matches!(e, Error::Service { status: 402, .. }), "{e}");
 }
 
 #[tokio::test]
 async fn model_and_weights_info_tell_the_base_and_the_lora() {
-    let settings = fake().await;
-    let service = Service::connect(&settings).await.unwrap();
-    let session = service.create_session().await.unwrap();
     let lora = LoraConfig {
         train_attn: false,
         ..LoraConfig::new(8).seeded(3)
     };
-    let model = session.create_model("fake-bigram", &lora).await.unwrap();
+    let (service, _session, model) = model_on(&fake().await, "fake-bigram", &lora).await;
     let info = model.get_info().await.unwrap();
     assert_eq!(info.model_id.as_deref(), Some(model.model_id.as_str()));
     assert_eq!(info.base_model.as_deref(), Some("fake-bigram"));

@@ -12,11 +12,11 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
+mod common;
+
 use std::collections::BTreeMap;
-use std::io::{BufRead, BufReader};
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
-use std::sync::mpsc;
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use metaclaw::tinker::types::{Datum, LossFn, Sampled};
@@ -25,22 +25,11 @@ use metaclaw::tinker::{
 };
 
 /// The server started by `scripts/skyrl-cpu start`; stopped when dropped
-/// (its start script takes the server and engine down with it).
+/// (the kill takes the server and its engine down too: they get SIGTERM
+/// from the kernel when the script dies, PDEATHSIG).
 struct Skyrl {
-    child: Child,
-    url: String,
+    proc: common::Proc,
     _work: tempfile::TempDir,
-}
-
-impl Drop for Skyrl {
-    fn drop(&mut self) {
-        // SIGTERM lets the script stop the server; the server also gets
-        // SIGTERM from the kernel when its parent dies (PDEATHSIG).
-        let _ = Command::new("kill")
-            .arg(self.child.id().to_string())
-            .status();
-        let _ = self.child.wait();
-    }
 }
 
 fn python() -> Option<String> {
@@ -66,41 +55,20 @@ fn start_skyrl() -> Option<Skyrl> {
     }
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap();
     let work = tempfile::tempdir().unwrap();
-    let mut child = Command::new(root.join("scripts/skyrl-cpu"))
-        .args(["start", "--work"])
+    let mut cmd = Command::new(root.join("scripts/skyrl-cpu"));
+    cmd.args(["start", "--work"])
         .arg(work.path())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::inherit())
-        .spawn()
-        .expect("scripts/skyrl-cpu");
-    let stdout = child.stdout.take().unwrap();
-    let (tx, rx) = mpsc::channel();
-    std::thread::spawn(move || {
-        for line in BufReader::new(stdout).lines().map_while(Result::ok) {
-            if let Some(url) = line.strip_prefix("skyrl listening on ") {
-                let _ = tx.send(url.to_string());
-            }
-        }
-    });
+        .stderr(Stdio::inherit());
     let started = Instant::now();
     // A first run installs about 1 GB from PyPI; a cached one starts in
     // seconds. The script fails by itself (and closes stdout) on errors.
-    let url = match rx.recv_timeout(Duration::from_secs(1800)) {
-        Ok(url) => url,
-        Err(e) => {
-            let _ = child.kill();
-            panic!("scripts/skyrl-cpu start gave no address ({e}); its messages are above");
-        }
-    };
+    let proc = common::spawn_and_wait_for(cmd, "skyrl listening on ", Duration::from_secs(1800));
     eprintln!(
-        "skyrl ready at {url} after {:.1} s",
+        "skyrl ready at {} after {:.1} s",
+        proc.url,
         started.elapsed().as_secs_f64()
     );
-    Some(Skyrl {
-        child,
-        url,
-        _work: work,
-    })
+    Some(Skyrl { proc, _work: work })
 }
 
 fn phase<T>(timings: &mut Vec<(String, f64)>, name: &str, started: Instant, value: T) -> T {
@@ -164,7 +132,7 @@ async fn rl_step(
 async fn the_rl_loop_runs_against_skyrl_on_cpu() {
     let Some(server) = start_skyrl() else { return };
     let mut timings = Vec::new();
-    let settings = Settings::new(&server.url, Some("tml-dummy".into()));
+    let settings = Settings::new(&server.proc.url, Some("tml-dummy".into()));
 
     let t = Instant::now();
     let service = Service::connect(&settings).await.unwrap();

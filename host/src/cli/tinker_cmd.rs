@@ -10,7 +10,7 @@ use std::process::ExitCode;
 use anyhow::{Context, Result, bail};
 use serde_json::json;
 
-use super::sessions_cmd::db_path;
+use super::sessions_cmd::store_file;
 use super::{TinkerCommand, load_config, local_time, runtime};
 use crate::home::Home;
 use crate::store;
@@ -91,7 +91,7 @@ pub fn run(home: &Home, config_path: &Path, command: TinkerCommand) -> Result<Ex
                 ..AdamParams::default()
             };
             let spec = tinker::configured::run_spec(&config, save_every);
-            let db = db_path(home, config_path);
+            let db = store_file(home, Some(&config));
             runtime()?.block_on(async {
                 let service = Service::connect(&settings)
                     .await
@@ -159,7 +159,7 @@ pub fn run(home: &Home, config_path: &Path, command: TinkerCommand) -> Result<Ex
             Ok(ExitCode::SUCCESS)
         }
         TinkerCommand::Status { json, steps } => {
-            let path = db_path(home, config_path);
+            let path = store_file(home, Some(&config));
             let runs = if path.exists() {
                 let conn = store::open_read_only(&path)?;
                 store::training::list(&conn, 20)?

@@ -170,11 +170,11 @@ pub fn set_model(
 }
 
 /// A training call is about to go out: from now until it is settled the
-/// model's state is unknown.
+/// model's state is unknown (`None`: it settled and changed no weights).
 pub fn set_pending(
     conn: &Connection,
     id: &str,
-    what: &str,
+    what: Option<&str>,
     last_seq: i64,
     now_ms: i64,
 ) -> Result<()> {

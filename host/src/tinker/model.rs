@@ -15,7 +15,7 @@ use serde_json::{Value, json};
 
 use super::Error;
 use super::future::{Kind, submit_and_wait};
-use super::session::{Dialect, SessionState};
+use super::session::{Dialect, KnownDialect, SessionState};
 use super::transport::{Body, Reply, Transport};
 
 /// Adam's settings (defaults as the reference gives them).
@@ -72,7 +72,7 @@ pub struct Checkpoint {
 /// A LoRA being trained.
 pub struct TrainingModel {
     transport: Arc<Transport>,
-    dialect: Arc<std::sync::Mutex<Option<Dialect>>>,
+    dialect: KnownDialect,
     session: Arc<SessionState>,
     pub model_id: String,
     /// The last `seq_id` handed out.
@@ -82,7 +82,7 @@ pub struct TrainingModel {
 impl TrainingModel {
     pub(super) fn new(
         transport: Arc<Transport>,
-        dialect: Arc<std::sync::Mutex<Option<Dialect>>>,
+        dialect: KnownDialect,
         session: Arc<SessionState>,
         model_id: String,
         last_seq: i64,
@@ -123,7 +123,7 @@ impl TrainingModel {
         config: &BTreeMap<String, LossConfig>,
     ) -> Result<ForwardBackwardResult, Error> {
         let seq = self.next_seq();
-        let dialect = self.dialect.lock().map(|d| *d).unwrap_or(None);
+        let dialect = self.dialect.get();
         let reply = match dialect {
             Some(Dialect::Json) => self.forward_backward_json(seq, data, loss, config).await?,
             Some(Dialect::Protobuf) | None => {
@@ -140,14 +140,14 @@ impl TrainingModel {
                     .await
                 {
                     Ok(reply) => {
-                        self.set_dialect(Dialect::Protobuf);
+                        self.dialect.set(Dialect::Protobuf);
                         reply
                     }
                     // A server of the JSON dialect cannot read the body.
                     Err(Error::Service {
                         status: 415 | 422, ..
                     }) if dialect.is_none() => {
-                        self.set_dialect(Dialect::Json);
+                        self.dialect.set(Dialect::Json);
                         self.forward_backward_json(seq, data, loss, config).await?
                     }
                     Err(e) => return Err(e),
@@ -155,12 +155,6 @@ impl TrainingModel {
             }
         };
         forward_backward_result(&reply)
-    }
-
-    fn set_dialect(&self, dialect: Dialect) {
-        if let Ok(mut d) = self.dialect.lock() {
-            *d = Some(dialect);
-        }
     }
 
     async fn forward_backward_json(
@@ -274,7 +268,7 @@ impl TrainingModel {
             .transport
             .call(reqwest::Method::POST, "get_info", Some(body))
             .await?;
-        serde_json::from_slice(&reply.bytes).map_err(|e| Error::Protocol(format!("get_info: {e}")))
+        reply.decode("get_info")
     }
 
     /// The model's checkpoints, as the service lists them.
@@ -317,8 +311,7 @@ fn forward_backward_result(reply: &Reply) -> Result<ForwardBackwardResult, Error
     if reply.protobuf {
         return Ok(convert::forward_backward_result(&reply.bytes)?);
     }
-    serde_json::from_slice(&reply.bytes)
-        .map_err(|e| Error::Protocol(format!("forward_backward result: {e}")))
+    reply.decode("forward_backward result")
 }
 
 /// A sampling session: the weights it samples are fixed when it is made.
@@ -354,8 +347,7 @@ impl Sampler {
         if reply.protobuf {
             return Ok(convert::sampled(&reply.bytes)?);
         }
-        serde_json::from_slice(&reply.bytes)
-            .map_err(|e| Error::Protocol(format!("sample result: {e}")))
+        reply.decode("sample result")
     }
 }
 

@@ -75,8 +75,6 @@ pub struct TrainingRun {
     session: Session,
     model: TrainingModel,
     spec: RunSpec,
-    /// A call failed mid-step: the model's state is unknown until reloaded.
-    dirty: bool,
 }
 
 fn now_ms() -> i64 {
@@ -143,7 +141,6 @@ impl TrainingRun {
             session,
             model,
             spec,
-            dirty: false,
         };
         Ok((this, opened))
     }
@@ -162,18 +159,25 @@ impl TrainingRun {
         &self.session
     }
 
-    /// Marks a training call as in flight, durably, before it is sent.
-    fn pending(&mut self, what: String) -> Result<(), Error> {
+    /// Marks a training call as in flight, durably, before it is sent
+    /// (`None`: settled with no change to the weights).
+    fn pending(&mut self, what: Option<String>) -> Result<(), Error> {
         training::set_pending(
             &self.db,
             &self.run.id,
-            &what,
+            what.as_deref(),
             self.model.last_seq(),
             now_ms(),
         )
         .map_err(store_error)?;
-        self.run.pending = Some(what);
+        self.run.pending = what;
         Ok(())
+    }
+
+    /// A call is still marked in flight: it failed or was cut short, so
+    /// the model's state is unknown until the run's weights are reloaded.
+    fn unsettled(&self) -> bool {
+        self.run.pending.is_some()
     }
 
     /// One step: forward/backward over `data`, then the optimiser. The
@@ -187,20 +191,18 @@ impl TrainingRun {
         config: &BTreeMap<String, LossConfig>,
         adam: AdamParams,
     ) -> Result<StepReport, Error> {
-        if self.dirty {
+        if self.unsettled() {
             let (model, _) = load(&self.db, &mut self.run, &self.session, &self.spec).await?;
             self.model = model;
-            self.dirty = false;
         }
         let step = self.run.step + 1;
         let first = self.model.last_seq() + 1;
-        self.pending(format!(
-            "step {step}: forward_backward (seq {first}) and optim_step (seq {})",
-            first + 1
-        ))?;
         // From here until the step is recorded, a failure leaves gradients
         // (or a half-applied step) on the service.
-        self.dirty = true;
+        self.pending(Some(format!(
+            "step {step}: forward_backward (seq {first}) and optim_step (seq {})",
+            first + 1
+        )))?;
         let result = self.model.forward_backward(data, loss, config).await?;
         let optimiser = self.model.optim_step(adam).await?;
         let mut metrics = result.metrics.clone();
@@ -217,7 +219,6 @@ impl TrainingRun {
         };
         training::step_done(&mut self.db, &self.run.id, &record, self.model.last_seq())
             .map_err(store_error)?;
-        self.dirty = false;
         self.run.step = step;
         self.run.last_seq = self.model.last_seq();
         self.run.pending = None;
@@ -255,14 +256,14 @@ impl TrainingRun {
     }
 
     async fn save(&mut self, state: bool) -> Result<String, Error> {
-        if self.dirty {
+        if self.unsettled() {
             return Err(Error::Client(
                 "the training model's state is unknown after a failed step; train a step first"
                     .into(),
             ));
         }
         let name = self.name(if state { "" } else { "-sampler" });
-        self.pending(format!("save {name}"))?;
+        self.pending(Some(format!("save {name}")))?;
         let path = if state {
             self.model.save_state(&name).await
         } else {
@@ -272,14 +273,11 @@ impl TrainingRun {
         let path = match path {
             Ok(path) => path,
             Err(e) => {
-                let _ = training::set_model(
-                    &self.db,
-                    &self.run.id,
-                    &self.model.model_id,
-                    self.run.step,
-                    self.model.last_seq(),
-                    now_ms(),
-                );
+                // If even that cannot be recorded, the call stays marked
+                // in flight and the next step reloads: safe, only slower.
+                if let Err(store) = self.pending(None) {
+                    tracing::warn!(run = %self.run.id, "{store}");
+                }
                 return Err(e);
             }
         };

@@ -20,6 +20,8 @@ use super::model::{Sampler, TrainingModel};
 use super::transport::{Body, Transport};
 use crate::http::{ClientSpec, Purpose};
 
+/// What metaclaw calls itself where the protocol asks for an SDK version.
+const SDK_VERSION: &str = concat!("metaclaw-", env!("CARGO_PKG_VERSION"));
 /// The protocol's heartbeat period.
 const HEARTBEAT: Duration = Duration::from_secs(10);
 /// The protocol's billing pause (402): tried again every 5 s for an hour.
@@ -39,6 +41,27 @@ impl Dialect {
         match self {
             Dialect::Protobuf => "protobuf",
             Dialect::Json => "json",
+        }
+    }
+}
+
+/// The dialect a service's clients use, shared by its sessions and models:
+/// set at connect, or learnt from the first `forward_backward`.
+#[derive(Clone)]
+pub(super) struct KnownDialect(Arc<std::sync::Mutex<Option<Dialect>>>);
+
+impl KnownDialect {
+    fn new(dialect: Option<Dialect>) -> Self {
+        Self(Arc::new(std::sync::Mutex::new(dialect)))
+    }
+
+    pub(super) fn get(&self) -> Option<Dialect> {
+        self.0.lock().map(|d| *d).unwrap_or(None)
+    }
+
+    pub(super) fn set(&self, dialect: Dialect) {
+        if let Ok(mut d) = self.0.lock() {
+            *d = Some(dialect);
         }
     }
 }
@@ -106,7 +129,7 @@ impl Settings {
 pub struct Service {
     pub(super) transport: Arc<Transport>,
     /// The `forward_backward` dialect in use (`None`: not known yet).
-    pub(super) dialect: Arc<std::sync::Mutex<Option<Dialect>>>,
+    pub(super) dialect: KnownDialect,
     /// What `client/config` said (unknown flags kept).
     pub config: Value,
     /// Why the dialect is what it is (for `metaclaw tinker check`).
@@ -133,8 +156,7 @@ impl Service {
             billing_limit: settings.billing_limit,
             compress: false,
         };
-        let body =
-            Body::Json(json!({"sdk_version": concat!("metaclaw-", env!("CARGO_PKG_VERSION"))}));
+        let body = Body::Json(json!({"sdk_version": SDK_VERSION}));
         let config = match transport
             .call(reqwest::Method::POST, "client/config", Some(body))
             .await
@@ -160,7 +182,7 @@ impl Service {
         };
         Ok(Self {
             transport: Arc::new(transport),
-            dialect: Arc::new(std::sync::Mutex::new(dialect)),
+            dialect: KnownDialect::new(dialect),
             dialect_evidence,
             config,
             heartbeat: settings.heartbeat,
@@ -171,7 +193,7 @@ impl Service {
     /// config said, or as the first `forward_backward` found (`None`
     /// before that).
     pub fn dialect(&self) -> Option<Dialect> {
-        self.dialect.lock().map(|d| *d).unwrap_or(None)
+        self.dialect.get()
     }
 
     /// What the service knows of saved weights (`tinker://…`): the base
@@ -182,8 +204,7 @@ impl Service {
             .transport
             .call(reqwest::Method::POST, "weights_info", Some(body))
             .await?;
-        serde_json::from_slice(&reply.bytes)
-            .map_err(|e| Error::Protocol(format!("weights_info: {e}")))
+        reply.decode("weights_info")
     }
 
     /// The service's base URL (without `/api/v1`).
@@ -213,7 +234,7 @@ impl Service {
     pub async fn create_session(&self) -> Result<Session, Error> {
         let body = Body::Json(json!({
             "tags": [], "user_metadata": {},
-            "sdk_version": concat!("metaclaw-", env!("CARGO_PKG_VERSION")),
+            "sdk_version": SDK_VERSION,
             "type": "create_session",
         }));
         let reply = self
@@ -320,7 +341,7 @@ impl SessionState {
 /// A session: its heartbeat runs while it lives.
 pub struct Session {
     transport: Arc<Transport>,
-    dialect: Arc<std::sync::Mutex<Option<Dialect>>>,
+    dialect: KnownDialect,
     pub(super) state: Arc<SessionState>,
     heartbeat: JoinHandle<()>,
 }

@@ -42,6 +42,11 @@ impl Reply {
     pub fn json(&self) -> Result<Value, Error> {
         serde_json::from_slice(&self.bytes).map_err(|e| Error::Protocol(format!("not JSON: {e}")))
     }
+
+    /// The JSON body as `what` (named in the error).
+    pub fn decode<T: serde::de::DeserializeOwned>(&self, what: &str) -> Result<T, Error> {
+        serde_json::from_slice(&self.bytes).map_err(|e| Error::Protocol(format!("{what}: {e}")))
+    }
 }
 
 /// The service's address and credentials, and the HTTP client.

@@ -57,7 +57,12 @@ impl Drop for Proc {
 
 /// Spawns `cmd` and waits for the stdout line starting with `prefix`; the
 /// rest of that line is the URL. Later stdout is drained in the background.
-fn spawn_and_wait(mut cmd: Command, prefix: &str) -> Proc {
+fn spawn_and_wait(cmd: Command, prefix: &str) -> Proc {
+    spawn_and_wait_for(cmd, prefix, Duration::from_secs(20))
+}
+
+/// [`spawn_and_wait`], waiting up to `limit` for the line.
+pub fn spawn_and_wait_for(mut cmd: Command, prefix: &str, limit: Duration) -> Proc {
     let mut child = cmd.stdout(Stdio::piped()).spawn().expect("spawn metaclaw");
     let stdout = child.stdout.take().unwrap();
     let (tx, rx) = std::sync::mpsc::channel();
@@ -71,7 +76,7 @@ fn spawn_and_wait(mut cmd: Command, prefix: &str) -> Proc {
             }
         }
     });
-    let url = match rx.recv_timeout(Duration::from_secs(20)) {
+    let url = match rx.recv_timeout(limit) {
         Ok(url) => url,
         Err(_) => {
             let _ = child.kill();
