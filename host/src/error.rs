@@ -42,6 +42,10 @@ pub enum ApiError {
     UpstreamStatus { status: StatusCode, body: Bytes },
     #[error("metaclaw is shutting down")]
     ShuttingDown,
+    /// In `rl` mode with `rl.fallback_to_llm: false`, the trainable model
+    /// could not answer.
+    #[error("the trainable model cannot answer (rl.fallback_to_llm is off): {0}")]
+    StudentUnavailable(String),
     #[error("internal error: {0}")]
     Internal(String),
 }
@@ -60,7 +64,7 @@ impl ApiError {
             Self::UpstreamUnreachable { .. } => StatusCode::BAD_GATEWAY,
             Self::UpstreamTimeout { .. } => StatusCode::GATEWAY_TIMEOUT,
             Self::UpstreamStatus { status, .. } => *status,
-            Self::ShuttingDown => StatusCode::SERVICE_UNAVAILABLE,
+            Self::ShuttingDown | Self::StudentUnavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
             Self::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
         }
     }
@@ -82,6 +86,7 @@ impl ApiError {
             Self::UpstreamTimeout { .. } => "upstream_timeout",
             Self::UpstreamStatus { .. } => "upstream_status",
             Self::ShuttingDown => "shutting_down",
+            Self::StudentUnavailable(_) => "student_unavailable",
             Self::Internal(_) => "internal",
         }
     }
@@ -101,7 +106,7 @@ impl ApiError {
             Self::UpstreamUnreachable { .. } => "upstream_unreachable",
             Self::UpstreamTimeout { .. } => "upstream_timeout",
             Self::UpstreamStatus { .. } => "upstream_error",
-            Self::ShuttingDown => "service_unavailable",
+            Self::ShuttingDown | Self::StudentUnavailable(_) => "service_unavailable",
             Self::Internal(_) => "internal_error",
         }
     }

@@ -6,6 +6,7 @@
 //! | [`sessions`] | which conversation a turn belongs to, and when it ends |
 //! | [`store`] | the SQLite file, written off the hot path |
 //! | [`tinker`] | the client of a Tinker-compatible training service (RL) |
+//! | [`policy`] | the trainable model as served in rl/auto mode: render, sample, parse, capture |
 //! | [`server`] | routes, auth, serving |
 //! | [`daemon`] | the long-running process: lock, wiring, shutdown |
 //! | [`config`] | `config.yaml`: schema, validation, editing |
@@ -32,6 +33,7 @@ pub mod learn;
 pub mod logging;
 pub mod metrics;
 pub mod plugins;
+pub mod policy;
 pub mod proxy;
 pub mod redact;
 pub mod server;

@@ -362,6 +362,14 @@ async fn admin_status(State(app): State<SharedApp>) -> Response {
             })
         }),
         "learning": crate::learn::state_json(app.learn.is_some()),
+        // rl/auto: whether the trainable model answers, on which weights,
+        // and why not (turns then go to llm when rl.fallback_to_llm).
+        "student": app.proxy.policy.as_ref().map(|policy| {
+            let mut health = json!(policy.health());
+            health["base_model"] = json!(policy.settings.base_model);
+            health["fallback_to_llm"] = json!(policy.settings.fallback_to_llm);
+            health
+        }),
         // Why skills are not evolved now (the learning job's own check:
         // without an enabled guard, nothing is), or that they are evolved
         // unchecked because the config's chain leaves guard out; and the
@@ -532,6 +540,7 @@ mod tests {
                 skills: None,
                 store,
                 metrics,
+                policy: None,
                 limits: Limits {
                     max_body_bytes: 1 << 20,
                     client_body_timeout: Duration::from_secs(5),

@@ -25,7 +25,7 @@ const LAYERS: &[&[&str]] = &[
     ],
     &["config"],
     &["store", "plugins", "tinker"],
-    &["sessions", "embeddings"],
+    &["sessions", "embeddings", "policy"],
     &["skills"],
     // The turn and learning.
     &["proxy", "learn"],

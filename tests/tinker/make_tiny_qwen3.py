@@ -4,10 +4,15 @@ Usage: python make_tiny_qwen3.py OUT_DIR
 
 Settings (docs reference tinker-protocol.md §16.1): Qwen3ForCausalLM, 2 layers,
 hidden 64, intermediate 128, 4 attention / 2 KV heads, head dim 16, vocab 384
-(byte-level BPE trained on the small corpus below, padded to a multiple of 64),
+(byte-level BPE trained on the small corpus below, plus Qwen3's added tokens,
+padded to a multiple of 64),
 max positions 512, float32, untied embeddings, weights normal(0, 1) * 0.02
 (norm weights 1), special tokens <|endoftext|> (pad), <|im_start|>,
-<|im_end|> (EOS), ChatML chat template. Needs numpy, safetensors and
+<|im_end|> (EOS), Qwen3's non-special added tokens <tool_call>, </tool_call>,
+<tool_response>, </tool_response>, <think>, </think>, and a Qwen3-style chat
+template with tools and thinking (the renderer's golden tests in host/chat
+use these files; tests/fixtures/tiny-qwen3 holds a copy of the tokenizer
+and template files, checked to be byte-identical). Needs numpy, safetensors and
 tokenizers only: no hub, no torch. Same output bytes on every run.
 """
 
@@ -17,11 +22,14 @@ import sys
 
 import numpy as np
 from safetensors.numpy import save_file
-from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
+from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers, processors, trainers
 
 SEED = 20240601
 VOCAB = 384
 SPECIALS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
+# Added after training, as in Qwen3: matched whole in text, but not special
+# (decoding with skip_special_tokens keeps them).
+ADDED = ["<tool_call>", "</tool_call>", "<tool_response>", "</tool_response>", "<think>", "</think>"]
 CONFIG = {
     "architectures": ["Qwen3ForCausalLM"],
     "model_type": "qwen3",
@@ -48,12 +56,90 @@ CONFIG = {
     "torch_dtype": "float32",
     "vocab_size": VOCAB,
 }
-CHAT_TEMPLATE = (
-    "{% for message in messages %}"
-    "{{ '<|im_start|>' + message['role'] + '\n' + message['content'] + '<|im_end|>' + '\n' }}"
-    "{% endfor %}"
-    "{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}"
-)
+# Qwen3's template, trimmed: tools in the system turn (one `tojson` per
+# tool), tool calls as <tool_call> JSON, tool results as a user turn of
+# <tool_response>s, reasoning kept only for the assistant turns after the
+# last real user query, and `enable_thinking=false` closing an empty
+# <think> block in the generation prompt.
+CHAT_TEMPLATE = """\
+{%- if tools %}
+    {{- '<|im_start|>system\\n' }}
+    {%- if messages[0].role == 'system' %}
+        {{- messages[0].content + '\\n\\n' }}
+    {%- endif %}
+    {{- "# Tools\\n\\nYou may call one or more functions to assist with the user query.\\n\\nYou are provided with function signatures within <tools></tools> XML tags:\\n<tools>" }}
+    {%- for tool in tools %}
+        {{- "\\n" }}
+        {{- tool | tojson }}
+    {%- endfor %}
+    {{- "\\n</tools>\\n\\nFor each function call, return a json object with function name and arguments within <tool_call></tool_call> XML tags:\\n<tool_call>\\n{\\"name\\": <function-name>, \\"arguments\\": <args-json-object>}\\n</tool_call><|im_end|>\\n" }}
+{%- elif messages[0].role == 'system' %}
+    {{- '<|im_start|>system\\n' + messages[0].content + '<|im_end|>\\n' }}
+{%- endif %}
+{%- set ns = namespace(multi_step_tool=true, last_query_index=messages|length - 1) %}
+{%- for message in messages[::-1] %}
+    {%- set index = (messages|length - 1) - loop.index0 %}
+    {%- if ns.multi_step_tool and message.role == "user" and message.content is string and not(message.content.startswith('<tool_response>') and message.content.endswith('</tool_response>')) %}
+        {%- set ns.multi_step_tool = false %}
+        {%- set ns.last_query_index = index %}
+    {%- endif %}
+{%- endfor %}
+{%- for message in messages %}
+    {%- if message.content is string %}
+        {%- set content = message.content %}
+    {%- else %}
+        {%- set content = '' %}
+    {%- endif %}
+    {%- if message.role == "user" or (message.role == "system" and not loop.first) %}
+        {{- '<|im_start|>' + message.role + '\\n' + content + '<|im_end|>\\n' }}
+    {%- elif message.role == "assistant" %}
+        {%- set reasoning_content = '' %}
+        {%- if message.reasoning_content is string %}
+            {%- set reasoning_content = message.reasoning_content %}
+        {%- elif '</think>' in content %}
+            {%- set reasoning_content = content.split('</think>')[0].rstrip('\\n').split('<think>')[-1].lstrip('\\n') %}
+            {%- set content = content.split('</think>')[-1].lstrip('\\n') %}
+        {%- endif %}
+        {%- if loop.index0 > ns.last_query_index and (loop.last or reasoning_content) %}
+            {{- '<|im_start|>' + message.role + '\\n<think>\\n' + reasoning_content.strip('\\n') + '\\n</think>\\n\\n' + content.lstrip('\\n') }}
+        {%- else %}
+            {{- '<|im_start|>' + message.role + '\\n' + content }}
+        {%- endif %}
+        {%- if message.tool_calls %}
+            {%- for tool_call in message.tool_calls %}
+                {%- if (loop.first and content) or (not loop.first) %}
+                    {{- '\\n' }}
+                {%- endif %}
+                {%- if tool_call.function %}
+                    {%- set tool_call = tool_call.function %}
+                {%- endif %}
+                {{- '<tool_call>\\n{"name": "' + tool_call.name + '", "arguments": ' }}
+                {%- if tool_call.arguments is string %}
+                    {{- tool_call.arguments }}
+                {%- else %}
+                    {{- tool_call.arguments | tojson }}
+                {%- endif %}
+                {{- '}\\n</tool_call>' }}
+            {%- endfor %}
+        {%- endif %}
+        {{- '<|im_end|>\\n' }}
+    {%- elif message.role == "tool" %}
+        {%- if loop.first or messages[loop.index0 - 1].role != "tool" %}
+            {{- '<|im_start|>user' }}
+        {%- endif %}
+        {{- '\\n<tool_response>\\n' + content + '\\n</tool_response>' }}
+        {%- if loop.last or messages[loop.index0 + 1].role != "tool" %}
+            {{- '<|im_end|>\\n' }}
+        {%- endif %}
+    {%- endif %}
+{%- endfor %}
+{%- if add_generation_prompt %}
+    {{- '<|im_start|>assistant\\n' }}
+    {%- if enable_thinking is defined and enable_thinking is false %}
+        {{- '<think>\\n\\n</think>\\n\\n' }}
+    {%- endif %}
+{%- endif %}
+"""
 CORPUS = """
 The quick brown fox jumps over the lazy dog. A small model learns to answer short questions.
 You are a helpful assistant. The user asks a question and the assistant answers it politely.
@@ -71,13 +157,14 @@ def train_tokenizer() -> Tokenizer:
     tok.decoder = decoders.ByteLevel()
     tok.post_processor = processors.ByteLevel(trim_offsets=False)
     trainer = trainers.BpeTrainer(
-        vocab_size=VOCAB,
+        vocab_size=VOCAB - len(ADDED),
         min_frequency=2,
         special_tokens=SPECIALS,
         initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
         show_progress=False,
     )
     tok.train_from_iterator([line for line in CORPUS.splitlines() for _ in range(8)], trainer=trainer)
+    tok.add_tokens([AddedToken(t, single_word=False, lstrip=False, rstrip=False, normalized=False, special=False) for t in ADDED])
     return tok
 
 
@@ -141,8 +228,9 @@ def main() -> None:
         {"bos_token_id": cfg["bos_token_id"], "eos_token_id": cfg["eos_token_id"], "pad_token_id": cfg["pad_token_id"]},
     )
     added = {
-        str(ids[s]): {"content": s, "lstrip": False, "normalized": False, "rstrip": False, "single_word": False, "special": True}
-        for s in SPECIALS
+        str(tok.token_to_id(s)): {"content": s, "lstrip": False, "normalized": False, "rstrip": False, "single_word": False,
+                                  "special": s in SPECIALS}
+        for s in SPECIALS + ADDED
     }
     write_json(
         "tokenizer_config.json",

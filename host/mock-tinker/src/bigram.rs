@@ -112,6 +112,20 @@ impl Weights {
         }
     }
 
+    /// The logprob of each of `tokens` sampled after `prompt` (a scripted
+    /// sample's logprobs: what these weights give them).
+    pub fn score(&self, prompt: &[i32], tokens: &[i32]) -> Vec<f32> {
+        let mut prev = i64::from(prompt.last().copied().unwrap_or(0));
+        tokens
+            .iter()
+            .map(|&t| {
+                let row = self.row_logprobs(token(prev));
+                prev = i64::from(t);
+                row[token(i64::from(t))]
+            })
+            .collect()
+    }
+
     /// The logprob of each prompt token given the one before; the first
     /// has none.
     pub fn prompt_logprobs(&self, prompt: &[i32]) -> Vec<Option<f32>> {

@@ -28,7 +28,9 @@
 //! checkpoint it loaded), that checkpoint, and whether it holds gradients
 //! no step applied. `POST /api/v1/fake/expire_session {session_id}` ends a
 //! session as a server does after missed heartbeats (its heartbeats then
-//! get 410).
+//! get 410). `POST /api/v1/fake/script {"sequences": [[ids], …]}` makes
+//! the next samples return those tokens (with the logprobs the weights
+//! give them): a test chooses what the "model" says, tool calls included.
 //!
 //! **Options** are per server ([`router_with`], [`serve_with`]): what its
 //! `client/config` says — `compress` (`proto_compress_fwdbwd`: clients

@@ -32,6 +32,7 @@ pub fn router(state: Shared) -> Router {
         .route("/api/v1/session_heartbeat", post(heartbeat))
         .route("/api/v1/fake/expire_session", post(expire))
         .route("/api/v1/fake/seen", get(seen))
+        .route("/api/v1/fake/script", post(script))
         .route("/api/v1/fake/models", get(models))
         .route("/api/v1/create_model", post(create_model))
         .route("/api/v1/get_info", post(get_info))
@@ -173,6 +174,15 @@ async fn heartbeat(State(s): State<Shared>, body: Bytes) -> Answer {
 async fn expire(State(s): State<Shared>, body: Bytes) -> Answer {
     let v = json_body(&body)?;
     locked(&s).expire(text(&v, "session_id")?);
+    Ok(StatusCode::NO_CONTENT.into_response())
+}
+
+/// `{"sequences": [[token ids], …]}`: what the next samples return.
+async fn script(State(s): State<Shared>, body: Bytes) -> Answer {
+    let v = json_body(&body)?;
+    let sequences: Vec<Vec<i32>> = serde_json::from_value(v["sequences"].clone())
+        .map_err(|e| detail(422, format!("`sequences`: {e}")))?;
+    locked(&s).script(sequences);
     Ok(StatusCode::NO_CONTENT.into_response())
 }
 

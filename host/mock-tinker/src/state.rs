@@ -7,7 +7,8 @@ use std::collections::{BTreeMap, HashMap};
 use std::time::{Duration, Instant};
 
 use metaclaw_tinker::types::{
-    Datum, ForwardBackwardResult, LoraConfig, LossFn, Sampled, Stop, TensorData,
+    Datum, ForwardBackwardResult, LoraConfig, LossFn, Sampled, Sequence, Stop, StopReason,
+    TensorData,
 };
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
@@ -218,6 +219,9 @@ pub struct State {
     checkpoints: BTreeMap<String, Checkpoint>,
     futures: HashMap<String, Future>,
     faults: HashMap<String, Faults>,
+    /// Token sequences the next samples return instead of sampling
+    /// (`POST /api/v1/fake/script`), first in first out.
+    script: std::collections::VecDeque<Vec<i32>>,
 }
 
 impl State {
@@ -520,6 +524,11 @@ impl State {
         Ok(id)
     }
 
+    /// Queues token sequences for the next samples to return.
+    pub fn script(&mut self, sequences: Vec<Vec<i32>>) {
+        self.script.extend(sequences);
+    }
+
     pub fn sample(&mut self, sampler: &str, request: &SampleRequest<'_>) -> Result<String, String> {
         let (group, weights) = self
             .samplers
@@ -528,6 +537,13 @@ impl State {
             .ok_or_else(|| format!("unknown sampling session {sampler}"))?;
         let sequences = (0..request.num_samples)
             .map(|i| {
+                if let Some(tokens) = self.script.pop_front() {
+                    return Sequence {
+                        stop_reason: StopReason::Stop,
+                        logprobs: Some(weights.score(request.prompt, &tokens)),
+                        tokens,
+                    };
+                }
                 let seed = request.seed.wrapping_add(i as u64);
                 weights.sample(
                     request.prompt,

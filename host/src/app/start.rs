@@ -27,6 +27,7 @@ use crate::learn::llm::{ChatModel, Role};
 use crate::learn::{Learner, Scoring};
 use crate::metrics::Metrics;
 use crate::plugins::{PluginHost, Settings as PluginSettings};
+use crate::policy::{self, Policy, Settings as PolicySettings};
 use crate::proxy::upstream::Upstream;
 use crate::proxy::{Limits, Proxy};
 use crate::redact::Redactor;
@@ -177,12 +178,28 @@ impl App {
             }
         };
 
+        // Serving from the trainable model (rl/auto): its sampler is kept
+        // up in the background; until it is, turns go to llm.
+        let policy = config.serves_student().then(|| {
+            let env = |k: &str| std::env::var(k).ok();
+            let settings =
+                PolicySettings::from_config(config, home, store.path().to_path_buf(), &env);
+            let policy = Policy::new(settings);
+            spawn_until(
+                &mut tasks,
+                &cancel,
+                policy::connect::run(policy.clone(), cancel.clone()),
+            );
+            policy
+        });
+
         let proxy = Arc::new(Proxy {
             upstream,
             sessions,
             skills: skills.clone(),
             store,
             metrics,
+            policy,
             limits: Limits {
                 max_body_bytes: (config.proxy.max_body_mb as usize) << 20,
                 client_body_timeout: config.proxy.timeouts.client_body.get(),

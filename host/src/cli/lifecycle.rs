@@ -475,6 +475,9 @@ pub fn status(home: &Home, config_path: &Path, args: JsonFlag) -> Result<ExitCod
     if let Some(note) = report["learning"]["note"].as_str() {
         say!("  learning:  {note}");
     }
+    if let Some(student) = report["student"].as_object() {
+        print_student(student);
+    }
     for key in ["evolution_blocked", "evolution_unguarded"] {
         if let Some(why) = report[key].as_str() {
             say!("  warning:   {why}");
@@ -483,6 +486,44 @@ pub fn status(home: &Home, config_path: &Path, args: JsonFlag) -> Result<ExitCod
     super::claws_cmd::print_wiring(home);
     say!("  home:      {}", home.root.display());
     Ok(ExitCode::SUCCESS)
+}
+
+/// The trainable model's line (rl/auto): on which weights it answers, or
+/// why it does not and who answers instead.
+fn print_student(s: &serde_json::Map<String, serde_json::Value>) {
+    let base = s["base_model"].as_str().unwrap_or("?");
+    let counts = format!(
+        "{} sampled, {} parse error(s), {} fallback(s)",
+        s["samples"], s["parse_errors"], s["fallbacks"]
+    );
+    match s["state"].as_str() {
+        Some("ready") => say!(
+            "  student:   {base} answers (sampler {}, policy version {}); {counts}",
+            s["sampler"].as_str().unwrap_or("?"),
+            s["policy_version"]
+        ),
+        state => {
+            let instead = match s["fallback_to_llm"] == true {
+                true => "llm answers instead",
+                false => "turns fail (rl.fallback_to_llm is off)",
+            };
+            say!(
+                "  student:   {base} is {}: {}; {instead}; {counts}",
+                state.unwrap_or("?"),
+                s["reason"].as_str().unwrap_or("no reason given")
+            );
+        }
+    }
+    if let Some(why) = s["last_fallback"].as_str() {
+        say!("  fallback:  last: {why}");
+    }
+    if let Some(rendering) = s["rendering"].as_str() {
+        say!(
+            "  rendering: {rendering} ({} tool calls) from {}",
+            s["tool_call_format"].as_str().unwrap_or("no"),
+            s["tokenizer_dir"].as_str().unwrap_or("?")
+        );
+    }
 }
 
 fn db_counts(home: &Home, config_path: &Path) -> (Option<u64>, Option<u64>) {

@@ -233,6 +233,10 @@ pub enum SessionsCommand {
         /// Include each turn's request messages.
         #[arg(long)]
         messages: bool,
+        /// Include what the trainable model sampled (rl/auto): prompt token
+        /// ids, sampled token ids and their logprobs.
+        #[arg(long)]
+        tokens: bool,
     },
 }
 

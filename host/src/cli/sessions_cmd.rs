@@ -53,7 +53,12 @@ pub fn run(home: &Home, config_path: &Path, command: SessionsCommand) -> Result<
                 print_list(&rows);
             }
         }
-        SessionsCommand::Show { id, json, messages } => {
+        SessionsCommand::Show {
+            id,
+            json,
+            messages,
+            tokens,
+        } => {
             let Some(session) = store::session_detail(&conn, &id)? else {
                 bail!("no session {id:?} (see `metaclaw sessions list`)");
             };
@@ -76,6 +81,13 @@ pub fn run(home: &Home, config_path: &Path, command: SessionsCommand) -> Result<
                             v["messages"] =
                                 Value::Array(store::load_messages(&conn, &t.message_hashes)?);
                         }
+                        if tokens && let Some(sample) = store::samples::for_turn(&conn, &t.id)? {
+                            v["tokens"] = json!({
+                                "prompt": sample.prompt_tokens,
+                                "sampled": sample.tokens,
+                                "logprobs": sample.logprobs,
+                            });
+                        }
                         Ok(v)
                     })
                     .collect::<Result<_>>()?;
@@ -97,6 +109,9 @@ pub fn run(home: &Home, config_path: &Path, command: SessionsCommand) -> Result<
                             say!("{}", serde_json::to_string_pretty(&m)?);
                         }
                     }
+                }
+                if tokens {
+                    print_tokens(&conn, &turns)?;
                 }
             }
         }
@@ -134,6 +149,57 @@ fn print_list(rows: &[SessionRow]) {
             r.end_reason.as_deref().unwrap_or(""),
         );
     }
+}
+
+/// A student turn's line: which policy answered and how many tokens.
+fn print_sample(s: &store::SampleSummary) {
+    let trajectory = match &s.extends {
+        Some(turn) => format!("extends {turn}"),
+        None => "starts a trajectory".into(),
+    };
+    say!(
+        "     student:   policy version {} ({}) · {} prompt → {} sampled tokens ({}) · {trajectory} · skills generation {}",
+        s.policy_version,
+        s.sampler,
+        s.prompt_len,
+        s.sampled_len,
+        s.stop_reason,
+        s.skill_generation
+    );
+    if let Some(e) = &s.parse_error {
+        say!("     parse:     the sample did not parse, answered as text: {e}");
+    }
+    if let Some(why) = &s.withheld {
+        say!("     tokens:    not kept: {why}");
+    }
+}
+
+/// `--tokens`: each student turn's token ids and logprobs.
+fn print_tokens(conn: &rusqlite::Connection, turns: &[TurnRow]) -> Result<()> {
+    for t in turns.iter().filter(|t| t.sample.is_some()) {
+        let Some(sample) = store::samples::for_turn(conn, &t.id)? else {
+            continue;
+        };
+        let list = |v: &[i32]| v.iter().map(i32::to_string).collect::<Vec<_>>().join(" ");
+        say!(
+            "\n--- turn {} tokens (rendering {}) ---",
+            t.seq,
+            sample.rendering
+        );
+        say!(
+            "prompt ({}): {}",
+            sample.prompt_tokens.len(),
+            list(&sample.prompt_tokens)
+        );
+        say!(
+            "sampled ({}): {}",
+            sample.tokens.len(),
+            list(&sample.tokens)
+        );
+        let logprobs: Vec<String> = sample.logprobs.iter().map(|l| format!("{l:.4}")).collect();
+        say!("logprobs: {}", logprobs.join(" "));
+    }
+    Ok(())
 }
 
 /// What learning made of a session.
@@ -205,6 +271,12 @@ fn print_session(s: &SessionRow, turns: &[TurnRow], learned: &Learned) {
         }
         if let Some(err) = &t.error {
             say!("     error:     {err}");
+        }
+        if let Some(sample) = &t.sample {
+            print_sample(sample);
+        }
+        if let Some(why) = &t.fallback_reason {
+            say!("     student:   did not answer, llm did (not trainable): {why}");
         }
         if let Some(skills) = t.injected_skills.as_ref().and_then(|v| v.as_array()) {
             let names: Vec<String> = skills

@@ -5,6 +5,8 @@
 
 use serde::{Deserialize, Serialize};
 
+use super::duration::Dur;
+
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 #[serde(default)]
 pub struct RlConfig {
@@ -33,6 +35,31 @@ pub struct RlConfig {
     pub evolver_api_base: String,
     pub evolver_api_key: Option<String>,
     pub evolver_model: String,
+    // metaclaw's own keys for serving from the trained model (W2-E).
+    /// When the student cannot answer (sampler down, unreachable, slow),
+    /// answer from `llm` instead; the turn is marked not trainable.
+    pub fallback_to_llm: bool,
+    /// The folder with the model's `tokenizer.json` and
+    /// `tokenizer_config.json`; empty: `rl.model` when it is a folder, else
+    /// the local Hugging Face cache.
+    pub tokenizer_path: String,
+    /// Download the tokenizer files from Hugging Face when they are not
+    /// found locally (off: nothing is fetched without asking).
+    pub download_tokenizer: bool,
+    /// Serve side turns (the agent's background calls) from the student
+    /// too; off: they go to `llm`.
+    pub serve_side_turns: bool,
+    /// The tool-call syntax the model writes: `auto` (from its chat
+    /// template), `hermes` (Qwen's `<tool_call>`), `kimi_k2`, or `none`.
+    pub tool_call_format: ToolCallFormat,
+    /// Thinking in the chat template: `auto` (the template's default),
+    /// `on` or `off` (`enable_thinking`).
+    pub thinking: Thinking,
+    /// The most tokens one answer of the student may have when the request
+    /// sets no smaller `max_tokens`.
+    pub max_new_tokens: u32,
+    /// How long one sample may take before the turn falls back to `llm`.
+    pub sample_timeout: Dur,
 }
 
 impl Default for RlConfig {
@@ -61,8 +88,44 @@ impl Default for RlConfig {
             evolver_api_base: String::new(),
             evolver_api_key: None,
             evolver_model: String::new(),
+            fallback_to_llm: true,
+            tokenizer_path: String::new(),
+            download_tokenizer: false,
+            serve_side_turns: true,
+            tool_call_format: ToolCallFormat::Auto,
+            thinking: Thinking::Auto,
+            max_new_tokens: 2048,
+            sample_timeout: Dur::secs(180),
         }
     }
+}
+
+/// `rl.tool_call_format`.
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq, Default)]
+#[serde(rename_all = "snake_case")]
+pub enum ToolCallFormat {
+    /// The syntax the model's chat template teaches.
+    #[default]
+    Auto,
+    /// `<tool_call>{json}</tool_call>` (Qwen 2.5/3, Hermes).
+    #[serde(alias = "qwen", alias = "qwen3")]
+    Hermes,
+    /// Kimi-K2's tool-call section.
+    #[serde(alias = "kimi", alias = "kimi-k2")]
+    KimiK2,
+    /// Tool calls are not parsed: the text is the answer.
+    None,
+}
+
+/// `rl.thinking`.
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq, Default)]
+#[serde(rename_all = "lowercase")]
+pub enum Thinking {
+    /// The chat template's default.
+    #[default]
+    Auto,
+    On,
+    Off,
 }
 
 #[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq, Default)]

@@ -20,7 +20,6 @@ use serde_json::Value;
 
 use super::{Config, Loaded, Mode, get_path};
 
-const SERVE: &str = "serving from the trained model arrives with W2-E, training with W2-F";
 const TRAIN: &str = "training steps arrive with W2-F (RL training side)";
 const OPD: &str = "on-policy distillation from a teacher arrives with W2-F (RL training side)";
 const SCHEDULER: &str =
@@ -46,7 +45,6 @@ pub const INERT: &[(&str, &str)] = &[
         "skills.evolution_every_n_turns",
         "metaclaw evolves skills when a session ends (skills.auto_evolve), not every N turns",
     ),
-    ("rl.enabled", SERVE),
     (
         "rl.backend",
         "the training service is the Tinker-compatible one at rl.tinker_base_url",
@@ -115,7 +113,7 @@ pub const INERT: &[(&str, &str)] = &[
 ];
 
 /// The keys the running product reads (grep the field to see where). `mode`
-/// is read too, but only `skills_only` is implemented: see [`mode_warning`].
+/// is read too; what `rl` and `auto` do not do yet: see [`mode_warning`].
 pub const IMPLEMENTED: &[&str] = &[
     "mode",
     "claw_type",
@@ -175,6 +173,16 @@ pub const IMPLEMENTED: &[&str] = &[
     "rl.tinker_dialect",
     "rl.lora_rank",
     "rl.resume_from_ckpt",
+    // Serving from the trained model (policy, proxy::student) in rl/auto.
+    "rl.enabled",
+    "rl.fallback_to_llm",
+    "rl.tokenizer_path",
+    "rl.download_tokenizer",
+    "rl.serve_side_turns",
+    "rl.tool_call_format",
+    "rl.thinking",
+    "rl.max_new_tokens",
+    "rl.sample_timeout",
     "openrouter.app_name",
     "sessions.idle_timeout",
     "store.path",
@@ -224,17 +232,18 @@ pub fn why_inert(key: &str) -> Option<&'static str> {
     INERT.iter().find(|(k, _)| *k == key).map(|(_, why)| *why)
 }
 
-/// `mode: rl` and `auto` are accepted; what metaclaw does instead.
+/// `mode: rl` and `auto` serve from the trained model; what they do not do
+/// yet.
 pub fn mode_warning(mode: &Mode) -> Option<String> {
     let later = match mode {
         Mode::SkillsOnly => return None,
-        Mode::Rl => "serving from the trained model arrives with W2-E, training with W2-F",
+        Mode::Rl => "training steps arrive with W2-F",
         Mode::Auto => {
-            "serving from the trained model arrives with W2-E, training with W2-F, and the idle-time scheduler of auto with W2-G"
+            "training steps arrive with W2-F, and the idle-time scheduler of auto with W2-G"
         }
     };
     Some(format!(
-        "`mode: {}` is not implemented in this version: metaclaw serves from llm with skills and learning from sessions, as in skills_only ({later})",
+        "`mode: {}` serves the agent from the trainable model (rl.model) and records what it sampled, but nothing trains yet ({later})",
         mode.as_str()
     ))
 }
@@ -390,8 +399,8 @@ mod tests {
         assert!(!text.contains("tk-secret-1"), "{text}");
         // The mode, with what metaclaw does instead.
         assert!(
-            text.contains("`mode: auto` is not implemented in this version")
-                && text.contains("as in skills_only"),
+            text.contains("`mode: auto` serves the agent from the trainable model")
+                && text.contains("nothing trains yet"),
             "{text}"
         );
         assert_eq!(loaded.warnings.len(), 4, "{text}");

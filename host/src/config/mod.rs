@@ -175,7 +175,6 @@ max_context_tokens: 60000
                 "mode: auto",
                 "rl.backend",
                 "rl.batch_size",
-                "rl.enabled",
             ],
             "{:?}",
             loaded.warnings

@@ -97,6 +97,14 @@ pub struct Config {
     pub learning: LearningConfig,
 }
 
+impl Config {
+    /// The agent is served by the trainable model (`mode: rl` or `auto`,
+    /// or `rl.enabled`, as in the original).
+    pub fn serves_student(&self) -> bool {
+        matches!(self.mode, Mode::Rl | Mode::Auto) || self.rl.enabled
+    }
+}
+
 impl Default for Config {
     fn default() -> Self {
         Self {

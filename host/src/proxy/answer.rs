@@ -97,7 +97,7 @@ impl Dialects {
 
     /// What turns the upstream's events into the client's: nothing when
     /// they speak the same API, else upstream → chat → client.
-    fn transcoders(self, client: Option<&Value>) -> Option<Chain> {
+    pub(super) fn transcoders(self, client: Option<&Value>) -> Option<Chain> {
         if self.passthrough {
             return None;
         }
@@ -116,7 +116,11 @@ impl Dialects {
     }
 
     /// A whole (non-streamed) upstream answer in the client's API.
-    fn whole_answer(self, bytes: &Bytes, client: Option<&Value>) -> Result<Bytes, ApiError> {
+    pub(super) fn whole_answer(
+        self,
+        bytes: &Bytes,
+        client: Option<&Value>,
+    ) -> Result<Bytes, ApiError> {
         if self.passthrough || (self.client == Front::Chat && self.upstream == ApiFormat::Openai) {
             return Ok(bytes.clone());
         }

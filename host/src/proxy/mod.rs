@@ -6,6 +6,7 @@ mod capture;
 mod record;
 mod request;
 mod stream;
+mod student;
 pub mod turn;
 pub mod upstream;
 
@@ -13,6 +14,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::metrics::Metrics;
+use crate::policy::Policy;
 use crate::sessions::Tracker;
 use crate::skills::Skills;
 use crate::store::Store;
@@ -28,6 +30,8 @@ pub struct Proxy {
     pub store: Store,
     pub metrics: Arc<Metrics>,
     pub limits: Limits,
+    /// The trainable model, when it serves (`mode: rl` / `auto`).
+    pub policy: Option<Arc<Policy>>,
 }
 
 pub struct Limits {

@@ -12,7 +12,8 @@ use metaclaw_wire::request::ChatRequest;
 use super::{Proxy, capture};
 use crate::sessions::{Attempt, EndReason, TurnType};
 use crate::store::{
-    Admission, Capture, InjectedSkill, RecordedRequest, SessionInfo, TurnRecord, TurnStatus,
+    Admission, Capture, InjectedSkill, RecordedRequest, ServedBy, SessionInfo, TurnRecord,
+    TurnStatus,
 };
 
 /// How a turn arrived: what is known before its body is read.
@@ -54,6 +55,8 @@ pub(super) struct TurnCtx {
     pub(super) injected: Vec<InjectedSkill>,
     /// Which upstream answered: 0 the primary, `i + 1` `llm.fallbacks[i]`.
     pub(super) fallback: usize,
+    /// `llm`, or the trainable model and what it sampled.
+    pub(super) served_by: ServedBy,
     pub(super) finished: bool,
 }
 
@@ -94,6 +97,7 @@ impl TurnCtx {
             done_after: false,
             injected: Vec::new(),
             fallback: 0,
+            served_by: ServedBy::Llm,
             finished: false,
         }
     }
@@ -114,6 +118,16 @@ impl TurnCtx {
         }
         if self.fallback > 0 {
             headers.insert("x-metaclaw-fallback", HeaderValue::from(self.fallback));
+        }
+        let served_by = match &self.served_by {
+            ServedBy::Llm => None,
+            ServedBy::Student(sample) => {
+                Some(format!("student; policy_version={}", sample.policy_version))
+            }
+            ServedBy::Fallback(_) => Some("llm; student_fallback".to_string()),
+        };
+        if let Some(v) = served_by.and_then(|v| HeaderValue::from_str(&v).ok()) {
+            headers.insert("x-metaclaw-served-by", v);
         }
     }
 
@@ -172,6 +186,7 @@ impl TurnCtx {
                 .map(|f| ms(f.saturating_duration_since(self.started))),
             message_count: self.message_count,
             injected_skills: std::mem::take(&mut self.injected),
+            served_by: std::mem::take(&mut self.served_by),
         };
         self.proxy.store.record(record, self.admission.take());
         self.proxy

@@ -32,11 +32,13 @@ use super::Proxy;
 use super::answer::{self, Dialects};
 use super::record::{Arrival, TurnCtx};
 use super::request::{self, Incoming};
+use super::student;
 use crate::clock::now_ms;
 use crate::error::ApiError;
+use crate::policy::Unavailable;
 use crate::sessions::{Attempt, TurnType};
 use crate::skills::{Query, Skills, inject};
-use crate::store::{Capture, InjectedSkill, TurnStatus};
+use crate::store::{Capture, InjectedSkill, ServedBy, TurnStatus};
 
 /// `POST /v1/chat/completions`
 pub async fn chat_completions(State(proxy): State<Arc<Proxy>>, request: Request) -> Response {
@@ -138,6 +140,34 @@ async fn turn(
         }
         _ => None,
     };
+
+    // The trainable model answers (rl/auto), unless it cannot: then llm
+    // does, and the turn is not trainable.
+    if let Some(policy) = proxy
+        .policy
+        .as_ref()
+        .filter(|p| p.serves(turn_type == TurnType::Main))
+    {
+        match student::sample(policy, &request, block.as_deref(), &mut ctx).await {
+            Ok(answer) => return student::respond(answer, ctx, client.as_ref()),
+            Err(Unavailable(why)) if policy.settings.fallback_to_llm => {
+                tracing::warn!("the trainable model did not answer, llm does: {why}");
+                policy.fell_back(&why);
+                ctx.served_by = ServedBy::Fallback(why);
+            }
+            Err(Unavailable(why)) => {
+                policy.fell_back(&why);
+                let e = ApiError::StudentUnavailable(why);
+                ctx.finish(
+                    TurnStatus::Error,
+                    Some(e.status()),
+                    Capture::None,
+                    Some(e.to_string()),
+                );
+                return Err(e);
+            }
+        }
+    }
 
     // 4. The upstream body, in the upstream's API.
     let dialects = Dialects::new(ctx.front, proxy.upstream.format);

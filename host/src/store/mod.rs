@@ -11,6 +11,7 @@
 pub mod jobs;
 pub mod learning;
 mod read;
+pub mod samples;
 mod schema;
 pub mod skills;
 pub mod training;
@@ -29,7 +30,7 @@ use std::sync::mpsc;
 
 use tokio::sync::{OwnedSemaphorePermit, Semaphore, oneshot};
 
-pub use read::{SessionRow, StoredSession, TurnRow};
+pub use read::{SampleSummary, SessionRow, StoredSession, TurnRow};
 
 use crate::metrics::Metrics;
 use crate::redact::Redactor;
@@ -160,6 +161,30 @@ pub struct TurnRecord {
     pub message_count: u32,
     /// The skills injected into the turn's prompt, best first.
     pub injected_skills: Vec<InjectedSkill>,
+    /// Who answered: `llm`, or the trainable model with what it sampled.
+    pub served_by: ServedBy,
+}
+
+/// Who answered a turn.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub enum ServedBy {
+    /// The upstream LLM (`llm`), as configured.
+    #[default]
+    Llm,
+    /// The trainable model, sampled through the training service.
+    Student(Box<samples::SampleRecord>),
+    /// `llm`, because the student could not answer (why): not trainable.
+    Fallback(String),
+}
+
+impl ServedBy {
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            ServedBy::Llm => "llm",
+            ServedBy::Student(_) => "student",
+            ServedBy::Fallback(_) => "llm_fallback",
+        }
+    }
 }
 
 /// A turn's request as the proxy read it: the agent's bytes and where the

@@ -125,6 +125,23 @@ pub fn session_detail(conn: &Connection, id: &str) -> rusqlite::Result<Option<Se
     .optional()
 }
 
+/// What the student sampled for a turn, without the tokens.
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct SampleSummary {
+    pub policy_version: i64,
+    pub sampler: String,
+    pub prompt_len: u64,
+    pub sampled_len: u64,
+    pub parse_error: Option<String>,
+    /// Why the tokens were not kept (a secret was redacted).
+    pub withheld: Option<String>,
+    pub trajectory: String,
+    pub extends: Option<String>,
+    pub stop_reason: String,
+    pub rendering: String,
+    pub skill_generation: u64,
+}
+
 /// A recorded turn.
 #[derive(Debug, Clone, Serialize)]
 pub struct TurnRow {
@@ -156,6 +173,13 @@ pub struct TurnRow {
     /// Which attempt of its turn this is; a retry names the first attempt.
     pub attempt: u32,
     pub retry_of: Option<String>,
+    /// `llm`, `student` or `llm_fallback` (`None`: recorded before serving
+    /// from the student existed).
+    pub served_by: Option<String>,
+    /// Why the student did not answer (`llm_fallback`).
+    pub fallback_reason: Option<String>,
+    /// What the student sampled, in short.
+    pub sample: Option<SampleSummary>,
 }
 
 pub fn session_turns(conn: &Connection, session_id: &str) -> rusqlite::Result<Vec<TurnRow>> {
@@ -163,8 +187,12 @@ pub fn session_turns(conn: &Connection, session_id: &str) -> rusqlite::Result<Ve
         "SELECT id, seq, turn_type, api, model, upstream_model, stream, status, http_status, error,
                 user_summary, response_summary, usage, started_at_ms, finished_at_ms, total_ms, upstream_ms,
                 ttft_ms, response, request_params, request_messages, injected_skills, reward,
-                attempt, retry_of
-         FROM turns WHERE session_id = ?1 ORDER BY seq",
+                attempt, retry_of, served_by, fallback_reason,
+                s.policy_version, s.sampler, s.prompt_len, s.sampled_len, s.parse_error,
+                s.withheld, s.trajectory_id, s.extends_turn, s.stop_reason, s.rendering,
+                s.skill_generation
+         FROM turns LEFT JOIN turn_samples s ON s.turn_id = turns.id
+         WHERE session_id = ?1 ORDER BY seq",
     )?
     .query_map(params![session_id], |row| {
         let json = |i: usize| -> rusqlite::Result<Option<Value>> {
@@ -200,6 +228,24 @@ pub fn session_turns(conn: &Connection, session_id: &str) -> rusqlite::Result<Ve
             reward: row.get(22)?,
             attempt: row.get(23)?,
             retry_of: row.get(24)?,
+            served_by: row.get(25)?,
+            fallback_reason: row.get(26)?,
+            sample: match row.get::<_, Option<i64>>(27)? {
+                None => None,
+                Some(policy_version) => Some(SampleSummary {
+                    policy_version,
+                    sampler: row.get(28)?,
+                    prompt_len: row.get::<_, i64>(29)?.max(0) as u64,
+                    sampled_len: row.get::<_, i64>(30)?.max(0) as u64,
+                    parse_error: row.get(31)?,
+                    withheld: row.get(32)?,
+                    trajectory: row.get(33)?,
+                    extends: row.get(34)?,
+                    stop_reason: row.get(35)?,
+                    rendering: row.get(36)?,
+                    skill_generation: row.get::<_, i64>(37)?.max(0) as u64,
+                }),
+            },
         })
     })?
     .collect()

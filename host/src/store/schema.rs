@@ -243,6 +243,36 @@ const MIGRATIONS: &[&str] = &[
         PRIMARY KEY (run_id, step, incarnation)
     );
     "#,
+    // 9: serving from the trainable model (store::samples): who answered a
+    // turn (the student, llm, or llm because the student could not), and
+    // what the student sampled, token for token.
+    r#"
+    ALTER TABLE turns ADD COLUMN served_by TEXT;
+    ALTER TABLE turns ADD COLUMN fallback_reason TEXT;
+    CREATE TABLE turn_samples (
+        turn_id          TEXT PRIMARY KEY REFERENCES turns(id),
+        base_model       TEXT NOT NULL,
+        sampler          TEXT NOT NULL,
+        policy_version   INTEGER NOT NULL,
+        rendering        TEXT NOT NULL,
+        skill_generation INTEGER NOT NULL,
+        prompt_tokens    BLOB NOT NULL,   -- little-endian i32
+        sampled_tokens   BLOB NOT NULL,   -- little-endian i32
+        logprobs         BLOB NOT NULL,   -- little-endian f32, one per sampled token
+        prompt_len       INTEGER NOT NULL,
+        sampled_len      INTEGER NOT NULL,
+        stop_reason      TEXT NOT NULL,
+        parsed           INTEGER NOT NULL,
+        parse_error      TEXT,
+        -- Why the tokens were not kept (a secret in the prompt or answer):
+        -- the blobs are then empty and the turn is not trainable.
+        withheld         TEXT,
+        trajectory_id    TEXT NOT NULL,
+        extends_turn     TEXT,
+        at_ms            INTEGER NOT NULL
+    );
+    CREATE INDEX turn_samples_by_trajectory ON turn_samples(trajectory_id);
+    "#,
 ];
 
 pub fn configure(conn: &Connection) -> rusqlite::Result<()> {

@@ -15,7 +15,7 @@ use serde_json::{Map, Value};
 
 use tokio::sync::OwnedSemaphorePermit;
 
-use super::{Capture, Op, TurnRecord, TurnStatus, TurnType};
+use super::{Capture, Op, ServedBy, TurnRecord, TurnStatus, TurnType};
 use crate::digest::sha256_hex;
 use crate::metrics::Metrics;
 use crate::redact::Redactor;
@@ -53,6 +53,8 @@ struct Prepared {
     status: TurnStatus,
     /// A main turn's scorer input: its latest messages and its answer.
     scoring: Option<(Vec<Value>, Option<Value>)>,
+    /// Why a student turn's tokens are not kept (they cannot be redacted).
+    withheld: Option<String>,
 }
 
 impl Writer {
@@ -282,10 +284,26 @@ impl Writer {
                 Some(value)
             }
         };
+        let mut redacted_answer = false;
         let response = response.map(|mut v| {
+            let before = matches!(turn.served_by, ServedBy::Student(_)).then(|| v.clone());
             self.redactor.redact_json(&mut v);
+            redacted_answer = before.is_some_and(|b| b != v);
             v
         });
+        // Token ids cannot be redacted: a student turn whose prompt or
+        // answer held a secret keeps its sample's metadata but no tokens.
+        let withheld = match &turn.served_by {
+            ServedBy::Student(_) => {
+                let secret_in_prompt = request.messages.iter().any(|m| {
+                    let text = text(m);
+                    self.redactor.redact_str(text) != text
+                });
+                (secret_in_prompt || redacted_answer)
+                    .then(|| "a secret was redacted from the prompt or the answer".to_string())
+            }
+            _ => None,
+        };
         // Only main turns are scored, and only when someone listens.
         let scoring = (self.on_recorded.is_some() && turn.turn_type == TurnType::Main).then(|| {
             let messages = request
@@ -324,6 +342,7 @@ impl Writer {
             response_summary: response_summary.map(|s| truncate(&s, SUMMARY_CHARS)),
             status,
             scoring,
+            withheld,
         }
     }
 
@@ -455,9 +474,10 @@ fn insert_turn(tx: &Transaction<'_>, t: &TurnRecord, p: &Prepared) -> rusqlite::
         "INSERT INTO turns (id, session_id, seq, turn_type, api, model, upstream_model, stream, status,
                             http_status, error, request_messages, tools_blob, request_params, response, usage,
                             user_summary, response_summary, started_at_ms, finished_at_ms, total_ms,
-                            upstream_ms, ttft_ms, injected_skills, attempt, retry_of)
+                            upstream_ms, ttft_ms, injected_skills, attempt, retry_of, served_by,
+                            fallback_reason)
          VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19, ?20,
-                 ?21, ?22, ?23, ?24, ?25, ?26)",
+                 ?21, ?22, ?23, ?24, ?25, ?26, ?27, ?28)",
     )?
     .execute(params![
         t.id,
@@ -486,7 +506,15 @@ fn insert_turn(tx: &Transaction<'_>, t: &TurnRecord, p: &Prepared) -> rusqlite::
         injected_skills(&t.injected_skills),
         t.attempt,
         t.retry_of.as_deref(),
+        t.served_by.as_str(),
+        match &t.served_by {
+            ServedBy::Fallback(why) => Some(why.as_str()),
+            _ => None,
+        },
     ])?;
+    if let ServedBy::Student(sample) = &t.served_by {
+        super::samples::insert(tx, &t.id, sample, p.withheld.as_deref(), t.finished_at_ms)?;
+    }
     Ok(seq)
 }
 

@@ -4,6 +4,7 @@
 
 pub mod anthropic;
 pub mod assemble;
+pub mod replay;
 pub mod responses;
 pub mod sse;
 

@@ -1,0 +1,477 @@
+//! The policy being trained, as served (`mode: rl` / `auto`): the agent's
+//! turns are answered by sampling the trainable model through the Tinker
+//! bridge, and what was sampled is kept token for token.
+//!
+//! A turn's messages are rendered once with the model's own chat template
+//! and tokenizer (`metaclaw_chat::render`), sampled (base weights at first,
+//! the latest saved sampler weights after a swap), and the sampled tokens
+//! parsed back into an assistant message (`metaclaw_chat::parse`). The
+//! proxy turns that into the client's API (`proxy/student.rs`); the exact
+//! prompt tokens, sampled tokens and logprobs go to the store with the
+//! turn. When the student cannot answer, the proxy falls back to `llm`
+//! (`rl.fallback_to_llm`) and [`Policy::health`] says why.
+//!
+//! | file | job |
+//! |---|---|
+//! | `files.rs` | where the tokenizer and chat template come from |
+//! | `connect.rs` | the background task: renderer, service, session, sampler; reconnects |
+//! | `trajectory.rs` | which turns of a session extend one another (one trajectory) |
+
+pub mod connect;
+pub mod files;
+mod trajectory;
+
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex, RwLock};
+use std::time::Duration;
+
+use metaclaw_chat::parse::{self, Family, Parsed};
+use metaclaw_chat::render::{RenderOptions, Renderer};
+use serde_json::Value;
+use tokio::sync::Notify;
+
+use crate::clock::now_ms;
+use crate::config::{Config, Thinking, ToolCallFormat};
+use crate::store::samples::SampleRecord;
+use crate::tinker::types::StopReason;
+use crate::tinker::{self, Sampler, SamplingParams, Session, Stop};
+
+/// Tries of one call to the training service on the serving path.
+const SERVING_TRIES: u32 = 2;
+
+/// What serving from the student is configured to do.
+#[derive(Clone)]
+pub struct Settings {
+    /// The training service's base model (`rl.model`).
+    pub base_model: String,
+    pub tinker: tinker::Settings,
+    pub fallback_to_llm: bool,
+    pub serve_side_turns: bool,
+    pub tool_call_format: ToolCallFormat,
+    pub thinking: Thinking,
+    pub max_new_tokens: u32,
+    pub sample_timeout: Duration,
+    /// `rl.tokenizer_path`, expanded (empty: look elsewhere).
+    pub tokenizer_path: String,
+    pub download_tokenizer: bool,
+    /// Where downloaded tokenizer files go (`<home>/models`).
+    pub download_dir: PathBuf,
+    /// The store, read for the active training run's latest sampler.
+    pub db: PathBuf,
+}
+
+impl Settings {
+    pub fn from_config(
+        config: &Config,
+        home: &crate::home::Home,
+        db: PathBuf,
+        env: &dyn Fn(&str) -> Option<String>,
+    ) -> Self {
+        let rl = &config.rl;
+        let tokenizer_path = match rl.tokenizer_path.trim() {
+            "" => String::new(),
+            p => crate::home::expand_home(p).to_string_lossy().into_owned(),
+        };
+        // A turn is waiting: a service that does not answer is given up
+        // on quickly (the turn falls back), not retried for minutes.
+        let mut tinker = tinker::configured::settings(config, env);
+        tinker.tries = SERVING_TRIES;
+        tinker.first_retry_wait = Duration::from_millis(250);
+        Self {
+            base_model: tinker::configured::base_model(config),
+            tinker,
+            fallback_to_llm: rl.fallback_to_llm,
+            serve_side_turns: rl.serve_side_turns,
+            tool_call_format: rl.tool_call_format,
+            thinking: rl.thinking,
+            max_new_tokens: rl.max_new_tokens.max(1),
+            sample_timeout: rl.sample_timeout.get(),
+            tokenizer_path,
+            download_tokenizer: rl.download_tokenizer,
+            download_dir: home.root.join("models"),
+            db,
+        }
+    }
+}
+
+/// The chat format in use: renderer, tool-call syntax, thinking.
+pub struct ChatFormat {
+    pub renderer: Renderer,
+    pub family: Option<Family>,
+    pub enable_thinking: Option<bool>,
+    /// Where the files came from (for `status`).
+    pub dir: PathBuf,
+    /// The model's context window (`max_position_embeddings` of its
+    /// `config.json`, when the folder has one): prompt and answer fit in it.
+    pub context: Option<u32>,
+}
+
+impl ChatFormat {
+    fn new(renderer: Renderer, settings: &Settings, dir: PathBuf) -> Self {
+        let family = match settings.tool_call_format {
+            ToolCallFormat::Auto => Family::detect(renderer.template()),
+            ToolCallFormat::Hermes => Some(Family::Hermes),
+            ToolCallFormat::KimiK2 => Some(Family::KimiK2),
+            ToolCallFormat::None => None,
+        };
+        let enable_thinking = match settings.thinking {
+            Thinking::Auto => None,
+            Thinking::On => Some(true),
+            Thinking::Off => Some(false),
+        };
+        if enable_thinking.is_some() && !renderer.supports_thinking() {
+            tracing::warn!(
+                "rl.thinking is set, but the chat template has no enable_thinking switch: it renders as it always does"
+            );
+        }
+        let context = std::fs::read(dir.join("config.json"))
+            .ok()
+            .and_then(|bytes| serde_json::from_slice::<Value>(&bytes).ok())
+            .and_then(|c| c["max_position_embeddings"].as_u64())
+            .and_then(|n| u32::try_from(n).ok());
+        Self {
+            renderer,
+            family,
+            enable_thinking,
+            dir,
+            context,
+        }
+    }
+}
+
+/// The sampler answering now, and what it samples.
+pub struct Serving {
+    /// Kept alive (its heartbeat) while the sampler is in use.
+    session: Arc<Session>,
+    sampler: Sampler,
+    /// `base` or the saved sampler weights' path.
+    pub sampler_name: String,
+    /// 0 for the base weights, else the training step they were saved at.
+    pub version: i64,
+}
+
+/// Why the student is or is not answering, for `status`.
+#[derive(Debug, Clone, Default, serde::Serialize)]
+pub struct Health {
+    /// `starting`, `ready` or `down`.
+    pub state: &'static str,
+    /// Why it is not ready, or why the last turn fell back.
+    pub reason: Option<String>,
+    pub since_ms: i64,
+    /// The sampler and policy version answering now.
+    pub sampler: Option<String>,
+    pub policy_version: Option<i64>,
+    /// The rendering in use (template + tokenizer hash) and where its files are.
+    pub rendering: Option<String>,
+    pub tokenizer_dir: Option<String>,
+    pub tool_call_format: Option<&'static str>,
+    pub samples: u64,
+    pub parse_errors: u64,
+    pub fallbacks: u64,
+    pub last_fallback: Option<String>,
+}
+
+/// The served policy: shared by every turn, kept up by [`connect::run`].
+pub struct Policy {
+    pub settings: Settings,
+    format: RwLock<Option<Arc<ChatFormat>>>,
+    serving: RwLock<Option<Arc<Serving>>>,
+    health: Mutex<Health>,
+    /// A turn found the sampler gone: reconnect now.
+    reconnect: Notify,
+    trajectories: trajectory::Tails,
+}
+
+/// A turn, as the student needs it.
+pub struct TurnInput<'a> {
+    /// The chat messages as sent upstream (skills block included).
+    pub messages: &'a [Value],
+    pub tools: Option<&'a [Value]>,
+    pub max_tokens: Option<u64>,
+    pub temperature: Option<f32>,
+    pub top_p: Option<f32>,
+    pub seed: Option<u64>,
+    /// The request's stop strings.
+    pub stop: Vec<String>,
+    pub session: &'a str,
+    pub turn_id: &'a str,
+    /// Main turns form trajectories; side turns are answered alone.
+    pub main: bool,
+    pub skill_generation: u64,
+}
+
+/// The student's answer, and what it sampled.
+pub struct Answer {
+    pub parsed: Parsed,
+    /// `stop`, `length` or `tool_calls`.
+    pub finish_reason: &'static str,
+    pub sample: SampleRecord,
+}
+
+/// Why the student did not answer.
+#[derive(Debug, Clone)]
+pub struct Unavailable(pub String);
+
+impl Policy {
+    pub fn new(settings: Settings) -> Arc<Self> {
+        Arc::new(Self {
+            settings,
+            format: RwLock::new(None),
+            serving: RwLock::new(None),
+            health: Mutex::new(Health {
+                state: "starting",
+                since_ms: now_ms(),
+                ..Health::default()
+            }),
+            reconnect: Notify::new(),
+            trajectories: trajectory::Tails::default(),
+        })
+    }
+
+    pub fn health(&self) -> Health {
+        self.health.lock().map(|h| h.clone()).unwrap_or_default()
+    }
+
+    fn update_health(&self, f: impl FnOnce(&mut Health)) {
+        if let Ok(mut h) = self.health.lock() {
+            f(&mut h);
+        }
+    }
+
+    /// Whether a turn of this kind goes to the student.
+    pub fn serves(&self, main: bool) -> bool {
+        main || self.settings.serve_side_turns
+    }
+
+    /// Notes a turn that `llm` answered instead, and why.
+    pub fn fell_back(&self, why: &str) {
+        self.update_health(|h| {
+            h.fallbacks += 1;
+            h.last_fallback = Some(why.to_string());
+        });
+    }
+
+    fn format(&self) -> Option<Arc<ChatFormat>> {
+        self.format.read().ok().and_then(|f| f.clone())
+    }
+
+    fn serving(&self) -> Option<Arc<Serving>> {
+        self.serving.read().ok().and_then(|s| s.clone())
+    }
+
+    /// Samples the student for one turn. Never waits longer than
+    /// `rl.sample_timeout`; a sampler that is gone is reconnected in the
+    /// background while this turn falls back.
+    pub async fn answer(&self, input: TurnInput<'_>) -> Result<Answer, Unavailable> {
+        let Some(format) = self.format() else {
+            return Err(Unavailable(
+                self.not_ready("the chat template is not loaded"),
+            ));
+        };
+        let Some(serving) = self.serving() else {
+            return Err(Unavailable(
+                self.not_ready("not connected to the training service"),
+            ));
+        };
+        let options = RenderOptions {
+            add_generation_prompt: true,
+            enable_thinking: format.enable_thinking,
+        };
+        let rendered = format
+            .renderer
+            .render(input.messages, input.tools, &options)
+            .map_err(|e| Unavailable(format!("cannot render the messages: {e}")))?;
+        let thinking_open = rendered.text.trim_end().ends_with("<think>");
+        let mut max_tokens = input
+            .max_tokens
+            .map_or(self.settings.max_new_tokens, |m| {
+                m.min(u64::from(self.settings.max_new_tokens)) as u32
+            })
+            .max(1);
+        if let Some(context) = format.context {
+            let room = (context as usize).saturating_sub(rendered.tokens.len());
+            if room == 0 {
+                return Err(Unavailable(format!(
+                    "the prompt has {} tokens; the model's context window is {context}",
+                    rendered.tokens.len()
+                )));
+            }
+            max_tokens = max_tokens.min(room as u32);
+        }
+        let stop_ids = format.renderer.stop_token_ids().to_vec();
+        // Tinker takes stop tokens or stop strings, never both: with the
+        // request's strings, the end-of-turn tokens go as their text.
+        let stop = match input.stop.is_empty() {
+            true => Stop::Tokens(stop_ids.clone()),
+            false => {
+                let mut strings = input.stop.clone();
+                for id in &stop_ids {
+                    if let Ok(text) = format.renderer.decode(&[*id], false)
+                        && !text.is_empty()
+                    {
+                        strings.push(text);
+                    }
+                }
+                Stop::Strings(strings)
+            }
+        };
+        let params = SamplingParams {
+            max_tokens,
+            temperature: input.temperature,
+            top_p: input.top_p,
+            seed: input.seed,
+            stop: Some(stop),
+            ..SamplingParams::default()
+        };
+        let sampled = tokio::time::timeout(
+            self.settings.sample_timeout,
+            serving.sampler.sample(&rendered.tokens, &params, 1),
+        )
+        .await;
+        let sampled = match sampled {
+            Err(_) => {
+                return Err(Unavailable(format!(
+                    "the sample took longer than rl.sample_timeout ({} s)",
+                    self.settings.sample_timeout.as_secs_f64()
+                )));
+            }
+            Ok(Err(e)) => {
+                let why = format!("sampling failed: {e}");
+                if matches!(
+                    e,
+                    tinker::Error::Unavailable(_) | tinker::Error::SessionEnded(_)
+                ) || serving.session.ended()
+                {
+                    self.lost(&serving, &why);
+                }
+                return Err(Unavailable(why));
+            }
+            Ok(Ok(sampled)) => sampled,
+        };
+        let Some(sequence) = sampled.sequences.into_iter().next() else {
+            return Err(Unavailable(
+                "the training service sampled no sequence".into(),
+            ));
+        };
+        // The tokens as sampled (the stop token included: the model must
+        // learn to stop); the text without it.
+        let body = match sequence.tokens.last() {
+            Some(last) if stop_ids.contains(last) => &sequence.tokens[..sequence.tokens.len() - 1],
+            _ => &sequence.tokens[..],
+        };
+        let mut text = format
+            .renderer
+            .decode(body, false)
+            .map_err(|e| Unavailable(format!("cannot decode the sample: {e}")))?;
+        if let Some(Stop::Strings(strings)) = &params.stop {
+            for s in strings {
+                if let Some(cut) = text.strip_suffix(s.as_str()) {
+                    text = cut.to_string();
+                    break;
+                }
+            }
+        }
+        let parsed = parse::parse(&text, format.family, thinking_open);
+        let finish_reason = if !parsed.tool_calls.is_empty() {
+            "tool_calls"
+        } else if sequence.stop_reason == StopReason::Length {
+            "length"
+        } else {
+            "stop"
+        };
+        let (trajectory, extends) = match input.main {
+            true => self.trajectories.link(
+                input.session,
+                input.turn_id,
+                &rendered.tokens,
+                &sequence.tokens,
+            ),
+            false => (input.turn_id.to_string(), None),
+        };
+        let logprobs = sequence.logprobs.unwrap_or_default();
+        let parse_error = parsed.error.clone();
+        self.update_health(|h| {
+            h.samples += 1;
+            h.parse_errors += u64::from(parse_error.is_some());
+        });
+        let sample = SampleRecord {
+            base_model: self.settings.base_model.clone(),
+            sampler: serving.sampler_name.clone(),
+            policy_version: serving.version,
+            rendering: format.renderer.id().to_string(),
+            skill_generation: input.skill_generation,
+            prompt_tokens: rendered.tokens,
+            tokens: sequence.tokens,
+            logprobs,
+            stop_reason: match sequence.stop_reason {
+                StopReason::Stop => "stop".into(),
+                StopReason::Length => "length".into(),
+            },
+            parse_error,
+            trajectory,
+            extends,
+        };
+        Ok(Answer {
+            parsed,
+            finish_reason,
+            sample,
+        })
+    }
+
+    fn not_ready(&self, fallback: &str) -> String {
+        self.health().reason.unwrap_or_else(|| fallback.to_string())
+    }
+
+    /// The sampler is gone (service down, session ended): stop using it and
+    /// reconnect in the background.
+    fn lost(&self, serving: &Arc<Serving>, why: &str) {
+        if let Ok(mut current) = self.serving.write()
+            && current.as_ref().is_some_and(|c| Arc::ptr_eq(c, serving))
+        {
+            *current = None;
+        }
+        self.update_health(|h| {
+            h.state = "down";
+            h.reason = Some(why.to_string());
+            h.since_ms = now_ms();
+            h.sampler = None;
+            h.policy_version = None;
+        });
+        self.reconnect.notify_one();
+    }
+
+    /// Serves `sampler_path` (saved sampler weights of training step
+    /// `version`) from now on; turns in flight finish on the sampler they
+    /// started with. The hot swap of W2-F.
+    pub async fn swap(&self, sampler_path: &str, version: i64) -> Result<(), String> {
+        let Some(current) = self.serving() else {
+            return Err("not connected to the training service".into());
+        };
+        let sampler = current
+            .session
+            .sampler(None, Some(sampler_path))
+            .await
+            .map_err(|e| e.to_string())?;
+        self.install(Serving {
+            session: current.session.clone(),
+            sampler,
+            sampler_name: sampler_path.to_string(),
+            version,
+        });
+        Ok(())
+    }
+
+    fn install(&self, serving: Serving) {
+        let (name, version) = (serving.sampler_name.clone(), serving.version);
+        if let Ok(mut current) = self.serving.write() {
+            *current = Some(Arc::new(serving));
+        }
+        self.update_health(|h| {
+            h.state = "ready";
+            h.reason = None;
+            h.since_ms = now_ms();
+            h.sampler = Some(name);
+            h.policy_version = Some(version);
+        });
+    }
+}

@@ -1,0 +1,180 @@
+//! A turn answered by the trainable model (`mode: rl` / `auto`): the chat
+//! request as it would go upstream (skills block included) is sampled
+//! through the policy, and the parsed sample becomes a chat completion,
+//! then the client's API: a whole body, or a stream told in one go when
+//! the sample is complete (Tinker sampling is not incremental, so the
+//! first byte comes when the whole answer does, and the turn's TTFT says
+//! so). What was sampled goes to the store with the turn.
+
+use std::time::Instant;
+
+use axum::body::Body;
+use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use bytes::Bytes;
+use metaclaw_chat::parse::Parsed;
+use metaclaw_wire::ApiFormat;
+use metaclaw_wire::request::ChatRequest;
+use metaclaw_wire::stream::{encode, replay};
+use serde_json::{Map, Value, json};
+
+use super::answer::Dialects;
+use super::capture;
+use super::record::TurnCtx;
+use crate::error::ApiError;
+use crate::policy::{Answer, Policy, TurnInput, Unavailable};
+use crate::store::{Capture, ServedBy, TurnStatus};
+
+/// Samples the student for this turn: `Err` says why `llm` must answer
+/// instead.
+pub(super) async fn sample(
+    policy: &Policy,
+    request: &ChatRequest,
+    block: Option<&str>,
+    ctx: &mut TurnCtx,
+) -> Result<Answer, Unavailable> {
+    let body = request.outgoing(None, block);
+    let chat: Value = serde_json::from_slice(&body)
+        .map_err(|e| Unavailable(format!("the request is not JSON: {e}")))?;
+    if chat["n"].as_u64().is_some_and(|n| n > 1) {
+        return Err(Unavailable(
+            "the request asks for n > 1 answers; the student gives one".into(),
+        ));
+    }
+    let messages = chat["messages"].as_array().cloned().unwrap_or_default();
+    let tools = chat["tools"].as_array().filter(|t| !t.is_empty());
+    let stop = match &chat["stop"] {
+        Value::String(s) => vec![s.clone()],
+        Value::Array(items) => items
+            .iter()
+            .filter_map(|s| s.as_str().map(str::to_string))
+            .collect(),
+        _ => Vec::new(),
+    };
+    let max_tokens = chat["max_completion_tokens"]
+        .as_u64()
+        .or_else(|| chat["max_tokens"].as_u64());
+    let skill_generation = ctx
+        .proxy
+        .skills
+        .as_ref()
+        .map_or(0, |s| s.library.snapshot().generation);
+    ctx.upstream_started = Some(Instant::now());
+    let input = TurnInput {
+        messages: &messages,
+        tools: tools.map(Vec::as_slice),
+        max_tokens,
+        temperature: chat["temperature"].as_f64().map(|t| t as f32),
+        top_p: chat["top_p"].as_f64().map(|t| t as f32),
+        seed: chat["seed"].as_u64(),
+        stop,
+        session: &ctx.session.id,
+        turn_id: &ctx.id,
+        main: ctx.turn_type == crate::sessions::TurnType::Main,
+        skill_generation,
+    };
+    policy.answer(input).await
+}
+
+/// The student's answer in the client's API, recorded with its sample.
+pub(super) fn respond(
+    answer: Answer,
+    mut ctx: TurnCtx,
+    client: Option<&Value>,
+) -> Result<Response, ApiError> {
+    let now = Instant::now();
+    ctx.first_byte = Some(now);
+    ctx.upstream_done = Some(now);
+    let model = ctx
+        .model
+        .clone()
+        .unwrap_or_else(|| answer.sample.base_model.clone());
+    let completion = completion(&ctx.id, &model, &answer);
+    let whole = Bytes::from(completion.to_string());
+    let dialects = Dialects::new(ctx.front, ApiFormat::Openai);
+    let mut headers = HeaderMap::new();
+    ctx.upstream_model = Some(answer.sample.base_model.clone());
+    let capture = capture::whole(ApiFormat::Openai, whole.clone());
+    ctx.served_by = ServedBy::Student(Box::new(answer.sample));
+    ctx.tag(&mut headers);
+    if ctx.stream {
+        let mut events = replay::chat_stream(&completion);
+        if let Some(mut chain) = dialects.transcoders(client) {
+            events = chain.run(events, true);
+        }
+        let mut bytes = Vec::new();
+        for event in &events {
+            encode(event, &mut bytes);
+        }
+        ctx.finish(TurnStatus::Ok, Some(StatusCode::OK), capture, None);
+        headers.insert(
+            header::CONTENT_TYPE,
+            HeaderValue::from_static("text/event-stream"),
+        );
+        headers.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
+        return Ok((StatusCode::OK, headers, Body::from(bytes)).into_response());
+    }
+    match dialects.whole_answer(&whole, client) {
+        Ok(body) => {
+            ctx.finish(TurnStatus::Ok, Some(StatusCode::OK), capture, None);
+            headers.insert(
+                header::CONTENT_TYPE,
+                HeaderValue::from_static("application/json"),
+            );
+            Ok((StatusCode::OK, headers, body).into_response())
+        }
+        Err(e) => {
+            ctx.finish(
+                TurnStatus::Error,
+                Some(StatusCode::OK),
+                Capture::None,
+                Some(e.to_string()),
+            );
+            Err(e)
+        }
+    }
+}
+
+/// The answer as an OpenAI chat completion.
+fn completion(turn_id: &str, model: &str, answer: &Answer) -> Value {
+    let Parsed {
+        content,
+        reasoning,
+        tool_calls,
+        ..
+    } = &answer.parsed;
+    let mut message = Map::new();
+    message.insert("role".into(), json!("assistant"));
+    message.insert(
+        "content".into(),
+        match (content.is_empty(), tool_calls.is_empty()) {
+            (true, false) => Value::Null,
+            _ => json!(content),
+        },
+    );
+    if let Some(reasoning) = reasoning {
+        message.insert("reasoning_content".into(), json!(reasoning));
+    }
+    if !tool_calls.is_empty() {
+        let calls: Vec<Value> = tool_calls
+            .iter()
+            .map(|c| {
+                json!({"id": c.id, "type": "function",
+                       "function": {"name": c.name, "arguments": c.arguments}})
+            })
+            .collect();
+        message.insert("tool_calls".into(), Value::Array(calls));
+    }
+    let (prompt, completion) = (
+        answer.sample.prompt_tokens.len(),
+        answer.sample.tokens.len(),
+    );
+    json!({
+        "id": format!("chatcmpl-{turn_id}"),
+        "object": "chat.completion",
+        "created": crate::clock::now_ms() / 1000,
+        "model": model,
+        "choices": [{"index": 0, "message": Value::Object(message), "finish_reason": answer.finish_reason}],
+        "usage": {"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion},
+    })
+}

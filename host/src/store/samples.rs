@@ -1,0 +1,144 @@
+//! What the trainable model sampled for a turn it answered: the exact
+//! prompt tokens sent, the tokens sampled and their logprobs, and what
+//! they were sampled with (policy version, rendering, skill generation).
+//! Token ids and logprobs are packed little-endian (`i32`, `f32`) BLOBs:
+//! a long turn has tens of thousands of them.
+
+use rusqlite::{Connection, OptionalExtension, Transaction, params};
+
+/// One sampled answer, recorded with its turn.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SampleRecord {
+    /// The training service's base model.
+    pub base_model: String,
+    /// What was sampled: `base` weights or a saved sampler's path.
+    pub sampler: String,
+    /// 0 for the base weights; the training step of the sampler weights.
+    pub policy_version: i64,
+    /// The rendering's id (`sha256:` of chat template and tokenizer).
+    pub rendering: String,
+    /// The skill library's generation when the turn was sampled (support
+    /// and query samples are told apart by it).
+    pub skill_generation: u64,
+    pub prompt_tokens: Vec<i32>,
+    pub tokens: Vec<i32>,
+    pub logprobs: Vec<f32>,
+    /// `stop` or `length`.
+    pub stop_reason: String,
+    /// Why the sample did not parse into an answer (a malformed tool call).
+    pub parse_error: Option<String>,
+    /// The first turn of the trajectory this turn belongs to (its own id
+    /// when it starts one).
+    pub trajectory: String,
+    /// The turn whose prompt and sampled tokens this turn's prompt extends.
+    pub extends: Option<String>,
+}
+
+pub fn pack_i32(values: &[i32]) -> Vec<u8> {
+    values.iter().flat_map(|v| v.to_le_bytes()).collect()
+}
+
+pub fn pack_f32(values: &[f32]) -> Vec<u8> {
+    values.iter().flat_map(|v| v.to_le_bytes()).collect()
+}
+
+pub fn unpack_i32(bytes: &[u8]) -> Vec<i32> {
+    bytes
+        .chunks_exact(4)
+        .map(|c| i32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+        .collect()
+}
+
+pub fn unpack_f32(bytes: &[u8]) -> Vec<f32> {
+    bytes
+        .chunks_exact(4)
+        .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+        .collect()
+}
+
+pub(super) fn insert(
+    tx: &Transaction<'_>,
+    turn_id: &str,
+    s: &SampleRecord,
+    withheld: Option<&str>,
+    at_ms: i64,
+) -> rusqlite::Result<()> {
+    let (prompt, sampled, logprobs) = match withheld {
+        Some(_) => (Vec::new(), Vec::new(), Vec::new()),
+        None => (
+            pack_i32(&s.prompt_tokens),
+            pack_i32(&s.tokens),
+            pack_f32(&s.logprobs),
+        ),
+    };
+    tx.prepare_cached(
+        "INSERT OR REPLACE INTO turn_samples (turn_id, base_model, sampler, policy_version, rendering,
+             skill_generation, prompt_tokens, sampled_tokens, logprobs, prompt_len, sampled_len,
+             stop_reason, parsed, parse_error, withheld, trajectory_id, extends_turn, at_ms)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18)",
+    )?
+    .execute(params![
+        turn_id,
+        s.base_model,
+        s.sampler,
+        s.policy_version,
+        s.rendering,
+        s.skill_generation as i64,
+        prompt,
+        sampled,
+        logprobs,
+        s.prompt_tokens.len() as i64,
+        s.tokens.len() as i64,
+        s.stop_reason,
+        s.parse_error.is_none(),
+        s.parse_error,
+        withheld,
+        s.trajectory,
+        s.extends,
+        at_ms,
+    ])?;
+    Ok(())
+}
+
+/// The sample recorded with a turn, if the student answered it.
+pub fn for_turn(conn: &Connection, turn_id: &str) -> rusqlite::Result<Option<SampleRecord>> {
+    conn.query_row(
+        "SELECT base_model, sampler, policy_version, rendering, skill_generation, prompt_tokens,
+                sampled_tokens, logprobs, stop_reason, parse_error, trajectory_id, extends_turn
+         FROM turn_samples WHERE turn_id = ?1",
+        params![turn_id],
+        |r| {
+            Ok(SampleRecord {
+                base_model: r.get(0)?,
+                sampler: r.get(1)?,
+                policy_version: r.get(2)?,
+                rendering: r.get(3)?,
+                skill_generation: r.get::<_, i64>(4)?.max(0) as u64,
+                prompt_tokens: unpack_i32(&r.get::<_, Vec<u8>>(5)?),
+                tokens: unpack_i32(&r.get::<_, Vec<u8>>(6)?),
+                logprobs: unpack_f32(&r.get::<_, Vec<u8>>(7)?),
+                stop_reason: r.get(8)?,
+                parse_error: r.get(9)?,
+                trajectory: r.get(10)?,
+                extends: r.get(11)?,
+            })
+        },
+    )
+    .optional()
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+
+    use super::*;
+
+    #[test]
+    fn packed_tokens_and_logprobs_read_back_exactly() {
+        let tokens = vec![0, 1, -1, i32::MAX, i32::MIN, 151_645];
+        assert_eq!(unpack_i32(&pack_i32(&tokens)), tokens);
+        let logprobs = vec![0.0, -1.5, -1e-9, f32::MIN, -0.333_333_34];
+        assert_eq!(unpack_f32(&pack_f32(&logprobs)), logprobs);
+        assert_eq!(pack_i32(&[1]), vec![1, 0, 0, 0]);
+    }
+}

@@ -1,0 +1,555 @@
+//! Serving from the trainable model (`mode: rl`), in process: the product
+//! as `App::start` builds it, the fake Tinker server and the dummy
+//! upstream on loopback, the tiny Qwen3's tokenizer and chat template
+//! (tests/fixtures/tiny-qwen3). The fake samples what a test scripts
+//! (`/api/v1/fake/script`), so each test chooses what the model "says":
+//! plain text, tool calls, malformed tool calls, reasoning.
+//!
+//! What a user depends on: every client API gets a well-formed answer
+//! (streamed or not) with tool calls in its own shape; the record holds
+//! the exact tokens and logprobs the service sampled; when the service is
+//! down the agent is answered by `llm` and `status` says why; turns that
+//! extend each other form one trajectory, and a template that rewrites
+//! history breaks it.
+
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+use std::net::{IpAddr, Ipv4Addr};
+use std::path::Path;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use axum::Router;
+use axum::body::Body;
+use axum::http::{Request, StatusCode};
+use metaclaw::app::{App, AppHandle, StartOptions};
+use metaclaw::home::Home;
+use metaclaw::server::{self, Guard};
+use metaclaw::store::samples::SampleRecord;
+use metaclaw::store::{TurnRow, session_turns};
+use metaclaw::tinker::{SamplingParams, Service, Settings};
+use metaclaw_chat::render::{ModelFiles, RenderOptions, Renderer};
+use metaclaw_wire::stream::sse::parse_all;
+use serde_json::{Value, json};
+use tower::ServiceExt;
+
+const PORT: u16 = 30000;
+
+fn fixture() -> String {
+    format!(
+        "{}/../tests/fixtures/tiny-qwen3",
+        env!("CARGO_MANIFEST_DIR")
+    )
+}
+
+fn renderer() -> Renderer {
+    Renderer::new(&ModelFiles::from_dir(Path::new(&fixture())).unwrap()).unwrap()
+}
+
+/// The tokens a model would sample to say `text` and end its turn.
+fn says(text: &str) -> Vec<i32> {
+    let r = renderer();
+    let mut tokens = r.encode(text).unwrap();
+    tokens.push(r.token_id("<|im_end|>").unwrap());
+    tokens
+}
+
+struct Product {
+    handle: AppHandle,
+    router: Router,
+    /// The fake Tinker server's base URL.
+    tinker: String,
+    fake: Option<tokio::task::JoinHandle<std::io::Result<()>>>,
+    _home: tempfile::TempDir,
+}
+
+/// The product in `mode: rl` with `rl` lines added (`{fixture}` is the
+/// tiny Qwen3's folder); the fake Tinker server runs unless `no_service`.
+async fn product(rl: &str, no_service: bool) -> Product {
+    let upstream_listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let upstream = format!("http://{}/v1", upstream_listener.local_addr().unwrap());
+    let dummy = Arc::new(metaclaw_mock_upstream::Dummy::default());
+    tokio::spawn(metaclaw_mock_upstream::serve(upstream_listener, dummy));
+    let fake_listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let tinker = format!("http://{}", fake_listener.local_addr().unwrap());
+    let fake = match no_service {
+        true => None,
+        false => Some(tokio::spawn(metaclaw_mock_tinker::serve_with(
+            fake_listener,
+            metaclaw_mock_tinker::Options::default(),
+        ))),
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let home = Home::at(dir.path());
+    home.ensure().unwrap();
+    let config = format!(
+        "mode: rl\nllm:\n  api_base: {upstream}\n  model_id: echo\n  force_model: true\nrl:\n  model: fake-bigram\n  tinker_base_url: {tinker}\n  tokenizer_path: {fixture}\n{rl}skills:\n  enabled: false\nlearning:\n  enabled: false\nplugins:\n  builtin: false\n",
+        fixture = fixture()
+    );
+    let path = dir.path().join("config.yaml");
+    std::fs::write(&path, config).unwrap();
+    let loaded = metaclaw::config::load(&path).unwrap();
+    let handle = App::start(StartOptions {
+        home: &home,
+        loaded: &loaded,
+        demo: false,
+        host: IpAddr::V4(Ipv4Addr::LOCALHOST),
+        port: PORT,
+    })
+    .unwrap();
+    let router = server::router(handle.app().clone(), Guard::new(&loaded.config.proxy, PORT));
+    Product {
+        handle,
+        router,
+        tinker,
+        fake,
+        _home: dir,
+    }
+}
+
+impl Product {
+    /// Waits until the student's health is `state` (it connects in the
+    /// background), and returns the health as `status` shows it.
+    async fn student_is(&self, state: &str) -> Value {
+        let deadline = Instant::now() + Duration::from_secs(60);
+        loop {
+            let status = self.status().await;
+            if status["student"]["state"] == state {
+                return status["student"].clone();
+            }
+            assert!(
+                Instant::now() < deadline,
+                "the student never became {state}: {}",
+                status["student"]
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+
+    async fn status(&self) -> Value {
+        let token = self.handle.app().admin_token.clone();
+        let request = Request::get("/admin/status")
+            .header("host", format!("127.0.0.1:{PORT}"))
+            .header("authorization", format!("Bearer {token}"))
+            .body(Body::empty())
+            .unwrap();
+        let response = self.router.clone().oneshot(request).await.unwrap();
+        assert_eq!(response.status(), StatusCode::OK);
+        serde_json::from_slice(
+            &axum::body::to_bytes(response.into_body(), 1 << 20)
+                .await
+                .unwrap(),
+        )
+        .unwrap()
+    }
+
+    /// The next samples of the fake say these.
+    async fn script(&self, sequences: &[Vec<i32>]) {
+        let response = reqwest::Client::new()
+            .post(format!("{}/api/v1/fake/script", self.tinker))
+            .json(&json!({ "sequences": sequences }))
+            .send()
+            .await
+            .unwrap();
+        assert!(response.status().is_success());
+    }
+
+    async fn post(&self, path: &str, session: &str, body: &Value) -> (StatusCode, Vec<u8>) {
+        let request = Request::post(path)
+            .header("host", format!("127.0.0.1:{PORT}"))
+            .header("content-type", "application/json")
+            .header("x-session-id", session)
+            .body(Body::from(body.to_string()))
+            .unwrap();
+        let response = self.router.clone().oneshot(request).await.unwrap();
+        let status = response.status();
+        let bytes = axum::body::to_bytes(response.into_body(), 1 << 22)
+            .await
+            .unwrap();
+        (status, bytes.to_vec())
+    }
+
+    async fn turns(&self, session: &str) -> Vec<TurnRow> {
+        let store = &self.handle.app().proxy.store;
+        store.flush().await;
+        let conn = metaclaw::store::open_read_only(store.path()).unwrap();
+        session_turns(&conn, session).unwrap()
+    }
+
+    async fn sample_of(&self, turn: &str) -> SampleRecord {
+        let store = &self.handle.app().proxy.store;
+        store.flush().await;
+        let conn = metaclaw::store::open_read_only(store.path()).unwrap();
+        metaclaw::store::samples::for_turn(&conn, turn)
+            .unwrap()
+            .expect("the turn has a sample")
+    }
+}
+
+fn json_of(bytes: &[u8]) -> Value {
+    serde_json::from_slice(bytes)
+        .unwrap_or_else(|_| panic!("not JSON: {}", String::from_utf8_lossy(bytes)))
+}
+
+const TOOLS: &str = r#"[{"type": "function", "function": {"name": "read_file", "description": "Read a file", "parameters": {"type": "object", "properties": {"path": {"type": "string"}}, "required": ["path"]}}}]"#;
+
+fn tools() -> Value {
+    serde_json::from_str(TOOLS).unwrap()
+}
+
+fn chat_request(stream: bool) -> Value {
+    json!({
+        "model": "my-agent-model", "stream": stream, "tools": tools(),
+        "messages": [
+            {"role": "system", "content": "You are a helpful assistant."},
+            {"role": "user", "content": "What is in notes.txt?"},
+        ],
+    })
+}
+
+fn anthropic_request(stream: bool) -> Value {
+    json!({
+        "model": "my-agent-model", "stream": stream, "max_tokens": 256,
+        "system": "You are a helpful assistant.",
+        "tools": [{"name": "read_file", "description": "Read a file",
+                   "input_schema": {"type": "object", "properties": {"path": {"type": "string"}}, "required": ["path"]}}],
+        "messages": [{"role": "user", "content": "What is in notes.txt?"}],
+    })
+}
+
+fn responses_request(stream: bool) -> Value {
+    json!({
+        "model": "my-agent-model", "stream": stream,
+        "instructions": "You are a helpful assistant.",
+        "tools": [{"type": "function", "name": "read_file", "description": "Read a file",
+                   "parameters": {"type": "object", "properties": {"path": {"type": "string"}}, "required": ["path"]}}],
+        "input": "What is in notes.txt?",
+    })
+}
+
+/// A plain answer on the chat API: the agent gets the text the model
+/// sampled; the record has the exact prompt the renderer made, the tokens
+/// the service sampled, and logprobs the service agrees with when it
+/// scores the whole sequence again.
+#[tokio::test]
+async fn a_plain_answer_is_served_from_the_student_and_recorded_token_for_token() {
+    let p = product("", false).await;
+    p.student_is("ready").await;
+    let sampled = says("The notes are empty.");
+    p.script(std::slice::from_ref(&sampled)).await;
+    let (status, body) = p
+        .post("/v1/chat/completions", "s-plain", &chat_request(false))
+        .await;
+    assert_eq!(status, StatusCode::OK, "{}", String::from_utf8_lossy(&body));
+    let answer = json_of(&body);
+    assert_eq!(
+        answer["choices"][0]["message"]["content"],
+        "The notes are empty."
+    );
+    assert_eq!(answer["choices"][0]["finish_reason"], "stop");
+    assert_eq!(answer["model"], "my-agent-model");
+
+    let turns = p.turns("s-plain").await;
+    assert_eq!(turns.len(), 1);
+    assert_eq!(turns[0].served_by.as_deref(), Some("student"));
+    let sample = p.sample_of(&turns[0].id).await;
+    assert_eq!(
+        sample.tokens, sampled,
+        "the sampled tokens, stop token included"
+    );
+    assert_eq!(sample.logprobs.len(), sampled.len());
+    assert_eq!(sample.policy_version, 0);
+    assert_eq!(sample.sampler, "base");
+    assert_eq!(sample.parse_error, None);
+    assert_eq!(sample.rendering, renderer().id());
+    // The prompt is the messages rendered once, tools included.
+    let r = renderer();
+    let messages = chat_request(false)["messages"].as_array().unwrap().clone();
+    let expected = r
+        .render(
+            &messages,
+            Some(tools().as_array().unwrap()),
+            &RenderOptions {
+                add_generation_prompt: true,
+                enable_thinking: None,
+            },
+        )
+        .unwrap();
+    assert_eq!(sample.prompt_tokens, expected.tokens);
+
+    // The service, asked to score prompt + sample, gives the same logprobs.
+    let service = Service::connect(&Settings::new(&p.tinker, None))
+        .await
+        .unwrap();
+    let session = service.create_session().await.unwrap();
+    let sampler = session.sampler(Some("fake-bigram"), None).await.unwrap();
+    let sequence: Vec<i32> = sample
+        .prompt_tokens
+        .iter()
+        .chain(&sample.tokens)
+        .copied()
+        .collect();
+    let params = SamplingParams {
+        max_tokens: 1,
+        prompt_logprobs: true,
+        ..SamplingParams::default()
+    };
+    let scored = sampler.sample(&sequence, &params, 1).await.unwrap();
+    let rescored = scored.prompt_logprobs.unwrap();
+    for (i, lp) in sample.logprobs.iter().enumerate() {
+        let again = rescored[sample.prompt_tokens.len() + i].unwrap();
+        assert!((lp - again).abs() < 1e-4, "token {i}: {lp} vs {again}");
+    }
+}
+
+/// The Hermes/Qwen tool call the model writes.
+fn tool_call_text() -> String {
+    "Let me read it.\n<tool_call>\n{\"name\": \"read_file\", \"arguments\": {\"path\": \"notes.txt\"}}\n</tool_call>".into()
+}
+
+/// A tool call comes back in each API's own shape, streamed and not.
+#[tokio::test]
+async fn tool_calls_reach_every_client_api_in_its_own_shape() {
+    let p = product("", false).await;
+    p.student_is("ready").await;
+    for stream in [false, true] {
+        // Chat: tool_calls.
+        p.script(&[says(&tool_call_text())]).await;
+        let (status, body) = p
+            .post("/v1/chat/completions", "s-tools", &chat_request(stream))
+            .await;
+        assert_eq!(status, StatusCode::OK);
+        let answer = match stream {
+            false => json_of(&body),
+            true => metaclaw_wire::stream::assemble::assemble_sse(&body).0,
+        };
+        let message = &answer["choices"][0]["message"];
+        assert_eq!(message["content"], "Let me read it.", "{answer}");
+        let call = &message["tool_calls"][0];
+        assert_eq!(call["function"]["name"], "read_file");
+        let args: Value =
+            serde_json::from_str(call["function"]["arguments"].as_str().unwrap()).unwrap();
+        assert_eq!(args, json!({"path": "notes.txt"}));
+        assert!(call["id"].as_str().is_some_and(|id| !id.is_empty()));
+        assert_eq!(answer["choices"][0]["finish_reason"], "tool_calls");
+
+        // Anthropic: a tool_use block.
+        p.script(&[says(&tool_call_text())]).await;
+        let (status, body) = p
+            .post("/v1/messages", "s-tools-a", &anthropic_request(stream))
+            .await;
+        assert_eq!(status, StatusCode::OK);
+        let message = match stream {
+            false => json_of(&body),
+            true => metaclaw_wire::stream::anthropic::assemble(&body).0,
+        };
+        if stream {
+            // The assembled stream is in chat form.
+            let call = &message["choices"][0]["message"]["tool_calls"][0];
+            assert_eq!(call["function"]["name"], "read_file", "{message}");
+            let (events, _) = parse_all(&body);
+            let names: Vec<&str> = events.iter().filter_map(|e| e.event.as_deref()).collect();
+            assert_eq!(names.first(), Some(&"message_start"));
+            assert_eq!(names.last(), Some(&"message_stop"));
+        } else {
+            let blocks = message["content"].as_array().unwrap();
+            let tool_use = blocks.iter().find(|b| b["type"] == "tool_use").unwrap();
+            assert_eq!(tool_use["name"], "read_file");
+            assert_eq!(tool_use["input"], json!({"path": "notes.txt"}));
+            assert_eq!(message["stop_reason"], "tool_use");
+        }
+
+        // Responses: a function_call item.
+        p.script(&[says(&tool_call_text())]).await;
+        let (status, body) = p
+            .post("/v1/responses", "s-tools-r", &responses_request(stream))
+            .await;
+        assert_eq!(status, StatusCode::OK);
+        let response = match stream {
+            false => json_of(&body),
+            true => {
+                let (events, _) = parse_all(&body);
+                let done = events
+                    .iter()
+                    .find(|e| e.event.as_deref() == Some("response.completed"))
+                    .expect("a response.completed event");
+                json_of(done.data.as_bytes())["response"].clone()
+            }
+        };
+        let call = response["output"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|o| o["type"] == "function_call")
+            .unwrap_or_else(|| panic!("no function_call in {response}"));
+        assert_eq!(call["name"], "read_file");
+        let args: Value = serde_json::from_str(call["arguments"].as_str().unwrap()).unwrap();
+        assert_eq!(args, json!({"path": "notes.txt"}));
+    }
+}
+
+/// A malformed tool call reaches the agent as text, and the sample is
+/// recorded as not parsed (no advantage will be given to it).
+#[tokio::test]
+async fn a_malformed_tool_call_is_answered_as_text_and_flagged() {
+    let p = product("", false).await;
+    p.student_is("ready").await;
+    let broken = "<tool_call>\n{\"name\": \"read_file\", \"arguments\": {\"path\": }\n</tool_call>";
+    p.script(&[says(broken)]).await;
+    let (status, body) = p
+        .post("/v1/chat/completions", "s-broken", &chat_request(false))
+        .await;
+    assert_eq!(status, StatusCode::OK);
+    let answer = json_of(&body);
+    let message = &answer["choices"][0]["message"];
+    assert!(message["tool_calls"].is_null(), "{answer}");
+    assert!(
+        message["content"]
+            .as_str()
+            .unwrap()
+            .contains("\"read_file\""),
+        "{answer}"
+    );
+    let turns = p.turns("s-broken").await;
+    let sample = p.sample_of(&turns[0].id).await;
+    assert!(sample.parse_error.is_some());
+    assert_eq!(p.status().await["student"]["parse_errors"], 1);
+}
+
+/// Reasoning goes to the API's reasoning field, not the answer.
+#[tokio::test]
+async fn reasoning_is_separated_from_the_answer() {
+    let p = product("", false).await;
+    p.student_is("ready").await;
+    p.script(&[says(
+        "<think>\nThe file is small.\n</think>\n\nIt is empty.",
+    )])
+    .await;
+    let (_, body) = p
+        .post("/v1/chat/completions", "s-think", &chat_request(false))
+        .await;
+    let message = json_of(&body)["choices"][0]["message"].clone();
+    assert_eq!(message["content"], "It is empty.");
+    assert_eq!(message["reasoning_content"], "The file is small.");
+}
+
+/// With no training service, the agent is answered by llm: no failed
+/// request, the turn is marked not trainable, and status says why.
+#[tokio::test]
+async fn without_a_training_service_llm_answers_and_status_says_why() {
+    let p = product("  sample_timeout: 5s\n", true).await;
+    let student = p.student_is("down").await;
+    assert!(
+        student["reason"].as_str().is_some_and(|r| !r.is_empty()),
+        "{student}"
+    );
+    let (status, body) = p
+        .post("/v1/chat/completions", "s-down", &chat_request(false))
+        .await;
+    assert_eq!(status, StatusCode::OK, "{}", String::from_utf8_lossy(&body));
+    assert!(json_of(&body)["choices"][0]["message"]["content"].is_string());
+    let turns = p.turns("s-down").await;
+    assert_eq!(turns[0].served_by.as_deref(), Some("llm_fallback"));
+    assert!(turns[0].fallback_reason.is_some());
+    assert!(turns[0].sample.is_none());
+    let student = p.status().await["student"].clone();
+    assert_eq!(student["fallbacks"], 1);
+    assert!(student["last_fallback"].is_string());
+}
+
+/// The service goes away between turns: the next turn is answered by llm
+/// (no failed request), and the student is marked down.
+#[tokio::test]
+async fn a_sampler_outage_mid_session_falls_back_to_llm() {
+    let mut p = product("  sample_timeout: 10s\n", false).await;
+    p.student_is("ready").await;
+    p.script(&[says("First answer.")]).await;
+    let (status, _) = p
+        .post("/v1/chat/completions", "s-outage", &chat_request(false))
+        .await;
+    assert_eq!(status, StatusCode::OK);
+    p.fake.take().unwrap().abort();
+    for stream in [false, true] {
+        let (status, body) = p
+            .post("/v1/chat/completions", "s-outage", &chat_request(stream))
+            .await;
+        assert_eq!(status, StatusCode::OK, "{}", String::from_utf8_lossy(&body));
+    }
+    let turns = p.turns("s-outage").await;
+    let served: Vec<Option<&str>> = turns.iter().map(|t| t.served_by.as_deref()).collect();
+    assert_eq!(
+        served,
+        [Some("student"), Some("llm_fallback"), Some("llm_fallback")]
+    );
+    assert_eq!(p.status().await["student"]["state"], "down");
+}
+
+/// With the fallback off, the client gets a 503 in its own API's shape.
+#[tokio::test]
+async fn with_the_fallback_off_a_down_student_is_a_clear_error() {
+    let p = product("  fallback_to_llm: false\n", true).await;
+    p.student_is("down").await;
+    let (status, body) = p
+        .post("/v1/messages", "s-nofallback", &anthropic_request(false))
+        .await;
+    assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE);
+    let error = json_of(&body);
+    assert_eq!(error["type"], "error", "{error}");
+    assert!(
+        error["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("rl.fallback_to_llm"),
+        "{error}"
+    );
+}
+
+/// Turns whose prompts extend the last prompt and answer form one
+/// trajectory; a template that drops earlier reasoning breaks it.
+#[tokio::test]
+async fn turns_form_one_trajectory_unless_the_template_rewrites_history() {
+    let p = product("", false).await;
+    p.student_is("ready").await;
+    let system = json!({"role": "system", "content": "You are a helpful assistant."});
+    let ask = |messages: Vec<Value>| json!({"model": "m", "messages": messages});
+
+    // Plain answers: the next prompt extends prompt + answer.
+    p.script(&[says("Hi there.")]).await;
+    let first = vec![system.clone(), json!({"role": "user", "content": "Hello"})];
+    p.post("/v1/chat/completions", "s-traj", &ask(first.clone()))
+        .await;
+    p.script(&[says("Fine, thanks.")]).await;
+    let mut second = first.clone();
+    second.push(json!({"role": "assistant", "content": "Hi there."}));
+    second.push(json!({"role": "user", "content": "How are you?"}));
+    p.post("/v1/chat/completions", "s-traj", &ask(second)).await;
+    let turns = p.turns("s-traj").await;
+    let (a, b) = (
+        p.sample_of(&turns[0].id).await,
+        p.sample_of(&turns[1].id).await,
+    );
+    assert_eq!(a.trajectory, turns[0].id);
+    assert_eq!(b.trajectory, turns[0].id);
+    assert_eq!(b.extends.as_deref(), Some(turns[0].id.as_str()));
+    let a_full: Vec<i32> = a.prompt_tokens.iter().chain(&a.tokens).copied().collect();
+    assert!(b.prompt_tokens.starts_with(&a_full));
+
+    // With reasoning, which the template drops from earlier turns: the
+    // next prompt does not extend the last sample, so a new trajectory.
+    p.script(&[says("<think>\nGreet back.\n</think>\n\nHi there.")])
+        .await;
+    p.post("/v1/chat/completions", "s-traj2", &ask(first.clone()))
+        .await;
+    p.script(&[says("Fine, thanks.")]).await;
+    let mut second = first.clone();
+    second.push(
+        json!({"role": "assistant", "content": "Hi there.", "reasoning_content": "Greet back."}),
+    );
+    second.push(json!({"role": "user", "content": "How are you?"}));
+    p.post("/v1/chat/completions", "s-traj2", &ask(second))
+        .await;
+    let turns = p.turns("s-traj2").await;
+    let b = p.sample_of(&turns[1].id).await;
+    assert_eq!(b.trajectory, turns[1].id);
+    assert_eq!(b.extends, None);
+}
