@@ -14,6 +14,9 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
+mod common;
+
+use std::collections::BTreeMap;
 use std::net::{IpAddr, Ipv4Addr};
 use std::path::Path;
 use std::sync::Arc;
@@ -27,6 +30,7 @@ use metaclaw::home::Home;
 use metaclaw::server::{self, Guard};
 use metaclaw::store::samples::SampleRecord;
 use metaclaw::store::{TurnRow, session_turns};
+use metaclaw::tinker::types::{Datum, LossFn, Sequence, StopReason};
 use metaclaw::tinker::{SamplingParams, Service, Settings};
 use metaclaw_chat::render::{ModelFiles, RenderOptions, Renderer};
 use metaclaw_wire::stream::sse::parse_all;
@@ -63,8 +67,8 @@ struct Product {
     _home: tempfile::TempDir,
 }
 
-/// The product in `mode: rl` with `rl` lines added (`{fixture}` is the
-/// tiny Qwen3's folder); the fake Tinker server runs unless `no_service`.
+/// The product in `mode: rl` with `rl` lines added, sampling the fake
+/// Tinker server (unless `no_service`) with the tiny Qwen3's tokenizer.
 async fn product(rl: &str, no_service: bool) -> Product {
     let upstream_listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let upstream = format!("http://{}/v1", upstream_listener.local_addr().unwrap());
@@ -79,12 +83,23 @@ async fn product(rl: &str, no_service: bool) -> Product {
             metaclaw_mock_tinker::Options::default(),
         ))),
     };
+    let rl = format!(
+        "  model: fake-bigram\n  tinker_base_url: {tinker}\n  tokenizer_path: {}\n{rl}",
+        fixture()
+    );
+    let mut product = product_with(&upstream, &rl).await;
+    product.tinker = tinker;
+    product.fake = fake;
+    product
+}
+
+/// The product in `mode: rl` in front of `upstream`, with these `rl` lines.
+async fn product_with(upstream: &str, rl: &str) -> Product {
     let dir = tempfile::tempdir().unwrap();
     let home = Home::at(dir.path());
     home.ensure().unwrap();
     let config = format!(
-        "mode: rl\nllm:\n  api_base: {upstream}\n  model_id: echo\n  force_model: true\nrl:\n  model: fake-bigram\n  tinker_base_url: {tinker}\n  tokenizer_path: {fixture}\n{rl}skills:\n  enabled: false\nlearning:\n  enabled: false\nplugins:\n  builtin: false\n",
-        fixture = fixture()
+        "mode: rl\nllm:\n  api_base: {upstream}\n  model_id: echo\n  force_model: true\nrl:\n{rl}skills:\n  enabled: false\nlearning:\n  enabled: false\nplugins:\n  builtin: false\n"
     );
     let path = dir.path().join("config.yaml");
     std::fs::write(&path, config).unwrap();
@@ -101,8 +116,8 @@ async fn product(rl: &str, no_service: bool) -> Product {
     Product {
         handle,
         router,
-        tinker,
-        fake,
+        tinker: String::new(),
+        fake: None,
         _home: dir,
     }
 }
@@ -552,4 +567,240 @@ async fn turns_form_one_trajectory_unless_the_template_rewrites_history() {
     let b = p.sample_of(&turns[1].id).await;
     assert_eq!(b.trajectory, turns[1].id);
     assert_eq!(b.extends, None);
+}
+
+/// The captured OpenClaw requests, each sent streamed and not: (route,
+/// body). The chat ones go upstream as they are; the others are
+/// translated first.
+fn openclaw_requests() -> Vec<(&'static str, &'static str, Value)> {
+    let fixtures = [
+        (
+            "/v1/chat/completions",
+            "chat_completions_stream_request.json",
+        ),
+        (
+            "/v1/chat/completions",
+            "openai_completions_exec_with_prompt_cache_key.json",
+        ),
+        (
+            "/v1/chat/completions",
+            "tool_loop_call2_with_tool_result.json",
+        ),
+        ("/v1/messages", "anthropic_messages.json"),
+        ("/v1/responses", "openai_responses.json"),
+    ];
+    let mut out = Vec::new();
+    for (route, file) in fixtures {
+        let body = common::fixture(file)["body"].clone();
+        for stream in [false, true] {
+            let mut body = body.clone();
+            body["stream"] = json!(stream);
+            out.push((route, file, body));
+        }
+    }
+    out
+}
+
+/// The answer is well formed in its API (streamed or not), as a client
+/// library would read it.
+fn assert_well_formed(route: &str, stream: bool, bytes: &[u8]) {
+    let text = String::from_utf8_lossy(bytes);
+    match (route, stream) {
+        ("/v1/chat/completions", false) => {
+            let v = json_of(bytes);
+            assert_eq!(v["object"], "chat.completion", "{v}");
+            assert_eq!(v["choices"][0]["message"]["role"], "assistant", "{v}");
+            assert!(v["choices"][0]["finish_reason"].is_string(), "{v}");
+        }
+        ("/v1/chat/completions", true) => {
+            let (v, complete) = metaclaw_wire::stream::assemble::assemble_sse(bytes);
+            assert!(
+                complete && text.trim_end().ends_with("data: [DONE]"),
+                "{text}"
+            );
+            assert!(v["choices"][0]["finish_reason"].is_string(), "{v}");
+        }
+        ("/v1/messages", false) => {
+            let v = json_of(bytes);
+            assert_eq!(v["type"], "message", "{v}");
+            assert_eq!(v["role"], "assistant", "{v}");
+            assert!(
+                v["content"].is_array() && v["stop_reason"].is_string(),
+                "{v}"
+            );
+        }
+        ("/v1/messages", true) => {
+            let (events, malformed) = parse_all(bytes);
+            assert_eq!(malformed, 0, "{text}");
+            let names: Vec<&str> = events.iter().filter_map(|e| e.event.as_deref()).collect();
+            assert_eq!(names.first(), Some(&"message_start"), "{text}");
+            assert_eq!(names.last(), Some(&"message_stop"), "{text}");
+            assert!(names.contains(&"message_delta"), "{text}");
+        }
+        ("/v1/responses", false) => {
+            let v = json_of(bytes);
+            assert_eq!(v["object"], "response", "{v}");
+            // `incomplete` when the answer reached its token limit.
+            assert!(
+                v["status"] == "completed" || v["status"] == "incomplete",
+                "{v}"
+            );
+            assert!(v["output"].is_array(), "{v}");
+        }
+        (_, true) => {
+            let (events, malformed) = parse_all(bytes);
+            assert_eq!(malformed, 0, "{text}");
+            let names: Vec<&str> = events.iter().filter_map(|e| e.event.as_deref()).collect();
+            assert_eq!(names.first(), Some(&"response.created"), "{text}");
+            let last = names.last().copied().unwrap_or_default();
+            assert!(
+                last == "response.completed" || last == "response.incomplete",
+                "{text}"
+            );
+        }
+        _ => unreachable!(),
+    }
+}
+
+/// Every captured OpenClaw request, at full length, on each API, streamed
+/// and not, is answered by the student in a well-formed answer, and each
+/// turn records what was sampled.
+#[tokio::test]
+async fn openclaws_real_requests_are_answered_by_the_student_on_every_api() {
+    let p = product("", false).await;
+    p.student_is("ready").await;
+    for (i, (route, file, body)) in openclaw_requests().into_iter().enumerate() {
+        let session = format!("s-openclaw-{i}");
+        let stream = body["stream"] == true;
+        let (status, bytes) = p.post(route, &session, &body).await;
+        assert_eq!(
+            status,
+            StatusCode::OK,
+            "{file}: {}",
+            String::from_utf8_lossy(&bytes)
+        );
+        assert_well_formed(route, stream, &bytes);
+        let turns = p.turns(&session).await;
+        assert_eq!(turns.len(), 1, "{file}");
+        assert_eq!(turns[0].served_by.as_deref(), Some("student"), "{file}");
+        let sample = p.sample_of(&turns[0].id).await;
+        assert!(sample.prompt_tokens.len() > 100, "{file}");
+        assert_eq!(sample.logprobs.len(), sample.tokens.len(), "{file}");
+    }
+}
+
+/// Transformers' rendering of `messages` and `tools` with the tiny Qwen3's
+/// own files: the golden prompt tokens.
+fn transformers_tokens(model_dir: &Path, messages: &Value, tools: &Value) -> Vec<i32> {
+    let cases = tempfile::NamedTempFile::new().unwrap();
+    let case = json!([{"messages": messages, "tools": tools, "add_generation_prompt": true, "enable_thinking": null}]);
+    std::fs::write(cases.path(), case.to_string()).unwrap();
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/tinker/render_golden.py");
+    let out = std::process::Command::new(common::skyrl::venv_python())
+        .arg(script)
+        .arg(model_dir)
+        .arg(cases.path())
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let line: Value =
+        serde_json::from_slice(out.stdout.split(|b| *b == b'\n').next().unwrap()).unwrap();
+    serde_json::from_value(line["tokens"].clone()).unwrap_or_else(|_| panic!("{line}"))
+}
+
+/// Against the real skyrl CPU server and the tiny Qwen3: OpenClaw's
+/// captured requests on all three APIs, streamed and not, are answered by
+/// the student; the recorded prompt tokens are transformers' rendering of
+/// the same messages; the recorded sampled tokens and logprobs are what
+/// the server gives when it scores the sequence again (a forward pass of
+/// a fresh LoRA, which is the base model).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn against_skyrl_the_student_answers_openclaw_with_the_exact_tokens() {
+    let Some(server) = common::skyrl::start("student skyrl") else {
+        return;
+    };
+    let model = common::skyrl::model_dir();
+    let upstream = common::dummy();
+    let rl = format!(
+        "  model: {}\n  tinker_base_url: {}\n  max_new_tokens: 8\n  fallback_to_llm: false\n",
+        model.display(),
+        server.proc.url
+    );
+    let p = product_with(&format!("{}/v1", upstream.url), &rl).await;
+    let started = Instant::now();
+    p.student_is("ready").await;
+    eprintln!("student ready in {:.1} s", started.elapsed().as_secs_f64());
+
+    let mut samples = Vec::new();
+    for (i, (route, file, body)) in openclaw_requests().into_iter().enumerate() {
+        let session = format!("s-skyrl-{i}");
+        let stream = body["stream"] == true;
+        let t = Instant::now();
+        let (status, bytes) = p.post(route, &session, &body).await;
+        eprintln!(
+            "{file} (stream {stream}): {:.2} s",
+            t.elapsed().as_secs_f64()
+        );
+        assert_eq!(
+            status,
+            StatusCode::OK,
+            "{file}: {}",
+            String::from_utf8_lossy(&bytes)
+        );
+        assert_well_formed(route, stream, &bytes);
+        let turns = p.turns(&session).await;
+        let sample = p.sample_of(&turns[0].id).await;
+        assert!(
+            !sample.tokens.is_empty() && sample.tokens.len() <= 8,
+            "{file}"
+        );
+        if route == "/v1/chat/completions" && !stream {
+            let golden = transformers_tokens(&model, &body["messages"], &body["tools"]);
+            assert_eq!(
+                sample.prompt_tokens, golden,
+                "{file}: prompt tokens differ from transformers'"
+            );
+        }
+        samples.push(sample);
+    }
+
+    // The server scores each recorded sequence again.
+    let service = Service::connect(&Settings::new(&server.proc.url, Some("tml-dummy".into())))
+        .await
+        .unwrap();
+    let session = service.create_session().await.unwrap();
+    let base = model.display().to_string();
+    let trainer = session
+        .create_model(&base, &metaclaw::tinker::LoraConfig::new(1).seeded(1))
+        .await
+        .unwrap();
+    let data: Vec<Datum> = samples
+        .iter()
+        .map(|s| {
+            let sequence = Sequence {
+                stop_reason: StopReason::Stop,
+                tokens: s.tokens.clone(),
+                logprobs: Some(s.logprobs.clone()),
+            };
+            Datum::from_sample(&s.prompt_tokens, &sequence, 0.0)
+        })
+        .collect();
+    let scored = trainer
+        .forward_backward(&data, LossFn::ImportanceSampling, &BTreeMap::new())
+        .await
+        .unwrap();
+    for (s, out) in samples.iter().zip(&scored.loss_fn_outputs) {
+        let again = out["logprobs"].floats();
+        let tail = &again[again.len() - s.logprobs.len()..];
+        for (recorded, rescored) in s.logprobs.iter().zip(tail) {
+            assert!(
+                (recorded - rescored).abs() < 1e-3,
+                "recorded {recorded} vs rescored {rescored}"
+            );
+        }
+    }
 }

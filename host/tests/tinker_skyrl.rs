@@ -15,61 +15,12 @@
 mod common;
 
 use std::collections::BTreeMap;
-use std::path::Path;
-use std::process::{Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use metaclaw::tinker::types::{Datum, LossFn, Sampled};
 use metaclaw::tinker::{
     AdamParams, Dialect, LoraConfig, SamplingParams, Service, Settings, TrainingModel,
 };
-
-/// The server started by `scripts/skyrl-cpu start`; stopped when dropped
-/// (the kill takes the server and its engine down too: they get SIGTERM
-/// from the kernel when the script dies, PDEATHSIG).
-struct Skyrl {
-    proc: common::Proc,
-    _work: tempfile::TempDir,
-}
-
-fn python() -> Option<String> {
-    let python = std::env::var("SKYRL_PYTHON").unwrap_or_else(|_| "python3".into());
-    let found = Command::new(&python)
-        .arg("--version")
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .status()
-        .is_ok_and(|s| s.success());
-    found.then_some(python)
-}
-
-/// Starts skyrl (installing it and generating the model the first time)
-/// and waits for its one line of readiness.
-fn start_skyrl() -> Option<Skyrl> {
-    if python().is_none() {
-        eprintln!(
-            "SKIPPED tinker_skyrl: no Python (python3 or $SKYRL_PYTHON) to run skyrl 0.3.0; \
-             install Python 3.11 to run the bridge against a real training server"
-        );
-        return None;
-    }
-    let root = Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap();
-    let work = tempfile::tempdir().unwrap();
-    let mut cmd = Command::new(root.join("scripts/skyrl-cpu"));
-    cmd.args(["start", "--work"])
-        .arg(work.path())
-        .stderr(Stdio::inherit());
-    let started = Instant::now();
-    // A first run installs about 1 GB from PyPI; a cached one starts in
-    // seconds. The script fails by itself (and closes stdout) on errors.
-    let proc = common::spawn_and_wait_for(cmd, "skyrl listening on ", Duration::from_secs(1800));
-    eprintln!(
-        "skyrl ready at {} after {:.1} s",
-        proc.url,
-        started.elapsed().as_secs_f64()
-    );
-    Some(Skyrl { proc, _work: work })
-}
 
 fn phase<T>(timings: &mut Vec<(String, f64)>, name: &str, started: Instant, value: T) -> T {
     let secs = started.elapsed().as_secs_f64();
@@ -130,7 +81,9 @@ async fn rl_step(
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_rl_loop_runs_against_skyrl_on_cpu() {
-    let Some(server) = start_skyrl() else { return };
+    let Some(server) = common::skyrl::start("tinker_skyrl") else {
+        return;
+    };
     let mut timings = Vec::new();
     let settings = Settings::new(&server.proc.url, Some("tml-dummy".into()));
 

@@ -3,10 +3,10 @@
 Usage: python make_tiny_qwen3.py OUT_DIR
 
 Settings (docs reference tinker-protocol.md §16.1): Qwen3ForCausalLM, 2 layers,
-hidden 64, intermediate 128, 4 attention / 2 KV heads, head dim 16, vocab 384
+hidden 64, intermediate 128, 4 attention / 2 KV heads, head dim 16, vocab 16384
 (byte-level BPE trained on the small corpus below, plus Qwen3's added tokens,
 padded to a multiple of 64),
-max positions 512, float32, untied embeddings, weights normal(0, 1) * 0.02
+max positions 16384, float32, untied embeddings, weights normal(0, 1) * 0.02
 (norm weights 1), special tokens <|endoftext|> (pad), <|im_start|>,
 <|im_end|> (EOS), Qwen3's non-special added tokens <tool_call>, </tool_call>,
 <tool_response>, </tool_response>, <think>, </think>, and a Qwen3-style chat
@@ -25,7 +25,7 @@ from safetensors.numpy import save_file
 from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers, processors, trainers
 
 SEED = 20240601
-VOCAB = 384
+VOCAB = 16384
 SPECIALS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
 # Added after training, as in Qwen3: matched whole in text, but not special
 # (decoding with skip_special_tokens keeps them).
@@ -40,7 +40,7 @@ CONFIG = {
     "num_key_value_heads": 2,
     "head_dim": 16,
     "hidden_act": "silu",
-    "max_position_embeddings": 512,
+    "max_position_embeddings": 16384,
     "rms_norm_eps": 1e-6,
     "rope_theta": 1000000.0,
     "rope_parameters": {"rope_type": "default", "rope_theta": 1000000.0},
@@ -151,9 +151,45 @@ system user assistant tool call result error retry session model sample train we
 """.strip()
 
 
+def openclaw_corpus() -> list:
+    """The text of the captured OpenClaw requests (tests/fixtures/openclaw),
+    as the chat template renders it: its system prompt, messages and tools
+    (one `tojson` per tool). Trained on, so the real agent's ~45 KB first
+    prompt is a few thousand tokens, not tens of thousands: a CPU training
+    server can then serve it (tests/openclaw/e2e.sh in rl mode)."""
+    fixtures = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "fixtures", "openclaw")
+    lines = []
+    for name in sorted(os.listdir(fixtures)):
+        if not name.endswith(".json"):
+            continue
+        with open(os.path.join(fixtures, name)) as f:
+            body = json.load(f)["body"]
+        texts = []
+        items = list(body.get("messages", []))
+        if isinstance(body.get("input"), list):
+            items += body["input"]
+        for message in items:
+            content = message.get("content")
+            if isinstance(content, str):
+                texts.append(content)
+            elif isinstance(content, list):
+                texts.extend(part.get("text", "") for part in content if isinstance(part, dict))
+        system = body.get("system")
+        if isinstance(system, list):
+            texts.extend(block.get("text", "") for block in system)
+        elif isinstance(system, str):
+            texts.append(system)
+        texts.extend(json.dumps(tool, ensure_ascii=False) for tool in body.get("tools", []))
+        for text in texts:
+            lines.extend(text.splitlines())
+    return lines
+
+
 def train_tokenizer() -> Tokenizer:
     tok = Tokenizer(models.BPE())
-    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    # No word split (use_regex=False): merges may span words, so the agent's
+    # long, repetitive prompts come out short (a test model's tokenizer).
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)
     tok.decoder = decoders.ByteLevel()
     tok.post_processor = processors.ByteLevel(trim_offsets=False)
     trainer = trainers.BpeTrainer(
@@ -163,7 +199,8 @@ def train_tokenizer() -> Tokenizer:
         initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
         show_progress=False,
     )
-    tok.train_from_iterator([line for line in CORPUS.splitlines() for _ in range(8)], trainer=trainer)
+    lines = [line for line in CORPUS.splitlines() + openclaw_corpus() for _ in range(8)]
+    tok.train_from_iterator(lines, trainer=trainer)
     tok.add_tokens([AddedToken(t, single_word=False, lstrip=False, rstrip=False, normalized=False, special=False) for t in ADDED])
     return tok
 
@@ -206,7 +243,7 @@ def main() -> None:
     tok = train_tokenizer()
     n_tokens = tok.get_vocab_size(with_added_tokens=True)
     vocab = -(-n_tokens // 64) * 64
-    assert vocab == VOCAB, f"tokenizer has {n_tokens} tokens, padded {vocab} != {VOCAB}"
+    assert vocab <= VOCAB, f"tokenizer has {n_tokens} tokens, more than the model's {VOCAB}"
     ids = {s: tok.token_to_id(s) for s in SPECIALS}
     tok.save(os.path.join(out, "tokenizer.json"))
 

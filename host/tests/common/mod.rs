@@ -9,6 +9,8 @@ use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
+pub mod skyrl;
+
 pub const BIN: &str = env!("CARGO_BIN_EXE_metaclaw");
 
 /// Gives `home` the compile cache of the first-party plugins, compiled once
