@@ -277,10 +277,21 @@ impl Policy {
             add_generation_prompt: true,
             enable_thinking: format.enable_thinking,
         };
-        let rendered = format
-            .renderer
-            .render(input.messages, input.tools, &options)
-            .map_err(|e| Unavailable(format!("cannot render the messages: {e}")))?;
+        // Rendering a long prompt takes milliseconds of CPU (tokenizing
+        // most of it): on a blocking thread, not the serving runtime's.
+        let rendered = {
+            let format = format.clone();
+            let messages = input.messages.to_vec();
+            let tools = input.tools.map(<[Value]>::to_vec);
+            tokio::task::spawn_blocking(move || {
+                format
+                    .renderer
+                    .render(&messages, tools.as_deref(), &options)
+            })
+            .await
+            .map_err(|e| Unavailable(format!("the renderer stopped: {e}")))?
+            .map_err(|e| Unavailable(format!("cannot render the messages: {e}")))?
+        };
         let thinking_open = rendered.text.trim_end().ends_with("<think>");
         let mut max_tokens = input
             .max_tokens
