@@ -315,6 +315,26 @@ async fn a_plain_answer_is_served_from_the_student_and_recorded_token_for_token(
         let again = rescored[sample.prompt_tokens.len() + i].unwrap();
         assert!((lp - again).abs() < 1e-4, "token {i}: {lp} vs {again}");
     }
+
+    // `sessions show` says who answered and with what; `--tokens` dumps them.
+    let home = p._home.path();
+    let out = common::cli_in(home, &["sessions", "show", "s-plain"]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        text.contains(&format!(
+            "policy version 0 (base) · {} prompt → {} sampled tokens",
+            sample.prompt_tokens.len(),
+            sample.tokens.len()
+        )),
+        "{text}"
+    );
+    let out = common::cli_in(home, &["sessions", "show", "s-plain", "--json", "--tokens"]);
+    let shown: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let turn = &shown["turns"][0];
+    assert_eq!(turn["served_by"], "student");
+    assert_eq!(turn["tokens"]["prompt"], json!(sample.prompt_tokens));
+    assert_eq!(turn["tokens"]["sampled"], json!(sample.tokens));
+    assert_eq!(turn["tokens"]["logprobs"], json!(sample.logprobs));
 }
 
 /// The Hermes/Qwen tool call the model writes.
