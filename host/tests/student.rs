@@ -170,10 +170,22 @@ impl Product {
     }
 
     async fn post(&self, path: &str, session: &str, body: &Value) -> (StatusCode, Vec<u8>) {
+        self.post_as(path, session, "main", body).await
+    }
+
+    /// As [`Self::post`], declaring the turn's type (`main` or `side`).
+    async fn post_as(
+        &self,
+        path: &str,
+        session: &str,
+        turn_type: &str,
+        body: &Value,
+    ) -> (StatusCode, Vec<u8>) {
         let request = Request::post(path)
             .header("host", format!("127.0.0.1:{PORT}"))
             .header("content-type", "application/json")
             .header("x-session-id", session)
+            .header("x-turn-type", turn_type)
             .body(Body::from(body.to_string()))
             .unwrap();
         let response = self.router.clone().oneshot(request).await.unwrap();
@@ -449,6 +461,52 @@ async fn a_malformed_tool_call_is_answered_as_text_and_flagged() {
     let sample = p.sample_of(&turns[0].id).await;
     assert!(sample.parse_error.is_some());
     assert_eq!(p.status().await["student"]["parse_errors"], 1);
+}
+
+/// Token ids cannot be redacted: a turn whose prompt held a secret is
+/// answered, and its sample kept without tokens (not trainable).
+#[tokio::test]
+async fn a_prompt_with_a_secret_keeps_no_tokens() {
+    let p = product("", false).await;
+    p.student_is("ready").await;
+    p.script(&[says("Noted.")]).await;
+    let mut body = chat_request(false);
+    body["messages"][1]["content"] =
+        json!("my key is sk-proj-abcdefghijklmnopqrstuvwxyz123456, keep it");
+    let (status, _) = p.post("/v1/chat/completions", "s-secret", &body).await;
+    assert_eq!(status, StatusCode::OK);
+    let turns = p.turns("s-secret").await;
+    let summary = turns[0].sample.clone().expect("a sample row");
+    assert!(summary.withheld.is_some(), "{summary:?}");
+    let sample = p.sample_of(&turns[0].id).await;
+    assert!(sample.prompt_tokens.is_empty() && sample.tokens.is_empty());
+    assert!(sample.logprobs.is_empty());
+}
+
+/// With `rl.serve_side_turns: false`, the agent's background calls go to
+/// llm (not a fallback: as configured); main turns still to the student.
+#[tokio::test]
+async fn side_turns_can_be_left_to_llm() {
+    let p = product("  serve_side_turns: false\n", false).await;
+    p.student_is("ready").await;
+    let (status, _) = p
+        .post_as(
+            "/v1/chat/completions",
+            "s-side",
+            "side",
+            &chat_request(false),
+        )
+        .await;
+    assert_eq!(status, StatusCode::OK);
+    p.script(&[says("Main answer.")]).await;
+    p.post("/v1/chat/completions", "s-side", &chat_request(false))
+        .await;
+    let turns = p.turns("s-side").await;
+    let served: Vec<(&str, Option<&str>)> = turns
+        .iter()
+        .map(|t| (t.turn_type.as_str(), t.served_by.as_deref()))
+        .collect();
+    assert_eq!(served, [("side", Some("llm")), ("main", Some("student"))]);
 }
 
 /// Reasoning goes to the API's reasoning field, not the answer.

@@ -123,6 +123,15 @@ pub fn validate(config: &Config) -> Result<(), ConfigError> {
     if config.rl.prm_m > 15 {
         return Err(invalid("rl.prm_m", "at most 15 votes per turn".into()));
     }
+    if config.rl.sample_timeout.get().is_zero() {
+        return Err(invalid(
+            "rl.sample_timeout",
+            "must be longer than zero".into(),
+        ));
+    }
+    if config.rl.max_new_tokens == 0 {
+        return Err(invalid("rl.max_new_tokens", "must be at least 1".into()));
+    }
     if config.store.queue_capacity < 16 {
         return Err(invalid(
             "store.queue_capacity",
