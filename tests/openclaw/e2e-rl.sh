@@ -55,11 +55,10 @@ tail_logs() {
 }
 
 kill_group() { # <pid> <quarter-seconds>: TERM its process group, then KILL what is left
-  kill -TERM -- "-$1" 2>/dev/null
+  kill -TERM -- "-$1" 2>/dev/null || true
   for _ in $(seq "$2"); do kill -0 "$1" 2>/dev/null || break; sleep 0.25; done
-  kill -KILL -- "-$1" 2>/dev/null
-  wait "$1" 2>/dev/null
-  return 0
+  kill -KILL -- "-$1" 2>/dev/null || true
+  wait "$1" 2>/dev/null || true
 }
 
 cleanup() {
@@ -234,7 +233,7 @@ timeout -k 10 300 openclaw agent --agent main --message "Say PONG" --json \
 timed "the turn (openclaw agent)" $(($(date +%s) - t0))
 [ "$rc" -eq 0 ] || die "openclaw agent exited $rc: $(tail -n 5 "$work/turn-1.err")"
 pass "openclaw agent exited 0"
-check "OpenClaw printed an answer object (result.payloads, result.meta.agentMeta.sessionId)" \
+check "OpenClaw printed an answer object (status ok, result.payloads, result.meta.agentMeta.sessionId)" \
   python3 - "$work/turn-1.json" <<'PY'
 import json, sys
 d = json.load(open(sys.argv[1]))
@@ -242,6 +241,7 @@ r = d.get("result") if isinstance(d, dict) else None
 errors = []
 if not isinstance(r, dict): errors.append(f"no result object: {json.dumps(d)[:400]}")
 else:
+    if d.get("status") != "ok": errors.append(f"status {d.get('status')!r}, summary {d.get('summary')!r}")
     if not isinstance(r.get("payloads"), list): errors.append(f"result.payloads is {r.get('payloads')!r}")
     sid = ((r.get("meta") or {}).get("agentMeta") or {}).get("sessionId")
     if not isinstance(sid, str) or not sid: errors.append(f"no result.meta.agentMeta.sessionId: {json.dumps(r.get('meta'))[:300]}")
