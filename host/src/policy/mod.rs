@@ -292,6 +292,9 @@ impl Policy {
             .map_err(|e| Unavailable(format!("the renderer stopped: {e}")))?
             .map_err(|e| Unavailable(format!("cannot render the messages: {e}")))?
         };
+        if rendered.tokens.is_empty() {
+            return Err(Unavailable("the messages render to no tokens".into()));
+        }
         let thinking_open = rendered.text.trim_end().ends_with("<think>");
         let mut max_tokens = input
             .max_tokens

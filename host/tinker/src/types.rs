@@ -21,11 +21,14 @@ pub enum Chunk {
 }
 
 impl ModelInput {
-    /// One chunk of tokens.
+    /// One chunk of tokens; none for no tokens (services refuse an empty
+    /// chunk with 400).
     pub fn tokens(tokens: Vec<i32>) -> Self {
-        Self {
-            chunks: vec![Chunk::EncodedText { tokens }],
-        }
+        let chunks = match tokens.is_empty() {
+            true => Vec::new(),
+            false => vec![Chunk::EncodedText { tokens }],
+        };
+        Self { chunks }
     }
 
     /// How many tokens the input holds.
@@ -365,6 +368,12 @@ fn metrics_or_nan<'de, D: Deserializer<'de>>(d: D) -> Result<BTreeMap<String, f6
 #[cfg(test)]
 mod tests {
     #![allow(clippy::unwrap_used)]
+
+    #[test]
+    fn no_tokens_is_no_chunk() {
+        assert!(super::ModelInput::tokens(Vec::new()).chunks.is_empty());
+        assert_eq!(super::ModelInput::tokens(vec![1, 2]).chunks.len(), 1);
+    }
 
     use super::*;
     use serde_json::json;
