@@ -101,36 +101,106 @@ pub struct Datum {
     pub loss_fn_inputs: BTreeMap<String, TensorData>,
 }
 
+/// One turn of a trajectory: the prompt as sent and the tokens sampled,
+/// with the sampler's logprob of each and the turn's advantage.
+#[derive(Debug, Clone, Copy)]
+pub struct TrajectoryStep<'a> {
+    pub prompt: &'a [i32],
+    pub tokens: &'a [i32],
+    pub logprobs: &'a [f32],
+    pub advantage: f32,
+}
+
 impl Datum {
     /// A sampled answer as one policy-gradient example: the prompt and the
     /// exact tokens sampled (never re-tokenised), each answer token with
     /// the sampler's logprob and `advantage`; prompt positions get weight 0
-    /// (reference §15.1: position *i* predicts token *i + 1*).
+    /// (reference §15.1: position *i* predicts token *i + 1*). Missing
+    /// logprobs count as 0.
     pub fn from_sample(prompt: &[i32], sampled: &Sequence, advantage: f32) -> Self {
-        let tokens: Vec<i32> = prompt.iter().chain(&sampled.tokens).copied().collect();
+        let zeros;
+        let logprobs = match &sampled.logprobs {
+            Some(l) if l.len() == sampled.tokens.len() => l.as_slice(),
+            _ => {
+                zeros = vec![0.0; sampled.tokens.len()];
+                &zeros
+            }
+        };
+        Self::build(&[TrajectoryStep {
+            prompt,
+            tokens: &sampled.tokens,
+            logprobs,
+            advantage,
+        }])
+    }
+
+    /// A multi-turn trajectory as one example (reference §15.1): each
+    /// turn's prompt must extend the previous turn's prompt and sampled
+    /// tokens (the sequence-extension property). Over the whole sequence,
+    /// the tokens the model sampled carry their logprob, their turn's
+    /// advantage and weight 1; everything else (prompts, tool results,
+    /// the user's next message) 0.
+    pub fn from_trajectory(steps: &[TrajectoryStep<'_>]) -> Result<Self, String> {
+        let mut covered = 0;
+        for (i, step) in steps.iter().enumerate() {
+            if step.logprobs.len() != step.tokens.len() {
+                return Err(format!(
+                    "turn {i}: {} logprobs for {} sampled tokens",
+                    step.logprobs.len(),
+                    step.tokens.len()
+                ));
+            }
+            if i > 0 {
+                let before = &steps[i - 1];
+                let extends = step.prompt.starts_with(before.prompt)
+                    && step.prompt[before.prompt.len()..].starts_with(before.tokens);
+                if !extends {
+                    return Err(format!(
+                        "turn {i}'s prompt does not extend turn {}'s prompt and answer",
+                        i - 1
+                    ));
+                }
+            }
+            covered = step.prompt.len() + step.tokens.len();
+        }
+        if covered < 2 {
+            return Err("a trajectory needs at least two tokens".into());
+        }
+        Ok(Self::build(steps))
+    }
+
+    /// The example of steps already checked to extend one another.
+    fn build(steps: &[TrajectoryStep<'_>]) -> Self {
+        let mut tokens: Vec<i32> = Vec::new();
+        let (mut logprobs, mut advantages, mut weights) = (Vec::new(), Vec::new(), Vec::new());
+        for step in steps {
+            let new_prompt = step.prompt.get(tokens.len()..).unwrap_or_default();
+            tokens.extend_from_slice(new_prompt);
+            logprobs.resize(tokens.len(), 0.0);
+            advantages.resize(tokens.len(), 0.0);
+            weights.resize(tokens.len(), 0.0);
+            tokens.extend_from_slice(step.tokens);
+            logprobs.extend_from_slice(step.logprobs);
+            advantages.resize(tokens.len(), step.advantage);
+            weights.resize(tokens.len(), 1.0);
+        }
+        // Shifted: input drops the last token, the per-target arrays the
+        // first position.
         let n = tokens.len().saturating_sub(1);
-        let prompt_targets = prompt.len().saturating_sub(1);
-        let mut logprobs = vec![0.0; prompt_targets];
-        logprobs.extend(
-            sampled
-                .logprobs
-                .clone()
-                .unwrap_or_else(|| vec![0.0; sampled.tokens.len()]),
-        );
-        let mut advantages = vec![0.0; prompt_targets];
-        advantages.resize(n, advantage);
-        let mut weights = vec![0.0; prompt_targets];
-        weights.resize(n, 1.0);
+        let tail = |v: Vec<f32>| v.into_iter().skip(1).collect::<Vec<f32>>();
         Datum {
             model_input: ModelInput::tokens(tokens[..n].to_vec()),
             loss_fn_inputs: BTreeMap::from([
                 (
                     "target_tokens".to_string(),
-                    TensorData::int64(tokens[1..].iter().map(|&t| i64::from(t)).collect()),
+                    TensorData::int64(tokens.iter().skip(1).map(|&t| i64::from(t)).collect()),
                 ),
-                ("logprobs".to_string(), TensorData::float32(logprobs)),
-                ("advantages".to_string(), TensorData::float32(advantages)),
-                ("weights".to_string(), TensorData::float32(weights)),
+                ("logprobs".to_string(), TensorData::float32(tail(logprobs))),
+                (
+                    "advantages".to_string(),
+                    TensorData::float32(tail(advantages)),
+                ),
+                ("weights".to_string(), TensorData::float32(tail(weights))),
             ]),
         }
     }
@@ -368,6 +438,62 @@ fn metrics_or_nan<'de, D: Deserializer<'de>>(d: D) -> Result<BTreeMap<String, f6
 #[cfg(test)]
 mod tests {
     #![allow(clippy::unwrap_used)]
+
+    /// Two turns where the second extends the first: one example whose
+    /// sampled spans carry their own turn's logprobs and advantage, and
+    /// whose prompt and in-between tokens carry nothing.
+    #[test]
+    fn a_multi_turn_trajectory_is_one_example() {
+        let (p1, t1, l1) = (vec![1, 2], vec![3, 4], vec![-0.1, -0.2]);
+        let p2 = vec![1, 2, 3, 4, 5, 6];
+        let (t2, l2) = (vec![7], vec![-0.3]);
+        let steps = [
+            super::TrajectoryStep {
+                prompt: &p1,
+                tokens: &t1,
+                logprobs: &l1,
+                advantage: 1.0,
+            },
+            super::TrajectoryStep {
+                prompt: &p2,
+                tokens: &t2,
+                logprobs: &l2,
+                advantage: -0.5,
+            },
+        ];
+        let d = super::Datum::from_trajectory(&steps).unwrap();
+        assert_eq!(d.model_input.len(), 6);
+        let field = |k: &str| d.loss_fn_inputs[k].floats();
+        assert_eq!(field("target_tokens"), vec![2.0, 3.0, 4.0, 5.0, 6.0, 7.0]);
+        assert_eq!(field("logprobs"), vec![0.0, -0.1, -0.2, 0.0, 0.0, -0.3]);
+        assert_eq!(field("advantages"), vec![0.0, 1.0, 1.0, 0.0, 0.0, -0.5]);
+        assert_eq!(field("weights"), vec![0.0, 1.0, 1.0, 0.0, 0.0, 1.0]);
+        // One turn is what from_sample makes.
+        let one = super::Datum::from_trajectory(&steps[..1]).unwrap();
+        let seq = super::Sequence {
+            stop_reason: super::StopReason::Stop,
+            tokens: t1.clone(),
+            logprobs: Some(l1.clone()),
+        };
+        assert_eq!(one, super::Datum::from_sample(&p1, &seq, 1.0));
+        // A prompt that does not extend the last answer is refused.
+        let p3 = vec![1, 2, 9, 4, 5];
+        let broken = [
+            steps[0],
+            super::TrajectoryStep {
+                prompt: &p3,
+                ..steps[1]
+            },
+        ];
+        assert!(super::Datum::from_trajectory(&broken).is_err());
+        let short = [super::TrajectoryStep {
+            prompt: &[1],
+            tokens: &[],
+            logprobs: &[],
+            advantage: 0.0,
+        }];
+        assert!(super::Datum::from_trajectory(&short).is_err());
+    }
 
     #[test]
     fn no_tokens_is_no_chunk() {
