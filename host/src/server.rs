@@ -20,6 +20,7 @@
 //! | `GET /admin/status` | the admin token (`<home>/admin.token`), always |
 //! | `GET /admin/plugins`, `POST /admin/plugins/reload` | the admin token, always |
 //! | `POST /admin/learn/now` (`{"session": ID}` or `{}`) | the admin token, always |
+//! | `POST /admin/train/step` | the admin token, always |
 
 pub mod guard;
 
@@ -69,6 +70,7 @@ pub fn router(app: SharedApp, guard: Guard) -> Router {
         .route("/admin/plugins", get(admin_plugins))
         .route("/admin/plugins/reload", post(admin_plugins_reload))
         .route("/admin/learn/now", post(admin_learn_now))
+        .route("/admin/train/step", post(admin_train_step))
         .route_layer(middleware::from_fn_with_state(
             app.clone(),
             require_admin_token,
@@ -422,6 +424,28 @@ async fn admin_plugins_reload(State(app): State<SharedApp>) -> Response {
 
 /// Runs a session's learning job now (ending the session first if it is
 /// still open), or every queued and failed job; answers when they end.
+/// One training step now (rl/auto): what it did, or why none ran.
+async fn admin_train_step(State(app): State<SharedApp>) -> Response {
+    let Some(train) = app.train.clone() else {
+        let why = match (&app.proxy.policy, app.learn.is_some()) {
+            (None, _) => "nothing trains: the student does not serve (mode: rl or auto)",
+            (Some(_), false) => {
+                "nothing trains: training needs the rewards of learning jobs (learning.enabled: false)"
+            }
+            (Some(_), true) => "the trainer did not start (see the log)",
+        };
+        return ApiError::NotFound(why.into()).into_response();
+    };
+    match train.step().await {
+        Ok(outcome) => axum::Json(json!(outcome)).into_response(),
+        Err(e) => ApiError::UpstreamUnreachable {
+            base: "the training service".into(),
+            reason: e,
+        }
+        .into_response(),
+    }
+}
+
 async fn admin_learn_now(State(app): State<SharedApp>, body: axum::body::Bytes) -> Response {
     let Some(learn) = app.learn.clone() else {
         return ApiError::NotFound(crate::learn::OFF.into()).into_response();
@@ -548,6 +572,7 @@ mod tests {
             }),
             plugins: None,
             learn: None,
+            train: None,
             proxy_token: proxy.api_key.clone(),
             admin_token: ADMIN.into(),
             info: RuntimeInfo {

@@ -70,6 +70,11 @@ struct Product {
 /// The product in `mode: rl` with `rl` lines added, sampling the fake
 /// Tinker server (unless `no_service`) with the tiny Qwen3's tokenizer.
 async fn product(rl: &str, no_service: bool) -> Product {
+    product_in(rl, no_service, LEARNING_OFF).await
+}
+
+/// [`product`] with this `learning` section.
+async fn product_in(rl: &str, no_service: bool, learning: &str) -> Product {
     let upstream_listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let upstream = format!("http://{}/v1", upstream_listener.local_addr().unwrap());
     let dummy = Arc::new(metaclaw_mock_upstream::Dummy::default());
@@ -87,19 +92,23 @@ async fn product(rl: &str, no_service: bool) -> Product {
         "  model: fake-bigram\n  tinker_base_url: {tinker}\n  tokenizer_path: {}\n{rl}",
         fixture()
     );
-    let mut product = product_with(&upstream, &rl).await;
+    let mut product = product_with(&upstream, &rl, learning).await;
     product.tinker = tinker;
     product.fake = fake;
     product
 }
 
-/// The product in `mode: rl` in front of `upstream`, with these `rl` lines.
-async fn product_with(upstream: &str, rl: &str) -> Product {
+/// Learning off: the serving path alone.
+const LEARNING_OFF: &str = "learning:\n  enabled: false\n";
+
+/// The product in `mode: rl` in front of `upstream`, with these `rl` lines
+/// and this `learning` section.
+async fn product_with(upstream: &str, rl: &str, learning: &str) -> Product {
     let dir = tempfile::tempdir().unwrap();
     let home = Home::at(dir.path());
     home.ensure().unwrap();
     let config = format!(
-        "mode: rl\nllm:\n  api_base: {upstream}\n  model_id: echo\n  force_model: true\nrl:\n{rl}skills:\n  enabled: false\nlearning:\n  enabled: false\nplugins:\n  builtin: false\n"
+        "mode: rl\nllm:\n  api_base: {upstream}\n  model_id: echo\n  force_model: true\nrl:\n{rl}skills:\n  enabled: false\n{learning}plugins:\n  builtin: false\n"
     );
     let path = dir.path().join("config.yaml");
     std::fs::write(&path, config).unwrap();
@@ -139,6 +148,22 @@ impl Product {
             );
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
+    }
+
+    async fn admin_post(&self, path: &str, body: &Value) -> (StatusCode, Vec<u8>) {
+        let token = self.handle.app().admin_token.clone();
+        let request = Request::post(path)
+            .header("host", format!("127.0.0.1:{PORT}"))
+            .header("content-type", "application/json")
+            .header("authorization", format!("Bearer {token}"))
+            .body(Body::from(body.to_string()))
+            .unwrap();
+        let response = self.router.clone().oneshot(request).await.unwrap();
+        let status = response.status();
+        let bytes = axum::body::to_bytes(response.into_body(), 1 << 22)
+            .await
+            .unwrap();
+        (status, bytes.to_vec())
     }
 
     async fn status(&self) -> Value {
@@ -808,7 +833,7 @@ async fn against_skyrl_the_student_answers_openclaw_with_the_exact_tokens() {
         model.display(),
         server.proc.url
     );
-    let p = product_with(&format!("{}/v1", upstream.url), &rl).await;
+    let p = product_with(&format!("{}/v1", upstream.url), &rl, LEARNING_OFF).await;
     let started = Instant::now();
     p.student_is("ready").await;
     eprintln!("student ready in {:.1} s", started.elapsed().as_secs_f64());
@@ -881,4 +906,104 @@ async fn against_skyrl_the_student_answers_openclaw_with_the_exact_tokens() {
             );
         }
     }
+}
+
+/// The training loop on the fake service: a session's student turns are
+/// judged when it ends (the dummy judge: a corrected answer −1, the next
+/// one 0), a step trains on them (their advantages differ), the new
+/// weights serve the next turn, and the queue says each sample was
+/// trained once.
+#[tokio::test]
+async fn judged_turns_train_a_step_whose_weights_serve_the_next_turn() {
+    let rl = "  batch_size: 2\n  manual_train_trigger: true\n  prm_model: judge\n  prm_m: 1\n";
+    let p = product_in(rl, false, "learning:\n  enabled: true\n").await;
+    p.student_is("ready").await;
+    let system = json!({"role": "system", "content": "You are a helpful assistant."});
+    let first = vec![
+        system,
+        json!({"role": "user", "content": "Where is Paris?"}),
+    ];
+    p.script(&[says("Paris is in Spain.")]).await;
+    let (status, _) = p
+        .post(
+            "/v1/chat/completions",
+            "s-train",
+            &json!({"model": "m", "messages": first}),
+        )
+        .await;
+    assert_eq!(status, StatusCode::OK);
+    let mut second = first.clone();
+    second.push(json!({"role": "assistant", "content": "Paris is in Spain."}));
+    second.push(json!({"role": "user", "content": "No, that's wrong. Paris is in France."}));
+    p.script(&[says("Sorry: Paris is in France.")]).await;
+    p.post(
+        "/v1/chat/completions",
+        "s-train",
+        &json!({"model": "m", "messages": second}),
+    )
+    .await;
+
+    // Before the session's learning job, nothing is ready.
+    let (_, body) = p.admin_post("/admin/train/step", &json!({})).await;
+    assert_eq!(
+        json_of(&body)["outcome"],
+        "waiting",
+        "{}",
+        String::from_utf8_lossy(&body)
+    );
+
+    // The session ends and is judged; then one step trains on both turns.
+    let (status, body) = p
+        .admin_post("/admin/learn/now", &json!({"session": "s-train"}))
+        .await;
+    assert_eq!(status, StatusCode::OK, "{}", String::from_utf8_lossy(&body));
+    let turns = p.turns("s-train").await;
+    let rewards: Vec<Option<f64>> = turns.iter().map(|t| t.reward).collect();
+    assert_eq!(rewards[0], Some(-1.0), "{rewards:?}");
+    let (status, body) = p.admin_post("/admin/train/step", &json!({})).await;
+    assert_eq!(status, StatusCode::OK, "{}", String::from_utf8_lossy(&body));
+    let stepped = json_of(&body);
+    assert_eq!(stepped["outcome"], "stepped", "{stepped}");
+    assert_eq!(stepped["step"], 1);
+    assert_eq!(stepped["samples"], 2);
+    assert_eq!(
+        stepped["datums"], 1,
+        "the two turns extend each other: one datum"
+    );
+    assert_eq!(stepped["policy_version"], 1);
+    assert!(stepped["kl_sampler_learner"].is_number(), "{stepped}");
+
+    // The service applied it; the student now serves its weights.
+    let models: Value = reqwest::get(format!("{}/api/v1/fake/models", p.tinker))
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let steps: Vec<u64> = models
+        .as_object()
+        .unwrap()
+        .values()
+        .map(|m| m["steps"].as_u64().unwrap())
+        .collect();
+    assert_eq!(steps, [1], "{models}");
+    let student = p.status().await["student"].clone();
+    assert_eq!(student["policy_version"], 1, "{student}");
+    p.script(&[says("Hello again.")]).await;
+    p.post("/v1/chat/completions", "s-after", &chat_request(false))
+        .await;
+    let after = p.turns("s-after").await;
+    assert_eq!(p.sample_of(&after[0].id).await.policy_version, 1);
+
+    // Each sample trained once: a second step finds nothing ready.
+    let (_, body) = p.admin_post("/admin/train/step", &json!({})).await;
+    assert_eq!(json_of(&body)["outcome"], "waiting");
+    let store = &p.handle.app().proxy.store;
+    let conn = metaclaw::store::open_read_only(store.path()).unwrap();
+    let counts = metaclaw::store::train_queue::counts(&conn).unwrap();
+    assert_eq!(
+        (counts.trained, counts.ready, counts.in_step),
+        (2, 0, 0),
+        "{counts:?}"
+    );
 }

@@ -30,6 +30,8 @@ pub struct App {
     pub plugins: Option<Arc<PluginHost>>,
     /// The learning runner (`None` when `learning.enabled` is off).
     pub learn: Option<LearnHandle>,
+    /// The trainer (rl/auto with learning on: rewards come from learning).
+    pub train: Option<crate::learn::rl::trainer::TrainerHandle>,
     /// `proxy.api_key`: required on /v1 routes when set.
     pub proxy_token: Option<String>,
     /// Required on /admin routes, always.

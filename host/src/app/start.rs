@@ -206,10 +206,29 @@ impl App {
             },
         });
         let (learn, learner) = learner.unzip();
+        // Training from the student's judged turns: its own thread; it
+        // needs the rewards learning gives.
+        let train = match (&proxy.policy, config.learning.enabled) {
+            (Some(policy), true) => start_trainer(
+                config,
+                proxy.store.path().to_path_buf(),
+                policy.clone(),
+                skills.clone(),
+                &cancel,
+            ),
+            (Some(_), false) => {
+                tracing::warn!(
+                    "nothing trains: training needs the rewards of learning jobs (learning.enabled: false)"
+                );
+                None
+            }
+            _ => None,
+        };
         let app = Arc::new(App {
             proxy: proxy.clone(),
             plugins: plugins.clone(),
             learn,
+            train,
             proxy_token: config.proxy.api_key.clone(),
             admin_token: home.admin_token()?,
             info: RuntimeInfo {
@@ -247,6 +266,46 @@ impl App {
             scoring,
             learner,
         })
+    }
+}
+
+/// The trainer's thread (`learn::rl::trainer`); `None`, logged, if it
+/// cannot start. A step cut short by shutdown is redone from the last
+/// saved state next time, so the thread is not waited for.
+fn start_trainer(
+    config: &crate::config::Config,
+    db: std::path::PathBuf,
+    policy: Arc<Policy>,
+    skills: Option<Arc<Skills>>,
+    cancel: &CancellationToken,
+) -> Option<crate::learn::rl::trainer::TrainerHandle> {
+    use crate::learn::rl::{self, trainer};
+    let env = |k: &str| std::env::var(k).ok();
+    let settings = trainer::Settings {
+        tinker: crate::tinker::configured::settings(config, &env),
+        spec: crate::tinker::configured::run_spec(config, config.rl.save_every),
+        batch_size: config.rl.batch_size.max(1) as usize,
+        loss: rl::loss_fn(&config.rl.loss_fn)?,
+        learning_rate: config.rl.learning_rate,
+        baseline_decay: config.rl.baseline_decay,
+        manual: config.rl.manual_train_trigger,
+        db: db.clone(),
+    };
+    let generation: Box<dyn Fn() -> u64 + Send> = match skills {
+        Some(skills) => Box::new(move || skills.library.snapshot().generation),
+        None => Box::new(move || {
+            crate::store::open_read_only(&db)
+                .ok()
+                .and_then(|c| crate::store::skills::generation(&c).ok())
+                .unwrap_or(0)
+        }),
+    };
+    match trainer::spawn(settings, policy, generation, cancel.clone()) {
+        Ok((handle, _thread)) => Some(handle),
+        Err(e) => {
+            tracing::error!("nothing trains: cannot start the trainer's thread: {e}");
+            None
+        }
     }
 }
 

@@ -24,6 +24,7 @@ mod sessions_cmd;
 mod setup;
 mod skills_cmd;
 mod tinker_cmd;
+mod train_cmd;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -78,6 +79,10 @@ pub enum Command {
     /// on a file of datums, see the training runs.
     #[command(subcommand)]
     Tinker(TinkerCommand),
+    /// Training from the student's judged turns (rl/auto): a step now,
+    /// the queue and the steps so far.
+    #[command(subcommand)]
+    Train(TrainCommand),
     /// Print the version.
     Version(JsonFlag),
     /// Developer tools.
@@ -256,6 +261,22 @@ pub enum LearnCommand {
         /// At most this many, newest first.
         #[arg(long, default_value_t = 50)]
         limit: usize,
+    },
+}
+
+#[derive(Subcommand, Debug)]
+pub enum TrainCommand {
+    /// Run one training step now on the ready samples (at least one, at
+    /// most rl.batch_size), serve its weights, and print what it did.
+    Step {
+        #[arg(long)]
+        json: bool,
+    },
+    /// The training queue (samples waiting, ready, trained, skipped) and
+    /// the active run's steps.
+    Status {
+        #[arg(long)]
+        json: bool,
     },
 }
 
@@ -482,6 +503,7 @@ fn dispatch(cli: Cli) -> Result<ExitCode> {
         Command::Skills(cmd) => skills_cmd::run(&home, &config_path, cmd),
         Command::Learn(cmd) => learn_cmd::run(&home, &config_path, cmd),
         Command::Tinker(cmd) => tinker_cmd::run(&home, &config_path, cmd),
+        Command::Train(cmd) => train_cmd::run(&home, &config_path, cmd),
         Command::Version(args) => {
             if args.json {
                 say!(

@@ -60,6 +60,13 @@ pub struct RlConfig {
     pub max_new_tokens: u32,
     /// How long one sample may take before the turn falls back to `llm`.
     pub sample_timeout: Dur,
+    // metaclaw's own keys for training from the student's turns (W2-F).
+    /// The training state is saved every this many steps (a restart
+    /// resumes from the last save; samples of later steps are trained
+    /// again, none twice).
+    pub save_every: u32,
+    /// How fast the running reward baseline follows new rewards (0–1).
+    pub baseline_decay: f64,
 }
 
 impl Default for RlConfig {
@@ -96,6 +103,8 @@ impl Default for RlConfig {
             thinking: Thinking::Auto,
             max_new_tokens: 2048,
             sample_timeout: Dur::secs(180),
+            save_every: 1,
+            baseline_decay: 0.1,
         }
     }
 }

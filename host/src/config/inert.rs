@@ -20,7 +20,6 @@ use serde_json::Value;
 
 use super::{Config, Loaded, Mode, get_path};
 
-const TRAIN: &str = "training steps arrive with W2-F (RL training side)";
 const OPD: &str = "on-policy distillation from a teacher arrives with W2-F (RL training side)";
 const SCHEDULER: &str =
     "the idle-time training scheduler arrives with W2-G (until then nothing trains)";
@@ -58,13 +57,6 @@ pub const INERT: &[(&str, &str)] = &[
         "the original's URL for other training backends; the Tinker bridge uses rl.tinker_base_url",
     ),
     ("rl.prm_provider", PROVIDER),
-    ("rl.batch_size", TRAIN),
-    ("rl.learning_rate", TRAIN),
-    ("rl.loss_fn", TRAIN),
-    (
-        "rl.manual_train_trigger",
-        "`metaclaw train step` arrives with W2-F (RL training side)",
-    ),
     ("rl.evolver_provider", PROVIDER),
     ("opd.enabled", OPD),
     ("opd.teacher_url", OPD),
@@ -183,6 +175,13 @@ pub const IMPLEMENTED: &[&str] = &[
     "rl.thinking",
     "rl.max_new_tokens",
     "rl.sample_timeout",
+    // Training from the student's turns (learn::rl).
+    "rl.batch_size",
+    "rl.learning_rate",
+    "rl.loss_fn",
+    "rl.manual_train_trigger",
+    "rl.save_every",
+    "rl.baseline_decay",
     "openrouter.app_name",
     "sessions.idle_timeout",
     "store.path",
@@ -232,20 +231,14 @@ pub fn why_inert(key: &str) -> Option<&'static str> {
     INERT.iter().find(|(k, _)| *k == key).map(|(_, why)| *why)
 }
 
-/// `mode: rl` and `auto` serve from the trained model; what they do not do
-/// yet.
+/// What `mode: auto` does not do yet (`rl` does all it says).
 pub fn mode_warning(mode: &Mode) -> Option<String> {
-    let later = match mode {
-        Mode::SkillsOnly => return None,
-        Mode::Rl => "training steps arrive with W2-F",
-        Mode::Auto => {
-            "training steps arrive with W2-F, and the idle-time scheduler of auto with W2-G"
-        }
-    };
-    Some(format!(
-        "`mode: {}` serves the agent from the trainable model (rl.model) and records what it sampled, but nothing trains yet ({later})",
-        mode.as_str()
-    ))
+    match mode {
+        Mode::SkillsOnly | Mode::Rl => None,
+        Mode::Auto => Some(
+            "`mode: auto` serves and trains as `rl` does, whenever samples are ready: the idle-time scheduler that limits training to idle windows arrives with W2-G".to_string(),
+        ),
+    }
 }
 
 /// Sets the mode for this run (`start --mode`), with the warning that goes
@@ -358,7 +351,7 @@ mod tests {
         let path = dir.path().join("config.yaml");
         std::fs::write(
             &path,
-            "mode: madmax\nrl:\n  batch_size: 16\n  lora_rank: 16\n  enabled: false\n  resume_from_ckpt: ''\n  prm_model: judge\nscheduler:\n  calendar:\n    enabled: true\nmemory:\n  scope: team\nopd: {}\n",
+            "mode: madmax\nrl:\n  batch_size: 16\n  lora_rank: 16\n  enabled: false\n  resume_from_ckpt: ''\n  prm_model: judge\nscheduler:\n  calendar:\n    enabled: true\nmemory:\n  scope: team\nopd:\n  teacher_model: big\n",
         )
         .unwrap();
         let env = |var: &str| (var == "TINKER_API_KEY").then(|| "tk-secret-1".to_string());
@@ -372,14 +365,14 @@ mod tests {
                 .count()
         };
         for key in [
-            "rl.batch_size",
+            "opd.teacher_model",
             "scheduler.calendar.enabled",
             "memory.scope",
         ] {
             assert_eq!(about(key), 1, "{key}: {text}");
         }
         assert!(
-            text.contains("`rl.batch_size` is set in ")
+            text.contains("`opd.teacher_model` is set in ")
                 && text.contains("not implemented in this version")
                 && text.contains("W2-F"),
             "{text}"
@@ -388,6 +381,7 @@ mod tests {
         // bridge's keys, from the file or the environment): nothing.
         for key in [
             "rl.enabled",
+            "rl.batch_size",
             "rl.resume_from_ckpt",
             "rl.prm_model",
             "rl.lora_rank",
@@ -399,8 +393,7 @@ mod tests {
         assert!(!text.contains("tk-secret-1"), "{text}");
         // The mode, with what metaclaw does instead.
         assert!(
-            text.contains("`mode: auto` serves the agent from the trainable model")
-                && text.contains("nothing trains yet"),
+            text.contains("`mode: auto` serves and trains as `rl` does") && text.contains("W2-G"),
             "{text}"
         );
         assert_eq!(loaded.warnings.len(), 4, "{text}");
@@ -414,7 +407,7 @@ mod tests {
     fn a_mode_given_for_one_run_replaces_the_configs_warning() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("config.yaml");
-        std::fs::write(&path, "mode: rl\n").unwrap();
+        std::fs::write(&path, "mode: auto\n").unwrap();
         let mut loaded = load_with_env(&path, &|_| None).unwrap();
         assert_eq!(loaded.warnings.len(), 1);
         override_mode(&mut loaded, Mode::SkillsOnly);
@@ -433,10 +426,11 @@ mod tests {
         );
         assert!(note_on_set("proxy.port", &Value::from(1)).is_none());
         assert!(
-            note_on_set("mode", &Value::from("rl"))
+            note_on_set("mode", &Value::from("auto"))
                 .unwrap()
-                .contains("`mode: rl`")
+                .contains("`mode: auto`")
         );
+        assert!(note_on_set("mode", &Value::from("rl")).is_none());
         assert!(note_on_set("mode", &Value::from("skills_only")).is_none());
     }
 }

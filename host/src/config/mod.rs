@@ -170,12 +170,7 @@ max_context_tokens: 60000
         inert.sort_unstable();
         assert_eq!(
             inert,
-            [
-                "memory.retrieval_mode",
-                "mode: auto",
-                "rl.backend",
-                "rl.batch_size",
-            ],
+            ["memory.retrieval_mode", "mode: auto", "rl.backend",],
             "{:?}",
             loaded.warnings
         );

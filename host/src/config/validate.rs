@@ -129,6 +129,21 @@ pub fn validate(config: &Config) -> Result<(), ConfigError> {
             "must be longer than zero".into(),
         ));
     }
+    if crate::learn::rl::loss_fn(&config.rl.loss_fn).is_none() {
+        return Err(invalid(
+            "rl.loss_fn",
+            "one of importance_sampling, ppo, cispo".into(),
+        ));
+    }
+    if !(0.0..=1.0).contains(&config.rl.baseline_decay) || config.rl.baseline_decay == 0.0 {
+        return Err(invalid(
+            "rl.baseline_decay",
+            "must be above 0 and at most 1".into(),
+        ));
+    }
+    if config.rl.batch_size == 0 {
+        return Err(invalid("rl.batch_size", "must be at least 1".into()));
+    }
     if config.rl.max_new_tokens == 0 {
         return Err(invalid("rl.max_new_tokens", "must be at least 1".into()));
     }

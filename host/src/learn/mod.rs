@@ -24,6 +24,7 @@ pub mod llm;
 pub mod per_turn;
 pub mod review;
 pub mod reward;
+pub mod rl;
 pub mod runner;
 pub mod stages;
 

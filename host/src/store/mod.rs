@@ -14,6 +14,7 @@ mod read;
 pub mod samples;
 mod schema;
 pub mod skills;
+pub mod train_queue;
 pub mod training;
 mod writer;
 

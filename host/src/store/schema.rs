@@ -273,6 +273,23 @@ const MIGRATIONS: &[&str] = &[
     );
     CREATE INDEX turn_samples_by_trajectory ON turn_samples(trajectory_id);
     "#,
+    // 10: the training queue (store::train_queue): each sample's way to at
+    // most one training step, and the running reward baselines.
+    r#"
+    ALTER TABLE turn_samples ADD COLUMN train_state TEXT NOT NULL DEFAULT 'waiting';
+    ALTER TABLE turn_samples ADD COLUMN train_note TEXT;
+    ALTER TABLE turn_samples ADD COLUMN advantage REAL;
+    ALTER TABLE turn_samples ADD COLUMN run_id TEXT;
+    ALTER TABLE turn_samples ADD COLUMN train_step INTEGER;
+    CREATE INDEX turn_samples_by_state ON turn_samples(train_state);
+    CREATE TABLE rl_baselines (
+        skill_generation INTEGER NOT NULL,
+        policy_version   INTEGER NOT NULL,
+        value            REAL NOT NULL,
+        count            INTEGER NOT NULL,
+        PRIMARY KEY (skill_generation, policy_version)
+    );
+    "#,
 ];
 
 pub fn configure(conn: &Connection) -> rusqlite::Result<()> {

@@ -66,6 +66,10 @@ pub struct StepReport {
     pub metrics: BTreeMap<String, f64>,
     /// The state saved after this step, if one was.
     pub saved: Option<String>,
+    /// Per datum, what `forward_backward` returned (the learner's
+    /// `logprobs` of every target, …): for metrics computed here.
+    #[serde(skip)]
+    pub outputs: Vec<BTreeMap<String, super::types::TensorData>>,
 }
 
 /// A run being driven by this process.
@@ -233,6 +237,7 @@ impl TrainingRun {
             loss,
             metrics,
             saved,
+            outputs: result.loss_fn_outputs,
         })
     }
 

@@ -1,0 +1,120 @@
+//! `train step | status`. `step` asks the running daemon (it owns the
+//! trainer and the served policy); `status` reads the database, daemon or
+//! not.
+
+use std::path::Path;
+use std::process::ExitCode;
+
+use anyhow::Result;
+use serde_json::json;
+
+use super::admin::AdminClient;
+use super::sessions_cmd::db_path;
+use super::{TrainCommand, load_config, local_time, runtime};
+use crate::home::Home;
+use crate::store::{self, train_queue, training};
+
+/// A step waits this long (a cold CPU server compiles for a while).
+const STEP_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(1800);
+
+pub fn run(home: &Home, config_path: &Path, command: TrainCommand) -> Result<ExitCode> {
+    let _ = load_config(config_path)?;
+    match command {
+        TrainCommand::Step { json } => step(home, json),
+        TrainCommand::Status { json } => status(home, config_path, json),
+    }
+}
+
+fn step(home: &Home, json: bool) -> Result<ExitCode> {
+    let admin = AdminClient::connect(home)?.timeout(STEP_TIMEOUT);
+    let reply = runtime()?.block_on(admin.post_json("/admin/train/step", &json!({})))?;
+    if json {
+        say!("{}", serde_json::to_string_pretty(&reply)?);
+        return Ok(ExitCode::SUCCESS);
+    }
+    match reply["outcome"].as_str() {
+        Some("stepped") => say!(
+            "step {} of {}: {} sample(s) in {} datum(s), {} token(s); loss {}, mean reward {:+.3}, KL(sampler‖learner) {}, entropy {}; serving policy version {}{}",
+            reply["step"],
+            reply["run"].as_str().unwrap_or("?"),
+            reply["samples"],
+            reply["datums"],
+            reply["tokens"],
+            reply["loss"],
+            reply["mean_reward"].as_f64().unwrap_or(0.0),
+            reply["kl_sampler_learner"],
+            reply["entropy"],
+            reply["policy_version"],
+            reply["checkpoint"]
+                .as_str()
+                .map(|c| format!("; checkpoint {c}"))
+                .unwrap_or_default()
+        ),
+        Some("waiting") => say!(
+            "no step: {} sample(s) ready (a step needs at least one; rl.batch_size {})",
+            reply["ready"],
+            reply["batch_size"]
+        ),
+        Some("no_signal") => say!(
+            "no step: the {} ready sample(s) had no signal (every advantage zero) and were skipped",
+            reply["skipped"]
+        ),
+        _ => say!("{reply}"),
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+fn status(home: &Home, config_path: &Path, json: bool) -> Result<ExitCode> {
+    let path = db_path(home, config_path);
+    let conn = store::open_read_only(&path)?;
+    let queue = train_queue::counts(&conn)?;
+    let runs = training::list(&conn, 1)?;
+    let steps = match runs.first() {
+        Some(run) => training::steps(&conn, &run.id, 10)?,
+        None => Vec::new(),
+    };
+    if json {
+        say!(
+            "{}",
+            serde_json::to_string_pretty(&json!({
+                "queue": queue,
+                "run": runs.first(),
+                "steps": steps,
+            }))?
+        );
+        return Ok(ExitCode::SUCCESS);
+    }
+    say!(
+        "queue: {} waiting for their session's learning job, {} ready, {} in a step, {} trained, {} skipped",
+        queue.waiting,
+        queue.ready,
+        queue.in_step,
+        queue.trained,
+        queue.skipped
+    );
+    match runs.first() {
+        None => say!("no training run yet"),
+        Some(run) => {
+            say!(
+                "run {} on {} ({}): step {}, policy version served {}, last saved state at step {}",
+                run.id,
+                run.base_model,
+                run.service,
+                run.step,
+                run.sampler_step.unwrap_or(0),
+                run.state_step
+                    .map_or_else(|| "none".to_string(), |s| s.to_string())
+            );
+            for s in &steps {
+                say!(
+                    "  step {:>4}  {}  {} sample(s)  loss {}",
+                    s.step,
+                    local_time(s.at_ms),
+                    s.samples,
+                    s.loss.map_or_else(|| "-".into(), |l| format!("{l:.4}"))
+                );
+            }
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}

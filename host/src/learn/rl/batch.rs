@@ -1,0 +1,166 @@
+//! Ready samples to a batch of datums. A session's samples that extend one
+//! another (one trajectory, in turn order, each naming the one before it)
+//! become one datum; a chain is cut where a turn is missing (not ready,
+//! skipped), and what follows starts a datum of its own. Each turn's sampled
+//! tokens carry its own advantage (`advantage.rs`).
+
+use std::collections::BTreeMap;
+
+use crate::store::train_queue::Ready;
+use crate::tinker::types::{Datum, TrajectoryStep};
+
+use super::advantage::{self, Baselines};
+
+/// A batch to train on: the datums, and each sample with its advantage.
+#[derive(Debug, Default)]
+pub struct Batch {
+    pub data: Vec<Datum>,
+    pub samples: Vec<(String, f64)>,
+    pub mean_reward: f64,
+    /// Sampled tokens trained on (weight 1).
+    pub tokens: usize,
+}
+
+/// The first `size` ready samples (whole chains: a chain is never split
+/// across batches) as a batch, their advantages from `baselines`. `None`
+/// while fewer than `size` are ready. A batch with no signal comes back
+/// with no datums (its samples are to be skipped).
+pub fn build(ready: &[Ready], size: usize, baselines: &mut Baselines, decay: f64) -> Option<Batch> {
+    if ready.len() < size.max(1) {
+        return None;
+    }
+    // Chains, in the order their first turn is ready.
+    let mut chains: Vec<Vec<&Ready>> = Vec::new();
+    let mut open: BTreeMap<&str, usize> = BTreeMap::new();
+    for sample in ready {
+        let continues = sample
+            .extends
+            .as_deref()
+            .and_then(|before| open.get(before).copied())
+            .filter(|&i| {
+                chains[i]
+                    .last()
+                    .is_some_and(|last| Some(last.turn_id.as_str()) == sample.extends.as_deref())
+            });
+        match continues {
+            Some(i) => chains[i].push(sample),
+            None => chains.push(vec![sample]),
+        }
+        let index = continues.unwrap_or(chains.len() - 1);
+        open.insert(sample.turn_id.as_str(), index);
+    }
+    let mut batch = Batch::default();
+    let mut taken = Vec::new();
+    for chain in chains {
+        if taken.len() >= size {
+            break;
+        }
+        taken.push(chain);
+        let count: usize = taken.iter().map(Vec::len).sum();
+        if count >= size {
+            break;
+        }
+    }
+    let mut rewards = Vec::new();
+    for chain in &taken {
+        let advantages: Vec<f64> = chain
+            .iter()
+            .map(|s| baselines.advantage((s.skill_generation, s.policy_version), s.reward, decay))
+            .collect();
+        let steps: Vec<TrajectoryStep<'_>> = chain
+            .iter()
+            .zip(&advantages)
+            .map(|(s, &a)| TrajectoryStep {
+                prompt: &s.prompt_tokens,
+                tokens: &s.tokens,
+                logprobs: &s.logprobs,
+                advantage: a as f32,
+            })
+            .collect();
+        match Datum::from_trajectory(&steps) {
+            Ok(datum) => batch.data.push(datum),
+            // Recorded as extending but not (should not happen): each turn
+            // on its own.
+            Err(_) => {
+                for step in &steps {
+                    if let Ok(datum) = Datum::from_trajectory(std::slice::from_ref(step)) {
+                        batch.data.push(datum);
+                    }
+                }
+            }
+        }
+        for (s, a) in chain.iter().zip(advantages) {
+            batch.samples.push((s.turn_id.clone(), a));
+            batch.tokens += s.tokens.len();
+            rewards.push(s.reward);
+        }
+    }
+    batch.mean_reward = rewards.iter().sum::<f64>() / rewards.len().max(1) as f64;
+    let advantages: Vec<f64> = batch.samples.iter().map(|(_, a)| *a).collect();
+    if !advantage::has_signal(&advantages) {
+        batch.data.clear();
+    }
+    Some(batch)
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+
+    use super::*;
+
+    fn ready(
+        turn: &str,
+        extends: Option<&str>,
+        prompt: Vec<i32>,
+        tokens: Vec<i32>,
+        reward: f64,
+    ) -> Ready {
+        Ready {
+            turn_id: turn.into(),
+            session_id: "s".into(),
+            seq: 0,
+            trajectory: "t1".into(),
+            extends: extends.map(str::to_string),
+            reward,
+            skill_generation: 0,
+            policy_version: 0,
+            logprobs: vec![-0.5; tokens.len()],
+            prompt_tokens: prompt,
+            tokens,
+        }
+    }
+
+    #[test]
+    fn a_chain_of_turns_is_one_datum_and_a_cut_chain_two() {
+        let samples = vec![
+            ready("t1", None, vec![1, 2], vec![3], 1.0),
+            ready("t2", Some("t1"), vec![1, 2, 3, 4], vec![5], -1.0),
+            // Extends a turn that is not here: a datum of its own.
+            ready("t4", Some("t3"), vec![1, 2, 3, 4, 5, 6, 7], vec![8], 1.0),
+        ];
+        let mut baselines = Baselines::default();
+        let batch = build(&samples, 3, &mut baselines, 0.5).unwrap();
+        assert_eq!(batch.data.len(), 2);
+        assert_eq!(batch.samples.len(), 3);
+        assert_eq!(batch.tokens, 3);
+        // t1 sets the baseline (advantage 0), t2 is below it.
+        assert_eq!(batch.samples[0], ("t1".into(), 0.0));
+        assert_eq!(batch.samples[1], ("t2".into(), -2.0));
+        let advantages = batch.data[0].loss_fn_inputs["advantages"].floats();
+        assert_eq!(advantages, vec![0.0, 0.0, 0.0, -2.0]);
+        // Fewer ready than the batch size: nothing yet.
+        assert!(build(&samples[..2], 3, &mut Baselines::default(), 0.5).is_none());
+    }
+
+    #[test]
+    fn a_batch_with_no_signal_has_no_datums() {
+        let samples = vec![
+            ready("a", None, vec![1, 2], vec![3], 1.0),
+            ready("b", None, vec![1, 2], vec![4], 1.0),
+        ];
+        let batch = build(&samples, 2, &mut Baselines::default(), 0.5).unwrap();
+        assert!(batch.data.is_empty());
+        assert_eq!(batch.samples.len(), 2);
+    }
+}

@@ -1,0 +1,200 @@
+//! The training queue: the student's samples (`turn_samples`), each on its
+//! way to at most one training step. A sample is
+//!
+//! - `waiting` until its session's learning job is done (its reward final,
+//!   its evolution known);
+//! - then `skipped`, with the reason, or `ready`;
+//! - `in_step` once a step of a run has it;
+//! - `trained` once a saved training state includes that step. A restart
+//!   goes back to the last saved state, so the samples of later steps are
+//!   `ready` again: none is trained twice, none is lost.
+//!
+//! Never trained: a turn without a reward, whose sample did not parse,
+//! whose tokens were withheld, that was resent (retried), or that is the
+//! support set of an evolution (its session's skills were published: the
+//! next generation learned from it), or sampled under an older skill
+//! generation than the one training now.
+
+use rusqlite::{Connection, params};
+
+use super::samples::{unpack_f32, unpack_i32};
+
+/// A sample ready to train on.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Ready {
+    pub turn_id: String,
+    pub session_id: String,
+    pub seq: i64,
+    pub trajectory: String,
+    pub extends: Option<String>,
+    pub reward: f64,
+    pub skill_generation: u64,
+    pub policy_version: i64,
+    pub prompt_tokens: Vec<i32>,
+    pub tokens: Vec<i32>,
+    pub logprobs: Vec<f32>,
+}
+
+/// What the queue holds, by state.
+#[derive(Debug, Clone, Default, PartialEq, serde::Serialize)]
+pub struct Counts {
+    pub waiting: u64,
+    pub ready: u64,
+    pub in_step: u64,
+    pub trained: u64,
+    pub skipped: u64,
+}
+
+/// Decides the waiting samples whose session's learning job is done:
+/// skipped (with why) or ready. `generation`: the skill library's
+/// generation now. Returns how many became ready.
+pub fn classify(conn: &Connection, generation: u64) -> rusqlite::Result<usize> {
+    // Only samples whose job has finished; each rule marks what it skips.
+    const DONE: &str = "train_state = 'waiting' AND turn_id IN (
+        SELECT t.id FROM turns t JOIN learning_jobs j ON j.session_id = t.session_id
+        WHERE j.state = 'done')";
+    let rules: [(&str, &str); 6] = [
+        (
+            "withheld IS NOT NULL",
+            "its tokens were not kept (a secret was redacted)",
+        ),
+        ("parse_error IS NOT NULL", "the sample did not parse"),
+        (
+            "turn_id IN (SELECT id FROM turns WHERE turn_type != 'main')",
+            "not a main turn (a side turn, or an attempt that was resent)",
+        ),
+        (
+            "turn_id IN (SELECT id FROM turns WHERE reward IS NULL)",
+            "no reward signal (neither the judge nor a scorer)",
+        ),
+        (
+            "turn_id IN (SELECT t.id FROM turns t JOIN evolved_drafts d ON d.session_id = t.session_id
+                         WHERE d.written_ms IS NOT NULL AND d.outcome IN ('created', 'updated'))",
+            "support set: skills were evolved from its session",
+        ),
+        (
+            "skill_generation < ?1",
+            "sampled under an older skill generation",
+        ),
+    ];
+    for (rule, why) in rules {
+        let sql = format!(
+            "UPDATE turn_samples SET train_state = 'skipped', train_note = ?2 WHERE {DONE} AND {rule}"
+        );
+        let uses_generation = rule.contains("?1");
+        let mut stmt = conn.prepare_cached(&sql)?;
+        match uses_generation {
+            true => stmt.execute(params![generation as i64, why])?,
+            false => stmt.execute(params![rusqlite::types::Null, why])?,
+        };
+    }
+    conn.prepare_cached(&format!(
+        "UPDATE turn_samples SET train_state = 'ready' WHERE {DONE}"
+    ))?
+    .execute([])
+}
+
+/// The ready samples of skill generation `generation`, oldest first
+/// (session, then turn order), and older generations' ready ones skipped.
+pub fn ready(conn: &Connection, generation: u64) -> rusqlite::Result<Vec<Ready>> {
+    conn.prepare_cached(
+        "UPDATE turn_samples SET train_state = 'skipped', train_note = 'sampled under an older skill generation'
+         WHERE train_state = 'ready' AND skill_generation < ?1",
+    )?
+    .execute(params![generation as i64])?;
+    conn.prepare_cached(
+        "SELECT s.turn_id, t.session_id, t.seq, s.trajectory_id, s.extends_turn, t.reward,
+                s.skill_generation, s.policy_version, s.prompt_tokens, s.sampled_tokens, s.logprobs
+         FROM turn_samples s JOIN turns t ON t.id = s.turn_id
+         WHERE s.train_state = 'ready' AND s.skill_generation = ?1 AND t.reward IS NOT NULL
+         ORDER BY t.started_at_ms, t.session_id, t.seq",
+    )?
+    .query_map(params![generation as i64], |r| {
+        Ok(Ready {
+            turn_id: r.get(0)?,
+            session_id: r.get(1)?,
+            seq: r.get(2)?,
+            trajectory: r.get(3)?,
+            extends: r.get(4)?,
+            reward: r.get(5)?,
+            skill_generation: r.get::<_, i64>(6)?.max(0) as u64,
+            policy_version: r.get(7)?,
+            prompt_tokens: unpack_i32(&r.get::<_, Vec<u8>>(8)?),
+            tokens: unpack_i32(&r.get::<_, Vec<u8>>(9)?),
+            logprobs: unpack_f32(&r.get::<_, Vec<u8>>(10)?),
+        })
+    })?
+    .collect()
+}
+
+/// Marks samples as in a step of a run, each with its advantage (in one
+/// transaction with nothing else: the step itself is recorded by the run).
+pub fn assign(
+    conn: &mut Connection,
+    run_id: &str,
+    step: i64,
+    samples: &[(String, f64)],
+) -> rusqlite::Result<()> {
+    let tx = conn.transaction()?;
+    {
+        let mut stmt = tx.prepare_cached(
+            "UPDATE turn_samples SET train_state = 'in_step', run_id = ?2, train_step = ?3, advantage = ?4
+             WHERE turn_id = ?1 AND train_state = 'ready'",
+        )?;
+        for (turn, advantage) in samples {
+            stmt.execute(params![turn, run_id, step, advantage])?;
+        }
+    }
+    tx.commit()
+}
+
+/// Samples with no signal in their batch (every advantage zero): skipped,
+/// never trained as zeros.
+pub fn skip(conn: &Connection, turns: &[String], why: &str) -> rusqlite::Result<()> {
+    let mut stmt = conn.prepare_cached(
+        "UPDATE turn_samples SET train_state = 'skipped', train_note = ?2 WHERE turn_id = ?1",
+    )?;
+    for turn in turns {
+        stmt.execute(params![turn, why])?;
+    }
+    Ok(())
+}
+
+/// A training state saved after step `step` of `run_id`: its samples (and
+/// those of earlier steps) are trained.
+pub fn checkpointed(conn: &Connection, run_id: &str, step: i64) -> rusqlite::Result<usize> {
+    conn.prepare_cached(
+        "UPDATE turn_samples SET train_state = 'trained'
+         WHERE train_state = 'in_step' AND run_id = ?1 AND train_step <= ?2",
+    )?
+    .execute(params![run_id, step])
+}
+
+/// The run went back to its state saved after step `step` (a restart, a
+/// failed step): the samples of later steps are ready again.
+pub fn rewind(conn: &Connection, run_id: &str, step: i64) -> rusqlite::Result<usize> {
+    conn.prepare_cached(
+        "UPDATE turn_samples SET train_state = 'ready', run_id = NULL, train_step = NULL, advantage = NULL
+         WHERE train_state = 'in_step' AND (run_id != ?1 OR train_step > ?2)",
+    )?
+    .execute(params![run_id, step])
+}
+
+pub fn counts(conn: &Connection) -> rusqlite::Result<Counts> {
+    let mut counts = Counts::default();
+    let mut stmt =
+        conn.prepare_cached("SELECT train_state, count(*) FROM turn_samples GROUP BY train_state")?;
+    let rows = stmt.query_map([], |r| Ok((r.get::<_, String>(0)?, r.get::<_, i64>(1)?)))?;
+    for row in rows {
+        let (state, n) = row?;
+        let n = n.max(0) as u64;
+        match state.as_str() {
+            "waiting" => counts.waiting = n,
+            "ready" => counts.ready = n,
+            "in_step" => counts.in_step = n,
+            "trained" => counts.trained = n,
+            _ => counts.skipped += n,
+        }
+    }
+    Ok(counts)
+}
