@@ -279,13 +279,13 @@ fn start_trainer(
     skills: Option<Arc<Skills>>,
     cancel: &CancellationToken,
 ) -> Option<crate::learn::rl::trainer::TrainerHandle> {
-    use crate::learn::rl::{self, trainer};
+    use crate::learn::rl::trainer;
     let env = |k: &str| std::env::var(k).ok();
     let settings = trainer::Settings {
         tinker: crate::tinker::configured::settings(config, &env),
         spec: crate::tinker::configured::run_spec(config, config.rl.save_every),
         batch_size: config.rl.batch_size.max(1) as usize,
-        loss: rl::loss_fn(&config.rl.loss_fn)?,
+        loss: config.rl.loss()?,
         learning_rate: config.rl.learning_rate,
         baseline_decay: config.rl.baseline_decay,
         manual: config.rl.manual_train_trigger,

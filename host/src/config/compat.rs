@@ -69,6 +69,20 @@ pub struct RlConfig {
     pub baseline_decay: f64,
 }
 
+impl RlConfig {
+    /// `rl.loss_fn`: one of the policy-gradient losses (`cross_entropy` is
+    /// for supervised data, not samples with advantages).
+    pub fn loss(&self) -> Option<metaclaw_tinker::types::LossFn> {
+        use metaclaw_tinker::types::LossFn;
+        match self.loss_fn.trim() {
+            "importance_sampling" => Some(LossFn::ImportanceSampling),
+            "ppo" => Some(LossFn::Ppo),
+            "cispo" => Some(LossFn::Cispo),
+            _ => None,
+        }
+    }
+}
+
 impl Default for RlConfig {
     fn default() -> Self {
         Self {

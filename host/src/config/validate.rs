@@ -129,7 +129,7 @@ pub fn validate(config: &Config) -> Result<(), ConfigError> {
             "must be longer than zero".into(),
         ));
     }
-    if crate::learn::rl::loss_fn(&config.rl.loss_fn).is_none() {
+    if config.rl.loss().is_none() {
         return Err(invalid(
             "rl.loss_fn",
             "one of importance_sampling, ppo, cispo".into(),

@@ -6,16 +6,3 @@
 pub mod advantage;
 pub mod batch;
 pub mod trainer;
-
-use crate::tinker::types::LossFn;
-
-/// `rl.loss_fn`: the policy-gradient losses (`cross_entropy` is for
-/// supervised data, not samples with advantages).
-pub fn loss_fn(name: &str) -> Option<LossFn> {
-    match name.trim() {
-        "importance_sampling" => Some(LossFn::ImportanceSampling),
-        "ppo" => Some(LossFn::Ppo),
-        "cispo" => Some(LossFn::Cispo),
-        _ => None,
-    }
-}
