@@ -366,6 +366,18 @@ async fn admin_status(State(app): State<SharedApp>) -> Response {
         "learning": crate::learn::state_json(app.learn.is_some()),
         // rl/auto: whether the trainable model answers, on which weights,
         // and why not (turns then go to llm when rl.fallback_to_llm).
+        // Training from the student's turns: the queue and whether it runs.
+        "training": app.proxy.policy.as_ref().map(|_| {
+            let queue = crate::store::open_read_only(app.proxy.store.path())
+                .ok()
+                .and_then(|c| crate::store::train_queue::counts(&c).ok());
+            json!({
+                "running": app.train.is_some(),
+                "queue": queue,
+                "note": (app.train.is_none() && app.learn.is_none())
+                    .then_some("nothing trains: training needs the rewards of learning jobs (learning.enabled: false)"),
+            })
+        }),
         "student": app.proxy.policy.as_ref().map(|policy| {
             let mut health = json!(policy.health());
             health["base_model"] = json!(policy.settings.base_model);

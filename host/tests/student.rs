@@ -987,8 +987,9 @@ async fn judged_turns_train_a_step_whose_weights_serve_the_next_turn() {
         .map(|m| m["steps"].as_u64().unwrap())
         .collect();
     assert_eq!(steps, [1], "{models}");
-    let student = p.status().await["student"].clone();
-    assert_eq!(student["policy_version"], 1, "{student}");
+    let status = p.status().await;
+    assert_eq!(status["student"]["policy_version"], 1, "{status}");
+    assert_eq!(status["training"]["queue"]["trained"], 2, "{status}");
     p.script(&[says("Hello again.")]).await;
     p.post("/v1/chat/completions", "s-after", &chat_request(false))
         .await;

@@ -478,6 +478,19 @@ pub fn status(home: &Home, config_path: &Path, args: JsonFlag) -> Result<ExitCod
     if let Some(student) = report["student"].as_object() {
         print_student(student);
     }
+    if let Some(training) = report["training"].as_object() {
+        let q = &training["queue"];
+        match training["note"].as_str() {
+            Some(note) => say!("  training:  {note}"),
+            None => say!(
+                "  training:  {} ready, {} waiting for judging, {} trained, {} skipped (`metaclaw train status`)",
+                q["ready"],
+                q["waiting"],
+                q["trained"],
+                q["skipped"]
+            ),
+        }
+    }
     for key in ["evolution_blocked", "evolution_unguarded"] {
         if let Some(why) = report[key].as_str() {
             say!("  warning:   {why}");
