@@ -198,3 +198,148 @@ pub fn counts(conn: &Connection) -> rusqlite::Result<Counts> {
     }
     Ok(counts)
 }
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+
+    use rusqlite::Connection;
+
+    use super::*;
+    use crate::store::samples::pack_i32;
+
+    fn db() -> Connection {
+        let mut conn = Connection::open_in_memory().unwrap();
+        crate::store::schema::migrate(&mut conn).unwrap();
+        conn
+    }
+
+    /// A session with a finished (or not) learning job.
+    fn session(conn: &Connection, id: &str, job: Option<&str>) {
+        conn.execute(
+            "INSERT INTO sessions (id, base_key, source, started_at_ms, last_activity_ms) VALUES (?1, ?1, 'header', 0, 0)",
+            params![id],
+        )
+        .unwrap();
+        if let Some(state) = job {
+            conn.execute(
+                "INSERT INTO learning_jobs (session_id, state, not_before_ms, enqueued_ms) VALUES (?1, ?2, 0, 0)",
+                params![id, state],
+            )
+            .unwrap();
+        }
+    }
+
+    /// A student turn and its sample.
+    #[allow(clippy::too_many_arguments)]
+    fn turn(
+        conn: &Connection,
+        id: &str,
+        session: &str,
+        seq: i64,
+        turn_type: &str,
+        reward: Option<f64>,
+        parse_error: Option<&str>,
+        generation: i64,
+    ) {
+        conn.execute(
+            "INSERT INTO turns (id, session_id, seq, turn_type, api, stream, status, request_messages,
+                                request_params, started_at_ms, finished_at_ms, total_ms, reward)
+             VALUES (?1, ?2, ?3, ?4, 'chat', 0, 'ok', '[]', '{}', ?3, ?3, 1.0, ?5)",
+            params![id, session, seq, turn_type, reward],
+        )
+        .unwrap();
+        conn.execute(
+            "INSERT INTO turn_samples (turn_id, base_model, sampler, policy_version, rendering, skill_generation,
+                 prompt_tokens, sampled_tokens, logprobs, prompt_len, sampled_len, stop_reason, parsed,
+                 parse_error, trajectory_id, at_ms)
+             VALUES (?1, 'm', 'base', 0, 'r', ?2, ?3, ?3, x'', 1, 1, 'stop', 1, ?4, ?1, 0)",
+            params![id, generation, pack_i32(&[1]), parse_error],
+        )
+        .unwrap();
+    }
+
+    fn state(conn: &Connection, turn: &str) -> (String, Option<String>) {
+        conn.query_row(
+            "SELECT train_state, train_note FROM turn_samples WHERE turn_id = ?1",
+            params![turn],
+            |r| Ok((r.get(0)?, r.get(1)?)),
+        )
+        .unwrap()
+    }
+
+    /// Only judged samples leave `waiting`; each rule skips what it names,
+    /// and the support set of an evolution is never ready.
+    #[test]
+    fn samples_are_classified_once_their_session_is_learned_from() {
+        let conn = db();
+        session(&conn, "a", Some("done"));
+        session(&conn, "support", Some("done"));
+        session(&conn, "pending", Some("running"));
+        turn(&conn, "good", "a", 1, "main", Some(1.0), None, 2);
+        turn(&conn, "no-reward", "a", 2, "main", None, None, 2);
+        turn(
+            &conn,
+            "broken",
+            "a",
+            3,
+            "main",
+            Some(1.0),
+            Some("bad json"),
+            2,
+        );
+        turn(&conn, "side", "a", 4, "side", Some(1.0), None, 2);
+        turn(&conn, "old", "a", 5, "main", Some(1.0), None, 1);
+        turn(&conn, "taught", "support", 1, "main", Some(-1.0), None, 2);
+        turn(&conn, "later", "pending", 1, "main", Some(1.0), None, 2);
+        conn.execute(
+            "INSERT INTO evolved_drafts (session_id, round, name, outcome, skill_id, written_ms, at_ms)
+             VALUES ('support', 1, 'lesson', 'created', 'lesson', 5, 5)",
+            [],
+        )
+        .unwrap();
+        assert_eq!(classify(&conn, 2).unwrap(), 1);
+        assert_eq!(state(&conn, "good").0, "ready");
+        assert_eq!(state(&conn, "later").0, "waiting");
+        for (turn, why) in [
+            ("no-reward", "no reward"),
+            ("broken", "did not parse"),
+            ("side", "not a main turn"),
+            ("old", "older skill generation"),
+            ("taught", "support set"),
+        ] {
+            let (s, note) = state(&conn, turn);
+            assert_eq!(s, "skipped", "{turn}");
+            assert!(note.unwrap().contains(why), "{turn}");
+        }
+        let ready = ready(&conn, 2).unwrap();
+        assert_eq!(
+            ready.iter().map(|r| r.turn_id.as_str()).collect::<Vec<_>>(),
+            ["good"]
+        );
+        // A newer generation since: the ready one is too old now.
+        assert!(super::ready(&conn, 3).unwrap().is_empty());
+        assert_eq!(state(&conn, "good").0, "skipped");
+    }
+
+    /// In a step, then trained only once a saved state holds the step; a
+    /// rewind to an earlier save makes later steps' samples ready again.
+    #[test]
+    fn samples_are_trained_once_a_saved_state_holds_their_step() {
+        let mut conn = db();
+        session(&conn, "a", Some("done"));
+        for (i, t) in ["t1", "t2", "t3"].iter().enumerate() {
+            turn(&conn, t, "a", i as i64, "main", Some(1.0), None, 0);
+        }
+        classify(&conn, 0).unwrap();
+        assign(&mut conn, "run", 1, &[("t1".into(), 0.5)]).unwrap();
+        assign(&mut conn, "run", 2, &[("t2".into(), -0.5)]).unwrap();
+        assert_eq!(checkpointed(&conn, "run", 1).unwrap(), 1);
+        // Killed after step 2, before its save: back to the state of step 1.
+        assert_eq!(rewind(&conn, "run", 1).unwrap(), 1);
+        assert_eq!(state(&conn, "t1").0, "trained");
+        assert_eq!(state(&conn, "t2").0, "ready");
+        let c = counts(&conn).unwrap();
+        assert_eq!((c.trained, c.ready, c.in_step), (1, 2, 0));
+    }
+}
