@@ -20,7 +20,7 @@
 //! | `GET /admin/status` | the admin token (`<home>/admin.token`), always |
 //! | `GET /admin/plugins`, `POST /admin/plugins/reload` | the admin token, always |
 //! | `POST /admin/learn/now` (`{"session": ID}` or `{}`) | the admin token, always |
-//! | `POST /admin/train/step` | the admin token, always |
+//! | `POST /admin/train/step`, `POST /admin/train/rollback` (`{"sampler": PATH}`) | the admin token, always |
 
 pub mod guard;
 
@@ -71,6 +71,7 @@ pub fn router(app: SharedApp, guard: Guard) -> Router {
         .route("/admin/plugins/reload", post(admin_plugins_reload))
         .route("/admin/learn/now", post(admin_learn_now))
         .route("/admin/train/step", post(admin_train_step))
+        .route("/admin/train/rollback", post(admin_train_rollback))
         .route_layer(middleware::from_fn_with_state(
             app.clone(),
             require_admin_token,
@@ -456,6 +457,54 @@ async fn admin_train_step(State(app): State<SharedApp>) -> Response {
         }
         .into_response(),
     }
+}
+
+/// Serves earlier sampler weights: now (the swap) and after restarts (the
+/// active run's record names them).
+async fn admin_train_rollback(State(app): State<SharedApp>, body: axum::body::Bytes) -> Response {
+    let Some(policy) = app.proxy.policy.clone() else {
+        return ApiError::NotFound("the student does not serve (mode: rl or auto)".into())
+            .into_response();
+    };
+    let sampler = match serde_json::from_slice::<serde_json::Value>(&body) {
+        Ok(v) => match v["sampler"].as_str() {
+            Some(s) if !s.trim().is_empty() => s.trim().to_string(),
+            _ => {
+                return ApiError::BadRequest(
+                    "send {\"sampler\": PATH}, a sampler checkpoint's path (metaclaw train checkpoints)".into(),
+                )
+                .into_response();
+            }
+        },
+        Err(e) => return ApiError::InvalidJson(e.to_string()).into_response(),
+    };
+    let version = crate::learn::rl::checkpoint_step(&sampler).unwrap_or(0);
+    if let Err(e) = policy.swap(&sampler, version).await {
+        return ApiError::BadRequest(format!("cannot serve {sampler}: {e}")).into_response();
+    }
+    // Restarts serve it too: the active run's record names it.
+    let recorded = crate::store::open_side_writer(app.proxy.store.path()).map(|conn| {
+        let run = crate::store::training::active(
+            &conn,
+            policy.settings.tinker.base_url.trim_end_matches('/'),
+            &policy.settings.base_model,
+        );
+        if let Ok(Some(run)) = run {
+            let _ = crate::store::training::saved(
+                &conn,
+                &run.id,
+                false,
+                &sampler,
+                version,
+                run.last_seq,
+                crate::clock::now_ms(),
+            );
+        }
+    });
+    if let Err(e) = recorded {
+        tracing::warn!("rolled back to {sampler}, but a restart will not know: {e:#}");
+    }
+    axum::Json(json!({ "sampler": sampler, "policy_version": version })).into_response()
 }
 
 async fn admin_learn_now(State(app): State<SharedApp>, body: axum::body::Bytes) -> Response {

@@ -996,6 +996,28 @@ async fn judged_turns_train_a_step_whose_weights_serve_the_next_turn() {
     let after = p.turns("s-after").await;
     assert_eq!(p.sample_of(&after[0].id).await.policy_version, 1);
 
+    // A rollback serves named sampler weights (here the step's own); an
+    // unknown path is refused, and what is served stays.
+    let path = stepped["sampler_path"].as_str().unwrap();
+    let (status, body) = p
+        .admin_post(
+            "/admin/train/rollback",
+            &json!({"sampler": "tinker://nope/sampler_weights/x"}),
+        )
+        .await;
+    assert_eq!(
+        status,
+        StatusCode::BAD_REQUEST,
+        "{}",
+        String::from_utf8_lossy(&body)
+    );
+    let (status, body) = p
+        .admin_post("/admin/train/rollback", &json!({"sampler": path}))
+        .await;
+    assert_eq!(status, StatusCode::OK, "{}", String::from_utf8_lossy(&body));
+    assert_eq!(json_of(&body)["policy_version"], 1);
+    assert_eq!(p.status().await["student"]["sampler"], path);
+
     // Each sample trained once: a second step finds nothing ready.
     let (_, body) = p.admin_post("/admin/train/step", &json!({})).await;
     assert_eq!(json_of(&body)["outcome"], "waiting");

@@ -22,7 +22,80 @@ pub fn run(home: &Home, config_path: &Path, command: TrainCommand) -> Result<Exi
     match command {
         TrainCommand::Step { json } => step(home, json),
         TrainCommand::Status { json } => status(home, config_path, json),
+        TrainCommand::Checkpoints { json } => checkpoints(home, config_path, json),
+        TrainCommand::Rollback { path } => rollback(home, &path),
     }
+}
+
+use crate::learn::rl::checkpoint_step as step_of;
+
+fn checkpoints(home: &Home, config_path: &Path, json: bool) -> Result<ExitCode> {
+    let loaded = load_config(config_path)?;
+    let config = &loaded.config;
+    let env = |k: &str| std::env::var(k).ok();
+    let settings = crate::tinker::configured::settings(config, &env);
+    let conn = store::open_read_only(&db_path(home, config_path))?;
+    let base = crate::tinker::configured::base_model(config);
+    let list = runtime()?.block_on(async {
+        let service = crate::tinker::Service::connect(&settings).await?;
+        let Some(run) = training::active(&conn, service.url(), &base).map_err(|e| {
+            crate::tinker::Error::Client(format!("the training run's record: {e:#}"))
+        })?
+        else {
+            return Ok(None);
+        };
+        let Some(model_id) = run.model_id.clone() else {
+            return Ok(Some((run, Vec::new())));
+        };
+        let session = service.create_session().await?;
+        let list = session
+            .attach(&model_id, run.last_seq)
+            .checkpoints()
+            .await?;
+        Ok::<_, crate::tinker::Error>(Some((run, list)))
+    })?;
+    let Some((run, list)) = list else {
+        say!("no training run of {base} on {} yet", settings.base_url);
+        return Ok(ExitCode::SUCCESS);
+    };
+    if json {
+        let rows: Vec<serde_json::Value> = list
+            .iter()
+            .map(|c| json!({"kind": c.kind, "path": c.path, "step": step_of(&c.path)}))
+            .collect();
+        say!(
+            "{}",
+            serde_json::to_string_pretty(&json!({"run": run.id, "checkpoints": rows}))?
+        );
+        return Ok(ExitCode::SUCCESS);
+    }
+    say!(
+        "run {} ({} checkpoint(s)); serving {}",
+        run.id,
+        list.len(),
+        run.sampler_path.as_deref().unwrap_or("the base model")
+    );
+    for c in &list {
+        say!(
+            "  {:<8} step {:>6}  {}",
+            c.kind,
+            step_of(&c.path).map_or_else(|| "?".into(), |s| s.to_string()),
+            c.path
+        );
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+fn rollback(home: &Home, path: &str) -> Result<ExitCode> {
+    let admin = AdminClient::connect(home)?.timeout(STEP_TIMEOUT);
+    let reply = runtime()?
+        .block_on(admin.post_json("/admin/train/rollback", &json!({ "sampler": path })))?;
+    say!(
+        "serving {} (policy version {})",
+        reply["sampler"].as_str().unwrap_or(path),
+        reply["policy_version"]
+    );
+    Ok(ExitCode::SUCCESS)
 }
 
 fn step(home: &Home, json: bool) -> Result<ExitCode> {

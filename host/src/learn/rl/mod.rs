@@ -6,3 +6,14 @@
 pub mod advantage;
 pub mod batch;
 pub mod trainer;
+
+/// The training step a checkpoint was saved at, from the unique name a run
+/// gives it (`<run>-i<incarnation>-step<NNNNNN>…`).
+pub fn checkpoint_step(path: &str) -> Option<i64> {
+    let at = path.rfind("-step")? + "-step".len();
+    let digits: String = path[at..]
+        .chars()
+        .take_while(char::is_ascii_digit)
+        .collect();
+    digits.parse().ok()
+}
