@@ -152,10 +152,20 @@ impl Product {
 
     async fn admin_post(&self, path: &str, body: &Value) -> (StatusCode, Vec<u8>) {
         let token = self.handle.app().admin_token.clone();
-        let request = Request::post(path)
+        let request = Request::post(path).header("authorization", format!("Bearer {token}"));
+        self.send(request, body).await
+    }
+
+    /// Sends a JSON body as the local agent would (the `Host` the guard
+    /// expects); the status and the whole answer.
+    async fn send(
+        &self,
+        request: axum::http::request::Builder,
+        body: &Value,
+    ) -> (StatusCode, Vec<u8>) {
+        let request = request
             .header("host", format!("127.0.0.1:{PORT}"))
             .header("content-type", "application/json")
-            .header("authorization", format!("Bearer {token}"))
             .body(Body::from(body.to_string()))
             .unwrap();
         let response = self.router.clone().oneshot(request).await.unwrap();
@@ -207,18 +217,9 @@ impl Product {
         body: &Value,
     ) -> (StatusCode, Vec<u8>) {
         let request = Request::post(path)
-            .header("host", format!("127.0.0.1:{PORT}"))
-            .header("content-type", "application/json")
             .header("x-session-id", session)
-            .header("x-turn-type", turn_type)
-            .body(Body::from(body.to_string()))
-            .unwrap();
-        let response = self.router.clone().oneshot(request).await.unwrap();
-        let status = response.status();
-        let bytes = axum::body::to_bytes(response.into_body(), 1 << 22)
-            .await
-            .unwrap();
-        (status, bytes.to_vec())
+            .header("x-turn-type", turn_type);
+        self.send(request, body).await
     }
 
     async fn turns(&self, session: &str) -> Vec<TurnRow> {

@@ -37,6 +37,33 @@ pub use stages::evolve::{evolution_unguarded, evolver_chain};
 /// `learning.enabled` is false (and which key turns learning on).
 pub const OFF: &str = "learning is off (learning.enabled: false): sessions are recorded but no learning job is queued; `metaclaw config set learning.enabled true` and a restart turn it on";
 
+/// Starts `work` on a thread of its own at lower priority (nice 10), on a
+/// single-threaded runtime: learning and training compete with neither
+/// the proxy's threads nor its runtime. `what` names it in the error
+/// logged if its runtime cannot start.
+pub(crate) fn spawn_background<F, Fut>(
+    name: &str,
+    what: &'static str,
+    work: F,
+) -> std::io::Result<std::thread::JoinHandle<()>>
+where
+    F: FnOnce() -> Fut + Send + 'static,
+    Fut: std::future::Future<Output = ()>,
+{
+    std::thread::Builder::new()
+        .name(name.into())
+        .spawn(move || {
+            crate::store::lower_priority();
+            match tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+            {
+                Ok(runtime) => runtime.block_on(work()),
+                Err(e) => tracing::error!("{what} is off: cannot start its runtime: {e}"),
+            }
+        })
+}
+
 /// `"learning"` in `/admin/status` and a session end's answer.
 pub fn state_json(enabled: bool) -> serde_json::Value {
     if enabled {

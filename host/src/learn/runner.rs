@@ -105,23 +105,10 @@ impl Learner {
     ) -> Result<(LearnHandle, std::thread::JoinHandle<()>)> {
         let (tx, rx) = mpsc::unbounded_channel();
         let learner = Arc::new(self);
-        let thread = std::thread::Builder::new()
-            .name("metaclaw-learn".into())
-            .spawn(move || {
-                crate::store::lower_priority();
-                let runtime = match tokio::runtime::Builder::new_current_thread()
-                    .enable_all()
-                    .build()
-                {
-                    Ok(r) => r,
-                    Err(e) => {
-                        tracing::error!("learning is off: cannot start its runtime: {e}");
-                        return;
-                    }
-                };
-                runtime.block_on(learner.run(rx, ended, cancel));
-            })
-            .context("cannot start the learning thread")?;
+        let thread = super::spawn_background("metaclaw-learn", "learning", move || {
+            learner.run(rx, ended, cancel)
+        })
+        .context("cannot start the learning thread")?;
         Ok((LearnHandle { tx }, thread))
     }
 

@@ -123,30 +123,17 @@ pub fn spawn(
 ) -> std::io::Result<(TrainerHandle, std::thread::JoinHandle<()>)> {
     let (tx, rx) = mpsc::unbounded_channel();
     let serving = tokio::runtime::Handle::current();
-    let thread = std::thread::Builder::new()
-        .name("metaclaw-train".into())
-        .spawn(move || {
-            crate::store::lower_priority();
-            let runtime = match tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build()
-            {
-                Ok(r) => r,
-                Err(e) => {
-                    tracing::error!("training is off: cannot start its runtime: {e}");
-                    return;
-                }
-            };
-            let trainer = Trainer {
-                settings,
-                policy,
-                serving,
-                generation,
-                run: None,
-                baselines: Baselines::default(),
-            };
-            runtime.block_on(trainer.run(rx, cancel));
-        })?;
+    let trainer = Trainer {
+        settings,
+        policy,
+        serving,
+        generation,
+        run: None,
+        baselines: Baselines::default(),
+    };
+    let thread = crate::learn::spawn_background("metaclaw-train", "training", move || {
+        trainer.run(rx, cancel)
+    })?;
     Ok((TrainerHandle { tx }, thread))
 }
 
