@@ -333,10 +333,13 @@ fn config_show_masks_secrets_get_reads_and_set_validates() {
     let out = cli_in(home.path(), &["config", "set", "llm.model_id", "1.5"]);
     assert!(out.status.success());
     assert_eq!(get("llm.model_id"), "1.5");
-    let out = cli_in(home.path(), &["config", "set", "rl.batch_size", "16"]);
+    let out = cli_in(
+        home.path(),
+        &["config", "set", "opd.kl_penalty_coef", "0.5"],
+    );
     assert!(out.status.success(), "{}", text(&out));
     assert!(
-        text(&out).contains("note: rl.batch_size is not implemented in this version"),
+        text(&out).contains("note: opd.kl_penalty_coef is not implemented in this version"),
         "{}",
         text(&out)
     );

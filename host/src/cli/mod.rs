@@ -20,6 +20,7 @@ mod doctor;
 mod learn_cmd;
 mod lifecycle;
 mod plugins_cmd;
+pub mod rollout;
 mod sessions_cmd;
 mod setup;
 mod skills_cmd;
@@ -79,6 +80,13 @@ pub enum Command {
     /// on a file of datums, see the training runs.
     #[command(subcommand)]
     Tinker(TinkerCommand),
+    /// Run task files through the running proxy with a built-in agent
+    /// (tools sandboxed in a throwaway workspace): samples for learning
+    /// without a human.
+    Rollout(rollout::RolloutArgs),
+    /// `rollout`'s sandbox: runs one command confined (internal).
+    #[command(name = "sandbox-exec", hide = true)]
+    SandboxExec(rollout::SandboxExecArgs),
     /// Training from the student's judged turns (rl/auto): a step now,
     /// the queue and the steps so far.
     #[command(subcommand)]
@@ -501,9 +509,15 @@ pub fn run(cli: Cli) -> ExitCode {
 }
 
 fn dispatch(cli: Cli) -> Result<ExitCode> {
+    let command = match cli.command {
+        // Before anything else: it runs with an empty environment, and
+        // alone (unshare needs a single-threaded process).
+        Command::SandboxExec(args) => return Ok(rollout::sandbox_exec(args)),
+        command => command,
+    };
     let home = Home::resolve()?;
     let config_path = cli.config.clone().unwrap_or_else(|| home.config_file());
-    match cli.command {
+    match command {
         Command::Setup(args) => setup::run(&home, &config_path, args),
         Command::Start(args) => lifecycle::start(&home, &config_path, args),
         Command::Stop(args) => lifecycle::stop(&home, args),
@@ -516,6 +530,8 @@ fn dispatch(cli: Cli) -> Result<ExitCode> {
         Command::Skills(cmd) => skills_cmd::run(&home, &config_path, cmd),
         Command::Learn(cmd) => learn_cmd::run(&home, &config_path, cmd),
         Command::Tinker(cmd) => tinker_cmd::run(&home, &config_path, cmd),
+        Command::Rollout(args) => rollout::run(&home, &config_path, args),
+        Command::SandboxExec(args) => Ok(rollout::sandbox_exec(args)),
         Command::Train(cmd) => train_cmd::run(&home, &config_path, cmd),
         Command::Version(args) => {
             if args.json {

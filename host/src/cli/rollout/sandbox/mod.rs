@@ -1,0 +1,345 @@
+//! The `run` tool's sandbox: a model-written command runs with no network
+//! and no access to the filesystem outside its task's workspace, or it
+//! does not run at all.
+//!
+//! metaclaw runs itself again as `metaclaw sandbox-exec --dir TASKDIR --
+//! COMMAND` (a fresh, single-threaded process: `unshare` of a user
+//! namespace needs one, and nothing runs before the confinement but the
+//! confinement). That helper ([`enter`]):
+//!
+//! 1. enters new user, mount, network, PID, IPC, UTS and cgroup namespaces
+//!    (the user namespace maps one user, the caller, to uid 1000 inside,
+//!    so the command has no capability at all once it runs);
+//! 2. builds a root of its own on a tmpfs ([`mounts`]): `/usr`, `/bin`,
+//!    `/sbin`, `/lib*` bound read-only, a synthetic `/etc` (a passwd
+//!    naming only the sandbox's user, the loader cache and
+//!    `/etc/alternatives` read-only), `/dev/{null,zero,full,random,urandom}`,
+//!    a private 64 MiB `/tmp`, and the workspace read-write at `/work`;
+//!    then `pivot_root`s into it and detaches the old root, so nothing
+//!    else of the host (home, `/proc`, `/run`'s sockets, `/var`) exists;
+//! 3. adds Landlock where the kernel has it ([`restrict`]): read and
+//!    execute on the system dirs, everything on `/work` and `/tmp`, nothing
+//!    else; TCP bind and connect denied (ABI 4+); no signals to and no
+//!    abstract sockets of processes outside (ABI 6+); `no_new_privs`;
+//! 4. caps core dumps (0) and file size (64 MiB), and starts `/bin/sh -c
+//!    COMMAND` in `/work` with an empty environment but `PATH`,
+//!    `HOME=/work`, `TMPDIR=/tmp`, `LANG`, as PID 1 of the new PID
+//!    namespace: when it ends, every process it left behind is killed.
+//!
+//! The network namespace has only a loopback that is down: no address,
+//! not even the host's 127.0.0.1, can be reached. This side ([`Sandbox`])
+//! gives the helper an empty environment and its own process group, reads
+//! its output (stdout and stderr together, capped), and kills the group
+//! at the deadline; the helper and the command die with metaclaw
+//! (`PR_SET_PDEATHSIG`).
+//!
+//! **Fail closed.** A rollout first probes the sandbox (the helper sets
+//! everything up and runs `true`). If that fails — no user namespaces
+//! (a container's seccomp profile, Ubuntu's AppArmor restriction of
+//! unprivileged user namespaces, `user.max_user_namespaces = 0`), no
+//! mount permission — the `run` tool answers every call with the reason
+//! and runs nothing; the file tools still work. A setup failure on any
+//! later call is refused the same way. Nothing is ever run unconfined.
+//! Landlock is a second layer: without it (kernel before 5.13, or not
+//! enabled) the namespaces alone confine, and the summary says so.
+
+mod enter;
+mod mounts;
+mod restrict;
+
+use std::io::Read;
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+pub use enter::exec;
+
+use super::taskdir::TaskDir;
+
+/// What a `run` result shows of the command's output (stdout and stderr
+/// together); past this it says how much was cut. Under the tools' 16 KiB
+/// result, so how the command ended is always shown.
+pub const MAX_OUTPUT: usize = 15 * 1024;
+/// How often the deadline is checked while a command runs.
+const POLL: Duration = Duration::from_millis(10);
+/// How long output is waited for after the command is gone.
+const DRAIN: Duration = Duration::from_secs(1);
+/// The helper's exit status when the sandbox could not be set up; its
+/// first output line then starts with [`SETUP_FAILED`].
+const SETUP_EXIT: u8 = 125;
+const SETUP_FAILED: &str = "metaclaw-sandbox: cannot confine the command:";
+/// The probe's line on success, followed by what is enforced.
+const READY: &str = "metaclaw-sandbox: ready:";
+
+/// The `run` tool's sandbox for one rollout: probed once, then used for
+/// every call, or disabled with the reason.
+#[derive(Debug, Clone)]
+pub struct Sandbox {
+    exe: PathBuf,
+    timeout: Duration,
+    state: State,
+}
+
+#[derive(Debug, Clone)]
+enum State {
+    /// What is enforced, in words.
+    Ready(String),
+    /// Why `run` is refused.
+    Disabled(String),
+}
+
+/// How a sandboxed command ended.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Ended {
+    Exited(i32),
+    /// Killed at the deadline, with its process group.
+    TimedOut,
+}
+
+/// A sandboxed command's output and end.
+#[derive(Debug, Clone)]
+pub struct RunOutput {
+    pub output: String,
+    pub ended: Ended,
+}
+
+impl Sandbox {
+    /// Sets the sandbox up once in a scratch task folder under `scratch`
+    /// and runs `true` in it: ready, or disabled with the reason.
+    pub fn probe(scratch: &Path, timeout: Duration) -> Self {
+        let exe = match std::env::current_exe() {
+            Ok(exe) => exe,
+            Err(e) => {
+                return Self {
+                    exe: PathBuf::new(),
+                    timeout,
+                    state: State::Disabled(format!("cannot find metaclaw's own binary: {e}")),
+                };
+            }
+        };
+        let mut sandbox = Self {
+            exe,
+            timeout,
+            state: State::Disabled(String::new()),
+        };
+        sandbox.state = match TaskDir::create(scratch, ".sandbox-probe") {
+            Err(e) => State::Disabled(format!("cannot create a scratch workspace: {e:#}")),
+            Ok(dir) => {
+                let probed = sandbox.spawn(&dir, None);
+                dir.remove();
+                match probed {
+                    Ok(out) if out.ended == Ended::Exited(0) => {
+                        match out.output.lines().find_map(|l| l.strip_prefix(READY)) {
+                            Some(what) => State::Ready(what.trim().to_string()),
+                            None => State::Disabled(format!(
+                                "the sandbox probe said nothing: {}",
+                                out.output.trim()
+                            )),
+                        }
+                    }
+                    Ok(out) => State::Disabled(format!(
+                        "the sandbox probe failed ({}): {}",
+                        describe(&out.ended),
+                        out.output.trim()
+                    )),
+                    Err(why) => State::Disabled(why),
+                }
+            }
+        };
+        sandbox
+    }
+
+    /// `Some(why)` when `run` is refused.
+    pub fn disabled(&self) -> Option<&str> {
+        match &self.state {
+            State::Ready(_) => None,
+            State::Disabled(why) => Some(why),
+        }
+    }
+
+    /// One line: what confines `run`, or why it is disabled.
+    pub fn describe(&self) -> String {
+        match &self.state {
+            State::Ready(what) => format!("sandboxed ({what})"),
+            State::Disabled(why) => format!(
+                "DISABLED: {why} (model-written commands are never run unconfined; the file \
+                 tools still work)"
+            ),
+        }
+    }
+
+    /// The wall-clock limit of one command.
+    pub fn timeout(&self) -> Duration {
+        self.timeout
+    }
+
+    /// Runs `command` confined to `dir`'s workspace; `Err` says why it did
+    /// not run.
+    pub fn run(&self, dir: &TaskDir, command: &str) -> Result<RunOutput, String> {
+        if let State::Disabled(why) = &self.state {
+            return Err(format!("the run tool is disabled: {why}"));
+        }
+        self.spawn(dir, Some(command))
+    }
+
+    /// The helper on `dir`, with `command` (or the probe's `true`).
+    fn spawn(&self, dir: &TaskDir, command: Option<&str>) -> Result<RunOutput, String> {
+        let failed = |e: std::io::Error| format!("cannot start the sandbox: {e}");
+        let (reader, writer) = std::io::pipe().map_err(failed)?;
+        let mut cmd = Command::new(&self.exe);
+        cmd.arg("sandbox-exec").arg("--dir").arg(dir.path());
+        match command {
+            Some(command) => cmd.arg("--").arg(command),
+            None => cmd.arg("--probe"),
+        };
+        let mut child = cmd
+            .env_clear()
+            .stdin(Stdio::null())
+            .stdout(writer.try_clone().map_err(failed)?)
+            .stderr(writer)
+            .process_group(0)
+            .spawn()
+            .map_err(failed)?;
+        // The parent's copies of the pipe's write end go with `cmd`: the
+        // reader sees the end when the helper and the command are gone.
+        drop(cmd);
+        let (tx, rx) = mpsc::channel();
+        std::thread::spawn(move || {
+            let _ = tx.send(read_capped(reader, MAX_OUTPUT));
+        });
+
+        let pid = rustix::process::Pid::from_child(&child);
+        let deadline = Instant::now() + self.timeout;
+        let mut timed_out = false;
+        loop {
+            // Exited, but not reaped: its pid (and group id) cannot be
+            // reused while the group is killed below.
+            let exited = rustix::process::waitid(
+                rustix::process::WaitId::Pid(pid),
+                rustix::process::WaitIdOptions::EXITED
+                    | rustix::process::WaitIdOptions::NOHANG
+                    | rustix::process::WaitIdOptions::NOWAIT,
+            );
+            if !matches!(exited, Ok(None)) {
+                break;
+            }
+            if Instant::now() >= deadline {
+                timed_out = true;
+                break;
+            }
+            std::thread::sleep(POLL);
+        }
+        // Whatever is left in the group (the command's own processes die
+        // with the PID namespace when its first process ends).
+        let _ = rustix::process::kill_process_group(pid, rustix::process::Signal::KILL);
+        let status = child.wait().map_err(|e| format!("lost the sandbox: {e}"))?;
+        let output = rx
+            .recv_timeout(DRAIN)
+            .unwrap_or_else(|_| "[output lost: still held open]".into());
+        if status.code() == Some(i32::from(SETUP_EXIT)) && output.starts_with(SETUP_FAILED) {
+            return Err(output.trim().to_string());
+        }
+        let ended = if timed_out {
+            Ended::TimedOut
+        } else {
+            Ended::Exited(exit_code(status))
+        };
+        Ok(RunOutput { output, ended })
+    }
+}
+
+/// `run`'s result for the model: the output, then how it ended.
+pub fn result_text(out: &RunOutput, timeout: Duration) -> String {
+    let mut text = out.output.clone();
+    if !text.is_empty() && !text.ends_with('\n') {
+        text.push('\n');
+    }
+    match out.ended {
+        Ended::TimedOut => text.push_str(&format!(
+            "[killed: still running after {} s]",
+            timeout.as_secs_f64()
+        )),
+        ref ended => text.push_str(&format!("[{}]", describe(ended))),
+    }
+    text
+}
+
+fn describe(ended: &Ended) -> String {
+    match ended {
+        Ended::Exited(code) if *code > 128 => {
+            format!("exit status {code} (killed by signal {})", code - 128)
+        }
+        Ended::Exited(code) => format!("exit status {code}"),
+        Ended::TimedOut => "timed out".into(),
+    }
+}
+
+/// A shell's convention: the code, or 128 + the signal.
+fn exit_code(status: std::process::ExitStatus) -> i32 {
+    use std::os::unix::process::ExitStatusExt;
+    status
+        .code()
+        .or_else(|| status.signal().map(|s| 128 + s))
+        .unwrap_or(-1)
+}
+
+/// Everything `reader` gives until its end, keeping the first `cap` bytes
+/// (lossy UTF-8) and saying how many more were dropped.
+fn read_capped(mut reader: impl Read, cap: usize) -> String {
+    let mut kept = Vec::new();
+    let mut dropped = 0usize;
+    let mut buf = [0u8; 8192];
+    loop {
+        match reader.read(&mut buf) {
+            Ok(0) => break,
+            Ok(n) => {
+                let room = cap.saturating_sub(kept.len()).min(n);
+                kept.extend_from_slice(&buf[..room]);
+                dropped += n - room;
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(_) => break,
+        }
+    }
+    let mut text = String::from_utf8_lossy(&kept).into_owned();
+    if dropped > 0 {
+        text.push_str(&format!("\n[output cut: {dropped} more bytes]"));
+    }
+    text
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn output_is_capped_and_says_how_much_was_cut() {
+        let text = read_capped(&b"abcdefghij"[..], 4);
+        assert_eq!(text, "abcd\n[output cut: 6 more bytes]");
+        assert_eq!(read_capped(&b"abc"[..], 4), "abc");
+    }
+
+    #[test]
+    fn results_say_how_the_command_ended() {
+        let out = |output: &str, ended| RunOutput {
+            output: output.into(),
+            ended,
+        };
+        let t = Duration::from_secs(10);
+        assert_eq!(
+            result_text(&out("hi\n", Ended::Exited(0)), t),
+            "hi\n[exit status 0]"
+        );
+        assert_eq!(
+            result_text(&out("", Ended::Exited(137)), t),
+            "[exit status 137 (killed by signal 9)]"
+        );
+        assert_eq!(
+            result_text(&out("x", Ended::TimedOut), t),
+            "x\n[killed: still running after 10 s]"
+        );
+    }
+}

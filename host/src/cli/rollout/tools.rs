@@ -1,0 +1,217 @@
+//! The agent's four tools: what the model is offered (OpenAI function
+//! tools) and what a call does. Every result is text for a `tool` message:
+//! the answer, or `error: …` saying what was refused and why, cut at
+//! [`MAX_RESULT`] bytes.
+
+use serde_json::{Value, json};
+
+use super::sandbox::{self, Sandbox};
+use super::taskdir::TaskDir;
+use super::workspace::Workspace;
+
+/// The most one tool result carries back to the model.
+pub const MAX_RESULT: usize = 16 * 1024;
+
+/// The tools, as a chat request's `tools`.
+pub fn definitions() -> Value {
+    let function = |name: &str, description: &str, properties: Value, required: &[&str]| {
+        json!({
+            "type": "function",
+            "function": {
+                "name": name,
+                "description": description,
+                "parameters": {
+                    "type": "object",
+                    "properties": properties,
+                    "required": required,
+                },
+            },
+        })
+    };
+    let path = json!({"type": "string", "description": "a path relative to the workspace"});
+    json!([
+        function(
+            "read_file",
+            "Read a text file of the workspace.",
+            json!({ "path": path }),
+            &["path"],
+        ),
+        function(
+            "write_file",
+            "Create or replace a file of the workspace (missing folders are created).",
+            json!({ "path": path, "content": {"type": "string"} }),
+            &["path", "content"],
+        ),
+        function(
+            "list_dir",
+            "List a folder of the workspace (\".\" is the workspace).",
+            json!({ "path": path }),
+            &["path"],
+        ),
+        function(
+            "run",
+            "Run a shell command (sh -c) in the workspace: no network, nothing outside the \
+             workspace but read-only system folders, a time limit.",
+            json!({ "command": {"type": "string"} }),
+            &["command"],
+        ),
+    ])
+}
+
+/// One tool call, its arguments read.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Call {
+    ReadFile { path: String },
+    WriteFile { path: String, content: String },
+    ListDir { path: String },
+    Run { command: String },
+}
+
+impl Call {
+    /// The call `name(arguments)`; `arguments` is the JSON text the model
+    /// wrote (or an object, from an upstream that sends one). Unknown
+    /// argument names are ignored.
+    pub fn parse(name: &str, arguments: &Value) -> Result<Self, String> {
+        let parsed;
+        let args = match arguments {
+            Value::String(text) if text.trim().is_empty() => {
+                parsed = json!({});
+                &parsed
+            }
+            Value::String(text) => {
+                parsed = serde_json::from_str::<Value>(text)
+                    .map_err(|e| format!("the arguments are not JSON: {e}"))?;
+                &parsed
+            }
+            other => other,
+        };
+        if !args.is_object() {
+            return Err("the arguments must be a JSON object".into());
+        }
+        let text = |key: &str| -> Result<String, String> {
+            match &args[key] {
+                Value::String(s) => Ok(s.clone()),
+                Value::Null => Err(format!("{name} needs \"{key}\"")),
+                _ => Err(format!("\"{key}\" must be a string")),
+            }
+        };
+        Ok(match name {
+            "read_file" => Self::ReadFile {
+                path: text("path")?,
+            },
+            "write_file" => Self::WriteFile {
+                path: text("path")?,
+                content: text("content")?,
+            },
+            "list_dir" => Self::ListDir {
+                path: text("path").unwrap_or_else(|_| ".".into()),
+            },
+            "run" => Self::Run {
+                command: text("command")?,
+            },
+            other => {
+                return Err(format!(
+                    "no tool {other:?}: the tools are read_file, write_file, list_dir and run"
+                ));
+            }
+        })
+    }
+}
+
+/// Does `call` in the task's workspace; the text for its `tool` message.
+/// Blocking (files, and `run` waits for its command).
+pub fn execute(call: &Call, workspace: &Workspace, dir: &TaskDir, sandbox: &Sandbox) -> String {
+    let result = match call {
+        Call::ReadFile { path } => workspace.read_file(path).map_err(|e| e.to_string()),
+        Call::WriteFile { path, content } => workspace
+            .write_file(path, content)
+            .map_err(|e| e.to_string()),
+        Call::ListDir { path } => workspace.list_dir(path).map_err(|e| e.to_string()),
+        Call::Run { command } => sandbox
+            .run(dir, command)
+            .map(|out| sandbox::result_text(&out, sandbox.timeout())),
+    };
+    let text = match result {
+        Ok(text) => text,
+        Err(e) => format!("error: {e}"),
+    };
+    truncate(text, MAX_RESULT)
+}
+
+/// `text` cut to at most `max` bytes (at a character boundary), saying so.
+pub fn truncate(mut text: String, max: usize) -> String {
+    if text.len() <= max {
+        return text;
+    }
+    let total = text.len();
+    let mut end = max;
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    text.truncate(end);
+    text.push_str(&format!("\n[result cut: {end} of {total} bytes shown]"));
+    text
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn calls_are_read_from_text_or_objects() {
+        assert_eq!(
+            Call::parse("read_file", &json!("{\"path\": \"a\"}")).unwrap(),
+            Call::ReadFile { path: "a".into() }
+        );
+        assert_eq!(
+            Call::parse("run", &json!({"command": "ls", "path": "ignored"})).unwrap(),
+            Call::Run {
+                command: "ls".into()
+            }
+        );
+        assert_eq!(
+            Call::parse("list_dir", &json!("")).unwrap(),
+            Call::ListDir { path: ".".into() }
+        );
+        assert_eq!(
+            Call::parse("write_file", &json!("{\"path\": \"a\"}")).unwrap_err(),
+            "write_file needs \"content\""
+        );
+        assert!(
+            Call::parse("run", &json!("{not json"))
+                .unwrap_err()
+                .starts_with("the arguments are not JSON")
+        );
+        assert!(
+            Call::parse("exec", &json!("{}"))
+                .unwrap_err()
+                .contains("the tools are read_file")
+        );
+        assert_eq!(
+            Call::parse("run", &json!("[1]")).unwrap_err(),
+            "the arguments must be a JSON object"
+        );
+    }
+
+    #[test]
+    fn results_are_cut_at_a_character_boundary() {
+        assert_eq!(truncate("abc".into(), 3), "abc");
+        let cut = truncate("aé".repeat(4), 4);
+        assert!(
+            cut.starts_with("aéa\n[result cut: 4 of 12 bytes shown]"),
+            "{cut}"
+        );
+    }
+
+    #[test]
+    fn the_four_tools_are_offered() {
+        let names: Vec<String> = definitions()
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|t| t["function"]["name"].as_str().unwrap().to_string())
+            .collect();
+        assert_eq!(names, ["read_file", "write_file", "list_dir", "run"]);
+    }
+}
