@@ -997,6 +997,33 @@ async fn judged_turns_train_a_step_whose_weights_serve_the_next_turn() {
     let after = p.turns("s-after").await;
     assert_eq!(p.sample_of(&after[0].id).await.policy_version, 1);
 
+    // The CLI lists the run's checkpoints on the service and the queue
+    // (a process of its own: the fake in this test answers it meanwhile).
+    let home = p._home.path().to_path_buf();
+    let out = tokio::task::spawn_blocking(move || {
+        let checkpoints = common::cli_in(&home, &["train", "checkpoints", "--json"]);
+        let status = common::cli_in(&home, &["train", "status", "--json"]);
+        (checkpoints, status)
+    })
+    .await
+    .unwrap();
+    let listed: Value = serde_json::from_slice(&out.0.stdout)
+        .unwrap_or_else(|_| panic!("{}", String::from_utf8_lossy(&out.0.stderr)));
+    let kinds: Vec<(&str, i64)> = listed["checkpoints"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| (c["kind"].as_str().unwrap(), c["step"].as_i64().unwrap()))
+        .collect();
+    assert!(
+        kinds.contains(&("sampler", 1)) && kinds.contains(&("training", 1)),
+        "{listed}"
+    );
+    let status: Value = serde_json::from_slice(&out.1.stdout).unwrap();
+    assert_eq!(status["run"]["step"], 1, "{status}");
+    assert_eq!(status["queue"]["trained"], 2, "{status}");
+    assert_eq!(status["steps"][0]["samples"], 1, "one datum: {status}");
+
     // A rollback serves named sampler weights (here the step's own); an
     // unknown path is refused, and what is served stays.
     let path = stepped["sampler_path"].as_str().unwrap();
