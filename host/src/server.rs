@@ -483,22 +483,17 @@ async fn admin_train_rollback(State(app): State<SharedApp>, body: axum::body::By
         return ApiError::BadRequest(format!("cannot serve {sampler}: {e}")).into_response();
     }
     // Restarts serve it too: the active run's record names it.
-    let recorded = crate::store::open_side_writer(app.proxy.store.path()).map(|conn| {
-        let run = crate::store::training::active(
-            &conn,
-            policy.settings.tinker.base_url.trim_end_matches('/'),
-            &policy.settings.base_model,
-        );
-        if let Ok(Some(run)) = run {
-            let _ = crate::store::training::saved(
+    let recorded = crate::store::open_side_writer(app.proxy.store.path()).and_then(|conn| {
+        let service = policy.settings.tinker.service_url();
+        match crate::store::training::active(&conn, service, &policy.settings.base_model)? {
+            Some(run) => crate::store::training::serve(
                 &conn,
                 &run.id,
-                false,
                 &sampler,
                 version,
-                run.last_seq,
                 crate::clock::now_ms(),
-            );
+            ),
+            None => Ok(()),
         }
     });
     if let Err(e) = recorded {

@@ -1045,6 +1045,11 @@ async fn judged_turns_train_a_step_whose_weights_serve_the_next_turn() {
     assert_eq!(status, StatusCode::OK, "{}", String::from_utf8_lossy(&body));
     assert_eq!(json_of(&body)["policy_version"], 1);
     assert_eq!(p.status().await["student"]["sampler"], path);
+    // A restart serves it too; the run's training state is untouched.
+    let conn = metaclaw::store::open_read_only(p.handle.app().proxy.store.path()).unwrap();
+    let run = &metaclaw::store::training::list(&conn, 1).unwrap()[0];
+    assert_eq!(run.sampler_path.as_deref(), Some(path));
+    assert_eq!((run.step, run.pending.as_deref()), (1, None));
 
     // Each sample trained once: a second step finds nothing ready.
     let (_, body) = p.admin_post("/admin/train/step", &json!({})).await;

@@ -233,6 +233,16 @@ pub fn saved(
     Ok(())
 }
 
+/// The sampler weights to serve, chosen by hand (a rollback): only what is
+/// served changes, never the run's training state or its call in flight.
+pub fn serve(conn: &Connection, id: &str, path: &str, step: i64, now_ms: i64) -> Result<()> {
+    conn.execute(
+        "UPDATE training_runs SET sampler_path = ?2, sampler_step = ?3, updated_ms = ?4 WHERE id = ?1",
+        params![id, path, step, now_ms],
+    )?;
+    Ok(())
+}
+
 /// The run's steps, newest first.
 pub fn steps(conn: &Connection, id: &str, limit: usize) -> Result<Vec<Step>> {
     let mut stmt = conn.prepare(

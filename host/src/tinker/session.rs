@@ -110,6 +110,12 @@ impl std::fmt::Debug for Settings {
 }
 
 impl Settings {
+    /// The service's URL as a connected [`Service`] names it (and training
+    /// runs are recorded under it).
+    pub fn service_url(&self) -> &str {
+        self.base_url.trim_end_matches('/')
+    }
+
     /// The protocol's timings, for the service at `base_url`.
     pub fn new(base_url: &str, api_key: Option<String>) -> Self {
         Self {
@@ -141,7 +147,7 @@ impl Service {
     /// Connects: reads the server's client config (a 404 means defaults),
     /// which says how `forward_backward` bodies are sent.
     pub async fn connect(settings: &Settings) -> Result<Self, Error> {
-        let base = settings.base_url.trim_end_matches('/').to_string();
+        let base = settings.service_url().to_string();
         let http = ClientSpec::new(Purpose::Training)
             .only_calls([base.as_str()])
             .build()
