@@ -21,14 +21,23 @@ pub struct Batch {
     pub tokens: usize,
 }
 
-/// The first `size` ready samples (whole chains: a chain is never split
-/// across batches) as a batch, their advantages from `baselines`. `None`
-/// while fewer than `size` are ready. A batch with no signal comes back
-/// with no datums (its samples are to be skipped).
-pub fn build(ready: &[Ready], size: usize, baselines: &mut Baselines, decay: f64) -> Option<Batch> {
-    if ready.len() < size.max(1) {
+/// About `size` ready samples as a batch: whole chains in the order their
+/// first turn became ready, until `size` is reached (a chain is never split
+/// across batches, so the last one may take it past `size`), their
+/// advantages from `baselines`. `None` while fewer than `min` are ready.
+/// A batch with no signal comes back with no datums (its samples are to be
+/// skipped).
+pub fn build(
+    ready: &[Ready],
+    min: usize,
+    size: usize,
+    baselines: &mut Baselines,
+    decay: f64,
+) -> Option<Batch> {
+    if ready.len() < min.max(1) {
         return None;
     }
+    let size = size.max(1);
     // Chains, in the order their first turn is ready.
     let mut chains: Vec<Vec<&Ready>> = Vec::new();
     let mut open: BTreeMap<&str, usize> = BTreeMap::new();
@@ -52,9 +61,6 @@ pub fn build(ready: &[Ready], size: usize, baselines: &mut Baselines, decay: f64
     let mut batch = Batch::default();
     let mut taken = Vec::new();
     for chain in chains {
-        if taken.len() >= size {
-            break;
-        }
         taken.push(chain);
         let count: usize = taken.iter().map(Vec::len).sum();
         if count >= size {
@@ -140,7 +146,7 @@ mod tests {
             ready("t4", Some("t3"), vec![1, 2, 3, 4, 5, 6, 7], vec![8], 1.0),
         ];
         let mut baselines = Baselines::default();
-        let batch = build(&samples, 3, &mut baselines, 0.5).unwrap();
+        let batch = build(&samples, 3, 3, &mut baselines, 0.5).unwrap();
         assert_eq!(batch.data.len(), 2);
         assert_eq!(batch.samples.len(), 3);
         assert_eq!(batch.tokens, 3);
@@ -150,7 +156,23 @@ mod tests {
         let advantages = batch.data[0].loss_fn_inputs["advantages"].floats();
         assert_eq!(advantages, vec![0.0, 0.0, 0.0, -2.0]);
         // Fewer ready than the batch size: nothing yet.
-        assert!(build(&samples[..2], 3, &mut Baselines::default(), 0.5).is_none());
+        assert!(build(&samples[..2], 3, 3, &mut Baselines::default(), 0.5).is_none());
+    }
+
+    #[test]
+    fn a_chain_is_never_split_across_batches() {
+        // A batch of two, and the first chain has three turns: the chain
+        // comes whole, and the sample after it waits for the next batch.
+        let samples = vec![
+            ready("t1", None, vec![1], vec![2], 1.0),
+            ready("t2", Some("t1"), vec![1, 2, 3], vec![4], -1.0),
+            ready("t3", Some("t2"), vec![1, 2, 3, 4, 5], vec![6], 1.0),
+            ready("u1", None, vec![1], vec![7], -1.0),
+        ];
+        let batch = build(&samples, 2, 2, &mut Baselines::default(), 0.5).unwrap();
+        assert_eq!(batch.data.len(), 1);
+        let turns: Vec<&str> = batch.samples.iter().map(|(t, _)| t.as_str()).collect();
+        assert_eq!(turns, ["t1", "t2", "t3"]);
     }
 
     #[test]
@@ -159,7 +181,7 @@ mod tests {
             ready("a", None, vec![1, 2], vec![3], 1.0),
             ready("b", None, vec![1, 2], vec![4], 1.0),
         ];
-        let batch = build(&samples, 2, &mut Baselines::default(), 0.5).unwrap();
+        let batch = build(&samples, 2, 2, &mut Baselines::default(), 0.5).unwrap();
         assert!(batch.data.is_empty());
         assert_eq!(batch.samples.len(), 2);
     }

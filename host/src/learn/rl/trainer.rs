@@ -177,10 +177,10 @@ impl Trainer {
         train_queue::classify(&conn, generation).map_err(err)?;
         let ready = train_queue::ready(&conn, generation).map_err(err)?;
         let size = self.settings.batch_size.max(1);
-        let take = ready.len().min(size);
         let Some(batch) = batch::build(
-            &ready[..take],
+            &ready,
             min.max(1),
+            size,
             &mut self.baselines,
             self.settings.baseline_decay,
         ) else {
