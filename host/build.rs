@@ -207,7 +207,8 @@ fn versions(
 }
 
 /// The files the plugins are built from: the plugins workspace (not its
-/// build output, not the attackers) and the WIT interfaces.
+/// build output, not the test-only plugins: the attackers and the learning
+/// proof's scorer) and the WIT interfaces.
 fn sources(root: &Path) -> Result<Vec<String>, Box<dyn Error>> {
     let mut files = Vec::new();
     for top in ["plugins", "wit"] {
@@ -218,7 +219,7 @@ fn sources(root: &Path) -> Result<Vec<String>, Box<dyn Error>> {
 }
 
 fn walk(root: &Path, rel: &Path, out: &mut Vec<String>) -> Result<(), Box<dyn Error>> {
-    for skip in ["plugins/target", "plugins/hostile"] {
+    for skip in ["plugins/target", "plugins/hostile", "plugins/capital-start"] {
         if rel == Path::new(skip) {
             return Ok(());
         }

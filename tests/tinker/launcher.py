@@ -19,6 +19,7 @@ import sys
 import uvicorn
 
 import skyrl.tinker.api as api
+from skyrl.tinker import types
 from skyrl.tinker.config import EngineConfig, add_model, config_to_argv
 from skyrl.utils.log import get_uvicorn_log_config, logger
 
@@ -27,8 +28,19 @@ def _engine_cmd(_parent_cmd, engine_config):
     return [sys.executable, "-m", "skyrl.tinker.engine", *config_to_argv(engine_config)]
 
 
+def _lora_trains_unembedding() -> None:
+    """skyrl's API keeps only `rank` and `seed` of a request's lora_config and
+    builds the rest from these defaults, where `train_unembed` is False. The
+    Tinker SDK (and our client) ask for True; make that skyrl's default so its
+    LoRA covers lm_head as on hosted Tinker (the tiny random model's output
+    head is otherwise out of the adapter's reach: see docs/rl.md)."""
+    types.LoraConfig.model_fields["train_unembed"].default = True
+    types.LoraConfig.model_rebuild(force=True)
+
+
 def main() -> None:
     api._build_uv_run_cmd_engine = _engine_cmd  # looked up at call time in api.lifespan
+    _lora_trains_unembedding()
 
     parser = argparse.ArgumentParser(description="skyrl 0.3.0 tinker API server, launched without uv")
     add_model(parser, EngineConfig)
