@@ -372,9 +372,12 @@ async fn admin_status(State(app): State<SharedApp>) -> Response {
             let queue = crate::store::open_read_only(app.proxy.store.path())
                 .ok()
                 .and_then(|c| crate::store::train_queue::counts(&c).ok());
+            let state = app.train.as_ref().map(|t| t.state()).unwrap_or_default();
             json!({
                 "running": app.train.is_some(),
                 "queue": queue,
+                "last_error": state.last_error,
+                "opd": state.opd,
                 "note": (app.train.is_none() && app.learn.is_none())
                     .then_some("nothing trains: training needs the rewards of learning jobs (learning.enabled: false)"),
             })

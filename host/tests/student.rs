@@ -75,10 +75,31 @@ async fn product(rl: &str, no_service: bool) -> Product {
 
 /// [`product`] with this `learning` section.
 async fn product_in(rl: &str, no_service: bool, learning: &str) -> Product {
+    product_in_with(
+        rl,
+        no_service,
+        learning,
+        metaclaw_mock_upstream::Dummy::default(),
+    )
+    .await
+}
+
+/// [`product_in`] in front of this dummy upstream; `{upstream}` in
+/// `learning` (or sections after it) is its base URL.
+async fn product_in_with(
+    rl: &str,
+    no_service: bool,
+    learning: &str,
+    dummy: metaclaw_mock_upstream::Dummy,
+) -> Product {
     let upstream_listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let upstream = format!("http://{}/v1", upstream_listener.local_addr().unwrap());
-    let dummy = Arc::new(metaclaw_mock_upstream::Dummy::default());
-    tokio::spawn(metaclaw_mock_upstream::serve(upstream_listener, dummy));
+    let learning = learning.replace("{upstream}", &upstream);
+    let learning = learning.as_str();
+    tokio::spawn(metaclaw_mock_upstream::serve(
+        upstream_listener,
+        Arc::new(dummy),
+    ));
     let fake_listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let tinker = format!("http://{}", fake_listener.local_addr().unwrap());
     let fake = match no_service {
@@ -1076,6 +1097,148 @@ async fn judged_turns_train_a_step_whose_weights_serve_the_next_turn() {
         (2, 0, 0),
         "{counts:?}"
     );
+}
+
+/// The tiny Qwen3's tokenizer, as the dummy teacher reads text.
+struct TinyQwen(Renderer);
+
+impl metaclaw_mock_upstream::Tokenizer for TinyQwen {
+    fn encode(&self, text: &str) -> Vec<i32> {
+        self.0.encode(text).unwrap()
+    }
+    fn piece(&self, id: i32) -> String {
+        self.0.decode(&[id], false).unwrap()
+    }
+}
+
+/// The product with distillation from the dummy's `teacher` (reading text
+/// with `tokenizer`, or one token per character), the dummy judge (one
+/// vote), `cispo` and manual steps.
+async fn distilling(tokenizer: Option<Renderer>) -> Product {
+    let mut dummy = metaclaw_mock_upstream::Dummy::default();
+    if let Some(renderer) = tokenizer {
+        dummy = dummy.with_tokenizer(Arc::new(TinyQwen(renderer)));
+    }
+    // `cispo` with its clip bounds: the loss distillation is usually
+    // paired with.
+    let rl = "  batch_size: 2\n  manual_train_trigger: true\n  prm_model: judge\n  prm_m: 1\n  loss_fn: cispo\n  clip_low_threshold: 0.8\n  clip_high_threshold: 1.2\n";
+    let learning = "learning:\n  enabled: true\nopd:\n  enabled: true\n  teacher_url: {upstream}\n  teacher_model: teacher\n  kl_penalty_coef: 0.5\n";
+    product_in_with(rl, false, learning, dummy).await
+}
+
+impl Product {
+    /// One-turn sessions, learned from: the dummy judge scores each 0
+    /// (nothing happened after the answer).
+    async fn unscored_turns(&self, sessions: &[&str]) -> Vec<String> {
+        let mut turns = Vec::new();
+        for session in sessions {
+            self.script(&[says("Paris is in France.")]).await;
+            let (status, body) = self
+                .post(
+                    "/v1/chat/completions",
+                    session,
+                    &json!({"model": "m", "messages": [{"role": "user", "content": "Where is Paris?"}]}),
+                )
+                .await;
+            assert_eq!(status, StatusCode::OK, "{}", String::from_utf8_lossy(&body));
+            let (status, body) = self
+                .admin_post("/admin/learn/now", &json!({"session": session}))
+                .await;
+            assert_eq!(status, StatusCode::OK, "{}", String::from_utf8_lossy(&body));
+            let session_turns = self.turns(session).await;
+            assert_eq!(session_turns.len(), 1);
+            assert_eq!(session_turns[0].reward, Some(0.0), "the judge scores 0");
+            turns.push(session_turns[0].id.clone());
+        }
+        turns
+    }
+}
+
+/// Turns the judge scored 0 carry no reward signal: without distillation
+/// their batch is skipped. With it, the teacher's logprobs of the very
+/// tokens sampled give them one: the step trains, and what it reports is
+/// computed from the teacher's and the sampler's logprob of each sampled
+/// token (so the teacher's answer was aligned with the answer's tokens).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn distillation_trains_turns_the_judge_scored_zero() {
+    let plain = product_in(
+        "  batch_size: 2\n  manual_train_trigger: true\n  prm_model: judge\n  prm_m: 1\n",
+        false,
+        "learning:\n  enabled: true\n",
+    )
+    .await;
+    plain.student_is("ready").await;
+    plain.unscored_turns(&["p-1", "p-2"]).await;
+    let (_, body) = plain.admin_post("/admin/train/step", &json!({})).await;
+    assert_eq!(
+        json_of(&body)["outcome"],
+        "no_signal",
+        "{}",
+        String::from_utf8_lossy(&body)
+    );
+
+    let p = distilling(Some(renderer())).await;
+    p.student_is("ready").await;
+    let turns = p.unscored_turns(&["d-1", "d-2"]).await;
+    let (status, body) = p.admin_post("/admin/train/step", &json!({})).await;
+    assert_eq!(status, StatusCode::OK, "{}", String::from_utf8_lossy(&body));
+    let stepped = json_of(&body);
+    assert_eq!(stepped["outcome"], "stepped", "{stepped}");
+    assert_eq!(stepped["samples"], 2);
+    let (mut sum, mut n) = (0.0, 0usize);
+    for turn in &turns {
+        let sample = p.sample_of(turn).await;
+        for (token, logprob) in sample.tokens.iter().zip(&sample.logprobs) {
+            sum += f64::from(*logprob) - metaclaw_mock_upstream::teacher_logprob(*token);
+            n += 1;
+        }
+    }
+    let opd = &stepped["opd"];
+    assert_eq!(opd["tokens"], n, "{stepped}");
+    let reported = opd["reverse_kl"].as_f64().unwrap();
+    assert!(
+        (reported - sum / n as f64).abs() < 1e-4,
+        "reported {reported}, expected {}",
+        sum / n as f64
+    );
+    let status = p.status().await;
+    assert!(
+        status["training"]["opd"]
+            .as_str()
+            .unwrap()
+            .contains("checked"),
+        "{status}"
+    );
+    assert_eq!(status["training"]["queue"]["trained"], 2, "{status}");
+}
+
+/// A teacher whose tokenizer is not the student's is refused before
+/// anything trains: the step fails and says why, `status` shows it, and
+/// the samples stay ready for when the teacher is fixed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_teacher_with_another_tokenizer_is_refused() {
+    let p = distilling(None).await;
+    p.student_is("ready").await;
+    p.unscored_turns(&["r-1", "r-2"]).await;
+    let (status, body) = p.admin_post("/admin/train/step", &json!({})).await;
+    let text = String::from_utf8_lossy(&body);
+    assert_ne!(status, StatusCode::OK, "{text}");
+    assert!(text.contains("tokenizer is not the student's"), "{text}");
+    let status = p.status().await;
+    let training = &status["training"];
+    assert!(
+        training["opd"].as_str().unwrap().contains("refused"),
+        "{status}"
+    );
+    assert!(
+        training["last_error"]
+            .as_str()
+            .unwrap()
+            .contains("nothing trains"),
+        "{status}"
+    );
+    assert_eq!(training["queue"]["ready"], 2, "{status}");
+    assert_eq!(training["queue"]["trained"], 0, "{status}");
 }
 
 /// The tasks of the learning proof: short instructions, each sampled

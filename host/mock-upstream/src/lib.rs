@@ -36,6 +36,11 @@
 //! OpenClaw's per-call internal-context message is not "the user's
 //! message", so `echo` skips it.
 //!
+//! `POST /v1/completions` answers the model `teacher` only: a distillation
+//! teacher that echoes the prompt (text or token ids) with a fixed logprob
+//! per token ([`teacher_logprob`]), reading text with the tokenizer given
+//! to [`Dummy::with_tokenizer`] (else one token per character).
+//!
 //! `POST /v1/embeddings` answers every model with a deterministic hashed
 //! bag of words (256 dimensions: texts sharing words are similar), except
 //! `error-<status>`, `slow-<ms>` and `hang`, which behave as above.
@@ -51,6 +56,7 @@
 //! | `chat` | `/v1/chat/completions`: each behaviour's answer |
 //! | `anthropic` | `/v1/messages`: the same answers in Anthropic's API |
 //! | `embeddings` | `/v1/embeddings`: hashed bags of words |
+//! | `completions` | `/v1/completions`: the distillation teacher |
 //! | `request` | what the request says (user text, system prompt, tools) |
 //! | `answer` | an answer as chat-completions JSON or SSE frames |
 //! | `faults` | connections cut before or mid-answer |
@@ -60,6 +66,7 @@ mod answer;
 mod anthropic;
 mod behaviour;
 mod chat;
+mod completions;
 mod embeddings;
 mod faults;
 mod learning;
@@ -67,13 +74,14 @@ mod request;
 mod routes;
 
 use std::collections::HashMap;
-use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 
 use axum::http::StatusCode;
 use axum::response::Response;
 use serde_json::Value;
 
+pub use completions::{Tokenizer, teacher_logprob};
 pub use embeddings::{EMBEDDING_DIM, hashed_embedding};
 pub use routes::{router, serve};
 
@@ -103,6 +111,8 @@ pub struct Dummy {
     pub stats: Stats,
     /// When set, the API routes refuse requests without this key.
     required_key: Option<String>,
+    /// How the `teacher` reads text (`/v1/completions`).
+    pub(crate) tokenizer: Option<Arc<dyn Tokenizer>>,
 }
 
 impl Dummy {
@@ -112,6 +122,12 @@ impl Dummy {
             required_key: Some(key.into()),
             ..Self::default()
         }
+    }
+
+    /// The `teacher` reads text with `tokenizer`.
+    pub fn with_tokenizer(mut self, tokenizer: Arc<dyn Tokenizer>) -> Self {
+        self.tokenizer = Some(tokenizer);
+        self
     }
 
     /// This call's number (1, 2, …) among the calls for `model`.

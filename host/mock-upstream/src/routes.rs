@@ -16,6 +16,7 @@ use crate::Dummy;
 use crate::anthropic::anthropic_messages;
 use crate::behaviour::BEHAVIOURS;
 use crate::chat::chat;
+use crate::completions::completions;
 use crate::embeddings::embeddings;
 
 pub fn router(dummy: Arc<Dummy>) -> Router {
@@ -24,6 +25,7 @@ pub fn router(dummy: Arc<Dummy>) -> Router {
         .route("/v1/messages", post(anthropic_messages))
         .route("/v1/models", get(models))
         .route("/v1/embeddings", post(embeddings))
+        .route("/v1/completions", post(completions))
         .route_layer(axum::middleware::from_fn_with_state(
             dummy.clone(),
             require_key,

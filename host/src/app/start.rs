@@ -286,10 +286,12 @@ fn start_trainer(
         spec: crate::tinker::configured::run_spec(config, config.rl.save_every),
         batch_size: config.rl.batch_size.max(1) as usize,
         loss: config.rl.loss()?,
+        loss_config: config.rl.loss_config(),
         learning_rate: config.rl.learning_rate,
         baseline_decay: config.rl.baseline_decay,
         manual: config.rl.manual_train_trigger,
         db: db.clone(),
+        opd: config.opd.enabled.then(|| config.opd.clone()),
     };
     let generation: Box<dyn Fn() -> u64 + Send> = match skills {
         Some(skills) => Box::new(move || skills.library.snapshot().generation),

@@ -490,6 +490,12 @@ pub fn status(home: &Home, config_path: &Path, args: JsonFlag) -> Result<ExitCod
                 q["skipped"]
             ),
         }
+        if let Some(opd) = training["opd"].as_str() {
+            say!("  distill:   teacher {opd}");
+        }
+        if let Some(error) = training["last_error"].as_str() {
+            say!("  warning:   the last training step failed: {error}");
+        }
     }
     for key in ["evolution_blocked", "evolution_unguarded"] {
         if let Some(why) = report[key].as_str() {

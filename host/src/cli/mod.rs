@@ -477,6 +477,12 @@ pub enum DevCommand {
         /// `Authorization: Bearer KEY` or `x-api-key: KEY`).
         #[arg(long, value_name = "KEY")]
         require_key: Option<String>,
+        /// The folder of a `tokenizer.json` the `teacher` model of
+        /// `/v1/completions` reads text with (a distillation teacher that
+        /// shares that model's tokenizer); without it, one token per
+        /// character.
+        #[arg(long, value_name = "DIR")]
+        teacher_tokenizer: Option<std::path::PathBuf>,
     },
     /// Run a fake Tinker-compatible training server (a trainable bigram
     /// model `fake-bigram`; faults picked by the base model's name).
@@ -552,7 +558,8 @@ fn dispatch(cli: Cli) -> Result<ExitCode> {
             port,
             host,
             require_key,
-        }) => dev_upstream(&host, port, require_key),
+            teacher_tokenizer,
+        }) => dev_upstream(&host, port, require_key, teacher_tokenizer),
         Command::Dev(DevCommand::Tinker { port, host }) => dev_tinker(&host, port),
     }
 }
@@ -573,26 +580,63 @@ fn runtime() -> Result<tokio::runtime::Runtime> {
 }
 
 #[cfg(feature = "dev-tools")]
-fn dev_upstream(host: &str, port: u16, require_key: Option<String>) -> Result<ExitCode> {
+fn dev_upstream(
+    host: &str,
+    port: u16,
+    require_key: Option<String>,
+    teacher_tokenizer: Option<std::path::PathBuf>,
+) -> Result<ExitCode> {
     use metaclaw_mock_upstream::Dummy;
     crate::logging::init("info");
+    let tokenizer = match teacher_tokenizer {
+        None => None,
+        Some(dir) => {
+            let renderer = metaclaw_chat::render::ModelFiles::from_dir(&dir)
+                .and_then(|files| metaclaw_chat::render::Renderer::new(&files))
+                .map_err(|e| anyhow::anyhow!("--teacher-tokenizer {}: {e}", dir.display()))?;
+            Some(std::sync::Arc::new(TeacherTokenizer(renderer)))
+        }
+    };
     let rt = runtime()?;
     rt.block_on(async {
         let listener = tokio::net::TcpListener::bind((host, port)).await?;
         let addr = listener.local_addr()?;
         say!("dummy upstream listening on http://{addr}/v1");
-        let dummy = match require_key {
+        let mut dummy = match require_key {
             Some(key) => Dummy::requiring_key(key),
             None => Dummy::default(),
         };
+        if let Some(tokenizer) = tokenizer {
+            dummy = dummy.with_tokenizer(tokenizer);
+        }
         metaclaw_mock_upstream::serve(listener, std::sync::Arc::new(dummy)).await?;
         anyhow::Ok(())
     })?;
     Ok(ExitCode::SUCCESS)
 }
 
+/// A model's tokenizer, as the dummy teacher reads text.
+#[cfg(feature = "dev-tools")]
+struct TeacherTokenizer(metaclaw_chat::render::Renderer);
+
+#[cfg(feature = "dev-tools")]
+impl metaclaw_mock_upstream::Tokenizer for TeacherTokenizer {
+    fn encode(&self, text: &str) -> Vec<i32> {
+        self.0.encode(text).unwrap_or_default()
+    }
+
+    fn piece(&self, id: i32) -> String {
+        self.0.decode(&[id], false).unwrap_or_default()
+    }
+}
+
 #[cfg(not(feature = "dev-tools"))]
-fn dev_upstream(_host: &str, _port: u16, _require_key: Option<String>) -> Result<ExitCode> {
+fn dev_upstream(
+    _host: &str,
+    _port: u16,
+    _require_key: Option<String>,
+    _teacher_tokenizer: Option<std::path::PathBuf>,
+) -> Result<ExitCode> {
     anyhow::bail!("{}", crate::daemon::NO_DUMMY_UPSTREAM)
 }
 

@@ -67,6 +67,10 @@ pub struct RlConfig {
     pub save_every: u32,
     /// How fast the running reward baseline follows new rewards (0–1).
     pub baseline_decay: f64,
+    /// `ppo` / `cispo`: the importance ratio's clip bounds (unset: the
+    /// service's defaults).
+    pub clip_low_threshold: Option<f64>,
+    pub clip_high_threshold: Option<f64>,
 }
 
 impl RlConfig {
@@ -80,6 +84,22 @@ impl RlConfig {
             "cispo" => Some(LossFn::Cispo),
             _ => None,
         }
+    }
+
+    /// The loss's settings: the clip bounds `ppo` and `cispo` take, as set.
+    pub fn loss_config(
+        &self,
+    ) -> std::collections::BTreeMap<String, metaclaw_tinker::types::LossConfig> {
+        use metaclaw_tinker::types::LossConfig;
+        let clipped = matches!(self.loss_fn.trim(), "ppo" | "cispo");
+        [
+            ("clip_low_threshold", self.clip_low_threshold),
+            ("clip_high_threshold", self.clip_high_threshold),
+        ]
+        .into_iter()
+        .filter_map(|(k, v)| Some((k.to_string(), LossConfig::Number(v?))))
+        .filter(|_| clipped)
+        .collect()
     }
 }
 
@@ -119,6 +139,8 @@ impl Default for RlConfig {
             sample_timeout: Dur::secs(180),
             save_every: 1,
             baseline_decay: 0.1,
+            clip_low_threshold: None,
+            clip_high_threshold: None,
         }
     }
 }

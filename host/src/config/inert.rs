@@ -20,7 +20,6 @@ use serde_json::Value;
 
 use super::{Config, Loaded, Mode, get_path};
 
-const OPD: &str = "on-policy distillation from a teacher arrives with W2-F (RL training side)";
 const SCHEDULER: &str =
     "the idle-time training scheduler arrives with W2-G (until then nothing trains)";
 const GOOGLE_CALENDAR: &str = "the original's Google Calendar sign-in files; W2-G reads a calendar from an iCalendar address instead";
@@ -58,11 +57,6 @@ pub const INERT: &[(&str, &str)] = &[
     ),
     ("rl.prm_provider", PROVIDER),
     ("rl.evolver_provider", PROVIDER),
-    ("opd.enabled", OPD),
-    ("opd.teacher_url", OPD),
-    ("opd.teacher_model", OPD),
-    ("opd.teacher_api_key", OPD),
-    ("opd.kl_penalty_coef", OPD),
     ("scheduler.enabled", SCHEDULER),
     ("scheduler.idle_threshold_minutes", SCHEDULER),
     ("scheduler.sleep_start", SCHEDULER),
@@ -182,6 +176,8 @@ pub const IMPLEMENTED: &[&str] = &[
     "rl.manual_train_trigger",
     "rl.save_every",
     "rl.baseline_decay",
+    "rl.clip_low_threshold",
+    "rl.clip_high_threshold",
     "openrouter.app_name",
     "sessions.idle_timeout",
     "store.path",
@@ -213,6 +209,12 @@ pub const IMPLEMENTED: &[&str] = &[
     "plugins.max_file_mb",
     "plugins.max_call_mb",
     "plugins.threads",
+    // Distillation from a teacher in train steps (learn::rl::opd).
+    "opd.enabled",
+    "opd.teacher_url",
+    "opd.teacher_model",
+    "opd.teacher_api_key",
+    "opd.kl_penalty_coef",
     // Learning from ended sessions (learn).
     "learning.enabled",
     "learning.concurrency",
@@ -273,6 +275,11 @@ pub(super) fn warnings(
 ) -> Vec<String> {
     let mut out = Vec::new();
     out.extend(mode_warning(&config.mode));
+    if config.opd.enabled && config.mode == Mode::SkillsOnly {
+        out.push(
+            "`opd.enabled` is set but does nothing in `mode: skills_only`: distillation is part of training (mode rl or auto)".to_string(),
+        );
+    }
     for (key, why) in INERT {
         let by = match secret_sources.get(*key) {
             Some(var) => format!("by ${var}"),
@@ -351,7 +358,7 @@ mod tests {
         let path = dir.path().join("config.yaml");
         std::fs::write(
             &path,
-            "mode: madmax\nrl:\n  batch_size: 16\n  lora_rank: 16\n  enabled: false\n  resume_from_ckpt: ''\n  prm_model: judge\nscheduler:\n  calendar:\n    enabled: true\nmemory:\n  scope: team\nopd:\n  teacher_model: big\n",
+            "mode: madmax\nrl:\n  batch_size: 16\n  lora_rank: 16\n  enabled: false\n  resume_from_ckpt: ''\n  prm_model: judge\nscheduler:\n  calendar:\n    enabled: true\n  sleep_start: '23:00'\nmemory:\n  scope: team\nopd:\n  teacher_model: big\n",
         )
         .unwrap();
         let env = |var: &str| (var == "TINKER_API_KEY").then(|| "tk-secret-1".to_string());
@@ -365,16 +372,16 @@ mod tests {
                 .count()
         };
         for key in [
-            "opd.teacher_model",
+            "scheduler.sleep_start",
             "scheduler.calendar.enabled",
             "memory.scope",
         ] {
             assert_eq!(about(key), 1, "{key}: {text}");
         }
         assert!(
-            text.contains("`opd.teacher_model` is set in ")
+            text.contains("`scheduler.sleep_start` is set in ")
                 && text.contains("not implemented in this version")
-                && text.contains("W2-F"),
+                && text.contains("W2-G"),
             "{text}"
         );
         // Unset, empty, false, defaulted, or implemented (the Tinker
@@ -387,6 +394,7 @@ mod tests {
             "rl.lora_rank",
             "rl.tinker_api_key",
             "opd.enabled",
+            "opd.teacher_model",
         ] {
             assert_eq!(about(key), 0, "{key}: {text}");
         }
@@ -419,11 +427,12 @@ mod tests {
 
     #[test]
     fn setting_an_inert_key_says_so() {
-        let note = note_on_set("opd.teacher_url", &Value::from("http://t/v1")).unwrap();
+        let note = note_on_set("scheduler.sleep_start", &Value::from("23:00")).unwrap();
         assert!(
-            note.contains("opd.teacher_url") && note.contains("W2-F"),
+            note.contains("scheduler.sleep_start") && note.contains("W2-G"),
             "{note}"
         );
+        assert!(note_on_set("opd.teacher_url", &Value::from("http://t/v1")).is_none());
         assert!(note_on_set("proxy.port", &Value::from(1)).is_none());
         assert!(
             note_on_set("mode", &Value::from("auto"))

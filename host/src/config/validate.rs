@@ -144,6 +144,37 @@ pub fn validate(config: &Config) -> Result<(), ConfigError> {
     if config.rl.batch_size == 0 {
         return Err(invalid("rl.batch_size", "must be at least 1".into()));
     }
+    if let Some(low) = config.rl.clip_low_threshold
+        && !(low.is_finite() && low > 0.0 && low < 1.0)
+    {
+        return Err(invalid(
+            "rl.clip_low_threshold",
+            "the lower bound of the importance ratio: above 0 and below 1 (for example 0.8)".into(),
+        ));
+    }
+    if let Some(high) = config.rl.clip_high_threshold
+        && !(high.is_finite() && high > 1.0)
+    {
+        return Err(invalid(
+            "rl.clip_high_threshold",
+            "the upper bound of the importance ratio: above 1 (for example 1.2)".into(),
+        ));
+    }
+    if config.opd.enabled {
+        if config.opd.teacher_url.trim().is_empty() || config.opd.teacher_model.trim().is_empty() {
+            return Err(invalid(
+                "opd.enabled",
+                "distillation needs opd.teacher_url (an OpenAI-compatible /v1 base) and opd.teacher_model".into(),
+            ));
+        }
+        http_url("opd.teacher_url", &config.opd.teacher_url, false)?;
+        if !(config.opd.kl_penalty_coef.is_finite() && config.opd.kl_penalty_coef > 0.0) {
+            return Err(invalid(
+                "opd.kl_penalty_coef",
+                "must be a number above 0".into(),
+            ));
+        }
+    }
     if config.rl.max_new_tokens == 0 {
         return Err(invalid("rl.max_new_tokens", "must be at least 1".into()));
     }

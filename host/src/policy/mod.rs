@@ -251,7 +251,9 @@ impl Policy {
         });
     }
 
-    fn format(&self) -> Option<Arc<ChatFormat>> {
+    /// The chat format, once loaded (the trainer's teacher check needs
+    /// its tokenizer).
+    pub fn format(&self) -> Option<Arc<ChatFormat>> {
         self.format.read().ok().and_then(|f| f.clone())
     }
 

@@ -27,7 +27,8 @@ pub struct Ready {
     pub seq: i64,
     pub trajectory: String,
     pub extends: Option<String>,
-    pub reward: f64,
+    /// `None` only when distillation (`opd`) trains turns without one.
+    pub reward: Option<f64>,
     pub skill_generation: u64,
     pub policy_version: i64,
     pub prompt_tokens: Vec<i32>,
@@ -48,11 +49,17 @@ pub struct Counts {
 /// Decides the waiting samples whose session's learning job is done:
 /// skipped (with why) or ready. `generation`: the skill library's
 /// generation now. Returns how many became ready.
-pub fn classify(conn: &Connection, generation: u64) -> rusqlite::Result<usize> {
+pub fn classify(conn: &Connection, generation: u64, opd: bool) -> rusqlite::Result<usize> {
     // Only samples whose job has finished; each rule marks what it skips.
     const DONE: &str = "train_state = 'waiting' AND turn_id IN (
         SELECT t.id FROM turns t JOIN learning_jobs j ON j.session_id = t.session_id
         WHERE j.state = 'done')";
+    // With distillation on, a turn without a reward still has the
+    // teacher's signal: it is trained on that alone.
+    let no_reward = match opd {
+        true => "0",
+        false => "turn_id IN (SELECT id FROM turns WHERE reward IS NULL)",
+    };
     let rules: [(&str, &str); 6] = [
         (
             "withheld IS NOT NULL",
@@ -63,10 +70,7 @@ pub fn classify(conn: &Connection, generation: u64) -> rusqlite::Result<usize> {
             "turn_id IN (SELECT id FROM turns WHERE turn_type != 'main')",
             "not a main turn (a side turn, or an attempt that was resent)",
         ),
-        (
-            "turn_id IN (SELECT id FROM turns WHERE reward IS NULL)",
-            "no reward signal (neither the judge nor a scorer)",
-        ),
+        (no_reward, NO_REWARD),
         (
             "turn_id IN (SELECT t.id FROM turns t JOIN evolved_drafts d ON d.session_id = t.session_id
                          WHERE d.written_ms IS NOT NULL AND d.outcome IN ('created', 'updated'))",
@@ -94,19 +98,30 @@ pub fn classify(conn: &Connection, generation: u64) -> rusqlite::Result<usize> {
     .execute([])
 }
 
+const NO_REWARD: &str = "no reward signal (neither the judge nor a scorer)";
+
 /// The ready samples of skill generation `generation`, oldest first
-/// (session, then turn order), and older generations' ready ones skipped.
-pub fn ready(conn: &Connection, generation: u64) -> rusqlite::Result<Vec<Ready>> {
+/// (session, then turn order); older generations' ready ones skipped, and
+/// without distillation (`opd`) those without a reward (made ready while
+/// it was on).
+pub fn ready(conn: &Connection, generation: u64, opd: bool) -> rusqlite::Result<Vec<Ready>> {
     conn.prepare_cached(
         "UPDATE turn_samples SET train_state = 'skipped', train_note = 'sampled under an older skill generation'
          WHERE train_state = 'ready' AND skill_generation < ?1",
     )?
     .execute(params![generation as i64])?;
+    if !opd {
+        conn.prepare_cached(
+            "UPDATE turn_samples SET train_state = 'skipped', train_note = ?1
+             WHERE train_state = 'ready' AND turn_id IN (SELECT id FROM turns WHERE reward IS NULL)",
+        )?
+        .execute(params![NO_REWARD])?;
+    }
     conn.prepare_cached(
         "SELECT s.turn_id, t.session_id, t.seq, s.trajectory_id, s.extends_turn, t.reward,
                 s.skill_generation, s.policy_version, s.prompt_tokens, s.sampled_tokens, s.logprobs
          FROM turn_samples s JOIN turns t ON t.id = s.turn_id
-         WHERE s.train_state = 'ready' AND s.skill_generation = ?1 AND t.reward IS NOT NULL
+         WHERE s.train_state = 'ready' AND s.skill_generation = ?1
          ORDER BY t.started_at_ms, t.session_id, t.seq",
     )?
     .query_map(params![generation as i64], |r| {
@@ -298,7 +313,7 @@ mod tests {
             [],
         )
         .unwrap();
-        assert_eq!(classify(&conn, 2).unwrap(), 1);
+        assert_eq!(classify(&conn, 2, false).unwrap(), 1);
         assert_eq!(state(&conn, "good").0, "ready");
         assert_eq!(state(&conn, "later").0, "waiting");
         for (turn, why) in [
@@ -312,14 +327,39 @@ mod tests {
             assert_eq!(s, "skipped", "{turn}");
             assert!(note.unwrap().contains(why), "{turn}");
         }
-        let ready = ready(&conn, 2).unwrap();
+        let ready = ready(&conn, 2, false).unwrap();
         assert_eq!(
             ready.iter().map(|r| r.turn_id.as_str()).collect::<Vec<_>>(),
             ["good"]
         );
         // A newer generation since: the ready one is too old now.
-        assert!(super::ready(&conn, 3).unwrap().is_empty());
+        assert!(super::ready(&conn, 3, false).unwrap().is_empty());
         assert_eq!(state(&conn, "good").0, "skipped");
+    }
+
+    /// With distillation on, a turn without a reward is trained on the
+    /// teacher's signal alone; the other rules still hold, and once it is
+    /// off again such a sample is skipped, not trained on nothing.
+    #[test]
+    fn with_distillation_a_turn_without_a_reward_is_ready() {
+        let conn = db();
+        session(&conn, "a", Some("done"));
+        turn(&conn, "no-reward", "a", 1, "main", None, None, 0);
+        turn(&conn, "side", "a", 2, "side", None, None, 0);
+        turn(&conn, "scored", "a", 3, "main", Some(0.0), None, 0);
+        assert_eq!(classify(&conn, 0, true).unwrap(), 2);
+        let ready_now = ready(&conn, 0, true).unwrap();
+        let rewards: Vec<(&str, Option<f64>)> = ready_now
+            .iter()
+            .map(|r| (r.turn_id.as_str(), r.reward))
+            .collect();
+        assert_eq!(rewards, [("no-reward", None), ("scored", Some(0.0))]);
+        assert_eq!(state(&conn, "side").0, "skipped");
+        let ready_later = ready(&conn, 0, false).unwrap();
+        assert_eq!(ready_later.len(), 1);
+        let (s, note) = state(&conn, "no-reward");
+        assert_eq!(s, "skipped");
+        assert!(note.unwrap().contains("no reward"));
     }
 
     /// In a step, then trained only once a saved state holds the step; a
@@ -331,7 +371,7 @@ mod tests {
         for (i, t) in ["t1", "t2", "t3"].iter().enumerate() {
             turn(&conn, t, "a", i as i64, "main", Some(1.0), None, 0);
         }
-        classify(&conn, 0).unwrap();
+        classify(&conn, 0, false).unwrap();
         assign(&mut conn, "run", 1, &[("t1".into(), 0.5)]).unwrap();
         assign(&mut conn, "run", 2, &[("t2".into(), -0.5)]).unwrap();
         assert_eq!(checkpointed(&conn, "run", 1).unwrap(), 1);

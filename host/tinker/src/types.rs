@@ -109,6 +109,9 @@ pub struct TrajectoryStep<'a> {
     pub tokens: &'a [i32],
     pub logprobs: &'a [f32],
     pub advantage: f32,
+    /// Per sampled token, added to `advantage` (a distillation or KL term);
+    /// empty: nothing added.
+    pub token_advantages: &'a [f32],
 }
 
 impl Datum {
@@ -131,6 +134,7 @@ impl Datum {
             tokens: &sampled.tokens,
             logprobs,
             advantage,
+            token_advantages: &[],
         }])
     }
 
@@ -147,6 +151,14 @@ impl Datum {
                 return Err(format!(
                     "turn {i}: {} logprobs for {} sampled tokens",
                     step.logprobs.len(),
+                    step.tokens.len()
+                ));
+            }
+            if !step.token_advantages.is_empty() && step.token_advantages.len() != step.tokens.len()
+            {
+                return Err(format!(
+                    "turn {i}: {} per-token advantages for {} sampled tokens",
+                    step.token_advantages.len(),
                     step.tokens.len()
                 ));
             }
@@ -181,7 +193,10 @@ impl Datum {
             weights.resize(tokens.len(), 0.0);
             tokens.extend_from_slice(step.tokens);
             logprobs.extend_from_slice(step.logprobs);
-            advantages.resize(tokens.len(), step.advantage);
+            match step.token_advantages {
+                [] => advantages.resize(tokens.len(), step.advantage),
+                extra => advantages.extend(extra.iter().map(|a| step.advantage + a)),
+            }
             weights.resize(tokens.len(), 1.0);
         }
         // Shifted: input drops the last token, the per-target arrays the
@@ -453,12 +468,14 @@ mod tests {
                 tokens: &t1,
                 logprobs: &l1,
                 advantage: 1.0,
+                token_advantages: &[],
             },
             super::TrajectoryStep {
                 prompt: &p2,
                 tokens: &t2,
                 logprobs: &l2,
                 advantage: -0.5,
+                token_advantages: &[],
             },
         ];
         let d = super::Datum::from_trajectory(&steps).unwrap();
@@ -491,8 +508,27 @@ mod tests {
             tokens: &[],
             logprobs: &[],
             advantage: 0.0,
+            token_advantages: &[],
         }];
         assert!(super::Datum::from_trajectory(&short).is_err());
+        // Per-token terms add to the turn's advantage, one per sampled token.
+        let with_terms = [
+            steps[0],
+            super::TrajectoryStep {
+                token_advantages: &[0.25],
+                ..steps[1]
+            },
+        ];
+        let d = super::Datum::from_trajectory(&with_terms).unwrap();
+        assert_eq!(
+            d.loss_fn_inputs["advantages"].floats(),
+            vec![0.0, 1.0, 1.0, 0.0, 0.0, -0.25]
+        );
+        let wrong = [super::TrajectoryStep {
+            token_advantages: &[0.1, 0.2, 0.3],
+            ..steps[0]
+        }];
+        assert!(super::Datum::from_trajectory(&wrong).is_err());
     }
 
     #[test]

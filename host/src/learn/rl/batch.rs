@@ -4,7 +4,7 @@
 //! skipped), and what follows starts a datum of its own. Each turn's sampled
 //! tokens carry its own advantage (`advantage.rs`).
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 
 use crate::store::train_queue::Ready;
 use crate::tinker::types::{Datum, TrajectoryStep};
@@ -16,30 +16,26 @@ use super::advantage::{self, Baselines};
 pub struct Batch {
     pub data: Vec<Datum>,
     pub samples: Vec<(String, f64)>,
+    /// Over the samples that have a reward.
     pub mean_reward: f64,
     /// Sampled tokens trained on (weight 1).
     pub tokens: usize,
 }
 
-/// About `size` ready samples as a batch: whole chains in the order their
-/// first turn became ready, until `size` is reached (a chain is never split
-/// across batches, so the last one may take it past `size`), their
-/// advantages from `baselines`. `None` while fewer than `min` are ready.
-/// A batch with no signal comes back with no datums (its samples are to be
-/// skipped).
-pub fn build(
-    ready: &[Ready],
-    min: usize,
-    size: usize,
-    baselines: &mut Baselines,
-    decay: f64,
-) -> Option<Batch> {
+/// Whole chains of ready samples, in turn order.
+pub type Chains<'a> = Vec<Vec<&'a Ready>>;
+
+/// About `size` ready samples: whole chains in the order their first turn
+/// became ready, until `size` is reached (a chain is never split across
+/// batches, so the last one may take it past `size`). `None` while fewer
+/// than `min` are ready.
+pub fn take(ready: &[Ready], min: usize, size: usize) -> Option<Chains<'_>> {
     if ready.len() < min.max(1) {
         return None;
     }
     let size = size.max(1);
     // Chains, in the order their first turn is ready.
-    let mut chains: Vec<Vec<&Ready>> = Vec::new();
+    let mut chains: Chains<'_> = Vec::new();
     let mut open: BTreeMap<&str, usize> = BTreeMap::new();
     for sample in ready {
         let continues = sample
@@ -58,7 +54,6 @@ pub fn build(
         let index = continues.unwrap_or(chains.len() - 1);
         open.insert(sample.turn_id.as_str(), index);
     }
-    let mut batch = Batch::default();
     let mut taken = Vec::new();
     for chain in chains {
         taken.push(chain);
@@ -67,11 +62,30 @@ pub fn build(
             break;
         }
     }
+    Some(taken)
+}
+
+/// The chains as datums, their advantages from `baselines` (a sample
+/// without a reward gets 0 and leaves the baseline alone) plus, per
+/// sampled token, the terms in `per_token` (by turn id: distillation). A
+/// batch with no signal comes back with no datums (its samples are to be
+/// skipped).
+pub fn assemble(
+    chains: &Chains<'_>,
+    baselines: &mut Baselines,
+    decay: f64,
+    per_token: &HashMap<String, Vec<f32>>,
+) -> Batch {
+    let mut batch = Batch::default();
     let mut rewards = Vec::new();
-    for chain in &taken {
+    let mut signal = false;
+    for chain in chains {
         let advantages: Vec<f64> = chain
             .iter()
-            .map(|s| baselines.advantage((s.skill_generation, s.policy_version), s.reward, decay))
+            .map(|s| match s.reward {
+                Some(r) => baselines.advantage((s.skill_generation, s.policy_version), r, decay),
+                None => 0.0,
+            })
             .collect();
         let steps: Vec<TrajectoryStep<'_>> = chain
             .iter()
@@ -81,8 +95,12 @@ pub fn build(
                 tokens: &s.tokens,
                 logprobs: &s.logprobs,
                 advantage: a as f32,
+                token_advantages: per_token.get(&s.turn_id).map_or(&[], Vec::as_slice),
             })
             .collect();
+        signal |= steps
+            .iter()
+            .any(|s| s.token_advantages.iter().any(|a| a.abs() > 1e-9));
         match Datum::from_trajectory(&steps) {
             Ok(datum) => batch.data.push(datum),
             // Recorded as extending but not (should not happen): each turn
@@ -98,15 +116,27 @@ pub fn build(
         for (s, a) in chain.iter().zip(advantages) {
             batch.samples.push((s.turn_id.clone(), a));
             batch.tokens += s.tokens.len();
-            rewards.push(s.reward);
+            rewards.extend(s.reward);
         }
     }
     batch.mean_reward = rewards.iter().sum::<f64>() / rewards.len().max(1) as f64;
     let advantages: Vec<f64> = batch.samples.iter().map(|(_, a)| *a).collect();
-    if !advantage::has_signal(&advantages) {
+    if !signal && !advantage::has_signal(&advantages) {
         batch.data.clear();
     }
-    Some(batch)
+    batch
+}
+
+/// [`take`] and [`assemble`] with no per-token terms.
+pub fn build(
+    ready: &[Ready],
+    min: usize,
+    size: usize,
+    baselines: &mut Baselines,
+    decay: f64,
+) -> Option<Batch> {
+    let chains = take(ready, min, size)?;
+    Some(assemble(&chains, baselines, decay, &HashMap::new()))
 }
 
 #[cfg(test)]
@@ -128,7 +158,7 @@ mod tests {
             seq: 0,
             trajectory: "t1".into(),
             extends: extends.map(str::to_string),
-            reward,
+            reward: Some(reward),
             skill_generation: 0,
             policy_version: 0,
             logprobs: vec![-0.5; tokens.len()],
@@ -184,5 +214,37 @@ mod tests {
         let batch = build(&samples, 2, 2, &mut Baselines::default(), 0.5).unwrap();
         assert!(batch.data.is_empty());
         assert_eq!(batch.samples.len(), 2);
+    }
+
+    /// A distillation term moves a turn the judge scored 0 (and one with
+    /// no reward at all): the batch trains, and the turn's sampled tokens
+    /// carry the term on top of its (zero) advantage.
+    #[test]
+    fn per_token_terms_give_signal_to_unscored_turns() {
+        let mut unscored = ready("b", None, vec![1, 2], vec![4, 5], 0.0);
+        unscored.reward = None;
+        let samples = vec![ready("a", None, vec![1, 2], vec![3], 0.0), unscored];
+        let chains = take(&samples, 2, 2).unwrap();
+        let mut baselines = Baselines::default();
+        let flat = assemble(&chains, &mut baselines.clone(), 0.5, &HashMap::new());
+        assert!(flat.data.is_empty(), "no reward signal and no terms");
+        let terms = HashMap::from([
+            ("a".to_string(), vec![0.5]),
+            ("b".to_string(), vec![-0.25, 1.0]),
+        ]);
+        let batch = assemble(&chains, &mut baselines, 0.5, &terms);
+        assert_eq!(batch.data.len(), 2);
+        assert_eq!(
+            batch.data[0].loss_fn_inputs["advantages"].floats(),
+            vec![0.0, 0.5]
+        );
+        assert_eq!(
+            batch.data[1].loss_fn_inputs["advantages"].floats(),
+            vec![0.0, -0.25, 1.0]
+        );
+        // The turn without a reward neither counts in the mean nor moves
+        // the baseline.
+        assert_eq!(batch.mean_reward, 0.0);
+        assert_eq!(baselines.values[&(0, 0)].1, 1);
     }
 }

@@ -5,6 +5,7 @@
 
 pub mod advantage;
 pub mod batch;
+pub mod opd;
 pub mod trainer;
 
 /// The training step a checkpoint was saved at, from the unique name a run

@@ -11,11 +11,14 @@
 //! learner's logprobs read back for KL(sampler‖learner) and entropy; save
 //! for sampler, then the swap; every `rl.save_every` steps the training
 //! state is saved, and the samples of the steps it holds are trained. A
-//! failed step sends its samples back to the queue.
+//! failed step sends its samples back to the queue. With distillation
+//! (`opd`), the teacher is checked once before the first step (it must
+//! share the student's tokenizer: nothing trains until it does) and its
+//! per-token terms join every batch's advantages (`opd.rs`).
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use serde::Serialize;
@@ -24,9 +27,10 @@ use tokio_util::sync::CancellationToken;
 
 use super::advantage::Baselines;
 use super::batch;
+use super::opd::Teacher;
 use crate::policy::Policy;
 use crate::store::train_queue;
-use crate::tinker::types::{LossFn, TensorData};
+use crate::tinker::types::{LossConfig, LossFn, TensorData};
 use crate::tinker::{AdamParams, RunSpec, Service, TrainingRun};
 
 /// How often the queue is looked at when nothing asks for a step.
@@ -39,11 +43,25 @@ pub struct Settings {
     pub spec: RunSpec,
     pub batch_size: usize,
     pub loss: LossFn,
+    /// The loss's settings (`rl.clip_*_threshold` for ppo and cispo).
+    pub loss_config: BTreeMap<String, LossConfig>,
     pub learning_rate: f64,
     pub baseline_decay: f64,
     /// Train only when asked (`metaclaw train step`).
     pub manual: bool,
     pub db: PathBuf,
+    /// Distillation from a teacher (`opd.enabled`).
+    pub opd: Option<crate::config::OpdConfig>,
+}
+
+/// What the trainer last ran into, for `status`.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct TrainerState {
+    /// The last step's failure; cleared by a step that runs.
+    pub last_error: Option<String>,
+    /// Distillation: the teacher, and whether it passed its check
+    /// (`checked`), failed it (`refused: why`) or is not checked yet.
+    pub opd: Option<String>,
 }
 
 /// One step's outcome, as `metaclaw train step` prints it.
@@ -63,6 +81,20 @@ pub struct Stepped {
     pub sampler_path: String,
     pub policy_version: i64,
     pub checkpoint: Option<String>,
+    /// Distillation's part, when on.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub opd: Option<OpdReport>,
+}
+
+/// What distillation added to a step.
+#[derive(Debug, Clone, Serialize)]
+pub struct OpdReport {
+    pub teacher: String,
+    /// Sampled tokens the teacher scored.
+    pub tokens: usize,
+    /// Mean over them of log p_student − log p_teacher (a reverse-KL
+    /// estimate: falls as the student comes closer to the teacher).
+    pub reverse_kl: f64,
 }
 
 /// Why no step ran, or what it ran.
@@ -89,9 +121,15 @@ enum Command {
 #[derive(Clone)]
 pub struct TrainerHandle {
     tx: mpsc::UnboundedSender<Command>,
+    state: Arc<Mutex<TrainerState>>,
 }
 
 impl TrainerHandle {
+    /// What the trainer last ran into.
+    pub fn state(&self) -> TrainerState {
+        self.state.lock().map(|s| s.clone()).unwrap_or_default()
+    }
+
     /// One step now with whatever is ready (at least one sample).
     pub async fn step(&self) -> Result<Outcome, String> {
         let (tx, rx) = oneshot::channel();
@@ -111,6 +149,9 @@ struct Trainer {
     generation: Box<dyn Fn() -> u64 + Send>,
     run: Option<TrainingRun>,
     baselines: Baselines,
+    /// Distillation's teacher, and whether it passed its check.
+    teacher: Option<(Teacher, bool)>,
+    state: Arc<Mutex<TrainerState>>,
 }
 
 /// Starts the trainer's thread. `generation`: the skill library's
@@ -121,8 +162,26 @@ pub fn spawn(
     generation: Box<dyn Fn() -> u64 + Send>,
     cancel: CancellationToken,
 ) -> std::io::Result<(TrainerHandle, std::thread::JoinHandle<()>)> {
+    // A process killed during a step left its samples `in_step`, and the
+    // run goes on from its last saved state: they are ready again now. (A
+    // step counts only ready samples; left to the first step's
+    // `open_run`, they would wait for others to make up a batch.)
+    if let Err(e) = rewind_to_saved_state(&settings) {
+        tracing::warn!("{e}");
+    }
     let (tx, rx) = mpsc::unbounded_channel();
     let serving = tokio::runtime::Handle::current();
+    let state = Arc::new(Mutex::new(TrainerState::default()));
+    let teacher = match &settings.opd {
+        None => None,
+        Some(config) => {
+            let teacher = Teacher::new(config).map_err(std::io::Error::other)?;
+            set(&state, |s| {
+                s.opd = Some(format!("{}: not checked yet", teacher.describe()));
+            });
+            Some((teacher, false))
+        }
+    };
     let trainer = Trainer {
         settings,
         policy,
@@ -130,11 +189,35 @@ pub fn spawn(
         generation,
         run: None,
         baselines: Baselines::default(),
+        teacher,
+        state: state.clone(),
     };
     let thread = crate::learn::spawn_background("metaclaw-train", "training", move || {
         trainer.run(rx, cancel)
     })?;
-    Ok((TrainerHandle { tx }, thread))
+    Ok((TrainerHandle { tx, state }, thread))
+}
+
+/// Before the run is opened: the samples of steps after the active run's
+/// last saved state (or of another run) back to the queue, as opening it
+/// does.
+fn rewind_to_saved_state(settings: &Settings) -> Result<usize, String> {
+    let conn = crate::store::open_side_writer(&settings.db).map_err(|e| format!("{e:#}"))?;
+    let run = crate::store::training::active(
+        &conn,
+        settings.tinker.service_url(),
+        &settings.spec.base_model,
+    )
+    .map_err(|e| format!("the training run's record: {e:#}"))?;
+    // No run yet: no sample is in a saved state.
+    let (id, saved) = run.map_or((String::new(), 0), |r| (r.id, r.state_step.unwrap_or(0)));
+    train_queue::rewind(&conn, &id, saved).map_err(|e| format!("the training queue: {e}"))
+}
+
+fn set(state: &Mutex<TrainerState>, change: impl FnOnce(&mut TrainerState)) {
+    if let Ok(mut s) = state.lock() {
+        change(&mut s);
+    }
 }
 
 impl Trainer {
@@ -150,12 +233,15 @@ impl Trainer {
                     None => return,
                     Some(Command::Step(reply)) => {
                         let outcome = self.step(1).await;
+                        self.note(&outcome);
                         let _ = reply.send(outcome);
                     }
                 },
                 () = tokio::time::sleep(POLL), if !self.settings.manual => {
                     let size = self.settings.batch_size;
-                    match self.step(size).await {
+                    let outcome = self.step(size).await;
+                    self.note(&outcome);
+                    match outcome {
                         Ok(Outcome::Stepped(s)) => tracing::info!(
                             step = s.step, samples = s.samples, loss = ?s.loss,
                             mean_reward = s.mean_reward, "trained; serving policy version {}", s.policy_version
@@ -168,27 +254,65 @@ impl Trainer {
         }
     }
 
+    /// Keeps a step's failure for `status` (a step that runs clears it).
+    fn note(&self, outcome: &Result<Outcome, String>) {
+        set(&self.state, |s| {
+            s.last_error = outcome.as_ref().err().cloned();
+        });
+    }
+
+    /// Checks the teacher once (fail closed: until it passes, no step
+    /// runs); the teacher, once it has passed.
+    async fn teacher(&mut self) -> Result<Option<&Teacher>, String> {
+        let Some((teacher, checked)) = &mut self.teacher else {
+            return Ok(None);
+        };
+        if !*checked {
+            let format = self.policy.format().ok_or(
+                "opd: the student's tokenizer is not loaded yet, so the teacher cannot be checked",
+            )?;
+            let result = teacher.check(&format.renderer).await;
+            let line = match &result {
+                Ok(()) => format!("{}: checked (same tokenizer)", teacher.describe()),
+                Err(why) => format!("{}: refused: {why}", teacher.describe()),
+            };
+            set(&self.state, |s| s.opd = Some(line));
+            result.map_err(|why| format!("opd: nothing trains: {why}"))?;
+            *checked = true;
+        }
+        Ok(Some(&*teacher))
+    }
+
     /// A step over at least `min` ready samples (`rl.batch_size` at most).
     async fn step(&mut self, min: usize) -> Result<Outcome, String> {
-        let db = &self.settings.db;
-        let mut conn = crate::store::open_side_writer(db).map_err(|e| format!("{e:#}"))?;
+        let db = self.settings.db.clone();
+        let mut conn = crate::store::open_side_writer(&db).map_err(|e| format!("{e:#}"))?;
         let generation = (self.generation)();
         let err = |e: rusqlite::Error| format!("the training queue: {e}");
-        train_queue::classify(&conn, generation).map_err(err)?;
-        let ready = train_queue::ready(&conn, generation).map_err(err)?;
+        let opd = self.teacher.is_some();
+        train_queue::classify(&conn, generation, opd).map_err(err)?;
+        let ready = train_queue::ready(&conn, generation, opd).map_err(err)?;
         let size = self.settings.batch_size.max(1);
-        let Some(batch) = batch::build(
-            &ready,
-            min.max(1),
-            size,
-            &mut self.baselines,
-            self.settings.baseline_decay,
-        ) else {
+        let Some(chains) = batch::take(&ready, min.max(1), size) else {
             return Ok(Outcome::Waiting {
                 ready: ready.len(),
                 batch_size: size,
             });
         };
+        let (terms, opd) = match self.teacher().await? {
+            None => Default::default(),
+            Some(teacher) => {
+                let terms = teacher.terms(&chains).await?;
+                let report = opd_report(teacher, &chains, &terms);
+                (terms, Some(report))
+            }
+        };
+        let batch = batch::assemble(
+            &chains,
+            &mut self.baselines,
+            self.settings.baseline_decay,
+            &terms,
+        );
         if batch.data.is_empty() {
             let turns: Vec<String> = batch.samples.iter().map(|(t, _)| t.clone()).collect();
             train_queue::skip(
@@ -202,6 +326,7 @@ impl Trainer {
             });
         }
         let (loss, learning_rate) = (self.settings.loss, self.settings.learning_rate);
+        let loss_config = self.settings.loss_config.clone();
         let policy = self.policy.clone();
         let serving = self.serving.clone();
         let run = self.open_run().await?;
@@ -212,12 +337,16 @@ impl Trainer {
             learning_rate,
             ..AdamParams::default()
         };
-        let report = match run.step(&batch.data, loss, &BTreeMap::new(), adam).await {
+        let report = match run.step(&batch.data, loss, &loss_config, adam).await {
             Ok(report) => report,
             Err(e) => {
-                // The service's state is unknown: the run reloads its last
-                // saved state, and these samples go back to the queue.
+                // The service's state is unknown: these samples go back to
+                // the queue, so the weights go back too: the run is opened
+                // again from its last saved state before the next step. (A
+                // failed save leaves the model settled but holding this
+                // step: trained on top of it, they would be in it twice.)
                 let saved = run.record().state_step.unwrap_or(0);
+                self.run = None;
                 train_queue::rewind(&conn, &run_id, saved).map_err(err)?;
                 return Err(e.to_string());
             }
@@ -245,6 +374,7 @@ impl Trainer {
             sampler_path,
             policy_version: report.step,
             checkpoint: report.saved,
+            opd,
         }))
     }
 
@@ -274,6 +404,32 @@ impl Trainer {
         self.run
             .as_mut()
             .ok_or_else(|| "no training run".to_string())
+    }
+}
+
+/// The teacher's terms summed up: tokens scored and the mean of
+/// log p_student − log p_teacher over them.
+fn opd_report(
+    teacher: &Teacher,
+    chains: &batch::Chains<'_>,
+    terms: &std::collections::HashMap<String, Vec<f32>>,
+) -> OpdReport {
+    let (mut sum, mut n) = (0.0, 0usize);
+    for sample in chains.iter().flatten() {
+        if let Some(t) = terms.get(&sample.turn_id) {
+            // term = coef · (teacher − student); undo the coefficient.
+            let coef = match teacher.coef {
+                c if c.abs() > f64::EPSILON => c,
+                _ => 1.0,
+            };
+            sum -= t.iter().map(|x| f64::from(*x) / coef).sum::<f64>();
+            n += t.len();
+        }
+    }
+    OpdReport {
+        teacher: teacher.describe(),
+        tokens: n,
+        reverse_kl: sum / n.max(1) as f64,
     }
 }
 

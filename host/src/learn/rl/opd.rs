@@ -1,0 +1,289 @@
+//! On-policy distillation (`opd`): a teacher model's logprobs of the very
+//! tokens the student sampled, turned into a per-token advantage
+//! `opd.kl_penalty_coef · (log p_teacher − log p_student)` on the sampled
+//! tokens (the negative of a per-token reverse-KL estimate: tokens the
+//! teacher finds likelier than the student did are pushed up). It is added
+//! to every trained sample whether or not the judge scored the turn.
+//!
+//! The teacher is any OpenAI-compatible `/v1/completions` server (vLLM,
+//! SGLang, …) asked to echo the prompt with logprobs: the sequence is sent
+//! as token ids, so both sides must share a tokenizer. [`Teacher::check`]
+//! makes sure before anything trains: the teacher echoes a probe string
+//! and its tokens must be the student tokenizer's, piece for piece.
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use serde_json::{Value, json};
+
+use crate::config::OpdConfig;
+use crate::http::{Attempt, Backoff};
+
+use super::batch::Chains;
+
+/// How long one teacher call may take, retries included.
+const DEADLINE: Duration = Duration::from_secs(300);
+const BACKOFF: (Duration, Duration) = (Duration::from_millis(500), Duration::from_secs(10));
+/// Text whose tokenisation differs between tokenizers: words, numbers,
+/// spaces, punctuation and code.
+const PROBE: &str = "Distillation probe: the teacher's 12 tokens, 3.5 ways\n\tfn main() { println!(\"ok\"); } // done";
+
+/// The teacher, as configured.
+pub struct Teacher {
+    client: reqwest::Client,
+    url: String,
+    model: String,
+    api_key: Option<String>,
+    pub coef: f64,
+}
+
+/// The student's tokenizer, as the check needs it.
+pub trait Tokenizer {
+    fn encode(&self, text: &str) -> Result<Vec<i32>, String>;
+    fn decode_one(&self, id: i32) -> Result<String, String>;
+}
+
+impl Tokenizer for metaclaw_chat::render::Renderer {
+    fn encode(&self, text: &str) -> Result<Vec<i32>, String> {
+        metaclaw_chat::render::Renderer::encode(self, text).map_err(|e| e.to_string())
+    }
+
+    fn decode_one(&self, id: i32) -> Result<String, String> {
+        self.decode(&[id], false).map_err(|e| e.to_string())
+    }
+}
+
+/// The echoed sequence: per token its text and its logprob under the
+/// teacher (the first has none).
+struct Echo {
+    tokens: Vec<String>,
+    logprobs: Vec<Option<f64>>,
+}
+
+impl Teacher {
+    pub fn new(config: &OpdConfig) -> Result<Self, String> {
+        let base = config.teacher_url.trim().trim_end_matches('/');
+        let url = match base.ends_with("/completions") {
+            true => base.to_string(),
+            false => format!("{base}/completions"),
+        };
+        let client = crate::http::ClientSpec::new(crate::http::Purpose::Training)
+            .only_calls([url.as_str()])
+            .build()
+            .map_err(|e| e.to_string())?;
+        Ok(Self {
+            client,
+            url,
+            model: config.teacher_model.trim().to_string(),
+            api_key: config.teacher_api_key.clone().filter(|k| !k.is_empty()),
+            coef: config.kl_penalty_coef,
+        })
+    }
+
+    /// What `status` calls the teacher.
+    pub fn describe(&self) -> String {
+        format!("{} at {}", self.model, self.url)
+    }
+
+    /// Whether the teacher tokenizes as the student does: the probe's
+    /// tokens, echoed by the teacher, against the student's. An error
+    /// says what differs (or why the teacher could not be asked).
+    pub async fn check(&self, student: &dyn Tokenizer) -> Result<(), String> {
+        let ids = student.encode(PROBE)?;
+        let echo = self.echo(json!(PROBE)).await?;
+        compare(student, &ids, &echo.tokens)
+    }
+
+    /// Per sampled token of every sample in `chains` (by turn id), the
+    /// distillation term. One teacher call per chain: the last turn's
+    /// prompt holds every turn before it.
+    pub async fn terms(&self, chains: &Chains<'_>) -> Result<HashMap<String, Vec<f32>>, String> {
+        let mut terms = HashMap::new();
+        for chain in chains {
+            let Some(last) = chain.last() else {
+                continue;
+            };
+            let mut sequence = last.prompt_tokens.clone();
+            sequence.extend_from_slice(&last.tokens);
+            let echo = self.echo(json!(sequence)).await?;
+            // Servers that add a start token to a token-id prompt put it
+            // first: align on the end.
+            let offset = echo
+                .logprobs
+                .len()
+                .checked_sub(sequence.len())
+                .ok_or_else(|| {
+                    format!(
+                        "the teacher echoed {} tokens of a {}-token sequence",
+                        echo.logprobs.len(),
+                        sequence.len()
+                    )
+                })?;
+            for sample in chain {
+                let start = offset + sample.prompt_tokens.len();
+                let teacher = echo
+                    .logprobs
+                    .get(start..start + sample.tokens.len())
+                    .ok_or("the teacher's logprobs do not cover the answer")?;
+                let term = teacher
+                    .iter()
+                    .zip(&sample.logprobs)
+                    .map(|(t, s)| match t {
+                        Some(t) => (self.coef * (t - f64::from(*s))) as f32,
+                        None => 0.0,
+                    })
+                    .collect();
+                terms.insert(sample.turn_id.clone(), term);
+            }
+        }
+        Ok(terms)
+    }
+
+    /// The teacher's echo of `prompt` (text or token ids) with logprobs.
+    async fn echo(&self, prompt: Value) -> Result<Echo, String> {
+        // max_tokens 1: every server takes it (0 is not universal); the
+        // generated token is not read.
+        let body = json!({
+            "model": self.model, "prompt": prompt, "max_tokens": 1, "temperature": 0,
+            "echo": true, "logprobs": 1,
+        });
+        let what = format!("the OPD teacher {}", self.describe());
+        let reply = crate::http::until_deadline(
+            DEADLINE,
+            Backoff::new(BACKOFF.0, BACKOFF.1),
+            &what,
+            |left| self.attempt(&body, left),
+        )
+        .await
+        .map_err(|why| format!("{what}: {why}"))?;
+        parse_echo(&reply).map_err(|why| format!("{what}: {why}"))
+    }
+
+    async fn attempt(&self, body: &Value, left: Duration) -> Result<Value, Attempt> {
+        let mut request = self
+            .client
+            .post(&self.url)
+            .header(reqwest::header::CONTENT_TYPE, "application/json")
+            .body(body.to_string())
+            .timeout(left);
+        if let Some(key) = &self.api_key {
+            request = request.bearer_auth(key);
+        }
+        let response = request.send().await.map_err(|e| Attempt::unanswered(&e))?;
+        let status = response.status();
+        let headers = response.headers().clone();
+        let text = response.text().await.map_err(|e| Attempt::unanswered(&e))?;
+        if !status.is_success() {
+            let start: String = text.chars().take(300).collect();
+            return Err(Attempt::status(status, &headers, &start));
+        }
+        serde_json::from_str(&text)
+            .map_err(|e| Attempt::Fatal(format!("not a completions reply ({e})")))
+    }
+}
+
+/// `choices[0].logprobs` of a completions reply (the prompt echoed, then
+/// the one generated token, which is dropped).
+fn parse_echo(reply: &Value) -> Result<Echo, String> {
+    let logprobs = &reply["choices"][0]["logprobs"];
+    let (Some(tokens), Some(values)) = (
+        logprobs["tokens"].as_array(),
+        logprobs["token_logprobs"].as_array(),
+    ) else {
+        return Err(
+            "its reply has no choices[0].logprobs.tokens / token_logprobs (does it support echo with logprobs?)"
+                .into(),
+        );
+    };
+    if tokens.len() != values.len() || tokens.is_empty() {
+        return Err("its echoed tokens and logprobs do not match".into());
+    }
+    let keep = tokens.len() - 1;
+    Ok(Echo {
+        tokens: tokens[..keep]
+            .iter()
+            .map(|t| t.as_str().unwrap_or_default().to_string())
+            .collect(),
+        logprobs: values[..keep].iter().map(Value::as_f64).collect(),
+    })
+}
+
+/// The teacher's echoed token texts against the student's ids for the
+/// same text: the same count and the same piece at each position (a start
+/// token the teacher adds in front is allowed).
+fn compare(student: &dyn Tokenizer, ids: &[i32], teacher: &[String]) -> Result<(), String> {
+    let mine: Vec<String> = ids
+        .iter()
+        .map(|&id| student.decode_one(id))
+        .collect::<Result<_, _>>()?;
+    let teacher = match teacher.len() == mine.len() + 1 {
+        true => &teacher[1..],
+        false => teacher,
+    };
+    if teacher.len() != mine.len() {
+        return Err(format!(
+            "the teacher's tokenizer is not the student's: a probe string is {} tokens for the teacher and {} for the student (opd needs the same tokenizer: choose a teacher of the student's model family)",
+            teacher.len(),
+            mine.len()
+        ));
+    }
+    match mine.iter().zip(teacher).position(|(a, b)| a != b) {
+        None => Ok(()),
+        Some(i) => Err(format!(
+            "the teacher's tokenizer is not the student's: token {i} of a probe string is {:?} for the teacher and {:?} for the student (opd needs the same tokenizer: choose a teacher of the student's model family)",
+            teacher[i], mine[i]
+        )),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+
+    use super::*;
+
+    /// One token per character, id = the character's code.
+    struct Chars;
+
+    impl Tokenizer for Chars {
+        fn encode(&self, text: &str) -> Result<Vec<i32>, String> {
+            Ok(text.chars().map(|c| c as i32).collect())
+        }
+        fn decode_one(&self, id: i32) -> Result<String, String> {
+            char::from_u32(id as u32)
+                .map(String::from)
+                .ok_or_else(|| "bad id".into())
+        }
+    }
+
+    fn pieces(text: &str) -> Vec<String> {
+        text.chars().map(String::from).collect()
+    }
+
+    #[test]
+    fn the_check_compares_piece_for_piece() {
+        let ids = Chars.encode("ab c").unwrap();
+        assert!(compare(&Chars, &ids, &pieces("ab c")).is_ok());
+        // A start token in front is allowed.
+        let mut with_bos = vec!["<s>".to_string()];
+        with_bos.extend(pieces("ab c"));
+        assert!(compare(&Chars, &ids, &with_bos).is_ok());
+        let merged = vec!["ab".to_string(), " ".into(), "c".into()];
+        let e = compare(&Chars, &ids, &merged).unwrap_err();
+        assert!(e.contains("3 tokens for the teacher and 4"), "{e}");
+        let e = compare(&Chars, &ids, &pieces("ab d")).unwrap_err();
+        assert!(e.contains("token 3") && e.contains("\"d\""), "{e}");
+    }
+
+    #[test]
+    fn an_echo_drops_the_generated_token() {
+        let reply = json!({"choices": [{"logprobs": {
+            "tokens": ["a", "b", "c", "x"],
+            "token_logprobs": [null, -1.0, -0.5, -2.0],
+        }}]});
+        let echo = parse_echo(&reply).unwrap();
+        assert_eq!(echo.tokens, ["a", "b", "c"]);
+        assert_eq!(echo.logprobs, [None, Some(-1.0), Some(-0.5)]);
+        assert!(parse_echo(&json!({"choices": [{"text": "x"}]})).is_err());
+    }
+}
