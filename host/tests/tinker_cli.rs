@@ -6,11 +6,12 @@
 //! A training run survives a kill -9 in the middle of a step. `metaclaw
 //! tinker train` trains against the fake;
 //! the fake runs the run's third `forward_backward` but never answers it
-//! (`stall_fwdbwd=3`), so the process is killed with SIGKILL between
-//! `forward_backward` and `optim_step`, the gradients of that call left on
-//! the service. The next `train` must not build on them: it loads the last
-//! saved state into a new model, and the steps it reports are the steps
-//! the fake says the weights it trains have had.
+//! (`stall_fwdbwd=3`); the step's `optim_step`, submitted right behind it
+//! (pipelined), runs too, so the service has applied a step metaclaw never
+//! heard of when the process is killed with SIGKILL. The next `train` must
+//! not build on it: it loads the last saved state into a new model, and
+//! the steps it reports are the steps the fake says the weights it trains
+//! have had.
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
@@ -206,7 +207,7 @@ fn status(home: &Path) -> Value {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_kill_between_forward_backward_and_optim_step_leaves_nothing_inconsistent() {
+async fn a_kill_while_a_step_is_unanswered_leaves_nothing_inconsistent() {
     let url = fake(metaclaw_mock_tinker::Options::default()).await;
 
     let home = tempfile::tempdir().unwrap();
@@ -252,7 +253,8 @@ async fn a_kill_between_forward_backward_and_optim_step_leaves_nothing_inconsist
         "{steps:?}"
     );
 
-    // The third forward_backward is run but never answered: kill -9 then.
+    // The third forward_backward is run but never answered, and the
+    // optim_step submitted behind it applied: kill -9 then.
     let mut child = train_command(home.path(), &data, "3")
         .stdout(Stdio::piped())
         .stderr(Stdio::null())
@@ -270,12 +272,12 @@ async fn a_kill_between_forward_backward_and_optim_step_leaves_nothing_inconsist
     assert_eq!(opened["weights"], "restored", "{opened}");
     assert_eq!(opened["from"], saved_at_2.as_str());
     let stalled_model = opened["model_id"].as_str().unwrap().to_string();
-    // The readiness this depends on: the fake has run that forward_backward.
+    // The readiness this depends on: the fake has run that step.
     let deadline = Instant::now() + Duration::from_secs(120);
     loop {
         let m = models(&url).await;
         if m.get(&stalled_model)
-            .is_some_and(|r| r.forward_backwards == 1)
+            .is_some_and(|r| r.forward_backwards == 1 && r.steps == 3)
         {
             break;
         }
@@ -292,8 +294,7 @@ async fn a_kill_between_forward_backward_and_optim_step_leaves_nothing_inconsist
         "a step was reported"
     );
 
-    // The record says a step was in flight; the service holds its
-    // gradients, never applied.
+    // The record says a step was in flight; the service applied it.
     let record = status(home.path());
     assert_eq!(record["step"], 2, "{record}");
     assert!(
@@ -303,8 +304,7 @@ async fn a_kill_between_forward_backward_and_optim_step_leaves_nothing_inconsist
         "{record}"
     );
     let m = models(&url).await;
-    assert!(m[&stalled_model].unapplied_gradients, "{m:?}");
-    assert_eq!(m[&stalled_model].steps, 2);
+    assert_eq!(m[&stalled_model].steps, 3, "{m:?}");
 
     // The restart: a new model from the state saved at step 2, then step 3.
     let after = events(&train(home.path(), &data, "1"));
@@ -319,14 +319,16 @@ async fn a_kill_between_forward_backward_and_optim_step_leaves_nothing_inconsist
 
     // What the service did matches: the model trained now has 3 steps in
     // its weights, 2 of them loaded from the step-2 state, 1 its own; the
-    // stalled gradients stayed on the abandoned model.
+    // unheard-of step stayed on the abandoned model.
     let m = models(&url).await;
     assert_eq!(m[model].steps, 3, "{m:?}");
     assert_eq!(m[model].loaded_from.as_deref(), Some(saved_at_2.as_str()));
     assert_eq!(m[model].forward_backwards, 1);
     assert!(!m[model].unapplied_gradients);
-    assert!(m[&stalled_model].unapplied_gradients);
-    assert_eq!(m[&stalled_model].steps, 2);
+    assert_eq!(
+        m[&stalled_model].loaded_from.as_deref(),
+        Some(saved_at_2.as_str())
+    );
 
     // The record agrees, and no checkpoint name was used twice.
     let record = status(home.path());

@@ -23,8 +23,15 @@
 //! a metadata-only answer); `slow=MS` makes every future ready only after
 //! MS milliseconds; `stall_fwdbwd=N` runs the Nth `forward_backward` of
 //! the base model but never completes its future (a client can be killed
-//! mid-step). `GET /api/v1/fake/models` reports each training model: its
-//! session, the optimiser steps in its weights (counting those of the
+//! mid-step); `stall_save=N` does the same to the Nth save
+//! (`save_weights` and `save_weights_for_sampler` counted together): the
+//! checkpoint is written, its path never reaches the client (a client can
+//! be killed mid-save); `fail_save=N` refuses the Nth save instead (its
+//! future answers a failure, nothing is written). They count over all the
+//! base model's models, for the server's life, so a restarted client is
+//! not stalled again.
+//! `GET /api/v1/fake/models` reports each training model: its session,
+//! the optimiser steps in its weights (counting those of the
 //! checkpoint it loaded), that checkpoint, and whether it holds gradients
 //! no step applied. `POST /api/v1/fake/expire_session {session_id}` ends a
 //! session as a server does after missed heartbeats (its heartbeats then
@@ -37,7 +44,8 @@
 //! send zstd bodies, which it decompresses as any server does) and
 //! `json_only` (`proto_write_fwdbwd: false`, and protobuf bodies refused
 //! with 422). `GET /api/v1/fake/seen` tells a test what the fake saw
-//! ([`Seen`]: body kinds, `complete_metadata` answers).
+//! ([`Seen`]: body kinds, `complete_metadata` answers, futures stalled:
+//! what a test waits for before it kills a client).
 //!
 //! Its tokenizer spells each token as one character ([`detokenize`]), so
 //! stop strings stop sampling; `prompt_logprobs` are the bigram's.

@@ -41,8 +41,19 @@ pub struct Faults {
     /// all its models) runs, but its future never completes: a client
     /// waiting on it can be killed in the middle of a step.
     pub stall_fwdbwd: u32,
+    /// The Nth save of this base model (`save_weights` and
+    /// `save_weights_for_sampler` counted together, from 1, over all its
+    /// models) is written, but its future never completes: a client can be
+    /// killed in the middle of a save, the checkpoint on the service and
+    /// its path never known to it.
+    pub stall_save: u32,
+    /// The Nth save (counted as for `stall_save`) is refused: nothing is
+    /// written, and its future answers a failure.
+    pub fail_save: u32,
     /// `forward_backward`s submitted so far (for `stall_fwdbwd`).
     fwdbwd_submitted: u32,
+    /// Saves submitted so far (for `stall_save`, `fail_save`).
+    saves_submitted: u32,
 }
 
 impl Faults {
@@ -69,6 +80,8 @@ impl Faults {
                 "metadata" => faults.metadata = count,
                 "slow" => faults.slow_ms = n,
                 "stall_fwdbwd" => faults.stall_fwdbwd = count,
+                "stall_save" => faults.stall_save = count,
+                "fail_save" => faults.fail_save = count,
                 _ => return None,
             }
         }
@@ -101,6 +114,9 @@ pub struct Seen {
     pub fwdbwd_refused: u64,
     /// Polls answered `complete_metadata`.
     pub complete_metadata: u64,
+    /// Futures held unanswered (`stall_fwdbwd`, `stall_save`): a test
+    /// waits for this before it kills the client.
+    pub stalled: u64,
 }
 
 /// A training model as the fake sees it, for tests to compare with what a
@@ -182,6 +198,8 @@ pub enum Op {
     LoadWeights {
         path: String,
     },
+    /// A call refused by a fault (`fail_save`): answered this failure.
+    Fail(String),
 }
 
 struct Model {
@@ -370,15 +388,28 @@ impl State {
                 ))
             };
         }
-        let stall = matches!(op, Op::ForwardBackward { .. })
-            && self.faults.get_mut(&group).is_some_and(|f| {
+        let (stall, fail) = match (self.faults.get_mut(&group), &op) {
+            (Some(f), Op::ForwardBackward { .. }) => {
                 f.fwdbwd_submitted += 1;
-                f.fwdbwd_submitted == f.stall_fwdbwd
-            });
+                (f.fwdbwd_submitted == f.stall_fwdbwd, false)
+            }
+            (Some(f), Op::SaveWeights { .. } | Op::SaveForSampler { .. }) => {
+                f.saves_submitted += 1;
+                let n = f.saves_submitted;
+                (n == f.stall_save, n == f.fail_save)
+            }
+            _ => (false, false),
+        };
         let id = self.future(&group, None);
         if stall && let Some(f) = self.futures.get_mut(&id) {
             f.stalled = true;
+            self.seen.stalled += 1;
         }
+        // Refused in its turn: later calls still wait for its seq_id.
+        let op = match fail {
+            true => Op::Fail("injected: the save failed".into()),
+            false => op,
+        };
         if let Some(model) = self.models.get_mut(model_id) {
             model.waiting.insert(seq, (payload, id.clone(), op));
         }
@@ -449,6 +480,7 @@ impl State {
                     "fake/learning_rate": learning_rate,
                 }}))
             }
+            Op::Fail(message) => Reply::Failed(message),
             Op::SaveWeights { name } => self.save(model_id, "weights", &name, stamp),
             Op::SaveForSampler { name: Some(name) } => {
                 self.save(model_id, "sampler_weights", &name, stamp)
@@ -690,6 +722,8 @@ mod tests {
         assert_eq!((f.try_again, f.http410, f.slow_ms), (2, 1, 50));
         let f = Faults::parse("fake-bigram@http402=3,metadata").unwrap();
         assert_eq!((f.http402, f.metadata), (3, 1));
+        let f = Faults::parse("fake-bigram@stall_fwdbwd=2,stall_save=3,fail_save=4").unwrap();
+        assert_eq!((f.stall_fwdbwd, f.stall_save, f.fail_save), (2, 3, 4));
         assert_eq!(Faults::parse("other"), None);
         assert_eq!(Faults::parse("fake-bigram@nonsense=1"), None);
     }
@@ -761,5 +795,71 @@ mod tests {
         assert!(matches!(s.poll(&step, true), Poll::Metadata(n) if n > 0));
         assert!(matches!(s.poll(&step, true), Poll::Reply(_)));
         assert_eq!(s.seen.complete_metadata, 1);
+    }
+
+    /// `stall_save=2`: the second save (of either kind) is written but its
+    /// future never answers; the saves before and after it do.
+    #[test]
+    fn the_stalled_save_is_written_and_never_answered() {
+        let mut s = State::default();
+        let session = s.create_session();
+        let base = "fake-bigram@stall_save=2";
+        let created = s.create_model(&session, base, LoraConfig::new(4)).unwrap();
+        let Poll::Reply(Reply::Json(v)) = s.poll(&created, true) else {
+            panic!()
+        };
+        let model = v["model_id"].as_str().unwrap().to_string();
+        let save = |s: &mut State, seq: i64, op: Op| {
+            s.submit(&model, seq, json!({ "seq": seq }), op).unwrap()
+        };
+        let first = save(&mut s, 1, Op::SaveWeights { name: "a".into() });
+        assert!(matches!(s.poll(&first, false), Poll::Reply(Reply::Json(_))));
+        let stalled = save(
+            &mut s,
+            2,
+            Op::SaveForSampler {
+                name: Some("b".into()),
+            },
+        );
+        for _ in 0..3 {
+            assert!(matches!(s.poll(&stalled, false), Poll::TryAgain));
+        }
+        assert_eq!(s.seen.stalled, 1);
+        // Written all the same: the service has it, the client never hears.
+        let listed = s.checkpoints(&model).to_string();
+        assert!(listed.contains("sampler_weights/b"), "{listed}");
+        // Other calls go on, the next save included.
+        let step = save(&mut s, 3, Op::OptimStep { learning_rate: 0.1 });
+        assert!(matches!(s.poll(&step, false), Poll::Reply(Reply::Json(_))));
+        let third = save(&mut s, 4, Op::SaveWeights { name: "c".into() });
+        assert!(matches!(s.poll(&third, false), Poll::Reply(Reply::Json(_))));
+        assert_eq!(s.seen.stalled, 1);
+    }
+
+    /// `fail_save=1`: the first save answers a failure and writes nothing;
+    /// the model goes on.
+    #[test]
+    fn the_failed_save_writes_nothing() {
+        let mut s = State::default();
+        let session = s.create_session();
+        let created = s
+            .create_model(&session, "fake-bigram@fail_save=1", LoraConfig::new(4))
+            .unwrap();
+        let Poll::Reply(Reply::Json(v)) = s.poll(&created, true) else {
+            panic!()
+        };
+        let model = v["model_id"].as_str().unwrap().to_string();
+        let failed = s
+            .submit(&model, 1, json!({}), Op::SaveWeights { name: "a".into() })
+            .unwrap();
+        assert!(matches!(
+            s.poll(&failed, false),
+            Poll::Reply(Reply::Failed(_))
+        ));
+        assert_eq!(s.checkpoints(&model)["checkpoints"], json!([]));
+        let next = s
+            .submit(&model, 2, json!({}), Op::SaveWeights { name: "b".into() })
+            .unwrap();
+        assert!(matches!(s.poll(&next, false), Poll::Reply(Reply::Json(_))));
     }
 }

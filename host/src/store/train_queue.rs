@@ -195,6 +195,42 @@ pub fn rewind(conn: &Connection, run_id: &str, step: i64) -> rusqlite::Result<us
     .execute(params![run_id, step])
 }
 
+/// A running reward baseline: (skill generation, policy version) → its
+/// value and how many rewards it has seen.
+pub type Baseline = ((u64, i64), (f64, u64));
+
+/// The running reward baselines as last saved.
+pub fn baselines(conn: &Connection) -> rusqlite::Result<Vec<Baseline>> {
+    conn.prepare_cached("SELECT skill_generation, policy_version, value, count FROM rl_baselines")?
+        .query_map([], |r| {
+            Ok((
+                (r.get::<_, i64>(0)?.max(0) as u64, r.get(1)?),
+                (r.get(2)?, r.get::<_, i64>(3)?.max(0) as u64),
+            ))
+        })?
+        .collect()
+}
+
+/// Saves the running reward baselines (all of them, in one transaction), so
+/// that a restart goes on from them rather than from nothing.
+pub fn save_baselines(
+    conn: &mut Connection,
+    values: impl IntoIterator<Item = Baseline>,
+) -> rusqlite::Result<()> {
+    let tx = conn.transaction()?;
+    {
+        let mut stmt = tx.prepare_cached(
+            "INSERT INTO rl_baselines (skill_generation, policy_version, value, count)
+             VALUES (?1, ?2, ?3, ?4)
+             ON CONFLICT (skill_generation, policy_version) DO UPDATE SET value = ?3, count = ?4",
+        )?;
+        for ((generation, version), (value, count)) in values {
+            stmt.execute(params![generation as i64, version, value, count as i64])?;
+        }
+    }
+    tx.commit()
+}
+
 pub fn counts(conn: &Connection) -> rusqlite::Result<Counts> {
     let mut counts = Counts::default();
     let mut stmt =
@@ -381,5 +417,16 @@ mod tests {
         assert_eq!(state(&conn, "t2").0, "ready");
         let c = counts(&conn).unwrap();
         assert_eq!((c.trained, c.ready, c.in_step), (1, 2, 0));
+    }
+
+    #[test]
+    fn baselines_are_saved_and_read_back() {
+        let mut conn = db();
+        assert!(baselines(&conn).unwrap().is_empty());
+        save_baselines(&mut conn, [((1, 0), (0.5, 3)), ((1, 2), (-0.25, 1))]).unwrap();
+        save_baselines(&mut conn, [((1, 0), (0.75, 4))]).unwrap();
+        let mut read = baselines(&conn).unwrap();
+        read.sort_by_key(|(k, _)| *k);
+        assert_eq!(read, [((1, 0), (0.75, 4)), ((1, 2), (-0.25, 1))]);
     }
 }

@@ -55,14 +55,53 @@ pub async fn submit_and_wait(
     body: Body,
     kind: Kind,
 ) -> Result<Reply, Error> {
-    let submit = || async {
-        let reply = transport
-            .call(reqwest::Method::POST, path, Some(body.clone()))
-            .await?;
-        request_id(&reply.json()?)
-    };
-    let first = submit().await?;
-    wait(transport, first, kind, submit).await
+    submit(transport, path, body, kind)
+        .await?
+        .wait(transport)
+        .await
+}
+
+/// A request the service accepted, whose result is not awaited yet: several
+/// can be in flight, each run by the service in `seq_id` order.
+pub struct Submitted {
+    path: String,
+    body: Body,
+    kind: Kind,
+    request_id: String,
+}
+
+/// Submits `body` to `path`; its result is [`Submitted::wait`]ed for later.
+pub async fn submit(
+    transport: &Transport,
+    path: &str,
+    body: Body,
+    kind: Kind,
+) -> Result<Submitted, Error> {
+    let reply = transport
+        .call(reqwest::Method::POST, path, Some(body.clone()))
+        .await?;
+    let request_id = request_id(&reply.json()?)?;
+    Ok(Submitted {
+        path: path.to_string(),
+        body,
+        kind,
+        request_id,
+    })
+}
+
+impl Submitted {
+    /// Polls to the result, re-submitting the same body (same `seq_id`) if
+    /// the service lets the future expire.
+    pub async fn wait(self, transport: &Transport) -> Result<Reply, Error> {
+        let (path, body) = (&self.path, &self.body);
+        let resubmit = || async move {
+            let reply = transport
+                .call(reqwest::Method::POST, path, Some(body.clone()))
+                .await?;
+            request_id(&reply.json()?)
+        };
+        wait(transport, self.request_id.clone(), self.kind, resubmit).await
+    }
 }
 
 /// A submitted request's future id (a string; some servers send a number).

@@ -14,7 +14,7 @@ use metaclaw_tinker::types::{
 use serde_json::{Value, json};
 
 use super::Error;
-use super::future::{Kind, submit_and_wait};
+use super::future::{self, Kind, Submitted, submit_and_wait};
 use super::session::{Dialect, KnownDialect, SessionState};
 use super::transport::{Body, Reply, Transport};
 
@@ -112,6 +112,13 @@ impl TrainingModel {
         submit_and_wait(&self.transport, path, body, kind).await
     }
 
+    /// A training-side request submitted, unless the service ended the
+    /// session; its result is awaited later.
+    async fn submit(&self, path: &str, body: Body, kind: Kind) -> Result<Submitted, Error> {
+        self.session.check()?;
+        future::submit(&self.transport, path, body, kind).await
+    }
+
     /// One forward and backward pass over `data`: per datum the outputs
     /// (`logprobs` of each target under the current weights, and what else
     /// the server returns), and its metrics. The gradients accumulate until
@@ -122,10 +129,43 @@ impl TrainingModel {
         loss: LossFn,
         config: &BTreeMap<String, LossConfig>,
     ) -> Result<ForwardBackwardResult, Error> {
+        let submitted = self.submit_forward_backward(data, loss, config).await?;
+        forward_backward_result(&submitted.wait(&self.transport).await?)
+    }
+
+    /// A train step's two requests, `forward_backward` then `optim_step`,
+    /// submitted back to back and only then awaited (reference §15.4: the
+    /// next request is enqueued before the previous result is awaited), so
+    /// a step costs one wait for results, not two.
+    pub async fn train_step(
+        &self,
+        data: &[Datum],
+        loss: LossFn,
+        config: &BTreeMap<String, LossConfig>,
+        adam: AdamParams,
+    ) -> Result<(ForwardBackwardResult, BTreeMap<String, f64>), Error> {
+        let gradients = self.submit_forward_backward(data, loss, config).await?;
+        let optimiser = self.submit_optim_step(adam).await?;
+        let result = forward_backward_result(&gradients.wait(&self.transport).await?)?;
+        let metrics = optim_metrics(&optimiser.wait(&self.transport).await?)?;
+        Ok((result, metrics))
+    }
+
+    /// Submits `forward_backward` in the service's dialect; when it is not
+    /// known yet, protobuf first and JSON if the service cannot read it.
+    async fn submit_forward_backward(
+        &self,
+        data: &[Datum],
+        loss: LossFn,
+        config: &BTreeMap<String, LossConfig>,
+    ) -> Result<Submitted, Error> {
         let seq = self.next_seq();
         let dialect = self.dialect.get();
-        let reply = match dialect {
-            Some(Dialect::Json) => self.forward_backward_json(seq, data, loss, config).await?,
+        match dialect {
+            Some(Dialect::Json) => {
+                self.submit_forward_backward_json(seq, data, loss, config)
+                    .await
+            }
             Some(Dialect::Protobuf) | None => {
                 let body = self.transport.protobuf(convert::forward_backward_body(
                     &self.model_id,
@@ -136,34 +176,34 @@ impl TrainingModel {
                     false,
                 ))?;
                 match self
-                    .run("forward_backward", body, Kind::ForwardBackward)
+                    .submit("forward_backward", body, Kind::ForwardBackward)
                     .await
                 {
-                    Ok(reply) => {
+                    Ok(submitted) => {
                         self.dialect.set(Dialect::Protobuf);
-                        reply
+                        Ok(submitted)
                     }
                     // A server of the JSON dialect cannot read the body.
                     Err(Error::Service {
                         status: 415 | 422, ..
                     }) if dialect.is_none() => {
                         self.dialect.set(Dialect::Json);
-                        self.forward_backward_json(seq, data, loss, config).await?
+                        self.submit_forward_backward_json(seq, data, loss, config)
+                            .await
                     }
-                    Err(e) => return Err(e),
+                    Err(e) => Err(e),
                 }
             }
-        };
-        forward_backward_result(&reply)
+        }
     }
 
-    async fn forward_backward_json(
+    async fn submit_forward_backward_json(
         &self,
         seq: i64,
         data: &[Datum],
         loss: LossFn,
         config: &BTreeMap<String, LossConfig>,
-    ) -> Result<Reply, Error> {
+    ) -> Result<Submitted, Error> {
         let mut input = json!({"data": data, "loss_fn": loss.as_str()});
         if !config.is_empty() {
             input["loss_fn_config"] = json!(config);
@@ -171,12 +211,17 @@ impl TrainingModel {
         let body = json!({
             "model_id": self.model_id, "seq_id": seq, "forward_backward_input": input, "type": "forward_backward",
         });
-        self.run("forward_backward", Body::Json(body), Kind::ForwardBackward)
+        self.submit("forward_backward", Body::Json(body), Kind::ForwardBackward)
             .await
     }
 
     /// Applies the accumulated gradients; the service's metrics.
     pub async fn optim_step(&self, adam: AdamParams) -> Result<BTreeMap<String, f64>, Error> {
+        let submitted = self.submit_optim_step(adam).await?;
+        optim_metrics(&submitted.wait(&self.transport).await?)
+    }
+
+    async fn submit_optim_step(&self, adam: AdamParams) -> Result<Submitted, Error> {
         let body = json!({
             "model_id": self.model_id, "seq_id": self.next_seq(), "type": "optim_step",
             "adam_params": {
@@ -184,16 +229,8 @@ impl TrainingModel {
                 "eps": adam.eps, "weight_decay": adam.weight_decay, "grad_clip_norm": adam.grad_clip_norm,
             },
         });
-        let reply = self
-            .run("optim_step", Body::Json(body), Kind::OptimStep)
-            .await?;
-        let v = reply.json()?;
-        Ok(v["metrics"]
-            .as_object()
-            .into_iter()
-            .flatten()
-            .map(|(k, v)| (k.clone(), v.as_f64().unwrap_or(f64::NAN)))
-            .collect())
+        self.submit("optim_step", Body::Json(body), Kind::OptimStep)
+            .await
     }
 
     /// Saves weights and optimiser state under `name`; the `tinker://` path.
@@ -305,6 +342,17 @@ fn path_of(reply: &Reply) -> Result<String, Error> {
         .as_str()
         .map(str::to_string)
         .ok_or_else(|| Error::Protocol("a save answered without a path".into()))
+}
+
+/// An `optim_step`'s metrics.
+fn optim_metrics(reply: &Reply) -> Result<BTreeMap<String, f64>, Error> {
+    let v = reply.json()?;
+    Ok(v["metrics"]
+        .as_object()
+        .into_iter()
+        .flatten()
+        .map(|(k, v)| (k.clone(), v.as_f64().unwrap_or(f64::NAN)))
+        .collect())
 }
 
 fn forward_backward_result(reply: &Reply) -> Result<ForwardBackwardResult, Error> {

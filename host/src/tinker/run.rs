@@ -207,8 +207,7 @@ impl TrainingRun {
             "step {step}: forward_backward (seq {first}) and optim_step (seq {})",
             first + 1
         )))?;
-        let result = self.model.forward_backward(data, loss, config).await?;
-        let optimiser = self.model.optim_step(adam).await?;
+        let (result, optimiser) = self.model.train_step(data, loss, config, adam).await?;
         let mut metrics = result.metrics.clone();
         metrics.extend(optimiser);
         let loss = summed_loss(&result);

@@ -15,7 +15,8 @@
 //!   first reward, whose advantage is then 0 (nothing to compare it with).
 //!
 //! A batch whose advantages are all zero is skipped, never trained as
-//! zeros.
+//! zeros. The trainer keeps the baselines in the store (`rl_baselines`)
+//! across restarts.
 
 use std::collections::HashMap;
 

@@ -182,13 +182,25 @@ pub fn spawn(
             Some((teacher, false))
         }
     };
+    // The baselines as last saved (none yet, or unreadable: from nothing).
+    let saved = crate::store::open_read_only(&settings.db)
+        .and_then(|c| train_queue::baselines(&c).map_err(Into::into));
+    let baselines = match saved {
+        Ok(values) => Baselines {
+            values: values.into_iter().collect(),
+        },
+        Err(e) => {
+            tracing::warn!("the reward baselines start from nothing: {e:#}");
+            Baselines::default()
+        }
+    };
     let trainer = Trainer {
         settings,
         policy,
         serving,
         generation,
         run: None,
-        baselines: Baselines::default(),
+        baselines,
         teacher,
         state: state.clone(),
     };
@@ -313,6 +325,10 @@ impl Trainer {
             self.settings.baseline_decay,
             &terms,
         );
+        // Kept across restarts (a redone step moves them again: they are
+        // running estimates, not counts).
+        let values = self.baselines.values.iter().map(|(k, v)| (*k, *v));
+        train_queue::save_baselines(&mut conn, values).map_err(err)?;
         if batch.data.is_empty() {
             let turns: Vec<String> = batch.samples.iter().map(|(t, _)| t.clone()).collect();
             train_queue::skip(

@@ -1,0 +1,581 @@
+//! Training from the student's turns survives a kill -9 (W2-F): the real
+//! `metaclaw` daemon in `mode: rl`, the fake Tinker server and the dummy
+//! upstream in this process (so they outlive the daemon), one home kept
+//! across the restart.
+//!
+//! Each test trains step 1 on a judged session's two turns, then asks for
+//! step 2 on a second session's and kills the daemon with SIGKILL while
+//! the fake holds one of that step's calls unanswered: its
+//! `forward_backward` (`stall_fwdbwd=2`: run on the service, its result
+//! never sent), or the save of its training state after the optimiser
+//! step (`stall_save=3`: step 1 saved its state and its sampler weights;
+//! the checkpoint is written on the service, its path never reaches
+//! metaclaw). After the restart on the same home the run goes on from step
+//! 1's saved state: the second session's samples are `ready` again at
+//! once, the next step trains them as step 2 on a new model loaded from
+//! that state, and every sample is trained exactly once (the fake's
+//! weights hold exactly the two steps; the queue has each sample trained
+//! in its own step, none left ready or in a step). A third test does the
+//! same without a kill: the service refuses step 2's save
+//! (`fail_save=3`), and the step is trained again from step 1's state.
+
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+mod common;
+
+use std::collections::BTreeMap;
+use std::io::Read;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use metaclaw_chat::render::{ModelFiles, Renderer};
+use metaclaw_mock_tinker::{ModelReport, Seen};
+use serde_json::{Value, json};
+
+fn fixture() -> String {
+    format!(
+        "{}/../tests/fixtures/tiny-qwen3",
+        env!("CARGO_MANIFEST_DIR")
+    )
+}
+
+/// The tokens the model samples to say `text` and end its turn.
+fn says(text: &str) -> Vec<i32> {
+    let r = Renderer::new(&ModelFiles::from_dir(Path::new(&fixture())).unwrap()).unwrap();
+    let mut tokens = r.encode(text).unwrap();
+    tokens.push(r.token_id("<|im_end|>").unwrap());
+    tokens
+}
+
+/// What cuts step 2 short.
+#[derive(Clone, Copy, PartialEq)]
+enum Crash {
+    /// Step 2's `forward_backward` is run by the service, never answered.
+    Step,
+    /// Step 2's optimiser step is applied, the save of its training state
+    /// written by the service, never answered.
+    Save,
+    /// Not a kill: step 2's optimiser step is applied, the save of its
+    /// training state refused by the service.
+    FailedSave,
+}
+
+/// The fake Tinker server and the dummy upstream, in this process; the
+/// daemon's home.
+struct World {
+    fake: String,
+    home: tempfile::TempDir,
+    daemon: Option<common::Proc>,
+}
+
+impl World {
+    async fn new(model: &str) -> Self {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let fake = format!("http://{}", listener.local_addr().unwrap());
+        tokio::spawn(metaclaw_mock_tinker::serve(listener));
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let upstream = format!("http://{}/v1", listener.local_addr().unwrap());
+        let dummy = Arc::new(metaclaw_mock_upstream::Dummy::default());
+        tokio::spawn(metaclaw_mock_upstream::serve(listener, dummy));
+        let home = tempfile::tempdir().unwrap();
+        // Steps only when asked; the dummy judge rewards a corrected
+        // answer −1 and the last one 0, so each session's batch has signal.
+        let config = format!(
+            "mode: rl\n\
+             llm:\n  api_base: {upstream}\n  model_id: echo\n  force_model: true\n\
+             rl:\n  model: '{model}'\n  tinker_base_url: {fake}\n  tinker_api_key: tml-dummy\n  \
+             tokenizer_path: {}\n  lora_rank: 4\n  batch_size: 2\n  save_every: 1\n  \
+             manual_train_trigger: true\n  prm_model: judge\n  prm_m: 1\n\
+             skills:\n  enabled: false\n\
+             learning:\n  enabled: true\n\
+             plugins:\n  builtin: false\n",
+            fixture()
+        );
+        std::fs::write(home.path().join("config.yaml"), config).unwrap();
+        let mut world = Self {
+            fake,
+            home,
+            daemon: None,
+        };
+        world.start().await;
+        world
+    }
+
+    fn path(&self) -> PathBuf {
+        self.home.path().to_path_buf()
+    }
+
+    /// Starts the daemon on the home and waits until the student serves.
+    async fn start(&mut self) {
+        let home = self.path();
+        let proc = tokio::task::spawn_blocking(move || {
+            let log = std::fs::OpenOptions::new()
+                .create(true)
+                .append(true)
+                .open(home.join("test-stderr.log"))
+                .unwrap();
+            let mut cmd = Command::new(common::BIN);
+            cmd.args(["start", "--foreground", "--port", "0"])
+                .env("METACLAW_HOME", &home)
+                .env_remove("METACLAW_LLM_API_KEY")
+                .env_remove("METACLAW_PROXY_API_KEY")
+                .env_remove("TINKER_API_KEY")
+                .env_remove("TINKER_BASE_URL")
+                .env_remove("METACLAW_RL_TINKER_API_KEY")
+                .env("METACLAW_NO_WIRE", "1")
+                .env("METACLAW_NO_BUILTIN_SKILLS", "1")
+                .stderr(log);
+            common::spawn_and_wait_for(cmd, "metaclaw listening on ", Duration::from_secs(60))
+        })
+        .await
+        .unwrap();
+        self.daemon = Some(proc);
+        // The student connects in the background; a turn before that would
+        // be answered by `llm`, with no sample to train.
+        let deadline = Instant::now() + Duration::from_secs(60);
+        loop {
+            let status = self.json(&["status", "--json"]).await;
+            if status["student"]["state"] == "ready" {
+                break;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "the student never became ready: {}\n{}",
+                status["student"],
+                self.log()
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
+    /// SIGKILL: no clean shutdown.
+    fn kill(&mut self) {
+        let mut proc = self.daemon.take().unwrap();
+        proc.child.kill().unwrap();
+        proc.child.wait().unwrap();
+    }
+
+    fn url(&self) -> String {
+        self.daemon.as_ref().unwrap().url.clone()
+    }
+
+    fn log(&self) -> String {
+        std::fs::read_to_string(self.home.path().join("test-stderr.log")).unwrap_or_default()
+    }
+
+    async fn cli(&self, args: &[&str]) -> Output {
+        let home = self.path();
+        let args: Vec<String> = args.iter().map(|a| a.to_string()).collect();
+        tokio::task::spawn_blocking(move || {
+            let args: Vec<&str> = args.iter().map(String::as_str).collect();
+            common::cli_in(&home, &args)
+        })
+        .await
+        .unwrap()
+    }
+
+    /// `metaclaw ARGS` (ending in `--json`), which must succeed.
+    async fn json(&self, args: &[&str]) -> Value {
+        let out = self.cli(args).await;
+        assert!(
+            out.status.success(),
+            "{args:?}: {}{}\n{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr),
+            self.log()
+        );
+        serde_json::from_slice(&out.stdout)
+            .unwrap_or_else(|_| panic!("{args:?}: {}", String::from_utf8_lossy(&out.stdout)))
+    }
+
+    async fn fake_get<T: serde::de::DeserializeOwned>(&self, what: &str) -> T {
+        reqwest::get(format!("{}/api/v1/fake/{what}", self.fake))
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap()
+    }
+
+    async fn models(&self) -> BTreeMap<String, ModelReport> {
+        self.fake_get("models").await
+    }
+
+    /// The checkpoints the fake holds for `model`: (type, path).
+    async fn checkpoints(&self, model: &str) -> Vec<(String, String)> {
+        let v: Value = reqwest::get(format!(
+            "{}/api/v1/training_runs/{model}/checkpoints",
+            self.fake
+        ))
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+        v["checkpoints"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|c| {
+                (
+                    c["checkpoint_type"].as_str().unwrap().to_string(),
+                    c["tinker_path"].as_str().unwrap().to_string(),
+                )
+            })
+            .collect()
+    }
+
+    /// A judged session of two student turns: an answer the user corrects
+    /// (reward −1), then the corrected one (0). Its two sample ids.
+    async fn session(&self, id: &str, question: &str) -> Vec<String> {
+        let http = common::client();
+        let mut messages = vec![
+            json!({"role": "system", "content": "You are a helpful assistant."}),
+            json!({"role": "user", "content": question}),
+        ];
+        for answer in ["It is in Spain.", "Sorry: it is in France."] {
+            let script = http
+                .post(format!("{}/api/v1/fake/script", self.fake))
+                .json(&json!({ "sequences": [says(answer)] }))
+                .send()
+                .await
+                .unwrap();
+            assert!(script.status().is_success());
+            let response = http
+                .post(format!("{}/v1/chat/completions", self.url()))
+                .header("x-session-id", id)
+                .header("x-turn-type", "main")
+                .json(&json!({"model": "m", "messages": messages}))
+                .send()
+                .await
+                .unwrap();
+            assert!(response.status().is_success(), "{}", self.log());
+            let served = response
+                .headers()
+                .get("x-metaclaw-served-by")
+                .and_then(|v| v.to_str().ok())
+                .unwrap_or_default()
+                .to_string();
+            assert!(served.starts_with("student"), "served by {served:?}");
+            messages.push(json!({"role": "assistant", "content": answer}));
+            messages.push(json!({"role": "user", "content": "No, that's wrong. It is in France."}));
+        }
+        // The store commits a turn shortly after its answer.
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while self.samples(id).len() < 2 {
+            assert!(Instant::now() < deadline, "{id}'s turns were not stored");
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        // Judged (the command fails unless every job is done); a step
+        // then finds its samples ready.
+        let jobs = self.json(&["learn", "now", id, "--json"]).await;
+        assert!(jobs.as_array().is_some_and(|j| !j.is_empty()), "{jobs}");
+        self.samples(id).into_iter().map(|s| s.turn).collect()
+    }
+
+    /// The session's samples in the store, in turn order.
+    fn samples(&self, session: &str) -> Vec<Sample> {
+        let db = metaclaw::home::Home::at(self.home.path()).db_file();
+        let Ok(conn) = metaclaw::store::open_read_only(&db) else {
+            return Vec::new();
+        };
+        let mut stmt = conn
+            .prepare(
+                "SELECT s.turn_id, s.train_state, s.run_id, s.train_step
+                 FROM turn_samples s JOIN turns t ON t.id = s.turn_id
+                 WHERE t.session_id = ?1 ORDER BY t.seq",
+            )
+            .unwrap();
+        stmt.query_map([session], |r| {
+            Ok(Sample {
+                turn: r.get(0)?,
+                state: r.get(1)?,
+                run: r.get(2)?,
+                step: r.get(3)?,
+            })
+        })
+        .unwrap()
+        .collect::<rusqlite::Result<_>>()
+        .unwrap()
+    }
+
+    /// Every sample's queue state, as `train status` counts them.
+    async fn queue(&self) -> (u64, u64, u64) {
+        let status = self.json(&["train", "status", "--json"]).await;
+        let q = &status["queue"];
+        (
+            q["ready"].as_u64().unwrap(),
+            q["in_step"].as_u64().unwrap(),
+            q["trained"].as_u64().unwrap(),
+        )
+    }
+}
+
+#[derive(Debug)]
+struct Sample {
+    turn: String,
+    state: String,
+    run: Option<String>,
+    step: Option<i64>,
+}
+
+/// The samples of `session`, all trained in `step` of `run`.
+fn assert_trained(samples: &[Sample], run: &str, step: i64) {
+    assert_eq!(samples.len(), 2, "{samples:?}");
+    assert!(
+        samples
+            .iter()
+            .all(|s| s.state == "trained" && s.run.as_deref() == Some(run) && s.step == Some(step)),
+        "{samples:?}"
+    );
+}
+
+/// Asks for a step, waits until the fake holds its call, and kills the
+/// daemon with SIGKILL; checks that the step was under way (its samples in
+/// step 2) and that its caller was told it failed.
+async fn step_and_kill(w: &mut World) {
+    let mut asked = Command::new(common::BIN)
+        .args(["train", "step", "--json"])
+        .env("METACLAW_HOME", w.home.path())
+        .env("METACLAW_NO_WIRE", "1")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let seen: Seen = w.fake_get("seen").await;
+        if seen.stalled == 1 {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "step 2 never reached the stalled call: {seen:?}\n{}",
+            w.log()
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let held = w.samples("s-second");
+    assert!(
+        held.iter()
+            .all(|s| s.state == "in_step" && s.step == Some(2)),
+        "{held:?}"
+    );
+    w.kill();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while asked.try_wait().unwrap().is_none() {
+        assert!(Instant::now() < deadline, "train step outlived the daemon");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let mut said = String::new();
+    asked
+        .stdout
+        .take()
+        .unwrap()
+        .read_to_string(&mut said)
+        .unwrap();
+    assert!(
+        !asked.wait().unwrap().success() && !said.contains("stepped"),
+        "{said}"
+    );
+}
+
+async fn kill_and_resume(crash: Crash, model: &str) {
+    let mut w = World::new(model).await;
+
+    // Step 1: the first session's two turns, saved (training state and
+    // sampler weights), served.
+    let first = w.session("s-first", "Where is Paris?").await;
+    let step1 = w.json(&["train", "step", "--json"]).await;
+    assert_eq!(step1["outcome"], "stepped", "{step1}");
+    assert_eq!(
+        (step1["step"].as_i64(), step1["samples"].as_i64()),
+        (Some(1), Some(2))
+    );
+    let run = step1["run"].as_str().unwrap().to_string();
+    let state1 = step1["checkpoint"].as_str().unwrap().to_string();
+    assert_trained(&w.samples("s-first"), &run, 1);
+
+    let second = w.session("s-second", "Where is Lyon?").await;
+    let model_before = w.json(&["train", "status", "--json"]).await["run"]["model_id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    if crash == Crash::FailedSave {
+        // Step 2's optimiser step is applied, the save of its state
+        // refused: the step fails, and its samples go back to the queue.
+        let out = w.cli(&["train", "step", "--json"]).await;
+        let said = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            !out.status.success() && said.contains("save failed"),
+            "{said}"
+        );
+    } else {
+        step_and_kill(&mut w).await;
+    }
+
+    // What it left: the run's last saved state is step 1's; the service
+    // holds what step 2 did on the model it was trained on.
+    let record = w.json(&["train", "status", "--json"]).await["run"].clone();
+    assert_eq!(record["state_step"], 1, "{record}");
+    assert_eq!(record["state_path"], state1.as_str(), "{record}");
+    let pending = record["pending"].as_str().unwrap_or_default().to_string();
+    let m = w.models().await;
+    let before = &m[&model_before];
+    assert_eq!(before.forward_backwards, 2, "{m:?}");
+    let written = w.checkpoints(&model_before).await;
+    let saved2: Vec<&String> = written
+        .iter()
+        .filter(|(kind, path)| kind == "training" && path.ends_with("-step000002"))
+        .map(|(_, path)| path)
+        .collect();
+    match crash {
+        Crash::Step => {
+            // The service ran step 2's forward_backward (and its
+            // optim_step too where the client sends it without waiting for
+            // the first result); metaclaw counted neither.
+            assert!(pending.contains("step 2: forward_backward"), "{record}");
+            assert_eq!(record["step"], 1, "{record}");
+            assert!(
+                matches!(
+                    (before.steps, before.unapplied_gradients),
+                    (1, true) | (2, false)
+                ),
+                "{m:?}"
+            );
+            assert!(saved2.is_empty(), "{written:?}");
+        }
+        Crash::Save => {
+            // Step 2 was applied, and its state written on the service
+            // under a name metaclaw never learnt.
+            assert!(
+                pending.starts_with("save ") && pending.ends_with("-step000002"),
+                "{record}"
+            );
+            assert_eq!(record["step"], 2, "{record}");
+            assert!(!before.unapplied_gradients && before.steps == 2, "{m:?}");
+            assert_eq!(saved2.len(), 1, "{written:?}");
+        }
+        Crash::FailedSave => {
+            // Step 2 was applied; nothing was saved.
+            assert!(pending.is_empty(), "{record}");
+            assert_eq!(record["step"], 2, "{record}");
+            assert!(!before.unapplied_gradients && before.steps == 2, "{m:?}");
+            assert!(saved2.is_empty(), "{written:?}");
+        }
+    }
+    let orphan = saved2.first().map(|p| p.to_string());
+    if crash != Crash::FailedSave {
+        w.start().await;
+    }
+
+    // After the restart (or the failure), the second session's samples are
+    // ready again before any step is asked for (a step counts only ready
+    // samples).
+    let status = w.json(&["status", "--json"]).await;
+    assert_eq!(
+        status["student"]["policy_version"], 1,
+        "{}",
+        status["student"]
+    );
+    assert_eq!(w.queue().await, (2, 0, 2));
+    assert!(w.samples("s-second").iter().all(|s| s.state == "ready"));
+
+    // The next step trains them, as step 2 again, on a new model loaded
+    // from step 1's state.
+    let step2 = w.json(&["train", "step", "--json"]).await;
+    assert_eq!(step2["outcome"], "stepped", "{step2}\n{}", w.log());
+    assert_eq!(
+        (step2["step"].as_i64(), step2["samples"].as_i64()),
+        (Some(2), Some(2))
+    );
+    assert_eq!(step2["run"], run.as_str());
+    assert_eq!(step2["policy_version"], 2);
+    let state2 = step2["checkpoint"].as_str().unwrap().to_string();
+    assert_ne!(
+        Some(&state2),
+        orphan.as_ref(),
+        "a checkpoint name was reused"
+    );
+    let record = w.json(&["train", "status", "--json"]).await;
+    let model = record["run"]["model_id"].as_str().unwrap().to_string();
+    assert!(model != model_before, "{record}");
+    assert_eq!(record["run"]["step"], 2, "{record}");
+    assert_eq!(record["run"]["state_step"], 2, "{record}");
+    assert_eq!(record["run"]["state_path"], state2.as_str(), "{record}");
+    assert!(record["run"]["pending"].is_null(), "{record}");
+
+    // The service agrees: the weights trained now hold exactly two
+    // optimiser steps, step 1's loaded and this one; what the killed step
+    // did stayed on the abandoned model.
+    let m = w.models().await;
+    assert_eq!(
+        m[&model].loaded_from.as_deref(),
+        Some(state1.as_str()),
+        "{m:?}"
+    );
+    assert_eq!(
+        (m[&model].steps, m[&model].forward_backwards),
+        (2, 1),
+        "{m:?}"
+    );
+    assert!(!m[&model].unapplied_gradients);
+    assert_eq!(m[&model_before].forward_backwards, 2, "{m:?}");
+
+    // Every sample trained exactly once, in its own step; nothing left.
+    assert_trained(&w.samples("s-first"), &run, 1);
+    assert_trained(&w.samples("s-second"), &run, 2);
+    let turns: Vec<String> = w
+        .samples("s-first")
+        .into_iter()
+        .chain(w.samples("s-second"))
+        .map(|s| s.turn)
+        .collect();
+    assert_eq!(turns, [first, second].concat());
+    assert_eq!(w.queue().await, (0, 0, 4));
+    let again = w.json(&["train", "step", "--json"]).await;
+    assert_eq!(again["outcome"], "waiting", "{again}");
+    assert_eq!(again["ready"], 0, "{again}");
+    // The run's history: step 1, the step the kill cut short (recorded
+    // only if its optimiser step was applied), and step 2 trained again.
+    let steps: Vec<(i64, i64)> = record["steps"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| {
+            (
+                s["step"].as_i64().unwrap(),
+                s["incarnation"].as_i64().unwrap(),
+            )
+        })
+        .collect();
+    let expected: &[(i64, i64)] = match crash {
+        Crash::Step => &[(2, 2), (1, 1)],
+        Crash::Save | Crash::FailedSave => &[(2, 2), (2, 1), (1, 1)],
+    };
+    assert_eq!(steps, expected, "{record}");
+}
+
+/// Killed while step 2's `forward_backward` is on the service.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_kill_during_a_step_resumes_from_the_last_checkpoint_and_trains_each_sample_once() {
+    kill_and_resume(Crash::Step, "fake-bigram@stall_fwdbwd=2").await;
+}
+
+/// Killed while step 2's training state is being saved (the third save:
+/// step 1 saved its state and its sampler weights).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_kill_during_a_save_resumes_from_the_last_checkpoint_and_trains_each_sample_once() {
+    kill_and_resume(Crash::Save, "fake-bigram@stall_save=3").await;
+}
+
+/// No kill: step 2's save is refused by the service. The step fails, its
+/// samples go back to the queue, and so must the weights: the next step
+/// trains them again from step 1's state, not on top of weights that
+/// already hold them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failed_save_trains_the_step_again_from_the_last_checkpoint_and_each_sample_once() {
+    kill_and_resume(Crash::FailedSave, "fake-bigram@fail_save=3").await;
+}
