@@ -352,3 +352,64 @@ async fn a_kill_while_a_step_is_unanswered_leaves_nothing_inconsistent() {
         .collect();
     assert_eq!(recorded, [3, 2, 1], "{record}");
 }
+
+/// `rl.resume_from_ckpt` set on a run that has its own saves: the next
+/// start goes on from that checkpoint, once, with the step counter
+/// continued (policy versions only go up); the start after it takes the
+/// run's own last save again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn resume_from_ckpt_overrides_the_runs_own_save_once() {
+    let url = fake(metaclaw_mock_tinker::Options::default()).await;
+    let home = tempfile::tempdir().unwrap();
+    let config = |extra: &str| {
+        std::fs::write(
+            home.path().join("config.yaml"),
+            format!(
+                "rl:\n  tinker_base_url: {url}\n  tinker_api_key: tml-dummy\n  model: fake-bigram\n  lora_rank: 4\n{extra}"
+            ),
+        )
+        .unwrap();
+    };
+    config("");
+    let data = home.path().join("datums.jsonl");
+    let datum = json!({
+        "model_input": {"chunks": [{"type": "encoded_text", "tokens": [1, 2, 3]}]},
+        "loss_fn_inputs": {
+            "target_tokens": {"data": [2, 3, 4], "dtype": "int64", "shape": [3]},
+            "weights": {"data": [1.0, 1.0, 1.0], "dtype": "float32", "shape": [3]},
+        },
+    })
+    .to_string();
+    std::fs::write(&data, [datum.clone(), datum].join("\n")).unwrap();
+    let steps = |events: &[Value]| -> Vec<Value> {
+        events
+            .iter()
+            .filter(|e| e["event"] == "step")
+            .cloned()
+            .collect()
+    };
+
+    let first = steps(&events(&train(home.path(), &data, "2")));
+    let saved_at_1 = first[0]["saved"].as_str().unwrap().to_string();
+    let saved_at_2 = first[1]["saved"].as_str().unwrap().to_string();
+
+    config(&format!("  resume_from_ckpt: {saved_at_1}\n"));
+    let out = events(&train(home.path(), &data, "1"));
+    assert_eq!(out[0]["weights"], "restored", "{out:?}");
+    assert_eq!(out[0]["from"], saved_at_1.as_str(), "{out:?}");
+    let step = &steps(&out)[0];
+    assert_eq!(step["step"], 3, "the counter continues: {out:?}");
+    let model = step["model_id"].as_str().unwrap();
+    let m = models(&url).await;
+    // One optimiser step in the checkpoint, one since: step 2's weights
+    // were not built on.
+    assert_eq!(m[model].steps, 2, "{m:?}");
+    assert_eq!(m[model].loaded_from.as_deref(), Some(saved_at_1.as_str()));
+    let saved_at_3 = step["saved"].as_str().unwrap().to_string();
+    assert_ne!(saved_at_3, saved_at_2);
+
+    // Same config, next start: the run's own last save.
+    let again = events(&train(home.path(), &data, "1"));
+    assert_eq!(again[0]["from"], saved_at_3.as_str(), "{again:?}");
+    assert_eq!(steps(&again)[0]["step"], 4, "{again:?}");
+}

@@ -233,6 +233,19 @@ pub fn saved(
     Ok(())
 }
 
+/// The run goes on from `path` (`rl.resume_from_ckpt` changed): its state
+/// is that checkpoint, at the run's current step (the counter continues),
+/// and the run remembers it was started from it, so the next restart
+/// takes its own saves again.
+pub fn restart_from(conn: &Connection, id: &str, path: &str, step: i64, now_ms: i64) -> Result<()> {
+    conn.execute(
+        "UPDATE training_runs SET state_path = ?2, state_step = ?3, started_from = ?2, \
+         pending = NULL, updated_ms = ?4 WHERE id = ?1",
+        params![id, path, step, now_ms],
+    )?;
+    Ok(())
+}
+
 /// The sampler weights to serve, chosen by hand (a rollback): only what is
 /// served changes, never the run's training state or its call in flight.
 pub fn serve(conn: &Connection, id: &str, path: &str, step: i64, now_ms: i64) -> Result<()> {

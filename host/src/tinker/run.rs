@@ -110,6 +110,24 @@ impl TrainingRun {
                     run.id, run.lora_rank, spec.lora.rank
                 )));
             }
+            // `rl.resume_from_ckpt` names another checkpoint than the one
+            // the run last started from: it overrides the run's own last
+            // save, once.
+            Some(mut run) if spec.resume_from.is_some() && run.started_from != spec.resume_from => {
+                let path = spec.resume_from.clone().unwrap_or_default();
+                training::restart_from(&conn, &run.id, &path, run.step, now_ms())
+                    .map_err(store_error)?;
+                tracing::info!(
+                    run = %run.id,
+                    "rl.resume_from_ckpt changed: the run goes on from {path}, its step counter at {}",
+                    run.step
+                );
+                run.state_path = Some(path.clone());
+                run.state_step = Some(run.step);
+                run.started_from = Some(path);
+                run.pending = None;
+                run
+            }
             Some(run) => run,
             None => {
                 let now = now_ms();
