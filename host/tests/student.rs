@@ -84,6 +84,22 @@ async fn product_in(rl: &str, no_service: bool, learning: &str) -> Product {
     .await
 }
 
+/// [`product_in`] with these plugin files in its drop-in folder.
+async fn product_in_with_dropins(
+    rl: &str,
+    learning: &str,
+    dropins: &[std::path::PathBuf],
+) -> Product {
+    product_in_setup(
+        rl,
+        false,
+        learning,
+        metaclaw_mock_upstream::Dummy::default(),
+        dropins,
+    )
+    .await
+}
+
 /// [`product_in`] in front of this dummy upstream; `{upstream}` in
 /// `learning` (or sections after it) is its base URL.
 async fn product_in_with(
@@ -91,6 +107,16 @@ async fn product_in_with(
     no_service: bool,
     learning: &str,
     dummy: metaclaw_mock_upstream::Dummy,
+) -> Product {
+    product_in_setup(rl, no_service, learning, dummy, &[]).await
+}
+
+async fn product_in_setup(
+    rl: &str,
+    no_service: bool,
+    learning: &str,
+    dummy: metaclaw_mock_upstream::Dummy,
+    dropins: &[std::path::PathBuf],
 ) -> Product {
     let upstream_listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let upstream = format!("http://{}/v1", upstream_listener.local_addr().unwrap());
@@ -113,7 +139,7 @@ async fn product_in_with(
         "  model: fake-bigram\n  tinker_base_url: {tinker}\n  tokenizer_path: {}\n{rl}",
         fixture()
     );
-    let mut product = product_with(&upstream, &rl, learning).await;
+    let mut product = product_with_dropins(&upstream, &rl, learning, dropins).await;
     product.tinker = tinker;
     product.fake = fake;
     product
@@ -1239,6 +1265,69 @@ async fn a_teacher_with_another_tokenizer_is_refused() {
     );
     assert_eq!(training["queue"]["ready"], 2, "{status}");
     assert_eq!(training["queue"]["trained"], 0, "{status}");
+}
+
+/// Group sampling (`rl.group_size: 3`): one call samples three answers,
+/// the first is served and the others kept; the session's job judges all
+/// three alike (here the `capital-start` scorer: +1, -1, +1); the step
+/// trains the served answer and both siblings, centred on the group's mean.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_group_is_sampled_in_one_call_served_once_and_trained_centred() {
+    let scorer = common::built_plugin("testing/capital-start.wasm");
+    let learning = "learning:\n  enabled: true\n  judge: false\n";
+    let rl = "  group_size: 3\n  batch_size: 1\n  manual_train_trigger: true\n";
+    let p = product_in_with_dropins(rl, learning, std::slice::from_ref(&scorer)).await;
+    p.student_is("ready").await;
+    p.script(&[
+        says("Paris is in France."),
+        says("paris, in France."),
+        says("France."),
+    ])
+    .await;
+    let (status, body) = p
+        .post(
+            "/v1/chat/completions",
+            "g-1",
+            &json!({"model": "m", "messages": [{"role": "user", "content": "Where is Paris?"}]}),
+        )
+        .await;
+    assert_eq!(status, StatusCode::OK, "{}", String::from_utf8_lossy(&body));
+    let answer = json_of(&body);
+    assert_eq!(
+        answer["choices"][0]["message"]["content"], "Paris is in France.",
+        "the first answer is served: {answer}"
+    );
+    let (status, body) = p
+        .admin_post("/admin/learn/now", &json!({"session": "g-1"}))
+        .await;
+    assert_eq!(status, StatusCode::OK, "{}", String::from_utf8_lossy(&body));
+    let turn = p.turns("g-1").await.remove(0);
+    let conn = metaclaw::store::open_read_only(p.handle.app().proxy.store.path()).unwrap();
+    let siblings = metaclaw::store::samples::siblings(&conn, &turn.id).unwrap();
+    let contents: Vec<&str> = siblings
+        .iter()
+        .map(|s| s.message["content"].as_str().unwrap())
+        .collect();
+    assert_eq!(contents, ["paris, in France.", "France."]);
+    let rewards: Vec<Option<f64>> = siblings.iter().map(|s| s.reward).collect();
+    assert_eq!(rewards, [Some(-1.0), Some(1.0)]);
+
+    let (status, body) = p.admin_post("/admin/train/step", &json!({})).await;
+    assert_eq!(status, StatusCode::OK, "{}", String::from_utf8_lossy(&body));
+    let stepped = json_of(&body);
+    assert_eq!(stepped["outcome"], "stepped", "{stepped}");
+    assert_eq!(stepped["samples"], 1, "{stepped}");
+    assert_eq!(stepped["siblings"], 2, "{stepped}");
+    assert_eq!(stepped["datums"], 3, "{stepped}");
+    // The served answer's advantage: 1 - mean(1, -1, 1).
+    let advantage: f64 = conn
+        .query_row(
+            "SELECT advantage FROM turn_samples WHERE turn_id = ?1",
+            [&turn.id],
+            |r| r.get(0),
+        )
+        .unwrap();
+    assert!((advantage - 2.0 / 3.0).abs() < 1e-9, "{advantage}");
 }
 
 /// The tasks of the learning proof: short instructions, each sampled

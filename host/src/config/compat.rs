@@ -71,6 +71,10 @@ pub struct RlConfig {
     /// service's defaults).
     pub clip_low_threshold: Option<f64>,
     pub clip_high_threshold: Option<f64>,
+    /// Answers sampled per main turn: 1 trains against a running baseline;
+    /// more are judged alike as a group and trained group-centred (one is
+    /// served).
+    pub group_size: u32,
 }
 
 impl RlConfig {
@@ -141,6 +145,7 @@ impl Default for RlConfig {
             baseline_decay: 0.1,
             clip_low_threshold: None,
             clip_high_threshold: None,
+            group_size: 1,
         }
     }
 }

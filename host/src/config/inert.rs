@@ -178,6 +178,7 @@ pub const IMPLEMENTED: &[&str] = &[
     "rl.baseline_decay",
     "rl.clip_low_threshold",
     "rl.clip_high_threshold",
+    "rl.group_size",
     "openrouter.app_name",
     "sessions.idle_timeout",
     "store.path",

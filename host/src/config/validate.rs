@@ -144,6 +144,12 @@ pub fn validate(config: &Config) -> Result<(), ConfigError> {
     if config.rl.batch_size == 0 {
         return Err(invalid("rl.batch_size", "must be at least 1".into()));
     }
+    if !(1..=16).contains(&config.rl.group_size) {
+        return Err(invalid(
+            "rl.group_size",
+            "answers sampled per turn: from 1 (no groups) to 16".into(),
+        ));
+    }
     if let Some(low) = config.rl.clip_low_threshold
         && !(low.is_finite() && low > 0.0 && low < 1.0)
     {

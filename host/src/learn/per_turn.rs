@@ -193,7 +193,7 @@ pub fn score_turn(
 
 /// Runs every scorer of the role on a finished turn. A failing scorer is
 /// skipped (its failure is counted, and it is disabled if it keeps failing).
-fn score(
+pub(crate) fn score(
     plugins: Option<&PluginHost>,
     turn: &ScoringInput,
     next: Option<&ScoringInput>,

@@ -27,12 +27,12 @@ use std::time::Duration;
 
 use metaclaw_chat::parse::{self, Family, Parsed};
 use metaclaw_chat::render::{RenderOptions, Renderer};
-use serde_json::Value;
+use serde_json::{Value, json};
 use tokio::sync::Notify;
 
 use crate::clock::now_ms;
 use crate::config::{Config, Thinking, ToolCallFormat};
-use crate::store::samples::SampleRecord;
+use crate::store::samples::{SampleRecord, Sibling};
 use crate::tinker::types::StopReason;
 use crate::tinker::{self, Sampler, SamplingParams, Session, Stop};
 
@@ -58,6 +58,9 @@ pub struct Settings {
     pub download_dir: PathBuf,
     /// The store, read for the active training run's latest sampler.
     pub db: PathBuf,
+    /// Answers sampled per main turn (`rl.group_size`): one is served, the
+    /// others are kept to be judged with it as a group.
+    pub group_size: u32,
 }
 
 impl Settings {
@@ -90,6 +93,7 @@ impl Settings {
             download_tokenizer: rl.download_tokenizer,
             download_dir: home.root.join("models"),
             db,
+            group_size: rl.group_size.max(1),
         }
     }
 }
@@ -339,9 +343,14 @@ impl Policy {
             stop: Some(stop),
             ..SamplingParams::default()
         };
+        // A group for main turns: the first answer is served.
+        let group = match input.main {
+            true => self.settings.group_size.max(1),
+            false => 1,
+        };
         let sampled = tokio::time::timeout(
             self.settings.sample_timeout,
-            serving.sampler.sample(&rendered.tokens, &params, 1),
+            serving.sampler.sample(&rendered.tokens, &params, group),
         )
         .await;
         let sampled = match sampled {
@@ -364,37 +373,30 @@ impl Policy {
             }
             Ok(Ok(sampled)) => sampled,
         };
-        let Some(sequence) = sampled.sequences.into_iter().next() else {
+        let mut sequences = sampled.sequences.into_iter();
+        let Some(sequence) = sequences.next() else {
             return Err(Unavailable(
                 "the training service sampled no sequence".into(),
             ));
         };
-        // The tokens as sampled (the stop token included: the model must
-        // learn to stop); the text without it.
-        let body = match sequence.tokens.last() {
-            Some(last) if stop_ids.contains(last) => &sequence.tokens[..sequence.tokens.len() - 1],
-            _ => &sequence.tokens[..],
+        let read = |sequence: &tinker::types::Sequence| {
+            read_sequence(&format, &stop_ids, &params, thinking_open, sequence)
         };
-        let mut text = format
-            .renderer
-            .decode(body, false)
-            .map_err(|e| Unavailable(format!("cannot decode the sample: {e}")))?;
-        if let Some(Stop::Strings(strings)) = &params.stop {
-            for s in strings {
-                if let Some(cut) = text.strip_suffix(s.as_str()) {
-                    text = cut.to_string();
-                    break;
-                }
-            }
-        }
-        let parsed = parse::parse(&text, format.family, thinking_open);
-        let finish_reason = if !parsed.tool_calls.is_empty() {
-            "tool_calls"
-        } else if sequence.stop_reason == StopReason::Length {
-            "length"
-        } else {
-            "stop"
-        };
+        let (parsed, finish_reason) = read(&sequence)?;
+        let siblings = sequences
+            .filter_map(|sibling| {
+                // One that cannot be decoded is left out of the group.
+                let (parsed, finish_reason) = read(&sibling).ok()?;
+                Some(Sibling {
+                    message: message_json(&parsed),
+                    finish_reason: finish_reason.to_string(),
+                    parse_error: parsed.error,
+                    stop_reason: stop_reason(sibling.stop_reason).into(),
+                    logprobs: sibling.logprobs.unwrap_or_default(),
+                    tokens: sibling.tokens,
+                })
+            })
+            .collect();
         let (trajectory, extends) = match input.main {
             true => self.trajectories.link(
                 input.session,
@@ -419,13 +421,11 @@ impl Policy {
             prompt_tokens: rendered.tokens,
             tokens: sequence.tokens,
             logprobs,
-            stop_reason: match sequence.stop_reason {
-                StopReason::Stop => "stop".into(),
-                StopReason::Length => "length".into(),
-            },
+            stop_reason: stop_reason(sequence.stop_reason).into(),
             parse_error,
             trajectory,
             extends,
+            siblings,
         };
         Ok(Answer {
             parsed,
@@ -490,4 +490,83 @@ impl Policy {
             h.policy_version = Some(version);
         });
     }
+}
+
+/// A sampled sequence as an answer: decoded (without the stop token, and
+/// cut at a stop string), parsed; and its finish reason.
+fn read_sequence(
+    format: &ChatFormat,
+    stop_ids: &[i32],
+    params: &SamplingParams,
+    thinking_open: bool,
+    sequence: &tinker::types::Sequence,
+) -> Result<(Parsed, &'static str), Unavailable> {
+    // The tokens as sampled (the stop token included: the model must
+    // learn to stop); the text without it.
+    let body = match sequence.tokens.last() {
+        Some(last) if stop_ids.contains(last) => &sequence.tokens[..sequence.tokens.len() - 1],
+        _ => &sequence.tokens[..],
+    };
+    let mut text = format
+        .renderer
+        .decode(body, false)
+        .map_err(|e| Unavailable(format!("cannot decode the sample: {e}")))?;
+    if let Some(Stop::Strings(strings)) = &params.stop {
+        for s in strings {
+            if let Some(cut) = text.strip_suffix(s.as_str()) {
+                text = cut.to_string();
+                break;
+            }
+        }
+    }
+    let parsed = parse::parse(&text, format.family, thinking_open);
+    let finish_reason = if !parsed.tool_calls.is_empty() {
+        "tool_calls"
+    } else if sequence.stop_reason == StopReason::Length {
+        "length"
+    } else {
+        "stop"
+    };
+    Ok((parsed, finish_reason))
+}
+
+fn stop_reason(reason: StopReason) -> &'static str {
+    match reason {
+        StopReason::Stop => "stop",
+        StopReason::Length => "length",
+    }
+}
+
+/// A parsed answer as an OpenAI assistant message: content (null when the
+/// answer is only tool calls), reasoning, tool calls.
+pub fn message_json(parsed: &Parsed) -> Value {
+    let Parsed {
+        content,
+        reasoning,
+        tool_calls,
+        ..
+    } = parsed;
+    let mut message = serde_json::Map::new();
+    message.insert("role".into(), json!("assistant"));
+    message.insert(
+        "content".into(),
+        match (content.is_empty(), tool_calls.is_empty()) {
+            (true, false) => Value::Null,
+            _ => json!(content),
+        },
+    );
+    if let Some(reasoning) = reasoning {
+        message.insert("reasoning_content".into(), json!(reasoning));
+    }
+    if !tool_calls.is_empty() {
+        let calls: Vec<Value> = tool_calls
+            .iter()
+            .map(|c| {
+                json!({"id": c.id, "type": "function",
+                       "function": {"name": c.name, "arguments": c.arguments}})
+            })
+            .collect();
+        message.insert("tool_calls".into(), Value::Array(calls));
+    }
+    Value::Object(message)
 }

@@ -12,11 +12,10 @@ use axum::body::Body;
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use bytes::Bytes;
-use metaclaw_chat::parse::Parsed;
 use metaclaw_wire::ApiFormat;
 use metaclaw_wire::request::ChatRequest;
 use metaclaw_wire::stream::{encode, replay};
-use serde_json::{Map, Value, json};
+use serde_json::{Value, json};
 
 use super::answer::Dialects;
 use super::capture;
@@ -137,34 +136,6 @@ pub(super) fn respond(
 
 /// The answer as an OpenAI chat completion.
 fn completion(turn_id: &str, model: &str, answer: &Answer) -> Value {
-    let Parsed {
-        content,
-        reasoning,
-        tool_calls,
-        ..
-    } = &answer.parsed;
-    let mut message = Map::new();
-    message.insert("role".into(), json!("assistant"));
-    message.insert(
-        "content".into(),
-        match (content.is_empty(), tool_calls.is_empty()) {
-            (true, false) => Value::Null,
-            _ => json!(content),
-        },
-    );
-    if let Some(reasoning) = reasoning {
-        message.insert("reasoning_content".into(), json!(reasoning));
-    }
-    if !tool_calls.is_empty() {
-        let calls: Vec<Value> = tool_calls
-            .iter()
-            .map(|c| {
-                json!({"id": c.id, "type": "function",
-                       "function": {"name": c.name, "arguments": c.arguments}})
-            })
-            .collect();
-        message.insert("tool_calls".into(), Value::Array(calls));
-    }
     let (prompt, completion) = (
         answer.sample.prompt_tokens.len(),
         answer.sample.tokens.len(),
@@ -174,7 +145,7 @@ fn completion(turn_id: &str, model: &str, answer: &Answer) -> Value {
         "object": "chat.completion",
         "created": crate::clock::now_ms() / 1000,
         "model": model,
-        "choices": [{"index": 0, "message": Value::Object(message), "finish_reason": answer.finish_reason}],
+        "choices": [{"index": 0, "message": crate::policy::message_json(&answer.parsed), "finish_reason": answer.finish_reason}],
         "usage": {"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion},
     })
 }

@@ -32,6 +32,23 @@ pub struct SampleRecord {
     pub trajectory: String,
     /// The turn whose prompt and sampled tokens this turn's prompt extends.
     pub extends: Option<String>,
+    /// The other answers sampled with this one (`rl.group_size` > 1), not
+    /// served.
+    pub siblings: Vec<Sibling>,
+}
+
+/// An answer sampled in the same call as a turn's served one, not served:
+/// judged with it as a group (`learn::stages::group`).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Sibling {
+    pub tokens: Vec<i32>,
+    pub logprobs: Vec<f32>,
+    /// `stop` or `length`.
+    pub stop_reason: String,
+    /// The answer as an assistant message (chat-completions shape).
+    pub message: serde_json::Value,
+    pub finish_reason: String,
+    pub parse_error: Option<String>,
 }
 
 pub fn pack_i32(values: &[i32]) -> Vec<u8> {
@@ -56,13 +73,36 @@ pub fn unpack_f32(bytes: &[u8]) -> Vec<f32> {
         .collect()
 }
 
+/// Stores a turn's sample; `siblings`: those of its siblings kept (by
+/// index), with their redacted messages.
 pub(super) fn insert(
     tx: &Transaction<'_>,
     turn_id: &str,
     s: &SampleRecord,
     withheld: Option<&str>,
+    siblings: &[(usize, serde_json::Value)],
     at_ms: i64,
 ) -> rusqlite::Result<()> {
+    for (idx, message) in siblings {
+        let Some(sibling) = s.siblings.get(*idx) else {
+            continue;
+        };
+        tx.prepare_cached(
+            "INSERT OR REPLACE INTO turn_siblings (turn_id, idx, tokens, logprobs, stop_reason, message,
+                 finish_reason, parse_error)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
+        )?
+        .execute(params![
+            turn_id,
+            *idx as i64,
+            pack_i32(&sibling.tokens),
+            pack_f32(&sibling.logprobs),
+            sibling.stop_reason,
+            message.to_string(),
+            sibling.finish_reason,
+            sibling.parse_error,
+        ])?;
+    }
     let (prompt, sampled, logprobs) = match withheld {
         Some(_) => (Vec::new(), Vec::new(), Vec::new()),
         None => (
@@ -121,10 +161,76 @@ pub fn for_turn(conn: &Connection, turn_id: &str) -> rusqlite::Result<Option<Sam
                 parse_error: r.get(9)?,
                 trajectory: r.get(10)?,
                 extends: r.get(11)?,
+                siblings: Vec::new(),
             })
         },
     )
     .optional()
+}
+
+/// A stored sibling answer and its group reward.
+#[derive(Debug, Clone, PartialEq)]
+pub struct StoredSibling {
+    pub idx: i64,
+    pub tokens: Vec<i32>,
+    pub logprobs: Vec<f32>,
+    pub message: serde_json::Value,
+    pub finish_reason: String,
+    pub parse_error: Option<String>,
+    pub reward: Option<f64>,
+}
+
+/// The sibling answers kept with a turn, in order.
+pub fn siblings(conn: &Connection, turn_id: &str) -> rusqlite::Result<Vec<StoredSibling>> {
+    conn.prepare_cached(
+        "SELECT idx, tokens, logprobs, message, finish_reason, parse_error, reward
+         FROM turn_siblings WHERE turn_id = ?1 ORDER BY idx",
+    )?
+    .query_map(params![turn_id], |r| {
+        Ok(StoredSibling {
+            idx: r.get(0)?,
+            tokens: unpack_i32(&r.get::<_, Vec<u8>>(1)?),
+            logprobs: unpack_f32(&r.get::<_, Vec<u8>>(2)?),
+            message: serde_json::from_str(&r.get::<_, String>(3)?).unwrap_or_default(),
+            finish_reason: r.get(4)?,
+            parse_error: r.get(5)?,
+            reward: r.get(6)?,
+        })
+    })?
+    .collect()
+}
+
+/// The main turns of a session whose group (served answer and siblings)
+/// is not judged yet.
+pub fn unjudged_groups(conn: &Connection, session: &str) -> rusqlite::Result<Vec<String>> {
+    conn.prepare_cached(
+        "SELECT s.turn_id FROM turn_samples s JOIN turns t ON t.id = s.turn_id
+         WHERE t.session_id = ?1 AND t.turn_type = 'main' AND s.group_judged = 0
+           AND s.withheld IS NULL AND EXISTS (SELECT 1 FROM turn_siblings g WHERE g.turn_id = s.turn_id)
+         ORDER BY t.seq",
+    )?
+    .query_map(params![session], |r| r.get(0))?
+    .collect()
+}
+
+/// A group's rewards, all judged alike: the served answer's and each
+/// sibling's (by index); `None` where nothing gave a reward.
+pub fn set_group_rewards(
+    conn: &Connection,
+    turn_id: &str,
+    served: Option<f64>,
+    siblings: &[(i64, Option<f64>)],
+) -> rusqlite::Result<()> {
+    conn.prepare_cached(
+        "UPDATE turn_samples SET group_reward = ?2, group_judged = 1 WHERE turn_id = ?1",
+    )?
+    .execute(params![turn_id, served])?;
+    let mut stmt = conn
+        .prepare_cached("UPDATE turn_siblings SET reward = ?3 WHERE turn_id = ?1 AND idx = ?2")?;
+    for (idx, reward) in siblings {
+        stmt.execute(params![turn_id, idx, reward])?;
+    }
+    Ok(())
 }
 
 #[cfg(test)]

@@ -290,6 +290,25 @@ const MIGRATIONS: &[&str] = &[
         PRIMARY KEY (skill_generation, policy_version)
     );
     "#,
+    // 11: group sampling (rl.group_size): the answers sampled with a
+    // turn's served one and not served, and each member's group reward (all
+    // judged alike, without the next state only the served one caused).
+    r#"
+    ALTER TABLE turn_samples ADD COLUMN group_reward REAL;
+    ALTER TABLE turn_samples ADD COLUMN group_judged INTEGER NOT NULL DEFAULT 0;
+    CREATE TABLE turn_siblings (
+        turn_id       TEXT NOT NULL REFERENCES turns(id),
+        idx           INTEGER NOT NULL,
+        tokens        BLOB NOT NULL,   -- little-endian i32
+        logprobs      BLOB NOT NULL,   -- little-endian f32
+        stop_reason   TEXT NOT NULL,
+        message       TEXT NOT NULL,   -- the answer as an assistant message (JSON), redacted
+        finish_reason TEXT NOT NULL,
+        parse_error   TEXT,
+        reward        REAL,
+        PRIMARY KEY (turn_id, idx)
+    );
+    "#,
 ];
 
 pub fn configure(conn: &Connection) -> rusqlite::Result<()> {

@@ -34,6 +34,27 @@ pub struct Ready {
     pub prompt_tokens: Vec<i32>,
     pub tokens: Vec<i32>,
     pub logprobs: Vec<f32>,
+    /// Group sampling: the served answer's group reward and its siblings
+    /// (`None`: sampled alone).
+    pub group: Option<Group>,
+}
+
+/// A served answer's group: all judged alike (`learn::stages::group`).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Group {
+    /// The served answer's group reward.
+    pub served: Option<f64>,
+    pub siblings: Vec<GroupSibling>,
+}
+
+/// A sibling answer, as training needs it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct GroupSibling {
+    pub idx: i64,
+    pub tokens: Vec<i32>,
+    pub logprobs: Vec<f32>,
+    pub reward: Option<f64>,
+    pub parse_error: Option<String>,
 }
 
 /// What the queue holds, by state.
@@ -51,9 +72,14 @@ pub struct Counts {
 /// generation now. Returns how many became ready.
 pub fn classify(conn: &Connection, generation: u64, opd: bool) -> rusqlite::Result<usize> {
     // Only samples whose job has finished; each rule marks what it skips.
+    // And only of an ended session: one that reopened after its job (the
+    // agent came back to it) keeps the last round's job `done` until it
+    // ends again, and its new turns, not judged yet, would be skipped for
+    // want of a reward (host/tests/support_query.rs).
     const DONE: &str = "train_state = 'waiting' AND turn_id IN (
         SELECT t.id FROM turns t JOIN learning_jobs j ON j.session_id = t.session_id
-        WHERE j.state = 'done')";
+        JOIN sessions s ON s.id = t.session_id
+        WHERE j.state = 'done' AND s.status = 'ended')";
     // With distillation on, a turn without a reward still has the
     // teacher's signal: it is trained on that alone.
     let no_reward = match opd {
@@ -119,7 +145,8 @@ pub fn ready(conn: &Connection, generation: u64, opd: bool) -> rusqlite::Result<
     }
     conn.prepare_cached(
         "SELECT s.turn_id, t.session_id, t.seq, s.trajectory_id, s.extends_turn, t.reward,
-                s.skill_generation, s.policy_version, s.prompt_tokens, s.sampled_tokens, s.logprobs
+                s.skill_generation, s.policy_version, s.prompt_tokens, s.sampled_tokens, s.logprobs,
+                s.group_judged, s.group_reward
          FROM turn_samples s JOIN turns t ON t.id = s.turn_id
          WHERE s.train_state = 'ready' AND s.skill_generation = ?1
          ORDER BY t.started_at_ms, t.session_id, t.seq",
@@ -137,9 +164,34 @@ pub fn ready(conn: &Connection, generation: u64, opd: bool) -> rusqlite::Result<
             prompt_tokens: unpack_i32(&r.get::<_, Vec<u8>>(8)?),
             tokens: unpack_i32(&r.get::<_, Vec<u8>>(9)?),
             logprobs: unpack_f32(&r.get::<_, Vec<u8>>(10)?),
+            group: r
+                .get::<_, bool>(11)?
+                .then(|| r.get(12))
+                .transpose()?
+                .map(|served| Group {
+                    served,
+                    siblings: Vec::new(),
+                }),
         })
     })?
-    .collect()
+    .collect::<rusqlite::Result<Vec<Ready>>>()
+    .and_then(|mut ready| {
+        for sample in &mut ready {
+            if let Some(group) = &mut sample.group {
+                group.siblings = super::samples::siblings(conn, &sample.turn_id)?
+                    .into_iter()
+                    .map(|s| GroupSibling {
+                        idx: s.idx,
+                        tokens: s.tokens,
+                        logprobs: s.logprobs,
+                        reward: s.reward,
+                        parse_error: s.parse_error,
+                    })
+                    .collect();
+            }
+        }
+        Ok(ready)
+    })
 }
 
 /// Marks samples as in a step of a run, each with its advantage (in one
@@ -265,11 +317,13 @@ mod tests {
         conn
     }
 
-    /// A session with a finished (or not) learning job.
+    /// A session with a finished (or not) learning job: ended, as a
+    /// session with a job is (until it reopens).
     fn session(conn: &Connection, id: &str, job: Option<&str>) {
+        let status = if job.is_some() { "ended" } else { "active" };
         conn.execute(
-            "INSERT INTO sessions (id, base_key, source, started_at_ms, last_activity_ms) VALUES (?1, ?1, 'header', 0, 0)",
-            params![id],
+            "INSERT INTO sessions (id, base_key, source, status, started_at_ms, last_activity_ms) VALUES (?1, ?1, 'header', ?2, 0, 0)",
+            params![id, status],
         )
         .unwrap();
         if let Some(state) = job {
@@ -327,6 +381,13 @@ mod tests {
         session(&conn, "a", Some("done"));
         session(&conn, "support", Some("done"));
         session(&conn, "pending", Some("running"));
+        // Its job done, then reopened: the new turn waits for the next round.
+        session(&conn, "reopened", Some("done"));
+        conn.execute(
+            "UPDATE sessions SET status = 'active' WHERE id = 'reopened'",
+            [],
+        )
+        .unwrap();
         turn(&conn, "good", "a", 1, "main", Some(1.0), None, 2);
         turn(&conn, "no-reward", "a", 2, "main", None, None, 2);
         turn(
@@ -343,6 +404,7 @@ mod tests {
         turn(&conn, "old", "a", 5, "main", Some(1.0), None, 1);
         turn(&conn, "taught", "support", 1, "main", Some(-1.0), None, 2);
         turn(&conn, "later", "pending", 1, "main", Some(1.0), None, 2);
+        turn(&conn, "again", "reopened", 1, "main", None, None, 2);
         conn.execute(
             "INSERT INTO evolved_drafts (session_id, round, name, outcome, skill_id, written_ms, at_ms)
              VALUES ('support', 1, 'lesson', 'created', 'lesson', 5, 5)",
@@ -352,6 +414,7 @@ mod tests {
         assert_eq!(classify(&conn, 2, false).unwrap(), 1);
         assert_eq!(state(&conn, "good").0, "ready");
         assert_eq!(state(&conn, "later").0, "waiting");
+        assert_eq!(state(&conn, "again").0, "waiting");
         for (turn, why) in [
             ("no-reward", "no reward"),
             ("broken", "did not parse"),

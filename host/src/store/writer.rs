@@ -55,6 +55,9 @@ struct Prepared {
     scoring: Option<(Vec<Value>, Option<Value>)>,
     /// Why a student turn's tokens are not kept (they cannot be redacted).
     withheld: Option<String>,
+    /// The sibling answers kept (by index; none when the turn's tokens are
+    /// withheld, and not one whose answer held a secret), redacted.
+    siblings: Vec<(usize, Value)>,
 }
 
 impl Writer {
@@ -304,6 +307,19 @@ impl Writer {
             }
             _ => None,
         };
+        let siblings = match (&turn.served_by, &withheld) {
+            (ServedBy::Student(sample), None) => sample
+                .siblings
+                .iter()
+                .enumerate()
+                .filter_map(|(i, sibling)| {
+                    let mut message = sibling.message.clone();
+                    self.redactor.redact_json(&mut message);
+                    (message == sibling.message).then_some((i, message))
+                })
+                .collect(),
+            _ => Vec::new(),
+        };
         // Only main turns are scored, and only when someone listens.
         let scoring = (self.on_recorded.is_some() && turn.turn_type == TurnType::Main).then(|| {
             let messages = request
@@ -343,6 +359,7 @@ impl Writer {
             status,
             scoring,
             withheld,
+            siblings,
         }
     }
 
@@ -513,7 +530,14 @@ fn insert_turn(tx: &Transaction<'_>, t: &TurnRecord, p: &Prepared) -> rusqlite::
         },
     ])?;
     if let ServedBy::Student(sample) = &t.served_by {
-        super::samples::insert(tx, &t.id, sample, p.withheld.as_deref(), t.finished_at_ms)?;
+        super::samples::insert(
+            tx,
+            &t.id,
+            sample,
+            p.withheld.as_deref(),
+            &p.siblings,
+            t.finished_at_ms,
+        )?;
     }
     Ok(seq)
 }

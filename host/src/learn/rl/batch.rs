@@ -2,11 +2,14 @@
 //! another (one trajectory, in turn order, each naming the one before it)
 //! become one datum; a chain is cut where a turn is missing (not ready,
 //! skipped), and what follows starts a datum of its own. Each turn's sampled
-//! tokens carry its own advantage (`advantage.rs`).
+//! tokens carry its own advantage (`advantage.rs`): group-centred when the
+//! turn was sampled with siblings (`rl.group_size`), whose answers become
+//! datums of their own (the prompt and that answer), else against the
+//! running baseline.
 
 use std::collections::{BTreeMap, HashMap};
 
-use crate::store::train_queue::Ready;
+use crate::store::train_queue::{Group, GroupSibling, Ready};
 use crate::tinker::types::{Datum, TrajectoryStep};
 
 use super::advantage::{self, Baselines};
@@ -20,6 +23,38 @@ pub struct Batch {
     pub mean_reward: f64,
     /// Sampled tokens trained on (weight 1).
     pub tokens: usize,
+    /// Unserved answers trained with their served one (group sampling).
+    pub siblings: usize,
+}
+
+/// The key of sibling `idx` of `turn` among per-token terms.
+pub fn sibling_key(turn: &str, idx: i64) -> String {
+    format!("{turn}#{idx}")
+}
+
+/// The served answer's advantage and each trained sibling's (by index).
+type GroupAdvantages = (f64, Vec<(i64, f64)>);
+
+/// A group's advantages: the served answer's and each trainable sibling's
+/// (by index); `None` when the group carries no signal. Members without a
+/// reward, and siblings that did not parse, are left out.
+fn group_advantages(group: &Group) -> Option<GroupAdvantages> {
+    let served = group.served?;
+    let members: Vec<&GroupSibling> = group
+        .siblings
+        .iter()
+        .filter(|s| s.reward.is_some() && s.parse_error.is_none())
+        .collect();
+    let rewards: Vec<f64> = std::iter::once(served)
+        .chain(members.iter().filter_map(|s| s.reward))
+        .collect();
+    let advantages = advantage::group(&rewards)?;
+    let siblings = members
+        .iter()
+        .zip(advantages.iter().skip(1))
+        .map(|(s, a)| (s.idx, *a))
+        .collect();
+    Some((advantages[0], siblings))
 }
 
 /// Whole chains of ready samples, in turn order.
@@ -80,11 +115,20 @@ pub fn assemble(
     let mut rewards = Vec::new();
     let mut signal = false;
     for chain in chains {
+        let groups: Vec<Option<GroupAdvantages>> = chain
+            .iter()
+            .map(|s| s.group.as_ref().and_then(group_advantages))
+            .collect();
         let advantages: Vec<f64> = chain
             .iter()
-            .map(|s| match s.reward {
-                Some(r) => baselines.advantage((s.skill_generation, s.policy_version), r, decay),
-                None => 0.0,
+            .zip(&groups)
+            .map(|(s, group)| match (&s.group, group, s.reward) {
+                // Sampled with siblings: centred on its group, or no signal.
+                (Some(_), Some((served, _)), _) => *served,
+                (Some(_), None, _) | (None, _, None) => 0.0,
+                (None, _, Some(r)) => {
+                    baselines.advantage((s.skill_generation, s.policy_version), r, decay)
+                }
             })
             .collect();
         let steps: Vec<TrajectoryStep<'_>> = chain
@@ -110,6 +154,31 @@ pub fn assemble(
                     if let Ok(datum) = Datum::from_trajectory(std::slice::from_ref(step)) {
                         batch.data.push(datum);
                     }
+                }
+            }
+        }
+        // Each sibling with its advantage: a datum of its own.
+        for (s, group) in chain.iter().zip(&groups) {
+            let (Some(g), Some((_, advantages))) = (&s.group, group) else {
+                continue;
+            };
+            for (idx, a) in advantages {
+                let Some(sibling) = g.siblings.iter().find(|x| x.idx == *idx) else {
+                    continue;
+                };
+                let key = sibling_key(&s.turn_id, *idx);
+                let step = TrajectoryStep {
+                    prompt: &s.prompt_tokens,
+                    tokens: &sibling.tokens,
+                    logprobs: &sibling.logprobs,
+                    advantage: *a as f32,
+                    token_advantages: per_token.get(&key).map_or(&[], Vec::as_slice),
+                };
+                signal |= a.abs() > 1e-9 || step.token_advantages.iter().any(|t| t.abs() > 1e-9);
+                if let Ok(datum) = Datum::from_trajectory(&[step]) {
+                    batch.data.push(datum);
+                    batch.tokens += sibling.tokens.len();
+                    batch.siblings += 1;
                 }
             }
         }
@@ -164,6 +233,7 @@ mod tests {
             logprobs: vec![-0.5; tokens.len()],
             prompt_tokens: prompt,
             tokens,
+            group: None,
         }
     }
 
@@ -246,5 +316,67 @@ mod tests {
         // the baseline.
         assert_eq!(batch.mean_reward, 0.0);
         assert_eq!(baselines.values[&(0, 0)].1, 1);
+    }
+
+    /// A turn sampled with siblings: its answer and theirs are centred on
+    /// the group's mean, each sibling a datum of its own (the prompt and
+    /// that answer); a sibling that did not parse or has no reward is left
+    /// out; a flat group has no signal.
+    #[test]
+    fn a_group_is_centred_and_its_siblings_trained_beside_it() {
+        let sibling = |idx, tokens: Vec<i32>, reward, parse_error: Option<&str>| GroupSibling {
+            idx,
+            logprobs: vec![-1.0; tokens.len()],
+            tokens,
+            reward,
+            parse_error: parse_error.map(str::to_string),
+        };
+        let mut turn = ready("t", None, vec![1, 2], vec![3], 1.0);
+        turn.group = Some(Group {
+            served: Some(1.0),
+            siblings: vec![
+                sibling(1, vec![4, 5], Some(-1.0), None),
+                sibling(2, vec![6], Some(1.0), Some("bad tool call")),
+                sibling(3, vec![7], None, None),
+            ],
+        });
+        let samples = vec![turn.clone()];
+        let chains = take(&samples, 1, 1).unwrap();
+        let mut baselines = Baselines::default();
+        let batch = assemble(&chains, &mut baselines, 0.5, &HashMap::new());
+        // The served answer and sibling 1: rewards 1 and -1, mean 0.
+        assert_eq!(batch.samples, [("t".to_string(), 1.0)]);
+        assert_eq!(batch.siblings, 1);
+        assert_eq!(batch.data.len(), 2);
+        assert_eq!(
+            batch.data[0].loss_fn_inputs["advantages"].floats(),
+            vec![0.0, 1.0]
+        );
+        assert_eq!(
+            batch.data[1].loss_fn_inputs["advantages"].floats(),
+            vec![0.0, -1.0, -1.0]
+        );
+        assert_eq!(
+            batch.data[1].loss_fn_inputs["target_tokens"].floats(),
+            vec![2.0, 4.0, 5.0]
+        );
+        assert!(baselines.values.is_empty(), "a group needs no baseline");
+        // Sibling-level per-token terms (distillation) reach its datum.
+        let terms = HashMap::from([(sibling_key("t", 1), vec![0.5, 0.25])]);
+        let batch = assemble(&chains, &mut Baselines::default(), 0.5, &terms);
+        assert_eq!(
+            batch.data[1].loss_fn_inputs["advantages"].floats(),
+            vec![0.0, -0.5, -0.75]
+        );
+        // Every member scored alike: no signal, nothing to train.
+        turn.group = Some(Group {
+            served: Some(1.0),
+            siblings: vec![sibling(1, vec![4], Some(1.0), None)],
+        });
+        let samples = vec![turn];
+        let chains = take(&samples, 1, 1).unwrap();
+        let flat = assemble(&chains, &mut Baselines::default(), 0.5, &HashMap::new());
+        assert!(flat.data.is_empty());
+        assert_eq!(flat.samples, [("t".to_string(), 0.0)]);
     }
 }

@@ -125,18 +125,38 @@ impl Teacher {
                     .logprobs
                     .get(start..start + sample.tokens.len())
                     .ok_or("the teacher's logprobs do not cover the answer")?;
-                let term = teacher
-                    .iter()
-                    .zip(&sample.logprobs)
-                    .map(|(t, s)| match t {
-                        Some(t) => (self.coef * (t - f64::from(*s))) as f32,
-                        None => 0.0,
-                    })
-                    .collect();
-                terms.insert(sample.turn_id.clone(), term);
+                terms.insert(sample.turn_id.clone(), self.term(teacher, &sample.logprobs));
+                // Group sampling: each sibling answer, on the same prompt.
+                for sibling in sample.group.iter().flat_map(|g| &g.siblings) {
+                    let mut sequence = sample.prompt_tokens.clone();
+                    sequence.extend_from_slice(&sibling.tokens);
+                    let echo = self.echo(json!(sequence)).await?;
+                    let offset = echo.logprobs.len().saturating_sub(sequence.len());
+                    let start = offset + sample.prompt_tokens.len();
+                    let teacher = echo
+                        .logprobs
+                        .get(start..start + sibling.tokens.len())
+                        .ok_or("the teacher's logprobs do not cover the answer")?;
+                    terms.insert(
+                        super::batch::sibling_key(&sample.turn_id, sibling.idx),
+                        self.term(teacher, &sibling.logprobs),
+                    );
+                }
             }
         }
         Ok(terms)
+    }
+
+    /// Per token, `coef · (log p_teacher − log p_student)`.
+    fn term(&self, teacher: &[Option<f64>], student: &[f32]) -> Vec<f32> {
+        teacher
+            .iter()
+            .zip(student)
+            .map(|(t, s)| match t {
+                Some(t) => (self.coef * (t - f64::from(*s))) as f32,
+                None => 0.0,
+            })
+            .collect()
     }
 
     /// The teacher's echo of `prompt` (text or token ids) with logprobs.

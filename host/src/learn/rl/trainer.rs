@@ -70,6 +70,8 @@ pub struct Stepped {
     pub run: String,
     pub step: i64,
     pub samples: usize,
+    /// Unserved answers trained beside them (group sampling).
+    pub siblings: usize,
     pub datums: usize,
     pub tokens: usize,
     pub loss: Option<f64>,
@@ -315,7 +317,7 @@ impl Trainer {
             None => Default::default(),
             Some(teacher) => {
                 let terms = teacher.terms(&chains).await?;
-                let report = opd_report(teacher, &chains, &terms);
+                let report = opd_report(teacher, &terms);
                 (terms, Some(report))
             }
         };
@@ -381,6 +383,7 @@ impl Trainer {
             run: run_id,
             step: report.step,
             samples: batch.samples.len(),
+            siblings: batch.siblings,
             datums: batch.data.len(),
             tokens: batch.tokens,
             loss: report.loss,
@@ -423,24 +426,19 @@ impl Trainer {
     }
 }
 
-/// The teacher's terms summed up: tokens scored and the mean of
-/// log p_student − log p_teacher over them.
-fn opd_report(
-    teacher: &Teacher,
-    chains: &batch::Chains<'_>,
-    terms: &std::collections::HashMap<String, Vec<f32>>,
-) -> OpdReport {
+/// The teacher's terms summed up (served and sibling answers): tokens
+/// scored and the mean of log p_student − log p_teacher over them.
+fn opd_report(teacher: &Teacher, terms: &std::collections::HashMap<String, Vec<f32>>) -> OpdReport {
     let (mut sum, mut n) = (0.0, 0usize);
-    for sample in chains.iter().flatten() {
-        if let Some(t) = terms.get(&sample.turn_id) {
-            // term = coef · (teacher − student); undo the coefficient.
-            let coef = match teacher.coef {
-                c if c.abs() > f64::EPSILON => c,
-                _ => 1.0,
-            };
-            sum -= t.iter().map(|x| f64::from(*x) / coef).sum::<f64>();
-            n += t.len();
-        }
+    // term = coef · (teacher − student); undo the coefficient (validated
+    // above 0).
+    let coef = match teacher.coef {
+        c if c.abs() > f64::EPSILON => c,
+        _ => 1.0,
+    };
+    for t in terms.values() {
+        sum -= t.iter().map(|x| f64::from(*x) / coef).sum::<f64>();
+        n += t.len();
     }
     OpdReport {
         teacher: teacher.describe(),

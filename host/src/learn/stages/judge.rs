@@ -51,6 +51,8 @@ pub async fn run(parts: &Parts, job: &Job) -> Result<Judged> {
             judged += 1;
         }
     }
+    // Group sampling: the answers of each turn judged alike (for training).
+    super::group::judge_groups(parts, &job.session_id).await?;
     Ok(Judged {
         judged,
         model: parts.judge.as_ref().map(|j| j.model.model.clone()),

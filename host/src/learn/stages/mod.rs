@@ -3,7 +3,9 @@
 //! 1. [`score`]: scorer plugins on the main turns not scored yet (the last
 //!    turn, and any a crash left);
 //! 2. [`judge`]: the judge on every main turn with its next state, then one
-//!    reward per turn (`learning.reward`);
+//!    reward per turn (`learning.reward`); and [`group`]: with
+//!    `rl.group_size` > 1, each turn's served and unserved answers judged
+//!    alike, for training;
 //! 3. [`evolve`]: when the session had a judged failure, or always with
 //!    `skills.auto_evolve`, the evolver model's drafts through the schema
 //!    check and the evolver plugins, kept as SKILL.md texts in the store;
@@ -16,6 +18,7 @@
 //! after its last committed stage and does nothing twice.
 
 pub mod evolve;
+pub mod group;
 pub mod judge;
 pub mod publish;
 pub mod score;
