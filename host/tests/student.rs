@@ -1084,6 +1084,12 @@ async fn judged_turns_train_a_step_whose_weights_serve_the_next_turn() {
     assert_eq!(status["run"]["step"], 1, "{status}");
     assert_eq!(status["queue"]["trained"], 2, "{status}");
     assert_eq!(status["steps"][0]["samples"], 1, "one datum: {status}");
+    // The trainer's own numbers are kept with the step; what comes next.
+    let ours = &status["steps"][0]["metrics"]["metaclaw"];
+    assert_eq!(ours["mean_reward"], stepped["mean_reward"], "{status}");
+    assert!(ours["kl_sampler_learner"].is_number(), "{status}");
+    assert_eq!(status["next_checkpoint_step"], 2, "{status}");
+    assert_eq!(status["service"]["reachable"], true, "{status}");
 
     // A rollback serves named sampler weights (here the step's own); an
     // unknown path is refused, and what is served stays.

@@ -138,6 +138,7 @@ fn step(home: &Home, json: bool) -> Result<ExitCode> {
 }
 
 fn status(home: &Home, config_path: &Path, json: bool) -> Result<ExitCode> {
+    let config = load_config(config_path)?.config;
     let path = db_path(home, config_path);
     let conn = store::open_read_only(&path)?;
     let queue = train_queue::counts(&conn)?;
@@ -146,6 +147,13 @@ fn status(home: &Home, config_path: &Path, json: bool) -> Result<ExitCode> {
         Some(run) => training::steps(&conn, &run.id, 10)?,
         None => Vec::new(),
     };
+    let every = i64::from(config.rl.save_every);
+    let next_checkpoint = (every > 0).then(|| {
+        let at = runs.first().map_or(0, |r| r.step);
+        (at / every + 1) * every
+    });
+    let (service, daemon) =
+        runtime()?.block_on(async { (service_health(&config).await, daemon_training(home).await) });
     if json {
         say!(
             "{}",
@@ -153,6 +161,9 @@ fn status(home: &Home, config_path: &Path, json: bool) -> Result<ExitCode> {
                 "queue": queue,
                 "run": runs.first(),
                 "steps": steps,
+                "next_checkpoint_step": next_checkpoint,
+                "service": service,
+                "daemon": daemon,
             }))?
         );
         return Ok(ExitCode::SUCCESS);
@@ -165,29 +176,83 @@ fn status(home: &Home, config_path: &Path, json: bool) -> Result<ExitCode> {
         queue.trained,
         queue.skipped
     );
+    match service["reachable"].as_bool() {
+        Some(true) => say!(
+            "training service: {} reachable",
+            service["url"].as_str().unwrap_or("?")
+        ),
+        _ => say!(
+            "training service: {} not reachable: {}",
+            service["url"].as_str().unwrap_or("?"),
+            service["error"].as_str().unwrap_or("?")
+        ),
+    }
+    match &daemon {
+        None => say!("trainer: the daemon is not running (`metaclaw start`)"),
+        Some(d) => {
+            if let Some(e) = d["last_error"].as_str() {
+                say!("trainer: the last step failed: {e}");
+            }
+            if let Some(opd) = d["opd"].as_str() {
+                say!("distillation: teacher {opd}");
+            }
+        }
+    }
     match runs.first() {
         None => say!("no training run yet"),
         Some(run) => {
             say!(
-                "run {} on {} ({}): step {}, policy version served {}, last saved state at step {}",
+                "run {} on {} ({}): step {}, policy version served {}, last saved state at step {}{}",
                 run.id,
                 run.base_model,
                 run.service,
                 run.step,
                 run.sampler_step.unwrap_or(0),
                 run.state_step
-                    .map_or_else(|| "none".to_string(), |s| s.to_string())
+                    .map_or_else(|| "none".to_string(), |s| s.to_string()),
+                next_checkpoint
+                    .map(|n| format!(", next at step {n}"))
+                    .unwrap_or_default()
             );
             for s in &steps {
+                let ours = &s.metrics["metaclaw"];
                 say!(
-                    "  step {:>4}  {}  {} sample(s)  loss {}",
+                    "  step {:>4}  {}  {} sample(s)  loss {}  mean reward {}  KL {}",
                     s.step,
                     local_time(s.at_ms),
                     s.samples,
-                    s.loss.map_or_else(|| "-".into(), |l| format!("{l:.4}"))
+                    s.loss.map_or_else(|| "-".into(), |l| format!("{l:.4}")),
+                    ours["mean_reward"]
+                        .as_f64()
+                        .map_or_else(|| "-".into(), |r| format!("{r:+.3}")),
+                    ours["kl_sampler_learner"]
+                        .as_f64()
+                        .map_or_else(|| "-".into(), |k| format!("{k:.4}")),
                 );
             }
         }
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// Whether the training service answers (connecting as the trainer does,
+/// for at most a few seconds).
+async fn service_health(config: &crate::config::Config) -> serde_json::Value {
+    let env = |k: &str| std::env::var(k).ok();
+    let settings = crate::tinker::configured::settings(config, &env);
+    let url = settings.service_url().to_string();
+    let connect = crate::tinker::Service::connect(&settings);
+    match tokio::time::timeout(std::time::Duration::from_secs(10), connect).await {
+        Ok(Ok(_)) => json!({"url": url, "reachable": true}),
+        Ok(Err(e)) => json!({"url": url, "reachable": false, "error": e.to_string()}),
+        Err(_) => json!({"url": url, "reachable": false, "error": "no answer within 10 s"}),
+    }
+}
+
+/// The running daemon's trainer: its last error and distillation state
+/// (`None`: no daemon).
+async fn daemon_training(home: &Home) -> Option<serde_json::Value> {
+    let admin = AdminClient::connect(home).ok()?;
+    let status = admin.get_json("/admin/status").await.ok()?;
+    Some(status["training"].clone())
 }

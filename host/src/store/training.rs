@@ -212,6 +212,28 @@ pub fn step_done(conn: &mut Connection, id: &str, step: &Step, last_seq: i64) ->
     Ok(())
 }
 
+/// Adds what the trainer knows of a step (mean reward, KL, entropy…) to
+/// its row's metrics, under `metaclaw`.
+pub fn annotate_step(
+    conn: &Connection,
+    id: &str,
+    step: i64,
+    incarnation: i64,
+    ours: &serde_json::Value,
+) -> Result<()> {
+    conn.execute(
+        "UPDATE training_steps SET metrics = json_patch(metrics, ?4) \
+         WHERE run_id = ?1 AND step = ?2 AND incarnation = ?3",
+        params![
+            id,
+            step,
+            incarnation,
+            serde_json::json!({ "metaclaw": ours }).to_string()
+        ],
+    )?;
+    Ok(())
+}
+
 /// What was saved: a training state (`state`) or sampler weights.
 pub fn saved(
     conn: &Connection,

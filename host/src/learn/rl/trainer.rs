@@ -373,6 +373,18 @@ impl Trainer {
             train_queue::checkpointed(&conn, &run_id, report.step).map_err(err)?;
         }
         let (kl, entropy) = learner_metrics(&batch.data, &report.outputs);
+        // What only the trainer knows, kept with the step (`train status`).
+        let ours = serde_json::json!({
+            "mean_reward": batch.mean_reward, "kl_sampler_learner": kl, "entropy": entropy,
+            "tokens": batch.tokens, "siblings": batch.siblings,
+            "opd_reverse_kl": opd.as_ref().map(|o| o.reverse_kl),
+        });
+        let incarnation = run.record().incarnation;
+        if let Err(e) =
+            crate::store::training::annotate_step(&conn, &run_id, report.step, incarnation, &ours)
+        {
+            tracing::warn!("step {}: its metrics were not stored: {e:#}", report.step);
+        }
         let sampler_path = run.save_sampler().await.map_err(|e| e.to_string())?;
         let path = sampler_path.clone();
         let swap = serving.spawn(async move { policy.swap(&path, report.step).await });
