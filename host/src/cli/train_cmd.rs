@@ -142,6 +142,7 @@ fn status(home: &Home, config_path: &Path, json: bool) -> Result<ExitCode> {
     let path = db_path(home, config_path);
     let conn = store::open_read_only(&path)?;
     let queue = train_queue::counts(&conn)?;
+    let skipped = train_queue::skipped_by_reason(&conn)?;
     let runs = training::list(&conn, 1)?;
     let steps = match runs.first() {
         Some(run) => training::steps(&conn, &run.id, 10)?,
@@ -159,6 +160,10 @@ fn status(home: &Home, config_path: &Path, json: bool) -> Result<ExitCode> {
             "{}",
             serde_json::to_string_pretty(&json!({
                 "queue": queue,
+                "skipped_by_reason": skipped
+                    .iter()
+                    .map(|(why, n)| json!({"reason": why, "samples": n}))
+                    .collect::<Vec<_>>(),
                 "run": runs.first(),
                 "steps": steps,
                 "next_checkpoint_step": next_checkpoint,
@@ -176,6 +181,9 @@ fn status(home: &Home, config_path: &Path, json: bool) -> Result<ExitCode> {
         queue.trained,
         queue.skipped
     );
+    for (why, n) in &skipped {
+        say!("  skipped {n:>5}: {why}");
+    }
     match service["reachable"].as_bool() {
         Some(true) => say!(
             "training service: {} reachable",

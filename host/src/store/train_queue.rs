@@ -2,7 +2,8 @@
 //! way to at most one training step. A sample is
 //!
 //! - `waiting` until its session's learning job is done (its reward final,
-//!   its evolution known);
+//!   its evolution known; a session that reopened: until it ends again and
+//!   that round's job is done);
 //! - then `skipped`, with the reason, or `ready`;
 //! - `in_step` once a step of a run has it;
 //! - `trained` once a saved training state includes that step. A restart
@@ -283,6 +284,16 @@ pub fn save_baselines(
     tx.commit()
 }
 
+/// The skipped samples by why, most first.
+pub fn skipped_by_reason(conn: &Connection) -> rusqlite::Result<Vec<(String, u64)>> {
+    conn.prepare_cached(
+        "SELECT coalesce(train_note, '(no reason recorded)'), count(*) FROM turn_samples
+         WHERE train_state = 'skipped' GROUP BY 1 ORDER BY 2 DESC, 1",
+    )?
+    .query_map([], |r| Ok((r.get(0)?, r.get::<_, i64>(1)?.max(0) as u64)))?
+    .collect()
+}
+
 pub fn counts(conn: &Connection) -> rusqlite::Result<Counts> {
     let mut counts = Counts::default();
     let mut stmt =
@@ -426,6 +437,9 @@ mod tests {
             assert_eq!(s, "skipped", "{turn}");
             assert!(note.unwrap().contains(why), "{turn}");
         }
+        let reasons = skipped_by_reason(&conn).unwrap();
+        assert_eq!(reasons.len(), 5, "{reasons:?}");
+        assert!(reasons.iter().all(|(_, n)| *n == 1), "{reasons:?}");
         let ready = ready(&conn, 2, false).unwrap();
         assert_eq!(
             ready.iter().map(|r| r.turn_id.as_str()).collect::<Vec<_>>(),
