@@ -23,31 +23,12 @@
 
 mod common;
 
-use std::collections::BTreeMap;
 use std::io::Read;
-use std::path::{Path, PathBuf};
-use std::process::{Command, Output, Stdio};
-use std::sync::Arc;
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use metaclaw_chat::render::{ModelFiles, Renderer};
-use metaclaw_mock_tinker::{ModelReport, Seen};
-use serde_json::{Value, json};
-
-fn fixture() -> String {
-    format!(
-        "{}/../tests/fixtures/tiny-qwen3",
-        env!("CARGO_MANIFEST_DIR")
-    )
-}
-
-/// The tokens the model samples to say `text` and end its turn.
-fn says(text: &str) -> Vec<i32> {
-    let r = Renderer::new(&ModelFiles::from_dir(Path::new(&fixture())).unwrap()).unwrap();
-    let mut tokens = r.encode(text).unwrap();
-    tokens.push(r.token_id("<|im_end|>").unwrap());
-    tokens
-}
+use common::rl_daemon::{Sample, Setup, World};
+use metaclaw_mock_tinker::Seen;
 
 /// What cuts step 2 short.
 #[derive(Clone, Copy, PartialEq)]
@@ -62,263 +43,19 @@ enum Crash {
     FailedSave,
 }
 
-/// The fake Tinker server and the dummy upstream, in this process; the
-/// daemon's home.
-struct World {
-    fake: String,
-    home: tempfile::TempDir,
-    daemon: Option<common::Proc>,
-}
-
-impl World {
-    async fn new(model: &str) -> Self {
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let fake = format!("http://{}", listener.local_addr().unwrap());
-        tokio::spawn(metaclaw_mock_tinker::serve(listener));
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let upstream = format!("http://{}/v1", listener.local_addr().unwrap());
-        let dummy = Arc::new(metaclaw_mock_upstream::Dummy::default());
-        tokio::spawn(metaclaw_mock_upstream::serve(listener, dummy));
-        let home = tempfile::tempdir().unwrap();
-        // Steps only when asked; the dummy judge rewards a corrected
-        // answer −1 and the last one 0, so each session's batch has signal.
-        let config = format!(
-            "mode: rl\n\
-             llm:\n  api_base: {upstream}\n  model_id: echo\n  force_model: true\n\
-             rl:\n  model: '{model}'\n  tinker_base_url: {fake}\n  tinker_api_key: tml-dummy\n  \
-             tokenizer_path: {}\n  lora_rank: 4\n  batch_size: 2\n  save_every: 1\n  \
-             manual_train_trigger: true\n  prm_model: judge\n  prm_m: 1\n\
-             skills:\n  enabled: false\n\
-             learning:\n  enabled: true\n\
-             plugins:\n  builtin: false\n",
-            fixture()
-        );
-        std::fs::write(home.path().join("config.yaml"), config).unwrap();
-        let mut world = Self {
-            fake,
-            home,
-            daemon: None,
-        };
-        world.start().await;
-        world
-    }
-
-    fn path(&self) -> PathBuf {
-        self.home.path().to_path_buf()
-    }
-
-    /// Starts the daemon on the home and waits until the student serves.
-    async fn start(&mut self) {
-        let home = self.path();
-        let proc = tokio::task::spawn_blocking(move || {
-            let log = std::fs::OpenOptions::new()
-                .create(true)
-                .append(true)
-                .open(home.join("test-stderr.log"))
-                .unwrap();
-            let mut cmd = Command::new(common::BIN);
-            cmd.args(["start", "--foreground", "--port", "0"])
-                .env("METACLAW_HOME", &home)
-                .env_remove("METACLAW_LLM_API_KEY")
-                .env_remove("METACLAW_PROXY_API_KEY")
-                .env_remove("TINKER_API_KEY")
-                .env_remove("TINKER_BASE_URL")
-                .env_remove("METACLAW_RL_TINKER_API_KEY")
-                .env("METACLAW_NO_WIRE", "1")
-                .env("METACLAW_NO_BUILTIN_SKILLS", "1")
-                .stderr(log);
-            common::spawn_and_wait_for(cmd, "metaclaw listening on ", Duration::from_secs(60))
-        })
-        .await
-        .unwrap();
-        self.daemon = Some(proc);
-        // The student connects in the background; a turn before that would
-        // be answered by `llm`, with no sample to train.
-        let deadline = Instant::now() + Duration::from_secs(60);
-        loop {
-            let status = self.json(&["status", "--json"]).await;
-            if status["student"]["state"] == "ready" {
-                break;
-            }
-            assert!(
-                Instant::now() < deadline,
-                "the student never became ready: {}\n{}",
-                status["student"],
-                self.log()
-            );
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
-    }
-
-    /// SIGKILL: no clean shutdown.
-    fn kill(&mut self) {
-        let mut proc = self.daemon.take().unwrap();
-        proc.child.kill().unwrap();
-        proc.child.wait().unwrap();
-    }
-
-    fn url(&self) -> String {
-        self.daemon.as_ref().unwrap().url.clone()
-    }
-
-    fn log(&self) -> String {
-        std::fs::read_to_string(self.home.path().join("test-stderr.log")).unwrap_or_default()
-    }
-
-    async fn cli(&self, args: &[&str]) -> Output {
-        let home = self.path();
-        let args: Vec<String> = args.iter().map(|a| a.to_string()).collect();
-        tokio::task::spawn_blocking(move || {
-            let args: Vec<&str> = args.iter().map(String::as_str).collect();
-            common::cli_in(&home, &args)
-        })
-        .await
-        .unwrap()
-    }
-
-    /// `metaclaw ARGS` (ending in `--json`), which must succeed.
-    async fn json(&self, args: &[&str]) -> Value {
-        let out = self.cli(args).await;
-        assert!(
-            out.status.success(),
-            "{args:?}: {}{}\n{}",
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr),
-            self.log()
-        );
-        serde_json::from_slice(&out.stdout)
-            .unwrap_or_else(|_| panic!("{args:?}: {}", String::from_utf8_lossy(&out.stdout)))
-    }
-
-    async fn fake_get<T: serde::de::DeserializeOwned>(&self, what: &str) -> T {
-        reqwest::get(format!("{}/api/v1/fake/{what}", self.fake))
-            .await
-            .unwrap()
-            .json()
-            .await
-            .unwrap()
-    }
-
-    async fn models(&self) -> BTreeMap<String, ModelReport> {
-        self.fake_get("models").await
-    }
-
-    /// The checkpoints the fake holds for `model`: (type, path).
-    async fn checkpoints(&self, model: &str) -> Vec<(String, String)> {
-        let v: Value = reqwest::get(format!(
-            "{}/api/v1/training_runs/{model}/checkpoints",
-            self.fake
-        ))
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
-        v["checkpoints"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .map(|c| {
-                (
-                    c["checkpoint_type"].as_str().unwrap().to_string(),
-                    c["tinker_path"].as_str().unwrap().to_string(),
-                )
-            })
-            .collect()
-    }
-
-    /// A judged session of two student turns: an answer the user corrects
-    /// (reward −1), then the corrected one (0). Its two sample ids.
-    async fn session(&self, id: &str, question: &str) -> Vec<String> {
-        let http = common::client();
-        let mut messages = vec![
-            json!({"role": "system", "content": "You are a helpful assistant."}),
-            json!({"role": "user", "content": question}),
-        ];
-        for answer in ["It is in Spain.", "Sorry: it is in France."] {
-            let script = http
-                .post(format!("{}/api/v1/fake/script", self.fake))
-                .json(&json!({ "sequences": [says(answer)] }))
-                .send()
-                .await
-                .unwrap();
-            assert!(script.status().is_success());
-            let response = http
-                .post(format!("{}/v1/chat/completions", self.url()))
-                .header("x-session-id", id)
-                .header("x-turn-type", "main")
-                .json(&json!({"model": "m", "messages": messages}))
-                .send()
-                .await
-                .unwrap();
-            assert!(response.status().is_success(), "{}", self.log());
-            let served = response
-                .headers()
-                .get("x-metaclaw-served-by")
-                .and_then(|v| v.to_str().ok())
-                .unwrap_or_default()
-                .to_string();
-            assert!(served.starts_with("student"), "served by {served:?}");
-            messages.push(json!({"role": "assistant", "content": answer}));
-            messages.push(json!({"role": "user", "content": "No, that's wrong. It is in France."}));
-        }
-        // The store commits a turn shortly after its answer.
-        let deadline = Instant::now() + Duration::from_secs(20);
-        while self.samples(id).len() < 2 {
-            assert!(Instant::now() < deadline, "{id}'s turns were not stored");
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
-        // Judged (the command fails unless every job is done); a step
-        // then finds its samples ready.
-        let jobs = self.json(&["learn", "now", id, "--json"]).await;
-        assert!(jobs.as_array().is_some_and(|j| !j.is_empty()), "{jobs}");
-        self.samples(id).into_iter().map(|s| s.turn).collect()
-    }
-
-    /// The session's samples in the store, in turn order.
-    fn samples(&self, session: &str) -> Vec<Sample> {
-        let db = metaclaw::home::Home::at(self.home.path()).db_file();
-        let Ok(conn) = metaclaw::store::open_read_only(&db) else {
-            return Vec::new();
-        };
-        let mut stmt = conn
-            .prepare(
-                "SELECT s.turn_id, s.train_state, s.run_id, s.train_step
-                 FROM turn_samples s JOIN turns t ON t.id = s.turn_id
-                 WHERE t.session_id = ?1 ORDER BY t.seq",
-            )
-            .unwrap();
-        stmt.query_map([session], |r| {
-            Ok(Sample {
-                turn: r.get(0)?,
-                state: r.get(1)?,
-                run: r.get(2)?,
-                step: r.get(3)?,
-            })
-        })
-        .unwrap()
-        .collect::<rusqlite::Result<_>>()
-        .unwrap()
-    }
-
-    /// Every sample's queue state, as `train status` counts them.
-    async fn queue(&self) -> (u64, u64, u64) {
-        let status = self.json(&["train", "status", "--json"]).await;
-        let q = &status["queue"];
-        (
-            q["ready"].as_u64().unwrap(),
-            q["in_step"].as_u64().unwrap(),
-            q["trained"].as_u64().unwrap(),
-        )
-    }
-}
-
-#[derive(Debug)]
-struct Sample {
-    turn: String,
-    state: String,
-    run: Option<String>,
-    step: Option<i64>,
+/// A judged session of two student turns: an answer the user corrects
+/// (reward −1), then the corrected one (0). Its two sample ids.
+async fn session(w: &World, id: &str, question: &str) -> Vec<String> {
+    w.session(
+        id,
+        question,
+        &["It is in Spain.", "Sorry: it is in France."],
+        &["No, that's wrong. It is in France."],
+    )
+    .await;
+    // Judged; a step then finds its samples ready.
+    w.learn(id).await;
+    w.samples(id).into_iter().map(|s| s.turn).collect()
 }
 
 /// The samples of `session`, all trained in `step` of `run`.
@@ -338,7 +75,7 @@ fn assert_trained(samples: &[Sample], run: &str, step: i64) {
 async fn step_and_kill(w: &mut World) {
     let mut asked = Command::new(common::BIN)
         .args(["train", "step", "--json"])
-        .env("METACLAW_HOME", w.home.path())
+        .env("METACLAW_HOME", w.path())
         .env("METACLAW_NO_WIRE", "1")
         .stdout(Stdio::piped())
         .stderr(Stdio::null())
@@ -383,11 +120,11 @@ async fn step_and_kill(w: &mut World) {
 }
 
 async fn kill_and_resume(crash: Crash, model: &str) {
-    let mut w = World::new(model).await;
+    let mut w = World::new(Setup::new(model)).await;
 
     // Step 1: the first session's two turns, saved (training state and
     // sampler weights), served.
-    let first = w.session("s-first", "Where is Paris?").await;
+    let first = session(&w, "s-first", "Where is Paris?").await;
     let step1 = w.json(&["train", "step", "--json"]).await;
     assert_eq!(step1["outcome"], "stepped", "{step1}");
     assert_eq!(
@@ -398,7 +135,7 @@ async fn kill_and_resume(crash: Crash, model: &str) {
     let state1 = step1["checkpoint"].as_str().unwrap().to_string();
     assert_trained(&w.samples("s-first"), &run, 1);
 
-    let second = w.session("s-second", "Where is Lyon?").await;
+    let second = session(&w, "s-second", "Where is Lyon?").await;
     let model_before = w.json(&["train", "status", "--json"]).await["run"]["model_id"]
         .as_str()
         .unwrap()

@@ -9,6 +9,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
+pub mod rl_daemon;
 pub mod skyrl;
 
 pub const BIN: &str = env!("CARGO_BIN_EXE_metaclaw");
