@@ -290,17 +290,16 @@ fn start_trainer(
         learning_rate: config.rl.learning_rate,
         baseline_decay: config.rl.baseline_decay,
         manual: config.rl.manual_train_trigger,
-        db: db.clone(),
+        db,
         opd: config.opd.enabled.then(|| config.opd.clone()),
     };
+    // The generation serving records in each sample (proxy/student.rs):
+    // with skills off that is 0, whatever the store says (`metaclaw start`
+    // installs the built-in bank, which bumps the stored generation; read
+    // here, it made every sample "older" and nothing ever trained).
     let generation: Box<dyn Fn() -> u64 + Send> = match skills {
         Some(skills) => Box::new(move || skills.library.snapshot().generation),
-        None => Box::new(move || {
-            crate::store::open_read_only(&db)
-                .ok()
-                .and_then(|c| crate::store::skills::generation(&c).ok())
-                .unwrap_or(0)
-        }),
+        None => Box::new(|| 0),
     };
     match trainer::spawn(settings, policy, generation, cancel.clone()) {
         Ok((handle, _thread)) => Some(handle),

@@ -76,16 +76,31 @@ pub fn classify(conn: &Connection, generation: u64, opd: bool) -> rusqlite::Resu
     // And only of an ended session: one that reopened after its job (the
     // agent came back to it) keeps the last round's job `done` until it
     // ends again, and its new turns, not judged yet, would be skipped for
-    // want of a reward (host/tests/support_query.rs).
-    const DONE: &str = "train_state = 'waiting' AND turn_id IN (
-        SELECT t.id FROM turns t JOIN learning_jobs j ON j.session_id = t.session_id
-        JOIN sessions s ON s.id = t.session_id
-        WHERE j.state = 'done' AND s.status = 'ended')";
+    // want of a reward (host/tests/support_query.rs). The decidable ones
+    // are found once (the queue may hold thousands of samples whose session
+    // is never learned from); the rules then look at those alone, each by
+    // its row's turn.
+    conn.execute_batch(
+        "CREATE TEMP TABLE IF NOT EXISTS decidable (turn_id TEXT PRIMARY KEY);
+         DELETE FROM temp.decidable;",
+    )?;
+    conn.prepare_cached(
+        "INSERT INTO temp.decidable
+         SELECT q.turn_id FROM turn_samples q JOIN turns t ON t.id = q.turn_id
+         JOIN learning_jobs j ON j.session_id = t.session_id
+         JOIN sessions s ON s.id = t.session_id
+         WHERE q.train_state = 'waiting' AND j.state = 'done' AND s.status = 'ended'",
+    )?
+    .execute([])?;
+    const DONE: &str =
+        "train_state = 'waiting' AND turn_id IN (SELECT turn_id FROM temp.decidable)";
     // With distillation on, a turn without a reward still has the
     // teacher's signal: it is trained on that alone.
     let no_reward = match opd {
         true => "0",
-        false => "turn_id IN (SELECT id FROM turns WHERE reward IS NULL)",
+        false => {
+            "EXISTS (SELECT 1 FROM turns t WHERE t.id = turn_samples.turn_id AND t.reward IS NULL)"
+        }
     };
     let rules: [(&str, &str); 6] = [
         (
@@ -94,13 +109,14 @@ pub fn classify(conn: &Connection, generation: u64, opd: bool) -> rusqlite::Resu
         ),
         ("parse_error IS NOT NULL", "the sample did not parse"),
         (
-            "turn_id IN (SELECT id FROM turns WHERE turn_type != 'main')",
+            "EXISTS (SELECT 1 FROM turns t WHERE t.id = turn_samples.turn_id AND t.turn_type != 'main')",
             "not a main turn (a side turn, or an attempt that was resent)",
         ),
         (no_reward, NO_REWARD),
         (
-            "turn_id IN (SELECT t.id FROM turns t JOIN evolved_drafts d ON d.session_id = t.session_id
-                         WHERE d.written_ms IS NOT NULL AND d.outcome IN ('created', 'updated'))",
+            "EXISTS (SELECT 1 FROM turns t JOIN evolved_drafts d ON d.session_id = t.session_id
+                     WHERE t.id = turn_samples.turn_id AND d.written_ms IS NOT NULL
+                       AND d.outcome IN ('created', 'updated'))",
             "support set: skills were evolved from its session",
         ),
         (
