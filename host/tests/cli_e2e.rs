@@ -335,11 +335,11 @@ fn config_show_masks_secrets_get_reads_and_set_validates() {
     assert_eq!(get("llm.model_id"), "1.5");
     let out = cli_in(
         home.path(),
-        &["config", "set", "opd.kl_penalty_coef", "0.5"],
+        &["config", "set", "memory.scope", "team"],
     );
     assert!(out.status.success(), "{}", text(&out));
     assert!(
-        text(&out).contains("note: opd.kl_penalty_coef is not implemented in this version"),
+        text(&out).contains("note: memory.scope is not implemented in this version"),
         "{}",
         text(&out)
     );

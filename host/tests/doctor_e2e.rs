@@ -533,13 +533,13 @@ fn evolution_and_retrieval_without_their_plugins_are_reported() {
 fn a_key_that_does_nothing_yet_is_a_config_warning() {
     let base = "llm:\n  api_base: http://127.0.0.1:9/v1\n  model_id: echo\nclaw_type: none\nproxy:\n  port: 0\n";
     let home = fresh_home(&format!(
-        "{base}opd:\n  enabled: true\nrl:\n  enabled: false\n"
+        "{base}memory:\n  scope: team\nrl:\n  enabled: false\n"
     ));
     let config = check(&doctor(home.path(), &["--json"], &[]), "config");
     assert_eq!(config["verdict"], "warning", "{config}");
     let message = config["message"].as_str().unwrap();
     assert!(
-        message.contains("`opd.enabled` is set in")
+        message.contains("`memory.scope` is set in")
             && message.contains("not implemented in this version")
             && !message.contains("rl.enabled"),
         "{config}"
