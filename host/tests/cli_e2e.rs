@@ -333,10 +333,7 @@ fn config_show_masks_secrets_get_reads_and_set_validates() {
     let out = cli_in(home.path(), &["config", "set", "llm.model_id", "1.5"]);
     assert!(out.status.success());
     assert_eq!(get("llm.model_id"), "1.5");
-    let out = cli_in(
-        home.path(),
-        &["config", "set", "memory.scope", "team"],
-    );
+    let out = cli_in(home.path(), &["config", "set", "memory.scope", "team"]);
     assert!(out.status.success(), "{}", text(&out));
     assert!(
         text(&out).contains("note: memory.scope is not implemented in this version"),
