@@ -18,7 +18,7 @@
 
 use rusqlite::{Connection, params};
 
-use super::samples::{unpack_f32, unpack_i32};
+use super::samples::{StoredSibling, unpack_f32, unpack_i32};
 
 /// A sample ready to train on.
 #[derive(Debug, Clone, PartialEq)]
@@ -45,17 +45,7 @@ pub struct Ready {
 pub struct Group {
     /// The served answer's group reward.
     pub served: Option<f64>,
-    pub siblings: Vec<GroupSibling>,
-}
-
-/// A sibling answer, as training needs it.
-#[derive(Debug, Clone, PartialEq)]
-pub struct GroupSibling {
-    pub idx: i64,
-    pub tokens: Vec<i32>,
-    pub logprobs: Vec<f32>,
-    pub reward: Option<f64>,
-    pub parse_error: Option<String>,
+    pub siblings: Vec<StoredSibling>,
 }
 
 /// What the queue holds, by state.
@@ -195,16 +185,7 @@ pub fn ready(conn: &Connection, generation: u64, opd: bool) -> rusqlite::Result<
     .and_then(|mut ready| {
         for sample in &mut ready {
             if let Some(group) = &mut sample.group {
-                group.siblings = super::samples::siblings(conn, &sample.turn_id)?
-                    .into_iter()
-                    .map(|s| GroupSibling {
-                        idx: s.idx,
-                        tokens: s.tokens,
-                        logprobs: s.logprobs,
-                        reward: s.reward,
-                        parse_error: s.parse_error,
-                    })
-                    .collect();
+                group.siblings = super::samples::siblings(conn, &sample.turn_id)?;
             }
         }
         Ok(ready)

@@ -77,10 +77,7 @@ pub async fn submit(
     body: Body,
     kind: Kind,
 ) -> Result<Submitted, Error> {
-    let reply = transport
-        .call(reqwest::Method::POST, path, Some(body.clone()))
-        .await?;
-    let request_id = request_id(&reply.json()?)?;
+    let request_id = post(transport, path, &body).await?;
     Ok(Submitted {
         path: path.to_string(),
         body,
@@ -94,14 +91,17 @@ impl Submitted {
     /// the service lets the future expire.
     pub async fn wait(self, transport: &Transport) -> Result<Reply, Error> {
         let (path, body) = (&self.path, &self.body);
-        let resubmit = || async move {
-            let reply = transport
-                .call(reqwest::Method::POST, path, Some(body.clone()))
-                .await?;
-            request_id(&reply.json()?)
-        };
+        let resubmit = || post(transport, path, body);
         wait(transport, self.request_id.clone(), self.kind, resubmit).await
     }
+}
+
+/// Posts `body` to `path`; the future's id.
+async fn post(transport: &Transport, path: &str, body: &Body) -> Result<String, Error> {
+    let reply = transport
+        .call(reqwest::Method::POST, path, Some(body.clone()))
+        .await?;
+    request_id(&reply.json()?)
 }
 
 /// A submitted request's future id (a string; some servers send a number).

@@ -108,8 +108,10 @@ impl TrainingModel {
 
     /// A training-side call, unless the service ended the session.
     async fn run(&self, path: &str, body: Body, kind: Kind) -> Result<Reply, Error> {
-        self.session.check()?;
-        submit_and_wait(&self.transport, path, body, kind).await
+        self.submit(path, body, kind)
+            .await?
+            .wait(&self.transport)
+            .await
     }
 
     /// A training-side request submitted, unless the service ended the

@@ -62,7 +62,7 @@ pub fn group(rewards: &[f64]) -> Option<Vec<f64>> {
 }
 
 /// Whether any advantage is not zero.
-pub fn has_signal(advantages: &[f64]) -> bool {
+pub fn has_signal(advantages: &[f32]) -> bool {
     advantages.iter().any(|a| a.abs() > 1e-9)
 }
 

@@ -9,7 +9,8 @@
 
 use std::collections::{BTreeMap, HashMap};
 
-use crate::store::train_queue::{Group, GroupSibling, Ready};
+use crate::store::samples::StoredSibling;
+use crate::store::train_queue::{Group, Ready};
 use crate::tinker::types::{Datum, TrajectoryStep};
 
 use super::advantage::{self, Baselines};
@@ -40,7 +41,7 @@ type GroupAdvantages = (f64, Vec<(i64, f64)>);
 /// reward, and siblings that did not parse, are left out.
 fn group_advantages(group: &Group) -> Option<GroupAdvantages> {
     let served = group.served?;
-    let members: Vec<&GroupSibling> = group
+    let members: Vec<&StoredSibling> = group
         .siblings
         .iter()
         .filter(|s| s.reward.is_some() && s.parse_error.is_none())
@@ -113,7 +114,6 @@ pub fn assemble(
 ) -> Batch {
     let mut batch = Batch::default();
     let mut rewards = Vec::new();
-    let mut signal = false;
     for chain in chains {
         let groups: Vec<Option<GroupAdvantages>> = chain
             .iter()
@@ -142,9 +142,6 @@ pub fn assemble(
                 token_advantages: per_token.get(&s.turn_id).map_or(&[], Vec::as_slice),
             })
             .collect();
-        signal |= steps
-            .iter()
-            .any(|s| s.token_advantages.iter().any(|a| a.abs() > 1e-9));
         match Datum::from_trajectory(&steps) {
             Ok(datum) => batch.data.push(datum),
             // Recorded as extending but not (should not happen): each turn
@@ -174,7 +171,6 @@ pub fn assemble(
                     advantage: *a as f32,
                     token_advantages: per_token.get(&key).map_or(&[], Vec::as_slice),
                 };
-                signal |= a.abs() > 1e-9 || step.token_advantages.iter().any(|t| t.abs() > 1e-9);
                 if let Ok(datum) = Datum::from_trajectory(&[step]) {
                     batch.data.push(datum);
                     batch.tokens += sibling.tokens.len();
@@ -189,23 +185,17 @@ pub fn assemble(
         }
     }
     batch.mean_reward = rewards.iter().sum::<f64>() / rewards.len().max(1) as f64;
-    let advantages: Vec<f64> = batch.samples.iter().map(|(_, a)| *a).collect();
-    if !signal && !advantage::has_signal(&advantages) {
+    // Signal: any advantage sent that is not zero (the turns', the
+    // siblings', the per-token terms on top).
+    let signal = batch.data.iter().any(|d| {
+        d.loss_fn_inputs
+            .get("advantages")
+            .is_some_and(|a| advantage::has_signal(&a.floats()))
+    });
+    if !signal {
         batch.data.clear();
     }
     batch
-}
-
-/// [`take`] and [`assemble`] with no per-token terms.
-pub fn build(
-    ready: &[Ready],
-    min: usize,
-    size: usize,
-    baselines: &mut Baselines,
-    decay: f64,
-) -> Option<Batch> {
-    let chains = take(ready, min, size)?;
-    Some(assemble(&chains, baselines, decay, &HashMap::new()))
 }
 
 #[cfg(test)]
@@ -213,6 +203,18 @@ mod tests {
     #![allow(clippy::unwrap_used)]
 
     use super::*;
+
+    /// [`take`] and [`assemble`] with no per-token terms.
+    fn build(
+        ready: &[Ready],
+        min: usize,
+        size: usize,
+        baselines: &mut Baselines,
+        decay: f64,
+    ) -> Option<Batch> {
+        let chains = take(ready, min, size)?;
+        Some(assemble(&chains, baselines, decay, &HashMap::new()))
+    }
 
     fn ready(
         turn: &str,
@@ -324,10 +326,12 @@ mod tests {
     /// out; a flat group has no signal.
     #[test]
     fn a_group_is_centred_and_its_siblings_trained_beside_it() {
-        let sibling = |idx, tokens: Vec<i32>, reward, parse_error: Option<&str>| GroupSibling {
+        let sibling = |idx, tokens: Vec<i32>, reward, parse_error: Option<&str>| StoredSibling {
             idx,
             logprobs: vec![-1.0; tokens.len()],
             tokens,
+            message: serde_json::Value::Null,
+            finish_reason: "stop".into(),
             reward,
             parse_error: parse_error.map(str::to_string),
         };

@@ -19,7 +19,7 @@ use serde_json::{Value, json};
 use crate::config::OpdConfig;
 use crate::http::{Attempt, Backoff};
 
-use super::batch::Chains;
+use super::batch::{Chains, sibling_key};
 
 /// How long one teacher call may take, retries included.
 const DEADLINE: Duration = Duration::from_secs(300);
@@ -34,7 +34,7 @@ pub struct Teacher {
     url: String,
     model: String,
     api_key: Option<String>,
-    pub coef: f64,
+    coef: f64,
 }
 
 /// The student's tokenizer, as the check needs it.
@@ -51,6 +51,17 @@ impl Tokenizer for metaclaw_chat::render::Renderer {
     fn decode_one(&self, id: i32) -> Result<String, String> {
         self.decode(&[id], false).map_err(|e| e.to_string())
     }
+}
+
+/// A batch's distillation terms: per sampled token
+/// `coef · (log p_teacher − log p_student)`, by turn (or sibling) key; and
+/// over the tokens the teacher scored, how many and the mean of
+/// log p_student − log p_teacher (a reverse-KL estimate).
+#[derive(Debug, Default)]
+pub struct Distilled {
+    pub per_token: HashMap<String, Vec<f32>>,
+    pub tokens: usize,
+    pub reverse_kl: f64,
 }
 
 /// The echoed sequence: per token its text and its logprob under the
@@ -94,69 +105,73 @@ impl Teacher {
         compare(student, &ids, &echo.tokens)
     }
 
-    /// Per sampled token of every sample in `chains` (by turn id), the
-    /// distillation term. One teacher call per chain: the last turn's
-    /// prompt holds every turn before it.
-    pub async fn terms(&self, chains: &Chains<'_>) -> Result<HashMap<String, Vec<f32>>, String> {
-        let mut terms = HashMap::new();
+    /// Per sampled token of every sample in `chains` (by turn id; a
+    /// sibling answer by [`sibling_key`]), the distillation term, with what
+    /// they add up to. One teacher call per chain (the last turn's prompt
+    /// holds every turn before it) and one per sibling answer.
+    pub async fn terms(&self, chains: &Chains<'_>) -> Result<Distilled, String> {
+        let mut out = Distilled::default();
+        let mut gap = 0.0;
+        let mut add = |key: String, teacher: &[Option<f64>], student: &[f32]| {
+            let mut term = Vec::with_capacity(student.len());
+            for (t, s) in teacher.iter().zip(student) {
+                let d = t.map_or(0.0, |t| t - f64::from(*s));
+                if t.is_some() {
+                    gap -= d;
+                    out.tokens += 1;
+                }
+                term.push((self.coef * d) as f32);
+            }
+            out.per_token.insert(key, term);
+        };
         for chain in chains {
             let Some(last) = chain.last() else {
                 continue;
             };
-            let mut sequence = last.prompt_tokens.clone();
-            sequence.extend_from_slice(&last.tokens);
-            let echo = self.echo(json!(sequence)).await?;
-            // Servers that add a start token to a token-id prompt put it
-            // first: align on the end.
-            let offset = echo
-                .logprobs
-                .len()
-                .checked_sub(sequence.len())
-                .ok_or_else(|| {
-                    format!(
-                        "the teacher echoed {} tokens of a {}-token sequence",
-                        echo.logprobs.len(),
-                        sequence.len()
-                    )
-                })?;
+            let teacher = self.logprobs(&last.prompt_tokens, &last.tokens).await?;
             for sample in chain {
-                let start = offset + sample.prompt_tokens.len();
-                let teacher = echo
-                    .logprobs
-                    .get(start..start + sample.tokens.len())
-                    .ok_or("the teacher's logprobs do not cover the answer")?;
-                terms.insert(sample.turn_id.clone(), self.term(teacher, &sample.logprobs));
+                let answer =
+                    answer_span(&teacher, sample.prompt_tokens.len(), sample.tokens.len())?;
+                add(sample.turn_id.clone(), answer, &sample.logprobs);
                 // Group sampling: each sibling answer, on the same prompt.
                 for sibling in sample.group.iter().flat_map(|g| &g.siblings) {
-                    let mut sequence = sample.prompt_tokens.clone();
-                    sequence.extend_from_slice(&sibling.tokens);
-                    let echo = self.echo(json!(sequence)).await?;
-                    let offset = echo.logprobs.len().saturating_sub(sequence.len());
-                    let start = offset + sample.prompt_tokens.len();
-                    let teacher = echo
-                        .logprobs
-                        .get(start..start + sibling.tokens.len())
-                        .ok_or("the teacher's logprobs do not cover the answer")?;
-                    terms.insert(
-                        super::batch::sibling_key(&sample.turn_id, sibling.idx),
-                        self.term(teacher, &sibling.logprobs),
+                    let teacher = self
+                        .logprobs(&sample.prompt_tokens, &sibling.tokens)
+                        .await?;
+                    let answer =
+                        answer_span(&teacher, sample.prompt_tokens.len(), sibling.tokens.len())?;
+                    add(
+                        sibling_key(&sample.turn_id, sibling.idx),
+                        answer,
+                        &sibling.logprobs,
                     );
                 }
             }
         }
-        Ok(terms)
+        out.reverse_kl = gap / out.tokens.max(1) as f64;
+        Ok(out)
     }
 
-    /// Per token, `coef · (log p_teacher − log p_student)`.
-    fn term(&self, teacher: &[Option<f64>], student: &[f32]) -> Vec<f32> {
-        teacher
-            .iter()
-            .zip(student)
-            .map(|(t, s)| match t {
-                Some(t) => (self.coef * (t - f64::from(*s))) as f32,
-                None => 0.0,
-            })
-            .collect()
+    /// The teacher's logprob of each token of `prompt` followed by `answer`
+    /// (the first has none). Servers that add a start token to a token-id
+    /// prompt put it first: aligned on the end.
+    async fn logprobs(&self, prompt: &[i32], answer: &[i32]) -> Result<Vec<Option<f64>>, String> {
+        let mut sequence = prompt.to_vec();
+        sequence.extend_from_slice(answer);
+        let mut echo = self.echo(json!(sequence)).await?;
+        let extra = echo
+            .logprobs
+            .len()
+            .checked_sub(sequence.len())
+            .ok_or_else(|| {
+                format!(
+                    "the teacher echoed {} tokens of a {}-token sequence",
+                    echo.logprobs.len(),
+                    sequence.len()
+                )
+            })?;
+        echo.logprobs.drain(..extra);
+        Ok(echo.logprobs)
     }
 
     /// The teacher's echo of `prompt` (text or token ids) with logprobs.
@@ -200,6 +215,13 @@ impl Teacher {
         serde_json::from_str(&text)
             .map_err(|e| Attempt::Fatal(format!("not a completions reply ({e})")))
     }
+}
+
+/// The logprobs of an answer of `len` tokens after a prompt of `at`.
+fn answer_span(teacher: &[Option<f64>], at: usize, len: usize) -> Result<&[Option<f64>], String> {
+    teacher
+        .get(at..at + len)
+        .ok_or_else(|| "the teacher's logprobs do not cover the answer".to_string())
 }
 
 /// `choices[0].logprobs` of a completions reply (the prompt echoed, then

@@ -316,9 +316,13 @@ impl Trainer {
         let (terms, opd) = match self.teacher().await? {
             None => Default::default(),
             Some(teacher) => {
-                let terms = teacher.terms(&chains).await?;
-                let report = opd_report(teacher, &terms);
-                (terms, Some(report))
+                let distilled = teacher.terms(&chains).await?;
+                let report = OpdReport {
+                    teacher: teacher.describe(),
+                    tokens: distilled.tokens,
+                    reverse_kl: distilled.reverse_kl,
+                };
+                (distilled.per_token, Some(report))
             }
         };
         let batch = batch::assemble(
@@ -435,27 +439,6 @@ impl Trainer {
         self.run
             .as_mut()
             .ok_or_else(|| "no training run".to_string())
-    }
-}
-
-/// The teacher's terms summed up (served and sibling answers): tokens
-/// scored and the mean of log p_student − log p_teacher over them.
-fn opd_report(teacher: &Teacher, terms: &std::collections::HashMap<String, Vec<f32>>) -> OpdReport {
-    let (mut sum, mut n) = (0.0, 0usize);
-    // term = coef · (teacher − student); undo the coefficient (validated
-    // above 0).
-    let coef = match teacher.coef {
-        c if c.abs() > f64::EPSILON => c,
-        _ => 1.0,
-    };
-    for t in terms.values() {
-        sum -= t.iter().map(|x| f64::from(*x) / coef).sum::<f64>();
-        n += t.len();
-    }
-    OpdReport {
-        teacher: teacher.describe(),
-        tokens: n,
-        reverse_kl: sum / n.max(1) as f64,
     }
 }
 
