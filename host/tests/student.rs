@@ -1131,25 +1131,13 @@ async fn judged_turns_train_a_step_whose_weights_serve_the_next_turn() {
     );
 }
 
-/// The tiny Qwen3's tokenizer, as the dummy teacher reads text.
-struct TinyQwen(Renderer);
-
-impl metaclaw_mock_upstream::Tokenizer for TinyQwen {
-    fn encode(&self, text: &str) -> Vec<i32> {
-        self.0.encode(text).unwrap()
-    }
-    fn piece(&self, id: i32) -> String {
-        self.0.decode(&[id], false).unwrap()
-    }
-}
-
 /// The product with distillation from the dummy's `teacher` (reading text
 /// with `tokenizer`, or one token per character), the dummy judge (one
 /// vote), `cispo` and manual steps.
 async fn distilling(tokenizer: Option<Renderer>) -> Product {
     let mut dummy = metaclaw_mock_upstream::Dummy::default();
     if let Some(renderer) = tokenizer {
-        dummy = dummy.with_tokenizer(Arc::new(TinyQwen(renderer)));
+        dummy = dummy.with_tokenizer(Arc::new(renderer));
     }
     // `cispo` with its clip bounds: the loss distillation is usually
     // paired with.

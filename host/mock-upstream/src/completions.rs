@@ -1,7 +1,7 @@
 //! `POST /v1/completions` for the model `teacher`: a distillation teacher
 //! (`opd`), answering `echo: true` with a logprob for every token of the
 //! prompt (text or token ids) and one generated token. Text is tokenized by
-//! the tokenizer given to [`Dummy::with_tokenizer`] (one token per
+//! the model's tokenizer given to [`Dummy::with_tokenizer`] (one token per
 //! character, id = its code, without one), so a test chooses whether the
 //! teacher shares the student's tokenizer. The logprob of token id `t`
 //! after the first is `−0.5 · (1 + t mod 4)`: fixed, so a test can compute
@@ -17,13 +17,6 @@ use serde_json::{Value, json};
 
 use crate::routes::error;
 use crate::{Dummy, receive};
-
-/// A tokenizer the teacher reads text with.
-pub trait Tokenizer: Send + Sync {
-    fn encode(&self, text: &str) -> Vec<i32>;
-    /// The text of one token.
-    fn piece(&self, id: i32) -> String;
-}
 
 /// The teacher's logprob of token `id` (not the first of a sequence).
 pub fn teacher_logprob(id: i32) -> f64 {
@@ -44,7 +37,7 @@ pub(crate) async fn completions(State(dummy): State<Arc<Dummy>>, body: Bytes) ->
     }
     let ids: Vec<i32> = match &request["prompt"] {
         Value::String(text) => match &dummy.tokenizer {
-            Some(t) => t.encode(text),
+            Some(t) => t.encode(text).unwrap_or_default(),
             None => text.chars().map(|c| c as i32).collect(),
         },
         Value::Array(items) => {
@@ -66,7 +59,7 @@ pub(crate) async fn completions(State(dummy): State<Arc<Dummy>>, body: Bytes) ->
         );
     }
     let piece = |id: i32| match &dummy.tokenizer {
-        Some(t) => t.piece(id),
+        Some(t) => t.decode(&[id], false).unwrap_or_default(),
         None => char::from_u32(id as u32)
             .map(String::from)
             .unwrap_or_default(),

@@ -81,7 +81,7 @@ use axum::http::StatusCode;
 use axum::response::Response;
 use serde_json::Value;
 
-pub use completions::{Tokenizer, teacher_logprob};
+pub use completions::teacher_logprob;
 pub use embeddings::{EMBEDDING_DIM, hashed_embedding};
 pub use routes::{router, serve};
 
@@ -112,7 +112,7 @@ pub struct Dummy {
     /// When set, the API routes refuse requests without this key.
     required_key: Option<String>,
     /// How the `teacher` reads text (`/v1/completions`).
-    pub(crate) tokenizer: Option<Arc<dyn Tokenizer>>,
+    pub(crate) tokenizer: Option<Arc<metaclaw_chat::render::Renderer>>,
 }
 
 impl Dummy {
@@ -125,7 +125,7 @@ impl Dummy {
     }
 
     /// The `teacher` reads text with `tokenizer`.
-    pub fn with_tokenizer(mut self, tokenizer: Arc<dyn Tokenizer>) -> Self {
+    pub fn with_tokenizer(mut self, tokenizer: Arc<metaclaw_chat::render::Renderer>) -> Self {
         self.tokenizer = Some(tokenizer);
         self
     }

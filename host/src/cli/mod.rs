@@ -594,7 +594,7 @@ fn dev_upstream(
             let renderer = metaclaw_chat::render::ModelFiles::from_dir(&dir)
                 .and_then(|files| metaclaw_chat::render::Renderer::new(&files))
                 .map_err(|e| anyhow::anyhow!("--teacher-tokenizer {}: {e}", dir.display()))?;
-            Some(std::sync::Arc::new(TeacherTokenizer(renderer)))
+            Some(std::sync::Arc::new(renderer))
         }
     };
     let rt = runtime()?;
@@ -613,21 +613,6 @@ fn dev_upstream(
         anyhow::Ok(())
     })?;
     Ok(ExitCode::SUCCESS)
-}
-
-/// A model's tokenizer, as the dummy teacher reads text.
-#[cfg(feature = "dev-tools")]
-struct TeacherTokenizer(metaclaw_chat::render::Renderer);
-
-#[cfg(feature = "dev-tools")]
-impl metaclaw_mock_upstream::Tokenizer for TeacherTokenizer {
-    fn encode(&self, text: &str) -> Vec<i32> {
-        self.0.encode(text).unwrap_or_default()
-    }
-
-    fn piece(&self, id: i32) -> String {
-        self.0.decode(&[id], false).unwrap_or_default()
-    }
 }
 
 #[cfg(not(feature = "dev-tools"))]
