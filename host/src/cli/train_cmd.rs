@@ -9,7 +9,7 @@ use anyhow::Result;
 use serde_json::json;
 
 use super::admin::AdminClient;
-use super::sessions_cmd::db_path;
+use super::sessions_cmd::store_file;
 use super::{TrainCommand, load_config, local_time, runtime};
 use crate::home::Home;
 use crate::store::{self, train_queue, training};
@@ -18,23 +18,22 @@ use crate::store::{self, train_queue, training};
 const STEP_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(1800);
 
 pub fn run(home: &Home, config_path: &Path, command: TrainCommand) -> Result<ExitCode> {
-    let _ = load_config(config_path)?;
+    // Loaded once (its warnings are printed once).
+    let config = load_config(config_path)?.config;
     match command {
         TrainCommand::Step { json } => step(home, json),
-        TrainCommand::Status { json } => status(home, config_path, json),
-        TrainCommand::Checkpoints { json } => checkpoints(home, config_path, json),
+        TrainCommand::Status { json } => status(home, &config, json),
+        TrainCommand::Checkpoints { json } => checkpoints(home, &config, json),
         TrainCommand::Rollback { path } => rollback(home, &path),
     }
 }
 
 use crate::learn::rl::checkpoint_step as step_of;
 
-fn checkpoints(home: &Home, config_path: &Path, json: bool) -> Result<ExitCode> {
-    let loaded = load_config(config_path)?;
-    let config = &loaded.config;
+fn checkpoints(home: &Home, config: &crate::config::Config, json: bool) -> Result<ExitCode> {
     let env = |k: &str| std::env::var(k).ok();
     let settings = crate::tinker::configured::settings(config, &env);
-    let conn = store::open_read_only(&db_path(home, config_path))?;
+    let conn = store::open_read_only(&store_file(home, Some(config)))?;
     let base = crate::tinker::configured::base_model(config);
     let list = runtime()?.block_on(async {
         let service = crate::tinker::Service::connect(&settings).await?;
@@ -137,9 +136,8 @@ fn step(home: &Home, json: bool) -> Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
-fn status(home: &Home, config_path: &Path, json: bool) -> Result<ExitCode> {
-    let config = load_config(config_path)?.config;
-    let path = db_path(home, config_path);
+fn status(home: &Home, config: &crate::config::Config, json: bool) -> Result<ExitCode> {
+    let path = store_file(home, Some(config));
     let conn = store::open_read_only(&path)?;
     let queue = train_queue::counts(&conn)?;
     let skipped = train_queue::skipped_by_reason(&conn)?;
@@ -154,7 +152,7 @@ fn status(home: &Home, config_path: &Path, json: bool) -> Result<ExitCode> {
         (at / every + 1) * every
     });
     let (service, daemon) =
-        runtime()?.block_on(async { (service_health(&config).await, daemon_training(home).await) });
+        runtime()?.block_on(async { (service_health(config).await, daemon_training(home).await) });
     if json {
         say!(
             "{}",
