@@ -276,6 +276,13 @@ pub(super) fn warnings(
 ) -> Vec<String> {
     let mut out = Vec::new();
     out.extend(mode_warning(&config.mode));
+    let clips = config.rl.clip_low_threshold.is_some() || config.rl.clip_high_threshold.is_some();
+    if clips && config.rl.loss_config().is_empty() {
+        out.push(format!(
+            "`rl.clip_low_threshold` / `rl.clip_high_threshold` are set but do nothing with `rl.loss_fn: {}`: only ppo and cispo clip the importance ratio",
+            config.rl.loss_fn.trim()
+        ));
+    }
     if config.opd.enabled && config.mode == Mode::SkillsOnly {
         out.push(
             "`opd.enabled` is set but does nothing in `mode: skills_only`: distillation is part of training (mode rl or auto)".to_string(),
@@ -409,6 +416,18 @@ mod tests {
 
         // Nothing set: nothing said.
         std::fs::write(&path, "llm:\n  model_id: m\n").unwrap();
+        assert!(load_with_env(&path, &|_| None).unwrap().warnings.is_empty());
+    }
+
+    #[test]
+    fn clip_bounds_without_a_clipping_loss_are_a_warning() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("config.yaml");
+        std::fs::write(&path, "rl:\n  clip_low_threshold: 0.8\n").unwrap();
+        let loaded = load_with_env(&path, &|_| None).unwrap();
+        assert_eq!(loaded.warnings.len(), 1, "{:?}", loaded.warnings);
+        assert!(loaded.warnings[0].contains("importance_sampling"));
+        std::fs::write(&path, "rl:\n  loss_fn: cispo\n  clip_low_threshold: 0.8\n").unwrap();
         assert!(load_with_env(&path, &|_| None).unwrap().warnings.is_empty());
     }
 
