@@ -28,7 +28,7 @@ use serde_json::{Value, json};
 
 #[path = "support/harness.rs"]
 mod harness;
-use harness::{BIN, cpu_secs, ms, percentile, rss_kib, spawn};
+use harness::{BIN, added_cells, cpu_secs, latency_cells, ms, percentile, rss_kib, spawn};
 
 #[derive(Clone, Copy, PartialEq)]
 enum Side {
@@ -206,14 +206,7 @@ async fn streams(client: &reqwest::Client, url: &str, n: u32) -> StreamStats {
 }
 
 fn row(label: &str, v: &[Duration]) -> String {
-    format!(
-        "{label:<8} {:>6} {:>9.3} {:>9.3} {:>9.3} {:>9.3}",
-        v.len(),
-        ms(percentile(v, 50.0)),
-        ms(percentile(v, 90.0)),
-        ms(percentile(v, 99.0)),
-        ms(*v.last().unwrap_or(&Duration::ZERO))
-    )
+    format!("{label:<8} {:>6} {}", v.len(), latency_cells(v))
 }
 
 /// Added p50 and p99, ms.
@@ -328,18 +321,7 @@ fn jobs_in(home: &std::path::Path, state: &str) -> usize {
 }
 
 fn added(direct: &[Duration], proxy: &[Duration]) -> String {
-    let d = |p| ms(percentile(proxy, p)) - ms(percentile(direct, p));
-    let r = |p| ms(percentile(proxy, p)) / ms(percentile(direct, p)).max(1e-9);
-    format!(
-        "{:<8} {:>6} {:>+9.3} {:>+9.3} {:>+9.3}            ratio p50 {:.2}x, p99 {:.2}x",
-        "added",
-        "",
-        d(50.0),
-        d(90.0),
-        d(99.0),
-        r(50.0),
-        r(99.0)
-    )
+    format!("{:<8} {:>6} {}", "added", "", added_cells(direct, proxy))
 }
 
 fn main() {

@@ -43,7 +43,7 @@ use serde_json::{Value, json};
 
 #[path = "support/harness.rs"]
 mod harness;
-use harness::{BIN, cpu_secs, cpus, ms, percentile, spawn};
+use harness::{BIN, added_cells, cpu_secs, cpus, latency_cells, ms, percentile, spawn};
 
 /// Off first, then on: index into per-side arrays.
 #[derive(Clone, Copy, PartialEq, Debug)]
@@ -345,31 +345,22 @@ fn threads(pid: u32) -> std::collections::BTreeMap<String, (f64, f64)> {
 
 fn row(label: &str, v: &[Duration], failed: usize, fell_back: usize) -> String {
     format!(
-        "{label:<8} {:>6} {:>7} {:>9} {:>9.3} {:>9.3} {:>9.3} {:>9.3}",
+        "{label:<8} {:>6} {:>7} {:>9} {}",
         v.len(),
         failed,
         fell_back,
-        ms(percentile(v, 50.0)),
-        ms(percentile(v, 90.0)),
-        ms(percentile(v, 99.0)),
-        ms(*v.last().unwrap_or(&Duration::ZERO))
+        latency_cells(v)
     )
 }
 
 fn added(off: &[Duration], on: &[Duration]) -> String {
-    let d = |p| ms(percentile(on, p)) - ms(percentile(off, p));
-    let r = |p| ms(percentile(on, p)) / ms(percentile(off, p)).max(1e-9);
     format!(
-        "{:<8} {:>6} {:>7} {:>9} {:>+9.3} {:>+9.3} {:>+9.3}            ratio p50 {:.2}x, p99 {:.2}x",
+        "{:<8} {:>6} {:>7} {:>9} {}",
         "added",
         "",
         "",
         "",
-        d(50.0),
-        d(90.0),
-        d(99.0),
-        r(50.0),
-        r(99.0)
+        added_cells(off, on)
     )
 }
 

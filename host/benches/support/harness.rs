@@ -129,6 +129,32 @@ pub fn percentile(sorted: &[Duration], p: f64) -> Duration {
     sorted[i.min(sorted.len() - 1)]
 }
 
+/// p50, p90, p99 and max of sorted latencies, in ms, as table cells.
+pub fn latency_cells(sorted: &[Duration]) -> String {
+    format!(
+        "{:>9.3} {:>9.3} {:>9.3} {:>9.3}",
+        ms(percentile(sorted, 50.0)),
+        ms(percentile(sorted, 90.0)),
+        ms(percentile(sorted, 99.0)),
+        ms(*sorted.last().unwrap_or(&Duration::ZERO))
+    )
+}
+
+/// What `other` adds to `base` at p50, p90 and p99 (ms), as table cells,
+/// then the p50 and p99 ratios.
+pub fn added_cells(base: &[Duration], other: &[Duration]) -> String {
+    let d = |p| ms(percentile(other, p)) - ms(percentile(base, p));
+    let r = |p| ms(percentile(other, p)) / ms(percentile(base, p)).max(1e-9);
+    format!(
+        "{:>+9.3} {:>+9.3} {:>+9.3}            ratio p50 {:.2}x, p99 {:.2}x",
+        d(50.0),
+        d(90.0),
+        d(99.0),
+        r(50.0),
+        r(99.0)
+    )
+}
+
 pub fn ms(d: Duration) -> f64 {
     d.as_secs_f64() * 1000.0
 }
