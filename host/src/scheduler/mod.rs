@@ -1,0 +1,11 @@
+//! The opportunistic scheduler (W2-G): training runs only in windows when
+//! the user is away. It reads time and each signal through an interface,
+//! so tests drive it with a fake clock and fake signals.
+//!
+//! | module | job |
+//! |---|---|
+//! | `clock` | what time it is (the system's, or a test's) |
+//! | `sleep` | the sleep window: local times in the user's zone, across midnight and DST changes |
+
+pub mod clock;
+pub mod sleep;
