@@ -4,8 +4,10 @@
 //!
 //! | module | job |
 //! |---|---|
+//! | `calendar` | busy intervals from an iCalendar file, recurrences expanded in their zones |
 //! | `clock` | what time it is (the system's, or a test's) |
 //! | `sleep` | the sleep window: local times in the user's zone, across midnight and DST changes |
 
+pub mod calendar;
 pub mod clock;
 pub mod sleep;

@@ -33,7 +33,7 @@ impl Zone {
     /// The instant of local `time` on local `date`: the first minute that
     /// exists at or after it (a spring-forward gap), the earlier of two (an
     /// autumn overlap).
-    fn instant(self, date: NaiveDate, time: NaiveTime) -> Option<DateTime<Utc>> {
+    pub fn instant(self, date: NaiveDate, time: NaiveTime) -> Option<DateTime<Utc>> {
         let local = date.and_time(time);
         // A gap is at most a few hours; step through it a minute at a time.
         (0..=24 * 60).find_map(|minutes| {
