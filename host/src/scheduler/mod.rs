@@ -6,8 +6,10 @@
 //! |---|---|
 //! | `calendar` | busy intervals from an iCalendar file, recurrences expanded in their zones |
 //! | `clock` | what time it is (the system's, or a test's) |
+//! | `rule` | whether a window is open now, why, and until when |
 //! | `sleep` | the sleep window: local times in the user's zone, across midnight and DST changes |
 
 pub mod calendar;
 pub mod clock;
+pub mod rule;
 pub mod sleep;
