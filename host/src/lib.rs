@@ -36,6 +36,7 @@ pub mod plugins;
 pub mod policy;
 pub mod proxy;
 pub mod redact;
+pub mod scheduler;
 pub mod server;
 pub mod sessions;
 pub mod skills;
