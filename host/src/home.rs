@@ -81,6 +81,10 @@ impl Home {
     pub fn plugin_cache_key_file(&self) -> PathBuf {
         self.root.join("plugin-cache.key")
     }
+    /// The training scheduler's calendar copy (`scheduler::source`).
+    pub fn scheduler_dir(&self) -> PathBuf {
+        self.root.join("scheduler")
+    }
     pub fn admin_token_file(&self) -> PathBuf {
         self.root.join("admin.token")
     }

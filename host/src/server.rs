@@ -378,6 +378,7 @@ async fn admin_status(State(app): State<SharedApp>) -> Response {
                 "queue": queue,
                 "last_error": state.last_error,
                 "opd": state.opd,
+                "scheduler": app.train.as_ref().map(scheduler_json),
                 "note": (app.train.is_none() && app.learn.is_none())
                     .then_some("nothing trains: training needs the rewards of learning jobs (learning.enabled: false)"),
             })
@@ -411,6 +412,28 @@ async fn admin_status(State(app): State<SharedApp>) -> Response {
         }),
     }))
     .into_response()
+}
+
+/// The training scheduler in `status`: whether steps wait for windows,
+/// the machine's state and the last decision.
+fn scheduler_json(train: &crate::learn::rl::trainer::TrainerHandle) -> serde_json::Value {
+    match (&train.gate, &train.gate_error) {
+        (_, Some(error)) => json!({ "gated": true, "error": error }),
+        (None, None) => json!({ "gated": false }),
+        (Some(gate), None) => {
+            let last = gate.last();
+            json!({
+                "gated": true,
+                "state": gate.state().as_str(),
+                "open": last.as_ref().map(|r| r.open),
+                "reason": last.as_ref().map(|r| r.reason.clone()),
+                // When the signals were last read (the trainer reads them
+                // before each step it may start).
+                "assessed_at_ms": last.as_ref().map(|r| r.now.timestamp_millis()),
+                "next_opening": last.and_then(|r| r.next_opening),
+            })
+        }
+    }
 }
 
 async fn admin_plugins(State(app): State<SharedApp>) -> Response {

@@ -553,7 +553,7 @@ fn the_running_daemon_rotates_its_log() {
     write_config(
         home.path(),
         &format!(
-            "llm:\n  api_base: {}\nproxy:\n  port: 0\nlog:\n  max_mb: 1\n  keep: 2\nunknown_key: 1\nscheduler:\n  enabled: true\n",
+            "llm:\n  api_base: {}\nproxy:\n  port: 0\nlog:\n  max_mb: 1\n  keep: 2\nunknown_key: 1\nmemory:\n  scope: team\n",
             up.url
         ),
     );
@@ -605,7 +605,7 @@ fn the_running_daemon_rotates_its_log() {
     // So is a key that does nothing in this version.
     assert!(
         new.lines().any(|l| l.contains(" WARN ")
-            && l.contains("`scheduler.enabled` is set in")
+            && l.contains("`memory.scope` is set in")
             && l.contains("not implemented in this version")),
         "{new}"
     );

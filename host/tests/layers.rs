@@ -25,7 +25,7 @@ const LAYERS: &[&[&str]] = &[
     ],
     &["config"],
     &["store", "plugins", "tinker"],
-    &["sessions", "embeddings", "policy"],
+    &["sessions", "embeddings", "policy", "scheduler"],
     &["skills"],
     // The turn and learning.
     &["proxy", "learn"],

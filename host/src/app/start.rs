@@ -74,6 +74,7 @@ impl App {
             &config.rl.evolver_api_key,
             &config.opd.teacher_api_key,
             &config.skills.embedding_api_key,
+            &config.scheduler.calendar.ics_url,
         ]
         .into_iter()
         .flatten()
@@ -211,9 +212,11 @@ impl App {
         let train = match (&proxy.policy, config.learning.enabled) {
             (Some(policy), true) => start_trainer(
                 config,
+                home,
                 proxy.store.path().to_path_buf(),
                 policy.clone(),
                 skills.clone(),
+                proxy.sessions.activity(),
                 &cancel,
             ),
             (Some(_), false) => {
@@ -274,13 +277,35 @@ impl App {
 /// saved state next time, so the thread is not waited for.
 fn start_trainer(
     config: &crate::config::Config,
+    home: &crate::home::Home,
     db: std::path::PathBuf,
     policy: Arc<Policy>,
     skills: Option<Arc<Skills>>,
+    activity: crate::clock::LastActivity,
     cancel: &CancellationToken,
 ) -> Option<crate::learn::rl::trainer::TrainerHandle> {
     use crate::learn::rl::trainer;
+    use crate::scheduler::gate;
     let env = |k: &str| std::env::var(k).ok();
+    // Steps wait for the scheduler's windows (auto, or scheduler.enabled);
+    // a scheduler config that cannot be read keeps them from starting.
+    let (gate, gate_error) = match gate::gates(config) {
+        false => (None, None),
+        true => match gate::Parts::from_config(config, home) {
+            Ok(parts) => {
+                let inputs = gate::Inputs {
+                    clock: Arc::new(crate::scheduler::clock::SystemClock),
+                    idle: Arc::new(crate::scheduler::idle::PlatformIdle),
+                    activity,
+                };
+                (Some(gate::Gate::new(parts, inputs, db.clone())), None)
+            }
+            Err(e) => {
+                tracing::error!("no training step starts on its own: {e}");
+                (None, Some(e))
+            }
+        },
+    };
     let settings = trainer::Settings {
         tinker: crate::tinker::configured::settings(config, &env),
         spec: crate::tinker::configured::run_spec(config, config.rl.save_every),
@@ -292,6 +317,8 @@ fn start_trainer(
         manual: config.rl.manual_train_trigger,
         db,
         opd: config.opd.enabled.then(|| config.opd.clone()),
+        gate,
+        gate_error,
     };
     // The generation serving records in each sample (proxy/student.rs):
     // with skills off that is 0, whatever the store says (`metaclaw start`

@@ -490,6 +490,7 @@ pub fn status(home: &Home, config_path: &Path, args: JsonFlag) -> Result<ExitCod
                 q["skipped"]
             ),
         }
+        print_scheduler(&training["scheduler"]);
         if let Some(opd) = training["opd"].as_str() {
             say!("  distill:   teacher {opd}");
         }
@@ -505,6 +506,25 @@ pub fn status(home: &Home, config_path: &Path, args: JsonFlag) -> Result<ExitCod
     super::claws_cmd::print_wiring(home);
     say!("  home:      {}", home.root.display());
     Ok(ExitCode::SUCCESS)
+}
+
+/// The training scheduler's line: whether steps wait for windows, and
+/// whether one is open and why (`metaclaw scheduler status` says more).
+fn print_scheduler(s: &serde_json::Value) {
+    if let Some(error) = s["error"].as_str() {
+        say!("  scheduler: no step starts on its own: {error}");
+    } else if s["gated"] == false {
+        say!(
+            "  scheduler: off: steps run whenever a batch is ready (mode rl without scheduler.enabled, or the manual trigger)"
+        );
+    } else if s["gated"] == true {
+        let state = s["state"].as_str().unwrap_or("?");
+        match (s["open"].as_bool(), s["reason"].as_str()) {
+            (Some(true), Some(why)) => say!("  scheduler: window open ({why}); {state}"),
+            (Some(false), Some(why)) => say!("  scheduler: window shut: {why}"),
+            _ => say!("  scheduler: {state}, not assessed yet"),
+        }
+    }
 }
 
 /// The trainable model's line (rl/auto): on which weights it answers, or

@@ -21,6 +21,7 @@ mod learn_cmd;
 mod lifecycle;
 mod plugins_cmd;
 pub mod rollout;
+mod scheduler_cmd;
 mod sessions_cmd;
 mod setup;
 mod skills_cmd;
@@ -91,6 +92,10 @@ pub enum Command {
     /// the queue and the steps so far.
     #[command(subcommand)]
     Train(TrainCommand),
+    /// The training scheduler (auto, or scheduler.enabled): each signal,
+    /// whether a window is open and why, the next opening, past windows.
+    #[command(subcommand)]
+    Scheduler(SchedulerCommand),
     /// Print the version.
     Version(JsonFlag),
     /// Developer tools.
@@ -270,6 +275,13 @@ pub enum LearnCommand {
         #[arg(long, default_value_t = 50)]
         limit: usize,
     },
+}
+
+#[derive(Subcommand, Debug)]
+pub enum SchedulerCommand {
+    /// Each signal's value and source, whether a window is open and why,
+    /// the next expected opening, the daemon's state and past windows.
+    Status(JsonFlag),
 }
 
 #[derive(Subcommand, Debug)]
@@ -539,6 +551,9 @@ fn dispatch(cli: Cli) -> Result<ExitCode> {
         Command::Rollout(args) => rollout::run(&home, &config_path, args),
         Command::SandboxExec(args) => Ok(rollout::sandbox_exec(args)),
         Command::Train(cmd) => train_cmd::run(&home, &config_path, cmd),
+        Command::Scheduler(SchedulerCommand::Status(args)) => {
+            scheduler_cmd::status(&home, &config_path, args.json)
+        }
         Command::Version(args) => {
             if args.json {
                 say!(

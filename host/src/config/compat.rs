@@ -26,6 +26,9 @@ pub struct RlConfig {
     pub prm_api_key: Option<String>,
     pub prm_m: u32,
     pub lora_rank: u32,
+    /// The seed of a new LoRA's initialisation (unset: the service picks
+    /// one at random), for runs that repeat exactly.
+    pub lora_seed: Option<u64>,
     pub batch_size: u32,
     pub learning_rate: f64,
     pub loss_fn: String,
@@ -124,6 +127,7 @@ impl Default for RlConfig {
             prm_api_key: None,
             prm_m: 3,
             lora_rank: 32,
+            lora_seed: None,
             batch_size: 4,
             learning_rate: 1e-4,
             loss_fn: "importance_sampling".into(),
@@ -212,11 +216,18 @@ impl Default for OpdConfig {
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 #[serde(default)]
 pub struct SchedulerConfig {
+    /// Gate training in `mode: rl` too (`auto` always is).
     pub enabled: bool,
     pub idle_threshold_minutes: u32,
+    /// The sleep window, local `HH:MM` in `timezone`; an empty start turns
+    /// the sleep signal off.
     pub sleep_start: String,
     pub sleep_end: String,
+    /// An IANA zone (`Europe/Berlin`); empty: the machine's own.
+    pub timezone: String,
     pub min_window_minutes: u32,
+    /// `open` or `shut` overrides every signal (`""`: the signals decide).
+    pub force: String,
     pub calendar: CalendarConfig,
 }
 
@@ -227,18 +238,36 @@ impl Default for SchedulerConfig {
             idle_threshold_minutes: 30,
             sleep_start: "23:00".into(),
             sleep_end: "07:00".into(),
+            timezone: String::new(),
             min_window_minutes: 15,
+            force: String::new(),
             calendar: CalendarConfig::default(),
         }
     }
 }
 
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Default)]
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 #[serde(default)]
 pub struct CalendarConfig {
     pub enabled: bool,
+    /// The calendar's iCal address (https or webcal; a private address is
+    /// a secret) or an .ics file path.
+    pub ics_url: Option<String>,
+    pub refresh_minutes: u32,
     pub credentials_path: String,
     pub token_path: String,
+}
+
+impl Default for CalendarConfig {
+    fn default() -> Self {
+        Self {
+            enabled: false,
+            ics_url: None,
+            refresh_minutes: 15,
+            credentials_path: String::new(),
+            token_path: String::new(),
+        }
+    }
 }
 
 /// The original's memory layer. Accepted so its configs load; metaclaw does

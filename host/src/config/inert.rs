@@ -20,16 +20,13 @@ use serde_json::Value;
 
 use super::{Config, Loaded, Mode, get_path};
 
-const SCHEDULER: &str =
-    "the idle-time training scheduler arrives with W2-G (until then nothing trains)";
-const GOOGLE_CALENDAR: &str = "the original's Google Calendar sign-in files; W2-G reads a calendar from an iCalendar address instead";
+const GOOGLE_CALENDAR: &str = "the original's Google Calendar sign-in files; metaclaw reads a calendar from its iCalendar address (scheduler.calendar.ics_url) instead";
 const MEMORY: &str =
     "the original's memory layer is not part of metaclaw, and no planned work adds it";
 const PROVIDER: &str = "the judge and the evolver speak the upstream's API at rl.prm_url / rl.evolver_api_base (default: llm.*); there are no presets for them";
 const OPENROUTER: &str = "not sent to OpenRouter by this version (only openrouter.app_name is)";
 
-/// Accepted keys that do nothing in this version: key → why, and which work
-/// implements it (W2-D … W2-G are the issues of the RL wave).
+/// Accepted keys that do nothing in this version: key → why.
 pub const INERT: &[(&str, &str)] = &[
     (
         "llm.auth_method",
@@ -57,12 +54,10 @@ pub const INERT: &[(&str, &str)] = &[
     ),
     ("rl.prm_provider", PROVIDER),
     ("rl.evolver_provider", PROVIDER),
-    ("scheduler.enabled", SCHEDULER),
-    ("scheduler.idle_threshold_minutes", SCHEDULER),
-    ("scheduler.sleep_start", SCHEDULER),
-    ("scheduler.sleep_end", SCHEDULER),
-    ("scheduler.min_window_minutes", SCHEDULER),
-    ("scheduler.calendar.enabled", SCHEDULER),
+    (
+        "scheduler.calendar.enabled",
+        "the calendar is read whenever scheduler.calendar.ics_url is set (its iCalendar address or an .ics file)",
+    ),
     ("scheduler.calendar.credentials_path", GOOGLE_CALENDAR),
     ("scheduler.calendar.token_path", GOOGLE_CALENDAR),
     ("memory.enabled", MEMORY),
@@ -98,8 +93,8 @@ pub const INERT: &[(&str, &str)] = &[
     ("openrouter.data_policy", OPENROUTER),
 ];
 
-/// The keys the running product reads (grep the field to see where). `mode`
-/// is read too; what `rl` and `auto` do not do yet: see [`mode_warning`].
+/// The keys the running product reads (grep the field to see where), and
+/// `mode`.
 pub const IMPLEMENTED: &[&str] = &[
     "mode",
     "claw_type",
@@ -158,6 +153,7 @@ pub const IMPLEMENTED: &[&str] = &[
     "rl.tinker_api_key",
     "rl.tinker_dialect",
     "rl.lora_rank",
+    "rl.lora_seed",
     "rl.resume_from_ckpt",
     // Serving from the trained model (policy, proxy::student) in rl/auto.
     "rl.enabled",
@@ -227,6 +223,16 @@ pub const IMPLEMENTED: &[&str] = &[
     "learning.reward.combine",
     "learning.reward.judge_weight",
     "learning.reward.scorer_weights",
+    // The training scheduler (scheduler::gate; auto, or scheduler.enabled).
+    "scheduler.enabled",
+    "scheduler.idle_threshold_minutes",
+    "scheduler.sleep_start",
+    "scheduler.sleep_end",
+    "scheduler.timezone",
+    "scheduler.min_window_minutes",
+    "scheduler.force",
+    "scheduler.calendar.ics_url",
+    "scheduler.calendar.refresh_minutes",
 ];
 
 /// Why `key` does nothing in this version; `None` for a key that works.
@@ -234,32 +240,13 @@ pub fn why_inert(key: &str) -> Option<&'static str> {
     INERT.iter().find(|(k, _)| *k == key).map(|(_, why)| *why)
 }
 
-/// What `mode: auto` does not do yet (`rl` does all it says).
-pub fn mode_warning(mode: &Mode) -> Option<String> {
-    match mode {
-        Mode::SkillsOnly | Mode::Rl => None,
-        Mode::Auto => Some(
-            "`mode: auto` serves and trains as `rl` does, whenever samples are ready: the idle-time scheduler that limits training to idle windows arrives with W2-G".to_string(),
-        ),
-    }
-}
-
-/// Sets the mode for this run (`start --mode`), with the warning that goes
-/// with it in place of the config's.
+/// Sets the mode for this run (`start --mode`).
 pub fn override_mode(loaded: &mut Loaded, mode: Mode) {
-    if let Some(old) = mode_warning(&loaded.config.mode) {
-        loaded.warnings.retain(|w| *w != old);
-    }
-    loaded.warnings.extend(mode_warning(&mode));
     loaded.config.mode = mode;
 }
 
 /// What `config set KEY VALUE` says after writing a key that does nothing.
-pub fn note_on_set(key: &str, value: &Value) -> Option<String> {
-    if key == "mode" {
-        let mode: Mode = serde_json::from_value(value.clone()).ok()?;
-        return mode_warning(&mode);
-    }
+pub fn note_on_set(key: &str, _value: &Value) -> Option<String> {
     why_inert(key).map(|why| {
         format!("{key} is not implemented in this version, so it does nothing yet: {why}")
     })
@@ -275,7 +262,20 @@ pub(super) fn warnings(
     path: &Path,
 ) -> Vec<String> {
     let mut out = Vec::new();
-    out.extend(mode_warning(&config.mode));
+    let trains = config.serves_student();
+    if config.scheduler.enabled && !trains {
+        out.push(
+            "`scheduler.enabled` is set but does nothing in `mode: skills_only`: nothing trains there".to_string(),
+        );
+    }
+    if trains
+        && config.rl.manual_train_trigger
+        && (config.mode == Mode::Auto || config.scheduler.enabled)
+    {
+        out.push(
+            "`rl.manual_train_trigger` is on, so steps run only when asked (`metaclaw train step`) and the scheduler's windows are not consulted".to_string(),
+        );
+    }
     let clips = config.rl.clip_low_threshold.is_some() || config.rl.clip_high_threshold.is_some();
     if clips && config.rl.loss_config().is_empty() {
         out.push(format!(
@@ -379,22 +379,19 @@ mod tests {
                 .filter(|w| w.starts_with(&format!("`{key}` is set")))
                 .count()
         };
-        for key in [
-            "scheduler.sleep_start",
-            "scheduler.calendar.enabled",
-            "memory.scope",
-        ] {
+        for key in ["scheduler.calendar.enabled", "memory.scope"] {
             assert_eq!(about(key), 1, "{key}: {text}");
         }
         assert!(
-            text.contains("`scheduler.sleep_start` is set in ")
+            text.contains("`scheduler.calendar.enabled` is set in ")
                 && text.contains("not implemented in this version")
-                && text.contains("W2-G"),
+                && text.contains("ics_url"),
             "{text}"
         );
         // Unset, empty, false, defaulted, or implemented (the Tinker
         // bridge's keys, from the file or the environment): nothing.
         for key in [
+            "scheduler.sleep_start",
             "rl.enabled",
             "rl.batch_size",
             "rl.resume_from_ckpt",
@@ -407,12 +404,7 @@ mod tests {
             assert_eq!(about(key), 0, "{key}: {text}");
         }
         assert!(!text.contains("tk-secret-1"), "{text}");
-        // The mode, with what metaclaw does instead.
-        assert!(
-            text.contains("`mode: auto` serves and trains as `rl` does") && text.contains("W2-G"),
-            "{text}"
-        );
-        assert_eq!(loaded.warnings.len(), 4, "{text}");
+        assert_eq!(loaded.warnings.len(), 2, "{text}");
 
         // Nothing set: nothing said.
         std::fs::write(&path, "llm:\n  model_id: m\n").unwrap();
@@ -432,34 +424,55 @@ mod tests {
     }
 
     #[test]
-    fn a_mode_given_for_one_run_replaces_the_configs_warning() {
+    fn a_scheduler_that_cannot_act_is_a_warning() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("config.yaml");
-        std::fs::write(&path, "mode: auto\n").unwrap();
-        let mut loaded = load_with_env(&path, &|_| None).unwrap();
-        assert_eq!(loaded.warnings.len(), 1);
-        override_mode(&mut loaded, Mode::SkillsOnly);
-        assert!(loaded.warnings.is_empty(), "{:?}", loaded.warnings);
-        override_mode(&mut loaded, Mode::Auto);
-        assert_eq!(loaded.config.mode, Mode::Auto);
-        assert!(loaded.warnings[0].contains("`mode: auto`"));
+        std::fs::write(
+            &path,
+            "mode: auto
+",
+        )
+        .unwrap();
+        assert!(load_with_env(&path, &|_| None).unwrap().warnings.is_empty());
+        std::fs::write(
+            &path,
+            "scheduler:
+  enabled: true
+",
+        )
+        .unwrap();
+        let loaded = load_with_env(&path, &|_| None).unwrap();
+        assert!(
+            loaded.warnings[0].contains("skills_only"),
+            "{:?}",
+            loaded.warnings
+        );
+        std::fs::write(
+            &path,
+            "mode: auto
+rl:
+  manual_train_trigger: true
+",
+        )
+        .unwrap();
+        let loaded = load_with_env(&path, &|_| None).unwrap();
+        assert!(
+            loaded.warnings[0].contains("windows are not consulted"),
+            "{:?}",
+            loaded.warnings
+        );
     }
 
     #[test]
     fn setting_an_inert_key_says_so() {
-        let note = note_on_set("scheduler.sleep_start", &Value::from("23:00")).unwrap();
+        let note = note_on_set("scheduler.calendar.token_path", &Value::from("t.json")).unwrap();
         assert!(
-            note.contains("scheduler.sleep_start") && note.contains("W2-G"),
+            note.contains("scheduler.calendar.token_path") && note.contains("ics_url"),
             "{note}"
         );
         assert!(note_on_set("opd.teacher_url", &Value::from("http://t/v1")).is_none());
         assert!(note_on_set("proxy.port", &Value::from(1)).is_none());
-        assert!(
-            note_on_set("mode", &Value::from("auto"))
-                .unwrap()
-                .contains("`mode: auto`")
-        );
-        assert!(note_on_set("mode", &Value::from("rl")).is_none());
-        assert!(note_on_set("mode", &Value::from("skills_only")).is_none());
+        assert!(note_on_set("scheduler.sleep_start", &Value::from("23:00")).is_none());
+        assert!(note_on_set("mode", &Value::from("auto")).is_none());
     }
 }

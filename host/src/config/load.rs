@@ -216,6 +216,7 @@ fn secret_slot<'a>(config: &'a mut Config, key: &str) -> Option<&'a mut Option<S
         "rl.evolver_api_key" => &mut config.rl.evolver_api_key,
         "opd.teacher_api_key" => &mut config.opd.teacher_api_key,
         "skills.embedding_api_key" => &mut config.skills.embedding_api_key,
+        "scheduler.calendar.ics_url" => &mut config.scheduler.calendar.ics_url,
         _ => return None,
     })
 }

@@ -571,6 +571,7 @@ pub const SECRET_KEYS: &[&str] = &[
     "rl.evolver_api_key",
     "opd.teacher_api_key",
     "skills.embedding_api_key",
+    "scheduler.calendar.ics_url",
 ];
 
 /// Environment variables that supply a secret instead of the file. They win
@@ -584,4 +585,5 @@ pub const SECRET_ENV: &[(&str, &str)] = &[
     ("METACLAW_RL_EVOLVER_API_KEY", "rl.evolver_api_key"),
     ("METACLAW_OPD_TEACHER_API_KEY", "opd.teacher_api_key"),
     ("METACLAW_EMBEDDING_API_KEY", "skills.embedding_api_key"),
+    ("METACLAW_CALENDAR_ICS_URL", "scheduler.calendar.ics_url"),
 ];

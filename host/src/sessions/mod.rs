@@ -19,6 +19,7 @@ use std::time::{Duration, Instant};
 
 use tokio::sync::broadcast;
 
+use crate::clock::LastActivity;
 use crate::clock::now_ms;
 use crate::metrics::Metrics;
 pub use crate::store::TurnType;
@@ -132,18 +133,35 @@ pub struct Tracker {
     store: Store,
     metrics: Arc<Metrics>,
     events: broadcast::Sender<SessionEnded>,
+    /// The user's last main turn, for the training scheduler.
+    activity: LastActivity,
 }
 
 impl Tracker {
     pub fn new(store: Store, metrics: Arc<Metrics>, idle_timeout: Duration) -> Self {
         let (events, _) = broadcast::channel(1024);
+        // The user's last main turn as recorded, so a restart does not
+        // make the agent look idle since forever.
+        let last_main = crate::store::open_read_only(store.path())
+            .ok()
+            .and_then(|c| {
+                crate::store::scheduler::last_main_turn_ms(&c)
+                    .ok()
+                    .flatten()
+            });
         Self {
             live: Mutex::new(HashMap::new()),
             idle_timeout,
             store,
             metrics,
             events,
+            activity: LastActivity::since(last_main.unwrap_or(0)),
         }
+    }
+
+    /// When the user last used the agent (main turns only).
+    pub fn activity(&self) -> LastActivity {
+        self.activity.clone()
     }
 
     pub fn subscribe(&self) -> broadcast::Receiver<SessionEnded> {
@@ -272,6 +290,7 @@ impl Tracker {
             entry.in_flight += 1;
             if turn_type == TurnType::Main {
                 entry.last_activity = now;
+                self.activity.bump();
             }
             entry.current.clone()
         };
@@ -328,6 +347,9 @@ impl Tracker {
             entry.in_flight = entry.in_flight.saturating_sub(1);
             if turn_type == TurnType::Main && entry.current.id == session.id {
                 entry.last_activity = Instant::now();
+            }
+            if turn_type == TurnType::Main {
+                self.activity.bump();
             }
             if let Some(last) = entry.last_main.as_mut().filter(|l| &*l.id == turn_id) {
                 last.failed = failed;
@@ -522,6 +544,29 @@ mod tests {
             message_count: count,
             ..Hints::default()
         }
+    }
+
+    /// The training scheduler's agent-idle signal: heartbeats and other
+    /// side turns are the agent's background work, not the user.
+    #[tokio::test]
+    async fn side_turns_and_heartbeats_do_not_count_as_the_users_activity() {
+        let dir = tempfile::tempdir().unwrap();
+        let (t, _s) = tracker(&dir, Duration::from_secs(60));
+        let activity = t.activity();
+        for _ in 0..3 {
+            let s = t.resolve(&hints(Some("sid-1:0"), None, 1), TurnType::Side);
+            t.finished(&s, TurnType::Side, "side", false);
+        }
+        assert_eq!(
+            activity.at_ms(),
+            None,
+            "side turns moved the user's activity"
+        );
+        let before = crate::clock::now_ms();
+        let s = t.resolve(&hints(Some("sid-1:0"), None, 2), TurnType::Main);
+        assert!(activity.at_ms().unwrap() >= before);
+        t.finished(&s, TurnType::Main, "main", false);
+        assert!(activity.at_ms().unwrap() >= before);
     }
 
     #[tokio::test]

@@ -12,6 +12,7 @@ pub mod jobs;
 pub mod learning;
 mod read;
 pub mod samples;
+pub mod scheduler;
 mod schema;
 pub mod skills;
 pub mod train_queue;

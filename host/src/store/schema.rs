@@ -309,6 +309,18 @@ const MIGRATIONS: &[&str] = &[
         PRIMARY KEY (turn_id, idx)
     );
     "#,
+    // 12: the training scheduler's transitions (store::scheduler), each
+    // with why; a window's close carries the steps run in it.
+    r#"
+    CREATE TABLE scheduler_transitions (
+        id           INTEGER PRIMARY KEY AUTOINCREMENT,
+        at_ms        INTEGER NOT NULL,
+        from_state   TEXT NOT NULL,
+        to_state     TEXT NOT NULL,
+        reason       TEXT NOT NULL,
+        window_steps INTEGER
+    );
+    "#,
 ];
 
 pub fn configure(conn: &Connection) -> rusqlite::Result<()> {

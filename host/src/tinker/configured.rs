@@ -52,7 +52,10 @@ pub fn run_spec(config: &Config, save_every: u32) -> RunSpec {
     let resume = config.rl.resume_from_ckpt.trim();
     RunSpec {
         base_model: base_model(config),
-        lora: LoraConfig::new(config.rl.lora_rank),
+        lora: match config.rl.lora_seed {
+            Some(seed) => LoraConfig::new(config.rl.lora_rank).seeded(seed),
+            None => LoraConfig::new(config.rl.lora_rank),
+        },
         resume_from: (!resume.is_empty()).then(|| resume.to_string()),
         save_every,
     }

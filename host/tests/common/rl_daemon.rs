@@ -46,6 +46,10 @@ pub struct Setup {
     /// plugins on (evolution needs `guard`), sessions ended only when told.
     /// Off: skills and built-in plugins off.
     pub evolve: bool,
+    /// `mode: auto` with `scheduler.force` set to this (steps start on
+    /// their own, in the scheduler's windows); `None`: `mode: rl`, steps
+    /// only when asked (`manual_train_trigger`).
+    pub auto_forced: Option<&'static str>,
 }
 
 impl Setup {
@@ -55,7 +59,14 @@ impl Setup {
             model: model.to_string(),
             batch_size: 2,
             evolve: false,
+            auto_forced: None,
         }
+    }
+
+    /// `mode: auto`, the scheduler's window forced `open` or `shut`.
+    pub fn auto_forced(mut self, force: &'static str) -> Self {
+        self.auto_forced = Some(force);
+        self
     }
 
     pub fn batch_size(mut self, batch_size: u32) -> Self {
@@ -87,12 +98,16 @@ impl Setup {
                  plugins:\n  builtin: false\n",
             )
         };
+        let (mode, manual, scheduler) = match self.auto_forced {
+            None => ("rl", true, String::new()),
+            Some(force) => ("auto", false, format!("scheduler:\n  force: {force}\n")),
+        };
         format!(
-            "mode: rl\n\
+            "mode: {mode}\n\
              llm:\n  api_base: {upstream}\n  model_id: echo\n  force_model: true\n\
              rl:\n  model: '{}'\n  tinker_base_url: {fake}\n  tinker_api_key: tml-dummy\n  \
              tokenizer_path: {}\n  lora_rank: 4\n  batch_size: {}\n  save_every: 1\n  \
-             manual_train_trigger: true\n  prm_model: judge\n  prm_m: 1\n{evolver}{rest}",
+             manual_train_trigger: {manual}\n  prm_model: judge\n  prm_m: 1\n{evolver}{rest}{scheduler}",
             self.model,
             fixture(),
             self.batch_size,

@@ -52,6 +52,14 @@ pub struct Settings {
     pub db: PathBuf,
     /// Distillation from a teacher (`opd.enabled`).
     pub opd: Option<crate::config::OpdConfig>,
+    /// The scheduler, when steps wait for windows (`auto`, or
+    /// `scheduler.enabled`): a step the trainer starts on its own starts
+    /// only while a window is open. Steps asked for (`train step`) run
+    /// anyway.
+    pub gate: Option<Arc<crate::scheduler::gate::Gate>>,
+    /// Why steps never start on their own (the scheduler's config is
+    /// wrong): shown in `status`.
+    pub gate_error: Option<String>,
 }
 
 /// What the trainer last ran into, for `status`.
@@ -124,6 +132,10 @@ enum Command {
 pub struct TrainerHandle {
     tx: mpsc::UnboundedSender<Command>,
     state: Arc<Mutex<TrainerState>>,
+    /// The scheduler steps wait for (none: they do not wait).
+    pub gate: Option<Arc<crate::scheduler::gate::Gate>>,
+    /// Why steps never start on their own (a bad `scheduler.*` value).
+    pub gate_error: Option<String>,
 }
 
 impl TrainerHandle {
@@ -196,6 +208,7 @@ pub fn spawn(
             Baselines::default()
         }
     };
+    let (gate, gate_error) = (settings.gate.clone(), settings.gate_error.clone());
     let trainer = Trainer {
         settings,
         policy,
@@ -209,7 +222,13 @@ pub fn spawn(
     let thread = crate::learn::spawn_background("metaclaw-train", "training", move || {
         trainer.run(rx, cancel)
     })?;
-    Ok((TrainerHandle { tx, state }, thread))
+    let handle = TrainerHandle {
+        tx,
+        state,
+        gate,
+        gate_error,
+    };
+    Ok((handle, thread))
 }
 
 /// Before the run is opened: the samples of steps after the active run's
@@ -246,14 +265,15 @@ impl Trainer {
                 command = commands.recv() => match command {
                     None => return,
                     Some(Command::Step(reply)) => {
-                        let outcome = self.step(1).await;
+                        let outcome = self.step(1, None).await;
                         self.note(&outcome);
                         let _ = reply.send(outcome);
                     }
                 },
                 () = tokio::time::sleep(POLL), if !self.settings.manual => {
-                    let size = self.settings.batch_size;
-                    let outcome = self.step(size).await;
+                    let Some(outcome) = self.step_in_window().await else {
+                        continue;
+                    };
                     self.note(&outcome);
                     match outcome {
                         Ok(Outcome::Stepped(s)) => tracing::info!(
@@ -266,6 +286,45 @@ impl Trainer {
                 }
             }
         }
+    }
+
+    /// A step of `rl.batch_size` samples if the scheduler (when there is
+    /// one) has a window open; `None`: none ran, and none was due. While
+    /// the step runs the scheduler keeps looking, so a window that closes
+    /// meanwhile is seen (and the step still finishes).
+    async fn step_in_window(&mut self) -> Option<Result<Outcome, String>> {
+        let size = self.settings.batch_size;
+        if self.settings.gate_error.is_some() {
+            return None;
+        }
+        let Some(gate) = self.settings.gate.clone() else {
+            return Some(self.step(size, None).await);
+        };
+        gate.tick().await;
+        if !gate.may_step() {
+            // Queued for the next window; classified now, so `status`
+            // counts them ready.
+            if let Err(e) = self.classify() {
+                tracing::warn!("{e}");
+            }
+            return None;
+        }
+        let step = self.step(size, Some(&gate));
+        tokio::pin!(step);
+        let outcome = loop {
+            tokio::select! {
+                outcome = &mut step => break outcome,
+                () = tokio::time::sleep(POLL) => { gate.tick().await; }
+            }
+        };
+        let said = match &outcome {
+            Ok(Outcome::Stepped(s)) => format!("step {}", s.step),
+            Ok(Outcome::NoSignal { skipped }) => format!("no signal, {skipped} samples skipped"),
+            Ok(Outcome::Waiting { .. }) => "nothing to train".into(),
+            Err(e) => format!("failed: {e}"),
+        };
+        gate.step_ended(&said);
+        Some(outcome)
     }
 
     /// Keeps a step's failure for `status` (a step that runs clears it).
@@ -297,14 +356,29 @@ impl Trainer {
         Ok(Some(&*teacher))
     }
 
+    /// The queue's waiting samples classified (ready or skipped, why).
+    fn classify(&self) -> Result<(), String> {
+        let conn =
+            crate::store::open_side_writer(&self.settings.db).map_err(|e| format!("{e:#}"))?;
+        train_queue::classify(&conn, (self.generation)(), self.teacher.is_some())
+            .map(drop)
+            .map_err(|e| format!("the training queue: {e}"))
+    }
+
     /// A step over at least `min` ready samples (`rl.batch_size` at most).
-    async fn step(&mut self, min: usize) -> Result<Outcome, String> {
+    /// With a `gate`, the step counts as started in its window once there
+    /// is a batch to train (before that nothing has started).
+    async fn step(
+        &mut self,
+        min: usize,
+        gate: Option<&crate::scheduler::gate::Gate>,
+    ) -> Result<Outcome, String> {
         let db = self.settings.db.clone();
+        self.classify()?;
         let mut conn = crate::store::open_side_writer(&db).map_err(|e| format!("{e:#}"))?;
         let generation = (self.generation)();
         let err = |e: rusqlite::Error| format!("the training queue: {e}");
         let opd = self.teacher.is_some();
-        train_queue::classify(&conn, generation, opd).map_err(err)?;
         let ready = train_queue::ready(&conn, generation, opd).map_err(err)?;
         let size = self.settings.batch_size.max(1);
         let Some(chains) = batch::take(&ready, min.max(1), size) else {
@@ -313,6 +387,15 @@ impl Trainer {
                 batch_size: size,
             });
         };
+        if let Some(gate) = gate
+            && !gate.step_started()
+        {
+            // The window closed since the trainer asked.
+            return Ok(Outcome::Waiting {
+                ready: ready.len(),
+                batch_size: size,
+            });
+        }
         let (terms, opd) = match self.teacher().await? {
             None => Default::default(),
             Some(teacher) => {

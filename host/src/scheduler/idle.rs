@@ -1,0 +1,609 @@
+//! How long the machine has been idle (no keyboard or mouse input), read
+//! honestly per platform: a platform with no query a plain process can
+//! make says so (`Err`, with what was tried) instead of guessing. The
+//! proxy's own traffic is never used as a stand-in: an agent that is idle
+//! says nothing about whether the user is at the keyboard.
+//!
+//! - macOS: `ioreg -c IOHIDSystem -d 4`, `HIDIdleTime` (nanoseconds).
+//! - Linux: systemd-logind's `IdleHint` for the user's graphical session;
+//!   else `xprintidle` on X11; Wayland has no query without logind.
+//!
+//! The probe is synchronous (it runs commands): callers run it on a
+//! blocking thread.
+
+use std::io::Read;
+use std::process::{Command, Stdio};
+use std::sync::mpsc;
+use std::time::Instant;
+
+use chrono::{DateTime, Duration, Utc};
+
+/// What one read found.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SystemIdle {
+    /// How long the machine has been idle; `Err`: not available here, with
+    /// what was tried and why each failed.
+    pub idle: Result<Duration, String>,
+    /// What was read ("logind session 2 (IdleHint)"); "none" when nothing
+    /// was available.
+    pub source: String,
+}
+
+impl SystemIdle {
+    fn none(why: String) -> Self {
+        Self {
+            idle: Err(why),
+            source: "none".into(),
+        }
+    }
+}
+
+/// Reads the machine's idle time (tests put a fake behind it).
+pub trait IdleProbe: Send + Sync {
+    fn read(&self) -> SystemIdle;
+}
+
+/// The probe for the platform this runs on.
+pub struct PlatformIdle;
+
+impl IdleProbe for PlatformIdle {
+    #[cfg(target_os = "macos")]
+    fn read(&self) -> SystemIdle {
+        let output = match run("ioreg", &["-c", "IOHIDSystem", "-d", "4"]) {
+            Ok(output) => output,
+            Err(why) => return SystemIdle::none(format!("no idle source: {why}")),
+        };
+        match parse_ioreg(&output) {
+            Some(idle) => SystemIdle {
+                idle: Ok(idle),
+                source: "ioreg HIDIdleTime".into(),
+            },
+            None => SystemIdle::none(
+                "no idle source: `ioreg -c IOHIDSystem -d 4` printed no HIDIdleTime".into(),
+            ),
+        }
+    }
+
+    /// logind's idle hint, then X11; see [`probe_linux`].
+    #[cfg(target_os = "linux")]
+    fn read(&self) -> SystemIdle {
+        let var = |name: &str| std::env::var(name).ok().filter(|v| !v.is_empty());
+        let env = Env {
+            session_id: var("XDG_SESSION_ID"),
+            display: var("DISPLAY"),
+            wayland_display: var("WAYLAND_DISPLAY"),
+            session_type: var("XDG_SESSION_TYPE"),
+            uid: rustix::process::getuid().as_raw(),
+        };
+        probe_linux(&env, &run, Utc::now())
+    }
+
+    #[cfg(not(any(target_os = "macos", target_os = "linux")))]
+    fn read(&self) -> SystemIdle {
+        SystemIdle::none(format!(
+            "no idle source: metaclaw has no idle query for {}",
+            std::env::consts::OS
+        ))
+    }
+}
+
+/// What the Linux probe reads from the environment (a struct, so tests
+/// give their own).
+#[cfg(any(target_os = "linux", test))]
+struct Env {
+    session_id: Option<String>,
+    display: Option<String>,
+    wayland_display: Option<String>,
+    session_type: Option<String>,
+    uid: u32,
+}
+
+/// Runs a command, returns its stdout (tests give a fake).
+#[cfg(any(target_os = "linux", test))]
+type Run<'a> = dyn Fn(&str, &[&str]) -> Result<String, String> + 'a;
+
+/// Linux, in order: (a) systemd-logind's `IdleHint` for the user's
+/// graphical session (`$XDG_SESSION_ID`, else the user's `Display`
+/// session); (b) on X11, `xprintidle`; (c) on Wayland without logind,
+/// nothing: the ext-idle-notify protocol needs a compositor client, which
+/// a plain process is not.
+///
+/// logind's answer, when it gives one, is final. A desktop that never
+/// sets `IdleHint` leaves it at "no", so such a session reads as active
+/// for ever: the machine is then treated as not idle, which is the safe
+/// side (training waits for the sleep window instead).
+#[cfg(any(target_os = "linux", test))]
+fn probe_linux(env: &Env, run: &Run<'_>, now: DateTime<Utc>) -> SystemIdle {
+    let mut tried = Vec::new();
+    match logind(env, run, now) {
+        Ok((idle, source)) => {
+            return SystemIdle {
+                idle: Ok(idle),
+                source,
+            };
+        }
+        Err(why) => tried.push(format!("logind: {why}")),
+    }
+    let wayland = env.wayland_display.is_some()
+        || env
+            .session_type
+            .as_deref()
+            .is_some_and(|t| t.eq_ignore_ascii_case("wayland"));
+    match (&env.display, wayland) {
+        // XWayland's idle time only counts input to X11 windows: the user
+        // typing in a Wayland window would read as idle (the unsafe side).
+        (Some(_), true) => tried.push(
+            "X11: not asked under Wayland (XWayland's idle time misses input to Wayland windows)"
+                .into(),
+        ),
+        (Some(display), false) => match run("xprintidle", &[]) {
+            Ok(output) => match parse_xprintidle(&output) {
+                Some(idle) => {
+                    return SystemIdle {
+                        idle: Ok(idle),
+                        source: format!("xprintidle (X11 {display})"),
+                    };
+                }
+                None => tried.push(format!(
+                    "X11: xprintidle printed {:?}, not milliseconds",
+                    output.trim()
+                )),
+            },
+            Err(why) => tried.push(format!("X11: {why}")),
+        },
+        (None, _) => tried.push("X11: DISPLAY is not set".into()),
+    }
+    if wayland {
+        tried.push(
+            "Wayland: no idle query a plain process can make (the ext-idle-notify protocol \
+             needs a compositor client)"
+                .into(),
+        );
+    }
+    SystemIdle::none(format!("no idle source: {}", tried.join("; ")))
+}
+
+/// The user's graphical session's idle time from logind, and the source.
+#[cfg(any(target_os = "linux", test))]
+fn logind(env: &Env, run: &Run<'_>, now: DateTime<Utc>) -> Result<(Duration, String), String> {
+    let session = match &env.session_id {
+        Some(id) => id.clone(),
+        None => {
+            let uid = env.uid.to_string();
+            let display = run("loginctl", &["show-user", &uid, "-p", "Display", "--value"])?;
+            let display = display.trim();
+            if display.is_empty() {
+                return Err(format!(
+                    "user {uid} has no graphical session (XDG_SESSION_ID is not set)"
+                ));
+            }
+            display.to_string()
+        }
+    };
+    let output = run(
+        "loginctl",
+        &[
+            "show-session",
+            &session,
+            "-p",
+            "IdleHint",
+            "-p",
+            "IdleSinceHint",
+        ],
+    )?;
+    let idle = parse_logind(&output, now).map_err(|why| format!("session {session}: {why}"))?;
+    Ok((idle, format!("logind session {session} (IdleHint)")))
+}
+
+/// `HIDIdleTime` from `ioreg -c IOHIDSystem -d 4`: nanoseconds since the
+/// last input (`"HIDIdleTime" = 1234567890`).
+pub fn parse_ioreg(output: &str) -> Option<Duration> {
+    let line = output.lines().find(|l| l.contains("\"HIDIdleTime\""))?;
+    let (_, value) = line.split_once('=')?;
+    let nanos: i64 = value.trim().parse().ok()?;
+    (nanos >= 0).then(|| Duration::nanoseconds(nanos))
+}
+
+/// `loginctl show-session ID -p IdleHint -p IdleSinceHint` (in either
+/// order). `IdleHint=no`: active (zero). `IdleHint=yes`: idle since
+/// `IdleSinceHint`, microseconds since the Unix epoch; 0 there means
+/// logind does not know since when, which is an error, not "idle for
+/// 56 years".
+pub fn parse_logind(output: &str, now: DateTime<Utc>) -> Result<Duration, String> {
+    let value = |key: &str| {
+        output.lines().find_map(|l| {
+            l.trim()
+                .strip_prefix(key)
+                .and_then(|rest| rest.strip_prefix('='))
+                .map(str::trim)
+        })
+    };
+    match value("IdleHint") {
+        Some("no") => return Ok(Duration::zero()),
+        Some("yes") => {}
+        Some(other) => return Err(format!("IdleHint is {other:?}, not yes or no")),
+        None => return Err("loginctl printed no IdleHint".into()),
+    }
+    let since = value("IdleSinceHint").ok_or("IdleHint=yes but no IdleSinceHint")?;
+    let micros: i64 = since
+        .parse()
+        .map_err(|_| format!("IdleSinceHint is {since:?}, not microseconds"))?;
+    if micros <= 0 {
+        return Err("IdleHint=yes but IdleSinceHint is 0: idle since an unknown time".into());
+    }
+    let since = DateTime::from_timestamp_micros(micros)
+        .ok_or_else(|| format!("IdleSinceHint {micros} is out of range"))?;
+    // A hint ahead of our clock (skew): idle for no time yet.
+    Ok((now - since).max(Duration::zero()))
+}
+
+/// `xprintidle`'s output: milliseconds since the last input.
+pub fn parse_xprintidle(output: &str) -> Option<Duration> {
+    let millis: i64 = output.trim().parse().ok()?;
+    (millis >= 0).then(|| Duration::milliseconds(millis))
+}
+
+/// How long a command may take: these answer in milliseconds, and a hung
+/// one (a stuck D-Bus, an X server that does not answer) must not hold
+/// the scheduler.
+const COMMAND_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(2);
+
+fn run(program: &str, args: &[&str]) -> Result<String, String> {
+    run_with_timeout(program, args, COMMAND_TIMEOUT)
+}
+
+/// Runs `program args`, returns its stdout; an error names the command
+/// and says what went wrong (not found, timed out, its exit and stderr).
+fn run_with_timeout(
+    program: &str,
+    args: &[&str],
+    timeout: std::time::Duration,
+) -> Result<String, String> {
+    let shown = std::iter::once(program)
+        .chain(args.iter().copied())
+        .collect::<Vec<_>>()
+        .join(" ");
+    let mut child = Command::new(program)
+        .args(args)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .map_err(|e| match e.kind() {
+            std::io::ErrorKind::NotFound => format!("{program} not found"),
+            _ => format!("cannot run `{shown}`: {e}"),
+        })?;
+    // Pipes are drained on their own threads, so a chatty command cannot
+    // block on a full pipe; results come over a channel, so a grandchild
+    // holding a pipe open cannot hold us past the deadline.
+    let (tx, rx) = mpsc::channel();
+    for (which, pipe) in [
+        (
+            0,
+            child
+                .stdout
+                .take()
+                .map(|p| Box::new(p) as Box<dyn Read + Send>),
+        ),
+        (
+            1,
+            child
+                .stderr
+                .take()
+                .map(|p| Box::new(p) as Box<dyn Read + Send>),
+        ),
+    ] {
+        let Some(mut pipe) = pipe else { continue };
+        let tx = tx.clone();
+        std::thread::spawn(move || {
+            let mut bytes = Vec::new();
+            let _ = pipe.by_ref().take(1 << 20).read_to_end(&mut bytes);
+            let _ = tx.send((which, String::from_utf8_lossy(&bytes).into_owned()));
+        });
+    }
+    drop(tx);
+    let deadline = Instant::now() + timeout;
+    let status = loop {
+        match child.try_wait() {
+            Ok(Some(status)) => break status,
+            Ok(None) if Instant::now() < deadline => {
+                std::thread::sleep(std::time::Duration::from_millis(10));
+            }
+            Ok(None) => {
+                let _ = child.kill();
+                let _ = child.wait();
+                return Err(format!(
+                    "`{shown}` did not finish within {} s",
+                    timeout.as_secs_f64()
+                ));
+            }
+            Err(e) => {
+                let _ = child.kill();
+                let _ = child.wait();
+                return Err(format!("cannot wait for `{shown}`: {e}"));
+            }
+        }
+    };
+    let (mut stdout, mut stderr) = (String::new(), String::new());
+    for _ in 0..2 {
+        let left = deadline.saturating_duration_since(Instant::now());
+        match rx.recv_timeout(left.max(std::time::Duration::from_millis(100))) {
+            Ok((0, text)) => stdout = text,
+            Ok((_, text)) => stderr = text,
+            Err(_) => break,
+        }
+    }
+    if status.success() {
+        Ok(stdout)
+    } else {
+        let stderr = stderr.trim();
+        let code = status
+            .code()
+            .map_or_else(|| "a signal".to_string(), |c| c.to_string());
+        Err(if stderr.is_empty() {
+            format!("`{shown}` exited with {code}")
+        } else {
+            format!("`{shown}` exited with {code}: {stderr}")
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+
+    use super::*;
+
+    fn utc(text: &str) -> DateTime<Utc> {
+        DateTime::parse_from_rfc3339(text)
+            .unwrap()
+            .with_timezone(&Utc)
+    }
+
+    #[test]
+    fn ioreg_idle_time_is_nanoseconds() {
+        let output = r#"+-o Root  <class IORegistryEntry, id 0x100000100, retain 30>
+  +-o J316sAP  <class IOPlatformExpertDevice, id 0x100000210, registered>
+    +-o IOResources  <class IOResources, id 0x100000104, registered>
+      +-o IOHIDSystem  <class IOHIDSystem, id 0x1000004c1, registered>
+          {
+            "IOClass" = "IOHIDSystem"
+            "HIDIdleTime" = 93847562000
+            "HIDParameters" = {"HIDClickTime"=500000000}
+          }
+"#;
+        assert_eq!(
+            parse_ioreg(output),
+            Some(Duration::nanoseconds(93_847_562_000))
+        );
+        assert_eq!(parse_ioreg("\"HIDIdleTime\" = soon"), None);
+        assert_eq!(parse_ioreg("\"HIDIdleTime\" = -5"), None);
+        assert_eq!(parse_ioreg("\"IOClass\" = \"IOHIDSystem\""), None);
+        assert_eq!(parse_ioreg(""), None);
+    }
+
+    #[test]
+    fn logind_idle_since_hint_is_microseconds_since_the_epoch() {
+        let now = utc("2025-11-24T16:30:00Z");
+        // 2025-11-24T16:00:00Z in microseconds; either order.
+        let since = now.timestamp_micros() - 30 * 60 * 1_000_000;
+        let text = format!("IdleHint=yes\nIdleSinceHint={since}\n");
+        assert_eq!(parse_logind(&text, now), Ok(Duration::minutes(30)));
+        let text = format!("IdleSinceHint={since}\nIdleHint=yes\n");
+        assert_eq!(parse_logind(&text, now), Ok(Duration::minutes(30)));
+        // A hint ahead of the clock: no idle time yet, not negative.
+        let text = format!(
+            "IdleHint=yes\nIdleSinceHint={}\n",
+            now.timestamp_micros() + 5
+        );
+        assert_eq!(parse_logind(&text, now), Ok(Duration::zero()));
+    }
+
+    #[test]
+    fn logind_active_session_is_zero() {
+        let now = utc("2025-11-24T16:30:00Z");
+        assert_eq!(
+            parse_logind("IdleHint=no\nIdleSinceHint=1764000000000000\n", now),
+            Ok(Duration::zero())
+        );
+        assert_eq!(
+            parse_logind("IdleHint=no\nIdleSinceHint=0\n", now),
+            Ok(Duration::zero())
+        );
+    }
+
+    #[test]
+    fn logind_idle_since_unknown_is_an_error() {
+        let now = utc("2025-11-24T16:30:00Z");
+        let e = parse_logind("IdleHint=yes\nIdleSinceHint=0\n", now).unwrap_err();
+        assert!(e.contains("unknown"), "{e}");
+        assert!(parse_logind("IdleHint=yes\n", now).is_err());
+    }
+
+    #[test]
+    fn logind_malformed_output_is_an_error() {
+        let now = utc("2025-11-24T16:30:00Z");
+        for text in [
+            "",
+            "Failed to get session: No session '7' known",
+            "IdleHint=maybe\nIdleSinceHint=1\n",
+            "IdleHint=yes\nIdleSinceHint=yesterday\n",
+            "IdleHint=yes\nIdleSinceHint=99999999999999999999999\n",
+        ] {
+            assert!(parse_logind(text, now).is_err(), "{text:?}");
+        }
+    }
+
+    #[test]
+    fn xprintidle_prints_milliseconds() {
+        assert_eq!(
+            parse_xprintidle("4521\n"),
+            Some(Duration::milliseconds(4521))
+        );
+        assert_eq!(parse_xprintidle("0"), Some(Duration::zero()));
+        assert_eq!(parse_xprintidle("couldn't open display"), None);
+        assert_eq!(parse_xprintidle(""), None);
+        assert_eq!(parse_xprintidle("-1"), None);
+    }
+
+    fn no_env() -> Env {
+        Env {
+            session_id: None,
+            display: None,
+            wayland_display: None,
+            session_type: None,
+            uid: 1000,
+        }
+    }
+
+    /// A fake command runner: answers by the command line, records calls.
+    struct Fake {
+        answers: Vec<(&'static str, Result<String, &'static str>)>,
+        calls: std::sync::Mutex<Vec<String>>,
+    }
+
+    impl Fake {
+        fn new(answers: Vec<(&'static str, Result<String, &'static str>)>) -> Self {
+            Self {
+                answers,
+                calls: std::sync::Mutex::new(Vec::new()),
+            }
+        }
+
+        fn run(&self, program: &str, args: &[&str]) -> Result<String, String> {
+            let line = std::iter::once(program)
+                .chain(args.iter().copied())
+                .collect::<Vec<_>>()
+                .join(" ");
+            self.calls.lock().unwrap().push(line.clone());
+            match self.answers.iter().find(|(l, _)| *l == line) {
+                Some((_, answer)) => answer.clone().map_err(str::to_string),
+                None => Err(format!("{program} not found")),
+            }
+        }
+
+        fn probe(&self, env: &Env, now: DateTime<Utc>) -> SystemIdle {
+            probe_linux(env, &|p: &str, a: &[&str]| self.run(p, a), now)
+        }
+    }
+
+    const SHOW_USER: &str = "loginctl show-user 1000 -p Display --value";
+
+    #[test]
+    fn linux_reads_the_users_graphical_session_from_logind() {
+        let now = utc("2025-11-24T16:30:00Z");
+        let since = now.timestamp_micros() - 10 * 60 * 1_000_000;
+        let fake = Fake::new(vec![
+            (SHOW_USER, Ok("2\n".into())),
+            (
+                "loginctl show-session 2 -p IdleHint -p IdleSinceHint",
+                Ok(format!("IdleHint=yes\nIdleSinceHint={since}\n")),
+            ),
+            (
+                "loginctl show-session c7 -p IdleHint -p IdleSinceHint",
+                Ok("IdleHint=no\nIdleSinceHint=0\n".into()),
+            ),
+        ]);
+        let read = fake.probe(&no_env(), now);
+        assert_eq!(read.idle, Ok(Duration::minutes(10)));
+        assert_eq!(read.source, "logind session 2 (IdleHint)");
+
+        // $XDG_SESSION_ID wins, and logind's answer is final even with a
+        // display that xprintidle could read.
+        let env = Env {
+            session_id: Some("c7".into()),
+            display: Some(":0".into()),
+            ..no_env()
+        };
+        let read = fake.probe(&env, now);
+        assert_eq!(read.idle, Ok(Duration::zero()));
+        assert_eq!(read.source, "logind session c7 (IdleHint)");
+        assert!(!fake.calls.lock().unwrap().iter().any(|c| c == "xprintidle"));
+    }
+
+    #[test]
+    fn linux_falls_back_to_xprintidle_on_x11() {
+        let now = utc("2025-11-24T16:30:00Z");
+        let fake = Fake::new(vec![
+            (SHOW_USER, Ok("\n".into())),
+            ("xprintidle", Ok("61000\n".into())),
+        ]);
+        let env = Env {
+            display: Some(":0".into()),
+            ..no_env()
+        };
+        let read = fake.probe(&env, now);
+        assert_eq!(read.idle, Ok(Duration::seconds(61)));
+        assert_eq!(read.source, "xprintidle (X11 :0)");
+    }
+
+    #[test]
+    fn linux_without_a_source_says_what_it_tried() {
+        let now = utc("2025-11-24T16:30:00Z");
+        let fake = Fake::new(vec![]);
+        let read = fake.probe(&no_env(), now);
+        assert_eq!(read.source, "none");
+        let e = read.idle.unwrap_err();
+        assert!(e.contains("logind: loginctl not found"), "{e}");
+        assert!(e.contains("X11: DISPLAY is not set"), "{e}");
+
+        // Wayland: XWayland's DISPLAY is not asked, and the reason is given.
+        let env = Env {
+            display: Some(":1".into()),
+            wayland_display: Some("wayland-0".into()),
+            ..no_env()
+        };
+        let read = fake.probe(&env, now);
+        assert_eq!(read.source, "none");
+        let e = read.idle.unwrap_err();
+        assert!(e.contains("ext-idle-notify"), "{e}");
+        assert!(e.contains("not asked under Wayland"), "{e}");
+        assert!(!fake.calls.lock().unwrap().iter().any(|c| c == "xprintidle"));
+
+        // A broken xprintidle is an error, not a zero.
+        let fake = Fake::new(vec![(
+            "xprintidle",
+            Ok("couldn't open display \":0\"\n".into()),
+        )]);
+        let env = Env {
+            display: Some(":0".into()),
+            ..no_env()
+        };
+        let read = fake.probe(&env, now);
+        assert!(read.idle.unwrap_err().contains("not milliseconds"));
+    }
+
+    #[test]
+    fn commands_that_fail_hang_or_are_missing_are_errors() {
+        let e = run_with_timeout("metaclaw-no-such-binary", &[], COMMAND_TIMEOUT).unwrap_err();
+        assert_eq!(e, "metaclaw-no-such-binary not found");
+        assert_eq!(
+            run_with_timeout("sh", &["-c", "echo 42"], COMMAND_TIMEOUT).unwrap(),
+            "42\n"
+        );
+        let e =
+            run_with_timeout("sh", &["-c", "echo nope >&2; exit 3"], COMMAND_TIMEOUT).unwrap_err();
+        assert_eq!(e, "`sh -c echo nope >&2; exit 3` exited with 3: nope");
+        let started = Instant::now();
+        let e =
+            run_with_timeout("sleep", &["5"], std::time::Duration::from_millis(200)).unwrap_err();
+        assert!(e.contains("did not finish"), "{e}");
+        assert!(started.elapsed() < std::time::Duration::from_secs(3));
+    }
+
+    #[test]
+    fn this_machine_without_a_session_says_so() {
+        let read = PlatformIdle.read();
+        let headless =
+            std::env::var_os("DISPLAY").is_none() && std::env::var_os("XDG_SESSION_ID").is_none();
+        if headless && cfg!(target_os = "linux") {
+            // A CI VM: no display, no logind session of ours.
+            let e = read.idle.as_ref().unwrap_err();
+            assert!(!e.is_empty());
+            assert_eq!(read.source, "none");
+        } else {
+            // Whatever this desktop says: an answer or a reason.
+            assert!(read.idle.as_ref().is_ok() || read.idle.as_ref().is_err_and(|e| !e.is_empty()));
+        }
+    }
+}
