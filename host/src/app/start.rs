@@ -294,7 +294,7 @@ fn start_trainer(
         true => match gate::Parts::from_config(config, home) {
             Ok(parts) => {
                 let inputs = gate::Inputs {
-                    clock: Arc::new(crate::scheduler::clock::SystemClock),
+                    clock: Arc::new(crate::clock::SystemClock),
                     idle: Arc::new(crate::scheduler::idle::PlatformIdle),
                     activity,
                 };

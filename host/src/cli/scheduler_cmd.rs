@@ -13,7 +13,7 @@ use super::sessions_cmd::store_file;
 use super::{load_config, local_time, runtime};
 use crate::clock::LastActivity;
 use crate::home::Home;
-use crate::scheduler::{clock, gate, idle};
+use crate::scheduler::{gate, idle};
 use crate::store::{self, scheduler as stored};
 
 pub fn status(home: &Home, config_path: &Path, json: bool) -> Result<ExitCode> {
@@ -46,7 +46,7 @@ pub fn status(home: &Home, config_path: &Path, json: bool) -> Result<ExitCode> {
         Err(e) => Err(e),
         Ok(parts) => {
             let inputs = gate::Inputs {
-                clock: Arc::new(clock::SystemClock),
+                clock: Arc::new(crate::clock::SystemClock),
                 idle: Arc::new(idle::PlatformIdle),
                 activity: LastActivity::since(last_main.unwrap_or(0)),
             };

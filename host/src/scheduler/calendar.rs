@@ -242,12 +242,7 @@ mod tests {
     #![allow(clippy::unwrap_used)]
 
     use super::*;
-
-    fn utc(text: &str) -> DateTime<Utc> {
-        DateTime::parse_from_rfc3339(text)
-            .unwrap()
-            .with_timezone(&Utc)
-    }
+    use crate::clock::utc;
 
     /// A weekly Monday meeting at 09:00 Berlin time, one week skipped; a
     /// one-off UTC event; an all-day event; a cancelled and a free one.

@@ -13,13 +13,12 @@ use chrono::{DateTime, Duration, Utc};
 use serde::Serialize;
 
 use super::calendar;
-use super::clock::Clock;
 use super::idle::{IdleProbe, SystemIdle};
 use super::machine::{Machine, State};
 use super::rule::{self, CalendarNow, Decision, Settings, Signals};
 use super::sleep::{Sleep, SleepWindow, Zone};
 use super::source::CalendarSource;
-use crate::clock::LastActivity;
+use crate::clock::{Clock, LastActivity};
 use crate::config::{Config, Mode};
 use crate::store::scheduler::{self as stored, Transition};
 
@@ -443,8 +442,8 @@ impl Gate {
 mod tests {
     #![allow(clippy::unwrap_used)]
 
-    use super::super::clock::FakeClock;
     use super::*;
+    use crate::clock::{FakeClock, utc};
 
     struct FakeIdle(Result<Duration, String>);
 
@@ -455,12 +454,6 @@ mod tests {
                 source: "a test".into(),
             }
         }
-    }
-
-    fn utc(text: &str) -> DateTime<Utc> {
-        DateTime::parse_from_rfc3339(text)
-            .unwrap()
-            .with_timezone(&Utc)
     }
 
     /// A weekly meeting on Tuesdays 23:30–00:30 Berlin time.

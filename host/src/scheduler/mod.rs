@@ -1,11 +1,10 @@
 //! The opportunistic scheduler (W2-G): training runs only in windows when
 //! the user is away. It reads time and each signal through an interface,
-//! so tests drive it with a fake clock and fake signals.
+//! so tests drive it with a fake clock (`crate::clock`) and fake signals.
 //!
 //! | module | job |
 //! |---|---|
 //! | `calendar` | busy intervals from an iCalendar file, recurrences expanded in their zones |
-//! | `clock` | what time it is (the system's, or a test's) |
 //! | `gate` | the scheduler as the trainer meets it: signals read, decided, the machine moved and stored; the status report |
 //! | `idle` | how long the machine has been idle, per platform (logind, X11, macOS), or why unknown |
 //! | `machine` | the states (closed, open, training, closing) and their transitions, each with its reason |
@@ -14,7 +13,6 @@
 //! | `source` | where the .ics text comes from: a file, or an address fetched and cached on disk |
 
 pub mod calendar;
-pub mod clock;
 pub mod gate;
 pub mod idle;
 pub mod machine;

@@ -127,12 +127,7 @@ mod tests {
     #![allow(clippy::unwrap_used)]
 
     use super::*;
-
-    fn utc(text: &str) -> DateTime<Utc> {
-        DateTime::parse_from_rfc3339(text)
-            .unwrap()
-            .with_timezone(&Utc)
-    }
+    use crate::clock::utc;
 
     const SETTINGS: Settings = Settings {
         idle_threshold: Duration::minutes(30),

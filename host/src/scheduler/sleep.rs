@@ -147,12 +147,7 @@ mod tests {
     #![allow(clippy::unwrap_used)]
 
     use super::*;
-
-    fn utc(text: &str) -> DateTime<Utc> {
-        DateTime::parse_from_rfc3339(text)
-            .unwrap()
-            .with_timezone(&Utc)
-    }
+    use crate::clock::utc;
 
     fn berlin(start: &str, end: &str) -> SleepWindow {
         SleepWindow::parse(start, end, "Europe/Berlin").unwrap()

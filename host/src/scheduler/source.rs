@@ -372,6 +372,7 @@ mod tests {
     use axum::response::IntoResponse;
 
     use super::*;
+    use crate::clock::utc;
 
     const ICS: &str = "BEGIN:VCALENDAR\r\nVERSION:2.0\r\nPRODID:-//test//EN\r\n\
         BEGIN:VEVENT\r\nUID:1\r\nDTSTART:20251124T100000Z\r\nDTEND:20251124T110000Z\r\n\
@@ -425,12 +426,6 @@ mod tests {
             requests,
             mode,
         }
-    }
-
-    fn utc(text: &str) -> DateTime<Utc> {
-        DateTime::parse_from_rfc3339(text)
-            .unwrap()
-            .with_timezone(&Utc)
     }
 
     fn t0() -> DateTime<Utc> {
