@@ -31,8 +31,14 @@ impl LastActivity {
 
     /// The user did something now.
     pub fn bump(&self) {
+        self.at_least(now_ms());
+    }
+
+    /// The user did something at `at_ms` (a turn recorded before a
+    /// restart); a later time already known stays.
+    pub fn at_least(&self, at_ms: i64) {
         self.0
-            .fetch_max(now_ms(), std::sync::atomic::Ordering::Relaxed);
+            .fetch_max(at_ms, std::sync::atomic::Ordering::Relaxed);
     }
 
     pub fn at_ms(&self) -> Option<i64> {

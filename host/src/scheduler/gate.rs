@@ -129,7 +129,8 @@ pub async fn assess(parts: &Parts, inputs: &Inputs) -> Report {
             idle: Err(format!("the idle probe failed: {e}")),
             source: "none".into(),
         });
-    let agent_idle = match inputs.activity.at_ms() {
+    let last_activity = inputs.activity.at_ms();
+    let agent_idle = match last_activity {
         Some(ms) => {
             (now - DateTime::from_timestamp_millis(ms).unwrap_or(now)).max(Duration::zero())
         }
@@ -187,7 +188,7 @@ pub async fn assess(parts: &Parts, inputs: &Inputs) -> Report {
         },
         SignalReport {
             name: "agent_idle",
-            value: match inputs.activity.at_ms() {
+            value: match last_activity {
                 Some(_) => format!("idle {} min (no main turn since)", agent_idle.num_minutes()),
                 None => "no main turn recorded".into(),
             },
@@ -339,6 +340,9 @@ pub struct Gate {
     db: PathBuf,
     machine: Mutex<Machine>,
     last: Mutex<Option<Report>>,
+    /// The store's last main turn joins the activity once, at the first
+    /// tick (on the trainer's thread, not at start-up: it reads every turn).
+    seeded: std::sync::Once,
 }
 
 impl Gate {
@@ -356,6 +360,7 @@ impl Gate {
             db,
             machine: Mutex::new(machine),
             last: Mutex::new(None),
+            seeded: std::sync::Once::new(),
         });
         if let Some(t) = closed {
             gate.keep(&t);
@@ -365,6 +370,14 @@ impl Gate {
 
     /// Reads the signals, decides, and moves the machine.
     pub async fn tick(&self) -> Report {
+        self.seeded.call_once(|| {
+            let recorded = crate::store::open_read_only(&self.db)
+                .ok()
+                .and_then(|c| stored::last_main_turn_ms(&c).ok().flatten());
+            if let Some(ms) = recorded {
+                self.inputs.activity.at_least(ms);
+            }
+        });
         let report = assess(&self.parts, &self.inputs).await;
         let decision = Decision {
             open: report.open,

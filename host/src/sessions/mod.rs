@@ -140,22 +140,13 @@ pub struct Tracker {
 impl Tracker {
     pub fn new(store: Store, metrics: Arc<Metrics>, idle_timeout: Duration) -> Self {
         let (events, _) = broadcast::channel(1024);
-        // The user's last main turn as recorded, so a restart does not
-        // make the agent look idle since forever.
-        let last_main = crate::store::open_read_only(store.path())
-            .ok()
-            .and_then(|c| {
-                crate::store::scheduler::last_main_turn_ms(&c)
-                    .ok()
-                    .flatten()
-            });
         Self {
             live: Mutex::new(HashMap::new()),
             idle_timeout,
             store,
             metrics,
             events,
-            activity: LastActivity::since(last_main.unwrap_or(0)),
+            activity: LastActivity::default(),
         }
     }
 

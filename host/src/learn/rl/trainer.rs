@@ -304,7 +304,10 @@ impl Trainer {
         if !gate.may_step() {
             // Queued for the next window; classified now, so `status`
             // counts them ready.
-            if let Err(e) = self.classify() {
+            let classified = crate::store::open_side_writer(&self.settings.db)
+                .map_err(|e| format!("{e:#}"))
+                .and_then(|conn| self.classify(&conn));
+            if let Err(e) = classified {
                 tracing::warn!("{e}");
             }
             return None;
@@ -357,10 +360,8 @@ impl Trainer {
     }
 
     /// The queue's waiting samples classified (ready or skipped, why).
-    fn classify(&self) -> Result<(), String> {
-        let conn =
-            crate::store::open_side_writer(&self.settings.db).map_err(|e| format!("{e:#}"))?;
-        train_queue::classify(&conn, (self.generation)(), self.teacher.is_some())
+    fn classify(&self, conn: &rusqlite::Connection) -> Result<(), String> {
+        train_queue::classify(conn, (self.generation)(), self.teacher.is_some())
             .map(drop)
             .map_err(|e| format!("the training queue: {e}"))
     }
@@ -374,8 +375,8 @@ impl Trainer {
         gate: Option<&crate::scheduler::gate::Gate>,
     ) -> Result<Outcome, String> {
         let db = self.settings.db.clone();
-        self.classify()?;
         let mut conn = crate::store::open_side_writer(&db).map_err(|e| format!("{e:#}"))?;
+        self.classify(&conn)?;
         let generation = (self.generation)();
         let err = |e: rusqlite::Error| format!("the training queue: {e}");
         let opd = self.teacher.is_some();
