@@ -162,14 +162,9 @@ struct Options {
 }
 
 fn options() -> Options {
-    let args: Vec<String> = std::env::args().collect();
-    let quick = args.iter().any(|a| a == "--quick");
-    let value = |flag: &str| {
-        args.iter()
-            .position(|a| a == flag)
-            .and_then(|i| args.get(i + 1))
-            .cloned()
-    };
+    let args = harness::Args::from_env();
+    let quick = args.has("--quick");
+    let value = |flag: &str| args.value(flag);
     let names: Vec<String> = value("--attacks")
         .map(|a| a.split(',').map(str::to_string).collect())
         .unwrap_or_else(|| {
@@ -658,11 +653,7 @@ fn main() {
         std::thread::sleep(Duration::from_millis(200));
     }
 
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .unwrap();
+    let rt = harness::runtime();
     let client = reqwest::Client::builder()
         .pool_max_idle_per_host(1024)
         .tcp_nodelay(true)

@@ -63,15 +63,10 @@ struct Options {
 }
 
 fn options() -> Options {
-    let args: Vec<String> = std::env::args().collect();
-    let quick = args.iter().any(|a| a == "--quick");
-    let flag = |f: &str| args.iter().any(|a| a == f);
-    let value = |f: &str| {
-        args.iter()
-            .position(|a| a == f)
-            .and_then(|i| args.get(i + 1))
-            .cloned()
-    };
+    let args = harness::Args::from_env();
+    let quick = args.has("--quick");
+    let flag = |f: &str| args.has(f);
+    let value = |f: &str| args.value(f);
     let num = |f: &str, quick_default: u64, default: u64| {
         value(f)
             .and_then(|v| v.parse().ok())
@@ -937,11 +932,7 @@ fn main() {
         });
     }
 
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .unwrap();
+    let rt = harness::runtime();
     let client = reqwest::Client::builder()
         .pool_max_idle_per_host(1024)
         .tcp_nodelay(true)

@@ -47,14 +47,9 @@ struct Options {
 }
 
 fn options() -> Options {
-    let args: Vec<String> = std::env::args().collect();
-    let quick = args.iter().any(|a| a == "--quick");
-    let value = |flag: &str| {
-        args.iter()
-            .position(|a| a == flag)
-            .and_then(|i| args.get(i + 1))
-            .cloned()
-    };
+    let args = harness::Args::from_env();
+    let quick = args.has("--quick");
+    let value = |flag: &str| args.value(flag);
     let rates = value("--rates")
         .map(|r| r.split(',').filter_map(|n| n.parse().ok()).collect())
         .unwrap_or_else(|| {
@@ -67,12 +62,8 @@ fn options() -> Options {
     let secs = value("--secs")
         .and_then(|s| s.parse().ok())
         .unwrap_or(if quick { 1 } else { 10 });
-    let proxy_env = args
-        .windows(2)
-        .filter(|w| w[0] == "--proxy-env")
-        .map(|w| w[1].clone())
-        .collect();
-    let aa = args.iter().any(|a| a == "--aa");
+    let proxy_env = args.values("--proxy-env");
+    let aa = args.has("--aa");
     let learning = value("--learning").and_then(|n| n.parse().ok());
     Options {
         learning,
@@ -362,11 +353,7 @@ fn main() {
     let dummy_pid = dummy.0.id();
     let _dummy = dummy;
 
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .unwrap();
+    let rt = harness::runtime();
     let client = reqwest::Client::builder()
         .pool_max_idle_per_host(512)
         .tcp_nodelay(true)

@@ -33,17 +33,18 @@
 )]
 
 use std::collections::{BTreeSet, VecDeque};
-use std::process::{Command, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use futures_util::StreamExt;
-use serde_json::{Value, json};
+use serde_json::json;
 
 #[path = "support/harness.rs"]
 mod harness;
-use harness::{BIN, added_cells, cpu_secs, cpus, latency_cells, ms, percentile, spawn};
+#[path = "support/student.rs"]
+mod student;
+use harness::{cpu_secs, cpus, ms, percentile};
+use student::{Admin, Daemon, Done, make_session, run_slice, threads};
 
 /// Off first, then on: index into per-side arrays.
 #[derive(Clone, Copy, PartialEq, Debug)]
@@ -64,14 +65,9 @@ struct Options {
 }
 
 fn options() -> Options {
-    let args: Vec<String> = std::env::args().collect();
-    let quick = args.iter().any(|a| a == "--quick");
-    let value = |flag: &str| {
-        args.iter()
-            .position(|a| a == flag)
-            .and_then(|i| args.get(i + 1))
-            .cloned()
-    };
+    let args = harness::Args::from_env();
+    let quick = args.has("--quick");
+    let value = |flag: &str| args.value(flag);
     let slow = value("--slow")
         .map(|s| s.split(',').filter_map(|n| n.parse().ok()).collect())
         .unwrap_or_else(|| if quick { vec![0, 100] } else { vec![0, 200] });
@@ -86,91 +82,9 @@ fn options() -> Options {
             .max(1),
         slow,
         pool: value("--pool").and_then(|n| n.parse().ok()),
-        aa: args.iter().any(|a| a == "--aa"),
+        aa: args.has("--aa"),
         quick,
     }
-}
-
-/// What one measured request came to.
-enum Done {
-    /// Answered by the student: when it was due, its latency, and the
-    /// policy version it named.
-    Student(Instant, Duration, Option<i64>),
-    /// Answered 2xx, but by `llm` (`x-metaclaw-served-by: llm; student_fallback`).
-    FellBack,
-    /// No 2xx answer: why.
-    Failed(String),
-}
-
-/// One non-streamed request; its latency from the scheduled send time.
-async fn one(client: &reqwest::Client, url: &str, body: &Arc<Vec<u8>>, scheduled: Instant) -> Done {
-    let response = match client
-        .post(url)
-        .header("content-type", "application/json")
-        .body(body.as_ref().clone())
-        .send()
-        .await
-    {
-        Ok(r) => r,
-        Err(e) => return Done::Failed(format!("no answer: {e}")),
-    };
-    let status = response.status();
-    let served_by = response
-        .headers()
-        .get("x-metaclaw-served-by")
-        .and_then(|v| v.to_str().ok())
-        .unwrap_or("")
-        .to_string();
-    let bytes = match response.bytes().await {
-        Ok(b) => b,
-        Err(e) => return Done::Failed(format!("body cut: {e}")),
-    };
-    let latency = scheduled.elapsed();
-    if !status.is_success() {
-        return Done::Failed(format!(
-            "{status}: {}",
-            String::from_utf8_lossy(&bytes[..bytes.len().min(200)])
-        ));
-    }
-    match served_by.strip_prefix("student") {
-        Some(rest) => Done::Student(
-            scheduled,
-            latency,
-            rest.split("policy_version=")
-                .nth(1)
-                .and_then(|v| v.trim().parse().ok()),
-        ),
-        None => Done::FellBack,
-    }
-}
-
-/// `rate` req/s for `secs` seconds, open-loop: the schedule is kept by
-/// this OS thread with precise sleeps (the async timer ticks in whole
-/// milliseconds). Returns once every request has its answer.
-fn run_slice(
-    rt: &tokio::runtime::Runtime,
-    client: &reqwest::Client,
-    url: &str,
-    body: &Arc<Vec<u8>>,
-    rate: u32,
-    secs: u32,
-) -> Vec<Done> {
-    let (tx, rx) = std::sync::mpsc::channel();
-    let interval = Duration::from_secs_f64(1.0 / f64::from(rate));
-    let t0 = Instant::now() + Duration::from_millis(5);
-    let n = rate * secs;
-    for i in 0..n {
-        let scheduled = t0 + interval * i;
-        let now = Instant::now();
-        if scheduled > now {
-            std::thread::sleep(scheduled - now);
-        }
-        let (client, url, body, tx) = (client.clone(), url.to_string(), body.clone(), tx.clone());
-        rt.spawn(async move {
-            let _ = tx.send(one(&client, &url, &body, scheduled).await);
-        });
-    }
-    rx.iter().take(n as usize).collect()
 }
 
 /// What the driver did in one "on" slice.
@@ -188,83 +102,6 @@ struct Training {
     errors: Vec<String>,
     /// Sessions the pool did not have, made during the slice.
     made: u32,
-}
-
-/// Admin calls with the daemon's token.
-#[derive(Clone)]
-struct Admin {
-    client: reqwest::Client,
-    base: String,
-    token: String,
-}
-
-impl Admin {
-    async fn post(&self, path: &str, body: &Value) -> (u16, Value) {
-        let r = self
-            .client
-            .post(format!("{}{path}", self.base))
-            .bearer_auth(&self.token)
-            .json(body)
-            .send()
-            .await;
-        match r {
-            Ok(r) => {
-                let status = r.status().as_u16();
-                let text = r.text().await.unwrap_or_default();
-                (
-                    status,
-                    serde_json::from_str(&text).unwrap_or(Value::String(text)),
-                )
-            }
-            Err(e) => (0, Value::String(e.to_string())),
-        }
-    }
-
-    async fn status(&self) -> Value {
-        match self
-            .client
-            .get(format!("{}/admin/status", self.base))
-            .bearer_auth(&self.token)
-            .send()
-            .await
-        {
-            Ok(r) => r.json().await.unwrap_or(Value::Null),
-            Err(_) => Value::Null,
-        }
-    }
-}
-
-/// A learning session of two student turns: a question, and after the
-/// student's answer the user's correction. The judge (`judge` on the
-/// dummy) gives the first turn −1 and the second 0: advantages that are
-/// not all zero, so each session is a step's worth of signal.
-async fn make_session(client: &reqwest::Client, url: &str, id: &str) -> Result<(), String> {
-    let mut messages = vec![
-        json!({"role": "system", "content": "You are terse."}),
-        json!({"role": "user", "content": format!("What is the capital of {id}?")}),
-    ];
-    for turn in 0..2 {
-        let r = client
-            .post(url)
-            .header("x-session-id", id)
-            .json(&json!({"model": "m", "max_tokens": 8, "messages": messages}))
-            .send()
-            .await
-            .map_err(|e| e.to_string())?;
-        if !r.status().is_success() {
-            return Err(format!("{id}: {}", r.status()));
-        }
-        let answer: Value = r.json().await.map_err(|e| e.to_string())?;
-        if turn == 0 {
-            let said = answer["choices"][0]["message"]["content"]
-                .as_str()
-                .unwrap_or("")
-                .to_string();
-            messages.push(json!({"role": "assistant", "content": said}));
-            messages.push(json!({"role": "user", "content": "No, that's wrong: it is Zorb."}));
-        }
-    }
-    Ok(())
 }
 
 /// Learns a session and asks for a step, again and again, until `stop`;
@@ -319,134 +156,16 @@ async fn drive(
     t
 }
 
-/// Per thread name (`comm`) of `pid`: CPU ms and ms spent waiting on a
-/// run queue (`/proc/PID/task/*/schedstat`), summed over its threads.
-fn threads(pid: u32) -> std::collections::BTreeMap<String, (f64, f64)> {
-    let mut out = std::collections::BTreeMap::new();
-    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
-        return out;
-    };
-    for task in tasks.flatten() {
-        let dir = task.path();
-        let comm = std::fs::read_to_string(dir.join("comm")).unwrap_or_default();
-        let stat = std::fs::read_to_string(dir.join("schedstat")).unwrap_or_default();
-        let f: Vec<f64> = stat
-            .split_whitespace()
-            .filter_map(|n| n.parse().ok())
-            .collect();
-        if f.len() >= 2 {
-            let e = out.entry(comm.trim().to_string()).or_insert((0.0, 0.0));
-            e.0 += f[0] / 1e6;
-            e.1 += f[1] / 1e6;
-        }
-    }
-    out
-}
-
-fn row(label: &str, v: &[Duration], failed: usize, fell_back: usize) -> String {
-    format!(
-        "{label:<8} {:>6} {:>7} {:>9} {}",
-        v.len(),
-        failed,
-        fell_back,
-        latency_cells(v)
-    )
-}
-
-fn added(off: &[Duration], on: &[Duration]) -> String {
-    format!(
-        "{:<8} {:>6} {:>7} {:>9} {}",
-        "added",
-        "",
-        "",
-        "",
-        added_cells(off, on)
-    )
-}
-
 /// Everything measured for one `slow` value; `true` when the quick run's
 /// conditions hold (no failure, no fallback, at least one step and swap
 /// while on).
 fn measure(opts: &Options, slow: u64, rt: &tokio::runtime::Runtime) -> bool {
-    let home = tempfile::tempdir().unwrap();
-    let (dummy, dummy_url) = harness::dummy();
-    let (fake, fake_url, _) = spawn(
-        {
-            let mut c = Command::new(BIN);
-            c.args(["dev", "tinker", "--port", "0"])
-                .stderr(Stdio::null());
-            c
-        },
-        "fake tinker listening on ",
-    );
-    let model = match slow {
-        0 => "fake-bigram".to_string(),
-        n => format!("fake-bigram@slow={n}"),
-    };
-    let fixture = format!(
-        "{}/../tests/fixtures/tiny-qwen3",
-        env!("CARGO_MANIFEST_DIR")
-    );
-    // Training by hand (the driver's steps), one session a step (its two
-    // samples), the dummy's judge with one vote; skills off, so no
-    // evolution takes samples out of the queue.
-    std::fs::write(
-        home.path().join("config.yaml"),
-        format!(
-            "mode: rl\nllm:\n  api_base: {dummy_url}\n  model_id: echo\n  force_model: true\n\
-             rl:\n  model: {model}\n  tinker_base_url: {fake_url}\n  tokenizer_path: {fixture}\n  \
-             batch_size: 2\n  manual_train_trigger: true\n  prm_model: judge\n  prm_m: 1\n\
-             skills:\n  enabled: false\nlearning:\n  enabled: true\nplugins:\n  builtin: false\n\
-             log:\n  level: warn\nsessions:\n  idle_timeout: 1h\n"
-        ),
-    )
-    .unwrap();
-    let stderr = std::fs::File::create(home.path().join("stderr.log")).unwrap();
-    let started = Instant::now();
-    let (proxy, proxy_url, _) = spawn(
-        {
-            let mut c = Command::new(BIN);
-            // The agent's config is left alone; the built-in skills are
-            // installed as for a user (skills off still: see the config).
-            c.args(["start", "--foreground", "--port", "0"])
-                .env("METACLAW_HOME", home.path())
-                .env("METACLAW_NO_WIRE", "1")
-                .stderr(stderr);
-            c
-        },
-        "metaclaw listening on ",
-    );
-    let pids = [proxy.pid(), fake.pid(), dummy.pid()];
-    let client = reqwest::Client::builder()
-        .pool_max_idle_per_host(512)
-        .tcp_nodelay(true)
-        .build()
-        .unwrap();
-    let admin = Admin {
-        client: client.clone(),
-        base: proxy_url.clone(),
-        token: std::fs::read_to_string(home.path().join("admin.token"))
-            .unwrap()
-            .trim()
-            .to_string(),
-    };
-    let chat_url = format!("{proxy_url}/v1/chat/completions");
-
-    // The student connects in the background.
-    let ready = rt.block_on(async {
-        loop {
-            let s = admin.status().await;
-            if s["student"]["state"] == "ready" {
-                return started.elapsed();
-            }
-            assert!(
-                started.elapsed() < Duration::from_secs(60),
-                "the student never became ready: {}",
-                s["student"]
-            );
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
-    });
+    // Training by hand: the driver's steps.
+    let daemon = Daemon::start(slow, "rl", true, "", rt);
+    let (admin, chat_url, model) = (&daemon.admin, &daemon.chat_url, &daemon.model);
+    let client = daemon.client().clone();
+    let pids = daemon.pids;
+    let ready = daemon.ready;
 
     // The sessions the driver learns, one a step: with futures ready at
     // once a cycle is ~0.1 s (the learning job), else ~5 futures' time.
@@ -455,16 +174,7 @@ fn measure(opts: &Options, slow: u64, rt: &tokio::runtime::Runtime) -> bool {
         _ => opts.secs as usize * 2 + 4,
     });
     let made = Instant::now();
-    let ids: Vec<String> = (0..sessions).map(|i| format!("zorblax{i}")).collect();
-    let errors: Vec<String> = rt.block_on(async {
-        futures_util::stream::iter(ids.iter())
-            .map(|id| make_session(&client, &chat_url, id))
-            .buffer_unordered(16)
-            .filter_map(|r| async move { r.err() })
-            .collect()
-            .await
-    });
-    assert!(errors.is_empty(), "making sessions: {errors:?}");
+    let ids = daemon.make_sessions(rt, "zorblax", sessions);
     let made = made.elapsed();
     let pool = Arc::new(Mutex::new(ids.into_iter().collect::<VecDeque<_>>()));
 
@@ -478,11 +188,9 @@ fn measure(opts: &Options, slow: u64, rt: &tokio::runtime::Runtime) -> bool {
         made.as_secs_f64()
     );
 
-    let small = json!({"model": "m", "max_tokens": 8, "messages": [
-        {"role": "system", "content": "You are terse."}, {"role": "user", "content": "Say PONG"}]});
-    let body = Arc::new(serde_json::to_vec(&small).unwrap());
+    let body = student::small_request();
     // Warm the path (connections, caches) at the same rate; not counted.
-    run_slice(rt, &client, &chat_url, &body, opts.rate, 1);
+    run_slice(rt, &client, chat_url, &body, opts.rate, 1);
 
     let mut lat = [Vec::new(), Vec::new()];
     let mut failed: [Vec<String>; 2] = [Vec::new(), Vec::new()];
@@ -515,7 +223,7 @@ fn measure(opts: &Options, slow: u64, rt: &tokio::runtime::Runtime) -> bool {
                 stop.clone(),
             ))
         });
-        let done = run_slice(rt, &client, &chat_url, &body, opts.rate, opts.slice);
+        let done = run_slice(rt, &client, chat_url, &body, opts.rate, opts.slice);
         if let Some(driver) = driver {
             // The step in progress finishes before the next slice: an
             // "off" slice has no training at all.
@@ -526,12 +234,11 @@ fn measure(opts: &Options, slow: u64, rt: &tokio::runtime::Runtime) -> bool {
         for (i, &p) in pids.iter().enumerate() {
             cpu[side as usize][i] += cpu_secs(p) - before[i];
         }
-        for (name, (c, w)) in threads(pids[0]) {
-            let (c0, w0) = threads_before.get(&name).copied().unwrap_or((0.0, 0.0));
-            let e = per_thread[side as usize].entry(name).or_insert((0.0, 0.0));
-            e.0 += c - c0;
-            e.1 += w - w0;
-        }
+        student::threads_since(
+            &threads_before,
+            threads(pids[0]),
+            &mut per_thread[side as usize],
+        );
         for d in done {
             match d {
                 Done::Student(at, l, v) => {
@@ -552,13 +259,16 @@ fn measure(opts: &Options, slow: u64, rt: &tokio::runtime::Runtime) -> bool {
     lat[1].sort();
     let status = rt.block_on(admin.status());
 
+    println!("{}", student::header("side"));
     println!(
-        "{:<8} {:>6} {:>7} {:>9} {:>9} {:>9} {:>9} {:>9}",
-        "side", "n", "failed", "fell back", "p50 ms", "p90 ms", "p99 ms", "max ms"
+        "{}",
+        student::row("off", &lat[0], failed[0].len(), fell_back[0])
     );
-    println!("{}", row("off", &lat[0], failed[0].len(), fell_back[0]));
-    println!("{}", row("on", &lat[1], failed[1].len(), fell_back[1]));
-    println!("{}", added(&lat[0], &lat[1]));
+    println!(
+        "{}",
+        student::row("on", &lat[1], failed[1].len(), fell_back[1])
+    );
+    println!("{}", student::added("added", &lat[0], &lat[1]));
 
     let steps: u32 = training.iter().map(|t| t.steps).sum();
     let versions: Vec<i64> = training.iter().flat_map(|t| t.versions.clone()).collect();
@@ -639,14 +349,9 @@ fn measure(opts: &Options, slow: u64, rt: &tokio::runtime::Runtime) -> bool {
     // Where metaclaw's CPU went, and how long its threads waited for a
     // core: the serving runtime's workers are `tokio-rt-worker`.
     for (side, m) in ["off", "on"].iter().zip(&per_thread) {
-        let list: Vec<String> = m
-            .iter()
-            .filter(|(_, (c, w))| *c >= 1.0 || *w >= 1.0)
-            .map(|(n, (c, w))| format!("{n} {c:.0}/{w:.0}"))
-            .collect();
         println!(
             "# metaclaw threads {side}, cpu/run-queue wait ms: {}",
-            list.join(", ")
+            student::threads_line(m)
         );
     }
     println!(
@@ -654,10 +359,7 @@ fn measure(opts: &Options, slow: u64, rt: &tokio::runtime::Runtime) -> bool {
         status["student"]["samples"], status["student"]["fallbacks"], status["training"]["queue"]
     );
     // Why samples were not trained (the driver's sessions should be).
-    if let Some(db) = status["store"]["path"].as_str() {
-        let conn =
-            rusqlite::Connection::open_with_flags(db, rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY)
-                .unwrap();
+    if let Some(conn) = daemon.store(&status) {
         let mut stmt = conn
             .prepare(
                 "SELECT train_note, count(*) FROM turn_samples WHERE train_state = 'skipped'
@@ -686,23 +388,14 @@ fn measure(opts: &Options, slow: u64, rt: &tokio::runtime::Runtime) -> bool {
         && (opts.aa || (steps > 0 && swaps > 0))
         && errors.is_empty();
     if !ok {
-        let log = std::fs::read_to_string(home.path().join("stderr.log")).unwrap_or_default();
-        let tail: Vec<&str> = log.lines().rev().take(20).collect();
-        for line in tail.into_iter().rev() {
-            println!("# metaclaw: {line}");
-        }
+        daemon.print_log_tail(20);
     }
-    drop(proxy);
     ok
 }
 
 fn main() {
     let opts = options();
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .unwrap();
+    let rt = harness::runtime();
     println!("# metaclaw: serving from the student while it trains (release build, loopback)");
     println!(
         "# {} CPUs; dummy upstream (llm, judge) and fake Tinker server, each its own process",

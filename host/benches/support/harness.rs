@@ -164,3 +164,44 @@ pub fn cpus() -> usize {
         .map(|n| n.get())
         .unwrap_or(0)
 }
+
+/// A bench's command line: `--flag` and `--flag VALUE`.
+pub struct Args(Vec<String>);
+
+impl Args {
+    pub fn from_env() -> Self {
+        Self(std::env::args().collect())
+    }
+
+    pub fn has(&self, flag: &str) -> bool {
+        self.0.iter().any(|a| a == flag)
+    }
+
+    /// The word after `flag`.
+    pub fn value(&self, flag: &str) -> Option<String> {
+        self.0
+            .iter()
+            .position(|a| a == flag)
+            .and_then(|i| self.0.get(i + 1))
+            .cloned()
+    }
+
+    /// The word after each `flag` (a flag given more than once).
+    pub fn values(&self, flag: &str) -> Vec<String> {
+        self.0
+            .windows(2)
+            .filter(|w| w[0] == flag)
+            .map(|w| w[1].clone())
+            .collect()
+    }
+}
+
+/// The load generator's runtime: two workers, as many as the machines
+/// the results were recorded on have cores.
+pub fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap()
+}

@@ -17,6 +17,8 @@ pub enum Purpose {
     Cli,
     /// A Tinker-compatible training service.
     Training,
+    /// The scheduler's calendar (an iCalendar address).
+    Calendar,
 }
 
 impl Purpose {
@@ -27,6 +29,7 @@ impl Purpose {
             Self::Embeddings => concat!("metaclaw/", env!("CARGO_PKG_VERSION"), " (embeddings)"),
             Self::Cli => concat!("metaclaw/", env!("CARGO_PKG_VERSION"), " (cli)"),
             Self::Training => concat!("metaclaw/", env!("CARGO_PKG_VERSION"), " (training)"),
+            Self::Calendar => concat!("metaclaw/", env!("CARGO_PKG_VERSION"), " (calendar)"),
         }
     }
 }

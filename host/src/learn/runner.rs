@@ -324,7 +324,10 @@ impl Learner {
     async fn commit<O: Output>(&self, job: &Job, output: O) -> Result<()> {
         let job = job.clone();
         self.db(move |c| {
-            let tx = c.transaction()?;
+            // Immediate: a stage's output reads before it writes, and a
+            // deferred transaction that another writer overtook in between
+            // fails (SQLITE_BUSY_SNAPSHOT) instead of waiting its turn.
+            let tx = c.transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)?;
             output.write(&tx)?;
             jobs::stage_done(&tx, &job, O::STAGE, &output.summary(), now_ms())?;
             tx.commit()?;

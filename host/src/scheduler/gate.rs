@@ -398,6 +398,20 @@ impl Gate {
         report
     }
 
+    /// [`Gate::tick`], unless the last look is younger than `age`.
+    pub async fn tick_unless_within(&self, age: std::time::Duration) {
+        let now = self.inputs.clock.now();
+        let recent = self
+            .last
+            .lock()
+            .ok()
+            .and_then(|l| l.as_ref().map(|r| r.now));
+        let fresh = recent.is_some_and(|at| (now - at).to_std().is_ok_and(|elapsed| elapsed < age));
+        if !fresh {
+            self.tick().await;
+        }
+    }
+
     pub fn state(&self) -> State {
         self.machine.lock().map_or(State::Closed, |m| m.state())
     }
@@ -594,6 +608,25 @@ mod tests {
             ]
         );
         assert_eq!(stored::window_totals(&conn).unwrap(), (1, 1));
+    }
+
+    #[tokio::test]
+    async fn between_back_to_back_steps_a_recent_look_stands_and_an_old_one_is_renewed() {
+        let s = setup(BERLIN, None, Err("none here".into()));
+        s.clock.set(utc("2026-11-25T01:00:00Z"));
+        let first = s.gate.tick().await.now;
+        s.clock.advance(Duration::seconds(4));
+        s.gate
+            .tick_unless_within(std::time::Duration::from_secs(5))
+            .await;
+        assert_eq!(s.gate.last().unwrap().now, first, "looked again too soon");
+        // Past the sleep window: the next look closes it.
+        s.clock.set(utc("2026-11-25T06:59:00Z"));
+        s.gate
+            .tick_unless_within(std::time::Duration::from_secs(5))
+            .await;
+        assert_eq!(s.gate.last().unwrap().now, utc("2026-11-25T06:59:00Z"));
+        assert!(!s.gate.may_step());
     }
 
     #[tokio::test]

@@ -108,15 +108,26 @@ type Run<'a> = dyn Fn(&str, &[&str]) -> Result<String, String> + 'a;
 /// nothing: the ext-idle-notify protocol needs a compositor client, which
 /// a plain process is not.
 ///
-/// logind's answer, when it gives one, is final. A desktop that never
-/// sets `IdleHint` leaves it at "no", so such a session reads as active
-/// for ever: the machine is then treated as not idle, which is the safe
-/// side (training waits for the sleep window instead).
+/// logind's "idle since" is final. Its "active" is not on X11: a desktop
+/// that never sets `IdleHint` (many window managers) leaves it at "no"
+/// for ever, so there `xprintidle`, which sees every X input, has the
+/// last word when it can be read. Elsewhere such a session reads as
+/// active, the safe side (training waits for the sleep window instead).
 #[cfg(any(target_os = "linux", test))]
 fn probe_linux(env: &Env, run: &Run<'_>, now: DateTime<Utc>) -> SystemIdle {
     let mut tried = Vec::new();
     match logind(env, run, now) {
         Ok((idle, source)) => {
+            if idle.is_zero()
+                && let Ok((x_idle, x_source)) = x11(env, run)
+            {
+                return SystemIdle {
+                    idle: Ok(x_idle),
+                    source: format!(
+                        "{x_source}; {source} says active, as it always does where the desktop never sets it"
+                    ),
+                };
+            }
             return SystemIdle {
                 idle: Ok(idle),
                 source,
@@ -124,34 +135,15 @@ fn probe_linux(env: &Env, run: &Run<'_>, now: DateTime<Utc>) -> SystemIdle {
         }
         Err(why) => tried.push(format!("logind: {why}")),
     }
-    let wayland = env.wayland_display.is_some()
-        || env
-            .session_type
-            .as_deref()
-            .is_some_and(|t| t.eq_ignore_ascii_case("wayland"));
-    match (&env.display, wayland) {
-        // XWayland's idle time only counts input to X11 windows: the user
-        // typing in a Wayland window would read as idle (the unsafe side).
-        (Some(_), true) => tried.push(
-            "X11: not asked under Wayland (XWayland's idle time misses input to Wayland windows)"
-                .into(),
-        ),
-        (Some(display), false) => match run("xprintidle", &[]) {
-            Ok(output) => match parse_xprintidle(&output) {
-                Some(idle) => {
-                    return SystemIdle {
-                        idle: Ok(idle),
-                        source: format!("xprintidle (X11 {display})"),
-                    };
-                }
-                None => tried.push(format!(
-                    "X11: xprintidle printed {:?}, not milliseconds",
-                    output.trim()
-                )),
-            },
-            Err(why) => tried.push(format!("X11: {why}")),
-        },
-        (None, _) => tried.push("X11: DISPLAY is not set".into()),
+    let wayland = is_wayland(env);
+    match x11(env, run) {
+        Ok((idle, source)) => {
+            return SystemIdle {
+                idle: Ok(idle),
+                source,
+            };
+        }
+        Err(why) => tried.push(why),
     }
     if wayland {
         tried.push(
@@ -161,6 +153,37 @@ fn probe_linux(env: &Env, run: &Run<'_>, now: DateTime<Utc>) -> SystemIdle {
         );
     }
     SystemIdle::none(format!("no idle source: {}", tried.join("; ")))
+}
+
+#[cfg(any(target_os = "linux", test))]
+fn is_wayland(env: &Env) -> bool {
+    env.wayland_display.is_some()
+        || env
+            .session_type
+            .as_deref()
+            .is_some_and(|t| t.eq_ignore_ascii_case("wayland"))
+}
+
+/// The X11 display's idle time from `xprintidle`, and the source; why not.
+#[cfg(any(target_os = "linux", test))]
+fn x11(env: &Env, run: &Run<'_>) -> Result<(Duration, String), String> {
+    let display = env.display.as_ref().ok_or("X11: DISPLAY is not set")?;
+    // XWayland's idle time only counts input to X11 windows: the user
+    // typing in a Wayland window would read as idle (the unsafe side).
+    if is_wayland(env) {
+        return Err(
+            "X11: not asked under Wayland (XWayland's idle time misses input to Wayland windows)"
+                .into(),
+        );
+    }
+    let output = run("xprintidle", &[]).map_err(|why| format!("X11: {why}"))?;
+    let idle = parse_xprintidle(&output).ok_or_else(|| {
+        format!(
+            "X11: xprintidle printed {:?}, not milliseconds",
+            output.trim()
+        )
+    })?;
+    Ok((idle, format!("xprintidle (X11 {display})")))
 }
 
 /// The user's graphical session's idle time from logind, and the source.
@@ -503,8 +526,8 @@ mod tests {
         assert_eq!(read.idle, Ok(Duration::minutes(10)));
         assert_eq!(read.source, "logind session 2 (IdleHint)");
 
-        // $XDG_SESSION_ID wins, and logind's answer is final even with a
-        // display that xprintidle could read.
+        // $XDG_SESSION_ID wins; logind's "active" stands where X11
+        // cannot be read.
         let env = Env {
             session_id: Some("c7".into()),
             display: Some(":0".into()),
@@ -513,7 +536,51 @@ mod tests {
         let read = fake.probe(&env, now);
         assert_eq!(read.idle, Ok(Duration::zero()));
         assert_eq!(read.source, "logind session c7 (IdleHint)");
+    }
+
+    #[test]
+    fn on_x11_xprintidle_overrules_an_idle_hint_that_is_never_set() {
+        let now = utc("2025-11-24T16:30:00Z");
+        let since = now.timestamp_micros() - 10 * 60 * 1_000_000;
+        let fake = Fake::new(vec![
+            (
+                "loginctl show-session c7 -p IdleHint -p IdleSinceHint",
+                Ok("IdleHint=no\nIdleSinceHint=0\n".into()),
+            ),
+            (
+                "loginctl show-session c8 -p IdleHint -p IdleSinceHint",
+                Ok(format!("IdleHint=yes\nIdleSinceHint={since}\n")),
+            ),
+            ("xprintidle", Ok("2400000\n".into())),
+        ]);
+        let env = Env {
+            session_id: Some("c7".into()),
+            display: Some(":0".into()),
+            ..no_env()
+        };
+        let read = fake.probe(&env, now);
+        assert_eq!(read.idle, Ok(Duration::minutes(40)));
+        assert!(
+            read.source
+                .starts_with("xprintidle (X11 :0); logind session c7"),
+            "{}",
+            read.source
+        );
+        // logind's "idle since" is final: X11 is not asked.
+        fake.calls.lock().unwrap().clear();
+        let env = Env {
+            session_id: Some("c8".into()),
+            ..env
+        };
+        assert_eq!(fake.probe(&env, now).idle, Ok(Duration::minutes(10)));
         assert!(!fake.calls.lock().unwrap().iter().any(|c| c == "xprintidle"));
+        // Under Wayland logind's "active" stands.
+        let env = Env {
+            session_id: Some("c7".into()),
+            wayland_display: Some("wayland-0".into()),
+            ..env
+        };
+        assert_eq!(fake.probe(&env, now).idle, Ok(Duration::zero()));
     }
 
     #[test]

@@ -259,7 +259,7 @@ fn url_kind(location: &str) -> Result<Kind, String> {
     );
     // `only_calls` with the safe name: the client's errors quote it, and
     // a plain http:// address loads no CA certificates.
-    let client = ClientSpec::new(Purpose::Training)
+    let client = ClientSpec::new(Purpose::Calendar)
         .only_calls([shown.as_str()])
         .build()
         .map_err(|e| e.to_string())?;

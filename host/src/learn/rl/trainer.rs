@@ -259,6 +259,9 @@ impl Trainer {
         mut commands: mpsc::UnboundedReceiver<Command>,
         cancel: CancellationToken,
     ) {
+        // After a step the next one is looked for at once: a backlog
+        // trains back to back while its window stays open.
+        let mut wait = POLL;
         loop {
             tokio::select! {
                 () = cancel.cancelled() => return,
@@ -270,8 +273,13 @@ impl Trainer {
                         let _ = reply.send(outcome);
                     }
                 },
-                () = tokio::time::sleep(POLL), if !self.settings.manual => {
-                    let Some(outcome) = self.step_in_window().await else {
+                () = tokio::time::sleep(wait), if !self.settings.manual => {
+                    let outcome = self.step_in_window().await;
+                    wait = match outcome {
+                        Some(Ok(Outcome::Stepped(_))) => Duration::ZERO,
+                        _ => POLL,
+                    };
+                    let Some(outcome) = outcome else {
                         continue;
                     };
                     self.note(&outcome);
@@ -300,7 +308,9 @@ impl Trainer {
         let Some(gate) = self.settings.gate.clone() else {
             return Some(self.step(size, None).await);
         };
-        gate.tick().await;
+        // Between back-to-back steps the last look stands for up to
+        // `POLL`, as during a step.
+        gate.tick_unless_within(POLL).await;
         if !gate.may_step() {
             // Queued for the next window; classified now, so `status`
             // counts them ready.
