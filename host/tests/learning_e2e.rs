@@ -116,6 +116,16 @@ async fn a_corrected_answer_is_judged_bad_and_becomes_a_skill_a_new_session_gets
     // The last turn is judged at session end with what is known: nothing.
     assert_eq!(turns[1]["judgment"]["evidence"], "none");
     assert_eq!(turns[1]["judgment"]["value"], 0);
+    // Both final rewards joined the outcomes (every main turn's, and the
+    // injected skills' own).
+    let out = mc.cli(&["skills", "stats", "--json"]);
+    let stats: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(stats["every_main_turn"]["judged"], 2, "{stats:#}");
+    assert_eq!(
+        stats["every_main_turn"]["reward_sum"],
+        turns[0]["reward"].as_f64().unwrap() + turns[1]["reward"].as_f64().unwrap(),
+        "{stats:#}"
+    );
     // The judge was shown the correction as the next state.
     let judged = seen_by(&up.url, "judge").await;
     assert!(judged.iter().any(|r| r.contains("384,400 km")));

@@ -15,9 +15,7 @@ use std::sync::Arc;
 
 use metaclaw::config::Config;
 use metaclaw::home::Home;
-use metaclaw::plugins::{PluginHost, Settings as PluginSettings};
-use metaclaw::skills::library::Library;
-use metaclaw::skills::{Query, Retrieval, Settings, Skills};
+use metaclaw::skills::{Query, Skills};
 
 #[derive(serde::Deserialize)]
 struct Labelled {
@@ -60,22 +58,8 @@ fn labelled(file: &str) -> Labelled {
 fn skills(home: &Path, config: Config) -> Arc<Skills> {
     let home = Home::at(home);
     home.ensure().unwrap();
-    let db = home.db_file();
-    let (retrieval, embedder) = Retrieval::from_config(&config, &db);
-    assert_eq!(retrieval.problem, None);
-    let plugins = PluginHost::new(PluginSettings::from_config(&config, &home), embedder).unwrap();
-    let registry = plugins.reload();
-    assert!(registry.problems.is_empty(), "{:?}", registry.problems);
-    let library = Library::open(repo().join("skills"), db);
-    assert!(library.snapshot().skills.len() >= 40);
-    let engine = plugins.engine.clone();
-    let skills = Skills::new(
-        library,
-        Some(plugins),
-        Settings::from_config(&config),
-        retrieval,
-    );
-    engine.block_on(skills.index_now());
+    let skills = common::skills_over(&home, repo().join("skills"), &config);
+    assert!(skills.library.snapshot().skills.len() >= 40);
     skills
 }
 

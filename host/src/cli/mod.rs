@@ -25,6 +25,7 @@ mod scheduler_cmd;
 mod sessions_cmd;
 mod setup;
 mod skills_cmd;
+mod skills_stats;
 mod tinker_cmd;
 mod train_cmd;
 
@@ -375,6 +376,15 @@ pub enum SkillsCommand {
     /// One skill's SKILL.md and the files it brings.
     Show {
         name: String,
+        #[arg(long)]
+        json: bool,
+    },
+    /// How skills fared: per version, the turns it was injected into,
+    /// the judged ones' rewards, the success estimate and its interval,
+    /// and flags (docs/skills.md, "Outcomes").
+    Stats {
+        /// One skill (all its versions); default: every skill's current one.
+        name: Option<String>,
         #[arg(long)]
         json: bool,
     },

@@ -17,6 +17,8 @@ use crate::skills::skill::{self, Category};
 use crate::skills::{Query, Retrieval, Settings as SkillSettings, Skills, builtin, import};
 use crate::store::skills::{Attribution, history};
 
+use super::skills_stats as stats;
+
 /// What `setup` and `start` do with the built-in bank
 /// (`skills.install_builtin`): install it and say in one line what
 /// changed. A failure is a warning: the proxy works without skills.
@@ -140,9 +142,28 @@ pub fn run(home: &Home, config_path: &Path, command: SkillsCommand) -> Result<Ex
                         json!({"error": e, "path": folder.join("SKILL.md"), "files": files, "links": bundled.links})
                     }
                 };
+                let mut value = value;
+                if let Ok((_, rows)) = stats::rows(
+                    &db,
+                    &Library::open(dir.clone(), db.clone()).snapshot(),
+                    Some(&name),
+                ) {
+                    value["outcomes"] = json!(rows);
+                }
                 say!("{}", serde_json::to_string_pretty(&value)?);
             } else {
                 say_raw!("{text}");
+                match stats::rows(
+                    &db,
+                    &Library::open(dir.clone(), db.clone()).snapshot(),
+                    Some(&name),
+                ) {
+                    Ok((board, rows)) => {
+                        say!("\noutcomes:");
+                        stats::print(&board, &rows);
+                    }
+                    Err(e) => say!("\noutcomes: not read: {e:#}"),
+                }
                 if !bundled.files.is_empty() || !bundled.links.is_empty() {
                     say!(
                         "\nfiles (in {}; never run or injected by metaclaw):",
@@ -158,6 +179,31 @@ pub fn run(home: &Home, config_path: &Path, command: SkillsCommand) -> Result<Ex
                 if let Err(e) = parsed {
                     say!("\nproblem: {e}");
                 }
+            }
+        }
+        SkillsCommand::Stats { name, json } => {
+            let library = Library::open(dir, db.clone());
+            let snapshot = library.snapshot();
+            if let Some(name) = &name
+                && snapshot.get(name).is_none()
+                && stats::board(&db)?.versions(name).is_empty()
+            {
+                bail!(
+                    "no skill {name:?} in the library and no outcomes recorded for it (see `metaclaw skills list`)"
+                );
+            }
+            let (board, rows) = stats::rows(&db, &snapshot, name.as_deref())?;
+            if json {
+                say!(
+                    "{}",
+                    serde_json::to_string_pretty(&json!({
+                        "versions": rows,
+                        "every_main_turn": board.all(),
+                        "prior": board.prior(),
+                    }))?
+                );
+            } else {
+                stats::print(&board, &rows);
             }
         }
         SkillsCommand::Search { query, json } => {

@@ -279,6 +279,13 @@ pub struct SkillsConfig {
     pub min_relative_relevance: f32,
     /// An executable skill joins when its `applies()` reaches this.
     pub component_threshold: f32,
+    /// How much a relevant skill's outcomes (the judged rewards of the
+    /// turns it was injected into) weigh in its rank, 0..1; 0 ranks by
+    /// relevance alone. Relevance stays the gate either way.
+    pub outcome_weight: f32,
+    /// Take skills the outcomes flag out of retrieval (evolved ones only;
+    /// the user's own and the built-in are flagged, never retired).
+    pub auto_retire: bool,
 }
 
 impl SkillsConfig {
@@ -328,6 +335,8 @@ impl Default for SkillsConfig {
             min_relevance: 0.3,
             min_relative_relevance: 0.5,
             component_threshold: 0.5,
+            outcome_weight: 0.3,
+            auto_retire: false,
         }
     }
 }

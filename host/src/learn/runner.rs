@@ -323,6 +323,12 @@ impl Learner {
     /// A stage's output and its row, in one transaction.
     async fn commit<O: Output>(&self, job: &Job, output: O) -> Result<()> {
         let job = job.clone();
+        // Judged turns move their skills' outcomes: retrieval reads them
+        // afresh from here on.
+        let outcomes = match O::STAGE {
+            Stage::Judge => self.parts.skills.as_ref().map(|s| s.outcomes.clone()),
+            _ => None,
+        };
         self.db(move |c| {
             // Immediate: a stage's output reads before it writes, and a
             // deferred transaction that another writer overtook in between
@@ -331,6 +337,11 @@ impl Learner {
             output.write(&tx)?;
             jobs::stage_done(&tx, &job, O::STAGE, &output.summary(), now_ms())?;
             tx.commit()?;
+            if let Some(outcomes) = outcomes
+                && let Err(e) = outcomes.refresh(c)
+            {
+                tracing::warn!("the skills' outcomes were not read again: {e}");
+            }
             Ok(())
         })
         .await

@@ -151,6 +151,11 @@ impl Library {
         library
     }
 
+    /// The store its changes are recorded in.
+    pub fn db(&self) -> &Path {
+        &self.db
+    }
+
     /// Whether the folder has been read once.
     pub fn loaded(&self) -> bool {
         self.loaded.load(std::sync::atomic::Ordering::Acquire)

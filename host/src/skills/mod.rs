@@ -15,6 +15,7 @@ pub mod builtin;
 pub mod import;
 pub mod inject;
 pub mod library;
+pub mod outcomes;
 pub mod skill;
 
 /// The library folder and the store file that `config` names (under
@@ -56,6 +57,9 @@ pub struct Settings {
     pub min_relevance: f32,
     pub min_relative_relevance: f32,
     pub component_threshold: f32,
+    /// `skills.outcome_weight`: how much a relevant skill's outcomes
+    /// weigh in its rank (0: relevance alone).
+    pub outcome_weight: f32,
     pub max_context_tokens: u64,
     /// `plugins.builtin` (to say why no retriever answers).
     pub builtin_plugins: bool,
@@ -71,6 +75,7 @@ impl Settings {
             min_relevance: s.min_relevance,
             min_relative_relevance: s.min_relative_relevance,
             component_threshold: s.component_threshold,
+            outcome_weight: s.outcome_weight,
             max_context_tokens: config.max_context_tokens,
             builtin_plugins: config.plugins.builtin,
         }
@@ -230,6 +235,8 @@ pub struct Skills {
     last_retriever: std::sync::Mutex<Option<String>>,
     /// The library as retrievers see it, rebuilt when the generation moves.
     wit: RwLock<(u64, Arc<Vec<types::Skill>>)>,
+    /// Each skill version's outcomes (learning refreshes them).
+    pub outcomes: Arc<outcomes::Outcomes>,
 }
 
 /// A skill as retriever plugins see it.
@@ -252,6 +259,7 @@ impl Skills {
         settings: Settings,
         retrieval: Retrieval,
     ) -> Arc<Self> {
+        let outcomes = Arc::new(outcomes::Outcomes::load(library.db()));
         Arc::new(Self {
             library,
             plugins,
@@ -259,6 +267,7 @@ impl Skills {
             retrieval,
             last_retriever: std::sync::Mutex::new(None),
             wit: RwLock::new((u64::MAX, Arc::new(Vec::new()))),
+            outcomes,
         })
     }
 
@@ -427,8 +436,33 @@ impl Skills {
                 .settings
                 .min_relevance
                 .max(best * self.settings.min_relative_relevance);
-            for (id, score) in &selection.ranked {
-                if *score < floor || chosen.len() >= self.settings.top_k {
+            // Relevance is the gate; among the relevant, outcomes move the
+            // rank (and so the top-k cut).
+            let mut relevant: Vec<&(String, f32)> = selection
+                .ranked
+                .iter()
+                .filter(|(_, s)| *s >= floor)
+                .collect();
+            if self.settings.outcome_weight > 0.0 && best > 0.0 {
+                let board = self.outcomes.board();
+                let weight = f64::from(self.settings.outcome_weight);
+                let mut keyed: Vec<(f64, &(String, f32))> = relevant
+                    .iter()
+                    .map(|r| {
+                        let estimate = snapshot.get(&r.0).map_or_else(
+                            || board.estimate(&r.0, ""),
+                            |s| board.estimate(&s.id, &s.version.to_string()),
+                        );
+                        let relevance = f64::from(r.1 / best);
+                        (outcomes::rank(relevance, &estimate, weight), *r)
+                    })
+                    .collect();
+                // Stable: equal ranks keep the retriever's order.
+                keyed.sort_by(|a, b| b.0.total_cmp(&a.0));
+                relevant = keyed.into_iter().map(|(_, r)| r).collect();
+            }
+            for (id, score) in relevant {
+                if chosen.len() >= self.settings.top_k {
                     continue;
                 }
                 let Some(skill) = snapshot.get(id) else {

@@ -147,12 +147,6 @@ pub fn turn_reward_totals(
     .collect()
 }
 
-pub fn set_reward(conn: &Connection, turn_id: &str, reward: f64) -> rusqlite::Result<()> {
-    conn.prepare_cached("UPDATE turns SET reward = ?2 WHERE id = ?1")?
-        .execute(params![turn_id, reward])?;
-    Ok(())
-}
-
 /// A skill draft from a session's evolution and what became of it.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct DraftRow {

@@ -10,6 +10,7 @@
 
 pub mod jobs;
 pub mod learning;
+pub mod outcomes;
 mod read;
 pub mod samples;
 pub mod scheduler;

@@ -321,6 +321,35 @@ const MIGRATIONS: &[&str] = &[
         window_steps INTEGER
     );
     "#,
+    // 13: outcomes per skill version (store::outcomes): running sums over
+    // the main turns each version was injected into, and the judged ones'
+    // final rewards; the row ('', '') is every main turn. Filled here once
+    // from the turns recorded so far, then kept by what moves them.
+    r#"
+    CREATE TABLE skill_outcomes (
+        skill_id   TEXT NOT NULL,
+        version    TEXT NOT NULL,
+        injected   INTEGER NOT NULL DEFAULT 0,
+        judged     INTEGER NOT NULL DEFAULT 0,
+        reward_sum REAL NOT NULL DEFAULT 0,
+        reward_sq  REAL NOT NULL DEFAULT 0,
+        PRIMARY KEY (skill_id, version)
+    );
+    INSERT INTO skill_outcomes (skill_id, version, injected, judged, reward_sum, reward_sq)
+    SELECT id, version, count(*), count(reward), coalesce(sum(reward), 0),
+           coalesce(sum(reward * reward), 0)
+    FROM (SELECT DISTINCT t.id AS turn, json_extract(j.value, '$.id') AS id,
+                 json_extract(j.value, '$.version') AS version, t.reward AS reward
+          FROM turns t, json_each(t.injected_skills) j
+          WHERE t.turn_type = 'main' AND t.injected_skills IS NOT NULL
+            AND json_valid(t.injected_skills))
+    WHERE id IS NOT NULL AND version IS NOT NULL
+    GROUP BY id, version;
+    INSERT INTO skill_outcomes (skill_id, version, injected, judged, reward_sum, reward_sq)
+    SELECT '', '', count(*), count(reward), coalesce(sum(reward), 0),
+           coalesce(sum(reward * reward), 0)
+    FROM turns WHERE turn_type = 'main';
+    "#,
 ];
 
 pub fn configure(conn: &Connection) -> rusqlite::Result<()> {
@@ -380,6 +409,59 @@ mod tests {
             crate::store::learning::pending_reviews(&conn)
                 .unwrap()
                 .is_empty()
+        );
+    }
+
+    /// A store from before outcomes (schema 12) gets its skills' outcomes
+    /// from the turns it recorded: main turns only, a skill once a turn.
+    #[test]
+    fn the_outcomes_migration_counts_the_turns_already_recorded() {
+        let mut conn = Connection::open_in_memory().unwrap();
+        for sql in &MIGRATIONS[..12] {
+            conn.execute_batch(sql).unwrap();
+        }
+        conn.pragma_update(None, "user_version", 12).unwrap();
+        conn.execute(
+            "INSERT INTO sessions (id, base_key, source, started_at_ms, last_activity_ms)
+             VALUES ('s', 's', 'test', 0, 0)",
+            [],
+        )
+        .unwrap();
+        let tidy = r#"[{"id":"tidy","version":"1.0.0","score":0.9}]"#;
+        let both = r#"[{"id":"tidy","version":"1.0.0","score":0.9},{"id":"terse","version":"0.2.0","score":0.5},{"id":"tidy","version":"1.0.0","score":0.9}]"#;
+        for (i, (kind, skills, reward)) in [
+            ("main", Some(tidy), Some(1.0)),
+            ("main", Some(both), Some(-1.0)),
+            ("main", None, Some(0.5)),
+            ("main", Some(tidy), None),
+            ("side", Some(tidy), Some(1.0)),
+            ("retried", Some(tidy), Some(-1.0)),
+        ]
+        .into_iter()
+        .enumerate()
+        {
+            conn.execute(
+                "INSERT INTO turns (id, session_id, seq, turn_type, api, stream, status, request_messages,
+                                    request_params, started_at_ms, finished_at_ms, total_ms, injected_skills, reward)
+                 VALUES (?1, 's', ?1, ?2, 'openai', 0, 'ok', '[]', '{}', 0, 0, 0, ?3, ?4)",
+                rusqlite::params![i as i64, kind, skills, reward],
+            )
+            .unwrap();
+        }
+        assert_eq!(migrate(&mut conn).unwrap(), latest_version());
+        let all = crate::store::outcomes::all(&conn).unwrap();
+        let get = |id: &str, v: &str| all[&(id.to_string(), v.to_string())];
+        let tidy = get("tidy", "1.0.0");
+        assert_eq!((tidy.injected, tidy.judged, tidy.reward_sum), (3, 2, 0.0));
+        let terse = get("terse", "0.2.0");
+        assert_eq!(
+            (terse.injected, terse.judged, terse.reward_sum),
+            (1, 1, -1.0)
+        );
+        let every = get("", "");
+        assert_eq!(
+            (every.injected, every.judged, every.reward_sum),
+            (4, 3, 0.5)
         );
     }
 }

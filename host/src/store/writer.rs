@@ -445,6 +445,7 @@ fn insert_turn(tx: &Transaction<'_>, t: &TurnRecord, p: &Prepared) -> rusqlite::
     // A retry is the same turn again: it replaces the attempts before it.
     let main = i64::from(t.turn_type == TurnType::Main && t.retry_of.is_none());
     if let Some(first) = &t.retry_of {
+        super::outcomes::turns_replaced(tx, &t.session.id, first)?;
         tx.prepare_cached(
             "UPDATE turns SET turn_type = ?3
              WHERE session_id = ?1 AND turn_type = ?4 AND (id = ?2 OR retry_of = ?2)",
@@ -529,6 +530,14 @@ fn insert_turn(tx: &Transaction<'_>, t: &TurnRecord, p: &Prepared) -> rusqlite::
             _ => None,
         },
     ])?;
+    if t.turn_type == TurnType::Main {
+        let skills: Vec<super::outcomes::Key> = t
+            .injected_skills
+            .iter()
+            .map(|s| (s.id.clone(), s.version.clone()))
+            .collect();
+        super::outcomes::turn_recorded(tx, &skills)?;
+    }
     if let ServedBy::Student(sample) = &t.served_by {
         super::samples::insert(
             tx,

@@ -578,3 +578,30 @@ pub fn skills_ready(status: &Value, skills: u64) -> bool {
             .as_array()
             .is_some_and(|r| !r.is_empty())
 }
+
+/// Skills over `library` (a folder) behind the real retriever plugins, as
+/// the daemon sets them up for `config`, indexed before returning.
+pub fn skills_over(
+    home: &metaclaw::home::Home,
+    library: PathBuf,
+    config: &metaclaw::config::Config,
+) -> std::sync::Arc<metaclaw::skills::Skills> {
+    use metaclaw::plugins::{PluginHost, Settings as PluginSettings};
+    use metaclaw::skills::{Retrieval, Settings, Skills, library::Library};
+    let db = home.db_file();
+    let (retrieval, embedder) = Retrieval::from_config(config, &db);
+    assert_eq!(retrieval.problem, None);
+    let plugins = PluginHost::new(PluginSettings::from_config(config, home), embedder).unwrap();
+    let registry = plugins.reload();
+    assert!(registry.problems.is_empty(), "{:?}", registry.problems);
+    let library = Library::open(library, db);
+    let engine = plugins.engine.clone();
+    let skills = Skills::new(
+        library,
+        Some(plugins),
+        Settings::from_config(config),
+        retrieval,
+    );
+    engine.block_on(skills.index_now());
+    skills
+}

@@ -90,7 +90,7 @@ impl Output for Judged {
                 .collect();
             let judge = judgments.get(&turn.id).map(|j| j.value);
             if let Some(value) = reward::combine(&self.reward, judge, &scorers) {
-                learning::set_reward(tx, &turn.id, value)?;
+                crate::store::outcomes::set_reward(tx, &turn.id, value)?;
             }
         }
         Ok(())

@@ -1,0 +1,145 @@
+//! `metaclaw skills stats` (and the outcomes part of `skills show`): each
+//! skill version's outcomes from the store, with its estimate and flag.
+
+use std::path::Path;
+
+use anyhow::{Context, Result};
+use serde::Serialize;
+
+use crate::skills::library::Snapshot;
+use crate::skills::outcomes::{Board, Estimate, Flag};
+
+/// One skill version's outcomes.
+#[derive(Debug, Serialize)]
+pub struct Row {
+    pub skill: String,
+    pub version: String,
+    /// The library's version of the skill now.
+    pub current: bool,
+    /// `builtin`, `user`, `evolved:<session>`, `imported:<source>`; none
+    /// when the skill is no longer in the library.
+    pub created_by: Option<String>,
+    pub injected: i64,
+    pub judged: i64,
+    /// The judged turns' mean reward, in [-1, 1].
+    pub mean_reward: Option<f64>,
+    pub success: Estimate,
+    pub flag: Option<Flag>,
+}
+
+/// The store's outcomes (an empty board before any turn).
+pub fn board(db: &Path) -> Result<Board> {
+    if !db.exists() {
+        return Ok(Board::default());
+    }
+    let conn = crate::store::open_read_only(db)?;
+    let rows = crate::store::outcomes::all(&conn)
+        .with_context(|| format!("reading the skills' outcomes from {}", db.display()))?;
+    Ok(Board::new(rows))
+}
+
+/// The rows of `name` (each version with outcomes, and the current one),
+/// or of every library skill's current version; most injected first.
+pub fn rows(db: &Path, snapshot: &Snapshot, name: Option<&str>) -> Result<(Board, Vec<Row>)> {
+    let board = board(db)?;
+    let row = |id: &str, version: &str| {
+        let skill = snapshot.get(id);
+        let sums = board.sums(id, version);
+        Row {
+            skill: id.to_string(),
+            version: version.to_string(),
+            current: skill.is_some_and(|s| s.version.to_string() == version),
+            created_by: skill.map(|s| s.created_by.clone()),
+            injected: sums.injected,
+            judged: sums.judged,
+            mean_reward: (sums.judged > 0).then(|| sums.reward_sum / sums.judged as f64),
+            success: board.estimate(id, version),
+            flag: board.flag(id, version),
+        }
+    };
+    let mut rows: Vec<Row> = match name {
+        Some(id) => {
+            let mut versions: Vec<String> =
+                board.versions(id).iter().map(|(v, _)| v.clone()).collect();
+            if let Some(s) = snapshot.get(id) {
+                versions.push(s.version.to_string());
+            }
+            versions.sort_by(|a, b| {
+                let parse = |v: &str| semver::Version::parse(v).ok();
+                parse(b).cmp(&parse(a)).then_with(|| b.cmp(a))
+            });
+            versions.dedup();
+            versions.iter().map(|v| row(id, v)).collect()
+        }
+        None => snapshot
+            .skills
+            .iter()
+            .map(|s| row(&s.id, &s.version.to_string()))
+            .collect(),
+    };
+    if name.is_none() {
+        rows.sort_by(|a, b| {
+            b.injected
+                .cmp(&a.injected)
+                .then_with(|| a.skill.cmp(&b.skill))
+        });
+    }
+    Ok((board, rows))
+}
+
+pub fn print(board: &Board, rows: &[Row]) {
+    say!(
+        "{:<36} {:<9} {:>8} {:>7} {:>7}  {:<19} flag",
+        "skill",
+        "version",
+        "injected",
+        "judged",
+        "reward",
+        "success (95%)"
+    );
+    for r in rows {
+        let reward = r
+            .mean_reward
+            .map_or_else(|| "-".to_string(), |m| format!("{m:+.2}"));
+        let success = format!(
+            "{:.2} ({:.2}–{:.2})",
+            r.success.mean, r.success.low, r.success.high
+        );
+        let mut version = r.version.clone();
+        if !r.current && r.created_by.is_some() {
+            version.push('*');
+        }
+        let flag = r.flag.as_ref().map_or(String::new(), |f| {
+            let kept = match r.created_by.as_deref() {
+                Some("user" | "builtin") => "; flagged only (yours or built in)",
+                _ => "",
+            };
+            format!("worse than the turns without it: {}{kept}", f.reason)
+        });
+        say!(
+            "{:<36} {:<9} {:>8} {:>7} {:>7}  {:<19} {flag}",
+            r.skill,
+            version,
+            r.injected,
+            r.judged,
+            reward,
+            success
+        );
+    }
+    let all = board.all();
+    say!(
+        "every main turn: {} (judged {}{}); a version with no judged turn starts at {:.2}{}",
+        all.injected,
+        all.judged,
+        match all.judged {
+            0 => String::new(),
+            n => format!(", mean reward {:+.2}", all.reward_sum / n as f64),
+        },
+        board.prior(),
+        if rows.iter().any(|r| !r.current && r.created_by.is_some()) {
+            "; * an earlier version"
+        } else {
+            ""
+        }
+    );
+}

@@ -1,0 +1,308 @@
+//! Outcomes per skill version: the main turns each version was injected
+//! into, and the final rewards of those judged, kept as running sums in
+//! `skill_outcomes`. Each sum moves in the transaction of what moves it:
+//! a main turn recorded (one more injection), its reward set or changed
+//! (the old value out, the new one in: judging a turn again never counts
+//! it twice), a turn replaced by its retry (out). Nothing here reads all
+//! turns; the migration that made the table filled it from them once.
+//!
+//! The row with an empty id and version is every main turn: what a skill's
+//! turns are compared with is that row minus the skill's own.
+
+use std::collections::HashMap;
+
+use rusqlite::{Connection, OptionalExtension, params};
+use serde::Serialize;
+
+/// The id (and version) of the row that sums every main turn.
+pub const ALL: &str = "";
+
+/// The running sums of one skill version (or of every main turn).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize)]
+pub struct Sums {
+    /// Main turns it was injected into.
+    pub injected: i64,
+    /// Of those, the ones with a final reward.
+    pub judged: i64,
+    /// The sum of their rewards (each in [-1, 1]).
+    pub reward_sum: f64,
+    /// The sum of their squares (for the variance).
+    pub reward_sq: f64,
+}
+
+impl Sums {
+    /// These sums without `other`'s (the turns without a skill: every
+    /// main turn's sums less the skill's own).
+    pub fn without(&self, other: &Sums) -> Sums {
+        Sums {
+            injected: (self.injected - other.injected).max(0),
+            judged: (self.judged - other.judged).max(0),
+            reward_sum: self.reward_sum - other.reward_sum,
+            reward_sq: (self.reward_sq - other.reward_sq).max(0.0),
+        }
+    }
+}
+
+/// A skill version a turn carried: `(id, version)`.
+pub type Key = (String, String);
+
+/// What one turn adds to (or, negated, takes from) its skills' sums.
+#[derive(Debug, Clone, Copy, Default)]
+struct Delta {
+    injected: i64,
+    judged: i64,
+    sum: f64,
+    sq: f64,
+}
+
+impl Delta {
+    /// A turn with `reward` (if judged), counted once.
+    fn turn(reward: Option<f64>) -> Self {
+        let r = reward.unwrap_or(0.0);
+        Delta {
+            injected: 1,
+            judged: i64::from(reward.is_some()),
+            sum: r,
+            sq: r * r,
+        }
+    }
+
+    fn negate(self) -> Self {
+        Delta {
+            injected: -self.injected,
+            judged: -self.judged,
+            sum: -self.sum,
+            sq: -self.sq,
+        }
+    }
+
+    fn is_zero(&self) -> bool {
+        self.injected == 0 && self.judged == 0 && self.sum == 0.0 && self.sq == 0.0
+    }
+}
+
+/// Adds `delta` to each of `skills` and to the row of every main turn.
+fn apply(conn: &Connection, skills: &[Key], delta: Delta) -> rusqlite::Result<()> {
+    if delta.is_zero() {
+        return Ok(());
+    }
+    let mut stmt = conn.prepare_cached(
+        "INSERT INTO skill_outcomes (skill_id, version, injected, judged, reward_sum, reward_sq)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6)
+         ON CONFLICT (skill_id, version) DO UPDATE SET
+             injected = injected + excluded.injected,
+             judged = judged + excluded.judged,
+             reward_sum = reward_sum + excluded.reward_sum,
+             reward_sq = reward_sq + excluded.reward_sq",
+    )?;
+    let all = (ALL.to_string(), ALL.to_string());
+    for (id, version) in skills.iter().chain(std::iter::once(&all)) {
+        stmt.execute(params![
+            id,
+            version,
+            delta.injected,
+            delta.judged,
+            delta.sum,
+            delta.sq
+        ])?;
+    }
+    Ok(())
+}
+
+/// The skill versions in a turn's `injected_skills` column (JSON).
+fn keys(injected: Option<&str>) -> Vec<Key> {
+    #[derive(serde::Deserialize)]
+    struct One {
+        id: String,
+        version: String,
+    }
+    let list: Vec<One> = injected
+        .and_then(|text| serde_json::from_str(text).ok())
+        .unwrap_or_default();
+    let mut keys: Vec<Key> = list.into_iter().map(|o| (o.id, o.version)).collect();
+    // A skill injected twice into one turn is one injection.
+    keys.sort();
+    keys.dedup();
+    keys
+}
+
+/// A main turn was recorded with these skills (its reward comes later).
+pub fn turn_recorded(conn: &Connection, skills: &[Key]) -> rusqlite::Result<()> {
+    let mut skills = skills.to_vec();
+    skills.sort();
+    skills.dedup();
+    apply(conn, &skills, Delta::turn(None))
+}
+
+/// Sets a main turn's final reward, moving its skills' sums by the
+/// difference from the reward it had (none: it joins the judged).
+pub fn set_reward(conn: &Connection, turn_id: &str, reward: f64) -> rusqlite::Result<()> {
+    let before: Option<(Option<f64>, Option<String>, String)> = conn
+        .prepare_cached("SELECT reward, injected_skills, turn_type FROM turns WHERE id = ?1")?
+        .query_row([turn_id], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))
+        .optional()?;
+    conn.prepare_cached("UPDATE turns SET reward = ?2 WHERE id = ?1")?
+        .execute(params![turn_id, reward])?;
+    let Some((old, injected, turn_type)) = before else {
+        return Ok(());
+    };
+    if turn_type != "main" || old == Some(reward) {
+        return Ok(());
+    }
+    let (new, old) = (Delta::turn(Some(reward)), Delta::turn(old));
+    let delta = Delta {
+        injected: 0,
+        judged: new.judged - old.judged,
+        sum: new.sum - old.sum,
+        sq: new.sq - old.sq,
+    };
+    apply(conn, &keys(injected.as_deref()), delta)
+}
+
+/// These main turns stop being main (a retry replaces them): their
+/// injections and rewards leave the sums. Call before changing their type.
+pub fn turns_replaced(conn: &Connection, session_id: &str, first: &str) -> rusqlite::Result<()> {
+    let replaced: Vec<(Option<f64>, Option<String>)> = conn
+        .prepare_cached(
+            "SELECT reward, injected_skills FROM turns
+             WHERE session_id = ?1 AND turn_type = 'main' AND (id = ?2 OR retry_of = ?2)",
+        )?
+        .query_map(params![session_id, first], |r| Ok((r.get(0)?, r.get(1)?)))?
+        .collect::<rusqlite::Result<_>>()?;
+    for (reward, injected) in replaced {
+        apply(
+            conn,
+            &keys(injected.as_deref()),
+            Delta::turn(reward).negate(),
+        )?;
+    }
+    Ok(())
+}
+
+/// Every row: per skill version, and every main turn's under (`ALL`, `ALL`).
+pub fn all(conn: &Connection) -> rusqlite::Result<HashMap<Key, Sums>> {
+    conn.prepare_cached(
+        "SELECT skill_id, version, injected, judged, reward_sum, reward_sq FROM skill_outcomes",
+    )?
+    .query_map([], |r| {
+        Ok((
+            (r.get::<_, String>(0)?, r.get::<_, String>(1)?),
+            Sums {
+                injected: r.get(2)?,
+                judged: r.get(3)?,
+                reward_sum: r.get(4)?,
+                reward_sq: r.get(5)?,
+            },
+        ))
+    })?
+    .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+
+    use super::*;
+
+    fn db() -> Connection {
+        let mut conn = Connection::open_in_memory().unwrap();
+        crate::store::schema::configure(&conn).unwrap();
+        crate::store::schema::migrate(&mut conn).unwrap();
+        conn
+    }
+
+    /// A main turn row with these skills, recorded as the writer does.
+    fn turn(conn: &Connection, id: &str, skills: &[(&str, &str)]) {
+        conn.execute(
+            "INSERT OR IGNORE INTO sessions (id, base_key, source, started_at_ms, last_activity_ms)
+             VALUES ('s', 's', 'test', 0, 0)",
+            [],
+        )
+        .unwrap();
+        let json: Vec<serde_json::Value> = skills
+            .iter()
+            .map(|(id, v)| serde_json::json!({"id": id, "version": v, "score": 1.0}))
+            .collect();
+        let seq: i64 = conn
+            .query_row("SELECT count(*) FROM turns", [], |r| r.get(0))
+            .unwrap();
+        conn.execute(
+            "INSERT INTO turns (id, session_id, seq, turn_type, api, stream, status, request_messages,
+                                request_params, started_at_ms, finished_at_ms, total_ms, injected_skills)
+             VALUES (?1, 's', ?2, 'main', 'openai', 0, 'ok', '[]', '{}', 0, 0, 0, ?3)",
+            params![id, seq, serde_json::to_string(&json).unwrap()],
+        )
+        .unwrap();
+        let keys: Vec<Key> = skills
+            .iter()
+            .map(|(a, b)| (a.to_string(), b.to_string()))
+            .collect();
+        turn_recorded(conn, &keys).unwrap();
+    }
+
+    fn sums(conn: &Connection, id: &str, version: &str) -> Sums {
+        all(conn)
+            .unwrap()
+            .get(&(id.to_string(), version.to_string()))
+            .copied()
+            .unwrap_or_default()
+    }
+
+    #[test]
+    fn a_reward_set_again_or_changed_is_counted_once() {
+        let conn = db();
+        turn(&conn, "t1", &[("tidy", "1.0.0"), ("terse", "0.2.0")]);
+        turn(&conn, "t2", &[("tidy", "1.0.0")]);
+        turn(&conn, "t3", &[]);
+        set_reward(&conn, "t1", 1.0).unwrap();
+        set_reward(&conn, "t2", -1.0).unwrap();
+        // Judged again: the same verdict, then another.
+        set_reward(&conn, "t1", 1.0).unwrap();
+        set_reward(&conn, "t2", 0.5).unwrap();
+        set_reward(&conn, "t3", -1.0).unwrap();
+        let tidy = sums(&conn, "tidy", "1.0.0");
+        assert_eq!((tidy.injected, tidy.judged), (2, 2));
+        assert!((tidy.reward_sum - 1.5).abs() < 1e-9, "{tidy:?}");
+        assert!((tidy.reward_sq - 1.25).abs() < 1e-9, "{tidy:?}");
+        let terse = sums(&conn, "terse", "0.2.0");
+        assert_eq!((terse.injected, terse.judged), (1, 1));
+        let every = sums(&conn, ALL, ALL);
+        assert_eq!((every.injected, every.judged), (3, 3));
+        assert!((every.reward_sum - 0.5).abs() < 1e-9, "{every:?}");
+        // The turns without `tidy`: t3 alone.
+        let without = every.without(&tidy);
+        assert_eq!(without.judged, 1);
+        assert!((without.reward_sum + 1.0).abs() < 1e-9);
+    }
+
+    #[test]
+    fn a_turn_replaced_by_its_retry_leaves_the_sums() {
+        let conn = db();
+        turn(&conn, "t1", &[("tidy", "1.0.0")]);
+        set_reward(&conn, "t1", -1.0).unwrap();
+        turns_replaced(&conn, "s", "t1").unwrap();
+        conn.execute("UPDATE turns SET turn_type = 'retried' WHERE id = 't1'", [])
+            .unwrap();
+        assert_eq!(sums(&conn, "tidy", "1.0.0"), Sums::default());
+        assert_eq!(sums(&conn, ALL, ALL), Sums::default());
+        // A reward set on a turn that is no longer main moves nothing.
+        set_reward(&conn, "t1", 1.0).unwrap();
+        assert_eq!(sums(&conn, "tidy", "1.0.0"), Sums::default());
+    }
+
+    #[test]
+    fn sums_survive_reopening_the_store() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("metaclaw.db");
+        {
+            let conn = crate::store::open_side_writer(&path).unwrap();
+            turn(&conn, "t1", &[("tidy", "1.0.0")]);
+            set_reward(&conn, "t1", 1.0).unwrap();
+        }
+        let conn = crate::store::open_side_writer(&path).unwrap();
+        set_reward(&conn, "t1", 1.0).unwrap();
+        let tidy = sums(&conn, "tidy", "1.0.0");
+        assert_eq!((tidy.injected, tidy.judged), (1, 1));
+        assert!((tidy.reward_sum - 1.0).abs() < 1e-9);
+    }
+}

@@ -1,0 +1,130 @@
+//! Retrieval that learns from outcomes (docs/skills.md, "Outcomes"): among
+//! skills equally relevant to a query, the one whose turns were judged
+//! well is injected first, an untried one is still tried before one that
+//! failed, and `skills.outcome_weight: 0` leaves relevance alone. The real
+//! BM25 plugin over a real library and store; the outcomes are the
+//! store's sums as learning leaves them.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+mod common;
+
+use std::path::Path;
+use std::sync::Arc;
+
+use metaclaw::config::Config;
+use metaclaw::home::Home;
+use metaclaw::skills::{Query, Skills};
+
+const NAMES: [&str; 3] = [
+    "deploy-check-alpha",
+    "deploy-check-bravo",
+    "deploy-check-charlie",
+];
+
+/// Three skills that say the same about deploying (so BM25 scores them
+/// alike), the store, and the skills over the real BM25 plugin.
+fn setup(home: &Path, top_k: u32, weight: f32) -> Arc<Skills> {
+    common::warm_plugin_cache(home);
+    let home = Home::at(home);
+    home.ensure().unwrap();
+    let dir = home.skills_dir();
+    for name in NAMES {
+        let folder = dir.join(name);
+        std::fs::create_dir_all(&folder).unwrap();
+        std::fs::write(
+            folder.join("SKILL.md"),
+            format!(
+                "---\nname: {name}\ndescription: Check the deploy pipeline and its rollback before releasing a service.\n\
+                 category: general\nversion: 1.0.0\ncreated_by: user\n---\n\
+                 # Deploy check\n\nRun the deploy pipeline's checks and confirm the rollback works before releasing.\n"
+            ),
+        )
+        .unwrap();
+    }
+    let db = home.db_file();
+    drop(metaclaw::store::open_side_writer(&db).unwrap());
+    let mut config = Config::default();
+    config.skills.top_k = top_k;
+    config.skills.outcome_weight = weight;
+    common::skills_over(&home, dir, &config)
+}
+
+/// `plus` turns judged +1 and `minus` judged −1 for `name` 1.0.0, and the
+/// same turns in every main turn's row, as learning leaves them.
+fn judged(db: &Path, name: &str, plus: i64, minus: i64) {
+    let conn = metaclaw::store::open_side_writer(db).unwrap();
+    let (n, sum) = (plus + minus, (plus - minus) as f64);
+    for (id, version) in [(name, "1.0.0"), ("", "")] {
+        conn.execute(
+            "INSERT INTO skill_outcomes (skill_id, version, injected, judged, reward_sum, reward_sq)
+             VALUES (?1, ?2, ?3, ?3, ?4, ?3)
+             ON CONFLICT (skill_id, version) DO UPDATE SET injected = injected + ?3,
+                 judged = judged + ?3, reward_sum = reward_sum + ?4, reward_sq = reward_sq + ?3",
+            rusqlite::params![id, version, n, sum],
+        )
+        .unwrap();
+    }
+}
+
+fn injected(skills: &Skills) -> (Vec<String>, Vec<String>) {
+    let query = Query {
+        text: "check the deploy pipeline before releasing the billing service".into(),
+        ..Query::default()
+    };
+    let engine = skills.plugins.as_ref().unwrap().engine.clone();
+    let selection = engine.block_on(skills.select(&query));
+    let ranked: Vec<String> = selection.ranked.iter().map(|(id, _)| id.clone()).collect();
+    (
+        selection.skills.iter().map(|s| s.id.clone()).collect(),
+        ranked,
+    )
+}
+
+fn refresh(skills: &Skills, db: &Path) {
+    let conn = metaclaw::store::open_read_only(db).unwrap();
+    skills.outcomes.refresh(&conn).unwrap();
+}
+
+#[test]
+fn the_skill_that_helped_comes_first_and_an_untried_one_is_still_tried() {
+    let home = tempfile::tempdir().unwrap();
+    let skills = setup(home.path(), 1, 0.3);
+    let db = Home::at(home.path()).db_file();
+    let (_, ranked) = injected(&skills);
+    assert_eq!(ranked.len(), 3, "all three are relevant: {ranked:?}");
+
+    // Bravo's turns went well, alpha's badly (whichever BM25 puts first).
+    judged(&db, "deploy-check-bravo", 20, 0);
+    judged(&db, "deploy-check-alpha", 0, 20);
+    refresh(&skills, &db);
+    let (chosen, _) = injected(&skills);
+    assert_eq!(chosen, ["deploy-check-bravo"]);
+
+    // Two slots: the good one and the untried one, not the one that failed.
+    let two = tempfile::tempdir().unwrap();
+    let skills = setup(two.path(), 2, 0.3);
+    let db = Home::at(two.path()).db_file();
+    judged(&db, "deploy-check-bravo", 20, 0);
+    judged(&db, "deploy-check-alpha", 0, 20);
+    refresh(&skills, &db);
+    let (chosen, _) = injected(&skills);
+    assert_eq!(chosen, ["deploy-check-bravo", "deploy-check-charlie"]);
+}
+
+#[test]
+fn outcomes_read_at_start_and_weight_zero_keeps_relevance_alone() {
+    let home = tempfile::tempdir().unwrap();
+    let db = Home::at(home.path()).db_file();
+    let plain = setup(home.path(), 1, 0.0);
+    let (before, ranked) = injected(&plain);
+    assert_eq!(before, ranked[..1], "the retriever's first");
+    // The retriever's first failed, the last helped.
+    judged(&db, &ranked[0], 0, 20);
+    judged(&db, &ranked[2], 20, 0);
+    refresh(&plain, &db);
+    assert_eq!(injected(&plain).0, before, "weight 0: relevance alone");
+
+    // A new process reads the outcomes at start.
+    let weighted = setup(home.path(), 1, 0.3);
+    assert_eq!(injected(&weighted).0, [ranked[2].clone()]);
+}
