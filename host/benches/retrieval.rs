@@ -9,6 +9,10 @@
 //! separately, with the real model when it is available
 //! (`--features local-embeddings` and METACLAW_TEST_MODEL_DIR).
 //!
+//! Then the outcome re-ranking (`skills::rank_relevant`, W2-H) of BM25's
+//! answers, with every skill holding outcomes, against the same call with
+//! `skills.outcome_weight: 0` (relevance alone), interleaved.
+//!
 //!     scripts/build-plugins --rust-only
 //!     METACLAW_TEST_MODEL_DIR=… cargo bench -p metaclaw --features local-embeddings --bench retrieval
 //!     cargo bench -p metaclaw --bench retrieval -- --quick
@@ -162,6 +166,119 @@ fn floor(plugin: &Arc<Loaded>, skills: &Arc<Vec<Skill>>, generation: u64, n: usi
     }
 }
 
+/// `skills` as the library's snapshot (evolved skills, as the outcomes
+/// concern them most).
+fn snapshot_of(skills: &[Skill]) -> metaclaw::skills::library::Snapshot {
+    let list = skills
+        .iter()
+        .map(|s| {
+            Arc::new(metaclaw::skills::skill::Skill {
+                id: s.id.clone(),
+                name: s.name.clone(),
+                description: s.description.clone(),
+                category: serde_json::from_value(serde_json::json!(s.category))
+                    .unwrap_or(metaclaw::skills::skill::Category::General),
+                tags: s.tags.clone(),
+                version: semver::Version::parse(&s.version)
+                    .unwrap_or_else(|_| semver::Version::new(1, 0, 0)),
+                created_by: "evolved:bench".into(),
+                component: None,
+                provenance: None,
+                retired: None,
+                extra: serde_json::Map::new(),
+                body: s.body.clone(),
+                content_hash: String::new(),
+            })
+        })
+        .collect();
+    metaclaw::skills::library::Snapshot::new(list, Vec::new(), 1)
+}
+
+/// Outcomes for every skill: 0 to 60 judged turns each, rewards spread
+/// over [-1, 1] (a fixed sequence), and every main turn's row.
+fn board_of(skills: &[Skill]) -> metaclaw::skills::outcomes::Board {
+    use metaclaw::store::outcomes::Sums;
+    let mut rows = std::collections::HashMap::new();
+    let mut all = Sums::default();
+    let mut x: u64 = 0x9e37_79b9_7f4a_7c15;
+    for s in skills {
+        x = x.wrapping_mul(6_364_136_223_846_793_005).wrapping_add(1);
+        let judged = ((x >> 33) % 61) as i64;
+        let mean = ((x >> 13) % 2001) as f64 / 1000.0 - 1.0;
+        let sums = Sums {
+            injected: judged + 3,
+            judged,
+            reward_sum: mean * judged as f64,
+            reward_sq: judged as f64 * mean * mean,
+        };
+        all.injected += sums.injected;
+        all.judged += sums.judged;
+        all.reward_sum += sums.reward_sum;
+        all.reward_sq += sums.reward_sq;
+        rows.insert((s.id.clone(), s.version.clone()), sums);
+    }
+    rows.insert((String::new(), String::new()), all);
+    metaclaw::skills::outcomes::Board::new(rows)
+}
+
+/// The re-ranking of BM25's answers (k = 24) over `skills`, with and
+/// without outcomes, interleaved; the added p99.
+fn rerank(
+    plugin: &Arc<Loaded>,
+    skills: &Arc<Vec<Skill>>,
+    generation: u64,
+    queries: &[String],
+    n: usize,
+) {
+    let engine = plugin.engine().clone();
+    engine.block_on(plugin.warm(skills, generation)).unwrap();
+    let hits: Vec<Vec<(String, f32)>> = queries
+        .iter()
+        .map(|q| {
+            let mut h: Vec<(String, f32)> = engine
+                .block_on(plugin.retrieve(skills, generation, &context(q), 24))
+                .unwrap()
+                .into_iter()
+                .map(|r| (r.id, r.score))
+                .collect();
+            h.sort_by(|a, b| b.1.total_cmp(&a.1));
+            h
+        })
+        .collect();
+    let snapshot = snapshot_of(skills);
+    let board = board_of(skills);
+    let (mut plain, mut weighted) = (Vec::with_capacity(n), Vec::with_capacity(n));
+    let mut relevant = 0usize;
+    for i in 0..(n + 50) {
+        let h = &hits[i % hits.len()];
+        let best = h.iter().map(|(_, s)| *s).fold(0.0f32, f32::max);
+        let floor = 0.3f32.max(best * 0.5);
+        for (weight, times) in [(0.0f32, &mut plain), (0.3, &mut weighted)] {
+            let start = Instant::now();
+            let order = metaclaw::skills::rank_relevant(h, floor, &snapshot, &board, weight);
+            let elapsed = start.elapsed();
+            relevant += order.len();
+            std::hint::black_box(order);
+            if i >= 50 {
+                times.push(elapsed);
+            }
+        }
+    }
+    plain.sort();
+    weighted.sort();
+    println!(
+        "{:<10} {:>7} {:>10.2} {:>10.2} {:>10.2} {:>10.2}   {:>5.1} {:>+10.2}",
+        "bm25",
+        skills.len(),
+        us(percentile(&plain, 50.0)),
+        us(percentile(&plain, 99.0)),
+        us(percentile(&weighted, 50.0)),
+        us(percentile(&weighted, 99.0)),
+        relevant as f64 / (2 * (n + 50)) as f64,
+        us(percentile(&weighted, 99.0)) - us(percentile(&plain, 99.0)),
+    );
+}
+
 fn main() {
     let quick = std::env::args().any(|a| a == "--quick");
     let n = if quick { 200 } else { 5_000 };
@@ -200,6 +317,16 @@ fn main() {
             us(big.p99) / us(base.p99)
         );
     }
+    println!(
+        "\n# outcome re-ranking of the relevant candidates (skills::rank_relevant), every skill with outcomes; baseline: outcome_weight 0, interleaved"
+    );
+    println!(
+        "{:<10} {:>7} {:>10} {:>10} {:>10} {:>10}   {:>5} {:>10}",
+        "retriever", "skills", "w=0 p50", "w=0 p99", "w=.3 p50", "w=.3 p99", "cands", "added p99"
+    );
+    let bm25 = load(&engine, "builtin/bm25.wasm", Arc::new(Hashing::default()));
+    rerank(&bm25, &bank, 1, &queries, n);
+    rerank(&bm25, &large, 2, &queries, n);
     query_embedding(&queries, quick);
     println!(
         "\n# {} CPUs",

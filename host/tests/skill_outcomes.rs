@@ -24,18 +24,29 @@ const NAMES: [&str; 3] = [
 /// Three skills that say the same about deploying (so BM25 scores them
 /// alike), the store, and the skills over the real BM25 plugin.
 fn setup(home: &Path, top_k: u32, weight: f32) -> Arc<Skills> {
+    setup_by(home, top_k, weight, |_| "user")
+}
+
+/// [`setup`], each skill made by `created_by(name)`.
+fn setup_by(
+    home: &Path,
+    top_k: u32,
+    weight: f32,
+    created_by: impl Fn(&str) -> &'static str,
+) -> Arc<Skills> {
     common::warm_plugin_cache(home);
     let home = Home::at(home);
     home.ensure().unwrap();
     let dir = home.skills_dir();
     for name in NAMES {
+        let by = created_by(name);
         let folder = dir.join(name);
         std::fs::create_dir_all(&folder).unwrap();
         std::fs::write(
             folder.join("SKILL.md"),
             format!(
                 "---\nname: {name}\ndescription: Check the deploy pipeline and its rollback before releasing a service.\n\
-                 category: general\nversion: 1.0.0\ncreated_by: user\n---\n\
+                 category: general\nversion: 1.0.0\ncreated_by: {by}\n---\n\
                  # Deploy check\n\nRun the deploy pipeline's checks and confirm the rollback works before releasing.\n"
             ),
         )
@@ -127,4 +138,76 @@ fn outcomes_read_at_start_and_weight_zero_keeps_relevance_alone() {
     // A new process reads the outcomes at start.
     let weighted = setup(home.path(), 1, 0.3);
     assert_eq!(injected(&weighted).0, [ranked[2].clone()]);
+}
+
+#[test]
+fn an_evolved_skill_that_hurt_is_retired_the_users_only_flagged_and_restore_brings_it_back() {
+    let home = tempfile::tempdir().unwrap();
+    let skills = setup_by(home.path(), 2, 0.3, |name| match name {
+        "deploy-check-charlie" => "user",
+        _ => "evolved:s1",
+    });
+    let db = Home::at(home.path()).db_file();
+    judged(&db, "deploy-check-alpha", 0, 20);
+    judged(&db, "deploy-check-charlie", 0, 20);
+    judged(&db, "deploy-check-bravo", 40, 0);
+    refresh(&skills, &db);
+
+    let retired = metaclaw::learn::retire::retire_flagged(&skills).unwrap();
+    assert_eq!(
+        retired,
+        ["deploy-check-alpha"],
+        "the user's own is only flagged"
+    );
+    let file = Home::at(home.path())
+        .skills_dir()
+        .join("deploy-check-alpha/SKILL.md");
+    let text = std::fs::read_to_string(&file).unwrap();
+    assert!(text.contains("retired: "), "{text}");
+    assert!(text.contains("20 judged turns"), "{text}");
+    // Out of retrieval: the good one and the user's flagged one remain.
+    assert_eq!(
+        injected(&skills).0,
+        ["deploy-check-bravo", "deploy-check-charlie"]
+    );
+    let history = common::cli_in(
+        home.path(),
+        &["skills", "history", "deploy-check-alpha", "--json"],
+    );
+    let history: serde_json::Value = serde_json::from_slice(&history.stdout).unwrap();
+    assert!(
+        history
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|c| c["who"] == "retired:outcomes"),
+        "{history:#}"
+    );
+    let (stats, alpha) = common::skill_stats(home.path(), "deploy-check-alpha");
+    let (_, charlie) = common::skill_stats(home.path(), "deploy-check-charlie");
+    assert!(alpha["retired"].is_string(), "{stats:#}");
+    assert!(charlie["flag"].is_object(), "{stats:#}");
+    assert!(charlie["retired"].is_null(), "{stats:#}");
+
+    // Restored by the user: back in retrieval, and not retired again.
+    let out = common::cli_in(home.path(), &["skills", "restore", "deploy-check-alpha"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    skills.library.rescan(None);
+    assert!(
+        !std::fs::read_to_string(&file)
+            .unwrap()
+            .contains("retired: ")
+    );
+    assert!(
+        metaclaw::learn::retire::retire_flagged(&skills)
+            .unwrap()
+            .is_empty()
+    );
+    let again = common::cli_in(home.path(), &["skills", "restore", "deploy-check-alpha"]);
+    assert!(!again.status.success());
+    assert!(String::from_utf8_lossy(&again.stderr).contains("is not retired"));
 }

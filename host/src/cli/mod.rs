@@ -415,6 +415,8 @@ pub enum SkillsCommand {
     },
     /// Delete a skill from the library.
     Remove { name: String },
+    /// Put a skill that `skills.auto_retire` took out of retrieval back.
+    Restore { name: String },
     /// A skill's recorded changes: who, when, why, content hash.
     History {
         name: String,

@@ -91,6 +91,7 @@ pub fn run(home: &Home, config_path: &Path, command: SkillsCommand) -> Result<Ex
                             "name": s.name, "description": s.description, "category": s.category.as_str(),
                             "tags": s.tags, "version": s.version.to_string(), "created_by": s.created_by,
                             "component": s.component, "content_hash": s.content_hash,
+                            "retired": s.retired,
                         })).collect::<Vec<_>>(),
                         "problems": snapshot.problems,
                     }))?
@@ -104,8 +105,13 @@ pub fn run(home: &Home, config_path: &Path, command: SkillsCommand) -> Result<Ex
                 }
                 for s in &skills {
                     let description: String = s.description.chars().take(70).collect();
+                    let retired = if s.retired.is_some() {
+                        "[retired] "
+                    } else {
+                        ""
+                    };
                     say!(
-                        "{:<36} {:<15} {:<7} {:<10} {}",
+                        "{:<36} {:<15} {:<7} {:<10} {retired}{}",
                         s.name,
                         s.category.as_str(),
                         s.version,
@@ -389,6 +395,28 @@ pub fn run(home: &Home, config_path: &Path, command: SkillsCommand) -> Result<Ex
                 why: "metaclaw skills remove".into(),
             }));
             say!("removed {name}");
+        }
+        SkillsCommand::Restore { name } => {
+            let library = Library::open(dir.clone(), db);
+            let snapshot = library.snapshot();
+            let Some(found) = snapshot.get(&name) else {
+                bail!(
+                    "no skill {name:?} in {} (see `metaclaw skills list`)",
+                    dir.display()
+                );
+            };
+            let Some(why) = &found.retired else {
+                bail!("{name} is not retired: retrieval already uses it");
+            };
+            let why = why.clone();
+            if let Some(refused) = crate::learn::retire::set_retired(&dir, found, None)? {
+                bail!("{name} was not restored: {refused}; try again");
+            }
+            library.rescan(Some(&Attribution {
+                who: "user".into(),
+                why: crate::learn::retire::RESTORED.into(),
+            }));
+            say!("restored {name} (it was retired: {why}); this version will not be retired again");
         }
         SkillsCommand::History { name, json } => {
             let conn = crate::store::open_side_writer(&db)?;

@@ -25,6 +25,8 @@ pub struct Row {
     pub mean_reward: Option<f64>,
     pub success: Estimate,
     pub flag: Option<Flag>,
+    /// Why it is out of retrieval (`skills.auto_retire`), if it is.
+    pub retired: Option<String>,
 }
 
 /// The store's outcomes (an empty board before any turn).
@@ -55,12 +57,18 @@ pub fn rows(db: &Path, snapshot: &Snapshot, name: Option<&str>) -> Result<(Board
             mean_reward: (sums.judged > 0).then(|| sums.reward_sum / sums.judged as f64),
             success: board.estimate(id, version),
             flag: board.flag(id, version),
+            retired: skill
+                .filter(|s| s.version.to_string() == version)
+                .and_then(|s| s.retired.clone()),
         }
     };
     let mut rows: Vec<Row> = match name {
         Some(id) => {
-            let mut versions: Vec<String> =
-                board.versions(id).iter().map(|(v, _)| v.clone()).collect();
+            let mut versions: Vec<String> = board
+                .versions(id)
+                .iter()
+                .map(|o| o.version.clone())
+                .collect();
             if let Some(s) = snapshot.get(id) {
                 versions.push(s.version.to_string());
             }
@@ -109,13 +117,17 @@ pub fn print(board: &Board, rows: &[Row]) {
         if !r.current && r.created_by.is_some() {
             version.push('*');
         }
-        let flag = r.flag.as_ref().map_or(String::new(), |f| {
-            let kept = match r.created_by.as_deref() {
-                Some("user" | "builtin") => "; flagged only (yours or built in)",
-                _ => "",
-            };
-            format!("worse than the turns without it: {}{kept}", f.reason)
-        });
+        let flag = match (&r.retired, &r.flag) {
+            (Some(_), _) => "retired (metaclaw skills restore puts it back)".to_string(),
+            (None, Some(f)) => {
+                let kept = match r.created_by.as_deref() {
+                    Some(by) if !by.starts_with("evolved:") => "; flagged only (not evolved)",
+                    _ => "",
+                };
+                format!("worse than the turns without it: {}{kept}", f.reason)
+            }
+            (None, None) => String::new(),
+        };
         say!(
             "{:<36} {:<9} {:>8} {:>7} {:>7}  {:<19} {flag}",
             r.skill,

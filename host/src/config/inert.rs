@@ -58,10 +58,6 @@ pub const INERT: &[(&str, &str)] = &[
         "scheduler.calendar.enabled",
         "the calendar is read whenever scheduler.calendar.ics_url is set (its iCalendar address or an .ics file)",
     ),
-    (
-        "skills.auto_retire",
-        "retirement is not built yet: skills.outcome_weight ranks by outcomes, and flags are computed, but no skill leaves retrieval",
-    ),
     ("scheduler.calendar.credentials_path", GOOGLE_CALENDAR),
     ("scheduler.calendar.token_path", GOOGLE_CALENDAR),
     ("memory.enabled", MEMORY),
@@ -144,6 +140,7 @@ pub const IMPLEMENTED: &[&str] = &[
     "skills.min_relative_relevance",
     "skills.component_threshold",
     "skills.outcome_weight",
+    "skills.auto_retire",
     // The judge and the evolver (learn::llm).
     "rl.prm_url",
     "rl.prm_model",

@@ -68,15 +68,20 @@ pub fn transcript(messages: &[Message], limit: usize, redactor: &Redactor) -> St
     out
 }
 
-/// `- name: description` per library skill, for the evolver.
-pub fn library_list<'a>(skills: impl Iterator<Item = (&'a str, &'a str)>) -> String {
+/// `- name: description` per library skill, for the evolver, with a note
+/// after the (clipped) description where there is one: how a skill that
+/// did badly fared, so the evolver can revise it.
+pub fn library_list<'a>(
+    skills: impl Iterator<Item = (&'a str, &'a str, Option<String>)>,
+) -> String {
     let mut out = String::new();
-    for (i, (name, description)) in skills.enumerate() {
+    for (i, (name, description, note)) in skills.enumerate() {
         if i == LISTED_SKILLS {
             out.push_str("- …\n");
             break;
         }
-        out.push_str(&format!("- {name}: {}\n", clip(description, 200)));
+        let note = note.map(|n| format!(" ({n})")).unwrap_or_default();
+        out.push_str(&format!("- {name}: {}{note}\n", clip(description, 200)));
     }
     if out.is_empty() {
         out.push_str("(none yet)");

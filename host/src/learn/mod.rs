@@ -22,6 +22,7 @@ pub mod finished;
 pub mod judge;
 pub mod llm;
 pub mod per_turn;
+pub mod retire;
 pub mod review;
 pub mod reward;
 pub mod rl;

@@ -298,6 +298,7 @@ impl Learner {
         if !done(Stage::Judge) {
             let judged = stages::judge::run(&self.parts, job).await?;
             self.commit(job, judged).await?;
+            self.retire_flagged().await;
         }
         if !done(Stage::Evolve) {
             let evolved = stages::evolve::run(&self.parts, job).await?;
@@ -308,6 +309,20 @@ impl Learner {
             self.commit(job, published).await?;
         }
         Ok(())
+    }
+
+    /// With `skills.auto_retire`: evolved skills the new outcomes flag
+    /// leave retrieval. A failure is logged; the job goes on.
+    async fn retire_flagged(&self) {
+        let Some(skills) = self.parts.skills.clone() else {
+            return;
+        };
+        if !skills.settings.auto_retire {
+            return;
+        }
+        if let Err(e) = blocking(move || super::retire::retire_flagged(&skills)).await {
+            tracing::warn!("retiring flagged skills failed: {e:#}");
+        }
     }
 
     /// Runs a stage that blocks (plugin calls, files) on a blocking thread.

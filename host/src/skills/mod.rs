@@ -60,6 +60,9 @@ pub struct Settings {
     /// `skills.outcome_weight`: how much a relevant skill's outcomes
     /// weigh in its rank (0: relevance alone).
     pub outcome_weight: f32,
+    /// `skills.auto_retire`: evolved skills the outcomes flag leave
+    /// retrieval.
+    pub auto_retire: bool,
     pub max_context_tokens: u64,
     /// `plugins.builtin` (to say why no retriever answers).
     pub builtin_plugins: bool,
@@ -76,6 +79,7 @@ impl Settings {
             min_relative_relevance: s.min_relative_relevance,
             component_threshold: s.component_threshold,
             outcome_weight: s.outcome_weight,
+            auto_retire: s.auto_retire,
             max_context_tokens: config.max_context_tokens,
             builtin_plugins: config.plugins.builtin,
         }
@@ -277,12 +281,13 @@ impl Skills {
         {
             return cached.1.clone();
         }
-        // Executable skills are chosen by their component, not retrieved.
+        // Executable skills are chosen by their component, not retrieved;
+        // retired ones not at all.
         let list: Arc<Vec<types::Skill>> = Arc::new(
             snapshot
                 .skills
                 .iter()
-                .filter(|s| s.component.is_none())
+                .filter(|s| s.component.is_none() && s.retired.is_none())
                 .map(|s| to_wit(s))
                 .collect(),
         );
@@ -438,29 +443,14 @@ impl Skills {
                 .max(best * self.settings.min_relative_relevance);
             // Relevance is the gate; among the relevant, outcomes move the
             // rank (and so the top-k cut).
-            let mut relevant: Vec<&(String, f32)> = selection
-                .ranked
-                .iter()
-                .filter(|(_, s)| *s >= floor)
-                .collect();
-            if self.settings.outcome_weight > 0.0 && best > 0.0 {
-                let board = self.outcomes.board();
-                let weight = f64::from(self.settings.outcome_weight);
-                let mut keyed: Vec<(f64, &(String, f32))> = relevant
-                    .iter()
-                    .map(|r| {
-                        let estimate = snapshot.get(&r.0).map_or_else(
-                            || board.estimate(&r.0, ""),
-                            |s| board.estimate(&s.id, &s.version.to_string()),
-                        );
-                        let relevance = f64::from(r.1 / best);
-                        (outcomes::rank(relevance, &estimate, weight), *r)
-                    })
-                    .collect();
-                // Stable: equal ranks keep the retriever's order.
-                keyed.sort_by(|a, b| b.0.total_cmp(&a.0));
-                relevant = keyed.into_iter().map(|(_, r)| r).collect();
-            }
+            let board = self.outcomes.board();
+            let relevant = rank_relevant(
+                &selection.ranked,
+                floor,
+                &snapshot,
+                &board,
+                self.settings.outcome_weight,
+            );
             for (id, score) in relevant {
                 if chosen.len() >= self.settings.top_k {
                     continue;
@@ -468,7 +458,10 @@ impl Skills {
                 let Some(skill) = snapshot.get(id) else {
                     continue;
                 };
-                if skill.component.is_some() || chosen.iter().any(|(c, _)| c.id == skill.id) {
+                if skill.component.is_some()
+                    || skill.retired.is_some()
+                    || chosen.iter().any(|(c, _)| c.id == skill.id)
+                {
                     continue;
                 }
                 if skill.category == Category::TaskSpecific {
@@ -538,6 +531,36 @@ impl Skills {
         selection.skills = skills;
         selection
     }
+}
+
+/// The candidates at or past the relevance `floor`, in the order they are
+/// injected: by relevance alone (`weight` 0), else by relevance and each
+/// skill version's outcomes (docs/skills.md, "Outcomes"). Stable: equal
+/// ranks keep the retriever's order.
+pub fn rank_relevant<'a>(
+    ranked: &'a [(String, f32)],
+    floor: f32,
+    snapshot: &Snapshot,
+    board: &outcomes::Board,
+    weight: f32,
+) -> Vec<&'a (String, f32)> {
+    let best = ranked.iter().map(|(_, s)| *s).fold(0.0f32, f32::max);
+    let relevant = ranked.iter().filter(|(_, s)| *s >= floor);
+    if weight <= 0.0 || best <= 0.0 {
+        return relevant.collect();
+    }
+    let weight = f64::from(weight);
+    let mut keyed: Vec<(f64, &(String, f32))> = relevant
+        .map(|r| {
+            let optimistic = match snapshot.get(&r.0) {
+                Some(s) => board.optimistic(&s.id, &s.version),
+                None => board.fresh(),
+            };
+            (outcomes::rank(f64::from(r.1 / best), optimistic, weight), r)
+        })
+        .collect();
+    keyed.sort_by(|a, b| b.0.total_cmp(&a.0));
+    keyed.into_iter().map(|(_, r)| r).collect()
 }
 
 async fn index(retriever: &crate::plugins::Loaded, skills: &[types::Skill], generation: u64) {

@@ -82,11 +82,12 @@ pub fn estimate(sums: &Sums, prior: f64) -> Estimate {
 }
 
 /// A version's rank among the relevant: `relevance` (the retriever's
-/// score over the best one's, in (0, 1]) and the optimistic estimate,
-/// weighted by `weight` (`skills.outcome_weight`; 0: relevance alone).
-pub fn rank(relevance: f64, estimate: &Estimate, weight: f64) -> f64 {
+/// score over the best one's, in (0, 1]) and its optimistic estimate
+/// ([`Estimate::optimistic`]), weighted by `weight`
+/// (`skills.outcome_weight`; 0: relevance alone).
+pub fn rank(relevance: f64, optimistic: f64, weight: f64) -> f64 {
     let w = weight.clamp(0.0, 1.0);
-    (1.0 - w) * relevance + w * estimate.optimistic()
+    (1.0 - w) * relevance + w * optimistic
 }
 
 /// Why a version was flagged.
@@ -149,9 +150,21 @@ pub fn flag(with: &Sums, all: &Sums) -> Option<Flag> {
 /// never touches the store).
 #[derive(Debug)]
 pub struct Board {
-    by_skill: HashMap<String, Vec<(String, Sums)>>,
+    by_skill: HashMap<String, Vec<VersionOutcome>>,
     all: Sums,
     prior: f64,
+    /// A version with no judged turn: the prior's optimistic value.
+    fresh: f64,
+}
+
+/// One version's sums, and what retrieval ranks by, worked out once per
+/// board (a turn only looks it up).
+#[derive(Debug)]
+pub struct VersionOutcome {
+    pub version: String,
+    parsed: Option<semver::Version>,
+    pub sums: Sums,
+    optimistic: f64,
 }
 
 /// No turn yet: every version at the prior's ½.
@@ -163,28 +176,51 @@ impl Default for Board {
 
 impl Board {
     pub fn new(rows: HashMap<Key, Sums>) -> Self {
-        let mut board = Board {
-            by_skill: HashMap::new(),
-            all: Sums::default(),
-            prior: 0.5,
-        };
+        let all = rows
+            .get(&(ALL.to_string(), ALL.to_string()))
+            .copied()
+            .unwrap_or_default();
+        let prior = prior_mean(&all);
+        let mut by_skill: HashMap<String, Vec<VersionOutcome>> = HashMap::new();
         for ((id, version), sums) in rows {
             if id == ALL {
-                board.all = sums;
-            } else {
-                board.by_skill.entry(id).or_default().push((version, sums));
+                continue;
             }
+            by_skill.entry(id).or_default().push(VersionOutcome {
+                parsed: semver::Version::parse(&version).ok(),
+                version,
+                sums,
+                optimistic: estimate(&sums, prior).optimistic(),
+            });
         }
-        board.prior = prior_mean(&board.all);
-        board
+        Board {
+            by_skill,
+            all,
+            prior,
+            fresh: estimate(&Sums::default(), prior).optimistic(),
+        }
     }
 
     /// One version's sums (none yet: zeros).
     pub fn sums(&self, id: &str, version: &str) -> Sums {
         self.by_skill
             .get(id)
-            .and_then(|v| v.iter().find(|(ver, _)| ver == version))
-            .map_or_else(Sums::default, |(_, s)| *s)
+            .and_then(|v| v.iter().find(|o| o.version == version))
+            .map_or_else(Sums::default, |o| o.sums)
+    }
+
+    /// What retrieval ranks this version by ([`Estimate::optimistic`]),
+    /// without formatting or arithmetic: a turn's lookup.
+    pub fn optimistic(&self, id: &str, version: &semver::Version) -> f64 {
+        self.by_skill
+            .get(id)
+            .and_then(|v| v.iter().find(|o| o.parsed.as_ref() == Some(version)))
+            .map_or(self.fresh, |o| o.optimistic)
+    }
+
+    /// [`Board::optimistic`] of a version with no judged turn.
+    pub fn fresh(&self) -> f64 {
+        self.fresh
     }
 
     pub fn estimate(&self, id: &str, version: &str) -> Estimate {
@@ -196,7 +232,7 @@ impl Board {
     }
 
     /// Every version of `id` with outcomes recorded.
-    pub fn versions(&self, id: &str) -> &[(String, Sums)] {
+    pub fn versions(&self, id: &str) -> &[VersionOutcome] {
         self.by_skill.get(id).map_or(&[], Vec::as_slice)
     }
 
@@ -300,11 +336,11 @@ mod tests {
         };
         assert!((estimate(&zero, 0.5).mean - 0.5).abs() < 1e-9);
         // Ranked: the good first, the untried above the bad (it is tried).
-        let r = |e: &Estimate| rank(1.0, e, 0.5);
+        let r = |e: &Estimate| rank(1.0, e.optimistic(), 0.5);
         assert!(r(&good) > r(&new) && r(&new) > r(&bad));
         // Weight 0: relevance alone.
-        assert_eq!(rank(0.7, &good, 0.0), 0.7);
-        assert_eq!(rank(0.7, &bad, 0.0), 0.7);
+        assert_eq!(rank(0.7, good.optimistic(), 0.0), 0.7);
+        assert_eq!(rank(0.7, bad.optimistic(), 0.0), 0.7);
     }
 
     #[test]

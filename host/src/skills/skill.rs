@@ -68,6 +68,10 @@ pub struct Skill {
     pub component: Option<String>,
     /// Where an evolved skill (or its latest version) came from.
     pub provenance: Option<Provenance>,
+    /// Why it was taken out of retrieval (`skills.auto_retire`, when its
+    /// outcomes were clearly worse than the turns without it); kept in
+    /// the library, shown, and undone by `metaclaw skills restore`.
+    pub retired: Option<String>,
     /// Frontmatter keys metaclaw does not read, in their order, kept as
     /// they were (`license`, `metadata`, `allowed-tools`, ...).
     pub extra: serde_json::Map<String, serde_json::Value>,
@@ -103,7 +107,7 @@ pub struct Provenance {
 }
 
 /// The frontmatter keys metaclaw reads; any other key is kept in `extra`.
-const KNOWN: [&str; 8] = [
+const KNOWN: [&str; 9] = [
     "name",
     "description",
     "category",
@@ -112,6 +116,7 @@ const KNOWN: [&str; 8] = [
     "created_by",
     "component",
     "provenance",
+    "retired",
 ];
 
 /// `created_by` of a skill copied in by `metaclaw skills import`.
@@ -267,6 +272,9 @@ pub fn parse_text(text: &str) -> Result<Skill, String> {
         }
     }
     let component = text_of("component")?.map(|c| c.trim().to_string());
+    let retired = text_of("retired")?
+        .map(|r| r.trim().to_string())
+        .filter(|r| !r.is_empty());
     if let Some(component) = &component {
         crate::plugins::PluginSpec::parse(component).map_err(|e| format!("component: {e}"))?;
     }
@@ -295,6 +303,7 @@ pub fn parse_text(text: &str) -> Result<Skill, String> {
         created_by,
         component,
         provenance,
+        retired,
         extra,
         body: body.to_string(),
         content_hash: sha256_hex(text.as_bytes()),
@@ -405,6 +414,9 @@ pub fn render(skill: &Skill) -> String {
     {
         // JSON is YAML's flow style: one line, no quoting surprises.
         fm.push_str(&format!("provenance: {json}\n"));
+    }
+    if let Some(r) = &skill.retired {
+        fm.push_str(&format!("retired: {}\n", yaml_str(r)));
     }
     for (key, value) in &skill.extra {
         fm.push_str(&format!("{}: {value}\n", yaml_str(key)));

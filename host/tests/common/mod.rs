@@ -605,3 +605,17 @@ pub fn skills_over(
     engine.block_on(skills.index_now());
     skills
 }
+
+/// `skills stats --json` of `home`, and its row for `name`'s current version.
+pub fn skill_stats(home: &Path, name: &str) -> (Value, Value) {
+    let out = cli_in(home, &["skills", "stats", "--json"]);
+    let stats: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let row = stats["versions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|r| r["skill"] == name && r["current"] == true)
+        .cloned()
+        .unwrap_or_else(|| panic!("{name}: {stats:#}"));
+    (stats, row)
+}

@@ -92,12 +92,22 @@ pub async fn run(parts: &Parts, job: &Job) -> Result<Evolved> {
         );
     }
     let snapshot = skills.library.snapshot();
-    let listed = evolve::library_list(
-        snapshot
-            .skills
-            .iter()
-            .map(|s| (s.name.as_str(), s.description.as_str())),
-    );
+    // Skills whose turns went clearly worse than the others are named as
+    // such: revising one ("updates") starts a new version.
+    let board = skills.outcomes.board();
+    let listed = evolve::library_list(snapshot.skills.iter().map(|s| {
+        let note = match (&s.retired, board.flag(&s.id, &s.version.to_string())) {
+            (Some(why), _) => Some(format!(
+                "retired from retrieval: {why}; revise it if this session shows how"
+            )),
+            (None, Some(f)) => Some(format!(
+                "did badly: {}; revise it if this session shows how",
+                f.reason
+            )),
+            (None, None) => None,
+        };
+        (s.name.as_str(), s.description.as_str(), note)
+    }));
     // Before the evolver model is paid for: without guard nothing it
     // drafts could be kept.
     let chain = evolver_chain(parts.plugins.as_deref())?;
@@ -287,6 +297,9 @@ fn to_row(
             tags: draft.tags.clone(),
             version: semver::Version::new(old.version.major, old.version.minor + 1, 0),
             provenance: Some(provenance.clone()),
+            // A revision is a new version, with a fresh estimate: back in
+            // retrieval if the old one was retired.
+            retired: None,
             body,
             ..Skill::clone(old)
         },
@@ -300,6 +313,7 @@ fn to_row(
             created_by: format!("evolved:{}", job.session_id),
             component: None,
             provenance: Some(provenance.clone()),
+            retired: None,
             extra: serde_json::Map::new(),
             body,
             content_hash: String::new(),
