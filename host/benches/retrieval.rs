@@ -247,15 +247,17 @@ fn rerank(
         .collect();
     let snapshot = snapshot_of(skills);
     let board = board_of(skills);
+    // The default floors; the weight is the variable.
+    let mut settings =
+        metaclaw::skills::Settings::from_config(&metaclaw::config::Config::default());
     let (mut plain, mut weighted) = (Vec::with_capacity(n), Vec::with_capacity(n));
     let mut relevant = 0usize;
     for i in 0..(n + 50) {
         let h = &hits[i % hits.len()];
-        let best = h.iter().map(|(_, s)| *s).fold(0.0f32, f32::max);
-        let floor = 0.3f32.max(best * 0.5);
         for (weight, times) in [(0.0f32, &mut plain), (0.3, &mut weighted)] {
+            settings.outcome_weight = weight;
             let start = Instant::now();
-            let order = metaclaw::skills::rank_relevant(h, floor, &snapshot, &board, weight);
+            let order = metaclaw::skills::rank_relevant(h, &settings, &snapshot, &board);
             let elapsed = start.elapsed();
             relevant += order.len();
             std::hint::black_box(order);

@@ -134,6 +134,11 @@ pub fn run(home: &Home, config_path: &Path, command: SkillsCommand) -> Result<Ex
             })?;
             let parsed = skill::parse(&name, &text);
             let bundled = import::bundled(&folder)?;
+            let outcomes = stats::rows(
+                &db,
+                &Library::open(dir.clone(), db.clone()).snapshot(),
+                Some(&name),
+            );
             if json {
                 let files: Vec<_> = bundled
                     .files
@@ -149,21 +154,13 @@ pub fn run(home: &Home, config_path: &Path, command: SkillsCommand) -> Result<Ex
                     }
                 };
                 let mut value = value;
-                if let Ok((_, rows)) = stats::rows(
-                    &db,
-                    &Library::open(dir.clone(), db.clone()).snapshot(),
-                    Some(&name),
-                ) {
+                if let Ok((_, rows)) = &outcomes {
                     value["outcomes"] = json!(rows);
                 }
                 say!("{}", serde_json::to_string_pretty(&value)?);
             } else {
                 say_raw!("{text}");
-                match stats::rows(
-                    &db,
-                    &Library::open(dir.clone(), db.clone()).snapshot(),
-                    Some(&name),
-                ) {
+                match outcomes {
                     Ok((board, rows)) => {
                         say!("\noutcomes:");
                         stats::print(&board, &rows);
@@ -190,15 +187,15 @@ pub fn run(home: &Home, config_path: &Path, command: SkillsCommand) -> Result<Ex
         SkillsCommand::Stats { name, json } => {
             let library = Library::open(dir, db.clone());
             let snapshot = library.snapshot();
+            let (board, rows) = stats::rows(&db, &snapshot, name.as_deref())?;
             if let Some(name) = &name
                 && snapshot.get(name).is_none()
-                && stats::board(&db)?.versions(name).is_empty()
+                && board.versions(name).is_empty()
             {
                 bail!(
                     "no skill {name:?} in the library and no outcomes recorded for it (see `metaclaw skills list`)"
                 );
             }
-            let (board, rows) = stats::rows(&db, &snapshot, name.as_deref())?;
             if json {
                 say!(
                     "{}",

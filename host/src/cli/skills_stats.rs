@@ -3,7 +3,7 @@
 
 use std::path::Path;
 
-use anyhow::{Context, Result};
+use anyhow::Result;
 use serde::Serialize;
 
 use crate::skills::library::Snapshot;
@@ -29,21 +29,10 @@ pub struct Row {
     pub retired: Option<String>,
 }
 
-/// The store's outcomes (an empty board before any turn).
-pub fn board(db: &Path) -> Result<Board> {
-    if !db.exists() {
-        return Ok(Board::default());
-    }
-    let conn = crate::store::open_read_only(db)?;
-    let rows = crate::store::outcomes::all(&conn)
-        .with_context(|| format!("reading the skills' outcomes from {}", db.display()))?;
-    Ok(Board::new(rows))
-}
-
 /// The rows of `name` (each version with outcomes, and the current one),
 /// or of every library skill's current version; most injected first.
 pub fn rows(db: &Path, snapshot: &Snapshot, name: Option<&str>) -> Result<(Board, Vec<Row>)> {
-    let board = board(db)?;
+    let board = Board::read(db).map_err(anyhow::Error::msg)?;
     let row = |id: &str, version: &str| {
         let skill = snapshot.get(id);
         let sums = board.sums(id, version);

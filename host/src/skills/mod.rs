@@ -432,25 +432,8 @@ impl Skills {
                 }
             }
             let mut task_specific = 0;
-            let best = selection
-                .ranked
-                .iter()
-                .map(|(_, s)| *s)
-                .fold(0.0f32, f32::max);
-            let floor = self
-                .settings
-                .min_relevance
-                .max(best * self.settings.min_relative_relevance);
-            // Relevance is the gate; among the relevant, outcomes move the
-            // rank (and so the top-k cut).
             let board = self.outcomes.board();
-            let relevant = rank_relevant(
-                &selection.ranked,
-                floor,
-                &snapshot,
-                &board,
-                self.settings.outcome_weight,
-            );
+            let relevant = rank_relevant(&selection.ranked, &self.settings, &snapshot, &board);
             for (id, score) in relevant {
                 if chosen.len() >= self.settings.top_k {
                     continue;
@@ -533,23 +516,27 @@ impl Skills {
     }
 }
 
-/// The candidates at or past the relevance `floor`, in the order they are
-/// injected: by relevance alone (`weight` 0), else by relevance and each
-/// skill version's outcomes (docs/skills.md, "Outcomes"). Stable: equal
-/// ranks keep the retriever's order.
+/// The candidates past the relevance floors (`skills.min_relevance`, and
+/// `min_relative_relevance` of the best), in the order they are injected:
+/// by relevance alone (`outcome_weight` 0), else by relevance and each
+/// skill version's outcomes (docs/skills.md, "Outcomes"). Relevance is the
+/// gate; outcomes only reorder what passed it, before the top-k cut.
+/// Stable: equal ranks keep the retriever's order.
 pub fn rank_relevant<'a>(
     ranked: &'a [(String, f32)],
-    floor: f32,
+    settings: &Settings,
     snapshot: &Snapshot,
     board: &outcomes::Board,
-    weight: f32,
 ) -> Vec<&'a (String, f32)> {
     let best = ranked.iter().map(|(_, s)| *s).fold(0.0f32, f32::max);
+    let floor = settings
+        .min_relevance
+        .max(best * settings.min_relative_relevance);
     let relevant = ranked.iter().filter(|(_, s)| *s >= floor);
-    if weight <= 0.0 || best <= 0.0 {
+    if settings.outcome_weight <= 0.0 || best <= 0.0 {
         return relevant.collect();
     }
-    let weight = f64::from(weight);
+    let weight = f64::from(settings.outcome_weight);
     let mut keyed: Vec<(f64, &(String, f32))> = relevant
         .map(|r| {
             let optimistic = match snapshot.get(&r.0) {

@@ -201,6 +201,17 @@ impl Board {
         }
     }
 
+    /// The outcomes in the store at `db` (a store not made yet has none).
+    pub fn read(db: &std::path::Path) -> Result<Self, String> {
+        if !db.exists() {
+            return Ok(Self::default());
+        }
+        let conn = crate::store::open_read_only(db).map_err(|e| format!("{e:#}"))?;
+        let rows = crate::store::outcomes::all(&conn)
+            .map_err(|e| format!("reading the skills' outcomes from {}: {e}", db.display()))?;
+        Ok(Self::new(rows))
+    }
+
     /// One version's sums (none yet: zeros).
     pub fn sums(&self, id: &str, version: &str) -> Sums {
         self.by_skill
@@ -255,19 +266,13 @@ impl Outcomes {
     /// made yet; one that cannot be read is ranked by relevance alone
     /// until learning reads it again, and the log says why).
     pub fn load(db: &std::path::Path) -> Self {
-        let outcomes = Self::default();
-        if !db.exists() {
-            return outcomes;
-        }
-        let read = crate::store::open_read_only(db)
-            .map_err(|e| format!("{e:#}"))
-            .and_then(|c| outcomes.refresh(&c).map_err(|e| e.to_string()));
-        if let Err(e) = read {
+        let board = Board::read(db).unwrap_or_else(|e| {
             tracing::warn!(
                 "the skills' outcomes were not read (relevance alone ranks them until the next judged session): {e}"
             );
-        }
-        outcomes
+            Board::default()
+        });
+        Self(RwLock::new(Arc::new(board)))
     }
 
     pub fn board(&self) -> Arc<Board> {

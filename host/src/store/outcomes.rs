@@ -81,11 +81,15 @@ impl Delta {
     }
 }
 
-/// Adds `delta` to each of `skills` and to the row of every main turn.
+/// Adds `delta` to each of `skills` (once each: a skill injected twice
+/// into one turn is one injection) and to the row of every main turn.
 fn apply(conn: &Connection, skills: &[Key], delta: Delta) -> rusqlite::Result<()> {
     if delta.is_zero() {
         return Ok(());
     }
+    let mut skills: Vec<&Key> = skills.iter().collect();
+    skills.sort();
+    skills.dedup();
     let mut stmt = conn.prepare_cached(
         "INSERT INTO skill_outcomes (skill_id, version, injected, judged, reward_sum, reward_sq)
          VALUES (?1, ?2, ?3, ?4, ?5, ?6)
@@ -96,7 +100,7 @@ fn apply(conn: &Connection, skills: &[Key], delta: Delta) -> rusqlite::Result<()
              reward_sq = reward_sq + excluded.reward_sq",
     )?;
     let all = (ALL.to_string(), ALL.to_string());
-    for (id, version) in skills.iter().chain(std::iter::once(&all)) {
+    for (id, version) in skills.into_iter().chain(std::iter::once(&all)) {
         stmt.execute(params![
             id,
             version,
@@ -119,19 +123,13 @@ fn keys(injected: Option<&str>) -> Vec<Key> {
     let list: Vec<One> = injected
         .and_then(|text| serde_json::from_str(text).ok())
         .unwrap_or_default();
-    let mut keys: Vec<Key> = list.into_iter().map(|o| (o.id, o.version)).collect();
-    // A skill injected twice into one turn is one injection.
-    keys.sort();
-    keys.dedup();
+    let keys: Vec<Key> = list.into_iter().map(|o| (o.id, o.version)).collect();
     keys
 }
 
 /// A main turn was recorded with these skills (its reward comes later).
 pub fn turn_recorded(conn: &Connection, skills: &[Key]) -> rusqlite::Result<()> {
-    let mut skills = skills.to_vec();
-    skills.sort();
-    skills.dedup();
-    apply(conn, &skills, Delta::turn(None))
+    apply(conn, skills, Delta::turn(None))
 }
 
 /// Sets a main turn's final reward, moving its skills' sums by the
