@@ -118,7 +118,7 @@ fn measure(
         let before = embedder.query_nanos.load(Ordering::Relaxed);
         let start = Instant::now();
         let hits = engine
-            .block_on(plugin.retrieve(skills, generation, &ctx, 24))
+            .block_on(plugin.retrieve(skills, generation, &ctx, 24, None))
             .unwrap();
         let elapsed = start.elapsed();
         let embedding = embedder.query_nanos.load(Ordering::Relaxed) - before;
@@ -154,7 +154,7 @@ fn floor(plugin: &Arc<Loaded>, skills: &Arc<Vec<Skill>>, generation: u64, n: usi
         std::hint::black_box(
             plugin
                 .engine()
-                .block_on(plugin.retrieve(skills, generation, &ctx, 24))
+                .block_on(plugin.retrieve(skills, generation, &ctx, 24, None))
                 .unwrap(),
         );
         times.push(start.elapsed());
@@ -236,7 +236,7 @@ fn rerank(
         .iter()
         .map(|q| {
             let mut h: Vec<(String, f32)> = engine
-                .block_on(plugin.retrieve(skills, generation, &context(q), 24))
+                .block_on(plugin.retrieve(skills, generation, &context(q), 24, None))
                 .unwrap()
                 .into_iter()
                 .map(|r| (r.id, r.score))

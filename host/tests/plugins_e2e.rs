@@ -478,13 +478,15 @@ fn inspect_add_and_remove() {
     let info: Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(info["name"], "refusals");
     assert_eq!(info["world"], "metaclaw:plugin/scorer");
-    assert_eq!(info["package"], "metaclaw:plugin@0.1.0");
+    // Built from wit/ by scripts/build-plugins: this host's release.
+    let release = metaclaw::plugins::PACKAGE_VERSION;
+    assert_eq!(info["package"], format!("metaclaw:plugin@{release}"));
     assert!(
         info["imports"]
             .as_array()
             .unwrap()
             .iter()
-            .any(|i| i == "metaclaw:plugin/clock@0.1.0")
+            .any(|i| *i == format!("metaclaw:plugin/clock@{release}"))
     );
 
     // Not a plugin at all.

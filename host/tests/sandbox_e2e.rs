@@ -11,19 +11,21 @@
 
 mod common;
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use metaclaw::config::Config;
 use metaclaw::home::Home;
-use metaclaw::plugins::types::{FinishedTurn, Message, Skill, SkillDraft, TurnContext};
+use metaclaw::plugins::types::{FinishedTurn, Skill, SkillDraft};
 use metaclaw::plugins::{
-    CallError, EmbedPurpose, Embedder, Grants, Kind, Limits, LockEntry, LockFile, PluginHost,
-    Settings, Source,
+    CallError, EmbedPurpose, Embedder, Grants, Limits, LockEntry, LockFile, PluginHost, Settings,
+    Source,
 };
 
+use common::wat::{load_bytes, wat_scorer};
+use common::wit::{self, context, message};
 use common::*;
 
 /// A home whose drop-in folder holds `drop_ins` (built plugins, by the
@@ -48,50 +50,14 @@ fn host_with(
     (home, host)
 }
 
-fn msg(role: &str, content: &str) -> Message {
-    Message {
-        role: role.into(),
-        content: content.into(),
-        tool_call_id: None,
-        tool_calls: Vec::new(),
-    }
-}
-
 /// A finished turn of `session` (the hostile scorer's attack), `arg` its
 /// next user message (the attack's argument).
 fn turn(session: &str, arg: Option<&str>) -> FinishedTurn {
-    FinishedTurn {
-        session_id: session.into(),
-        turn_id: "t".into(),
-        request: vec![msg("user", "hi")],
-        response: msg("assistant", "hello"),
-        tool_results: Vec::new(),
-        next_user_message: arg.map(str::to_string),
-        status: "ok".into(),
-    }
-}
-
-fn context(query: &str) -> TurnContext {
-    TurnContext {
-        session_id: "s".into(),
-        turn_type: "main".into(),
-        model: "m".into(),
-        system_prompt: String::new(),
-        messages: Vec::new(),
-        query: query.into(),
-    }
+    wit::finished_turn(session, message("assistant", "hello"), Vec::new(), arg)
 }
 
 fn skill(id: &str) -> Skill {
-    Skill {
-        id: id.into(),
-        name: id.into(),
-        description: format!("about {id}"),
-        category: "general".into(),
-        tags: Vec::new(),
-        version: "1.0.0".into(),
-        body: "Do it well.".into(),
-    }
+    wit::skill(id, &format!("about {id}"), "Do it well.")
 }
 
 fn plugin(host: &PluginHost, name: &str) -> Arc<metaclaw::plugins::Loaded> {
@@ -193,7 +159,7 @@ fn every_kind_of_call_ends_at_its_deadline_even_when_the_guest_sleeps() {
     let t = Instant::now();
     let limit = deadline(
         engine
-            .block_on(retriever.retrieve(&library, 1, &context("hostile:sleep"), 4))
+            .block_on(retriever.retrieve(&library, 1, &context("hostile:sleep"), 4, None))
             .map(|_| ()),
     );
     ended_at(t.elapsed(), limit);
@@ -206,7 +172,7 @@ fn every_kind_of_call_ends_at_its_deadline_even_when_the_guest_sleeps() {
     // The old index still serves meanwhile.
     assert_eq!(
         engine
-            .block_on(retriever.retrieve(&library, 1, &context("rebase"), 4))
+            .block_on(retriever.retrieve(&library, 1, &context("rebase"), 4, None))
             .unwrap()
             .len(),
         2
@@ -554,100 +520,6 @@ fn huge_linked_and_piped_files_are_refused_unread() {
     for p in &host.current().problems {
         assert!(!p.error.contains("SECRET"), "{p:?}");
     }
-}
-
-/// A scorer component from a core module in WAT: `score_body` runs, then
-/// the call returns `none`. `fields` adds module fields (tables, …).
-fn wat_scorer(name: &str, fields: &str, score_body: &str) -> Vec<u8> {
-    let le = |n: usize| -> String {
-        (n as u32)
-            .to_le_bytes()
-            .iter()
-            .map(|b| format!("\\{b:02x}"))
-            .collect()
-    };
-    let description = "grows what it can";
-    // plugin-metadata at 256: name, version, kind (scorer = 1), description,
-    // capabilities (empty).
-    let record = [
-        le(0),
-        le(name.len()),
-        le(64),
-        le(5),
-        le(1),
-        le(128),
-        le(description.len()),
-        le(0),
-        le(0),
-    ]
-    .concat();
-    let wat = format!(
-        r#"(module
-          (memory (export "memory") 1)
-          {fields}
-          (global $bump (mut i32) (i32.const 4096))
-          (func (export "cabi_realloc") (param i32 i32 i32 i32) (result i32)
-            (local $p i32)
-            global.get $bump
-            local.get 2 i32.add i32.const 1 i32.sub
-            i32.const 0 local.get 2 i32.sub i32.and
-            local.tee $p
-            local.get 3 i32.add
-            global.set $bump
-            global.get $bump
-            memory.size i32.const 16 i32.shl
-            i32.gt_u
-            if
-              global.get $bump i32.const 16 i32.shr_u i32.const 1 i32.add
-              memory.size i32.sub memory.grow drop
-            end
-            local.get $p)
-          (data (i32.const 0) "{name}")
-          (data (i32.const 64) "0.1.0")
-          (data (i32.const 128) "{description}")
-          (data (i32.const 256) "{record}")
-          (func (export "metaclaw:plugin/plugin@0.1.0#metadata") (result i32) i32.const 256)
-          (func (export "metaclaw:plugin/scorer-api@0.1.0#score") (param i32) (result i32)
-            {score_body}
-            i32.const 1024))"#
-    );
-    let mut module = wat::parse_str(&wat).unwrap();
-    let mut resolve = wit_parser::Resolve::default();
-    let (package, _) = resolve
-        .push_dir(Path::new(env!("CARGO_MANIFEST_DIR")).join("../wit"))
-        .unwrap();
-    let world = resolve.select_world(&[package], Some("scorer")).unwrap();
-    wit_component::embed_component_metadata(
-        &mut module,
-        &resolve,
-        world,
-        wit_component::StringEncoding::UTF8,
-    )
-    .unwrap();
-    wit_component::ComponentEncoder::default()
-        .module(&module)
-        .unwrap()
-        .validate(true)
-        .encode()
-        .unwrap()
-}
-
-fn load_bytes(
-    engine: &Arc<metaclaw::plugins::PluginEngine>,
-    bytes: &[u8],
-    limits: Limits,
-) -> Arc<metaclaw::plugins::Loaded> {
-    let sha = metaclaw::digest::sha256_hex(bytes);
-    let probed = metaclaw::plugins::Loaded::probe(
-        engine,
-        PathBuf::from("wat.wasm"),
-        bytes,
-        sha,
-        Source::User,
-        &|_: Kind| limits.clone(),
-    )
-    .unwrap();
-    Arc::new(probed.ready(Grants::default(), None))
 }
 
 /// Tables are memory too: a guest growing 64 tables toward a million

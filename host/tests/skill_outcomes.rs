@@ -1,7 +1,8 @@
 //! Retrieval that learns from outcomes (docs/skills.md, "Outcomes"): among
 //! skills equally relevant to a query, the one whose turns were judged
 //! well is injected first, an untried one is still tried before one that
-//! failed, and `skills.outcome_weight: 0` leaves relevance alone. The real
+//! failed, and `skills.outcome_weight: 0` leaves relevance alone; a
+//! retriever plugin granted `outcomes` reads the same figures. The real
 //! BM25 plugin over a real library and store; the outcomes are the
 //! store's sums as learning leaves them.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
@@ -34,6 +35,17 @@ fn setup_by(
     weight: f32,
     created_by: impl Fn(&str) -> &'static str,
 ) -> Arc<Skills> {
+    setup_with(home, top_k, weight, created_by, |_| {})
+}
+
+/// [`setup_by`], the config changed by `configure`.
+fn setup_with(
+    home: &Path,
+    top_k: u32,
+    weight: f32,
+    created_by: impl Fn(&str) -> &'static str,
+    configure: impl FnOnce(&mut Config),
+) -> Arc<Skills> {
     common::warm_plugin_cache(home);
     let home = Home::at(home);
     home.ensure().unwrap();
@@ -57,6 +69,7 @@ fn setup_by(
     let mut config = Config::default();
     config.skills.top_k = top_k;
     config.skills.outcome_weight = weight;
+    configure(&mut config);
     common::skills_over(&home, dir, &config)
 }
 
@@ -78,8 +91,16 @@ fn judged(db: &Path, name: &str, plus: i64, minus: i64) {
 }
 
 fn injected(skills: &Skills) -> (Vec<String>, Vec<String>) {
+    injected_for(
+        skills,
+        "check the deploy pipeline before releasing the billing service",
+    )
+}
+
+/// The skills injected for `text`, and the retriever's ranking.
+fn injected_for(skills: &Skills, text: &str) -> (Vec<String>, Vec<String>) {
     let query = Query {
-        text: "check the deploy pipeline before releasing the billing service".into(),
+        text: text.into(),
         ..Query::default()
     };
     let engine = skills.plugins.as_ref().unwrap().engine.clone();
@@ -138,6 +159,51 @@ fn outcomes_read_at_start_and_weight_zero_keeps_relevance_alone() {
     // A new process reads the outcomes at start.
     let weighted = setup(home.path(), 1, 0.3);
     assert_eq!(injected(&weighted).0, [ranked[2].clone()]);
+}
+
+/// The hostile retriever, for `hostile:outcomes`, ranks the skills by the
+/// `mean` its `outcomes()` call returns: granted, that is this turn's
+/// snapshot of the store's sums.
+#[test]
+fn a_retriever_granted_outcomes_ranks_by_the_stores_figures() {
+    let home = tempfile::tempdir().unwrap();
+    let drop_in = home.path().join("plugins/hostile-retriever.wasm");
+    std::fs::create_dir_all(drop_in.parent().unwrap()).unwrap();
+    std::fs::copy(
+        common::built_plugin("testing/hostile-retriever.wasm"),
+        &drop_in,
+    )
+    .unwrap();
+    let sha = metaclaw::digest::sha256_hex(std::fs::read(&drop_in).unwrap());
+    // Weight 0: the order is the plugin's alone.
+    let skills = setup_with(
+        home.path(),
+        1,
+        0.0,
+        |_| "user",
+        |c| {
+            c.plugins.retriever = vec!["hostile-retriever".parse().unwrap()];
+            c.plugins.grants.insert(
+                format!("hostile-retriever@sha256:{sha}").parse().unwrap(),
+                metaclaw::plugins::Grants::parse(&["outcomes".to_string()]).unwrap(),
+            );
+        },
+    );
+    let db = Home::at(home.path()).db_file();
+    judged(&db, "deploy-check-alpha", 0, 20);
+    judged(&db, "deploy-check-charlie", 20, 0);
+    refresh(&skills, &db);
+    let (chosen, ranked) = injected_for(&skills, "hostile:outcomes");
+    assert_eq!(
+        ranked,
+        [
+            "deploy-check-charlie",
+            "deploy-check-bravo",
+            "deploy-check-alpha"
+        ],
+        "best mean first; bravo untried, at the prior"
+    );
+    assert_eq!(chosen, ["deploy-check-charlie"]);
 }
 
 #[test]

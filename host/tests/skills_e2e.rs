@@ -567,7 +567,7 @@ fn turns_during_indexing_do_not_pile_up_more_indexes() {
     let mut slowest = Duration::ZERO;
     while !warming.is_finished() {
         let t = Instant::now();
-        match engine.block_on(bm25.retrieve(&skills, 1, &context, 8)) {
+        match engine.block_on(bm25.retrieve(&skills, 1, &context, 8, None)) {
             Err(CallError::Indexing) => refused += 1,
             Ok(_) => {}
             Err(e) => panic!("unexpected error while indexing: {e}"),
@@ -587,7 +587,7 @@ fn turns_during_indexing_do_not_pile_up_more_indexes() {
     );
     // Indexed now: turns get skills.
     let ranked = engine
-        .block_on(bm25.retrieve(&skills, 1, &context, 8))
+        .block_on(bm25.retrieve(&skills, 1, &context, 8, None))
         .unwrap();
     assert!(!ranked.is_empty());
 }

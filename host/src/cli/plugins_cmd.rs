@@ -1,5 +1,6 @@
 //! `metaclaw plugins list | inspect | add | remove | lock | verify | call`.
 
+use std::collections::HashMap;
 use std::path::Path;
 use std::process::ExitCode;
 use std::sync::Arc;
@@ -501,7 +502,8 @@ fn parse<T: serde::de::DeserializeOwned>(v: &Value) -> Result<T> {
 }
 
 /// Calls a plugin with JSON input (for plugin authors): a scorer takes a
-/// finished turn; a retriever `{skills, context, k}`; an evolver
+/// finished turn; a retriever `{skills, context, k, outcomes}` (`outcomes`,
+/// optional: what its `outcomes()` answers, by skill id); an evolver
 /// `{drafts, library}`; a skill `{context}`.
 fn call(home: &Home, config: &LoadedConfig, spec: &str, input: &str) -> Result<ExitCode> {
     // What the plugin logs (and why a call failed) on stderr, for its author.
@@ -533,9 +535,17 @@ fn call(home: &Home, config: &LoadedConfig, spec: &str, input: &str) -> Result<E
             let skills: Arc<Vec<types::Skill>> = Arc::new(parse(&value["skills"])?);
             let context: types::TurnContext = parse(&value["context"])?;
             let k = value["k"].as_u64().unwrap_or(5) as u32;
+            let outcomes: Option<Arc<dyn crate::plugins::OutcomeSource>> =
+                match value.get("outcomes") {
+                    None | Some(Value::Null) => None,
+                    Some(given) => Some(Arc::new(
+                        parse::<HashMap<String, crate::plugins::outcomes::SkillOutcome>>(given)
+                            .context("outcomes: a map from skill id to {version, injected, judged, mean, sd, low, high, flagged}")?,
+                    )),
+                };
             json!(engine.block_on(async {
                 plugin.warm(&skills, 1).await?;
-                plugin.retrieve(&skills, 1, &context, k).await
+                plugin.retrieve(&skills, 1, &context, k, outcomes).await
             })?)
         }
         Kind::Evolver => {

@@ -149,12 +149,14 @@ impl fmt::Display for FilePin {
 }
 
 /// Capabilities granted to one plugin (`plugins.grants` in the config):
-/// `embed`, `clock`, `kv`, `network`, `env:NAME`, `fs:/dir`.
+/// `embed`, `clock`, `kv`, `outcomes`, `network`, `env:NAME`, `fs:/dir`.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Grants {
     pub embed: bool,
     pub clock: bool,
     pub kv: bool,
+    /// Each skill's outcomes (retrievers).
+    pub outcomes: bool,
     pub network: bool,
     pub env: Vec<String>,
     /// Directories the plugin may read (mounted at the same path).
@@ -175,6 +177,7 @@ impl Grants {
                 "embed" => self.embed = true,
                 "clock" => self.clock = true,
                 "kv" => self.kv = true,
+                "outcomes" => self.outcomes = true,
                 "network" => self.network = true,
                 other => {
                     if let Some(var) = other.strip_prefix("env:") {
@@ -188,7 +191,7 @@ impl Grants {
                         }
                     } else {
                         return Err(format!(
-                            "unknown capability {other:?} (use embed, clock, kv, network, env:NAME or fs:/dir)"
+                            "unknown capability {other:?} (use embed, clock, kv, outcomes, network, env:NAME or fs:/dir)"
                         ));
                     }
                 }
@@ -202,6 +205,7 @@ impl Grants {
         self.embed |= other.embed;
         self.clock |= other.clock;
         self.kv |= other.kv;
+        self.outcomes |= other.outcomes;
         self.network |= other.network;
         for var in &other.env {
             if !self.env.contains(var) {
@@ -222,6 +226,7 @@ impl Grants {
             (self.embed, "embed"),
             (self.clock, "clock"),
             (self.kv, "kv"),
+            (self.outcomes, "outcomes"),
             (self.network, "network"),
         ] {
             if on {

@@ -420,8 +420,8 @@ pub struct PluginsConfig {
     pub evolvers: Option<Vec<PluginSpec>>,
     /// Executable skills; unset: every loaded skill component.
     pub skills: Option<Vec<PluginSpec>>,
-    /// Capabilities: `embed`, `clock`, `kv`, `network`, `env:NAME`,
-    /// `fs:/dir`, keyed by `NAME` (the first-party plugin NAME, or a drop-in
+    /// Capabilities: `embed`, `clock`, `kv`, `outcomes`, `network`,
+    /// `env:NAME`, `fs:/dir`, keyed by `NAME` (the first-party plugin NAME, or a drop-in
     /// NAME whose sha256 metaclaw.lock pins) or `NAME@sha256:<hex>` (that
     /// file only). Nothing is granted by default.
     pub grants: std::collections::BTreeMap<FileRef, Grants>,

@@ -2,6 +2,9 @@
 //! interfaces (types and the host capabilities); the others reuse them, so a
 //! `FinishedTurn` is one Rust type whichever world it crosses.
 //!
+//! The retriever world alone imports `outcomes` (since 0.1.1): its
+//! bindings generate that interface.
+//!
 //! Exports are called asynchronously (wasmtime's fibers): a guest that waits
 //! — on `embed`, or on a WASI clock or poll — suspends instead of blocking a
 //! host thread, so a deadline can always end it. Only `embed` is an async
@@ -30,6 +33,7 @@ macro_rules! world {
                 world: $world,
                 imports: { default: trappable },
                 exports: { default: async },
+                additional_derives: [serde::Serialize, serde::Deserialize, PartialEq],
                 with: {
                     "metaclaw:plugin/types": super::scorer::metaclaw::plugin::types,
                     "metaclaw:plugin/log": super::scorer::metaclaw::plugin::log,
@@ -46,5 +50,6 @@ world!(retriever, "retriever");
 world!(evolver, "evolver");
 world!(skill, "skill");
 
+pub use retriever::metaclaw::plugin::outcomes;
 pub use scorer::metaclaw::plugin::types;
 pub use scorer::metaclaw::plugin::{clock, embed, kv, log};

@@ -23,7 +23,7 @@ use anyhow::Result;
 use wasmtime::component::{Component, HasSelf, Linker};
 use wasmtime::{Config, Engine};
 
-use super::bindings::{clock, embed, kv, log, types};
+use super::bindings::{clock, embed, kv, log, outcomes, types};
 use super::cache::{CacheOptions, CompileCache};
 use super::sandbox::PluginState;
 
@@ -115,6 +115,7 @@ impl Flavor {
             &mut linker,
             |s| s,
         ))?;
+        link(outcomes::add_to_linker::<PluginState, HasSelf<PluginState>>(&mut linker, |s| s))?;
         let mut hasher = std::collections::hash_map::DefaultHasher::new();
         engine.precompile_compatibility_hash().hash(&mut hasher);
         let compat = format!("{:016x}", hasher.finish());

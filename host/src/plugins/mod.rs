@@ -26,7 +26,7 @@ mod sandbox;
 mod trust;
 mod view;
 
-pub use bindings::types;
+pub use bindings::{outcomes, types};
 pub use cache::{ArtifactState, CacheOptions};
 pub use engine::{EngineOptions, PluginEngine, Spawned, artifact_limit};
 pub use loaded::{
@@ -35,6 +35,6 @@ pub use loaded::{
 };
 pub use lock::{LockEntry, LockFile};
 pub use registry::{BuiltinSource, PluginHost, PluginSpec, Problem, Registry, Settings};
-pub use sandbox::{EmbedBudget, EmbedPurpose, Embedder, Grants};
+pub use sandbox::{EmbedBudget, EmbedPurpose, Embedder, Grants, OutcomeSource};
 pub use trust::{FIRST_PARTY, FileRef, Trust};
 pub use view::{PluginView, RegistryView, view};

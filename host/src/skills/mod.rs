@@ -383,6 +383,7 @@ impl Skills {
         if !query.text.trim().is_empty() && !snapshot.skills.is_empty() {
             let skills = self.wit_skills(&snapshot);
             let want = (self.settings.top_k * 4).max(8) as u32;
+            let board = self.outcomes.board();
             // A retriever whose index of this library is ready answers
             // first; one still indexing it (serving an older library's
             // index, possibly an empty one) only when none is ready.
@@ -391,8 +392,16 @@ impl Skills {
                 r.index_state(snapshot.generation) != crate::plugins::IndexState::Ready
             });
             for retriever in retrievers {
+                // Only a retriever granted them sees the outcomes (the same
+                // board the re-rank below uses).
+                let view = retriever.grants().outcomes.then(|| {
+                    Arc::new(outcomes::View {
+                        board: board.clone(),
+                        snapshot: snapshot.clone(),
+                    }) as Arc<dyn crate::plugins::OutcomeSource>
+                });
                 match retriever
-                    .retrieve(&skills, snapshot.generation, &context, want)
+                    .retrieve(&skills, snapshot.generation, &context, want, view)
                     .await
                 {
                     Ok(ranked) => {
@@ -432,7 +441,6 @@ impl Skills {
                 }
             }
             let mut task_specific = 0;
-            let board = self.outcomes.board();
             let relevant = rank_relevant(&selection.ranked, &self.settings, &snapshot, &board);
             for (id, score) in relevant {
                 if chosen.len() >= self.settings.top_k {

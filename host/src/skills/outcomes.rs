@@ -257,6 +257,32 @@ impl Board {
     }
 }
 
+/// The outcomes a retriever granted `outcomes` sees in one turn: each
+/// skill's current version in that turn's library, on that turn's board.
+pub struct View {
+    pub board: Arc<Board>,
+    pub snapshot: Arc<crate::skills::library::Snapshot>,
+}
+
+impl crate::plugins::OutcomeSource for View {
+    fn outcome(&self, id: &str) -> Option<crate::plugins::outcomes::SkillOutcome> {
+        let skill = self.snapshot.get(id)?;
+        let version = skill.version.to_string();
+        let sums = self.board.sums(id, &version);
+        let estimate = estimate(&sums, self.board.prior);
+        Some(crate::plugins::outcomes::SkillOutcome {
+            injected: sums.injected.max(0) as u64,
+            judged: sums.judged.max(0) as u64,
+            mean: estimate.mean,
+            sd: estimate.sd,
+            low: estimate.low,
+            high: estimate.high,
+            flagged: flag(&sums, &self.board.all).is_some(),
+            version,
+        })
+    }
+}
+
 /// The board shared by retrieval (reads) and learning (replaces it).
 #[derive(Debug, Default)]
 pub struct Outcomes(RwLock<Arc<Board>>);
@@ -346,6 +372,42 @@ mod tests {
         // Weight 0: relevance alone.
         assert_eq!(rank(0.7, good.optimistic(), 0.0), 0.7);
         assert_eq!(rank(0.7, bad.optimistic(), 0.0), 0.7);
+    }
+
+    /// What a retriever granted `outcomes` is told: the current version's
+    /// (an earlier one's turns are not its), none for an id not in the
+    /// library, and the flag.
+    #[test]
+    fn a_retriever_sees_the_current_versions_outcomes() {
+        use crate::plugins::OutcomeSource;
+        let text = "---\nname: alpha\ndescription: About alpha.\n---\nDo it.\n";
+        let alpha = crate::skills::skill::parse("alpha", text).unwrap();
+        let current = alpha.version.to_string();
+        let bad = sums(0, 12);
+        let rows = HashMap::from([
+            ((ALL.to_string(), ALL.to_string()), add(&bad, &sums(40, 0))),
+            (("alpha".to_string(), current.clone()), bad),
+            (("alpha".to_string(), "0.0.1".to_string()), sums(30, 0)),
+        ]);
+        let board = Arc::new(Board::new(rows));
+        let view = View {
+            board: board.clone(),
+            snapshot: Arc::new(crate::skills::library::Snapshot::new(
+                vec![Arc::new(alpha)],
+                Vec::new(),
+                1,
+            )),
+        };
+        let seen = view.outcome("alpha").unwrap();
+        let expected = board.estimate("alpha", &current);
+        assert_eq!(seen.version, current);
+        assert_eq!((seen.injected, seen.judged), (12, 12));
+        assert_eq!(
+            (seen.mean, seen.sd, seen.low, seen.high),
+            (expected.mean, expected.sd, expected.low, expected.high)
+        );
+        assert!(seen.flagged, "12 of 12 judged -1 against 40 of 40 +1");
+        assert!(view.outcome("ghost").is_none());
     }
 
     #[test]

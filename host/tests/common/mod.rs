@@ -11,6 +11,8 @@ use serde_json::Value;
 
 pub mod rl_daemon;
 pub mod skyrl;
+pub mod wat;
+pub mod wit;
 
 pub const BIN: &str = env!("CARGO_BIN_EXE_metaclaw");
 

@@ -16,15 +16,32 @@
 //! }
 //! metaclaw_plugin_sdk::scorer::export_scorer!(MyScorer);
 //! ```
+//!
+//! A retriever granted `outcomes` reads how each skill's turns were judged
+//! with `metaclaw_plugin_sdk::retriever::outcomes::outcomes(&ids)`. The
+//! `wit-0-1-0` feature builds for hosts of `metaclaw:plugin@0.1.0`, which
+//! lack it.
 
-/// Bindings for one world, plus the helpers every world shares.
+/// Bindings for one world, plus the helpers every world shares. `$since`:
+/// capabilities of this world added after 0.1.0 (not in a `wit-0-1-0`
+/// build).
 macro_rules! world {
-    ($feature:literal, $module:ident, $world:literal, $export:literal, $bindings:literal, $kind:ident, $api:ident) => {
+    ($feature:literal, $module:ident, $world:literal, $export:literal, $bindings:literal, $kind:ident, $api:ident $(, $since:ident)*) => {
         #[cfg(feature = $feature)]
         pub mod $module {
+            #[cfg(not(feature = "wit-0-1-0"))]
             wit_bindgen::generate!({
                 world: $world,
                 path: "../../wit",
+                pub_export_macro: true,
+                export_macro_name: $export,
+                default_bindings_module: $bindings,
+            });
+            // For hosts of the first release (wit/released/0.1.0.wit).
+            #[cfg(feature = "wit-0-1-0")]
+            wit_bindgen::generate!({
+                world: $world,
+                path: "../../wit/released/0.1.0.wit",
                 pub_export_macro: true,
                 export_macro_name: $export,
                 default_bindings_module: $bindings,
@@ -36,6 +53,10 @@ macro_rules! world {
             pub use metaclaw::plugin::types::PluginMetadata as Metadata;
             /// Host capabilities (each works only when the deployment grants it).
             pub use metaclaw::plugin::{clock, embed, kv};
+            $(
+                #[cfg(not(feature = "wit-0-1-0"))]
+                pub use metaclaw::plugin::$since;
+            )*
 
             /// Metadata for a plugin of this world that asks for no capability.
             pub fn metadata(name: &str, version: &str, description: &str) -> Metadata {
@@ -77,7 +98,8 @@ world!(
     "export_retriever",
     "metaclaw_plugin_sdk::retriever",
     Retriever,
-    retriever_api
+    retriever_api,
+    outcomes
 );
 world!(
     "scorer",

@@ -9,7 +9,7 @@ use std::sync::atomic::Ordering;
 use super::Loaded;
 use super::pool::{Bindings, CallError, Instance, Want};
 use crate::plugins::bindings::types;
-use crate::plugins::sandbox::EmbedPurpose;
+use crate::plugins::sandbox::{EmbedPurpose, OutcomeSource};
 
 /// A retriever's index of the current skill library, as `status` shows it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
@@ -53,12 +53,15 @@ impl Loaded {
     /// Retrieves the `k` best skills, from an instance that has indexed the
     /// library. None has yet (at start, after a change): `Indexing`, and
     /// the index is built in the background — a turn never waits for one.
+    /// `outcomes` is what the plugin's `outcomes()` answers from, if it is
+    /// granted them.
     pub async fn retrieve(
         self: &Arc<Self>,
         skills: &Arc<Vec<types::Skill>>,
         generation: u64,
         context: &types::TurnContext,
         k: u32,
+        outcomes: Option<Arc<dyn OutcomeSource>>,
     ) -> Result<Vec<types::ScoredSkill>, CallError> {
         let mut embed_failed = None;
         let ranked = self
@@ -76,6 +79,7 @@ impl Loaded {
                         return Err(CallError::WrongKind(self.info.kind.as_str()));
                     };
                     let stale = *indexed != Some(generation);
+                    store.data_mut().outcomes = outcomes;
                     let ranked = b
                         .metaclaw_plugin_retriever_api()
                         .call_retrieve(&mut *store, context, k)

@@ -13,7 +13,10 @@ use crate::plugins::bindings::types;
 
 /// The WIT package version this host implements.
 pub const PACKAGE: &str = "metaclaw:plugin";
-pub const PACKAGE_VERSION: Version = Version::new(0, 1, 0);
+pub const PACKAGE_VERSION: Version = Version::new(0, 1, 1);
+
+/// The package's interfaces a plugin may import (`outcomes` since 0.1.1).
+const HOST_INTERFACES: [&str; 6] = ["types", "log", "embed", "clock", "kv", "outcomes"];
 
 #[derive(
     Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, serde::Deserialize, PartialOrd, Ord,
@@ -188,6 +191,18 @@ pub fn detect(
         return Err(format!(
             "built for {PACKAGE}@{version}; this metaclaw loads plugins built for {PACKAGE}@{}.{}.x",
             PACKAGE_VERSION.major, PACKAGE_VERSION.minor
+        ));
+    }
+    // A plugin of a later release of the line loads if it only imports what
+    // this host has; otherwise say so, rather than wasmtime's link error.
+    if let Some(missing) = imports.iter().find(|name| {
+        name.strip_prefix(&format!("{PACKAGE}/"))
+            .map(|rest| rest.split_once('@').map_or(rest, |(iface, _)| iface))
+            .is_some_and(|iface| !HOST_INTERFACES.contains(&iface))
+    }) {
+        return Err(format!(
+            "built for {PACKAGE}@{version}, it imports {}, which this metaclaw ({PACKAGE}@{PACKAGE_VERSION}) does not have; upgrade metaclaw, or build the plugin for {PACKAGE}@{PACKAGE_VERSION}",
+            crate::untrusted::log_line(missing, 200)
         ));
     }
     if !exports

@@ -1,5 +1,5 @@
 //! metaclaw's host capabilities as a plugin sees them (`log`, `embed`,
-//! `clock`, `kv`): each denies what was not granted.
+//! `clock`, `kv`, `outcomes`): each denies what was not granted.
 
 use super::*;
 
@@ -174,5 +174,26 @@ impl kv::Host for PluginState {
             cache.bytes -= kv_cost(&key, &v);
         }
         Ok(())
+    }
+}
+
+impl outcomes::Host for PluginState {
+    fn outcomes(
+        &mut self,
+        ids: Vec<String>,
+    ) -> wasmtime::Result<Vec<Option<outcomes::SkillOutcome>>> {
+        if !self.shared.grants.outcomes {
+            return Err(self.denied("outcomes"));
+        }
+        if ids.len() > MAX_OUTCOME_IDS {
+            return Err(wasmtime::Error::msg(format!(
+                "outcomes() was asked about {} ids; at most {MAX_OUTCOME_IDS} a call",
+                ids.len()
+            )));
+        }
+        Ok(match &self.outcomes {
+            Some(source) => ids.iter().map(|id| source.outcome(id)).collect(),
+            None => vec![None; ids.len()],
+        })
     }
 }

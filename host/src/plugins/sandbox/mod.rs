@@ -3,9 +3,9 @@
 //! unless the deployment granted them; a memory budget shared by all of the
 //! plugin's instances (linear memories and tables alike); a cap on what one
 //! call may copy into the host; metaclaw's host capabilities (`embed`,
-//! `clock`, `kv`), which deny an ungranted call (a trap, or an error where
-//! the interface has one), `embed` within a budget of its own; and a log
-//! that is escaped to one line a message and rate-limited.
+//! `clock`, `kv`, `outcomes`), which deny an ungranted call (a trap, or an
+//! error where the interface has one), `embed` within a budget of its own;
+//! and a log that is escaped to one line a message and rate-limited.
 
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
@@ -17,7 +17,7 @@ use wasmtime_wasi::{
     FsPerms, HostMonotonicClock, HostWallClock, WasiCtx, WasiCtxBuilder, WasiCtxView, WasiView,
 };
 
-use super::bindings::{clock, embed, kv, log, types};
+use super::bindings::{clock, embed, kv, log, outcomes, types};
 
 mod host;
 mod limits;
@@ -33,6 +33,26 @@ pub trait Embedder: Send + Sync {
     /// One L2-normalised vector per text.
     fn embed(&self, texts: &[String], purpose: EmbedPurpose) -> Result<Vec<Vec<f32>>, String>;
 }
+
+/// Each skill's outcomes as a retriever granted `outcomes` sees them during
+/// one `retrieve()`: those of the library that call is about (the skills
+/// layer provides them; `plugins call` takes them from its input).
+pub trait OutcomeSource: Send + Sync {
+    /// The outcomes of skill `id`'s current version; none for an id that is
+    /// not in the library.
+    fn outcome(&self, id: &str) -> Option<outcomes::SkillOutcome>;
+}
+
+/// Outcomes given by id (`plugins call`, tests).
+impl OutcomeSource for std::collections::HashMap<String, outcomes::SkillOutcome> {
+    fn outcome(&self, id: &str) -> Option<outcomes::SkillOutcome> {
+        self.get(id).cloned()
+    }
+}
+
+/// The most ids one `outcomes()` call may ask about (a library of 10,000
+/// skills fits six times over).
+pub const MAX_OUTCOME_IDS: usize = 65_536;
 
 /// Why a plugin asks for embeddings: texts embedded while indexing the
 /// library come back again and again (every instance indexes, every
@@ -99,6 +119,9 @@ pub struct PluginState {
     /// The last failure of the host's embedding backend in this call (not
     /// the plugin's fault).
     pub embed_error: Option<String>,
+    /// What `outcomes()` answers from in this call (a retriever's
+    /// `retrieve()`); none otherwise, and every id then has none.
+    pub outcomes: Option<Arc<dyn OutcomeSource>>,
 }
 
 pub const LOG_LINES_PER_CALL: u32 = 50;
@@ -141,6 +164,7 @@ impl PluginState {
             embed_purpose: EmbedPurpose::Query,
             embed_left: EmbedBudget::CALL,
             embed_error: None,
+            outcomes: None,
         }
     }
 
@@ -151,6 +175,7 @@ impl PluginState {
         self.embed_purpose = purpose;
         self.embed_left = EmbedBudget::for_purpose(purpose);
         self.embed_error = None;
+        self.outcomes = None;
     }
 
     fn denied(&self, capability: &str) -> wasmtime::Error {
