@@ -114,28 +114,28 @@ fn plugins_built_for_the_first_release_load_and_answer_as_their_current_builds()
     assert_eq!(was, engine.block_on(new.score(&turn)).unwrap());
 }
 
-/// This host's WIT text as a release that does not exist yet: one more
-/// interface, imported by the scorer world.
-fn a_later_release() -> String {
-    let current = format!("@{};", metaclaw::plugins::PACKAGE_VERSION);
+/// This host's WIT text as a release that does not exist yet (the next
+/// patch): one more interface, imported by the scorer world. The text and
+/// its version.
+fn a_later_release() -> (String, String) {
+    let v = &metaclaw::plugins::PACKAGE_VERSION;
+    let version = format!("{}.{}.{}", v.major, v.minor, v.patch + 1);
+    let current = format!("@{v};");
     let wit = current_wit();
     assert!(wit.contains(&current));
-    let v = &metaclaw::plugins::PACKAGE_VERSION;
-    let later = format!("@{}.{}.{};", v.major, v.minor, v.patch + 1);
-    wit.replacen(&current, &later, 1).replacen(
+    let wit = wit.replacen(&current, &format!("@{version};"), 1).replacen(
         "world scorer {",
         "interface weather {\n    today: func() -> u32;\n}\n\nworld scorer {\n    import weather;",
         1,
-    )
+    );
+    (wit, version)
 }
 
 #[test]
 fn a_later_release_loads_unless_it_imports_what_this_host_lacks() {
     let dir = tempfile::tempdir().unwrap();
     let engine = engine_with_cache(dir.path());
-    let later = a_later_release();
-    let v = &metaclaw::plugins::PACKAGE_VERSION;
-    let version = format!("{}.{}.{}", v.major, v.minor, v.patch + 1);
+    let (later, version) = a_later_release();
 
     // Built for the later release, importing nothing new: it loads.
     let plain = wat_scorer_for(&later, "plain", "", "", "");

@@ -53,6 +53,11 @@ pub struct PluginEngine {
     handle: tokio::runtime::Handle,
 }
 
+/// The package's interfaces the linker below provides, by name: what a
+/// plugin may import (`outcomes` since 0.1.1). A plugin importing another
+/// is refused at load, naming it.
+pub const HOST_INTERFACES: [&str; 6] = ["types", "log", "embed", "clock", "kv", "outcomes"];
+
 /// Which of the engine's two wasmtime engines a component was compiled for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum FlavorId {

@@ -15,9 +15,6 @@ use crate::plugins::bindings::types;
 pub const PACKAGE: &str = "metaclaw:plugin";
 pub const PACKAGE_VERSION: Version = Version::new(0, 1, 1);
 
-/// The package's interfaces a plugin may import (`outcomes` since 0.1.1).
-const HOST_INTERFACES: [&str; 6] = ["types", "log", "embed", "clock", "kv", "outcomes"];
-
 #[derive(
     Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, serde::Deserialize, PartialOrd, Ord,
 )]
@@ -198,7 +195,7 @@ pub fn detect(
     if let Some(missing) = imports.iter().find(|name| {
         name.strip_prefix(&format!("{PACKAGE}/"))
             .map(|rest| rest.split_once('@').map_or(rest, |(iface, _)| iface))
-            .is_some_and(|iface| !HOST_INTERFACES.contains(&iface))
+            .is_some_and(|iface| !crate::plugins::engine::HOST_INTERFACES.contains(&iface))
     }) {
         return Err(format!(
             "built for {PACKAGE}@{version}, it imports {}, which this metaclaw ({PACKAGE}@{PACKAGE_VERSION}) does not have; upgrade metaclaw, or build the plugin for {PACKAGE}@{PACKAGE_VERSION}",
