@@ -160,7 +160,7 @@ pub async fn run(options: DaemonOptions) -> Result<()> {
         port,
     })?;
     let app = handle.app().clone();
-    let url = format!("http://{}:{port}", server::url_host(&app.info.host));
+    let url = format!("http://{}:{port}", crate::http::url_host(&app.info.host));
     home.write_pid_file(&PidInfo {
         pid: std::process::id(),
         host: app.info.host.clone(),

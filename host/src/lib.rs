@@ -8,6 +8,7 @@
 //! | [`tinker`] | the client of a Tinker-compatible training service (RL) |
 //! | [`policy`] | the trainable model as served in rl/auto mode: render, sample, parse, capture |
 //! | [`server`] | routes, auth, serving |
+//! | [`ui`] | the dashboard at `/ui`: server-rendered pages behind the admin token |
 //! | [`daemon`] | the long-running process: lock, wiring, shutdown |
 //! | [`config`] | `config.yaml`: schema, validation, editing |
 //! | [`cli`] | the `metaclaw` command |
@@ -42,4 +43,5 @@ pub mod sessions;
 pub mod skills;
 pub mod store;
 pub mod tinker;
+pub mod ui;
 pub mod untrusted;

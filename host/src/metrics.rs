@@ -103,6 +103,29 @@ impl Histogram {
         self.count.load(Ordering::Relaxed)
     }
 
+    /// The `q` quantile (in [0, 1]) estimated from the buckets as
+    /// Prometheus's `histogram_quantile` does: linear within its bucket;
+    /// past the last bound, that bound. None before any observation.
+    pub fn quantile(&self, q: f64) -> Option<f64> {
+        let total = self.count();
+        if total == 0 {
+            return None;
+        }
+        let rank = q.clamp(0.0, 1.0) * total as f64;
+        let mut below = 0u64;
+        let mut lower = 0.0;
+        for (bound, bucket) in self.bounds.iter().zip(&self.buckets) {
+            let n = bucket.load(Ordering::Relaxed);
+            if n > 0 && (below + n) as f64 >= rank {
+                let within = (rank - below as f64) / n as f64;
+                return Some(lower + (bound - lower) * within.clamp(0.0, 1.0));
+            }
+            below += n;
+            lower = *bound;
+        }
+        self.bounds.last().copied()
+    }
+
     fn render(&self, out: &mut String, name: &str, help: &str) {
         let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} histogram");
         let mut cumulative = 0;
@@ -124,7 +147,54 @@ const LATENCY_BOUNDS: &[f64] = &[
     0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0,
 ];
 
+/// Events in the last minute, in one-second slots (approximate under
+/// races: a slot is reset by the first event of its next second).
+pub struct LastMinute {
+    slots: [(AtomicU64, AtomicU64); 60],
+}
+
+impl Default for LastMinute {
+    fn default() -> Self {
+        Self {
+            slots: std::array::from_fn(|_| (AtomicU64::new(0), AtomicU64::new(0))),
+        }
+    }
+}
+
+impl LastMinute {
+    pub fn tick(&self) {
+        self.tick_at(unix_seconds());
+    }
+
+    fn tick_at(&self, second: u64) {
+        let (at, n) = &self.slots[(second % 60) as usize];
+        if at.swap(second, Ordering::Relaxed) != second {
+            n.store(0, Ordering::Relaxed);
+        }
+        n.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Events in the 60 seconds up to now.
+    pub fn count(&self) -> u64 {
+        self.count_at(unix_seconds())
+    }
+
+    fn count_at(&self, now: u64) -> u64 {
+        self.slots
+            .iter()
+            .filter(|(at, _)| now.saturating_sub(at.load(Ordering::Relaxed)) < 60)
+            .map(|(_, n)| n.load(Ordering::Relaxed))
+            .sum()
+    }
+}
+
+fn unix_seconds() -> u64 {
+    (crate::clock::now_ms().max(0) / 1000) as u64
+}
+
 pub struct Metrics {
+    /// Requests on the turn routes in the last minute.
+    pub turns_last_minute: LastMinute,
     pub requests: LabeledCounter,
     pub errors: LabeledCounter,
     pub upstream_latency: Histogram,
@@ -155,6 +225,7 @@ impl Metrics {
             requests: LabeledCounter::new(),
             errors: LabeledCounter::new(),
             upstream_latency: Histogram::new(LATENCY_BOUNDS),
+            turns_last_minute: LastMinute::default(),
             overhead: Histogram::new(OVERHEAD_BOUNDS),
             turns_recorded: Counter::default(),
             turns_unrecorded: Counter::default(),
@@ -274,5 +345,39 @@ mod tests {
         assert!(text.contains("metaclaw_overhead_seconds_bucket{le=\"+Inf\"} 2"));
         assert!(text.contains("metaclaw_overhead_seconds_count 2"));
         assert!(text.contains("metaclaw_active_sessions 2"));
+    }
+
+    #[test]
+    fn quantiles_come_from_the_buckets() {
+        let m = Metrics::new();
+        assert_eq!(m.overhead.quantile(0.5), None);
+        // 90 in (0.0001, 0.00025], 10 in (0.001, 0.0025].
+        for _ in 0..90 {
+            m.overhead.observe(0.0002);
+        }
+        for _ in 0..10 {
+            m.overhead.observe(0.002);
+        }
+        let p50 = m.overhead.quantile(0.5).unwrap();
+        assert!((0.0001..=0.00025).contains(&p50), "{p50}");
+        let p99 = m.overhead.quantile(0.99).unwrap();
+        assert!((0.001..=0.0025).contains(&p99), "{p99}");
+        // Past the last bound: the last bound.
+        m.overhead.observe(5.0);
+        assert_eq!(m.overhead.quantile(1.0), Some(0.1));
+    }
+
+    #[test]
+    fn the_last_minute_forgets_older_seconds() {
+        let rate = LastMinute::default();
+        rate.tick_at(1000);
+        rate.tick_at(1000);
+        rate.tick_at(1030);
+        assert_eq!(rate.count_at(1030), 3);
+        assert_eq!(rate.count_at(1059), 3);
+        assert_eq!(rate.count_at(1060), 1, "second 1000 is a minute old");
+        // Its slot comes round again: reset, not added to.
+        rate.tick_at(1060);
+        assert_eq!(rate.count_at(1060), 2);
     }
 }

@@ -21,6 +21,7 @@
 //! | `GET /admin/plugins`, `POST /admin/plugins/reload` | the admin token, always |
 //! | `POST /admin/learn/now` (`{"session": ID}` or `{}`) | the admin token, always |
 //! | `POST /admin/train/step`, `POST /admin/train/rollback` (`{"sampler": PATH}`) | the admin token, always |
+//! | `GET /ui…` (the dashboard, [`crate::ui`]) | a login with the admin token (a session cookie); forms also a CSRF token |
 
 pub mod guard;
 
@@ -76,10 +77,16 @@ pub fn router(app: SharedApp, guard: Guard) -> Router {
             app.clone(),
             require_admin_token,
         ));
+    // The dashboard: its own login, on top of the admin token.
+    let ui = crate::ui::routes(&app.info.ui).unwrap_or_else(|e| {
+        tracing::error!("the dashboard is off: {e:#}");
+        Router::new()
+    });
     Router::new()
         .route("/healthz", get(healthz))
         .merge(proxy)
         .merge(admin)
+        .merge(ui)
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)
         // Outermost: before routing, auth and any body is read.
@@ -161,6 +168,8 @@ async fn browser_guard(
     let checked = guard.check_host(request.headers()).and_then(|()| {
         if request.method().is_safe() {
             Ok(())
+        } else if request.uri().path().starts_with(crate::ui::FORMS) {
+            guard.check_dashboard_form(request.headers())
         } else {
             guard.check_browser(request.headers())
         }
@@ -310,129 +319,11 @@ async fn metrics(State(app): State<SharedApp>) -> Response {
 }
 
 async fn admin_status(State(app): State<SharedApp>) -> Response {
-    let store = app.proxy.store.clone();
-    let counts = tokio::task::spawn_blocking(move || store.counts()).await;
-    let (sessions, turns) = match counts {
-        Ok(Ok(c)) => c,
-        _ => return ApiError::Internal("cannot read the store".into()).into_response(),
-    };
-    // The learning job's own check, once (with learning on).
-    let chain = app
-        .learn
-        .as_ref()
-        .map(|_| crate::learn::evolver_chain(app.plugins.as_deref()));
-    let info = &app.info;
-    axum::Json(json!({
-        "running": true,
-        "healthy": true,
-        "version": env!("CARGO_PKG_VERSION"),
-        "pid": std::process::id(),
-        "mode": info.mode,
-        "demo": info.demo,
-        "host": info.host,
-        "port": info.port,
-        "url": format!("http://{}:{}", url_host(&info.host), info.port),
-        "upstream": info.upstream_base,
-        "started_at_ms": info.started_at_ms,
-        "uptime_seconds": info.started.elapsed().as_secs_f64(),
-        "sessions": sessions,
-        "active_sessions": app.proxy.sessions.active_count(),
-        "turns": turns,
-        "store": { "path": app.proxy.store.path(), "queue_depth": app.proxy.store.queue_depth() },
-        "skills": app.proxy.skills.as_ref().map(|skills| {
-            let snapshot = skills.library.snapshot();
-            let mut retrieval = json!(skills.retrieval);
-            // What answers a turn now: `mode` is only what is configured.
-            let (answering, none_answers) = match skills.answering() {
-                Ok(list) => (list, None),
-                Err(why) => (Vec::new(), Some(why)),
-            };
-            retrieval["answering"] = json!(answering);
-            retrieval["none_answers"] = json!(none_answers);
-            json!({
-                "loaded": snapshot.skills.len(),
-                "generation": snapshot.generation,
-                "dir": skills.library.dir,
-                "problems": snapshot.problems,
-                "retrieval": retrieval,
-                "last_retriever": skills.last_retriever(),
-                // Retrievers that hold an index of this library (a turn
-                // never waits for one: until then it goes to the next).
-                "indexed_by": skills.indexed_by(snapshot.generation),
-                // Every loaded retriever: ready, indexing, failed or
-                // not_started (what a tool waits on before a first turn).
-                "retrievers": skills.retriever_indexes(snapshot.generation),
-            })
-        }),
-        "learning": crate::learn::state_json(app.learn.is_some()),
-        // rl/auto: whether the trainable model answers, on which weights,
-        // and why not (turns then go to llm when rl.fallback_to_llm).
-        // Training from the student's turns: the queue and whether it runs.
-        "training": app.proxy.policy.as_ref().map(|_| {
-            let queue = crate::store::open_read_only(app.proxy.store.path())
-                .ok()
-                .and_then(|c| crate::store::train_queue::counts(&c).ok());
-            let state = app.train.as_ref().map(|t| t.state()).unwrap_or_default();
-            json!({
-                "running": app.train.is_some(),
-                "queue": queue,
-                "last_error": state.last_error,
-                "opd": state.opd,
-                "scheduler": app.train.as_ref().map(scheduler_json),
-                "note": (app.train.is_none() && app.learn.is_none())
-                    .then_some("nothing trains: training needs the rewards of learning jobs (learning.enabled: false)"),
-            })
-        }),
-        "student": app.proxy.policy.as_ref().map(|policy| {
-            let mut health = json!(policy.health());
-            health["base_model"] = json!(policy.settings.base_model);
-            health["fallback_to_llm"] = json!(policy.settings.fallback_to_llm);
-            health
-        }),
-        // Why skills are not evolved now (the learning job's own check:
-        // without an enabled guard, nothing is), or that they are evolved
-        // unchecked because the config's chain leaves guard out; and the
-        // evolver plugins every skill draft goes through, in order.
-        "evolution_blocked": chain.as_ref().and_then(|c| c.as_ref().err()).map(|e| e.to_string()),
-        "evolution_unguarded": chain
-            .as_ref()
-            .and_then(|c| c.as_ref().ok())
-            .and_then(|c| crate::learn::evolution_unguarded(c)),
-        "evolver_chain": chain.as_ref().and_then(|c| c.as_ref().ok()).map(|c| {
-            c.iter().map(|p| p.info.name.clone()).collect::<Vec<_>>()
-        }),
-        "plugins": app.plugins.as_ref().map(|host| {
-            let registry = host.current();
-            json!({
-                "loaded": registry.plugins.len(),
-                "problems": registry.problems.len(),
-                "notices": registry.notices.len(),
-                "locked": registry.locked,
-            })
-        }),
-    }))
-    .into_response()
-}
-
-/// The training scheduler in `status`: whether steps wait for windows,
-/// the machine's state and the last decision.
-fn scheduler_json(train: &crate::learn::rl::trainer::TrainerHandle) -> serde_json::Value {
-    match (&train.gate, &train.gate_error) {
-        (_, Some(error)) => json!({ "gated": true, "error": error }),
-        (None, None) => json!({ "gated": false }),
-        (Some(gate), None) => {
-            let last = gate.last();
-            json!({
-                "gated": true,
-                "state": gate.state().as_str(),
-                "open": last.as_ref().map(|r| r.open),
-                "reason": last.as_ref().map(|r| r.reason.clone()),
-                // When the signals were last read (the trainer reads them
-                // before each step it may start).
-                "assessed_at_ms": last.as_ref().map(|r| r.now.timestamp_millis()),
-                "next_opening": last.and_then(|r| r.next_opening),
-            })
-        }
+    // It reads the store: off the async workers.
+    match tokio::task::spawn_blocking(move || crate::app::status_json(&app)).await {
+        Ok(Ok(status)) => axum::Json(status).into_response(),
+        Ok(Err(e)) => ApiError::Internal(e).into_response(),
+        Err(_) => ApiError::Internal("cannot read the store".into()).into_response(),
     }
 }
 
@@ -488,10 +379,10 @@ async fn admin_train_step(State(app): State<SharedApp>) -> Response {
 /// Serves earlier sampler weights: now (the swap) and after restarts (the
 /// active run's record names them).
 async fn admin_train_rollback(State(app): State<SharedApp>, body: axum::body::Bytes) -> Response {
-    let Some(policy) = app.proxy.policy.clone() else {
+    if app.proxy.policy.is_none() {
         return ApiError::NotFound("the student does not serve (mode: rl or auto)".into())
             .into_response();
-    };
+    }
     let sampler = match serde_json::from_slice::<serde_json::Value>(&body) {
         Ok(v) => match v["sampler"].as_str() {
             Some(s) if !s.trim().is_empty() => s.trim().to_string(),
@@ -504,34 +395,16 @@ async fn admin_train_rollback(State(app): State<SharedApp>, body: axum::body::By
         },
         Err(e) => return ApiError::InvalidJson(e.to_string()).into_response(),
     };
-    let version = crate::learn::rl::checkpoint_step(&sampler).unwrap_or(0);
-    if let Err(e) = policy.swap(&sampler, version).await {
-        return ApiError::BadRequest(format!("cannot serve {sampler}: {e}")).into_response();
+    match crate::app::actions::rollback(&app, &sampler).await {
+        Ok(done) => axum::Json(done).into_response(),
+        Err(e) => e.into_response(),
     }
-    // Restarts serve it too: the active run's record names it.
-    let recorded = crate::store::open_side_writer(app.proxy.store.path()).and_then(|conn| {
-        let service = policy.settings.tinker.service_url();
-        match crate::store::training::active(&conn, service, &policy.settings.base_model)? {
-            Some(run) => crate::store::training::serve(
-                &conn,
-                &run.id,
-                &sampler,
-                version,
-                crate::clock::now_ms(),
-            ),
-            None => Ok(()),
-        }
-    });
-    if let Err(e) = recorded {
-        tracing::warn!("rolled back to {sampler}, but a restart will not know: {e:#}");
-    }
-    axum::Json(json!({ "sampler": sampler, "policy_version": version })).into_response()
 }
 
 async fn admin_learn_now(State(app): State<SharedApp>, body: axum::body::Bytes) -> Response {
-    let Some(learn) = app.learn.clone() else {
+    if app.learn.is_none() {
         return ApiError::NotFound(crate::learn::OFF.into()).into_response();
-    };
+    }
     let session = if body.iter().all(u8::is_ascii_whitespace) {
         None
     } else {
@@ -551,24 +424,9 @@ async fn admin_learn_now(State(app): State<SharedApp>, body: axum::body::Bytes) 
             Err(e) => return ApiError::InvalidJson(e.to_string()).into_response(),
         }
     };
-    if let Some(id) = &session {
-        // Learning from a session means it is over.
-        let _ = app.proxy.sessions.end(id, EndReason::Api);
-    }
-    match learn.now(session).await {
-        Ok(jobs) => axum::Json(json!({ "jobs": jobs })).into_response(),
-        Err(e @ crate::learn::LearnError::NoSession(_)) => {
-            ApiError::NotFound(e.to_string()).into_response()
-        }
-        Err(e) => ApiError::Internal(e.to_string()).into_response(),
-    }
-}
-
-pub fn url_host(host: &str) -> String {
-    if host.contains(':') && !host.starts_with('[') {
-        format!("[{host}]")
-    } else {
-        host.to_string()
+    match crate::app::actions::learn_now(&app, session).await {
+        Ok(done) => axum::Json(done).into_response(),
+        Err(e) => e.into_response(),
     }
 }
 
@@ -665,16 +523,35 @@ mod tests {
                 upstream_base: loaded.api_base(),
                 host: proxy.host.clone(),
                 port: PORT,
+                ui: loaded.config.ui.clone(),
             },
         });
         let config = loaded.config.proxy.clone();
-        (Served { app, config }, dir)
+        (
+            Served {
+                app,
+                config,
+                routes: std::sync::OnceLock::new(),
+            },
+            dir,
+        )
     }
 
     /// The state and the config its `Host` guard is built from.
     struct Served {
         app: SharedApp,
         config: ProxyConfig,
+        /// Built once, as the daemon builds it: the dashboard's logins
+        /// live in it.
+        routes: std::sync::OnceLock<Router>,
+    }
+
+    impl Served {
+        fn router(&self) -> Router {
+            self.routes
+                .get_or_init(|| router(self.app.clone(), Guard::new(&self.config, PORT)))
+                .clone()
+        }
     }
 
     impl std::ops::Deref for Served {
@@ -697,7 +574,8 @@ mod tests {
         for (k, v) in headers {
             request = request.header(*k, *v);
         }
-        let response = router(app.app.clone(), Guard::new(&app.config, PORT))
+        let response = app
+            .router()
             .oneshot(request.body(Body::from(body.to_string())).unwrap())
             .await
             .unwrap();
@@ -916,5 +794,268 @@ mod tests {
             let (status, _) = send(&app, "OPTIONS", path, &preflight, "").await;
             assert_eq!(status, 405, "{path}");
         }
+    }
+
+    /// `method path` with `headers` and `body`: the status, the headers and
+    /// the body as text (the dashboard's pages).
+    async fn send_page(
+        app: &Served,
+        method: &str,
+        path: &str,
+        headers: &[(&str, &str)],
+        body: &str,
+    ) -> (StatusCode, HeaderMap, String) {
+        let mut request = Request::builder().method(method).uri(path);
+        for (k, v) in headers {
+            request = request.header(*k, *v);
+        }
+        let response = app
+            .router()
+            .oneshot(request.body(Body::from(body.to_string())).unwrap())
+            .await
+            .unwrap();
+        let (status, headers) = (response.status(), response.headers().clone());
+        let bytes = axum::body::to_bytes(response.into_body(), 1 << 22)
+            .await
+            .unwrap();
+        (
+            status,
+            headers,
+            String::from_utf8_lossy(&bytes).into_owned(),
+        )
+    }
+
+    const OWN: (&str, &str) = ("origin", "http://127.0.0.1:30000");
+    const FORM: (&str, &str) = ("content-type", "application/x-www-form-urlencoded");
+
+    fn header<'a>(headers: &'a HeaderMap, name: &str) -> &'a str {
+        headers
+            .get(name)
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or_default()
+    }
+
+    /// Logs in; the cookie header to send after.
+    async fn log_in(app: &Served) -> String {
+        let (status, headers, _) = send_page(
+            app,
+            "POST",
+            "/ui/login",
+            &[LOCAL, OWN, FORM],
+            &format!("token={ADMIN}&next=%2Fui%2Fsessions"),
+        )
+        .await;
+        assert_eq!(status, 303);
+        assert_eq!(header(&headers, "location"), "/ui/sessions");
+        let cookie = header(&headers, "set-cookie");
+        for attribute in ["HttpOnly", "SameSite=Strict", "Path=/ui"] {
+            assert!(cookie.contains(attribute), "{cookie}");
+        }
+        assert!(!cookie.contains(ADMIN), "the cookie is not the token");
+        cookie.split(';').next().unwrap().to_string()
+    }
+
+    fn csrf_of(page: &str) -> String {
+        let at = page
+            .find(r#"name="csrf" value=""#)
+            .expect("a form with a CSRF token");
+        let rest = &page[at + r#"name="csrf" value=""#.len()..];
+        rest[..rest.find('"').unwrap()].to_string()
+    }
+
+    #[tokio::test]
+    async fn the_dashboard_is_behind_a_login_with_the_admin_token() {
+        let (app, _dir) = app(ProxyConfig::default());
+        // No login: sent to the login page, and back after.
+        let (status, headers, _) =
+            send_page(&app, "GET", "/ui/sessions?status=ended", &[LOCAL], "").await;
+        assert_eq!(status, 303);
+        assert_eq!(
+            header(&headers, "location"),
+            "/ui/login?next=%2Fui%2Fsessions%3Fstatus%3Dended"
+        );
+        let (status, headers, page) = send_page(&app, "GET", "/ui/login", &[LOCAL], "").await;
+        assert_eq!(status, 200);
+        assert!(page.contains(r#"name="token""#) && page.contains("admin.token"));
+        assert!(header(&headers, "content-security-policy").contains("frame-ancestors 'none'"));
+        // The admin token in a header is not a login.
+        let bearer = format!("Bearer {ADMIN}");
+        let (status, _, _) =
+            send_page(&app, "GET", "/ui", &[LOCAL, ("authorization", &bearer)], "").await;
+        assert_eq!(status, 303);
+        // A wrong token: the login page again, saying so; no cookie.
+        let (status, headers, page) = send_page(
+            &app,
+            "POST",
+            "/ui/login",
+            &[LOCAL, OWN, FORM],
+            "token=guess&next=%2Fui",
+        )
+        .await;
+        assert_eq!(status, 401);
+        assert!(page.contains("not the admin token"));
+        assert!(headers.get("set-cookie").is_none());
+        // The right one: every page opens.
+        let cookie = log_in(&app).await;
+        for (path, shows) in [
+            ("/ui", "Overview"),
+            ("/ui/sessions", "No session is recorded yet"),
+            ("/ui/plugins", "plugin host did not start"),
+            ("/ui/skills", "Skills are off"),
+            ("/ui/learning", "No job."),
+            ("/ui/training", "RL is off"),
+        ] {
+            let (status, headers, page) =
+                send_page(&app, "GET", path, &[LOCAL, ("cookie", &cookie)], "").await;
+            assert_eq!(status, 200, "{path}: {page}");
+            assert!(page.contains(shows), "{path}: {page}");
+            assert_eq!(header(&headers, "cache-control"), "no-store");
+        }
+        // A login link may only lead to a dashboard page.
+        let (_, headers, _) = send_page(
+            &app,
+            "POST",
+            "/ui/login",
+            &[LOCAL, OWN, FORM],
+            &format!("token={ADMIN}&next=https%3A%2F%2Fevil.example%2F"),
+        )
+        .await;
+        assert_eq!(header(&headers, "location"), "/ui");
+        // Bad filters: said, not a failure.
+        let (status, _, page) = send_page(
+            &app,
+            "GET",
+            "/ui/sessions?min_reward=lots",
+            &[LOCAL, ("cookie", &cookie)],
+            "",
+        )
+        .await;
+        assert_eq!(status, 400);
+        assert!(page.contains("is not a number"), "{page}");
+    }
+
+    #[tokio::test]
+    async fn dashboard_forms_from_another_site_or_without_the_csrf_token_are_refused() {
+        let (app, _dir) = app(ProxyConfig::default());
+        let login = format!("token={ADMIN}");
+        // Another site's page, a program without an Origin, or a body a
+        // page could send without asking: no login.
+        for headers in [
+            vec![LOCAL, ("origin", "http://evil.example"), FORM],
+            vec![LOCAL, FORM],
+            vec![LOCAL, OWN, FORM, ("sec-fetch-site", "cross-site")],
+            vec![LOCAL, OWN, ("content-type", "text/plain")],
+        ] {
+            let (status, response, _) =
+                send_page(&app, "POST", "/ui/login", &headers, &login).await;
+            assert!(status == 403 || status == 415, "{headers:?}: {status}");
+            assert!(response.get("set-cookie").is_none());
+        }
+        // Logged in: logging out needs this login's CSRF token.
+        let cookie = log_in(&app).await;
+        let with_cookie = [LOCAL, OWN, FORM, ("cookie", cookie.as_str())];
+        let (_, _, page) = send_page(&app, "GET", "/ui", &[LOCAL, ("cookie", &cookie)], "").await;
+        let csrf = csrf_of(&page);
+        let (status, _, page) =
+            send_page(&app, "POST", "/ui/logout", &with_cookie, "csrf=forged").await;
+        assert_eq!(status, 403);
+        assert!(page.contains("CSRF"));
+        let (status, _, _) = send_page(&app, "GET", "/ui", &[LOCAL, ("cookie", &cookie)], "").await;
+        assert_eq!(status, 200, "still logged in");
+        let (status, headers, _) = send_page(
+            &app,
+            "POST",
+            "/ui/logout",
+            &with_cookie,
+            &format!("csrf={csrf}"),
+        )
+        .await;
+        assert_eq!(status, 303);
+        assert!(header(&headers, "set-cookie").contains("Max-Age=0"));
+        let (status, _, _) = send_page(&app, "GET", "/ui", &[LOCAL, ("cookie", &cookie)], "").await;
+        assert_eq!(status, 303, "logged out");
+    }
+
+    #[tokio::test]
+    async fn dashboard_actions_need_ui_actions_and_the_logins_csrf_token() {
+        // Read-only by default: the form is refused, whatever it carries.
+        let (read_only, _dir) = app(ProxyConfig::default());
+        let cookie = log_in(&read_only).await;
+        let (_, _, page) =
+            send_page(&read_only, "GET", "/ui", &[LOCAL, ("cookie", &cookie)], "").await;
+        let csrf = csrf_of(&page);
+        let with_cookie = [LOCAL, OWN, FORM, ("cookie", cookie.as_str())];
+        let body = format!("csrf={csrf}");
+        let (status, _, page) = send_page(
+            &read_only,
+            "POST",
+            "/ui/actions/learn-now",
+            &with_cookie,
+            &body,
+        )
+        .await;
+        assert_eq!(status, 403);
+        assert!(page.contains("ui.actions: false"), "{page}");
+        // With ui.actions on: a forged token is refused, the login's acts
+        // (here: learning is off, and the page says so).
+        let (mut served, _dir2) = app(ProxyConfig::default());
+        let mut inner = Arc::try_unwrap(served.app).ok().expect("one owner");
+        inner.info.ui.actions = true;
+        served.app = Arc::new(inner);
+        let cookie = log_in(&served).await;
+        let (_, _, page) = send_page(
+            &served,
+            "GET",
+            "/ui/learning",
+            &[LOCAL, ("cookie", &cookie)],
+            "",
+        )
+        .await;
+        assert!(
+            !page.contains("id=\"learn-now\""),
+            "learning is off: no button"
+        );
+        let csrf = csrf_of(&page);
+        let with_cookie = [LOCAL, OWN, FORM, ("cookie", cookie.as_str())];
+        let (status, _, page) = send_page(
+            &served,
+            "POST",
+            "/ui/actions/learn-now",
+            &with_cookie,
+            "csrf=forged",
+        )
+        .await;
+        assert_eq!(status, 403);
+        assert!(page.contains("CSRF"));
+        let (status, _, page) = send_page(
+            &served,
+            "POST",
+            "/ui/actions/learn-now",
+            &with_cookie,
+            &format!("csrf={csrf}"),
+        )
+        .await;
+        assert_eq!(status, 404);
+        assert!(page.contains("learning"), "{page}");
+        // No login: refused before anything else.
+        let (status, _, _) = send_page(
+            &served,
+            "POST",
+            "/ui/actions/skills/x/retire",
+            &[LOCAL, OWN, FORM],
+            &format!("csrf={csrf}"),
+        )
+        .await;
+        assert_eq!(status, 403);
+    }
+
+    #[tokio::test]
+    async fn ui_enabled_false_serves_no_dashboard() {
+        let (mut served, _dir) = app(ProxyConfig::default());
+        let mut app = Arc::try_unwrap(served.app).ok().expect("one owner");
+        app.info.ui.enabled = false;
+        served.app = Arc::new(app);
+        let (status, _, _) = send_page(&served, "GET", "/ui/login", &[LOCAL], "").await;
+        assert_eq!(status, 404);
     }
 }

@@ -31,6 +31,8 @@ const LAYERS: &[&[&str]] = &[
     &["proxy", "learn"],
     // The composition root.
     &["app"],
+    // The dashboard's pages (the server mounts them).
+    &["ui"],
     &["server", "claws"],
     &["daemon", "cli"],
 ];

@@ -7,7 +7,9 @@
 //! the daemon above it only see [`App`] (the admin routes' state) and
 //! [`Proxy`] (the turn handlers' state).
 
+pub mod actions;
 mod start;
+mod status;
 
 use std::sync::Arc;
 use std::time::Instant;
@@ -20,6 +22,7 @@ use crate::plugins::PluginHost;
 use crate::proxy::Proxy;
 
 pub use start::StartOptions;
+pub use status::status_json;
 
 /// What the routes share: the turn pipeline's state and what the admin
 /// routes report on.
@@ -48,6 +51,8 @@ pub struct RuntimeInfo {
     pub upstream_base: String,
     pub host: String,
     pub port: u16,
+    /// The dashboard's settings (`ui`).
+    pub ui: crate::config::UiConfig,
 }
 
 pub type SharedApp = Arc<App>;

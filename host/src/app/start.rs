@@ -242,6 +242,7 @@ impl App {
                 upstream_base,
                 host: host.to_string(),
                 port,
+                ui: config.ui.clone(),
             },
         });
 

@@ -28,6 +28,7 @@ mod skills_cmd;
 mod skills_stats;
 mod tinker_cmd;
 mod train_cmd;
+mod ui_cmd;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -97,11 +98,21 @@ pub enum Command {
     /// whether a window is open and why, the next opening, past windows.
     #[command(subcommand)]
     Scheduler(SchedulerCommand),
+    /// Open the dashboard of the running proxy in the browser (`--print`:
+    /// only print its address).
+    Ui(UiArgs),
     /// Print the version.
     Version(JsonFlag),
     /// Developer tools.
     #[command(subcommand)]
     Dev(DevCommand),
+}
+
+#[derive(Args, Debug, Clone, Default)]
+pub struct UiArgs {
+    /// Print the dashboard's address; do not open a browser.
+    #[arg(long)]
+    pub print: bool,
 }
 
 #[derive(Args, Debug, Clone, Default)]
@@ -554,6 +565,7 @@ fn dispatch(cli: Cli) -> Result<ExitCode> {
         Command::Uninstall(args) => lifecycle::uninstall(&home, &config_path, args),
         Command::Status(args) => lifecycle::status(&home, &config_path, args),
         Command::Doctor(args) => doctor::run(&home, &config_path, args),
+        Command::Ui(args) => ui_cmd::run(&home, &config_path, args),
         Command::Config(cmd) => config_cmd::run(&config_path, cmd),
         Command::Sessions(cmd) => sessions_cmd::run(&home, &config_path, cmd),
         Command::Plugins(cmd) => plugins_cmd::run(&home, &config_path, cmd),

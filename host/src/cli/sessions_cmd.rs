@@ -5,7 +5,7 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use anyhow::{Result, bail};
-use serde_json::{Value, json};
+use serde_json::json;
 
 use super::{SessionsCommand, load_config, local_time};
 use crate::home::Home;
@@ -62,45 +62,32 @@ pub fn run(home: &Home, config_path: &Path, command: SessionsCommand) -> Result<
             let Some(session) = store::session_detail(&conn, &id)? else {
                 bail!("no session {id:?} (see `metaclaw sessions list`)");
             };
-            let turns = store::session_turns(&conn, &session.id)?;
-            let learned = Learned {
-                rewards: store::turn_rewards(&conn, &session.id)?,
-                judgments: learning::judgments(&conn, &session.id)?,
-                drafts: learning::drafts(&conn, &session.id)?,
-                job: store::jobs::get(&conn, &session.id)?,
-            };
             if json {
-                let turns: Vec<Value> = turns
-                    .iter()
-                    .map(|t| -> Result<Value> {
-                        let mut v = serde_json::to_value(t)?;
-                        v["rewards"] =
-                            json!(learned.rewards.get(&t.id).cloned().unwrap_or_default());
-                        v["judgment"] = json!(learned.judgments.get(&t.id));
-                        if messages {
-                            v["messages"] =
-                                Value::Array(store::load_messages(&conn, &t.message_hashes)?);
-                        }
-                        if tokens && let Some(sample) = store::samples::for_turn(&conn, &t.id)? {
+                let Some(mut view) = store::browse::session_view(&conn, &session.id, messages)?
+                else {
+                    bail!("no session {id:?} (see `metaclaw sessions list`)");
+                };
+                if tokens && let Some(turns) = view["turns"].as_array_mut() {
+                    for v in turns {
+                        let id = v["id"].as_str().unwrap_or_default().to_string();
+                        if let Some(sample) = store::samples::for_turn(&conn, &id)? {
                             v["tokens"] = json!({
                                 "prompt": sample.prompt_tokens,
                                 "sampled": sample.tokens,
                                 "logprobs": sample.logprobs,
                             });
                         }
-                        Ok(v)
-                    })
-                    .collect::<Result<_>>()?;
-                say!(
-                    "{}",
-                    serde_json::to_string_pretty(&json!({
-                        "session": session,
-                        "turns": turns,
-                        "learning": learned.job,
-                        "evolved": learned.drafts,
-                    }))?
-                );
+                    }
+                }
+                say!("{}", serde_json::to_string_pretty(&view)?);
             } else {
+                let turns = store::session_turns(&conn, &session.id)?;
+                let learned = Learned {
+                    rewards: store::turn_rewards(&conn, &session.id)?,
+                    judgments: learning::judgments(&conn, &session.id)?,
+                    drafts: learning::drafts(&conn, &session.id)?,
+                    job: store::jobs::get(&conn, &session.id)?,
+                };
                 print_session(&session, &turns, &learned);
                 if messages {
                     for t in &turns {

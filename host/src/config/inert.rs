@@ -141,6 +141,10 @@ pub const IMPLEMENTED: &[&str] = &[
     "skills.component_threshold",
     "skills.outcome_weight",
     "skills.auto_retire",
+    // The dashboard (ui/).
+    "ui.actions",
+    "ui.enabled",
+    "ui.session_hours",
     // The judge and the evolver (learn::llm).
     "rl.prm_url",
     "rl.prm_model",

@@ -95,6 +95,7 @@ pub struct Config {
     pub log: LogConfig,
     pub plugins: PluginsConfig,
     pub learning: LearningConfig,
+    pub ui: UiConfig,
 }
 
 impl Config {
@@ -127,6 +128,7 @@ impl Default for Config {
             log: LogConfig::default(),
             plugins: PluginsConfig::default(),
             learning: LearningConfig::default(),
+            ui: UiConfig::default(),
         }
     }
 }
@@ -373,6 +375,31 @@ impl Default for StoreConfig {
             path: None,
             commit_interval: Dur::millis(100),
             queue_capacity: 8192,
+        }
+    }
+}
+
+/// The dashboard at `/ui` (docs/dashboard.md).
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(default)]
+pub struct UiConfig {
+    /// Serve it (behind the admin token: a login page sets a session
+    /// cookie).
+    pub enabled: bool,
+    /// Offer its actions (learn from a session now, disable a plugin until
+    /// the next reload, retire a skill, roll the student back); off, it is
+    /// read-only.
+    pub actions: bool,
+    /// How long a login lasts.
+    pub session_hours: u32,
+}
+
+impl Default for UiConfig {
+    fn default() -> Self {
+        Self {
+            enabled: true,
+            actions: false,
+            session_hours: 12,
         }
     }
 }

@@ -11,6 +11,15 @@ pub use auth::{ANTHROPIC_VERSION, CREDENTIAL_HEADERS, Credential, InvalidKey, ad
 pub use client::{ClientError, ClientSpec, Purpose};
 pub use retry::{Attempt, Backoff, is_transient, parse_retry_after, retry_after, until_deadline};
 
+/// A host as written in a URL: an IPv6 literal in brackets.
+pub fn url_host(host: &str) -> String {
+    if host.contains(':') && !host.starts_with('[') {
+        format!("[{host}]")
+    } else {
+        host.to_string()
+    }
+}
+
 /// A `Content-Type`'s media type without parameters, lowercase
 /// (`Text/Plain; charset=utf-8` → `text/plain`).
 pub fn media_type(content_type: &str) -> String {

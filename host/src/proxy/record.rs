@@ -37,6 +37,8 @@ pub(super) struct TurnCtx {
     /// What the user said last, in their own words.
     pub(super) user_text: Option<String>,
     pub(super) session: SessionInfo,
+    /// The agent that sent it (`request::agent`).
+    pub(super) agent: Option<String>,
     pub(super) turn_type: TurnType,
     pub(super) front: Front,
     pub(super) model: Option<String>,
@@ -81,6 +83,7 @@ impl TurnCtx {
                 .as_deref()
                 .map(metaclaw_wire::text::user_words),
             session,
+            agent: None,
             turn_type,
             front: arrival.front,
             model: request.model.clone(),
@@ -167,6 +170,7 @@ impl TurnCtx {
             attempt: self.attempt.number,
             retry_of: self.attempt.retry_of.take(),
             session: self.session.clone(),
+            agent: self.agent.take(),
             turn_type: self.turn_type,
             api: self.front,
             model: self.model.take(),

@@ -157,6 +157,33 @@ pub fn session_hints<'a>(headers: &'a HeaderMap, request: &'a ChatRequest) -> Hi
     }
 }
 
+/// Which agent sent a turn, for the dashboard's filter: OpenClaw when its
+/// prompt says so (every OpenClaw speaks through the same SDK), otherwise
+/// the User-Agent's product without its version (`OpenAI/Python`, `curl`).
+pub fn agent(headers: &HeaderMap, request: &ChatRequest) -> Option<String> {
+    let user_agent = headers
+        .get(header::USER_AGENT)
+        .and_then(|v| v.to_str().ok());
+    agent_name(request.runtime_session_id.is_some(), user_agent)
+}
+
+fn agent_name(openclaw: bool, user_agent: Option<&str>) -> Option<String> {
+    if openclaw {
+        return Some("openclaw".into());
+    }
+    let product = user_agent?.split_whitespace().next()?;
+    let name = match product.rsplit_once('/') {
+        Some((name, version)) if version.starts_with(|c: char| c.is_ascii_digit()) => name,
+        _ => product,
+    };
+    let name: String = name
+        .chars()
+        .filter(char::is_ascii_graphic)
+        .take(64)
+        .collect();
+    (!name.is_empty()).then_some(name)
+}
+
 /// The client says its session ends with this turn.
 pub fn ends_session(headers: &HeaderMap, request: &ChatRequest) -> bool {
     headers
@@ -185,5 +212,35 @@ pub fn served_model(request: &ChatRequest, upstream: &Upstream) -> Result<String
         (None, None) => Err(ApiError::BadRequest(
             "`model` is required (or set llm.model_id to give requests a default)".into(),
         )),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::agent_name;
+
+    #[test]
+    fn the_agent_is_openclaw_or_the_user_agents_product_without_its_version() {
+        assert_eq!(
+            agent_name(true, Some("OpenAI/JS 7.15.0")).as_deref(),
+            Some("openclaw")
+        );
+        assert_eq!(
+            agent_name(false, Some("OpenAI/JS 7.15.0")).as_deref(),
+            Some("OpenAI/JS")
+        );
+        assert_eq!(
+            agent_name(false, Some("OpenAI/Python 1.40.0")).as_deref(),
+            Some("OpenAI/Python")
+        );
+        assert_eq!(
+            agent_name(false, Some("curl/8.5.0")).as_deref(),
+            Some("curl")
+        );
+        assert_eq!(agent_name(false, Some("undici")).as_deref(), Some("undici"));
+        assert_eq!(agent_name(false, Some("   ")), None);
+        assert_eq!(agent_name(false, None), None);
+        let long = "x".repeat(500);
+        assert_eq!(agent_name(false, Some(&long)).map(|a| a.len()), Some(64));
     }
 }

@@ -87,6 +87,7 @@ async fn serve(proxy: Arc<Proxy>, request: Request, front: Front) -> Response {
         .metrics
         .requests
         .inc(&[front.route(), response.status().as_str()]);
+    proxy.metrics.turns_last_minute.tick();
     response
 }
 
@@ -130,6 +131,7 @@ async fn turn(
     // await below, dropping `ctx` records it and releases its session.
     let mut ctx = TurnCtx::new(proxy, arrival, &request, session, turn_type, attempt, model);
     ctx.done_after = request::ends_session(headers, &request);
+    ctx.agent = request::agent(headers, &request);
     ctx.admission = proxy.store.admit().await;
 
     // 3. Skills: the few that fit this turn, after the agent's own system

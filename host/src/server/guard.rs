@@ -139,6 +139,43 @@ impl Guard {
         Ok(())
     }
 
+    /// A form the dashboard's own pages post (`/ui/…`): it must come from
+    /// one of metaclaw's own pages, which a browser says with `Origin` (it
+    /// always sends one on a POST); a program without one is refused here
+    /// too, since the dashboard's forms are for browsers. Only a URL-encoded
+    /// form is taken. The session cookie and the form's CSRF token are
+    /// checked after this.
+    pub fn check_dashboard_form(&self, headers: &HeaderMap) -> Result<(), ApiError> {
+        let Some(origin) = headers.get(header::ORIGIN) else {
+            return Err(ApiError::CrossSite(
+                "the dashboard's forms are posted by its own pages, which send an Origin; this \
+                 request has none"
+                    .into(),
+            ));
+        };
+        if !self.origin_allowed(origin) {
+            return Err(ApiError::CrossSite(format!(
+                "cross-site request refused: Origin {:?} is not metaclaw's own",
+                shown(origin)
+            )));
+        }
+        if let Some(site) = headers.get("sec-fetch-site").map(shown)
+            && !matches!(site.trim(), "same-origin" | "none")
+        {
+            return Err(ApiError::CrossSite(format!(
+                "cross-site request refused (Sec-Fetch-Site: {site})"
+            )));
+        }
+        let media = headers
+            .get(header::CONTENT_TYPE)
+            .map(|v| crate::http::media_type(&shown(v)))
+            .unwrap_or_default();
+        if media != "application/x-www-form-urlencoded" {
+            return Err(ApiError::UnsupportedMediaType(media));
+        }
+        Ok(())
+    }
+
     /// `Origin` is `http://` and a served name on the daemon's port (the
     /// proxy's own pages), or one of `proxy.allowed_origins`.
     fn origin_allowed(&self, value: &HeaderValue) -> bool {

@@ -186,7 +186,7 @@ impl Library {
             })
             .collect();
         let previous = self.snapshot();
-        let generation = match record(&self.db, &versions, attribution) {
+        let generation = match record(&self.dir, &self.db, &versions, attribution) {
             Ok((generation, changes)) => {
                 if changes.len() <= 10 {
                     for c in &changes {
@@ -312,6 +312,7 @@ fn changes_files(kind: &notify::EventKind) -> bool {
 }
 
 fn record(
+    dir: &Path,
     db: &Path,
     versions: &[SkillVersion],
     attribution: Option<&Attribution>,
@@ -320,6 +321,7 @@ fn record(
     Ok(crate::store::skills::sync(
         &mut conn,
         versions,
+        &|v| std::fs::read_to_string(dir.join(&v.id).join("SKILL.md")).ok(),
         attribution,
         now_ms(),
     )?)

@@ -376,15 +376,36 @@ pub fn get(conn: &Connection, session_id: &str) -> Result<Option<Job>> {
 /// The stages a round of the session's job has done, in the order they
 /// were (stages done within the same millisecond: in their order).
 pub fn stages(conn: &Connection, session_id: &str, round: i64) -> Result<Vec<Stage>> {
+    Ok(stages_done(conn, session_id, round)?
+        .into_iter()
+        .map(|s| s.stage)
+        .collect())
+}
+
+/// A stage of a job's round, done.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct StageDone {
+    pub stage: Stage,
+    pub done_ms: i64,
+    /// What it did, in short (`3 turns judged`).
+    pub summary: Option<String>,
+}
+
+/// The stages a job's round has done, in the order they were done.
+pub fn stages_done(conn: &Connection, session_id: &str, round: i64) -> Result<Vec<StageDone>> {
     let mut stmt = conn.prepare_cached(
-        "SELECT done_ms, stage FROM learning_stages WHERE session_id = ?1 AND round = ?2",
+        "SELECT done_ms, stage, summary FROM learning_stages WHERE session_id = ?1 AND round = ?2",
     )?;
     let rows = stmt.query_map(params![session_id, round], |r| {
-        Ok((r.get::<_, i64>(0)?, r.get::<_, Stage>(1)?))
+        Ok(StageDone {
+            done_ms: r.get(0)?,
+            stage: r.get(1)?,
+            summary: r.get(2)?,
+        })
     })?;
     let mut done = rows.collect::<rusqlite::Result<Vec<_>>>()?;
-    done.sort();
-    Ok(done.into_iter().map(|(_, stage)| stage).collect())
+    done.sort_by_key(|s| (s.done_ms, s.stage));
+    Ok(done)
 }
 
 /// When the next queued job is due, if any.
@@ -413,13 +434,19 @@ fn row_to_job(r: &rusqlite::Row<'_>) -> rusqlite::Result<Job> {
 
 /// Jobs, newest first (`learn status`).
 pub fn list(conn: &Connection, limit: usize) -> Result<Vec<Job>> {
+    list_in(conn, None, limit)
+}
+
+/// Jobs in `state` (any, with `None`), newest first (the dashboard's
+/// learning page).
+pub fn list_in(conn: &Connection, state: Option<JobState>, limit: usize) -> Result<Vec<Job>> {
     let mut stmt = conn.prepare(
         "SELECT session_id, state, round, attempts, not_before_ms, enqueued_ms, started_ms,
                 finished_ms, error
-         FROM learning_jobs ORDER BY enqueued_ms DESC LIMIT ?1",
+         FROM learning_jobs WHERE ?1 IS NULL OR state = ?1 ORDER BY enqueued_ms DESC LIMIT ?2",
     )?;
     let mut jobs: Vec<Job> = stmt
-        .query_map([limit as i64], row_to_job)?
+        .query_map(params![state, limit as i64], row_to_job)?
         .collect::<rusqlite::Result<_>>()?;
     for job in &mut jobs {
         job.stages = stages(conn, &job.session_id, job.round)?;

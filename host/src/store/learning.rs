@@ -281,6 +281,26 @@ pub fn draft_written(
     Ok(())
 }
 
+/// The latest `limit` drafts of every session, newest first.
+pub fn recent_drafts(conn: &Connection, limit: u32) -> rusqlite::Result<Vec<DraftRow>> {
+    conn.prepare_cached(&format!(
+        "SELECT {DRAFT_COLUMNS} FROM evolved_drafts ORDER BY id DESC LIMIT ?1"
+    ))?
+    .query_map([limit], draft_row)?
+    .collect()
+}
+
+/// Every draft of a skill (by its id, or by its name where none was
+/// written), newest first.
+pub fn skill_drafts(conn: &Connection, skill: &str, limit: u32) -> rusqlite::Result<Vec<DraftRow>> {
+    conn.prepare_cached(&format!(
+        "SELECT {DRAFT_COLUMNS} FROM evolved_drafts WHERE skill_id = ?1 OR name = ?1
+         ORDER BY id DESC LIMIT ?2"
+    ))?
+    .query_map(params![skill, limit], draft_row)?
+    .collect()
+}
+
 /// Revisions held for review, oldest first.
 pub fn pending_reviews(conn: &Connection) -> rusqlite::Result<Vec<DraftRow>> {
     conn.prepare_cached(&format!(

@@ -8,6 +8,7 @@
 //! unrecorded, counted) rather than losing recorded ones or blocking a
 //! stream's last chunk.
 
+pub mod browse;
 pub mod jobs;
 pub mod learning;
 pub mod outcomes;
@@ -146,6 +147,9 @@ pub struct TurnRecord {
     /// recorded as `retried`, which no learning reads.
     pub retry_of: Option<Arc<str>>,
     pub session: SessionInfo,
+    /// The agent that sent it (`openclaw`, or its User-Agent product);
+    /// its session keeps its first turn's.
+    pub agent: Option<String>,
     pub turn_type: TurnType,
     pub api: metaclaw_wire::Front,
     pub model: Option<String>,

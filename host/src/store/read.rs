@@ -79,12 +79,15 @@ pub struct SessionRow {
     pub end_reason: Option<String>,
     pub turns: u64,
     pub main_turns: u64,
+    /// The agent that sent its first turn (`openclaw`, or the client's
+    /// User-Agent product); `None` before it was recorded.
+    pub agent: Option<String>,
 }
 
 const ROW_COLUMNS: &str = "id, agent_session_id, source, window_index, status, started_at_ms, last_activity_ms, \
-                           ended_at_ms, end_reason, turn_count, main_turns";
+                           ended_at_ms, end_reason, turn_count, main_turns, agent";
 
-fn session_row(row: &Row<'_>) -> rusqlite::Result<SessionRow> {
+pub(super) fn session_row(row: &Row<'_>) -> rusqlite::Result<SessionRow> {
     Ok(SessionRow {
         id: row.get(0)?,
         agent_session_id: row.get(1)?,
@@ -97,6 +100,7 @@ fn session_row(row: &Row<'_>) -> rusqlite::Result<SessionRow> {
         end_reason: row.get(8)?,
         turns: row.get::<_, i64>(9)?.max(0) as u64,
         main_turns: row.get::<_, i64>(10)?.max(0) as u64,
+        agent: row.get(11)?,
     })
 }
 

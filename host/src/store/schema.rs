@@ -350,6 +350,45 @@ const MIGRATIONS: &[&str] = &[
            coalesce(sum(reward * reward), 0)
     FROM turns WHERE turn_type = 'main';
     "#,
+    // 14: the dashboard's pages walk indexes (store::browse): sessions by
+    // when they started, a page at a time.
+    r#"
+    CREATE INDEX sessions_by_start ON sessions(started_at_ms, id);
+    "#,
+    // 15: the dashboard's sessions filter by the agent that sent them (its
+    // first turn's: OpenClaw, or the client's User-Agent product); a
+    // skill's page shows its versions as diffs (each version's SKILL.md, by
+    // its sha256, kept from when the library first saw it) and the turns it
+    // was injected into, newest first (filled here from the turns so far).
+    r#"
+    ALTER TABLE sessions ADD COLUMN agent TEXT;
+    CREATE INDEX sessions_by_agent_name ON sessions(agent, started_at_ms, id);
+    CREATE TABLE skill_texts (
+        content_hash TEXT PRIMARY KEY,
+        text         TEXT NOT NULL
+    ) WITHOUT ROWID;
+    CREATE TABLE turn_skills (
+        skill_id TEXT NOT NULL,
+        at_ms    INTEGER NOT NULL,
+        turn_id  TEXT NOT NULL,
+        version  TEXT NOT NULL,
+        PRIMARY KEY (skill_id, at_ms, turn_id)
+    ) WITHOUT ROWID;
+    INSERT OR IGNORE INTO turn_skills (skill_id, at_ms, turn_id, version)
+    SELECT json_extract(j.value, '$.id'), t.started_at_ms, t.id, json_extract(j.value, '$.version')
+    FROM turns t, json_each(t.injected_skills) j
+    WHERE t.injected_skills IS NOT NULL AND json_valid(t.injected_skills)
+      AND json_extract(j.value, '$.id') IS NOT NULL
+      AND json_extract(j.value, '$.version') IS NOT NULL;
+    -- The learning page lists jobs newest first, and a skill's page its
+    -- drafts (kept and rejected).
+    CREATE INDEX learning_jobs_by_enqueued ON learning_jobs(enqueued_ms);
+    -- A sessions page works out each session's rewards from this index
+    -- alone (a reward filter few sessions pass walks many sessions).
+    CREATE INDEX turns_session_rewards ON turns(session_id, turn_type, reward);
+    CREATE INDEX evolved_drafts_by_skill ON evolved_drafts(skill_id);
+    CREATE INDEX evolved_drafts_by_name ON evolved_drafts(name);
+    "#,
 ];
 
 pub fn configure(conn: &Connection) -> rusqlite::Result<()> {

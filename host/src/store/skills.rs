@@ -47,15 +47,19 @@ pub fn generation(conn: &Connection) -> rusqlite::Result<u64> {
 }
 
 /// Records the differences between `current` and the stored state; bumps
-/// the generation when there are any. Returns the generation and the
-/// changes recorded now.
+/// the generation when there are any. Keeps the text of each version not
+/// kept yet, as `text_of` reads it (a text whose hash is not the
+/// version's, changed again since, is left for the next sync). Returns the
+/// generation and the changes recorded now.
 pub fn sync(
     conn: &mut Connection,
     current: &[SkillVersion],
+    text_of: &dyn Fn(&SkillVersion) -> Option<String>,
     attribution: Option<&Attribution>,
     at_ms: i64,
 ) -> rusqlite::Result<(u64, Vec<SkillChange>)> {
     let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+    keep_texts(&tx, current, text_of)?;
     let mut stored: std::collections::HashMap<String, (String, String)> =
         std::collections::HashMap::new();
     {
@@ -155,6 +159,37 @@ pub fn sync(
     }
     tx.commit()?;
     Ok((generation, changes))
+}
+
+fn keep_texts(
+    tx: &Connection,
+    current: &[SkillVersion],
+    text_of: &dyn Fn(&SkillVersion) -> Option<String>,
+) -> rusqlite::Result<()> {
+    let mut kept = tx.prepare_cached("SELECT 1 FROM skill_texts WHERE content_hash = ?1")?;
+    let mut keep = tx
+        .prepare_cached("INSERT OR IGNORE INTO skill_texts (content_hash, text) VALUES (?1, ?2)")?;
+    for skill in current {
+        if kept.exists(params![skill.content_hash])? {
+            continue;
+        }
+        if let Some(text) =
+            text_of(skill).filter(|t| crate::digest::sha256_hex(t.as_bytes()) == skill.content_hash)
+        {
+            keep.execute(params![skill.content_hash, text])?;
+        }
+    }
+    Ok(())
+}
+
+/// The SKILL.md of a version, by its sha256, if it was kept.
+pub fn text(conn: &Connection, content_hash: &str) -> rusqlite::Result<Option<String>> {
+    conn.query_row(
+        "SELECT text FROM skill_texts WHERE content_hash = ?1",
+        params![content_hash],
+        |r| r.get(0),
+    )
+    .optional()
 }
 
 /// Hashes of the versions of `skill_id` that metaclaw itself installed.

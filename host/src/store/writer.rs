@@ -461,9 +461,11 @@ fn insert_turn(tx: &Transaction<'_>, t: &TurnRecord, p: &Prepared) -> rusqlite::
     // back to the conversation); one still in flight at the end does not.
     let seq: i64 = tx.prepare_cached(
         "INSERT INTO sessions (id, base_key, agent_session_id, source, window_index, status,
-                               started_at_ms, last_activity_ms, turn_count, main_turns, last_message_count)
-         VALUES (?1, ?2, ?3, ?4, ?5, 'active', ?6, ?7, 1, ?8, ?9)
+                               started_at_ms, last_activity_ms, turn_count, main_turns, last_message_count,
+                               agent)
+         VALUES (?1, ?2, ?3, ?4, ?5, 'active', ?6, ?7, 1, ?8, ?9, ?10)
          ON CONFLICT(id) DO UPDATE SET
+             agent = coalesce(agent, excluded.agent),
              last_activity_ms = max(last_activity_ms, excluded.last_activity_ms),
              turn_count = turn_count + 1,
              main_turns = main_turns + excluded.main_turns,
@@ -484,6 +486,7 @@ fn insert_turn(tx: &Transaction<'_>, t: &TurnRecord, p: &Prepared) -> rusqlite::
             t.finished_at_ms,
             main,
             t.message_count,
+            t.agent.as_deref(),
         ],
         |r| r.get(0),
     )?;
@@ -530,6 +533,7 @@ fn insert_turn(tx: &Transaction<'_>, t: &TurnRecord, p: &Prepared) -> rusqlite::
             _ => None,
         },
     ])?;
+    super::browse::turn_injected(tx, &t.id, t.started_at_ms, &t.injected_skills)?;
     if t.turn_type == TurnType::Main {
         let skills: Vec<super::outcomes::Key> = t
             .injected_skills

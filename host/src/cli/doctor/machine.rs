@@ -259,7 +259,7 @@ pub(super) fn check_port(report: &mut Report, home: &Home, loaded: &Loaded) -> R
             report.ok("port", format!("{address} is free"));
         }
         Err(e) if e.kind() == std::io::ErrorKind::AddrInUse => {
-            let url = format!("http://{}:{port}", crate::server::url_host(&ip.to_string()));
+            let url = format!("http://{}:{port}", crate::http::url_host(&ip.to_string()));
             match runtime()?.block_on(metaclaw_at(&url)) {
                 Some(version) => report.error(
                     "port",

@@ -476,6 +476,7 @@ impl Trainer {
             "mean_reward": batch.mean_reward, "kl_sampler_learner": kl, "entropy": entropy,
             "tokens": batch.tokens, "siblings": batch.siblings,
             "opd_reverse_kl": opd.as_ref().map(|o| o.reverse_kl),
+            "checkpoint": report.saved,
         });
         let incarnation = run.record().incarnation;
         if let Err(e) =
@@ -489,6 +490,18 @@ impl Trainer {
         swap.await
             .map_err(|e| format!("the swap stopped: {e}"))?
             .map_err(|e| format!("trained step {} but cannot serve it: {e}", report.step))?;
+        // When the step's weights began to serve (the dashboard's swaps).
+        let served = serde_json::json!({
+            "served_at_ms": crate::clock::now_ms(), "sampler": sampler_path,
+        });
+        if let Err(e) =
+            crate::store::training::annotate_step(&conn, &run_id, report.step, incarnation, &served)
+        {
+            tracing::warn!(
+                "step {}: when it began to serve was not stored: {e:#}",
+                report.step
+            );
+        }
         Ok(Outcome::Stepped(Stepped {
             run: run_id,
             step: report.step,

@@ -256,6 +256,24 @@ impl Loaded {
         self.stats.disabled.load(Ordering::Relaxed)
     }
 
+    /// Disables the plugin by hand, saying `why` (its calls then fail over
+    /// as when it keeps failing), or enables it again with `None`, its
+    /// failures forgotten.
+    pub fn set_disabled(&self, why: Option<&str>) {
+        match why {
+            Some(why) => {
+                if let Ok(mut last) = self.stats.last_error.lock() {
+                    *last = Some(why.to_string());
+                }
+                self.stats.disabled.store(true, Ordering::Relaxed);
+            }
+            None => {
+                self.stats.consecutive_failures.store(0, Ordering::Relaxed);
+                self.stats.disabled.store(false, Ordering::Relaxed);
+            }
+        }
+    }
+
     pub fn status(&self) -> String {
         if self.is_disabled() {
             let last = self

@@ -1,0 +1,117 @@
+//! What an operator may do to a running daemon, once for every front that
+//! offers it: the admin API (`/admin/...`, the CLI) and the dashboard's
+//! forms (`ui.actions`). Each answers what it did, or an [`ApiError`] whose
+//! status says why not.
+
+use serde_json::{Value, json};
+
+use super::App;
+use crate::error::ApiError;
+use crate::sessions::EndReason;
+use crate::store::skills::Attribution;
+
+/// Runs a session's learning job now (ending the session first if it is
+/// still open), or every queued and failed job; answers when they end.
+pub async fn learn_now(app: &App, session: Option<String>) -> Result<Value, ApiError> {
+    let Some(learn) = app.learn.clone() else {
+        return Err(ApiError::NotFound(crate::learn::OFF.into()));
+    };
+    if let Some(id) = &session {
+        // Learning from a session means it is over.
+        let _ = app.proxy.sessions.end(id, EndReason::Api);
+    }
+    match learn.now(session).await {
+        Ok(jobs) => Ok(json!({ "jobs": jobs })),
+        Err(e @ crate::learn::LearnError::NoSession(_)) => Err(ApiError::NotFound(e.to_string())),
+        Err(e) => Err(ApiError::Internal(e.to_string())),
+    }
+}
+
+/// Serves earlier sampler weights: now (the swap) and after restarts (the
+/// active run's record names them).
+pub async fn rollback(app: &App, sampler: &str) -> Result<Value, ApiError> {
+    let Some(policy) = app.proxy.policy.clone() else {
+        return Err(ApiError::NotFound(
+            "the student does not serve (mode: rl or auto)".into(),
+        ));
+    };
+    let version = crate::learn::rl::checkpoint_step(sampler).unwrap_or(0);
+    if let Err(e) = policy.swap(sampler, version).await {
+        return Err(ApiError::BadRequest(format!("cannot serve {sampler}: {e}")));
+    }
+    // Restarts serve it too: the active run's record names it.
+    let recorded = crate::store::open_side_writer(app.proxy.store.path()).and_then(|conn| {
+        let service = policy.settings.tinker.service_url();
+        match crate::store::training::active(&conn, service, &policy.settings.base_model)? {
+            Some(run) => crate::store::training::serve(
+                &conn,
+                &run.id,
+                sampler,
+                version,
+                crate::clock::now_ms(),
+            ),
+            None => Ok(()),
+        }
+    });
+    if let Err(e) = recorded {
+        tracing::warn!("rolled back to {sampler}, but a restart will not know: {e:#}");
+    }
+    Ok(json!({ "sampler": sampler, "policy_version": version }))
+}
+
+/// Disables a loaded plugin (its calls fail over to the next, as when it
+/// keeps failing) or enables it again; a reload of a changed file or a
+/// restart also enables it. Answers the plugin's `name@version`.
+pub fn set_plugin_disabled(app: &App, name: &str, disabled: bool) -> Result<String, ApiError> {
+    let Some(host) = app.plugins.as_ref() else {
+        return Err(ApiError::NotFound(
+            "the plugin host is not running (see the log)".into(),
+        ));
+    };
+    let Some(plugin) = host.current().find(name, None) else {
+        return Err(ApiError::NotFound(format!(
+            "no plugin {name:?} is loaded (see the plugins page)"
+        )));
+    };
+    plugin.set_disabled(disabled.then_some("disabled by hand (the dashboard)"));
+    tracing::info!(
+        plugin = %plugin.label(),
+        "{} by hand",
+        if disabled { "disabled" } else { "enabled" }
+    );
+    Ok(plugin.label().to_string())
+}
+
+/// Takes a library skill out of retrieval by hand (`retired: <why>` in its
+/// SKILL.md, as `skills.auto_retire` does; `metaclaw skills restore` puts
+/// it back). Blocking: it writes the file and rescans the library.
+pub fn retire_skill(app: &App, name: &str, why: &str) -> Result<(), ApiError> {
+    let Some(skills) = app.proxy.skills.as_ref() else {
+        return Err(ApiError::NotFound(
+            "skills are off (skills.enabled: false)".into(),
+        ));
+    };
+    let snapshot = skills.library.snapshot();
+    let Some(skill) = snapshot.get(name) else {
+        return Err(ApiError::NotFound(format!(
+            "no skill {name:?} in the library"
+        )));
+    };
+    if skill.retired.is_some() {
+        return Err(ApiError::BadRequest(format!("{name} is already retired")));
+    }
+    match crate::learn::retire::set_retired(&skills.library.dir, skill, Some(why.to_string())) {
+        Ok(None) => {}
+        Ok(Some(refused)) => {
+            return Err(ApiError::BadRequest(format!(
+                "{name} was not retired: {refused}; try again"
+            )));
+        }
+        Err(e) => return Err(ApiError::Internal(format!("{e:#}"))),
+    }
+    skills.library.rescan(Some(&Attribution {
+        who: "user".into(),
+        why: format!("retired by hand: {why}"),
+    }));
+    Ok(())
+}

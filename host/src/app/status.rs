@@ -1,0 +1,135 @@
+//! The daemon's state in one document: `GET /admin/status` (and so
+//! `metaclaw status`) and the dashboard's overview.
+
+use serde_json::{Value, json};
+
+use super::App;
+
+/// What `GET /admin/status` answers and the dashboard's overview shows:
+/// health, mode, upstream, the store, skills, learning, training, the
+/// student and the plugins. It reads the store: call it off the async
+/// workers.
+pub fn status_json(app: &App) -> Result<Value, String> {
+    let (sessions, turns) = app
+        .proxy
+        .store
+        .counts()
+        .map_err(|e| format!("cannot read the store: {e:#}"))?;
+    // The learning job's own check, once (with learning on).
+    let chain = app
+        .learn
+        .as_ref()
+        .map(|_| crate::learn::evolver_chain(app.plugins.as_deref()));
+    let info = &app.info;
+    Ok(json!({
+        "running": true,
+        "healthy": true,
+        "version": env!("CARGO_PKG_VERSION"),
+        "pid": std::process::id(),
+        "mode": info.mode,
+        "demo": info.demo,
+        "host": info.host,
+        "port": info.port,
+        "url": format!("http://{}:{}", crate::http::url_host(&info.host), info.port),
+        "upstream": info.upstream_base,
+        "started_at_ms": info.started_at_ms,
+        "uptime_seconds": info.started.elapsed().as_secs_f64(),
+        "sessions": sessions,
+        "active_sessions": app.proxy.sessions.active_count(),
+        "turns": turns,
+        "store": { "path": app.proxy.store.path(), "queue_depth": app.proxy.store.queue_depth() },
+        "skills": app.proxy.skills.as_ref().map(|skills| {
+            let snapshot = skills.library.snapshot();
+            let mut retrieval = json!(skills.retrieval);
+            // What answers a turn now: `mode` is only what is configured.
+            let (answering, none_answers) = match skills.answering() {
+                Ok(list) => (list, None),
+                Err(why) => (Vec::new(), Some(why)),
+            };
+            retrieval["answering"] = json!(answering);
+            retrieval["none_answers"] = json!(none_answers);
+            json!({
+                "loaded": snapshot.skills.len(),
+                "generation": snapshot.generation,
+                "dir": skills.library.dir,
+                "problems": snapshot.problems,
+                "retrieval": retrieval,
+                "last_retriever": skills.last_retriever(),
+                // Retrievers that hold an index of this library (a turn
+                // never waits for one: until then it goes to the next).
+                "indexed_by": skills.indexed_by(snapshot.generation),
+                // Every loaded retriever: ready, indexing, failed or
+                // not_started (what a tool waits on before a first turn).
+                "retrievers": skills.retriever_indexes(snapshot.generation),
+            })
+        }),
+        "learning": crate::learn::state_json(app.learn.is_some()),
+        // rl/auto: whether the trainable model answers, on which weights,
+        // and why not (turns then go to llm when rl.fallback_to_llm).
+        // Training from the student's turns: the queue and whether it runs.
+        "training": app.proxy.policy.as_ref().map(|_| {
+            let queue = crate::store::open_read_only(app.proxy.store.path())
+                .ok()
+                .and_then(|c| crate::store::train_queue::counts(&c).ok());
+            let state = app.train.as_ref().map(|t| t.state()).unwrap_or_default();
+            json!({
+                "running": app.train.is_some(),
+                "queue": queue,
+                "last_error": state.last_error,
+                "opd": state.opd,
+                "scheduler": app.train.as_ref().map(scheduler_json),
+                "note": (app.train.is_none() && app.learn.is_none())
+                    .then_some("nothing trains: training needs the rewards of learning jobs (learning.enabled: false)"),
+            })
+        }),
+        "student": app.proxy.policy.as_ref().map(|policy| {
+            let mut health = json!(policy.health());
+            health["base_model"] = json!(policy.settings.base_model);
+            health["fallback_to_llm"] = json!(policy.settings.fallback_to_llm);
+            health
+        }),
+        // Why skills are not evolved now (the learning job's own check:
+        // without an enabled guard, nothing is), or that they are evolved
+        // unchecked because the config's chain leaves guard out; and the
+        // evolver plugins every skill draft goes through, in order.
+        "evolution_blocked": chain.as_ref().and_then(|c| c.as_ref().err()).map(|e| e.to_string()),
+        "evolution_unguarded": chain
+            .as_ref()
+            .and_then(|c| c.as_ref().ok())
+            .and_then(|c| crate::learn::evolution_unguarded(c)),
+        "evolver_chain": chain.as_ref().and_then(|c| c.as_ref().ok()).map(|c| {
+            c.iter().map(|p| p.info.name.clone()).collect::<Vec<_>>()
+        }),
+        "plugins": app.plugins.as_ref().map(|host| {
+            let registry = host.current();
+            json!({
+                "loaded": registry.plugins.len(),
+                "problems": registry.problems.len(),
+                "notices": registry.notices.len(),
+                "locked": registry.locked,
+            })
+        }),
+    }))
+}
+
+/// The training scheduler in `status`: whether steps wait for windows,
+/// the machine's state and the last decision.
+fn scheduler_json(train: &crate::learn::rl::trainer::TrainerHandle) -> serde_json::Value {
+    match (&train.gate, &train.gate_error) {
+        (_, Some(error)) => json!({ "gated": true, "error": error }),
+        (None, None) => json!({ "gated": false }),
+        (Some(gate), None) => {
+            let last = gate.last();
+            json!({
+                "gated": true,
+                "state": gate.state().as_str(),
+                "open": last.as_ref().map(|r| r.open),
+                "reason": last.as_ref().map(|r| r.reason.clone()),
+                // When the signals were last read (the trainer reads them
+                // before each step it may start).
+                "assessed_at_ms": last.as_ref().map(|r| r.now.timestamp_millis()),
+                "next_opening": last.and_then(|r| r.next_opening),
+            })
+        }
+    }
+}

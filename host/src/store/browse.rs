@@ -1,0 +1,262 @@
+//! What the dashboard lists, a page at a time (docs/dashboard.md). Each
+//! list walks an index from a cursor (keyset pagination), so a page costs
+//! about the same with a hundred sessions as with a hundred thousand.
+
+use rusqlite::{Connection, params_from_iter, types::Value as Sql};
+use serde::Serialize;
+use serde_json::{Value, json};
+
+use super::read::{self, SessionRow};
+
+/// What the sessions list is narrowed to.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct SessionFilter {
+    /// `active` or `ended`.
+    pub status: Option<String>,
+    /// Started at or after / before (Unix ms).
+    pub since_ms: Option<i64>,
+    pub until_ms: Option<i64>,
+    /// The mean final reward of its judged main turns, within these
+    /// (a session with none judged is left out when either is set).
+    pub min_reward: Option<f64>,
+    pub max_reward: Option<f64>,
+    /// Its id or the agent's session id starts with this.
+    pub id_prefix: Option<String>,
+    /// Sent by this agent (`SessionRow::agent`).
+    pub agent: Option<String>,
+}
+
+/// A session in the list, with its rewards in short.
+#[derive(Debug, Clone, Serialize)]
+pub struct SessionListRow {
+    #[serde(flatten)]
+    pub session: SessionRow,
+    /// Main turns with a final reward, and their mean.
+    pub judged: u64,
+    pub mean_reward: Option<f64>,
+}
+
+/// Where the next page starts: after this session (newest first).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Cursor {
+    pub started_at_ms: i64,
+    pub id: String,
+}
+
+impl Cursor {
+    /// `<ms>.<id>`, as the page's "older" link carries it.
+    pub fn parse(text: &str) -> Option<Self> {
+        let (ms, id) = text.split_once('.')?;
+        Some(Self {
+            started_at_ms: ms.parse().ok()?,
+            id: id.to_string(),
+        })
+    }
+
+    pub fn text(&self) -> String {
+        format!("{}.{}", self.started_at_ms, self.id)
+    }
+}
+
+/// Up to `limit` sessions, newest first, after `after`; and the cursor of
+/// the page after it, if there is one.
+pub fn sessions_page(
+    conn: &Connection,
+    filter: &SessionFilter,
+    after: Option<&Cursor>,
+    limit: u32,
+) -> rusqlite::Result<(Vec<SessionListRow>, Option<Cursor>)> {
+    let mut conditions = Vec::new();
+    let mut args: Vec<Sql> = Vec::new();
+    let mut arg = |v: Sql| {
+        args.push(v);
+        format!("?{}", args.len())
+    };
+    if let Some(c) = after {
+        let (ms, id) = (
+            arg(Sql::Integer(c.started_at_ms)),
+            arg(Sql::Text(c.id.clone())),
+        );
+        conditions.push(format!(
+            "(s.started_at_ms < {ms} OR (s.started_at_ms = {ms} AND s.id < {id}))"
+        ));
+    }
+    if let Some(status) = &filter.status {
+        conditions.push(format!("s.status = {}", arg(Sql::Text(status.clone()))));
+    }
+    if let Some(agent) = &filter.agent {
+        conditions.push(format!("s.agent = {}", arg(Sql::Text(agent.clone()))));
+    }
+    if let Some(ms) = filter.since_ms {
+        conditions.push(format!("s.started_at_ms >= {}", arg(Sql::Integer(ms))));
+    }
+    if let Some(ms) = filter.until_ms {
+        conditions.push(format!("s.started_at_ms < {}", arg(Sql::Integer(ms))));
+    }
+    if let Some(prefix) = filter.id_prefix.as_deref().filter(|p| !p.is_empty()) {
+        // A range, not LIKE: ids are compared as they are, and `%` or `_`
+        // in the prefix mean themselves.
+        let (low, high) = (
+            arg(Sql::Text(prefix.into())),
+            arg(Sql::Text(format!("{prefix}\u{10FFFF}"))),
+        );
+        conditions.push(format!(
+            "((s.id >= {low} AND s.id < {high}) OR (s.agent_session_id >= {low} AND s.agent_session_id < {high}))"
+        ));
+    }
+    let mut outer = Vec::new();
+    if let Some(min) = filter.min_reward {
+        outer.push(format!("mean >= {}", arg(Sql::Real(min))));
+    }
+    if let Some(max) = filter.max_reward {
+        outer.push(format!("mean <= {}", arg(Sql::Real(max))));
+    }
+    let limit_arg = arg(Sql::Integer(i64::from(limit) + 1));
+    let clause = |word: &str, c: &[String]| {
+        if c.is_empty() {
+            String::new()
+        } else {
+            format!("{word} {}", c.join(" AND "))
+        }
+    };
+    // Walked newest first on sessions_by_start; the rewards are worked out
+    // for the sessions walked past only (each one's turns through
+    // turns_by_session), until the page is full.
+    let sql = format!(
+        "SELECT * FROM (
+             SELECT s.id, s.agent_session_id, s.source, s.window_index, s.status, s.started_at_ms,
+                    s.last_activity_ms, s.ended_at_ms, s.end_reason, s.turn_count, s.main_turns, s.agent,
+                    (SELECT count(t.reward) FROM turns t
+                     WHERE t.session_id = s.id AND t.turn_type = 'main') AS judged,
+                    (SELECT avg(t.reward) FROM turns t
+                     WHERE t.session_id = s.id AND t.turn_type = 'main') AS mean
+             FROM sessions s {inner}
+             ORDER BY s.started_at_ms DESC, s.id DESC)
+         {outer}
+         LIMIT {limit_arg}",
+        inner = clause("WHERE", &conditions),
+        outer = clause("WHERE", &outer),
+    );
+    let mut rows: Vec<SessionListRow> = conn
+        .prepare(&sql)?
+        .query_map(params_from_iter(args.iter()), |row| {
+            Ok(SessionListRow {
+                session: read::session_row(row)?,
+                judged: row.get::<_, i64>(12)?.max(0) as u64,
+                mean_reward: row.get(13)?,
+            })
+        })?
+        .collect::<rusqlite::Result<_>>()?;
+    let next = (rows.len() > limit as usize).then(|| {
+        rows.truncate(limit as usize);
+        rows.last().map(|r| Cursor {
+            started_at_ms: r.session.started_at_ms,
+            id: r.session.id.clone(),
+        })
+    });
+    Ok((rows, next.flatten()))
+}
+
+/// Indexes a turn under each skill injected into it, for the skill's page.
+pub(super) fn turn_injected(
+    conn: &Connection,
+    turn_id: &str,
+    at_ms: i64,
+    skills: &[super::InjectedSkill],
+) -> rusqlite::Result<()> {
+    if skills.is_empty() {
+        return Ok(());
+    }
+    let mut stmt = conn.prepare_cached(
+        "INSERT OR IGNORE INTO turn_skills (skill_id, at_ms, turn_id, version) VALUES (?1, ?2, ?3, ?4)",
+    )?;
+    for s in skills {
+        stmt.execute(rusqlite::params![s.id, at_ms, turn_id, s.version])?;
+    }
+    Ok(())
+}
+
+/// A turn a skill was injected into.
+#[derive(Debug, Clone, Serialize)]
+pub struct InjectedInto {
+    pub turn_id: String,
+    pub version: String,
+    pub at_ms: i64,
+    pub session_id: String,
+    pub seq: i64,
+    pub turn_type: String,
+    pub user: Option<String>,
+    pub reward: Option<f64>,
+}
+
+/// The latest `limit` turns `skill_id` was injected into, newest first.
+pub fn injected_into(
+    conn: &Connection,
+    skill_id: &str,
+    limit: u32,
+) -> rusqlite::Result<Vec<InjectedInto>> {
+    conn.prepare_cached(
+        "SELECT ts.turn_id, ts.version, ts.at_ms, t.session_id, t.seq, t.turn_type, t.user_summary, t.reward
+         FROM turn_skills ts JOIN turns t ON t.id = ts.turn_id
+         WHERE ts.skill_id = ?1 ORDER BY ts.at_ms DESC, ts.turn_id DESC LIMIT ?2",
+    )?
+    .query_map(rusqlite::params![skill_id, limit], |r| {
+        Ok(InjectedInto {
+            turn_id: r.get(0)?,
+            version: r.get(1)?,
+            at_ms: r.get(2)?,
+            session_id: r.get(3)?,
+            seq: r.get(4)?,
+            turn_type: r.get(5)?,
+            user: r.get(6)?,
+            reward: r.get(7)?,
+        })
+    })?
+    .collect()
+}
+
+/// The agents sessions were recorded from, for the list's filter.
+pub fn agents(conn: &Connection) -> rusqlite::Result<Vec<String>> {
+    // A skip-scan of sessions_by_agent_name: one seek per agent, however
+    // many sessions each has.
+    conn.prepare(
+        "WITH RECURSIVE a(x) AS (
+             SELECT (SELECT min(agent) FROM sessions WHERE agent IS NOT NULL)
+             UNION ALL
+             SELECT (SELECT min(agent) FROM sessions WHERE agent > a.x) FROM a WHERE a.x IS NOT NULL
+             LIMIT 100)
+         SELECT x FROM a WHERE x IS NOT NULL",
+    )?
+    .query_map([], |r| r.get(0))?
+    .collect()
+}
+
+/// A session with its turns and what learning made of them, as
+/// `sessions show --json` prints it and the dashboard shows it.
+/// `messages`: each turn's request messages too.
+pub fn session_view(conn: &Connection, id: &str, messages: bool) -> anyhow::Result<Option<Value>> {
+    let Some(session) = read::session_detail(conn, id)? else {
+        return Ok(None);
+    };
+    let turns = read::session_turns(conn, &session.id)?;
+    let rewards = read::turn_rewards(conn, &session.id)?;
+    let judgments = super::learning::judgments(conn, &session.id)?;
+    let turns: Vec<Value> = turns
+        .iter()
+        .map(|t| -> anyhow::Result<Value> {
+            let mut v = serde_json::to_value(t)?;
+            v["rewards"] = json!(rewards.get(&t.id).cloned().unwrap_or_default());
+            v["judgment"] = json!(judgments.get(&t.id));
+            if messages {
+                v["messages"] = Value::Array(read::load_messages(conn, &t.message_hashes)?);
+            }
+            Ok(v)
+        })
+        .collect::<anyhow::Result<_>>()?;
+    Ok(Some(json!({
+        "session": session,
+        "turns": turns,
+        "learning": super::jobs::get(conn, &session.id)?,
+        "evolved": super::learning::drafts(conn, &session.id)?,
+    })))
+}

@@ -1,0 +1,189 @@
+//! The dashboard's actions (`ui.actions: true`): run learning now, disable
+//! or enable a plugin, retire a skill, serve earlier weights. Each is a
+//! form POST from a logged-in page carrying the login's CSRF token (the
+//! browser guard has already refused other sites' forms), and each does
+//! what the admin API does (`app::actions`).
+
+use std::sync::Arc;
+
+use axum::Form;
+use axum::extract::{Extension, Path, State};
+use axum::http::StatusCode;
+use axum::response::Response;
+use serde::Deserialize;
+
+use super::Dashboard;
+use super::auth::{Login, csrf_refusal};
+use super::render::{notice, query_value, refused};
+use crate::app::SharedApp;
+use crate::app::actions;
+use crate::error::ApiError;
+
+#[derive(Debug, Deserialize)]
+pub struct ActionForm {
+    csrf: String,
+    /// Why (retiring a skill).
+    why: Option<String>,
+    /// The sampler weights to serve (a rollback).
+    sampler: Option<String>,
+}
+
+/// Why the form may not act, if it may not: actions are off, or the form
+/// is not this login's.
+fn refusal(dashboard: &Dashboard, login: &Login, form: &ActionForm) -> Option<Response> {
+    if !dashboard.settings.actions {
+        return Some(refused(
+            StatusCode::FORBIDDEN,
+            "The dashboard is read-only (ui.actions: false); set ui.actions: true to act from it.",
+        ));
+    }
+    csrf_refusal(login, &form.csrf)
+}
+
+fn failed(e: &ApiError) -> Response {
+    refused(e.status(), &e.to_string())
+}
+
+pub async fn learn_now(
+    State(app): State<SharedApp>,
+    Extension(dashboard): Extension<Arc<Dashboard>>,
+    Extension(login): Extension<Login>,
+    Form(form): Form<ActionForm>,
+) -> Response {
+    if let Some(page) = refusal(&dashboard, &login, &form) {
+        return page;
+    }
+    if app.learn.is_none() {
+        return failed(&ApiError::NotFound(crate::learn::OFF.into()));
+    }
+    // The jobs may take minutes (judge and evolver calls): the page does
+    // not wait for them; the learning page shows them as they go.
+    tokio::spawn(async move {
+        if let Err(e) = actions::learn_now(&app, None).await {
+            tracing::warn!("learning now (from the dashboard) failed: {e}");
+        }
+    });
+    notice(
+        StatusCode::ACCEPTED,
+        "Every queued and failed learning job runs now.",
+        ("/ui/learning", "See them on the learning page"),
+    )
+}
+
+pub async fn plugin_disable(
+    state: State<SharedApp>,
+    dashboard: Extension<Arc<Dashboard>>,
+    login: Extension<Login>,
+    name: Path<String>,
+    form: Form<ActionForm>,
+) -> Response {
+    plugin(state, dashboard, login, name, form, true)
+}
+
+pub async fn plugin_enable(
+    state: State<SharedApp>,
+    dashboard: Extension<Arc<Dashboard>>,
+    login: Extension<Login>,
+    name: Path<String>,
+    form: Form<ActionForm>,
+) -> Response {
+    plugin(state, dashboard, login, name, form, false)
+}
+
+fn plugin(
+    State(app): State<SharedApp>,
+    Extension(dashboard): Extension<Arc<Dashboard>>,
+    Extension(login): Extension<Login>,
+    Path(name): Path<String>,
+    Form(form): Form<ActionForm>,
+    disabled: bool,
+) -> Response {
+    if let Some(page) = refusal(&dashboard, &login, &form) {
+        return page;
+    }
+    match actions::set_plugin_disabled(&app, &name, disabled) {
+        Ok(label) => notice(
+            StatusCode::OK,
+            &if disabled {
+                format!(
+                    "{label} is disabled: its calls go to the next plugin until you enable it, replace its file or restart metaclaw."
+                )
+            } else {
+                format!("{label} is enabled again.")
+            },
+            ("/ui/plugins", "Back to the plugins"),
+        ),
+        Err(e) => failed(&e),
+    }
+}
+
+pub async fn skill_retire(
+    State(app): State<SharedApp>,
+    Extension(dashboard): Extension<Arc<Dashboard>>,
+    Extension(login): Extension<Login>,
+    Path(name): Path<String>,
+    Form(form): Form<ActionForm>,
+) -> Response {
+    if let Some(page) = refusal(&dashboard, &login, &form) {
+        return page;
+    }
+    let why = form
+        .why
+        .as_deref()
+        .map(str::trim)
+        .filter(|w| !w.is_empty())
+        .unwrap_or("retired from the dashboard")
+        .chars()
+        .take(200)
+        .collect::<String>();
+    let (app, wanted) = (app.clone(), name.clone());
+    let done = tokio::task::spawn_blocking(move || actions::retire_skill(&app, &wanted, &why))
+        .await
+        .unwrap_or_else(|e| Err(ApiError::Internal(e.to_string())));
+    match done {
+        Ok(()) => notice(
+            StatusCode::OK,
+            &format!(
+                "{name} is retired: retrieval no longer injects it (`metaclaw skills restore {name}` puts it back)."
+            ),
+            (
+                &format!("/ui/skills/{}", query_value(&name)),
+                "Back to the skill",
+            ),
+        ),
+        Err(e) => failed(&e),
+    }
+}
+
+pub async fn rollback(
+    State(app): State<SharedApp>,
+    Extension(dashboard): Extension<Arc<Dashboard>>,
+    Extension(login): Extension<Login>,
+    Form(form): Form<ActionForm>,
+) -> Response {
+    if let Some(page) = refusal(&dashboard, &login, &form) {
+        return page;
+    }
+    let Some(sampler) = form
+        .sampler
+        .as_deref()
+        .map(str::trim)
+        .filter(|s| !s.is_empty())
+    else {
+        return refused(
+            StatusCode::BAD_REQUEST,
+            "Which weights? The form sent no sampler path.",
+        );
+    };
+    match actions::rollback(&app, sampler).await {
+        Ok(done) => notice(
+            StatusCode::OK,
+            &format!(
+                "Serving {sampler} (policy version {}) now, and after restarts.",
+                done["policy_version"]
+            ),
+            ("/ui/training", "Back to training"),
+        ),
+        Err(e) => failed(&e),
+    }
+}

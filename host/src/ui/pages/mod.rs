@@ -1,0 +1,66 @@
+//! The dashboard's pages: each reads what it shows (off the async workers,
+//! for the store) and renders one template. The helpers here are what
+//! every page shares.
+
+pub mod learning;
+pub mod overview;
+pub mod plugins;
+pub mod sessions;
+pub mod skills;
+pub mod training;
+
+use axum::http::StatusCode;
+use axum::response::Response;
+use minijinja::value::Serde;
+use minijinja::{Value, context};
+use serde::Serialize;
+
+use super::Dashboard;
+use super::auth::Login;
+use super::render::refused;
+use crate::app::SharedApp;
+
+/// What every page's frame needs: where it is, the logout form's token,
+/// whether actions are offered.
+pub(super) fn frame(nav: &str, login: &Login, dashboard: &Dashboard) -> Value {
+    context! {
+        nav => nav,
+        csrf => login.csrf.clone(),
+        actions => dashboard.settings.actions,
+        version => env!("CARGO_PKG_VERSION"),
+    }
+}
+
+/// Runs `read` on a blocking thread; a failure is a page saying so.
+pub(super) async fn read<T: Send + 'static>(
+    read: impl FnOnce() -> Result<T, String> + Send + 'static,
+) -> Result<T, Response> {
+    match tokio::task::spawn_blocking(read).await {
+        Ok(Ok(value)) => Ok(value),
+        Ok(Err(e)) => {
+            tracing::warn!("a dashboard page could not read what it shows: {e}");
+            Err(refused(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                &format!("This page could not be read: {e}"),
+            ))
+        }
+        Err(_) => Err(refused(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            "This page could not be read.",
+        )),
+    }
+}
+
+pub(super) fn store_conn(app: &SharedApp) -> Result<rusqlite::Connection, String> {
+    crate::store::open_read_only(app.proxy.store.path()).map_err(|e| format!("{e:#}"))
+}
+
+/// A serializable value as the templates read it.
+pub(super) fn data<T: Serialize>(value: &T) -> Value {
+    Value::from(Serde(value))
+}
+
+/// `None` for an absent or blank form field; the text, trimmed, otherwise.
+pub(super) fn nonempty(v: &Option<String>) -> Option<&str> {
+    v.as_deref().map(str::trim).filter(|s| !s.is_empty())
+}

@@ -1,0 +1,674 @@
+//! The dashboard (`/ui`) in a real browser: Debian's headless Chromium,
+//! driven over WebDriver (common/browser.rs; `scripts/browser-deps`
+//! installs it), against the real daemon and the dummy upstream playing
+//! the agent's model (`echo`), the judge and the evolver.
+//!
+//! What a user does: asks for a page without a login and gets the login
+//! page, logs in with the admin token (an HttpOnly cookie the page's script
+//! cannot read), opens a session the learning flow recorded and sees its
+//! turns, the skills injected into them and their rewards. What an attacker
+//! does: posts the dashboard's forms from another origin's page, which is
+//! refused while the login stays.
+//!
+//! With `METACLAW_DASHBOARD_SCREENSHOTS=DIR`, each page visited is saved as
+//! `DIR/<page>.png` (the screenshots of docs/dashboard.md).
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+#[path = "common/browser.rs"]
+mod browser;
+mod common;
+
+use browser::Browser;
+use common::*;
+use serde_json::{Value, json};
+
+const TASK: &str = "What is the distance from the earth to the moon?";
+const WRONG: &str = "It is about 1,000 km.";
+const CORRECTION: &str = "No, that's wrong: it is about 384,400 km.";
+const THANKS: &str = "Thanks, that worked. Now the weather in Paris, please.";
+
+/// Saves the page as `<name>.png` under `METACLAW_DASHBOARD_SCREENSHOTS`,
+/// if it is set.
+async fn screenshot(browser: &Browser, name: &str) {
+    let Some(dir) = std::env::var_os("METACLAW_DASHBOARD_SCREENSHOTS") else {
+        return;
+    };
+    let dir = std::path::PathBuf::from(dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let png = browser.full_page_screenshot().await;
+    std::fs::write(dir.join(format!("{name}.png")), png).unwrap();
+}
+
+fn admin_token(mc: &Metaclaw) -> String {
+    std::fs::read_to_string(mc.home.path().join("admin.token"))
+        .unwrap()
+        .trim()
+        .to_string()
+}
+
+/// Opens `page` without a login, is sent to the login page, logs in by
+/// typing the admin token and lands on `page`.
+async fn log_in(browser: &Browser, mc: &Metaclaw, page: &str) {
+    browser.goto(&format!("{}{page}", mc.url())).await;
+    browser
+        .wait_for_path("the login page", |p| p.starts_with("/ui/login"))
+        .await;
+    browser.type_into("#token", &admin_token(mc)).await;
+    browser.click("form.login button[type=submit]").await;
+    browser.wait_for_path(page, |p| p == page).await;
+}
+
+/// A page of another origin: a form that posts `fields` to `action`.
+fn form_page(action: &str, fields: &[(&str, &str)]) -> String {
+    let attr = |text: &str| {
+        text.replace('&', "&amp;")
+            .replace('"', "&quot;")
+            .replace('<', "&lt;")
+    };
+    let inputs: String = fields
+        .iter()
+        .map(|(name, value)| {
+            format!(
+                "<input type=\"hidden\" name=\"{}\" value=\"{}\">",
+                attr(name),
+                attr(value)
+            )
+        })
+        .collect();
+    format!(
+        "<!doctype html><html><head><title>another site</title></head><body>\
+         <form id=\"evil\" method=\"post\" action=\"{}\">{inputs}\
+         <button id=\"go\" type=\"submit\">Win a prize</button></form></body></html>",
+        attr(action)
+    )
+}
+
+/// A web server on another port of 127.0.0.1 (another origin, the same
+/// site: the dashboard's SameSite=Strict cookie goes along with its
+/// requests) serving `GET /?action=URL&field=value…` as [`form_page`].
+async fn other_origin() -> String {
+    use axum::extract::Query;
+    use axum::response::Html;
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}", listener.local_addr().unwrap());
+    let app = axum::Router::new().route(
+        "/",
+        axum::routing::get(|Query(q): Query<Vec<(String, String)>>| async move {
+            let action = q
+                .iter()
+                .find(|(k, _)| k == "action")
+                .map(|(_, v)| v.clone())
+                .unwrap_or_default();
+            let fields: Vec<(&str, &str)> = q
+                .iter()
+                .filter(|(k, _)| k != "action")
+                .map(|(k, v)| (k.as_str(), v.as_str()))
+                .collect();
+            Html(form_page(&action, &fields))
+        }),
+    );
+    tokio::spawn(async move {
+        let _ = axum::serve(listener, app).await;
+    });
+    url
+}
+
+/// `text` for a URL's query.
+fn q(text: &str) -> String {
+    text.bytes()
+        .map(|b| {
+            if b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.' | b'~') {
+                (b as char).to_string()
+            } else {
+                format!("%{b:02X}")
+            }
+        })
+        .collect()
+}
+
+/// Submits the other origin's form (posting `fields` to the daemon's
+/// `path`) and checks the daemon refused it as cross-site.
+async fn cross_site_post(
+    browser: &Browser,
+    evil: &str,
+    daemon: &str,
+    path: &str,
+    fields: &[(&str, &str)],
+) {
+    let mut page = format!("{evil}/?action={}", q(&format!("{daemon}{path}")));
+    for (k, v) in fields {
+        page.push_str(&format!("&{k}={}", q(v)));
+    }
+    browser.goto(&page).await;
+    assert_eq!(browser.title().await, "another site");
+    browser.click("#go").await;
+    browser.wait_for_path(path, |p| p == path).await;
+    let body = browser.page_source().await;
+    assert_eq!(browser.response_status().await, 403, "{path}: {body}");
+    assert!(body.contains("cross_site"), "{path}: {body}");
+    assert!(
+        body.contains("cross-site request refused"),
+        "{path}: {body}"
+    );
+}
+
+#[tokio::test]
+async fn a_login_is_asked_for_given_with_the_token_and_kept_from_other_sites() {
+    let up = dummy();
+    let mc = Metaclaw::start(&up.url, "llm:\n  api_base: {upstream}\n  model_id: echo\n");
+    let browser = Browser::start().await;
+
+    // Without a login: the login page, which comes back to the page asked for.
+    let redirect = reqwest::Client::builder()
+        .redirect(reqwest::redirect::Policy::none())
+        .build()
+        .unwrap()
+        .get(format!("{}/ui/sessions", mc.url()))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(redirect.status(), 303);
+    assert_eq!(
+        redirect.headers()["location"],
+        "/ui/login?next=%2Fui%2Fsessions"
+    );
+    browser.goto(&format!("{}/ui/sessions", mc.url())).await;
+    assert_eq!(
+        browser.current_path().await,
+        "/ui/login?next=%2Fui%2Fsessions"
+    );
+    assert_eq!(browser.response_status().await, 200);
+    assert_eq!(browser.title().await, "Log in · metaclaw");
+    assert_eq!(browser.property("#token", "type").await, "password");
+    assert_eq!(
+        browser
+            .property("form.login input[name=next]", "value")
+            .await,
+        "/ui/sessions"
+    );
+    // Nothing of the dashboard is shown: no navigation, no logout form.
+    assert!(browser.find_all("header.top nav").await.is_empty());
+    assert!(browser.find_all("form.logout").await.is_empty());
+    screenshot(&browser, "login").await;
+
+    // A wrong token: refused, on the same form, still going to the same page.
+    browser.type_into("#token", "not-the-token").await;
+    browser.click("form.login button[type=submit]").await;
+    let error = browser.text("p.error").await;
+    assert_eq!(error, "That is not the admin token.");
+    assert_eq!(browser.response_status().await, 401);
+    assert_eq!(
+        browser
+            .property("form.login input[name=next]", "value")
+            .await,
+        "/ui/sessions"
+    );
+    assert!(
+        browser
+            .cookies()
+            .await
+            .iter()
+            .all(|c| c["name"] != "metaclaw_ui")
+    );
+
+    // The admin token: logged in, on the page asked for.
+    let token = admin_token(&mc);
+    browser.type_into("#token", &token).await;
+    browser.click("form.login button[type=submit]").await;
+    browser
+        .wait_for_path("/ui/sessions", |p| p == "/ui/sessions")
+        .await;
+    assert_eq!(browser.response_status().await, 200);
+    assert_eq!(browser.text("main h1").await, "Sessions");
+    assert!(
+        browser
+            .text("main")
+            .await
+            .contains("No session is recorded yet."),
+        "{}",
+        browser.page_source().await
+    );
+    // The login is a cookie the page's script cannot read (HttpOnly),
+    // scoped to /ui, SameSite=Strict, and not the token itself.
+    let cookies = browser.cookies().await;
+    let login = cookies
+        .iter()
+        .find(|c| c["name"] == "metaclaw_ui")
+        .unwrap_or_else(|| panic!("no login cookie: {cookies:?}"));
+    assert_eq!(login["httpOnly"], true, "{login}");
+    assert_eq!(login["sameSite"], "Strict", "{login}");
+    assert_eq!(login["path"], "/ui", "{login}");
+    assert_ne!(login["value"], token.as_str());
+    assert!(
+        !browser.document_cookie().await.contains("metaclaw_ui"),
+        "document.cookie shows the login"
+    );
+    assert!(!browser.current_url().await.contains(&token));
+    assert!(!browser.page_source().await.contains(&token));
+
+    // Another origin's page posts the dashboard's forms, with the login's
+    // own CSRF token (as if it had leaked) and the cookie going along:
+    // refused before the form is read.
+    let csrf = browser
+        .property("form.logout input[name=csrf]", "value")
+        .await;
+    let csrf = csrf.as_str().unwrap().to_string();
+    assert!(csrf.len() >= 32, "{csrf}");
+    let evil = other_origin().await;
+    cross_site_post(&browser, &evil, mc.url(), "/ui/logout", &[("csrf", &csrf)]).await;
+    screenshot(&browser, "cross-site-refused").await;
+    cross_site_post(
+        &browser,
+        &evil,
+        mc.url(),
+        "/ui/login",
+        &[("token", &token), ("next", "/ui/plugins")],
+    )
+    .await;
+    // A page with no origin at all (`Origin: null`).
+    let data = form_page(&format!("{}/ui/logout", mc.url()), &[("csrf", &csrf)]);
+    browser.goto(&format!("data:text/html,{}", q(&data))).await;
+    browser.click("#go").await;
+    browser
+        .wait_for_path("/ui/logout", |p| p == "/ui/logout")
+        .await;
+    assert_eq!(browser.response_status().await, 403);
+    assert!(browser.page_source().await.contains("cross_site"));
+
+    // Still logged in: the login survived them all.
+    browser.goto(&format!("{}/ui/plugins", mc.url())).await;
+    assert_eq!(browser.current_path().await, "/ui/plugins");
+    assert_eq!(browser.text("main h1").await, "Plugins");
+
+    // The dashboard's own logout form (the same token, its own origin)
+    // logs out: the pages ask for a login again.
+    browser.click("form.logout button[type=submit]").await;
+    browser
+        .wait_for_path("the login page", |p| p.starts_with("/ui/login"))
+        .await;
+    assert!(
+        browser
+            .cookies()
+            .await
+            .iter()
+            .all(|c| c["name"] != "metaclaw_ui")
+    );
+    browser.goto(&format!("{}/ui/plugins", mc.url())).await;
+    assert_eq!(
+        browser.current_path().await,
+        "/ui/login?next=%2Fui%2Fplugins"
+    );
+}
+
+/// A skill about the moon's distance, for the session's first question.
+fn seed_skill(mc: &Metaclaw) {
+    let folder = mc.home.path().join("skills/moon-distance");
+    std::fs::create_dir_all(&folder).unwrap();
+    std::fs::write(
+        folder.join("SKILL.md"),
+        "---\nname: moon-distance\ndescription: The distance from the earth to the moon, and how to \
+         quote it with its source.\ncategory: general\nversion: 1.0.0\n---\n# Moon distance\n\n\
+         The moon is about 384,400 km from the earth on average; say where the figure comes from.\n",
+    )
+    .unwrap();
+    poll_json(mc.home.path(), &["status", "--json"], |v| {
+        skills_ready(v, 1) && retriever_ready(v, "bm25")
+    });
+}
+
+/// Three turns of session `id`: the question, the user's correction of a
+/// wrong answer, and the user moving on.
+async fn record_session(mc: &Metaclaw, id: &str) {
+    let base = format!("{}/v1", mc.url());
+    let mut messages = vec![json!({"role": "user", "content": TASK})];
+    for (answer, next) in [(WRONG, CORRECTION), ("It is about 384,400 km.", THANKS)] {
+        let r = post_chat(
+            &base,
+            &json!({"model": "echo", "messages": messages}),
+            &[("x-session-id", id)],
+        )
+        .await;
+        assert_eq!(r.status(), 200);
+        messages.push(json!({"role": "assistant", "content": answer}));
+        messages.push(json!({"role": "user", "content": next}));
+    }
+    let r = post_chat(
+        &base,
+        &json!({"model": "echo", "messages": messages}),
+        &[("x-session-id", id)],
+    )
+    .await;
+    assert_eq!(r.status(), 200);
+}
+
+#[tokio::test]
+async fn a_recorded_session_shows_its_turns_skills_and_rewards() {
+    let up = dummy();
+    let mc = Metaclaw::start(
+        &up.url,
+        "llm:\n  api_base: {upstream}\n  model_id: echo\n\
+         rl:\n  prm_model: judge\n  evolver_model: evolver\n\
+         sessions:\n  idle_timeout: 1h\n",
+    );
+    seed_skill(&mc);
+    record_session(&mc, "browser-moon").await;
+    // Ends the session and runs its learning job (judge, scorers, evolver).
+    let out = mc.cli(&["learn", "now", "browser-moon"]);
+    assert!(
+        out.status.success(),
+        "{}\n{}",
+        String::from_utf8_lossy(&out.stderr),
+        mc.log()
+    );
+    let recorded = poll_json(
+        mc.home.path(),
+        &["sessions", "show", "browser-moon", "--json"],
+        |v| v["learning"]["state"] == "done",
+    );
+    let session_id = recorded["session"]["id"].as_str().unwrap().to_string();
+    let turns = recorded["turns"].as_array().unwrap().clone();
+    assert_eq!(turns.len(), 3, "{recorded:#}");
+    // What the page must show, as the store has it: the first answer was
+    // corrected (−1), with the seeded skill injected.
+    assert_eq!(turns[0]["reward"], -1.0, "{recorded:#}");
+    let skills_of = |t: &Value| -> Vec<String> {
+        t["injected_skills"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .map(|k| {
+                format!(
+                    "{}@{}",
+                    k["id"].as_str().unwrap(),
+                    k["version"].as_str().unwrap()
+                )
+            })
+            .collect()
+    };
+    assert!(
+        skills_of(&turns[0]).contains(&"moon-distance@1.0.0".to_string()),
+        "{recorded:#}"
+    );
+
+    let browser = Browser::start().await;
+    log_in(&browser, &mc, "/ui/sessions").await;
+    screenshot(&browser, "sessions").await;
+
+    // The list: one row, this session, ended, its turns judged.
+    let rows = browser.find_all("#sessions tbody tr").await;
+    assert_eq!(rows.len(), 1, "{}", browser.page_source().await);
+    let row = browser.texts("#sessions tbody tr td").await;
+    assert_eq!(row[0], session_id, "{row:?}");
+    assert!(row[3].starts_with("ended"), "{row:?}");
+    assert_eq!(row[4], "3", "{row:?}");
+    assert_eq!(row[6], "3", "{row:?}");
+    let mean = turns
+        .iter()
+        .map(|t| t["reward"].as_f64().unwrap())
+        .sum::<f64>()
+        / 3.0;
+    assert_eq!(row[7], format!("{mean:+.2}"), "{row:?}");
+
+    // Its page, by clicking it.
+    browser
+        .click(&format!(
+            "#sessions a[href=\"/ui/sessions/{}\"]",
+            q(&session_id)
+        ))
+        .await;
+    let page = format!("/ui/sessions/{}", q(&session_id));
+    browser.wait_for_path(&page, |p| p == page).await;
+    assert_eq!(browser.response_status().await, 200);
+    assert_eq!(
+        browser.text("main h1").await,
+        format!("Session {session_id}")
+    );
+    screenshot(&browser, "session").await;
+
+    for t in &turns {
+        let turn = format!("#turn-{}", t["seq"]);
+        // The user's message.
+        assert_eq!(
+            browser.text(&format!("{turn} .msg.user p")).await,
+            t["user"].as_str().unwrap(),
+            "{t:#}"
+        );
+        // The final reward, coloured by its sign.
+        let reward = t["reward"].as_f64().unwrap();
+        let shown = format!("{turn} > header .reward");
+        assert_eq!(browser.text(&shown).await, format!("{reward:+.2}"), "{t:#}");
+        let class = browser.property(&shown, "className").await;
+        let sign = if reward > 0.0 {
+            "good"
+        } else if reward < 0.0 {
+            "bad"
+        } else {
+            ""
+        };
+        assert_eq!(
+            class
+                .as_str()
+                .unwrap()
+                .split_whitespace()
+                .find(|c| *c != "reward")
+                .unwrap_or(""),
+            sign,
+            "{t:#}"
+        );
+        // The skills injected into it.
+        let chips = browser.texts(&format!("{turn} dd.skills .chip")).await;
+        assert_eq!(chips, skills_of(t), "{t:#}");
+        // The judge's verdict and each scorer's reward.
+        let judged = browser.text(&format!("{turn} section.judgment h3")).await;
+        assert!(
+            judged.starts_with(&format!("Judge: {}", t["judgment"]["value"])),
+            "{judged}"
+        );
+        let scorers = browser.texts(&format!("{turn} section.rewards li")).await;
+        let expected: Vec<&str> = t["rewards"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|r| r["label"].as_str().unwrap())
+            .collect();
+        assert_eq!(scorers.len(), expected.len(), "{scorers:?} {t:#}");
+        for (line, label) in scorers.iter().zip(&expected) {
+            assert!(line.contains(label), "{line} lacks {label}");
+        }
+    }
+    // The first turn: the correction was seen by the judge and a scorer.
+    assert!(
+        browser
+            .text("#turn-1 section.rewards")
+            .await
+            .contains("user-correction"),
+        "{}",
+        browser.page_source().await
+    );
+    // What the evolver made of it.
+    let drafts = browser.texts("ul.drafts li").await;
+    let evolved = recorded["evolved"].as_array().unwrap();
+    assert!(!evolved.is_empty(), "{recorded:#}");
+    assert_eq!(drafts.len(), evolved.len(), "{drafts:?}");
+    for (line, d) in drafts.iter().zip(evolved) {
+        let (outcome, name) = (d["outcome"].as_str().unwrap(), d["name"].as_str().unwrap());
+        assert!(
+            line.starts_with(&format!("{outcome} {name}")),
+            "{line:?} is not {d}"
+        );
+    }
+
+    // The other pages.
+    browser.click("header.top nav a[href=\"/ui\"]").await;
+    browser.wait_for_path("/ui", |p| p == "/ui").await;
+    assert_eq!(browser.text("main h1").await, "Overview");
+    assert_eq!(browser.text("p.big.good").await, "healthy");
+    screenshot(&browser, "overview").await;
+
+    browser
+        .click("header.top nav a[href=\"/ui/plugins\"]")
+        .await;
+    browser
+        .wait_for_path("/ui/plugins", |p| p == "/ui/plugins")
+        .await;
+    let plugins = browser.texts("#plugins tbody tr td:first-child b").await;
+    for name in ["bm25", "guard"] {
+        assert!(plugins.iter().any(|p| p == name), "{plugins:?}");
+    }
+    screenshot(&browser, "plugins").await;
+}
+
+/// A judge that cannot be reached: the learning job fails, and the
+/// learning page says why.
+#[tokio::test]
+async fn a_failed_learning_job_shows_its_reason() {
+    let up = dummy();
+    let mc = Metaclaw::start(
+        &up.url,
+        "llm:\n  api_base: {upstream}\n  model_id: echo\n\
+         rl:\n  prm_model: reset\n  prm_m: 1\n\
+         sessions:\n  idle_timeout: 1h\n",
+    );
+    record_session(&mc, "browser-failing").await;
+    // The job's first attempt fails (it is retried later, with backoff).
+    let _ = mc.cli(&["learn", "now", "browser-failing"]);
+    let jobs = poll_json(mc.home.path(), &["learn", "status", "--json"], |v| {
+        v.as_array()
+            .is_some_and(|j| j.iter().any(|j| j["error"].is_string()))
+    });
+    let job = jobs
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|j| j["session_id"] == "browser-failing")
+        .unwrap()
+        .clone();
+    let error = job["error"].as_str().unwrap().to_string();
+
+    let browser = Browser::start().await;
+    log_in(&browser, &mc, "/ui/learning").await;
+    screenshot(&browser, "learning").await;
+    let rows = browser.find_all("#jobs tbody tr.job").await;
+    assert_eq!(rows.len(), 1, "{}", browser.page_source().await);
+    let cells = browser.texts("#jobs tbody tr.job td").await;
+    assert!(cells[0].starts_with("browser-failing"), "{cells:?}");
+    assert_eq!(cells[1], job["state"].as_str().unwrap(), "{cells:?}");
+    assert_eq!(cells[6], error, "{cells:?}");
+    // The session's own page says it too.
+    browser
+        .click("#jobs a[href=\"/ui/sessions/browser-failing\"]")
+        .await;
+    browser
+        .wait_for_path("the session", |p| p == "/ui/sessions/browser-failing")
+        .await;
+    assert!(
+        browser.text("dl.facts").await.contains(&error),
+        "{}",
+        browser.page_source().await
+    );
+}
+
+/// In `mode: rl` against the fake Tinker server: a session of the
+/// student's turns, learned from (judged; a skill evolved from it), and a
+/// training step. The training page shows the step and its curves; the
+/// evolved skill's page shows its text as a diff and the session it came
+/// from.
+#[tokio::test]
+async fn training_steps_and_an_evolved_skill_are_shown() {
+    use common::rl_daemon::{Setup, World};
+    let w = World::new(Setup::new("fake-bigram").evolving()).await;
+    w.session(
+        "browser-rl",
+        "How do I undo my last git commit but keep the changes?",
+        &[
+            "Delete the repository and clone it again.",
+            "Run git reset --soft HEAD~1.",
+        ],
+        &["No, that's wrong: use git reset --soft HEAD~1 to keep the changes staged."],
+    )
+    .await;
+    w.learn("browser-rl").await;
+    // That session taught the skill (its samples are the support set, never
+    // trained on); the next one, on the new skills, is what a step trains.
+    w.session(
+        "browser-rl-next",
+        "How do I see what my last commit changed?",
+        &[
+            "Run git show HEAD.",
+            "Run git show --stat HEAD for the files only.",
+        ],
+        &["Thanks. And only the file names?"],
+    )
+    .await;
+    w.learn("browser-rl-next").await;
+    let step = w.json(&["train", "step", "--json"]).await;
+    assert_eq!(step["outcome"], "stepped", "{step}\n{}", w.log());
+    let status = w.json(&["train", "status", "--json"]).await;
+    let session = w.json(&["sessions", "show", "browser-rl", "--json"]).await;
+    let created: Vec<String> = session["evolved"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|d| d["outcome"] == "created" || d["outcome"] == "updated")
+        .filter_map(|d| d["skill_id"].as_str().map(str::to_string))
+        .collect();
+
+    let browser = Browser::start().await;
+    let url = w.url();
+    browser.goto(&format!("{url}/ui/training")).await;
+    browser
+        .wait_for_path("the login page", |p| p.starts_with("/ui/login"))
+        .await;
+    let token = std::fs::read_to_string(w.path().join("admin.token")).unwrap();
+    browser.type_into("#token", token.trim()).await;
+    browser.click("form.login button[type=submit]").await;
+    browser
+        .wait_for_path("/ui/training", |p| p == "/ui/training")
+        .await;
+    screenshot(&browser, "training").await;
+    // The step, as `train status` has it, and a chart for each curve.
+    let rows = browser.texts("#steps tbody tr td:first-child").await;
+    assert_eq!(rows, vec![step["step"].to_string()], "{status:#}");
+    let charts = browser.find_all("figure.chart svg").await;
+    assert_eq!(charts.len(), 4, "{}", browser.page_source().await);
+    if let Some(loss) = step["loss"].as_f64() {
+        assert!(
+            browser
+                .text("#steps tbody tr")
+                .await
+                .contains(&format!("{loss:.4}")),
+            "{step}"
+        );
+    }
+    assert!(
+        browser.text("dl.facts").await.contains("policy version 1"),
+        "{}",
+        browser.page_source().await
+    );
+
+    // The skills page, and the evolved skill: its text as a diff from
+    // nothing, the session it was learned from.
+    browser.click("header.top nav a[href=\"/ui/skills\"]").await;
+    browser
+        .wait_for_path("/ui/skills", |p| p == "/ui/skills")
+        .await;
+    screenshot(&browser, "skills").await;
+    let name = created
+        .first()
+        .unwrap_or_else(|| panic!("no skill evolved from the session: {session:#}"));
+    browser
+        .click(&format!("#skills a[href=\"/ui/skills/{}\"]", q(name)))
+        .await;
+    let page = format!("/ui/skills/{}", q(name));
+    browser.wait_for_path(&page, |p| p == page).await;
+    screenshot(&browser, "skill").await;
+    let source = browser.property("#source-session", "pathname").await;
+    assert_eq!(source, "/ui/sessions/browser-rl");
+    let added = browser.texts("article.change pre.diff span.add").await;
+    assert!(added.iter().any(|l| l.starts_with("+name: ")), "{added:?}");
+    let history = browser.text("article.change p").await;
+    assert!(
+        history.starts_with("evolved from session browser-rl"),
+        "{history}"
+    );
+}
