@@ -1,4 +1,4 @@
-//! Content digests as metaclaw writes them: lowercase hex.
+//! Content digests and random secrets as metaclaw writes them: lowercase hex.
 
 use sha2::{Digest, Sha256};
 
@@ -10,6 +10,16 @@ pub fn hex(bytes: &[u8]) -> String {
         out.push(DIGITS[(b & 15) as usize] as char);
     }
     out
+}
+
+/// 256 random bits as hex: a secret no one can guess (the admin token, a
+/// dashboard login).
+pub fn random_token() -> String {
+    format!(
+        "{}{}",
+        uuid::Uuid::new_v4().simple(),
+        uuid::Uuid::new_v4().simple()
+    )
 }
 
 /// The sha256 of `bytes`, in hex.

@@ -175,11 +175,7 @@ impl Home {
                 return Ok(token);
             }
         }
-        let token = format!(
-            "mca-{}{}",
-            uuid::Uuid::new_v4().simple(),
-            uuid::Uuid::new_v4().simple()
-        );
+        let token = format!("mca-{}", crate::digest::random_token());
         write_private(&path, token.as_bytes())?;
         Ok(token)
     }

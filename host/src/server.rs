@@ -380,8 +380,7 @@ async fn admin_train_step(State(app): State<SharedApp>) -> Response {
 /// active run's record names them).
 async fn admin_train_rollback(State(app): State<SharedApp>, body: axum::body::Bytes) -> Response {
     if app.proxy.policy.is_none() {
-        return ApiError::NotFound("the student does not serve (mode: rl or auto)".into())
-            .into_response();
+        return ApiError::NotFound(crate::app::actions::STUDENT_OFF.into()).into_response();
     }
     let sampler = match serde_json::from_slice::<serde_json::Value>(&body) {
         Ok(v) => match v["sampler"].as_str() {
@@ -570,30 +569,8 @@ mod tests {
         headers: &[(&str, &str)],
         body: &str,
     ) -> (StatusCode, Value) {
-        let mut request = Request::builder().method(method).uri(path);
-        for (k, v) in headers {
-            request = request.header(*k, *v);
-        }
-        let response = app
-            .router()
-            .oneshot(request.body(Body::from(body.to_string())).unwrap())
-            .await
-            .unwrap();
-        // Never a CORS allowance, whatever was asked.
-        let cors: Vec<_> = response
-            .headers()
-            .keys()
-            .filter(|k| k.as_str().starts_with("access-control-"))
-            .collect();
-        assert!(cors.is_empty(), "{method} {path}: {cors:?}");
-        let status = response.status();
-        let bytes = axum::body::to_bytes(response.into_body(), 1 << 20)
-            .await
-            .unwrap();
-        (
-            status,
-            serde_json::from_slice(&bytes).unwrap_or(Value::Null),
-        )
+        let (status, _, body) = send_page(app, method, path, headers, body).await;
+        (status, serde_json::from_str(&body).unwrap_or(Value::Null))
     }
 
     const LOCAL: (&str, &str) = ("host", "127.0.0.1:30000");
@@ -814,6 +791,13 @@ mod tests {
             .oneshot(request.body(Body::from(body.to_string())).unwrap())
             .await
             .unwrap();
+        // Never a CORS allowance, whatever was asked.
+        let cors: Vec<_> = response
+            .headers()
+            .keys()
+            .filter(|k| k.as_str().starts_with("access-control-"))
+            .collect();
+        assert!(cors.is_empty(), "{method} {path}: {cors:?}");
         let (status, headers) = (response.status(), response.headers().clone());
         let bytes = axum::body::to_bytes(response.into_body(), 1 << 22)
             .await

@@ -39,8 +39,8 @@ async fn screenshot(browser: &Browser, name: &str) {
     std::fs::write(dir.join(format!("{name}.png")), png).unwrap();
 }
 
-fn admin_token(mc: &Metaclaw) -> String {
-    std::fs::read_to_string(mc.home.path().join("admin.token"))
+fn admin_token(home: &std::path::Path) -> String {
+    std::fs::read_to_string(home.join("admin.token"))
         .unwrap()
         .trim()
         .to_string()
@@ -48,12 +48,12 @@ fn admin_token(mc: &Metaclaw) -> String {
 
 /// Opens `page` without a login, is sent to the login page, logs in by
 /// typing the admin token and lands on `page`.
-async fn log_in(browser: &Browser, mc: &Metaclaw, page: &str) {
-    browser.goto(&format!("{}{page}", mc.url())).await;
+async fn log_in(browser: &Browser, url: &str, home: &std::path::Path, page: &str) {
+    browser.goto(&format!("{url}{page}")).await;
     browser
         .wait_for_path("the login page", |p| p.starts_with("/ui/login"))
         .await;
-    browser.type_into("#token", &admin_token(mc)).await;
+    browser.type_into("#token", &admin_token(home)).await;
     browser.click("form.login button[type=submit]").await;
     browser.wait_for_path(page, |p| p == page).await;
 }
@@ -212,7 +212,7 @@ async fn a_login_is_asked_for_given_with_the_token_and_kept_from_other_sites() {
     );
 
     // The admin token: logged in, on the page asked for.
-    let token = admin_token(&mc);
+    let token = admin_token(mc.home.path());
     browser.type_into("#token", &token).await;
     browser.click("form.login button[type=submit]").await;
     browser
@@ -391,7 +391,7 @@ async fn a_recorded_session_shows_its_turns_skills_and_rewards() {
     );
 
     let browser = Browser::start().await;
-    log_in(&browser, &mc, "/ui/sessions").await;
+    log_in(&browser, mc.url(), mc.home.path(), "/ui/sessions").await;
     screenshot(&browser, "sessions").await;
 
     // The list: one row, this session, ended, its turns judged.
@@ -546,7 +546,7 @@ async fn a_failed_learning_job_shows_its_reason() {
     let error = job["error"].as_str().unwrap().to_string();
 
     let browser = Browser::start().await;
-    log_in(&browser, &mc, "/ui/learning").await;
+    log_in(&browser, mc.url(), mc.home.path(), "/ui/learning").await;
     screenshot(&browser, "learning").await;
     let rows = browser.find_all("#jobs tbody tr.job").await;
     assert_eq!(rows.len(), 1, "{}", browser.page_source().await);
@@ -614,17 +614,7 @@ async fn training_steps_and_an_evolved_skill_are_shown() {
         .collect();
 
     let browser = Browser::start().await;
-    let url = w.url();
-    browser.goto(&format!("{url}/ui/training")).await;
-    browser
-        .wait_for_path("the login page", |p| p.starts_with("/ui/login"))
-        .await;
-    let token = std::fs::read_to_string(w.path().join("admin.token")).unwrap();
-    browser.type_into("#token", token.trim()).await;
-    browser.click("form.login button[type=submit]").await;
-    browser
-        .wait_for_path("/ui/training", |p| p == "/ui/training")
-        .await;
+    log_in(&browser, &w.url(), &w.path(), "/ui/training").await;
     screenshot(&browser, "training").await;
     // The step, as `train status` has it, and a chart for each curve.
     let rows = browser.texts("#steps tbody tr td:first-child").await;

@@ -10,6 +10,9 @@ use crate::error::ApiError;
 use crate::sessions::EndReason;
 use crate::store::skills::Attribution;
 
+/// Why nothing can be served or rolled back: the student does not serve.
+pub const STUDENT_OFF: &str = "the student does not serve (mode: rl or auto)";
+
 /// Runs a session's learning job now (ending the session first if it is
 /// still open), or every queued and failed job; answers when they end.
 pub async fn learn_now(app: &App, session: Option<String>) -> Result<Value, ApiError> {
@@ -31,9 +34,7 @@ pub async fn learn_now(app: &App, session: Option<String>) -> Result<Value, ApiE
 /// active run's record names them).
 pub async fn rollback(app: &App, sampler: &str) -> Result<Value, ApiError> {
     let Some(policy) = app.proxy.policy.clone() else {
-        return Err(ApiError::NotFound(
-            "the student does not serve (mode: rl or auto)".into(),
-        ));
+        return Err(ApiError::NotFound(STUDENT_OFF.into()));
     };
     let version = crate::learn::rl::checkpoint_step(sampler).unwrap_or(0);
     if let Err(e) = policy.swap(sampler, version).await {

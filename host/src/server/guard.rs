@@ -119,10 +119,8 @@ impl Guard {
         }
         // Another site, or a sibling of this one on another port, with no
         // allowed Origin to vouch for it.
-        let site = headers
-            .get("sec-fetch-site")
-            .map(|v| shown(v).trim().to_ascii_lowercase());
-        if let Some(site) = site.filter(|s| matches!(s.as_str(), "cross-site" | "same-site"))
+        if let Some(site) =
+            fetch_site(headers).filter(|s| matches!(s.as_str(), "cross-site" | "same-site"))
             && origin_ok != Some(true)
         {
             return Err(ApiError::CrossSite(format!(
@@ -159,8 +157,8 @@ impl Guard {
                 shown(origin)
             )));
         }
-        if let Some(site) = headers.get("sec-fetch-site").map(shown)
-            && !matches!(site.trim(), "same-origin" | "none")
+        if let Some(site) = fetch_site(headers)
+            && !matches!(site.as_str(), "same-origin" | "none")
         {
             return Err(ApiError::CrossSite(format!(
                 "cross-site request refused (Sec-Fetch-Site: {site})"
@@ -205,6 +203,14 @@ impl Guard {
                 }
         })
     }
+}
+
+/// `Sec-Fetch-Site` as a browser sends it (`cross-site`, `same-site`,
+/// `same-origin`, `none`), lowercased; programs send none.
+fn fetch_site(headers: &HeaderMap) -> Option<String> {
+    headers
+        .get("sec-fetch-site")
+        .map(|v| shown(v).trim().to_ascii_lowercase())
 }
 
 /// A header value fit to quote in an error: lossy UTF-8, one line, bounded.

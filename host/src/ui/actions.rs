@@ -70,37 +70,22 @@ pub async fn learn_now(
     )
 }
 
-pub async fn plugin_disable(
-    state: State<SharedApp>,
-    dashboard: Extension<Arc<Dashboard>>,
-    login: Extension<Login>,
-    name: Path<String>,
-    form: Form<ActionForm>,
-) -> Response {
-    plugin(state, dashboard, login, name, form, true)
-}
-
-pub async fn plugin_enable(
-    state: State<SharedApp>,
-    dashboard: Extension<Arc<Dashboard>>,
-    login: Extension<Login>,
-    name: Path<String>,
-    form: Form<ActionForm>,
-) -> Response {
-    plugin(state, dashboard, login, name, form, false)
-}
-
-fn plugin(
+/// `…/plugins/{name}/disable` or `…/enable`.
+pub async fn plugin(
     State(app): State<SharedApp>,
     Extension(dashboard): Extension<Arc<Dashboard>>,
     Extension(login): Extension<Login>,
-    Path(name): Path<String>,
+    Path((name, verb)): Path<(String, String)>,
     Form(form): Form<ActionForm>,
-    disabled: bool,
 ) -> Response {
     if let Some(page) = refusal(&dashboard, &login, &form) {
         return page;
     }
+    let disabled = match verb.as_str() {
+        "disable" => true,
+        "enable" => false,
+        _ => return refused(StatusCode::NOT_FOUND, "A plugin is disabled or enabled."),
+    };
     match actions::set_plugin_disabled(&app, &name, disabled) {
         Ok(label) => notice(
             StatusCode::OK,

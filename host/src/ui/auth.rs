@@ -37,14 +37,6 @@ pub struct Login {
     expires: Instant,
 }
 
-fn random_token() -> String {
-    format!(
-        "{}{}",
-        uuid::Uuid::new_v4().simple(),
-        uuid::Uuid::new_v4().simple()
-    )
-}
-
 impl Logins {
     pub fn new(ttl: Duration) -> Self {
         Self {
@@ -55,9 +47,9 @@ impl Logins {
 
     /// A new login: its cookie's value and the login.
     fn open(&self) -> (String, Login) {
-        let id = random_token();
+        let id = crate::digest::random_token();
         let login = Login {
-            csrf: random_token(),
+            csrf: crate::digest::random_token(),
             expires: Instant::now() + self.ttl,
         };
         if let Ok(mut all) = self.by_id.lock() {

@@ -56,14 +56,7 @@ pub fn routes(settings: &UiConfig) -> anyhow::Result<Router<SharedApp>> {
         .route("/ui/plugins", get(pages::plugins::page))
         .route("/ui/logout", post(auth::logout))
         .route("/ui/actions/learn-now", post(actions::learn_now))
-        .route(
-            "/ui/actions/plugins/{name}/disable",
-            post(actions::plugin_disable),
-        )
-        .route(
-            "/ui/actions/plugins/{name}/enable",
-            post(actions::plugin_enable),
-        )
+        .route("/ui/actions/plugins/{name}/{verb}", post(actions::plugin))
         .route(
             "/ui/actions/skills/{name}/retire",
             post(actions::skill_retire),
