@@ -66,31 +66,41 @@ impl Browser {
         let dir = tempfile::tempdir().unwrap();
         let profile = dir.path().join("profile");
         std::fs::create_dir_all(&profile).unwrap();
-        let log = std::fs::File::create(dir.path().join("chromedriver.log")).unwrap();
-        let mut cmd = Command::new(CHROMEDRIVER);
-        cmd.arg("--port=0")
-            // Chromium's own folders (crash reports, caches) in the
-            // temporary folder, not the user's ~/.config and ~/.cache.
-            .env("XDG_CONFIG_HOME", dir.path().join("config"))
-            .env("XDG_CACHE_HOME", dir.path().join("cache"))
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(log)
-            // Its own group: Drop kills chromedriver and every Chromium
-            // process it started at once.
-            .process_group(0);
-        let mut driver = cmd
-            .spawn()
-            .unwrap_or_else(|e| panic!("could not start {CHROMEDRIVER}: {e}"));
-        let port = match read_port(&mut driver) {
-            Ok(port) => port,
-            Err(why) => {
-                kill_group(&mut driver);
-                panic!(
-                    "{CHROMEDRIVER} did not start: {why}; its log:\n{}",
-                    std::fs::read_to_string(dir.path().join("chromedriver.log"))
-                        .unwrap_or_default()
-                );
+        // With `--port=0`, chromedriver takes a free IPv6 port and then
+        // binds the same number on IPv4, which another process may hold
+        // ("IPv4 port not available"): that start is tried again.
+        let mut attempts = 0;
+        let (driver, port) = loop {
+            attempts += 1;
+            let log = std::fs::File::create(dir.path().join("chromedriver.log")).unwrap();
+            let mut cmd = Command::new(CHROMEDRIVER);
+            cmd.arg("--port=0")
+                // Chromium's own folders (crash reports, caches) in the
+                // temporary folder, not the user's ~/.config and ~/.cache.
+                .env("XDG_CONFIG_HOME", dir.path().join("config"))
+                .env("XDG_CACHE_HOME", dir.path().join("cache"))
+                .stdin(Stdio::null())
+                .stdout(Stdio::piped())
+                .stderr(log)
+                // Its own group: Drop kills chromedriver and every Chromium
+                // process it started at once.
+                .process_group(0);
+            let mut driver = cmd
+                .spawn()
+                .unwrap_or_else(|e| panic!("could not start {CHROMEDRIVER}: {e}"));
+            match read_port(&mut driver) {
+                Ok(port) => break (driver, port),
+                Err(why) => {
+                    kill_group(&mut driver);
+                    if why.contains("port not available") && attempts < 5 {
+                        continue;
+                    }
+                    panic!(
+                        "{CHROMEDRIVER} did not start: {why}; its log:\n{}",
+                        std::fs::read_to_string(dir.path().join("chromedriver.log"))
+                            .unwrap_or_default()
+                    );
+                }
             }
         };
         let http = reqwest::Client::builder()
