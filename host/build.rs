@@ -1,6 +1,7 @@
 //! Embeds what every install needs into the binary:
 //! - the built-in skill bank (`skills/*/SKILL.md`), installed into a new
 //!   library by `metaclaw setup` / the first `start`;
+//! - MetaClaw-Bench's data (`host/bench-data/`), for `metaclaw bench`;
 //! - the first-party plugins, built here from `plugins/` for wasm32-wasip2
 //!   (a nested cargo build into the target dir), so an installed binary
 //!   retrieves, scores and guards with no second build step.
@@ -18,6 +19,50 @@ fn main() -> Result<(), Box<dyn Error>> {
     let out = PathBuf::from(std::env::var("OUT_DIR")?);
     std::fs::write(out.join("builtin_skills.rs"), skills(&root.join("skills"))?)?;
     std::fs::write(out.join("builtin_plugins.rs"), plugins(&root)?)?;
+    std::fs::write(
+        out.join("bench_data.rs"),
+        bench_data(&manifest_dir.join("bench-data"))?,
+    )?;
+    Ok(())
+}
+
+/// MetaClaw-Bench's two sets (`host/bench-data/`), so `metaclaw bench run`
+/// works from an installed binary: (path under bench-data, bytes).
+fn bench_data(root: &Path) -> Result<String, Box<dyn Error>> {
+    println!("cargo:rerun-if-changed={}", root.display());
+    let mut files = Vec::new();
+    for set in ["metaclaw-bench", "metaclaw-bench-small"] {
+        walk_all(&root.join(set), Path::new(set), &mut files)?;
+    }
+    files.sort();
+    let mut code = String::from(
+        "/// MetaClaw-Bench's files: (path under host/bench-data, bytes).\npub static FILES: &[(&str, &[u8])] = &[\n",
+    );
+    for rel in &files {
+        let file = root.join(rel).canonicalize()?;
+        writeln!(
+            code,
+            "    ({rel:?}, include_bytes!({:?})),",
+            file.display().to_string()
+        )?;
+    }
+    code.push_str("];\n");
+    Ok(code)
+}
+
+/// Every file under `root/rel`, as paths relative to `root` with `/`.
+fn walk_all(abs: &Path, rel: &Path, out: &mut Vec<String>) -> Result<(), Box<dyn Error>> {
+    println!("cargo:rerun-if-changed={}", abs.display());
+    for entry in std::fs::read_dir(abs)? {
+        let entry = entry?;
+        let path = rel.join(entry.file_name());
+        let kind = entry.file_type()?;
+        if kind.is_dir() {
+            walk_all(&abs.join(entry.file_name()), &path, out)?;
+        } else if kind.is_file() {
+            out.push(path.to_string_lossy().into_owned());
+        }
+    }
     Ok(())
 }
 

@@ -2,7 +2,7 @@
 
 use axum::http::StatusCode;
 
-use crate::learning;
+use crate::{bench, learning};
 
 #[derive(Debug, Clone, PartialEq)]
 pub(crate) enum Behaviour {
@@ -24,6 +24,8 @@ pub(crate) enum Behaviour {
     Evolver(learning::Evolver),
     EvolverSlow(u64),
     EvolverBad,
+    Bench(bench::Model),
+    BenchEvolver,
 }
 
 pub(crate) const BEHAVIOURS: &[&str] = &[
@@ -48,6 +50,11 @@ pub(crate) const BEHAVIOURS: &[&str] = &[
     "evolver-revise",
     "evolver-bad",
     "evolver-slow-<ms>",
+    "bench-oracle",
+    "bench-oracle-all",
+    "bench-null",
+    "bench-all-options",
+    "bench-evolver",
 ];
 
 pub(crate) fn behaviour(model: &str) -> Option<Behaviour> {
@@ -68,6 +75,11 @@ pub(crate) fn behaviour(model: &str) -> Option<Behaviour> {
         "evolver-leaky" => Behaviour::Evolver(learning::Evolver::Leaky),
         "evolver-revise" => Behaviour::Evolver(learning::Evolver::Revise),
         "evolver-bad" => Behaviour::EvolverBad,
+        "bench-oracle" => Behaviour::Bench(bench::Model::Oracle),
+        "bench-oracle-all" => Behaviour::Bench(bench::Model::OracleAll),
+        "bench-null" => Behaviour::Bench(bench::Model::Null),
+        "bench-all-options" => Behaviour::Bench(bench::Model::AllOptions),
+        "bench-evolver" => Behaviour::BenchEvolver,
         _ => {
             if let Some(ms) = name.strip_prefix("slow-") {
                 Behaviour::Slow(ms.parse().ok()?)
@@ -112,6 +124,11 @@ mod tests {
         assert_eq!(behaviour("error-99"), None);
         assert_eq!(behaviour("reset"), Some(Behaviour::Reset));
         assert_eq!(behaviour("reset-after-3"), Some(Behaviour::ResetAfter(3)));
+        assert_eq!(
+            behaviour("metaclaw/bench-oracle"),
+            Some(Behaviour::Bench(bench::Model::Oracle))
+        );
+        assert_eq!(behaviour("bench-evolver"), Some(Behaviour::BenchEvolver));
         assert_eq!(behaviour("gpt-4o"), None);
     }
 }

@@ -17,7 +17,7 @@ use crate::request::{
     tool_calls, words,
 };
 use crate::routes::error;
-use crate::{Dummy, faults, learning, receive};
+use crate::{Dummy, bench, faults, learning, receive};
 
 pub(crate) async fn chat(
     State(dummy): State<Arc<Dummy>>,
@@ -166,6 +166,31 @@ pub(crate) async fn answer(
             let text = learning::evolver_reply(&last_user_text(&request), learning::Evolver::Plain);
             (vec![Part::Text(text)], 0, "stop")
         }
+        Behaviour::Bench(model) => {
+            let messages = request["messages"]
+                .as_array()
+                .map(Vec::as_slice)
+                .unwrap_or(&[]);
+            match bench::reply(model, messages) {
+                bench::Reply::Text(text) => (vec![Part::Text(text)], 0, "stop"),
+                bench::Reply::Calls { text, calls } => (
+                    std::iter::once(Part::Text(text))
+                        .chain(calls.into_iter().enumerate().map(|(i, call)| Part::Tool {
+                            id: format!("call_{seq}_{i}"),
+                            name: call.name,
+                            arguments: call.arguments.to_string(),
+                        }))
+                        .collect(),
+                    0,
+                    "tool_calls",
+                ),
+            }
+        }
+        Behaviour::BenchEvolver => (
+            vec![Part::Text(bench::evolver_reply(&last_user_text(&request)))],
+            0,
+            "stop",
+        ),
         Behaviour::EvolverBad => (
             vec![Part::Text(
                 "Sorry, I would rather not write skills today.".into(),

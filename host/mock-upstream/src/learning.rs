@@ -22,7 +22,7 @@ const STOP_WORDS: &[&str] = &[
 ];
 
 /// The text after a `## heading` line, up to the next `## ` heading.
-fn section<'a>(prompt: &'a str, heading: &str) -> &'a str {
+pub(crate) fn section<'a>(prompt: &'a str, heading: &str) -> &'a str {
     let Some(start) = prompt.find(&format!("## {heading}\n")) else {
         return "";
     };

@@ -24,6 +24,11 @@
 //! | `evolver-revise` | the lesson, and a revision (`updates`) of the first existing skill that adds it |
 //! | `evolver-bad` | a reply with no JSON in it |
 //! | `evolver-slow-<ms>` | waits `ms`, then answers like `evolver` |
+//! | `bench-oracle` | MetaClaw-Bench's scripted oracle: follows the bench's hidden rules once a skill or feedback has told them ([`bench`]) |
+//! | `bench-oracle-all` | the same, knowing all five rules from the start |
+//! | `bench-null` | "I cannot help with that." to everything |
+//! | `bench-all-options` | every option of a bench multi_choice round; text only otherwise |
+//! | `bench-evolver` | one skill per bench rule the transcript's feedback taught |
 //!
 //! `GET /v1/dummy/requests?model=NAME` lists the bodies of the last
 //! requests for that model (what a judge or evolver was shown).
@@ -61,10 +66,12 @@
 //! | `answer` | an answer as chat-completions JSON or SSE frames |
 //! | `faults` | connections cut before or mid-answer |
 //! | `learning` | the judge and the evolver |
+//! | `bench` | MetaClaw-Bench's oracle models and evolver |
 
 mod answer;
 mod anthropic;
 mod behaviour;
+pub mod bench;
 mod chat;
 mod completions;
 mod embeddings;

@@ -13,6 +13,7 @@ macro_rules! say_raw {
 }
 
 mod admin;
+mod bench;
 mod claws_cmd;
 mod config_cmd;
 mod demo;
@@ -87,6 +88,11 @@ pub enum Command {
     /// (tools sandboxed in a throwaway workspace): samples for learning
     /// without a human.
     Rollout(rollout::RolloutArgs),
+    /// MetaClaw-Bench with any model: the days run through a built-in
+    /// agent in arms (direct, skills, learn, rl), scored strictly, with a
+    /// report (docs/bench.md).
+    #[command(subcommand)]
+    Bench(bench::BenchCommand),
     /// `rollout`'s sandbox: runs one command confined (internal).
     #[command(name = "sandbox-exec", hide = true)]
     SandboxExec(rollout::SandboxExecArgs),
@@ -574,6 +580,7 @@ fn dispatch(cli: Cli) -> Result<ExitCode> {
         Command::Tinker(cmd) => tinker_cmd::run(&home, &config_path, cmd),
         Command::Rollout(args) => rollout::run(&home, &config_path, args),
         Command::SandboxExec(args) => Ok(rollout::sandbox_exec(args)),
+        Command::Bench(cmd) => bench::run(&config_path, cmd),
         Command::Train(cmd) => train_cmd::run(&home, &config_path, cmd),
         Command::Scheduler(SchedulerCommand::Status(args)) => {
             scheduler_cmd::status(&home, &config_path, args.json)

@@ -64,6 +64,26 @@ impl Credential {
     }
 }
 
+/// The headers of metaclaw's own JSON request to an API in `format`: the
+/// content type, `key` in the format's convention (`what` names its
+/// setting, for the error), and Anthropic's version.
+pub fn json_request_headers(
+    format: ApiFormat,
+    key: Option<&str>,
+    what: &str,
+) -> Result<HeaderMap, InvalidKey> {
+    let mut headers = HeaderMap::new();
+    headers.insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/json"),
+    );
+    if let Some(credential) = Credential::new(format, key, what)? {
+        credential.apply(&mut headers);
+    }
+    add_version(format, &mut headers);
+    Ok(headers)
+}
+
 /// The headers `format` needs besides the key: Anthropic's version, unless
 /// one is set already (a client's own is passed on).
 pub fn add_version(format: ApiFormat, headers: &mut HeaderMap) {

@@ -7,9 +7,14 @@ mod auth;
 mod client;
 mod retry;
 
-pub use auth::{ANTHROPIC_VERSION, CREDENTIAL_HEADERS, Credential, InvalidKey, add_version};
+pub use auth::{
+    ANTHROPIC_VERSION, CREDENTIAL_HEADERS, Credential, InvalidKey, add_version,
+    json_request_headers,
+};
 pub use client::{ClientError, ClientSpec, Purpose};
-pub use retry::{Attempt, Backoff, is_transient, parse_retry_after, retry_after, until_deadline};
+pub use retry::{
+    Attempt, Backoff, answer_text, is_transient, parse_retry_after, retry_after, until_deadline,
+};
 
 /// A host as written in a URL: an IPv6 literal in brackets.
 pub fn url_host(host: &str) -> String {

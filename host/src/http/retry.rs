@@ -87,6 +87,25 @@ impl Attempt {
     }
 }
 
+/// A response's headers and text, for a retry loop: a transient error
+/// status (or a body cut short) is worth another try, any other error
+/// status is final (its body's start said, `clip` cutting it).
+pub async fn answer_text(
+    response: reqwest::Response,
+    clip: impl Fn(&str) -> String,
+) -> Result<(HeaderMap, String), Attempt> {
+    let status = response.status();
+    let headers = response.headers().clone();
+    let text = response.text().await.map_err(|e| Attempt::Retry {
+        after: None,
+        why: format!("reading the reply: {}", super::describe(&e)),
+    })?;
+    if !status.is_success() {
+        return Err(Attempt::status(status, &headers, &clip(&text)));
+    }
+    Ok((headers, text))
+}
+
 /// Calls `attempt` (given the time left) until it succeeds, fails for good,
 /// or waiting for another try would pass `deadline`; the error says why
 /// the last try failed. `what` names the call in the debug log.

@@ -5,11 +5,11 @@
 
 use std::time::Duration;
 
-use axum::http::{HeaderMap, HeaderValue, header};
+use axum::http::HeaderMap;
 use serde_json::{Value, json};
 
 use crate::config::{ApiFormat, Config};
-use crate::http::{Attempt, Backoff, ClientSpec, Credential, Purpose};
+use crate::http::{Attempt, Backoff, ClientSpec, Purpose};
 
 /// A versioned prompt from `host/prompts/`: a system part and a user part,
 /// split by a `<!-- user -->` line, with `{{name}}` placeholders.
@@ -122,15 +122,7 @@ impl ChatModel {
         } else {
             ApiFormat::Openai
         };
-        let mut headers = HeaderMap::new();
-        headers.insert(
-            header::CONTENT_TYPE,
-            HeaderValue::from_static("application/json"),
-        );
-        if let Some(credential) = Credential::new(format, key, what)? {
-            credential.apply(&mut headers);
-        }
-        crate::http::add_version(format, &mut headers);
+        let headers = crate::http::json_request_headers(format, key, what)?;
         let url = format!(
             "{}/{}",
             base.trim_end_matches('/'),
@@ -201,15 +193,7 @@ impl ChatModel {
             .send()
             .await
             .map_err(|e| Attempt::unanswered(&e))?;
-        let status = response.status();
-        let headers = response.headers().clone();
-        let text = response.text().await.map_err(|e| Attempt::Retry {
-            after: None,
-            why: format!("reading the reply: {}", crate::http::describe(&e)),
-        })?;
-        if !status.is_success() {
-            return Err(Attempt::status(status, &headers, &clip(&text, 300)));
-        }
+        let (_, text) = crate::http::answer_text(response, |t| clip(t, 300)).await?;
         let reply: Value = serde_json::from_str(&text)
             .map_err(|_| Attempt::Fatal(format!("the reply is not JSON: {}", clip(&text, 200))))?;
         let reply = if self.anthropic {

@@ -7,7 +7,7 @@
 
 mod actions;
 mod auth;
-mod chart;
+pub(crate) mod chart;
 mod pages;
 mod render;
 

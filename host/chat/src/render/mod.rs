@@ -15,6 +15,8 @@ mod files;
 mod jinja;
 mod python;
 
+pub use python::str_repr;
+
 use std::collections::HashSet;
 use std::fmt::Write as _;
 use std::path::PathBuf;

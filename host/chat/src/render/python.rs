@@ -270,6 +270,14 @@ fn write_repr(out: &mut String, value: &Value) {
 /// and no double one; backslash escapes for the quote, `\`, `\n`, `\r`,
 /// `\t` and non-printable characters (an approximation of
 /// `str.isprintable`: control, format and separator characters).
+/// Python's `repr(s)` of a string, for messages that quote a value the
+/// way a Python tool would (`metaclaw bench`'s checkers).
+pub fn str_repr(s: &str) -> String {
+    let mut out = String::with_capacity(s.len() + 2);
+    string_repr(&mut out, s);
+    out
+}
+
 fn string_repr(out: &mut String, s: &str) {
     let quote = if s.contains('\'') && !s.contains('"') {
         '"'

@@ -29,8 +29,8 @@ const CALL_TIMEOUT: Duration = Duration::from_secs(600);
 
 /// What the model is told before the task.
 const SYSTEM_PROMPT: &str = "You are an agent doing a task in a workspace folder, with tools: \
-read_file(path), write_file(path, content), list_dir(path) and run(command). Paths are relative \
-to the workspace. run executes `sh -c command` in the workspace with no network, no access \
+read_file(path), write_file(path, content), list_dir(path), copy_file(from, to), \
+move_file(from, to) and run(command). Paths are relative to the workspace. run executes `sh -c command` in the workspace with no network, no access \
 outside it but read-only system folders, and a time limit. Use the tools as needed; when the \
 task is done, answer with a short summary and no tool call.";
 
@@ -251,7 +251,7 @@ impl Agent {
 /// The answer's message as it goes back into the conversation (every tool
 /// call given an id if the upstream left it out), and its calls as
 /// `(id, name, arguments)`.
-fn assistant(mut message: Value) -> (Value, Vec<(String, String, Value)>) {
+pub fn assistant(mut message: Value) -> (Value, Vec<(String, String, Value)>) {
     message["role"] = json!("assistant");
     let mut calls = Vec::new();
     if let Some(list) = message.get_mut("tool_calls").and_then(Value::as_array_mut) {

@@ -6,19 +6,20 @@
 //! |---|---|
 //! | [`tasks`] | reading the task files, every bad line named |
 //! | [`agent`] | one task's loop through the proxy, as one session |
-//! | [`tools`] | the four tools offered, and what a call does |
+//! | [`tools`] | the six tools offered, and what a call does |
 //! | [`workspace`] | the file tools, resolved inside the workspace only |
 //! | [`sandbox`] | the `run` tool's confinement (namespaces, Landlock), fail closed |
 //! | [`taskdir`] | a task's throwaway folder |
 //! | [`output`] | the table and the `--json` lines |
 
-mod agent;
+// The loop's parts that `bench` reuses are visible to the rest of the CLI.
+pub(super) mod agent;
 mod output;
-mod sandbox;
-mod taskdir;
+pub(super) mod sandbox;
+pub(super) mod taskdir;
 mod tasks;
-mod tools;
-mod workspace;
+pub(super) mod tools;
+pub(super) mod workspace;
 
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;

@@ -1,4 +1,4 @@
-//! The agent's four tools: what the model is offered (OpenAI function
+//! The agent's six tools: what the model is offered (OpenAI function
 //! tools) and what a call does. Every result is text for a `tool` message:
 //! the answer, or `error: …` saying what was refused and why, cut at
 //! [`MAX_RESULT`] bytes.
@@ -49,6 +49,18 @@ pub fn definitions() -> Value {
             &["path"],
         ),
         function(
+            "copy_file",
+            "Copy a file of the workspace to another path (e.g. a backup before an edit).",
+            json!({ "from": path, "to": path }),
+            &["from", "to"],
+        ),
+        function(
+            "move_file",
+            "Move or rename a file or folder of the workspace.",
+            json!({ "from": path, "to": path }),
+            &["from", "to"],
+        ),
+        function(
             "run",
             "Run a shell command (sh -c) in the workspace: no network, nothing outside the \
              workspace but read-only system folders, a time limit.",
@@ -64,6 +76,8 @@ pub enum Call {
     ReadFile { path: String },
     WriteFile { path: String, content: String },
     ListDir { path: String },
+    CopyFile { from: String, to: String },
+    MoveFile { from: String, to: String },
     Run { command: String },
 }
 
@@ -106,12 +120,21 @@ impl Call {
             "list_dir" => Self::ListDir {
                 path: text("path").unwrap_or_else(|_| ".".into()),
             },
+            "copy_file" => Self::CopyFile {
+                from: text("from")?,
+                to: text("to")?,
+            },
+            "move_file" => Self::MoveFile {
+                from: text("from")?,
+                to: text("to")?,
+            },
             "run" => Self::Run {
                 command: text("command")?,
             },
             other => {
                 return Err(format!(
-                    "no tool {other:?}: the tools are read_file, write_file, list_dir and run"
+                    "no tool {other:?}: the tools are read_file, write_file, list_dir, copy_file, \
+                     move_file and run"
                 ));
             }
         })
@@ -127,6 +150,8 @@ pub fn execute(call: &Call, workspace: &Workspace, dir: &TaskDir, sandbox: &Sand
             .write_file(path, content)
             .map_err(|e| e.to_string()),
         Call::ListDir { path } => workspace.list_dir(path).map_err(|e| e.to_string()),
+        Call::CopyFile { from, to } => workspace.copy_file(from, to).map_err(|e| e.to_string()),
+        Call::MoveFile { from, to } => workspace.move_file(from, to).map_err(|e| e.to_string()),
         Call::Run { command } => sandbox
             .run(dir, command)
             .map(|out| sandbox::result_text(&out, sandbox.timeout())),
@@ -205,13 +230,23 @@ mod tests {
     }
 
     #[test]
-    fn the_four_tools_are_offered() {
+    fn the_six_tools_are_offered() {
         let names: Vec<String> = definitions()
             .as_array()
             .unwrap()
             .iter()
             .map(|t| t["function"]["name"].as_str().unwrap().to_string())
             .collect();
-        assert_eq!(names, ["read_file", "write_file", "list_dir", "run"]);
+        assert_eq!(
+            names,
+            [
+                "read_file",
+                "write_file",
+                "list_dir",
+                "copy_file",
+                "move_file",
+                "run"
+            ]
+        );
     }
 }

@@ -1,4 +1,5 @@
-//! The file tools (`read_file`, `write_file`, `list_dir`) on a task's
+//! The file tools (`read_file`, `write_file`, `list_dir`, `copy_file`,
+//! `move_file`) on a task's
 //! workspace, in this process: a path the model names is resolved inside
 //! the workspace or refused.
 //!
@@ -50,7 +51,7 @@ pub enum PathError {
     NotDir(String),
     #[error("{0:?} is not a regular file")]
     NotRegular(String),
-    #[error("content is {0} bytes; write_file takes at most {MAX_WRITE}")]
+    #[error("content is {0} bytes; a file written takes at most {MAX_WRITE}")]
     TooLarge(usize),
     #[error("{path:?}: {message}")]
     Io { path: String, message: String },
@@ -99,20 +100,9 @@ impl Workspace {
 
     /// The file's text (lossy UTF-8), cut at [`MAX_READ`] bytes.
     pub fn read_file(&self, path: &str) -> Result<String, PathError> {
-        let rel = relative(path)?;
-        if rel.as_os_str().is_empty() {
-            return Err(PathError::IsDir(path.to_string()));
-        }
-        let fd = self.resolve(
-            &rel,
-            OFlags::RDONLY | OFlags::NONBLOCK | OFlags::NOCTTY,
-            Mode::empty(),
-            path,
-        )?;
-        regular(&fd, path)?;
+        let (_, file) = self.open_regular(path)?;
         let mut bytes = Vec::new();
-        File::from(fd)
-            .take(MAX_READ as u64 + 1)
+        file.take(MAX_READ as u64 + 1)
             .read_to_end(&mut bytes)
             .map_err(|e| io_error(path, &e))?;
         let cut = bytes.len() > MAX_READ;
@@ -127,8 +117,73 @@ impl Workspace {
     /// Writes `content` to the file (created or replaced), creating its
     /// missing parent directories; says what it wrote.
     pub fn write_file(&self, path: &str, content: &str) -> Result<String, PathError> {
-        if content.len() > MAX_WRITE {
-            return Err(PathError::TooLarge(content.len()));
+        let rel = self.write_bytes(path, content.as_bytes())?;
+        Ok(format!(
+            "wrote {} bytes to {}",
+            content.len(),
+            rel.display()
+        ))
+    }
+
+    /// Copies a file to `to` (created or replaced, its missing folders
+    /// created): the `.bak` before an edit.
+    pub fn copy_file(&self, from: &str, to: &str) -> Result<String, PathError> {
+        let (rel, file) = self.open_regular(from)?;
+        let mut bytes = Vec::new();
+        file.take(MAX_WRITE as u64 + 1)
+            .read_to_end(&mut bytes)
+            .map_err(|e| io_error(from, &e))?;
+        let to_rel = self.write_bytes(to, &bytes)?;
+        Ok(format!(
+            "copied {} ({} bytes) to {}",
+            rel.display(),
+            bytes.len(),
+            to_rel.display()
+        ))
+    }
+
+    /// Renames a file or folder to `to` (its missing folders created,
+    /// whatever is at `to` replaced as rename(2) does).
+    pub fn move_file(&self, from: &str, to: &str) -> Result<String, PathError> {
+        let from_rel = relative(from)?;
+        let to_rel = relative(to)?;
+        let (Some(from_name), Some(from_parent)) = (from_rel.file_name(), from_rel.parent()) else {
+            return Err(PathError::IsDir(from.to_string()));
+        };
+        let (Some(to_name), Some(to_parent)) = (to_rel.file_name(), to_rel.parent()) else {
+            return Err(PathError::IsDir(to.to_string()));
+        };
+        let source = self.resolve(from_parent, dir_flags(), Mode::empty(), from)?;
+        let target = self.directories(to_parent, to)?;
+        rustix::fs::renameat(&source, from_name, &target, to_name).map_err(|e| errno(e, from))?;
+        Ok(format!(
+            "moved {} to {}",
+            from_rel.display(),
+            to_rel.display()
+        ))
+    }
+
+    /// A regular file beneath the workspace, opened for reading (never a
+    /// FIFO or device: `O_NONBLOCK`, then its type checked).
+    fn open_regular(&self, path: &str) -> Result<(PathBuf, File), PathError> {
+        let rel = relative(path)?;
+        if rel.as_os_str().is_empty() {
+            return Err(PathError::IsDir(path.to_string()));
+        }
+        let fd = self.resolve(
+            &rel,
+            OFlags::RDONLY | OFlags::NONBLOCK | OFlags::NOCTTY,
+            Mode::empty(),
+            path,
+        )?;
+        regular(&fd, path)?;
+        Ok((rel, File::from(fd)))
+    }
+
+    /// Writes `bytes` to `path` beneath the workspace; its relative path.
+    fn write_bytes(&self, path: &str, bytes: &[u8]) -> Result<PathBuf, PathError> {
+        if bytes.len() > MAX_WRITE {
+            return Err(PathError::TooLarge(bytes.len()));
         }
         let rel = relative(path)?;
         let (Some(name), Some(parent)) = (rel.file_name(), rel.parent()) else {
@@ -151,13 +206,9 @@ impl Workspace {
         .map_err(|e| errno(e, path))?;
         regular(&fd, path)?;
         File::from(fd)
-            .write_all(content.as_bytes())
+            .write_all(bytes)
             .map_err(|e| io_error(path, &e))?;
-        Ok(format!(
-            "wrote {} bytes to {}",
-            content.len(),
-            rel.display()
-        ))
+        Ok(rel)
     }
 
     /// The directory's entries, sorted, one a line: `name/` for a
@@ -346,6 +397,61 @@ mod tests {
             ws.write_file("huge", &"x".repeat(MAX_WRITE + 1)),
             Err(PathError::TooLarge(_))
         ));
+    }
+
+    #[test]
+    fn files_are_copied_and_moved_inside() {
+        let tmp = tempfile::tempdir().unwrap();
+        let ws = Workspace::open(tmp.path()).unwrap();
+        ws.write_file("day07/api_docs.md", "v1").unwrap();
+        assert_eq!(
+            ws.copy_file("day07/api_docs.md", "day07/api_docs.md.bak")
+                .unwrap(),
+            "copied day07/api_docs.md (2 bytes) to day07/api_docs.md.bak"
+        );
+        ws.write_file("day07/api_docs.md", "v2").unwrap();
+        assert_eq!(ws.read_file("day07/api_docs.md.bak").unwrap(), "v1");
+        assert_eq!(
+            ws.move_file("day07/api_docs.md", "archive/20260406_api_docs.md")
+                .unwrap(),
+            "moved day07/api_docs.md to archive/20260406_api_docs.md"
+        );
+        assert_eq!(ws.read_file("archive/20260406_api_docs.md").unwrap(), "v2");
+        assert!(matches!(
+            ws.read_file("day07/api_docs.md"),
+            Err(PathError::NotFound(_))
+        ));
+        assert!(matches!(
+            ws.copy_file("nope", "x"),
+            Err(PathError::NotFound(_))
+        ));
+        assert!(matches!(
+            ws.move_file("../x", "y"),
+            Err(PathError::Escapes(_))
+        ));
+        assert_eq!(
+            ws.copy_file("archive/20260406_api_docs.md", "/etc/x"),
+            Err(PathError::Absolute)
+        );
+        assert_eq!(
+            ws.move_file("archive/20260406_api_docs.md", "../x"),
+            Err(PathError::Escapes("../x".to_string()))
+        );
+
+        // A symlink is never copied through, nor a folder made through one.
+        let outside = tempfile::tempdir().unwrap();
+        std::fs::write(outside.path().join("secret"), "secret").unwrap();
+        symlink(outside.path().join("secret"), tmp.path().join("link")).unwrap();
+        symlink(outside.path(), tmp.path().join("out-dir")).unwrap();
+        assert_eq!(
+            ws.copy_file("link", "stolen"),
+            Err(PathError::Symlink("link".to_string()))
+        );
+        assert_eq!(
+            ws.move_file("archive/20260406_api_docs.md", "out-dir/x"),
+            Err(PathError::Symlink("out-dir/x".to_string()))
+        );
+        assert_eq!(std::fs::read_dir(outside.path()).unwrap().count(), 1);
     }
 
     #[test]

@@ -1,0 +1,244 @@
+//! `metaclaw bench`: MetaClaw-Bench reproduced with any model, in arms
+//! that differ only in what metaclaw does, scored strictly, with a report
+//! (docs/bench.md).
+//!
+//! | file | job |
+//! |---|---|
+//! | [`data`] | the sets, embedded: days, rounds, seeds, workspaces |
+//! | [`checks`] | the five rule checkers, native (never in the workspace) |
+//! | [`command`] | a file check's command: its parts, run in the workspace |
+//! | [`score`] | strict and lenient scores, the feedback after a round |
+//! | [`model`] | the agent's model calls: the model's API or the arm's metaclaw |
+//! | [`day`] | one day's conversation: rounds through the agent loop |
+//! | [`arms`] | the arms, and the metaclaw each one runs in |
+//! | [`run`] | the arms in order, records, resuming, progress |
+//! | [`report`] | Markdown, SVG and JSON from the records |
+
+mod arms;
+pub mod checks;
+mod command;
+mod data;
+mod day;
+mod model;
+mod report;
+mod run;
+mod score;
+
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::time::Duration;
+
+use anyhow::{Result, bail};
+use clap::{Args, Subcommand};
+
+use super::{load_config, runtime};
+use crate::config::ApiFormat;
+pub use arms::Arm;
+pub use data::Set;
+
+#[derive(Subcommand, Debug)]
+pub enum BenchCommand {
+    /// Run the bench's days through the built-in agent, in each arm, and
+    /// write the report (an interrupted run resumes where it stopped).
+    Run(RunArgs),
+    /// Write the report of a run again from its records.
+    Report(ReportArgs),
+    /// Run one of the bench's rule checkers, as the file checks do:
+    /// iso8601, filename, metadata, backup or done_log.
+    Check {
+        name: String,
+        #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
+        args: Vec<String>,
+    },
+}
+
+#[derive(Args, Debug, Clone)]
+pub struct RunArgs {
+    /// small: 12 days, 61 rounds; full: 30 days, 346 rounds.
+    #[arg(long, value_enum, default_value_t = Set::Small)]
+    pub set: Set,
+    /// The model the agent uses (default: llm.model_id).
+    #[arg(long)]
+    pub model: Option<String>,
+    /// The arms, in order (comma-separated). rl needs rl.tinker_base_url.
+    #[arg(long = "arm", value_enum, value_delimiter = ',', default_values_t = [Arm::Direct, Arm::Skills, Arm::Learn])]
+    pub arms: Vec<Arm>,
+    /// Runs of each arm, each in a fresh metaclaw home.
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=100))]
+    pub repeat: u32,
+    /// The run folder (default: bench-runs/<set>-<model>).
+    #[arg(long, value_name = "DIR")]
+    pub out: Option<PathBuf>,
+    /// The model's API base URL (default: llm.api_base, or the provider's).
+    #[arg(long, value_name = "URL")]
+    pub base_url: Option<String>,
+    /// The API's format (default: llm.api_format).
+    #[arg(long, value_enum)]
+    pub api_format: Option<ApiFormatArg>,
+    /// The environment variable holding the model's key (default: llm.api_key).
+    #[arg(long, value_name = "VAR")]
+    pub api_key_env: Option<String>,
+    /// The judge of the learning arms (default: rl.prm_model, else the model).
+    #[arg(long)]
+    pub judge_model: Option<String>,
+    /// The skill evolver of the learning arms (default: rl.evolver_model, else the model).
+    #[arg(long)]
+    pub evolver_model: Option<String>,
+    #[arg(long, default_value_t = 0.0)]
+    pub temperature: f32,
+    /// Sent as the request's `seed` (models that honour it repeat themselves).
+    #[arg(long, default_value_t = 0)]
+    pub seed: u64,
+    /// Model calls per round at most.
+    #[arg(long, default_value_t = 16, value_parser = clap::value_parser!(u32).range(1..=200))]
+    pub max_steps: u32,
+    /// Seconds an agent's `run` command may take.
+    #[arg(long, default_value_t = 30, value_parser = clap::value_parser!(u64).range(1..=3600))]
+    pub run_timeout: u64,
+}
+
+#[derive(Debug, Clone, Copy, clap::ValueEnum)]
+pub enum ApiFormatArg {
+    Openai,
+    Anthropic,
+}
+
+#[derive(Args, Debug, Clone)]
+pub struct ReportArgs {
+    /// The run folder.
+    #[arg(long, value_name = "DIR")]
+    pub out: PathBuf,
+}
+
+pub fn run(config_path: &Path, cmd: BenchCommand) -> Result<ExitCode> {
+    match cmd {
+        BenchCommand::Run(args) => run_bench(config_path, args),
+        BenchCommand::Report(args) => {
+            let settings = read_settings(&args.out)?;
+            let records = run::Records::read(&args.out)?;
+            let md = report::write(&args.out, &settings, &records)?;
+            say_raw!("{md}");
+            say!("wrote {}/report.{{md,svg,json}}", args.out.display());
+            Ok(ExitCode::SUCCESS)
+        }
+        BenchCommand::Check { name, args } => {
+            let Some(checker) = checks::Checker::from_name(&name) else {
+                bail!("no checker {name:?}: iso8601, filename, metadata, backup or done_log");
+            };
+            let cwd = std::env::current_dir()?;
+            let outcome = checks::run(checker, &args, &cwd);
+            say!("{}", outcome.message);
+            Ok(ExitCode::from(outcome.code.clamp(0, 255) as u8))
+        }
+    }
+}
+
+fn read_settings(dir: &Path) -> Result<run::Settings> {
+    let file = dir.join("run.json");
+    let text = std::fs::read_to_string(&file).map_err(|e| {
+        anyhow::anyhow!(
+            "{} is not a bench run ({}: {e})",
+            dir.display(),
+            file.display()
+        )
+    })?;
+    serde_json::from_str(&text)
+        .map_err(|e| anyhow::anyhow!("{} is not a bench run's settings: {e}", file.display()))
+}
+
+fn run_bench(config_path: &Path, args: RunArgs) -> Result<ExitCode> {
+    let mut user = load_config(config_path)?;
+    let model = args
+        .model
+        .clone()
+        .filter(|m| !m.trim().is_empty())
+        .unwrap_or_else(|| user.config.llm.model_id.trim().to_string());
+    if model.is_empty() {
+        bail!("no model to bench: pass --model, or set llm.model_id");
+    }
+    let api_base = match &args.base_url {
+        Some(url) => url.trim().trim_end_matches('/').to_string(),
+        None => user.api_base(),
+    };
+    if api_base.is_empty() {
+        bail!(
+            "no model API: pass --base-url (e.g. https://api.openai.com/v1), or set llm.api_base \
+             or llm.provider"
+        );
+    }
+    let api_format = match args.api_format {
+        Some(ApiFormatArg::Openai) => ApiFormat::Openai,
+        Some(ApiFormatArg::Anthropic) => ApiFormat::Anthropic,
+        None => user.config.llm.api_format,
+    };
+    let api_key =
+        match &args.api_key_env {
+            Some(var) => Some(std::env::var(var).map_err(|_| {
+                anyhow::anyhow!("--api-key-env {var}: the environment has no {var}")
+            })?),
+            None => user.config.llm.api_key.clone(),
+        };
+    // The arms' metaclaw calls the same model at the same API.
+    {
+        let llm = &mut user.config.llm;
+        llm.api_base = api_base.clone();
+        llm.api_format = api_format;
+        llm.api_key = api_key.clone();
+        llm.provider = crate::config::Provider::Custom;
+        llm.fallbacks.clear();
+    }
+    let mut arms = Vec::new();
+    for arm in args.arms {
+        if !arms.contains(&arm) {
+            arms.push(arm);
+        }
+    }
+    let settings = run::Settings {
+        set: args.set,
+        model: model.clone(),
+        arms,
+        repeat: args.repeat,
+        temperature: args.temperature,
+        seed: args.seed,
+        max_steps: args.max_steps,
+        api_base,
+        api_format,
+        helpers: arms::Helpers {
+            judge: args.judge_model,
+            evolver: args.evolver_model,
+        },
+    };
+    // The rl arm's requirements are checked before anything runs.
+    if settings.arms.contains(&Arm::Rl) {
+        arms::arm_config(&user, Arm::Rl, &model, &settings.helpers)?;
+    }
+    let dir = args.out.unwrap_or_else(|| {
+        let safe: String = model
+            .chars()
+            .map(|c| {
+                if c.is_ascii_alphanumeric() || c == '-' || c == '.' {
+                    c
+                } else {
+                    '_'
+                }
+            })
+            .collect();
+        PathBuf::from("bench-runs").join(format!("{}-{safe}", settings.set.as_str()))
+    });
+    run::open(&dir, &settings)?;
+    let ctx = run::RunContext {
+        dir: dir.clone(),
+        user,
+        api_key,
+        run_timeout: Duration::from_secs(args.run_timeout),
+    };
+    let rt = runtime()?;
+    let outcome = rt.block_on(run::run(&settings, &ctx));
+    // The report covers what is recorded, finished or not.
+    let records = run::Records::read(&dir)?;
+    let md = report::write(&dir, &settings, &records)?;
+    outcome?;
+    say_raw!("{md}");
+    say!("wrote {}/report.{{md,svg,json}}", dir.display());
+    Ok(ExitCode::SUCCESS)
+}

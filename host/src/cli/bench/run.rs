@@ -1,0 +1,398 @@
+//! `bench run`: the arms one after another, each repeat in a metaclaw home
+//! of its own, the days in order; every finished round and night appended
+//! to the run folder's records, so an interrupted run picks up at the first
+//! round not recorded.
+//!
+//! The run folder:
+//!
+//! | path | what |
+//! |---|---|
+//! | `run.json` | the settings; a resume must match them |
+//! | `rounds.jsonl` | one finished round a line ([`RoundRecord`]) |
+//! | `nights.jsonl` | one finished day a line: what learning did that night |
+//! | `<arm>-<n>/home/` | the arm's metaclaw home (store, skills, logs) |
+//! | `<arm>-<n>/days/dayNN/work/` | the day's workspace; `conversation.json` beside it |
+//! | `report.md`, `report.json`, `report.svg` | [`super::report`] |
+
+use std::collections::BTreeMap;
+use std::io::{IsTerminal, Write as _};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result, bail};
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use super::arms::{self, Arm, Helpers, Instance};
+use super::command::Shell;
+use super::data::{Bench, Set};
+use super::day::{self, Agent, DayDir, RoundRecord};
+use super::model::Endpoint;
+use crate::cli::rollout::sandbox::Sandbox;
+use crate::config::{ApiFormat, Loaded};
+
+/// What a run is, fixed when it starts.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Settings {
+    pub set: Set,
+    pub model: String,
+    pub arms: Vec<Arm>,
+    pub repeat: u32,
+    pub temperature: f32,
+    pub seed: u64,
+    pub max_steps: u32,
+    /// The model's API (`direct`, and metaclaw's upstream): its base URL
+    /// and format. Never its key.
+    pub api_base: String,
+    pub api_format: ApiFormat,
+    pub helpers: Helpers,
+}
+
+/// One finished day: a line of `nights.jsonl`.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct NightRecord {
+    pub arm: String,
+    pub repeat: u32,
+    pub day: String,
+    /// Skills injected into the closing-feedback turn.
+    pub closing_skills: Vec<String>,
+    /// The learning job(s), the train step, the skills evolved.
+    pub night: Value,
+}
+
+/// The run folder's records.
+#[derive(Debug, Default)]
+pub struct Records {
+    pub rounds: Vec<RoundRecord>,
+    pub nights: Vec<NightRecord>,
+}
+
+impl Records {
+    /// Reads `rounds.jsonl` and `nights.jsonl` (a line cut by a crash, the
+    /// last one, is dropped: that round runs again).
+    pub fn read(dir: &Path) -> Result<Self> {
+        Ok(Self {
+            rounds: read_lines(&dir.join("rounds.jsonl"))?,
+            nights: read_lines(&dir.join("nights.jsonl"))?,
+        })
+    }
+
+    fn day_rounds(&self, arm: Arm, repeat: u32, day: &str) -> Vec<&RoundRecord> {
+        let mut rounds: Vec<&RoundRecord> = self
+            .rounds
+            .iter()
+            .filter(|r| r.arm == arm.as_str() && r.repeat == repeat && r.day == day)
+            .collect();
+        rounds.sort_by_key(|r| r.index);
+        rounds
+    }
+
+    fn night_done(&self, arm: Arm, repeat: u32, day: &str) -> bool {
+        self.nights
+            .iter()
+            .any(|n| n.arm == arm.as_str() && n.repeat == repeat && n.day == day)
+    }
+}
+
+fn read_lines<T: serde::de::DeserializeOwned>(file: &Path) -> Result<Vec<T>> {
+    let text = match std::fs::read_to_string(file) {
+        Ok(text) => text,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
+        Err(e) => return Err(e).with_context(|| format!("cannot read {}", file.display())),
+    };
+    let lines: Vec<&str> = text.lines().filter(|l| !l.trim().is_empty()).collect();
+    let mut out = Vec::with_capacity(lines.len());
+    for (i, line) in lines.iter().enumerate() {
+        match serde_json::from_str(line) {
+            Ok(v) => out.push(v),
+            Err(_) if i + 1 == lines.len() && !text.ends_with('\n') => {}
+            Err(e) => bail!("{} line {}: {e}", file.display(), i + 1),
+        }
+    }
+    Ok(out)
+}
+
+fn append(file: &Path, value: &impl Serialize) -> Result<()> {
+    let mut f = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(file)
+        .with_context(|| format!("cannot open {}", file.display()))?;
+    let mut line = serde_json::to_vec(value)?;
+    line.push(b'\n');
+    f.write_all(&line)
+        .and_then(|()| f.sync_data())
+        .with_context(|| format!("cannot write {}", file.display()))
+}
+
+/// Opens (or starts) the run in `dir`: a folder holding another run's
+/// settings is refused rather than mixed.
+pub fn open(dir: &Path, settings: &Settings) -> Result<()> {
+    std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
+    let file = dir.join("run.json");
+    match std::fs::read_to_string(&file) {
+        Ok(text) => {
+            let existing: Settings = serde_json::from_str(&text)
+                .with_context(|| format!("{} is not a bench run's settings", file.display()))?;
+            if &existing != settings {
+                bail!(
+                    "{} holds a run with other settings ({}): resume it with the same flags, or \
+                     pass another --out",
+                    dir.display(),
+                    serde_json::to_string(&existing)?
+                );
+            }
+            Ok(())
+        }
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            std::fs::write(&file, serde_json::to_vec_pretty(settings)?)
+                .with_context(|| format!("cannot write {}", file.display()))
+        }
+        Err(e) => Err(e).with_context(|| format!("cannot read {}", file.display())),
+    }
+}
+
+/// What the run needs besides its settings.
+pub struct RunContext {
+    pub dir: PathBuf,
+    pub user: Loaded,
+    /// The model's key (never written down).
+    pub api_key: Option<String>,
+    pub run_timeout: Duration,
+}
+
+/// Runs every arm and repeat not finished yet.
+pub async fn run(settings: &Settings, ctx: &RunContext) -> Result<()> {
+    let bench = Bench::load(settings.set)?;
+    let scratch = ctx.dir.join(".scratch");
+    std::fs::create_dir_all(&scratch)
+        .with_context(|| format!("cannot create {}", scratch.display()))?;
+    let shell = Shell::new(&scratch)?;
+    let sandbox = Arc::new(Sandbox::probe(&scratch, ctx.run_timeout));
+    if let Some(why) = sandbox.disabled() {
+        eprintln!("note: the agent's run tool is off (the file tools work): {why}");
+    }
+    let records = Records::read(&ctx.dir)?;
+    let total = bench.rounds() * settings.arms.len() * settings.repeat as usize;
+    let mut progress = Progress::new(total, records.rounds.len());
+    for &arm in &settings.arms {
+        for repeat in 1..=settings.repeat {
+            let pending = bench
+                .days
+                .iter()
+                .any(|d| !records.night_done(arm, repeat, &d.id));
+            if !pending {
+                continue;
+            }
+            let arm_dir = ctx.dir.join(format!("{}-{repeat}", arm.as_str()));
+            let instance = match arm {
+                Arm::Direct => None,
+                _ => {
+                    let loaded =
+                        arms::arm_config(&ctx.user, arm, &settings.model, &settings.helpers)?;
+                    progress.note(&format!("starting metaclaw for {}-{repeat}", arm.as_str()));
+                    Some(Instance::start(&Instance::home_of(&arm_dir), &loaded).await?)
+                }
+            };
+            let endpoint = match &instance {
+                None => Endpoint::new(
+                    &settings.api_base,
+                    settings.api_format,
+                    ctx.api_key.as_deref(),
+                    "the model's key",
+                )?,
+                Some(instance) => Endpoint::new(&instance.base, ApiFormat::Openai, None, "")?,
+            };
+            let agent = Agent {
+                endpoint,
+                model: settings.model.clone(),
+                temperature: settings.temperature,
+                seed: settings.seed,
+                max_steps: settings.max_steps,
+                sandbox: sandbox.clone(),
+                shell: shell.clone(),
+            };
+            let result = run_arm(
+                &bench,
+                &agent,
+                instance.as_ref(),
+                (arm, repeat),
+                &arm_dir,
+                &ctx.dir,
+                &records,
+                &mut progress,
+            )
+            .await;
+            if let Some(instance) = instance {
+                instance.stop().await;
+            }
+            result?;
+        }
+    }
+    progress.finish();
+    Ok(())
+}
+
+#[allow(clippy::too_many_arguments)]
+async fn run_arm(
+    bench: &Bench,
+    agent: &Agent,
+    instance: Option<&Instance>,
+    (arm, repeat): (Arm, u32),
+    arm_dir: &Path,
+    run_dir: &Path,
+    records: &Records,
+    progress: &mut Progress,
+) -> Result<()> {
+    let days_dir = arm_dir.join("days");
+    for day in &bench.days {
+        if records.night_done(arm, repeat, &day.id) {
+            continue;
+        }
+        let done = records.day_rounds(arm, repeat, &day.id);
+        let dir = DayDir::prepare(bench, day, &days_dir, done.is_empty())?;
+        let mut messages = match done.last() {
+            None => day::opening(bench, day),
+            Some(last) => dir.conversation(last.messages)?,
+        };
+        let mut feedback = done.last().map(|r| r.feedback.clone());
+        let session = instance.map(|_| format!("bench-{}-{repeat}-{}", arm.as_str(), day.id));
+        for index in done.len()..day.rounds.len() {
+            progress.start(arm, repeat, &day.id, &day.rounds[index].id);
+            let record = day::round(
+                agent,
+                &dir,
+                &mut messages,
+                day,
+                index,
+                feedback.as_deref(),
+                session.as_deref(),
+                (arm.as_str(), repeat),
+            )
+            .await?;
+            append(&run_dir.join("rounds.jsonl"), &record)?;
+            progress.done(&record);
+            feedback = Some(record.feedback);
+        }
+        let closing_skills = match &feedback {
+            Some(fb) => day::close(agent, &dir, &mut messages, fb, session.as_deref()).await?,
+            None => Vec::new(),
+        };
+        let night = match (instance, &session) {
+            (Some(instance), Some(session)) => {
+                if arm.learns() {
+                    progress.note(&format!("{}: learning from the day", day.id));
+                }
+                instance.night(session, arm).await?
+            }
+            _ => Value::Null,
+        };
+        append(
+            &run_dir.join("nights.jsonl"),
+            &NightRecord {
+                arm: arm.as_str().to_string(),
+                repeat,
+                day: day.id.clone(),
+                closing_skills,
+                night,
+            },
+        )?;
+    }
+    Ok(())
+}
+
+/// The progress line on stderr: redrawn in place on a terminal, a line
+/// per round otherwise.
+struct Progress {
+    total: usize,
+    done: usize,
+    resumed: usize,
+    passed: BTreeMap<String, (usize, usize)>,
+    started: Instant,
+    tty: bool,
+}
+
+impl Progress {
+    fn new(total: usize, resumed: usize) -> Self {
+        if resumed > 0 {
+            eprintln!("resuming: {resumed} of {total} rounds already done");
+        }
+        Self {
+            total,
+            done: resumed,
+            resumed,
+            passed: BTreeMap::new(),
+            started: Instant::now(),
+            tty: std::io::stderr().is_terminal(),
+        }
+    }
+
+    fn bar(&self) -> String {
+        let width = 24;
+        let filled = (self.done * width).checked_div(self.total).unwrap_or(0);
+        format!(
+            "[{}{}] {}/{}",
+            "#".repeat(filled),
+            "-".repeat(width - filled),
+            self.done,
+            self.total
+        )
+    }
+
+    fn eta(&self) -> String {
+        let ran = self.done - self.resumed;
+        if ran == 0 {
+            return String::new();
+        }
+        let per = self.started.elapsed() / ran as u32;
+        let left = per * (self.total - self.done) as u32;
+        format!(" eta {}m{:02}s", left.as_secs() / 60, left.as_secs() % 60)
+    }
+
+    fn start(&self, arm: Arm, repeat: u32, day: &str, round: &str) {
+        if self.tty {
+            eprint!(
+                "\r\x1b[2K{} {}-{repeat} {day} {round}…{}",
+                self.bar(),
+                arm.as_str(),
+                self.eta()
+            );
+        }
+    }
+
+    fn done(&mut self, record: &RoundRecord) {
+        self.done += 1;
+        let key = format!("{}-{}", record.arm, record.repeat);
+        let entry = self.passed.entry(key.clone()).or_default();
+        entry.0 += usize::from(record.score.passed);
+        entry.1 += 1;
+        let (passed, of) = *entry;
+        let line = format!(
+            "{} {key} {} {} {}  ({key}: {passed}/{of} strict){}",
+            self.bar(),
+            record.day,
+            record.round,
+            if record.score.passed { "pass" } else { "fail" },
+            self.eta()
+        );
+        if self.tty {
+            eprint!("\r\x1b[2K{line}");
+        } else {
+            eprintln!("{line}");
+        }
+    }
+
+    fn note(&self, text: &str) {
+        if self.tty {
+            eprint!("\r\x1b[2K");
+        }
+        eprintln!("{text}");
+    }
+
+    fn finish(&self) {
+        if self.tty {
+            eprintln!();
+        }
+    }
+}

@@ -1,0 +1,436 @@
+//! `metaclaw bench run` end to end on the small set, against the dummy
+//! upstream (`metaclaw dev upstream`): the real binary, real HTTP, real
+//! checks in real workspaces, a real metaclaw per arm with its store,
+//! skills, judge and evolver. The models are scripted, so every number the
+//! report gives follows from the script and is asserted exactly.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+mod common;
+
+use std::path::Path;
+use std::process::{Command, Output};
+
+use serde_json::Value;
+
+use common::{BIN, dummy};
+
+const ROUNDS: usize = 61;
+const FILE_CHECKS: usize = 36;
+const MULTI_CHOICE: usize = 25;
+
+/// `metaclaw bench run` with `args`, in a home of its own with an empty
+/// config; panics with its stderr when it fails.
+fn bench(home: &Path, args: &[&str]) -> Output {
+    let out = Command::new(BIN)
+        .arg("--config")
+        .arg(home.join("config.yaml"))
+        .arg("bench")
+        .args(args)
+        .env("METACLAW_HOME", home)
+        .env_remove("METACLAW_LLM_API_KEY")
+        .env("METACLAW_NO_WIRE", "1")
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "bench {args:?} failed:\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    out
+}
+
+/// How many API requests the dummy has answered.
+fn dummy_requests(url: &str) -> u64 {
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    rt.block_on(common::dummy_stats(url))["requests"]
+        .as_u64()
+        .unwrap()
+}
+
+/// `bench run --set small` of `model` in `arms` against `upstream`, into
+/// `out`, with `extra` flags.
+fn run_small(
+    home: &Path,
+    upstream: &str,
+    model: &str,
+    arms: &str,
+    out: &Path,
+    extra: &[&str],
+) -> Output {
+    let mut args = vec![
+        "run",
+        "--set",
+        "small",
+        "--model",
+        model,
+        "--arm",
+        arms,
+        "--base-url",
+        upstream,
+        "--out",
+        out.to_str().unwrap(),
+    ];
+    args.extend_from_slice(extra);
+    bench(home, &args)
+}
+
+fn report(dir: &Path) -> Value {
+    serde_json::from_slice(&std::fs::read(dir.join("report.json")).unwrap()).unwrap()
+}
+
+fn summary<'a>(report: &'a Value, arm: &str) -> &'a Value {
+    report["summary"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|s| s["arm"] == arm)
+        .unwrap_or_else(|| panic!("no {arm} in the summary"))
+}
+
+fn rounds<'a>(report: &'a Value, arm: &str) -> Vec<&'a Value> {
+    report["rounds"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|r| r["arm"] == arm)
+        .collect()
+}
+
+/// A model that says "I cannot help" scores nothing, strictly or
+/// leniently, and changes no file; one that ticks every option and touches
+/// no file scores the reference's lenient 24.17% and, strictly, only the
+/// two questions whose every option is gold.
+#[test]
+fn a_null_model_and_the_all_options_exploit_score_what_they_earn() {
+    let upstream = dummy();
+    let home = tempfile::tempdir().unwrap();
+    let null = home.path().join("null");
+    let out = run_small(
+        home.path(),
+        &upstream.url,
+        "bench-null",
+        "direct",
+        &null,
+        &[],
+    );
+    let md = String::from_utf8_lossy(&out.stdout);
+    assert!(md.contains("| direct | **0.0%** |"), "{md}");
+    for file in ["report.md", "report.svg", "report.json"] {
+        assert!(null.join(file).is_file(), "{file}");
+    }
+    let r = report(&null);
+    let s = &summary(&r, "direct")["mean"];
+    assert_eq!(s["rounds"], ROUNDS);
+    assert_eq!(s["file_checks"], FILE_CHECKS);
+    assert_eq!(s["multi_choice"], MULTI_CHOICE);
+    for key in ["strict", "fc_completion", "mc_exact", "lenient"] {
+        assert_eq!(s[key], 0.0, "{key}");
+    }
+    for round in rounds(&r, "direct") {
+        assert_eq!(round["score"]["passed"], false);
+        assert_eq!(round["files"], serde_json::json!([]), "{round}");
+        if round["kind"] == "multi_choice" {
+            assert!(
+                round["feedback"]
+                    .as_str()
+                    .unwrap()
+                    .starts_with("I could not find your answer")
+            );
+        }
+    }
+    assert_eq!(r["nights"].as_array().unwrap().len(), 12);
+
+    let exploit = home.path().join("exploit");
+    run_small(
+        home.path(),
+        &upstream.url,
+        "bench-all-options",
+        "direct",
+        &exploit,
+        &[],
+    );
+    let r = report(&exploit);
+    let s = &summary(&r, "direct")["mean"];
+    assert_eq!(s["fc_completion"], 0.0);
+    assert_eq!(s["strict"], 2.0 / ROUNDS as f64);
+    assert_eq!(s["mc_exact"], 2.0 / MULTI_CHOICE as f64);
+    assert!(
+        (s["lenient"].as_f64().unwrap() - 0.2417).abs() < 5e-5,
+        "{s}"
+    );
+    // Exact-match credit only where every option is gold.
+    for round in rounds(&r, "direct") {
+        if round["score"]["passed"] == true {
+            assert_eq!(
+                round["gold"].as_array().unwrap().len(),
+                round["options"].as_u64().unwrap() as usize,
+                "{round}"
+            );
+        }
+    }
+}
+
+/// A run cut short resumes at the first round not recorded: the recorded
+/// rounds stay as they were and are never asked again, and the day in
+/// progress continues its conversation.
+#[test]
+fn an_interrupted_run_resumes_without_running_a_finished_round_again() {
+    let upstream = dummy();
+    let home = tempfile::tempdir().unwrap();
+    let dir = home.path().join("run");
+    let args = [
+        "run",
+        "--set",
+        "small",
+        "--model",
+        "bench-null",
+        "--arm",
+        "direct",
+        "--base-url",
+        &upstream.url,
+        "--out",
+        dir.to_str().unwrap(),
+    ];
+    bench(home.path(), &args);
+    let lines = std::fs::read_to_string(dir.join("rounds.jsonl")).unwrap();
+    let lines: Vec<&str> = lines.lines().collect();
+    assert_eq!(lines.len(), ROUNDS);
+    // Cut after round 22 (inside day05), as a crash would: the nights of
+    // the days before stay, the rest goes.
+    let kept = &lines[..22];
+    let last: Value = serde_json::from_str(kept[21]).unwrap();
+    let day_of = |l: &str| {
+        serde_json::from_str::<Value>(l).unwrap()["day"]
+            .as_str()
+            .unwrap()
+            .to_string()
+    };
+    let cut_day = last["day"].as_str().unwrap().to_string();
+    assert_eq!(day_of(lines[22]), cut_day, "the cut falls inside a day");
+    std::fs::write(dir.join("rounds.jsonl"), format!("{}\n", kept.join("\n"))).unwrap();
+    let nights = std::fs::read_to_string(dir.join("nights.jsonl")).unwrap();
+    let nights_kept: Vec<&str> = nights.lines().filter(|l| day_of(l) < cut_day).collect();
+    std::fs::write(
+        dir.join("nights.jsonl"),
+        format!("{}\n", nights_kept.join("\n")),
+    )
+    .unwrap();
+
+    let requests = || dummy_requests(&upstream.url);
+    let before = requests();
+    let out = bench(home.path(), &args);
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("resuming: 22 of 61 rounds already done")
+    );
+    let after = std::fs::read_to_string(dir.join("rounds.jsonl")).unwrap();
+    let after: Vec<&str> = after.lines().collect();
+    assert_eq!(after.len(), ROUNDS);
+    assert_eq!(&after[..22], kept, "recorded rounds are kept as they were");
+    // One call per round not recorded, one closing per day not finished.
+    let days_left = 12 - nights_kept.len() as u64;
+    assert_eq!(requests() - before, (ROUNDS as u64 - 22) + days_left);
+    // The resumed day went on with its conversation: round 23's message
+    // carries round 22's feedback.
+    let next: Value = serde_json::from_str(after[22]).unwrap();
+    assert!(next["message"].as_str().unwrap().starts_with(&format!(
+        "[Previous Feedback] {}",
+        last["feedback"].as_str().unwrap()
+    )));
+    let conversation: Vec<Value> = serde_json::from_slice(
+        &std::fs::read(dir.join(format!("direct-1/days/{cut_day}/conversation.json"))).unwrap(),
+    )
+    .unwrap();
+    let users = conversation.iter().filter(|m| m["role"] == "user").count();
+    let day_rounds = after.iter().filter(|l| day_of(l) == cut_day).count();
+    // The seed's user message, each round's, and the closing feedback.
+    assert_eq!(users, 1 + day_rounds + 1);
+}
+
+/// The scripted oracle (`bench-oracle`) follows a rule only once it has
+/// been told it: by the day's feedback, or by a skill metaclaw injects. It
+/// says what it knew in every answer (`[knows: …]`), so every round's score
+/// can be checked against what that knowledge implies: the file tasks
+/// whose rules it knew pass (but the two no agent can pass), the questions
+/// about rules it knew are answered exactly. In `direct` it knows exactly
+/// what the day's feedback taught; in `skills` a built-in skill teaches it
+/// backups; in `learn` the evolver turns each day's feedback into skills
+/// that later days retrieve. So learn beats skills beats direct.
+#[test]
+fn the_oracle_learns_only_what_it_is_told_and_the_scores_follow() {
+    use metaclaw_mock_upstream::bench::{self, Rules, Set};
+
+    let upstream = dummy();
+    let home = tempfile::tempdir().unwrap();
+    let dir = home.path().join("run");
+    for arm in ["skills", "learn"] {
+        let arm_home = dir.join(format!("{arm}-1/home"));
+        std::fs::create_dir_all(&arm_home).unwrap();
+        common::warm_plugin_cache(&arm_home);
+    }
+    run_small(
+        home.path(),
+        &upstream.url,
+        "bench-oracle",
+        "direct,skills,learn",
+        &dir,
+        &["--judge-model", "judge", "--evolver-model", "bench-evolver"],
+    );
+    let r = report(&dir);
+    let mut strict = std::collections::BTreeMap::new();
+    for arm in ["direct", "skills", "learn"] {
+        let mut passed = 0;
+        // What the day's feedback taught so far, and what the oracle knew
+        // by the last round (it keeps what it once knew, within the day).
+        let (mut today, mut taught, mut kept) = (String::new(), Rules::NONE, Rules::NONE);
+        for round in rounds(&r, arm) {
+            let (day, id) = (
+                round["day"].as_str().unwrap(),
+                round["round"].as_str().unwrap(),
+            );
+            let what = format!("{arm} {day} {id}");
+            let day_n: u32 = day.trim_start_matches("day").parse().unwrap();
+            if today != day {
+                (today, taught, kept) = (day.to_string(), Rules::NONE, Rules::NONE);
+            }
+            if let Some(feedback) = bench::feedback_part(round["message"].as_str().unwrap()) {
+                taught |= bench::taught(feedback);
+            }
+            let knew = bench::knows_tag(round["answer"].as_str().unwrap())
+                .unwrap_or_else(|| panic!("{what}: no [knows] tag: {}", round["answer"]));
+            let told = taught | kept;
+            assert!(
+                knew.contains_all(told),
+                "{what}: knew {knew}, was told {told}"
+            );
+            if arm == "direct" {
+                assert_eq!(knew, taught, "{what}: direct knows only the day's feedback");
+            } else if knew != told {
+                assert!(
+                    !round["skills"].as_array().unwrap().is_empty(),
+                    "{what}: knew {knew} beyond what it was told ({told}) without a skill"
+                );
+            }
+            kept = knew;
+            let expected = if round["kind"] == "file_check" {
+                let script = bench::script(day_n, id).unwrap();
+                !bench::UNPASSABLE.contains(&(day_n, id)) && knew.contains_all(script.rules)
+            } else {
+                let def = bench::round(Set::Small, day_n, id).unwrap();
+                let answer = bench::mc_answer(def, knew);
+                let letters: Vec<String> = answer
+                    .trim_start_matches("\\bbox{")
+                    .trim_end_matches('}')
+                    .split(',')
+                    .map(str::to_string)
+                    .collect();
+                letters == def.gold
+            };
+            assert_eq!(
+                round["score"]["passed"], expected,
+                "{what}: knew {knew}; checks {}",
+                round["checks"]
+            );
+            passed += usize::from(expected);
+        }
+        let s = &summary(&r, arm)["mean"];
+        assert_eq!(s["strict"], passed as f64 / ROUNDS as f64, "{arm}");
+        strict.insert(arm, passed);
+    }
+    assert!(
+        strict["learn"] > strict["skills"] && strict["skills"] > strict["direct"],
+        "learn > skills > direct: {strict:?}"
+    );
+    // Only the learning arm evolved skills at night.
+    let evolved = |arm: &str| -> usize {
+        r["nights"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|n| n["arm"] == arm)
+            .map(|n| n["night"]["evolved"].as_array().map_or(0, Vec::len))
+            .sum()
+    };
+    assert_eq!(evolved("skills"), 0);
+    assert!(evolved("learn") > 0);
+    let md = std::fs::read_to_string(dir.join("report.md")).unwrap();
+    assert!(md.contains("## Skills evolved each night"), "{md}");
+}
+
+/// The `rl` arm: metaclaw in `mode: rl` serves the agent with the trainable
+/// model (the fake Tinker service's, in this process), each night judges
+/// the day and takes a train step on its samples, and the next days are
+/// served by the new weights.
+#[test]
+fn the_rl_arm_serves_the_student_and_trains_each_night() {
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let fake = rt.block_on(async {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let fake = format!("http://{}", listener.local_addr().unwrap());
+        tokio::spawn(metaclaw_mock_tinker::serve(listener));
+        fake
+    });
+    let upstream = dummy();
+    let home = tempfile::tempdir().unwrap();
+    std::fs::write(
+        home.path().join("config.yaml"),
+        format!(
+            "rl:\n  model: fake-bigram\n  tinker_base_url: {fake}\n  tinker_api_key: tml-dummy\n  \
+             tokenizer_path: {}\n  lora_rank: 4\n  batch_size: 2\n  save_every: 1\n  \
+             manual_train_trigger: true\n  prm_m: 1\n",
+            common::rl_daemon::fixture()
+        ),
+    )
+    .unwrap();
+    let dir = home.path().join("run");
+    let arm_home = dir.join("rl-1/home");
+    std::fs::create_dir_all(&arm_home).unwrap();
+    common::warm_plugin_cache(&arm_home);
+    run_small(
+        home.path(),
+        &upstream.url,
+        "echo",
+        "rl",
+        &dir,
+        &["--judge-model", "judge", "--evolver-model", "bench-evolver"],
+    );
+    let r = report(&dir);
+    let policy = |round: &Value| -> u64 {
+        let by = round["served_by"][0].as_str().unwrap_or("");
+        assert!(by.starts_with("student; policy_version="), "{round}");
+        by.rsplit('=').next().unwrap().parse().unwrap()
+    };
+    let rounds = rounds(&r, "rl");
+    assert_eq!(rounds.len(), ROUNDS);
+    // Every night took its train step's turn: a step, or why not (too
+    // few samples, or none with signal), never an error.
+    let nights: Vec<&Value> = r["nights"].as_array().unwrap().iter().collect();
+    assert_eq!(nights.len(), 12);
+    for night in &nights {
+        let outcome = night["night"]["train"]["outcome"].as_str();
+        assert!(
+            matches!(outcome, Some("stepped" | "waiting" | "no_signal")),
+            "{night}"
+        );
+    }
+    // After a night's step, the next day is served by its weights.
+    let stepped: Vec<(String, u64)> = nights
+        .iter()
+        .filter(|n| n["night"]["train"]["outcome"] == "stepped")
+        .map(|n| {
+            (
+                n["day"].as_str().unwrap().to_string(),
+                n["night"]["train"]["step"].as_u64().unwrap(),
+            )
+        })
+        .collect();
+    assert!(!stepped.is_empty(), "no night stepped: {}", r["nights"]);
+    for (day, step) in &stepped {
+        let next_day = rounds
+            .iter()
+            .find(|r| r["day"].as_str().unwrap() > day.as_str());
+        if let Some(round) = next_day {
+            assert_eq!(policy(round), *step, "the day after {day}'s step {step}");
+        }
+    }
+    drop(rt);
+}
