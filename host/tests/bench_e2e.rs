@@ -18,10 +18,10 @@ const ROUNDS: usize = 61;
 const FILE_CHECKS: usize = 36;
 const MULTI_CHOICE: usize = 25;
 
-/// `metaclaw bench run` with `args`, in a home of its own with an empty
-/// config; panics with its stderr when it fails.
-fn bench(home: &Path, args: &[&str]) -> Output {
-    let out = Command::new(BIN)
+/// `metaclaw bench` with `args`, in a home of its own with an empty
+/// config (`BENCH_TEST_KEY` set, for `--api-key-env`).
+fn bench_output(home: &Path, args: &[&str]) -> Output {
+    Command::new(BIN)
         .arg("--config")
         .arg(home.join("config.yaml"))
         .arg("bench")
@@ -29,8 +29,24 @@ fn bench(home: &Path, args: &[&str]) -> Output {
         .env("METACLAW_HOME", home)
         .env_remove("METACLAW_LLM_API_KEY")
         .env("METACLAW_NO_WIRE", "1")
+        .env("BENCH_TEST_KEY", "test-key")
         .output()
-        .unwrap();
+        .unwrap()
+}
+
+/// The first repeat's metaclaw homes of `arms` in the run folder `dir`,
+/// with the plugins already compiled (as after a first run).
+fn warm_arms(dir: &Path, arms: &[&str]) {
+    for arm in arms {
+        let arm_home = dir.join(format!("{arm}-1/home"));
+        std::fs::create_dir_all(&arm_home).unwrap();
+        common::warm_plugin_cache(&arm_home);
+    }
+}
+
+/// [`bench_output`], which must succeed (else its stderr is shown).
+fn bench(home: &Path, args: &[&str]) -> Output {
+    let out = bench_output(home, args);
     assert!(
         out.status.success(),
         "bench {args:?} failed:\n{}",
@@ -170,6 +186,47 @@ fn a_null_model_and_the_all_options_exploit_score_what_they_earn() {
     }
 }
 
+/// A model call that fails for good (here a 401) stops the run with the
+/// reason, where it stopped and how to go on; nothing it did not answer is
+/// recorded, so the same command resumes there once the cause is fixed.
+#[test]
+fn a_failing_model_stops_the_run_and_records_nothing_it_did_not_answer() {
+    let upstream = dummy();
+    let home = tempfile::tempdir().unwrap();
+    let dir = home.path().join("run");
+    let out = bench_output(
+        home.path(),
+        &[
+            "run",
+            "--model",
+            "error-401",
+            "--arm",
+            "direct",
+            "--base-url",
+            &upstream.url,
+            "--out",
+            dir.to_str().unwrap(),
+        ],
+    );
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    for said in [
+        "stopped at direct-1 day01 r1",
+        "run the same command again to resume here",
+        "HTTP 401",
+    ] {
+        assert!(err.contains(said), "{said:?} not in: {err}");
+    }
+    let recorded = std::fs::read_to_string(dir.join("rounds.jsonl")).unwrap_or_default();
+    assert_eq!(recorded, "", "no round was answered");
+    // The report says so rather than scoring a run that never ran.
+    assert!(
+        std::fs::read_to_string(dir.join("report.md"))
+            .unwrap()
+            .contains("| direct | – | – | – | – | 0 of 61 |")
+    );
+}
+
 /// A run cut short resumes at the first round not recorded: the recorded
 /// rounds stay as they were and are never asked again, and the day in
 /// progress continues its conversation.
@@ -262,11 +319,7 @@ fn the_oracle_learns_only_what_it_is_told_and_the_scores_follow() {
     let upstream = dummy();
     let home = tempfile::tempdir().unwrap();
     let dir = home.path().join("run");
-    for arm in ["skills", "learn"] {
-        let arm_home = dir.join(format!("{arm}-1/home"));
-        std::fs::create_dir_all(&arm_home).unwrap();
-        common::warm_plugin_cache(&arm_home);
-    }
+    warm_arms(&dir, &["skills", "learn"]);
     run_small(
         home.path(),
         &upstream.url,
@@ -354,6 +407,37 @@ fn the_oracle_learns_only_what_it_is_told_and_the_scores_follow() {
     assert!(evolved("learn") > 0);
     let md = std::fs::read_to_string(dir.join("report.md")).unwrap();
     assert!(md.contains("## Skills evolved each night"), "{md}");
+
+    // The direct arm speaks Anthropic's Messages API too (the agent's chat
+    // requests translated, tool calls and results included): the same
+    // oracle passes the same rounds.
+    let anthropic = home.path().join("anthropic");
+    run_small(
+        home.path(),
+        &upstream.url,
+        "bench-oracle",
+        "direct",
+        &anthropic,
+        &[
+            "--api-format",
+            "anthropic",
+            "--api-key-env",
+            "BENCH_TEST_KEY",
+        ],
+    );
+    let passed = |r: &Value| -> Vec<(String, String, bool)> {
+        rounds(r, "direct")
+            .iter()
+            .map(|x| {
+                (
+                    x["day"].as_str().unwrap().to_string(),
+                    x["round"].as_str().unwrap().to_string(),
+                    x["score"]["passed"].as_bool().unwrap(),
+                )
+            })
+            .collect()
+    };
+    assert_eq!(passed(&report(&anthropic)), passed(&r));
 }
 
 /// The `rl` arm: metaclaw in `mode: rl` serves the agent with the trainable
@@ -382,9 +466,7 @@ fn the_rl_arm_serves_the_student_and_trains_each_night() {
     )
     .unwrap();
     let dir = home.path().join("run");
-    let arm_home = dir.join("rl-1/home");
-    std::fs::create_dir_all(&arm_home).unwrap();
-    common::warm_plugin_cache(&arm_home);
+    warm_arms(&dir, &["rl"]);
     run_small(
         home.path(),
         &upstream.url,

@@ -53,7 +53,24 @@ async fn in_auto_mode_a_window_forced_open_trains_a_batch_on_its_own() {
         );
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
-    let report = w.json(&["scheduler", "status", "--json"]).await;
+    // The samples are marked trained in the step's commit; the scheduler
+    // records the step's end just after it: wait for that record.
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let report = loop {
+        let report = w.json(&["scheduler", "status", "--json"]).await;
+        let ended = report["recent"]
+            .as_array()
+            .is_some_and(|r| r.iter().any(|t| t["from"] == "training"));
+        if ended {
+            break report;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the scheduler never recorded the step's end: {report:#}\n{}",
+            w.log()
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
     assert_eq!(report["gated"], true, "{report:#}");
     assert_eq!(report["now"]["open"], true, "{report:#}");
     assert!(

@@ -44,24 +44,15 @@ cleanup() {
     timeout 30 "$bin" stop --timeout 10 --restore >/dev/null 2>&1
   fi
   if [ -n "$upstream_pid" ]; then kill "$upstream_pid" 2>/dev/null; wait "$upstream_pid" 2>/dev/null; fi
-  if [ "$rc" -ne 0 ] || [ "$nfail" -ne 0 ]; then
-    tail_logs
-    echo "scratch folder kept: $work"
-    echo "hermes e2e: $npass passed, $nfail failed ($(($(date +%s) - t_start))s)"
-    exit 1
-  fi
-  if [ "${KEEP_WORK:-0}" = 1 ]; then echo "scratch folder kept: $work"; else rm -rf "$work"; fi
-  echo "hermes e2e: $npass passed, 0 failed in $(($(date +%s) - t_start))s"
+  finish "hermes e2e" "$rc"
 }
 trap cleanup EXIT
 trap 'exit 130' INT TERM
 
 # ---------------------------------------------------------------- install
 step "install hermes-agent (tests/hermes/install.sh)"
-install_out="$(tests/hermes/install.sh)" || die "tests/hermes/install.sh failed"
-venv_path="$(printf '%s\n' "$install_out" | tail -n 1)"
-[[ "$venv_path" == PATH=* ]] || die "install.sh printed no PATH line: $install_out"
-venv_bin="${venv_path#PATH=}"
+install_agent tests/hermes/install.sh
+venv_bin="$installed_path"
 hermes="$venv_bin/hermes"
 hpython="$venv_bin/python" # has PyYAML (a Hermes dependency)
 

@@ -1,6 +1,8 @@
 # Shared by the real-agent end-to-end tests (tests/openclaw/e2e.sh,
-# tests/hermes/e2e.sh): assertions, waiting, the metaclaw binary and the
-# dummy upstream. Source it after setting `root` and `t_start`.
+# e2e-rl.sh, bench.sh, tests/hermes/e2e.sh): assertions, waiting, installing
+# the agent, the metaclaw binary, the dummy upstream and the end of a run.
+# Source it after setting `root` and `t_start`; define `tail_logs` (the logs
+# shown when the test fails) and set `work` (the scratch folder).
 
 npass=0 nfail=0
 pass() { echo "PASS: $*"; npass=$((npass + 1)); }
@@ -68,3 +70,36 @@ start_dummy_upstream() {
   wait_for 30 "the dummy upstream on $upstream" curl -sf "$upstream/healthz"
 }
 dummy_requests() { curl -sf --max-time 10 "$upstream/v1/dummy/requests?model=agent"; }
+
+# Runs an agent's install script, whose last line on stdout is `PATH=<dirs>`;
+# sets installed_path to those dirs.
+install_agent() { # <install script>
+  local out
+  out="$("$1")" || die "$1 failed"
+  installed_path="$(printf '%s\n' "$out" | tail -n 1)"
+  [[ "$installed_path" == PATH=* ]] || die "$1 printed no PATH line: $out"
+  installed_path="${installed_path#PATH=}"
+}
+
+# Node 24 and the pinned OpenClaw (tests/openclaw/install.sh), first on PATH.
+use_openclaw() {
+  step "install node 24 and openclaw (tests/openclaw/install.sh)"
+  install_agent tests/openclaw/install.sh
+  export PATH="$installed_path:$PATH"
+  echo "node $(node --version), $(openclaw --version | head -n 1)"
+}
+
+# The last part of a test's cleanup, once its processes are stopped: on a
+# failure (a non-zero status or any FAIL) the logs' tails, the scratch
+# folder kept and exit 1; otherwise the folder removed (KEEP_WORK=1 keeps
+# it) and the count.
+finish() { # <test's name> <exit status>
+  if [ "$2" -ne 0 ] || [ "$nfail" -ne 0 ]; then
+    tail_logs
+    echo "scratch folder kept: $work"
+    echo "$1: $npass passed, $nfail failed ($(($(date +%s) - t_start))s)"
+    exit 1
+  fi
+  if [ "${KEEP_WORK:-0}" = 1 ]; then echo "scratch folder kept: $work"; else rm -rf "$work"; fi
+  echo "$1: $npass passed, 0 failed in $(($(date +%s) - t_start))s"
+}

@@ -75,26 +75,14 @@ cleanup() {
     kill_group "$skyrl_pid" 4
   fi
   if [ -n "$upstream_pid" ]; then kill "$upstream_pid" 2>/dev/null; wait "$upstream_pid" 2>/dev/null; fi
-  if [ "$rc" -ne 0 ] || [ "$nfail" -ne 0 ]; then
-    tail_logs
-    echo "scratch folder kept: $work"
-    echo "openclaw e2e (rl): $npass passed, $nfail failed ($(($(date +%s) - t_start))s)"
-    exit 1
-  fi
-  if [ "${KEEP_WORK:-0}" = 1 ]; then echo "scratch folder kept: $work"; else rm -rf "$work"; fi
   printf '  %s\n' "${timings[@]}"
-  echo "openclaw e2e (rl): $npass passed, 0 failed in $(($(date +%s) - t_start))s"
+  finish "openclaw e2e (rl)" "$rc"
 }
 trap cleanup EXIT
 trap 'exit 130' INT TERM
 
 # ---------------------------------------------------------------- install
-step "install node 24 and openclaw (tests/openclaw/install.sh)"
-install_out="$(tests/openclaw/install.sh)" || die "tests/openclaw/install.sh failed"
-oc_path="$(printf '%s\n' "$install_out" | tail -n 1)"
-[[ "$oc_path" == PATH=* ]] || die "install.sh printed no PATH line: $install_out"
-export PATH="${oc_path#PATH=}:$PATH"
-echo "node $(node --version), $(openclaw --version | head -n 1)"
+use_openclaw
 
 find_metaclaw
 

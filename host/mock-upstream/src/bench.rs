@@ -34,6 +34,7 @@ use std::collections::HashMap;
 use std::fmt;
 use std::sync::OnceLock;
 
+use metaclaw_wire::agent::openclaw;
 use metaclaw_wire::text::value_text;
 use serde_json::{Map, Value, json};
 
@@ -787,8 +788,46 @@ fn role(m: &Value) -> &str {
     m["role"].as_str().unwrap_or("")
 }
 
+/// A message's text; a user message's without the wall-clock envelope
+/// OpenClaw puts before each one (`[Wed 2026-11-25 06:31 UTC] `).
 fn content(m: &Value) -> String {
-    value_text(&m["content"])
+    let text = value_text(&m["content"]);
+    if role(m) == "user" {
+        return openclaw::strip_time_envelope(&text).to_string();
+    }
+    text
+}
+
+/// The oracle's calls in the names of the tools offered: the bench's own
+/// (`write_file`, `copy_file`) as they are, or OpenClaw's (`write`, and
+/// `exec` running `cp`) when those are what the agent has.
+pub fn for_tools(calls: Vec<ToolCall>, offered: &[String]) -> Vec<ToolCall> {
+    let offers = |name: &str| offered.iter().any(|t| t == name);
+    if offers("write_file") || !offers("write") {
+        return calls;
+    }
+    let quote = |s: &str| format!("'{}'", s.replace('\'', r"'\''"));
+    calls
+        .into_iter()
+        .map(|call| match call.name.as_str() {
+            "write_file" => ToolCall {
+                name: "write".into(),
+                arguments: call.arguments,
+            },
+            "copy_file" | "move_file" if offers("exec") => {
+                let (from, to) = (
+                    call.arguments["from"].as_str().unwrap_or(""),
+                    call.arguments["to"].as_str().unwrap_or(""),
+                );
+                let verb = if call.name == "copy_file" { "cp" } else { "mv" };
+                ToolCall {
+                    name: "exec".into(),
+                    arguments: json!({ "command": format!("{verb} {} {}", quote(from), quote(to)) }),
+                }
+            }
+            _ => call,
+        })
+        .collect()
 }
 
 /// The skills blocks of the system prompt: the text between each
@@ -839,6 +878,14 @@ pub fn known(messages: &[Value]) -> Rules {
 
 /// The answer of `model` to a chat request's messages.
 pub fn reply(model: Model, messages: &[Value]) -> Reply {
+    let messages: Vec<Value> = messages
+        .iter()
+        .filter(|m| {
+            !(role(m) == "user" && openclaw::is_internal_context(&value_text(&m["content"])))
+        })
+        .cloned()
+        .collect();
+    let messages = messages.as_slice();
     if model == Model::Null {
         return Reply::Text("I cannot help with that.".into());
     }

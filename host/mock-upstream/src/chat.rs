@@ -14,7 +14,7 @@ use crate::answer::{Answer, Part};
 use crate::behaviour::{BEHAVIOURS, Behaviour, behaviour};
 use crate::request::{
     last_message_role, last_message_text, last_user_text, names_a_tool_call, system_text,
-    tool_calls, words,
+    tool_calls, tool_names, words,
 };
 use crate::routes::error;
 use crate::{Dummy, bench, faults, learning, receive};
@@ -175,11 +175,16 @@ pub(crate) async fn answer(
                 bench::Reply::Text(text) => (vec![Part::Text(text)], 0, "stop"),
                 bench::Reply::Calls { text, calls } => (
                     std::iter::once(Part::Text(text))
-                        .chain(calls.into_iter().enumerate().map(|(i, call)| Part::Tool {
-                            id: format!("call_{seq}_{i}"),
-                            name: call.name,
-                            arguments: call.arguments.to_string(),
-                        }))
+                        .chain(
+                            bench::for_tools(calls, &tool_names(&request))
+                                .into_iter()
+                                .enumerate()
+                                .map(|(i, call)| Part::Tool {
+                                    id: format!("call_{seq}_{i}"),
+                                    name: call.name,
+                                    arguments: call.arguments.to_string(),
+                                }),
+                        )
                         .collect(),
                     0,
                     "tool_calls",

@@ -73,16 +73,21 @@ pub(crate) fn words(text: &str) -> Vec<Part> {
 /// `k` calls: the tools the user's message names (else the request's first
 /// tools, else `lookup`), with the first JSON object in the message as
 /// arguments (else `{}`).
-pub(crate) fn tool_calls(request: &Value, k: u32, seq: u64) -> Vec<Part> {
-    let user = last_user_text(request);
-    let tools: Vec<String> = request["tools"]
+/// The names of the tools the request offers.
+pub(crate) fn tool_names(request: &Value) -> Vec<String> {
+    request["tools"]
         .as_array()
         .map(|t| {
             t.iter()
                 .filter_map(|t| t["function"]["name"].as_str().map(str::to_string))
                 .collect()
         })
-        .unwrap_or_default();
+        .unwrap_or_default()
+}
+
+pub(crate) fn tool_calls(request: &Value, k: u32, seq: u64) -> Vec<Part> {
+    let user = last_user_text(request);
+    let tools = tool_names(request);
     let mut named: Vec<String> = tools
         .iter()
         .filter(|t| user.contains(t.as_str()))

@@ -122,13 +122,11 @@ impl TurnCtx {
         if self.fallback > 0 {
             headers.insert("x-metaclaw-fallback", HeaderValue::from(self.fallback));
         }
-        let served_by = match &self.served_by {
-            ServedBy::Llm => None,
-            ServedBy::Student(sample) => {
-                Some(format!("student; policy_version={}", sample.policy_version))
-            }
-            ServedBy::Fallback(_) => Some("llm; student_fallback".to_string()),
+        let policy_version = match &self.served_by {
+            ServedBy::Student(sample) => Some(sample.policy_version),
+            _ => None,
         };
+        let served_by = crate::store::served_by_label(self.served_by.as_str(), policy_version);
         if let Some(v) = served_by.and_then(|v| HeaderValue::from_str(&v).ok()) {
             headers.insert("x-metaclaw-served-by", v);
         }

@@ -158,13 +158,17 @@ pub fn session_hints<'a>(headers: &'a HeaderMap, request: &'a ChatRequest) -> Hi
 }
 
 /// Which agent sent a turn, for the dashboard's filter: OpenClaw when its
-/// prompt says so (every OpenClaw speaks through the same SDK), otherwise
-/// the User-Agent's product without its version (`OpenAI/Python`, `curl`).
+/// prompt says so (its runtime line, or its internal context, which every
+/// call carries even on a session whose id is not a UUID; every OpenClaw
+/// speaks through the same SDK), otherwise the User-Agent's product without
+/// its version (`OpenAI/Python`, `curl`).
 pub fn agent(headers: &HeaderMap, request: &ChatRequest) -> Option<String> {
     let user_agent = headers
         .get(header::USER_AGENT)
         .and_then(|v| v.to_str().ok());
-    agent_name(request.runtime_session_id.is_some(), user_agent)
+    let openclaw =
+        request.runtime_session_id.is_some() || request.messages().iter().any(|m| m.internal);
+    agent_name(openclaw, user_agent)
 }
 
 fn agent_name(openclaw: bool, user_agent: Option<&str>) -> Option<String> {
@@ -217,7 +221,31 @@ pub fn served_model(request: &ChatRequest, upstream: &Upstream) -> Result<String
 
 #[cfg(test)]
 mod tests {
-    use super::agent_name;
+    use super::{ChatRequest, HeaderMap, agent, agent_name};
+
+    /// A session OpenClaw was told to use (`--session-id day01_…`, no UUID
+    /// in a runtime line) is still OpenClaw's: its internal context says so.
+    #[test]
+    fn openclaw_is_known_by_its_internal_context_too() {
+        let body = serde_json::json!({"model": "m", "messages": [
+            {"role": "system", "content": "You are a personal assistant running inside OpenClaw."},
+            {"role": "user", "content": "[Wed 2026-11-25 06:31 UTC] hello"},
+            {"role": "user", "content": [{"type": "text", "text":
+                "<<<BEGIN_OPENCLAW_INTERNAL_CONTEXT>>>\nnone\n<<<END_OPENCLAW_INTERNAL_CONTEXT>>>"}]},
+        ]});
+        let mut headers = HeaderMap::new();
+        headers.insert("user-agent", "OpenAI/JS 7.15.0".parse().unwrap());
+        let parse = |b: &serde_json::Value| {
+            ChatRequest::parse(serde_json::to_vec(b).unwrap().into(), true).unwrap()
+        };
+        assert_eq!(agent(&headers, &parse(&body)).as_deref(), Some("openclaw"));
+        let mut plain = body.clone();
+        plain["messages"].as_array_mut().unwrap().pop();
+        assert_eq!(
+            agent(&headers, &parse(&plain)).as_deref(),
+            Some("OpenAI/JS")
+        );
+    }
 
     #[test]
     fn the_agent_is_openclaw_or_the_user_agents_product_without_its_version() {

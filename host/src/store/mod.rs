@@ -194,6 +194,20 @@ impl ServedBy {
     }
 }
 
+/// How a response names who answered it (`x-metaclaw-served-by`) from the
+/// recorded `served_by` and the sample's policy version; `None` for the
+/// LLM as configured.
+pub fn served_by_label(served_by: &str, policy_version: Option<i64>) -> Option<String> {
+    match served_by {
+        "student" => Some(format!(
+            "student; policy_version={}",
+            policy_version.unwrap_or_default()
+        )),
+        "llm_fallback" => Some("llm; student_fallback".to_string()),
+        _ => None,
+    }
+}
+
 /// A turn's request as the proxy read it: the agent's bytes and where the
 /// parts the store keeps lie in them. The store parses only the values it
 /// stores; what is a message, a tool list or metaclaw's own field is the
@@ -431,6 +445,11 @@ impl Store {
             .lock()
             .map_err(|_| anyhow::anyhow!("store reader lock poisoned"))?;
         Ok(f(&conn)?)
+    }
+
+    /// A session's turns, in order.
+    pub fn session_turns(&self, id: &str) -> Result<Vec<read::TurnRow>> {
+        self.with_reader(|c| read::session_turns(c, id))
     }
 
     /// The newest window of a session key (for session continuity across

@@ -706,3 +706,58 @@ fn what_the_oracle_said_it_knew_it_keeps() {
             .contains(Rule::P4)
     );
 }
+
+/// Through OpenClaw the oracle sees its envelope before each user message
+/// and its internal context after the last one, and is offered OpenClaw's
+/// tools: it answers the same round the same way, in those tools' names.
+#[test]
+fn through_openclaw_the_oracle_answers_the_same_in_openclaws_tools() {
+    let seed = |q: &str| {
+        vec![
+            json!({"role": "system", "content": "You are an agent."}),
+            json!({"role": "user", "content": q}),
+        ]
+    };
+    let fc = rounds()
+        .iter()
+        .find(|r| r.set == Set::Small && r.kind == Kind::FileCheck && r.day == 8)
+        .unwrap();
+    let question = format!(
+        "[Previous Feedback] Before changing any existing file, copy it to <file>.bak first.\n\n{}",
+        fc.question
+    );
+    let plain = reply(Model::Oracle, &seed(&question));
+    let mut wrapped = seed(&format!("[Wed 2026-11-25 06:31 UTC] {question}"));
+    wrapped.push(json!({"role": "user", "content": [{"type": "text",
+        "text": "<<<BEGIN_OPENCLAW_INTERNAL_CONTEXT>>>\nnone\n<<<END_OPENCLAW_INTERNAL_CONTEXT>>>"}]}));
+    let through = reply(Model::Oracle, &wrapped);
+    assert_eq!(plain, through);
+    let Reply::Calls { calls, .. } = plain else {
+        panic!("no work for {}", fc.id)
+    };
+    assert!(calls.iter().any(|c| c.name == "copy_file"), "{calls:?}");
+    let ours: Vec<String> = ["read_file", "write_file", "copy_file", "run"]
+        .map(String::from)
+        .to_vec();
+    assert_eq!(for_tools(calls.clone(), &ours), calls);
+    let openclaws: Vec<String> = ["read", "write", "edit", "exec", "ls"]
+        .map(String::from)
+        .to_vec();
+    let mapped = for_tools(calls.clone(), &openclaws);
+    assert_eq!(mapped.len(), calls.len());
+    for (ours, theirs) in calls.iter().zip(&mapped) {
+        match ours.name.as_str() {
+            "write_file" => {
+                assert_eq!(theirs.name, "write");
+                assert_eq!(theirs.arguments, ours.arguments);
+            }
+            "copy_file" => {
+                assert_eq!(theirs.name, "exec");
+                let command = theirs.arguments["command"].as_str().unwrap();
+                let from = ours.arguments["from"].as_str().unwrap();
+                assert_eq!(command, format!("cp '{from}' '{from}.bak'"));
+            }
+            other => panic!("the oracle does not call {other}"),
+        }
+    }
+}

@@ -273,6 +273,11 @@ impl Instance {
         Ok(night)
     }
 
+    /// The arm's metaclaw store (what its turns were served with).
+    pub fn store(&self) -> crate::store::Store {
+        self.handle.app().proxy.store.clone()
+    }
+
     /// Where an arm's files go inside the run folder.
     pub fn home_of(arm_dir: &Path) -> PathBuf {
         arm_dir.join("home")

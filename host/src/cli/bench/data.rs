@@ -72,6 +72,8 @@ pub struct Day {
     pub tags: Vec<String>,
     /// The pre-seeded exchange: (role, text), user first.
     pub seed: Vec<(String, String)>,
+    /// The seeded OpenClaw session's id (`day01_<uuid>`).
+    pub session: String,
     pub rounds: Vec<Round>,
 }
 
@@ -161,6 +163,7 @@ impl Bench {
                     })
                     .unwrap_or_default(),
                 seed: read_seed(set, &session)?,
+                session,
                 rounds,
                 id,
             });
@@ -179,6 +182,31 @@ impl Bench {
             days,
             identity,
         })
+    }
+
+    /// The first `n` days only (a shorter run).
+    pub fn first_days(mut self, n: Option<usize>) -> Self {
+        if let Some(n) = n {
+            self.days.truncate(n);
+        }
+        self
+    }
+
+    /// The seeded OpenClaw transcript of `day` (JSONL, version 3).
+    pub fn seed_transcript(&self, day: &Day) -> Result<&'static str> {
+        text(self.set, &session_file(&day.session))
+    }
+
+    /// The reference harness's OpenClaw config: `openclaw.json` (straight
+    /// to the model) or `metaclaw.json` (through metaclaw), placeholders
+    /// unfilled.
+    pub fn openclaw_config(&self, through_metaclaw: bool) -> Result<Value> {
+        let name = if through_metaclaw {
+            "metaclaw.json"
+        } else {
+            "openclaw.json"
+        };
+        json(self.set, &format!("openclaw_cfg/{name}"))
     }
 
     pub fn rounds(&self) -> usize {
@@ -258,9 +286,14 @@ fn letters_map(v: &Value) -> BTreeMap<String, String> {
         .unwrap_or_default()
 }
 
+/// Where a seeded session's transcript is in a set.
+fn session_file(session: &str) -> String {
+    format!("openclaw_state/agents/metaclaw_agent/sessions/{session}.jsonl")
+}
+
 /// The user and assistant texts of a seeded OpenClaw transcript.
 fn read_seed(set: Set, session: &str) -> Result<Vec<(String, String)>> {
-    let rel = format!("openclaw_state/agents/metaclaw_agent/sessions/{session}.jsonl");
+    let rel = session_file(session);
     let mut seed = Vec::new();
     for line in text(set, &rel)?.lines().filter(|l| !l.trim().is_empty()) {
         let entry: Value =

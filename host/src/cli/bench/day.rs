@@ -27,15 +27,20 @@ use serde_json::{Value, json};
 use super::command::{self, PartResult, Shell};
 use super::data::{Bench, Day, Kind, Round};
 use super::model::Endpoint;
+use super::openclaw::ClawDay;
 use super::score::{self, Score};
 use crate::cli::rollout::sandbox::Sandbox;
 use crate::cli::rollout::taskdir::TaskDir;
 use crate::cli::rollout::tools::{self, Call};
 use crate::cli::rollout::workspace::Workspace;
+use crate::store::{Store, TurnRow};
 
 /// What an earlier round's tool results keep in the conversation: the
 /// model saw them whole when they were new.
 const OLD_TOOL_RESULT: usize = 1000;
+/// How long an OpenClaw turn's calls may take to appear in metaclaw's
+/// store after OpenClaw has its answer.
+const RECORDED_WITHIN: std::time::Duration = std::time::Duration::from_secs(10);
 
 /// How the agent calls its model.
 #[derive(Clone)]
@@ -48,6 +53,9 @@ pub struct Agent {
     pub max_steps: u32,
     pub sandbox: Arc<Sandbox>,
     pub shell: Shell,
+    /// The arm's metaclaw store: what an OpenClaw turn's calls were served
+    /// with (the built-in agent reads it from the response headers).
+    pub recorded: Option<Store>,
 }
 
 /// Token counts from the replies' `usage`.
@@ -106,10 +114,6 @@ pub struct RoundRecord {
     /// student and its policy version, or the LLM as its fallback).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub served_by: Vec<String>,
-    /// The agent could not finish the round (the model call failed); the
-    /// round is scored as it stands.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub error: Option<String>,
     /// The conversation's length after the round.
     pub messages: usize,
     pub ms: u64,
@@ -119,6 +123,10 @@ pub struct RoundRecord {
 /// task layout (`work/` is the workspace) and `conversation.json`.
 pub struct DayDir {
     pub task: TaskDir,
+    /// `--agent openclaw`: the day's OpenClaw, which holds the
+    /// conversation (`conversation.json` is then the record of what was
+    /// said, not what is sent).
+    pub claw: Option<ClawDay>,
 }
 
 impl DayDir {
@@ -138,10 +146,11 @@ impl DayDir {
                 .with_context(|| format!("cannot create {}", days.display()))?;
             let task = TaskDir::create(days, &day.id)?;
             bench.write_workspace(&day.id, &task.work())?;
-            return Ok(Self { task });
+            return Ok(Self { task, claw: None });
         }
         Ok(Self {
             task: TaskDir::at(path),
+            claw: None,
         })
     }
 
@@ -264,7 +273,6 @@ pub async fn round(
         feedback,
         skills: turn.skills,
         served_by: turn.served_by,
-        error: turn.error,
         messages: messages.len(),
         ms: started.elapsed().as_millis() as u64,
     })
@@ -281,9 +289,6 @@ pub async fn close(
     messages.push(json!({"role": "user", "content": score::closing(feedback)}));
     let turn = agent.turn(dir, messages, session).await?;
     dir.save(messages)?;
-    if let Some(e) = turn.error {
-        eprintln!("warning: the day's closing feedback got no answer: {e}");
-    }
     Ok(turn.skills)
 }
 
@@ -302,7 +307,6 @@ struct Turn {
     tokens: Tokens,
     skills: Vec<String>,
     served_by: Vec<String>,
-    error: Option<String>,
 }
 
 impl Agent {
@@ -314,6 +318,9 @@ impl Agent {
         messages: &mut Vec<Value>,
         session: Option<&str>,
     ) -> Result<Turn> {
+        if let Some(claw) = &dir.claw {
+            return self.claw_turn(claw, messages, session).await;
+        }
         let workspace =
             Arc::new(Workspace::open(&dir.task.work()).with_context(|| {
                 format!("cannot open the workspace {}", dir.task.work().display())
@@ -325,7 +332,6 @@ impl Agent {
             tokens: Tokens::default(),
             skills: Vec::new(),
             served_by: Vec::new(),
-            error: None,
         };
         let mut texts = Vec::new();
         // Earlier rounds' tool results, cut (this round's stay whole).
@@ -341,13 +347,14 @@ impl Agent {
                 "seed": self.seed,
                 "stream": false,
             });
-            let reply = match self.endpoint.complete(&body, session).await {
-                Ok(reply) => reply,
-                Err(e) => {
-                    turn.error = Some(e);
-                    break;
-                }
-            };
+            // A model call that fails for good (retries spent, or an
+            // error no retry helps: a wrong key, an unknown model) stops
+            // the run: a round the model never answered is not a result.
+            let reply = self
+                .endpoint
+                .complete(&body, session)
+                .await
+                .map_err(|e| anyhow::anyhow!("the model call failed: {e}"))?;
             turn.tokens.input += reply.tokens.0;
             turn.tokens.output += reply.tokens.1;
             if let Some(by) = reply.served_by
@@ -386,6 +393,88 @@ impl Agent {
         }
         turn.answer = texts.join("\n");
         Ok(turn)
+    }
+
+    /// The last user message sent through the day's OpenClaw; its answer
+    /// appended to the record of the conversation.
+    async fn claw_turn(
+        &self,
+        claw: &ClawDay,
+        messages: &mut Vec<Value>,
+        session: Option<&str>,
+    ) -> Result<Turn> {
+        let message = messages
+            .last()
+            .and_then(|m| m["content"].as_str())
+            .unwrap_or_default()
+            .to_string();
+        let seen = self.recorded_turns(session).len();
+        let turn = claw.ask(&message).await?;
+        messages.push(json!({"role": "assistant", "content": turn.answer}));
+        let (skills, served_by) = self.served_since(session, seen, turn.steps).await;
+        Ok(Turn {
+            answer: turn.answer,
+            tools: turn.tools,
+            steps: turn.steps,
+            tokens: turn.tokens,
+            skills,
+            served_by,
+        })
+    }
+
+    fn recorded_turns(&self, session: Option<&str>) -> Vec<TurnRow> {
+        match (&self.recorded, session) {
+            (Some(store), Some(session)) => store.session_turns(session).unwrap_or_default(),
+            _ => Vec::new(),
+        }
+    }
+
+    /// The skills injected into, and who served, the session's calls
+    /// after the first `seen`: once the `calls` OpenClaw made are recorded
+    /// (metaclaw records a call as it finishes; a few seconds at most).
+    async fn served_since(
+        &self,
+        session: Option<&str>,
+        seen: usize,
+        calls: u32,
+    ) -> (Vec<String>, Vec<String>) {
+        let Some(store) = &self.recorded else {
+            return (Vec::new(), Vec::new());
+        };
+        let deadline = Instant::now() + RECORDED_WITHIN;
+        let turns = loop {
+            store.flush().await;
+            let turns = self.recorded_turns(session);
+            if turns.len() >= seen + calls as usize || Instant::now() > deadline {
+                break turns;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        };
+        let (mut skills, mut served_by) = (Vec::new(), Vec::new());
+        for turn in turns.iter().skip(seen) {
+            let ids = turn
+                .injected_skills
+                .as_ref()
+                .and_then(Value::as_array)
+                .into_iter()
+                .flatten()
+                .filter_map(|s| s["id"].as_str());
+            for id in ids {
+                if !skills.iter().any(|s| s == id) {
+                    skills.push(id.to_string());
+                }
+            }
+            let by = crate::store::served_by_label(
+                turn.served_by.as_deref().unwrap_or_default(),
+                turn.sample.as_ref().map(|s| s.policy_version),
+            );
+            if let Some(by) = by
+                && !served_by.contains(&by)
+            {
+                served_by.push(by);
+            }
+        }
+        (skills, served_by)
     }
 
     async fn execute(&self, call: Call, workspace: &Arc<Workspace>, dir: &TaskDir) -> String {

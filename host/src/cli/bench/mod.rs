@@ -10,6 +10,7 @@
 //! | [`score`] | strict and lenient scores, the feedback after a round |
 //! | [`model`] | the agent's model calls: the model's API or the arm's metaclaw |
 //! | [`day`] | one day's conversation: rounds through the agent loop |
+//! | [`openclaw`] | `--agent openclaw`: a day through a real OpenClaw |
 //! | [`arms`] | the arms, and the metaclaw each one runs in |
 //! | [`run`] | the arms in order, records, resuming, progress |
 //! | [`report`] | Markdown, SVG and JSON from the records |
@@ -20,6 +21,7 @@ mod command;
 mod data;
 mod day;
 mod model;
+mod openclaw;
 mod report;
 mod run;
 mod score;
@@ -38,9 +40,10 @@ pub use data::Set;
 
 #[derive(Subcommand, Debug)]
 pub enum BenchCommand {
-    /// Run the bench's days through the built-in agent, in each arm, and
-    /// write the report (an interrupted run resumes where it stopped).
-    Run(RunArgs),
+    /// Run the bench's days through the built-in agent (or OpenClaw), in
+    /// each arm, and write the report (an interrupted run resumes where it
+    /// stopped).
+    Run(Box<RunArgs>),
     /// Write the report of a run again from its records.
     Report(ReportArgs),
     /// Run one of the bench's rule checkers, as the file checks do:
@@ -84,17 +87,29 @@ pub struct RunArgs {
     /// The skill evolver of the learning arms (default: rl.evolver_model, else the model).
     #[arg(long)]
     pub evolver_model: Option<String>,
-    #[arg(long, default_value_t = 0.0)]
-    pub temperature: f32,
-    /// Sent as the request's `seed` (models that honour it repeat themselves).
-    #[arg(long, default_value_t = 0)]
-    pub seed: u64,
-    /// Model calls per round at most.
-    #[arg(long, default_value_t = 16, value_parser = clap::value_parser!(u32).range(1..=200))]
-    pub max_steps: u32,
-    /// Seconds an agent's `run` command may take.
-    #[arg(long, default_value_t = 30, value_parser = clap::value_parser!(u64).range(1..=3600))]
-    pub run_timeout: u64,
+    /// The built-in agent's temperature [default: 0].
+    #[arg(long)]
+    pub temperature: Option<f32>,
+    /// Sent as the request's `seed` (models that honour it repeat
+    /// themselves) [default: 0].
+    #[arg(long)]
+    pub seed: Option<u64>,
+    /// The built-in agent's model calls per round at most [default: 16].
+    #[arg(long, value_parser = clap::value_parser!(u32).range(1..=200))]
+    pub max_steps: Option<u32>,
+    /// Seconds the built-in agent's `run` command may take [default: 30].
+    #[arg(long, value_parser = clap::value_parser!(u64).range(1..=3600))]
+    pub run_timeout: Option<u64>,
+    /// Who answers: metaclaw's built-in agent loop, or a real OpenClaw
+    /// (`openclaw agent --local`, the reference harness's layout).
+    #[arg(long, value_enum, default_value_t = run::AgentKind::Builtin)]
+    pub agent: run::AgentKind,
+    /// The `openclaw` program for --agent openclaw (default: on PATH).
+    #[arg(long, value_name = "PATH")]
+    pub openclaw: Option<PathBuf>,
+    /// Only the set's first N days (a quick, cheaper run).
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..=30))]
+    pub days: Option<u64>,
 }
 
 #[derive(Debug, Clone, Copy, clap::ValueEnum)]
@@ -112,7 +127,7 @@ pub struct ReportArgs {
 
 pub fn run(config_path: &Path, cmd: BenchCommand) -> Result<ExitCode> {
     match cmd {
-        BenchCommand::Run(args) => run_bench(config_path, args),
+        BenchCommand::Run(args) => run_bench(config_path, *args),
         BenchCommand::Report(args) => {
             let settings = read_settings(&args.out)?;
             let records = run::Records::read(&args.out)?;
@@ -193,20 +208,53 @@ fn run_bench(config_path: &Path, args: RunArgs) -> Result<ExitCode> {
             arms.push(arm);
         }
     }
+    if args.agent == run::AgentKind::Openclaw {
+        let ignored: Vec<&str> = [
+            ("--temperature", args.temperature.is_some()),
+            ("--seed", args.seed.is_some()),
+            ("--max-steps", args.max_steps.is_some()),
+            ("--run-timeout", args.run_timeout.is_some()),
+        ]
+        .iter()
+        .filter(|(_, given)| *given)
+        .map(|(flag, _)| *flag)
+        .collect();
+        if !ignored.is_empty() {
+            say!(
+                "note: {} set the built-in agent; OpenClaw runs with the reference harness's \
+                 config and its own sampling, tool and step settings, so they do nothing here",
+                ignored.join(", ")
+            );
+        }
+    } else if args.openclaw.is_some() {
+        say!("note: --openclaw does nothing without --agent openclaw");
+    }
+    let days = match args.days {
+        Some(n) => {
+            let all = data::Bench::load(args.set)?.days.len();
+            if n as usize > all {
+                bail!("--days {n}: the {} set has {all} days", args.set.as_str());
+            }
+            Some(n as usize)
+        }
+        None => None,
+    };
     let settings = run::Settings {
         set: args.set,
         model: model.clone(),
         arms,
         repeat: args.repeat,
-        temperature: args.temperature,
-        seed: args.seed,
-        max_steps: args.max_steps,
+        temperature: args.temperature.unwrap_or(0.0),
+        seed: args.seed.unwrap_or(0),
+        max_steps: args.max_steps.unwrap_or(16),
         api_base,
         api_format,
         helpers: arms::Helpers {
             judge: args.judge_model,
             evolver: args.evolver_model,
         },
+        agent: args.agent,
+        days,
     };
     // The rl arm's requirements are checked before anything runs.
     if settings.arms.contains(&Arm::Rl) {
@@ -230,7 +278,8 @@ fn run_bench(config_path: &Path, args: RunArgs) -> Result<ExitCode> {
         dir: dir.clone(),
         user,
         api_key,
-        run_timeout: Duration::from_secs(args.run_timeout),
+        run_timeout: Duration::from_secs(args.run_timeout.unwrap_or(30)),
+        openclaw: args.openclaw,
     };
     let rt = runtime()?;
     let outcome = rt.block_on(run::run(&settings, &ctx));

@@ -19,7 +19,7 @@ use serde_json::{Value, json};
 use super::arms::Arm;
 use super::data::Bench;
 use super::day::RoundRecord;
-use super::run::{Records, Settings};
+use super::run::{AgentKind, Records, Settings};
 use crate::ui::chart::{Chart, Series, XAxis};
 
 /// The five rules, as the report names them.
@@ -203,7 +203,7 @@ fn spread(s: &ArmSummary, f: impl Fn(&Metrics) -> f64) -> String {
 /// Writes `report.md`, `report.svg` and `report.json` into `dir`; the
 /// Markdown's text.
 pub fn write(dir: &Path, settings: &Settings, records: &Records) -> Result<String> {
-    let bench = Bench::load(settings.set)?;
+    let bench = settings.bench()?;
     let summary = summarise(settings, records);
     let md = markdown(&bench, settings, records, &summary);
     let svg = plot(&bench, &summary);
@@ -232,17 +232,24 @@ fn markdown(
 ) -> String {
     let mut md = String::new();
     let total = bench.rounds();
+    let agent = match settings.agent {
+        AgentKind::Builtin => format!(
+            "the built-in agent at temperature {}, seed {}",
+            settings.temperature, settings.seed
+        ),
+        AgentKind::Openclaw => "OpenClaw with the reference harness's config (its own \
+                                sampling settings; it puts the real date before each message)"
+            .to_string(),
+    };
     // Writing to a String cannot fail.
     let _ = writeln!(
         md,
-        "# MetaClaw-Bench ({} set): {}\n\n{} days, {total} rounds; temperature {}, seed {}, {} \
-         repeat(s); arms: {}. Strict scoring: a file check passes when its checks pass, a \
-         multiple-choice answer when its letters are exactly the gold set.\n",
+        "# MetaClaw-Bench ({} set): {}\n\n{} days, {total} rounds; {agent}; {} repeat(s); arms: \
+         {}. Strict scoring: a file check passes when its checks pass, a multiple-choice answer \
+         when its letters are exactly the gold set.\n",
         settings.set.as_str(),
         settings.model,
         bench.days.len(),
-        settings.temperature,
-        settings.seed,
         settings.repeat,
         settings
             .arms
@@ -257,6 +264,16 @@ fn markdown(
     );
     for s in summary {
         let done: usize = s.repeats.iter().map(|m| m.rounds).sum();
+        if done == 0 {
+            // No score for an arm that has not answered yet, rather than 0%.
+            let _ = writeln!(
+                md,
+                "| {} | – | – | – | – | 0 of {} | – | – |",
+                s.arm.as_str(),
+                total * settings.repeat as usize
+            );
+            continue;
+        }
         let _ = writeln!(
             md,
             "| {} | **{}** | {} | {} | {} | {done} of {} | {} | {} / {} |",
@@ -487,7 +504,6 @@ mod tests {
             feedback: String::new(),
             skills: Vec::new(),
             served_by: Vec::new(),
-            error: None,
             messages: 0,
             ms: 0,
         }

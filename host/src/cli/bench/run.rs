@@ -29,6 +29,7 @@ use super::command::Shell;
 use super::data::{Bench, Set};
 use super::day::{self, Agent, DayDir, RoundRecord};
 use super::model::Endpoint;
+use super::openclaw::{self, ClawDay, OpenClaw, Provider};
 use crate::cli::rollout::sandbox::Sandbox;
 use crate::config::{ApiFormat, Loaded};
 
@@ -47,6 +48,43 @@ pub struct Settings {
     pub api_base: String,
     pub api_format: ApiFormat,
     pub helpers: Helpers,
+    /// Who answers the rounds.
+    #[serde(default, skip_serializing_if = "AgentKind::is_builtin")]
+    pub agent: AgentKind,
+    /// Only the set's first N days (a shorter run).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub days: Option<usize>,
+}
+
+impl Settings {
+    /// The set, cut to the run's days.
+    pub fn bench(&self) -> Result<Bench> {
+        Ok(Bench::load(self.set)?.first_days(self.days))
+    }
+}
+
+/// Who answers the rounds.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, clap::ValueEnum, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum AgentKind {
+    /// metaclaw's own agent loop (the rollout's sandboxed workspace tools).
+    #[default]
+    Builtin,
+    /// A real OpenClaw (`openclaw agent --local`), as the reference harness.
+    Openclaw,
+}
+
+impl AgentKind {
+    pub fn is_builtin(&self) -> bool {
+        *self == Self::Builtin
+    }
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Builtin => "built-in agent",
+            Self::Openclaw => "OpenClaw",
+        }
+    }
 }
 
 /// One finished day: a line of `nights.jsonl`.
@@ -160,11 +198,27 @@ pub struct RunContext {
     /// The model's key (never written down).
     pub api_key: Option<String>,
     pub run_timeout: Duration,
+    /// `--openclaw PATH`.
+    pub openclaw: Option<PathBuf>,
 }
 
 /// Runs every arm and repeat not finished yet.
 pub async fn run(settings: &Settings, ctx: &RunContext) -> Result<()> {
-    let bench = Bench::load(settings.set)?;
+    let bench = settings.bench()?;
+    let openclaw = match settings.agent {
+        AgentKind::Builtin => None,
+        AgentKind::Openclaw => {
+            let found = OpenClaw::find(ctx.openclaw.as_deref()).await?;
+            if found.version != openclaw::TESTED_VERSION {
+                eprintln!(
+                    "note: OpenClaw {} (the bench is tested with {})",
+                    found.version,
+                    openclaw::TESTED_VERSION
+                );
+            }
+            Some(found)
+        }
+    };
     let scratch = ctx.dir.join(".scratch");
     std::fs::create_dir_all(&scratch)
         .with_context(|| format!("cannot create {}", scratch.display()))?;
@@ -195,6 +249,22 @@ pub async fn run(settings: &Settings, ctx: &RunContext) -> Result<()> {
                     Some(Instance::start(&Instance::home_of(&arm_dir), &loaded).await?)
                 }
             };
+            let provider = openclaw.as_ref().map(|_| match &instance {
+                None => Provider {
+                    base_url: settings.api_base.clone(),
+                    format: settings.api_format,
+                    model: settings.model.clone(),
+                    api_key: ctx.api_key.clone(),
+                    session: None,
+                },
+                Some(instance) => Provider {
+                    base_url: instance.base.clone(),
+                    format: ApiFormat::Openai,
+                    model: settings.model.clone(),
+                    api_key: None,
+                    session: None,
+                },
+            });
             let endpoint = match &instance {
                 None => Endpoint::new(
                     &settings.api_base,
@@ -212,11 +282,17 @@ pub async fn run(settings: &Settings, ctx: &RunContext) -> Result<()> {
                 max_steps: settings.max_steps,
                 sandbox: sandbox.clone(),
                 shell: shell.clone(),
+                recorded: instance.as_ref().map(Instance::store),
+            };
+            let claw = match (&openclaw, provider) {
+                (Some(openclaw), Some(provider)) => Some((openclaw, provider)),
+                _ => None,
             };
             let result = run_arm(
                 &bench,
                 &agent,
                 instance.as_ref(),
+                claw,
                 (arm, repeat),
                 &arm_dir,
                 &ctx.dir,
@@ -239,6 +315,7 @@ async fn run_arm(
     bench: &Bench,
     agent: &Agent,
     instance: Option<&Instance>,
+    claw: Option<(&OpenClaw, Provider)>,
     (arm, repeat): (Arm, u32),
     arm_dir: &Path,
     run_dir: &Path,
@@ -251,13 +328,25 @@ async fn run_arm(
             continue;
         }
         let done = records.day_rounds(arm, repeat, &day.id);
-        let dir = DayDir::prepare(bench, day, &days_dir, done.is_empty())?;
+        let mut dir = DayDir::prepare(bench, day, &days_dir, done.is_empty())?;
         let mut messages = match done.last() {
             None => day::opening(bench, day),
             Some(last) => dir.conversation(last.messages)?,
         };
         let mut feedback = done.last().map(|r| r.feedback.clone());
         let session = instance.map(|_| format!("bench-{}-{repeat}-{}", arm.as_str(), day.id));
+        if let Some((openclaw, provider)) = &claw {
+            let provider = Provider {
+                session: session.clone(),
+                ..provider.clone()
+            };
+            let (path, work) = (dir.task.path().to_path_buf(), dir.task.work());
+            dir.claw = Some(
+                ClawDay::prepare(openclaw, bench, day, &path, &work, &provider)
+                    .await
+                    .with_context(|| stopped_at(arm, repeat, &day.id, "setting up OpenClaw"))?,
+            );
+        }
         for index in done.len()..day.rounds.len() {
             progress.start(arm, repeat, &day.id, &day.rounds[index].id);
             let record = day::round(
@@ -270,13 +359,16 @@ async fn run_arm(
                 session.as_deref(),
                 (arm.as_str(), repeat),
             )
-            .await?;
+            .await
+            .with_context(|| stopped_at(arm, repeat, &day.id, &day.rounds[index].id))?;
             append(&run_dir.join("rounds.jsonl"), &record)?;
             progress.done(&record);
             feedback = Some(record.feedback);
         }
         let closing_skills = match &feedback {
-            Some(fb) => day::close(agent, &dir, &mut messages, fb, session.as_deref()).await?,
+            Some(fb) => day::close(agent, &dir, &mut messages, fb, session.as_deref())
+                .await
+                .with_context(|| stopped_at(arm, repeat, &day.id, "its closing feedback"))?,
             None => Vec::new(),
         };
         let night = match (instance, &session) {
@@ -284,7 +376,10 @@ async fn run_arm(
                 if arm.learns() {
                     progress.note(&format!("{}: learning from the day", day.id));
                 }
-                instance.night(session, arm).await?
+                instance
+                    .night(session, arm)
+                    .await
+                    .with_context(|| stopped_at(arm, repeat, &day.id, "its night"))?
             }
             _ => Value::Null,
         };
@@ -300,6 +395,15 @@ async fn run_arm(
         )?;
     }
     Ok(())
+}
+
+/// Where an interrupted run stopped, and how to go on.
+fn stopped_at(arm: Arm, repeat: u32, day: &str, what: &str) -> String {
+    format!(
+        "stopped at {}-{repeat} {day} {what} (the rounds before it are recorded; fix the cause \
+         and run the same command again to resume here)",
+        arm.as_str()
+    )
 }
 
 /// The progress line on stderr: redrawn in place on a terminal, a line

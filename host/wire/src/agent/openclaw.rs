@@ -52,6 +52,27 @@ pub fn is_internal_context(text: &str) -> bool {
     text.trim_start().starts_with(INTERNAL_CONTEXT_BEGIN)
 }
 
+/// `text` without the wall-clock envelope OpenClaw puts before each user
+/// message (`[Wed 2026-11-25 06:31 UTC] …`); as it is when there is none.
+pub fn strip_time_envelope(text: &str) -> &str {
+    let Some(end) = text.strip_prefix('[').and_then(|t| t.find("] ")) else {
+        return text;
+    };
+    // `Ddd YYYY-MM-DD`, then the time and zone.
+    let inner = &text[1..=end];
+    let date = inner.get(4..14).unwrap_or("");
+    let is_date = date.len() == 10
+        && date.bytes().enumerate().all(|(i, b)| match i {
+            4 | 7 => b == b'-',
+            _ => b.is_ascii_digit(),
+        });
+    if inner.get(3..4) == Some(" ") && is_date {
+        &text[end + 3..]
+    } else {
+        text
+    }
+}
+
 /// A heartbeat poll is background work, not the user talking.
 pub fn is_heartbeat(text: &str) -> bool {
     HEARTBEAT_MARKERS.iter().any(|m| text.contains(m))
@@ -60,6 +81,23 @@ pub fn is_heartbeat(text: &str) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_time_envelope_is_stripped_and_nothing_else() {
+        assert_eq!(
+            strip_time_envelope("[Wed 2026-11-25 06:31 UTC] [Previous Feedback] ok"),
+            "[Previous Feedback] ok"
+        );
+        assert_eq!(strip_time_envelope("[Mon 2026-03-16 09:00 GMT+8] hi"), "hi");
+        for kept in [
+            "[Previous Feedback] ok",
+            "[note] hi",
+            "[Wed 2026-1-25 06:31] x",
+            "[",
+        ] {
+            assert_eq!(strip_time_envelope(kept), kept);
+        }
+    }
 
     #[test]
     fn prompt_cache_keys() {
