@@ -34,11 +34,11 @@ fn bench_output(home: &Path, args: &[&str]) -> Output {
         .unwrap()
 }
 
-/// The first repeat's metaclaw homes of `arms` in the run folder `dir`,
-/// with the plugins already compiled (as after a first run).
-fn warm_arms(dir: &Path, arms: &[&str]) {
-    for arm in arms {
-        let arm_home = dir.join(format!("{arm}-1/home"));
+/// The metaclaw homes of `runs` (`<arm>-<repeat>`) in the run folder
+/// `dir`, with the plugins already compiled (as after a first run).
+fn warm_homes(dir: &Path, runs: &[&str]) {
+    for run in runs {
+        let arm_home = dir.join(run).join("home");
         std::fs::create_dir_all(&arm_home).unwrap();
         common::warm_plugin_cache(&arm_home);
     }
@@ -186,6 +186,80 @@ fn a_null_model_and_the_all_options_exploit_score_what_they_earn() {
     }
 }
 
+/// `--repeat 2`: each repeat runs in a clean metaclaw home of its own, so
+/// the second `learn` repeat starts without the skills the first one
+/// evolved, and with a deterministic model both score the same, round for
+/// round; the summary has both.
+#[test]
+fn each_repeat_starts_from_a_clean_home() {
+    let upstream = dummy();
+    let home = tempfile::tempdir().unwrap();
+    let dir = home.path().join("run");
+    warm_homes(&dir, &["learn-1", "learn-2"]);
+    run_small(
+        home.path(),
+        &upstream.url,
+        "bench-oracle",
+        "learn",
+        &dir,
+        &[
+            "--repeat",
+            "2",
+            "--days",
+            "2",
+            "--judge-model",
+            "judge",
+            "--evolver-model",
+            "bench-evolver",
+        ],
+    );
+    let r = report(&dir);
+    let by_repeat = |repeat: u64| -> Vec<(String, String, bool, Vec<String>)> {
+        rounds(&r, "learn")
+            .into_iter()
+            .filter(|x| x["repeat"] == repeat)
+            .map(|x| {
+                (
+                    x["day"].as_str().unwrap().to_string(),
+                    x["round"].as_str().unwrap().to_string(),
+                    x["score"]["passed"].as_bool().unwrap(),
+                    serde_json::from_value(x["skills"].clone()).unwrap_or_default(),
+                )
+            })
+            .collect()
+    };
+    let (first, second) = (by_repeat(1), by_repeat(2));
+    assert_eq!(first.len(), 10, "{first:?}");
+    assert_eq!(first, second);
+    // Day 1 of either repeat gets no skill evolved by a night before it;
+    // day 2 of each gets the one its own first night evolved.
+    let evolved = |skills: &[String]| skills.iter().any(|s| s.starts_with("orion-"));
+    for repeat in [&first, &second] {
+        assert!(
+            !repeat
+                .iter()
+                .filter(|x| x.0 == "day01")
+                .any(|x| evolved(&x.3))
+        );
+        assert!(
+            repeat
+                .iter()
+                .filter(|x| x.0 == "day02")
+                .any(|x| evolved(&x.3))
+        );
+    }
+    for repeat in ["learn-1", "learn-2"] {
+        assert!(
+            dir.join(repeat).join("home/metaclaw.db").is_file(),
+            "{repeat}"
+        );
+    }
+    let s = summary(&r, "learn");
+    assert_eq!(s["repeats"].as_array().unwrap().len(), 2, "{s}");
+    assert_eq!(s["repeats"][0]["strict"], s["repeats"][1]["strict"]);
+    assert_eq!(s["mean"]["strict"], s["repeats"][0]["strict"]);
+}
+
 /// A model call that fails for good (here a 401) stops the run with the
 /// reason, where it stopped and how to go on; nothing it did not answer is
 /// recorded, so the same command resumes there once the cause is fixed.
@@ -319,7 +393,7 @@ fn the_oracle_learns_only_what_it_is_told_and_the_scores_follow() {
     let upstream = dummy();
     let home = tempfile::tempdir().unwrap();
     let dir = home.path().join("run");
-    warm_arms(&dir, &["skills", "learn"]);
+    warm_homes(&dir, &["skills-1", "learn-1"]);
     run_small(
         home.path(),
         &upstream.url,
@@ -466,7 +540,7 @@ fn the_rl_arm_serves_the_student_and_trains_each_night() {
     )
     .unwrap();
     let dir = home.path().join("run");
-    warm_arms(&dir, &["rl"]);
+    warm_homes(&dir, &["rl-1"]);
     run_small(
         home.path(),
         &upstream.url,

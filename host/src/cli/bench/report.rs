@@ -541,4 +541,25 @@ mod tests {
         assert_eq!(both.strict, 0.25);
         assert_eq!(both.compliance[0], Some(1.0));
     }
+
+    /// `--repeat N`: the summary gives each metric's mean over the repeats
+    /// and, with several, their range.
+    #[test]
+    fn repeats_show_their_mean_and_range() {
+        let pass = record("day01", "file_check", true, 1.0, vec![]);
+        let fail = record("day01", "file_check", false, 0.0, vec![]);
+        let (one, two) = (metrics(&[&pass, &pass]), metrics(&[&pass, &fail]));
+        let both = ArmSummary {
+            arm: Arm::Skills,
+            mean: mean(&[one.clone(), two.clone()]),
+            repeats: vec![one.clone(), two],
+        };
+        assert_eq!(spread(&both, |m| m.strict), "75.0% (50.0%–100.0%)");
+        let single = ArmSummary {
+            arm: Arm::Skills,
+            mean: one.clone(),
+            repeats: vec![one],
+        };
+        assert_eq!(spread(&single, |m| m.strict), "100.0%");
+    }
 }
