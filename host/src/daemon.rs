@@ -201,11 +201,7 @@ pub async fn run(options: DaemonOptions) -> Result<()> {
 /// what the demo shows.
 fn use_demo_data(home: &Home, config: &mut config::Config) -> Result<()> {
     let dir = home.demo_dir();
-    match std::fs::remove_dir_all(&dir) {
-        Ok(()) => {}
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-        Err(e) => return Err(e).with_context(|| format!("cannot clear {}", dir.display())),
-    }
+    crate::home::remove_dir_if_any(&dir)?;
     let skills = home.demo_skills_dir();
     std::fs::create_dir_all(&skills)
         .with_context(|| format!("cannot create {}", skills.display()))?;

@@ -247,6 +247,15 @@ pub fn write_atomic(path: &Path, contents: &[u8], mode: Option<u32>) -> Result<(
     result
 }
 
+/// Removes `dir` and everything in it; a folder that is not there is fine.
+pub fn remove_dir_if_any(dir: &Path) -> Result<()> {
+    match fs::remove_dir_all(dir) {
+        Ok(()) => Ok(()),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+        Err(e) => Err(e).with_context(|| format!("cannot clear {}", dir.display())),
+    }
+}
+
 /// `~/x` → `$HOME/x`.
 pub fn expand_home(path: &str) -> std::path::PathBuf {
     match (path.strip_prefix("~/"), std::env::var_os("HOME")) {

@@ -112,6 +112,24 @@ fn rounds<'a>(report: &'a Value, arm: &str) -> Vec<&'a Value> {
         .collect()
 }
 
+/// Each round's day, id, pass and injected skills, in order: what two runs
+/// that must agree are compared by.
+fn outcomes<'a>(
+    rounds: impl IntoIterator<Item = &'a Value>,
+) -> Vec<(String, String, bool, Vec<String>)> {
+    rounds
+        .into_iter()
+        .map(|x| {
+            (
+                x["day"].as_str().unwrap().to_string(),
+                x["round"].as_str().unwrap().to_string(),
+                x["score"]["passed"].as_bool().unwrap(),
+                serde_json::from_value(x["skills"].clone()).unwrap_or_default(),
+            )
+        })
+        .collect()
+}
+
 /// A model that says "I cannot help" scores nothing, strictly or
 /// leniently, and changes no file; one that ticks every option and touches
 /// no file scores the reference's lenient 24.17% and, strictly, only the
@@ -214,19 +232,9 @@ fn each_repeat_starts_from_a_clean_home() {
         ],
     );
     let r = report(&dir);
-    let by_repeat = |repeat: u64| -> Vec<(String, String, bool, Vec<String>)> {
-        rounds(&r, "learn")
-            .into_iter()
-            .filter(|x| x["repeat"] == repeat)
-            .map(|x| {
-                (
-                    x["day"].as_str().unwrap().to_string(),
-                    x["round"].as_str().unwrap().to_string(),
-                    x["score"]["passed"].as_bool().unwrap(),
-                    serde_json::from_value(x["skills"].clone()).unwrap_or_default(),
-                )
-            })
-            .collect()
+    let by_repeat = |repeat: u64| {
+        let learn = rounds(&r, "learn");
+        outcomes(learn.into_iter().filter(|x| x["repeat"] == repeat))
     };
     let (first, second) = (by_repeat(1), by_repeat(2));
     assert_eq!(first.len(), 10, "{first:?}");
@@ -499,19 +507,8 @@ fn the_oracle_learns_only_what_it_is_told_and_the_scores_follow() {
             "BENCH_TEST_KEY",
         ],
     );
-    let passed = |r: &Value| -> Vec<(String, String, bool)> {
-        rounds(r, "direct")
-            .iter()
-            .map(|x| {
-                (
-                    x["day"].as_str().unwrap().to_string(),
-                    x["round"].as_str().unwrap().to_string(),
-                    x["score"]["passed"].as_bool().unwrap(),
-                )
-            })
-            .collect()
-    };
-    assert_eq!(passed(&report(&anthropic)), passed(&r));
+    let direct = |r: &Value| outcomes(rounds(r, "direct"));
+    assert_eq!(direct(&report(&anthropic)), direct(&r));
 }
 
 /// The `rl` arm: metaclaw in `mode: rl` serves the agent with the trainable

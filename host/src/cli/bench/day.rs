@@ -135,13 +135,7 @@ impl DayDir {
     pub fn prepare(bench: &Bench, day: &Day, days: &Path, fresh: bool) -> Result<Self> {
         let path = days.join(&day.id);
         if fresh {
-            match std::fs::remove_dir_all(&path) {
-                Ok(()) => {}
-                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-                Err(e) => {
-                    return Err(e).with_context(|| format!("cannot clear {}", path.display()));
-                }
-            }
+            crate::home::remove_dir_if_any(&path)?;
             std::fs::create_dir_all(days)
                 .with_context(|| format!("cannot create {}", days.display()))?;
             let task = TaskDir::create(days, &day.id)?;
@@ -178,11 +172,11 @@ impl DayDir {
     }
 
     fn save(&self, messages: &[Value]) -> Result<()> {
-        let file = self.conversation_file();
-        let tmp = file.with_extension("json.tmp");
-        std::fs::write(&tmp, serde_json::to_vec(messages)?)
-            .with_context(|| format!("cannot write {}", tmp.display()))?;
-        std::fs::rename(&tmp, &file).with_context(|| format!("cannot write {}", file.display()))
+        crate::home::write_atomic(
+            &self.conversation_file(),
+            &serde_json::to_vec(messages)?,
+            None,
+        )
     }
 }
 
@@ -300,13 +294,33 @@ pub fn kind_name(round: &Round) -> &'static str {
 }
 
 /// What one turn of the agent produced.
-struct Turn {
-    answer: String,
-    tools: Vec<ToolUse>,
-    steps: u32,
-    tokens: Tokens,
-    skills: Vec<String>,
-    served_by: Vec<String>,
+#[derive(Debug)]
+pub(super) struct Turn {
+    pub answer: String,
+    /// The tools used (through OpenClaw: names only, as it reports them).
+    pub tools: Vec<ToolUse>,
+    /// Model calls.
+    pub steps: u32,
+    pub tokens: Tokens,
+    pub skills: Vec<String>,
+    pub served_by: Vec<String>,
+}
+
+impl Turn {
+    /// Notes what metaclaw said of one model call: who served it and the
+    /// skills it injected, each kept once.
+    fn served(&mut self, by: Option<String>, skills: impl IntoIterator<Item = String>) {
+        if let Some(by) = by
+            && !self.served_by.contains(&by)
+        {
+            self.served_by.push(by);
+        }
+        for skill in skills {
+            if !self.skills.contains(&skill) {
+                self.skills.push(skill);
+            }
+        }
+    }
 }
 
 impl Agent {
@@ -357,16 +371,7 @@ impl Agent {
                 .map_err(|e| anyhow::anyhow!("the model call failed: {e}"))?;
             turn.tokens.input += reply.tokens.0;
             turn.tokens.output += reply.tokens.1;
-            if let Some(by) = reply.served_by
-                && !turn.served_by.contains(&by)
-            {
-                turn.served_by.push(by);
-            }
-            for skill in reply.skills {
-                if !turn.skills.contains(&skill) {
-                    turn.skills.push(skill);
-                }
-            }
+            turn.served(reply.served_by, reply.skills);
             let (message, calls) = crate::cli::rollout::agent::assistant(reply.message);
             if let Some(text) = message["content"].as_str().filter(|t| !t.trim().is_empty()) {
                 texts.push(text.to_string());
@@ -409,17 +414,10 @@ impl Agent {
             .unwrap_or_default()
             .to_string();
         let seen = self.recorded_turns(session).len();
-        let turn = claw.ask(&message).await?;
+        let mut turn = claw.ask(&message).await?;
         messages.push(json!({"role": "assistant", "content": turn.answer}));
-        let (skills, served_by) = self.served_since(session, seen, turn.steps).await;
-        Ok(Turn {
-            answer: turn.answer,
-            tools: turn.tools,
-            steps: turn.steps,
-            tokens: turn.tokens,
-            skills,
-            served_by,
-        })
+        self.note_served_since(&mut turn, session, seen).await;
+        Ok(turn)
     }
 
     fn recorded_turns(&self, session: Option<&str>) -> Vec<TurnRow> {
@@ -429,52 +427,37 @@ impl Agent {
         }
     }
 
-    /// The skills injected into, and who served, the session's calls
-    /// after the first `seen`: once the `calls` OpenClaw made are recorded
-    /// (metaclaw records a call as it finishes; a few seconds at most).
-    async fn served_since(
-        &self,
-        session: Option<&str>,
-        seen: usize,
-        calls: u32,
-    ) -> (Vec<String>, Vec<String>) {
+    /// Notes on `turn` the skills injected into, and who served, the
+    /// session's calls after the first `seen`: once the calls OpenClaw
+    /// made (its steps) are recorded (metaclaw records a call as it
+    /// finishes; a few seconds at most).
+    async fn note_served_since(&self, turn: &mut Turn, session: Option<&str>, seen: usize) {
         let Some(store) = &self.recorded else {
-            return (Vec::new(), Vec::new());
+            return;
         };
         let deadline = Instant::now() + RECORDED_WITHIN;
-        let turns = loop {
+        let rows = loop {
             store.flush().await;
-            let turns = self.recorded_turns(session);
-            if turns.len() >= seen + calls as usize || Instant::now() > deadline {
-                break turns;
+            let rows = self.recorded_turns(session);
+            if rows.len() >= seen + turn.steps as usize || Instant::now() > deadline {
+                break rows;
             }
             tokio::time::sleep(std::time::Duration::from_millis(50)).await;
         };
-        let (mut skills, mut served_by) = (Vec::new(), Vec::new());
-        for turn in turns.iter().skip(seen) {
-            let ids = turn
+        for row in rows.iter().skip(seen) {
+            let skills = row
                 .injected_skills
                 .as_ref()
                 .and_then(Value::as_array)
                 .into_iter()
                 .flatten()
-                .filter_map(|s| s["id"].as_str());
-            for id in ids {
-                if !skills.iter().any(|s| s == id) {
-                    skills.push(id.to_string());
-                }
-            }
+                .filter_map(|s| s["id"].as_str().map(str::to_string));
             let by = crate::store::served_by_label(
-                turn.served_by.as_deref().unwrap_or_default(),
-                turn.sample.as_ref().map(|s| s.policy_version),
+                row.served_by.as_deref().unwrap_or_default(),
+                row.sample.as_ref().map(|s| s.policy_version),
             );
-            if let Some(by) = by
-                && !served_by.contains(&by)
-            {
-                served_by.push(by);
-            }
+            turn.served(by, skills);
         }
-        (skills, served_by)
     }
 
     async fn execute(&self, call: Call, workspace: &Arc<Workspace>, dir: &TaskDir) -> String {

@@ -24,7 +24,7 @@ use anyhow::{Context, Result, anyhow, bail};
 use serde_json::{Value, json};
 
 use super::data::{Bench, Day};
-use super::day::{Tokens, ToolUse};
+use super::day::{Tokens, ToolUse, Turn};
 use crate::config::ApiFormat;
 
 /// The OpenClaw version the bench's end-to-end test runs.
@@ -105,17 +105,6 @@ pub struct ClawDay {
     api_key: Option<String>,
 }
 
-/// What one OpenClaw turn produced.
-#[derive(Debug, Clone, Default)]
-pub struct ClawTurn {
-    pub answer: String,
-    /// The tools the turn used, as OpenClaw reports them (names only).
-    pub tools: Vec<ToolUse>,
-    /// Model calls.
-    pub steps: u32,
-    pub tokens: Tokens,
-}
-
 impl ClawDay {
     /// Sets up the day under `day_dir/openclaw/`: the seeded session
     /// imported once (kept when resuming), the config written each time
@@ -137,13 +126,7 @@ impl ClawDay {
         };
         let imported = this.dir.join("imported");
         if !imported.exists() {
-            match std::fs::remove_dir_all(&this.dir) {
-                Ok(()) => {}
-                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-                Err(e) => {
-                    return Err(e).with_context(|| format!("cannot clear {}", this.dir.display()));
-                }
-            }
+            crate::home::remove_dir_if_any(&this.dir)?;
             let sessions = this.sessions_dir();
             std::fs::create_dir_all(&sessions)
                 .and_then(|()| std::fs::create_dir_all(this.dir.join("home")))
@@ -244,7 +227,7 @@ impl ClawDay {
     }
 
     /// One turn: `message` sent on the day's session.
-    pub async fn ask(&self, message: &str) -> Result<ClawTurn> {
+    pub async fn ask(&self, message: &str) -> Result<Turn> {
         let file = self.dir.join("message.txt");
         std::fs::write(&file, message)
             .with_context(|| format!("cannot write {}", file.display()))?;
@@ -265,7 +248,7 @@ impl ClawDay {
         )
     }
 
-    async fn try_turn(&self, message_file: &Path) -> Result<ClawTurn> {
+    async fn try_turn(&self, message_file: &Path) -> Result<Turn> {
         let mut command = self.command();
         command
             .arg("agent")
@@ -383,7 +366,7 @@ pub fn config(bench: &Bench, provider: &Provider, work: &Path, agent_dir: &Path)
 
 /// The turn in `openclaw agent --json`'s reply: the text payloads, the
 /// tools it used, its model calls and tokens.
-pub fn parse_turn(reply: &Value) -> Result<ClawTurn> {
+pub fn parse_turn(reply: &Value) -> Result<Turn> {
     if reply["ok"] == json!(false) {
         bail!(
             "OpenClaw said: {}",
@@ -414,7 +397,8 @@ pub fn parse_turn(reply: &Value) -> Result<ClawTurn> {
                 .collect()
         })
         .unwrap_or_default();
-    Ok(ClawTurn {
+    // The skills and who served are metaclaw's to say (the arm's store).
+    Ok(Turn {
         answer,
         tools,
         steps: meta["assistantTurns"].as_u64().unwrap_or(1) as u32,
@@ -422,6 +406,8 @@ pub fn parse_turn(reply: &Value) -> Result<ClawTurn> {
             input: meta["usage"]["input"].as_u64().unwrap_or(0),
             output: meta["usage"]["output"].as_u64().unwrap_or(0),
         },
+        skills: Vec::new(),
+        served_by: Vec::new(),
     })
 }
 

@@ -78,13 +78,6 @@ impl AgentKind {
     pub fn is_builtin(&self) -> bool {
         *self == Self::Builtin
     }
-
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Self::Builtin => "built-in agent",
-            Self::Openclaw => "OpenClaw",
-        }
-    }
 }
 
 /// One finished day: a line of `nights.jsonl`.
@@ -249,33 +242,24 @@ pub async fn run(settings: &Settings, ctx: &RunContext) -> Result<()> {
                     Some(Instance::start(&Instance::home_of(&arm_dir), &loaded).await?)
                 }
             };
-            let provider = openclaw.as_ref().map(|_| match &instance {
-                None => Provider {
-                    base_url: settings.api_base.clone(),
-                    format: settings.api_format,
-                    model: settings.model.clone(),
-                    api_key: ctx.api_key.clone(),
-                    session: None,
-                },
-                Some(instance) => Provider {
-                    base_url: instance.base.clone(),
-                    format: ApiFormat::Openai,
-                    model: settings.model.clone(),
-                    api_key: None,
-                    session: None,
-                },
-            });
-            let endpoint = match &instance {
-                None => Endpoint::new(
-                    &settings.api_base,
-                    settings.api_format,
-                    ctx.api_key.as_deref(),
-                    "the model's key",
-                )?,
-                Some(instance) => Endpoint::new(&instance.base, ApiFormat::Openai, None, "")?,
+            // Where the agent's model calls go: the model's API, or the
+            // arm's metaclaw (which holds the key itself).
+            let (base, format, key) = match &instance {
+                None => (&settings.api_base, settings.api_format, ctx.api_key.clone()),
+                Some(instance) => (&instance.base, ApiFormat::Openai, None),
             };
+            let claw = openclaw.as_ref().map(|openclaw| {
+                let provider = Provider {
+                    base_url: base.clone(),
+                    format,
+                    model: settings.model.clone(),
+                    api_key: key.clone(),
+                    session: None,
+                };
+                (openclaw, provider)
+            });
             let agent = Agent {
-                endpoint,
+                endpoint: Endpoint::new(base, format, key.as_deref(), "the model's key")?,
                 model: settings.model.clone(),
                 temperature: settings.temperature,
                 seed: settings.seed,
@@ -283,10 +267,6 @@ pub async fn run(settings: &Settings, ctx: &RunContext) -> Result<()> {
                 sandbox: sandbox.clone(),
                 shell: shell.clone(),
                 recorded: instance.as_ref().map(Instance::store),
-            };
-            let claw = match (&openclaw, provider) {
-                (Some(openclaw), Some(provider)) => Some((openclaw, provider)),
-                _ => None,
             };
             let result = run_arm(
                 &bench,
