@@ -1052,11 +1052,11 @@ async fn judged_turns_train_a_step_whose_weights_serve_the_next_turn() {
     let status = p.status().await;
     assert_eq!(status["student"]["policy_version"], 1, "{status}");
     assert_eq!(status["training"]["queue"]["trained"], 2, "{status}");
-    p.script(&[says("Hello again.")]).await;
-    p.post("/v1/chat/completions", "s-after", &chat_request(false))
-        .await;
-    let after = p.turns("s-after").await;
-    assert_eq!(p.sample_of(&after[0].id).await.policy_version, 1);
+    // The same answer to the same prompt, under step 1's weights: the
+    // fake scores a scripted answer with the weights that sampled it, so
+    // its logprobs say which weights served.
+    let step1 = p.probe("s-after").await;
+    assert_eq!(step1.policy_version, 1);
 
     // The CLI lists the run's checkpoints on the service and the queue
     // (a process of its own: the fake in this test answers it meanwhile).
@@ -1091,9 +1091,31 @@ async fn judged_turns_train_a_step_whose_weights_serve_the_next_turn() {
     assert_eq!(status["next_checkpoint_step"], 2, "{status}");
     assert_eq!(status["service"]["reachable"], true, "{status}");
 
-    // A rollback serves named sampler weights (here the step's own); an
-    // unknown path is refused, and what is served stays.
+    // A second step, on the turn step 1's weights answered: policy
+    // version 2, whose weights score that answer otherwise.
+    let (status, body) = p
+        .admin_post("/admin/learn/now", &json!({"session": "s-after"}))
+        .await;
+    assert_eq!(status, StatusCode::OK, "{}", String::from_utf8_lossy(&body));
+    let (_, body) = p.admin_post("/admin/train/step", &json!({})).await;
+    let second = json_of(&body);
+    assert_eq!(
+        (
+            second["outcome"].as_str(),
+            second["policy_version"].as_i64()
+        ),
+        (Some("stepped"), Some(2)),
+        "{second}"
+    );
+    let step2 = p.probe("s-probe-2").await;
+    assert_eq!(step2.policy_version, 2);
+    assert_ne!(step2.logprobs, step1.logprobs, "step 2 changed nothing");
+
+    // A rollback serves named earlier sampler weights (step 1's, not the
+    // step 2 weights served now); an unknown path is refused, and what is
+    // served stays.
     let path = stepped["sampler_path"].as_str().unwrap();
+    assert_ne!(Some(path), second["sampler_path"].as_str());
     let (status, body) = p
         .admin_post(
             "/admin/train/rollback",
@@ -1112,11 +1134,18 @@ async fn judged_turns_train_a_step_whose_weights_serve_the_next_turn() {
     assert_eq!(status, StatusCode::OK, "{}", String::from_utf8_lossy(&body));
     assert_eq!(json_of(&body)["policy_version"], 1);
     assert_eq!(p.status().await["student"]["sampler"], path);
+    // The next answer comes from step 1's weights: sampled on its sampler,
+    // named version 1 to the agent, scored exactly as they scored it.
+    let (served_by, rolled_back) = p.probe_served("s-probe-back").await;
+    assert_eq!(served_by, "student; policy_version=1");
+    assert_eq!(rolled_back.sampler, path);
+    assert_eq!(rolled_back.policy_version, 1);
+    assert_eq!(rolled_back.logprobs, step1.logprobs);
     // A restart serves it too; the run's training state is untouched.
     let conn = metaclaw::store::open_read_only(p.handle.app().proxy.store.path()).unwrap();
     let run = &metaclaw::store::training::list(&conn, 1).unwrap()[0];
     assert_eq!(run.sampler_path.as_deref(), Some(path));
-    assert_eq!((run.step, run.pending.as_deref()), (1, None));
+    assert_eq!((run.step, run.pending.as_deref()), (2, None));
 
     // Each sample trained once: a second step finds nothing ready.
     let (_, body) = p.admin_post("/admin/train/step", &json!({})).await;
@@ -1126,9 +1155,39 @@ async fn judged_turns_train_a_step_whose_weights_serve_the_next_turn() {
     let counts = metaclaw::store::train_queue::counts(&conn).unwrap();
     assert_eq!(
         (counts.trained, counts.ready, counts.in_step),
-        (2, 0, 0),
+        (3, 0, 0),
         "{counts:?}"
     );
+}
+
+impl Product {
+    /// One turn of a session of its own, the fake scripted to say "Hello
+    /// again." to [`chat_request`]: the header naming who served it, and
+    /// its sample.
+    async fn probe_served(&self, session: &str) -> (String, SampleRecord) {
+        self.script(&[says("Hello again.")]).await;
+        let request = Request::post("/v1/chat/completions")
+            .header("x-session-id", session)
+            .header("x-turn-type", "main")
+            .header("host", format!("127.0.0.1:{PORT}"))
+            .header("content-type", "application/json")
+            .body(Body::from(chat_request(false).to_string()))
+            .unwrap();
+        let response = self.router.clone().oneshot(request).await.unwrap();
+        assert_eq!(response.status(), StatusCode::OK);
+        let served_by = response.headers()["x-metaclaw-served-by"]
+            .to_str()
+            .unwrap()
+            .to_string();
+        let _ = axum::body::to_bytes(response.into_body(), 1 << 22).await;
+        let turns = self.turns(session).await;
+        (served_by, self.sample_of(&turns[0].id).await)
+    }
+
+    /// [`Self::probe_served`]'s sample.
+    async fn probe(&self, session: &str) -> SampleRecord {
+        self.probe_served(session).await.1
+    }
 }
 
 /// The product with distillation from the dummy's `teacher` (reading text
@@ -1147,6 +1206,25 @@ async fn distilling(tokenizer: Option<Renderer>) -> Product {
 }
 
 impl Product {
+    /// Waits until `status` says the teacher's check went `how`
+    /// (`checked`, `refused`), with no step asked for; the line.
+    async fn teacher_is(&self, how: &str) -> String {
+        let deadline = Instant::now() + Duration::from_secs(60);
+        loop {
+            let status = self.status().await;
+            let line = status["training"]["opd"].as_str().unwrap_or("");
+            if line.contains(&format!(": {how}")) {
+                return line.to_string();
+            }
+            assert!(
+                Instant::now() < deadline,
+                "the teacher's check never {how}: {}",
+                status["training"]
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+
     /// One-turn sessions, learned from: the dummy judge scores each 0
     /// (nothing happened after the answer).
     async fn unscored_turns(&self, sessions: &[&str]) -> Vec<String> {
@@ -1199,6 +1277,8 @@ async fn distillation_trains_turns_the_judge_scored_zero() {
 
     let p = distilling(Some(renderer())).await;
     p.student_is("ready").await;
+    // Checked at start, before any step.
+    p.teacher_is("checked").await;
     let turns = p.unscored_turns(&["d-1", "d-2"]).await;
     let (status, body) = p.admin_post("/admin/train/step", &json!({})).await;
     assert_eq!(status, StatusCode::OK, "{}", String::from_utf8_lossy(&body));
@@ -1232,13 +1312,15 @@ async fn distillation_trains_turns_the_judge_scored_zero() {
     assert_eq!(status["training"]["queue"]["trained"], 2, "{status}");
 }
 
-/// A teacher whose tokenizer is not the student's is refused before
-/// anything trains: the step fails and says why, `status` shows it, and
-/// the samples stay ready for when the teacher is fixed.
+/// A teacher whose tokenizer is not the student's is refused at start,
+/// before any step: `status` says why at once; the step fails closed and
+/// says why, and the samples stay ready for when the teacher is fixed.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_teacher_with_another_tokenizer_is_refused() {
     let p = distilling(None).await;
     p.student_is("ready").await;
+    let opd = p.teacher_is("refused").await;
+    assert!(opd.contains("tokenizer is not the student's"), "{opd}");
     p.unscored_turns(&["r-1", "r-2"]).await;
     let (status, body) = p.admin_post("/admin/train/step", &json!({})).await;
     let text = String::from_utf8_lossy(&body);

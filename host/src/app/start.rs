@@ -215,7 +215,6 @@ impl App {
                 home,
                 proxy.store.path().to_path_buf(),
                 policy.clone(),
-                skills.clone(),
                 proxy.sessions.activity(),
                 &cancel,
             ),
@@ -281,7 +280,6 @@ fn start_trainer(
     home: &crate::home::Home,
     db: std::path::PathBuf,
     policy: Arc<Policy>,
-    skills: Option<Arc<Skills>>,
     activity: crate::clock::LastActivity,
     cancel: &CancellationToken,
 ) -> Option<crate::learn::rl::trainer::TrainerHandle> {
@@ -321,15 +319,7 @@ fn start_trainer(
         gate,
         gate_error,
     };
-    // The generation serving records in each sample (proxy/student.rs):
-    // with skills off that is 0, whatever the store says (`metaclaw start`
-    // installs the built-in bank, which bumps the stored generation; read
-    // here, it made every sample "older" and nothing ever trained).
-    let generation: Box<dyn Fn() -> u64 + Send> = match skills {
-        Some(skills) => Box::new(move || skills.library.snapshot().generation),
-        None => Box::new(|| 0),
-    };
-    match trainer::spawn(settings, policy, generation, cancel.clone()) {
+    match trainer::spawn(settings, policy, cancel.clone()) {
         Ok((handle, _thread)) => Some(handle),
         Err(e) => {
             tracing::error!("nothing trains: cannot start the trainer's thread: {e}");

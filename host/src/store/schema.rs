@@ -389,6 +389,21 @@ const MIGRATIONS: &[&str] = &[
     CREATE INDEX evolved_drafts_by_skill ON evolved_drafts(skill_id);
     CREATE INDEX evolved_drafts_by_name ON evolved_drafts(name);
     "#,
+    // 16: the running reward baselines are per policy version alone
+    // (learn/rl/advantage.rs): a batch mixes skill generations. Each
+    // version goes on from its newest generation's baseline.
+    r#"
+    CREATE TABLE rl_policy_baselines (
+        policy_version INTEGER PRIMARY KEY,
+        value          REAL NOT NULL,
+        count          INTEGER NOT NULL
+    );
+    INSERT INTO rl_policy_baselines (policy_version, value, count)
+    SELECT policy_version, value, count FROM rl_baselines b
+    WHERE skill_generation = (SELECT max(skill_generation) FROM rl_baselines
+                              WHERE policy_version = b.policy_version);
+    DROP TABLE rl_baselines;
+    "#,
 ];
 
 pub fn configure(conn: &Connection) -> rusqlite::Result<()> {
@@ -449,6 +464,26 @@ mod tests {
                 .unwrap()
                 .is_empty()
         );
+    }
+
+    /// A store from before per-version baselines (schema 15) keeps, for
+    /// each policy version, the baseline of its newest skill generation.
+    #[test]
+    fn the_baselines_migration_keeps_each_versions_newest_baseline() {
+        let mut conn = Connection::open_in_memory().unwrap();
+        for sql in &MIGRATIONS[..15] {
+            conn.execute_batch(sql).unwrap();
+        }
+        conn.pragma_update(None, "user_version", 15).unwrap();
+        conn.execute_batch(
+            "INSERT INTO rl_baselines (skill_generation, policy_version, value, count)
+             VALUES (1, 0, 0.5, 3), (2, 0, -0.5, 2), (1, 1, 0.25, 1);",
+        )
+        .unwrap();
+        assert_eq!(migrate(&mut conn).unwrap(), latest_version());
+        let mut kept = crate::store::train_queue::baselines(&conn).unwrap();
+        kept.sort_by_key(|(v, _)| *v);
+        assert_eq!(kept, [(0, (-0.5, 2)), (1, (0.25, 1))]);
     }
 
     /// A store from before outcomes (schema 12) gets its skills' outcomes

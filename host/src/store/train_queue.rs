@@ -11,10 +11,24 @@
 //!   `ready` again: none is trained twice, none is lost.
 //!
 //! Never trained: a turn without a reward, whose sample did not parse,
-//! whose tokens were withheld, that was resent (retried), or that is the
+//! whose tokens were withheld, that was resent (retried), that is the
 //! support set of an evolution (its session's skills were published: the
-//! next generation learned from it), or sampled under an older skill
-//! generation than the one training now.
+//! next generation learned from it), or that is **stale**: a skill injected
+//! into its turn changed (edited, evolved, updated, retired) after it was
+//! sampled.
+//!
+//! Why that rule, and not "any change to the library": a sample is the
+//! exact prompt and answer of its turn, so a policy-gradient step on it
+//! stays valid whatever else happens to the library. What a change can
+//! spoil is the sample's *context*: an answer given (and rewarded) under a
+//! skill's old text teaches the weights to act on guidance the agent no
+//! longer gets, or to make up for a gap the new text fills. So only a
+//! change to a skill that was in the turn's prompt makes it stale; a skill
+//! added, edited or retired elsewhere in the library does not touch it.
+//! (A turn that extends another shares its prompt, skills block included,
+//! so a trajectory's turns go stale together.) The support set stays out
+//! for its own reason: the evolution already learned from it, and training
+//! the weights on the same failures would teach the lesson twice.
 
 use rusqlite::{Connection, params};
 
@@ -58,10 +72,19 @@ pub struct Counts {
     pub skipped: u64,
 }
 
+/// A sample is stale when a skill injected into its turn has a change
+/// recorded after the generation it was sampled under (the rule above).
+const STALE: &str = "EXISTS (
+    SELECT 1 FROM turns t,
+         json_each(CASE WHEN json_valid(t.injected_skills) THEN t.injected_skills ELSE '[]' END) j
+    JOIN skill_changes c ON c.skill_id = json_extract(j.value, '$.id')
+    WHERE t.id = turn_samples.turn_id AND c.generation > turn_samples.skill_generation)";
+
+const STALE_WHY: &str = "stale: a skill injected into its turn changed after it was sampled";
+
 /// Decides the waiting samples whose session's learning job is done:
-/// skipped (with why) or ready. `generation`: the skill library's
-/// generation now. Returns how many became ready.
-pub fn classify(conn: &Connection, generation: u64, opd: bool) -> rusqlite::Result<usize> {
+/// skipped (with why) or ready. Returns how many became ready.
+pub fn classify(conn: &Connection, opd: bool) -> rusqlite::Result<usize> {
     // Only samples whose job has finished; each rule marks what it skips.
     // And only of an ended session: one that reopened after its job (the
     // agent came back to it) keeps the last round's job `done` until it
@@ -109,21 +132,13 @@ pub fn classify(conn: &Connection, generation: u64, opd: bool) -> rusqlite::Resu
                        AND d.outcome IN ('created', 'updated'))",
             "support set: skills were evolved from its session",
         ),
-        (
-            "skill_generation < ?1",
-            "sampled under an older skill generation",
-        ),
+        (STALE, STALE_WHY),
     ];
     for (rule, why) in rules {
         let sql = format!(
-            "UPDATE turn_samples SET train_state = 'skipped', train_note = ?2 WHERE {DONE} AND {rule}"
+            "UPDATE turn_samples SET train_state = 'skipped', train_note = ?1 WHERE {DONE} AND {rule}"
         );
-        let uses_generation = rule.contains("?1");
-        let mut stmt = conn.prepare_cached(&sql)?;
-        match uses_generation {
-            true => stmt.execute(params![generation as i64, why])?,
-            false => stmt.execute(params![rusqlite::types::Null, why])?,
-        };
+        conn.prepare_cached(&sql)?.execute(params![why])?;
     }
     conn.prepare_cached(&format!(
         "UPDATE turn_samples SET train_state = 'ready' WHERE {DONE}"
@@ -133,16 +148,16 @@ pub fn classify(conn: &Connection, generation: u64, opd: bool) -> rusqlite::Resu
 
 const NO_REWARD: &str = "no reward signal (neither the judge nor a scorer)";
 
-/// The ready samples of skill generation `generation`, oldest first
-/// (session, then turn order); older generations' ready ones skipped, and
-/// without distillation (`opd`) those without a reward (made ready while
-/// it was on).
-pub fn ready(conn: &Connection, generation: u64, opd: bool) -> rusqlite::Result<Vec<Ready>> {
-    conn.prepare_cached(
-        "UPDATE turn_samples SET train_state = 'skipped', train_note = 'sampled under an older skill generation'
-         WHERE train_state = 'ready' AND skill_generation < ?1",
-    )?
-    .execute(params![generation as i64])?;
+/// The ready samples, of whatever skill generation, oldest first (session,
+/// then turn order); those gone stale since they were made ready skipped,
+/// and without distillation (`opd`) those without a reward (made ready
+/// while it was on).
+pub fn ready(conn: &Connection, opd: bool) -> rusqlite::Result<Vec<Ready>> {
+    conn.prepare_cached(&format!(
+        "UPDATE turn_samples SET train_state = 'skipped', train_note = ?1
+         WHERE train_state = 'ready' AND {STALE}"
+    ))?
+    .execute(params![STALE_WHY])?;
     if !opd {
         conn.prepare_cached(
             "UPDATE turn_samples SET train_state = 'skipped', train_note = ?1
@@ -155,10 +170,10 @@ pub fn ready(conn: &Connection, generation: u64, opd: bool) -> rusqlite::Result<
                 s.skill_generation, s.policy_version, s.prompt_tokens, s.sampled_tokens, s.logprobs,
                 s.group_judged, s.group_reward
          FROM turn_samples s JOIN turns t ON t.id = s.turn_id
-         WHERE s.train_state = 'ready' AND s.skill_generation = ?1
+         WHERE s.train_state = 'ready'
          ORDER BY t.started_at_ms, t.session_id, t.seq",
     )?
-    .query_map(params![generation as i64], |r| {
+    .query_map([], |r| {
         Ok(Ready {
             turn_id: r.get(0)?,
             session_id: r.get(1)?,
@@ -245,18 +260,15 @@ pub fn rewind(conn: &Connection, run_id: &str, step: i64) -> rusqlite::Result<us
     .execute(params![run_id, step])
 }
 
-/// A running reward baseline: (skill generation, policy version) → its
-/// value and how many rewards it has seen.
-pub type Baseline = ((u64, i64), (f64, u64));
+/// A running reward baseline: policy version → its value and how many
+/// rewards it has seen.
+pub type Baseline = (i64, (f64, u64));
 
 /// The running reward baselines as last saved.
 pub fn baselines(conn: &Connection) -> rusqlite::Result<Vec<Baseline>> {
-    conn.prepare_cached("SELECT skill_generation, policy_version, value, count FROM rl_baselines")?
+    conn.prepare_cached("SELECT policy_version, value, count FROM rl_policy_baselines")?
         .query_map([], |r| {
-            Ok((
-                (r.get::<_, i64>(0)?.max(0) as u64, r.get(1)?),
-                (r.get(2)?, r.get::<_, i64>(3)?.max(0) as u64),
-            ))
+            Ok((r.get(0)?, (r.get(1)?, r.get::<_, i64>(2)?.max(0) as u64)))
         })?
         .collect()
 }
@@ -270,12 +282,11 @@ pub fn save_baselines(
     let tx = conn.transaction()?;
     {
         let mut stmt = tx.prepare_cached(
-            "INSERT INTO rl_baselines (skill_generation, policy_version, value, count)
-             VALUES (?1, ?2, ?3, ?4)
-             ON CONFLICT (skill_generation, policy_version) DO UPDATE SET value = ?3, count = ?4",
+            "INSERT INTO rl_policy_baselines (policy_version, value, count) VALUES (?1, ?2, ?3)
+             ON CONFLICT (policy_version) DO UPDATE SET value = ?2, count = ?3",
         )?;
-        for ((generation, version), (value, count)) in values {
-            stmt.execute(params![generation as i64, version, value, count as i64])?;
+        for (version, (value, count)) in values {
+            stmt.execute(params![version, value, count as i64])?;
         }
     }
     tx.commit()
@@ -372,6 +383,29 @@ mod tests {
         .unwrap();
     }
 
+    /// The turn had these skills injected (`[{"id", "version", "score"}]`).
+    fn inject(conn: &Connection, turn: &str, skills: &[&str]) {
+        let list: Vec<serde_json::Value> = skills
+            .iter()
+            .map(|id| serde_json::json!({"id": id, "version": "1.0.0", "score": 0.5}))
+            .collect();
+        conn.execute(
+            "UPDATE turns SET injected_skills = ?2 WHERE id = ?1",
+            params![turn, serde_json::Value::from(list).to_string()],
+        )
+        .unwrap();
+    }
+
+    /// The library recorded a change of `skill` at `generation`.
+    fn changed(conn: &Connection, skill: &str, generation: i64) {
+        conn.execute(
+            "INSERT INTO skill_changes (skill_id, change, who, why, generation, at_ms)
+             VALUES (?1, 'changed', 'user', 'edited', ?2, 0)",
+            params![skill, generation],
+        )
+        .unwrap();
+    }
+
     fn state(conn: &Connection, turn: &str) -> (String, Option<String>) {
         conn.query_row(
             "SELECT train_state, train_note FROM turn_samples WHERE turn_id = ?1",
@@ -409,7 +443,24 @@ mod tests {
             2,
         );
         turn(&conn, "side", "a", 4, "side", Some(1.0), None, 2);
+        // Sampled at generation 1 with `tidy` in its prompt, which changed
+        // at 2: stale. Its neighbour had `terse`, untouched since: ready,
+        // a generation older or not. One with malformed skills is judged
+        // by the other rules.
         turn(&conn, "old", "a", 5, "main", Some(1.0), None, 1);
+        turn(&conn, "untouched", "a", 6, "main", Some(1.0), None, 1);
+        turn(&conn, "odd", "a", 7, "main", Some(1.0), None, 1);
+        inject(&conn, "old", &["terse", "tidy"]);
+        inject(&conn, "untouched", &["terse"]);
+        inject(&conn, "good", &["tidy"]);
+        conn.execute(
+            "UPDATE turns SET injected_skills = 'not json' WHERE id = 'odd'",
+            [],
+        )
+        .unwrap();
+        changed(&conn, "terse", 1);
+        changed(&conn, "tidy", 2);
+        changed(&conn, "lesson", 2);
         turn(&conn, "taught", "support", 1, "main", Some(-1.0), None, 2);
         turn(&conn, "later", "pending", 1, "main", Some(1.0), None, 2);
         turn(&conn, "again", "reopened", 1, "main", None, None, 2);
@@ -419,15 +470,17 @@ mod tests {
             [],
         )
         .unwrap();
-        assert_eq!(classify(&conn, 2, false).unwrap(), 1);
-        assert_eq!(state(&conn, "good").0, "ready");
+        assert_eq!(classify(&conn, false).unwrap(), 3);
+        for turn in ["good", "untouched", "odd"] {
+            assert_eq!(state(&conn, turn).0, "ready", "{turn}");
+        }
         assert_eq!(state(&conn, "later").0, "waiting");
         assert_eq!(state(&conn, "again").0, "waiting");
         for (turn, why) in [
             ("no-reward", "no reward"),
             ("broken", "did not parse"),
             ("side", "not a main turn"),
-            ("old", "older skill generation"),
+            ("old", "a skill injected into its turn changed"),
             ("taught", "support set"),
         ] {
             let (s, note) = state(&conn, turn);
@@ -437,14 +490,19 @@ mod tests {
         let reasons = skipped_by_reason(&conn).unwrap();
         assert_eq!(reasons.len(), 5, "{reasons:?}");
         assert!(reasons.iter().all(|(_, n)| *n == 1), "{reasons:?}");
-        let ready = ready(&conn, 2, false).unwrap();
+        let ids =
+            |ready: &[Ready]| -> Vec<String> { ready.iter().map(|r| r.turn_id.clone()).collect() };
         assert_eq!(
-            ready.iter().map(|r| r.turn_id.as_str()).collect::<Vec<_>>(),
-            ["good"]
+            ids(&ready(&conn, false).unwrap()),
+            ["good", "untouched", "odd"]
         );
-        // A newer generation since: the ready one is too old now.
-        assert!(super::ready(&conn, 3, false).unwrap().is_empty());
-        assert_eq!(state(&conn, "good").0, "skipped");
+        // `tidy` changed again since: the ready sample that had it is
+        // stale now; the others are not touched by that change.
+        changed(&conn, "tidy", 3);
+        assert_eq!(ids(&ready(&conn, false).unwrap()), ["untouched", "odd"]);
+        let (s, note) = state(&conn, "good");
+        assert_eq!(s, "skipped");
+        assert!(note.unwrap().contains("stale"));
     }
 
     /// With distillation on, a turn without a reward is trained on the
@@ -457,15 +515,15 @@ mod tests {
         turn(&conn, "no-reward", "a", 1, "main", None, None, 0);
         turn(&conn, "side", "a", 2, "side", None, None, 0);
         turn(&conn, "scored", "a", 3, "main", Some(0.0), None, 0);
-        assert_eq!(classify(&conn, 0, true).unwrap(), 2);
-        let ready_now = ready(&conn, 0, true).unwrap();
+        assert_eq!(classify(&conn, true).unwrap(), 2);
+        let ready_now = ready(&conn, true).unwrap();
         let rewards: Vec<(&str, Option<f64>)> = ready_now
             .iter()
             .map(|r| (r.turn_id.as_str(), r.reward))
             .collect();
         assert_eq!(rewards, [("no-reward", None), ("scored", Some(0.0))]);
         assert_eq!(state(&conn, "side").0, "skipped");
-        let ready_later = ready(&conn, 0, false).unwrap();
+        let ready_later = ready(&conn, false).unwrap();
         assert_eq!(ready_later.len(), 1);
         let (s, note) = state(&conn, "no-reward");
         assert_eq!(s, "skipped");
@@ -481,7 +539,7 @@ mod tests {
         for (i, t) in ["t1", "t2", "t3"].iter().enumerate() {
             turn(&conn, t, "a", i as i64, "main", Some(1.0), None, 0);
         }
-        classify(&conn, 0, false).unwrap();
+        classify(&conn, false).unwrap();
         assign(&mut conn, "run", 1, &[("t1".into(), 0.5)]).unwrap();
         assign(&mut conn, "run", 2, &[("t2".into(), -0.5)]).unwrap();
         assert_eq!(checkpointed(&conn, "run", 1).unwrap(), 1);
@@ -497,10 +555,10 @@ mod tests {
     fn baselines_are_saved_and_read_back() {
         let mut conn = db();
         assert!(baselines(&conn).unwrap().is_empty());
-        save_baselines(&mut conn, [((1, 0), (0.5, 3)), ((1, 2), (-0.25, 1))]).unwrap();
-        save_baselines(&mut conn, [((1, 0), (0.75, 4))]).unwrap();
+        save_baselines(&mut conn, [(0, (0.5, 3)), (2, (-0.25, 1))]).unwrap();
+        save_baselines(&mut conn, [(0, (0.75, 4))]).unwrap();
         let mut read = baselines(&conn).unwrap();
         read.sort_by_key(|(k, _)| *k);
-        assert_eq!(read, [((1, 0), (0.75, 4)), ((1, 2), (-0.25, 1))]);
+        assert_eq!(read, [(0, (0.75, 4)), (2, (-0.25, 1))]);
     }
 }

@@ -8,7 +8,10 @@
 //! At a day's end the session is ended and, in the learning arms, its
 //! learning job runs to its end before the next day starts (the judge and
 //! the evolver, then the new skills published and indexed); `rl` then
-//! takes a train step on the judged samples.
+//! trains on the judged samples, step after step until none is ready (as
+//! an open window of the scheduler would). The home keeps the config the
+//! arm ran with (secrets left out), so a command run there (`metaclaw
+//! train status`) sees the arm's service and models.
 
 use std::collections::BTreeMap;
 use std::net::{IpAddr, Ipv4Addr};
@@ -27,6 +30,13 @@ use crate::home::Home;
 
 /// How long a fresh metaclaw may take to have its skills indexed.
 const READY_WITHIN: Duration = Duration::from_secs(300);
+/// How long the student may stay down (its chat format loaded, the
+/// service not answering) before the arm gives up: it retries 2 s, 4 s, 8 s
+/// apart, so a service that is only starting has had three tries.
+const DOWN_FOR: Duration = Duration::from_secs(15);
+/// The most train steps a night takes (each over `rl.batch_size`
+/// samples): far more than a day's turns need.
+const STEPS_A_NIGHT: usize = 64;
 
 #[derive(
     Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, ValueEnum, Serialize, Deserialize,
@@ -114,6 +124,91 @@ pub fn arm_config(user: &Loaded, arm: Arm, model: &str, helpers: &Helpers) -> Re
     Ok(loaded)
 }
 
+/// Fails at once when the student is down for want of its chat format
+/// (the tokenizer: no retry finds it), or after [`DOWN_FOR`] when the
+/// service does not answer; says what is missing and which key to set.
+fn student_down(student: &Value, since: &mut Option<Instant>) -> Result<()> {
+    let why = student["reason"].as_str().unwrap_or("no reason given");
+    let first = *since.get_or_insert_with(Instant::now);
+    if student["rendering"].is_null() {
+        bail!(
+            "the rl arm's student cannot load its chat format: {why} (see docs/rl.md, \"Where the tokenizer comes from\")"
+        );
+    }
+    if first.elapsed() > DOWN_FOR {
+        bail!(
+            "the rl arm's student cannot reach its training service: {why} (check rl.tinker_base_url, and rl.tinker_api_key or $TINKER_API_KEY)"
+        );
+    }
+    Ok(())
+}
+
+/// A night's training: steps until none is ready (a batch without signal
+/// is skipped and the next one tried). The last step's outcome (or why
+/// none ran: the e2e test and the report read it as before), and what the
+/// night trained in all.
+async fn train_night(train: &crate::learn::rl::trainer::TrainerHandle) -> (Value, Value) {
+    use crate::learn::rl::trainer::Outcome;
+    let (mut steps, mut samples, mut no_signal) = (0usize, 0usize, 0usize);
+    let mut last: Option<Value> = None;
+    for _ in 0..STEPS_A_NIGHT {
+        match train.step().await {
+            Ok(Outcome::Stepped(s)) => {
+                steps += 1;
+                samples += s.samples;
+                last = Some(json!(Outcome::Stepped(s)));
+            }
+            Ok(Outcome::NoSignal { skipped }) => {
+                no_signal += skipped;
+                last = last.or(Some(json!(Outcome::NoSignal { skipped })));
+            }
+            Ok(waiting @ Outcome::Waiting { .. }) => {
+                last = last.or(Some(json!(waiting)));
+                break;
+            }
+            Err(e) => {
+                last = Some(json!({ "error": e }));
+                break;
+            }
+        }
+    }
+    let trained = json!({ "steps": steps, "samples": samples, "skipped_no_signal": no_signal });
+    (last.unwrap_or(Value::Null), trained)
+}
+
+/// Writes the config an arm's metaclaw runs with into its home, so that a
+/// command run there (`metaclaw train status`, `sessions`) sees the arm's
+/// service and models rather than the defaults (hosted Tinker). Secrets are
+/// left out: they stay where the user keeps them (the environment, the
+/// user's own config).
+fn keep_config(home: &Home, loaded: &Loaded) -> Result<()> {
+    let mut tree = serde_json::to_value(&loaded.config)?;
+    for key in crate::config::SECRET_KEYS {
+        let mut parts: Vec<&str> = key.split('.').collect();
+        let Some(last) = parts.pop() else {
+            continue;
+        };
+        let parent = parts
+            .iter()
+            .try_fold(&mut tree, |node, part| node.get_mut(*part));
+        if let Some(Value::Object(map)) = parent {
+            map.remove(last);
+        }
+    }
+    if let Some(list) = tree["llm"]["fallbacks"].as_array_mut() {
+        for fallback in list.iter_mut().filter_map(Value::as_object_mut) {
+            fallback.remove("api_key");
+        }
+    }
+    let text = format!(
+        "# The config this bench arm's metaclaw runs with (secrets left out: they\n# come from the environment or the user's config).\n{}",
+        crate::config::to_yaml(&tree)
+    );
+    let file = home.config_file();
+    crate::home::write_atomic(&file, text.as_bytes(), Some(0o600))
+        .with_context(|| format!("cannot write {}", file.display()))
+}
+
 /// A metaclaw serving one arm.
 pub struct Instance {
     handle: AppHandle,
@@ -130,6 +225,7 @@ impl Instance {
     pub async fn start(home: &Path, loaded: &Loaded) -> Result<Self> {
         let home = Home::at(home);
         home.ensure()?;
+        keep_config(&home, loaded)?;
         let skills = home.skills_dir();
         if !skills.exists() {
             std::fs::create_dir_all(&skills)
@@ -181,6 +277,7 @@ impl Instance {
     async fn skills_ready(&self) -> Result<()> {
         let app = self.handle.app();
         let started = Instant::now();
+        let mut down_since: Option<Instant> = None;
         loop {
             let mut waiting = Vec::new();
             if let Some(skills) = &app.proxy.skills {
@@ -195,8 +292,14 @@ impl Instance {
             }
             if app.proxy.policy.is_some() {
                 let status = crate::app::status_json(app).unwrap_or_default();
-                if status["student"]["state"] != "ready" {
-                    waiting.push(format!("the student serving ({})", status["student"]));
+                let student = &status["student"];
+                if student["state"] == "down" {
+                    student_down(student, &mut down_since)?;
+                } else {
+                    down_since = None;
+                }
+                if student["state"] != "ready" {
+                    waiting.push(format!("the student serving ({student})"));
                 }
             }
             if waiting.is_empty() {
@@ -255,13 +358,16 @@ impl Instance {
             self.skills_ready().await?;
         }
         if arm == Arm::Rl {
-            night["train"] = match &app.train {
-                Some(train) => match train.step().await {
-                    Ok(outcome) => json!(outcome),
-                    Err(e) => json!({ "error": e }),
-                },
-                None => json!({ "error": "the trainer did not start (see the log)" }),
-            };
+            match &app.train {
+                Some(train) => {
+                    let (last, trained) = train_night(train).await;
+                    night["train"] = last;
+                    night["trained"] = trained;
+                }
+                None => {
+                    night["train"] = json!({ "error": "the trainer did not start (see the log)" });
+                }
+            }
         }
         let after = self.library();
         let evolved: Vec<String> = after
@@ -289,5 +395,56 @@ impl Instance {
         }
         let _ = (&mut self.server).await;
         self.handle.shutdown().await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+
+    use super::*;
+
+    /// The arm's home holds the config it ran with, read back as it was
+    /// (the service a `train status` there asks), without the secrets.
+    #[test]
+    fn an_arms_home_keeps_its_config_without_secrets() {
+        let dir = tempfile::tempdir().unwrap();
+        let user = dir.path().join("user.yaml");
+        std::fs::write(
+            &user,
+            "rl:\n  model: fake-bigram\n  tinker_base_url: http://127.0.0.1:9/\n  tinker_api_key: tml-secret\n  batch_size: 3\n",
+        )
+        .unwrap();
+        let user = crate::config::load_with_env(&user, &|_| None).unwrap();
+        let helpers = Helpers {
+            judge: Some("judge".into()),
+            evolver: None,
+        };
+        let arm = arm_config(&user, Arm::Rl, "echo", &helpers).unwrap();
+        let home = Home::at(&dir.path().join("home"));
+        home.ensure().unwrap();
+        keep_config(&home, &arm).unwrap();
+        let text = std::fs::read_to_string(home.config_file()).unwrap();
+        assert!(!text.contains("tml-secret"), "{text}");
+        let kept = crate::config::load_with_env(&home.config_file(), &|_| None).unwrap();
+        let c = &kept.config;
+        assert_eq!(c.mode, Mode::Rl);
+        assert_eq!(c.rl.tinker_base_url, arm.config.rl.tinker_base_url);
+        assert_eq!(
+            (
+                c.rl.model.as_str(),
+                c.rl.batch_size,
+                c.rl.prm_model.as_str()
+            ),
+            ("fake-bigram", 3, "judge")
+        );
+        assert_eq!(c.llm.model_id, "echo");
+        assert!(c.rl.tinker_api_key.is_empty());
+        // Every key read back is one the config knows.
+        assert!(
+            kept.warnings.iter().all(|w| !w.contains("unknown")),
+            "{:?}",
+            kept.warnings
+        );
     }
 }

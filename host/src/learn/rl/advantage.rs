@@ -6,40 +6,58 @@
 //!   A = R − mean(R of the group), not divided by the spread (reference
 //!   §15.2). A group whose rewards are all equal carries no signal and is
 //!   dropped.
-//! - **Running baseline** (default, one sample per turn): per skill
-//!   generation and policy version (what the reward depends on besides the
-//!   answer), b ← b + decay · (R − b); A = R − b with b taken before the
+//! - **Running baseline** (default, one sample per turn): per policy
+//!   version, b ← b + decay · (R − b); A = R − b with b taken before the
 //!   update. A new policy version starts from the baseline of the version
-//!   before it in the same generation (a train step moves the policy a
-//!   little, not to a stranger); a key with nothing before it starts at its
-//!   first reward, whose advantage is then 0 (nothing to compare it with).
+//!   before it (a train step moves the policy a little, not to a
+//!   stranger); the first version of all starts at its first reward, whose
+//!   advantage is then 0 (nothing to compare it with).
+//!
+//! **Why per policy version, and not per skill generation too.** The
+//! baseline is REINFORCE's b: any value that does not depend on the answer
+//! keeps the gradient unbiased, and the one that lowers its variance most
+//! is the reward the sampling policy is expected to get, which is what a
+//! running mean over one version's rewards estimates. The skill library is
+//! part of a turn's prompt (the state), and a baseline may depend on the
+//! state, but the generation is a library-wide counter, not the turn's
+//! state: since a batch now mixes generations (a sample stays trainable
+//! while the skills in its own prompt are unchanged,
+//! `store::train_queue`), keying on it would judge two answers with the
+//! same skills in their prompts against different expectations only
+//! because an unrelated skill was added between them, and every change
+//! would restart a baseline from its first reward (advantage 0: a sample
+//! thrown away). Keying on the injected skills themselves would be a
+//! state baseline in earnest, but split a personal agent's few samples a
+//! day into many keys, most of them seen once. So: one baseline per
+//! version of the weights that sampled.
 //!
 //! A batch whose advantages are all zero is skipped, never trained as
-//! zeros. The trainer keeps the baselines in the store (`rl_baselines`)
-//! across restarts.
+//! zeros. The trainer keeps the baselines in the store
+//! (`rl_policy_baselines`) across restarts.
 
 use std::collections::HashMap;
 
-/// The running baselines, by (skill generation, policy version): the value
-/// and how many rewards it has seen.
+/// The running baselines, by policy version: the value and how many
+/// rewards it has seen.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct Baselines {
-    pub values: HashMap<(u64, i64), (f64, u64)>,
+    pub values: HashMap<i64, (f64, u64)>,
 }
 
 impl Baselines {
-    /// The advantage of `reward` under `key`, updating its baseline.
-    pub fn advantage(&mut self, key: (u64, i64), reward: f64, decay: f64) -> f64 {
-        if !self.values.contains_key(&key) {
+    /// The advantage of `reward` of an answer sampled by policy `version`,
+    /// updating its baseline.
+    pub fn advantage(&mut self, version: i64, reward: f64, decay: f64) -> f64 {
+        if !self.values.contains_key(&version) {
             let before = self
                 .values
                 .iter()
-                .filter(|((generation, version), _)| *generation == key.0 && *version < key.1)
-                .max_by_key(|((_, version), _)| *version)
+                .filter(|(v, _)| **v < version)
+                .max_by_key(|(v, _)| **v)
                 .map(|(_, (value, _))| *value);
-            self.values.insert(key, (before.unwrap_or(reward), 0));
+            self.values.insert(version, (before.unwrap_or(reward), 0));
         }
-        match self.values.get_mut(&key) {
+        match self.values.get_mut(&version) {
             None => 0.0,
             Some((value, count)) => {
                 let advantage = reward - *value;
@@ -79,21 +97,20 @@ mod tests {
     }
 
     #[test]
-    fn the_baseline_follows_the_rewards_of_its_key() {
+    fn the_baseline_follows_the_rewards_of_its_policy_version() {
         let mut b = Baselines::default();
-        let key = (3, 0);
-        // The first reward of a key is the baseline: no advantage.
-        assert_eq!(b.advantage(key, 1.0, 0.5), 0.0);
+        // The first reward of all is the baseline: no advantage.
+        assert_eq!(b.advantage(0, 1.0, 0.5), 0.0);
         // Better than expected: positive; worse: negative.
-        assert_eq!(b.advantage(key, 1.0, 0.5), 0.0);
-        assert_eq!(b.advantage(key, -1.0, 0.5), -2.0);
+        assert_eq!(b.advantage(0, 1.0, 0.5), 0.0);
+        assert_eq!(b.advantage(0, -1.0, 0.5), -2.0);
         // b = 1 + 0.5·(−1 − 1) = 0: a +1 is now +1.
-        assert_eq!(b.advantage(key, 1.0, 0.5), 1.0);
-        // The next policy version starts from this one's baseline (0.5).
-        assert_eq!(b.advantage((3, 1), -1.0, 0.5), -1.5);
-        // Another generation starts at its first reward.
-        assert_eq!(b.advantage((4, 1), -1.0, 0.5), 0.0);
-        assert_eq!(b.values[&key].1, 4);
+        assert_eq!(b.advantage(0, 1.0, 0.5), 1.0);
+        // The next policy version starts from this one's baseline (0.5),
+        // as does one a few steps on.
+        assert_eq!(b.advantage(1, -1.0, 0.5), -1.5);
+        assert_eq!(b.advantage(4, 1.0, 0.5), 1.25);
+        assert_eq!(b.values[&0].1, 4);
         assert!(has_signal(&[0.0, 0.2]) && !has_signal(&[0.0, 0.0]));
     }
 }

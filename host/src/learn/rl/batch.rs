@@ -126,9 +126,7 @@ pub fn assemble(
                 // Sampled with siblings: centred on its group, or no signal.
                 (Some(_), Some((served, _)), _) => *served,
                 (Some(_), None, _) | (None, _, None) => 0.0,
-                (None, _, Some(r)) => {
-                    baselines.advantage((s.skill_generation, s.policy_version), r, decay)
-                }
+                (None, _, Some(r)) => baselines.advantage(s.policy_version, r, decay),
             })
             .collect();
         let steps: Vec<TrajectoryStep<'_>> = chain
@@ -317,7 +315,7 @@ mod tests {
         // The turn without a reward neither counts in the mean nor moves
         // the baseline.
         assert_eq!(batch.mean_reward, 0.0);
-        assert_eq!(baselines.values[&(0, 0)].1, 1);
+        assert_eq!(baselines.values[&0].1, 1);
     }
 
     /// A turn sampled with siblings: its answer and theirs are centred on

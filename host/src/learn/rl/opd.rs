@@ -29,6 +29,7 @@ const BACKOFF: (Duration, Duration) = (Duration::from_millis(500), Duration::fro
 const PROBE: &str = "Distillation probe: the teacher's 12 tokens, 3.5 ways\n\tfn main() { println!(\"ok\"); } // done";
 
 /// The teacher, as configured.
+#[derive(Clone)]
 pub struct Teacher {
     client: reqwest::Client,
     url: String,
@@ -98,10 +99,15 @@ impl Teacher {
 
     /// Whether the teacher tokenizes as the student does: the probe's
     /// tokens, echoed by the teacher, against the student's. An error
-    /// says what differs (or why the teacher could not be asked).
-    pub async fn check(&self, student: &dyn Tokenizer) -> Result<(), String> {
+    /// says what differs (or why the teacher could not be asked within
+    /// `within`, by default the teacher's usual retries).
+    pub async fn check(
+        &self,
+        student: &dyn Tokenizer,
+        within: Option<Duration>,
+    ) -> Result<(), String> {
         let ids = student.encode(PROBE)?;
-        let echo = self.echo(json!(PROBE)).await?;
+        let echo = self.echo(json!(PROBE), within.unwrap_or(DEADLINE)).await?;
         compare(student, &ids, &echo.tokens)
     }
 
@@ -158,7 +164,7 @@ impl Teacher {
     async fn logprobs(&self, prompt: &[i32], answer: &[i32]) -> Result<Vec<Option<f64>>, String> {
         let mut sequence = prompt.to_vec();
         sequence.extend_from_slice(answer);
-        let mut echo = self.echo(json!(sequence)).await?;
+        let mut echo = self.echo(json!(sequence), DEADLINE).await?;
         let extra = echo
             .logprobs
             .len()
@@ -174,8 +180,9 @@ impl Teacher {
         Ok(echo.logprobs)
     }
 
-    /// The teacher's echo of `prompt` (text or token ids) with logprobs.
-    async fn echo(&self, prompt: Value) -> Result<Echo, String> {
+    /// The teacher's echo of `prompt` (text or token ids) with logprobs,
+    /// retried until `deadline`.
+    async fn echo(&self, prompt: Value, deadline: Duration) -> Result<Echo, String> {
         // max_tokens 1: every server takes it (0 is not universal); the
         // generated token is not read.
         let body = json!({
@@ -184,7 +191,7 @@ impl Teacher {
         });
         let what = format!("the OPD teacher {}", self.describe());
         let reply = crate::http::until_deadline(
-            DEADLINE,
+            deadline,
             Backoff::new(BACKOFF.0, BACKOFF.1),
             &what,
             |left| self.attempt(&body, left),

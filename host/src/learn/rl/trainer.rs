@@ -12,12 +12,14 @@
 //! for sampler, then the swap; every `rl.save_every` steps the training
 //! state is saved, and the samples of the steps it holds are trained. A
 //! failed step sends its samples back to the queue. With distillation
-//! (`opd`), the teacher is checked once before the first step (it must
-//! share the student's tokenizer: nothing trains until it does) and its
-//! per-token terms join every batch's advantages (`opd.rs`).
+//! (`opd`), the teacher is checked at start, as soon as the student's
+//! tokenizer is loaded (it must share it; `status` says how the check
+//! went), and again before a step until it passes: nothing trains until it
+//! does. Its per-token terms join every batch's advantages (`opd.rs`).
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -35,6 +37,13 @@ use crate::tinker::{AdamParams, RunSpec, Service, TrainingRun};
 
 /// How often the queue is looked at when nothing asks for a step.
 const POLL: Duration = Duration::from_secs(5);
+/// How long the teacher's check at start may take: one look, so that
+/// `status` says early what is wrong (a step checks again, with the
+/// teacher's full retries, until it passes).
+const START_CHECK: Duration = Duration::from_secs(20);
+/// How often the check at start looks whether the student's tokenizer is
+/// loaded (it loads in the background, `policy/connect.rs`).
+const TOKENIZER_POLL: Duration = Duration::from_millis(100);
 
 /// What the trainer is configured to do.
 #[derive(Clone)]
@@ -160,20 +169,18 @@ struct Trainer {
     policy: Arc<Policy>,
     /// The serving runtime: the swap runs there, on the policy's session.
     serving: tokio::runtime::Handle,
-    generation: Box<dyn Fn() -> u64 + Send>,
     run: Option<TrainingRun>,
     baselines: Baselines,
-    /// Distillation's teacher, and whether it passed its check.
-    teacher: Option<(Teacher, bool)>,
+    /// Distillation's teacher, and whether it passed its check (shared
+    /// with the check made at start).
+    teacher: Option<(Teacher, Arc<AtomicBool>)>,
     state: Arc<Mutex<TrainerState>>,
 }
 
-/// Starts the trainer's thread. `generation`: the skill library's
-/// generation now.
+/// Starts the trainer's thread.
 pub fn spawn(
     settings: Settings,
     policy: Arc<Policy>,
-    generation: Box<dyn Fn() -> u64 + Send>,
     cancel: CancellationToken,
 ) -> std::io::Result<(TrainerHandle, std::thread::JoinHandle<()>)> {
     // A process killed during a step left its samples `in_step`, and the
@@ -193,7 +200,7 @@ pub fn spawn(
             set(&state, |s| {
                 s.opd = Some(format!("{}: not checked yet", teacher.describe()));
             });
-            Some((teacher, false))
+            Some((teacher, Arc::new(AtomicBool::new(false))))
         }
     };
     // The baselines as last saved (none yet, or unreadable: from nothing).
@@ -213,7 +220,6 @@ pub fn spawn(
         settings,
         policy,
         serving,
-        generation,
         run: None,
         baselines,
         teacher,
@@ -262,9 +268,27 @@ impl Trainer {
         // After a step the next one is looked for at once: a backlog
         // trains back to back while its window stays open.
         let mut wait = POLL;
+        // Distillation's teacher checked at start, beside the loop (a
+        // step asked for meanwhile does not wait for it).
+        let at_start = self.teacher.as_ref().map(|(teacher, passed)| {
+            check_at_start(
+                teacher.clone(),
+                passed.clone(),
+                self.policy.clone(),
+                self.state.clone(),
+            )
+        });
+        let mut checked_at_start = at_start.is_none();
+        let at_start = async move {
+            if let Some(check) = at_start {
+                check.await;
+            }
+        };
+        tokio::pin!(at_start);
         loop {
             tokio::select! {
                 () = cancel.cancelled() => return,
+                () = &mut at_start, if !checked_at_start => checked_at_start = true,
                 command = commands.recv() => match command {
                     None => return,
                     Some(Command::Step(reply)) => {
@@ -347,31 +371,27 @@ impl Trainer {
         });
     }
 
-    /// Checks the teacher once (fail closed: until it passes, no step
-    /// runs); the teacher, once it has passed.
+    /// The teacher, once it has passed its check; checked now (with the
+    /// teacher's retries) until it has (fail closed: until it passes, no
+    /// step runs).
     async fn teacher(&mut self) -> Result<Option<&Teacher>, String> {
-        let Some((teacher, checked)) = &mut self.teacher else {
+        let Some((teacher, passed)) = &self.teacher else {
             return Ok(None);
         };
-        if !*checked {
+        if !passed.load(Ordering::Acquire) {
             let format = self.policy.format().ok_or(
                 "opd: the student's tokenizer is not loaded yet, so the teacher cannot be checked",
             )?;
-            let result = teacher.check(&format.renderer).await;
-            let line = match &result {
-                Ok(()) => format!("{}: checked (same tokenizer)", teacher.describe()),
-                Err(why) => format!("{}: refused: {why}", teacher.describe()),
-            };
-            set(&self.state, |s| s.opd = Some(line));
+            let result = teacher.check(&format.renderer, None).await;
+            checked(teacher, passed, &self.state, &result);
             result.map_err(|why| format!("opd: nothing trains: {why}"))?;
-            *checked = true;
         }
-        Ok(Some(&*teacher))
+        Ok(Some(teacher))
     }
 
     /// The queue's waiting samples classified (ready or skipped, why).
     fn classify(&self, conn: &rusqlite::Connection) -> Result<(), String> {
-        train_queue::classify(conn, (self.generation)(), self.teacher.is_some())
+        train_queue::classify(conn, self.teacher.is_some())
             .map(drop)
             .map_err(|e| format!("the training queue: {e}"))
     }
@@ -387,10 +407,9 @@ impl Trainer {
         let db = self.settings.db.clone();
         let mut conn = crate::store::open_side_writer(&db).map_err(|e| format!("{e:#}"))?;
         self.classify(&conn)?;
-        let generation = (self.generation)();
         let err = |e: rusqlite::Error| format!("the training queue: {e}");
         let opd = self.teacher.is_some();
-        let ready = train_queue::ready(&conn, generation, opd).map_err(err)?;
+        let ready = train_queue::ready(&conn, opd).map_err(err)?;
         let size = self.settings.batch_size.max(1);
         let Some(chains) = batch::take(&ready, min.max(1), size) else {
             return Ok(Outcome::Waiting {
@@ -547,6 +566,51 @@ impl Trainer {
             .as_mut()
             .ok_or_else(|| "no training run".to_string())
     }
+}
+
+/// The teacher checked as soon as the student's tokenizer is loaded, once
+/// and briefly ([`START_CHECK`]): a teacher that cannot be used is in
+/// `status` from the start, not from the first step. Until a check passes
+/// nothing trains (a step checks again).
+async fn check_at_start(
+    teacher: Teacher,
+    passed: Arc<AtomicBool>,
+    policy: Arc<Policy>,
+    state: Arc<Mutex<TrainerState>>,
+) {
+    let format = loop {
+        if let Some(format) = policy.format() {
+            break format;
+        }
+        tokio::time::sleep(TOKENIZER_POLL).await;
+    };
+    if passed.load(Ordering::Acquire) {
+        return;
+    }
+    let result = teacher.check(&format.renderer, Some(START_CHECK)).await;
+    if result.is_err() && passed.load(Ordering::Acquire) {
+        // A step's own check passed meanwhile: it stands.
+        return;
+    }
+    if let Err(why) = &result {
+        tracing::warn!("opd: nothing trains until the teacher passes its check: {why}");
+    }
+    checked(&teacher, &passed, &state, &result);
+}
+
+/// Records how the teacher's check went, for `status` and the steps.
+fn checked(
+    teacher: &Teacher,
+    passed: &AtomicBool,
+    state: &Mutex<TrainerState>,
+    result: &Result<(), String>,
+) {
+    let line = match result {
+        Ok(()) => format!("{}: checked (same tokenizer)", teacher.describe()),
+        Err(why) => format!("{}: refused: {why}", teacher.describe()),
+    };
+    set(state, |s| s.opd = Some(line));
+    passed.store(result.is_ok(), Ordering::Release);
 }
 
 /// KL(sampler‖learner) and the learner's entropy estimate over the trained
