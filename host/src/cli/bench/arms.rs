@@ -439,7 +439,7 @@ mod tests {
             ("fake-bigram", 3, "judge")
         );
         assert_eq!(c.llm.model_id, "echo");
-        assert!(c.rl.tinker_api_key.is_empty());
+        assert_eq!(c.rl.tinker_api_key, None);
         // Every key read back is one the config knows.
         assert!(
             kept.warnings.iter().all(|w| !w.contains("unknown")),
