@@ -4,7 +4,9 @@
 //! - MetaClaw-Bench's data (`host/bench-data/`), for `metaclaw bench`;
 //! - the first-party plugins, built here from `plugins/` for wasm32-wasip2
 //!   (a nested cargo build into the target dir), so an installed binary
-//!   retrieves, scores and guards with no second build step.
+//!   retrieves, scores and guards with no second build step;
+//! - the git commit it was built from (`METACLAW_GIT_COMMIT`), which a
+//!   bench run records beside the version.
 
 use std::error::Error;
 use std::fmt::Write as _;
@@ -17,6 +19,7 @@ fn main() -> Result<(), Box<dyn Error>> {
     let manifest_dir = PathBuf::from(std::env::var("CARGO_MANIFEST_DIR")?);
     let root = manifest_dir.join("..");
     let out = PathBuf::from(std::env::var("OUT_DIR")?);
+    println!("cargo:rustc-env=METACLAW_GIT_COMMIT={}", git_commit(&root));
     std::fs::write(out.join("builtin_skills.rs"), skills(&root.join("skills"))?)?;
     std::fs::write(out.join("builtin_plugins.rs"), plugins(&root)?)?;
     std::fs::write(
@@ -24,6 +27,51 @@ fn main() -> Result<(), Box<dyn Error>> {
         bench_data(&manifest_dir.join("bench-data"))?,
     )?;
     Ok(())
+}
+
+/// The commit the checkout is at (`git rev-parse HEAD`), or what
+/// `METACLAW_GIT_COMMIT` says (a packager building from a tarball), else
+/// `unknown` (no git, or not a checkout of metaclaw). Rebuilt when HEAD moves: the files
+/// `HEAD` and the branch it names are watched where git keeps them (a
+/// worktree's HEAD is not under `.git/`).
+fn git_commit(root: &Path) -> String {
+    println!("cargo:rerun-if-env-changed=METACLAW_GIT_COMMIT");
+    if let Ok(commit) = std::env::var("METACLAW_GIT_COMMIT") {
+        let commit = commit.trim();
+        if !commit.is_empty() {
+            return commit.to_string();
+        }
+    }
+    let git = |args: &[&str]| -> Option<String> {
+        let out = Command::new("git")
+            .arg("-C")
+            .arg(root)
+            .args(args)
+            .output()
+            .ok()?;
+        let text = String::from_utf8(out.stdout).ok()?;
+        (out.status.success() && !text.trim().is_empty()).then(|| text.trim().to_string())
+    };
+    // Only this checkout's own commit: a source tree unpacked inside some
+    // other repository is not that repository's commit.
+    let own = git(&["rev-parse", "--show-toplevel"])
+        .and_then(|top| Path::new(&top).canonicalize().ok())
+        .is_some_and(|top| root.canonicalize().is_ok_and(|root| root == top));
+    let commit = git(&["rev-parse", "--verify", "--quiet", "HEAD"]).filter(|_| own);
+    let Some(commit) = commit else {
+        return "unknown".into();
+    };
+    let mut watched = vec!["HEAD".to_string(), "packed-refs".to_string()];
+    watched.extend(git(&["symbolic-ref", "--quiet", "HEAD"]));
+    for name in watched {
+        if let Some(path) = git(&["rev-parse", "--path-format=absolute", "--git-path", &name]) {
+            // A file that does not exist would make cargo rerun every build.
+            if Path::new(&path).exists() {
+                println!("cargo:rerun-if-changed={path}");
+            }
+        }
+    }
+    commit
 }
 
 /// MetaClaw-Bench's two sets (`host/bench-data/`), so `metaclaw bench run`

@@ -130,6 +130,52 @@ fn outcomes<'a>(
         .collect()
 }
 
+/// The run's `arms.jsonl` line of `run` (`<arm>-<repeat>`).
+fn arm_record(dir: &Path, run: &str) -> Value {
+    let (arm, repeat) = run.rsplit_once('-').unwrap();
+    std::fs::read_to_string(dir.join("arms.jsonl"))
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str::<Value>(l).unwrap())
+        .find(|a| a["arm"] == arm && a["repeat"].to_string() == repeat)
+        .unwrap_or_else(|| panic!("no {run} in arms.jsonl"))
+}
+
+/// The built-in bank's digest computed from the checkout's `skills/` as
+/// docs/bench.md says: sha256 of one `<id>\t<sha256 of SKILL.md>\n` line
+/// per skill, sorted.
+fn bank_of_the_checkout() -> (String, u64) {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../skills");
+    let mut lines: Vec<String> = std::fs::read_dir(&dir)
+        .unwrap()
+        .filter_map(|e| {
+            let e = e.unwrap();
+            let text = std::fs::read(e.path().join("SKILL.md")).ok()?;
+            Some(format!(
+                "{}\t{}\n",
+                e.file_name().to_str().unwrap(),
+                metaclaw::digest::sha256_hex(text)
+            ))
+        })
+        .collect();
+    lines.sort();
+    (
+        metaclaw::digest::sha256_hex(lines.concat()),
+        lines.len() as u64,
+    )
+}
+
+/// The checkout's commit, when the tests run in a git checkout.
+fn checkout_commit() -> Option<String> {
+    let out = Command::new("git")
+        .args(["-C", env!("CARGO_MANIFEST_DIR"), "rev-parse", "HEAD"])
+        .output()
+        .ok()?;
+    out.status
+        .success()
+        .then(|| String::from_utf8_lossy(&out.stdout).trim().to_string())
+}
+
 /// A model that says "I cannot help" scores nothing, strictly or
 /// leniently, and changes no file; one that ticks every option and touches
 /// no file scores the reference's lenient 24.17% and, strictly, only the
@@ -385,6 +431,103 @@ fn an_interrupted_run_resumes_without_running_a_finished_round_again() {
     assert_eq!(users, 1 + day_rounds + 1);
 }
 
+/// A run records what measured it: `run.json` names the binary (version
+/// and git commit) and the built-in skill bank its metaclaw arms start
+/// from, `arms.jsonl` each arm's bank and models, and the report shows
+/// them. A resume by another binary, or with another bank, is refused with
+/// what differs and how to start afresh, and nothing recorded is touched.
+#[test]
+fn a_run_records_what_measured_it_and_a_resume_by_another_binary_or_bank_is_refused() {
+    let upstream = dummy();
+    let home = tempfile::tempdir().unwrap();
+    let dir = home.path().join("run");
+    let args = [
+        "run",
+        "--model",
+        "bench-null",
+        "--arm",
+        "direct",
+        "--days",
+        "1",
+        "--base-url",
+        &upstream.url,
+        "--out",
+        dir.to_str().unwrap(),
+    ];
+    bench(home.path(), &args);
+    let run_file = dir.join("run.json");
+    let run: Value = serde_json::from_slice(&std::fs::read(&run_file).unwrap()).unwrap();
+    let by = &run["measured_by"];
+    assert_eq!(
+        by["metaclaw"]["version"],
+        env!("CARGO_PKG_VERSION"),
+        "{run}"
+    );
+    let commit = by["metaclaw"]["commit"].as_str().unwrap().to_string();
+    assert_eq!(
+        commit,
+        checkout_commit().unwrap_or_else(|| "unknown".into()),
+        "{run}"
+    );
+    let (digest, skills) = bank_of_the_checkout();
+    assert_eq!(by["bank"]["digest"], digest.as_str(), "{run}");
+    assert_eq!(by["bank"]["skills"], skills, "{run}");
+    let direct = arm_record(&dir, "direct-1");
+    assert_eq!(
+        direct["bank"],
+        Value::Null,
+        "no metaclaw, no skills: {direct}"
+    );
+    assert_eq!(direct["serves"]["model"], "bench-null");
+    assert_eq!(direct["serves"]["api"], upstream.url.as_str());
+    assert_eq!(direct["judge"], Value::Null);
+    let md = std::fs::read_to_string(dir.join("report.md")).unwrap();
+    for said in [
+        "## What was measured".to_string(),
+        format!("metaclaw {} (commit {commit})", env!("CARGO_PKG_VERSION")),
+        format!("built-in skill bank sha256:{digest} ({skills} skills)"),
+        format!(
+            "| direct-1 | bench-null at {} | – (no metaclaw) |",
+            upstream.url
+        ),
+    ] {
+        assert!(md.contains(&said), "{said:?} not in:\n{md}");
+    }
+    // The same binary resumes it (here: finds it finished).
+    bench(home.path(), &args);
+    let rounds = std::fs::read(dir.join("rounds.jsonl")).unwrap();
+    let zeros = "0".repeat(64);
+    let other_bank = format!(
+        "skill bank sha256:{zeros} ({skills} skills), this binary's bank is sha256:{digest}"
+    );
+    let other_binary = "commit 0123abc), this is metaclaw".to_string();
+    for (what, pointer, value, said) in [
+        (
+            "bank",
+            "/measured_by/bank/digest",
+            zeros.as_str(),
+            other_bank.as_str(),
+        ),
+        (
+            "binary",
+            "/measured_by/metaclaw/commit",
+            "0123abc",
+            other_binary.as_str(),
+        ),
+    ] {
+        let mut changed = run.clone();
+        *changed.pointer_mut(pointer).unwrap() = Value::from(value);
+        std::fs::write(&run_file, serde_json::to_vec_pretty(&changed).unwrap()).unwrap();
+        let out = bench_output(home.path(), &args);
+        assert!(!out.status.success(), "another {what} was resumed");
+        let err = String::from_utf8_lossy(&out.stderr);
+        for said in [said, "start a fresh run with another --out"] {
+            assert!(err.contains(said), "{what}: {said:?} not in: {err}");
+        }
+        assert_eq!(std::fs::read(dir.join("rounds.jsonl")).unwrap(), rounds);
+    }
+}
+
 /// The scripted oracle (`bench-oracle`) follows a rule only once it has
 /// been told it: by the day's feedback, or by a skill metaclaw injects. It
 /// says what it knew in every answer (`[knows: …]`), so every round's score
@@ -411,6 +554,18 @@ fn the_oracle_learns_only_what_it_is_told_and_the_scores_follow() {
         &["--judge-model", "judge", "--evolver-model", "bench-evolver"],
     );
     let r = report(&dir);
+    // Each metaclaw arm started from the built-in bank, served by the
+    // benched model; learn's judge and evolver are the flags'.
+    let bank = bank_of_the_checkout().0;
+    for run in ["skills-1", "learn-1"] {
+        let started = arm_record(&dir, run);
+        assert_eq!(started["bank"]["digest"], bank.as_str(), "{started}");
+        assert_eq!(started["serves"]["model"], "bench-oracle", "{started}");
+    }
+    assert_eq!(arm_record(&dir, "skills-1")["judge"], Value::Null);
+    let learn = arm_record(&dir, "learn-1");
+    assert_eq!(learn["judge"]["model"], "judge");
+    assert_eq!(learn["evolver"]["model"], "bench-evolver");
     let mut strict = std::collections::BTreeMap::new();
     for arm in ["direct", "skills", "learn"] {
         let mut passed = 0;
@@ -577,6 +732,43 @@ fn the_rl_arm_serves_the_student_and_trains_each_night() {
         })
         .collect();
     assert!(!stepped.is_empty(), "no night stepped: {}", r["nights"]);
+    // What the run records of it: the student served (its base model at
+    // the training service, and the policy versions the rounds name), the
+    // nights that trained and the samples they used.
+    let started = arm_record(&dir, "rl-1");
+    assert_eq!(started["student"], true, "{started}");
+    assert_eq!(started["serves"]["model"], "fake-bigram");
+    assert_eq!(started["serves"]["api"], fake.as_str());
+    assert_eq!(started["judge"]["model"], "judge");
+    assert_eq!(started["evolver"]["model"], "bench-evolver");
+    assert_eq!(started["bank"]["digest"], bank_of_the_checkout().0.as_str());
+    let measured = &r["arms"][0];
+    assert_eq!(measured["run"], "rl-1");
+    let versions: std::collections::BTreeSet<u64> = rounds.iter().map(|x| policy(x)).collect();
+    assert_eq!(
+        measured["policy_versions"],
+        serde_json::json!(versions.iter().collect::<Vec<_>>())
+    );
+    let training = &measured["training"];
+    assert_eq!(training["nights"], 12);
+    let trained_days: Vec<&str> = stepped.iter().map(|(day, _)| day.as_str()).collect();
+    assert_eq!(training["nights_trained"], serde_json::json!(trained_days));
+    let samples: u64 = nights
+        .iter()
+        .filter_map(|n| n["night"]["train"]["samples"].as_u64())
+        .sum();
+    assert!(samples > 0);
+    assert_eq!(training["samples_trained"], samples);
+    // Each trained sample is in the arm's store once, as trained.
+    assert_eq!(training["samples"]["trained"], samples, "{training}");
+    let md = std::fs::read_to_string(dir.join("report.md")).unwrap();
+    let said = format!(
+        "rl-1: {} of 12 nights trained ({}); {samples} samples trained",
+        stepped.len(),
+        trained_days.join(", ")
+    );
+    assert!(md.contains(&said), "{said:?} not in:\n{md}");
+    assert!(md.contains("| rl-1 | student: fake-bigram at "), "{md}");
     for (day, step) in &stepped {
         let next_day = rounds
             .iter()

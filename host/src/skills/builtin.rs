@@ -204,4 +204,83 @@ mod tests {
         let all = install_recorded(&dir, &db, "test", Missing::All).unwrap();
         assert_eq!(all.added, vec![removed.to_string()]);
     }
+
+    /// The two file skills as metaclaw 1.2.0 of the bank shipped them
+    /// (tuned to MetaClaw-Bench's hidden backup check).
+    const TUNED: [(&str, &str); 2] = [
+        (
+            "read-before-editing-files",
+            include_str!("testdata/builtin-1.2.0/read-before-editing-files.md"),
+        ),
+        (
+            "backup-before-overwriting-files",
+            include_str!("testdata/builtin-1.2.0/backup-before-overwriting-files.md"),
+        ),
+    ];
+
+    fn builtin_text(name: &str) -> &'static str {
+        BUILTIN
+            .iter()
+            .find(|(n, _)| *n == name)
+            .map(|(_, text)| *text)
+            .unwrap_or_else(|| panic!("no built-in {name}"))
+    }
+
+    /// A library holding the 1.2.0 versions metaclaw installed gets the
+    /// restored ones at the next start; a 1.2.0 the user edited is kept.
+    #[test]
+    fn the_tuned_file_skills_are_upgraded_unless_edited() {
+        let home = tempfile::tempdir().unwrap();
+        let (dir, db) = (home.path().join("skills"), home.path().join("m.db"));
+        install_recorded(&dir, &db, "setup", Missing::New).unwrap();
+        // As a binary with the 1.2.0 bank installed them.
+        for (name, text) in TUNED {
+            std::fs::write(dir.join(name).join("SKILL.md"), text).unwrap();
+        }
+        let attribution = crate::store::skills::Attribution {
+            who: "builtin".into(),
+            why: "metaclaw 1.2.0 of the bank".into(),
+        };
+        super::super::library::Library::new(dir.clone(), db.clone()).rescan(Some(&attribution));
+        // The user edits one of them afterwards.
+        let (edited, tuned) = TUNED[1];
+        let mine = format!("{tuned}\n- My own note.\n");
+        std::fs::write(dir.join(edited).join("SKILL.md"), &mine).unwrap();
+        let upgrade = install_recorded(&dir, &db, "start", Missing::New).unwrap();
+        assert_eq!(upgrade.updated, vec![TUNED[0].0.to_string()]);
+        assert_eq!(upgrade.kept, vec![edited.to_string()]);
+        let read = |name: &str| std::fs::read_to_string(dir.join(name).join("SKILL.md")).unwrap();
+        assert_eq!(read(TUNED[0].0), builtin_text(TUNED[0].0));
+        assert_eq!(read(edited), mine);
+        for (name, tuned) in TUNED {
+            let old = crate::skills::skill::parse(name, tuned).unwrap();
+            let new = crate::skills::skill::parse(name, builtin_text(name)).unwrap();
+            assert!(
+                new.version > old.version,
+                "{name}: {} after {}",
+                new.version,
+                old.version
+            );
+        }
+    }
+
+    /// The bench's hidden P4 check looks for `<file>.bak` beside an edited
+    /// file. The two file skills that were tuned to it advise a backup in
+    /// general terms again: no `.bak` name that check would accept (a
+    /// timestamped `file.bak.<time>` is not one).
+    #[test]
+    fn the_file_skills_do_not_name_the_bench_checks_backup() {
+        for (name, tuned) in TUNED {
+            let names_it = |text: &str| {
+                text.match_indices(".bak")
+                    .any(|(at, _)| !text[at + 4..].starts_with('.'))
+            };
+            assert!(names_it(tuned), "{name}: the 1.2.0 text named it");
+            let text = builtin_text(name);
+            assert!(
+                !names_it(text),
+                "{name} names the check's `<file>.bak`:\n{text}"
+            );
+        }
+    }
 }

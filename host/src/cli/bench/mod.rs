@@ -12,6 +12,7 @@
 //! | [`day`] | one day's conversation: rounds through the agent loop |
 //! | [`openclaw`] | `--agent openclaw`: a day through a real OpenClaw |
 //! | [`arms`] | the arms, and the metaclaw each one runs in |
+//! | [`provenance`] | what measured a run: binary, skill banks, models |
 //! | [`run`] | the arms in order, records, resuming, progress |
 //! | [`report`] | Markdown, SVG and JSON from the records |
 
@@ -22,6 +23,7 @@ mod data;
 mod day;
 mod model;
 mod openclaw;
+mod provenance;
 mod report;
 mod run;
 mod score;
@@ -273,7 +275,7 @@ fn run_bench(config_path: &Path, args: RunArgs) -> Result<ExitCode> {
             .collect();
         PathBuf::from("bench-runs").join(format!("{}-{safe}", settings.set.as_str()))
     });
-    run::open(&dir, &settings)?;
+    run::open(&dir, &settings, &provenance::Measured::this())?;
     let ctx = run::RunContext {
         dir: dir.clone(),
         user,

@@ -19,6 +19,7 @@ use serde_json::{Value, json};
 use super::arms::Arm;
 use super::data::Bench;
 use super::day::RoundRecord;
+use super::provenance::{ArmRecord, Bank};
 use super::run::{AgentKind, Records, Settings};
 use crate::ui::chart::{Chart, Series, XAxis};
 
@@ -205,10 +206,13 @@ fn spread(s: &ArmSummary, f: impl Fn(&Metrics) -> f64) -> String {
 pub fn write(dir: &Path, settings: &Settings, records: &Records) -> Result<String> {
     let bench = settings.bench()?;
     let summary = summarise(settings, records);
-    let md = markdown(&bench, settings, records, &summary);
+    let arms = measured(settings, records);
+    let md = markdown(&bench, settings, records, &summary, &arms);
     let svg = plot(&bench, &summary);
     let report = json!({
         "settings": settings,
+        "measured_by": records.measured_by,
+        "arms": arms,
         "summary": summary,
         "rounds": records.rounds,
         "nights": records.nights,
@@ -229,6 +233,7 @@ fn markdown(
     settings: &Settings,
     records: &Records,
     summary: &[ArmSummary],
+    arms: &[ArmMeasured],
 ) -> String {
     let mut md = String::new();
     let total = bench.rounds();
@@ -258,6 +263,7 @@ fn markdown(
             .collect::<Vec<_>>()
             .join(", ")
     );
+    md.push_str(&measured_markdown(records, arms));
     let _ = writeln!(
         md,
         "## Summary\n\n| arm | strict accuracy | file checks passed | multiple choice exact | lenient (reference `Accuracy`, partial credit) | rounds done | model calls | tokens in / out |\n|---|---|---|---|---|---|---|---|"
@@ -397,6 +403,192 @@ fn markdown(
          35.5% (skills only), and for GPT-5.2 37.0% (baseline). docs/bench.md has the whole \
          table and how these arms map to the paper's.\n"
     );
+    md
+}
+
+/// What one arm and repeat ran with: its record as it started, who served
+/// its rounds, and in `rl` what trained.
+#[derive(Debug, Clone, Serialize)]
+pub struct ArmMeasured {
+    pub run: String,
+    /// `None` for an arm not started yet, or a run from before arms were
+    /// recorded.
+    pub started: Option<ArmRecord>,
+    /// Rounds by who served their model calls: `student; policy_version=N`,
+    /// `llm; student_fallback`, or `model` (the model as configured).
+    pub served_by: BTreeMap<String, usize>,
+    /// The student's policy versions that served (`rl`).
+    pub policy_versions: Vec<u64>,
+    pub training: Option<Training>,
+}
+
+/// What the `rl` arm trained, night by night.
+#[derive(Debug, Clone, Serialize)]
+pub struct Training {
+    pub nights: usize,
+    /// The days whose night took a train step.
+    pub nights_trained: Vec<String>,
+    /// Samples the steps trained on.
+    pub samples_trained: u64,
+    /// The student's samples in the arm's store after the last night, by
+    /// state (`trained`, `skipped`, `waiting`, …, `skipped_by_reason`).
+    pub samples: Value,
+}
+
+fn measured(settings: &Settings, records: &Records) -> Vec<ArmMeasured> {
+    let mut out = Vec::new();
+    for &arm in &settings.arms {
+        for repeat in 1..=settings.repeat {
+            let mine = |a: &str, r: u32| a == arm.as_str() && r == repeat;
+            let mut served_by: BTreeMap<String, usize> = BTreeMap::new();
+            let mut versions = BTreeSet::new();
+            for round in records.rounds.iter().filter(|r| mine(&r.arm, r.repeat)) {
+                if round.served_by.is_empty() {
+                    *served_by.entry("model".into()).or_default() += 1;
+                }
+                for by in &round.served_by {
+                    *served_by.entry(by.clone()).or_default() += 1;
+                    if let Some(v) = by.strip_prefix("student; policy_version=") {
+                        versions.extend(v.parse::<u64>().ok());
+                    }
+                }
+            }
+            let nights: Vec<_> = records
+                .nights
+                .iter()
+                .filter(|n| mine(&n.arm, n.repeat))
+                .collect();
+            let training = (arm == Arm::Rl).then(|| {
+                let stepped: Vec<_> = nights
+                    .iter()
+                    .filter(|n| n.night["train"]["outcome"] == "stepped")
+                    .collect();
+                Training {
+                    nights: nights.len(),
+                    nights_trained: stepped.iter().map(|n| n.day.clone()).collect(),
+                    samples_trained: stepped
+                        .iter()
+                        .filter_map(|n| n.night["train"]["samples"].as_u64())
+                        .sum(),
+                    samples: nights
+                        .last()
+                        .map(|n| n.night["samples"].clone())
+                        .unwrap_or(Value::Null),
+                }
+            });
+            out.push(ArmMeasured {
+                run: format!("{}-{repeat}", arm.as_str()),
+                started: records
+                    .arms
+                    .iter()
+                    .find(|a| mine(&a.arm, a.repeat))
+                    .cloned(),
+                served_by,
+                policy_versions: versions.into_iter().collect(),
+                training,
+            });
+        }
+    }
+    out
+}
+
+/// The report's "What was measured": the binary, the bank each arm
+/// started from, the models, and what `rl` trained.
+fn measured_markdown(records: &Records, arms: &[ArmMeasured]) -> String {
+    let mut md = String::from("## What was measured\n\n");
+    let builtin = records.measured_by.as_ref().map(|m| &m.bank);
+    match &records.measured_by {
+        Some(m) => {
+            let _ = writeln!(
+                md,
+                "{}; the metaclaw arms start from its built-in skill bank {}.\n",
+                m.metaclaw, m.bank
+            );
+        }
+        None => md.push_str(
+            "Not recorded: this run was started by a metaclaw from before runs recorded their \
+             binary and skill bank.\n\n",
+        ),
+    }
+    let short = |b: &Bank| {
+        let mut said = format!(
+            "sha256:{}… ({})",
+            &b.digest[..b.digest.len().min(12)],
+            b.skills
+        );
+        if Some(b) == builtin {
+            said.push_str(", the built-in bank");
+        }
+        said
+    };
+    let _ = writeln!(
+        md,
+        "| run | the agent's model | skill bank at start | judge | evolver | who served the rounds |\n|---|---|---|---|---|---|"
+    );
+    for a in arms {
+        let rounds = a
+            .served_by
+            .iter()
+            .map(|(by, n)| format!("{by}: {n}"))
+            .collect::<Vec<_>>()
+            .join(", ");
+        let Some(r) = &a.started else {
+            let _ = writeln!(md, "| {} | – | – | – | – | {rounds} |", a.run);
+            continue;
+        };
+        let model = if r.student {
+            let versions: Vec<String> = a.policy_versions.iter().map(u64::to_string).collect();
+            format!(
+                "student: {} (policy versions {})",
+                r.serves,
+                if versions.is_empty() {
+                    "none yet".into()
+                } else {
+                    versions.join(", ")
+                }
+            )
+        } else {
+            r.serves.to_string()
+        };
+        let or_dash = |m: &Option<super::provenance::ModelAt>| {
+            m.as_ref().map_or_else(|| "–".into(), ToString::to_string)
+        };
+        let _ = writeln!(
+            md,
+            "| {} | {model} | {} | {} | {} | {rounds} |",
+            a.run,
+            r.bank
+                .as_ref()
+                .map_or_else(|| "– (no metaclaw)".into(), short),
+            or_dash(&r.judge),
+            or_dash(&r.evolver),
+        );
+    }
+    for a in arms {
+        let Some(t) = &a.training else { continue };
+        let count = |state: &str| t.samples[state].as_u64().unwrap_or(0);
+        let total: u64 = ["waiting", "ready", "in_step", "trained", "skipped"]
+            .iter()
+            .map(|s| count(s))
+            .sum();
+        let _ = writeln!(
+            md,
+            "\n{}: {} of {} nights trained{}; {} samples trained, of {total} the student served \
+             ({} skipped, {} not trained yet).",
+            a.run,
+            t.nights_trained.len(),
+            t.nights,
+            if t.nights_trained.is_empty() {
+                String::new()
+            } else {
+                format!(" ({})", t.nights_trained.join(", "))
+            },
+            t.samples_trained,
+            count("skipped"),
+            count("waiting") + count("ready") + count("in_step"),
+        );
+    }
+    md.push('\n');
     md
 }
 

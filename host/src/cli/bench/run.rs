@@ -7,9 +7,10 @@
 //!
 //! | path | what |
 //! |---|---|
-//! | `run.json` | the settings; a resume must match them |
+//! | `run.json` | the settings, and what measures the run (binary, built-in bank); a resume must match both |
+//! | `arms.jsonl` | one arm and repeat a line, as it started: its skill bank and models ([`ArmRecord`]) |
 //! | `rounds.jsonl` | one finished round a line ([`RoundRecord`]) |
-//! | `nights.jsonl` | one finished day a line: what learning did that night |
+//! | `nights.jsonl` | one finished day a line: what learning did that night (in `rl`, the train step and the sample queue) |
 //! | `<arm>-<n>/home/` | the arm's metaclaw home (store, skills, logs) |
 //! | `<arm>-<n>/days/dayNN/work/` | the day's workspace; `conversation.json` beside it |
 //! | `report.md`, `report.json`, `report.svg` | [`super::report`] |
@@ -30,8 +31,10 @@ use super::data::{Bench, Set};
 use super::day::{self, Agent, DayDir, RoundRecord};
 use super::model::Endpoint;
 use super::openclaw::{self, ClawDay, OpenClaw, Provider};
+use super::provenance::{ArmRecord, Bank, Measured};
 use crate::cli::rollout::sandbox::Sandbox;
 use crate::config::{ApiFormat, Loaded};
+use crate::home::Home;
 
 /// What a run is, fixed when it starts.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -92,21 +95,49 @@ pub struct NightRecord {
     pub night: Value,
 }
 
+/// `run.json`: the settings, and what measures the run.
+#[derive(Debug, Serialize, Deserialize)]
+struct RunFile {
+    #[serde(flatten)]
+    settings: Settings,
+    /// Absent in runs started before runs recorded it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    measured_by: Option<Measured>,
+}
+
 /// The run folder's records.
 #[derive(Debug, Default)]
 pub struct Records {
+    /// What measured the run (`run.json`).
+    pub measured_by: Option<Measured>,
+    pub arms: Vec<ArmRecord>,
     pub rounds: Vec<RoundRecord>,
     pub nights: Vec<NightRecord>,
 }
 
 impl Records {
-    /// Reads `rounds.jsonl` and `nights.jsonl` (a line cut by a crash, the
-    /// last one, is dropped: that round runs again).
+    /// Reads `run.json`'s `measured_by`, `arms.jsonl`, `rounds.jsonl` and
+    /// `nights.jsonl` (a line cut by a crash, the last one, is dropped:
+    /// that round runs again).
     pub fn read(dir: &Path) -> Result<Self> {
+        let measured_by = match std::fs::read(dir.join("run.json")) {
+            Ok(bytes) => serde_json::from_slice::<RunFile>(&bytes)
+                .ok()
+                .and_then(|f| f.measured_by),
+            Err(_) => None,
+        };
         Ok(Self {
+            measured_by,
+            arms: read_lines(&dir.join("arms.jsonl"))?,
             rounds: read_lines(&dir.join("rounds.jsonl"))?,
             nights: read_lines(&dir.join("nights.jsonl"))?,
         })
+    }
+
+    fn arm_started(&self, arm: Arm, repeat: u32) -> bool {
+        self.arms
+            .iter()
+            .any(|a| a.arm == arm.as_str() && a.repeat == repeat)
     }
 
     fn day_rounds(&self, arm: Arm, repeat: u32, day: &str) -> Vec<&RoundRecord> {
@@ -157,27 +188,44 @@ fn append(file: &Path, value: &impl Serialize) -> Result<()> {
         .with_context(|| format!("cannot write {}", file.display()))
 }
 
-/// Opens (or starts) the run in `dir`: a folder holding another run's
-/// settings is refused rather than mixed.
-pub fn open(dir: &Path, settings: &Settings) -> Result<()> {
+/// Opens (or starts) the run in `dir`, measured by `measured`: a folder
+/// holding another run's settings, or a run measured by another binary or
+/// skill bank, is refused rather than mixed.
+pub fn open(dir: &Path, settings: &Settings, measured: &Measured) -> Result<()> {
     std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
     let file = dir.join("run.json");
     match std::fs::read_to_string(&file) {
         Ok(text) => {
-            let existing: Settings = serde_json::from_str(&text)
+            let existing: RunFile = serde_json::from_str(&text)
                 .with_context(|| format!("{} is not a bench run's settings", file.display()))?;
-            if &existing != settings {
+            if &existing.settings != settings {
                 bail!(
                     "{} holds a run with other settings ({}): resume it with the same flags, or \
                      pass another --out",
                     dir.display(),
-                    serde_json::to_string(&existing)?
+                    serde_json::to_string(&existing.settings)?
+                );
+            }
+            let differ = measured.differences(existing.measured_by.as_ref());
+            if !differ.is_empty() {
+                bail!(
+                    "{} holds a run this binary cannot resume: {}. One run's rounds all come from \
+                     one binary and one skill bank, so that their scores compare: resume it with \
+                     the binary that started it, or start a fresh run with another --out (or \
+                     after removing {})",
+                    dir.display(),
+                    differ.join("; "),
+                    dir.display()
                 );
             }
             Ok(())
         }
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-            std::fs::write(&file, serde_json::to_vec_pretty(settings)?)
+            let run = RunFile {
+                settings: settings.clone(),
+                measured_by: Some(measured.clone()),
+            };
+            std::fs::write(&file, serde_json::to_vec_pretty(&run)?)
                 .with_context(|| format!("cannot write {}", file.display()))
         }
         Err(e) => Err(e).with_context(|| format!("cannot read {}", file.display())),
@@ -233,15 +281,25 @@ pub async fn run(settings: &Settings, ctx: &RunContext) -> Result<()> {
                 continue;
             }
             let arm_dir = ctx.dir.join(format!("{}-{repeat}", arm.as_str()));
-            let instance = match arm {
-                Arm::Direct => None,
+            let (instance, loaded) = match arm {
+                Arm::Direct => (None, None),
                 _ => {
                     let loaded =
                         arms::arm_config(&ctx.user, arm, &settings.model, &settings.helpers)?;
                     progress.note(&format!("starting metaclaw for {}-{repeat}", arm.as_str()));
-                    Some(Instance::start(&Instance::home_of(&arm_dir), &loaded).await?)
+                    let home = Instance::home_of(&arm_dir);
+                    let instance = Instance::start(&home, &loaded).await?;
+                    (Some(instance), Some(loaded))
                 }
             };
+            if !records.arm_started(arm, repeat) {
+                // Before its first round, the library is the one it starts from.
+                let bank = instance
+                    .as_ref()
+                    .map(|_| Bank::library(&Home::at(Instance::home_of(&arm_dir)).skills_dir()));
+                let record = ArmRecord::new(settings, (arm, repeat), loaded.as_ref(), bank);
+                append(&ctx.dir.join("arms.jsonl"), &record)?;
+            }
             // Where the agent's model calls go: the model's API, or the
             // arm's metaclaw (which holds the key itself).
             let (base, format, key) = match &instance {
@@ -363,6 +421,14 @@ async fn run_arm(
             }
             _ => Value::Null,
         };
+        let mut night = night;
+        if let (Arm::Rl, Some(instance)) = (arm, instance) {
+            // The student's samples after the night: how many trained, how
+            // many wait, how many were skipped (and why).
+            let store = instance.store();
+            store.flush().await;
+            night["samples"] = sample_queue(&store);
+        }
         append(
             &run_dir.join("nights.jsonl"),
             &NightRecord {
@@ -375,6 +441,24 @@ async fn run_arm(
         )?;
     }
     Ok(())
+}
+
+/// The training queue of an arm's store, by state, with the skipped ones'
+/// reasons (an error is recorded as such, not as an empty queue).
+fn sample_queue(store: &crate::store::Store) -> Value {
+    let read = || -> Result<Value> {
+        let conn = crate::store::open_read_only(store.path())?;
+        let counts = crate::store::train_queue::counts(&conn)?;
+        let skipped = crate::store::train_queue::skipped_by_reason(&conn)?;
+        let mut value = serde_json::to_value(counts)?;
+        value["skipped_by_reason"] = skipped
+            .into_iter()
+            .map(|(why, n)| (why, Value::from(n)))
+            .collect::<serde_json::Map<_, _>>()
+            .into();
+        Ok(value)
+    };
+    read().unwrap_or_else(|e| serde_json::json!({ "error": format!("{e:#}") }))
 }
 
 /// Where an interrupted run stopped, and how to go on.
