@@ -13,10 +13,12 @@
 //! publishes it, so the library's generation goes up while the round's
 //! other two sessions, sampled before, are still waiting for their jobs.
 //! Before this rule those two were "sampled under an older skill
-//! generation" and skipped: nothing at all trained. In round 3 the user
-//! also edits
-//! the skill evolved in round 1 while the round's sessions wait: the
-//! samples that had it in their prompt go stale, the others do not.
+//! generation" and skipped: nothing at all trained. From round 1 on, a
+//! round's third session comes back to the last round's topic, so the
+//! skill evolved from it is in its prompt; in round 3 the user edits that
+//! skill while the round's sessions wait: the samples that had it in their
+//! prompt go stale, the others do not (and so, by the same rule, do those
+//! whose skill a round's evolution revised).
 //!
 //! Everything is deterministic (scripted answers, the dummy's judge and
 //! evolver, the fake's sampling): the rule is checked sample by sample and
@@ -37,26 +39,52 @@ const ROUNDS: usize = 6;
 const EDITED_IN: usize = 3;
 
 /// Round `r`'s sessions: (id, question, answers, the user's reply). The
-/// first is corrected (judged −1, then 0: evolved from); the others move
-/// on (+1, then 0).
+/// first is corrected (judged −1, then 0: evolved from; each round's
+/// lesson on a topic of its own, so the evolution writes a new skill
+/// rather than a near-duplicate `dedup` drops); the others move on (+1,
+/// then 0).
 fn round(r: usize) -> [(String, String, [&'static str; 2], &'static str); 3] {
-    const TOPICS: [(&str, &str); 6] = [
-        ("France", "Paris"),
-        ("Italy", "Rome"),
-        ("Spain", "Madrid"),
-        ("Germany", "Berlin"),
-        ("Portugal", "Lisbon"),
-        ("Austria", "Vienna"),
+    const CORRECTED: [(&str, &str); 6] = [
+        (
+            "Who designed the Louvre pyramid?",
+            "No, that's wrong: Ieoh Ming Pei designed its glass and steel, opened 1989 beside the Seine.",
+        ),
+        (
+            "Which volcano towers over Sicily?",
+            "Wrong. Etna erupts often; lava reaches Catania suburbs, ash closes airports, pistachios grow there.",
+        ),
+        (
+            "What hangs inside the Prado museum?",
+            "Incorrect: Velazquez, Goya and Bosch paintings; tickets fifteen euros; closed Mondays.",
+        ),
+        (
+            "When did the Berlin wall fall?",
+            "That's not right: November 1989, Checkpoint Charlie, graffiti murals, Brandenburg gate celebrations.",
+        ),
+        (
+            "Which tram climbs Alfama hills?",
+            "No, that's wrong: yellow route 28 rattles uphill; the 1755 earthquake flattened Baixa below.",
+        ),
+        (
+            "What dessert comes from Vienna?",
+            "Mistake: Sachertorte chocolate cake with apricot jam, served at Hotel Sacher since 1832.",
+        ),
     ];
-    let (country, _) = TOPICS[r];
-    let (other, _) = TOPICS[(r + 1) % TOPICS.len()];
-    let (third, _) = TOPICS[(r + 2) % TOPICS.len()];
+    const COUNTRIES: [&str; 6] = ["France", "Italy", "Spain", "Germany", "Portugal", "Austria"];
+    let (question, correction) = CORRECTED[r];
+    let other = COUNTRIES[(r + 1) % COUNTRIES.len()];
+    // The third comes back to the last round's lesson: its skill is
+    // retrieved into the prompt.
+    let third = match r {
+        0 => format!("How many people live in {}?", COUNTRIES[2]),
+        r => format!("Tell me again: {}", CORRECTED[r - 1].0),
+    };
     [
         (
             format!("r{r}-corrected"),
-            format!("What is the capital of {country}?"),
-            ["It is Lyon.", "Sorry: I checked, it is the capital."],
-            "No, that's wrong. Check it.",
+            question.to_string(),
+            ["I am not sure.", "Sorry: I checked it now."],
+            correction,
         ),
         (
             format!("r{r}-moved-on"),
@@ -66,7 +94,7 @@ fn round(r: usize) -> [(String, String, [&'static str; 2], &'static str); 3] {
         ),
         (
             format!("r{r}-also"),
-            format!("How many people live in {third}?"),
+            third,
             ["Millions.", "It is a guess."],
             "Thanks. Is that growing?",
         ),
@@ -77,7 +105,6 @@ fn round(r: usize) -> [(String, String, [&'static str; 2], &'static str); 3] {
 #[derive(Debug)]
 struct Judged {
     session: String,
-    turn: String,
     state: String,
     note: Option<String>,
     support: bool,
@@ -90,7 +117,7 @@ fn judged(world: &World) -> Vec<Judged> {
     let conn = world.db();
     let mut stmt = conn
         .prepare(
-            "SELECT t.session_id, s.turn_id, s.train_state, s.train_note, s.skill_generation,
+            "SELECT t.session_id, s.train_state, s.train_note, s.skill_generation,
                     EXISTS (SELECT 1 FROM evolved_drafts d WHERE d.session_id = t.session_id
                               AND d.written_ms IS NOT NULL AND d.outcome IN ('created', 'updated')),
                     EXISTS (SELECT 1 FROM json_each(coalesce(t.injected_skills, '[]')) j
@@ -103,12 +130,11 @@ fn judged(world: &World) -> Vec<Judged> {
     stmt.query_map([], |r| {
         Ok(Judged {
             session: r.get(0)?,
-            turn: r.get(1)?,
-            state: r.get(2)?,
-            note: r.get(3)?,
-            generation: r.get(4)?,
-            support: r.get(5)?,
-            stale: r.get(6)?,
+            state: r.get(1)?,
+            note: r.get(2)?,
+            generation: r.get(3)?,
+            support: r.get(4)?,
+            stale: r.get(5)?,
         })
     })
     .unwrap()
@@ -136,16 +162,17 @@ fn injected(world: &World, session: &str) -> Vec<String> {
 async fn samples_train_unless_a_skill_in_their_prompt_changed_or_they_taught_it() {
     let started = Instant::now();
     let w = World::new(Setup::new("fake-bigram").batch_size(64).evolving()).await;
-    let mut evolved_first: Option<String> = None;
+    let mut evolved: Vec<String> = Vec::new();
+    let mut old_rule = 0;
     for r in 0..ROUNDS {
         let sessions = round(r);
         for (id, question, answers, reply) in &sessions {
             w.session(id, question, answers, &[reply]).await;
         }
         if r == EDITED_IN {
-            // The user edits the skill evolved in round 1 while this
-            // round's sessions wait for their jobs.
-            let skill = evolved_first.clone().expect("round 1 evolved a skill");
+            // The user edits the skill evolved in the round before while
+            // this round's sessions wait for their jobs.
+            let skill = evolved[EDITED_IN - 1].clone();
             let before = w.generation().await;
             let file = w.path().join("skills").join(&skill).join("SKILL.md");
             let mut text = std::fs::read_to_string(&file).unwrap();
@@ -162,13 +189,19 @@ async fn samples_train_unless_a_skill_in_their_prompt_changed_or_they_taught_it(
         let (corrected, ..) = &sessions[0];
         let written = w.written_drafts(corrected);
         assert!(
-            written.iter().any(|(_, outcome)| outcome == "created"),
-            "round {r}: nothing evolved from {corrected}: {written:?}\n{}",
+            !written.is_empty(),
+            "round {r}: nothing evolved from {corrected}\n{}",
             w.log()
         );
-        if r == 1 {
-            evolved_first = Some(written[0].0.clone());
-        }
+        evolved.push(written[0].0.clone());
+        // What the rule before this one would have let this step train:
+        // only samples of the generation the library is at now.
+        let now = w.generation().await as i64;
+        old_rule += judged(&w)
+            .iter()
+            .filter(|s| s.session.starts_with(&format!("r{r}-")) && !s.support)
+            .filter(|s| s.generation == now)
+            .count();
         let step = w.json(&["train", "step", "--json"]).await;
         assert!(
             matches!(step["outcome"].as_str(), Some("stepped" | "waiting")),
@@ -189,13 +222,14 @@ async fn samples_train_unless_a_skill_in_their_prompt_changed_or_they_taught_it(
     let stale = eligible.iter().filter(|s| s.stale).count();
     eprintln!(
         "sample survival: {trained} of {} judged samples outside a support set trained ({:.0}%); \
-         {support} in support sets; {stale} stale (a skill in their prompt edited); \
-         {older} trained from an older generation than the last; {:.1}s",
+         {support} in support sets; {stale} stale (a skill in their prompt changed); \
+         {older} trained from an older generation than the last; \
+         under the old rule (older generations skipped) {old_rule} would have; {:.1}s",
         eligible.len(),
         100.0 * trained as f64 / eligible.len().max(1) as f64,
         started.elapsed().as_secs_f64()
     );
-    let edited = evolved_first.unwrap();
+    let edited = &evolved[EDITED_IN - 1];
     for (id, ..) in round(EDITED_IN) {
         eprintln!("  {id}: injected {:?}", injected(&w, &id));
     }
@@ -216,18 +250,20 @@ async fn samples_train_unless_a_skill_in_their_prompt_changed_or_they_taught_it(
             (false, false) => assert_eq!(s.state, "trained", "{s:?}"),
         }
     }
-    // Only the edit made samples stale, and only those of the round that
-    // waited while it happened with the edited skill in their prompt.
+    // Only samples with a skill in their prompt can go stale (the third
+    // sessions'), and the edit staled the one that had the edited skill.
+    // (A round's evolution may revise the last round's skill too: the
+    // dummy evolver's near-copy of it, merged into it; that stales the
+    // third session that had it in its prompt, by the same rule.)
     for s in eligible.iter().filter(|s| s.stale) {
-        assert!(
-            s.session.starts_with(&format!("r{EDITED_IN}-")),
-            "{s:?} went stale, yet only round {EDITED_IN} waited during the edit"
-        );
-        assert!(
-            injected(&w, &s.session).contains(&edited),
-            "{s:?}: {edited} was not in its prompt"
-        );
+        assert!(s.session.ends_with("-also"), "{s:?}");
     }
+    let edited_in = format!("r{EDITED_IN}-also");
+    assert!(injected(&w, &edited_in).contains(edited));
+    assert!(
+        eligible.iter().any(|s| s.stale && s.session == edited_in),
+        "{samples:#?}"
+    );
     assert!(older > 0, "no sample of an older generation trained");
     assert!(
         trained * 5 >= eligible.len() * 4,
