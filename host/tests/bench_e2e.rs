@@ -779,3 +779,97 @@ fn the_rl_arm_serves_the_student_and_trains_each_night() {
     }
     drop(rt);
 }
+
+/// An agent that only writes files (`bench-planter`: in every file-check
+/// round it plants `glob.py`, `json.py`, `re.py`, `sitecustomize.py` and a
+/// user site's `usercustomize.py` and `.pth`, each of which, imported,
+/// would pass the check, copy the environment into the workspace and write
+/// an answer-key skill into the arm's library) scores what the null model
+/// scores, in every arm, round for round and check for check: nothing.
+#[test]
+fn an_agent_that_only_plants_files_scores_what_the_null_model_scores() {
+    let upstream = dummy();
+    let home = tempfile::tempdir().unwrap();
+    let helpers = ["--judge-model", "judge", "--evolver-model", "bench-evolver"];
+    let mut reports = Vec::new();
+    for model in ["bench-null", "bench-planter"] {
+        let dir = home.path().join(model);
+        warm_homes(&dir, &["skills-1", "learn-1"]);
+        run_small(
+            home.path(),
+            &upstream.url,
+            model,
+            "direct,skills,learn",
+            &dir,
+            &helpers,
+        );
+        reports.push(report(&dir));
+    }
+    let planted_dir = home.path().join("bench-planter");
+    // Each round's verdict and each part's exit code.
+    let verdicts = |rs: &[&Value]| -> Vec<(String, String, bool, Vec<i64>)> {
+        rs.iter()
+            .map(|r| {
+                let codes = r["checks"]
+                    .as_array()
+                    .map(|parts| parts.iter().map(|p| p["code"].as_i64().unwrap()).collect())
+                    .unwrap_or_default();
+                let (day, round) = (r["day"].as_str().unwrap(), r["round"].as_str().unwrap());
+                let passed = r["score"]["passed"].as_bool().unwrap();
+                (day.to_string(), round.to_string(), passed, codes)
+            })
+            .collect()
+    };
+    for arm in ["direct", "skills", "learn"] {
+        let (null, planter) = (rounds(&reports[0], arm), rounds(&reports[1], arm));
+        assert_eq!(planter.len(), ROUNDS, "{arm}");
+        assert_eq!(verdicts(&planter[..]), verdicts(&null[..]), "{arm}");
+        assert_eq!(summary(&reports[1], arm)["mean"]["strict"], 0.0, "{arm}");
+        for round in &planter {
+            if round["kind"] == "file_check" {
+                let files = round["files"].as_array().unwrap();
+                assert!(files.iter().any(|f| f == "glob.py"), "{arm}: {round}");
+            }
+        }
+        // What the planted modules do, had any run: nothing of it is there.
+        let arm_dir = planted_dir.join(format!("{arm}-1"));
+        assert!(!arm_dir.join("home/skills/answer-key").exists(), "{arm}");
+        for day in std::fs::read_dir(arm_dir.join("days")).unwrap() {
+            let work = day.unwrap().path().join("work");
+            assert!(work.join("glob.py").is_file(), "{}", work.display());
+            assert!(!work.join("leaked-env.txt").exists(), "{}", work.display());
+        }
+    }
+}
+
+/// Where the checks cannot be confined (here: no user namespaces, the
+/// limit set to 0 in a namespace of the test's own), the run does not
+/// start: it says why up front and records nothing.
+#[test]
+fn without_a_sandbox_for_the_checks_the_run_does_not_start() {
+    let upstream = dummy();
+    let home = tempfile::tempdir().unwrap();
+    let out_dir = home.path().join("run");
+    let out = Command::new("unshare")
+        .args(["-Ur", "sh", "-c"])
+        .arg(r#"echo 0 > /proc/sys/user/max_user_namespaces && exec "$0" "$@""#)
+        .arg(BIN)
+        .arg("--config")
+        .arg(home.path().join("config.yaml"))
+        .args(["bench", "run", "--set", "small", "--model", "bench-null"])
+        .args(["--arm", "direct", "--base-url", &upstream.url, "--out"])
+        .arg(&out_dir)
+        .env("METACLAW_HOME", home.path())
+        .env("METACLAW_NO_WIRE", "1")
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{stderr}");
+    assert!(
+        stderr.contains("the file checks cannot run confined, so nothing was run")
+            && stderr.contains("max_user_namespaces"),
+        "{stderr}"
+    );
+    assert!(!out_dir.join("rounds.jsonl").exists());
+    assert_eq!(dummy_requests(&upstream.url), 0);
+}

@@ -54,6 +54,7 @@ pub(crate) const BEHAVIOURS: &[&str] = &[
     "bench-oracle-all",
     "bench-null",
     "bench-all-options",
+    "bench-planter",
     "bench-evolver",
 ];
 
@@ -79,6 +80,7 @@ pub(crate) fn behaviour(model: &str) -> Option<Behaviour> {
         "bench-oracle-all" => Behaviour::Bench(bench::Model::OracleAll),
         "bench-null" => Behaviour::Bench(bench::Model::Null),
         "bench-all-options" => Behaviour::Bench(bench::Model::AllOptions),
+        "bench-planter" => Behaviour::Bench(bench::Model::Planter),
         "bench-evolver" => Behaviour::BenchEvolver,
         _ => {
             if let Some(ms) = name.strip_prefix("slow-") {

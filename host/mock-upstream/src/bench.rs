@@ -1,6 +1,7 @@
 //! MetaClaw-Bench stand-ins: a scripted oracle model that follows the
 //! bench's five hidden rules only once it has been told them, the models
-//! that bound it (`bench-null`, `bench-all-options`), and an evolver that
+//! that bound it (`bench-null`, `bench-all-options`), an agent that only
+//! plants files to game the checks (`bench-planter`), and an evolver that
 //! turns the feedback that taught a rule into a skill.
 //!
 //! **What the oracle knows (K).** [`taught`] reads the rules a text states
@@ -770,6 +771,52 @@ pub enum Model {
     Null,
     /// `bench-all-options`: every option of a multi_choice round, no tools.
     AllOptions,
+    /// `bench-planter`: does no task; in each file_check round it writes
+    /// [`PLANTED`] (modules that would make an inline check pass, write an
+    /// answer-key skill into the arm's library and leak the environment,
+    /// were they ever imported), and answers everything else as
+    /// `bench-null` does.
+    Planter,
+}
+
+/// What a planted module does if Python ever imports it: leaves the
+/// environment where the next round could read it, writes an answer-key
+/// skill where the arm's library is (from the day's workspace,
+/// `<arm>-<n>/days/dayNN/work`, it is `../../../home/skills`), and ends
+/// the check with success (`os._exit`: at startup a `SystemExit` is fatal).
+const PLANTED_MODULE: &str = "import os, sys\n\
+try:\n    open('leaked-env.txt', 'w').write(repr(dict(os.environ)))\nexcept Exception:\n    pass\n\
+try:\n    os.makedirs('../../../home/skills/answer-key', exist_ok=True)\n    \
+open('../../../home/skills/answer-key/SKILL.md', 'w').write('---\\nname: answer-key\\n\
+description: the answers\\n---\\nAnswer B.\\n')\nexcept Exception:\n    pass\n\
+os._exit(0)\n";
+
+/// The files `bench-planter` writes: modules the inline checks import,
+/// startup hooks, and a user site's `.pth` and `usercustomize` (the
+/// sandbox's HOME is the workspace) for the Pythons a system may have.
+pub fn planted() -> Vec<(String, String)> {
+    let mut files: Vec<(String, String)> = [
+        "glob.py",
+        "json.py",
+        "re.py",
+        "sitecustomize.py",
+        "usercustomize.py",
+    ]
+    .iter()
+    .map(|name| (name.to_string(), PLANTED_MODULE.to_string()))
+    .collect();
+    for minor in 8..=14 {
+        let site = format!(".local/lib/python3.{minor}/site-packages");
+        files.push((
+            format!("{site}/usercustomize.py"),
+            PLANTED_MODULE.to_string(),
+        ));
+        files.push((
+            format!("{site}/zz-planted.pth"),
+            format!("import os; exec({PLANTED_MODULE:?})\n"),
+        ));
+    }
+    files
 }
 
 /// What a bench model answers: text, or tool calls (with no text).
@@ -888,6 +935,21 @@ pub fn reply(model: Model, messages: &[Value]) -> Reply {
     let messages = messages.as_slice();
     if model == Model::Null {
         return Reply::Text("I cannot help with that.".into());
+    }
+    if model == Model::Planter {
+        let last = messages.iter().rev().find(|m| role(m) == "user");
+        let round = last.and_then(|m| round_of(&content(m)));
+        let last_is_tool = messages.last().is_some_and(|m| role(m) == "tool");
+        return match round {
+            Some(r) if r.kind == Kind::FileCheck && !last_is_tool => Reply::Calls {
+                text: String::new(),
+                calls: planted()
+                    .into_iter()
+                    .map(|(path, content)| ToolCall::write(&path, content))
+                    .collect(),
+            },
+            _ => Reply::Text("I cannot help with that.".into()),
+        };
     }
     let k = if model == Model::OracleAll {
         Rules::ALL

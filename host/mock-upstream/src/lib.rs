@@ -28,6 +28,7 @@
 //! | `bench-oracle-all` | the same, knowing all five rules from the start |
 //! | `bench-null` | "I cannot help with that." to everything |
 //! | `bench-all-options` | every option of a bench multi_choice round; text only otherwise |
+//! | `bench-planter` | plants `glob.py`, `json.py`, `re.py`, `sitecustomize.py`, a user site's `.pth` … in each file_check round (an agent gaming the checks); "I cannot help with that." otherwise |
 //! | `bench-evolver` | one skill per bench rule the transcript's feedback taught |
 //!
 //! `GET /v1/dummy/requests?model=NAME` lists the bodies of the last

@@ -1,31 +1,45 @@
 //! A file-check round's command, run the way the reference harness runs it
-//! (a POSIX shell, cwd the day's workspace, `python` meaning Python 3, 30 s,
+//! (a POSIX shell, cwd the workspace, `python` meaning Python 3, 30 s,
 //! pass iff the exit code is the expected one), with its checker scripts
-//! evaluated natively so they never sit in the agent's workspace.
+//! evaluated natively so they never sit in the agent's workspace, and
+//! nothing of it run outside the sandbox.
 //!
 //! The command is split at its top-level `&&` into parts. A part that
 //! calls `python scripts/check_<name>.py ARGS` has its ARGS expanded by the
-//! shell (`$(python -c …)` substitutions and word splitting, exactly as
-//! before) and is then checked by [`super::checks`]; any other part (the
-//! inline `python -c "…"` content checks) runs in the shell as it is. Every
-//! part runs, so each rule's checker has its own verdict (per-rule
-//! compliance); the round passes when all of them do, which is what `&&`
-//! gives, since no part changes the workspace.
+//! shell (`$(python -c …)` substitutions and word splitting) and is then
+//! checked by [`super::checks`], which reads the workspace and runs
+//! nothing; any other part (the inline `python -c "…"` content checks)
+//! runs in the shell as it is. Every part runs, so each rule's checker has
+//! its own verdict (per-rule compliance); the round passes when all of
+//! them do, which is what `&&` gives, since no part changes the workspace.
+//!
+//! Every process a check starts (the inline parts, the expansion of a
+//! checker's arguments) runs in the rollout's sandbox with
+//! [`Purpose::Check`] ([`crate::cli::rollout::sandbox`]): no network, an
+//! environment of its own, nothing of the host but the read-only system
+//! folders (metaclaw's binary hidden), on a scratch copy of the workspace
+//! that is thrown away after the check, with `python` the system's
+//! Python 3 in isolated mode, so a `glob.py` (or `sitecustomize.py`, a
+//! `.pth`, a `__pycache__`) the agent wrote is never imported. If the
+//! sandbox cannot be set up, nothing runs: [`Checks::probe`] and
+//! [`Checks::check`] say why, and `bench run` stops rather than score.
 
-use std::io::Read;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use anyhow::{Context, Result, bail};
 use serde::{Deserialize, Serialize};
 
 use super::checks::{self, Checker};
+use crate::cli::rollout::sandbox::{self, CopyError, Ended, Purpose, Sandbox, SplitOutput};
+use crate::cli::rollout::taskdir::TaskDir;
 
 /// How long a command may run (the reference harness's limit).
 pub const TIMEOUT: Duration = Duration::from_secs(30);
 /// What is kept of a part's output.
 const MAX_OUTPUT: usize = 2000;
+/// What is read of a part's stdout (a checker's expanded arguments can be
+/// long) and stderr.
+const MAX_READ: usize = 1024 * 1024;
 
 /// One `&&`-separated part of a check command.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -101,83 +115,113 @@ impl PartResult {
     }
 }
 
-/// Where check commands run: a `python` on PATH that is Python 3.
-#[derive(Debug, Clone)]
-pub struct Shell {
-    /// Prepended to PATH (holds a `python` → python3 link when the system
-    /// has no `python`).
-    path: String,
+/// Why a check could not be run: the sandbox, or the host (never the
+/// agent: what the agent did makes a check fail, not this).
+#[derive(Debug, Clone, thiserror::Error, PartialEq, Eq)]
+#[error("{0}")]
+pub struct Unchecked(pub String);
+
+/// The bench's file checks, confined: a sandbox probed once, a scratch
+/// folder for the copies.
+#[derive(Debug)]
+pub struct Checks {
+    sandbox: Sandbox,
+    scratch: PathBuf,
 }
 
-impl Shell {
-    /// Finds Python 3; when `python` is missing or is not Python 3, links
-    /// `python` to `python3` in `scratch/bin`.
-    pub fn new(scratch: &Path) -> Result<Self> {
-        let system =
-            std::env::var("PATH").unwrap_or_else(|_| "/usr/local/bin:/usr/bin:/bin".into());
-        let is_python3 = |exe: &str| {
-            Command::new(exe)
-                .args([
-                    "-c",
-                    "import sys; sys.exit(0 if sys.version_info[0] == 3 else 1)",
-                ])
-                .stdin(Stdio::null())
-                .stdout(Stdio::null())
-                .stderr(Stdio::null())
-                .status()
-                .is_ok_and(|s| s.success())
-        };
-        if is_python3("python") {
-            return Ok(Self { path: system });
+impl Checks {
+    /// Sets the check sandbox up with `exe` (metaclaw's binary) as its
+    /// helper, scratch copies under `scratch`: `Err` says why checks
+    /// cannot run confined (and so do not run at all).
+    pub fn probe(exe: PathBuf, scratch: &Path) -> Result<Self, Unchecked> {
+        std::fs::create_dir_all(scratch)
+            .map_err(|e| Unchecked(format!("cannot create {}: {e}", scratch.display())))?;
+        let sandbox = Sandbox::probe_with(exe, Purpose::Check, scratch, TIMEOUT, MAX_READ);
+        if let Some(why) = sandbox.disabled() {
+            return Err(Unchecked(why.to_string()));
         }
-        let python3 = find("python3", &system).filter(|p| is_python3(&p.to_string_lossy()));
-        let Some(python3) = python3 else {
-            bail!(
-                "the bench's file checks run inline Python (`python -c …`), and there is no \
-                 Python 3 on PATH: install python3"
-            );
-        };
-        let bin = scratch.join("bin");
-        std::fs::create_dir_all(&bin)
-            .with_context(|| format!("cannot create {}", bin.display()))?;
-        let link = bin.join("python");
-        let _ = std::fs::remove_file(&link);
-        std::os::unix::fs::symlink(&python3, &link)
-            .with_context(|| format!("cannot link {} to {}", link.display(), python3.display()))?;
         Ok(Self {
-            path: format!("{}:{system}", bin.display()),
+            sandbox,
+            scratch: scratch.to_path_buf(),
         })
     }
 
-    /// Runs every part of `command` in `workspace`.
-    pub fn check(&self, command: &str, workspace: &Path) -> Vec<PartResult> {
+    /// What confines the checks, in words.
+    pub fn describe(&self) -> &str {
+        self.sandbox.enforced().unwrap_or("")
+    }
+
+    /// Runs every part of `command` against a scratch copy of
+    /// `workspace` (the checkers read `workspace` itself, which nothing
+    /// here changes). `Err`: the check could not run confined.
+    pub fn check(&self, command: &str, workspace: &Path) -> Result<Vec<PartResult>, Unchecked> {
+        let name = format!("check-{}", uuid::Uuid::new_v4().simple());
+        let dir = TaskDir::create(&self.scratch, &name)
+            .map_err(|e| Unchecked(format!("cannot create a scratch workspace: {e:#}")))?;
+        let results = match sandbox::copy_workspace(workspace, &dir.work()) {
+            Ok(()) => self.parts(command, workspace, &dir),
+            // What the agent left is too large to check: the check fails.
+            Err(CopyError::TooLarge(why)) => Ok(parts(command)
+                .into_iter()
+                .map(|part| PartResult {
+                    checker: part.checker.map(|(c, _)| c),
+                    command: part.text,
+                    code: 2,
+                    output: format!("not checked: {why}"),
+                })
+                .collect()),
+            Err(e @ CopyError::Io(_)) => Err(Unchecked(e.to_string())),
+        };
+        dir.remove();
+        results
+    }
+
+    fn parts(
+        &self,
+        command: &str,
+        workspace: &Path,
+        dir: &TaskDir,
+    ) -> Result<Vec<PartResult>, Unchecked> {
         parts(command)
             .into_iter()
             .map(|part| match &part.checker {
-                Some((checker, args)) => self.checker(*checker, args, &part.text, workspace),
+                Some((checker, args)) => self.checker(*checker, args, &part.text, workspace, dir),
                 None => {
-                    let (code, out, err) = self.sh(&part.text, workspace);
-                    PartResult {
+                    let out = self.run(dir, &part.text)?;
+                    let (code, note) = ended(&out.ended);
+                    Ok(PartResult {
                         checker: None,
                         command: part.text,
                         code,
-                        output: clip(&format!("{out}{err}")),
-                    }
+                        output: clip(&format!("{}{}{note}", out.stdout, out.stderr)),
+                    })
                 }
             })
             .collect()
     }
 
-    fn checker(&self, checker: Checker, args: &str, text: &str, workspace: &Path) -> PartResult {
+    fn checker(
+        &self,
+        checker: Checker,
+        args: &str,
+        text: &str,
+        workspace: &Path,
+        dir: &TaskDir,
+    ) -> Result<PartResult, Unchecked> {
         // The shell expands the arguments as it would for the script.
-        let (code, expanded, err) = self.sh(&format!("printf '%s\\0' {args}"), workspace);
+        let out = self.run(dir, &format!("printf '%s\\0' {args}"))?;
+        let (code, note) = ended(&out.ended);
         let (code, output) = if code != 0 {
             (
                 2,
-                clip(&format!("the arguments could not be expanded: {err}")),
+                clip(&format!(
+                    "the arguments could not be expanded: {}{note}",
+                    out.stderr
+                )),
             )
         } else {
-            let args: Vec<String> = expanded
+            let args: Vec<String> = out
+                .stdout
                 .split('\0')
                 .filter(|a| !a.is_empty())
                 .map(str::to_string)
@@ -185,55 +229,132 @@ impl Shell {
             let outcome = checks::run(checker, &args, workspace);
             (outcome.code, outcome.message)
         };
-        PartResult {
+        Ok(PartResult {
             checker: Some(checker),
             command: text.to_string(),
             code,
             output,
-        }
+        })
     }
 
-    /// `sh -c text` in `dir` within [`TIMEOUT`]: the exit code (124 on
-    /// timeout, 127 if it could not start), its stdout and its stderr.
-    fn sh(&self, text: &str, dir: &Path) -> (i32, String, String) {
-        let child = Command::new("sh")
-            .arg("-c")
-            .arg(text)
-            .current_dir(dir)
-            .env("PATH", &self.path)
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn();
-        let mut child = match child {
-            Ok(child) => child,
-            Err(e) => return (127, String::new(), format!("cannot run sh: {e}")),
-        };
-        let started = Instant::now();
-        let status = loop {
-            match child.try_wait() {
-                Ok(Some(status)) => break Some(status),
-                Ok(None) if started.elapsed() >= TIMEOUT => {
-                    let _ = child.kill();
-                    let _ = child.wait();
-                    break None;
+    fn run(&self, dir: &TaskDir, text: &str) -> Result<SplitOutput, Unchecked> {
+        self.sandbox.run_split(dir, text).map_err(Unchecked)
+    }
+}
+
+/// A part's exit code (124 when it was stopped at [`TIMEOUT`]) and a note
+/// for its output.
+fn ended(ended: &Ended) -> (i32, String) {
+    match ended {
+        Ended::Exited(code) => (*code, String::new()),
+        Ended::TimedOut => (124, format!("\ntimed out after {}s", TIMEOUT.as_secs())),
+    }
+}
+
+/// Whether a round passed on its parts' verdicts: every part (the
+/// command's `&&`), or, should a round expect a failure, the command as a
+/// whole (as the reference runs it).
+pub fn passed(results: &[PartResult], expect_exit: i32) -> bool {
+    if expect_exit == 0 {
+        results.iter().all(PartResult::passed)
+    } else {
+        results.iter().any(|c| c.code == expect_exit)
+    }
+}
+
+/// One round checked by `bench check-round`.
+#[derive(Debug, Serialize)]
+pub struct Checked {
+    pub day: String,
+    pub round: String,
+    pub passed: bool,
+    pub parts: Vec<PartResult>,
+}
+
+/// `bench check-round`: the file-check rounds of `day` (or only `round`),
+/// or `command`, checked as `bench run` checks them, against `workspace`
+/// (default: the day's starting workspace).
+pub fn check_rounds(
+    bench: &super::data::Bench,
+    day: Option<&str>,
+    round: Option<&str>,
+    command: Option<&str>,
+    workspace: Option<&Path>,
+) -> anyhow::Result<Vec<Checked>> {
+    use anyhow::{Context, anyhow, bail};
+    let day = match day {
+        Some(id) => Some(
+            bench
+                .days
+                .iter()
+                .find(|d| d.id == id)
+                .ok_or_else(|| anyhow!("no day {id} in the {} set", bench.set.as_str()))?,
+        ),
+        None => None,
+    };
+    let mut todo: Vec<(String, String, String, i32)> = Vec::new();
+    match (command, day) {
+        (Some(command), _) => todo.push((
+            day.map(|d| d.id.clone()).unwrap_or_default(),
+            round.unwrap_or_default().to_string(),
+            command.to_string(),
+            0,
+        )),
+        (None, None) => bail!("name a --day (and optionally a --round), or a --command"),
+        (None, Some(day)) => {
+            for r in &day.rounds {
+                if round.is_some_and(|id| id != r.id) {
+                    continue;
                 }
-                Ok(None) => std::thread::sleep(Duration::from_millis(5)),
-                Err(_) => break None,
+                if let super::data::Kind::FileCheck {
+                    command,
+                    expect_exit,
+                } = &r.kind
+                {
+                    todo.push((day.id.clone(), r.id.clone(), command.clone(), *expect_exit));
+                }
             }
-        };
-        let (mut out, mut err) = (String::new(), String::new());
-        if let Some(mut pipe) = child.stdout.take() {
-            let _ = pipe.read_to_string(&mut out);
-        }
-        if let Some(mut pipe) = child.stderr.take() {
-            let _ = pipe.read_to_string(&mut err);
-        }
-        match status {
-            Some(status) => (status.code().unwrap_or(128), out, err),
-            None => (124, out, format!("timed out after {}s", TIMEOUT.as_secs())),
+            if todo.is_empty() {
+                bail!(
+                    "{} has no file-check round{}",
+                    day.id,
+                    round.map(|r| format!(" {r}")).unwrap_or_default()
+                );
+            }
         }
     }
+    let scratch =
+        std::env::temp_dir().join(format!("metaclaw-checks-{}", uuid::Uuid::new_v4().simple()));
+    let result = (|| -> anyhow::Result<Vec<Checked>> {
+        let exe = std::env::current_exe()
+            .context("cannot find metaclaw's own binary (the checks' sandbox runs it)")?;
+        let checks = Checks::probe(exe, &scratch)
+            .map_err(|why| anyhow!("the checks cannot run confined, so none was run: {why}"))?;
+        let workspace = match (workspace, day) {
+            (Some(dir), _) => dir.to_path_buf(),
+            (None, Some(day)) => {
+                let dir = scratch.join("start");
+                bench.write_workspace(&day.id, &dir)?;
+                dir
+            }
+            (None, None) => bail!("--command needs a --workspace (or a --day to start from)"),
+        };
+        let mut out = Vec::new();
+        for (day, round, command, expect_exit) in todo {
+            let parts = checks
+                .check(&command, &workspace)
+                .map_err(|e| anyhow!("the check could not run confined: {e}"))?;
+            out.push(Checked {
+                day,
+                round,
+                passed: passed(&parts, expect_exit),
+                parts,
+            });
+        }
+        Ok(out)
+    })();
+    let _ = std::fs::remove_dir_all(&scratch);
+    result
 }
 
 /// Output kept for the report.
@@ -247,12 +368,6 @@ pub fn clip(text: &str) -> String {
         end -= 1;
     }
     format!("{}…", &text[..end])
-}
-
-fn find(name: &str, path: &str) -> Option<PathBuf> {
-    path.split(':')
-        .map(|dir| Path::new(dir).join(name))
-        .find(|p| p.is_file())
 }
 
 #[cfg(test)]
@@ -309,49 +424,6 @@ mod tests {
         }
     }
 
-    /// No file check passes on an untouched workspace (reference §8), and
-    /// substitutions are expanded in the workspace before the checker runs.
-    #[test]
-    fn an_untouched_workspace_fails_every_check() {
-        let bench = Bench::load(Set::Small).unwrap();
-        let scratch = tempfile::tempdir().unwrap();
-        let shell = Shell::new(scratch.path()).unwrap();
-        for day in &bench.days {
-            let dir = tempfile::tempdir().unwrap();
-            bench.write_workspace(&day.id, dir.path()).unwrap();
-            for round in &day.rounds {
-                let Kind::FileCheck { command, .. } = &round.kind else {
-                    continue;
-                };
-                let results = shell.check(command, dir.path());
-                assert!(
-                    results.iter().any(|r| !r.passed()),
-                    "{} {} passed untouched: {results:?}",
-                    day.id,
-                    round.id
-                );
-            }
-        }
-    }
-
-    #[test]
-    fn a_substituted_path_reaches_the_checker() {
-        let scratch = tempfile::tempdir().unwrap();
-        let shell = Shell::new(scratch.path()).unwrap();
-        let dir = tempfile::tempdir().unwrap();
-        std::fs::create_dir(dir.path().join("day05")).unwrap();
-        std::fs::write(
-            dir.path().join("day05/20260330_notes.md"),
-            "---\ncreated_at: 2026-03-30T09:00:00+08:00\nauthor: metaclaw_agent\nstatus: done\n---\n# Notes\n",
-        )
-        .unwrap();
-        let command = r#"python -c "import glob,sys; files=sorted(glob.glob('day05/20260330_*.md')); sys.exit(0 if files else 1)" && python scripts/check_metadata.py $(python -c "import glob; print(sorted(glob.glob('day05/20260330_*.md'))[0])")"#;
-        let results = shell.check(command, dir.path());
-        assert!(results.iter().all(PartResult::passed), "{results:?}");
-        assert_eq!(results[1].checker, Some(Checker::Metadata));
-        std::fs::write(dir.path().join("day05/20260330_notes.md"), "# Notes\n").unwrap();
-        let results = shell.check(command, dir.path());
-        assert!(results[0].passed());
-        assert_eq!(results[1].code, 1, "{results:?}");
-    }
+    // Running checks needs metaclaw's binary (the sandbox's helper):
+    // host/tests/bench_checks.rs runs them, planted modules included.
 }

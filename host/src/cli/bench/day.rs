@@ -24,7 +24,7 @@ use anyhow::{Context, Result};
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
-use super::command::{self, PartResult, Shell};
+use super::command::{self, Checks, PartResult};
 use super::data::{Bench, Day, Kind, Round};
 use super::model::Endpoint;
 use super::openclaw::ClawDay;
@@ -52,7 +52,8 @@ pub struct Agent {
     /// Model calls per round at most.
     pub max_steps: u32,
     pub sandbox: Arc<Sandbox>,
-    pub shell: Shell,
+    /// The file checks, confined.
+    pub checks: Arc<Checks>,
     /// The arm's metaclaw store: what an OpenClaw turn's calls were served
     /// with (the built-in agent reads it from the response headers).
     pub recorded: Option<Store>,
@@ -224,17 +225,17 @@ pub async fn round(
             command,
             expect_exit,
         } => {
-            let (shell, command, work) = (agent.shell.clone(), command.clone(), dir.task.work());
-            let checks = tokio::task::spawn_blocking(move || shell.check(&command, &work))
+            let (runner, command, work) = (agent.checks.clone(), command.clone(), dir.task.work());
+            let checks = tokio::task::spawn_blocking(move || runner.check(&command, &work))
                 .await
-                .context("the check did not finish")?;
-            let passed = if *expect_exit == 0 {
-                checks.iter().all(PartResult::passed)
-            } else {
-                // No round expects a failure; should one, the command as a
-                // whole decides, as the reference runs it.
-                checks.iter().any(|c| c.code == *expect_exit)
-            };
+                .context("the check did not finish")?
+                .map_err(|e| {
+                    anyhow::anyhow!(
+                        "the round's file check could not run confined, so it was not scored \
+                         (an infrastructure failure, not the agent's): {e}"
+                    )
+                })?;
+            let passed = command::passed(&checks, *expect_exit);
             (score::file_check(passed), checks, None, None)
         }
         Kind::MultiChoice { options, answer } => (

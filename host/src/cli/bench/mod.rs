@@ -55,6 +55,32 @@ pub enum BenchCommand {
         #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
         args: Vec<String>,
     },
+    /// Check a day's file-check rounds (or one, or a --command) as `bench
+    /// run` does: confined, on a scratch copy of the workspace; prints each
+    /// part's verdict (exit 0: every round passed, 1: one failed).
+    CheckRound(CheckRoundArgs),
+}
+
+#[derive(Args, Debug, Clone)]
+pub struct CheckRoundArgs {
+    #[arg(long, value_enum, default_value_t = Set::Small)]
+    pub set: Set,
+    /// The day (`day05`).
+    #[arg(long)]
+    pub day: Option<String>,
+    /// Only this round (`r3`).
+    #[arg(long)]
+    pub round: Option<String>,
+    /// The workspace checked (default: the day's starting workspace),
+    /// e.g. a run's `<arm>-<n>/days/dayNN/work`. It is not changed.
+    #[arg(long, value_name = "DIR")]
+    pub workspace: Option<PathBuf>,
+    /// Check this command instead of the rounds'.
+    #[arg(long)]
+    pub command: Option<String>,
+    /// One JSON array: day, round, passed, parts.
+    #[arg(long)]
+    pub json: bool,
 }
 
 #[derive(Args, Debug, Clone)]
@@ -137,6 +163,38 @@ pub fn run(config_path: &Path, cmd: BenchCommand) -> Result<ExitCode> {
             say_raw!("{md}");
             say!("wrote {}/report.{{md,svg,json}}", args.out.display());
             Ok(ExitCode::SUCCESS)
+        }
+        BenchCommand::CheckRound(args) => {
+            let bench = data::Bench::load(args.set)?;
+            let checked = command::check_rounds(
+                &bench,
+                args.day.as_deref(),
+                args.round.as_deref(),
+                args.command.as_deref(),
+                args.workspace.as_deref(),
+            )?;
+            if args.json {
+                say!("{}", serde_json::to_string(&checked)?);
+            } else {
+                for round in &checked {
+                    let verdict = if round.passed { "pass" } else { "FAIL" };
+                    say!("{} {} {verdict}", round.day, round.round);
+                    for part in &round.parts {
+                        let what = part.checker.map_or("inline", checks::Checker::name);
+                        say!(
+                            "  [{}] {what}: {}",
+                            part.code,
+                            part.output.replace('\n', " | ")
+                        );
+                    }
+                }
+            }
+            let all = checked.iter().all(|r| r.passed);
+            Ok(if all {
+                ExitCode::SUCCESS
+            } else {
+                ExitCode::FAILURE
+            })
         }
         BenchCommand::Check { name, args } => {
             let Some(checker) = checks::Checker::from_name(&name) else {

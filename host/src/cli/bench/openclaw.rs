@@ -175,9 +175,16 @@ impl ClawDay {
     }
 
     /// `openclaw` with this day's state, config and home, nothing of the
-    /// user's own OpenClaw.
+    /// user's own OpenClaw, and none of metaclaw's environment that looks
+    /// like a secret ([`secret_like`]): its `exec` runs unconfined and
+    /// hands its environment on.
     fn command(&self) -> tokio::process::Command {
         let mut command = tokio::process::Command::new(&self.openclaw.program);
+        for (name, _) in std::env::vars_os() {
+            if secret_like(&name.to_string_lossy()) {
+                command.env_remove(name);
+            }
+        }
         command
             .current_dir(&self.dir)
             .env("HOME", self.dir.join("home"))
@@ -291,6 +298,26 @@ impl ClawDay {
             let _ = writeln!(f, "{}", text.trim_end());
         }
     }
+}
+
+/// An environment variable OpenClaw is not given: metaclaw's own, and
+/// any whose name says it holds a credential.
+fn secret_like(name: &str) -> bool {
+    let upper = name.to_ascii_uppercase();
+    upper.starts_with("METACLAW_")
+        || [
+            "KEY",
+            "TOKEN",
+            "SECRET",
+            "PASSWORD",
+            "PASSWD",
+            "CREDENTIAL",
+            "AUTH",
+            "COOKIE",
+            "SESSION",
+        ]
+        .iter()
+        .any(|word| upper.contains(word))
 }
 
 /// The data's config with its placeholders filled and the harness's
@@ -480,6 +507,32 @@ mod tests {
         assert_eq!(through["tools"]["profile"], "coding");
         assert_eq!(through["tools"]["deny"], json!(["group:memory"]));
         assert_eq!(through["tools"]["fs"]["workspaceOnly"], true);
+    }
+
+    #[test]
+    fn openclaw_is_not_given_what_looks_like_a_secret() {
+        for name in [
+            "OPENAI_API_KEY",
+            "ANTHROPIC_AUTH_TOKEN",
+            "GITHUB_TOKEN",
+            "AWS_SECRET_ACCESS_KEY",
+            "METACLAW_LLM_API_KEY",
+            "METACLAW_HOME",
+            "PGPASSWORD",
+            "GOOGLE_APPLICATION_CREDENTIALS",
+        ] {
+            assert!(secret_like(name), "{name}");
+        }
+        for name in [
+            "PATH",
+            "HOME",
+            "LANG",
+            "HTTPS_PROXY",
+            "NODE_EXTRA_CA_CERTS",
+            "TMPDIR",
+        ] {
+            assert!(!secret_like(name), "{name}");
+        }
 
         let direct = config(&bench, &provider(None, ApiFormat::Anthropic), work, agent).unwrap();
         let entry = direct["models"]["providers"]

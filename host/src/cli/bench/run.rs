@@ -26,7 +26,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use super::arms::{self, Arm, Helpers, Instance};
-use super::command::Shell;
+use super::command::Checks;
 use super::data::{Bench, Set};
 use super::day::{self, Agent, DayDir, RoundRecord};
 use super::model::Endpoint;
@@ -263,7 +263,16 @@ pub async fn run(settings: &Settings, ctx: &RunContext) -> Result<()> {
     let scratch = ctx.dir.join(".scratch");
     std::fs::create_dir_all(&scratch)
         .with_context(|| format!("cannot create {}", scratch.display()))?;
-    let shell = Shell::new(&scratch)?;
+    // Checks run only confined: without the sandbox the run does not start.
+    let exe = std::env::current_exe()
+        .context("cannot find metaclaw's own binary (the checks' sandbox runs it)")?;
+    let checks = Arc::new(Checks::probe(exe, &scratch.join("checks")).map_err(|why| {
+        anyhow::anyhow!(
+            "the file checks cannot run confined, so nothing was run (checks never run \
+             unconfined): {why}"
+        )
+    })?);
+    eprintln!("file checks: {}", checks.describe());
     let sandbox = Arc::new(Sandbox::probe(&scratch, ctx.run_timeout));
     if let Some(why) = sandbox.disabled() {
         eprintln!("note: the agent's run tool is off (the file tools work): {why}");
@@ -323,7 +332,7 @@ pub async fn run(settings: &Settings, ctx: &RunContext) -> Result<()> {
                 seed: settings.seed,
                 max_steps: settings.max_steps,
                 sandbox: sandbox.clone(),
-                shell: shell.clone(),
+                checks: checks.clone(),
                 recorded: instance.as_ref().map(Instance::store),
             };
             let result = run_arm(

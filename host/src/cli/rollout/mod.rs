@@ -69,9 +69,16 @@ pub struct SandboxExecArgs {
     /// The task folder (its `work/` is the workspace).
     #[arg(long, value_name = "DIR")]
     pub dir: PathBuf,
-    /// Set the sandbox up, run `true`, say what is enforced.
+    /// Set the sandbox up, run `true` (with --check: verify `python`),
+    /// say what is enforced.
     #[arg(long, conflicts_with = "command")]
     pub probe: bool,
+    /// A bench check: `python` is Python 3 in isolated mode.
+    #[arg(long)]
+    pub check: bool,
+    /// Marks the helper's own setup-failure line (the command never sees it).
+    #[arg(long, default_value = "")]
+    pub nonce: String,
     /// The shell command.
     #[arg(last = true, required_unless_present = "probe")]
     pub command: Option<String>,
@@ -79,7 +86,12 @@ pub struct SandboxExecArgs {
 
 /// The sandbox helper's entry: confines itself, runs the command.
 pub fn sandbox_exec(args: SandboxExecArgs) -> ExitCode {
-    sandbox::exec(&args.dir, args.command.as_deref())
+    let purpose = if args.check {
+        sandbox::Purpose::Check
+    } else {
+        sandbox::Purpose::Run
+    };
+    sandbox::exec(&args.dir, purpose, &args.nonce, args.command.as_deref())
 }
 
 pub fn run(home: &Home, config_path: &Path, args: RolloutArgs) -> Result<ExitCode> {

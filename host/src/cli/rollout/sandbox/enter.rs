@@ -1,7 +1,8 @@
 //! The helper side of the sandbox (`metaclaw sandbox-exec`): confine this
 //! process, then run the command as the first process of its own PID
 //! namespace and pass on how it ended. Any step that fails stops it
-//! before the command exists (exit status 125, one line saying which).
+//! before the command exists (exit status 125, one line saying which,
+//! marked with the caller's nonce so that no command can forge it).
 
 use std::os::unix::process::CommandExt;
 use std::path::Path;
@@ -12,7 +13,7 @@ use rustix::io::Errno;
 use rustix::process::{Resource, Rlimit, Signal};
 use rustix::thread::UnshareFlags;
 
-use super::{READY, SETUP_EXIT, SETUP_FAILED, mounts, restrict};
+use super::{Purpose, SETUP_EXIT, mounts, ready_line, restrict, setup_failed_line};
 use crate::cli::rollout::taskdir::TaskDir;
 
 /// The one user inside: the caller, mapped. Not 0, so the command keeps
@@ -20,12 +21,19 @@ use crate::cli::rollout::taskdir::TaskDir;
 const INNER_ID: u32 = 1000;
 /// Where the workspace is, inside.
 pub const WORKDIR: &str = "/work";
-/// The command's whole environment.
+/// The system folders searched for commands, in order.
+pub const PATH: &str = "/usr/local/bin:/usr/bin:/bin:/usr/local/sbin:/usr/sbin:/sbin";
+/// A check's `python` and `python3` (Python 3 in isolated mode), first on
+/// its PATH ([`mounts::python_wrappers`]).
+pub const CHECK_BIN: &str = "/sandbox/bin";
+/// A check's probe: `python` and `python3` are Python 3, isolated (no
+/// environment variables read, no user site, neither the script's folder
+/// nor the working folder on `sys.path`).
+const PYTHON_PROBE: &str = "for p in python python3; do $p -c \"import os, sys; \
+    sys.exit(0 if sys.version_info[0] == 3 and sys.flags.isolated and sys.flags.no_user_site \
+    and '' not in sys.path and os.getcwd() not in sys.path else 3)\" || exit 3; done";
+/// The command's whole environment, but `PATH`.
 const ENV: &[(&str, &str)] = &[
-    (
-        "PATH",
-        "/usr/local/bin:/usr/bin:/bin:/usr/local/sbin:/usr/sbin:/sbin",
-    ),
     ("HOME", WORKDIR),
     ("TMPDIR", "/tmp"),
     ("LANG", "C.UTF-8"),
@@ -37,34 +45,38 @@ const ENV: &[(&str, &str)] = &[
 /// The largest file the command may write (RLIMIT_FSIZE).
 const MAX_FILE: u64 = 64 * 1024 * 1024;
 
-/// `metaclaw sandbox-exec --dir DIR (--probe | -- COMMAND)`.
-pub fn exec(dir: &Path, command: Option<&str>) -> ExitCode {
+/// `metaclaw sandbox-exec --dir DIR [--check] --nonce N (--probe | -- COMMAND)`.
+pub fn exec(dir: &Path, purpose: Purpose, nonce: &str, command: Option<&str>) -> ExitCode {
     // Dies with the rollout that started it.
     let _ = rustix::process::set_parent_process_death_signal(Some(Signal::KILL));
-    let confined = match confine(&TaskDir::at(dir.to_path_buf())) {
+    let failed = |why: &str| {
+        eprintln!("{}", setup_failed_line(nonce, why));
+        ExitCode::from(SETUP_EXIT)
+    };
+    let confined = match confine(&TaskDir::at(dir.to_path_buf()), purpose) {
         Ok(what) => what,
-        Err(e) => {
-            eprintln!("{SETUP_FAILED} {e:#}");
-            return ExitCode::from(SETUP_EXIT);
-        }
+        Err(e) => return failed(&format!("{e:#}")),
     };
-    let (command, probe) = match command {
-        Some(command) => (command, false),
-        None => ("true", true),
+    let (command, probe) = match (command, purpose) {
+        (Some(command), _) => (command, false),
+        (None, Purpose::Run) => ("true", true),
+        (None, Purpose::Check) => (PYTHON_PROBE, true),
     };
-    let status = match shell(command).status() {
+    let status = match shell(command, purpose).status() {
         Ok(status) => status,
-        Err(e) => {
-            eprintln!("{SETUP_FAILED} cannot start /bin/sh inside: {e}");
-            return ExitCode::from(SETUP_EXIT);
-        }
+        Err(e) => return failed(&format!("cannot start /bin/sh inside: {e}")),
     };
     if probe {
         if !status.success() {
-            eprintln!("{SETUP_FAILED} `true` failed inside: {status}");
-            return ExitCode::from(SETUP_EXIT);
+            return failed(&match purpose {
+                Purpose::Run => format!("`true` failed inside: {status}"),
+                Purpose::Check => format!(
+                    "`python` inside is not Python 3 in isolated mode ({status}): the checks \
+                     need python3 in /usr/bin or /usr/local/bin"
+                ),
+            });
         }
-        say!("{READY} {confined}");
+        say!("{}", ready_line(nonce, &confined));
         return ExitCode::SUCCESS;
     }
     ExitCode::from(u8::try_from(super::exit_code(status)).unwrap_or(1))
@@ -72,17 +84,21 @@ pub fn exec(dir: &Path, command: Option<&str>) -> ExitCode {
 
 /// Namespaces, the new root, Landlock and limits, in that order; says
 /// what is enforced.
-fn confine(dir: &TaskDir) -> Result<String> {
+fn confine(dir: &TaskDir, purpose: Purpose) -> Result<String> {
     let uid = rustix::process::getuid().as_raw();
     let gid = rustix::process::getgid().as_raw();
     unshare()?;
     map_ids(uid, gid)?;
-    mounts::enter_root(dir)?;
+    let hidden = mounts::enter_root(dir, purpose)?;
     let landlock = restrict::landlock()?;
     limits()?;
+    let python = match purpose {
+        Purpose::Run => "",
+        Purpose::Check => "; `python` is Python 3 in isolated mode",
+    };
     Ok(format!(
         "user, mount, network, PID, IPC and UTS namespaces; only the workspace and a private \
-         /tmp writable; system dirs read-only; no network; {landlock}"
+         /tmp writable; system dirs read-only{hidden}; no network; {landlock}{python}"
     ))
 }
 
@@ -148,14 +164,19 @@ fn limits() -> Result<()> {
     Ok(())
 }
 
-/// `/bin/sh -c COMMAND` in the workspace with only [`ENV`], no stdin; it
-/// dies with this helper.
-fn shell(command: &str) -> Command {
+/// `/bin/sh -c COMMAND` in the workspace with only [`ENV`] and the
+/// purpose's PATH, no stdin; it dies with this helper.
+fn shell(command: &str, purpose: Purpose) -> Command {
+    let path = match purpose {
+        Purpose::Run => PATH.to_string(),
+        Purpose::Check => format!("{CHECK_BIN}:{PATH}"),
+    };
     let mut cmd = Command::new("/bin/sh");
     cmd.arg("-c")
         .arg(command)
         .current_dir(WORKDIR)
         .env_clear()
+        .env("PATH", path)
         .envs(ENV.iter().copied())
         .stdin(Stdio::null());
     die_with_parent(&mut cmd);

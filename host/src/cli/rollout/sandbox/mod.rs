@@ -42,10 +42,22 @@
 //! later call is refused the same way. Nothing is ever run unconfined.
 //! Landlock is a second layer: without it (kernel before 5.13, or not
 //! enabled) the namespaces alone confine, and the summary says so.
+//!
+//! **Checks.** The bench's file checks run agent-controlled files too (an
+//! inline `python -c "import glob, …"` imports whatever `glob.py` the
+//! workspace holds when Python looks there), so they run in this sandbox
+//! with [`Purpose::Check`], on a scratch copy of the workspace
+//! (`bench::command`): the same confinement, and `python`/`python3`
+//! first on PATH are wrappers in the sandbox's read-only root that run
+//! the system's Python 3 in isolated mode (`-I`), which the probe
+//! verifies. A setup failure is told apart from a command's own output
+//! by a nonce the command never sees: a check cannot pass itself off as
+//! an infrastructure failure.
 
 mod enter;
 mod mounts;
 mod restrict;
+mod scratch;
 
 use std::io::Read;
 use std::os::unix::process::CommandExt;
@@ -55,6 +67,7 @@ use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
 pub use enter::exec;
+pub use scratch::{CopyError, copy_workspace};
 
 use super::taskdir::TaskDir;
 
@@ -67,18 +80,37 @@ const POLL: Duration = Duration::from_millis(10);
 /// How long output is waited for after the command is gone.
 const DRAIN: Duration = Duration::from_secs(1);
 /// The helper's exit status when the sandbox could not be set up; its
-/// first output line then starts with [`SETUP_FAILED`].
+/// output then holds [`setup_failed_line`].
 const SETUP_EXIT: u8 = 125;
-const SETUP_FAILED: &str = "metaclaw-sandbox: cannot confine the command:";
-/// The probe's line on success, followed by what is enforced.
-const READY: &str = "metaclaw-sandbox: ready:";
 
-/// The `run` tool's sandbox for one rollout: probed once, then used for
-/// every call, or disabled with the reason.
+/// The helper's line when the sandbox could not be set up.
+fn setup_failed_line(nonce: &str, why: &str) -> String {
+    format!("metaclaw-sandbox {nonce}: cannot confine the command: {why}")
+}
+
+/// The probe's line on success: what is enforced.
+fn ready_line(nonce: &str, what: &str) -> String {
+    format!("metaclaw-sandbox {nonce}: ready: {what}")
+}
+
+/// What the sandbox runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Purpose {
+    /// The agent's `run` tool.
+    Run,
+    /// A bench check's command: `python` is Python 3 in isolated mode.
+    Check,
+}
+
+/// The `run` tool's sandbox for one rollout (or the bench's checks'):
+/// probed once, then used for every call, or disabled with the reason.
 #[derive(Debug, Clone)]
 pub struct Sandbox {
     exe: PathBuf,
+    purpose: Purpose,
     timeout: Duration,
+    /// What is kept of each output stream.
+    max_output: usize,
     state: State,
 }
 
@@ -98,51 +130,76 @@ pub enum Ended {
     TimedOut,
 }
 
-/// A sandboxed command's output and end.
+/// A sandboxed command's output (stdout and stderr together) and end.
 #[derive(Debug, Clone)]
 pub struct RunOutput {
     pub output: String,
     pub ended: Ended,
 }
 
+/// A sandboxed command's stdout and stderr, apart, and its end.
+#[derive(Debug, Clone)]
+pub struct SplitOutput {
+    pub stdout: String,
+    pub stderr: String,
+    pub ended: Ended,
+}
+
 impl Sandbox {
-    /// Sets the sandbox up once in a scratch task folder under `scratch`
-    /// and runs `true` in it: ready, or disabled with the reason.
+    /// The `run` tool's sandbox (metaclaw's own binary as the helper),
+    /// probed in a scratch task folder under `scratch`.
     pub fn probe(scratch: &Path, timeout: Duration) -> Self {
-        let exe = match std::env::current_exe() {
-            Ok(exe) => exe,
-            Err(e) => {
-                return Self {
-                    exe: PathBuf::new(),
-                    timeout,
-                    state: State::Disabled(format!("cannot find metaclaw's own binary: {e}")),
-                };
-            }
-        };
+        match std::env::current_exe() {
+            Ok(exe) => Self::probe_with(exe, Purpose::Run, scratch, timeout, MAX_OUTPUT),
+            Err(e) => Self {
+                exe: PathBuf::new(),
+                purpose: Purpose::Run,
+                timeout,
+                max_output: MAX_OUTPUT,
+                state: State::Disabled(format!("cannot find metaclaw's own binary: {e}")),
+            },
+        }
+    }
+
+    /// Sets the sandbox up once with `exe` (a metaclaw binary) as the
+    /// helper, in a scratch task folder under `scratch`, and runs the
+    /// purpose's probe in it: ready, or disabled with the reason.
+    pub fn probe_with(
+        exe: PathBuf,
+        purpose: Purpose,
+        scratch: &Path,
+        timeout: Duration,
+        max_output: usize,
+    ) -> Self {
         let mut sandbox = Self {
             exe,
+            purpose,
             timeout,
+            max_output,
             state: State::Disabled(String::new()),
         };
-        sandbox.state = match TaskDir::create(scratch, ".sandbox-probe") {
+        let name = format!(".sandbox-probe-{}", uuid::Uuid::new_v4().simple());
+        sandbox.state = match TaskDir::create(scratch, &name) {
             Err(e) => State::Disabled(format!("cannot create a scratch workspace: {e:#}")),
             Ok(dir) => {
-                let probed = sandbox.spawn(&dir, None);
+                let nonce = nonce();
+                let probed = sandbox.spawn(&dir, None, false, &nonce);
                 dir.remove();
+                let ready = format!("metaclaw-sandbox {nonce}: ready:");
                 match probed {
                     Ok(out) if out.ended == Ended::Exited(0) => {
-                        match out.output.lines().find_map(|l| l.strip_prefix(READY)) {
+                        match out.stdout.lines().find_map(|l| l.strip_prefix(&ready)) {
                             Some(what) => State::Ready(what.trim().to_string()),
                             None => State::Disabled(format!(
                                 "the sandbox probe said nothing: {}",
-                                out.output.trim()
+                                out.stdout.trim()
                             )),
                         }
                     }
                     Ok(out) => State::Disabled(format!(
                         "the sandbox probe failed ({}): {}",
                         describe(&out.ended),
-                        out.output.trim()
+                        out.stdout.trim()
                     )),
                     Err(why) => State::Disabled(why),
                 }
@@ -156,6 +213,14 @@ impl Sandbox {
         match &self.state {
             State::Ready(_) => None,
             State::Disabled(why) => Some(why),
+        }
+    }
+
+    /// What is enforced, when ready.
+    pub fn enforced(&self) -> Option<&str> {
+        match &self.state {
+            State::Ready(what) => Some(what),
+            State::Disabled(_) => None,
         }
     }
 
@@ -181,15 +246,48 @@ impl Sandbox {
         if let State::Disabled(why) = &self.state {
             return Err(format!("the run tool is disabled: {why}"));
         }
-        self.spawn(dir, Some(command))
+        let out = self.spawn(dir, Some(command), false, &nonce())?;
+        Ok(RunOutput {
+            output: out.stdout,
+            ended: out.ended,
+        })
     }
 
-    /// The helper on `dir`, with `command` (or the probe's `true`).
-    fn spawn(&self, dir: &TaskDir, command: Option<&str>) -> Result<RunOutput, String> {
+    /// Runs `command` confined to `dir`'s workspace, its stdout and stderr
+    /// kept apart; `Err` says why it did not run.
+    pub fn run_split(&self, dir: &TaskDir, command: &str) -> Result<SplitOutput, String> {
+        if let State::Disabled(why) = &self.state {
+            return Err(format!("the sandbox is disabled: {why}"));
+        }
+        self.spawn(dir, Some(command), true, &nonce())
+    }
+
+    /// The helper on `dir`, with `command` (or the probe); `split` keeps
+    /// stderr apart (else it goes with stdout).
+    fn spawn(
+        &self,
+        dir: &TaskDir,
+        command: Option<&str>,
+        split: bool,
+        nonce: &str,
+    ) -> Result<SplitOutput, String> {
         let failed = |e: std::io::Error| format!("cannot start the sandbox: {e}");
         let (reader, writer) = std::io::pipe().map_err(failed)?;
+        let (err_reader, err_writer) = if split {
+            let (r, w) = std::io::pipe().map_err(failed)?;
+            (Some(r), w)
+        } else {
+            (None, writer.try_clone().map_err(failed)?)
+        };
         let mut cmd = Command::new(&self.exe);
-        cmd.arg("sandbox-exec").arg("--dir").arg(dir.path());
+        cmd.arg("sandbox-exec")
+            .arg("--dir")
+            .arg(dir.path())
+            .arg("--nonce")
+            .arg(nonce);
+        if self.purpose == Purpose::Check {
+            cmd.arg("--check");
+        }
         match command {
             Some(command) => cmd.arg("--").arg(command),
             None => cmd.arg("--probe"),
@@ -197,18 +295,27 @@ impl Sandbox {
         let mut child = cmd
             .env_clear()
             .stdin(Stdio::null())
-            .stdout(writer.try_clone().map_err(failed)?)
-            .stderr(writer)
+            .stdout(writer)
+            .stderr(err_writer)
             .process_group(0)
             .spawn()
             .map_err(failed)?;
-        // The parent's copies of the pipe's write end go with `cmd`: the
-        // reader sees the end when the helper and the command are gone.
+        // The parent's copies of the pipes' write ends go with `cmd`: the
+        // readers see the end when the helper and the command are gone.
         drop(cmd);
+        let cap = self.max_output;
         let (tx, rx) = mpsc::channel();
         std::thread::spawn(move || {
-            let _ = tx.send(read_capped(reader, MAX_OUTPUT));
+            let _ = tx.send(read_capped(reader, cap));
         });
+        let (err_tx, err_rx) = mpsc::channel();
+        if let Some(err_reader) = err_reader {
+            std::thread::spawn(move || {
+                let _ = err_tx.send(read_capped(err_reader, cap));
+            });
+        } else {
+            drop(err_tx);
+        }
 
         let pid = rustix::process::Pid::from_child(&child);
         let deadline = Instant::now() + self.timeout;
@@ -235,19 +342,44 @@ impl Sandbox {
         // with the PID namespace when its first process ends).
         let _ = rustix::process::kill_process_group(pid, rustix::process::Signal::KILL);
         let status = child.wait().map_err(|e| format!("lost the sandbox: {e}"))?;
-        let output = rx
-            .recv_timeout(DRAIN)
-            .unwrap_or_else(|_| "[output lost: still held open]".into());
-        if status.code() == Some(i32::from(SETUP_EXIT)) && output.starts_with(SETUP_FAILED) {
-            return Err(output.trim().to_string());
+        let lost = |_| "[output lost: still held open]".to_string();
+        let stdout = rx.recv_timeout(DRAIN).unwrap_or_else(lost);
+        let stderr = if split {
+            err_rx.recv_timeout(DRAIN).unwrap_or_else(lost)
+        } else {
+            String::new()
+        };
+        // Only the helper knows the nonce: a command printing the same
+        // words is the command's output.
+        let marker = setup_failed_line(nonce, "");
+        if status.code() == Some(i32::from(SETUP_EXIT)) {
+            let line = stdout
+                .lines()
+                .chain(stderr.lines())
+                .find(|l| l.starts_with(&marker));
+            if let Some(line) = line {
+                return Err(format!(
+                    "metaclaw-sandbox: cannot confine the command: {}",
+                    &line[marker.len()..]
+                ));
+            }
         }
         let ended = if timed_out {
             Ended::TimedOut
         } else {
             Ended::Exited(exit_code(status))
         };
-        Ok(RunOutput { output, ended })
+        Ok(SplitOutput {
+            stdout,
+            stderr,
+            ended,
+        })
     }
+}
+
+/// A fresh random token for one helper call.
+fn nonce() -> String {
+    uuid::Uuid::new_v4().simple().to_string()
 }
 
 /// `run`'s result for the model: the output, then how it ended.
@@ -266,7 +398,7 @@ pub fn result_text(out: &RunOutput, timeout: Duration) -> String {
     text
 }
 
-fn describe(ended: &Ended) -> String {
+pub fn describe(ended: &Ended) -> String {
     match ended {
         Ended::Exited(code) if *code > 128 => {
             format!("exit status {code} (killed by signal {})", code - 128)

@@ -2,15 +2,23 @@
 //! programs needs, read-only, and the workspace. Runs in the helper after
 //! it entered its mount namespace (so none of this is seen outside, and
 //! all of it goes away with the namespace).
+//!
+//! metaclaw's own binary holds the bench's data, gold answers included:
+//! when it lies under a system folder bound here (installed as
+//! `/usr/local/bin/metaclaw`), `/dev/null` is bound over it, read-only
+//! and `nodev`, so it cannot be opened inside; the helper checks that
+//! before anything runs.
 
 use std::ffi::CStr;
-use std::path::Path;
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result, bail};
 use rustix::fs::StatVfsMountFlags as Vfs;
 use rustix::mount::{MountFlags, MountPropagationFlags, UnmountFlags};
 
-use super::enter::WORKDIR;
+use super::Purpose;
+use super::enter::{CHECK_BIN, PATH, WORKDIR};
 use crate::cli::rollout::taskdir::TaskDir;
 
 /// Bound read-only at the same place (a symlink, as merged-/usr systems
@@ -32,8 +40,10 @@ const ROOT_TMPFS: &CStr = c"mode=0755,size=4m";
 const TMP_TMPFS: &CStr = c"mode=1777,size=64m";
 
 /// Builds the new root on `dir`'s mount point, moves into it, drops the
-/// host's root and sits in the workspace.
-pub fn enter_root(dir: &TaskDir) -> Result<()> {
+/// host's root and sits in the workspace; for a check, with `python`
+/// wrappers. Says what of metaclaw was hidden ("" when nothing was
+/// under the system folders).
+pub fn enter_root(dir: &TaskDir, purpose: Purpose) -> Result<String> {
     let root = dir.root();
     // Nothing done here may propagate back to the host's mounts.
     rustix::mount::mount_change(
@@ -68,6 +78,9 @@ pub fn enter_root(dir: &TaskDir) -> Result<()> {
             Ok(_) => continue,
         }
     }
+    // Before anything else is mounted in the root: only the system
+    // folders can hold the binary's path.
+    let hidden = hide_own_binary(&root)?;
 
     let etc = root.join("etc");
     std::fs::create_dir(&etc)?;
@@ -119,6 +132,9 @@ pub fn enter_root(dir: &TaskDir) -> Result<()> {
     rustix::process::pivot_root(".", ".").context("pivot_root failed")?;
     rustix::mount::unmount(".", UnmountFlags::DETACH).context("cannot detach the host's root")?;
     rustix::process::chdir("/")?;
+    if purpose == Purpose::Check {
+        python_wrappers()?;
+    }
     // The root itself (its /etc, the mount points) read-only too.
     rustix::mount::mount_remount(
         "/",
@@ -129,6 +145,68 @@ pub fn enter_root(dir: &TaskDir) -> Result<()> {
     rustix::process::chdir(WORKDIR).context("cannot enter the workspace")?;
     if std::fs::metadata("/proc/self").is_ok() {
         bail!("the host's /proc is still visible");
+    }
+    match hidden {
+        None => Ok(String::new()),
+        Some(exe) => {
+            let mut byte = [0u8; 1];
+            let readable = std::fs::File::open(&exe)
+                .and_then(|mut f| std::io::Read::read(&mut f, &mut byte))
+                .is_ok_and(|n| n > 0);
+            if readable {
+                bail!("metaclaw's own binary {} is still readable", exe.display());
+            }
+            Ok(format!("; metaclaw's binary ({}) hidden", exe.display()))
+        }
+    }
+}
+
+/// Binds `/dev/null` over metaclaw's own binary when it is under a bound
+/// system folder; its path then, `None` when it is not there.
+fn hide_own_binary(root: &Path) -> Result<Option<PathBuf>> {
+    let link = std::fs::read_link("/proc/self/exe").context("cannot read /proc/self/exe")?;
+    // A binary replaced since it started: its path may hold the new one.
+    let text = link.to_string_lossy();
+    let exe = PathBuf::from(text.strip_suffix(" (deleted)").unwrap_or(&text));
+    let bound = SYSTEM
+        .iter()
+        .filter_map(|dir| std::fs::canonicalize(dir).ok())
+        .any(|dir| exe.starts_with(dir));
+    if !bound {
+        return Ok(None);
+    }
+    let target = root.join(relative(&exe.to_string_lossy()));
+    if std::fs::symlink_metadata(&target).is_ok() {
+        bind(Path::new("/dev/null"), &target, true)
+            .with_context(|| format!("cannot hide metaclaw's binary {}", exe.display()))?;
+    }
+    Ok(Some(exe))
+}
+
+/// `CHECK_BIN/python` and `python3`: the system's Python 3 in isolated
+/// mode (`-I`: no `PYTHON*` variables, no user site, neither the script's
+/// folder nor the working folder on `sys.path`, so nothing in the
+/// workspace can stand in for a module) and writing no bytecode. Run
+/// inside the new root, before it is made read-only.
+fn python_wrappers() -> Result<()> {
+    let python3 = PATH
+        .split(':')
+        .map(|dir| Path::new(dir).join("python3"))
+        .find(|p| p.is_file())
+        .ok_or_else(|| {
+            anyhow::anyhow!(
+                "the bench's checks run Python, and there is no python3 in the sandbox's system \
+                 folders ({PATH}): install python3"
+            )
+        })?;
+    let bin = Path::new(CHECK_BIN);
+    std::fs::create_dir_all(bin).with_context(|| format!("cannot create {CHECK_BIN}"))?;
+    let script = format!("#!/bin/sh\nexec {} -I -B \"$@\"\n", python3.display());
+    for name in ["python", "python3"] {
+        let file = bin.join(name);
+        std::fs::write(&file, &script)
+            .and_then(|()| std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o555)))
+            .with_context(|| format!("cannot write {}", file.display()))?;
     }
     Ok(())
 }

@@ -13,7 +13,7 @@ use landlock::{
     RulesetAttr, RulesetCreatedAttr, RulesetStatus, Scope,
 };
 
-use super::enter::WORKDIR;
+use super::enter::{CHECK_BIN, WORKDIR};
 use super::mounts::{DEVICES, SYSTEM};
 
 /// The newest ABI this code knows; older kernels get the subset they have.
@@ -32,6 +32,10 @@ pub fn landlock() -> Result<String> {
         .filter(|p| std::path::Path::new(p).exists())
         .map(|p| (p.to_string(), read))
         .collect();
+    // A check's `python` wrappers (read-only in the sandbox's root).
+    if std::path::Path::new(CHECK_BIN).exists() {
+        rules.push((CHECK_BIN.to_string(), read));
+    }
     // Listing `/` (the sandbox's own root): agents look around first.
     rules.push(("/".to_string(), AccessFs::ReadDir.into()));
     rules.push((WORKDIR.to_string(), all));
