@@ -474,6 +474,8 @@ impl Kind {
 struct Browser {
     client: reqwest::Client,
     base: String,
+    /// Where the login's pages are (`/ui/<key>`).
+    ui: String,
     cookie: String,
 }
 
@@ -498,6 +500,12 @@ impl Browser {
             "the login was refused: {}",
             response.text().await.unwrap_or_default()
         );
+        let ui = response.headers()["location"]
+            .to_str()
+            .unwrap()
+            .strip_suffix("/sessions")
+            .expect("the login leads to the sessions page")
+            .to_string();
         let cookie = response
             .headers()
             .get_all("set-cookie")
@@ -513,12 +521,18 @@ impl Browser {
         Self {
             client,
             base: base.to_string(),
+            ui,
             cookie,
         }
     }
 
-    /// GET `path`: its status, its body and how long it took to the last byte.
+    /// GET `path` (a dashboard page as `/ui…`, under the login's key): its
+    /// status, its body and how long it took to the last byte.
     async fn get(&self, path: &str) -> (u16, String, Duration) {
+        let path = match path.strip_prefix("/ui") {
+            Some(rest) => format!("{}{rest}", self.ui),
+            None => path.to_string(),
+        };
         let started = Instant::now();
         let response = self
             .client
@@ -543,9 +557,12 @@ fn older(page: &str) -> Option<String> {
     re.captures(page).map(|c| c[1].to_string())
 }
 
-/// Sessions listed on a page.
+/// Sessions listed on a page (links to `/ui/<key>/sessions/…`).
 fn rows(page: &str) -> usize {
-    page.matches(r#"<td><a href="/ui/sessions/"#).count()
+    let link = r#"<td><a href="/ui/"#;
+    page.match_indices(link)
+        .filter(|(at, _)| page[at + link.len()..].get(64..74) == Some("/sessions/"))
+        .count()
 }
 
 fn row(name: &str, sorted: &[Duration], base_p50: f64) -> String {

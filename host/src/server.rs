@@ -78,7 +78,7 @@ pub fn router(app: SharedApp, guard: Guard) -> Router {
             require_admin_token,
         ));
     // The dashboard: its own login, on top of the admin token.
-    let ui = crate::ui::routes(&app.info.ui).unwrap_or_else(|e| {
+    let ui = crate::ui::routes(&app).unwrap_or_else(|e| {
         tracing::error!("the dashboard is off: {e:#}");
         Router::new()
     });
@@ -805,7 +805,9 @@ mod tests {
         (
             status,
             headers,
-            String::from_utf8_lossy(&bytes).into_owned(),
+            // The templates escape `/` in attributes as `&#x2f;` (which a
+            // browser reads as `/`): compared as a browser reads them.
+            String::from_utf8_lossy(&bytes).replace("&#x2f;", "/"),
         )
     }
 
@@ -819,8 +821,9 @@ mod tests {
             .unwrap_or_default()
     }
 
-    /// Logs in; the cookie header to send after.
-    async fn log_in(app: &Served) -> String {
+    /// Logs in; the cookie header to send after, and where the login's
+    /// pages are (`/ui/<key>`).
+    async fn log_in(app: &Served) -> (String, String) {
         let (status, headers, _) = send_page(
             app,
             "POST",
@@ -830,13 +833,22 @@ mod tests {
         )
         .await;
         assert_eq!(status, 303);
-        assert_eq!(header(&headers, "location"), "/ui/sessions");
+        let location = header(&headers, "location");
+        let base = location.strip_suffix("/sessions").unwrap_or_default();
+        let key = base.strip_prefix("/ui/").unwrap_or_default();
+        assert!(
+            key.len() == 64 && key.bytes().all(|b| b.is_ascii_hexdigit()),
+            "{location}"
+        );
         let cookie = header(&headers, "set-cookie");
-        for attribute in ["HttpOnly", "SameSite=Strict", "Path=/ui"] {
+        for attribute in ["HttpOnly", "SameSite=Strict", &format!("Path={base};")] {
             assert!(cookie.contains(attribute), "{cookie}");
         }
+        assert!(!cookie.contains("Max-Age"), "a session cookie: {cookie}");
         assert!(!cookie.contains(ADMIN), "the cookie is not the token");
-        cookie.split(';').next().unwrap().to_string()
+        let value = cookie.split(';').next().unwrap().to_string();
+        assert!(!value.contains(key), "the cookie's value is not the key");
+        (value, base.to_string())
     }
 
     fn csrf_of(page: &str) -> String {
@@ -879,20 +891,31 @@ mod tests {
         assert_eq!(status, 401);
         assert!(page.contains("not the admin token"));
         assert!(headers.get("set-cookie").is_none());
-        // The right one: every page opens.
-        let cookie = log_in(&app).await;
+        // The right one: every page opens, under the login's key, and its
+        // links stay there.
+        let (cookie, base) = log_in(&app).await;
         for (path, shows) in [
-            ("/ui", "Overview"),
-            ("/ui/sessions", "No session is recorded yet"),
-            ("/ui/plugins", "plugin host did not start"),
-            ("/ui/skills", "Skills are off"),
-            ("/ui/learning", "No job."),
-            ("/ui/training", "RL is off"),
+            ("", "Overview"),
+            ("/sessions", "No session is recorded yet"),
+            ("/plugins", "plugin host did not start"),
+            ("/skills", "Skills are off"),
+            ("/learning", "No job."),
+            ("/training", "RL is off"),
         ] {
-            let (status, headers, page) =
-                send_page(&app, "GET", path, &[LOCAL, ("cookie", &cookie)], "").await;
+            let (status, headers, page) = send_page(
+                &app,
+                "GET",
+                &format!("{base}{path}"),
+                &[LOCAL, ("cookie", &cookie)],
+                "",
+            )
+            .await;
             assert_eq!(status, 200, "{path}: {page}");
             assert!(page.contains(shows), "{path}: {page}");
+            assert!(
+                page.contains(&format!(r#"href="{base}/sessions""#)),
+                "{path}: {page}"
+            );
             assert_eq!(header(&headers, "cache-control"), "no-store");
         }
         // A login link may only lead to a dashboard page.
@@ -904,18 +927,72 @@ mod tests {
             &format!("token={ADMIN}&next=https%3A%2F%2Fevil.example%2F"),
         )
         .await;
-        assert_eq!(header(&headers, "location"), "/ui");
-        // Bad filters: said, not a failure.
+        let location = header(&headers, "location");
+        assert!(
+            location.starts_with("/ui/") && location.len() == "/ui/".len() + 64,
+            "{location}"
+        );
+        // Bad filters: said, not a failure; the way back stays logged in.
         let (status, _, page) = send_page(
             &app,
             "GET",
-            "/ui/sessions?min_reward=lots",
+            &format!("{base}/sessions?min_reward=lots"),
             &[LOCAL, ("cookie", &cookie)],
             "",
         )
         .await;
         assert_eq!(status, 400);
         assert!(page.contains("is not a number"), "{page}");
+        assert!(page.contains(&format!(r#"href="{base}""#)), "{page}");
+    }
+
+    /// A listener on another port of 127.0.0.1 receives the cookies a
+    /// browser holds for 127.0.0.1 under the paths it is asked for (cookies
+    /// are not scoped by port). A login's cookie is scoped to its key's
+    /// path, and worth nothing without that key: what such a listener can
+    /// replay (the cookie at `/ui`, at another key, or the key's path
+    /// without the cookie) is no login.
+    #[tokio::test]
+    async fn a_logins_cookie_is_no_login_without_its_key_nor_its_key_without_the_cookie() {
+        let (app, _dir) = app(ProxyConfig::default());
+        let (cookie, base) = log_in(&app).await;
+        let (other_cookie, other_base) = log_in(&app).await;
+        assert_ne!(base, other_base);
+        let ok = |status: StatusCode| status == 200;
+        let (status, _, _) = send_page(&app, "GET", &base, &[LOCAL, ("cookie", &cookie)], "").await;
+        assert!(ok(status), "the login itself");
+        for (path, cookie) in [
+            ("/ui/sessions".to_string(), cookie.as_str()),
+            (format!("{other_base}/sessions"), &cookie),
+            (format!("{base}/sessions"), &other_cookie),
+            (format!("{base}/sessions"), ""),
+        ] {
+            let (status, headers, _) =
+                send_page(&app, "GET", &path, &[LOCAL, ("cookie", cookie)], "").await;
+            assert_eq!(status, 303, "{path} with {cookie:?}");
+            assert_eq!(
+                header(&headers, "location"),
+                "/ui/login?next=%2Fui%2Fsessions",
+                "{path}: the page asked for, without any key"
+            );
+        }
+        let (status, _, _) = send_page(&app, "GET", "/ui", &[LOCAL, ("cookie", &cookie)], "").await;
+        assert_eq!(status, 303);
+        // A form: refused, whatever its token.
+        let (_, _, page) = send_page(&app, "GET", &base, &[LOCAL, ("cookie", &cookie)], "").await;
+        let csrf = csrf_of(&page);
+        let (status, _, page) = send_page(
+            &app,
+            "POST",
+            "/ui/logout",
+            &[LOCAL, OWN, FORM, ("cookie", &cookie)],
+            &format!("csrf={csrf}"),
+        )
+        .await;
+        assert_eq!(status, 403);
+        assert!(page.contains("not logged in"), "{page}");
+        let (status, _, _) = send_page(&app, "GET", &base, &[LOCAL, ("cookie", &cookie)], "").await;
+        assert!(ok(status), "still logged in");
     }
 
     #[tokio::test]
@@ -936,27 +1013,25 @@ mod tests {
             assert!(response.get("set-cookie").is_none());
         }
         // Logged in: logging out needs this login's CSRF token.
-        let cookie = log_in(&app).await;
+        let (cookie, base) = log_in(&app).await;
         let with_cookie = [LOCAL, OWN, FORM, ("cookie", cookie.as_str())];
-        let (_, _, page) = send_page(&app, "GET", "/ui", &[LOCAL, ("cookie", &cookie)], "").await;
+        let (_, _, page) = send_page(&app, "GET", &base, &[LOCAL, ("cookie", &cookie)], "").await;
         let csrf = csrf_of(&page);
-        let (status, _, page) =
-            send_page(&app, "POST", "/ui/logout", &with_cookie, "csrf=forged").await;
+        let logout = format!("{base}/logout");
+        let (status, _, page) = send_page(&app, "POST", &logout, &with_cookie, "csrf=forged").await;
         assert_eq!(status, 403);
         assert!(page.contains("CSRF"));
-        let (status, _, _) = send_page(&app, "GET", "/ui", &[LOCAL, ("cookie", &cookie)], "").await;
+        let (status, _, _) = send_page(&app, "GET", &base, &[LOCAL, ("cookie", &cookie)], "").await;
         assert_eq!(status, 200, "still logged in");
-        let (status, headers, _) = send_page(
-            &app,
-            "POST",
-            "/ui/logout",
-            &with_cookie,
-            &format!("csrf={csrf}"),
-        )
-        .await;
+        let (status, headers, _) =
+            send_page(&app, "POST", &logout, &with_cookie, &format!("csrf={csrf}")).await;
         assert_eq!(status, 303);
-        assert!(header(&headers, "set-cookie").contains("Max-Age=0"));
-        let (status, _, _) = send_page(&app, "GET", "/ui", &[LOCAL, ("cookie", &cookie)], "").await;
+        let gone = header(&headers, "set-cookie");
+        assert!(
+            gone.contains("Max-Age=0") && gone.contains(&format!("Path={base};")),
+            "{gone}"
+        );
+        let (status, _, _) = send_page(&app, "GET", &base, &[LOCAL, ("cookie", &cookie)], "").await;
         assert_eq!(status, 303, "logged out");
     }
 
@@ -964,16 +1039,16 @@ mod tests {
     async fn dashboard_actions_need_ui_actions_and_the_logins_csrf_token() {
         // Read-only by default: the form is refused, whatever it carries.
         let (read_only, _dir) = app(ProxyConfig::default());
-        let cookie = log_in(&read_only).await;
+        let (cookie, base) = log_in(&read_only).await;
         let (_, _, page) =
-            send_page(&read_only, "GET", "/ui", &[LOCAL, ("cookie", &cookie)], "").await;
+            send_page(&read_only, "GET", &base, &[LOCAL, ("cookie", &cookie)], "").await;
         let csrf = csrf_of(&page);
         let with_cookie = [LOCAL, OWN, FORM, ("cookie", cookie.as_str())];
-        let body = format!("csrf={csrf}");
+        let body = format!("csrf={csrf}&confirm=yes");
         let (status, _, page) = send_page(
             &read_only,
             "POST",
-            "/ui/actions/learn-now",
+            &format!("{base}/actions/learn-now"),
             &with_cookie,
             &body,
         )
@@ -982,15 +1057,12 @@ mod tests {
         assert!(page.contains("ui.actions: false"), "{page}");
         // With ui.actions on: a forged token is refused, the login's acts
         // (here: learning is off, and the page says so).
-        let (mut served, _dir2) = app(ProxyConfig::default());
-        let mut inner = Arc::try_unwrap(served.app).ok().expect("one owner");
-        inner.info.ui.actions = true;
-        served.app = Arc::new(inner);
-        let cookie = log_in(&served).await;
+        let served = with_actions();
+        let (cookie, base) = log_in(&served.0).await;
         let (_, _, page) = send_page(
-            &served,
+            &served.0,
             "GET",
-            "/ui/learning",
+            &format!("{base}/learning"),
             &[LOCAL, ("cookie", &cookie)],
             "",
         )
@@ -1002,35 +1074,134 @@ mod tests {
         let csrf = csrf_of(&page);
         let with_cookie = [LOCAL, OWN, FORM, ("cookie", cookie.as_str())];
         let (status, _, page) = send_page(
-            &served,
+            &served.0,
             "POST",
-            "/ui/actions/learn-now",
+            &format!("{base}/actions/learn-now"),
             &with_cookie,
-            "csrf=forged",
+            "csrf=forged&confirm=yes",
         )
         .await;
         assert_eq!(status, 403);
         assert!(page.contains("CSRF"));
         let (status, _, page) = send_page(
-            &served,
+            &served.0,
             "POST",
-            "/ui/actions/learn-now",
+            &format!("{base}/actions/learn-now"),
             &with_cookie,
-            &format!("csrf={csrf}"),
+            &format!("csrf={csrf}&confirm=yes"),
         )
         .await;
         assert_eq!(status, 404);
         assert!(page.contains("learning"), "{page}");
         // No login: refused before anything else.
         let (status, _, _) = send_page(
-            &served,
+            &served.0,
             "POST",
-            "/ui/actions/skills/x/retire",
+            &format!("{base}/actions/skills/x/retire"),
             &[LOCAL, OWN, FORM],
-            &format!("csrf={csrf}"),
+            &format!("csrf={csrf}&confirm=yes"),
         )
         .await;
         assert_eq!(status, 403);
+    }
+
+    /// The test app with `ui.actions: true`.
+    fn with_actions() -> (Served, tempfile::TempDir) {
+        let (mut served, dir) = app(ProxyConfig::default());
+        let mut inner = Arc::try_unwrap(served.app).ok().expect("one owner");
+        inner.info.ui.actions = true;
+        served.app = Arc::new(inner);
+        (served, dir)
+    }
+
+    /// An action that changes what metaclaw does, posted without
+    /// `confirm=yes`, does nothing and answers with a page that asks, whose
+    /// own form (no script needed) carries the same fields and the
+    /// confirmation; posted with it, the action runs (here it reaches the
+    /// library, which is off in this app, and says so).
+    #[tokio::test]
+    async fn destructive_dashboard_actions_ask_first_and_act_once_confirmed() {
+        let served = with_actions();
+        let (cookie, base) = log_in(&served.0).await;
+        let (_, _, page) =
+            send_page(&served.0, "GET", &base, &[LOCAL, ("cookie", &cookie)], "").await;
+        let csrf = csrf_of(&page);
+        let with_cookie = [LOCAL, OWN, FORM, ("cookie", cookie.as_str())];
+        let retire = format!("{base}/actions/skills/moon%20facts/retire");
+        let (status, _, page) = send_page(
+            &served.0,
+            "POST",
+            &retire,
+            &with_cookie,
+            &format!("csrf={csrf}&why=out+of+date"),
+        )
+        .await;
+        assert_eq!(status, 200, "{page}");
+        assert!(
+            page.contains("Retire the skill moon facts from retrieval?"),
+            "{page}"
+        );
+        assert!(page.contains("retired: out of date"), "{page}");
+        assert!(
+            !page.contains("skills are off"),
+            "nothing was tried: {page}"
+        );
+        // Its form: the same action, fields and token, and the confirmation.
+        assert!(
+            page.contains(&format!(
+                r#"action="{base}/actions/skills/moon%20facts/retire""#
+            )),
+            "{page}"
+        );
+        for field in [
+            format!(r#"name="csrf" value="{csrf}""#),
+            r#"name="why" value="out of date""#.into(),
+            r#"name="confirm" value="yes""#.into(),
+        ] {
+            assert!(page.contains(&field), "{field}: {page}");
+        }
+        assert!(
+            page.contains(&format!(r#"href="{base}/skills/moon%20facts""#)),
+            "cancel leads back: {page}"
+        );
+        // Confirmed: the action runs.
+        let (status, _, page) = send_page(
+            &served.0,
+            "POST",
+            &retire,
+            &with_cookie,
+            &format!("csrf={csrf}&why=out+of+date&confirm=yes"),
+        )
+        .await;
+        assert_eq!(status, 404, "{page}");
+        assert!(page.contains("skills are off"), "{page}");
+        // Each of the others asks too; enabling a plugin gives back what
+        // was there and does not.
+        for (path, asks) in [
+            (
+                "/actions/plugins/guard/disable",
+                Some("Disable the plugin guard?"),
+            ),
+            ("/actions/training/rollback", Some("Serve these weights?")),
+            ("/actions/plugins/guard/enable", None),
+        ] {
+            let (status, _, page) = send_page(
+                &served.0,
+                "POST",
+                &format!("{base}{path}"),
+                &with_cookie,
+                &format!("csrf={csrf}&sampler=tinker%3A%2F%2Frun%2F1"),
+            )
+            .await;
+            match asks {
+                Some(question) => {
+                    assert_eq!(status, 200, "{path}: {page}");
+                    assert!(page.contains(question), "{path}: {page}");
+                    assert!(page.contains(r#"id="confirm""#), "{path}: {page}");
+                }
+                None => assert_ne!(status, 200, "{path}: {page}"),
+            }
+        }
     }
 
     #[tokio::test]

@@ -493,6 +493,53 @@ fn version_and_sessions_on_an_empty_home() {
 }
 
 #[test]
+fn learn_status_counts_every_job_in_the_store_not_only_the_page_it_lists() {
+    use metaclaw::store::jobs;
+    let home = tempfile::tempdir().unwrap();
+    let mut conn = metaclaw::store::open_side_writer(&home.path().join("metaclaw.db")).unwrap();
+    for (i, id) in ["s1", "s2", "s3", "s4"].iter().enumerate() {
+        conn.execute(
+            "INSERT INTO sessions (id, base_key, source, started_at_ms, last_activity_ms)
+             VALUES (?1, ?1, 'header', 0, 0)",
+            [id],
+        )
+        .unwrap();
+        jobs::enqueue(&conn, id, i as i64).unwrap();
+    }
+    // s1 done, s2 failed for good, s3 running, s4 queued (the newest).
+    let first = jobs::claim(&mut conn, 10, None).unwrap().unwrap();
+    jobs::finish(&conn, &first.session_id, Ok(()), 11).unwrap();
+    for _ in 0..jobs::MAX_ATTEMPTS {
+        jobs::claim(&mut conn, i64::MAX / 2, Some("s2"))
+            .unwrap()
+            .unwrap();
+        jobs::finish(&conn, "s2", Err("judge: 429".into()), 12).unwrap();
+    }
+    jobs::claim(&mut conn, 10, Some("s3")).unwrap().unwrap();
+    drop(conn);
+
+    let out = cli_in(home.path(), &["learn", "status", "--limit", "1"]);
+    assert!(out.status.success(), "{}", text(&out));
+    let said = text(&out);
+    assert!(
+        said.contains("1 queued, 1 running, 1 failed, 1 done (of 4; the newest 1 below"),
+        "{said}"
+    );
+    assert!(said.contains("s4") && !said.contains("s1 "), "{said}");
+    // All of them listed: no "of".
+    let said = text(&cli_in(home.path(), &["learn", "status"]));
+    assert!(
+        said.contains("1 queued, 1 running, 1 failed, 1 done\n"),
+        "{said}"
+    );
+    let listed: Value = serde_json::from_slice(
+        &cli_in(home.path(), &["learn", "status", "--json", "--limit", "2"]).stdout,
+    )
+    .unwrap();
+    assert_eq!(listed.as_array().unwrap().len(), 2, "{listed}");
+}
+
+#[test]
 fn a_closed_stdout_ends_the_cli_quietly_instead_of_panicking() {
     let home = tempfile::tempdir().unwrap();
     // More than a pipe's buffer: the write fails however late the reader

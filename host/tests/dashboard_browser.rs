@@ -6,9 +6,11 @@
 //! What a user does: asks for a page without a login and gets the login
 //! page, logs in with the admin token (an HttpOnly cookie the page's script
 //! cannot read), opens a session the learning flow recorded and sees its
-//! turns, the skills injected into them and their rewards. What an attacker
-//! does: posts the dashboard's forms from another origin's page, which is
-//! refused while the login stays.
+//! turns, the skills injected into them and their rewards, and disables a
+//! plugin through the page that asks first. What an attacker does: posts
+//! the dashboard's forms from another origin's page, which is refused while
+//! the login stays; listens on another port of 127.0.0.1 for the login's
+//! cookie, which the browser does not send there.
 //!
 //! With `METACLAW_DASHBOARD_SCREENSHOTS=DIR`, each page visited is saved as
 //! `DIR/<page>.png` (the screenshots of docs/dashboard.md).
@@ -46,16 +48,31 @@ fn admin_token(home: &std::path::Path) -> String {
         .to_string()
 }
 
-/// Opens `page` without a login, is sent to the login page, logs in by
-/// typing the admin token and lands on `page`.
-async fn log_in(browser: &Browser, url: &str, home: &std::path::Path, page: &str) {
+/// A dashboard path with the login's key taken out (`/ui/<key>/x` is
+/// `/ui/x`): the page it is.
+fn keyless(path: &str) -> String {
+    match path.strip_prefix("/ui/") {
+        Some(rest) if rest.len() >= 64 && rest[..64].bytes().all(|b| b.is_ascii_hexdigit()) => {
+            format!("/ui{}", &rest[64..])
+        }
+        _ => path.to_string(),
+    }
+}
+
+/// Opens `page` (`/ui…`) without a login, is sent to the login page, logs
+/// in by typing the admin token and lands on `page` under the login's key.
+/// Returns where the login's pages are (`/ui/<key>`).
+async fn log_in(browser: &Browser, url: &str, home: &std::path::Path, page: &str) -> String {
     browser.goto(&format!("{url}{page}")).await;
     browser
         .wait_for_path("the login page", |p| p.starts_with("/ui/login"))
         .await;
     browser.type_into("#token", &admin_token(home)).await;
     browser.click("form.login button[type=submit]").await;
-    browser.wait_for_path(page, |p| p == page).await;
+    let at = browser
+        .wait_for_path(page, |p| p != page && keyless(p) == page)
+        .await;
+    at[..at.len() - (page.len() - "/ui".len())].to_string()
 }
 
 /// A page of another origin: a form that posts `fields` to `action`.
@@ -85,13 +102,37 @@ fn form_page(action: &str, fields: &[(&str, &str)]) -> String {
 
 /// A web server on another port of 127.0.0.1 (another origin, the same
 /// site: the dashboard's SameSite=Strict cookie goes along with its
-/// requests) serving `GET /?action=URL&field=value…` as [`form_page`].
-async fn other_origin() -> String {
+/// requests) serving `GET /?action=URL&field=value…` as [`form_page`], and
+/// any other path as a page, noting the `Cookie` header each request had.
+struct OtherOrigin {
+    url: String,
+    /// Path and `Cookie` of each request but `/`.
+    seen: std::sync::Arc<std::sync::Mutex<Vec<(String, String)>>>,
+}
+
+async fn other_origin() -> OtherOrigin {
     use axum::extract::Query;
     use axum::response::Html;
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let url = format!("http://{}", listener.local_addr().unwrap());
-    let app = axum::Router::new().route(
+    let seen = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let noted = seen.clone();
+    let listening = axum::Router::new().fallback(move |request: axum::extract::Request| {
+        let noted = noted.clone();
+        async move {
+            let cookie = request
+                .headers()
+                .get("cookie")
+                .map(|v| v.to_str().unwrap().to_string())
+                .unwrap_or_default();
+            noted
+                .lock()
+                .unwrap()
+                .push((request.uri().path().to_string(), cookie));
+            Html("<!doctype html><html><head><title>listening</title></head><body></body></html>")
+        }
+    });
+    let app = listening.route(
         "/",
         axum::routing::get(|Query(q): Query<Vec<(String, String)>>| async move {
             let action = q
@@ -110,7 +151,7 @@ async fn other_origin() -> String {
     tokio::spawn(async move {
         let _ = axum::serve(listener, app).await;
     });
-    url
+    OtherOrigin { url, seen }
 }
 
 /// `text` for a URL's query.
@@ -211,13 +252,17 @@ async fn a_login_is_asked_for_given_with_the_token_and_kept_from_other_sites() {
             .all(|c| c["name"] != "metaclaw_ui")
     );
 
-    // The admin token: logged in, on the page asked for.
+    // The admin token: logged in, on the page asked for, under the
+    // login's own key.
     let token = admin_token(mc.home.path());
     browser.type_into("#token", &token).await;
     browser.click("form.login button[type=submit]").await;
-    browser
-        .wait_for_path("/ui/sessions", |p| p == "/ui/sessions")
+    let at = browser
+        .wait_for_path("/ui/sessions", |p| {
+            p != "/ui/sessions" && keyless(p) == "/ui/sessions"
+        })
         .await;
+    let base = at.strip_suffix("/sessions").unwrap().to_string();
     assert_eq!(browser.response_status().await, 200);
     assert_eq!(browser.text("main h1").await, "Sessions");
     assert!(
@@ -229,7 +274,8 @@ async fn a_login_is_asked_for_given_with_the_token_and_kept_from_other_sites() {
         browser.page_source().await
     );
     // The login is a cookie the page's script cannot read (HttpOnly),
-    // scoped to /ui, SameSite=Strict, and not the token itself.
+    // scoped to the login's key, SameSite=Strict, gone with the browser
+    // session, and not the token itself.
     let cookies = browser.cookies().await;
     let login = cookies
         .iter()
@@ -237,7 +283,8 @@ async fn a_login_is_asked_for_given_with_the_token_and_kept_from_other_sites() {
         .unwrap_or_else(|| panic!("no login cookie: {cookies:?}"));
     assert_eq!(login["httpOnly"], true, "{login}");
     assert_eq!(login["sameSite"], "Strict", "{login}");
-    assert_eq!(login["path"], "/ui", "{login}");
+    assert_eq!(login["path"], base.as_str(), "{login}");
+    assert!(login.get("expiry").is_none_or(Value::is_null), "{login}");
     assert_ne!(login["value"], token.as_str());
     assert!(
         !browser.document_cookie().await.contains("metaclaw_ui"),
@@ -254,8 +301,10 @@ async fn a_login_is_asked_for_given_with_the_token_and_kept_from_other_sites() {
         .await;
     let csrf = csrf.as_str().unwrap().to_string();
     assert!(csrf.len() >= 32, "{csrf}");
-    let evil = other_origin().await;
-    cross_site_post(&browser, &evil, mc.url(), "/ui/logout", &[("csrf", &csrf)]).await;
+    let other = other_origin().await;
+    let evil = other.url.clone();
+    let logout = format!("{base}/logout");
+    cross_site_post(&browser, &evil, mc.url(), &logout, &[("csrf", &csrf)]).await;
     screenshot(&browser, "cross-site-refused").await;
     cross_site_post(
         &browser,
@@ -266,18 +315,68 @@ async fn a_login_is_asked_for_given_with_the_token_and_kept_from_other_sites() {
     )
     .await;
     // A page with no origin at all (`Origin: null`).
-    let data = form_page(&format!("{}/ui/logout", mc.url()), &[("csrf", &csrf)]);
+    let data = form_page(&format!("{}{logout}", mc.url()), &[("csrf", &csrf)]);
     browser.goto(&format!("data:text/html,{}", q(&data))).await;
     browser.click("#go").await;
-    browser
-        .wait_for_path("/ui/logout", |p| p == "/ui/logout")
-        .await;
+    browser.wait_for_path(&logout, |p| p == logout).await;
     assert_eq!(browser.response_status().await, 403);
     assert!(browser.page_source().await.contains("cross_site"));
 
+    // A program listening on another port of 127.0.0.1, visited where a
+    // dashboard might be (cookies are not scoped by port), is sent no
+    // login: the cookie goes only under the login's key.
+    let key = &base["/ui/".len()..];
+    let elsewhere = [
+        "/ui".to_string(),
+        "/ui/sessions".to_string(),
+        format!("/ui/{}/sessions", "0".repeat(64)),
+        format!("/ui/{}", &key[..63]),
+        "/x".to_string(),
+    ];
+    for path in &elsewhere {
+        browser.goto(&format!("{evil}{path}")).await;
+        assert_eq!(browser.title().await, "listening", "{path}");
+    }
+    let seen = other.seen.lock().unwrap().clone();
+    assert_eq!(seen.len(), elsewhere.len(), "{seen:?}");
+    for (path, cookie) in &seen {
+        assert!(!cookie.contains("metaclaw_ui"), "{path} got {cookie:?}");
+    }
+    // The control: at the login's own path there, the browser does send
+    // it (so the key is what must stay secret, docs/apis.md); and the
+    // cookie without the key, replayed to metaclaw, is no login.
+    browser.goto(&format!("{evil}{base}/sessions")).await;
+    let got = other.seen.lock().unwrap().last().unwrap().1.clone();
+    let stolen = got
+        .split(';')
+        .map(str::trim)
+        .find(|c| c.starts_with("metaclaw_ui="))
+        .unwrap_or_else(|| panic!("the control: {got:?}"))
+        .to_string();
+    let no_redirects = reqwest::Client::builder()
+        .redirect(reqwest::redirect::Policy::none())
+        .build()
+        .unwrap();
+    for path in ["/ui", "/ui/sessions", "/ui/plugins"] {
+        let replayed = no_redirects
+            .get(format!("{}{path}", mc.url()))
+            .header("cookie", &stolen)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(replayed.status(), 303, "{path}");
+        assert!(
+            replayed.headers()["location"]
+                .to_str()
+                .unwrap()
+                .starts_with("/ui/login"),
+            "{path}"
+        );
+    }
+
     // Still logged in: the login survived them all.
-    browser.goto(&format!("{}/ui/plugins", mc.url())).await;
-    assert_eq!(browser.current_path().await, "/ui/plugins");
+    browser.goto(&format!("{}{base}/plugins", mc.url())).await;
+    assert_eq!(browser.current_path().await, format!("{base}/plugins"));
     assert_eq!(browser.text("main h1").await, "Plugins");
 
     // The dashboard's own logout form (the same token, its own origin)
@@ -293,11 +392,14 @@ async fn a_login_is_asked_for_given_with_the_token_and_kept_from_other_sites() {
             .iter()
             .all(|c| c["name"] != "metaclaw_ui")
     );
-    browser.goto(&format!("{}/ui/plugins", mc.url())).await;
-    assert_eq!(
-        browser.current_path().await,
-        "/ui/login?next=%2Fui%2Fplugins"
-    );
+    for page in ["/ui/plugins".to_string(), format!("{base}/plugins")] {
+        browser.goto(&format!("{}{page}", mc.url())).await;
+        assert_eq!(
+            browser.current_path().await,
+            "/ui/login?next=%2Fui%2Fplugins",
+            "{page}"
+        );
+    }
 }
 
 /// A skill about the moon's distance, for the session's first question.
@@ -348,7 +450,7 @@ async fn a_recorded_session_shows_its_turns_skills_and_rewards() {
         &up.url,
         "llm:\n  api_base: {upstream}\n  model_id: echo\n\
          rl:\n  prm_model: judge\n  evolver_model: evolver\n\
-         sessions:\n  idle_timeout: 1h\n",
+         sessions:\n  idle_timeout: 1h\nui:\n  actions: true\n",
     );
     seed_skill(&mc);
     record_session(&mc, "browser-moon").await;
@@ -391,7 +493,7 @@ async fn a_recorded_session_shows_its_turns_skills_and_rewards() {
     );
 
     let browser = Browser::start().await;
-    log_in(&browser, mc.url(), mc.home.path(), "/ui/sessions").await;
+    let base = log_in(&browser, mc.url(), mc.home.path(), "/ui/sessions").await;
     screenshot(&browser, "sessions").await;
 
     // The list: one row, this session, ended, its turns judged.
@@ -412,11 +514,11 @@ async fn a_recorded_session_shows_its_turns_skills_and_rewards() {
     // Its page, by clicking it.
     browser
         .click(&format!(
-            "#sessions a[href=\"/ui/sessions/{}\"]",
+            "#sessions a[href=\"{base}/sessions/{}\"]",
             q(&session_id)
         ))
         .await;
-    let page = format!("/ui/sessions/{}", q(&session_id));
+    let page = format!("{base}/sessions/{}", q(&session_id));
     browser.wait_for_path(&page, |p| p == page).await;
     assert_eq!(browser.response_status().await, 200);
     assert_eq!(
@@ -499,23 +601,64 @@ async fn a_recorded_session_shows_its_turns_skills_and_rewards() {
     }
 
     // The other pages.
-    browser.click("header.top nav a[href=\"/ui\"]").await;
-    browser.wait_for_path("/ui", |p| p == "/ui").await;
+    browser
+        .click(&format!("header.top nav a[href=\"{base}\"]"))
+        .await;
+    browser.wait_for_path(&base, |p| p == base).await;
     assert_eq!(browser.text("main h1").await, "Overview");
     assert_eq!(browser.text("p.big.good").await, "healthy");
     screenshot(&browser, "overview").await;
 
+    let plugins_page = format!("{base}/plugins");
     browser
-        .click("header.top nav a[href=\"/ui/plugins\"]")
+        .click(&format!("header.top nav a[href=\"{plugins_page}\"]"))
         .await;
     browser
-        .wait_for_path("/ui/plugins", |p| p == "/ui/plugins")
+        .wait_for_path(&plugins_page, |p| p == plugins_page)
         .await;
     let plugins = browser.texts("#plugins tbody tr td:first-child b").await;
-    for name in ["bm25", "guard"] {
+    for name in ["bm25", "guard", "tool-error"] {
         assert!(plugins.iter().any(|p| p == name), "{plugins:?}");
     }
     screenshot(&browser, "plugins").await;
+
+    // Disabling a plugin asks first, on a page of its own (no script):
+    // until it is confirmed, nothing changes.
+    let status_of = |name: &str| {
+        let list = poll_json(mc.home.path(), &["plugins", "list", "--json"], |_| true);
+        listed_plugin(&list, name)["status"]
+            .as_str()
+            .unwrap()
+            .to_string()
+    };
+    let disable = format!("{base}/actions/plugins/tool-error/disable");
+    let button = format!("form[action=\"{disable}\"] button[type=submit]");
+    browser.click(&button).await;
+    browser.wait_for_path(&disable, |p| p == disable).await;
+    assert_eq!(browser.response_status().await, 200);
+    assert_eq!(
+        browser.text("main h1").await,
+        "Disable the plugin tool-error?"
+    );
+    screenshot(&browser, "confirm").await;
+    assert_eq!(status_of("tool-error"), "ok");
+    // Cancel leads back, nothing done.
+    browser.click("#cancel").await;
+    browser
+        .wait_for_path(&plugins_page, |p| p == plugins_page)
+        .await;
+    assert_eq!(status_of("tool-error"), "ok");
+    // Confirmed: disabled.
+    browser.click(&button).await;
+    browser.wait_for_path(&disable, |p| p == disable).await;
+    browser.click("#confirm").await;
+    let said = browser.text("p.said").await;
+    assert!(said.contains("is disabled"), "{said}");
+    assert!(
+        status_of("tool-error").starts_with("disabled"),
+        "{}",
+        status_of("tool-error")
+    );
 }
 
 /// A judge that cannot be reached: the learning job fails, and the
@@ -546,7 +689,7 @@ async fn a_failed_learning_job_shows_its_reason() {
     let error = job["error"].as_str().unwrap().to_string();
 
     let browser = Browser::start().await;
-    log_in(&browser, mc.url(), mc.home.path(), "/ui/learning").await;
+    let base = log_in(&browser, mc.url(), mc.home.path(), "/ui/learning").await;
     screenshot(&browser, "learning").await;
     let rows = browser.find_all("#jobs tbody tr.job").await;
     assert_eq!(rows.len(), 1, "{}", browser.page_source().await);
@@ -555,12 +698,9 @@ async fn a_failed_learning_job_shows_its_reason() {
     assert_eq!(cells[1], job["state"].as_str().unwrap(), "{cells:?}");
     assert_eq!(cells[6], error, "{cells:?}");
     // The session's own page says it too.
-    browser
-        .click("#jobs a[href=\"/ui/sessions/browser-failing\"]")
-        .await;
-    browser
-        .wait_for_path("the session", |p| p == "/ui/sessions/browser-failing")
-        .await;
+    let session = format!("{base}/sessions/browser-failing");
+    browser.click(&format!("#jobs a[href=\"{session}\"]")).await;
+    browser.wait_for_path("the session", |p| p == session).await;
     assert!(
         browser.text("dl.facts").await.contains(&error),
         "{}",
@@ -614,7 +754,7 @@ async fn training_steps_and_an_evolved_skill_are_shown() {
         .collect();
 
     let browser = Browser::start().await;
-    log_in(&browser, &w.url(), &w.path(), "/ui/training").await;
+    let base = log_in(&browser, &w.url(), &w.path(), "/ui/training").await;
     screenshot(&browser, "training").await;
     // The step, as `train status` has it, and a chart for each curve.
     let rows = browser.texts("#steps tbody tr td:first-child").await;
@@ -638,22 +778,23 @@ async fn training_steps_and_an_evolved_skill_are_shown() {
 
     // The skills page, and the evolved skill: its text as a diff from
     // nothing, the session it was learned from.
-    browser.click("header.top nav a[href=\"/ui/skills\"]").await;
+    let skills = format!("{base}/skills");
     browser
-        .wait_for_path("/ui/skills", |p| p == "/ui/skills")
+        .click(&format!("header.top nav a[href=\"{skills}\"]"))
         .await;
+    browser.wait_for_path(&skills, |p| p == skills).await;
     screenshot(&browser, "skills").await;
     let name = created
         .first()
         .unwrap_or_else(|| panic!("no skill evolved from the session: {session:#}"));
     browser
-        .click(&format!("#skills a[href=\"/ui/skills/{}\"]", q(name)))
+        .click(&format!("#skills a[href=\"{base}/skills/{}\"]", q(name)))
         .await;
-    let page = format!("/ui/skills/{}", q(name));
+    let page = format!("{base}/skills/{}", q(name));
     browser.wait_for_path(&page, |p| p == page).await;
     screenshot(&browser, "skill").await;
     let source = browser.property("#source-session", "pathname").await;
-    assert_eq!(source, "/ui/sessions/browser-rl");
+    assert_eq!(source, format!("{base}/sessions/browser-rl"));
     let added = browser.texts("article.change pre.diff span.add").await;
     assert!(added.iter().any(|l| l.starts_with("+name: ")), "{added:?}");
     let history = browser.text("article.change p").await;

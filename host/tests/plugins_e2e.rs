@@ -292,6 +292,51 @@ async fn a_lock_pins_plugins_by_hash_and_a_replaced_build_is_refused() {
     assert!(cli_in(home, &["plugins", "verify"]).status.success());
 }
 
+/// `plugins list` right after `start` says the plugins are still loading,
+/// not that none is loaded: here a drop-in whose `metadata()` never returns
+/// holds the daemon's first scan until the load deadline (10 minutes), so
+/// the scan is certainly unfinished when the daemon answers. A scan that
+/// finished with no plugin still says none.
+#[test]
+fn plugins_list_right_after_start_says_they_are_loading_and_none_once_done() {
+    let up = dummy();
+    let slow = tempfile::tempdir().unwrap();
+    std::fs::copy(
+        built_plugin("testing/slow-metadata.wasm"),
+        slow.path().join("slow-metadata.wasm"),
+    )
+    .unwrap();
+    let config = |dir: &Path, load: &str| {
+        format!(
+            "llm:\n  api_base: {{upstream}}\nplugins:\n  builtin: false\n  dir: {}\n  timeouts:\n    load: {load}\n",
+            dir.display()
+        )
+    };
+    let mc = Metaclaw::start(&up.url, &config(slow.path(), "10m"));
+    let out = mc.cli(&["plugins", "list"]);
+    let said = String::from_utf8_lossy(&out.stdout).to_string();
+    assert!(out.status.success(), "{said}");
+    assert!(said.contains("the plugins are still loading"), "{said}");
+    assert!(!said.contains("no plugins loaded"), "{said}");
+    let listed: Value =
+        serde_json::from_slice(&mc.cli(&["plugins", "list", "--json"]).stdout).unwrap();
+    assert_eq!(listed["loading"], true, "{listed}");
+    let status: Value = serde_json::from_slice(&mc.cli(&["status", "--json"]).stdout).unwrap();
+    assert_eq!(status["plugins"]["loading"], true, "{status}");
+    drop(mc);
+
+    // Nothing to load: once the scan is done, none is what it says.
+    let empty = tempfile::tempdir().unwrap();
+    let mc = Metaclaw::start(&up.url, &config(empty.path(), "2s"));
+    let listed = poll_json(mc.home.path(), &["plugins", "list", "--json"], |v| {
+        v["loading"] == false
+    });
+    assert_eq!(listed["plugins"], json!([]), "{listed}");
+    let said = String::from_utf8_lossy(&mc.cli(&["plugins", "list"]).stdout).to_string();
+    assert!(said.contains("no plugins loaded"), "{said}");
+    assert!(!said.contains("loading"), "{said}");
+}
+
 #[test]
 fn without_grants_a_plugin_cannot_read_files_open_sockets_read_the_environment_or_the_clock() {
     let home = hostile_home("{}\n");

@@ -107,6 +107,7 @@ pub fn status_json(app: &App) -> Result<Value, String> {
                 "problems": registry.problems.len(),
                 "notices": registry.notices.len(),
                 "locked": registry.locked,
+                "loading": registry.loading(),
             })
         }),
     }))

@@ -1,6 +1,7 @@
 //! `learn now | status`. `now` asks the running daemon (it owns the job
 //! queue and the models); `status` reads the database, daemon or not.
 
+use std::collections::BTreeMap;
 use std::path::Path;
 use std::process::ExitCode;
 
@@ -62,30 +63,46 @@ fn status(
         }
     }
     let path = db_path(home, config_path);
-    let jobs = if path.exists() {
+    let (jobs, counts) = if path.exists() {
         let conn = store::open_read_only(&path)?;
-        store::jobs::list(&conn, limit)?
+        (
+            store::jobs::list(&conn, limit)?,
+            store::jobs::counts(&conn)?,
+        )
     } else {
-        Vec::new()
+        Default::default()
     };
     if json {
         say!("{}", serde_json::to_string_pretty(&jobs)?);
-    } else if jobs.is_empty() {
+    } else if counts.is_empty() {
         if enabled {
             say!("no learning jobs yet (a job is queued when a session ends)");
         }
     } else {
-        let count = |s: JobState| jobs.iter().filter(|j| j.state == s).count();
-        say!(
-            "{} queued, {} running, {} failed, {} done",
-            count(JobState::Queued),
-            count(JobState::Running),
-            count(JobState::Failed),
-            count(JobState::Done)
-        );
+        say!("{}", summary(&counts, jobs.len()));
         print_jobs(&jobs);
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// The store's jobs by state, all of them, and how many of them the table
+/// below lists (the newest `--limit`).
+fn summary(counts: &BTreeMap<JobState, u64>, listed: usize) -> String {
+    let count = |s: JobState| counts.get(&s).copied().unwrap_or(0);
+    let total: u64 = counts.values().sum();
+    let mut line = format!(
+        "{} queued, {} running, {} failed, {} done",
+        count(JobState::Queued),
+        count(JobState::Running),
+        count(JobState::Failed),
+        count(JobState::Done)
+    );
+    if (listed as u64) < total {
+        line.push_str(&format!(
+            " (of {total}; the newest {listed} below, --limit shows more)"
+        ));
+    }
+    line
 }
 
 fn print_jobs(jobs: &[Job]) {

@@ -58,9 +58,20 @@ fn list(home: &Home, config: &LoadedConfig, json: bool) -> Result<ExitCode> {
         say!("{}", serde_json::to_string_pretty(&view)?);
         return Ok(ExitCode::SUCCESS);
     }
-    if view.plugins.is_empty() {
+    if view.loading {
+        // Right after `start`: an empty or short list is not the answer yet.
+        say!(
+            "the plugins are still loading (metaclaw has just started{}): run `metaclaw plugins list` again in a moment",
+            if view.plugins.is_empty() {
+                ""
+            } else {
+                "; the first-party ones below are loaded, the drop-ins are not yet"
+            }
+        );
+    } else if view.plugins.is_empty() {
         say!("no plugins loaded");
-    } else {
+    }
+    if !view.plugins.is_empty() {
         say!(
             "{:<14} {:<9} {:<9} {:<13} {:<8} {:<12} {}",
             "NAME",

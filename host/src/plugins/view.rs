@@ -44,6 +44,10 @@ pub struct RegistryView {
     #[serde(default)]
     pub notices: Vec<Problem>,
     pub locked: bool,
+    /// The daemon's first scan has not finished (it has just started): the
+    /// list is not yet all there will be.
+    #[serde(default)]
+    pub loading: bool,
 }
 
 pub fn view(registry: &Registry) -> RegistryView {
@@ -74,5 +78,6 @@ pub fn view(registry: &Registry) -> RegistryView {
         problems: registry.problems.clone(),
         notices: registry.notices.clone(),
         locked: registry.locked,
+        loading: registry.loading(),
     }
 }

@@ -437,6 +437,16 @@ pub fn list(conn: &Connection, limit: usize) -> Result<Vec<Job>> {
     list_in(conn, None, limit)
 }
 
+/// How many jobs the store holds in each state, all of them (not only a
+/// listed page): `learn status`'s summary.
+pub fn counts(conn: &Connection) -> Result<std::collections::BTreeMap<JobState, u64>> {
+    let mut stmt = conn.prepare("SELECT state, count(*) FROM learning_jobs GROUP BY state")?;
+    let rows = stmt.query_map([], |r| {
+        Ok((r.get::<_, JobState>(0)?, r.get::<_, i64>(1)? as u64))
+    })?;
+    Ok(rows.collect::<rusqlite::Result<_>>()?)
+}
+
 /// Jobs in `state` (any, with `None`), newest first (the dashboard's
 /// learning page).
 pub fn list_in(conn: &Connection, state: Option<JobState>, limit: usize) -> Result<Vec<Job>> {
@@ -535,6 +545,7 @@ mod tests {
         }
         enqueue(&conn, "a", 30).unwrap(); // ended again: still one job
         assert_eq!(list(&conn, 10).unwrap().len(), 2);
+        assert_eq!(counts(&conn).unwrap(), [(JobState::Queued, 2)].into());
         assert!(claim(&mut conn, 5, None).unwrap().is_none(), "none due yet");
         let first = claim(&mut conn, 100, None).unwrap().unwrap();
         assert_eq!((first.session_id.as_str(), first.attempts), ("a", 1));
@@ -545,6 +556,12 @@ mod tests {
         finish(&conn, "a", Ok(()), 120).unwrap();
         let a = read(&conn, "a").unwrap().unwrap();
         assert_eq!((a.state, a.finished_ms), (JobState::Done, Some(120)));
+        // Counted over the whole store, whatever a page lists.
+        assert_eq!(list(&conn, 1).unwrap().len(), 1);
+        assert_eq!(
+            counts(&conn).unwrap(),
+            [(JobState::Running, 1), (JobState::Done, 1)].into()
+        );
     }
 
     #[test]

@@ -3,6 +3,12 @@
 //! form POST from a logged-in page carrying the login's CSRF token (the
 //! browser guard has already refused other sites' forms), and each does
 //! what the admin API does (`app::actions`).
+//!
+//! Those that change what metaclaw does (all but enabling a plugin) ask
+//! first: the page's button posts the form without `confirm=yes`, which
+//! does nothing but answer with a page saying what would happen and a form
+//! of its own (the same fields, the CSRF token, `confirm=yes`) to do it.
+//! No script is needed, so it works under the dashboard's strict CSP.
 
 use std::sync::Arc;
 
@@ -10,10 +16,12 @@ use axum::Form;
 use axum::extract::{Extension, Path, State};
 use axum::http::StatusCode;
 use axum::response::Response;
+use minijinja::context;
 use serde::Deserialize;
 
 use super::Dashboard;
 use super::auth::{Login, csrf_refusal};
+use super::pages::frame;
 use super::render::{notice, query_value, refused};
 use crate::app::SharedApp;
 use crate::app::actions;
@@ -26,6 +34,52 @@ pub struct ActionForm {
     why: Option<String>,
     /// The sampler weights to serve (a rollback).
     sampler: Option<String>,
+    /// `yes`: asked and confirmed (see the module's doc).
+    confirm: Option<String>,
+}
+
+/// What an action asks before it acts.
+struct Ask<'a> {
+    /// The section of the dashboard it belongs to.
+    nav: &'a str,
+    question: String,
+    consequence: String,
+    /// The button that does it.
+    verb: &'a str,
+    /// The action's path and the page to go back to, under the login's
+    /// base (`/actions/…`, `/plugins`).
+    action: String,
+    back: String,
+}
+
+/// The form's answer if it has not been confirmed yet: a page that asks,
+/// with a form to confirm. `None`: confirmed, go ahead.
+fn unconfirmed(
+    dashboard: &Dashboard,
+    login: &Login,
+    form: &ActionForm,
+    ask: Ask,
+) -> Option<Response> {
+    if form.confirm.as_deref() == Some("yes") {
+        return None;
+    }
+    let fields: Vec<(&str, String)> = [("why", &form.why), ("sampler", &form.sampler)]
+        .into_iter()
+        .filter_map(|(name, value)| Some((name, value.clone()?)))
+        .collect();
+    Some(dashboard.views.page(
+        StatusCode::OK,
+        "confirm.html",
+        context! {
+            frame => frame(ask.nav, login, dashboard),
+            question => ask.question,
+            consequence => ask.consequence,
+            verb => ask.verb,
+            action => ask.action,
+            back => ask.back,
+            fields => fields,
+        },
+    ))
 }
 
 /// Why the form may not act, if it may not: actions are off, or the form
@@ -55,6 +109,17 @@ pub async fn learn_now(
     }
     if app.learn.is_none() {
         return failed(&ApiError::NotFound(crate::learn::OFF.into()));
+    }
+    let ask = Ask {
+        nav: "learning",
+        question: "Run every queued and failed learning job now?".into(),
+        consequence: "The judge and the evolver models are called for each of them now (which costs what their calls cost), and the skills they draft are published as they pass the evolver plugins.".into(),
+        verb: "Learn now",
+        action: "/actions/learn-now".into(),
+        back: "/learning".into(),
+    };
+    if let Some(page) = unconfirmed(&dashboard, &login, &form, ask) {
+        return page;
     }
     // The jobs may take minutes (judge and evolver calls): the page does
     // not wait for them; the learning page shows them as they go.
@@ -86,6 +151,20 @@ pub async fn plugin(
         "enable" => false,
         _ => return refused(StatusCode::NOT_FOUND, "A plugin is disabled or enabled."),
     };
+    // Enabling gives back what was there: it needs no asking.
+    if disabled {
+        let ask = Ask {
+            nav: "plugins",
+            question: format!("Disable the plugin {name}?"),
+            consequence: "It is skipped as if it had failed too often: its calls go to the next plugin of its role (or none), until you enable it, replace its file or restart metaclaw. Disabling a guard evolver stops skill evolution.".into(),
+            verb: "Disable",
+            action: format!("/actions/plugins/{}/disable", query_value(&name)),
+            back: "/plugins".into(),
+        };
+        if let Some(page) = unconfirmed(&dashboard, &login, &form, ask) {
+            return page;
+        }
+    }
     match actions::set_plugin_disabled(&app, &name, disabled) {
         Ok(label) => notice(
             StatusCode::OK,
@@ -121,6 +200,19 @@ pub async fn skill_retire(
         .chars()
         .take(200)
         .collect::<String>();
+    let ask = Ask {
+        nav: "skills",
+        question: format!("Retire the skill {name} from retrieval?"),
+        consequence: format!(
+            "Its SKILL.md gets \"retired: {why}\", and retrieval no longer injects it into any turn, until metaclaw skills restore {name} puts it back."
+        ),
+        verb: "Retire",
+        action: format!("/actions/skills/{}/retire", query_value(&name)),
+        back: format!("/skills/{}", query_value(&name)),
+    };
+    if let Some(page) = unconfirmed(&dashboard, &login, &form, ask) {
+        return page;
+    }
     let (app, wanted) = (app.clone(), name.clone());
     let done = tokio::task::spawn_blocking(move || actions::retire_skill(&app, &wanted, &why))
         .await
@@ -160,6 +252,19 @@ pub async fn rollback(
             "Which weights? The form sent no sampler path.",
         );
     };
+    let ask = Ask {
+        nav: "training",
+        question: "Serve these weights?".into(),
+        consequence: format!(
+            "The student answers from {sampler} from the next turn on, and after restarts, until a later step's weights are swapped in."
+        ),
+        verb: "Serve these weights",
+        action: "/actions/training/rollback".into(),
+        back: "/training".into(),
+    };
+    if let Some(page) = unconfirmed(&dashboard, &login, &form, ask) {
+        return page;
+    }
     match actions::rollback(&app, sampler).await {
         Ok(done) => notice(
             StatusCode::OK,

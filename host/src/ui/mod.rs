@@ -2,8 +2,10 @@
 //! Server-rendered HTML (minijinja templates compiled into the binary, a
 //! little progressive JavaScript), served by the daemon itself behind the
 //! admin token: a login page sets an HttpOnly, SameSite=Strict session
-//! cookie, and every form carries the login's CSRF token. Off with
-//! `ui.enabled: false`; read-only unless `ui.actions: true`.
+//! cookie scoped to the login's own path (`/ui/<key>/…`, [`auth`]), and
+//! every form carries the login's CSRF token. Off with `ui.enabled:
+//! false`; read-only unless `ui.actions: true`, and each action that
+//! changes what metaclaw does asks first ([`actions`]).
 
 mod actions;
 mod auth;
@@ -15,7 +17,8 @@ use std::sync::Arc;
 
 use axum::Router;
 use axum::extract::Extension;
-use axum::routing::{get, post};
+use axum::http::StatusCode;
+use axum::routing::{any, get, post};
 
 use crate::app::SharedApp;
 use crate::config::UiConfig;
@@ -32,8 +35,10 @@ pub struct Dashboard {
 }
 
 /// The dashboard's routes, for the daemon's router (none with
-/// `ui.enabled: false`).
-pub fn routes(settings: &UiConfig) -> anyhow::Result<Router<SharedApp>> {
+/// `ui.enabled: false`). The pages are a router of their own, entered
+/// through the login's key ([`auth::enter`]).
+pub fn routes(app: &SharedApp) -> anyhow::Result<Router<SharedApp>> {
+    let settings = &app.info.ui;
     if !settings.enabled {
         return Ok(Router::new());
     }
@@ -62,10 +67,15 @@ pub fn routes(settings: &UiConfig) -> anyhow::Result<Router<SharedApp>> {
             post(actions::skill_retire),
         )
         .route("/ui/actions/training/rollback", post(actions::rollback))
-        .route_layer(axum::middleware::from_fn(auth::require_login));
+        .fallback(|| async { render::refused(StatusCode::NOT_FOUND, "No such page.") })
+        .layer(Extension(dashboard.clone()))
+        .with_state(app.clone());
     Ok(Router::new()
-        .merge(pages)
+        .route("/ui", any(auth::enter))
+        .route("/ui/", any(auth::enter))
+        .route("/ui/{*page}", any(auth::enter))
         .route("/ui/login", get(auth::login_page).post(auth::login))
         .route("/ui/assets/{file}", get(render::asset))
+        .layer(Extension(auth::Pages(pages)))
         .layer(Extension(dashboard)))
 }

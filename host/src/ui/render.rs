@@ -21,6 +21,7 @@ const TEMPLATES: &[(&str, &str)] = &[
     ("learning.html", include_str!("templates/learning.html")),
     ("training.html", include_str!("templates/training.html")),
     ("plugins.html", include_str!("templates/plugins.html")),
+    ("confirm.html", include_str!("templates/confirm.html")),
 ];
 
 const ASSETS: &[(&str, &str, &str)] = &[
@@ -118,6 +119,20 @@ fn html_response(status: StatusCode, html: String) -> Response {
     response
 }
 
+tokio::task_local! {
+    /// The login's `/ui/<key>` while one of its pages is made
+    /// (`auth::enter`): the short pages' links lead into the login.
+    pub static BASE: String;
+}
+
+/// `href`, a dashboard path (`/ui…`), under the current login's key.
+fn in_login(href: &str) -> String {
+    match (href.strip_prefix("/ui"), BASE.try_with(Clone::clone)) {
+        (Some(rest), Ok(base)) => format!("{base}{rest}"),
+        _ => href.to_string(),
+    }
+}
+
 /// A short page saying why a request was refused.
 pub fn refused(status: StatusCode, why: &str) -> Response {
     short_page(status, "error", why, ("/ui", "Back to the dashboard"))
@@ -142,7 +157,7 @@ fn short_page(
              <h1>metaclaw</h1><p class=\"{class}\" role=\"status\">{}</p><p><a href=\"{}\">{}</a></p>\
              </main></body></html>",
             escape(text),
-            escape(href),
+            escape(&in_login(href)),
             escape(label)
         ),
     )

@@ -58,6 +58,9 @@ pub struct Registry {
     pub notices: Vec<Problem>,
     pub locked: bool,
     pub generation: u64,
+    /// Only the first-party plugins: the first scan published them before
+    /// it looked at the drop-ins, which it is still loading.
+    first_party_only: bool,
     /// The first-party names: the static list and those of the first-party
     /// folder's files. A drop-in may not take one unless it is named.
     pub reserved: BTreeSet<String>,
@@ -67,6 +70,12 @@ pub struct Registry {
 }
 
 impl Registry {
+    /// The first scan has not finished: nothing scanned yet, or only the
+    /// first-party plugins. What it lists is not yet all there will be.
+    pub fn loading(&self) -> bool {
+        self.generation == 0 || self.first_party_only
+    }
+
     /// The highest version of `name` that `req` allows, among `kind`.
     pub fn best(
         &self,

@@ -73,6 +73,7 @@ impl PluginHost {
         let entries = self.entries(only);
         let mut registry = Registry {
             generation: previous.generation + 1,
+            first_party_only: only.is_some(),
             fingerprint: self.fingerprint_of(&entries),
             ..Registry::default()
         };

@@ -20,11 +20,13 @@ use super::auth::Login;
 use super::render::refused;
 use crate::app::SharedApp;
 
-/// What every page's frame needs: where it is, the logout form's token,
-/// whether actions are offered.
+/// What every page's frame needs: where it is, where the login's pages
+/// are (`ui`: every link starts there), the logout form's token, whether
+/// actions are offered.
 pub(super) fn frame(nav: &str, login: &Login, dashboard: &Dashboard) -> Value {
     context! {
         nav => nav,
+        ui => login.base(),
         csrf => login.csrf.clone(),
         actions => dashboard.settings.actions,
         version => env!("CARGO_PKG_VERSION"),
