@@ -110,9 +110,8 @@ pub fn retire_skill(app: &App, name: &str, why: &str) -> Result<(), ApiError> {
         }
         Err(e) => return Err(ApiError::Internal(format!("{e:#}"))),
     }
-    skills.library.rescan(Some(&Attribution {
-        who: "user".into(),
-        why: format!("retired by hand: {why}"),
-    }));
+    skills.library.rescan(Some(
+        &Attribution::new("user", format!("retired by hand: {why}")).skill(name),
+    ));
     Ok(())
 }

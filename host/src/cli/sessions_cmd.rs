@@ -289,8 +289,13 @@ fn print_session(s: &SessionRow, turns: &[TurnRow], learned: &Learned) {
                         .unwrap_or_else(|| "?".into())
                 })
                 .collect();
+            let answer = j
+                .answer_model
+                .as_deref()
+                .map(|m| format!("; the answer of {m}"))
+                .unwrap_or_default();
             say!(
-                "     judge:     {:+} (votes {}; saw {}; {} {}): {}",
+                "     judge:     {:+} (votes {}; saw {}; {} {}{answer}): {}",
                 j.value,
                 votes.join(" "),
                 j.evidence,
@@ -308,8 +313,14 @@ fn print_session(s: &SessionRow, turns: &[TurnRow], learned: &Learned) {
                 r.rationale
             );
         }
-        if let Some(reward) = t.reward {
-            say!("     reward:    {reward:+.2} (combined)");
+        let judged = learned.judgments.contains_key(&t.id);
+        match (
+            t.reward,
+            learning::no_reward(t, judged, learned.job.as_ref()),
+        ) {
+            (Some(reward), _) => say!("     reward:    {reward:+.2} (combined)"),
+            (None, Some(why)) => say!("     reward:    none — {why}"),
+            (None, None) => {}
         }
     }
     if let Some(job) = &learned.job {

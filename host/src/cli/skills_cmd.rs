@@ -299,10 +299,10 @@ pub fn run(home: &Home, config_path: &Path, command: SkillsCommand) -> Result<Ex
             std::fs::create_dir_all(&target)?;
             std::fs::write(target.join("SKILL.md"), &text)?;
             let library = Library::new(dir.clone(), db);
-            library.rescan(Some(&Attribution {
-                who: "user".into(),
-                why: format!("metaclaw skills add {}", path.display()),
-            }));
+            library.rescan(Some(
+                &Attribution::new("user", format!("metaclaw skills add {}", path.display()))
+                    .wrote(&parsed.id, &text),
+            ));
             say!(
                 "added {} ({}, v{}) to {}",
                 parsed.name,
@@ -329,10 +329,17 @@ pub fn run(home: &Home, config_path: &Path, command: SkillsCommand) -> Result<Ex
             let refused = count(|o| matches!(o, import::Outcome::Refused { .. }));
             let skipped = items.len() - imported - refused;
             if imported > 0 {
-                Library::new(dir.clone(), db).rescan(Some(&Attribution {
-                    who: "import".into(),
-                    why: format!("metaclaw skills import {}", root.display()),
-                }));
+                let ours = items.iter().fold(
+                    Attribution::new(
+                        "import",
+                        format!("metaclaw skills import {}", root.display()),
+                    ),
+                    |a, item| match &item.outcome {
+                        import::Outcome::Imported { name, .. } => a.skill(name),
+                        _ => a,
+                    },
+                );
+                Library::new(dir.clone(), db).rescan(Some(&ours));
             }
             if json {
                 say!(
@@ -387,10 +394,9 @@ pub fn run(home: &Home, config_path: &Path, command: SkillsCommand) -> Result<Ex
             }
             std::fs::remove_dir_all(dir.join(&name))?;
             let library = Library::new(dir, db);
-            library.rescan(Some(&Attribution {
-                who: "user".into(),
-                why: "metaclaw skills remove".into(),
-            }));
+            library.rescan(Some(
+                &Attribution::new("user", "metaclaw skills remove").skill(&name),
+            ));
             say!("removed {name}");
         }
         SkillsCommand::Restore { name } => {
@@ -409,10 +415,9 @@ pub fn run(home: &Home, config_path: &Path, command: SkillsCommand) -> Result<Ex
             if let Some(refused) = crate::learn::retire::set_retired(&dir, found, None)? {
                 bail!("{name} was not restored: {refused}; try again");
             }
-            library.rescan(Some(&Attribution {
-                who: "user".into(),
-                why: crate::learn::retire::RESTORED.into(),
-            }));
+            library.rescan(Some(
+                &Attribution::new("user", crate::learn::retire::RESTORED).skill(&name),
+            ));
             say!("restored {name} (it was retired: {why}); this version will not be retired again");
         }
         SkillsCommand::History { name, json } => {

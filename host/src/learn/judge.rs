@@ -21,6 +21,10 @@ const CONVERSATION_MESSAGES: usize = 12;
 /// Characters of one message shown to the judge.
 const MESSAGE_CHARS: usize = 2_000;
 const MAX_TOKENS: u32 = 1_024;
+/// Added to the next state when the call that carried it failed upstream:
+/// the judge must not read an outage as the user's silence or as this
+/// answer's fault.
+const NEXT_FAILED: &str = "\n[note] The model call after this answer failed upstream (an outage, not the user): nothing after the messages above is known, and that failure says nothing about this answer.";
 
 pub struct Judge {
     pub model: ChatModel,
@@ -31,12 +35,17 @@ pub struct Judge {
 
 impl Judge {
     /// Judges `turn`, whose successor in the session is `next` (none: the
-    /// session's last turn, judged with what is known). Fails only when
-    /// no vote could be had at all (the job is then retried later).
+    /// session's last turn, judged with what is known). `next_failed`: the
+    /// successor's own call failed upstream; what it carried (tool results,
+    /// the user's next message) is still this answer's next state, and the
+    /// judge is told that nothing after it is known and the failure is not
+    /// this answer's. Fails only when no vote could be had at all (the job
+    /// is then retried later).
     pub async fn judge(
         &self,
         turn: &ScoringInput,
         next: Option<&ScoringInput>,
+        next_failed: bool,
     ) -> Result<Judgment, LlmError> {
         let finished = finished_turn(turn, next);
         let evidence = match (
@@ -50,7 +59,10 @@ impl Judge {
         };
         let conversation = self.conversation(&finished.request);
         let answer = self.render(&finished.response);
-        let next_state = self.next_state(&finished.tool_results, &finished.next_user_message);
+        let mut next_state = self.next_state(&finished.tool_results, &finished.next_user_message);
+        if next_failed && next.is_some() {
+            next_state.push_str(NEXT_FAILED);
+        }
         let messages = PROMPT.messages(&[
             ("conversation", &conversation),
             ("answer", &answer),
@@ -92,6 +104,7 @@ impl Judge {
             model: self.model.model.clone(),
             prompt_version: PROMPT.version.into(),
             at_ms: now_ms(),
+            answer_model: None,
         })
     }
 

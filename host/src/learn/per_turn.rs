@@ -157,14 +157,20 @@ impl Scoring {
             let Some(turn) = turn.load(&self.store)? else {
                 anyhow::bail!("turn {turn_id} is not in the store");
             };
+            // A failed turn is no answer: nothing to score (it still was
+            // the next state of the turn before it).
+            if turn.status != "ok" {
+                return Ok(None);
+            }
             let next = match next {
                 Some(next) => next.load(&self.store)?,
                 None => None,
             };
-            Ok(score(self.plugins.as_deref(), &turn, next.as_deref()))
+            Ok(Some(score(self.plugins.as_deref(), &turn, next.as_deref())))
         })();
         match scored {
-            Ok(rewards) => self.store.rewards(turn_id, rewards, now_ms()),
+            Ok(Some(rewards)) => self.store.rewards(turn_id, rewards, now_ms()),
+            Ok(None) => {}
             Err(e) => tracing::warn!(turn = %turn_id, "cannot score: {e:#}"),
         }
     }

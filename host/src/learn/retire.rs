@@ -76,10 +76,12 @@ pub fn retire_flagged(skills: &Skills) -> Result<Vec<String>> {
         }
     }
     if !retired.is_empty() {
-        skills.library.rescan(Some(&Attribution {
-            who: WHO.into(),
-            why: reasons.join("; "),
-        }));
+        let ours = retired
+            .iter()
+            .fold(Attribution::new(WHO, reasons.join("; ")), |a, id| {
+                a.skill(id)
+            });
+        skills.library.rescan(Some(&ours));
         skills.warm();
     }
     Ok(retired)

@@ -110,6 +110,9 @@ pub fn accept(db: &Path, dir: &Path, id: i64) -> Result<DraftRow> {
     let (Some(skill_id), Some(content)) = (&row.skill_id, &row.content) else {
         bail!("revision {id} has no SKILL.md to write; reject it");
     };
+    // Recorded before the file is in place: whichever rescan finds it
+    // credits the session that drafted it.
+    learning::writing(&conn, id, &sha256_hex(content.as_bytes()), now_ms())?;
     if let Some(refused) = write_skill(dir, skill_id, content, row.base_hash.as_deref())? {
         bail!(
             "cannot accept revision {id}: {refused} (see `metaclaw skills show {skill_id}`); reject it with `metaclaw skills review reject {id}`"
@@ -119,13 +122,15 @@ pub fn accept(db: &Path, dir: &Path, id: i64) -> Result<DraftRow> {
     // text on disk, a no-op, and records it then.
     learning::reviewed(&conn, id, true, None, now_ms())?;
     drop(conn);
-    Library::new(dir.to_path_buf(), db.to_path_buf()).rescan(Some(&Attribution {
-        who: format!("evolved:{}", row.session_id),
-        why: format!(
+    let accepted = Attribution::new(
+        format!("evolved:{}", row.session_id),
+        format!(
             "learned from session {}; accepted in review (metaclaw skills review accept {id})",
             row.session_id
         ),
-    }));
+    )
+    .wrote(skill_id, content);
+    Library::new(dir.to_path_buf(), db.to_path_buf()).rescan(Some(&accepted));
     Ok(row)
 }
 

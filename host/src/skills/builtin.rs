@@ -73,12 +73,20 @@ pub fn install_recorded(
     )?;
     drop(conn);
     if !report.added.is_empty() || !report.updated.is_empty() {
-        super::library::Library::new(dir.to_path_buf(), db.to_path_buf()).rescan(Some(
-            &crate::store::skills::Attribution {
-                who: "builtin".into(),
-                why: why.into(),
-            },
-        ));
+        let ours = BUILTIN
+            .iter()
+            .filter(|(name, _)| {
+                report
+                    .added
+                    .iter()
+                    .chain(&report.updated)
+                    .any(|n| n == name)
+            })
+            .fold(
+                crate::store::skills::Attribution::new("builtin", why),
+                |a, (name, text)| a.wrote(name, text),
+            );
+        super::library::Library::new(dir.to_path_buf(), db.to_path_buf()).rescan(Some(&ours));
     }
     Ok(report)
 }

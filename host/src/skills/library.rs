@@ -360,10 +360,11 @@ mod tests {
         assert_eq!(lib.rescan(None).generation, 1);
         write(&dir, "alpha", &skill("alpha", "A, edited"));
         std::fs::remove_dir_all(dir.join("beta")).unwrap();
-        let s = lib.rescan(Some(&Attribution {
-            who: "user".into(),
-            why: "test".into(),
-        }));
+        let s = lib.rescan(Some(
+            &Attribution::new("user", "test")
+                .skill("alpha")
+                .skill("beta"),
+        ));
         assert_eq!(s.generation, 2);
         let conn = crate::store::open_side_writer(&db).unwrap();
         let alpha = crate::store::skills::history(&conn, "alpha").unwrap();
@@ -376,6 +377,91 @@ mod tests {
         assert_eq!(beta.last().unwrap().change, "removed");
         // A second library over the same store sees the same generation.
         assert_eq!(Library::open(dir, db).snapshot().generation, 2);
+    }
+
+    /// Provenance per file: two learning jobs, a CLI command and a user's
+    /// edit interleave; each rescan, whoever runs it, credits each file
+    /// to what wrote it.
+    #[test]
+    fn each_change_is_credited_to_what_made_it_whoever_rescans() {
+        use crate::store::learning;
+        let home = tempfile::tempdir().unwrap();
+        let dir = home.path().join("skills");
+        let db = home.path().join("m.db");
+        write(&dir, "gamma", &skill("gamma", "G"));
+        let lib = Library::open(dir.clone(), db.clone());
+        let conn = crate::store::open_side_writer(&db).unwrap();
+        let evolved = |id: &str, session: &str| {
+            format!(
+                "---\nname: {id}\ndescription: About {id}.\ncreated_by: \"evolved:{session}\"\n---\nLearned in {session}.\n"
+            )
+        };
+        // A job's draft, its intent recorded, then its file renamed in.
+        let draft = |id: &str, session: &str| {
+            let text = evolved(id, session);
+            conn.execute(
+                "INSERT INTO evolved_drafts (session_id, round, name, outcome, skill_id, content, at_ms)
+                 VALUES (?1, 1, ?2, 'created', ?2, ?3, 0)",
+                rusqlite::params![session, id, text],
+            )
+            .unwrap();
+            learning::writing(
+                &conn,
+                conn.last_insert_rowid(),
+                &crate::digest::sha256_hex(text.as_bytes()),
+                1,
+            )
+            .unwrap();
+            write(&dir, id, &text);
+            text
+        };
+        let alpha = draft("alpha", "chat-001");
+        draft("beta", "chat-002");
+        // The user edits gamma meanwhile; a skill no job wrote claims one.
+        write(&dir, "gamma", &skill("gamma", "G, edited"));
+        write(&dir, "forged", &evolved("forged", "chat-001"));
+        // chat-001's rescan finds all four; it claims alpha alone.
+        lib.rescan(Some(
+            &Attribution::new("evolved:chat-001", "learned from session chat-001")
+                .wrote("alpha", &alpha),
+        ));
+        // Then the watcher (no attribution) finds a third job's file, and a
+        // CLI command that removed delta finds a user's removal of gamma.
+        draft("delta", "chat-003");
+        lib.rescan(None);
+        std::fs::remove_dir_all(dir.join("delta")).unwrap();
+        std::fs::remove_dir_all(dir.join("gamma")).unwrap();
+        lib.rescan(Some(
+            &Attribution::new("user", "metaclaw skills remove").skill("delta"),
+        ));
+        let last = |id: &str| {
+            let h = crate::store::skills::history(&conn, id).unwrap();
+            let c = h.last().unwrap().clone();
+            (c.change, c.who)
+        };
+        let pair = |a: &str, b: &str| (a.to_string(), b.to_string());
+        assert_eq!(last("alpha"), pair("added", "evolved:chat-001"));
+        assert_eq!(last("beta"), pair("added", "evolved:chat-002"));
+        assert_eq!(last("forged"), pair("added", "user"));
+        let gamma = crate::store::skills::history(&conn, "gamma").unwrap();
+        assert_eq!(
+            gamma
+                .iter()
+                .map(|c| (c.change.as_str(), c.who.as_str()))
+                .collect::<Vec<_>>(),
+            vec![("added", "user"), ("changed", "user"), ("removed", "user")]
+        );
+        assert_eq!(gamma[1].why, "edited in the skills folder");
+        assert_eq!(gamma[2].why, "removed from the skills folder");
+        let delta = crate::store::skills::history(&conn, "delta").unwrap();
+        assert_eq!(
+            delta
+                .iter()
+                .map(|c| (c.change.as_str(), c.who.as_str()))
+                .collect::<Vec<_>>(),
+            vec![("added", "evolved:chat-003"), ("removed", "user")]
+        );
+        assert_eq!(delta[1].why, "metaclaw skills remove");
     }
 
     /// A snapshot's entry of a skill is the one `inject` makes fresh, made

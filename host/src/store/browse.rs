@@ -241,12 +241,18 @@ pub fn session_view(conn: &Connection, id: &str, messages: bool) -> anyhow::Resu
     let turns = read::session_turns(conn, &session.id)?;
     let rewards = read::turn_rewards(conn, &session.id)?;
     let judgments = super::learning::judgments(conn, &session.id)?;
+    let job = super::jobs::get(conn, &session.id)?;
     let turns: Vec<Value> = turns
         .iter()
         .map(|t| -> anyhow::Result<Value> {
             let mut v = serde_json::to_value(t)?;
             v["rewards"] = json!(rewards.get(&t.id).cloned().unwrap_or_default());
             v["judgment"] = json!(judgments.get(&t.id));
+            v["no_reward"] = json!(super::learning::no_reward(
+                t,
+                judgments.contains_key(&t.id),
+                job.as_ref()
+            ));
             if messages {
                 v["messages"] = Value::Array(read::load_messages(conn, &t.message_hashes)?);
             }
@@ -256,7 +262,7 @@ pub fn session_view(conn: &Connection, id: &str, messages: bool) -> anyhow::Resu
     Ok(Some(json!({
         "session": session,
         "turns": turns,
-        "learning": super::jobs::get(conn, &session.id)?,
+        "learning": job,
         "evolved": super::learning::drafts(conn, &session.id)?,
     })))
 }

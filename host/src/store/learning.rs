@@ -8,7 +8,8 @@ use super::RewardRecord;
 use super::jobs::text_enum;
 
 /// Stores a finished turn's scorer rewards, unless it was scored already
-/// (the per-turn scorer and a session's job may both get to its last turn).
+/// (the per-turn scorer and a session's job may both get to its last turn)
+/// or it failed (no real answer is rewarded).
 /// Returns whether these rewards were the ones kept.
 pub fn store_rewards(
     conn: &Connection,
@@ -18,7 +19,8 @@ pub fn store_rewards(
 ) -> rusqlite::Result<bool> {
     let fresh = conn
         .prepare_cached(
-            "UPDATE turns SET scored_at_ms = ?2 WHERE id = ?1 AND scored_at_ms IS NULL",
+            "UPDATE turns SET scored_at_ms = ?2
+             WHERE id = ?1 AND scored_at_ms IS NULL AND status = 'ok'",
         )?
         .execute(params![turn_id, at_ms])?;
     if fresh == 0 {
@@ -48,20 +50,59 @@ pub struct MainTurn {
     pub seq: i64,
     pub scored: bool,
     pub judged: bool,
+    /// The model that answered (a fallback's when one did).
+    pub model: Option<String>,
+    /// Why it is no real answer (`None`: answered whole): see [`failure`].
+    pub failed: Option<String>,
 }
 
+/// Why a turn recorded with `status` is no real answer, or `None` when it
+/// is one (`ok`). A turn is *failed* when the upstream answered with an
+/// error status, could not be reached or timed out, every fallback failed
+/// too, or the answer did not reach the client whole (a stream cut or
+/// stalled, the client gone mid-answer): the store records those as
+/// `error` or `incomplete`. A failed turn is never judged, rewarded,
+/// counted in the skills' outcomes or trained (docs/learning.md).
+pub fn failure(status: &str, http_status: Option<i64>, error: Option<&str>) -> Option<String> {
+    if status == "ok" {
+        return None;
+    }
+    let what = match status {
+        "incomplete" => "answer incomplete",
+        _ => "upstream failed",
+    };
+    let detail = match (http_status.filter(|s| *s >= 400), error) {
+        (Some(code), Some(e)) => format!("{code} {e}"),
+        (Some(code), None) => code.to_string(),
+        (None, Some(e)) => e.to_string(),
+        (None, None) => status.to_string(),
+    };
+    let mut clipped: String = detail.chars().take(200).collect();
+    if clipped.len() < detail.len() {
+        clipped.push('…');
+    }
+    Some(format!("{what}: {clipped}"))
+}
+
+/// Every main turn of a session, in order, failed ones included (they
+/// are the next state of the turn before them; they are not judged).
 pub fn main_turns(conn: &Connection, session_id: &str) -> rusqlite::Result<Vec<MainTurn>> {
     conn.prepare_cached(
-        "SELECT t.id, t.seq, t.scored_at_ms IS NOT NULL, j.turn_id IS NOT NULL
+        "SELECT t.id, t.seq, t.scored_at_ms IS NOT NULL, j.turn_id IS NOT NULL,
+                t.upstream_model, t.status, t.http_status, t.error
          FROM turns t LEFT JOIN turn_judgments j ON j.turn_id = t.id
          WHERE t.session_id = ?1 AND t.turn_type = 'main' ORDER BY t.seq",
     )?
     .query_map([session_id], |r| {
+        let status: String = r.get(5)?;
+        let error: Option<String> = r.get(7)?;
         Ok(MainTurn {
             id: r.get(0)?,
             seq: r.get(1)?,
             scored: r.get(2)?,
             judged: r.get(3)?,
+            model: r.get(4)?,
+            failed: failure(&status, r.get(6)?, error.as_deref()),
         })
     })?
     .collect()
@@ -87,13 +128,17 @@ pub struct Judgment {
     pub model: String,
     pub prompt_version: String,
     pub at_ms: i64,
+    /// The model whose answer was judged (a fallback's when one answered;
+    /// `None`: judged before this was kept).
+    pub answer_model: Option<String>,
 }
 
 pub fn store_judgment(conn: &Connection, j: &Judgment) -> rusqlite::Result<()> {
     let votes = serde_json::to_string(&j.votes).unwrap_or_else(|_| "[]".into());
     conn.prepare_cached(
-        "INSERT INTO turn_judgments (turn_id, value, votes, rationale, evidence, model, prompt_version, at_ms)
-         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)
+        "INSERT INTO turn_judgments (turn_id, value, votes, rationale, evidence, model, prompt_version, at_ms, answer_model)
+         SELECT ?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9
+         WHERE EXISTS (SELECT 1 FROM turns WHERE id = ?1 AND status = 'ok')
          ON CONFLICT(turn_id) DO NOTHING",
     )?
     .execute(params![
@@ -104,7 +149,8 @@ pub fn store_judgment(conn: &Connection, j: &Judgment) -> rusqlite::Result<()> {
         j.evidence,
         j.model,
         j.prompt_version,
-        j.at_ms
+        j.at_ms,
+        j.answer_model
     ])?;
     Ok(())
 }
@@ -115,7 +161,8 @@ pub fn judgments(
     session_id: &str,
 ) -> rusqlite::Result<std::collections::HashMap<String, Judgment>> {
     conn.prepare_cached(
-        "SELECT j.turn_id, j.value, j.votes, j.rationale, j.evidence, j.model, j.prompt_version, j.at_ms
+        "SELECT j.turn_id, j.value, j.votes, j.rationale, j.evidence, j.model, j.prompt_version, j.at_ms,
+                j.answer_model
          FROM turn_judgments j JOIN turns t ON t.id = j.turn_id WHERE t.session_id = ?1",
     )?
     .query_map([session_id], |r| {
@@ -129,6 +176,7 @@ pub fn judgments(
             model: r.get(5)?,
             prompt_version: r.get(6)?,
             at_ms: r.get(7)?,
+            answer_model: r.get(8)?,
         })
     })?
     .map(|j| j.map(|j| (j.turn_id.clone(), j)))
@@ -261,6 +309,17 @@ pub fn unwritten_drafts(conn: &Connection, session_id: &str) -> rusqlite::Result
     .collect()
 }
 
+/// Draft `id` is about to be written as this exact text (its sha256):
+/// recorded before the file is renamed into place, so that whichever
+/// rescan finds the file credits this draft's session (`store::skills`).
+pub fn writing(conn: &Connection, id: i64, content_hash: &str, at_ms: i64) -> rusqlite::Result<()> {
+    conn.prepare_cached(
+        "UPDATE evolved_drafts SET content_hash = ?2, writing_ms = ?3 WHERE id = ?1",
+    )?
+    .execute(params![id, content_hash, at_ms])?;
+    Ok(())
+}
+
 /// The draft is on disk (or, with `rejected`, could not be written).
 pub fn draft_written(
     conn: &Connection,
@@ -354,4 +413,46 @@ pub fn session_ended(conn: &Connection, session_id: &str) -> rusqlite::Result<Op
         |r| r.get(0),
     )
     .optional()
+}
+
+/// Why `turn` has no reward (`None`: it has one), as `sessions show` and
+/// the dashboard's session page say it. `judged`: the judge gave it a
+/// verdict; `job`: its session's learning job.
+pub fn no_reward(
+    turn: &super::read::TurnRow,
+    judged: bool,
+    job: Option<&super::jobs::Job>,
+) -> Option<String> {
+    use super::jobs::JobState;
+    if turn.reward.is_some() {
+        return None;
+    }
+    if let Some(why) = failure(
+        &turn.status,
+        turn.http_status.map(i64::from),
+        turn.error.as_deref(),
+    ) {
+        return Some(format!("{why} (a failed turn is never judged)"));
+    }
+    match turn.turn_type.as_str() {
+        "main" => {}
+        "retried" => return Some("resent: the attempt after it is the one judged".into()),
+        _ => return Some("a side call, not a turn of the conversation: not judged".into()),
+    }
+    // Learned: its session's job finished after the turn did.
+    let learned = job.is_some_and(|j| {
+        j.state == JobState::Done && j.finished_ms.is_some_and(|f| f >= turn.finished_at_ms)
+    });
+    Some(match job {
+        _ if learned && judged => {
+            "no signal: the judge's verdict and the scorers' rewards combined to none (learning.reward)".into()
+        }
+        _ if learned => {
+            "no signal: not judged (judging off, or no judge model) and no scorer rewarded it".into()
+        }
+        Some(j) if j.state == JobState::Failed => {
+            format!("not judged yet: the session's learning job failed ({})", j.detail())
+        }
+        _ => "not judged yet: the session's learning job has not run".into(),
+    })
 }

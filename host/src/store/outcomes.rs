@@ -3,7 +3,9 @@
 //! `skill_outcomes`. Each sum moves in the transaction of what moves it:
 //! a main turn recorded (one more injection), its reward set or changed
 //! (the old value out, the new one in: judging a turn again never counts
-//! it twice), a turn replaced by its retry (out). Nothing here reads all
+//! it twice), a turn replaced by its retry (out). A failed turn (status
+//! not `ok`: the upstream failed, the answer was cut) moves none of them.
+//! Nothing here reads all
 //! turns; the migration that made the table filled it from them once.
 //!
 //! The row with an empty id and version is every main turn: what a skill's
@@ -133,17 +135,20 @@ pub fn turn_recorded(conn: &Connection, skills: &[Key]) -> rusqlite::Result<()> 
 }
 
 /// Sets a main turn's final reward, moving its skills' sums by the
-/// difference from the reward it had (none: it joins the judged).
+/// difference from the reward it had (none: it joins the judged). A
+/// failed turn (status not `ok`) gets none: it is no real answer.
 pub fn set_reward(conn: &Connection, turn_id: &str, reward: f64) -> rusqlite::Result<()> {
     let before: Option<(Option<f64>, Option<String>, String)> = conn
-        .prepare_cached("SELECT reward, injected_skills, turn_type FROM turns WHERE id = ?1")?
+        .prepare_cached(
+            "SELECT reward, injected_skills, turn_type FROM turns WHERE id = ?1 AND status = 'ok'",
+        )?
         .query_row([turn_id], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))
         .optional()?;
-    conn.prepare_cached("UPDATE turns SET reward = ?2 WHERE id = ?1")?
-        .execute(params![turn_id, reward])?;
     let Some((old, injected, turn_type)) = before else {
         return Ok(());
     };
+    conn.prepare_cached("UPDATE turns SET reward = ?2 WHERE id = ?1")?
+        .execute(params![turn_id, reward])?;
     if turn_type != "main" || old == Some(reward) {
         return Ok(());
     }
@@ -163,7 +168,8 @@ pub fn turns_replaced(conn: &Connection, session_id: &str, first: &str) -> rusql
     let replaced: Vec<(Option<f64>, Option<String>)> = conn
         .prepare_cached(
             "SELECT reward, injected_skills FROM turns
-             WHERE session_id = ?1 AND turn_type = 'main' AND (id = ?2 OR retry_of = ?2)",
+             WHERE session_id = ?1 AND turn_type = 'main' AND status = 'ok'
+               AND (id = ?2 OR retry_of = ?2)",
         )?
         .query_map(params![session_id, first], |r| Ok((r.get(0)?, r.get(1)?)))?
         .collect::<rusqlite::Result<_>>()?;
@@ -286,6 +292,36 @@ mod tests {
         // A reward set on a turn that is no longer main moves nothing.
         set_reward(&conn, "t1", 1.0).unwrap();
         assert_eq!(sums(&conn, "tidy", "1.0.0"), Sums::default());
+    }
+
+    /// A failed turn (recorded by the writer without moving a sum) gets
+    /// no reward, and its retry takes nothing out.
+    #[test]
+    fn a_failed_turn_moves_no_sum() {
+        let conn = db();
+        turn(&conn, "t1", &[("tidy", "1.0.0")]);
+        conn.execute(
+            "INSERT INTO turns (id, session_id, seq, turn_type, api, stream, status, http_status,
+                                request_messages, request_params, started_at_ms, finished_at_ms,
+                                total_ms, injected_skills)
+             VALUES ('t2', 's', 9, 'main', 'openai', 0, 'error', 500, '[]', '{}', 0, 0, 0,
+                     '[{\"id\":\"tidy\",\"version\":\"1.0.0\",\"score\":1.0}]')",
+            [],
+        )
+        .unwrap();
+        set_reward(&conn, "t1", 1.0).unwrap();
+        let before = (sums(&conn, "tidy", "1.0.0"), sums(&conn, ALL, ALL));
+        set_reward(&conn, "t2", -1.0).unwrap();
+        let reward: Option<f64> = conn
+            .query_row("SELECT reward FROM turns WHERE id = 't2'", [], |r| r.get(0))
+            .unwrap();
+        assert_eq!(reward, None);
+        turns_replaced(&conn, "s", "t2").unwrap();
+        assert_eq!(
+            (sums(&conn, "tidy", "1.0.0"), sums(&conn, ALL, ALL)),
+            before
+        );
+        assert_eq!((before.0.injected, before.0.judged), (1, 1));
     }
 
     #[test]

@@ -314,8 +314,8 @@ pub fn scoring_input(conn: &Connection, turn_id: &str) -> rusqlite::Result<Optio
     }))
 }
 
-/// The latest main turn of a session that has not been scored, before
-/// `before_seq` if given.
+/// The latest main turn of a session that has not been scored (and did
+/// not fail: a failed turn is never scored), before `before_seq` if given.
 pub fn unscored_main_turn(
     conn: &Connection,
     session_id: &str,
@@ -323,10 +323,13 @@ pub fn unscored_main_turn(
 ) -> rusqlite::Result<Option<(String, i64)>> {
     conn.prepare_cached(
         "SELECT id, seq FROM turns
-         WHERE session_id = ?1 AND turn_type = 'main' AND scored_at_ms IS NULL AND (?2 IS NULL OR seq < ?2)
+         WHERE session_id = ?1 AND turn_type = 'main' AND status = 'ok' AND scored_at_ms IS NULL
+           AND (?2 IS NULL OR seq < ?2)
          ORDER BY seq DESC LIMIT 1",
     )?
-    .query_row(params![session_id, before_seq], |r| Ok((r.get(0)?, r.get(1)?)))
+    .query_row(params![session_id, before_seq], |r| {
+        Ok((r.get(0)?, r.get(1)?))
+    })
     .optional()
 }
 

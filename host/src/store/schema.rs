@@ -404,6 +404,36 @@ const MIGRATIONS: &[&str] = &[
                               WHERE policy_version = b.policy_version);
     DROP TABLE rl_baselines;
     "#,
+    // 17: provenance per file: a learning job records the exact text it is
+    // about to write (its sha256, before the rename), so whichever rescan
+    // finds that file credits that job and no other (store::skills). And
+    // a turn whose upstream failed is never judged, rewarded or counted in
+    // the skills' outcomes: rewards such turns got before are cleared and
+    // the outcomes recounted without them; a judgment names the model whose
+    // answer it judged (a fallback's, when one answered).
+    r#"
+    ALTER TABLE evolved_drafts ADD COLUMN content_hash TEXT;
+    ALTER TABLE evolved_drafts ADD COLUMN writing_ms INTEGER;
+    CREATE INDEX evolved_drafts_by_content ON evolved_drafts(skill_id, content_hash)
+        WHERE content_hash IS NOT NULL;
+    ALTER TABLE turn_judgments ADD COLUMN answer_model TEXT;
+    UPDATE turns SET reward = NULL WHERE status != 'ok' AND reward IS NOT NULL;
+    DELETE FROM skill_outcomes;
+    INSERT INTO skill_outcomes (skill_id, version, injected, judged, reward_sum, reward_sq)
+    SELECT id, version, count(*), count(reward), coalesce(sum(reward), 0),
+           coalesce(sum(reward * reward), 0)
+    FROM (SELECT DISTINCT t.id AS turn, json_extract(j.value, '$.id') AS id,
+                 json_extract(j.value, '$.version') AS version, t.reward AS reward
+          FROM turns t, json_each(t.injected_skills) j
+          WHERE t.turn_type = 'main' AND t.status = 'ok' AND t.injected_skills IS NOT NULL
+            AND json_valid(t.injected_skills))
+    WHERE id IS NOT NULL AND version IS NOT NULL
+    GROUP BY id, version;
+    INSERT INTO skill_outcomes (skill_id, version, injected, judged, reward_sum, reward_sq)
+    SELECT '', '', count(*), count(reward), coalesce(sum(reward), 0),
+           coalesce(sum(reward * reward), 0)
+    FROM turns WHERE turn_type = 'main' AND status = 'ok';
+    "#,
 ];
 
 pub fn configure(conn: &Connection) -> rusqlite::Result<()> {

@@ -1,7 +1,11 @@
 //! The skill library's state and history in the database. Whoever notices a
-//! change first (the daemon watching the folder, or a CLI command that made
-//! it) records it, inside one write transaction, so each change is recorded
-//! once with the best attribution available.
+//! change first (the daemon watching the folder, a learning job, or a CLI
+//! command that made it) records it, inside one write transaction, so each
+//! change is recorded once. Each change is credited to what really made it,
+//! whoever notices it: the caller, for the files its [`Attribution`]
+//! covers; else the learning job that wrote exactly that text (its draft,
+//! recorded before the file was renamed into place); else a user's edit on
+//! disk.
 
 use rusqlite::{Connection, OptionalExtension, TransactionBehavior, params};
 use serde::Serialize;
@@ -16,11 +20,126 @@ pub struct SkillVersion {
 }
 
 /// Who made a change and why, when the caller knows better than "it
-/// changed on disk".
+/// changed on disk", and the files it made: a change it does not cover
+/// (another job's, a user's edit made meanwhile) is not credited to it.
 #[derive(Debug, Clone)]
 pub struct Attribution {
     pub who: String,
     pub why: String,
+    covers: Vec<Covered>,
+}
+
+/// A skill an attribution covers: the exact text written, or (`None`)
+/// whatever the skill now is, or its removal.
+#[derive(Debug, Clone)]
+struct Covered {
+    skill_id: String,
+    content_hash: Option<String>,
+}
+
+impl Attribution {
+    /// Covers nothing yet: add what it wrote with [`Attribution::wrote`]
+    /// and [`Attribution::skill`].
+    pub fn new(who: impl Into<String>, why: impl Into<String>) -> Self {
+        Self {
+            who: who.into(),
+            why: why.into(),
+            covers: Vec::new(),
+        }
+    }
+
+    /// It wrote `text` as the SKILL.md of `skill_id`.
+    pub fn wrote(mut self, skill_id: &str, text: impl AsRef<[u8]>) -> Self {
+        self.covers.push(Covered {
+            skill_id: skill_id.to_string(),
+            content_hash: Some(crate::digest::sha256_hex(text)),
+        });
+        self
+    }
+
+    /// It changed or removed `skill_id` (the text unknown to it). A learning
+    /// job's own text found there still goes to the job.
+    pub fn skill(mut self, skill_id: &str) -> Self {
+        self.covers.push(Covered {
+            skill_id: skill_id.to_string(),
+            content_hash: None,
+        });
+        self
+    }
+
+    /// Whether it wrote exactly this version (`Some` hash) of `skill_id`.
+    fn wrote_exactly(&self, skill_id: &str, hash: &str) -> bool {
+        self.covers
+            .iter()
+            .any(|c| c.skill_id == skill_id && c.content_hash.as_deref() == Some(hash))
+    }
+
+    /// Whether it changed `skill_id` without knowing the text.
+    fn touched(&self, skill_id: &str) -> bool {
+        self.covers
+            .iter()
+            .any(|c| c.skill_id == skill_id && c.content_hash.is_none())
+    }
+}
+
+/// The learning job whose draft is exactly this version of `skill_id`
+/// (recorded before its file was written): its session.
+fn drafted_by(
+    conn: &Connection,
+    skill_id: &str,
+    content_hash: &str,
+) -> rusqlite::Result<Option<String>> {
+    conn.prepare_cached(
+        "SELECT session_id FROM evolved_drafts
+         WHERE skill_id = ?1 AND content_hash = ?2 AND writing_ms IS NOT NULL
+           AND outcome != 'rejected'
+         ORDER BY id DESC LIMIT 1",
+    )?
+    .query_row(params![skill_id, content_hash], |r| r.get(0))
+    .optional()
+}
+
+/// Who made the change `change` of `skill` (its version now; `None` when
+/// removed) and why.
+fn credit(
+    conn: &Connection,
+    skill_id: &str,
+    now: Option<&SkillVersion>,
+    change: &str,
+    attribution: Option<&Attribution>,
+) -> rusqlite::Result<(String, String)> {
+    let hash = now.map(|v| v.content_hash.as_str());
+    if let (Some(a), Some(hash)) = (attribution, hash)
+        && a.wrote_exactly(skill_id, hash)
+    {
+        return Ok((a.who.clone(), a.why.clone()));
+    }
+    if let Some(hash) = hash
+        && let Some(session) = drafted_by(conn, skill_id, hash)?
+    {
+        return Ok((
+            format!("evolved:{session}"),
+            format!("learned from session {session}"),
+        ));
+    }
+    if let Some(a) = attribution.filter(|a| a.touched(skill_id)) {
+        return Ok((a.who.clone(), a.why.clone()));
+    }
+    Ok(match now {
+        None => ("user".into(), "removed from the skills folder".into()),
+        // A file claiming a learning job no job wrote is the user's.
+        Some(v) if change == "added" && !v.created_by.starts_with("evolved:") => {
+            (v.created_by.clone(), "found in the skills folder".into())
+        }
+        Some(v) if change == "added" => (
+            "user".into(),
+            format!(
+                "found in the skills folder (it says created_by: {}, but no learning job wrote it)",
+                v.created_by
+            ),
+        ),
+        Some(_) => ("user".into(), "edited in the skills folder".into()),
+    })
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -82,17 +201,7 @@ pub fn sync(
             Some((_, hash)) if hash != skill.content_hash => "changed",
             Some(_) => continue,
         };
-        let (who, why) = match attribution {
-            Some(a) => (a.who.clone(), a.why.clone()),
-            None if change == "added" => (
-                skill.created_by.clone(),
-                "found in the skills folder".to_string(),
-            ),
-            None => (
-                "user".to_string(),
-                "edited in the skills folder".to_string(),
-            ),
-        };
+        let (who, why) = credit(&tx, &skill.id, Some(skill), change, attribution)?;
         changes.push(SkillChange {
             skill_id: skill.id.clone(),
             change: change.into(),
@@ -105,13 +214,7 @@ pub fn sync(
         });
     }
     for (id, (version, _)) in stored {
-        let (who, why) = match attribution {
-            Some(a) => (a.who.clone(), a.why.clone()),
-            None => (
-                "user".to_string(),
-                "removed from the skills folder".to_string(),
-            ),
-        };
+        let (who, why) = credit(&tx, &id, None, "removed", attribution)?;
         changes.push(SkillChange {
             skill_id: id,
             change: "removed".into(),

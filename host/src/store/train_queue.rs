@@ -10,7 +10,8 @@
 //!   goes back to the last saved state, so the samples of later steps are
 //!   `ready` again: none is trained twice, none is lost.
 //!
-//! Never trained: a turn without a reward, whose sample did not parse,
+//! Never trained: a turn whose upstream failed (its answer did not reach
+//! the client whole), a turn without a reward, whose sample did not parse,
 //! whose tokens were withheld, that was resent (retried), that is the
 //! support set of an evolution (its session's skills were published: the
 //! next generation learned from it), or that is **stale**: a skill injected
@@ -115,7 +116,11 @@ pub fn classify(conn: &Connection, opd: bool) -> rusqlite::Result<usize> {
             "EXISTS (SELECT 1 FROM turns t WHERE t.id = turn_samples.turn_id AND t.reward IS NULL)"
         }
     };
-    let rules: [(&str, &str); 6] = [
+    let rules: [(&str, &str); 7] = [
+        (
+            "EXISTS (SELECT 1 FROM turns t WHERE t.id = turn_samples.turn_id AND t.status != 'ok')",
+            "the upstream failed (no real answer to learn from)",
+        ),
         (
             "withheld IS NOT NULL",
             "its tokens were not kept (a secret was redacted)",
@@ -503,6 +508,29 @@ mod tests {
         let (s, note) = state(&conn, "good");
         assert_eq!(s, "skipped");
         assert!(note.unwrap().contains("stale"));
+    }
+
+    /// A turn whose upstream failed (or whose answer was cut) is never
+    /// trained: not on a reward it got before this rule, not on the
+    /// teacher's signal with distillation on.
+    #[test]
+    fn a_failed_turn_is_never_trained() {
+        for opd in [false, true] {
+            let conn = db();
+            session(&conn, "a", Some("done"));
+            turn(&conn, "cut", "a", 1, "main", Some(1.0), None, 0);
+            turn(&conn, "fine", "a", 2, "main", Some(1.0), None, 0);
+            conn.execute(
+                "UPDATE turns SET status = 'incomplete' WHERE id = 'cut'",
+                [],
+            )
+            .unwrap();
+            assert_eq!(classify(&conn, opd).unwrap(), 1);
+            let (s, note) = state(&conn, "cut");
+            assert_eq!(s, "skipped");
+            assert!(note.unwrap().contains("the upstream failed"));
+            assert_eq!(state(&conn, "fine").0, "ready");
+        }
     }
 
     /// With distillation on, a turn without a reward is trained on the

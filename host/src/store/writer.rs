@@ -534,7 +534,9 @@ fn insert_turn(tx: &Transaction<'_>, t: &TurnRecord, p: &Prepared) -> rusqlite::
         },
     ])?;
     super::browse::turn_injected(tx, &t.id, t.started_at_ms, &t.injected_skills)?;
-    if t.turn_type == TurnType::Main {
+    // A failed turn (the upstream failed, the answer was cut) is no
+    // outcome of its skills: it moves no sums, now or when rewarded.
+    if t.turn_type == TurnType::Main && p.status == TurnStatus::Ok {
         let skills: Vec<super::outcomes::Key> = t
             .injected_skills
             .iter()

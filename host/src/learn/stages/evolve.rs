@@ -49,6 +49,9 @@ pub async fn run(parts: &Parts, job: &Job) -> Result<Evolved> {
         (None, _) => Some("off: skills are disabled"),
         (_, None) => Some("off: no evolver model (set rl.evolver_model or llm.model_id)"),
         _ if turns.is_empty() => Some("skipped: the session has no main turn"),
+        _ if turns.iter().all(|t| t.failed.is_some()) => {
+            Some("skipped: the upstream failed on every main turn")
+        }
         _ if !failed && !parts.auto_evolve => {
             Some("skipped: no judged failure and skills.auto_evolve is off")
         }
@@ -61,8 +64,13 @@ pub async fn run(parts: &Parts, job: &Job) -> Result<Evolved> {
         });
     };
 
-    // The transcript: the last main turn's conversation and answer.
-    let last = turns.last().map(|t| t.id.clone()).unwrap_or_default();
+    // The transcript: the last answered main turn's conversation and
+    // answer (a failed turn's error is no answer to learn from).
+    let last = turns
+        .iter()
+        .rfind(|t| t.failed.is_none())
+        .map(|t| t.id.clone())
+        .unwrap_or_default();
     let (input, _) = inputs(&parts.store, last.clone(), None).await?;
     let Some(input) = input else {
         anyhow::bail!("turn {last} is not in the store");
@@ -77,9 +85,10 @@ pub async fn run(parts: &Parts, job: &Job) -> Result<Evolved> {
     );
     let mut judged = String::new();
     for (i, turn) in turns.iter().enumerate() {
-        let verdict = match judgments.get(&turn.id) {
-            Some(j) => format!("judge {:+}: {}", j.value, j.rationale),
-            None => "not judged".to_string(),
+        let verdict = match (judgments.get(&turn.id), &turn.failed) {
+            (_, Some(why)) => format!("not judged: {why}"),
+            (Some(j), None) => format!("judge {:+}: {}", j.value, j.rationale),
+            (None, None) => "not judged".to_string(),
         };
         let total = totals
             .get(&turn.id)

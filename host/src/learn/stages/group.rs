@@ -71,7 +71,7 @@ pub async fn judge_groups(parts: &Parts, session: &str) -> Result<usize> {
 /// scorers' rewards without a next message, combined.
 async fn member_reward(parts: &Parts, member: ScoringInput) -> Result<Option<f64>> {
     let judge = match &parts.judge {
-        Some(judge) => Some(judge.judge(&member, None).await?.value),
+        Some(judge) => Some(judge.judge(&member, None, false).await?.value),
         None => None,
     };
     let plugins = parts.plugins.clone();

@@ -1,6 +1,8 @@
 //! Stage 2: the judge (`learn::judge`) on every main turn not judged yet,
 //! each with its next state, then one reward per turn from the judge's
 //! score and the scorers' rewards (`learn::reward`, `learning.reward`).
+//! A failed turn (`store::learning::failure`) is neither judged nor
+//! rewarded; it still is the next state of the turn before it.
 
 use anyhow::Result;
 use rusqlite::Connection;
@@ -32,17 +34,21 @@ pub async fn run(parts: &Parts, job: &Job) -> Result<Judged> {
     let mut judged = 0;
     if let Some(judge) = &parts.judge {
         for (i, turn) in turns.iter().enumerate() {
-            if turn.judged {
+            // A failed turn is no answer to judge (`learning::failure`).
+            if turn.judged || turn.failed.is_some() {
                 continue;
             }
+            let following = turns.get(i + 1);
             let (input, next) = inputs(
                 &parts.store,
                 turn.id.clone(),
-                turns.get(i + 1).map(|t| t.id.clone()),
+                following.map(|t| t.id.clone()),
             )
             .await?;
             let Some(input) = input else { continue };
-            let judgment = judge.judge(&input, next.as_ref()).await?;
+            let next_failed = following.is_some_and(|t| t.failed.is_some());
+            let mut judgment = judge.judge(&input, next.as_ref(), next_failed).await?;
+            judgment.answer_model = turn.model.clone();
             tracing::debug!(turn = %turn.id, value = judgment.value, "judged: {}", judgment.rationale);
             parts
                 .db
@@ -78,7 +84,7 @@ impl Output for Judged {
         let turns = learning::main_turns(tx, session)?;
         let judgments = learning::judgments(tx, session)?;
         let rewards = crate::store::turn_rewards(tx, session)?;
-        for turn in &turns {
+        for turn in turns.iter().filter(|t| t.failed.is_none()) {
             let scorers: Vec<ScorerReward<'_>> = rewards
                 .get(&turn.id)
                 .into_iter()

@@ -32,12 +32,19 @@ pub fn run(parts: &Parts, job: &Job) -> Result<Published> {
             let (Some(id), Some(content)) = (&row.skill_id, &row.content) else {
                 continue;
             };
+            // The exact text, recorded before the file is in place: any
+            // rescan that finds it (another job's, the folder watcher's)
+            // credits this session, and this job's rescan nothing else.
+            let hash = sha256_hex(content.as_bytes());
+            parts
+                .db
+                .call_blocking(|c| Ok(learning::writing(c, row.id, &hash, now_ms())?))?;
             let refused = write_skill(&skills.library.dir, id, content, row.base_hash.as_deref())?;
             if let Some(reason) = &refused {
                 tracing::warn!(skill = %id, "evolved skill not written: {reason}");
             } else {
                 tracing::info!(skill = %id, version = ?row.version, "skill {} from session {}", row.outcome, job.session_id);
-                written.push(id.clone());
+                written.push((id.clone(), content.clone()));
             }
             parts.db.call_blocking(|c| {
                 Ok(learning::draft_written(
@@ -49,14 +56,21 @@ pub fn run(parts: &Parts, job: &Job) -> Result<Published> {
             })?;
         }
         if !written.is_empty() {
-            skills.library.rescan(Some(&Attribution {
-                who: format!("evolved:{}", job.session_id),
-                why: format!("learned from session {}", job.session_id),
-            }));
+            let session = &job.session_id;
+            let ours = written.iter().fold(
+                Attribution::new(
+                    format!("evolved:{session}"),
+                    format!("learned from session {session}"),
+                ),
+                |a, (id, content)| a.wrote(id, content),
+            );
+            skills.library.rescan(Some(&ours));
             skills.warm();
         }
     }
-    Ok(Published { written })
+    Ok(Published {
+        written: written.into_iter().map(|(id, _)| id).collect(),
+    })
 }
 
 impl Output for Published {
@@ -72,7 +86,12 @@ impl Output for Published {
     }
 }
 
-/// Writes `<dir>/<id>/SKILL.md` atomically (temporary file, then rename).
+/// Temporary files of this process, numbered: two jobs (or a job and a
+/// review) writing one skill at once never share one.
+static TEMPORARY: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
+/// Writes `<dir>/<id>/SKILL.md` atomically (a temporary file of its own,
+/// then rename).
 /// An update is refused when the file changed since the draft was made
 /// from it; a new skill when another appeared under its name. Writing the
 /// same text again (a job resumed after a crash) is a no-op. Returns why it
@@ -111,8 +130,12 @@ pub(crate) fn write_skill(
     }
     std::fs::create_dir_all(&folder)
         .with_context(|| format!("cannot create {}", folder.display()))?;
-    let tmp: PathBuf = folder.join(format!(".SKILL.md.{}.tmp", std::process::id()));
+    let n = TEMPORARY.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let tmp: PathBuf = folder.join(format!(".SKILL.md.{}.{n}.tmp", std::process::id()));
     std::fs::write(&tmp, content).with_context(|| format!("cannot write {}", tmp.display()))?;
-    std::fs::rename(&tmp, &path).with_context(|| format!("cannot write {}", path.display()))?;
+    if let Err(e) = std::fs::rename(&tmp, &path) {
+        let _ = std::fs::remove_file(&tmp);
+        return Err(e).with_context(|| format!("cannot write {}", path.display()));
+    }
     Ok(None)
 }

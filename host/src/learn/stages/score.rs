@@ -27,7 +27,8 @@ pub fn run(parts: &Parts, job: &Job) -> Result<Scored> {
         .call_blocking(|c| Ok(learning::main_turns(c, &job.session_id)?))?;
     let mut scored = Vec::new();
     for (i, turn) in turns.iter().enumerate() {
-        if turn.scored {
+        // A failed turn is no answer: no scorer rewards it.
+        if turn.scored || turn.failed.is_some() {
             continue;
         }
         let next = turns.get(i + 1).map(|t| t.id.as_str());
