@@ -827,8 +827,15 @@ fn an_agent_that_only_plants_files_scores_what_the_null_model_scores() {
         assert_eq!(summary(&reports[1], arm)["mean"]["strict"], 0.0, "{arm}");
         for round in &planter {
             if round["kind"] == "file_check" {
-                let files = round["files"].as_array().unwrap();
-                assert!(files.iter().any(|f| f == "glob.py"), "{arm}: {round}");
+                let planted = round["tools"].as_array().unwrap().iter().any(|t| {
+                    t["name"] == "write_file"
+                        && t["arguments"]
+                            .as_str()
+                            .unwrap()
+                            .contains(r#""path":"glob.py""#)
+                        && t["result"].as_str().unwrap().starts_with("wrote")
+                });
+                assert!(planted, "{arm}: {round}");
             }
         }
         // What the planted modules do, had any run: nothing of it is there.

@@ -507,6 +507,17 @@ mod tests {
         assert_eq!(through["tools"]["profile"], "coding");
         assert_eq!(through["tools"]["deny"], json!(["group:memory"]));
         assert_eq!(through["tools"]["fs"]["workspaceOnly"], true);
+
+        let direct = config(&bench, &provider(None, ApiFormat::Anthropic), work, agent).unwrap();
+        let entry = direct["models"]["providers"]
+            .as_object()
+            .unwrap()
+            .values()
+            .next()
+            .unwrap();
+        assert_eq!(entry["api"], "anthropic-messages");
+        assert_eq!(entry["baseUrl"], "http://127.0.0.1:9");
+        assert!(entry.get("headers").is_none());
     }
 
     #[test]
@@ -533,17 +544,6 @@ mod tests {
         ] {
             assert!(!secret_like(name), "{name}");
         }
-
-        let direct = config(&bench, &provider(None, ApiFormat::Anthropic), work, agent).unwrap();
-        let entry = direct["models"]["providers"]
-            .as_object()
-            .unwrap()
-            .values()
-            .next()
-            .unwrap();
-        assert_eq!(entry["api"], "anthropic-messages");
-        assert_eq!(entry["baseUrl"], "http://127.0.0.1:9");
-        assert!(entry.get("headers").is_none());
     }
 
     #[test]
