@@ -245,10 +245,10 @@ mod tests {
         for (name, text) in TUNED {
             std::fs::write(dir.join(name).join("SKILL.md"), text).unwrap();
         }
-        let attribution = crate::store::skills::Attribution {
-            who: "builtin".into(),
-            why: "metaclaw 1.2.0 of the bank".into(),
-        };
+        let attribution = TUNED.iter().fold(
+            crate::store::skills::Attribution::new("builtin", "metaclaw 1.2.0 of the bank"),
+            |a, (name, text)| a.wrote(name, text),
+        );
         super::super::library::Library::new(dir.clone(), db.clone()).rescan(Some(&attribution));
         // The user edits one of them afterwards.
         let (edited, tuned) = TUNED[1];
