@@ -534,9 +534,10 @@ fn a_run_records_what_measured_it_and_a_resume_by_another_binary_or_bank_is_refu
 /// can be checked against what that knowledge implies: the file tasks
 /// whose rules it knew pass (but the two no agent can pass), the questions
 /// about rules it knew are answered exactly. In `direct` it knows exactly
-/// what the day's feedback taught; in `skills` a built-in skill teaches it
-/// backups; in `learn` the evolver turns each day's feedback into skills
-/// that later days retrieve. So learn beats skills beats direct.
+/// what the day's feedback taught; in `skills` the built-in bank, which
+/// names no hidden check, adds nothing that scores; in `learn` the evolver
+/// turns each day's feedback into skills that later days retrieve. So
+/// `skills` passes exactly the rounds `direct` passes, and `learn` more.
 #[test]
 fn the_oracle_learns_only_what_it_is_told_and_the_scores_follow() {
     use metaclaw_mock_upstream::bench::{self, Rules, Set};
@@ -626,9 +627,21 @@ fn the_oracle_learns_only_what_it_is_told_and_the_scores_follow() {
         assert_eq!(s["strict"], passed as f64 / ROUNDS as f64, "{arm}");
         strict.insert(arm, passed);
     }
+    // The oracle scores only by the hidden rules, so a margin of `skills`
+    // over `direct` could only come from a built-in skill stating one. None
+    // does: round for round the same passes. (With 1.2.0 of the two file
+    // skills, which suggested `file.bak`, the P4 check's file, `skills`
+    // passed two rounds more: day08 r1 and day11 r3.)
+    let passes = |arm: &str| -> Vec<(String, String, bool)> {
+        outcomes(rounds(&r, arm))
+            .into_iter()
+            .map(|(day, round, passed, _)| (day, round, passed))
+            .collect()
+    };
+    assert_eq!(passes("skills"), passes("direct"));
     assert!(
-        strict["learn"] > strict["skills"] && strict["skills"] > strict["direct"],
-        "learn > skills > direct: {strict:?}"
+        strict["learn"] > strict["direct"],
+        "learn > direct: {strict:?}"
     );
     // Only the learning arm evolved skills at night.
     let evolved = |arm: &str| -> usize {

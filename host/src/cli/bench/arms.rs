@@ -178,11 +178,15 @@ async fn train_night(train: &crate::learn::rl::trainer::TrainerHandle) -> (Value
 
 /// Writes the config an arm's metaclaw runs with into its home, so that a
 /// command run there (`metaclaw train status`, `sessions`) sees the arm's
-/// service and models rather than the defaults (hosted Tinker). Secrets are
-/// left out: they stay where the user keeps them (the environment, the
-/// user's own config).
+/// service and models rather than the defaults (hosted Tinker). Only what
+/// differs from the defaults is written (a key left at its default reads
+/// back the same, and the original's keys that do nothing here would each
+/// warn). Secrets are left out: they stay where the user keeps them (the
+/// environment, the user's own config).
 fn keep_config(home: &Home, loaded: &Loaded) -> Result<()> {
     let mut tree = serde_json::to_value(&loaded.config)?;
+    let defaults = serde_json::to_value(crate::config::Config::default())?;
+    drop_defaults(&mut tree, &defaults);
     for key in crate::config::SECRET_KEYS {
         let mut parts: Vec<&str> = key.split('.').collect();
         let Some(last) = parts.pop() else {
@@ -195,7 +199,8 @@ fn keep_config(home: &Home, loaded: &Loaded) -> Result<()> {
             map.remove(last);
         }
     }
-    if let Some(list) = tree["llm"]["fallbacks"].as_array_mut() {
+    let fallbacks = tree.get_mut("llm").and_then(|l| l.get_mut("fallbacks"));
+    if let Some(list) = fallbacks.and_then(Value::as_array_mut) {
         for fallback in list.iter_mut().filter_map(Value::as_object_mut) {
             fallback.remove("api_key");
         }
@@ -207,6 +212,21 @@ fn keep_config(home: &Home, loaded: &Loaded) -> Result<()> {
     let file = home.config_file();
     crate::home::write_atomic(&file, text.as_bytes(), Some(0o600))
         .with_context(|| format!("cannot write {}", file.display()))
+}
+
+/// Removes from `tree` every key whose value is the one in `defaults`.
+fn drop_defaults(tree: &mut Value, defaults: &Value) {
+    let (Value::Object(map), Value::Object(base)) = (tree, defaults) else {
+        return;
+    };
+    map.retain(|key, value| match base.get(key) {
+        None => true,
+        Some(default) if default == value => false,
+        Some(default) => {
+            drop_defaults(value, default);
+            !matches!(value, Value::Object(m) if m.is_empty())
+        }
+    });
 }
 
 /// A metaclaw serving one arm.
@@ -440,11 +460,11 @@ mod tests {
         );
         assert_eq!(c.llm.model_id, "echo");
         assert_eq!(c.rl.tinker_api_key, None);
-        // Every key read back is one the config knows.
+        // Only what the arm set, every key one the config knows and uses.
+        assert!(kept.warnings.is_empty(), "{:?}", kept.warnings);
         assert!(
-            kept.warnings.iter().all(|w| !w.contains("unknown")),
-            "{:?}",
-            kept.warnings
+            !text.contains("memory:") && !text.contains("null"),
+            "{text}"
         );
     }
 }
