@@ -215,7 +215,9 @@ async fn turns_whose_upstream_failed_are_neither_judged_nor_rewarded_nor_counted
         ask(&mc, "outage", "error-500", &json!(messages), false).await,
         500
     );
-    messages.push(json!({"role": "user", "content": "Please edit the config file now, adding the line."}));
+    messages.push(
+        json!({"role": "user", "content": "Please edit the config file now, adding the line."}),
+    );
     // The stream is cut after two chunks.
     ask(&mc, "outage", "reset-after-2", &json!(messages), true).await;
     messages.push(json!({"role": "user", "content": "Once more: edit the file, adding a line."}));
@@ -245,7 +247,9 @@ async fn turns_whose_upstream_failed_are_neither_judged_nor_rewarded_nor_counted
     // move is real.
     for t in &turns[1..3] {
         assert!(
-            t["injected_skills"].as_array().is_some_and(|s| !s.is_empty()),
+            t["injected_skills"]
+                .as_array()
+                .is_some_and(|s| !s.is_empty()),
             "{s:#}"
         );
     }
