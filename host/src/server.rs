@@ -851,6 +851,11 @@ mod tests {
         (value, base.to_string())
     }
 
+    /// GET `path` with the login's `cookie`.
+    async fn get_page(app: &Served, path: &str, cookie: &str) -> (StatusCode, HeaderMap, String) {
+        send_page(app, "GET", path, &[LOCAL, ("cookie", cookie)], "").await
+    }
+
     fn csrf_of(page: &str) -> String {
         let at = page
             .find(r#"name="csrf" value=""#)
@@ -902,14 +907,7 @@ mod tests {
             ("/learning", "No job."),
             ("/training", "RL is off"),
         ] {
-            let (status, headers, page) = send_page(
-                &app,
-                "GET",
-                &format!("{base}{path}"),
-                &[LOCAL, ("cookie", &cookie)],
-                "",
-            )
-            .await;
+            let (status, headers, page) = get_page(&app, &format!("{base}{path}"), &cookie).await;
             assert_eq!(status, 200, "{path}: {page}");
             assert!(page.contains(shows), "{path}: {page}");
             assert!(
@@ -933,14 +931,8 @@ mod tests {
             "{location}"
         );
         // Bad filters: said, not a failure; the way back stays logged in.
-        let (status, _, page) = send_page(
-            &app,
-            "GET",
-            &format!("{base}/sessions?min_reward=lots"),
-            &[LOCAL, ("cookie", &cookie)],
-            "",
-        )
-        .await;
+        let (status, _, page) =
+            get_page(&app, &format!("{base}/sessions?min_reward=lots"), &cookie).await;
         assert_eq!(status, 400);
         assert!(page.contains("is not a number"), "{page}");
         assert!(page.contains(&format!(r#"href="{base}""#)), "{page}");
@@ -959,7 +951,7 @@ mod tests {
         let (other_cookie, other_base) = log_in(&app).await;
         assert_ne!(base, other_base);
         let ok = |status: StatusCode| status == 200;
-        let (status, _, _) = send_page(&app, "GET", &base, &[LOCAL, ("cookie", &cookie)], "").await;
+        let (status, _, _) = get_page(&app, &base, &cookie).await;
         assert!(ok(status), "the login itself");
         for (path, cookie) in [
             ("/ui/sessions".to_string(), cookie.as_str()),
@@ -976,10 +968,10 @@ mod tests {
                 "{path}: the page asked for, without any key"
             );
         }
-        let (status, _, _) = send_page(&app, "GET", "/ui", &[LOCAL, ("cookie", &cookie)], "").await;
+        let (status, _, _) = get_page(&app, "/ui", &cookie).await;
         assert_eq!(status, 303);
         // A form: refused, whatever its token.
-        let (_, _, page) = send_page(&app, "GET", &base, &[LOCAL, ("cookie", &cookie)], "").await;
+        let (_, _, page) = get_page(&app, &base, &cookie).await;
         let csrf = csrf_of(&page);
         let (status, _, page) = send_page(
             &app,
@@ -991,7 +983,7 @@ mod tests {
         .await;
         assert_eq!(status, 403);
         assert!(page.contains("not logged in"), "{page}");
-        let (status, _, _) = send_page(&app, "GET", &base, &[LOCAL, ("cookie", &cookie)], "").await;
+        let (status, _, _) = get_page(&app, &base, &cookie).await;
         assert!(ok(status), "still logged in");
     }
 
@@ -1015,13 +1007,13 @@ mod tests {
         // Logged in: logging out needs this login's CSRF token.
         let (cookie, base) = log_in(&app).await;
         let with_cookie = [LOCAL, OWN, FORM, ("cookie", cookie.as_str())];
-        let (_, _, page) = send_page(&app, "GET", &base, &[LOCAL, ("cookie", &cookie)], "").await;
+        let (_, _, page) = get_page(&app, &base, &cookie).await;
         let csrf = csrf_of(&page);
         let logout = format!("{base}/logout");
         let (status, _, page) = send_page(&app, "POST", &logout, &with_cookie, "csrf=forged").await;
         assert_eq!(status, 403);
         assert!(page.contains("CSRF"));
-        let (status, _, _) = send_page(&app, "GET", &base, &[LOCAL, ("cookie", &cookie)], "").await;
+        let (status, _, _) = get_page(&app, &base, &cookie).await;
         assert_eq!(status, 200, "still logged in");
         let (status, headers, _) =
             send_page(&app, "POST", &logout, &with_cookie, &format!("csrf={csrf}")).await;
@@ -1031,7 +1023,7 @@ mod tests {
             gone.contains("Max-Age=0") && gone.contains(&format!("Path={base};")),
             "{gone}"
         );
-        let (status, _, _) = send_page(&app, "GET", &base, &[LOCAL, ("cookie", &cookie)], "").await;
+        let (status, _, _) = get_page(&app, &base, &cookie).await;
         assert_eq!(status, 303, "logged out");
     }
 
@@ -1040,8 +1032,7 @@ mod tests {
         // Read-only by default: the form is refused, whatever it carries.
         let (read_only, _dir) = app(ProxyConfig::default());
         let (cookie, base) = log_in(&read_only).await;
-        let (_, _, page) =
-            send_page(&read_only, "GET", &base, &[LOCAL, ("cookie", &cookie)], "").await;
+        let (_, _, page) = get_page(&read_only, &base, &cookie).await;
         let csrf = csrf_of(&page);
         let with_cookie = [LOCAL, OWN, FORM, ("cookie", cookie.as_str())];
         let body = format!("csrf={csrf}&confirm=yes");
@@ -1059,14 +1050,7 @@ mod tests {
         // (here: learning is off, and the page says so).
         let served = with_actions();
         let (cookie, base) = log_in(&served.0).await;
-        let (_, _, page) = send_page(
-            &served.0,
-            "GET",
-            &format!("{base}/learning"),
-            &[LOCAL, ("cookie", &cookie)],
-            "",
-        )
-        .await;
+        let (_, _, page) = get_page(&served.0, &format!("{base}/learning"), &cookie).await;
         assert!(
             !page.contains("id=\"learn-now\""),
             "learning is off: no button"
@@ -1123,8 +1107,7 @@ mod tests {
     async fn destructive_dashboard_actions_ask_first_and_act_once_confirmed() {
         let served = with_actions();
         let (cookie, base) = log_in(&served.0).await;
-        let (_, _, page) =
-            send_page(&served.0, "GET", &base, &[LOCAL, ("cookie", &cookie)], "").await;
+        let (_, _, page) = get_page(&served.0, &base, &cookie).await;
         let csrf = csrf_of(&page);
         let with_cookie = [LOCAL, OWN, FORM, ("cookie", cookie.as_str())];
         let retire = format!("{base}/actions/skills/moon%20facts/retire");

@@ -43,6 +43,12 @@ fn check_round(home: &Path, args: &[&str]) -> Output {
     check_round_with(BIN, home, args)
 }
 
+/// `command` checked against the workspace `ws` through `bin`: the verdict.
+fn check_command(bin: &str, home: &Path, command: &str, ws: &Path) -> Vec<Value> {
+    let args = ["--command", command, "--workspace", ws.to_str().unwrap()];
+    verdicts(&check_round_with(bin, home, &args))
+}
+
 /// The rounds checked: the JSON on stdout (exit 0 or 1, never an error).
 fn verdicts(out: &Output) -> Vec<Value> {
     let stdout = String::from_utf8_lossy(&out.stdout);
@@ -140,18 +146,11 @@ fn a_substituted_path_reaches_the_checker() {
     )
     .unwrap();
     let command = r#"python -c "import glob,sys; files=sorted(glob.glob('day05/20260330_*.md')); sys.exit(0 if files else 1)" && python scripts/check_metadata.py $(python -c "import glob; print(sorted(glob.glob('day05/20260330_*.md'))[0])")"#;
-    let args = [
-        "--command",
-        command,
-        "--workspace",
-        ws.path().to_str().unwrap(),
-    ];
-    let out = check_round(home.path(), &args);
-    let v = verdicts(&out);
+    let v = check_command(BIN, home.path(), command, ws.path());
     assert_eq!(v[0]["passed"], true, "{v:?}");
     assert_eq!(v[0]["parts"][1]["checker"], "metadata");
     std::fs::write(&notes, "# Notes\n").unwrap();
-    let v = verdicts(&check_round(home.path(), &args));
+    let v = check_command(BIN, home.path(), command, ws.path());
     let parts = &v[0]["parts"];
     assert_eq!(
         (parts[0]["code"].as_i64(), parts[1]["code"].as_i64()),
@@ -303,16 +302,7 @@ fn planted_modules_never_make_a_check_pass() {
             "{what}: the plant does not even work unconfined"
         );
         let before = snapshot(ws.path());
-        let out = check_round(
-            home.path(),
-            &[
-                "--command",
-                &command,
-                "--workspace",
-                ws.path().to_str().unwrap(),
-            ],
-        );
-        let v = verdicts(&out);
+        let v = check_command(BIN, home.path(), &command, ws.path());
         assert_eq!(v[0]["passed"], false, "{what}: {v:?}");
         let parts = v[0]["parts"].as_array().unwrap();
         assert_eq!(parts.len(), 3);
@@ -374,16 +364,7 @@ print(json.dumps(results))
     );
     std::fs::write(ws.path().join("evil.py"), evil).unwrap();
     let before = snapshot(ws.path());
-    let out = check_round(
-        home.path(),
-        &[
-            "--command",
-            "python evil.py",
-            "--workspace",
-            ws.path().to_str().unwrap(),
-        ],
-    );
-    let v = verdicts(&out);
+    let v = check_command(BIN, home.path(), "python evil.py", ws.path());
     let part = &v[0]["parts"][0];
     assert_eq!(part["code"], 0, "{part}");
     let output = part["output"].as_str().unwrap();
@@ -467,17 +448,7 @@ except OSError as e:
         beside = beside.to_str().unwrap(),
         bin = bin.to_str().unwrap(),
     );
-    let out = check_round_with(
-        bin.to_str().unwrap(),
-        home.path(),
-        &[
-            "--command",
-            &code,
-            "--workspace",
-            ws.path().to_str().unwrap(),
-        ],
-    );
-    let v = verdicts(&out);
+    let v = check_command(bin.to_str().unwrap(), home.path(), &code, ws.path());
     let output = v[0]["parts"][0]["output"].as_str().unwrap();
     assert_eq!(output, "visible\nrefused PermissionError", "{v:?}");
 }

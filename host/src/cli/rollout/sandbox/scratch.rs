@@ -125,7 +125,7 @@ mod tests {
         std::os::unix::fs::symlink("top.txt", w.join("in-link")).unwrap();
         rustix::fs::mknodat(
             rustix::fs::CWD,
-            &w.join("pipe"),
+            w.join("pipe"),
             FileType::Fifo,
             Mode::from_raw_mode(0o644),
             0,
