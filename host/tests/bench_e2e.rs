@@ -768,7 +768,7 @@ fn the_rl_arm_serves_the_student_and_trains_each_night() {
     assert_eq!(training["nights_trained"], serde_json::json!(trained_days));
     let samples: u64 = nights
         .iter()
-        .filter_map(|n| n["night"]["train"]["samples"].as_u64())
+        .filter_map(|n| n["night"]["trained"]["samples"].as_u64())
         .sum();
     assert!(samples > 0);
     assert_eq!(training["samples_trained"], samples);

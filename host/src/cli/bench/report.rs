@@ -466,9 +466,15 @@ fn measured(settings: &Settings, records: &Records) -> Vec<ArmMeasured> {
                 Training {
                     nights: nights.len(),
                     nights_trained: stepped.iter().map(|n| n.day.clone()).collect(),
+                    // Every step of the night (`trained`), or the one
+                    // step a record written before nights stepped on had.
                     samples_trained: stepped
                         .iter()
-                        .filter_map(|n| n.night["train"]["samples"].as_u64())
+                        .filter_map(|n| {
+                            n.night["trained"]["samples"]
+                                .as_u64()
+                                .or_else(|| n.night["train"]["samples"].as_u64())
+                        })
                         .sum(),
                     samples: nights
                         .last()
