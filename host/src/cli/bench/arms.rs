@@ -441,7 +441,7 @@ mod tests {
             evolver: None,
         };
         let arm = arm_config(&user, Arm::Rl, "echo", &helpers).unwrap();
-        let home = Home::at(&dir.path().join("home"));
+        let home = Home::at(dir.path().join("home"));
         home.ensure().unwrap();
         keep_config(&home, &arm).unwrap();
         let text = std::fs::read_to_string(home.config_file()).unwrap();
