@@ -108,7 +108,7 @@ async fn concurrent_jobs_each_credit_only_the_skills_their_session_drafted() {
     }
     // Which session drafted (and wrote) which skill.
     let mut drafted_by = std::collections::HashMap::new();
-    for n in 0..SESSIONS {
+    for (n, (task, _)) in TOPICS.iter().enumerate() {
         let id = format!("chat-{n:03}");
         let s = learned(&mc, &id);
         let written: Vec<String> = s["evolved"]
@@ -118,7 +118,7 @@ async fn concurrent_jobs_each_credit_only_the_skills_their_session_drafted() {
             .filter(|d| d["written_ms"].is_i64() && d["outcome"] != "rejected")
             .map(|d| d["skill_id"].as_str().unwrap().to_string())
             .collect();
-        let lesson = lesson(TOPICS[n].0);
+        let lesson = lesson(task);
         assert!(
             written.contains(&lesson),
             "{id} wrote {written:?}, not {lesson}\n{}",
@@ -215,7 +215,9 @@ async fn turns_whose_upstream_failed_are_neither_judged_nor_rewarded_nor_counted
         ask(&mc, "outage", "error-500", &json!(messages), false).await,
         500
     );
-    messages.push(json!({"role": "user", "content": "Please edit the config file now, adding the line."}));
+    messages.push(
+        json!({"role": "user", "content": "Please edit the config file now, adding the line."}),
+    );
     // The stream is cut after two chunks.
     ask(&mc, "outage", "reset-after-2", &json!(messages), true).await;
     messages.push(json!({"role": "user", "content": "Once more: edit the file, adding a line."}));
@@ -245,7 +247,9 @@ async fn turns_whose_upstream_failed_are_neither_judged_nor_rewarded_nor_counted
     // move is real.
     for t in &turns[1..3] {
         assert!(
-            t["injected_skills"].as_array().is_some_and(|s| !s.is_empty()),
+            t["injected_skills"]
+                .as_array()
+                .is_some_and(|s| !s.is_empty()),
             "{s:#}"
         );
     }
