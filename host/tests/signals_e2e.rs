@@ -108,7 +108,7 @@ async fn concurrent_jobs_each_credit_only_the_skills_their_session_drafted() {
     }
     // Which session drafted (and wrote) which skill.
     let mut drafted_by = std::collections::HashMap::new();
-    for n in 0..SESSIONS {
+    for (n, (task, _)) in TOPICS.iter().enumerate() {
         let id = format!("chat-{n:03}");
         let s = learned(&mc, &id);
         let written: Vec<String> = s["evolved"]
@@ -118,7 +118,7 @@ async fn concurrent_jobs_each_credit_only_the_skills_their_session_drafted() {
             .filter(|d| d["written_ms"].is_i64() && d["outcome"] != "rejected")
             .map(|d| d["skill_id"].as_str().unwrap().to_string())
             .collect();
-        let lesson = lesson(TOPICS[n].0);
+        let lesson = lesson(task);
         assert!(
             written.contains(&lesson),
             "{id} wrote {written:?}, not {lesson}\n{}",
