@@ -133,11 +133,12 @@ fn outcomes<'a>(
 /// The run's `arms.jsonl` line of `run` (`<arm>-<repeat>`).
 fn arm_record(dir: &Path, run: &str) -> Value {
     let (arm, repeat) = run.rsplit_once('-').unwrap();
+    let repeat: u64 = repeat.parse().unwrap();
     std::fs::read_to_string(dir.join("arms.jsonl"))
         .unwrap()
         .lines()
         .map(|l| serde_json::from_str::<Value>(l).unwrap())
-        .find(|a| a["arm"] == arm && a["repeat"].to_string() == repeat)
+        .find(|a| a["arm"] == arm && a["repeat"] == repeat)
         .unwrap_or_else(|| panic!("no {run} in arms.jsonl"))
 }
 
