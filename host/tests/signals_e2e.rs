@@ -16,6 +16,19 @@ mod common;
 use common::*;
 use serde_json::{Value, json};
 
+/// Runs session `id`'s learning job now (ending it); `sessions show ID
+/// --json` then.
+fn learn_now(mc: &Metaclaw, id: &str) -> Value {
+    let out = mc.cli(&["learn", "now", id]);
+    assert!(
+        out.status.success(),
+        "{}\n{}",
+        String::from_utf8_lossy(&out.stderr),
+        mc.log()
+    );
+    learned(mc, id)
+}
+
 /// `sessions show ID --json` once the session's learning job is done.
 fn learned(mc: &Metaclaw, id: &str) -> Value {
     poll_json(mc.home.path(), &["sessions", "show", id, "--json"], |v| {
@@ -227,14 +240,7 @@ async fn turns_whose_upstream_failed_are_neither_judged_nor_rewarded_nor_counted
     );
     let before = stats(&mc);
 
-    let out = mc.cli(&["learn", "now", "outage"]);
-    assert!(
-        out.status.success(),
-        "{}\n{}",
-        String::from_utf8_lossy(&out.stderr),
-        mc.log()
-    );
-    let s = learned(&mc, "outage");
+    let s = learn_now(&mc, "outage");
     let turns = s["turns"].as_array().unwrap();
     assert_eq!(turns.len(), 4, "{s:#}");
     let status: Vec<&str> = turns
@@ -280,15 +286,7 @@ async fn turns_whose_upstream_failed_are_neither_judged_nor_rewarded_nor_counted
     assert!(turns[0]["no_reward"].is_null());
     // The judge was asked about the two answers alone, and told that the
     // call after the first one failed.
-    let judged: Value = client()
-        .get(format!("{}/dummy/requests?model=judge", up.url))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
-    let judged = judged["requests"].as_array().unwrap();
+    let judged = dummy_requests(&up.url, "judge").await;
     assert_eq!(judged.len(), 2, "{judged:#?}");
     assert!(
         judged.iter().any(|r| r
@@ -351,9 +349,7 @@ async fn a_fallbacks_answer_is_judged_as_the_fallback_models() {
     messages.push(json!({"role": "assistant", "content": "A short summary line."}));
     messages.push(json!({"role": "user", "content": "Thanks. Now something else."}));
     assert_eq!(ask(&mc, "fb", "echo", &json!(messages), false).await, 200);
-    let out = mc.cli(&["learn", "now", "fb"]);
-    assert!(out.status.success(), "{}", mc.log());
-    let s = learned(&mc, "fb");
+    let s = learn_now(&mc, "fb");
     let first = &s["turns"][0];
     assert_eq!(first["status"], "ok", "{s:#}");
     assert_eq!(first["upstream_model"], "echo-system", "{s:#}");

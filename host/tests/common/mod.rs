@@ -469,16 +469,27 @@ pub fn listed_plugin(list: &Value, name: &str) -> Value {
         .clone()
 }
 
-/// The dummy upstream's counters (`GET /v1/dummy/stats`).
-pub async fn dummy_stats(upstream_url: &str) -> Value {
+async fn get_json(url: String) -> Value {
     client()
-        .get(format!("{upstream_url}/dummy/stats"))
+        .get(url)
         .send()
         .await
         .unwrap()
         .json()
         .await
         .unwrap()
+}
+
+/// The dummy upstream's counters (`GET /v1/dummy/stats`).
+pub async fn dummy_stats(upstream_url: &str) -> Value {
+    get_json(format!("{upstream_url}/dummy/stats")).await
+}
+
+/// The request bodies the dummy upstream received for `model`
+/// (`GET /dummy/requests?model=`).
+pub async fn dummy_requests(upstream_url: &str, model: &str) -> Vec<Value> {
+    let v = get_json(format!("{upstream_url}/dummy/requests?model={model}")).await;
+    v["requests"].as_array().cloned().unwrap_or_default()
 }
 
 /// A copy of a component with an extra custom section: the same plugin,
