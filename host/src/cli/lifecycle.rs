@@ -458,8 +458,13 @@ pub fn status(home: &Home, config_path: &Path, args: JsonFlag) -> Result<ExitCod
     if let Some(p) = report["plugins"].as_object() {
         let problems = p["problems"].as_u64().unwrap_or(0) + p["notices"].as_u64().unwrap_or(0);
         say!(
-            "  plugins:   {} loaded{}{}",
+            "  plugins:   {} loaded{}{}{}",
             p["loaded"],
+            if p["loading"] == true {
+                " (still loading: more to come)"
+            } else {
+                ""
+            },
             if p["locked"] == true {
                 ", pinned by metaclaw.lock"
             } else {

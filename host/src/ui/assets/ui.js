@@ -1,12 +1,4 @@
-// metaclaw's dashboard works without this; it only adds conveniences.
+// metaclaw's dashboard works without this script: every page is rendered by
+// the server, and destructive actions go through a confirm page of their own
+// (confirm.html), so nothing here guards anything.
 "use strict";
-// Local times as the browser's own clock sees them, for times it renders
-// itself (none yet need more than the server's rendering).
-document.addEventListener("DOMContentLoaded", () => {
-  // Forms that change something ask first (they carry data-confirm).
-  for (const form of document.querySelectorAll("form[data-confirm]")) {
-    form.addEventListener("submit", (event) => {
-      if (!window.confirm(form.dataset.confirm)) event.preventDefault();
-    });
-  }
-});
