@@ -485,12 +485,13 @@ impl Store {
     }
 }
 
-/// Recording and learning yield to serving: their threads run at a lower
-/// CPU priority than those answering requests (Linux applies nice per
-/// thread, and threads a thread starts inherit it).
+/// Learning yields to serving: its threads run at a lower CPU priority
+/// than those answering requests (Linux applies nice per thread, and
+/// threads a thread starts inherit it). The store writer is not lowered
+/// (see `Writer::run`).
 pub fn lower_priority() {
     if let Err(e) = rustix::process::setpriority_process(Some(rustix::thread::gettid()), 10) {
-        tracing::debug!("cannot lower the store writer's priority: {e}");
+        tracing::debug!("cannot lower this thread's priority: {e}");
     }
 }
 
