@@ -1,8 +1,9 @@
 //! Crash safety, end to end: the real binary is `kill -9`ed under load and
-//! started again on the same home. Every turn whose answer was fully
-//! delivered more than `store.commit_interval` (plus a margin) before the
-//! kill is in the store, the database is intact, and every learning job
-//! queued or running at the kill is finished after the restart.
+//! started again on the same home. Every turn a reader saw committed before
+//! the kill is still there, every turn whose answer was fully delivered
+//! more than [`WINDOW`] before the kill is in the store, the database is
+//! intact, and every learning job queued or running at the kill is
+//! finished after the restart.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 mod common;
@@ -18,14 +19,20 @@ use serde_json::{Value, json};
 
 /// `store.commit_interval`, as configured below.
 const COMMIT_INTERVAL: Duration = Duration::from_millis(100);
-/// Slack on top of the interval for the writer's own work and scheduling
-/// (it runs niced, and this machine may be busy): 100 ms of loss window
-/// was seen on an idle 2-core machine.
+/// Turns delivered longer ago than this before the kill are stored. The
+/// writer commits every `commit_interval` when it gets the CPU, so what a
+/// crash loses is bounded by the machine's load, not by metaclaw alone:
+/// ≤ 100 ms on an idle 2-core machine, 368 ms with it overloaded (load 14,
+/// five compilers beside the test). 1.5 s is four times that, so the bound
+/// holds on a busy CI machine and still fails a writer that holds turns
+/// back. What the commit interval itself gives is reported, not asserted.
+const WINDOW: Duration = Duration::from_millis(1500);
+/// The loss window reported beside [`WINDOW`]: the interval and a margin.
 const MARGIN: Duration = Duration::from_millis(150);
 const CLIENTS: u64 = 16;
 /// Requests per second, all clients together.
 const RATE: f64 = 300.0;
-const LOAD: Duration = Duration::from_secs(2);
+const LOAD: Duration = Duration::from_secs(4);
 /// Sessions ended before the load: their learning jobs are queued or
 /// running at the kill (the evolver takes 2 s, two jobs run at once).
 const JOBS: usize = 6;
@@ -210,12 +217,14 @@ async fn kill_9_under_load_loses_no_delivered_turn_and_no_learning_job() {
     let url = format!("{}/v1/chat/completions", mc.url());
     let load_started = Instant::now();
     let clients = load(url, seen.clone(), stop.clone(), errors.clone());
+    let watched = watch_commits(db.clone(), stop.clone());
     tokio::time::sleep(LOAD).await;
 
-    // kill -9 (Child::kill is SIGKILL).
+    // kill -9 (Child::kill is SIGKILL), right after the reader's last look.
     let log_len = mc.log().len();
-    let killed_at = Instant::now();
     stop.store(true, Ordering::SeqCst);
+    let committed = watched.join().unwrap();
+    let killed_at = Instant::now();
     let _ = mc.proc.child.kill();
     let _ = mc.proc.child.wait();
     let load_secs = (killed_at - load_started).as_secs_f64();
@@ -237,6 +246,18 @@ async fn kill_9_under_load_loses_no_delivered_turn_and_no_learning_job() {
     // The database as the crash left it (read-only: the restarted daemon
     // is the first to write to it again) is intact.
     let conn = open_intact(&db);
+    // Nothing a reader saw committed is lost.
+    let at_crash = crashmarks(&conn);
+    assert!(
+        !committed.is_empty(),
+        "the reader saw no turn committed during {LOAD:?} of load"
+    );
+    let lost: Vec<&String> = committed.difference(&at_crash).collect();
+    assert!(
+        lost.is_empty(),
+        "{} turns seen committed before the kill are gone after it: {lost:?}",
+        lost.len()
+    );
     let at_kill: BTreeMap<String, String> = conn
         .prepare("SELECT session_id, state FROM learning_jobs WHERE session_id LIKE 'learn-%'")
         .unwrap()
@@ -251,20 +272,18 @@ async fn kill_9_under_load_loses_no_delivered_turn_and_no_learning_job() {
     tokio::task::block_in_place(|| mc.kill_and_restart());
     let conn = open_intact(&db);
 
-    // Every turn delivered before the last commit interval (and a margin)
-    // is stored.
-    let stored: HashSet<String> = conn
-        .prepare("SELECT user_summary FROM turns WHERE user_summary LIKE 'crashmark-%'")
-        .unwrap()
-        .query_map([], |r| r.get::<_, String>(0))
-        .unwrap()
-        .map(Result::unwrap)
-        .collect();
+    // Every turn delivered more than WINDOW before the kill is stored.
+    let stored = crashmarks(&conn);
+    assert!(
+        committed.is_subset(&stored),
+        "turns seen committed before the kill are gone after the restart"
+    );
     let window = COMMIT_INTERVAL + MARGIN;
     let mut missing = Vec::new();
     let (mut recent, mut recent_stored) = (0, 0);
     let mut streamed = [0, 0];
     let mut latest_missing: Option<Duration> = None;
+    let mut checked = 0usize;
     for (marker, at, stream) in &seen.delivered {
         let before = killed_at.saturating_duration_since(*at);
         let is_stored = stored.contains(marker);
@@ -273,14 +292,15 @@ async fn kill_9_under_load_loses_no_delivered_turn_and_no_learning_job() {
         } else {
             latest_missing = Some(latest_missing.map_or(before, |m: Duration| m.max(before)));
         }
-        if before > window {
+        if before > WINDOW {
+            checked += 1;
             if !is_stored {
                 missing.push(format!(
                     "{marker} (delivered {:.0} ms before the kill)",
                     ms(before)
                 ));
             }
-        } else {
+        } else if before <= window {
             recent += 1;
             recent_stored += usize::from(is_stored);
         }
@@ -304,6 +324,10 @@ async fn kill_9_under_load_loses_no_delivered_turn_and_no_learning_job() {
             "{:.0} ms before the kill",
             ms(d)
         )),
+    );
+    assert!(
+        checked as f64 > (LOAD - WINDOW).as_secs_f64() * RATE * 0.3,
+        "too few answers were delivered more than {WINDOW:?} before the kill to mean anything: {checked}"
     );
     assert!(
         missing.is_empty(),
@@ -399,4 +423,34 @@ fn open_intact(db: &std::path::Path) -> rusqlite::Connection {
         .unwrap();
     assert_eq!(integrity, "ok");
     conn
+}
+
+/// The crash markers committed in the store as `conn` sees it.
+fn crashmarks(conn: &rusqlite::Connection) -> HashSet<String> {
+    conn.prepare("SELECT user_summary FROM turns WHERE user_summary LIKE 'crashmark-%'")
+        .unwrap()
+        .query_map([], |r| r.get::<_, String>(0))
+        .unwrap()
+        .map(Result::unwrap)
+        .collect()
+}
+
+/// A reader beside the daemon: the crash markers it last saw committed
+/// when `stop` was set (read-only; WAL lets it read while the writer
+/// commits, and it holds no transaction between looks).
+fn watch_commits(
+    db: std::path::PathBuf,
+    stop: Arc<AtomicBool>,
+) -> std::thread::JoinHandle<HashSet<String>> {
+    std::thread::spawn(move || {
+        let conn =
+            rusqlite::Connection::open_with_flags(&db, rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY)
+                .unwrap();
+        let mut last = HashSet::new();
+        while !stop.load(Ordering::SeqCst) {
+            last = crashmarks(&conn);
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        last
+    })
 }

@@ -466,13 +466,7 @@ async fn a_recorded_session_shows_its_turns_skills_and_rewards() {
     seed_skill(&mc);
     record_session(&mc, "browser-moon").await;
     // Ends the session and runs its learning job (judge, scorers, evolver).
-    let out = mc.cli(&["learn", "now", "browser-moon"]);
-    assert!(
-        out.status.success(),
-        "{}\n{}",
-        String::from_utf8_lossy(&out.stderr),
-        mc.log()
-    );
+    mc.learn_now("browser-moon");
     let recorded = poll_json(
         mc.home.path(),
         &["sessions", "show", "browser-moon", "--json"],

@@ -43,13 +43,6 @@ async fn corrected_session(mc: &Metaclaw, id: &str) {
     );
 }
 
-/// `sessions show ID --json` once the session's learning job is done.
-fn learned(mc: &Metaclaw, id: &str) -> Value {
-    poll_json(mc.home.path(), &["sessions", "show", id, "--json"], |v| {
-        v["learning"]["state"] == "done"
-    })
-}
-
 /// The request bodies the dummy received for `model`, as text.
 async fn seen_by(upstream: &str, model: &str) -> Vec<String> {
     let v: Value = client()
@@ -92,7 +85,7 @@ async fn a_corrected_answer_is_judged_bad_and_becomes_a_skill_a_new_session_gets
     corrected_session(&mc, "moon").await;
 
     // The idle timeout ends the session; its job judges, scores, evolves.
-    let s = learned(&mc, "moon");
+    let s = mc.learned("moon");
     let turns = s["turns"].as_array().unwrap();
     let first = &turns[0]["judgment"];
     assert_eq!(first["value"], -1, "{s:#}");
@@ -253,14 +246,8 @@ async fn openclaws_metadata_reaches_neither_the_judge_nor_the_evolver_nor_a_skil
         assert_eq!(r.status(), 200);
     }
     mc.turns("openclaw", 2);
-    let out = mc.cli(&["learn", "now", "openclaw"]);
-    assert!(
-        out.status.success(),
-        "{}{}",
-        String::from_utf8_lossy(&out.stderr),
-        mc.log()
-    );
-    let s = learned(&mc, "openclaw");
+    mc.learn_now("openclaw");
+    let s = mc.learned("openclaw");
     assert_eq!(s["turns"][0]["judgment"]["value"], -1, "{s:#}");
 
     // The judge and the evolver were shown the user's words, not OpenClaw's.
@@ -309,7 +296,7 @@ async fn a_hostile_transcript_yields_no_skill_and_leaks_are_scrubbed() {
         String::from_utf8_lossy(&out.stderr),
         mc.log()
     );
-    let s = learned(&mc, "hostile");
+    let s = mc.learned("hostile");
     let ds = drafts(&s);
     assert!(!ds.is_empty());
     for d in &ds {
@@ -336,13 +323,8 @@ async fn a_hostile_transcript_yields_no_skill_and_leaks_are_scrubbed() {
     ]});
     post_chat(&base, &celsius, &[("x-session-id", "celsius")]).await;
     mc.turns("celsius", 1);
-    let out = mc.cli(&["learn", "now", "celsius"]);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let s = learned(&mc, "celsius");
+    mc.learn_now("celsius");
+    let s = mc.learned("celsius");
     let lesson = drafts(&s)
         .into_iter()
         .find(|d| d["outcome"] == "created")
@@ -384,7 +366,7 @@ async fn a_job_killed_half_way_finishes_after_restart_and_nothing_is_done_twice(
     assert_eq!(judge_calls, 6, "3 votes for each of 2 turns");
     mc.kill_and_restart();
 
-    let s = learned(&mc, "crash");
+    let s = mc.learned("crash");
     let ds = drafts(&s);
     let created: Vec<&Value> = ds.iter().filter(|d| d["outcome"] == "created").collect();
     assert_eq!(created.len(), 1, "{ds:#?}");
@@ -414,7 +396,7 @@ async fn judge_votes_survive_rate_limits_ties_are_zero_and_a_down_judge_is_retri
         ),
     );
     corrected_session(&mc, "flaky").await;
-    let s = learned(&mc, "flaky");
+    let s = mc.learned("flaky");
     let votes = s["turns"][0]["judgment"]["votes"]
         .as_array()
         .unwrap()
@@ -432,7 +414,7 @@ async fn judge_votes_survive_rate_limits_ties_are_zero_and_a_down_judge_is_retri
         ),
     );
     corrected_session(&mc, "split").await;
-    let s = learned(&mc, "split");
+    let s = mc.learned("split");
     let j = &s["turns"][0]["judgment"];
     assert_eq!(j["value"], 0, "a three-way split is a tie: {j}");
     // The first turn was not judged a failure and auto_evolve is off: no
@@ -478,14 +460,8 @@ async fn a_revision_of_a_built_in_skill_waits_for_review_and_is_written_once_acc
     let (_up, mc) = with_bank(&config("judge", "evolver-revise", "10m", ""));
     corrected_session(&mc, "revise").await;
     mc.turns("revise", 2);
-    let out = mc.cli(&["learn", "now", "revise"]);
-    assert!(
-        out.status.success(),
-        "{}{}",
-        String::from_utf8_lossy(&out.stderr),
-        mc.log()
-    );
-    let s = learned(&mc, "revise");
+    mc.learn_now("revise");
+    let s = mc.learned("revise");
     let ds = drafts(&s);
     // The lesson is a new skill, written; the revision of a built-in one
     // is held.
@@ -574,7 +550,7 @@ async fn a_revision_of_a_built_in_skill_waits_for_review_and_is_written_once_acc
         (&json!("changed"), &json!("evolved:revise"), &json!(to)),
         "{history:#}"
     );
-    let s = learned(&mc, "revise");
+    let s = mc.learned("revise");
     let accepted = drafts(&s)
         .into_iter()
         .find(|d| d["skill_id"] == id)

@@ -19,21 +19,8 @@ use serde_json::{Value, json};
 /// Runs session `id`'s learning job now (ending it); `sessions show ID
 /// --json` then.
 fn learn_now(mc: &Metaclaw, id: &str) -> Value {
-    let out = mc.cli(&["learn", "now", id]);
-    assert!(
-        out.status.success(),
-        "{}\n{}",
-        String::from_utf8_lossy(&out.stderr),
-        mc.log()
-    );
-    learned(mc, id)
-}
-
-/// `sessions show ID --json` once the session's learning job is done.
-fn learned(mc: &Metaclaw, id: &str) -> Value {
-    poll_json(mc.home.path(), &["sessions", "show", id, "--json"], |v| {
-        v["learning"]["state"] == "done"
-    })
+    mc.learn_now(id);
+    mc.learned(id)
 }
 
 /// Tasks on unrelated topics, and the user's corrections: the evolver
@@ -123,7 +110,7 @@ async fn concurrent_jobs_each_credit_only_the_skills_their_session_drafted() {
     let mut drafted_by = std::collections::HashMap::new();
     for (n, (task, _)) in TOPICS.iter().enumerate() {
         let id = format!("chat-{n:03}");
-        let s = learned(&mc, &id);
+        let s = mc.learned(&id);
         let written: Vec<String> = s["evolved"]
             .as_array()
             .unwrap()

@@ -93,13 +93,7 @@ async fn session(mc: &Metaclaw, id: &str, text: &str) -> Option<String> {
     messages.push(json!({"role": "user", "content": reaction}));
     turn(mc, id, &messages).await;
     // The session's learning job: judged, outcomes moved, retirement.
-    let out = mc.cli(&["learn", "now", id]);
-    assert!(
-        out.status.success(),
-        "{}\n{}",
-        String::from_utf8_lossy(&out.stderr),
-        mc.log()
-    );
+    mc.learn_now(id);
     skill
 }
 

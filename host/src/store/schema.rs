@@ -466,14 +466,21 @@ pub fn latest_version() -> u32 {
 mod tests {
     use super::*;
 
+    /// An in-memory store as schema version `version` left it.
+    fn at_version(version: usize) -> Connection {
+        let conn = Connection::open_in_memory().unwrap();
+        for sql in &MIGRATIONS[..version] {
+            conn.execute_batch(sql).unwrap();
+        }
+        conn.pragma_update(None, "user_version", version as i64)
+            .unwrap();
+        conn
+    }
+
     /// A database from before review (schema 5) keeps its drafts.
     #[test]
     fn the_review_migration_keeps_existing_drafts() {
-        let mut conn = Connection::open_in_memory().unwrap();
-        for sql in &MIGRATIONS[..5] {
-            conn.execute_batch(sql).unwrap();
-        }
-        conn.pragma_update(None, "user_version", 5).unwrap();
+        let mut conn = at_version(5);
         conn.execute(
             "INSERT INTO evolved_drafts (session_id, round, name, outcome, skill_id, version, content, base_hash, written_ms, at_ms)
              VALUES ('s', 1, 'tidy', 'updated', 'tidy', '1.2.0', 'text', 'abc', 7, 5)",
@@ -500,11 +507,7 @@ mod tests {
     /// each policy version, the baseline of its newest skill generation.
     #[test]
     fn the_baselines_migration_keeps_each_versions_newest_baseline() {
-        let mut conn = Connection::open_in_memory().unwrap();
-        for sql in &MIGRATIONS[..15] {
-            conn.execute_batch(sql).unwrap();
-        }
-        conn.pragma_update(None, "user_version", 15).unwrap();
+        let mut conn = at_version(15);
         conn.execute_batch(
             "INSERT INTO rl_baselines (skill_generation, policy_version, value, count)
              VALUES (1, 0, 0.5, 3), (2, 0, -0.5, 2), (1, 1, 0.25, 1);",
@@ -520,11 +523,7 @@ mod tests {
     /// from the turns it recorded: main turns only, a skill once a turn.
     #[test]
     fn the_outcomes_migration_counts_the_turns_already_recorded() {
-        let mut conn = Connection::open_in_memory().unwrap();
-        for sql in &MIGRATIONS[..12] {
-            conn.execute_batch(sql).unwrap();
-        }
-        conn.pragma_update(None, "user_version", 12).unwrap();
+        let mut conn = at_version(12);
         conn.execute(
             "INSERT INTO sessions (id, base_key, source, started_at_ms, last_activity_ms)
              VALUES ('s', 's', 'test', 0, 0)",

@@ -176,6 +176,25 @@ impl Metaclaw {
         cli_in(self.home.path(), args)
     }
 
+    /// `learn now ID`: runs session `id`'s learning job now (ending the
+    /// session); fails the test, with the daemon's log, if it fails.
+    pub fn learn_now(&self, id: &str) {
+        let out = self.cli(&["learn", "now", id]);
+        assert!(
+            out.status.success(),
+            "learn now {id}: {}\n{}",
+            String::from_utf8_lossy(&out.stderr),
+            self.log()
+        );
+    }
+
+    /// `sessions show ID --json` once the session's learning job is done.
+    pub fn learned(&self, id: &str) -> Value {
+        poll_json(self.home.path(), &["sessions", "show", id, "--json"], |v| {
+            v["learning"]["state"] == "done"
+        })
+    }
+
     /// `sessions show ID --json`, polled until `ready` holds (the store
     /// commits shortly after the answer is delivered).
     pub fn session_until(&self, id: &str, ready: impl Fn(&Value) -> bool) -> Value {
