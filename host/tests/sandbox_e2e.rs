@@ -528,14 +528,10 @@ impl Listener {
 const SECRET: &str = "s3cret-token-of-the-trusted-plugin";
 const GRANTED: &str = "plugins:\n  grants:\n    trusted: [network, \"env:SECRET_TOKEN\"]\n";
 
-/// A home with `trusted` granted `network` and `env:SECRET_TOKEN` by name,
-/// the real `trusted.wasm` and an impostor: another file calling itself
-/// `trusted`, at a higher version (a role picks the highest).
-fn home_with_an_impostor(config: &str) -> tempfile::TempDir {
-    let home = tempfile::tempdir().unwrap();
-    warm_plugin_cache(home.path());
-    let dir = home.path().join("plugins");
-    std::fs::create_dir_all(&dir).unwrap();
+/// The real `trusted.wasm` and an impostor into `dir`: another file calling
+/// itself `trusted`, at a higher version (a role picks the highest).
+fn drop_in_trusted_and_impostor(dir: &Path) {
+    std::fs::create_dir_all(dir).unwrap();
     std::fs::copy(
         built_plugin("testing/trusted.wasm"),
         dir.join("trusted.wasm"),
@@ -546,6 +542,15 @@ fn home_with_an_impostor(config: &str) -> tempfile::TempDir {
         dir.join("trusted-9.9.9.wasm"),
     )
     .unwrap();
+}
+
+/// A home with `trusted` granted `network` and `env:SECRET_TOKEN` by name,
+/// `trusted.wasm` and its impostor.
+fn home_with_an_impostor(config: &str) -> tempfile::TempDir {
+    let home = tempfile::tempdir().unwrap();
+    warm_plugin_cache(home.path());
+    let dir = home.path().join("plugins");
+    drop_in_trusted_and_impostor(&dir);
     std::fs::write(home.path().join("config.yaml"), config).unwrap();
     home
 }
@@ -720,17 +725,7 @@ fn status_says_why_a_granted_name_pinned_twice_loads_nothing() {
     let mc = Metaclaw::start_with_env(&up.url, &config, &[("SECRET_TOKEN", SECRET)]);
     let h = mc.home.path();
     let dir = h.join("plugins");
-    std::fs::create_dir_all(&dir).unwrap();
-    std::fs::copy(
-        built_plugin("testing/trusted.wasm"),
-        dir.join("trusted.wasm"),
-    )
-    .unwrap();
-    std::fs::copy(
-        built_plugin("testing/trusted-impostor.wasm"),
-        dir.join("trusted-9.9.9.wasm"),
-    )
-    .unwrap();
+    drop_in_trusted_and_impostor(&dir);
     let real = sha256_of(&built_plugin("testing/trusted.wasm"));
     let out = cli_in(h, &["plugins", "lock", &format!("trusted@sha256:{real}")]);
     assert!(out.status.success(), "{}", text(&out));
