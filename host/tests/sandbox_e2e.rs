@@ -487,6 +487,277 @@ fn two_files_claiming_one_name_are_both_refused() {
     assert!(host.current().find("hostile", None).is_none());
 }
 
+/// A loopback listener standing for the attacker's server: what each
+/// connection made to it sent.
+struct Listener(std::net::TcpListener);
+
+impl Listener {
+    fn new() -> Self {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        l.set_nonblocking(true).unwrap();
+        Self(l)
+    }
+
+    fn addr(&self) -> String {
+        self.0.local_addr().unwrap().to_string()
+    }
+
+    /// What was sent since the last look. Called after the process that
+    /// connected has exited: its connection is queued, its bytes buffered.
+    fn received(&self) -> Vec<String> {
+        use std::io::Read;
+        let mut out = Vec::new();
+        loop {
+            match self.0.accept() {
+                Ok((mut stream, _)) => {
+                    stream.set_nonblocking(false).unwrap();
+                    stream
+                        .set_read_timeout(Some(Duration::from_secs(10)))
+                        .unwrap();
+                    let mut text = String::new();
+                    stream.read_to_string(&mut text).unwrap();
+                    out.push(text);
+                }
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => return out,
+                Err(e) => panic!("accept: {e}"),
+            }
+        }
+    }
+}
+
+const SECRET: &str = "s3cret-token-of-the-trusted-plugin";
+const GRANTED: &str = "plugins:\n  grants:\n    trusted: [network, \"env:SECRET_TOKEN\"]\n";
+
+/// The real `trusted.wasm` and an impostor into `dir`: another file calling
+/// itself `trusted`, at a higher version (a role picks the highest).
+fn drop_in_trusted_and_impostor(dir: &Path) {
+    std::fs::create_dir_all(dir).unwrap();
+    std::fs::copy(
+        built_plugin("testing/trusted.wasm"),
+        dir.join("trusted.wasm"),
+    )
+    .unwrap();
+    std::fs::copy(
+        built_plugin("testing/trusted-impostor.wasm"),
+        dir.join("trusted-9.9.9.wasm"),
+    )
+    .unwrap();
+}
+
+/// A home with `trusted` granted `network` and `env:SECRET_TOKEN` by name,
+/// `trusted.wasm` and its impostor.
+fn home_with_an_impostor(config: &str) -> tempfile::TempDir {
+    let home = tempfile::tempdir().unwrap();
+    warm_plugin_cache(home.path());
+    let dir = home.path().join("plugins");
+    drop_in_trusted_and_impostor(&dir);
+    std::fs::write(home.path().join("config.yaml"), config).unwrap();
+    home
+}
+
+/// metaclaw.lock with one more entry: the impostor pinned under `trusted`
+/// as well (by hand, or by a metaclaw that pinned every claimant).
+fn pin_the_impostor_too(home: &Path) {
+    let path = Home::at(home).plugin_lock_file();
+    let mut lock = LockFile::read(&path).unwrap().unwrap();
+    let mut entry = lock
+        .plugins
+        .iter()
+        .find(|e| e.name == "trusted")
+        .unwrap()
+        .clone();
+    entry.version = "9.9.9".into();
+    entry.sha256 = sha256_of(&built_plugin("testing/trusted-impostor.wasm"));
+    entry.file = home
+        .join("plugins/trusted-9.9.9.wasm")
+        .display()
+        .to_string();
+    lock.plugins.push(entry);
+    lock.write(&path).unwrap();
+}
+
+fn text(out: &std::process::Output) -> String {
+    format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    )
+}
+
+/// With `trusted` granted `network` and `env:SECRET_TOKEN` by name and an
+/// impostor claiming its name: `plugins lock` refuses to choose (an error
+/// that says what to run), naming the file pins only that one, and the
+/// impostor never runs with the grants — the secret reaches the listener
+/// from the named file only. A lock pinning both (hand-edited) loads
+/// neither, and `plugins list`, `verify` and `inspect` say why.
+#[test]
+fn a_lock_never_pins_an_impostor_of_a_granted_name() {
+    let home = home_with_an_impostor(GRANTED);
+    let h = home.path();
+    let lock_path = Home::at(h).plugin_lock_file();
+    let real = sha256_of(&built_plugin("testing/trusted.wasm"));
+    let impostor = sha256_of(&built_plugin("testing/trusted-impostor.wasm"));
+    let listener = Listener::new();
+    let input = serde_json::to_string(&turn(
+        "send-env",
+        Some(&format!("{} SECRET_TOKEN", listener.addr())),
+    ))
+    .unwrap();
+    let call = |spec: &str| {
+        cli_with_env(
+            h,
+            &["plugins", "call", spec, "--input", &input],
+            &[("SECRET_TOKEN", SECRET)],
+        )
+    };
+
+    // A routine lock refuses to choose, and writes nothing.
+    let out = cli_in(h, &["plugins", "lock"]);
+    let said = text(&out);
+    assert_eq!(out.status.code(), Some(1), "{said}");
+    for expected in [
+        "was not written",
+        "2 files claim the name \"trusted\"",
+        "grants network, env:SECRET_TOKEN by name",
+        &format!("metaclaw plugins lock trusted@sha256:{real}"),
+        &format!("metaclaw plugins lock trusted@sha256:{impostor}"),
+        "trusted-9.9.9.wasm (trusted@9.9.9)",
+    ] {
+        assert!(said.contains(expected), "{expected:?} not in {said}");
+    }
+    assert!(!lock_path.exists());
+
+    // Named: only that file is pinned under the name.
+    let out = cli_in(h, &["plugins", "lock", &format!("trusted@sha256:{real}")]);
+    let said = text(&out);
+    assert!(out.status.success(), "{said}");
+    assert!(
+        said.contains("left out") && said.contains("trusted-9.9.9.wasm"),
+        "{said}"
+    );
+    assert!(
+        said.contains("(granted network, env:SECRET_TOKEN by name)"),
+        "{said}"
+    );
+    let lock = LockFile::read(&lock_path).unwrap().unwrap();
+    let pinned: Vec<_> = lock
+        .plugins
+        .iter()
+        .map(|e| (e.name.as_str(), e.sha256.as_str()))
+        .collect();
+    assert_eq!(pinned, vec![("trusted", real.as_str())]);
+
+    // The impostor is not loaded; the named file is, with the grants.
+    let out = call("trusted@9.9.9");
+    assert!(
+        text(&out).contains("no loaded plugin trusted@9.9.9"),
+        "{}",
+        text(&out)
+    );
+    let out = cli_in(h, &["plugins", "list", "--json"]);
+    let listed: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(listed_plugin(&listed, "trusted")["version"], "0.1.0");
+    assert_eq!(
+        listed_plugin(&listed, "trusted")["granted"],
+        serde_json::json!(["network", "env:SECRET_TOKEN"])
+    );
+    assert!(
+        listed
+            .to_string()
+            .contains("is not pinned in metaclaw.lock"),
+        "{listed}"
+    );
+    assert!(listener.received().is_empty());
+    let out = call("trusted");
+    assert!(out.status.success(), "{}", text(&out));
+    assert_eq!(listener.received(), vec![format!("0.1.0 {SECRET}")]);
+
+    // A lock pinning both under the granted name: neither loads.
+    pin_the_impostor_too(h);
+    for spec in ["trusted", "trusted@9.9.9"] {
+        let out = call(spec);
+        assert!(
+            text(&out).contains(&format!("no loaded plugin {spec}")),
+            "{}",
+            text(&out)
+        );
+    }
+    let out = cli_in(h, &["plugins", "list"]);
+    let said = text(&out);
+    assert!(
+        said.contains("metaclaw.lock pins 2 files under the name \"trusted\"")
+            && said.contains("so no file called \"trusted\" is loaded")
+            && said.contains("refused: metaclaw.lock pins this file as trusted@9.9.9")
+            && said.contains("refused: metaclaw.lock pins this file as trusted@0.1.0"),
+        "{said}"
+    );
+    let out = cli_in(h, &["plugins", "verify"]);
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out));
+    assert!(
+        text(&out).contains("AMBIGUOUS metaclaw.lock pins 2 files"),
+        "{}",
+        text(&out)
+    );
+    let impostor_file = h.join("plugins/trusted-9.9.9.wasm");
+    let out = cli_in(
+        h,
+        &[
+            "plugins",
+            "inspect",
+            impostor_file.to_str().unwrap(),
+            "--json",
+        ],
+    );
+    let inspected: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(inspected["granted"], serde_json::json!([]), "{inspected}");
+    // Re-locking does not take the old lock's word for either.
+    let out = cli_in(h, &["plugins", "lock"]);
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out));
+    assert!(listener.received().is_empty(), "the secret left");
+}
+
+/// A running daemon given a lock that pins two files under a granted name:
+/// neither loads, the rest does, and `status` says why.
+#[test]
+fn status_says_why_a_granted_name_pinned_twice_loads_nothing() {
+    let up = dummy();
+    let config = format!("llm:\n  api_base: {{upstream}}\n{GRANTED}  watch_interval: 200ms\n");
+    let mc = Metaclaw::start_with_env(&up.url, &config, &[("SECRET_TOKEN", SECRET)]);
+    let h = mc.home.path();
+    let dir = h.join("plugins");
+    drop_in_trusted_and_impostor(&dir);
+    let real = sha256_of(&built_plugin("testing/trusted.wasm"));
+    let out = cli_in(h, &["plugins", "lock", &format!("trusted@sha256:{real}")]);
+    assert!(out.status.success(), "{}", text(&out));
+    pin_the_impostor_too(h);
+    let status = poll_json(h, &["status", "--json"], |v| {
+        v["plugins"]["pin_conflicts"]
+            .as_array()
+            .is_some_and(|c| !c.is_empty())
+    });
+    let conflicts = status["plugins"]["pin_conflicts"][0].as_str().unwrap();
+    assert!(
+        conflicts.contains("pins 2 files under the name \"trusted\""),
+        "{status}"
+    );
+    let listed = poll_json(h, &["plugins", "list", "--json"], |v| v["loading"] == false);
+    let names: Vec<&str> = listed["plugins"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| p["name"].as_str().unwrap())
+        .collect();
+    assert!(
+        !names.contains(&"trusted") && names.contains(&"guard"),
+        "{names:?}"
+    );
+    let said = text(&mc.cli(&["status"]));
+    assert!(
+        said.contains("warning:   metaclaw.lock pins 2 files under the name \"trusted\""),
+        "{said}"
+    );
+}
+
 /// An 8 GiB sparse `.wasm`, a link out of the folder to a secret and a FIFO
 /// are refused from their metadata: nothing is read (no memory, no hang,
 /// no byte of the target in any message), on every rescan.

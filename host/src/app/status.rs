@@ -108,6 +108,7 @@ pub fn status_json(app: &App) -> Result<Value, String> {
                 "notices": registry.notices.len(),
                 "locked": registry.locked,
                 "loading": registry.loading(),
+                "pin_conflicts": registry.pin_conflicts,
             })
         }),
     }))

@@ -476,6 +476,9 @@ pub fn status(home: &Home, config_path: &Path, args: JsonFlag) -> Result<ExitCod
                 String::new()
             }
         );
+        for why in p["pin_conflicts"].as_array().into_iter().flatten() {
+            say!("  warning:   {}", why.as_str().unwrap_or("?"));
+        }
     }
     if let Some(note) = report["learning"]["note"].as_str() {
         say!("  learning:  {note}");

@@ -489,10 +489,17 @@ pub enum PluginsCommand {
     Remove { spec: String },
     /// Pin every loadable plugin (name, version, sha256) in <home>/metaclaw.lock.
     Lock {
+        /// The file to trust under its name, where the choice is yours:
+        /// several files claim one name, or the name is granted by name
+        /// (`plugins.grants.NAME`) and the lock does not pin this file yet.
+        /// Only the named file is pinned under that name; repeatable.
+        #[arg(value_name = "NAME@sha256:HEX")]
+        pins: Vec<crate::config::FilePin>,
         /// Let the drop-in called NAME replace the first-party plugin of
-        /// that name (pins that exact file); repeatable.
-        #[arg(long = "override", value_name = "NAME")]
-        overrides: Vec<String>,
+        /// that name (pins that exact file; NAME@sha256:HEX when several
+        /// files claim it); repeatable.
+        #[arg(long = "override", value_name = "NAME[@sha256:HEX]")]
+        overrides: Vec<crate::config::FileRef>,
     },
     /// Compare the plugin files with the lock; exits non-zero on any difference.
     Verify,

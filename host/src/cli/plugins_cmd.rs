@@ -13,8 +13,9 @@ use super::{PluginsCommand, load_config, runtime};
 use crate::config::Loaded as LoadedConfig;
 use crate::digest::sha256_hex;
 use crate::home::Home;
+use crate::plugins::pinning::{self, Choice};
 use crate::plugins::{
-    ArtifactState, BuiltinSource, Kind, Loaded, LockEntry, LockFile, PluginHost, RegistryView,
+    ArtifactState, BuiltinSource, Kind, Loaded, LockFile, PluginHost, PluginInfo, RegistryView,
     Settings, Source, artifact_limit, files, types, view,
 };
 
@@ -33,7 +34,7 @@ pub fn run(home: &Home, config_path: &Path, command: PluginsCommand) -> Result<E
         PluginsCommand::Inspect { file, json } => inspect(home, &config, &file, json),
         PluginsCommand::Add { file, force } => add(home, &config, &file, force),
         PluginsCommand::Remove { spec } => remove(home, &config, &spec),
-        PluginsCommand::Lock { overrides } => lock(home, &config, overrides),
+        PluginsCommand::Lock { pins, overrides } => lock(home, &config, Choice { pins, overrides }),
         PluginsCommand::Verify => verify(home, &config),
         PluginsCommand::Call { spec, input } => call(home, &config, &spec, &input),
     }
@@ -314,13 +315,13 @@ fn remove(home: &Home, config: &LoadedConfig, spec: &str) -> Result<ExitCode> {
     })
 }
 
-fn lock(home: &Home, config: &LoadedConfig, overrides: Vec<String>) -> Result<ExitCode> {
+fn lock(home: &Home, config: &LoadedConfig, choice: Choice) -> Result<ExitCode> {
     let mut settings = Settings::from_config(&config.config, home);
     settings.lock_path = home.root.join(".no-lock-for-this-scan");
     settings.pinning = true;
     settings
         .trust
-        .allow_overrides_for_pinning(overrides.clone());
+        .allow_overrides_for_pinning(choice.override_names());
     let host = PluginHost::new(settings, None)?;
     let registry = host.reload();
     for problem in &registry.problems {
@@ -329,40 +330,48 @@ fn lock(home: &Home, config: &LoadedConfig, overrides: Vec<String>) -> Result<Ex
     for notice in &registry.notices {
         say!("note: {}: {}", notice.path.display(), notice.error);
     }
-    for name in &overrides {
-        if !registry
-            .plugins
-            .iter()
-            .any(|p| p.info.name == *name && p.info.source == Source::User)
-        {
-            bail!("--override {name}: no drop-in plugin called {name:?} is loadable");
+    let path = home.plugin_lock_file();
+    // The lock being replaced: its pins under a granted name stand. One
+    // that cannot be read confirms nothing.
+    let current = match LockFile::read(&path) {
+        Ok(lock) => lock,
+        Err(e) => {
+            say!("note: {e:#}; it is replaced, and confirms no pin");
+            None
         }
-    }
+    };
     // The embedded first-party plugins are the binary itself: pinning them
     // would only make the next upgrade refuse them.
-    let lock = LockFile {
-        version: 1,
-        plugins: registry
-            .plugins
-            .iter()
-            .filter(|p| !p.info.embedded())
-            .map(|p| LockEntry {
-                name: p.info.name.clone(),
-                version: p.info.version.to_string(),
-                kind: p.info.kind.as_str().into(),
-                sha256: p.info.sha256.clone(),
-                file: p.info.path.display().to_string(),
-                first_party_override: p.info.source == Source::User
-                    && overrides.contains(&p.info.name),
-            })
-            .collect(),
-    };
-    let path = home.plugin_lock_file();
+    let files: Vec<&PluginInfo> = registry
+        .plugins
+        .iter()
+        .map(|p| &p.info)
+        .filter(|info| !info.embedded())
+        .collect();
+    let plan = pinning::plan(
+        &files,
+        &choice,
+        &host.settings.trust,
+        &registry.reserved,
+        current.as_ref(),
+    )
+    .map_err(|errors| {
+        anyhow::anyhow!(
+            "{} was not written: which file to trust is yours to say\n  - {}",
+            path.display(),
+            errors.join("\n  - ")
+        )
+    })?;
+    for left in &plan.left_out {
+        say!("left out {left}");
+    }
+    let lock = plan.lock;
     home.ensure()?;
     lock.write(&path)?;
     for e in &lock.plugins {
+        let granted = host.settings.trust.granted_by_name(&e.name);
         say!(
-            "pinned {}@{} ({}) sha256 {}{}",
+            "pinned {}@{} ({}) sha256 {}{}{}",
             e.name,
             e.version,
             e.kind,
@@ -371,7 +380,10 @@ fn lock(home: &Home, config: &LoadedConfig, overrides: Vec<String>) -> Result<Ex
                 " (replaces the first-party plugin)"
             } else {
                 ""
-            }
+            },
+            granted
+                .map(|g| format!(" (granted {} by name)", g.names().join(", ")))
+                .unwrap_or_default()
         );
     }
     let embedded = registry
@@ -398,6 +410,14 @@ fn verify(home: &Home, config: &LoadedConfig) -> Result<ExitCode> {
     };
     let host = local_host(home, config, true)?;
     let mut bad = 0;
+    let names: std::collections::BTreeSet<&str> =
+        lock.plugins.iter().map(|e| e.name.as_str()).collect();
+    for name in names {
+        if let Some(why) = host.settings.trust.ambiguous_pin(name, &lock) {
+            say!("AMBIGUOUS {why}");
+            bad += 1;
+        }
+    }
     // Compiled code is what actually runs: an artifact that does not verify
     // is reported (and deleted) before loading would recompile it quietly.
     // The embedded plugins' compiled code is checked too: it runs as much

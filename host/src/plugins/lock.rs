@@ -2,6 +2,7 @@
 //! exact version and sha256. With a lock file present, the host loads only
 //! files that match it.
 
+use std::collections::BTreeSet;
 use std::path::Path;
 
 use anyhow::{Context, Result};
@@ -56,6 +57,24 @@ impl LockFile {
     /// The entry written for the file at `path` when the lock was made.
     pub fn by_file(&self, path: &Path) -> Option<&LockEntry> {
         self.plugins.iter().find(|e| Path::new(&e.file) == path)
+    }
+
+    /// The distinct files (by sha256) the lock pins under `name`.
+    pub fn shas_for(&self, name: &str) -> BTreeSet<&str> {
+        self.plugins
+            .iter()
+            .filter(|e| e.name == name)
+            .map(|e| e.sha256.as_str())
+            .collect()
+    }
+
+    /// The one file the lock pins under `name`: none when it pins none, or
+    /// more than one (then which is meant cannot be told).
+    pub fn sole_pin(&self, name: &str) -> Option<&LockEntry> {
+        match self.shas_for(name).len() {
+            1 => self.plugins.iter().find(|e| e.name == name),
+            _ => None,
+        }
     }
 
     pub fn by_name_version(&self, name: &str, version: &str) -> Option<&LockEntry> {

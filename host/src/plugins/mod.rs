@@ -21,6 +21,7 @@ mod engine;
 pub mod files;
 mod loaded;
 mod lock;
+pub mod pinning;
 mod registry;
 mod sandbox;
 mod trust;

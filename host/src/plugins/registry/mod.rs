@@ -14,7 +14,9 @@
 //! (read under the deny-all sandbox, within `plugins.timeouts.load`): a
 //! drop-in may not take a first-party name unless that file is named
 //! explicitly; two files claiming one name are both refused; grants attach
-//! to file hashes and lock entries ([`super::trust`]).
+//! to file hashes and to the one file the lock pins under a name
+//! ([`super::trust`]): a lock pinning several files under a name granted by
+//! name loads none of them.
 //!
 //! The parts: `settings` (what the host takes from the config) and `scan`
 //! (discovery, trust and loading); here, the registry a scan makes and the
@@ -57,6 +59,9 @@ pub struct Registry {
     /// first-party plugin replaced).
     pub notices: Vec<Problem>,
     pub locked: bool,
+    /// Why a name granted by name is refused to every file: the lock pins
+    /// more than one file under it (`status` shows these).
+    pub pin_conflicts: Vec<String>,
     pub generation: u64,
     /// Only the first-party plugins: the first scan published them before
     /// it looked at the drop-ins, which it is still loading.

@@ -90,6 +90,28 @@ impl PluginHost {
         };
         registry.locked = lock.is_some();
         let lock = lock.as_ref();
+        // A name granted by name that the lock pins more than one file
+        // under: no file may carry it (fail closed), and status says why.
+        let ambiguous: BTreeMap<&str, String> = lock
+            .map(|l| {
+                l.plugins
+                    .iter()
+                    .filter_map(|e| {
+                        Some((
+                            e.name.as_str(),
+                            self.settings.trust.ambiguous_pin(&e.name, l)?,
+                        ))
+                    })
+                    .collect()
+            })
+            .unwrap_or_default();
+        for why in ambiguous.values() {
+            registry.problems.push(Problem {
+                path: self.settings.lock_path.clone(),
+                error: why.clone(),
+            });
+            registry.pin_conflicts.push(why.clone());
+        }
 
         // Files: refused unread, reused unchanged, or read and hashed.
         let mut candidates = Vec::new();
@@ -173,6 +195,25 @@ impl PluginHost {
                 registry.files.insert(c.path, c.record);
                 continue;
             }
+            let claims = lock
+                .into_iter()
+                .flat_map(|l| &l.plugins)
+                .find(|e| e.sha256 == c.record.sha256 && ambiguous.contains_key(e.name.as_str()));
+            if let Some(entry) = claims
+                && c.embedded.is_none()
+            {
+                registry.problems.push(Problem {
+                    error: format!(
+                        "refused: metaclaw.lock pins this file as {}@{} beside another file under that name, which the config grants by name (see the problem reported for {}); it was not compiled or run",
+                        entry.name,
+                        entry.version,
+                        self.settings.lock_path.display()
+                    ),
+                    path: c.path.clone(),
+                });
+                registry.files.insert(c.path, c.record);
+                continue;
+            }
             admitted.push(c);
         }
 
@@ -242,7 +283,8 @@ impl PluginHost {
                     });
                 }
             }
-            if claimants.len() > 1 {
+            // `metaclaw plugins lock` scans every claimant, and decides.
+            if claimants.len() > 1 && !self.settings.pinning {
                 let all_pinned = lock.is_some_and(|l| {
                     claimants.iter().all(|p| {
                         l.by_hash(&p.info.sha256)
@@ -254,7 +296,7 @@ impl PluginHost {
                     .map(|p| format!("{} ({})", p.info.path.display(), p.info.version))
                     .collect::<Vec<_>>()
                     .join(", ");
-                if self.settings.pinning || all_pinned {
+                if all_pinned {
                     registry.notices.push(Problem {
                         path: claimants[0].info.path.clone(),
                         error: format!(
@@ -267,7 +309,7 @@ impl PluginHost {
                         registry.problems.push(Problem {
                             path: p.info.path.clone(),
                             error: format!(
-                                "refused: {} files claim the name {name:?} ({listed}); none is loaded until all but one are removed (or `metaclaw plugins lock` pins them all)",
+                                "refused: {} files claim the name {name:?} ({listed}); none is loaded until all but one are removed (or `metaclaw plugins lock {name}@sha256:<hex>` names the one to trust)",
                                 claimants.len()
                             ),
                         });
