@@ -108,6 +108,14 @@ pub fn status_json(app: &App) -> Result<Value, String> {
                 "notices": registry.notices.len(),
                 "locked": registry.locked,
                 "loading": registry.loading(),
+                // Each disabled plugin and why (failures in a row, its
+                // failure rate, or by hand).
+                "disabled": registry
+                    .plugins
+                    .iter()
+                    .filter(|p| p.is_disabled())
+                    .map(|p| json!({ "plugin": p.label(), "why": p.status() }))
+                    .collect::<Vec<_>>(),
             })
         }),
     }))
