@@ -515,7 +515,7 @@ mod tests {
         let cache = Cached::new(backend.clone(), &tmp.path().join("m.db")).unwrap();
         let meter = Meter {
             charged: Mutex::new(Vec::new()),
-            limit: 3,
+            limit: 4,
         };
         // 40 new texts: two requests of up to 32.
         let library: Vec<String> = (0..40).map(|i| format!("skill {i:02}")).collect();
