@@ -20,6 +20,15 @@
 //!          --attacks loop,bomb,...  --quick
 //!          --attack-every MS (between attack turns; default 100)
 //!
+//! `re-index` (in both modes) runs in-process on the plugin host, its
+//! embedding backend a counting upstream behind metaclaw's real cache: the
+//! hostile retriever, granted `embed`, indexes a 40-skill library and traps
+//! on every second `retrieve()`, for 120 turns; then, with fresh text at
+//! every index and a 100-request hour, for 120 more. Its bounds: the
+//! library goes upstream once, the plugin is disabled by its failure rate
+//! before the turns run out, and the fresh-text attacker stays within 100
+//! requests.
+//!
 //! Needs the plugins built (scripts/build-plugins): the attackers are in
 //! `target/plugins/testing/`.
 #![allow(
@@ -154,6 +163,8 @@ const BYSTANDER_SESSIONS: u32 = 8;
 
 struct Options {
     quick: bool,
+    /// Run the in-process `re-index` case.
+    reindex: bool,
     secs: u32,
     rate: u32,
     /// Milliseconds between attack turns.
@@ -168,18 +179,22 @@ fn options() -> Options {
     let names: Vec<String> = value("--attacks")
         .map(|a| a.split(',').map(str::to_string).collect())
         .unwrap_or_else(|| {
-            if quick {
+            let mut names: Vec<String> = if quick {
                 QUICK.iter().map(|a| a.to_string()).collect()
             } else {
                 ALL.iter().map(|a| a.name.to_string()).collect()
-            }
+            };
+            names.push("re-index".into());
+            names
         });
+    let reindex = names.iter().any(|n| n == "re-index");
     let attacks = names
         .iter()
+        .filter(|n| *n != "re-index")
         .map(|n| {
             ALL.iter().find(|a| a.name == n).unwrap_or_else(|| {
                 panic!(
-                    "unknown attack {n}; known: {:?}",
+                    "unknown attack {n}; known: {:?} and re-index",
                     ALL.iter().map(|a| a.name).collect::<Vec<_>>()
                 )
             })
@@ -187,6 +202,7 @@ fn options() -> Options {
         .collect();
     Options {
         quick,
+        reindex,
         secs: value("--secs")
             .and_then(|s| s.parse().ok())
             .unwrap_or(if quick { 1 } else { 5 }),
@@ -890,6 +906,9 @@ fn main() {
         problems.push("metaclaw is not healthy after the attacks".into());
     }
     drop(listener);
+    if opts.reindex {
+        problems.extend(reindex::run(&built));
+    }
     if !problems.is_empty() {
         println!("\n# CONTAINMENT PROBLEMS:");
         for p in &problems {
@@ -898,5 +917,156 @@ fn main() {
         if opts.quick {
             std::process::exit(1);
         }
+    }
+}
+
+/// The re-index attack, in-process: what a retriever that makes the host
+/// throw its instances away can spend on the embedding backend.
+mod reindex {
+    use std::path::Path;
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicU64, Ordering};
+
+    use metaclaw::config::Config;
+    use metaclaw::embeddings::{Backend, Cached, EmbedError};
+    use metaclaw::plugins::types::{Skill, TurnContext};
+    use metaclaw::plugins::{CallError, Embedder, Grants, PluginHost, Settings};
+
+    const LIBRARY: usize = 40;
+    const TURNS: usize = 120;
+    const FRESH_BUDGET: u64 = 100;
+
+    /// A paid endpoint, as far as counting goes.
+    #[derive(Default)]
+    struct Upstream(AtomicU64);
+
+    impl Backend for Upstream {
+        fn model_id(&self) -> &str {
+            "bench-upstream"
+        }
+        fn embed(&self, texts: &[String]) -> Result<Vec<Vec<f32>>, EmbedError> {
+            self.0.fetch_add(1, Ordering::SeqCst);
+            Ok(texts.iter().map(|t| vec![t.len() as f32, 1.0]).collect())
+        }
+    }
+
+    struct Outcome {
+        upstream: u64,
+        indexes: u64,
+        disabled_at: Option<usize>,
+    }
+
+    fn attack(built: &Path, marker: &str, tune: impl FnOnce(&mut Config)) -> Outcome {
+        let home = tempfile::tempdir().unwrap();
+        let file = built.join("testing/hostile-retriever.wasm");
+        let folder = home.path().join("plugins");
+        std::fs::create_dir_all(&folder).unwrap();
+        std::fs::copy(&file, folder.join("r.wasm")).unwrap();
+        let sha = metaclaw::digest::sha256_hex(std::fs::read(&file).unwrap());
+        let mut config = Config::default();
+        config.plugins.builtin = false;
+        config.plugins.grants.insert(
+            format!("hostile-retriever@sha256:{sha}").parse().unwrap(),
+            Grants::parse(&["embed".to_string()]).unwrap(),
+        );
+        tune(&mut config);
+        let upstream = Arc::new(Upstream::default());
+        let db = home.path().join("metaclaw.db");
+        let embedder: Arc<dyn Embedder> = Arc::new(Cached::new(upstream.clone(), &db).unwrap());
+        let settings = Settings::from_config(&config, &metaclaw::home::Home::at(home.path()));
+        let host = PluginHost::new(settings, Some(embedder)).unwrap();
+        let plugin = host.reload().find("hostile-retriever", None).unwrap();
+        let text = |id: String| Skill {
+            name: id.clone(),
+            description: format!("when {id} applies"),
+            category: "general".into(),
+            tags: Vec::new(),
+            version: "1.0.0".into(),
+            body: format!("Steps for {id}."),
+            id,
+        };
+        let mut skills: Vec<Skill> = (0..LIBRARY).map(|i| text(format!("s{i}"))).collect();
+        skills.push(text(marker.into()));
+        let library = Arc::new(skills);
+        let query = TurnContext {
+            session_id: "attacker".into(),
+            turn_type: "main".into(),
+            model: "m".into(),
+            system_prompt: String::new(),
+            messages: Vec::new(),
+            query: "hostile:trap-every-second".into(),
+        };
+        let engine = host.engine.clone();
+        let calls = || plugin.stats.calls.load(Ordering::Relaxed);
+        let mut indexes = 0;
+        let mut reindex = || {
+            let before = calls();
+            let _ = engine.block_on(plugin.warm(&library, 1));
+            indexes += calls() - before;
+        };
+        reindex();
+        let mut disabled_at = None;
+        for turn in 0..TURNS {
+            match engine.block_on(plugin.retrieve(&library, 1, &query, 4, None)) {
+                Err(CallError::Indexing) => reindex(),
+                Err(CallError::Disabled(_)) => {
+                    disabled_at = Some(turn);
+                    break;
+                }
+                _ => {}
+            }
+        }
+        Outcome {
+            upstream: upstream.0.load(Ordering::SeqCst),
+            indexes,
+            disabled_at,
+        }
+    }
+
+    /// Runs both halves, prints them, and returns what exceeded a bound.
+    pub fn run(built: &Path) -> Vec<String> {
+        let mut problems = Vec::new();
+        let same = attack(built, "hostile-embed-index", |_| {});
+        let fresh = attack(built, "hostile-embed-fresh", |c| {
+            c.plugins.embed_requests_per_hour = FRESH_BUDGET;
+            c.plugins.max_failures = 1_000_000;
+            c.plugins.max_failure_rate = 1.0;
+        });
+        println!(
+            "\n## re-index (in-process: {LIBRARY}+1 skills, {TURNS} turns trapping every second retrieve())"
+        );
+        let at = |o: &Outcome| {
+            o.disabled_at
+                .map_or("never".into(), |t| format!("turn {t}"))
+        };
+        println!(
+            "unchanged texts: {} upstream requests over {} index() calls; disabled at {}",
+            same.upstream,
+            same.indexes,
+            at(&same)
+        );
+        println!(
+            "fresh texts ({FRESH_BUDGET} requests/hour, never disabled): {} upstream requests over {} index() calls",
+            fresh.upstream, fresh.indexes
+        );
+        let library = LIBRARY as u64 + 1;
+        if same.upstream > library {
+            problems.push(format!(
+                "re-index: {} upstream requests for a {library}-skill library indexed {} times (bound: {library}, once)",
+                same.upstream, same.indexes
+            ));
+        }
+        if same.disabled_at.is_none() {
+            problems.push(format!(
+                "re-index: the churning retriever was never disabled in {TURNS} turns"
+            ));
+        }
+        if fresh.upstream > FRESH_BUDGET {
+            problems.push(format!(
+                "re-index: fresh texts made {} upstream requests (budget {FRESH_BUDGET})",
+                fresh.upstream
+            ));
+        }
+        problems
     }
 }

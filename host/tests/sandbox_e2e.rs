@@ -1188,3 +1188,174 @@ fn relevance_and_text_from_plugins_are_made_safe() {
     // The text is still there, for the model to read as a skill's words.
     assert!(block.contains("SYSTEM: the operator says"));
 }
+
+/// An embedding model upstream that counts the requests it gets (behind
+/// metaclaw's real cache, as a paid endpoint would be).
+#[derive(Default)]
+struct CountingUpstream {
+    requests: AtomicU64,
+}
+
+impl metaclaw::embeddings::Backend for CountingUpstream {
+    fn model_id(&self) -> &str {
+        "counting-upstream-v1"
+    }
+    fn embed(&self, texts: &[String]) -> Result<Vec<Vec<f32>>, metaclaw::embeddings::EmbedError> {
+        self.requests.fetch_add(1, Ordering::SeqCst);
+        Ok(texts.iter().map(|t| vec![t.len() as f32, 1.0]).collect())
+    }
+}
+
+/// The hostile retriever granted `embed` (by its file's hash), on a host
+/// whose embedding backend is `upstream` behind the real cache.
+fn embedding_host(
+    upstream: &Arc<CountingUpstream>,
+    configure: impl FnOnce(&mut Config),
+) -> (tempfile::TempDir, Arc<PluginHost>) {
+    let home = tempfile::tempdir().unwrap();
+    let user = home.path().join("plugins");
+    std::fs::create_dir_all(&user).unwrap();
+    let built = built_plugin("testing/hostile-retriever.wasm");
+    std::fs::copy(&built, user.join("hostile-retriever.wasm")).unwrap();
+    let mut config = Config::default();
+    // Only the attacker: no first-party plugin to compile.
+    config.plugins.builtin = false;
+    config.plugins.grants.insert(
+        format!("hostile-retriever@sha256:{}", sha256_of(&built))
+            .parse()
+            .unwrap(),
+        Grants::parse(&["embed".to_string()]).unwrap(),
+    );
+    configure(&mut config);
+    let cache =
+        metaclaw::embeddings::Cached::new(upstream.clone(), &home.path().join("metaclaw.db"))
+            .unwrap();
+    let embedder: Arc<dyn Embedder> = Arc::new(cache);
+    let h = Home::at(home.path());
+    let host = PluginHost::new(Settings::from_config(&config, &h), Some(embedder)).unwrap();
+    host.reload();
+    (home, host)
+}
+
+/// A library of `n` skills and the one that makes the hostile retriever
+/// embed it (`marker`: `hostile-embed-index` or `hostile-embed-fresh`).
+fn embedding_library(n: usize, marker: &str) -> Arc<Vec<Skill>> {
+    let mut skills: Vec<Skill> = (0..n).map(|i| skill(&format!("skill-{i}"))).collect();
+    skills.push(skill(marker));
+    Arc::new(skills)
+}
+
+/// What a run of turns against the trap-every-second retriever did.
+struct Churn {
+    /// `index()` calls (one per instance indexed).
+    indexes: u64,
+    /// Turns until it was disabled (None: never).
+    disabled_after: Option<usize>,
+    /// What a failed index said, the last time one failed.
+    index_error: Option<String>,
+}
+
+/// `turns` turns of a retriever that traps on every second `retrieve()`:
+/// each turn that finds no indexed instance left indexes the library again
+/// (what the background index does; here in the open, so the test waits on
+/// it rather than on time).
+fn churn(host: &PluginHost, library: &Arc<Vec<Skill>>, turns: usize) -> Churn {
+    let retriever = plugin(host, "hostile-retriever");
+    let engine = host.engine.clone();
+    let mut out = Churn {
+        indexes: 0,
+        disabled_after: None,
+        index_error: None,
+    };
+    let indexed = |out: &mut Churn| {
+        let before = retriever.stats.calls.load(Ordering::Relaxed);
+        if let Err(e) = engine.block_on(retriever.warm(library, 1)) {
+            out.index_error = Some(e.to_string());
+        }
+        // Each index() is one call of the plugin, whatever it returned.
+        out.indexes += retriever.stats.calls.load(Ordering::Relaxed) - before;
+    };
+    indexed(&mut out);
+    for turn in 0..turns {
+        let ctx = context("hostile:trap-every-second");
+        match engine.block_on(retriever.retrieve(library, 1, &ctx, 4, None)) {
+            Err(CallError::Disabled(_)) => {
+                out.disabled_after = Some(turn);
+                break;
+            }
+            Err(CallError::Indexing) => indexed(&mut out),
+            _ => {}
+        }
+    }
+    out
+}
+
+/// The re-index attack (a retriever granted `embed` that traps on every
+/// second `retrieve()`, so that its instances are thrown away and the
+/// library indexed again and again): the library is sent upstream once,
+/// however many instances index it and however often; the plugin's
+/// failures, which never come three in a row, disable it by their rate;
+/// and a retriever that embeds fresh text at every index is held to its
+/// rolling budget, across every instance.
+#[test]
+fn re_indexing_is_paid_once_and_a_churning_retriever_is_disabled_by_its_rate() {
+    let upstream = Arc::new(CountingUpstream::default());
+    let (_home, host) = embedding_host(&upstream, |_| {});
+    let library = embedding_library(40, "hostile-embed-index");
+    let run = churn(&host, &library, 400);
+    // The library (41 skills, one request each) went upstream once; every
+    // other instance and every re-index was served from the cache.
+    assert_eq!(upstream.requests.load(Ordering::SeqCst), 41);
+    let retriever = plugin(&host, "hostile-retriever");
+    assert_eq!(
+        retriever.embed_spent().0,
+        41,
+        "the cache's hits cost nothing"
+    );
+    assert!(
+        run.indexes >= 12,
+        "instances were thrown away and indexed again: {} indexes",
+        run.indexes
+    );
+    // Never three failures in a row, yet disabled by its failure rate.
+    let turns = run
+        .disabled_after
+        .expect("the churning retriever was never disabled");
+    assert!(turns < 100, "disabled only after {turns} turns");
+    let status = retriever.status();
+    assert!(
+        status.starts_with("disabled: ") && status.contains("of its last 50 calls failed"),
+        "{status}"
+    );
+    let listed = metaclaw::plugins::view(&host.current());
+    let row = listed
+        .plugins
+        .iter()
+        .find(|p| p.name == "hostile-retriever")
+        .unwrap();
+    assert_eq!(row.status, status, "plugins list says why");
+    assert_eq!((row.embed_requests, row.embed_requests_limit), (41, 4_000));
+
+    // Fresh text at every index: no cache can serve it, so the rolling
+    // budget (here 100 requests an hour) is what holds, over every
+    // instance and re-index. Kept enabled to show the budget alone holds.
+    let upstream = Arc::new(CountingUpstream::default());
+    let (_home, host) = embedding_host(&upstream, |c| {
+        c.plugins.embed_requests_per_hour = 100;
+        c.plugins.max_failures = 1_000_000;
+        c.plugins.max_failure_rate = 1.0;
+    });
+    let library = embedding_library(40, "hostile-embed-fresh");
+    let run = churn(&host, &library, 120);
+    let requests = upstream.requests.load(Ordering::SeqCst);
+    assert!(requests <= 100, "{requests} requests upstream");
+    assert!(requests >= 82, "it did spend its budget: {requests}");
+    assert!(run.indexes >= 8, "{} indexes", run.indexes);
+    let error = run.index_error.expect("an index was refused");
+    assert!(
+        error.contains("embedding budget is spent")
+            && error.contains("plugins.embed_requests_per_hour"),
+        "{error}"
+    );
+    assert!(run.disabled_after.is_none());
+}

@@ -109,6 +109,14 @@ pub fn status_json(app: &App) -> Result<Value, String> {
                 "locked": registry.locked,
                 "loading": registry.loading(),
                 "pin_conflicts": registry.pin_conflicts,
+                // Each disabled plugin and why (failures in a row, its
+                // failure rate, or by hand).
+                "disabled": registry
+                    .plugins
+                    .iter()
+                    .filter(|p| p.is_disabled())
+                    .map(|p| json!({ "plugin": p.label(), "why": p.status() }))
+                    .collect::<Vec<_>>(),
             })
         }),
     }))

@@ -479,6 +479,13 @@ pub fn status(home: &Home, config_path: &Path, args: JsonFlag) -> Result<ExitCod
         for why in p["pin_conflicts"].as_array().into_iter().flatten() {
             say!("  warning:   {}", why.as_str().unwrap_or("?"));
         }
+        for d in p["disabled"].as_array().into_iter().flatten() {
+            say!(
+                "  warning:   plugin {} is {}",
+                d["plugin"].as_str().unwrap_or("?"),
+                d["why"].as_str().unwrap_or("disabled")
+            );
+        }
     }
     if let Some(note) = report["learning"]["note"].as_str() {
         say!("  learning:  {note}");

@@ -462,6 +462,29 @@ pub struct PluginsConfig {
     pub memory_mb: u64,
     /// Consecutive failures before a plugin is disabled until reloaded.
     pub max_failures: u32,
+    /// The failure-rate window: a plugin whose last `failure_window` calls
+    /// (default 50) failed more than `max_failure_rate` of the time
+    /// (default 0.25) is disabled until reloaded, like one that fails
+    /// `max_failures` times in a row: failing every other call never comes
+    /// in a row. 50 calls at 25% is 13 failures: a plugin that fails one
+    /// call in twenty by bad luck gets there in fewer than one window in a
+    /// million, one that fails one call in three within a few dozen calls.
+    pub failure_window: u32,
+    pub max_failure_rate: f64,
+    /// Requests each plugin file may send to the embedding backend per
+    /// rolling hour (texts no cache holds, in batches of 32), over all its
+    /// instances, re-indexes and reloads. Default 4,000, more than one a
+    /// second sustained: a retriever's turn costs one request (its query),
+    /// so a busy agent or a benchmark run stays under it with the first
+    /// index of a 10,000-skill library (about 320 requests) besides; a
+    /// re-index of unchanged texts is served from the cache and costs
+    /// nothing.
+    pub embed_requests_per_hour: u64,
+    /// Text (MiB) each plugin file may send to the embedding backend per
+    /// rolling hour. Default 32: that library's first index (about 20 MiB
+    /// of skills) fits; a plugin embedding fresh text over and over is held
+    /// to about 8 million tokens an hour.
+    pub embed_mb_per_hour: u64,
     /// Ready instances kept per plugin, and calls it runs at once.
     pub pool_size: usize,
     /// How often the plugin folders are checked for changes.
@@ -490,6 +513,10 @@ impl Default for PluginsConfig {
             timeouts: PluginTimeouts::default(),
             memory_mb: 128,
             max_failures: 3,
+            failure_window: 50,
+            max_failure_rate: 0.25,
+            embed_requests_per_hour: 4_000,
+            embed_mb_per_hour: 32,
             pool_size: 4,
             watch_interval: Dur::secs(1),
             max_file_mb: 64,

@@ -89,6 +89,34 @@ pub fn validate(config: &Config) -> Result<(), ConfigError> {
             return Err(invalid(key, format!("must be between 1 and {max}")));
         }
     }
+    let p = &config.plugins;
+    if !(1..=10_000).contains(&p.failure_window) {
+        return Err(invalid(
+            "plugins.failure_window",
+            "must be between 1 and 10000 calls".into(),
+        ));
+    }
+    if !(p.max_failure_rate > 0.0 && p.max_failure_rate <= 1.0) {
+        return Err(invalid(
+            "plugins.max_failure_rate",
+            "must be above 0 and at most 1 (1: never disabled by its rate)".into(),
+        ));
+    }
+    for (key, max, value) in [
+        (
+            "plugins.embed_requests_per_hour",
+            100_000_000,
+            p.embed_requests_per_hour,
+        ),
+        ("plugins.embed_mb_per_hour", 1 << 20, p.embed_mb_per_hour),
+    ] {
+        if value > max {
+            return Err(invalid(
+                key,
+                format!("must be at most {max} (0: plugins may embed only what is cached)"),
+            ));
+        }
+    }
     let learning = &config.learning;
     if !(1..=64).contains(&learning.concurrency) {
         return Err(invalid(

@@ -12,7 +12,7 @@ use sha2::{Digest, Sha256};
 
 use super::{Backend, EmbedError};
 use crate::http::Backoff;
-use crate::plugins::{EmbedPurpose, Embedder};
+use crate::plugins::{EmbedPurpose, Embedder, Spend, Unmetered};
 
 type Key = [u8; 32];
 
@@ -106,8 +106,9 @@ impl Cached {
         h.finalize().into()
     }
 
-    /// Embeds what no cache has, unless the backend failed recently.
-    fn compute(&self, texts: &[&String]) -> Result<Vec<Vec<f32>>, String> {
+    /// Embeds what no cache has, unless the backend failed recently or
+    /// `spend` does not allow it (charged before the first request).
+    fn compute(&self, texts: &[&String], spend: &dyn Spend) -> Result<Vec<Vec<f32>>, String> {
         if let Ok(b) = self.breaker.lock()
             && let Some(at) = b.retry_at
         {
@@ -120,6 +121,8 @@ impl Cached {
                 ));
             }
         }
+        let requests = texts.len().div_ceil(BATCH) as u64;
+        spend.charge(requests, texts.iter().map(|t| t.len() as u64).sum())?;
         let outcome = self.compute_now(texts);
         if let Ok(mut b) = self.breaker.lock() {
             match &outcome {
@@ -163,7 +166,7 @@ impl Cached {
         Ok(out)
     }
 
-    fn embed_indexed(&self, texts: &[String]) -> Result<Vec<Vec<f32>>, String> {
+    fn embed_indexed(&self, texts: &[String], spend: &dyn Spend) -> Result<Vec<Vec<f32>>, String> {
         let keys: Vec<Key> = texts.iter().map(|t| self.key(t)).collect();
         let mut found: Vec<Option<Arc<[f32]>>> = match self.indexed.lock() {
             Ok(mem) => keys.iter().map(|k| mem.get(k).cloned()).collect(),
@@ -179,7 +182,10 @@ impl Cached {
         }
         let missing: Vec<usize> = (0..texts.len()).filter(|&i| found[i].is_none()).collect();
         if !missing.is_empty() {
-            let fresh = self.compute(&missing.iter().map(|&i| &texts[i]).collect::<Vec<_>>())?;
+            let fresh = self.compute(
+                &missing.iter().map(|&i| &texts[i]).collect::<Vec<_>>(),
+                spend,
+            )?;
             let rows: Vec<(Key, Arc<[f32]>)> = missing
                 .iter()
                 .zip(fresh)
@@ -211,7 +217,7 @@ impl Cached {
             .collect())
     }
 
-    fn embed_queries(&self, texts: &[String]) -> Result<Vec<Vec<f32>>, String> {
+    fn embed_queries(&self, texts: &[String], spend: &dyn Spend) -> Result<Vec<Vec<f32>>, String> {
         let keys: Vec<Key> = texts.iter().map(|t| self.key(t)).collect();
         let mut found: Vec<Option<Arc<[f32]>>> = match self.queries.lock() {
             Ok(q) => keys.iter().map(|k| q.map.get(k).cloned()).collect(),
@@ -219,7 +225,10 @@ impl Cached {
         };
         let missing: Vec<usize> = (0..texts.len()).filter(|&i| found[i].is_none()).collect();
         if !missing.is_empty() {
-            let fresh = self.compute(&missing.iter().map(|&i| &texts[i]).collect::<Vec<_>>())?;
+            let fresh = self.compute(
+                &missing.iter().map(|&i| &texts[i]).collect::<Vec<_>>(),
+                spend,
+            )?;
             let mut q = self.queries.lock().ok();
             for (&i, v) in missing.iter().zip(fresh) {
                 let v: Arc<[f32]> = v.into();
@@ -243,11 +252,24 @@ impl Cached {
     }
 }
 
+/// Shared by every plugin: a vector depends only on the model and the
+/// text, so a library re-indexed by another instance, another load of the
+/// file or another retriever costs no request; only what goes upstream is
+/// charged to the plugin asking.
 impl Embedder for Cached {
     fn embed(&self, texts: &[String], purpose: EmbedPurpose) -> Result<Vec<Vec<f32>>, String> {
+        self.embed_within(texts, purpose, &Unmetered)
+    }
+
+    fn embed_within(
+        &self,
+        texts: &[String],
+        purpose: EmbedPurpose,
+        spend: &dyn Spend,
+    ) -> Result<Vec<Vec<f32>>, String> {
         match purpose {
-            EmbedPurpose::Index => self.embed_indexed(texts),
-            EmbedPurpose::Query => self.embed_queries(texts),
+            EmbedPurpose::Index => self.embed_indexed(texts, spend),
+            EmbedPurpose::Query => self.embed_queries(texts, spend),
         }
     }
 }
@@ -467,6 +489,62 @@ mod tests {
             .embed(&texts(&["alpha"]), EmbedPurpose::Index)
             .unwrap();
         assert_eq!(v, vec![vec![9.0]]);
+    }
+
+    /// Records what it is charged; refuses past `limit` requests.
+    struct Meter {
+        charged: Mutex<Vec<(u64, u64)>>,
+        limit: u64,
+    }
+
+    impl Spend for Meter {
+        fn charge(&self, requests: u64, bytes: u64) -> Result<(), String> {
+            let mut c = self.charged.lock().unwrap();
+            if c.iter().map(|(r, _)| r).sum::<u64>() + requests > self.limit {
+                return Err("budget spent".into());
+            }
+            c.push((requests, bytes));
+            Ok(())
+        }
+    }
+
+    #[test]
+    fn only_what_goes_upstream_is_charged_and_a_refusal_sends_nothing() {
+        let tmp = tempfile::tempdir().unwrap();
+        let backend = Arc::new(Counting(AtomicUsize::new(0)));
+        let cache = Cached::new(backend.clone(), &tmp.path().join("m.db")).unwrap();
+        let meter = Meter {
+            charged: Mutex::new(Vec::new()),
+            limit: 4,
+        };
+        // 40 new texts: two requests of up to 32.
+        let library: Vec<String> = (0..40).map(|i| format!("skill {i:02}")).collect();
+        cache
+            .embed_within(&library, EmbedPurpose::Index, &meter)
+            .unwrap();
+        assert_eq!(*meter.charged.lock().unwrap(), vec![(2, 40 * 8)]);
+        // The same library again (another instance, a re-index): free.
+        cache
+            .embed_within(&library, EmbedPurpose::Index, &meter)
+            .unwrap();
+        assert_eq!(meter.charged.lock().unwrap().len(), 1);
+        // One new text among them: one request of its bytes.
+        let mut changed = library.clone();
+        changed.push("a new skill".into());
+        cache
+            .embed_within(&changed, EmbedPurpose::Index, &meter)
+            .unwrap();
+        assert_eq!(meter.charged.lock().unwrap()[1], (1, 11));
+        // Past the budget: refused before any request.
+        let asked = backend.0.load(Ordering::SeqCst);
+        let e = cache
+            .embed_within(&texts(&["q1", "q2"]), EmbedPurpose::Query, &meter)
+            .map(|_| ());
+        cache
+            .embed_within(&texts(&["q3"]), EmbedPurpose::Query, &meter)
+            .unwrap_err();
+        assert!(e.is_ok(), "the third request fit: {e:?}");
+        assert_eq!(backend.0.load(Ordering::SeqCst), asked + 2);
     }
 
     #[test]

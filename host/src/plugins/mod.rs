@@ -36,6 +36,9 @@ pub use loaded::{
 };
 pub use lock::{LockEntry, LockFile};
 pub use registry::{BuiltinSource, PluginHost, PluginSpec, Problem, Registry, Settings};
-pub use sandbox::{EmbedBudget, EmbedPurpose, Embedder, Grants, OutcomeSource};
+pub use sandbox::{
+    Account, EmbedAllowance, EmbedBudget, EmbedLedger, EmbedPurpose, Embedder, Grants,
+    OutcomeSource, Spend, Unmetered,
+};
 pub use trust::{FIRST_PARTY, FileRef, Trust};
 pub use view::{PluginView, RegistryView, view};

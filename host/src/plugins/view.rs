@@ -35,6 +35,16 @@ pub struct PluginView {
     pub memory: u64,
     #[serde(default)]
     pub memory_limit: u64,
+    /// Requests and bytes of text its file sent to the embedding backend in
+    /// the last hour (what caches served is not counted), and its budget.
+    #[serde(default)]
+    pub embed_requests: u64,
+    #[serde(default)]
+    pub embed_bytes: u64,
+    #[serde(default)]
+    pub embed_requests_limit: u64,
+    #[serde(default)]
+    pub embed_bytes_limit: u64,
 }
 
 #[derive(Debug, Serialize, Deserialize)]
@@ -73,6 +83,10 @@ pub fn view(registry: &Registry) -> RegistryView {
                 log_dropped: p.log_dropped(),
                 memory: p.memory_in_use() as u64,
                 memory_limit: p.limits.memory_bytes as u64,
+                embed_requests: p.embed_spent().0,
+                embed_bytes: p.embed_spent().1,
+                embed_requests_limit: p.embed_allowance().requests,
+                embed_bytes_limit: p.embed_allowance().bytes,
             })
             .collect(),
         problems: registry.problems.clone(),

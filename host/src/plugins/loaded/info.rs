@@ -74,6 +74,10 @@ pub struct Limits {
     pub load_timeout: Duration,
     /// Consecutive failures before the plugin is disabled until reloaded.
     pub max_failures: u32,
+    /// Its last `failure_window` calls failing more than `max_failure_rate`
+    /// of the time disables it too (failures that never come in a row).
+    pub failure_window: usize,
+    pub max_failure_rate: f64,
     /// Ready instances kept for reuse, and calls running at once.
     pub pool_size: usize,
     /// Instances are replaced after this many calls (bounds slow leaks in
@@ -92,6 +96,8 @@ impl Default for Limits {
             index_timeout: Duration::from_secs(30),
             load_timeout: Duration::from_secs(2),
             max_failures: 3,
+            failure_window: 50,
+            max_failure_rate: 0.25,
             pool_size: 4,
             recycle_after: 10_000,
             max_copy_bytes: 4 << 20,

@@ -29,7 +29,9 @@ use semver::Version;
 
 use super::bindings::{evolver, retriever, scorer, skill};
 use super::engine::{FlavorId, PluginEngine};
-use super::sandbox::{Embedder, Grants, MemoryPool, PluginShared};
+use super::sandbox::{
+    Account, EmbedAllowance, EmbedLedger, Embedder, Grants, MemoryPool, PluginShared,
+};
 
 pub use index::IndexState;
 pub use info::{Kind, Limits, PACKAGE, PACKAGE_VERSION, PluginInfo, Source, compatible, detect};
@@ -148,6 +150,10 @@ impl Loaded {
             "(loading)",
             Grants::default(),
             None,
+            Arc::new(Account {
+                ledger: EmbedLedger::new(EmbedAllowance::DEFAULT),
+                file: "".into(),
+            }),
         );
         let meta = engine
             .block_on(probe.metadata())
@@ -207,12 +213,14 @@ impl Loaded {
         label: &str,
         grants: Grants,
         embedder: Option<Arc<dyn Embedder>>,
+        embed_account: Arc<Account>,
     ) -> Self {
         let shared = PluginShared::new(
             &info.name,
             label,
             grants,
             embedder,
+            embed_account,
             MemoryPool::new(limits.memory_bytes),
         );
         Self {
@@ -269,6 +277,9 @@ impl Loaded {
             }
             None => {
                 self.stats.consecutive_failures.store(0, Ordering::Relaxed);
+                if let Ok(mut recent) = self.stats.recent.lock() {
+                    recent.clear();
+                }
                 self.stats.disabled.store(false, Ordering::Relaxed);
             }
         }
@@ -289,8 +300,21 @@ impl Loaded {
         }
     }
 
+    /// Requests and bytes of text its file sent to the embedding backend
+    /// in the current window (all its instances and loads together).
+    pub fn embed_spent(&self) -> (u64, u64) {
+        let account = &self.shared.embed_account;
+        account.ledger.spent(&account.file)
+    }
+
+    /// What its file may send to the embedding backend per window.
+    pub fn embed_allowance(&self) -> EmbedAllowance {
+        self.shared.embed_account.ledger.allowance()
+    }
+
     /// The same compiled plugin with other grants, and none of this one's
-    /// state (instances, statistics).
+    /// state (instances, statistics) but its embedding spend, which is its
+    /// file's.
     pub fn regranted(&self, grants: Grants, embedder: Option<Arc<dyn Embedder>>) -> Loaded {
         Loaded::new(
             self.info.clone(),
@@ -301,14 +325,32 @@ impl Loaded {
             self.label(),
             grants,
             embedder,
+            self.shared.embed_account.clone(),
         )
     }
 }
 
 impl Probed {
-    /// The plugin ready to be called, with what it is granted.
+    /// The plugin ready to be called, with what it is granted, its
+    /// embedding spend in a ledger of its own (`plugins call`, tests).
     pub fn ready(self, grants: Grants, embedder: Option<Arc<dyn Embedder>>) -> Loaded {
+        let ledger = EmbedLedger::new(EmbedAllowance::DEFAULT);
+        self.ready_on(grants, embedder, &ledger)
+    }
+
+    /// The plugin ready to be called, its embedding spend charged to its
+    /// file in `ledger` (the host's, which outlives every load).
+    pub fn ready_on(
+        self,
+        grants: Grants,
+        embedder: Option<Arc<dyn Embedder>>,
+        ledger: &Arc<EmbedLedger>,
+    ) -> Loaded {
         let label = format!("{}@{}", self.info.name, self.info.version);
+        let account = Arc::new(Account {
+            ledger: ledger.clone(),
+            file: self.info.sha256.as_str().into(),
+        });
         Loaded::new(
             self.info,
             self.limits,
@@ -318,6 +360,7 @@ impl Probed {
             &label,
             grants,
             embedder,
+            account,
         )
     }
 }

@@ -2,6 +2,7 @@
 //! the failures counted against a plugin (and disabling it), and what a
 //! trap means.
 
+use std::collections::VecDeque;
 use std::sync::Arc;
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
@@ -17,10 +18,10 @@ use crate::plugins::sandbox::{Deadline, EmbedPurpose, PluginState};
 /// Why a call failed.
 #[derive(Debug, Clone, thiserror::Error)]
 pub enum CallError {
-    #[error(
-        "disabled after {0} consecutive failures (fix the plugin, then replace its file or restart)"
-    )]
-    Disabled(u32),
+    /// Disabled by hand, after `max_failures` in a row, or for failing
+    /// more than `max_failure_rate` of its recent calls: why.
+    #[error("disabled: {0} (fix the plugin, then replace its file or restart)")]
+    Disabled(String),
     #[error("deadline of {0:?} exceeded")]
     Deadline(Duration),
     #[error("memory cap of {} MiB reached", .0 >> 20)]
@@ -35,9 +36,10 @@ pub enum CallError {
     Instantiate(String),
     #[error("wrong kind: this plugin is a {0}")]
     WrongKind(&'static str),
-    /// The host's embedding backend failed during the call: not the
-    /// plugin's fault, so not counted against it.
-    #[error("the embedding backend failed: {0}")]
+    /// The host's embedding backend failed during the call, or the
+    /// plugin's embedding budget for the hour is spent: not counted as a
+    /// failure of the plugin (the turn goes to the next retriever).
+    #[error("embedding failed: {0}")]
     Embed(String),
     /// The retriever has no index of the library yet (at start, after a
     /// change): this turn goes to the next retriever, or without skills,
@@ -112,6 +114,38 @@ pub struct Stats {
     pub busy_nanos: AtomicU64,
     #[serde(skip)]
     pub last_error: Mutex<Option<String>>,
+    /// The outcomes of its recent calls, for its failure rate.
+    #[serde(skip)]
+    pub recent: Mutex<FailureWindow>,
+}
+
+/// Whether each of a plugin's last calls failed: a plugin that fails every
+/// other call never fails `max_failures` in a row, but its rate shows.
+#[derive(Debug, Default)]
+pub struct FailureWindow {
+    failed: VecDeque<bool>,
+    failures: usize,
+}
+
+impl FailureWindow {
+    /// Records one call; `Some(failures)` once the last `size` calls hold
+    /// more than `max_rate` of them failed (a window not yet full never
+    /// does: a plugin's first calls are no rate).
+    pub fn record(&mut self, failed: bool, size: usize, max_rate: f64) -> Option<usize> {
+        self.failed.push_back(failed);
+        self.failures += usize::from(failed);
+        while self.failed.len() > size.max(1) {
+            if self.failed.pop_front() == Some(true) {
+                self.failures -= 1;
+            }
+        }
+        (self.failed.len() >= size && self.failures as f64 > max_rate * size as f64)
+            .then_some(self.failures)
+    }
+
+    pub fn clear(&mut self) {
+        *self = Self::default();
+    }
 }
 
 impl Loaded {
@@ -208,7 +242,9 @@ impl Loaded {
         f: impl AsyncFnOnce(&mut Instance) -> Result<wasmtime::Result<R>, CallError>,
     ) -> Result<R, CallError> {
         if self.is_disabled() {
-            return Err(CallError::Disabled(self.limits.max_failures));
+            let why = self.status();
+            let why = why.strip_prefix("disabled: ").unwrap_or(&why);
+            return Err(CallError::Disabled(why.to_string()));
         }
         let deadline = Deadline::after(timeout);
         let started = deadline.started();
@@ -268,6 +304,13 @@ impl Loaded {
         match result {
             Ok(Ok(value)) => {
                 self.stats.consecutive_failures.store(0, Ordering::Relaxed);
+                if let Ok(mut recent) = self.stats.recent.lock() {
+                    recent.record(
+                        false,
+                        self.limits.failure_window,
+                        self.limits.max_failure_rate,
+                    );
+                }
                 self.give_back(instance);
                 Ok(value)
             }
@@ -358,12 +401,65 @@ impl Loaded {
             .fetch_add(1, Ordering::Relaxed)
             + 1;
         tracing::warn!(plugin = %self.label(), "plugin call failed: {error}");
+        let rate = self.stats.recent.lock().ok().and_then(|mut recent| {
+            recent.record(
+                true,
+                self.limits.failure_window,
+                self.limits.max_failure_rate,
+            )
+        });
         if let Ok(mut last) = self.stats.last_error.lock() {
-            *last = Some(error.to_string());
+            *last = Some(match rate {
+                Some(failures) => format!(
+                    "{failures} of its last {} calls failed (over plugins.max_failure_rate {}); the last: {error}",
+                    self.limits.failure_window, self.limits.max_failure_rate
+                ),
+                None => error.to_string(),
+            });
         }
         if n >= self.limits.max_failures && !self.stats.disabled.swap(true, Ordering::Relaxed) {
             tracing::error!(plugin = %self.label(), "disabled after {n} consecutive failures; replace the file or restart to retry");
         }
+        if let Some(failures) = rate
+            && !self.stats.disabled.swap(true, Ordering::Relaxed)
+        {
+            tracing::error!(
+                plugin = %self.label(),
+                "disabled: {failures} of its last {} calls failed (plugins.max_failure_rate {}); replace the file or restart to retry",
+                self.limits.failure_window,
+                self.limits.max_failure_rate
+            );
+        }
         error
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::FailureWindow;
+
+    #[test]
+    fn the_failure_rate_counts_only_the_last_calls_of_a_full_window() {
+        let mut w = FailureWindow::default();
+        // Every other call fails: never three in a row, but half of them.
+        let tripped = (0..50).position(|i| w.record(i % 2 == 1, 10, 0.25).is_some());
+        assert_eq!(tripped, Some(9), "only once the window of 10 is full");
+        // One failure in ten stays under the rate however long it goes on.
+        let mut w = FailureWindow::default();
+        for i in 0..1000 {
+            assert_eq!(w.record(i % 10 == 0, 10, 0.25), None, "call {i}");
+        }
+        // Old failures roll out: three early ones, then only successes.
+        let mut w = FailureWindow::default();
+        for _ in 0..3 {
+            w.record(true, 10, 0.25);
+        }
+        for _ in 0..6 {
+            assert_eq!(w.record(false, 10, 0.25), None, "not full yet");
+        }
+        assert_eq!(w.record(false, 10, 0.25), Some(3), "3 of 10 is over 25%");
+        assert_eq!(w.record(false, 10, 0.25), None, "2 of the last 10");
+        w.clear();
+        assert_eq!(w.record(true, 1, 0.5), Some(1));
     }
 }

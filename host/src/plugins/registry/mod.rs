@@ -36,7 +36,7 @@ use super::embedded::{self, EmbeddedPlugin};
 use super::engine::PluginEngine;
 use super::files::Stamp;
 use super::loaded::{Kind, Loaded, Source};
-use super::sandbox::Embedder;
+use super::sandbox::{EmbedLedger, Embedder};
 
 pub use crate::config::PluginSpec;
 use scan::{FileRecord, report_changes};
@@ -129,6 +129,9 @@ pub struct PluginHost {
     pub engine: Arc<PluginEngine>,
     pub settings: Settings,
     embedder: Option<Arc<dyn Embedder>>,
+    /// Each plugin file's embedding spend over time: here, so that no
+    /// instance, re-index or reload of the file starts it afresh.
+    embed_ledger: Arc<EmbedLedger>,
     current: RwLock<Arc<Registry>>,
     /// One scan at a time.
     scanning: Mutex<()>,
@@ -145,6 +148,7 @@ impl PluginHost {
         let engine = PluginEngine::new(settings.engine_options())?;
         Ok(Arc::new(Self {
             engine,
+            embed_ledger: EmbedLedger::new(settings.embed_allowance),
             settings,
             embedder,
             current: RwLock::new(Arc::new(Registry::default())),

@@ -374,7 +374,7 @@ impl PluginHost {
 
     /// A probed plugin with no grants yet (`granted` decides them).
     fn ready(&self, probed: Probed) -> Loaded {
-        probed.ready(Grants::default(), self.embedder.clone())
+        probed.ready_on(Grants::default(), self.embedder.clone(), &self.embed_ledger)
     }
 
     /// Whether `plugin` may be loaded as what it says it is.

@@ -9,6 +9,7 @@ use crate::config::PluginSpec;
 use crate::plugins::cache::CacheOptions;
 use crate::plugins::engine::EngineOptions;
 use crate::plugins::loaded::{Kind, Limits, Source};
+use crate::plugins::sandbox::EmbedAllowance;
 use crate::plugins::trust::Trust;
 
 /// Where the first-party plugins come from.
@@ -36,6 +37,12 @@ pub struct Settings {
     pub trust: Trust,
     pub memory_bytes: usize,
     pub max_failures: u32,
+    /// Calls of the failure-rate window, and the share of them that may
+    /// fail before the plugin is disabled.
+    pub failure_window: usize,
+    pub max_failure_rate: f64,
+    /// What each plugin file may send to the embedding backend per hour.
+    pub embed_allowance: EmbedAllowance,
     pub pool_size: usize,
     pub timeouts: BTreeMap<Kind, Duration>,
     pub index_timeout: Duration,
@@ -85,6 +92,13 @@ impl Settings {
             trust,
             memory_bytes: (p.memory_mb as usize) << 20,
             max_failures: p.max_failures.max(1),
+            failure_window: p.failure_window.max(1) as usize,
+            max_failure_rate: p.max_failure_rate,
+            embed_allowance: EmbedAllowance {
+                requests: p.embed_requests_per_hour,
+                bytes: p.embed_mb_per_hour << 20,
+                window: Duration::from_secs(3600),
+            },
             pool_size: p.pool_size.max(1),
             timeouts,
             index_timeout: p.timeouts.index.get(),
@@ -120,6 +134,8 @@ impl Settings {
             index_timeout: self.index_timeout,
             load_timeout: self.load_timeout,
             max_failures: self.max_failures,
+            failure_window: self.failure_window,
+            max_failure_rate: self.max_failure_rate,
             pool_size: self.pool_size,
             max_copy_bytes: self.max_copy_bytes,
             ..Limits::default()

@@ -86,6 +86,8 @@ impl embed::Host for PluginState {
         let started = Instant::now();
         let purpose = self.embed_purpose;
         let slots = self.shared.embed_slots.clone();
+        // Charged to the plugin's file over time, for what no cache holds.
+        let account = self.shared.embed_account.clone();
         let job = async move {
             let slot = slots
                 .acquire_owned()
@@ -93,7 +95,7 @@ impl embed::Host for PluginState {
                 .map_err(|_| "the embedding backend is shutting down".to_string())?;
             tokio::task::spawn_blocking(move || {
                 let _slot = slot;
-                embedder.embed(&texts, purpose)
+                embedder.embed_within(&texts, purpose, &*account)
             })
             .await
             .map_err(|e| format!("the embedding backend failed: {e}"))?

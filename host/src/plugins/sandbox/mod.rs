@@ -21,8 +21,10 @@ use super::bindings::{clock, embed, kv, log, outcomes, types};
 
 mod host;
 mod limits;
+mod spend;
 
 pub use limits::*;
+pub use spend::{Account, EmbedAllowance, EmbedLedger, Spend, Unmetered};
 
 /// Capabilities granted to one plugin: parsed with the config.
 pub use crate::config::Grants;
@@ -32,6 +34,20 @@ pub use crate::config::Grants;
 pub trait Embedder: Send + Sync {
     /// One L2-normalised vector per text.
     fn embed(&self, texts: &[String], purpose: EmbedPurpose) -> Result<Vec<Vec<f32>>, String>;
+
+    /// [`Embedder::embed`], with what goes to the backend approved by
+    /// `spend` first. A backend with a cache charges only for what it does
+    /// not hold; this default counts every call as one request of all its
+    /// text.
+    fn embed_within(
+        &self,
+        texts: &[String],
+        purpose: EmbedPurpose,
+        spend: &dyn Spend,
+    ) -> Result<Vec<Vec<f32>>, String> {
+        spend.charge(1, texts.iter().map(|t| t.len() as u64).sum())?;
+        self.embed(texts, purpose)
+    }
 }
 
 /// Each skill's outcomes as a retriever granted `outcomes` sees them during
@@ -71,6 +87,9 @@ pub struct PluginShared {
     pub label: Arc<str>,
     pub grants: Grants,
     pub embedder: Option<Arc<dyn Embedder>>,
+    /// Its file's account of embedding spend over time, shared with every
+    /// other instance and load of the same file.
+    pub embed_account: Arc<Account>,
     pub memory: Arc<MemoryPool>,
     pub log: LogLimiter,
     kv: Mutex<KvCache>,
@@ -85,6 +104,7 @@ impl PluginShared {
         label: &str,
         grants: Grants,
         embedder: Option<Arc<dyn Embedder>>,
+        embed_account: Arc<Account>,
         memory: Arc<MemoryPool>,
     ) -> Arc<Self> {
         Arc::new(Self {
@@ -92,6 +112,7 @@ impl PluginShared {
             label: label.into(),
             grants,
             embedder,
+            embed_account,
             memory,
             log: LogLimiter::new(),
             kv: Mutex::new(KvCache::default()),
@@ -247,7 +268,18 @@ mod tests {
             kv: true,
             ..Grants::default()
         };
-        let shared = PluginShared::new("p", "p@1.0.0", grants, None, MemoryPool::new(1 << 20));
+        let account = Arc::new(Account {
+            ledger: EmbedLedger::new(EmbedAllowance::DEFAULT),
+            file: "p".into(),
+        });
+        let shared = PluginShared::new(
+            "p",
+            "p@1.0.0",
+            grants,
+            None,
+            account,
+            MemoryPool::new(1 << 20),
+        );
         let mut state = PluginState::new(shared);
         // Empty values: without the per-entry cost 1 MiB would hold a
         // hundred thousand of them.
