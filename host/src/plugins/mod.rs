@@ -24,6 +24,7 @@ mod lock;
 mod registry;
 mod sandbox;
 mod trust;
+pub mod turn;
 mod view;
 
 pub use bindings::{outcomes, types};

@@ -21,6 +21,7 @@ use super::bindings::{clock, embed, kv, log, outcomes, types};
 
 mod host;
 mod limits;
+pub mod outer;
 
 pub use limits::*;
 
