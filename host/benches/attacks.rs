@@ -601,6 +601,17 @@ fn settled(home: &Path, attack: &Attack) -> bool {
     false
 }
 
+/// `metaclaw start` in home `h`, its log to `log_path`.
+fn start_metaclaw(h: &Path, log_path: &Path, env: &[(&str, &str)]) -> (harness::Proc, String) {
+    let mut c = Command::new(BIN);
+    c.args(["start", "--foreground", "--port", "0"])
+        .env("METACLAW_HOME", h)
+        .env("METACLAW_NO_WIRE", "1")
+        .envs(env.iter().copied())
+        .stderr(std::fs::File::create(log_path).unwrap());
+    spawn(c, "metaclaw listening on ")
+}
+
 /// The slow-skills case's name in `--attacks`.
 const SLOW_SKILLS: &str = "slow-skills";
 
@@ -628,18 +639,7 @@ fn slow_skills_case(
     )
     .unwrap();
     let log_path = h.join("metaclaw.log");
-    let (proxy, proxy_url) = spawn(
-        {
-            let mut c = Command::new(BIN);
-            c.args(["start", "--foreground", "--port", "0"])
-                .env("METACLAW_HOME", h)
-                .env("METACLAW_NO_WIRE", "1")
-                .env("METACLAW_NO_BUILTIN_SKILLS", "1")
-                .stderr(std::fs::File::create(&log_path).unwrap());
-            c
-        },
-        "metaclaw listening on ",
-    );
+    let (proxy, proxy_url) = start_metaclaw(h, &log_path, &[("METACLAW_NO_BUILTIN_SKILLS", "1")]);
     let deadline = Instant::now() + Duration::from_secs(600);
     while !slow_skills::all_loaded(&listing(h)) {
         if Instant::now() > deadline {
@@ -654,9 +654,10 @@ fn slow_skills_case(
         let mut lat: [Vec<Duration>; 2] = [Vec::new(), Vec::new()];
         let mut errors = 0;
         turn(client, &url, "warm", "Say PONG", Instant::now()).await;
-        // Interleaved, so that a busy moment of the machine hits both.
-        for i in 0..n {
-            for (k, text) in [(0, "Say PONG"), (1, query.as_str())] {
+        // Ordinary turns first: a turn that cuts skills drops their busy
+        // instances, and the next one would pay for new ones.
+        for (k, text) in [(0, "Say PONG"), (1, query.as_str())] {
+            for i in 0..n {
                 match turn(client, &url, &format!("slow-{k}-{i}"), text, Instant::now()).await {
                     Some(took) => lat[k].push(took),
                     None => errors += 1,
@@ -743,17 +744,7 @@ fn main() {
     )
     .unwrap();
     let log_path = h.join("metaclaw.log");
-    let (proxy, proxy_url) = spawn(
-        {
-            let mut c = Command::new(BIN);
-            c.args(["start", "--foreground", "--port", "0"])
-                .env("METACLAW_HOME", h)
-                .env("METACLAW_NO_WIRE", "1")
-                .stderr(std::fs::File::create(&log_path).unwrap());
-            c
-        },
-        "metaclaw listening on ",
-    );
+    let (proxy, proxy_url) = start_metaclaw(h, &log_path, &[]);
     let pid = proxy.0.id();
     let log = || std::fs::read_to_string(&log_path).unwrap_or_default();
 

@@ -209,6 +209,7 @@ pub const IMPLEMENTED: &[&str] = &[
     "plugins.max_failures",
     "plugins.pool_size",
     "plugins.watch_interval",
+    "plugins.turn_budget",
     "plugins.max_file_mb",
     "plugins.max_call_mb",
     "plugins.threads",

@@ -213,6 +213,7 @@ async fn choose_skills(
     ctx: &mut TurnCtx,
 ) -> Option<String> {
     let skills = skills.clone();
+    let turn_budget = skills.settings.turn_budget;
     let model = ctx.upstream_model.as_deref().unwrap_or_default();
     let query = Query::from_request(request, &ctx.session.id, model);
     let (prompt_bytes, reserve) = (request.body().len(), request.max_output_tokens);
@@ -237,14 +238,13 @@ async fn choose_skills(
         // Legal but slow: said in the turn's log line and counted per
         // plugin (`plugins list` shows the counts too).
         tracing::warn!(
-            "plugins.turn_budget ({:?}) ran out: left out of this turn: {}",
-            skills.settings.turn_budget,
+            "plugins.turn_budget ({turn_budget:?}) ran out: left out of this turn: {}",
             cut.join(", ")
         );
         let metrics = &ctx.proxy.metrics;
         metrics.turns_over_plugin_budget.inc();
         for plugin in &cut {
-            metrics.plugin_turn_cuts.inc(&[plugin]);
+            metrics.plugin_turn_cuts.inc(&[plugin.as_str()]);
         }
     }
     if chosen.is_empty() {
