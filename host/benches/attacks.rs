@@ -12,6 +12,10 @@
 //! peak and after, what metaclaw recorded of the attack (the plugin's
 //! failures from the log, the reward it was allowed to return, a refused
 //! file), and how long a normal session's turn then waits to be scored.
+//! Then the slow-skills case (`slow_skills_case`): forty executable skills
+//! that each sleep just under their deadline, against `plugins.turn_budget`,
+//! in a metaclaw of their own; `--quick` fails if they add more than the
+//! budget and its margin to a turn.
 //!
 //!     cargo bench -p metaclaw --bench attacks                # every attack, 5 s per side
 //!     cargo bench -p metaclaw --bench attacks -- --quick     # CI: most attacks, asserts containment
@@ -49,6 +53,8 @@ use serde_json::{Value, json};
 
 #[path = "support/harness.rs"]
 mod harness;
+#[path = "support/slow_skills.rs"]
+mod slow_skills;
 use harness::{BIN, mib, ms, percentile, rss_kib};
 
 /// The harness's spawn, without the start-up time.
@@ -170,6 +176,8 @@ struct Options {
     /// Milliseconds between attack turns.
     attack_every_ms: u32,
     attacks: Vec<&'static Attack>,
+    /// Run the slow-skills case (`--attacks slow-skills`, or by default).
+    slow_skills: bool,
 }
 
 fn options() -> Options {
@@ -188,13 +196,14 @@ fn options() -> Options {
             names
         });
     let reindex = names.iter().any(|n| n == "re-index");
+    let slow_skills = value("--attacks").is_none() || names.iter().any(|n| n == SLOW_SKILLS);
     let attacks = names
         .iter()
-        .filter(|n| *n != "re-index")
+        .filter(|n| *n != "re-index" && *n != SLOW_SKILLS)
         .map(|n| {
             ALL.iter().find(|a| a.name == n).unwrap_or_else(|| {
                 panic!(
-                    "unknown attack {n}; known: {:?} and re-index",
+                    "unknown attack {n}; known: {:?}, re-index and {SLOW_SKILLS}",
                     ALL.iter().map(|a| a.name).collect::<Vec<_>>()
                 )
             })
@@ -211,6 +220,7 @@ fn options() -> Options {
             .and_then(|s| s.parse().ok())
             .unwrap_or(100),
         attacks,
+        slow_skills,
     }
 }
 
@@ -606,6 +616,111 @@ fn settled(home: &Path, attack: &Attack) -> bool {
     false
 }
 
+/// `metaclaw start` in home `h`, its log to `log_path`.
+fn start_metaclaw(h: &Path, log_path: &Path, env: &[(&str, &str)]) -> (harness::Proc, String) {
+    let mut c = Command::new(BIN);
+    c.args(["start", "--foreground", "--port", "0"])
+        .env("METACLAW_HOME", h)
+        .env("METACLAW_NO_WIRE", "1")
+        .envs(env.iter().copied())
+        .stderr(std::fs::File::create(log_path).unwrap());
+    spawn(c, "metaclaw listening on ")
+}
+
+/// The slow-skills case's name in `--attacks`.
+const SLOW_SKILLS: &str = "slow-skills";
+
+/// Forty executable skills, each sleeping just under its deadline in
+/// `applies()`, in a metaclaw of their own: the median latency of turns
+/// that wake them all against that of ordinary turns (which ask them too,
+/// and none applies). Err if they add more than `plugins.turn_budget` and
+/// its scheduling margin.
+fn slow_skills_case(
+    rt: &tokio::runtime::Runtime,
+    client: &reqwest::Client,
+    built: &Path,
+    dummy_url: &str,
+    opts: &Options,
+) -> Result<(), String> {
+    use slow_skills::{BUDGET_MS, MARGIN_MS, SKILLS, SLEEP_MS};
+    let home = tempfile::tempdir().unwrap();
+    let h = home.path();
+    let drop_ins = h.join("slow-skills");
+    std::fs::create_dir_all(&drop_ins).unwrap();
+    slow_skills::place(&built.join("testing/hostile-skill.wasm"), &drop_ins);
+    std::fs::write(
+        h.join("config.yaml"),
+        slow_skills::config(dummy_url, &drop_ins) + "log:\n  level: warn\n",
+    )
+    .unwrap();
+    let log_path = h.join("metaclaw.log");
+    let (proxy, proxy_url) = start_metaclaw(h, &log_path, &[("METACLAW_NO_BUILTIN_SKILLS", "1")]);
+    let deadline = Instant::now() + Duration::from_secs(600);
+    while !slow_skills::all_loaded(&listing(h)) {
+        if Instant::now() > deadline {
+            return Err(format!("{SLOW_SKILLS}: the {SKILLS} skills never loaded"));
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    let url = format!("{proxy_url}/v1/chat/completions");
+    let n = if opts.quick { 5 } else { 25 };
+    let query = slow_skills::query();
+    let (ordinary, slow, errors) = rt.block_on(async {
+        let mut lat: [Vec<Duration>; 2] = [Vec::new(), Vec::new()];
+        let mut errors = 0;
+        turn(client, &url, "warm", "Say PONG", Instant::now()).await;
+        // Ordinary turns first: a turn that cuts skills drops their busy
+        // instances, and the next one would pay for new ones.
+        for (k, text) in [(0, "Say PONG"), (1, query.as_str())] {
+            for i in 0..n {
+                match turn(client, &url, &format!("slow-{k}-{i}"), text, Instant::now()).await {
+                    Some(took) => lat[k].push(took),
+                    None => errors += 1,
+                }
+            }
+        }
+        lat.iter_mut().for_each(|l| l.sort());
+        let [ordinary, slow] = lat;
+        (ordinary, slow, errors)
+    });
+    let list = listing(h);
+    let (mut cuts, mut failures) = (0, 0);
+    for p in list["plugins"].as_array().into_iter().flatten() {
+        if p["name"].as_str().is_some_and(slow_skills::is_slow_skill) {
+            cuts += p["turn_cuts"].as_u64().unwrap_or(0);
+            failures += p["failures"].as_u64().unwrap_or(0);
+        }
+    }
+    drop(proxy);
+    let added = percentile(&slow, 50.0).saturating_sub(percentile(&ordinary, 50.0));
+    let bound = Duration::from_millis(BUDGET_MS + MARGIN_MS);
+    println!(
+        "\n# {SLOW_SKILLS}: {SKILLS} executable skills whose applies() sleeps {SLEEP_MS} ms (deadline {} ms), plugins.turn_budget {BUDGET_MS} ms, plugins.threads 2",
+        slow_skills::DEADLINE_MS
+    );
+    println!(
+        "{SLOW_SKILLS:<13} ordinary turn p50 {:.1} ms, p99 {:.1} ms; woken p50 {:.1} ms, p99 {:.1} ms; added p50 {:.1} ms (bound {:.0} ms; one after another: {} ms); calls cut {cuts}, failures {failures}, errors {errors}",
+        ms(percentile(&ordinary, 50.0)),
+        ms(percentile(&ordinary, 99.0)),
+        ms(percentile(&slow, 50.0)),
+        ms(percentile(&slow, 99.0)),
+        ms(added),
+        ms(bound),
+        SKILLS as u64 * SLEEP_MS
+    );
+    if errors > 0 {
+        return Err(format!("{SLOW_SKILLS}: {errors} turns failed"));
+    }
+    if added > bound {
+        return Err(format!(
+            "{SLOW_SKILLS}: the slow skills added {:.0} ms to a turn (p50), over {:.0} ms",
+            ms(added),
+            ms(bound)
+        ));
+    }
+    Ok(())
+}
+
 fn main() {
     let opts = options();
     let built = PathBuf::from(BIN)
@@ -644,17 +759,7 @@ fn main() {
     )
     .unwrap();
     let log_path = h.join("metaclaw.log");
-    let (proxy, proxy_url) = spawn(
-        {
-            let mut c = Command::new(BIN);
-            c.args(["start", "--foreground", "--port", "0"])
-                .env("METACLAW_HOME", h)
-                .env("METACLAW_NO_WIRE", "1")
-                .stderr(std::fs::File::create(&log_path).unwrap());
-            c
-        },
-        "metaclaw listening on ",
-    );
+    let (proxy, proxy_url) = start_metaclaw(h, &log_path, &[]);
     let pid = proxy.0.id();
     let log = || std::fs::read_to_string(&log_path).unwrap_or_default();
 
@@ -908,6 +1013,11 @@ fn main() {
     drop(listener);
     if opts.reindex {
         problems.extend(reindex::run(&built));
+    }
+    if opts.slow_skills
+        && let Err(problem) = slow_skills_case(&rt, &client, &built, &dummy_url, &opts)
+    {
+        problems.push(problem);
     }
     if !problems.is_empty() {
         println!("\n# CONTAINMENT PROBLEMS:");

@@ -10,6 +10,8 @@
 //! Options: --rates 100,1000  --secs N (per side, per rate)  --quick
 //!          --aa (both sides direct: the method's noise floor)
 //!          --proxy-env KEY=VALUE (environment for the proxy, for experiments)
+//!          --proxy-bin PATH (the metaclaw that serves side B: an older build,
+//!            for before/after runs back to back; default this build's)
 //!          --learning N (then again while N learning jobs run: judge, scorers,
 //!            evolver, plugins and skill writes, all on the same machine)
 #![allow(
@@ -40,6 +42,8 @@ struct Options {
     aa: bool,
     /// `KEY=VALUE` environment for the proxy process (experiments).
     proxy_env: Vec<String>,
+    /// The metaclaw binary of side B.
+    proxy_bin: String,
     rates: Vec<u32>,
     secs: u32,
     quick: bool,
@@ -69,6 +73,7 @@ fn options() -> Options {
         learning,
         aa,
         proxy_env,
+        proxy_bin: value("--proxy-bin").unwrap_or_else(|| BIN.to_string()),
         rates,
         secs,
         quick,
@@ -336,7 +341,7 @@ fn main() {
     .unwrap();
     let (proxy, proxy_url, to_listening) = spawn(
         {
-            let mut c = Command::new(BIN);
+            let mut c = Command::new(&opts.proxy_bin);
             c.args(["start", "--foreground", "--port", "0"])
                 .env("METACLAW_HOME", home.path())
                 .stderr(std::process::Stdio::null());
@@ -370,6 +375,9 @@ fn main() {
     let rss_idle = rss_kib(proxy_pid);
 
     println!("# metaclaw proxy overhead (release build, loopback, dummy upstream)");
+    if opts.proxy_bin != BIN {
+        println!("# side B served by {}", opts.proxy_bin);
+    }
     if opts.aa {
         println!("# A/A RUN: both sides go direct; every 'added' figure below is noise");
     }

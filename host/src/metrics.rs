@@ -204,6 +204,12 @@ pub struct Metrics {
     pub store_errors: Counter,
     pub sessions_started: Counter,
     pub sessions_ended: LabeledCounter,
+    /// Turns whose `plugins.turn_budget` ran out before every plugin call
+    /// answered.
+    pub turns_over_plugin_budget: Counter,
+    /// Calls left out of a turn by `plugins.turn_budget`, by plugin
+    /// (`name@version`: as many label sets as loaded plugins).
+    pub plugin_turn_cuts: LabeledCounter,
 }
 
 /// Values read at render time rather than counted.
@@ -232,6 +238,8 @@ impl Metrics {
             store_errors: Counter::default(),
             sessions_started: Counter::default(),
             sessions_ended: LabeledCounter::new(),
+            turns_over_plugin_budget: Counter::default(),
+            plugin_turn_cuts: LabeledCounter::new(),
         }
     }
 
@@ -280,6 +288,11 @@ impl Metrics {
                 "Sessions started.",
                 self.sessions_started.get(),
             ),
+            (
+                "metaclaw_turns_over_plugin_budget_total",
+                "Turns whose plugins.turn_budget ran out before every retriever and executable skill answered.",
+                self.turns_over_plugin_budget.get(),
+            ),
         ] {
             let _ = writeln!(
                 out,
@@ -291,6 +304,12 @@ impl Metrics {
             "metaclaw_sessions_ended_total",
             "Sessions ended, by reason.",
             &["reason"],
+        );
+        self.plugin_turn_cuts.render(
+            &mut out,
+            "metaclaw_plugin_turn_budget_cuts_total",
+            "Plugin calls left out of a turn because plugins.turn_budget ran out (legal, not failures), by plugin.",
+            &["plugin"],
         );
         for (name, help, value) in [
             (

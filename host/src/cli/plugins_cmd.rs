@@ -89,6 +89,11 @@ fn list(home: &Home, config: &LoadedConfig, json: bool) -> Result<ExitCode> {
             } else {
                 p.granted.join(",")
             };
+            // Legal but slow: left out of turns by plugins.turn_budget.
+            let status = match p.turn_cuts {
+                0 => p.status.clone(),
+                n => format!("{} (cut from {n} turns by plugins.turn_budget)", p.status),
+            };
             say!(
                 "{:<14} {:<9} {:<9} {:<13} {:<8} {:<12} {}",
                 p.name,
@@ -97,7 +102,7 @@ fn list(home: &Home, config: &LoadedConfig, json: bool) -> Result<ExitCode> {
                 &p.sha256[..12.min(p.sha256.len())],
                 p.source,
                 granted,
-                p.status
+                status
             );
         }
     }

@@ -213,6 +213,7 @@ pub const IMPLEMENTED: &[&str] = &[
     "plugins.embed_mb_per_hour",
     "plugins.pool_size",
     "plugins.watch_interval",
+    "plugins.turn_budget",
     "plugins.max_file_mb",
     "plugins.max_call_mb",
     "plugins.threads",

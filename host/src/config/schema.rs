@@ -457,6 +457,15 @@ pub struct PluginsConfig {
     pub overrides: Vec<FilePin>,
     /// Per-call deadlines by role, and for indexing and loading.
     pub timeouts: PluginTimeouts,
+    /// What a turn's retriever and executable-skill calls may add to it
+    /// together, whatever their number (each call also has its own
+    /// deadline): what has not answered by then is left out of the turn,
+    /// counted as cut, not as failed. 250 ms by default: the first-party
+    /// plugins put one retriever call on a turn (BM25, well under a
+    /// millisecond), and the budget leaves room for it and its fallback at
+    /// their full 50 ms deadlines with time to spare for executable skills.
+    /// Time the host spends embedding a retriever's query is not counted.
+    pub turn_budget: Dur,
     /// Memory cap per plugin: all its instances' memories and tables
     /// together.
     pub memory_mb: u64,
@@ -511,6 +520,7 @@ impl Default for PluginsConfig {
             grants: std::collections::BTreeMap::new(),
             overrides: Vec::new(),
             timeouts: PluginTimeouts::default(),
+            turn_budget: Dur::millis(250),
             memory_mb: 128,
             max_failures: 3,
             failure_window: 50,

@@ -75,6 +75,16 @@ pub fn validate(config: &Config) -> Result<(), ConfigError> {
             return Err(invalid(key, "must be between 1ms and 10m".into()));
         }
     }
+    let budget = config.plugins.turn_budget.get();
+    let retriever = config.plugins.timeouts.retriever.get();
+    if budget < retriever || budget > std::time::Duration::from_secs(60) {
+        // Shorter than one retriever call, retrieval would be cut while
+        // within its own deadline.
+        return Err(invalid(
+            "plugins.turn_budget",
+            format!("must be between plugins.timeouts.retriever ({retriever:?}) and 60s"),
+        ));
+    }
     if !(1..=4096).contains(&config.plugins.memory_mb) {
         return Err(invalid(
             "plugins.memory_mb",

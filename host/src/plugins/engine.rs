@@ -243,6 +243,11 @@ impl PluginEngine {
         Spawned(self.handle.spawn(future))
     }
 
+    /// The threads that run plugin calls (`plugins.threads`).
+    pub fn threads(&self) -> usize {
+        self.handle.metrics().num_workers()
+    }
+
     /// Runs `future` on the plugin runtime in the background, to its end
     /// (its own deadlines bound it).
     pub fn detach<F>(&self, future: F)

@@ -25,6 +25,7 @@ pub mod pinning;
 mod registry;
 mod sandbox;
 mod trust;
+pub mod turn;
 mod view;
 
 pub use bindings::{outcomes, types};

@@ -27,6 +27,10 @@ pub struct PluginView {
     /// Calls that found every instance busy until their deadline.
     #[serde(default)]
     pub busy: u64,
+    /// Calls left out of a turn because `plugins.turn_budget` ran out
+    /// (not failures).
+    #[serde(default)]
+    pub turn_cuts: u64,
     /// Log lines dropped by the per-plugin limits.
     #[serde(default)]
     pub log_dropped: u64,
@@ -80,6 +84,7 @@ pub fn view(registry: &Registry) -> RegistryView {
                 calls: p.stats.calls.load(Ordering::Relaxed),
                 failures: p.stats.failures.load(Ordering::Relaxed),
                 busy: p.stats.busy.load(Ordering::Relaxed),
+                turn_cuts: p.stats.turn_cuts.load(Ordering::Relaxed),
                 log_dropped: p.log_dropped(),
                 memory: p.memory_in_use() as u64,
                 memory_limit: p.limits.memory_bytes as u64,

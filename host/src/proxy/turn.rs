@@ -213,6 +213,7 @@ async fn choose_skills(
     ctx: &mut TurnCtx,
 ) -> Option<String> {
     let skills = skills.clone();
+    let turn_budget = skills.settings.turn_budget;
     let model = ctx.upstream_model.as_deref().unwrap_or_default();
     let query = Query::from_request(request, &ctx.session.id, model);
     let (prompt_bytes, reserve) = (request.body().len(), request.max_output_tokens);
@@ -224,14 +225,28 @@ async fn choose_skills(
         // (Hermes: 65,536): reserving all of it would leave no room for
         // skills, so at most a quarter of the budget is kept for the answer.
         let reserve = reserve.min(budget / 4);
-        inject::fit(selection.skills, prompt_bytes, reserve, budget)
+        let chosen = inject::fit(selection.skills, prompt_bytes, reserve, budget);
+        (chosen, selection.cut)
     };
     // On the plugin runtime: serving threads never run plugin code, and
     // each plugin call there ends at its deadline. Dropped with the turn.
-    let chosen = match engine {
+    let (chosen, cut) = match engine {
         Some(engine) => engine.spawn(choose).await?,
         None => choose.await,
     };
+    if !cut.is_empty() {
+        // Legal but slow: said in the turn's log line and counted per
+        // plugin (`plugins list` shows the counts too).
+        tracing::warn!(
+            "plugins.turn_budget ({turn_budget:?}) ran out: left out of this turn: {}",
+            cut.join(", ")
+        );
+        let metrics = &ctx.proxy.metrics;
+        metrics.turns_over_plugin_budget.inc();
+        for plugin in &cut {
+            metrics.plugin_turn_cuts.inc(&[plugin.as_str()]);
+        }
+    }
     if chosen.is_empty() {
         return None;
     }

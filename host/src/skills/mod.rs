@@ -10,6 +10,14 @@
 //! `skills.top_k` caps the total and `skills.task_specific_top_k` the
 //! task-specific ones. Executable skills (`skill` plugins) join when
 //! their `applies()` clears `skills.component_threshold`.
+//!
+//! A turn's retriever and executable-skill calls share one budget,
+//! `plugins.turn_budget` (`plugins::turn`): retrievers are asked one after
+//! another (the next is the fallback), then every executable skill at once,
+//! at most as many calls at a time as there are plugin threads. What has
+//! not answered when the budget ends is left out of the turn and reported
+//! in [`Selection::cut`]: no number of slow but legal plugins adds more
+//! than the budget to a turn.
 
 pub mod builtin;
 pub mod import;
@@ -44,7 +52,10 @@ pub fn paths(
 
 use std::sync::{Arc, RwLock};
 
-use crate::plugins::{PluginHost, types};
+use std::sync::atomic::Ordering;
+
+use crate::plugins::turn::TurnBudget;
+use crate::plugins::{Loaded, PluginHost, types};
 use inject::{Chosen, Injected};
 use library::{Library, Snapshot};
 use metaclaw_wire::request::{ChatRequest, Role};
@@ -67,6 +78,8 @@ pub struct Settings {
     pub max_context_tokens: u64,
     /// `plugins.builtin` (to say why no retriever answers).
     pub builtin_plugins: bool,
+    /// `plugins.turn_budget`: what a turn's plugin calls may add to it.
+    pub turn_budget: std::time::Duration,
 }
 
 impl Settings {
@@ -83,6 +96,7 @@ impl Settings {
             auto_retire: s.auto_retire,
             max_context_tokens: config.max_context_tokens,
             builtin_plugins: config.plugins.builtin,
+            turn_budget: config.plugins.turn_budget.get(),
         }
     }
 }
@@ -153,6 +167,9 @@ pub struct Selection {
     pub retriever: Option<String>,
     /// Every candidate with its score, best first (for `skills search`).
     pub ranked: Vec<(String, f32)>,
+    /// The plugins (`name@version`) whose calls `plugins.turn_budget` cut
+    /// off: they were left out of this turn.
+    pub cut: Vec<String>,
 }
 
 /// The retrievers a turn asks now (`name@version`, in order), or why none
@@ -380,6 +397,7 @@ impl Skills {
             query: query.text.clone(),
         };
         let mut chosen: Vec<(Chosen, Category)> = Vec::new();
+        let budget = TurnBudget::start(self.settings.turn_budget);
 
         if !query.text.trim().is_empty() && !snapshot.skills.is_empty() {
             let skills = self.wit_skills(&snapshot);
@@ -401,10 +419,23 @@ impl Skills {
                         snapshot: snapshot.clone(),
                     }) as Arc<dyn crate::plugins::OutcomeSource>
                 });
-                match retriever
-                    .retrieve(&skills, snapshot.generation, &context, want, view)
-                    .await
-                {
+                // The budget, like the call's deadline, stands still while
+                // the host embeds the query.
+                let retrieved = budget
+                    .bound_host_paused(retriever.retrieve(
+                        &skills,
+                        snapshot.generation,
+                        &context,
+                        want,
+                        view,
+                    ))
+                    .await;
+                let Some(retrieved) = retrieved else {
+                    // As at its own deadline, but no fallback has time left.
+                    cut_off(&retriever, &mut selection.cut);
+                    break;
+                };
+                match retrieved {
                     Ok(ranked) => {
                         selection.retriever = Some(retriever.label().to_string());
                         if let Ok(mut last) = self.last_retriever.lock()
@@ -470,51 +501,49 @@ impl Skills {
             }
         }
 
-        // Executable skills decide for themselves.
-        for plugin in self.plugins.iter().flat_map(|p| p.skills()) {
-            if chosen.len() >= self.settings.top_k {
-                break;
-            }
-            let applies = match plugin.applies(&context).await {
-                Ok(score) => score,
-                Err(e) => {
-                    tracing::warn!(skill = plugin.label(), "applies() failed: {e}");
+        // Executable skills decide for themselves, all at once, in what is
+        // left of the budget (none is asked when retrieval filled top_k).
+        let plugins: Vec<Arc<Loaded>> = match &self.plugins {
+            Some(host) if chosen.len() < self.settings.top_k => host.skills(),
+            _ => Vec::new(),
+        };
+        let threads = self.plugins.as_ref().map_or(1, |p| p.engine.threads());
+        let threshold = self.settings.component_threshold;
+        let answers = ask_skills(&plugins, &context, threshold, &budget, threads).await;
+        for (plugin, answer) in plugins.iter().zip(answers) {
+            let (applies, text) = match answer {
+                Answer::Cut => {
+                    cut_off(plugin, &mut selection.cut);
                     continue;
                 }
+                Answer::Nothing => continue,
+                Answer::Rendered(applies, text) => (applies, text),
             };
-            // NaN would pass the threshold, infinity outrank everything.
-            if !applies.is_finite() || applies < self.settings.component_threshold {
+            if chosen.len() >= self.settings.top_k {
                 continue;
             }
-            match plugin.render(&context).await {
-                Ok(text) if !text.trim().is_empty() => {
-                    // A SKILL.md naming this component describes it.
-                    let described = snapshot.skills.iter().find(|s| {
-                        s.component
-                            .as_deref()
-                            .and_then(|c| crate::plugins::PluginSpec::parse(c).ok())
-                            .is_some_and(|spec| {
-                                spec.name == plugin.info.name
-                                    && spec.req.matches(&plugin.info.version)
-                            })
-                    });
-                    let item = match described {
-                        Some(skill) => Chosen::new(injected(skill, text, applies)),
-                        None => Chosen::new(Injected {
-                            id: plugin.info.name.clone(),
-                            name: plugin.info.name.clone(),
-                            version: plugin.info.version.to_string(),
-                            description: plugin.info.description.clone(),
-                            text,
-                            score: applies,
-                        }),
-                    };
-                    if !chosen.iter().any(|(c, _)| c.id == item.id) {
-                        chosen.push((item, Category::TaskSpecific));
-                    }
-                }
-                Ok(_) => {}
-                Err(e) => tracing::warn!(skill = plugin.label(), "render() failed: {e}"),
+            // A SKILL.md naming this component describes it.
+            let described = snapshot.skills.iter().find(|s| {
+                s.component
+                    .as_deref()
+                    .and_then(|c| crate::plugins::PluginSpec::parse(c).ok())
+                    .is_some_and(|spec| {
+                        spec.name == plugin.info.name && spec.req.matches(&plugin.info.version)
+                    })
+            });
+            let item = match described {
+                Some(skill) => Chosen::new(injected(skill, text, applies)),
+                None => Chosen::new(Injected {
+                    id: plugin.info.name.clone(),
+                    name: plugin.info.name.clone(),
+                    version: plugin.info.version.to_string(),
+                    description: plugin.info.description.clone(),
+                    text,
+                    score: applies,
+                }),
+            };
+            if !chosen.iter().any(|(c, _)| c.id == item.id) {
+                chosen.push((item, Category::TaskSpecific));
             }
         }
 
@@ -557,6 +586,87 @@ pub fn rank_relevant<'a>(
         .collect();
     keyed.sort_by(|a, b| b.0.total_cmp(&a.0));
     keyed.into_iter().map(|(_, r)| r).collect()
+}
+
+/// What an executable skill said this turn.
+enum Answer {
+    /// `plugins.turn_budget` ran out first.
+    Cut,
+    /// It does not apply, rendered nothing, or failed (logged).
+    Nothing,
+    /// How much it applies, and its text.
+    Rendered(f32, String),
+}
+
+/// Asks every skill in `plugins` whether it applies and, if it clears
+/// `threshold`, for its text: at most `threads` calls at a time (more would
+/// only share the same plugin threads, and a skill that computes would miss
+/// the deadline it meets alone), all ending with the budget. The answers
+/// come back in the order of `plugins`; the asking goes fastest first (by
+/// each skill's mean call time, those cut before last), so that slow skills
+/// cannot crowd quick ones out of every turn.
+async fn ask_skills(
+    plugins: &[Arc<Loaded>],
+    context: &types::TurnContext,
+    threshold: f32,
+    budget: &TurnBudget,
+    threads: usize,
+) -> Vec<Answer> {
+    let mut order: Vec<usize> = (0..plugins.len()).collect();
+    order.sort_by_key(|&i| {
+        let stats = &plugins[i].stats;
+        let calls = stats.calls.load(Ordering::Relaxed);
+        let mean = stats.busy_nanos.load(Ordering::Relaxed) / calls.max(1);
+        (stats.turn_cuts.load(Ordering::Relaxed), mean)
+    });
+    // Fair (first come, first served): the order above is the order served.
+    let slots = tokio::sync::Semaphore::new(threads.max(1));
+    let asks = order.into_iter().map(|i| {
+        let (plugin, slots) = (&plugins[i], &slots);
+        async move {
+            let answer = budget.bound(async {
+                let Ok(_slot) = slots.acquire().await else {
+                    return Answer::Nothing;
+                };
+                if budget.spent() {
+                    return Answer::Cut;
+                }
+                ask_skill(plugin, context, threshold).await
+            });
+            (i, answer.await.unwrap_or(Answer::Cut))
+        }
+    });
+    let mut answered: Vec<(usize, Answer)> = futures_util::future::join_all(asks).await;
+    answered.sort_by_key(|(i, _)| *i);
+    answered.into_iter().map(|(_, a)| a).collect()
+}
+
+async fn ask_skill(plugin: &Loaded, context: &types::TurnContext, threshold: f32) -> Answer {
+    let applies = match plugin.applies(context).await {
+        Ok(score) => score,
+        Err(e) => {
+            tracing::warn!(skill = plugin.label(), "applies() failed: {e}");
+            return Answer::Nothing;
+        }
+    };
+    // NaN would pass the threshold, infinity outrank everything.
+    if !applies.is_finite() || applies < threshold {
+        return Answer::Nothing;
+    }
+    match plugin.render(context).await {
+        Ok(text) if !text.trim().is_empty() => Answer::Rendered(applies, text),
+        Ok(_) => Answer::Nothing,
+        Err(e) => {
+            tracing::warn!(skill = plugin.label(), "render() failed: {e}");
+            Answer::Nothing
+        }
+    }
+}
+
+/// Counts a call the turn's budget cut off, and names its plugin.
+fn cut_off(plugin: &Loaded, cut: &mut Vec<String>) {
+    plugin.stats.turn_cuts.fetch_add(1, Ordering::Relaxed);
+    cut.push(plugin.label().to_string());
 }
 
 async fn index(retriever: &crate::plugins::Loaded, skills: &[types::Skill], generation: u64) {

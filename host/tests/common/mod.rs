@@ -499,6 +499,12 @@ async fn get_json(url: String) -> Value {
         .unwrap()
 }
 
+/// metaclaw's `GET /metrics` (Prometheus text), without a key.
+pub async fn metrics_text(base: &str) -> String {
+    let response = client().get(format!("{base}/metrics")).send().await;
+    response.unwrap().text().await.unwrap()
+}
+
 /// The dummy upstream's counters (`GET /v1/dummy/stats`).
 pub async fn dummy_stats(upstream_url: &str) -> Value {
     get_json(format!("{upstream_url}/dummy/stats")).await

@@ -112,6 +112,9 @@ pub struct Stats {
     pub consecutive_failures: AtomicU32,
     pub disabled: AtomicBool,
     pub busy_nanos: AtomicU64,
+    /// Calls a turn stopped waiting for when `plugins.turn_budget` ran out
+    /// (`plugins::turn`): legal, so not failures.
+    pub turn_cuts: AtomicU64,
     #[serde(skip)]
     pub last_error: Mutex<Option<String>>,
     /// The outcomes of its recent calls, for its failure rate.

@@ -83,6 +83,8 @@ impl embed::Host for PluginState {
         // what is left of the budget.
         let before = self.deadline.at();
         self.deadline.set(before + allowed);
+        // And so does a budget spanning calls (a turn's, plugins::turn).
+        let outer = super::outer::host_work_begins(allowed);
         let started = Instant::now();
         let purpose = self.embed_purpose;
         let slots = self.shared.embed_slots.clone();
@@ -109,6 +111,9 @@ impl embed::Host for PluginState {
         let spent = started.elapsed().min(allowed);
         self.embed_left.wall = allowed.saturating_sub(spent);
         self.deadline.set(before + spent);
+        if let Some(outer) = outer {
+            outer.ended(spent);
+        }
         if let Err(e) = &result {
             self.embed_error = Some(e.clone());
         }

@@ -22,6 +22,7 @@ use super::bindings::{clock, embed, kv, log, outcomes, types};
 mod host;
 mod limits;
 mod spend;
+pub mod outer;
 
 pub use limits::*;
 pub use spend::{Account, EmbedAllowance, EmbedLedger, Spend, Unmetered};
