@@ -682,13 +682,16 @@ fn run_is_bounded_in_processes_memory_cpu_and_disk() {
         "--run-timeout",
         "20",
     ];
+    // `tool-call-7`: run, the five file tools, run again (with the same
+    // arguments: the file tools' calls fail but `list_dir`, which lists
+    // the workspace).
     let mut args = vec![
         "--json",
         "--keep",
         "--concurrency",
         "4",
         "--model",
-        "tool-call-2",
+        "tool-call-7",
     ];
     args.extend(limits);
     let started = Instant::now();
