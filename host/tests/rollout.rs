@@ -605,32 +605,54 @@ fn without_user_namespaces_run_is_refused_never_run_unconfined() {
             call("write_file", json!({"path": "a.txt", "content": "x"})),
         ),
     ]);
-    let script = format!(
-        "echo 0 > /proc/sys/user/max_user_namespaces && exec {BIN} rollout --tasks {} --json --keep",
-        dir.path().display()
+    let (runs, err) = rollout_in(
+        &mc,
+        dir.path(),
+        &["--user", "--map-root-user"],
+        "echo 0 > /proc/sys/user/max_user_namespaces",
     );
-    let out = std::process::Command::new("unshare")
-        .args(["--user", "--map-root-user", "sh", "-c", &script])
-        .env("METACLAW_HOME", mc.home.path())
-        .env("TMPDIR", scratch(&mc))
-        .env("METACLAW_NO_WIRE", "1")
-        .output()
-        .unwrap();
-    let runs = summaries(&out);
-    let err = String::from_utf8_lossy(&out.stderr);
     assert!(
         err.contains("run tool: DISABLED: ") && err.contains("user namespaces"),
         "{err}"
     );
     assert!(err.contains("the run tool was disabled:"), "{err}");
-    let run = result_of(&mc, &runs, "run");
+    refused(&mc, &runs);
+    assert_eq!(result_of(&mc, &runs, "write"), "wrote 1 bytes to a.txt");
+}
+
+/// `metaclaw rollout --tasks DIR --json --keep` in `unshare ARGS sh -c
+/// 'SETUP && exec …'`: the tasks' summaries and what it said on stderr.
+fn rollout_in(
+    mc: &Metaclaw,
+    dir: &Path,
+    unshare: &[&str],
+    setup: &str,
+) -> (std::collections::HashMap<String, Value>, String) {
+    let script = format!(
+        "{setup} && exec {BIN} rollout --tasks {} --json --keep",
+        dir.display()
+    );
+    let out = std::process::Command::new("unshare")
+        .args(unshare)
+        .args(["sh", "-c", &script])
+        .env("METACLAW_HOME", mc.home.path())
+        .env("TMPDIR", scratch(mc))
+        .env("METACLAW_NO_WIRE", "1")
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr).into_owned();
+    (summaries(&out), err)
+}
+
+/// Task `run`'s `touch RAN; echo RAN` was refused: nothing ran.
+fn refused(mc: &Metaclaw, runs: &std::collections::HashMap<String, Value>) {
+    let run = result_of(mc, runs, "run");
     assert!(
         run.starts_with("error: the run tool is disabled:") && !run.contains("\nRAN"),
         "{run}"
     );
     let workspace = PathBuf::from(runs["run"]["workspace"].as_str().unwrap());
     assert!(!workspace.join("RAN").exists());
-    assert_eq!(result_of(&mc, &runs, "write"), "wrote 1 bytes to a.txt");
 }
 
 /// The result of the `run` task `id` whose tool ran `n` times (the
@@ -840,29 +862,16 @@ fn without_a_process_limit_run_is_refused() {
         "run",
         call("run", json!({"command": "touch RAN; echo RAN"})),
     )]);
-    let script = format!(
-        "mount -t tmpfs none /sys/fs/cgroup && exec {BIN} rollout --tasks {} --json --keep",
-        dir.path().display()
+    let (runs, err) = rollout_in(
+        &mc,
+        dir.path(),
+        &["--mount", "--propagation", "private"],
+        "mount -t tmpfs none /sys/fs/cgroup",
     );
-    let out = std::process::Command::new("unshare")
-        .args(["--mount", "--propagation", "private", "sh", "-c", &script])
-        .env("METACLAW_HOME", mc.home.path())
-        .env("TMPDIR", scratch(&mc))
-        .env("METACLAW_NO_WIRE", "1")
-        .output()
-        .unwrap();
-    let runs = summaries(&out);
-    let err = String::from_utf8_lossy(&out.stderr);
     assert!(
         err.contains("run tool: DISABLED: ")
             && err.contains("cannot bound the number of processes"),
         "{err}"
     );
-    let run = result_of(&mc, &runs, "run");
-    assert!(
-        run.starts_with("error: the run tool is disabled:") && !run.contains("\nRAN"),
-        "{run}"
-    );
-    let workspace = PathBuf::from(runs["run"]["workspace"].as_str().unwrap());
-    assert!(!workspace.join("RAN").exists());
+    refused(&mc, &runs);
 }

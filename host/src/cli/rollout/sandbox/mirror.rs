@@ -213,7 +213,7 @@ fn copy_file(from: &OwnedFd, to: &OwnedFd, name: &CStr, stat: &Stat) -> std::io:
 }
 
 /// `stat`'s access and modification times.
-fn times(stat: &Stat) -> Timestamps {
+pub(super) fn times(stat: &Stat) -> Timestamps {
     Timestamps {
         last_access: rustix::fs::Timespec {
             tv_sec: stat.st_atime as _,

@@ -101,21 +101,12 @@ fn copy_file(src: &Path, dst: &Path, meta: &std::fs::Metadata) -> std::io::Resul
     if !file.metadata()?.is_file() {
         return Err(std::io::Error::other("not a regular file"));
     }
+    let stat = rustix::fs::fstat(&file)?;
     let mut out = File::create_new(dst)?;
     std::io::copy(&mut file.take(meta.len()), &mut out)?;
     out.flush()?;
     out.set_permissions(std::fs::Permissions::from_mode(meta.mode() & 0o777))?;
-    let at = |sec: i64, nsec: i64| rustix::fs::Timespec {
-        tv_sec: sec,
-        tv_nsec: nsec as _,
-    };
-    rustix::fs::futimens(
-        &out,
-        &rustix::fs::Timestamps {
-            last_access: at(meta.atime(), meta.atime_nsec()),
-            last_modification: at(meta.mtime(), meta.mtime_nsec()),
-        },
-    )?;
+    rustix::fs::futimens(&out, &super::mirror::times(&stat))?;
     Ok(())
 }
 
