@@ -605,30 +605,273 @@ fn without_user_namespaces_run_is_refused_never_run_unconfined() {
             call("write_file", json!({"path": "a.txt", "content": "x"})),
         ),
     ]);
-    let script = format!(
-        "echo 0 > /proc/sys/user/max_user_namespaces && exec {BIN} rollout --tasks {} --json --keep",
-        dir.path().display()
+    let (runs, err) = rollout_in(
+        &mc,
+        dir.path(),
+        &["--user", "--map-root-user"],
+        "echo 0 > /proc/sys/user/max_user_namespaces",
     );
-    let out = std::process::Command::new("unshare")
-        .args(["--user", "--map-root-user", "sh", "-c", &script])
-        .env("METACLAW_HOME", mc.home.path())
-        .env("TMPDIR", scratch(&mc))
-        .env("METACLAW_NO_WIRE", "1")
-        .output()
-        .unwrap();
-    let runs = summaries(&out);
-    let err = String::from_utf8_lossy(&out.stderr);
     assert!(
         err.contains("run tool: DISABLED: ") && err.contains("user namespaces"),
         "{err}"
     );
     assert!(err.contains("the run tool was disabled:"), "{err}");
-    let run = result_of(&mc, &runs, "run");
+    refused(&mc, &runs);
+    assert_eq!(result_of(&mc, &runs, "write"), "wrote 1 bytes to a.txt");
+}
+
+/// `metaclaw rollout --tasks DIR --json --keep` in `unshare ARGS sh -c
+/// 'SETUP && exec …'`: the tasks' summaries and what it said on stderr.
+fn rollout_in(
+    mc: &Metaclaw,
+    dir: &Path,
+    unshare: &[&str],
+    setup: &str,
+) -> (std::collections::HashMap<String, Value>, String) {
+    let script = format!(
+        "{setup} && exec {BIN} rollout --tasks {} --json --keep",
+        dir.display()
+    );
+    let out = std::process::Command::new("unshare")
+        .args(unshare)
+        .args(["sh", "-c", &script])
+        .env("METACLAW_HOME", mc.home.path())
+        .env("TMPDIR", scratch(mc))
+        .env("METACLAW_NO_WIRE", "1")
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr).into_owned();
+    (summaries(&out), err)
+}
+
+/// Task `run`'s `touch RAN; echo RAN` was refused: nothing ran.
+fn refused(mc: &Metaclaw, runs: &std::collections::HashMap<String, Value>) {
+    let run = result_of(mc, runs, "run");
     assert!(
         run.starts_with("error: the run tool is disabled:") && !run.contains("\nRAN"),
         "{run}"
     );
     let workspace = PathBuf::from(runs["run"]["workspace"].as_str().unwrap());
     assert!(!workspace.join("RAN").exists());
-    assert_eq!(result_of(&mc, &runs, "write"), "wrote 1 bytes to a.txt");
+}
+
+/// The result of the `run` task `id` whose tool ran `n` times (the
+/// `tool-call-<n>` model), each result.
+fn results_of(
+    mc: &Metaclaw,
+    runs: &std::collections::HashMap<String, Value>,
+    id: &str,
+) -> Vec<String> {
+    let run = &runs[id];
+    assert_eq!(run["finished"], "answered", "{run}");
+    tool_results(mc, run["session_id"].as_str().unwrap())
+}
+
+/// A fork loop, a memory bomb, a CPU spinner and a disk filler, each in
+/// `run` with small limits: each stops at its limit with a result that
+/// says so, nothing it started is left, nothing past the disk limit
+/// reaches the host's disk, and the workspace is still usable after.
+#[test]
+fn run_is_bounded_in_processes_memory_cpu_and_disk() {
+    let (_up, mc) = start();
+    let marker = 40_000 + std::process::id() % 20_000;
+    // Forks until refused; each child becomes `sleep MARKER`.
+    let fork = format!(
+        "python3 -c \"\nimport os\nn = 0\ntry:\n    while n < 5000:\n        if os.fork() == 0:\n            os.execvp('sleep', ['sleep', '{marker}'])\n        n += 1\nexcept OSError as e:\n    print('forked', n, 'then', e.errno)\n\""
+    );
+    let memory = "python3 -c \"\nheld = []\nwhile True:\n    held.append(bytearray(16 << 20))\n    print('held', 16 * len(held), flush=True)\n\"";
+    let disk = "if [ -e f0 ]; then du -sk .; rm -f f*; echo CLEANED; else i=0; \
+                while dd if=/dev/zero of=f$i bs=1M count=3 2>/dev/null; do i=$((i+1)); done; \
+                echo WROTE $i; fi";
+    let dir = tasks(&[
+        ("fork", call("run", json!({ "command": fork }))),
+        ("memory", call("run", json!({ "command": memory }))),
+        (
+            "cpu",
+            call("run", json!({ "command": "python3 -c 'while True: pass'" })),
+        ),
+        ("disk", call("run", json!({ "command": disk }))),
+    ]);
+    let limits = [
+        "--run-processes",
+        "32",
+        "--run-memory-mb",
+        "128",
+        "--run-cpu-secs",
+        "1",
+        "--run-disk-mb",
+        "16",
+        "--run-timeout",
+        "20",
+    ];
+    // `tool-call-7`: run, the five file tools, run again (with the same
+    // arguments: the file tools' calls fail but `list_dir`, which lists
+    // the workspace).
+    let mut args = vec![
+        "--json",
+        "--keep",
+        "--concurrency",
+        "4",
+        "--model",
+        "tool-call-7",
+    ];
+    args.extend(limits);
+    let started = Instant::now();
+    let out = rollout(&mc, dir.path(), &args, &[]);
+    let runs = summaries(&out);
+    // No call waited for its deadline: each was stopped by its limit.
+    assert!(
+        started.elapsed() < Duration::from_secs(20),
+        "{:?}",
+        started.elapsed()
+    );
+    let said = String::from_utf8_lossy(&out.stderr);
+    assert!(said.contains("limits: 32 processes"), "{said}");
+
+    let fork = &results_of(&mc, &runs, "fork")[0];
+    let forked: u32 = fork
+        .split_whitespace()
+        .skip_while(|w| *w != "forked")
+        .nth(1)
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("{fork}"));
+    // Python (and the shell, unless it exec'd python) count too.
+    assert!(forked < 32, "{fork}");
+    assert!(fork.contains("then 11"), "EAGAIN: {fork}");
+    let memory = &results_of(&mc, &runs, "memory")[0];
+    let held = memory
+        .lines()
+        .filter_map(|l| l.strip_prefix("held "))
+        .filter_map(|n| n.trim().parse::<u32>().ok())
+        .max()
+        .unwrap_or(0);
+    assert!(held > 0 && held <= 128, "{memory}");
+    assert!(
+        memory.contains("memory limit reached") || memory.contains("MemoryError"),
+        "{memory}"
+    );
+    assert!(!memory.ends_with("[exit status 0]"), "{memory}");
+    let cpu = &results_of(&mc, &runs, "cpu")[0];
+    // SIGXCPU; a shell that exec'd python made it PID 1 of its namespace,
+    // which ignores SIGXCPU: then SIGKILL at the hard limit a second on.
+    assert!(
+        cpu.ends_with("(killed by signal 24: the CPU time limit)]")
+            || cpu.ends_with("(killed by signal 9)]"),
+        "{cpu}"
+    );
+
+    let disk = results_of(&mc, &runs, "disk");
+    // 3 MiB files: five whole ones, the sixth cut at 16 MiB.
+    assert!(disk[0].contains("WROTE 5"), "{disk:?}");
+    assert!(
+        disk[0].contains("disk limit reached: the workspace holds at most 16 MiB"),
+        "{disk:?}"
+    );
+    // The file tools and the second call found what the first left
+    // (mirrored back), within the limit, and it could clean it up.
+    assert!(disk[3].contains("f5"), "{disk:?}");
+    let kib: u64 = disk[6]
+        .split_whitespace()
+        .next()
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("{disk:?}"));
+    assert!((15 * 1024..=16 * 1024).contains(&kib), "{disk:?}");
+    assert!(disk[6].contains("CLEANED"), "{disk:?}");
+    let workspace = PathBuf::from(runs["disk"]["workspace"].as_str().unwrap());
+    assert_eq!(std::fs::read_dir(&workspace).unwrap().count(), 0);
+
+    // Nothing of the fork loop is left running.
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        let left = processes_with(&[format!("sleep\0{marker}")]);
+        if left.is_empty() {
+            break;
+        }
+        assert!(Instant::now() < deadline, "still running: {left:?}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    // The daemon served every step throughout.
+    let healthy = cli_in(mc.home.path(), &["status"]);
+    assert!(healthy.status.success(), "{}", text(&healthy));
+}
+
+/// Past `--max-tool-calls-per-step` the calls of one answer are answered
+/// with an error and not run; past `--max-tool-calls` the task ends,
+/// saying why.
+#[test]
+fn tool_calls_are_capped_per_step_and_per_task() {
+    let (_up, mc) = start();
+    let dir = tasks(&[(
+        "many",
+        call("run", json!({"command": "echo RAN >> log.txt; echo RAN"})),
+    )]);
+    // `tool-call-5`: run, read_file, write_file, list_dir, copy_file.
+    let out = rollout(
+        &mc,
+        dir.path(),
+        &[
+            "--json",
+            "--model",
+            "tool-call-5",
+            "--max-tool-calls-per-step",
+            "2",
+        ],
+        &[],
+    );
+    let runs = summaries(&out);
+    assert_eq!(runs["many"]["tool_calls"], 2, "{}", runs["many"]);
+    let results = results_of(&mc, &runs, "many");
+    assert_eq!(results.len(), 5, "{results:?}");
+    assert!(results[0].contains("RAN"), "{results:?}");
+    for refused in &results[2..] {
+        assert!(
+            refused.starts_with("error: not run: at most 2 tool calls are run from one answer"),
+            "{refused}"
+        );
+    }
+
+    let out = rollout(
+        &mc,
+        dir.path(),
+        &["--json", "--model", "tool-call-5", "--max-tool-calls", "3"],
+        &[],
+    );
+    let run = &summaries(&out)["many"];
+    assert_eq!(run["finished"], "max_tool_calls", "{run}");
+    assert_eq!(run["tool_calls"], 3, "{run}");
+    assert!(
+        run["error"]
+            .as_str()
+            .unwrap()
+            .contains("more than 3 tool calls"),
+        "{run}"
+    );
+}
+
+/// Where no cgroup can be made and `RLIMIT_NPROC` does not hold (here:
+/// root, whom the kernel exempts, with the cgroup tree hidden by a
+/// mount namespace of the test's), `run` runs nothing and says why.
+#[test]
+fn without_a_process_limit_run_is_refused() {
+    if !rustix::process::geteuid().is_root() {
+        eprintln!("skipped: hiding the cgroup tree needs root");
+        return;
+    }
+    let (_up, mc) = start();
+    let dir = tasks(&[(
+        "run",
+        call("run", json!({"command": "touch RAN; echo RAN"})),
+    )]);
+    let (runs, err) = rollout_in(
+        &mc,
+        dir.path(),
+        &["--mount", "--propagation", "private"],
+        "mount -t tmpfs none /sys/fs/cgroup",
+    );
+    assert!(
+        err.contains("run tool: DISABLED: ")
+            && err.contains("cannot bound the number of processes"),
+        "{err}"
+    );
+    refused(&mc, &runs);
 }

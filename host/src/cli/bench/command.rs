@@ -136,7 +136,14 @@ impl Checks {
     pub fn probe(exe: PathBuf, scratch: &Path) -> Result<Self, Unchecked> {
         std::fs::create_dir_all(scratch)
             .map_err(|e| Unchecked(format!("cannot create {}: {e}", scratch.display())))?;
-        let sandbox = Sandbox::probe_with(exe, Purpose::Check, scratch, TIMEOUT, MAX_READ);
+        let sandbox = Sandbox::probe_with(
+            exe,
+            Purpose::Check,
+            scratch,
+            TIMEOUT,
+            MAX_READ,
+            sandbox::Limits::default(),
+        );
         if let Some(why) = sandbox.disabled() {
             return Err(Unchecked(why.to_string()));
         }

@@ -381,10 +381,15 @@ impl Agent {
             if calls.is_empty() {
                 break;
             }
-            for (id, name, arguments) in calls {
-                let result = match Call::parse(&name, &arguments) {
-                    Ok(call) => self.execute(call, &workspace, &dir.task).await,
-                    Err(e) => format!("error: {e}"),
+            for (i, (id, name, arguments)) in calls.into_iter().enumerate() {
+                // As in `rollout`: one answer runs at most so many calls.
+                let result = if i >= tools::MAX_CALLS_PER_STEP as usize {
+                    tools::over_step_cap(tools::MAX_CALLS_PER_STEP)
+                } else {
+                    match Call::parse(&name, &arguments) {
+                        Ok(call) => self.execute(call, &workspace, &dir.task).await,
+                        Err(e) => format!("error: {e}"),
+                    }
                 };
                 turn.tools.push(ToolUse {
                     name: name.clone(),

@@ -32,7 +32,7 @@ use super::day::{self, Agent, DayDir, RoundRecord};
 use super::model::Endpoint;
 use super::openclaw::{self, ClawDay, OpenClaw, Provider};
 use super::provenance::{ArmRecord, Bank, Measured};
-use crate::cli::rollout::sandbox::Sandbox;
+use crate::cli::rollout::sandbox::{Limits, Sandbox};
 use crate::config::{ApiFormat, Loaded};
 use crate::home::Home;
 
@@ -273,7 +273,7 @@ pub async fn run(settings: &Settings, ctx: &RunContext) -> Result<()> {
         )
     })?);
     eprintln!("file checks: {}", checks.describe());
-    let sandbox = Arc::new(Sandbox::probe(&scratch, ctx.run_timeout));
+    let sandbox = Arc::new(Sandbox::probe(&scratch, ctx.run_timeout, Limits::default()));
     if let Some(why) = sandbox.disabled() {
         eprintln!("note: the agent's run tool is off (the file tools work): {why}");
     }

@@ -24,6 +24,13 @@ use super::tasks::Task;
 use super::tools::{self, Call};
 use super::workspace::Workspace;
 
+/// Tool calls run from one model answer, by default (`--max-tool-calls-per-step`).
+pub const MAX_CALLS_PER_STEP: u32 = tools::MAX_CALLS_PER_STEP;
+/// Tool calls per task, by default (`--max-tool-calls`): twice the
+/// per-step cap over the default eight steps is far beyond what a task
+/// needs, and bounds what one task can make the sandbox run.
+pub const MAX_CALLS_PER_TASK: u32 = 64;
+
 /// How long one model call may take, start to end.
 const CALL_TIMEOUT: Duration = Duration::from_secs(600);
 
@@ -42,6 +49,8 @@ pub enum Finished {
     Answered,
     /// `--max-steps` model calls, the last still calling tools.
     MaxSteps,
+    /// An answer asked for tool calls past `--max-tool-calls`.
+    MaxToolCalls,
     Error,
 }
 
@@ -50,6 +59,7 @@ impl Finished {
         match self {
             Self::Answered => "answered",
             Self::MaxSteps => "max_steps",
+            Self::MaxToolCalls => "max_tool_calls",
             Self::Error => "error",
         }
     }
@@ -80,6 +90,10 @@ pub struct Agent {
     pub token: Option<String>,
     pub model: String,
     pub max_steps: u32,
+    /// Tool calls run from one answer; the rest get an error result.
+    pub max_calls_per_step: u32,
+    /// Tool calls per task; an answer asking for more ends the task.
+    pub max_calls: u32,
     pub run_id: String,
     /// Where task folders are made.
     pub run_dir: PathBuf,
@@ -160,13 +174,33 @@ impl Agent {
                 summary.finished = Finished::Answered;
                 return;
             }
-            for (id, name, arguments) in calls {
-                summary.tool_calls += 1;
-                let content = match Call::parse(&name, &arguments) {
-                    Ok(call) => self.execute(call, &workspace, dir).await,
-                    Err(e) => format!("error: {e}"),
+            let mut over_task = false;
+            for (i, (id, name, arguments)) in calls.into_iter().enumerate() {
+                let content = if i >= self.max_calls_per_step as usize {
+                    tools::over_step_cap(self.max_calls_per_step)
+                } else if summary.tool_calls >= self.max_calls {
+                    over_task = true;
+                    format!(
+                        "error: not run: this task has used its {} tool calls",
+                        self.max_calls
+                    )
+                } else {
+                    summary.tool_calls += 1;
+                    match Call::parse(&name, &arguments) {
+                        Ok(call) => self.execute(call, &workspace, dir).await,
+                        Err(e) => format!("error: {e}"),
+                    }
                 };
+                // Every call gets its result, run or not, as the API expects.
                 messages.push(json!({"role": "tool", "tool_call_id": id, "content": content}));
+            }
+            if over_task {
+                summary.finished = Finished::MaxToolCalls;
+                summary.error = Some(format!(
+                    "the model asked for more than {} tool calls (--max-tool-calls)",
+                    self.max_calls
+                ));
+                return;
             }
         }
     }

@@ -34,7 +34,7 @@ use super::admin::{AdminClient, AdminError};
 use super::{load_config, runtime};
 use crate::home::Home;
 use agent::{Agent, Finished};
-use sandbox::Sandbox;
+use sandbox::{Limits, Sandbox};
 
 #[derive(Args, Debug, Clone)]
 pub struct RolloutArgs {
@@ -54,11 +54,32 @@ pub struct RolloutArgs {
     /// Seconds a `run` command may take before it is killed.
     #[arg(long, default_value_t = 10, value_parser = clap::value_parser!(u64).range(1..=3600))]
     pub run_timeout: u64,
+    /// Processes (and threads) one `run` command may have at once.
+    #[arg(long, default_value_t = Limits::default().processes, value_parser = clap::value_parser!(u32).range(8..=65536))]
+    pub run_processes: u32,
+    /// MiB of memory one `run` command may use, all its processes together
+    /// (each, where no cgroup can be made).
+    #[arg(long, default_value_t = Limits::default().memory_mb, value_parser = clap::value_parser!(u64).range(64..=1048576))]
+    pub run_memory_mb: u64,
+    /// CPU seconds each process of a `run` command may use.
+    #[arg(long, default_value_t = Limits::default().cpu_secs, value_parser = clap::value_parser!(u64).range(1..=86400))]
+    pub run_cpu_secs: u64,
+    /// MiB the workspace may hold after a `run` command (what was there included).
+    #[arg(long, default_value_t = Limits::default().disk_mb, value_parser = clap::value_parser!(u64).range(1..=65536))]
+    pub run_disk_mb: u64,
+    /// Tool calls run from one model answer; the rest are answered with an
+    /// error and not run.
+    #[arg(long, default_value_t = agent::MAX_CALLS_PER_STEP, value_parser = clap::value_parser!(u32).range(1..))]
+    pub max_tool_calls_per_step: u32,
+    /// Tool calls per task; the task ends (`max_tool_calls`) at the first
+    /// answer asking for more.
+    #[arg(long, default_value_t = agent::MAX_CALLS_PER_TASK, value_parser = clap::value_parser!(u32).range(1..))]
+    pub max_tool_calls: u32,
     /// Keep each task's workspace (its path is printed) instead of removing it.
     #[arg(long)]
     pub keep: bool,
     /// One JSON object per task and line: task_id, session_id, steps,
-    /// tool_calls, finished (answered, max_steps, error), error.
+    /// tool_calls, finished (answered, max_steps, max_tool_calls, error), error.
     #[arg(long)]
     pub json: bool,
 }
@@ -79,6 +100,21 @@ pub struct SandboxExecArgs {
     /// Marks the helper's own setup-failure line (the command never sees it).
     #[arg(long, default_value = "")]
     pub nonce: String,
+    /// Processes at once (see `rollout --run-processes`).
+    #[arg(long, default_value_t = Limits::default().processes)]
+    pub processes: u32,
+    #[arg(long, default_value_t = Limits::default().memory_mb)]
+    pub memory_mb: u64,
+    #[arg(long, default_value_t = Limits::default().cpu_secs)]
+    pub cpu_secs: u64,
+    #[arg(long, default_value_t = Limits::default().disk_mb)]
+    pub disk_mb: u64,
+    /// The command's wall-clock limit, in milliseconds.
+    #[arg(long, default_value_t = 10_000)]
+    pub timeout_ms: u64,
+    /// A cgroup folder metaclaw made for this call, to join first.
+    #[arg(long, value_name = "DIR")]
+    pub cgroup: Vec<PathBuf>,
     /// The shell command.
     #[arg(last = true, required_unless_present = "probe")]
     pub command: Option<String>,
@@ -91,7 +127,20 @@ pub fn sandbox_exec(args: SandboxExecArgs) -> ExitCode {
     } else {
         sandbox::Purpose::Run
     };
-    sandbox::exec(&args.dir, purpose, &args.nonce, args.command.as_deref())
+    sandbox::exec(&sandbox::Request {
+        dir: &args.dir,
+        purpose,
+        nonce: &args.nonce,
+        command: args.command.as_deref(),
+        limits: Limits {
+            processes: args.processes,
+            memory_mb: args.memory_mb,
+            cpu_secs: args.cpu_secs,
+            disk_mb: args.disk_mb,
+        },
+        cgroups: &args.cgroup,
+        timeout: Duration::from_millis(args.timeout_ms),
+    })
 }
 
 pub fn run(home: &Home, config_path: &Path, args: RolloutArgs) -> Result<ExitCode> {
@@ -125,6 +174,12 @@ pub fn run(home: &Home, config_path: &Path, args: RolloutArgs) -> Result<ExitCod
     let sandbox = Arc::new(Sandbox::probe(
         &run_dir,
         Duration::from_secs(args.run_timeout),
+        Limits {
+            processes: args.run_processes,
+            memory_mb: args.run_memory_mb,
+            cpu_secs: args.run_cpu_secs,
+            disk_mb: args.run_disk_mb,
+        },
     ));
     let agent = Agent {
         client: admin.http().clone(),
@@ -132,6 +187,8 @@ pub fn run(home: &Home, config_path: &Path, args: RolloutArgs) -> Result<ExitCod
         token: loaded.config.proxy.api_key.clone(),
         model,
         max_steps: args.max_steps,
+        max_calls_per_step: args.max_tool_calls_per_step,
+        max_calls: args.max_tool_calls,
         run_id,
         run_dir: run_dir.clone(),
         keep: args.keep,

@@ -39,7 +39,7 @@ impl Printer {
         say!("{run_tool}");
         say!();
         say!(
-            "{:<w$}  {:<9}  {:>5}  {:>5}  SESSION / ERROR",
+            "{:<w$}  {:<14}  {:>5}  {:>5}  SESSION / ERROR",
             "TASK",
             "FINISHED",
             "STEPS",
@@ -65,7 +65,7 @@ impl Printer {
             detail.push_str(&format!(" (workspace kept: {})", path.display()));
         }
         say!(
-            "{:<w$}  {:<9}  {:>5}  {:>5}  {detail}",
+            "{:<w$}  {:<14}  {:>5}  {:>5}  {detail}",
             s.task_id,
             s.finished.as_str(),
             s.steps,
@@ -77,10 +77,12 @@ impl Printer {
     pub fn footer(&self, summaries: &[Summary], sandbox: &Sandbox) {
         let count = |f: Finished| summaries.iter().filter(|s| s.finished == f).count();
         let totals = format!(
-            "{} task(s): {} answered, {} stopped at max steps, {} failed",
+            "{} task(s): {} answered, {} stopped at max steps, {} stopped at max tool calls, {} \
+             failed",
             summaries.len(),
             count(Finished::Answered),
             count(Finished::MaxSteps),
+            count(Finished::MaxToolCalls),
             count(Finished::Error)
         );
         let disabled = sandbox

@@ -12,6 +12,18 @@ use super::workspace::Workspace;
 /// The most one tool result carries back to the model.
 pub const MAX_RESULT: usize = 16 * 1024;
 
+/// Tool calls run from one model answer, by default: far more than a
+/// step needs, few enough that one answer cannot queue unbounded work.
+pub const MAX_CALLS_PER_STEP: u32 = 16;
+
+/// The result of a call past the per-answer cap `max`: not run.
+pub fn over_step_cap(max: u32) -> String {
+    format!(
+        "error: not run: at most {max} tool calls are run from one answer; ask for the rest in \
+         the next one"
+    )
+}
+
 /// The tools, as a chat request's `tools`.
 pub fn definitions() -> Value {
     let function = |name: &str, description: &str, properties: Value, required: &[&str]| {

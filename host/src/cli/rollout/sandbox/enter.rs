@@ -4,16 +4,19 @@
 //! before the command exists (exit status 125, one line saying which,
 //! marked with the caller's nonce so that no command can forge it).
 
+use std::os::fd::{AsFd, OwnedFd};
 use std::os::unix::process::CommandExt;
-use std::path::Path;
-use std::process::{Command, ExitCode, Stdio};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitCode, ExitStatus, Stdio};
+use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result};
 use rustix::io::Errno;
-use rustix::process::{Resource, Rlimit, Signal};
+use rustix::process::Signal;
 use rustix::thread::UnshareFlags;
 
-use super::{Purpose, SETUP_EXIT, mounts, ready_line, restrict, setup_failed_line};
+use super::limits::{self, Bound, Limits};
+use super::{Purpose, SETUP_EXIT, mirror, mounts, ready_line, restrict, setup_failed_line};
 use crate::cli::rollout::taskdir::TaskDir;
 
 /// The one user inside: the caller, mapped. Not 0, so the command keeps
@@ -42,33 +45,69 @@ const ENV: &[(&str, &str)] = &[
     ("SHELL", "/bin/sh"),
     ("TERM", "dumb"),
 ];
-/// The largest file the command may write (RLIMIT_FSIZE).
-const MAX_FILE: u64 = 64 * 1024 * 1024;
+/// The helper's exit status when it killed the command at its deadline.
+pub const TIMEOUT_EXIT: u8 = 124;
+/// How often the helper checks the command's deadline.
+const POLL: Duration = Duration::from_millis(10);
 
-/// `metaclaw sandbox-exec --dir DIR [--check] --nonce N (--probe | -- COMMAND)`.
-pub fn exec(dir: &Path, purpose: Purpose, nonce: &str, command: Option<&str>) -> ExitCode {
+/// One `sandbox-exec` call, its arguments read.
+#[derive(Debug, Clone)]
+pub struct Request<'a> {
+    pub dir: &'a Path,
+    pub purpose: Purpose,
+    pub nonce: &'a str,
+    /// `None`: the probe.
+    pub command: Option<&'a str>,
+    pub limits: Limits,
+    /// The cgroup folders metaclaw made for this call ([`super::cgroup`]);
+    /// none: rlimits alone.
+    pub cgroups: &'a [PathBuf],
+    /// The command's wall-clock limit.
+    pub timeout: Duration,
+}
+
+/// `metaclaw sandbox-exec --dir DIR [--check] --nonce N [limits] (--probe | -- COMMAND)`.
+pub fn exec(req: &Request<'_>) -> ExitCode {
     // Dies with the rollout that started it.
     let _ = rustix::process::set_parent_process_death_signal(Some(Signal::KILL));
     let failed = |why: &str| {
-        eprintln!("{}", setup_failed_line(nonce, why));
+        eprintln!("{}", setup_failed_line(req.nonce, why));
         ExitCode::from(SETUP_EXIT)
     };
-    let confined = match confine(&TaskDir::at(dir.to_path_buf()), purpose) {
-        Ok(what) => what,
+    let (confined, real, cgroups) = match confine(req) {
+        Ok(done) => done,
         Err(e) => return failed(&format!("{e:#}")),
     };
-    let (command, probe) = match (command, purpose) {
+    let (command, probe) = match (req.command, req.purpose) {
         (Some(command), _) => (command, false),
         (None, Purpose::Run) => ("true", true),
         (None, Purpose::Check) => (PYTHON_PROBE, true),
     };
-    let status = match shell(command, purpose).status() {
-        Ok(status) => status,
+    let mut child = match shell(command, req.purpose, cgroups).spawn() {
+        Ok(child) => child,
         Err(e) => return failed(&format!("cannot start /bin/sh inside: {e}")),
+    };
+    let ended = match wait(&mut child, req.timeout) {
+        Ok(ended) => ended,
+        Err(e) => return failed(&format!("lost the command: {e}")),
+    };
+    // The shell was the first process of the PID namespace: every process
+    // it left is gone now, and nothing changes /work any more.
+    if disk_full() {
+        eprintln!(
+            "[metaclaw-sandbox: disk limit reached: the workspace holds at most {} MiB]",
+            req.limits.disk_mb
+        );
+    }
+    if let Err(e) = mirror::mirror(Path::new(WORKDIR), real.as_fd()) {
+        eprintln!("[metaclaw-sandbox: the workspace was not saved in full: {e}]");
+    }
+    let Some(status) = ended else {
+        return ExitCode::from(TIMEOUT_EXIT);
     };
     if probe {
         if !status.success() {
-            return failed(&match purpose {
+            return failed(&match req.purpose {
                 Purpose::Run => format!("`true` failed inside: {status}"),
                 Purpose::Check => format!(
                     "`python` inside is not Python 3 in isolated mode ({status}): the checks \
@@ -76,30 +115,94 @@ pub fn exec(dir: &Path, purpose: Purpose, nonce: &str, command: Option<&str>) ->
                 ),
             });
         }
-        say!("{}", ready_line(nonce, &confined));
+        say!("{}", ready_line(req.nonce, &confined));
         return ExitCode::SUCCESS;
     }
     ExitCode::from(u8::try_from(super::exit_code(status)).unwrap_or(1))
 }
 
-/// Namespaces, the new root, Landlock and limits, in that order; says
-/// what is enforced.
-fn confine(dir: &TaskDir, purpose: Purpose) -> Result<String> {
+/// The command's end; `None` when it was killed at `timeout`.
+fn wait(child: &mut Child, timeout: Duration) -> std::io::Result<Option<ExitStatus>> {
+    let deadline = Instant::now() + timeout;
+    loop {
+        if let Some(status) = child.try_wait()? {
+            return Ok(Some(status));
+        }
+        if Instant::now() >= deadline {
+            // The namespace's first process: the kernel kills the rest.
+            child.kill()?;
+            child.wait()?;
+            return Ok(None);
+        }
+        std::thread::sleep(POLL);
+    }
+}
+
+/// Whether the workspace's copy is (nearly) full: out of space or inodes.
+fn disk_full() -> bool {
+    rustix::fs::statvfs(WORKDIR)
+        .is_ok_and(|s| s.f_bavail.saturating_mul(s.f_frsize) < 64 * 1024 || s.f_favail == 0)
+}
+
+/// The cgroups, namespaces, limits, the new root and Landlock, in that
+/// order; says what is enforced, and gives the real workspace's folder
+/// (to mirror the copy back into) and the cgroups' `cgroup.procs` (for
+/// the command to join).
+fn confine(req: &Request<'_>) -> Result<(String, OwnedFd, Vec<OwnedFd>)> {
     let uid = rustix::process::getuid().as_raw();
     let gid = rustix::process::getgid().as_raw();
-    unshare()?;
+    // Before the namespaces: the cgroup tree is the host's.
+    let cgroups = req
+        .cgroups
+        .iter()
+        .map(|dir| {
+            let procs = dir.join("cgroup.procs");
+            rustix::fs::open(
+                &procs,
+                rustix::fs::OFlags::WRONLY | rustix::fs::OFlags::CLOEXEC,
+                rustix::fs::Mode::empty(),
+            )
+            .with_context(|| format!("cannot open {}", procs.display()))
+        })
+        .collect::<Result<Vec<_>>>()?;
+    unshare(namespaces())?;
     map_ids(uid, gid)?;
-    let hidden = mounts::enter_root(dir, purpose)?;
-    let landlock = restrict::landlock()?;
-    limits()?;
-    let python = match purpose {
+    let bound = if req.cgroups.is_empty() {
+        Bound::Rlimit
+    } else {
+        Bound::Cgroup
+    };
+    let limits = limits::apply(&req.limits, bound)?;
+    // Last: a child started before this (the rlimit check) would have
+    // been the namespace's first process.
+    unshare(UnshareFlags::NEWPID)?;
+    let dir = TaskDir::at(req.dir.to_path_buf());
+    let real = mirror::open_real(&dir.work())
+        .with_context(|| format!("cannot open the workspace {}", dir.work().display()))?;
+    let hidden = mounts::enter_root(&dir, req.purpose, &req.limits)?;
+    let landlock = restrict::landlock(real.as_fd())?;
+    let python = match req.purpose {
         Purpose::Run => "",
         Purpose::Check => "; `python` is Python 3 in isolated mode",
     };
-    Ok(format!(
-        "user, mount, network, PID, IPC and UTS namespaces; only the workspace and a private \
-         /tmp writable; system dirs read-only{hidden}; no network; {landlock}{python}"
+    Ok((
+        format!(
+            "user, mount, network, PID, IPC and UTS namespaces; only the workspace and a private \
+             /tmp writable; system dirs read-only{hidden}; no network; {landlock}{python}; {limits}"
+        ),
+        real,
+        cgroups,
     ))
+}
+
+/// Every namespace but the PID one (entered last, [`confine`]).
+fn namespaces() -> UnshareFlags {
+    UnshareFlags::NEWUSER
+        | UnshareFlags::NEWNS
+        | UnshareFlags::NEWNET
+        | UnshareFlags::NEWIPC
+        | UnshareFlags::NEWUTS
+        | UnshareFlags::NEWCGROUP
 }
 
 #[expect(
@@ -107,14 +210,7 @@ fn confine(dir: &TaskDir, purpose: Purpose) -> Result<String> {
     reason = "rustix marks unshare unsafe because CLONE_FILES can split a multi-threaded \
               process's fd table; this passes no CLONE_FILES, in a single-threaded process"
 )]
-fn unshare() -> Result<()> {
-    let flags = UnshareFlags::NEWUSER
-        | UnshareFlags::NEWNS
-        | UnshareFlags::NEWNET
-        | UnshareFlags::NEWPID
-        | UnshareFlags::NEWIPC
-        | UnshareFlags::NEWUTS
-        | UnshareFlags::NEWCGROUP;
+fn unshare(flags: UnshareFlags) -> Result<()> {
     // SAFETY: no CLONE_FILES (nor CLONE_FS/CLONE_SIGHAND sharing changes
     // other threads could observe), and `sandbox-exec` runs before any
     // other thread exists (cli::dispatch hands it over first).
@@ -146,27 +242,9 @@ fn map_ids(uid: u32, gid: u32) -> Result<()> {
     Ok(())
 }
 
-/// No core dumps (they would land in the workspace), and no file past
-/// [`MAX_FILE`].
-fn limits() -> Result<()> {
-    let set = |resource, limit: u64| {
-        rustix::process::setrlimit(
-            resource,
-            Rlimit {
-                current: Some(limit),
-                maximum: Some(limit),
-            },
-        )
-        .with_context(|| format!("cannot set {resource:?}"))
-    };
-    set(Resource::Core, 0)?;
-    set(Resource::Fsize, MAX_FILE)?;
-    Ok(())
-}
-
 /// `/bin/sh -c COMMAND` in the workspace with only [`ENV`] and the
 /// purpose's PATH, no stdin; it dies with this helper.
-fn shell(command: &str, purpose: Purpose) -> Command {
+fn shell(command: &str, purpose: Purpose, cgroups: Vec<OwnedFd>) -> Command {
     let path = match purpose {
         Purpose::Run => PATH.to_string(),
         Purpose::Check => format!("{CHECK_BIN}:{PATH}"),
@@ -179,22 +257,30 @@ fn shell(command: &str, purpose: Purpose) -> Command {
         .env("PATH", path)
         .envs(ENV.iter().copied())
         .stdin(Stdio::null());
-    die_with_parent(&mut cmd);
+    die_with_parent(&mut cmd, cgroups);
     cmd
 }
 
+/// The command dies with this helper, and joins its cgroups (`cgroups`:
+/// their `cgroup.procs`, opened before the namespaces; "0" is the writer):
+/// the helper stays outside, so the OOM killer and the process limit
+/// never pick it, and the workspace is always mirrored back.
 #[expect(
     unsafe_code,
-    reason = "pre_exec is unsafe; the hook makes one async-signal-safe syscall (prctl)"
+    reason = "pre_exec is unsafe; the hook makes async-signal-safe syscalls only (prctl, write)"
 )]
-fn die_with_parent(cmd: &mut Command) {
+fn die_with_parent(cmd: &mut Command, cgroups: Vec<OwnedFd>) {
     // SAFETY: the closure runs in the forked child before exec and only
-    // calls prctl(PR_SET_PDEATHSIG) through rustix: a raw syscall, no
-    // allocation, no lock; and this helper is single-threaded anyway.
+    // calls prctl(PR_SET_PDEATHSIG) and write(2) through rustix: raw
+    // syscalls, no allocation, no lock; and this helper is
+    // single-threaded anyway.
     unsafe {
-        cmd.pre_exec(|| {
-            rustix::process::set_parent_process_death_signal(Some(Signal::KILL))
-                .map_err(std::io::Error::from)
+        cmd.pre_exec(move || {
+            rustix::process::set_parent_process_death_signal(Some(Signal::KILL))?;
+            for procs in &cgroups {
+                rustix::io::write(procs, b"0")?;
+            }
+            Ok(())
         });
     }
 }

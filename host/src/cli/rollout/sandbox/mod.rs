@@ -2,35 +2,50 @@
 //! and no access to the filesystem outside its task's workspace, or it
 //! does not run at all.
 //!
-//! metaclaw runs itself again as `metaclaw sandbox-exec --dir TASKDIR --
-//! COMMAND` (a fresh, single-threaded process: `unshare` of a user
-//! namespace needs one, and nothing runs before the confinement but the
-//! confinement). That helper ([`enter`]):
+//! metaclaw runs itself again as `metaclaw sandbox-exec --dir TASKDIR
+//! [limits] -- COMMAND` (a fresh, single-threaded process: `unshare` of a
+//! user namespace needs one, and nothing runs before the confinement but
+//! the confinement), first making the call a cgroup of its own where it
+//! can ([`cgroup`]: `memory` and `pids` limits, v2 or v1). That helper
+//! ([`enter`]):
 //!
-//! 1. enters new user, mount, network, PID, IPC, UTS and cgroup namespaces
+//! 1. enters new user, mount, network, IPC, UTS and cgroup namespaces
 //!    (the user namespace maps one user, the caller, to uid 1000 inside,
 //!    so the command has no capability at all once it runs);
-//! 2. builds a root of its own on a tmpfs ([`mounts`]): `/usr`, `/bin`,
+//! 2. sets the limits ([`limits`]): CPU seconds, processes and file size
+//!    per process always, address space per process where no cgroup
+//!    bounds memory; without a cgroup it checks that `RLIMIT_NPROC` holds
+//!    (per user namespace, Linux 5.14+, not for root) and refuses to run
+//!    the command if it does not; then a new PID namespace;
+//! 3. builds a root of its own on a tmpfs ([`mounts`]): `/usr`, `/bin`,
 //!    `/sbin`, `/lib*` bound read-only, a synthetic `/etc` (a passwd
 //!    naming only the sandbox's user, the loader cache and
 //!    `/etc/alternatives` read-only), `/dev/{null,zero,full,random,urandom}`,
-//!    a private 64 MiB `/tmp`, and the workspace read-write at `/work`;
-//!    then `pivot_root`s into it and detaches the old root, so nothing
-//!    else of the host (home, `/proc`, `/run`'s sockets, `/var`) exists;
-//! 3. adds Landlock where the kernel has it ([`restrict`]): read and
+//!    a private 64 MiB `/tmp`, and at `/work` a tmpfs of the disk limit's
+//!    size holding a copy of the workspace; then `pivot_root`s into it and
+//!    detaches the old root, so nothing else of the host (home, `/proc`,
+//!    `/run`'s sockets, `/var`, the real workspace) exists;
+//! 4. adds Landlock where the kernel has it ([`restrict`]): read and
 //!    execute on the system dirs, everything on `/work` and `/tmp`, nothing
 //!    else; TCP bind and connect denied (ABI 4+); no signals to and no
 //!    abstract sockets of processes outside (ABI 6+); `no_new_privs`;
-//! 4. caps core dumps (0) and file size (64 MiB), and starts `/bin/sh -c
-//!    COMMAND` in `/work` with an empty environment but `PATH`,
-//!    `HOME=/work`, `TMPDIR=/tmp`, `LANG`, as PID 1 of the new PID
-//!    namespace: when it ends, every process it left behind is killed.
+//! 5. starts `/bin/sh -c COMMAND` in `/work` with an empty environment but
+//!    `PATH`, `HOME=/work`, `TMPDIR=/tmp`, `LANG`, as PID 1 of the new PID
+//!    namespace, in the call's cgroup (the helper stays outside it): when
+//!    it ends, or is killed at the deadline, every process it left behind
+//!    is killed;
+//! 6. then mirrors `/work` back into the real workspace ([`mirror`],
+//!    through a directory fd opened before the root changed, no link ever
+//!    followed): the model sees its writes in the next call, and a disk
+//!    filler only ever filled the copy.
 //!
 //! The network namespace has only a loopback that is down: no address,
 //! not even the host's 127.0.0.1, can be reached. This side ([`Sandbox`])
 //! gives the helper an empty environment and its own process group, reads
-//! its output (stdout and stderr together, capped), and kills the group
-//! at the deadline; the helper and the command die with metaclaw
+//! its output (stdout and stderr together, capped), reads which limits
+//! the cgroup counted (the OOM killer, refused forks) into the result,
+//! removes the cgroup, and kills the group should the helper outlive the
+//! deadline by [`GRACE`]; the helper and the command die with metaclaw
 //! (`PR_SET_PDEATHSIG`).
 //!
 //! **Fail closed.** A rollout first probes the sandbox (the helper sets
@@ -39,7 +54,8 @@
 //! unprivileged user namespaces, `user.max_user_namespaces = 0`), no
 //! mount permission — the `run` tool answers every call with the reason
 //! and runs nothing; the file tools still work. A setup failure on any
-//! later call is refused the same way. Nothing is ever run unconfined.
+//! later call is refused the same way, and so is a call whose process
+//! limit cannot be made to hold. Nothing is ever run unconfined.
 //! Landlock is a second layer: without it (kernel before 5.13, or not
 //! enabled) the namespaces alone confine, and the summary says so.
 //!
@@ -54,7 +70,10 @@
 //! by a nonce the command never sees: a check cannot pass itself off as
 //! an infrastructure failure.
 
+mod cgroup;
 mod enter;
+mod limits;
+mod mirror;
 mod mounts;
 mod restrict;
 mod scratch;
@@ -66,7 +85,8 @@ use std::process::{Command, Stdio};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
-pub use enter::exec;
+pub use enter::{Request, exec};
+pub use limits::Limits;
 pub use scratch::{CopyError, copy_workspace};
 
 use super::taskdir::TaskDir;
@@ -79,6 +99,10 @@ pub const MAX_OUTPUT: usize = 15 * 1024;
 const POLL: Duration = Duration::from_millis(10);
 /// How long output is waited for after the command is gone.
 const DRAIN: Duration = Duration::from_secs(1);
+/// What the helper gets past the command's deadline to kill it and
+/// mirror the workspace back, before metaclaw kills the helper too (the
+/// command's writes are then lost).
+const GRACE: Duration = Duration::from_secs(30);
 /// The helper's exit status when the sandbox could not be set up; its
 /// output then holds [`setup_failed_line`].
 const SETUP_EXIT: u8 = 125;
@@ -109,6 +133,7 @@ pub struct Sandbox {
     exe: PathBuf,
     purpose: Purpose,
     timeout: Duration,
+    limits: Limits,
     /// What is kept of each output stream.
     max_output: usize,
     state: State,
@@ -135,6 +160,8 @@ pub enum Ended {
 pub struct RunOutput {
     pub output: String,
     pub ended: Ended,
+    /// The limits it ran into, in words (those its cgroup counted).
+    pub limits_hit: Vec<String>,
 }
 
 /// A sandboxed command's stdout and stderr, apart, and its end.
@@ -143,18 +170,20 @@ pub struct SplitOutput {
     pub stdout: String,
     pub stderr: String,
     pub ended: Ended,
+    pub limits_hit: Vec<String>,
 }
 
 impl Sandbox {
     /// The `run` tool's sandbox (metaclaw's own binary as the helper),
     /// probed in a scratch task folder under `scratch`.
-    pub fn probe(scratch: &Path, timeout: Duration) -> Self {
+    pub fn probe(scratch: &Path, timeout: Duration, limits: Limits) -> Self {
         match std::env::current_exe() {
-            Ok(exe) => Self::probe_with(exe, Purpose::Run, scratch, timeout, MAX_OUTPUT),
+            Ok(exe) => Self::probe_with(exe, Purpose::Run, scratch, timeout, MAX_OUTPUT, limits),
             Err(e) => Self {
                 exe: PathBuf::new(),
                 purpose: Purpose::Run,
                 timeout,
+                limits,
                 max_output: MAX_OUTPUT,
                 state: State::Disabled(format!("cannot find metaclaw's own binary: {e}")),
             },
@@ -170,11 +199,13 @@ impl Sandbox {
         scratch: &Path,
         timeout: Duration,
         max_output: usize,
+        limits: Limits,
     ) -> Self {
         let mut sandbox = Self {
             exe,
             purpose,
             timeout,
+            limits,
             max_output,
             state: State::Disabled(String::new()),
         };
@@ -250,6 +281,7 @@ impl Sandbox {
         Ok(RunOutput {
             output: out.stdout,
             ended: out.ended,
+            limits_hit: out.limits_hit,
         })
     }
 
@@ -279,12 +311,33 @@ impl Sandbox {
         } else {
             (None, writer.try_clone().map_err(failed)?)
         };
+        // A cgroup where one can be made; else the helper bounds the
+        // command with rlimits alone, or refuses it (limits.rs).
+        let (cgroup, no_cgroup) =
+            match cgroup::Cgroup::create(&format!("metaclaw-sandbox-{nonce}"), &self.limits) {
+                Ok(cgroup) => (Some(cgroup), None),
+                Err(why) => (None, Some(why)),
+            };
+        let limits = self.limits;
         let mut cmd = Command::new(&self.exe);
         cmd.arg("sandbox-exec")
             .arg("--dir")
             .arg(dir.path())
             .arg("--nonce")
-            .arg(nonce);
+            .arg(nonce)
+            .arg("--processes")
+            .arg(limits.processes.to_string())
+            .arg("--memory-mb")
+            .arg(limits.memory_mb.to_string())
+            .arg("--cpu-secs")
+            .arg(limits.cpu_secs.to_string())
+            .arg("--disk-mb")
+            .arg(limits.disk_mb.to_string())
+            .arg("--timeout-ms")
+            .arg(self.timeout.as_millis().to_string());
+        for dir in cgroup.iter().flat_map(|c| c.dirs()) {
+            cmd.arg("--cgroup").arg(dir);
+        }
         if self.purpose == Purpose::Check {
             cmd.arg("--check");
         }
@@ -292,14 +345,22 @@ impl Sandbox {
             Some(command) => cmd.arg("--").arg(command),
             None => cmd.arg("--probe"),
         };
-        let mut child = cmd
+        let spawned = cmd
             .env_clear()
             .stdin(Stdio::null())
             .stdout(writer)
             .stderr(err_writer)
             .process_group(0)
-            .spawn()
-            .map_err(failed)?;
+            .spawn();
+        let mut child = match spawned {
+            Ok(child) => child,
+            Err(e) => {
+                if let Some(cgroup) = cgroup {
+                    cgroup.remove();
+                }
+                return Err(failed(e));
+            }
+        };
         // The parent's copies of the pipes' write ends go with `cmd`: the
         // readers see the end when the helper and the command are gone.
         drop(cmd);
@@ -318,7 +379,10 @@ impl Sandbox {
         }
 
         let pid = rustix::process::Pid::from_child(&child);
-        let deadline = Instant::now() + self.timeout;
+        let started = Instant::now();
+        // The helper ends the command at its deadline; this is the
+        // backstop should the helper itself hang.
+        let deadline = started + self.timeout + GRACE;
         let mut timed_out = false;
         loop {
             // Exited, but not reaped: its pid (and group id) cannot be
@@ -341,7 +405,22 @@ impl Sandbox {
         // Whatever is left in the group (the command's own processes die
         // with the PID namespace when its first process ends).
         let _ = rustix::process::kill_process_group(pid, rustix::process::Signal::KILL);
-        let status = child.wait().map_err(|e| format!("lost the sandbox: {e}"))?;
+        let status = child.wait();
+        let limits_hit = match cgroup {
+            Some(cgroup) => {
+                let hits = cgroup.hits(&limits);
+                cgroup.remove();
+                hits
+            }
+            None => Vec::new(),
+        };
+        let status = status.map_err(|e| format!("lost the sandbox: {e}"))?;
+        // The helper's own timeout status, after the deadline: killed.
+        if status.code() == Some(i32::from(enter::TIMEOUT_EXIT))
+            && started.elapsed() >= self.timeout
+        {
+            timed_out = true;
+        }
         let lost = |_| "[output lost: still held open]".to_string();
         let stdout = rx.recv_timeout(DRAIN).unwrap_or_else(lost);
         let stderr = if split {
@@ -358,8 +437,11 @@ impl Sandbox {
                 .chain(stderr.lines())
                 .find(|l| l.starts_with(&marker));
             if let Some(line) = line {
+                let cgroup = no_cgroup
+                    .map(|why| format!(" (no cgroup: {why})"))
+                    .unwrap_or_default();
                 return Err(format!(
-                    "metaclaw-sandbox: cannot confine the command: {}",
+                    "metaclaw-sandbox: cannot confine the command: {}{cgroup}",
                     &line[marker.len()..]
                 ));
             }
@@ -373,6 +455,7 @@ impl Sandbox {
             stdout,
             stderr,
             ended,
+            limits_hit,
         })
     }
 }
@@ -388,6 +471,9 @@ pub fn result_text(out: &RunOutput, timeout: Duration) -> String {
     if !text.is_empty() && !text.ends_with('\n') {
         text.push('\n');
     }
+    for hit in &out.limits_hit {
+        text.push_str(&format!("[{hit}]\n"));
+    }
     match out.ended {
         Ended::TimedOut => text.push_str(&format!(
             "[killed: still running after {} s]",
@@ -401,7 +487,12 @@ pub fn result_text(out: &RunOutput, timeout: Duration) -> String {
 pub fn describe(ended: &Ended) -> String {
     match ended {
         Ended::Exited(code) if *code > 128 => {
-            format!("exit status {code} (killed by signal {})", code - 128)
+            let why = match code - 128 {
+                24 => ": the CPU time limit",
+                25 => ": the file size limit",
+                _ => "",
+            };
+            format!("exit status {code} (killed by signal {}{why})", code - 128)
         }
         Ended::Exited(code) => format!("exit status {code}"),
         Ended::TimedOut => "timed out".into(),
@@ -459,6 +550,7 @@ mod tests {
         let out = |output: &str, ended| RunOutput {
             output: output.into(),
             ended,
+            limits_hit: Vec::new(),
         };
         let t = Duration::from_secs(10);
         assert_eq!(

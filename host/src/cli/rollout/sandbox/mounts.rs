@@ -9,7 +9,7 @@
 //! and `nodev`, so it cannot be opened inside; the helper checks that
 //! before anything runs.
 
-use std::ffi::CStr;
+use std::ffi::{CStr, CString};
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 
@@ -19,6 +19,7 @@ use rustix::mount::{MountFlags, MountPropagationFlags, UnmountFlags};
 
 use super::Purpose;
 use super::enter::{CHECK_BIN, PATH, WORKDIR};
+use super::limits::{Limits, MAX_INODES};
 use crate::cli::rollout::taskdir::TaskDir;
 
 /// Bound read-only at the same place (a symlink, as merged-/usr systems
@@ -43,7 +44,7 @@ const TMP_TMPFS: &CStr = c"mode=1777,size=64m";
 /// host's root and sits in the workspace; for a check, with `python`
 /// wrappers. Says what of metaclaw was hidden ("" when nothing was
 /// under the system folders).
-pub fn enter_root(dir: &TaskDir, purpose: Purpose) -> Result<String> {
+pub fn enter_root(dir: &TaskDir, purpose: Purpose, limits: &Limits) -> Result<String> {
     let root = dir.root();
     // Nothing done here may propagate back to the host's mounts.
     rustix::mount::mount_change(
@@ -125,7 +126,7 @@ pub fn enter_root(dir: &TaskDir, purpose: Purpose) -> Result<String> {
 
     let work = root.join(relative(WORKDIR));
     std::fs::create_dir(&work)?;
-    bind(&dir.work(), &work, false)?;
+    workspace_copy(&dir.work(), &work, limits)?;
 
     // Into the new root; the old one is detached and unreachable.
     rustix::process::chdir(&root).context("cannot enter the sandbox's root")?;
@@ -158,6 +159,40 @@ pub fn enter_root(dir: &TaskDir, purpose: Purpose) -> Result<String> {
             }
             Ok(format!("; metaclaw's binary ({}) hidden", exe.display()))
         }
+    }
+}
+
+/// `/work`: a tmpfs of the disk limit's size holding a copy of the
+/// workspace (mirrored back after the command, [`super::mirror`]), so a
+/// command that fills it gets ENOSPC and the host's disk is never
+/// touched.
+fn workspace_copy(from: &Path, to: &Path, limits: &Limits) -> Result<()> {
+    let options = CString::new(format!(
+        "mode=0700,size={},nr_inodes={}",
+        limits.disk_bytes(),
+        MAX_INODES + 16
+    ))?;
+    rustix::mount::mount(
+        "tmpfs",
+        to,
+        "tmpfs",
+        MountFlags::NOSUID | MountFlags::NODEV,
+        options.as_c_str(),
+    )
+    .context("cannot mount the workspace's copy (tmpfs)")?;
+    match super::copy_workspace(from, to) {
+        Ok(()) => Ok(()),
+        Err(e)
+            if e.to_string().contains("No space left")
+                || e.to_string().contains("(os error 28)") =>
+        {
+            bail!(
+                "the workspace holds more than the disk limit of {} MiB: remove files, or raise \
+             --run-disk-mb",
+                limits.disk_mb
+            )
+        }
+        Err(e) => Err(anyhow::anyhow!("{e}")),
     }
 }
 

@@ -7,6 +7,8 @@
 //! running kernel lacks is dropped (the crate's best-effort mode); the
 //! namespaces confine alone where Landlock is missing.
 
+use std::os::fd::BorrowedFd;
+
 use anyhow::{Context, Result};
 use landlock::{
     ABI, Access, AccessFs, AccessNet, BitFlags, LandlockStatus, PathBeneath, PathFd, Ruleset,
@@ -19,9 +21,11 @@ use super::mounts::{DEVICES, SYSTEM};
 /// The newest ABI this code knows; older kernels get the subset they have.
 const ABI_KNOWN: ABI = ABI::V10;
 
-/// Restricts this process (and what it starts) to the sandbox's paths;
+/// Restricts this process (and what it starts) to the sandbox's paths,
+/// and the real workspace `real` (the helper mirrors `/work` back into it
+/// through that fd; the command has neither the fd nor a path to it);
 /// says what was enforced.
-pub fn landlock() -> Result<String> {
+pub fn landlock(real: BorrowedFd<'_>) -> Result<String> {
     let read = AccessFs::from_read(ABI_KNOWN);
     let all = AccessFs::from_all(ABI_KNOWN);
     let device = AccessFs::from_file(ABI_KNOWN)
@@ -61,6 +65,7 @@ pub fn landlock() -> Result<String> {
         let fd = PathFd::new(&path).with_context(|| format!("landlock: cannot open {path}"))?;
         ruleset = ruleset.add_rule(PathBeneath::new(fd, access))?;
     }
+    ruleset = ruleset.add_rule(PathBeneath::new(real, all))?;
     let status = ruleset
         .restrict_self()
         .context("landlock: cannot restrict the sandbox")?;

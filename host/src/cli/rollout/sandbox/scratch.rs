@@ -68,8 +68,7 @@ pub fn copy_workspace(from: &Path, to: &Path) -> Result<(), CopyError> {
                         MAX_BYTES >> 20
                     )));
                 }
-                copy_file(&src, &dst, meta.permissions().mode(), meta.len())
-                    .map_err(|e| io(&src, e))?;
+                copy_file(&src, &dst, &meta).map_err(|e| io(&src, e))?;
             } else if rustix::fs::FileType::from_raw_mode(std::os::unix::fs::MetadataExt::mode(
                 &meta,
             )) == FileType::Fifo
@@ -90,8 +89,10 @@ pub fn copy_workspace(from: &Path, to: &Path) -> Result<(), CopyError> {
 
 /// One regular file, opened without following a link and without
 /// blocking (should it have become something else since it was looked
-/// at), at most `len` bytes.
-fn copy_file(src: &Path, dst: &Path, mode: u32, len: u64) -> std::io::Result<()> {
+/// at), at most its length then, with its mode and times (the sandbox's
+/// [`super::mirror`] tells changed files by them).
+fn copy_file(src: &Path, dst: &Path, meta: &std::fs::Metadata) -> std::io::Result<()> {
+    use std::os::unix::fs::MetadataExt;
     let flags = (OFlags::NOFOLLOW | OFlags::NONBLOCK | OFlags::NOCTTY).bits() as i32;
     let file = OpenOptions::new()
         .read(true)
@@ -100,10 +101,13 @@ fn copy_file(src: &Path, dst: &Path, mode: u32, len: u64) -> std::io::Result<()>
     if !file.metadata()?.is_file() {
         return Err(std::io::Error::other("not a regular file"));
     }
+    let stat = rustix::fs::fstat(&file)?;
     let mut out = File::create_new(dst)?;
-    std::io::copy(&mut file.take(len), &mut out)?;
+    std::io::copy(&mut file.take(meta.len()), &mut out)?;
     out.flush()?;
-    out.set_permissions(std::fs::Permissions::from_mode(mode & 0o777))
+    out.set_permissions(std::fs::Permissions::from_mode(meta.mode() & 0o777))?;
+    rustix::fs::futimens(&out, &super::mirror::times(&stat))?;
+    Ok(())
 }
 
 #[cfg(test)]
