@@ -702,7 +702,10 @@ fn main() {
                     continue;
                 }
                 if matches!(kind, Kind::First | Kind::Deep | Kind::Filter) && rows(&body) == 0 {
-                    failures.push(format!("{} listed no session", paths(kind)));
+                    let listed = body
+                        .find("<tbody>")
+                        .map_or("", |at| &body[at..body.len().min(at + 300)]);
+                    failures.push(format!("{} listed no session: {listed}", paths(kind)));
                 }
                 lat[kind as usize].push(took);
             }

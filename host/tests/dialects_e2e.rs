@@ -59,15 +59,7 @@ async fn events(response: reqwest::Response) -> Vec<(String, Value)> {
 
 /// What the dummy received for `model`, oldest first.
 async fn upstream_saw(up: &Proc, model: &str) -> Vec<Value> {
-    let v: Value = client()
-        .get(format!("{}/dummy/requests?model={model}", up.url))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
-    v["requests"].as_array().unwrap().clone()
+    dummy_requests(&up.url, model).await
 }
 
 fn runtime_session_id(text: &str) -> String {

@@ -45,17 +45,8 @@ async fn corrected_session(mc: &Metaclaw, id: &str) {
 
 /// The request bodies the dummy received for `model`, as text.
 async fn seen_by(upstream: &str, model: &str) -> Vec<String> {
-    let v: Value = client()
-        .get(format!("{upstream}/dummy/requests?model={model}"))
-        .send()
+    dummy_requests(upstream, model)
         .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
-    v["requests"]
-        .as_array()
-        .unwrap()
         .iter()
         .map(Value::to_string)
         .collect()

@@ -510,11 +510,14 @@ pub async fn dummy_stats(upstream_url: &str) -> Value {
     get_json(format!("{upstream_url}/dummy/stats")).await
 }
 
-/// The request bodies the dummy upstream received for `model`
-/// (`GET /dummy/requests?model=`).
+/// The request bodies the dummy upstream received for `model`, oldest
+/// first (`GET /dummy/requests?model=`).
 pub async fn dummy_requests(upstream_url: &str, model: &str) -> Vec<Value> {
     let v = get_json(format!("{upstream_url}/dummy/requests?model={model}")).await;
-    v["requests"].as_array().cloned().unwrap_or_default()
+    v["requests"]
+        .as_array()
+        .unwrap_or_else(|| panic!("the dummy's requests for {model}: {v}"))
+        .clone()
 }
 
 /// A copy of a component with an extra custom section: the same plugin,

@@ -26,7 +26,9 @@ use crate::app::SharedApp;
 pub(super) fn frame(nav: &str, login: &Login, dashboard: &Dashboard) -> Value {
     context! {
         nav => nav,
-        ui => login.base(),
+        // `/ui/` and 64 hex digits: nothing to escape, and left unescaped
+        // the links read as what they are (`/ui/<key>/…`, not `&#x2f;ui…`).
+        ui => Value::from_safe_string(login.base()),
         csrf => login.csrf.clone(),
         actions => dashboard.settings.actions,
         version => env!("CARGO_PKG_VERSION"),
