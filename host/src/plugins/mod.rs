@@ -28,13 +28,15 @@ mod view;
 
 pub use bindings::{outcomes, types};
 pub use cache::{ArtifactState, CacheOptions};
-pub use engine::{EngineOptions, PluginEngine, Spawned, artifact_limit};
+pub use engine::{
+    CompileTimedOut, EngineOptions, PluginEngine, Spawned, artifact_limit, code_bytes,
+};
 pub use loaded::{
     CallError, IndexState, Kind, Limits, Loaded, PACKAGE, PACKAGE_VERSION, PluginInfo, Probed,
     Source, compatible,
 };
 pub use lock::{LockEntry, LockFile};
 pub use registry::{BuiltinSource, PluginHost, PluginSpec, Problem, Registry, Settings};
-pub use sandbox::{EmbedBudget, EmbedPurpose, Embedder, Grants, OutcomeSource};
+pub use sandbox::{Charge, EmbedBudget, EmbedPurpose, Embedder, Grants, MemoryPool, OutcomeSource};
 pub use trust::{FIRST_PARTY, FileRef, Trust};
 pub use view::{PluginView, RegistryView, view};

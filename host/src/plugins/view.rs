@@ -35,6 +35,9 @@ pub struct PluginView {
     pub memory: u64,
     #[serde(default)]
     pub memory_limit: u64,
+    /// Host memory its compiled code takes (bytes), charged to the total.
+    #[serde(default)]
+    pub code: u64,
 }
 
 #[derive(Debug, Serialize, Deserialize)]
@@ -48,6 +51,12 @@ pub struct RegistryView {
     /// list is not yet all there will be.
     #[serde(default)]
     pub loading: bool,
+    /// What all plugins hold together (bytes: every instance's memory and
+    /// every loaded plugin's compiled code), and `plugins.total_memory_mb`.
+    #[serde(default)]
+    pub total_memory: u64,
+    #[serde(default)]
+    pub total_memory_limit: u64,
 }
 
 pub fn view(registry: &Registry) -> RegistryView {
@@ -73,11 +82,20 @@ pub fn view(registry: &Registry) -> RegistryView {
                 log_dropped: p.log_dropped(),
                 memory: p.memory_in_use() as u64,
                 memory_limit: p.limits.memory_bytes as u64,
+                code: p.code_bytes() as u64,
             })
             .collect(),
         problems: registry.problems.clone(),
         notices: registry.notices.clone(),
         locked: registry.locked,
         loading: registry.loading(),
+        total_memory: registry
+            .total_memory
+            .as_ref()
+            .map_or(0, |m| m.used() as u64),
+        total_memory_limit: registry
+            .total_memory
+            .as_ref()
+            .map_or(0, |m| m.limit() as u64),
     }
 }

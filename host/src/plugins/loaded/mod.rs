@@ -28,8 +28,8 @@ use std::sync::{Arc, Mutex};
 use semver::Version;
 
 use super::bindings::{evolver, retriever, scorer, skill};
-use super::engine::{FlavorId, PluginEngine};
-use super::sandbox::{Embedder, Grants, MemoryPool, PluginShared};
+use super::engine::{CompileTimedOut, FlavorId, PluginEngine, code_bytes};
+use super::sandbox::{Charge, Embedder, Grants, MemoryPool, PluginShared};
 
 pub use index::IndexState;
 pub use info::{Kind, Limits, PACKAGE, PACKAGE_VERSION, PluginInfo, Source, compatible, detect};
@@ -45,6 +45,9 @@ pub struct Loaded {
     /// Which of the engine's wasmtime engines it was compiled for.
     flavor: FlavorId,
     pre: Pre,
+    /// Its compiled code, charged to `plugins.total_memory_mb` while any
+    /// copy of it (a regrant shares the code) is loaded.
+    code: Arc<Charge>,
     pool: Mutex<Vec<Instance>>,
     /// One per call that may run at once.
     permits: tokio::sync::Semaphore,
@@ -70,6 +73,7 @@ pub struct Probed {
     engine: Arc<PluginEngine>,
     flavor: FlavorId,
     pre: Pre,
+    code: Arc<Charge>,
 }
 
 impl Loaded {
@@ -86,11 +90,25 @@ impl Loaded {
         limits_for: &dyn Fn(Kind) -> Limits,
     ) -> Result<Probed, String> {
         let (component, flavor) = engine.compile(bytes, &sha256).map_err(|e| {
+            if let Some(late) = e.downcast_ref::<CompileTimedOut>() {
+                return format!("refused: {late}");
+            }
             format!(
                 "not a valid component: {}",
                 crate::untrusted::log_line(&format!("{e:#}"), 1000)
             )
         })?;
+        // Compiled code is host memory: charged to the plugins' total
+        // before anything of the plugin runs.
+        let total = engine.memory();
+        let code = Arc::new(total.charge(code_bytes(&component)).ok_or_else(|| {
+            format!(
+                "refused: its compiled code ({}) does not fit in plugins.total_memory_mb ({} of {} held by the plugins loaded)",
+                mib(code_bytes(&component)),
+                mib(total.used()),
+                mib(total.limit())
+            )
+        })?);
         let (kind, package, imports) = detect(&engine.flavor(flavor).engine, &component)?;
         let instance_pre = engine
             .flavor(flavor)
@@ -145,6 +163,7 @@ impl Loaded {
             engine.clone(),
             flavor,
             pre,
+            code.clone(),
             "(loading)",
             Grants::default(),
             None,
@@ -152,6 +171,10 @@ impl Loaded {
         let meta = engine
             .block_on(probe.metadata())
             .map_err(|e| format!("metadata() failed: {e}"))?;
+        // What one instance needs (its memories and tables as instantiated,
+        // and what metadata() grew): with its code, it must fit in what the
+        // other plugins leave, or it could never run.
+        let one_instance = probe.shared.memory.peak();
         let declared = Kind::from(meta.kind);
         if declared != kind {
             return Err(format!(
@@ -179,6 +202,15 @@ impl Loaded {
             )
         })?;
         let Self { mut info, pre, .. } = probe;
+        if one_instance > total.available() {
+            return Err(format!(
+                "refused: its compiled code ({}) and one instance ({}) do not fit in plugins.total_memory_mb ({} of {} held by the plugins loaded)",
+                mib(code.bytes()),
+                mib(one_instance),
+                mib(total.used()),
+                mib(total.limit())
+            ));
+        }
         info.name = name;
         info.version = version;
         info.description = crate::untrusted::log_line(&meta.description, 500);
@@ -194,6 +226,7 @@ impl Loaded {
             engine: engine.clone(),
             flavor,
             pre,
+            code,
         })
     }
 
@@ -204,6 +237,7 @@ impl Loaded {
         engine: Arc<PluginEngine>,
         flavor: FlavorId,
         pre: Pre,
+        code: Arc<Charge>,
         label: &str,
         grants: Grants,
         embedder: Option<Arc<dyn Embedder>>,
@@ -213,7 +247,7 @@ impl Loaded {
             label,
             grants,
             embedder,
-            MemoryPool::new(limits.memory_bytes),
+            MemoryPool::within(limits.memory_bytes, Some(engine.memory().clone())),
         );
         Self {
             permits: tokio::sync::Semaphore::new(limits.pool_size.max(1)),
@@ -224,6 +258,7 @@ impl Loaded {
             engine,
             flavor,
             pre,
+            code,
             pool: Mutex::new(Vec::new()),
             indexing: tokio::sync::Mutex::new(()),
             warming: AtomicU64::new(u64::MAX),
@@ -245,6 +280,12 @@ impl Loaded {
     /// What this plugin is granted.
     pub fn grants(&self) -> &Grants {
         &self.shared.grants
+    }
+
+    /// Host memory its compiled code takes (charged to
+    /// `plugins.total_memory_mb`).
+    pub fn code_bytes(&self) -> usize {
+        self.code.bytes()
     }
 
     /// Log lines of this plugin dropped by the rate limits.
@@ -298,6 +339,7 @@ impl Loaded {
             self.engine.clone(),
             self.flavor,
             self.pre.clone(),
+            self.code.clone(),
             self.label(),
             grants,
             embedder,
@@ -315,9 +357,15 @@ impl Probed {
             self.engine,
             self.flavor,
             self.pre,
+            self.code,
             &label,
             grants,
             embedder,
         )
     }
+}
+
+/// `bytes` in MiB, for messages.
+fn mib(bytes: usize) -> String {
+    format!("{:.1} MiB", bytes as f64 / f64::from(1 << 20))
 }

@@ -35,6 +35,9 @@ pub struct Settings {
     pub evict_after: Option<Duration>,
     pub trust: Trust,
     pub memory_bytes: usize,
+    pub total_memory_bytes: usize,
+    pub max_compiles: usize,
+    pub compile_timeout: Duration,
     pub max_failures: u32,
     pub pool_size: usize,
     pub timeouts: BTreeMap<Kind, Duration>,
@@ -84,6 +87,9 @@ impl Settings {
             evict_after: None,
             trust,
             memory_bytes: (p.memory_mb as usize) << 20,
+            total_memory_bytes: (p.total_memory_mb as usize) << 20,
+            max_compiles: p.max_compiles,
+            compile_timeout: p.timeouts.compile.get(),
             max_failures: p.max_failures.max(1),
             pool_size: p.pool_size.max(1),
             timeouts,
@@ -140,6 +146,9 @@ impl Settings {
         EngineOptions {
             cache: self.cache.clone(),
             threads: self.threads,
+            total_memory: self.total_memory_bytes,
+            max_compiles: self.max_compiles,
+            compile_timeout: Some(self.compile_timeout),
         }
     }
 }
