@@ -1100,6 +1100,7 @@ fn forty_scorers_within_their_budgets_stay_under_the_total() {
     let pid = m.proc.child.id();
     let cgroup = MemoryCgroup::enter(pid, 3 << 30);
     let grow = std::fs::read(built_plugin("testing/grow-scorer.wasm")).unwrap();
+    std::fs::create_dir_all(h.join("plugins")).unwrap();
     for i in 0..40 {
         let name = format!("grow-{i:02}");
         std::fs::write(
@@ -1205,6 +1206,12 @@ fn forty_scorers_within_their_budgets_stay_under_the_total() {
     assert!(
         grown_mib < TOTAL_MB + 96,
         "RSS grew by {grown_mib} MiB over {loaded_rss} KiB with the plugins' total at {TOTAL_MB} MiB"
+    );
+    let group_peak = cgroup.as_ref().map(MemoryCgroup::peak_and_oom_kills);
+    eprintln!(
+        "plugins' peak {} MiB of {TOTAL_MB}; {failed} scorer calls held back; metaclaw RSS {} MiB loaded, +{grown_mib} MiB at peak; 3 GiB cgroup (peak bytes, OOM kills): {group_peak:?}",
+        peak >> 20,
+        loaded_rss >> 10
     );
     if let Some(group) = &cgroup {
         let (peak, kills) = group.peak_and_oom_kills();
