@@ -164,6 +164,14 @@ const QUICK: [&str; 12] = [
 ];
 /// The plugin memory budget (`plugins.memory_mb`, set so).
 const MEMORY_MB: u64 = 64;
+/// All plugins' memory together (`plugins.total_memory_mb`, set so).
+const TOTAL_MB: u64 = 512;
+/// The sum-of-memory attack's scorers, and the MiB each grows by: just
+/// under its own budget (`MEMORY_MB`).
+const SUM_SCORERS: usize = 40;
+const GROW_MB: &str = "60";
+/// The attacks run as sections of their own, after the table.
+const SECTIONS: [&str; 3] = ["re-index", SLOW_SKILLS, "sum-of-memory"];
 /// Sessions the other requests rotate through.
 const BYSTANDER_SESSIONS: u32 = 8;
 
@@ -178,6 +186,8 @@ struct Options {
     attacks: Vec<&'static Attack>,
     /// Run the slow-skills case (`--attacks slow-skills`, or by default).
     slow_skills: bool,
+    /// Run the sum-of-memory section.
+    sum_of_memory: bool,
 }
 
 fn options() -> Options {
@@ -187,24 +197,30 @@ fn options() -> Options {
     let names: Vec<String> = value("--attacks")
         .map(|a| a.split(',').map(str::to_string).collect())
         .unwrap_or_else(|| {
-            let mut names: Vec<String> = if quick {
-                QUICK.iter().map(|a| a.to_string()).collect()
+            let table = if quick {
+                QUICK.iter().map(|a| a.to_string()).collect::<Vec<_>>()
             } else {
                 ALL.iter().map(|a| a.name.to_string()).collect()
             };
-            names.push("re-index".into());
-            names
+            table
+                .into_iter()
+                .chain(SECTIONS.iter().map(|s| s.to_string()))
+                .collect()
         });
     let reindex = names.iter().any(|n| n == "re-index");
-    let slow_skills = value("--attacks").is_none() || names.iter().any(|n| n == SLOW_SKILLS);
+    let slow_skills = names.iter().any(|n| n == SLOW_SKILLS);
+    let sum_of_memory = names.iter().any(|n| n == "sum-of-memory");
     let attacks = names
         .iter()
-        .filter(|n| *n != "re-index" && *n != SLOW_SKILLS)
+        .filter(|n| !SECTIONS.contains(&n.as_str()))
         .map(|n| {
             ALL.iter().find(|a| a.name == n).unwrap_or_else(|| {
                 panic!(
-                    "unknown attack {n}; known: {:?}, re-index and {SLOW_SKILLS}",
-                    ALL.iter().map(|a| a.name).collect::<Vec<_>>()
+                    "unknown attack {n}; known: {:?}",
+                    ALL.iter()
+                        .map(|a| a.name)
+                        .chain(SECTIONS)
+                        .collect::<Vec<_>>()
                 )
             })
         })
@@ -221,6 +237,7 @@ fn options() -> Options {
             .unwrap_or(100),
         attacks,
         slow_skills,
+        sum_of_memory,
     }
 }
 
@@ -754,7 +771,7 @@ fn main() {
     std::fs::write(
         h.join("config.yaml"),
         format!(
-            "llm:\n  api_base: {dummy_url}\nlog:\n  level: warn\nsessions:\n  idle_timeout: 1h\nplugins:\n  max_failures: 1000000\n  memory_mb: {MEMORY_MB}\n  watch_interval: 200ms\n"
+            "llm:\n  api_base: {dummy_url}\nlog:\n  level: warn\nsessions:\n  idle_timeout: 1h\nplugins:\n  max_failures: 1000000\n  memory_mb: {MEMORY_MB}\n  total_memory_mb: {TOTAL_MB}\n  watch_interval: 200ms\n"
         ),
     )
     .unwrap();
@@ -814,7 +831,7 @@ fn main() {
         opts.attack_every_ms
     );
     println!(
-        "# limits: plugins.timeouts 50 ms (load 2 s), plugins.memory_mb {MEMORY_MB}, plugins.max_call_mb 4, no grants; max_failures raised so the attackers stay loaded"
+        "# limits: plugins.timeouts 50 ms (load 2 s), plugins.memory_mb {MEMORY_MB}, plugins.total_memory_mb {TOTAL_MB}, plugins.max_call_mb 4, no grants; max_failures raised so the attackers stay loaded"
     );
     println!(
         "# a normal turn's wait to be scored before any attack: {}",
@@ -986,6 +1003,23 @@ fn main() {
     println!("\n## what metaclaw recorded");
     for d in &details {
         println!("{d}");
+    }
+
+    if opts.sum_of_memory {
+        let log_from = log().len();
+        let sum = SumOfMemory {
+            rt: &rt,
+            client: &client,
+            url: &url,
+            home: h,
+            built: &built,
+            drop_ins: &drop_ins,
+            pid,
+        };
+        problems.extend(sum.run(&opts, &socket_addr, &|| {
+            let all = log();
+            all[log_from.min(all.len())..].to_string()
+        }));
     }
 
     let healthy = rt.block_on(async {
@@ -1176,6 +1210,146 @@ mod reindex {
                 "re-index: fresh texts made {} upstream requests (budget {FRESH_BUDGET})",
                 fresh.upstream
             ));
+        }
+        problems
+    }
+}
+
+/// Where the sum-of-memory section runs.
+struct SumOfMemory<'a> {
+    rt: &'a tokio::runtime::Runtime,
+    client: &'a reqwest::Client,
+    url: &'a str,
+    home: &'a Path,
+    built: &'a Path,
+    drop_ins: &'a Path,
+    pid: u32,
+}
+
+/// `bytes` with every occurrence of `from` replaced by `to` (same length).
+fn renamed(bytes: &[u8], from: &[u8], to: &[u8]) -> Vec<u8> {
+    let mut out = bytes.to_vec();
+    let mut i = 0;
+    while i + from.len() <= out.len() {
+        if &out[i..i + from.len()] == from {
+            out[i..i + from.len()].copy_from_slice(to);
+            i += from.len();
+        } else {
+            i += 1;
+        }
+    }
+    out
+}
+
+impl SumOfMemory<'_> {
+    /// Forty scorers, each growing by just under its own budget on every
+    /// turn of the attacking session, in the usual slices. Returns the
+    /// containment problems.
+    fn run(&self, opts: &Options, socket: &str, log: &dyn Fn() -> String) -> Vec<String> {
+        let mut problems = Vec::new();
+        let grow = std::fs::read(self.built.join("testing/grow-scorer.wasm"))
+            .expect("testing/grow-scorer.wasm is missing: run scripts/build-plugins");
+        let names: Vec<String> = (0..SUM_SCORERS).map(|i| format!("grow-{i:02}")).collect();
+        for name in &names {
+            std::fs::write(
+                self.drop_ins.join(format!("{name}.wasm")),
+                renamed(&grow, b"grow-00", name.as_bytes()),
+            )
+            .unwrap();
+        }
+        let deadline = Instant::now() + Duration::from_secs(180);
+        while !names
+            .iter()
+            .all(|n| stats(&listing(self.home), n).2 == "ok")
+        {
+            if Instant::now() > deadline {
+                problems.push("sum-of-memory: the scorers never all loaded".into());
+                return problems;
+            }
+            std::thread::sleep(Duration::from_millis(200));
+        }
+        let rss0 = rss_kib(self.pid);
+        let text = GROW_MB;
+        let run = run_slices(
+            self.rt,
+            self.client,
+            self.url,
+            opts,
+            Vector::Turns {
+                session: "grow",
+                text,
+                burst: 0,
+            },
+            socket,
+            self.pid,
+            &|| {},
+        );
+        let lag = probe(self.rt, self.client, self.url, self.home, "sum-of-memory");
+        let rss1 = rss_kib(self.pid);
+        let status = cli(self.home, &["status", "--json"]).unwrap_or(Value::Null);
+        let memory = &status["plugins"]["memory"];
+        let (peak, limit) = (
+            memory["peak"].as_u64().unwrap_or(u64::MAX),
+            memory["limit"].as_u64().unwrap_or(0),
+        );
+        let list = listing(self.home);
+        let (calls, failures) = names.iter().fold((0, 0), |(c, f), n| {
+            let (calls, failures, _) = stats(&list, n);
+            (c + calls, f + failures)
+        });
+        let held_back = log()
+            .lines()
+            .filter(|l| l.contains("plugins.total_memory_mb") && l.contains("plugin call failed"))
+            .count();
+        let [base, atk] = &run.lat;
+        let grown_kib = run
+            .peak_rss_kib
+            .saturating_sub(rss0)
+            .max(rss1.saturating_sub(rss0));
+        println!(
+            "\n## sum of memory: {SUM_SCORERS} scorers, each growing by {text} MiB (plugins.memory_mb {MEMORY_MB}) on every turn of the attacking session"
+        );
+        println!(
+            "# plugins together: peak {:.0} MiB of plugins.total_memory_mb {:.0} MiB; scorer calls {calls}, failed {failures} ({held_back} on the total); attack turns {}",
+            peak as f64 / f64::from(1 << 20),
+            limit as f64 / f64::from(1 << 20),
+            run.attack_turns
+        );
+        println!(
+            "# metaclaw RSS before/peak/after {:.0}/{:.0}/{:.0} MiB (grew {:.0} MiB); other requests p50/p99 {:.2}/{:.2} ms baseline, {:.2}/{:.2} ms attack; errors {}; a normal turn scored after {}",
+            mib(rss0),
+            mib(run.peak_rss_kib),
+            mib(rss1),
+            mib(grown_kib),
+            ms(percentile(base, 50.0)),
+            ms(percentile(base, 99.0)),
+            ms(percentile(atk, 50.0)),
+            ms(percentile(atk, 99.0)),
+            run.errors[0] + run.errors[1] + run.attack_errors,
+            lag.map_or("timeout".into(), |d| format!("{:.0} ms", ms(d)))
+        );
+        if limit != TOTAL_MB << 20 || peak > limit {
+            problems.push(format!(
+                "sum-of-memory: the plugins held {peak} bytes together, over plugins.total_memory_mb ({limit})"
+            ));
+        }
+        if grown_kib > (TOTAL_MB + 64) << 10 {
+            problems.push(format!(
+                "sum-of-memory: metaclaw grew by {:.0} MiB (total {TOTAL_MB} MiB)",
+                mib(grown_kib)
+            ));
+        }
+        if lag.is_none() {
+            problems.push("sum-of-memory: a normal turn was not scored within 60 s".into());
+        }
+        if run.errors != [0, 0] || run.attack_errors != 0 {
+            problems.push(format!(
+                "sum-of-memory: failed requests: baseline {}, attack slices {}, attack turns {}",
+                run.errors[0], run.errors[1], run.attack_errors
+            ));
+        }
+        for name in &names {
+            let _ = std::fs::remove_file(self.drop_ins.join(format!("{name}.wasm")));
         }
         problems
     }

@@ -24,7 +24,7 @@ use metaclaw::plugins::{
     Source,
 };
 
-use common::wat::{load_bytes, wat_scorer};
+use common::wat::{load_bytes, probe_bytes, wat_scorer};
 use common::wit::{self, context, message};
 use common::*;
 
@@ -1358,4 +1358,306 @@ fn re_indexing_is_paid_once_and_a_churning_retriever_is_disabled_by_its_rate() {
         "{error}"
     );
     assert!(run.disabled_after.is_none());
+}
+
+/// An engine with no compile cache whose plugins share `total` bytes.
+fn engine_with_total(total: usize) -> Arc<metaclaw::plugins::PluginEngine> {
+    metaclaw::plugins::PluginEngine::new(metaclaw::plugins::EngineOptions {
+        threads: 2,
+        total_memory: total,
+        ..Default::default()
+    })
+    .unwrap()
+}
+
+/// Compiled code counts toward `plugins.total_memory_mb` while a plugin is
+/// loaded; a plugin whose code, or whose code and one instance, do not fit
+/// in what the others leave is refused at load, saying so — and takes
+/// nothing with it.
+#[test]
+fn a_plugin_that_does_not_fit_in_the_total_is_refused_at_load() {
+    let hostile = std::fs::read(built_plugin("testing/hostile.wasm")).unwrap();
+    let roomy = engine_with_total(1 << 30);
+    let loaded = load_bytes(&roomy, &hostile, Limits::default());
+    let code = loaded.code_bytes();
+    assert!(code > 64 << 10, "compiled code of {code} bytes");
+    assert_eq!(roomy.memory().used(), code, "its code is charged");
+    drop(loaded);
+    assert_eq!(roomy.memory().used(), 0, "and given back when unloaded");
+
+    let tight = engine_with_total(code - 1);
+    let err = probe_bytes(&tight, &hostile, Limits::default())
+        .err()
+        .unwrap();
+    assert!(
+        err.contains("compiled code") && err.contains("plugins.total_memory_mb"),
+        "{err}"
+    );
+    assert_eq!(tight.memory().used(), 0);
+
+    // Its code fits; an instance (a table of a million references, 8 MiB
+    // of host memory) does not.
+    let table = wat_scorer("big-table", "(table 1000000 funcref)", "");
+    let table_code = load_bytes(&roomy, &table, Limits::default()).code_bytes();
+    let tight = engine_with_total(table_code + (1 << 20));
+    let err = probe_bytes(&tight, &table, Limits::default())
+        .err()
+        .unwrap();
+    assert!(err.contains("plugins.total_memory_mb"), "{err}");
+    assert_eq!(tight.memory().used(), 0, "nothing is left charged");
+    // With room for both it loads, and holds only its code between calls.
+    let enough = engine_with_total(table_code + (9 << 20));
+    let big = load_bytes(&enough, &table, Limits::default());
+    assert_eq!(enough.memory().used(), table_code);
+    drop(big);
+}
+
+/// A compile that passes `plugins.timeouts.compile` refuses its plugin and
+/// says so; the first-party plugins (from the compile cache) load.
+#[test]
+fn a_compile_past_its_deadline_refuses_the_plugin() {
+    let (_home, host) = host_with(&[("testing/hostile.wasm", "hostile.wasm")], |c| {
+        c.plugins.timeouts.compile = metaclaw::config::duration::Dur::millis(1);
+    });
+    host.reload();
+    let error = problem_of(&host, "hostile.wasm");
+    assert!(error.contains("plugins.timeouts.compile"), "{error}");
+    assert!(host.current().find("hostile", None).is_none());
+    plugin(&host, "guard");
+}
+
+/// `bytes` with every occurrence of `from` replaced by `to` (same length):
+/// the grow scorer under another name.
+fn renamed(bytes: &[u8], from: &[u8], to: &[u8]) -> Vec<u8> {
+    assert_eq!(from.len(), to.len());
+    let mut out = bytes.to_vec();
+    let mut found = 0;
+    let mut i = 0;
+    while i + from.len() <= out.len() {
+        if &out[i..i + from.len()] == from {
+            out[i..i + from.len()].copy_from_slice(to);
+            found += 1;
+            i += from.len();
+        } else {
+            i += 1;
+        }
+    }
+    assert!(
+        found > 0,
+        "{:?} is not in the component",
+        String::from_utf8_lossy(from)
+    );
+    out
+}
+
+fn rss_kib_of(pid: u32) -> u64 {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .unwrap_or_default()
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .unwrap_or(0)
+}
+
+/// A memory cgroup of its own for a process, where this machine lets the
+/// test make one (root, cgroup v1 or v2); removed when dropped.
+struct MemoryCgroup {
+    dir: std::path::PathBuf,
+    root: std::path::PathBuf,
+    v2: bool,
+    pid: u32,
+}
+
+impl MemoryCgroup {
+    fn enter(pid: u32, limit: u64) -> Option<Self> {
+        let (root, v2) = if Path::new("/sys/fs/cgroup/memory/memory.limit_in_bytes").exists() {
+            (std::path::PathBuf::from("/sys/fs/cgroup/memory"), false)
+        } else if Path::new("/sys/fs/cgroup/cgroup.controllers").exists() {
+            (std::path::PathBuf::from("/sys/fs/cgroup"), true)
+        } else {
+            return None;
+        };
+        let dir = root.join(format!("metaclaw-test-{pid}"));
+        std::fs::create_dir(&dir).ok()?;
+        let group = Self { dir, root, v2, pid };
+        let limit_file = if v2 {
+            "memory.max"
+        } else {
+            "memory.limit_in_bytes"
+        };
+        std::fs::write(group.dir.join(limit_file), limit.to_string()).ok()?;
+        std::fs::write(group.dir.join("cgroup.procs"), pid.to_string()).ok()?;
+        Some(group)
+    }
+
+    /// The most the group's memory reached, and how many OOM kills it saw.
+    fn peak_and_oom_kills(&self) -> (u64, u64) {
+        let read = |f: &str| std::fs::read_to_string(self.dir.join(f)).unwrap_or_default();
+        let peak_file = if self.v2 {
+            "memory.peak"
+        } else {
+            "memory.max_usage_in_bytes"
+        };
+        let events = if self.v2 {
+            "memory.events"
+        } else {
+            "memory.oom_control"
+        };
+        let peak = read(peak_file).trim().parse().unwrap_or(0);
+        let kills = read(events)
+            .lines()
+            .find_map(|l| l.strip_prefix("oom_kill "))
+            .and_then(|n| n.trim().parse().ok())
+            .unwrap_or(0);
+        (peak, kills)
+    }
+}
+
+impl Drop for MemoryCgroup {
+    fn drop(&mut self) {
+        let _ = std::fs::write(self.root.join("cgroup.procs"), self.pid.to_string());
+        let _ = std::fs::remove_dir(&self.dir);
+    }
+}
+
+/// The sum-of-memory attack: forty scorers, each growing by 120 MiB — just
+/// under its own 128 MiB budget — on every turn they score, would hold
+/// 4.7 GiB together (the attack took metaclaw from 83 MiB to 2.9 GiB and an
+/// OOM kill in a 3 GiB cgroup). Under `plugins.total_memory_mb` they never
+/// hold more than it: the calls that would pass it fail (not counted toward
+/// disabling anyone), metaclaw keeps answering, and its RSS stays within
+/// what it held before plus the total. Run in a 3 GiB memory cgroup where
+/// the machine allows it, which it then must never OOM-kill.
+#[test]
+fn forty_scorers_within_their_budgets_stay_under_the_total() {
+    const TOTAL_MB: u64 = 512;
+    let upstream = dummy();
+    let m = Metaclaw::start(
+        &upstream.url,
+        &format!(
+            "llm:\n  api_base: {{upstream}}\nsessions:\n  idle_timeout: 1h\nplugins:\n  memory_mb: 128\n  total_memory_mb: {TOTAL_MB}\n  max_failures: 1000000\n  watch_interval: 200ms\n  timeouts:\n    scorer: 30s\n"
+        ),
+    );
+    let h = m.home.path();
+    let pid = m.proc.child.id();
+    let cgroup = MemoryCgroup::enter(pid, 3 << 30);
+    let grow = std::fs::read(built_plugin("testing/grow-scorer.wasm")).unwrap();
+    std::fs::create_dir_all(h.join("plugins")).unwrap();
+    for i in 0..40 {
+        let name = format!("grow-{i:02}");
+        std::fs::write(
+            h.join(format!("plugins/{name}.wasm")),
+            renamed(&grow, b"grow-00", name.as_bytes()),
+        )
+        .unwrap();
+    }
+    let grow_scorers = |v: &serde_json::Value| {
+        v["plugins"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|p| p["name"].as_str().is_some_and(|n| n.starts_with("grow-")))
+            .cloned()
+            .collect::<Vec<_>>()
+    };
+    poll_json(h, &["plugins", "list", "--json"], |v| {
+        v["loading"] == false && grow_scorers(v).len() == 40
+    });
+    let loaded_rss = rss_kib_of(pid);
+
+    let peak_rss = Arc::new(AtomicU64::new(loaded_rss));
+    let sampling = Arc::new(std::sync::atomic::AtomicBool::new(true));
+    let sampler = {
+        let (peak, sampling) = (peak_rss.clone(), sampling.clone());
+        std::thread::spawn(move || {
+            while sampling.load(Ordering::Relaxed) {
+                peak.fetch_max(rss_kib_of(pid), Ordering::Relaxed);
+                std::thread::sleep(Duration::from_millis(5));
+            }
+        })
+    };
+    // Five turns: each finishes the one before, which the scorers then
+    // score; then a probe session whose first turn's reward comes after
+    // every one of them (scoring is first in, first out).
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let url = format!("{}/v1/chat/completions", m.url());
+    let send = |session: &str, text: &str| {
+        rt.block_on(async {
+            let r = client()
+                .post(&url)
+                .header("x-session-id", session)
+                .json(&serde_json::json!({"model": "echo", "messages": [
+                    {"role": "user", "content": text}]}))
+                .send()
+                .await
+                .unwrap();
+            assert!(r.status().is_success(), "{}", r.status());
+        })
+    };
+    for _ in 0..5 {
+        send("grow", "120");
+    }
+    send("probe", "hello");
+    send("probe", "thanks");
+    poll_json(h, &["sessions", "show", "probe", "--json"], |v| {
+        v["turns"][0]["rewards"]
+            .as_array()
+            .is_some_and(|r| r.iter().any(|r| r["rationale"] == "fine"))
+    });
+    sampling.store(false, Ordering::Relaxed);
+    sampler.join().unwrap();
+
+    let status: serde_json::Value =
+        serde_json::from_slice(&m.cli(&["status", "--json"]).stdout).unwrap();
+    let memory = &status["plugins"]["memory"];
+    let (peak, limit) = (
+        memory["peak"].as_u64().unwrap(),
+        memory["limit"].as_u64().unwrap(),
+    );
+    assert_eq!(limit, TOTAL_MB << 20);
+    assert!(peak <= limit, "the plugins held {peak} bytes together");
+    assert!(
+        peak > limit / 2,
+        "the scorers grew toward the total: {peak}"
+    );
+    // Some scorers were held back by the total (each was within its own
+    // budget), and none was disabled for it.
+    let list = poll_json(h, &["plugins", "list", "--json"], |_| true);
+    let scorers = grow_scorers(&list);
+    let failed: u64 = scorers
+        .iter()
+        .map(|p| p["failures"].as_u64().unwrap())
+        .sum();
+    assert!(failed > 0, "no call was held back: {scorers:?}");
+    assert!(scorers.iter().all(|p| p["status"] == "ok"), "{scorers:?}");
+    assert!(m.log().contains("plugins.total_memory_mb"), "{}", m.log());
+    let rewards = poll_json(h, &["sessions", "show", "grow", "--json"], |_| true);
+    let held = rewards["turns"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .flat_map(|t| t["rewards"].as_array().cloned().unwrap_or_default())
+        .filter(|r| r["rationale"] == "held 120 MiB")
+        .count();
+    assert!(held > 0, "no scorer got its memory: {rewards}");
+
+    // metaclaw kept serving, within what it held before plus the total
+    // (and room for the allocator and the scoring itself).
+    send("after", "still there?");
+    let grown_mib = peak_rss.load(Ordering::Relaxed).saturating_sub(loaded_rss) >> 10;
+    assert!(
+        grown_mib < TOTAL_MB + 96,
+        "RSS grew by {grown_mib} MiB over {loaded_rss} KiB with the plugins' total at {TOTAL_MB} MiB"
+    );
+    let group_peak = cgroup.as_ref().map(MemoryCgroup::peak_and_oom_kills);
+    eprintln!(
+        "plugins' peak {} MiB of {TOTAL_MB}; {failed} scorer calls held back; metaclaw RSS {} MiB loaded, +{grown_mib} MiB at peak; 3 GiB cgroup (peak bytes, OOM kills): {group_peak:?}",
+        peak >> 20,
+        loaded_rss >> 10
+    );
+    if let Some(group) = &cgroup {
+        let (peak, kills) = group.peak_and_oom_kills();
+        assert_eq!(kills, 0, "OOM-killed in a 3 GiB cgroup");
+        assert!(peak < 3 << 30, "the cgroup peaked at {peak}");
+    }
 }

@@ -117,6 +117,23 @@ pub fn status_json(app: &App) -> Result<Value, String> {
                     .filter(|p| p.is_disabled())
                     .map(|p| json!({ "plugin": p.label(), "why": p.status() }))
                     .collect::<Vec<_>>(),
+                // Every instance's memory and every loaded plugin's
+                // compiled code, against plugins.total_memory_mb.
+                "memory": registry.total_memory.as_ref().map(|m| json!({
+                    "used": m.used(),
+                    "peak": m.peak(),
+                    "limit": m.limit(),
+                })),
+                // Files refused because they do not fit in it, or whose
+                // compile ran out of time: why, in full.
+                "refused_for_resources": registry
+                    .problems
+                    .iter()
+                    .filter(|p| {
+                        p.error.contains("plugins.total_memory_mb")
+                            || p.error.contains("plugins.timeouts.compile")
+                    })
+                    .collect::<Vec<_>>(),
             })
         }),
     }))

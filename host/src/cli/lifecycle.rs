@@ -486,6 +486,22 @@ pub fn status(home: &Home, config_path: &Path, args: JsonFlag) -> Result<ExitCod
                 d["why"].as_str().unwrap_or("disabled")
             );
         }
+        if let Some(m) = p["memory"].as_object() {
+            let mib = |v: &serde_json::Value| v.as_u64().unwrap_or(0) as f64 / f64::from(1 << 20);
+            say!(
+                "  plugin memory: {:.1} MiB of {:.0} MiB (plugins.total_memory_mb), peak {:.1} MiB",
+                mib(&m["used"]),
+                mib(&m["limit"]),
+                mib(&m["peak"])
+            );
+        }
+        for problem in p["refused_for_resources"].as_array().into_iter().flatten() {
+            say!(
+                "  warning:   plugin {} {}",
+                problem["path"].as_str().unwrap_or("?"),
+                problem["error"].as_str().unwrap_or("?")
+            );
+        }
     }
     if let Some(note) = report["learning"]["note"].as_str() {
         say!("  learning:  {note}");

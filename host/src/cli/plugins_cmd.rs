@@ -106,6 +106,13 @@ fn list(home: &Home, config: &LoadedConfig, json: bool) -> Result<ExitCode> {
             );
         }
     }
+    if view.total_memory_limit > 0 {
+        say!(
+            "memory: {:.1} of {} MiB (plugins.total_memory_mb: every instance and every plugin's compiled code)",
+            view.total_memory as f64 / f64::from(1 << 20),
+            view.total_memory_limit >> 20
+        );
+    }
     if view.locked {
         say!("(pinned by {})", home.plugin_lock_file().display());
     }

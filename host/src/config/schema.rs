@@ -469,6 +469,21 @@ pub struct PluginsConfig {
     /// Memory cap per plugin: all its instances' memories and tables
     /// together.
     pub memory_mb: u64,
+    /// Memory cap of all plugins together: every instance's memories and
+    /// tables, and every loaded plugin's compiled code. A growth past it
+    /// fails the call as `memory_mb` does; a plugin whose compiled code and
+    /// one instance do not fit in what is left is refused at load. Default
+    /// 1024 MiB, sized for a small machine (2 GiB of RAM: a small VPS or a
+    /// Raspberry Pi): metaclaw (about 100 MiB), the agent and the system
+    /// keep the other half; it is 8 plugins at their full `memory_mb` at
+    /// once, while the first-party plugins together take a small part of it.
+    pub total_memory_mb: u64,
+    /// Plugin compiles running at once (each holds its component's
+    /// compiled code and Cranelift's working memory, and wasmtime already
+    /// compiles one component on every core). Default 2: two heavy
+    /// components at a time at most, and one slow compile does not hold up
+    /// every other file.
+    pub max_compiles: usize,
     /// Consecutive failures before a plugin is disabled until reloaded.
     pub max_failures: u32,
     /// The failure-rate window: a plugin whose last `failure_window` calls
@@ -522,6 +537,8 @@ impl Default for PluginsConfig {
             timeouts: PluginTimeouts::default(),
             turn_budget: Dur::millis(250),
             memory_mb: 128,
+            total_memory_mb: 1024,
+            max_compiles: 2,
             max_failures: 3,
             failure_window: 50,
             max_failure_rate: 0.25,
@@ -548,6 +565,12 @@ pub struct PluginTimeouts {
     pub index: Dur,
     /// Instantiating a new file and reading its `metadata()`.
     pub load: Dur,
+    /// Compiling one new file (a cached compile is not compiled again).
+    /// Past it the plugin is refused; Cranelift cannot be stopped, so the
+    /// compile runs to its end in the background, holding its slot of
+    /// `plugins.max_compiles`, and its code is discarded. Default 60 s: the
+    /// first-party plugins compile in a few seconds on a small machine.
+    pub compile: Dur,
 }
 
 impl Default for PluginTimeouts {
@@ -559,6 +582,7 @@ impl Default for PluginTimeouts {
             skill: Dur::millis(50),
             index: Dur::secs(30),
             load: Dur::secs(2),
+            compile: Dur::secs(60),
         }
     }
 }

@@ -69,6 +69,7 @@ pub fn validate(config: &Config) -> Result<(), ConfigError> {
         ("plugins.timeouts.skill", config.plugins.timeouts.skill),
         ("plugins.timeouts.index", config.plugins.timeouts.index),
         ("plugins.timeouts.load", config.plugins.timeouts.load),
+        ("plugins.timeouts.compile", config.plugins.timeouts.compile),
         ("plugins.watch_interval", config.plugins.watch_interval),
     ] {
         if d.get().is_zero() || d.get() > std::time::Duration::from_secs(600) {
@@ -89,6 +90,18 @@ pub fn validate(config: &Config) -> Result<(), ConfigError> {
         return Err(invalid(
             "plugins.memory_mb",
             "must be between 1 and 4096".into(),
+        ));
+    }
+    if !(16..=1 << 20).contains(&config.plugins.total_memory_mb) {
+        return Err(invalid(
+            "plugins.total_memory_mb",
+            "must be between 16 and 1048576".into(),
+        ));
+    }
+    if !(1..=64).contains(&config.plugins.max_compiles) {
+        return Err(invalid(
+            "plugins.max_compiles",
+            "must be between 1 and 64".into(),
         ));
     }
     for (key, max, value) in [

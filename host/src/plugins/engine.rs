@@ -17,7 +17,7 @@ use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 use std::task::{Context, Poll};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use anyhow::Result;
 use wasmtime::component::{Component, HasSelf, Linker};
@@ -25,20 +25,48 @@ use wasmtime::{Config, Engine};
 
 use super::bindings::{clock, embed, kv, log, outcomes, types};
 use super::cache::{CacheOptions, CompileCache};
-use super::sandbox::PluginState;
+use super::sandbox::{MemoryPool, PluginState};
 
 /// How often the epoch advances while a plugin call is running: a running
 /// guest checks its deadline (and yields to the runtime) this often.
 pub const TICK: Duration = Duration::from_millis(1);
 
 /// How the engine is set up.
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone)]
 pub struct EngineOptions {
     /// Compiled components are kept here; `None` compiles every time.
     pub cache: Option<CacheOptions>,
     /// Worker threads that run plugin calls (0: one per core, at least 2).
     pub threads: usize,
+    /// Bytes every plugin's instances and compiled code may hold together
+    /// (`plugins.total_memory_mb`).
+    pub total_memory: usize,
+    /// Compiles running at once (`plugins.max_compiles`).
+    pub max_compiles: usize,
+    /// How long one compile may take before its plugin is refused
+    /// (`plugins.timeouts.compile`); `None`: as long as it takes.
+    pub compile_timeout: Option<Duration>,
 }
+
+impl Default for EngineOptions {
+    fn default() -> Self {
+        let plugins = crate::config::PluginsConfig::default();
+        Self {
+            cache: None,
+            threads: 0,
+            total_memory: (plugins.total_memory_mb as usize) << 20,
+            max_compiles: plugins.max_compiles,
+            compile_timeout: Some(plugins.timeouts.compile.get()),
+        }
+    }
+}
+
+/// A compile ran past `plugins.timeouts.compile`: its plugin is refused.
+#[derive(Debug, Clone, Copy, thiserror::Error)]
+#[error(
+    "compiling it took longer than plugins.timeouts.compile ({0:?}); it was refused and its compiled code discarded"
+)]
+pub struct CompileTimedOut(pub Duration);
 
 pub struct PluginEngine {
     /// Most plugins: components of the stable component model.
@@ -51,6 +79,10 @@ pub struct PluginEngine {
     cache: Option<CompileCache>,
     runtime: Option<tokio::runtime::Runtime>,
     handle: tokio::runtime::Handle,
+    /// Every plugin's instances and compiled code together.
+    memory: Arc<MemoryPool>,
+    compiles: Arc<CompileSlots>,
+    compile_timeout: Option<Duration>,
 }
 
 /// The package's interfaces the linker below provides, by name: what a
@@ -177,7 +209,20 @@ impl PluginEngine {
             cache,
             runtime: Some(runtime),
             handle,
+            memory: MemoryPool::new(options.total_memory),
+            compiles: CompileSlots::new(options.max_compiles),
+            compile_timeout: options.compile_timeout,
         }))
+    }
+
+    /// The process-wide memory budget of plugins (`plugins.total_memory_mb`).
+    pub fn memory(&self) -> &Arc<MemoryPool> {
+        &self.memory
+    }
+
+    /// Compiles running now, those that ran out of time included.
+    pub fn compiles_running(&self) -> usize {
+        self.compiles.running()
     }
 
     pub fn flavor(&self, id: FlavorId) -> &Flavor {
@@ -194,6 +239,7 @@ impl PluginEngine {
     pub fn compile(&self, bytes: &[u8], sha256: &str) -> Result<(Component, FlavorId)> {
         match self.compile_for(FlavorId::Plain, bytes, sha256) {
             Ok(component) => Ok((component, FlavorId::Plain)),
+            Err(late) if late.is::<CompileTimedOut>() => Err(late),
             Err(plain) => match self.compile_for(FlavorId::Concurrent, bytes, sha256) {
                 Ok(component) => Ok((component, FlavorId::Concurrent)),
                 // Not an async-ABI component either: the plain engine's
@@ -205,21 +251,57 @@ impl PluginEngine {
 
     fn compile_for(&self, id: FlavorId, bytes: &[u8], sha256: &str) -> Result<Component> {
         let flavor = self.flavor(id);
-        let Some(cache) = &self.cache else {
-            return Component::new(&flavor.engine, bytes).map_err(|e| anyhow::anyhow!("{e}"));
-        };
-        if let Some(code) = cache.load(sha256, &flavor.compat, artifact_limit(bytes.len()))
+        if let Some(cache) = &self.cache
+            && let Some(code) = cache.load(sha256, &flavor.compat, artifact_limit(bytes.len()))
             && let Ok(component) = deserialize_verified(&flavor.engine, &code)
         {
             return Ok(component);
         }
-        let code = flavor
-            .engine
-            .precompile_component(bytes)
-            .map_err(|e| anyhow::anyhow!("{e:?}"))?;
+        let code = self.precompile(&flavor.engine, bytes)?;
         let component = deserialize_verified(&flavor.engine, &code)?;
-        cache.store(sha256, &flavor.compat, &code);
+        if let Some(cache) = &self.cache {
+            cache.store(sha256, &flavor.compat, &code);
+        }
         Ok(component)
+    }
+
+    /// Compiles `bytes` in one of the compile slots, within the compile
+    /// deadline (see the module's comment for what that bounds).
+    fn precompile(&self, engine: &Engine, bytes: &[u8]) -> Result<Vec<u8>> {
+        let compile = |engine: &Engine, bytes: &[u8]| {
+            engine
+                .precompile_component(bytes)
+                .map_err(|e| anyhow::anyhow!("{e:?}"))
+        };
+        let slot = self.compiles.acquire();
+        let Some(limit) = self.compile_timeout else {
+            return compile(engine, bytes);
+        };
+        let (tx, rx) = std::sync::mpsc::sync_channel(1);
+        let (engine, bytes) = (engine.clone(), bytes.to_vec());
+        std::thread::Builder::new()
+            .name("metaclaw-compile".into())
+            .spawn(move || {
+                // Held until the compile ends, whether or not anyone still
+                // waits for it.
+                let _slot = slot;
+                let _ = tx.send(compile(&engine, &bytes));
+            })
+            .map_err(|e| anyhow::anyhow!("cannot start a compile thread: {e}"))?;
+        let started = Instant::now();
+        match rx.recv_timeout(limit) {
+            Ok(result) => result,
+            Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {
+                tracing::warn!(
+                    "a plugin compile passed plugins.timeouts.compile ({limit:?}) after {:?}; it runs to its end in the background, holding its compile slot",
+                    started.elapsed()
+                );
+                Err(CompileTimedOut(limit).into())
+            }
+            Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => {
+                anyhow::bail!("the compile thread ended without a result")
+            }
+        }
     }
 
     /// The compile cache, if there is one.
@@ -285,6 +367,57 @@ fn deserialize_verified(engine: &Engine, code: &[u8]) -> Result<Component> {
 /// artifact far beyond that is not ours and is not read.
 pub fn artifact_limit(wasm_len: usize) -> u64 {
     (wasm_len as u64).saturating_mul(32) + (16 << 20)
+}
+
+/// The host memory a compiled component's code takes (its image: machine
+/// code and the data beside it), what loading it charges to
+/// `plugins.total_memory_mb`.
+pub fn code_bytes(component: &Component) -> usize {
+    let image = component.image_range();
+    image.end.addr().saturating_sub(image.start.addr())
+}
+
+/// At most `limit` compiles at once: a counting semaphore for the threads
+/// that compile (plain threads, not async tasks).
+struct CompileSlots {
+    limit: usize,
+    running: Mutex<usize>,
+    freed: Condvar,
+}
+
+/// One compile slot, given back when dropped.
+struct CompileSlot(Arc<CompileSlots>);
+
+impl CompileSlots {
+    fn new(limit: usize) -> Arc<Self> {
+        Arc::new(Self {
+            limit: limit.max(1),
+            running: Mutex::new(0),
+            freed: Condvar::new(),
+        })
+    }
+
+    /// Waits for a slot.
+    fn acquire(self: &Arc<Self>) -> CompileSlot {
+        let mut running = self.running.lock().unwrap_or_else(|p| p.into_inner());
+        while *running >= self.limit {
+            running = self.freed.wait(running).unwrap_or_else(|p| p.into_inner());
+        }
+        *running += 1;
+        CompileSlot(self.clone())
+    }
+
+    fn running(&self) -> usize {
+        *self.running.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
+impl Drop for CompileSlot {
+    fn drop(&mut self) {
+        let mut running = self.0.running.lock().unwrap_or_else(|p| p.into_inner());
+        *running = running.saturating_sub(1);
+        self.0.freed.notify_one();
+    }
 }
 
 /// A plugin-runtime task; aborted when dropped.
@@ -424,6 +557,81 @@ impl Drop for PluginEngine {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// At most `limit` compiles hold a slot; one whose caller stopped
+    /// waiting keeps its slot until its thread ends.
+    #[test]
+    fn compile_slots_bound_compiles_even_after_their_deadline() {
+        let slots = CompileSlots::new(2);
+        let first = slots.acquire();
+        let (release, wait) = std::sync::mpsc::channel::<()>();
+        // A "compile" that ran out of time: its thread holds the slot.
+        let late = std::thread::spawn(move || {
+            let _slot = first;
+            let _ = wait.recv();
+        });
+        let second = slots.acquire();
+        assert_eq!(slots.running(), 2);
+        let (got, got_rx) = std::sync::mpsc::channel();
+        let third = {
+            let slots = slots.clone();
+            std::thread::spawn(move || {
+                let slot = slots.acquire();
+                got.send(()).unwrap();
+                drop(slot);
+            })
+        };
+        assert!(
+            got_rx.recv_timeout(Duration::from_millis(200)).is_err(),
+            "a third compile started while two held their slots"
+        );
+        drop(release);
+        late.join().unwrap();
+        got_rx.recv_timeout(Duration::from_secs(10)).unwrap();
+        third.join().unwrap();
+        drop(second);
+        assert_eq!(slots.running(), 0);
+    }
+
+    /// A compile past its deadline is refused at the deadline, its slot
+    /// stays taken until the compile ends, and nothing is cached.
+    #[test]
+    fn a_compile_past_its_deadline_is_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let engine = PluginEngine::new(EngineOptions {
+            cache: Some(CacheOptions {
+                dir: dir.path().join("cache"),
+                key_file: dir.path().join("key"),
+            }),
+            threads: 2,
+            max_compiles: 1,
+            compile_timeout: Some(Duration::from_micros(1)),
+            ..EngineOptions::default()
+        })
+        .unwrap();
+        // A module of many functions: far more than a microsecond.
+        let funcs: String = (0..2000)
+            .map(|i| {
+                format!("(func (export \"f{i}\") (result i32) i32.const {i} i32.const 1 i32.add)")
+            })
+            .collect();
+        let bytes = wat::parse_str(format!("(component (core module {funcs}))")).unwrap();
+        let started = std::time::Instant::now();
+        let err = engine.compile(&bytes, "aa").err().unwrap();
+        assert!(err.is::<CompileTimedOut>(), "{err:#}");
+        assert!(started.elapsed() < Duration::from_secs(5));
+        // The refused compile still holds its slot, or has just ended.
+        let deadline = std::time::Instant::now() + Duration::from_secs(60);
+        while engine.compiles_running() > 0 {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "the slot was never freed"
+            );
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        let cached = std::fs::read_dir(dir.path().join("cache")).unwrap().count();
+        assert_eq!(cached, 0, "a refused compile is not cached");
+    }
 
     /// The epoch moves while a call runs and stops within a tick of the
     /// last one ending (the ticker waits for the next call, not 50 ms).

@@ -30,7 +30,9 @@ mod view;
 
 pub use bindings::{outcomes, types};
 pub use cache::{ArtifactState, CacheOptions};
-pub use engine::{EngineOptions, PluginEngine, Spawned, artifact_limit};
+pub use engine::{
+    CompileTimedOut, EngineOptions, PluginEngine, Spawned, artifact_limit, code_bytes,
+};
 pub use loaded::{
     CallError, IndexState, Kind, Limits, Loaded, PACKAGE, PACKAGE_VERSION, PluginInfo, Probed,
     Source, compatible,
@@ -38,8 +40,8 @@ pub use loaded::{
 pub use lock::{LockEntry, LockFile};
 pub use registry::{BuiltinSource, PluginHost, PluginSpec, Problem, Registry, Settings};
 pub use sandbox::{
-    Account, EmbedAllowance, EmbedBudget, EmbedLedger, EmbedPurpose, Embedder, Grants,
-    OutcomeSource, Spend, Unmetered,
+    Account, Charge, EmbedAllowance, EmbedBudget, EmbedLedger, EmbedPurpose, Embedder, Grants,
+    MemoryPool, OutcomeSource, Spend, Unmetered,
 };
 pub use trust::{FIRST_PARTY, FileRef, Trust};
 pub use view::{PluginView, RegistryView, view};

@@ -49,6 +49,9 @@ pub struct PluginView {
     pub embed_requests_limit: u64,
     #[serde(default)]
     pub embed_bytes_limit: u64,
+    /// Host memory its compiled code takes (bytes), charged to the total.
+    #[serde(default)]
+    pub code: u64,
 }
 
 #[derive(Debug, Serialize, Deserialize)]
@@ -62,6 +65,12 @@ pub struct RegistryView {
     /// list is not yet all there will be.
     #[serde(default)]
     pub loading: bool,
+    /// What all plugins hold together (bytes: every instance's memory and
+    /// every loaded plugin's compiled code), and `plugins.total_memory_mb`.
+    #[serde(default)]
+    pub total_memory: u64,
+    #[serde(default)]
+    pub total_memory_limit: u64,
 }
 
 pub fn view(registry: &Registry) -> RegistryView {
@@ -92,11 +101,20 @@ pub fn view(registry: &Registry) -> RegistryView {
                 embed_bytes: p.embed_spent().1,
                 embed_requests_limit: p.embed_allowance().requests,
                 embed_bytes_limit: p.embed_allowance().bytes,
+                code: p.code_bytes() as u64,
             })
             .collect(),
         problems: registry.problems.clone(),
         notices: registry.notices.clone(),
         locked: registry.locked,
         loading: registry.loading(),
+        total_memory: registry
+            .total_memory
+            .as_ref()
+            .map_or(0, |m| m.used() as u64),
+        total_memory_limit: registry
+            .total_memory
+            .as_ref()
+            .map_or(0, |m| m.limit() as u64),
     }
 }

@@ -473,6 +473,7 @@ pub fn engine_with_cache(dir: &std::path::Path) -> std::sync::Arc<metaclaw::plug
             key_file: dir.join("cache.key"),
         }),
         threads: 2,
+        ..Default::default()
     })
     .unwrap()
 }

@@ -68,6 +68,18 @@ impl Guest for Hostile {
                     hoard.push(chunk);
                 }
             }
+            // Within its budget: grows its memory by `arg` MiB (every page
+            // written, so it is resident), the most a budget-respecting
+            // plugin does; the memory stays with the instance. Refused
+            // growth traps (an allocation failure aborts).
+            "grow" => {
+                let mib: usize = arg.parse().unwrap_or(64);
+                let held = vec![1u8; mib << 20];
+                reward(format!(
+                    "held {} MiB",
+                    std::hint::black_box(held).len() >> 20
+                ))
+            }
             "recurse" => reward(format!("depth {}", recurse(0))),
             "huge" => reward("x".repeat(arg.parse().unwrap_or(8 << 20))),
             "trap" => std::process::abort(),

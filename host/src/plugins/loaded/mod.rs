@@ -28,9 +28,9 @@ use std::sync::{Arc, Mutex};
 use semver::Version;
 
 use super::bindings::{evolver, retriever, scorer, skill};
-use super::engine::{FlavorId, PluginEngine};
+use super::engine::{CompileTimedOut, FlavorId, PluginEngine, code_bytes};
 use super::sandbox::{
-    Account, EmbedAllowance, EmbedLedger, Embedder, Grants, MemoryPool, PluginShared,
+    Account, Charge, EmbedAllowance, EmbedLedger, Embedder, Grants, MemoryPool, PluginShared,
 };
 
 pub use index::IndexState;
@@ -47,6 +47,9 @@ pub struct Loaded {
     /// Which of the engine's wasmtime engines it was compiled for.
     flavor: FlavorId,
     pre: Pre,
+    /// Its compiled code, charged to `plugins.total_memory_mb` while any
+    /// copy of it (a regrant shares the code) is loaded.
+    code: Arc<Charge>,
     pool: Mutex<Vec<Instance>>,
     /// One per call that may run at once.
     permits: tokio::sync::Semaphore,
@@ -72,6 +75,7 @@ pub struct Probed {
     engine: Arc<PluginEngine>,
     flavor: FlavorId,
     pre: Pre,
+    code: Arc<Charge>,
 }
 
 impl Loaded {
@@ -88,11 +92,25 @@ impl Loaded {
         limits_for: &dyn Fn(Kind) -> Limits,
     ) -> Result<Probed, String> {
         let (component, flavor) = engine.compile(bytes, &sha256).map_err(|e| {
+            if let Some(late) = e.downcast_ref::<CompileTimedOut>() {
+                return format!("refused: {late}");
+            }
             format!(
                 "not a valid component: {}",
                 crate::untrusted::log_line(&format!("{e:#}"), 1000)
             )
         })?;
+        // Compiled code is host memory: charged to the plugins' total
+        // before anything of the plugin runs.
+        let total = engine.memory();
+        let code = Arc::new(total.charge(code_bytes(&component)).ok_or_else(|| {
+            format!(
+                "refused: its compiled code ({}) does not fit in plugins.total_memory_mb ({} of {} held by the plugins loaded)",
+                mib(code_bytes(&component)),
+                mib(total.used()),
+                mib(total.limit())
+            )
+        })?);
         let (kind, package, imports) = detect(&engine.flavor(flavor).engine, &component)?;
         let instance_pre = engine
             .flavor(flavor)
@@ -147,6 +165,7 @@ impl Loaded {
             engine.clone(),
             flavor,
             pre,
+            code.clone(),
             "(loading)",
             Grants::default(),
             None,
@@ -158,6 +177,10 @@ impl Loaded {
         let meta = engine
             .block_on(probe.metadata())
             .map_err(|e| format!("metadata() failed: {e}"))?;
+        // What one instance needs (its memories and tables as instantiated,
+        // and what metadata() grew): with its code, it must fit in what the
+        // other plugins leave, or it could never run.
+        let one_instance = probe.shared.memory.peak();
         let declared = Kind::from(meta.kind);
         if declared != kind {
             return Err(format!(
@@ -185,6 +208,15 @@ impl Loaded {
             )
         })?;
         let Self { mut info, pre, .. } = probe;
+        if one_instance > total.available() {
+            return Err(format!(
+                "refused: its compiled code ({}) and one instance ({}) do not fit in plugins.total_memory_mb ({} of {} held by the plugins loaded)",
+                mib(code.bytes()),
+                mib(one_instance),
+                mib(total.used()),
+                mib(total.limit())
+            ));
+        }
         info.name = name;
         info.version = version;
         info.description = crate::untrusted::log_line(&meta.description, 500);
@@ -200,6 +232,7 @@ impl Loaded {
             engine: engine.clone(),
             flavor,
             pre,
+            code,
         })
     }
 
@@ -210,6 +243,7 @@ impl Loaded {
         engine: Arc<PluginEngine>,
         flavor: FlavorId,
         pre: Pre,
+        code: Arc<Charge>,
         label: &str,
         grants: Grants,
         embedder: Option<Arc<dyn Embedder>>,
@@ -221,7 +255,7 @@ impl Loaded {
             grants,
             embedder,
             embed_account,
-            MemoryPool::new(limits.memory_bytes),
+            MemoryPool::within(limits.memory_bytes, Some(engine.memory().clone())),
         );
         Self {
             permits: tokio::sync::Semaphore::new(limits.pool_size.max(1)),
@@ -232,6 +266,7 @@ impl Loaded {
             engine,
             flavor,
             pre,
+            code,
             pool: Mutex::new(Vec::new()),
             indexing: tokio::sync::Mutex::new(()),
             warming: AtomicU64::new(u64::MAX),
@@ -253,6 +288,12 @@ impl Loaded {
     /// What this plugin is granted.
     pub fn grants(&self) -> &Grants {
         &self.shared.grants
+    }
+
+    /// Host memory its compiled code takes (charged to
+    /// `plugins.total_memory_mb`).
+    pub fn code_bytes(&self) -> usize {
+        self.code.bytes()
     }
 
     /// Log lines of this plugin dropped by the rate limits.
@@ -322,6 +363,7 @@ impl Loaded {
             self.engine.clone(),
             self.flavor,
             self.pre.clone(),
+            self.code.clone(),
             self.label(),
             grants,
             embedder,
@@ -357,10 +399,16 @@ impl Probed {
             self.engine,
             self.flavor,
             self.pre,
+            self.code,
             &label,
             grants,
             embedder,
             account,
         )
     }
+}
+
+/// `bytes` in MiB, for messages.
+fn mib(bytes: usize) -> String {
+    format!("{:.1} MiB", bytes as f64 / f64::from(1 << 20))
 }

@@ -26,6 +26,10 @@ pub enum CallError {
     Deadline(Duration),
     #[error("memory cap of {} MiB reached", .0 >> 20)]
     Memory(usize),
+    /// The plugins together hold `plugins.total_memory_mb`: counted as a
+    /// failure, but never toward disabling the plugin (others hold it).
+    #[error("plugins.total_memory_mb ({} MiB, all plugins together) reached", .0 >> 20)]
+    TotalMemory(usize),
     #[error("trapped: {0}")]
     Trap(String),
     /// More data than `plugins.max_call_mb` crossed into the host in one
@@ -59,6 +63,7 @@ impl CallError {
             self,
             CallError::Deadline(_)
                 | CallError::Memory(_)
+                | CallError::TotalMemory(_)
                 | CallError::Trap(_)
                 | CallError::TooLarge(_)
                 | CallError::Instantiate(_)
@@ -185,6 +190,9 @@ impl Loaded {
             Ok(b) => b,
             Err(e) if e.downcast_ref::<wasmtime::Trap>() == Some(&wasmtime::Trap::Interrupt) => {
                 return Err(CallError::Deadline(self.limits.timeout));
+            }
+            Err(_) if store.data().limiter.total_hit => {
+                return Err(CallError::TotalMemory(self.engine.memory().limit()));
             }
             Err(_) if store.data().limiter.hit => {
                 return Err(CallError::Memory(self.limits.memory_bytes));
@@ -350,7 +358,10 @@ impl Loaded {
 
     fn give_back(&self, mut instance: Instance) {
         instance.calls += 1;
+        // While the plugins together hold more than half of their total,
+        // an idle instance is not kept: the memory goes to running calls.
         if instance.calls < self.limits.recycle_after
+            && !self.engine.memory().pressed()
             && let Ok(mut pool) = self.pool.lock()
             && pool.len() < self.limits.pool_size
         {
@@ -364,6 +375,9 @@ impl Loaded {
         let state = instance.store.data();
         if trap.downcast_ref::<wasmtime::Trap>() == Some(&wasmtime::Trap::Interrupt) {
             return CallError::Deadline(timeout);
+        }
+        if state.limiter.total_hit {
+            return CallError::TotalMemory(self.engine.memory().limit());
         }
         if state.limiter.hit {
             return CallError::Memory(self.limits.memory_bytes);
@@ -398,12 +412,19 @@ impl Loaded {
 
     fn failed(&self, error: CallError) -> CallError {
         self.stats.failures.fetch_add(1, Ordering::Relaxed);
+        tracing::warn!(plugin = %self.label(), "plugin call failed: {error}");
+        // Others hold the memory: never counted toward disabling this one.
+        if matches!(error, CallError::TotalMemory(_)) {
+            if let Ok(mut last) = self.stats.last_error.lock() {
+                *last = Some(error.to_string());
+            }
+            return error;
+        }
         let n = self
             .stats
             .consecutive_failures
             .fetch_add(1, Ordering::Relaxed)
             + 1;
-        tracing::warn!(plugin = %self.label(), "plugin call failed: {error}");
         let rate = self.stats.recent.lock().ok().and_then(|mut recent| {
             recent.record(
                 true,

@@ -36,7 +36,7 @@ use super::embedded::{self, EmbeddedPlugin};
 use super::engine::PluginEngine;
 use super::files::Stamp;
 use super::loaded::{Kind, Loaded, Source};
-use super::sandbox::{EmbedLedger, Embedder};
+use super::sandbox::{EmbedLedger, Embedder, MemoryPool};
 
 pub use crate::config::PluginSpec;
 use scan::{FileRecord, report_changes};
@@ -69,6 +69,8 @@ pub struct Registry {
     /// The first-party names: the static list and those of the first-party
     /// folder's files. A drop-in may not take one unless it is named.
     pub reserved: BTreeSet<String>,
+    /// The plugins' process-wide memory budget (`plugins.total_memory_mb`).
+    pub total_memory: Option<Arc<MemoryPool>>,
     files: HashMap<PathBuf, FileRecord>,
     /// What was scanned, to notice changes.
     fingerprint: Vec<(PathBuf, Option<Stamp>)>,

@@ -75,6 +75,7 @@ impl PluginHost {
             generation: previous.generation + 1,
             first_party_only: only.is_some(),
             fingerprint: self.fingerprint_of(&entries),
+            total_memory: Some(self.engine.memory().clone()),
             ..Registry::default()
         };
         let lock = match LockFile::read(&self.settings.lock_path) {

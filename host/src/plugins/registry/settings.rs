@@ -36,6 +36,9 @@ pub struct Settings {
     pub evict_after: Option<Duration>,
     pub trust: Trust,
     pub memory_bytes: usize,
+    pub total_memory_bytes: usize,
+    pub max_compiles: usize,
+    pub compile_timeout: Duration,
     pub max_failures: u32,
     /// Calls of the failure-rate window, and the share of them that may
     /// fail before the plugin is disabled.
@@ -91,6 +94,9 @@ impl Settings {
             evict_after: None,
             trust,
             memory_bytes: (p.memory_mb as usize) << 20,
+            total_memory_bytes: (p.total_memory_mb as usize) << 20,
+            max_compiles: p.max_compiles,
+            compile_timeout: p.timeouts.compile.get(),
             max_failures: p.max_failures.max(1),
             failure_window: p.failure_window.max(1) as usize,
             max_failure_rate: p.max_failure_rate,
@@ -156,6 +162,9 @@ impl Settings {
         EngineOptions {
             cache: self.cache.clone(),
             threads: self.threads,
+            total_memory: self.total_memory_bytes,
+            max_compiles: self.max_compiles,
+            compile_timeout: Some(self.compile_timeout),
         }
     }
 }

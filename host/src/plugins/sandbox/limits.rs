@@ -99,12 +99,27 @@ impl Deadline {
     }
 }
 
-/// One plugin's memory budget, shared by all its instances: concurrent
-/// calls cannot multiply it.
+/// A memory budget: one plugin's, shared by all its instances (concurrent
+/// calls cannot multiply it), or the process-wide one
+/// (`plugins.total_memory_mb`) that every plugin's budget draws from as
+/// well, and that each loaded plugin's compiled code is charged to.
 #[derive(Debug)]
 pub struct MemoryPool {
     pub(super) limit: usize,
     pub(super) used: AtomicUsize,
+    /// The most it ever held.
+    peak: AtomicUsize,
+    /// The process-wide budget this one also draws from.
+    parent: Option<Arc<MemoryPool>>,
+}
+
+/// Which budget refused a growth.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Cap {
+    /// The plugin's own (`plugins.memory_mb`).
+    Plugin,
+    /// All plugins' together (`plugins.total_memory_mb`).
+    Total,
 }
 
 impl MemoryPool {
@@ -112,6 +127,18 @@ impl MemoryPool {
         Arc::new(Self {
             limit,
             used: AtomicUsize::new(0),
+            peak: AtomicUsize::new(0),
+            parent: None,
+        })
+    }
+
+    /// A plugin's budget of `limit` that also draws from `total`.
+    pub fn within(limit: usize, total: Option<Arc<MemoryPool>>) -> Arc<Self> {
+        Arc::new(Self {
+            limit,
+            used: AtomicUsize::new(0),
+            peak: AtomicUsize::new(0),
+            parent: total,
         })
     }
 
@@ -119,25 +146,100 @@ impl MemoryPool {
         self.limit
     }
 
-    /// Bytes held by the plugin's live instances.
+    /// Bytes held: by the plugin's live instances; for the process-wide
+    /// budget, by every plugin's instances and compiled code.
     pub fn used(&self) -> usize {
         self.used.load(Ordering::Relaxed)
     }
 
-    pub(super) fn try_take(&self, bytes: usize) -> bool {
-        self.used
-            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |used| {
-                used.checked_add(bytes).filter(|&total| total <= self.limit)
-            })
-            .is_ok()
+    /// The most it ever held at once.
+    pub fn peak(&self) -> usize {
+        self.peak.load(Ordering::Relaxed)
     }
 
-    pub(super) fn give_back(&self, bytes: usize) {
+    /// Bytes left.
+    pub fn available(&self) -> usize {
+        self.limit.saturating_sub(self.used())
+    }
+
+    fn take_own(&self, bytes: usize) -> bool {
+        match self
+            .used
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |used| {
+                used.checked_add(bytes).filter(|&total| total <= self.limit)
+            }) {
+            Ok(before) => {
+                self.peak.fetch_max(before + bytes, Ordering::Relaxed);
+                true
+            }
+            Err(_) => false,
+        }
+    }
+
+    fn give_back_own(&self, bytes: usize) {
         let _ = self
             .used
             .fetch_update(Ordering::AcqRel, Ordering::Acquire, |used| {
                 Some(used.saturating_sub(bytes))
             });
+    }
+
+    /// Takes `bytes` from this budget and the process-wide one, or from
+    /// neither, saying which refused.
+    pub(super) fn try_take(&self, bytes: usize) -> Result<(), Cap> {
+        if !self.take_own(bytes) {
+            return Err(Cap::Plugin);
+        }
+        if let Some(parent) = &self.parent
+            && !parent.take_own(bytes)
+        {
+            self.give_back_own(bytes);
+            return Err(Cap::Total);
+        }
+        Ok(())
+    }
+
+    pub(super) fn give_back(&self, bytes: usize) {
+        self.give_back_own(bytes);
+        if let Some(parent) = &self.parent {
+            parent.give_back_own(bytes);
+        }
+    }
+
+    /// Charges `bytes` (a plugin's compiled code) to this budget for as
+    /// long as the returned charge lives; `None` if they do not fit.
+    pub fn charge(self: &Arc<Self>, bytes: usize) -> Option<Charge> {
+        self.take_own(bytes).then(|| Charge {
+            pool: self.clone(),
+            bytes,
+        })
+    }
+
+    /// More than half of the budget is held: a finished call's instance is
+    /// then dropped rather than kept for the next call, so that idle
+    /// instances do not hold memory that running calls need.
+    pub fn pressed(&self) -> bool {
+        self.used() > self.limit / 2
+    }
+}
+
+/// Bytes held against a [`MemoryPool`] until dropped (a loaded plugin's
+/// compiled code, shared by the copies of it a regrant makes).
+#[derive(Debug)]
+pub struct Charge {
+    pool: Arc<MemoryPool>,
+    bytes: usize,
+}
+
+impl Charge {
+    pub fn bytes(&self) -> usize {
+        self.bytes
+    }
+}
+
+impl Drop for Charge {
+    fn drop(&mut self) {
+        self.pool.give_back_own(self.bytes);
     }
 }
 
@@ -214,16 +316,18 @@ pub(super) fn kv_cost(key: &str, value: &[u8]) -> usize {
     key.len() + value.len() + KV_ENTRY_OVERHEAD
 }
 
-/// One instance's share of its plugin's [`MemoryPool`]. `StoreLimits` caps
-/// each linear memory separately, and Python or JS components have several;
-/// this sums them, counts tables too (a table of a million function
-/// references is 8 MiB of host memory), and gives the bytes back to the
-/// pool when the instance goes.
+/// One instance's share of its plugin's [`MemoryPool`] (and so of the
+/// process-wide one). `StoreLimits` caps each linear memory separately, and
+/// Python or JS components have several; this sums them, counts tables too
+/// (a table of a million function references is 8 MiB of host memory), and
+/// gives the bytes back to the pools when the instance goes.
 pub struct MemoryBudget {
     pub(super) pool: Arc<MemoryPool>,
     pub(super) used: usize,
-    /// A growth was refused: the call failed on the memory cap.
+    /// A growth was refused: the call failed on a memory cap.
     pub hit: bool,
+    /// ...and it was the process-wide one (`plugins.total_memory_mb`).
+    pub total_hit: bool,
 }
 
 /// Host bytes per table element (a function reference is a pointer).
@@ -237,6 +341,7 @@ impl MemoryBudget {
             pool,
             used: 0,
             hit: false,
+            total_hit: false,
         }
     }
 
@@ -246,12 +351,16 @@ impl MemoryBudget {
     }
 
     pub(super) fn grow(&mut self, bytes: usize) -> bool {
-        if self.pool.try_take(bytes) {
-            self.used += bytes;
-            true
-        } else {
-            self.hit = true;
-            false
+        match self.pool.try_take(bytes) {
+            Ok(()) => {
+                self.used += bytes;
+                true
+            }
+            Err(cap) => {
+                self.hit = true;
+                self.total_hit |= cap == Cap::Total;
+                false
+            }
         }
     }
 }

@@ -21,8 +21,8 @@ use super::bindings::{clock, embed, kv, log, outcomes, types};
 
 mod host;
 mod limits;
-mod spend;
 pub mod outer;
+mod spend;
 
 pub use limits::*;
 pub use spend::{Account, EmbedAllowance, EmbedLedger, Spend, Unmetered};
@@ -261,6 +261,80 @@ mod tests {
         drop(a);
         assert_eq!(pool.used(), 0, "a dropped instance gives its bytes back");
         assert!(b.memory_growing(0, 6 << 20, None).unwrap());
+    }
+
+    /// Two plugins, each within its own budget, together past the total:
+    /// the growth that would pass it is refused (and said to be the
+    /// total's), compiled code counts, and everything is given back.
+    #[test]
+    fn plugins_draw_from_one_total_that_code_is_charged_to() {
+        let total = MemoryPool::new(20 << 20);
+        let one = MemoryPool::within(16 << 20, Some(total.clone()));
+        let two = MemoryPool::within(16 << 20, Some(total.clone()));
+        let code = total.charge(4 << 20).unwrap();
+        assert_eq!(total.used(), 4 << 20);
+        let mut a = MemoryBudget::new(one.clone());
+        let mut b = MemoryBudget::new(two.clone());
+        assert!(a.memory_growing(0, 10 << 20, None).unwrap());
+        assert_eq!(total.used(), 14 << 20);
+        // b is 8 MiB under its own 16, but the total has 6 left.
+        assert!(!b.memory_growing(0, 8 << 20, None).unwrap());
+        assert!(b.hit && b.total_hit, "refused by the total");
+        assert_eq!(two.used(), 0, "a refused growth takes nothing");
+        assert_eq!(total.used(), 14 << 20);
+        assert!(b.memory_growing(0, 6 << 20, None).unwrap());
+        assert_eq!(total.used(), 20 << 20);
+        // A plugin's own cap still says it is its own.
+        let mut c = MemoryBudget::new(one.clone());
+        assert!(!c.memory_growing(0, 7 << 20, None).unwrap());
+        assert!(c.hit && !c.total_hit);
+        // Tables draw from the total too.
+        assert!(!b.table_growing(0, 1000, None).unwrap());
+        assert!(b.total_hit);
+        // Code charged beyond the total is refused.
+        assert!(total.charge(1).is_none());
+        assert!(total.pressed());
+        drop(a);
+        drop(code);
+        assert_eq!(total.used(), 6 << 20);
+        assert_eq!(one.used(), 0);
+        drop(b);
+        assert_eq!(total.used(), 0, "every byte is given back");
+        assert_eq!(total.peak(), 20 << 20);
+        assert!(!total.pressed());
+    }
+
+    /// Many instances of many plugins growing at once, wanting 120 MiB
+    /// together, never hold more than the total between them — and fill it.
+    #[test]
+    fn concurrent_growth_never_passes_the_total() {
+        let total = MemoryPool::new(64 << 20);
+        let all_grown = Arc::new(std::sync::Barrier::new(8));
+        let threads: Vec<_> = (0..8)
+            .map(|_| {
+                let plugin = MemoryPool::within(32 << 20, Some(total.clone()));
+                let all_grown = all_grown.clone();
+                std::thread::spawn(move || {
+                    let held: Vec<MemoryBudget> = (0..5)
+                        .map(|_| {
+                            let mut budget = MemoryBudget::new(plugin.clone());
+                            let _ = budget.memory_growing(0, 3 << 20, None);
+                            budget
+                        })
+                        .collect();
+                    // Every thread holds what it got at once.
+                    all_grown.wait();
+                    drop(held);
+                })
+            })
+            .collect();
+        for t in threads {
+            t.join().unwrap();
+        }
+        assert!(total.peak() <= 64 << 20, "peak {}", total.peak());
+        // 40 growths of 3 MiB were asked for: 21 fit.
+        assert_eq!(total.peak(), 63 << 20);
+        assert_eq!(total.used(), 0);
     }
 
     #[test]
