@@ -416,7 +416,9 @@ fn runaway_plugins_are_cut_off_and_their_host_keeps_going() {
     let started = Instant::now();
     let e = call(h, "hostile", &finished_turn("loop", None, "")).unwrap_err();
     assert!(e.contains("deadline of 50ms exceeded"), "{e}");
-    assert!(started.elapsed() < Duration::from_secs(10));
+    // Uncut, the loop would never end; the bound leaves a loaded machine
+    // room to start the CLI and compile the scorer.
+    assert!(started.elapsed() < Duration::from_secs(60));
 
     // Memory attacks get a long deadline, so the cap is what stops them.
     let roomy = hostile_home("plugins:\n  memory_mb: 64\n  timeouts:\n    scorer: 10s\n");

@@ -453,8 +453,11 @@ pub fn load_built(
 }
 
 /// A home whose drop-in folder holds the hostile scorer, with `config`.
+/// The first-party plugins come compiled: what the tests time is the
+/// attack, not compiling them.
 pub fn hostile_home(config: &str) -> tempfile::TempDir {
     let home = tempfile::tempdir().unwrap();
+    warm_plugin_cache(home.path());
     std::fs::create_dir_all(home.path().join("plugins")).unwrap();
     std::fs::copy(
         built_plugin("testing/hostile.wasm"),
@@ -538,7 +541,9 @@ pub fn rebuilt_copy(from: &std::path::Path, to: &std::path::Path) {
 
 /// Polls until `ready(stdout)` of `metaclaw <args> --json` holds.
 pub fn poll_json(home: &std::path::Path, args: &[&str], ready: impl Fn(&Value) -> bool) -> Value {
-    let deadline = Instant::now() + Duration::from_secs(60);
+    // Only a failing test waits this long: room for compiling a Python
+    // plugin (seconds of CPU) on a machine busy with other builds.
+    let deadline = Instant::now() + Duration::from_secs(180);
     loop {
         let out = cli_in(home, args);
         if let Ok(v) = serde_json::from_slice::<Value>(&out.stdout) {
