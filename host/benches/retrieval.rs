@@ -35,7 +35,9 @@ use std::time::{Duration, Instant};
 use metaclaw::plugins::types::{Skill, TurnContext};
 use skillgen::{builtin_bank, generated, queries};
 
-use metaclaw::plugins::{EmbedPurpose, Embedder, Grants, Limits, Loaded, PluginEngine};
+use metaclaw::plugins::{
+    EmbedAllowance, EmbedLedger, EmbedPurpose, Embedder, Grants, Limits, Loaded, PluginEngine,
+};
 
 const DIM: usize = 384;
 
@@ -71,7 +73,14 @@ fn load(engine: &Arc<PluginEngine>, rel: &str, embedder: Arc<Hashing>) -> Arc<Lo
     };
     let grants = Grants::parse(&["embed".to_string()]).unwrap();
     let embedder: Arc<dyn Embedder> = embedder;
-    common::load_built(engine, rel, grants, Some(embedder), limits)
+    // What is measured is ranking, on a free in-process embedder: indexing
+    // 10,000 skills sends more text than a plugin's hourly budget allows.
+    let ledger = EmbedLedger::new(EmbedAllowance {
+        requests: 1 << 40,
+        bytes: 1 << 50,
+        window: Duration::from_secs(3600),
+    });
+    common::load_built_on(engine, rel, grants, Some(embedder), limits, &ledger)
 }
 
 fn context(query: &str) -> TurnContext {

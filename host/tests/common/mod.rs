@@ -437,6 +437,19 @@ pub fn load_built(
     embedder: Option<std::sync::Arc<dyn metaclaw::plugins::Embedder>>,
     limits: metaclaw::plugins::Limits,
 ) -> std::sync::Arc<metaclaw::plugins::Loaded> {
+    let ledger = metaclaw::plugins::EmbedLedger::new(Default::default());
+    load_built_on(engine, rel, grants, embedder, limits, &ledger)
+}
+
+/// [`load_built`], its embedding spend charged to `ledger`.
+pub fn load_built_on(
+    engine: &std::sync::Arc<metaclaw::plugins::PluginEngine>,
+    rel: &str,
+    grants: metaclaw::plugins::Grants,
+    embedder: Option<std::sync::Arc<dyn metaclaw::plugins::Embedder>>,
+    limits: metaclaw::plugins::Limits,
+    ledger: &std::sync::Arc<metaclaw::plugins::EmbedLedger>,
+) -> std::sync::Arc<metaclaw::plugins::Loaded> {
     let path = built_plugin(rel);
     let bytes = std::fs::read(&path).unwrap();
     let sha = metaclaw::digest::sha256_hex(&bytes);
@@ -449,7 +462,7 @@ pub fn load_built(
         &|_: metaclaw::plugins::Kind| limits.clone(),
     )
     .unwrap();
-    std::sync::Arc::new(probed.ready(grants, embedder))
+    std::sync::Arc::new(probed.ready_on(grants, embedder, ledger))
 }
 
 /// A home whose drop-in folder holds the hostile scorer, with `config`.
