@@ -101,6 +101,7 @@ pub fn retire_skill(app: &App, name: &str, why: &str) -> Result<(), ApiError> {
     if skill.retired.is_some() {
         return Err(ApiError::BadRequest(format!("{name} is already retired")));
     }
+    let held = skills.library.lock_changes();
     match crate::learn::retire::set_retired(&skills.library.dir, skill, Some(why.to_string())) {
         Ok(None) => {}
         Ok(Some(refused)) => {
@@ -110,8 +111,9 @@ pub fn retire_skill(app: &App, name: &str, why: &str) -> Result<(), ApiError> {
         }
         Err(e) => return Err(ApiError::Internal(format!("{e:#}"))),
     }
-    skills.library.rescan(Some(
-        &Attribution::new("user", format!("retired by hand: {why}")).skill(name),
-    ));
+    skills.library.rescan_holding(
+        &held,
+        Some(&Attribution::new("user", format!("retired by hand: {why}")).skill(name)),
+    );
     Ok(())
 }

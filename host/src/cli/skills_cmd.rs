@@ -296,13 +296,17 @@ pub fn run(home: &Home, config_path: &Path, command: SkillsCommand) -> Result<Ex
                     target.display()
                 );
             }
+            let library = Library::new(dir.clone(), db);
+            let held = library.lock_changes();
             std::fs::create_dir_all(&target)?;
             std::fs::write(target.join("SKILL.md"), &text)?;
-            let library = Library::new(dir.clone(), db);
-            library.rescan(Some(
-                &Attribution::new("user", format!("metaclaw skills add {}", path.display()))
-                    .wrote(&parsed.id, &text),
-            ));
+            library.rescan_holding(
+                &held,
+                Some(
+                    &Attribution::new("user", format!("metaclaw skills add {}", path.display()))
+                        .wrote(&parsed.id, &text),
+                ),
+            );
             say!(
                 "added {} ({}, v{}) to {}",
                 parsed.name,
@@ -319,6 +323,8 @@ pub fn run(home: &Home, config_path: &Path, command: SkillsCommand) -> Result<Ex
                     root.display()
                 );
             }
+            let library = Library::new(dir.clone(), db);
+            let held = library.lock_changes();
             let items = import::import(&root, &dir, force);
             if items.is_empty() {
                 bail!("no SKILL.md found in or under {}", root.display());
@@ -339,7 +345,7 @@ pub fn run(home: &Home, config_path: &Path, command: SkillsCommand) -> Result<Ex
                         _ => a,
                     },
                 );
-                Library::new(dir.clone(), db).rescan(Some(&ours));
+                library.rescan_holding(&held, Some(&ours));
             }
             if json {
                 say!(
@@ -392,11 +398,13 @@ pub fn run(home: &Home, config_path: &Path, command: SkillsCommand) -> Result<Ex
             if !skill::valid_name(&name) || !dir.join(&name).join("SKILL.md").exists() {
                 bail!("no skill {name:?} in {}", dir.display());
             }
+            let library = Library::new(dir.clone(), db);
+            let held = library.lock_changes();
             std::fs::remove_dir_all(dir.join(&name))?;
-            let library = Library::new(dir, db);
-            library.rescan(Some(
-                &Attribution::new("user", "metaclaw skills remove").skill(&name),
-            ));
+            library.rescan_holding(
+                &held,
+                Some(&Attribution::new("user", "metaclaw skills remove").skill(&name)),
+            );
             say!("removed {name}");
         }
         SkillsCommand::Restore { name } => {
@@ -412,12 +420,14 @@ pub fn run(home: &Home, config_path: &Path, command: SkillsCommand) -> Result<Ex
                 bail!("{name} is not retired: retrieval already uses it");
             };
             let why = why.clone();
+            let held = library.lock_changes();
             if let Some(refused) = crate::learn::retire::set_retired(&dir, found, None)? {
                 bail!("{name} was not restored: {refused}; try again");
             }
-            library.rescan(Some(
-                &Attribution::new("user", crate::learn::retire::RESTORED).skill(&name),
-            ));
+            library.rescan_holding(
+                &held,
+                Some(&Attribution::new("user", crate::learn::retire::RESTORED).skill(&name)),
+            );
             say!("restored {name} (it was retired: {why}); this version will not be retired again");
         }
         SkillsCommand::History { name, json } => {

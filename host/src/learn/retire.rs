@@ -52,6 +52,7 @@ pub fn set_retired(dir: &Path, skill: &Skill, retired: Option<String>) -> Result
 pub fn retire_flagged(skills: &Skills) -> Result<Vec<String>> {
     let board = skills.outcomes.board();
     let snapshot = skills.library.snapshot();
+    let held = skills.library.lock_changes();
     let mut retired = Vec::new();
     let mut reasons = Vec::new();
     for s in &snapshot.skills {
@@ -81,7 +82,7 @@ pub fn retire_flagged(skills: &Skills) -> Result<Vec<String>> {
             .fold(Attribution::new(WHO, reasons.join("; ")), |a, id| {
                 a.skill(id)
             });
-        skills.library.rescan(Some(&ours));
+        skills.library.rescan_holding(&held, Some(&ours));
         skills.warm();
     }
     Ok(retired)

@@ -105,6 +105,8 @@ fn reviewable(s: &Skill) -> String {
 /// on disk since the revision was drafted — and records the change as the
 /// session's, like an evolved update. Returns the revision.
 pub fn accept(db: &Path, dir: &Path, id: i64) -> Result<DraftRow> {
+    let library = Library::new(dir.to_path_buf(), db.to_path_buf());
+    let lock = library.lock_changes();
     let conn = crate::store::open_side_writer(db)?;
     let row = held(&conn, id)?;
     let (Some(skill_id), Some(content)) = (&row.skill_id, &row.content) else {
@@ -130,7 +132,7 @@ pub fn accept(db: &Path, dir: &Path, id: i64) -> Result<DraftRow> {
         ),
     )
     .wrote(skill_id, content);
-    Library::new(dir.to_path_buf(), db.to_path_buf()).rescan(Some(&accepted));
+    library.rescan_holding(&lock, Some(&accepted));
     Ok(row)
 }
 

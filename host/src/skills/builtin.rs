@@ -61,6 +61,8 @@ pub fn install_recorded(
     why: &str,
     missing: Missing,
 ) -> anyhow::Result<Installed> {
+    let library = super::library::Library::new(dir.to_path_buf(), db.to_path_buf());
+    let held = library.lock_changes();
     let empty = super::library::scan(dir).0.is_empty();
     let conn = crate::store::open_side_writer(db)?;
     let recorded = |name: &str| -> bool {
@@ -86,7 +88,7 @@ pub fn install_recorded(
                 crate::store::skills::Attribution::new("builtin", why),
                 |a, (name, text)| a.wrote(name, text),
             );
-        super::library::Library::new(dir.to_path_buf(), db.to_path_buf()).rescan(Some(&ours));
+        library.rescan_holding(&held, Some(&ours));
     }
     Ok(report)
 }

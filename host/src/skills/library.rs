@@ -170,9 +170,27 @@ impl Library {
         self.current.read().map(|s| s.clone()).unwrap_or_default()
     }
 
+    /// Held while the folder is changed and while it is read and recorded
+    /// (see [`ChangeLock`]). A writer takes it before writing and records
+    /// its change with [`Library::rescan_holding`] before letting go.
+    pub fn lock_changes(&self) -> ChangeLock {
+        ChangeLock::take(&self.db)
+    }
+
     /// Re-reads the folder now; `attribution` names who changed it and why
     /// when the caller knows (a CLI command), otherwise "on disk".
     pub fn rescan(&self, attribution: Option<&Attribution>) -> Arc<Snapshot> {
+        let held = self.lock_changes();
+        self.rescan_holding(&held, attribution)
+    }
+
+    /// [`Library::rescan`] by a caller that holds the change lock (taking it
+    /// again here would wait on itself).
+    pub fn rescan_holding(
+        &self,
+        _held: &ChangeLock,
+        attribution: Option<&Attribution>,
+    ) -> Arc<Snapshot> {
         let (skills, problems) = scan(&self.dir);
         self.scans
             .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
@@ -293,6 +311,44 @@ impl Library {
             });
         if let Err(e) = spawned {
             tracing::error!("cannot start the skills watcher: {e}");
+        }
+    }
+}
+
+/// An exclusive `flock` on `<store>.skills-lock`, shared by every process
+/// and thread over that store. Without it a rescan could read the folder
+/// before a change and record that read after the change was recorded (the
+/// old text credited to the user as an edit, and the snapshot reverted), or
+/// find a command's file before the command records who wrote it. The
+/// kernel lets go when the holder dies. If the lock file cannot be opened,
+/// changes are recorded unlocked and a warning says so: provenance may
+/// then be wrong under concurrency; nothing else depends on it.
+pub struct ChangeLock {
+    _file: Option<std::fs::File>,
+}
+
+impl ChangeLock {
+    fn take(db: &Path) -> Self {
+        let mut name = db.file_name().unwrap_or_default().to_os_string();
+        name.push(".skills-lock");
+        let path = db.with_file_name(name);
+        use std::os::unix::fs::OpenOptionsExt;
+        let file = std::fs::OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .mode(0o600)
+            .open(&path)
+            .and_then(|f| f.lock().map(|()| f));
+        match file {
+            Ok(f) => Self { _file: Some(f) },
+            Err(e) => {
+                tracing::warn!(
+                    "cannot lock {}: {e}; skill changes are recorded without it (who made a change may be misread while two writers race)",
+                    path.display()
+                );
+                Self { _file: None }
+            }
         }
     }
 }
@@ -462,6 +518,77 @@ mod tests {
             vec![("added", "evolved:chat-003"), ("removed", "user")]
         );
         assert_eq!(delta[1].why, "metaclaw skills remove");
+    }
+
+    /// A writer (a CLI command, a learning job) changes a skill over and
+    /// over while another process's watcher rescans the same folder and
+    /// store without pause: every version is credited to the writer, in
+    /// order, and both end on the last one. Unlocked, the watcher's read of
+    /// an older text was recorded after the writer's change ("edited in the
+    /// skills folder", the version reverted), or found the writer's file
+    /// before the writer could say who wrote it.
+    #[test]
+    fn a_rescan_racing_a_writer_never_reverts_or_misattributes_a_change() {
+        let home = tempfile::tempdir().unwrap();
+        let dir = home.path().join("skills");
+        let db = home.path().join("m.db");
+        let versioned = |minor: u32| {
+            format!(
+                "---\nname: alpha\ndescription: About alpha.\nversion: 1.{minor}.0\n---\nText {minor}.\n"
+            )
+        };
+        write(&dir, "alpha", &versioned(0));
+        let writer = Library::open(dir.clone(), db.clone());
+        let watcher = Library::open(dir.clone(), db.clone());
+        let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let rescans = {
+            let (watcher, stop) = (watcher.clone(), stop.clone());
+            std::thread::spawn(move || {
+                while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                    watcher.rescan(None);
+                }
+            })
+        };
+        const CHANGES: u32 = 40;
+        for minor in 1..=CHANGES {
+            let text = versioned(minor);
+            let held = writer.lock_changes();
+            // As `write_skill` does: a whole file renamed in.
+            let part = dir.join("alpha").join("SKILL.md.part");
+            std::fs::write(&part, &text).unwrap();
+            std::fs::rename(&part, dir.join("alpha").join("SKILL.md")).unwrap();
+            writer.rescan_holding(
+                &held,
+                Some(&Attribution::new("cli", "a command").wrote("alpha", &text)),
+            );
+        }
+        stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        rescans.join().unwrap();
+        let conn = crate::store::open_side_writer(&db).unwrap();
+        let changes: Vec<_> = crate::store::skills::history(&conn, "alpha")
+            .unwrap()
+            .into_iter()
+            .skip(1)
+            .map(|c| (c.who, c.version.unwrap_or_default()))
+            .collect();
+        let expected: Vec<_> = (1..=CHANGES)
+            .map(|m| ("cli".to_string(), format!("1.{m}.0")))
+            .collect();
+        assert_eq!(changes, expected);
+        let last = format!("1.{CHANGES}.0");
+        assert_eq!(
+            watcher
+                .rescan(None)
+                .get("alpha")
+                .unwrap()
+                .version
+                .to_string(),
+            last
+        );
+        assert_eq!(
+            writer.snapshot().get("alpha").unwrap().version.to_string(),
+            last
+        );
     }
 
     /// A snapshot's entry of a skill is the one `inject` makes fresh, made

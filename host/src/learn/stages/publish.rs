@@ -28,6 +28,8 @@ pub fn run(parts: &Parts, job: &Job) -> Result<Published> {
         .call_blocking(|c| Ok(learning::unwritten_drafts(c, &job.session_id)?))?;
     let mut written = Vec::new();
     if let Some(skills) = &parts.skills {
+        // Held until this job's files are recorded as its own.
+        let held = skills.library.lock_changes();
         for row in &rows {
             let (Some(id), Some(content)) = (&row.skill_id, &row.content) else {
                 continue;
@@ -64,7 +66,7 @@ pub fn run(parts: &Parts, job: &Job) -> Result<Published> {
                 ),
                 |a, (id, content)| a.wrote(id, content),
             );
-            skills.library.rescan(Some(&ours));
+            skills.library.rescan_holding(&held, Some(&ours));
             skills.warm();
         }
     }
