@@ -24,6 +24,9 @@ pub enum ApiError {
     Unauthorized(&'static str),
     #[error("{0}")]
     NotFound(String),
+    /// The action cannot run in the state things are in (training paused).
+    #[error("{0}")]
+    Conflict(String),
     /// A `Host` this daemon does not serve (DNS rebinding).
     #[error("{0}")]
     HostNotAllowed(String),
@@ -59,6 +62,7 @@ impl ApiError {
             Self::ClientBodyTimeout { .. } => StatusCode::REQUEST_TIMEOUT,
             Self::Unauthorized(_) => StatusCode::UNAUTHORIZED,
             Self::NotFound(_) => StatusCode::NOT_FOUND,
+            Self::Conflict(_) => StatusCode::CONFLICT,
             Self::HostNotAllowed(_) | Self::CrossSite(_) => StatusCode::FORBIDDEN,
             Self::MethodNotAllowed => StatusCode::METHOD_NOT_ALLOWED,
             Self::UpstreamUnreachable { .. } => StatusCode::BAD_GATEWAY,
@@ -79,6 +83,7 @@ impl ApiError {
             Self::ClientBodyTimeout { .. } => "client_body_timeout",
             Self::Unauthorized(_) => "unauthorized",
             Self::NotFound(_) => "not_found",
+            Self::Conflict(_) => "conflict",
             Self::HostNotAllowed(_) => "host_not_allowed",
             Self::CrossSite(_) => "cross_site",
             Self::MethodNotAllowed => "method_not_allowed",
@@ -102,6 +107,7 @@ impl ApiError {
             | Self::MethodNotAllowed => "invalid_request_error",
             Self::Unauthorized(_) => "authentication_error",
             Self::NotFound(_) => "not_found_error",
+            Self::Conflict(_) => "conflict_error",
             Self::HostNotAllowed(_) | Self::CrossSite(_) => "permission_error",
             Self::UpstreamUnreachable { .. } => "upstream_unreachable",
             Self::UpstreamTimeout { .. } => "upstream_timeout",

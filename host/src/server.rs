@@ -20,7 +20,7 @@
 //! | `GET /admin/status` | the admin token (`<home>/admin.token`), always |
 //! | `GET /admin/plugins`, `POST /admin/plugins/reload` | the admin token, always |
 //! | `POST /admin/learn/now` (`{"session": ID}` or `{}`) | the admin token, always |
-//! | `POST /admin/train/step`, `POST /admin/train/rollback` (`{"sampler": PATH}`) | the admin token, always |
+//! | `POST /admin/train/step`, `POST /admin/train/rollback` (`{"sampler": PATH}`), `POST /admin/train/resume` | the admin token, always |
 //! | `GET /ui…` (the dashboard, [`crate::ui`]) | a login with the admin token (a session cookie); forms also a CSRF token |
 
 pub mod guard;
@@ -73,6 +73,7 @@ pub fn router(app: SharedApp, guard: Guard) -> Router {
         .route("/admin/learn/now", post(admin_learn_now))
         .route("/admin/train/step", post(admin_train_step))
         .route("/admin/train/rollback", post(admin_train_rollback))
+        .route("/admin/train/resume", post(admin_train_resume))
         .route_layer(middleware::from_fn_with_state(
             app.clone(),
             require_admin_token,
@@ -356,16 +357,16 @@ async fn admin_plugins_reload(State(app): State<SharedApp>) -> Response {
 /// still open), or every queued and failed job; answers when they end.
 /// One training step now (rl/auto): what it did, or why none ran.
 async fn admin_train_step(State(app): State<SharedApp>) -> Response {
-    let Some(train) = app.train.clone() else {
-        let why = match (&app.proxy.policy, app.learn.is_some()) {
-            (None, _) => "nothing trains: the student does not serve (mode: rl or auto)",
-            (Some(_), false) => {
-                "nothing trains: training needs the rewards of learning jobs (learning.enabled: false)"
-            }
-            (Some(_), true) => "the trainer did not start (see the log)",
-        };
-        return ApiError::NotFound(why.into()).into_response();
+    let train = match trainer(&app) {
+        Ok(train) => train,
+        Err(e) => return e.into_response(),
     };
+    if let Some(why) = train.state().paused {
+        return ApiError::Conflict(format!(
+            "training is paused: {why}; `metaclaw train resume` goes on"
+        ))
+        .into_response();
+    }
     match train.step().await {
         Ok(outcome) => axum::Json(json!(outcome)).into_response(),
         Err(e) => ApiError::UpstreamUnreachable {
@@ -374,6 +375,33 @@ async fn admin_train_step(State(app): State<SharedApp>) -> Response {
         }
         .into_response(),
     }
+}
+
+/// Training paused by a "collapsing" verdict goes on.
+async fn admin_train_resume(State(app): State<SharedApp>) -> Response {
+    let train = match trainer(&app) {
+        Ok(train) => train,
+        Err(e) => return e.into_response(),
+    };
+    match train.resume().await {
+        Ok(was) => axum::Json(json!({ "resumed": true, "was_paused": was })).into_response(),
+        Err(e) => ApiError::Conflict(e).into_response(),
+    }
+}
+
+/// The trainer, or why nothing trains.
+fn trainer(app: &SharedApp) -> Result<crate::learn::rl::trainer::TrainerHandle, ApiError> {
+    let Some(train) = app.train.clone() else {
+        let why = match (&app.proxy.policy, app.learn.is_some()) {
+            (None, _) => "nothing trains: the student does not serve (mode: rl or auto)",
+            (Some(_), false) => {
+                "nothing trains: training needs the rewards of learning jobs (learning.enabled: false)"
+            }
+            (Some(_), true) => "the trainer did not start (see the log)",
+        };
+        return Err(ApiError::NotFound(why.into()));
+    };
+    Ok(train)
 }
 
 /// Serves earlier sampler weights: now (the swap) and after restarts (the

@@ -318,6 +318,11 @@ fn start_trainer(
         opd: config.opd.enabled.then(|| config.opd.clone()),
         gate,
         gate_error,
+        health: crate::learn::rl::health::Rule {
+            window: config.rl.health_window as usize,
+            ..Default::default()
+        },
+        on_collapse: config.rl.on_collapse,
     };
     match trainer::spawn(settings, policy, cancel.clone()) {
         Ok((handle, _thread)) => Some(handle),

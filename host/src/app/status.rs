@@ -77,6 +77,10 @@ pub fn status_json(app: &App) -> Result<Value, String> {
                 "queue": queue,
                 "last_error": state.last_error,
                 "opd": state.opd,
+                // Is it working? (learn::rl::health)
+                "health": state.health,
+                "paused": state.paused,
+                "on_collapse": state.on_collapse,
                 "scheduler": app.train.as_ref().map(scheduler_json),
                 "note": (app.train.is_none() && app.learn.is_none())
                     .then_some("nothing trains: training needs the rewards of learning jobs (learning.enabled: false)"),

@@ -329,6 +329,9 @@ pub enum TrainCommand {
         /// A sampler checkpoint's path (`tinker://…`).
         path: String,
     },
+    /// Train again after a "collapsing" verdict paused training
+    /// (`rl.on_collapse: pause`); the verdict judges the steps from now on.
+    Resume,
 }
 
 #[derive(Subcommand, Debug)]

@@ -25,6 +25,7 @@ pub fn run(home: &Home, config_path: &Path, command: TrainCommand) -> Result<Exi
         TrainCommand::Status { json } => status(home, &config, json),
         TrainCommand::Checkpoints { json } => checkpoints(home, &config, json),
         TrainCommand::Rollback { path } => rollback(home, &path),
+        TrainCommand::Resume => resume(home),
     }
 }
 
@@ -97,6 +98,16 @@ fn rollback(home: &Home, path: &str) -> Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
+fn resume(home: &Home) -> Result<ExitCode> {
+    let admin = AdminClient::connect(home)?;
+    let reply = runtime()?.block_on(admin.post_json("/admin/train/resume", &json!({})))?;
+    say!(
+        "training resumed (it was paused: {}); learning health is judged afresh from the next step",
+        reply["was_paused"].as_str().unwrap_or("?")
+    );
+    Ok(ExitCode::SUCCESS)
+}
+
 fn step(home: &Home, json: bool) -> Result<ExitCode> {
     let admin = AdminClient::connect(home)?.timeout(STEP_TIMEOUT);
     let reply = runtime()?.block_on(admin.post_json("/admin/train/step", &json!({})))?;
@@ -146,6 +157,14 @@ fn status(home: &Home, config: &crate::config::Config, json: bool) -> Result<Exi
         Some(run) => training::steps(&conn, &run.id, 10)?,
         None => Vec::new(),
     };
+    let rule = crate::learn::rl::health::Rule {
+        window: config.rl.health_window as usize,
+        ..Default::default()
+    };
+    let health = match runs.first() {
+        Some(run) => Some(crate::learn::rl::health::of_run(&conn, &run.id, &rule)?),
+        None => None,
+    };
     let every = i64::from(config.rl.save_every);
     let next_checkpoint = (every > 0).then(|| {
         let at = runs.first().map_or(0, |r| r.step);
@@ -165,6 +184,9 @@ fn status(home: &Home, config: &crate::config::Config, json: bool) -> Result<Exi
                 "run": runs.first(),
                 "steps": steps,
                 "next_checkpoint_step": next_checkpoint,
+                "health": health.as_ref().map(|(_, v)| v),
+                "paused": health.as_ref().and_then(|(m, _)| m.paused.clone()),
+                "on_collapse": config.rl.on_collapse.as_str(),
                 "service": service,
                 "daemon": daemon,
             }))?
@@ -220,10 +242,25 @@ fn status(home: &Home, config: &crate::config::Config, json: bool) -> Result<Exi
                     .map(|n| format!(", next at step {n}"))
                     .unwrap_or_default()
             );
+            if let Some((mark, verdict)) = &health {
+                say!(
+                    "learning health: {} ({}); on collapse: {}",
+                    verdict.state.as_str(),
+                    verdict.why,
+                    config.rl.on_collapse.as_str()
+                );
+                if let Some(why) = &mark.paused {
+                    say!("training is paused: {why}; `metaclaw train resume` goes on");
+                }
+            }
+            let num = |v: &serde_json::Value, digits: usize| {
+                v.as_f64()
+                    .map_or_else(|| "-".into(), |x| format!("{x:.digits$}"))
+            };
             for s in &steps {
                 let ours = &s.metrics["metaclaw"];
                 say!(
-                    "  step {:>4}  {}  {} sample(s)  loss {}  mean reward {}  KL {}",
+                    "  step {:>4}  {}  {} sample(s)  loss {}  mean reward {}  KL {}  entropy {}  answer {} tokens  cut off {}",
                     s.step,
                     local_time(s.at_ms),
                     s.samples,
@@ -231,9 +268,12 @@ fn status(home: &Home, config: &crate::config::Config, json: bool) -> Result<Exi
                     ours["mean_reward"]
                         .as_f64()
                         .map_or_else(|| "-".into(), |r| format!("{r:+.3}")),
-                    ours["kl_sampler_learner"]
+                    num(&ours["kl_sampler_learner"], 4),
+                    num(&ours["entropy"], 2),
+                    num(&ours["answer_tokens"], 0),
+                    ours["truncated_share"]
                         .as_f64()
-                        .map_or_else(|| "-".into(), |k| format!("{k:.4}")),
+                        .map_or_else(|| "-".into(), |t| format!("{:.0}%", t * 100.0)),
                 );
             }
         }

@@ -78,6 +78,13 @@ pub struct RlConfig {
     /// more are judged alike as a group and trained group-centred (one is
     /// served).
     pub group_size: u32,
+    /// Steps the learning-health verdict looks back over (at least 4; see
+    /// `learn::rl::health`).
+    pub health_window: u32,
+    /// What a "collapsing" verdict does: `pause` training until `metaclaw
+    /// train resume`, `rollback` to the last step before the fall (served
+    /// and trained from), or only `warn`.
+    pub on_collapse: OnCollapse,
 }
 
 impl RlConfig {
@@ -150,6 +157,8 @@ impl Default for RlConfig {
             clip_low_threshold: None,
             clip_high_threshold: None,
             group_size: 1,
+            health_window: 8,
+            on_collapse: OnCollapse::Pause,
         }
     }
 }
@@ -169,6 +178,29 @@ pub enum ToolCallFormat {
     KimiK2,
     /// Tool calls are not parsed: the text is the answer.
     None,
+}
+
+/// `rl.on_collapse`.
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq, Default)]
+#[serde(rename_all = "lowercase")]
+pub enum OnCollapse {
+    /// Stop training (serving goes on) until `metaclaw train resume`.
+    #[default]
+    Pause,
+    /// Serve and train from the last step before the fall.
+    Rollback,
+    /// Say so in `status` and the log; training goes on.
+    Warn,
+}
+
+impl OnCollapse {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Pause => "pause",
+            Self::Rollback => "rollback",
+            Self::Warn => "warn",
+        }
+    }
 }
 
 /// `rl.thinking`.

@@ -181,6 +181,8 @@ pub const IMPLEMENTED: &[&str] = &[
     "rl.clip_low_threshold",
     "rl.clip_high_threshold",
     "rl.group_size",
+    "rl.health_window",
+    "rl.on_collapse",
     "openrouter.app_name",
     "sessions.idle_timeout",
     "store.path",

@@ -195,6 +195,12 @@ pub fn validate(config: &Config) -> Result<(), ConfigError> {
     if config.rl.batch_size == 0 {
         return Err(invalid("rl.batch_size", "must be at least 1".into()));
     }
+    if !(4..=1000).contains(&config.rl.health_window) {
+        return Err(invalid(
+            "rl.health_window",
+            "the steps the learning-health verdict looks back over: from 4 to 1000".into(),
+        ));
+    }
     if !(1..=16).contains(&config.rl.group_size) {
         return Err(invalid(
             "rl.group_size",

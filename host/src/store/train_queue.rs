@@ -53,6 +53,8 @@ pub struct Ready {
     /// Group sampling: the served answer's group reward and its siblings
     /// (`None`: sampled alone).
     pub group: Option<Group>,
+    /// The served answer was cut off at the length limit.
+    pub truncated: bool,
 }
 
 /// A served answer's group: all judged alike (`learn::stages::group`).
@@ -173,7 +175,7 @@ pub fn ready(conn: &Connection, opd: bool) -> rusqlite::Result<Vec<Ready>> {
     conn.prepare_cached(
         "SELECT s.turn_id, t.session_id, t.seq, s.trajectory_id, s.extends_turn, t.reward,
                 s.skill_generation, s.policy_version, s.prompt_tokens, s.sampled_tokens, s.logprobs,
-                s.group_judged, s.group_reward
+                s.group_judged, s.group_reward, s.stop_reason = 'length'
          FROM turn_samples s JOIN turns t ON t.id = s.turn_id
          WHERE s.train_state = 'ready'
          ORDER BY t.started_at_ms, t.session_id, t.seq",
@@ -199,6 +201,7 @@ pub fn ready(conn: &Connection, opd: bool) -> rusqlite::Result<Vec<Ready>> {
                     served,
                     siblings: Vec::new(),
                 }),
+            truncated: r.get(13)?,
         })
     })?
     .collect::<rusqlite::Result<Vec<Ready>>>()

@@ -268,6 +268,19 @@ pub fn restart_from(conn: &Connection, id: &str, path: &str, step: i64, now_ms: 
     Ok(())
 }
 
+/// The run goes back to the training state at `path` (a rollback after a
+/// collapse), its step counter at `step` (policy versions only go up);
+/// unlike [`restart_from`] the run's starting checkpoint is unchanged, so
+/// `rl.resume_from_ckpt` is not taken as changed.
+pub fn go_back_to(conn: &Connection, id: &str, path: &str, step: i64, now_ms: i64) -> Result<()> {
+    conn.execute(
+        "UPDATE training_runs SET state_path = ?2, state_step = ?3, pending = NULL, updated_ms = ?4 \
+         WHERE id = ?1",
+        params![id, path, step, now_ms],
+    )?;
+    Ok(())
+}
+
 /// The sampler weights to serve, chosen by hand (a rollback): only what is
 /// served changes, never the run's training state or its call in flight.
 pub fn serve(conn: &Connection, id: &str, path: &str, step: i64, now_ms: i64) -> Result<()> {
@@ -276,6 +289,63 @@ pub fn serve(conn: &Connection, id: &str, path: &str, step: i64, now_ms: i64) ->
         params![id, path, step, now_ms],
     )?;
     Ok(())
+}
+
+/// Where a run's learning-health verdict starts judging, and why training
+/// is paused (`rl.on_collapse`): kept so that a restart neither forgets a
+/// pause nor judges again what the user already acted on.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, serde::Deserialize)]
+pub struct HealthMark {
+    /// Steps up to this one are not judged again (a resume, a rollback).
+    pub since_step: i64,
+    /// Training is paused, and why.
+    pub paused: Option<String>,
+}
+
+fn health_key(run_id: &str) -> String {
+    format!("rl.health.{run_id}")
+}
+
+pub fn health_mark(conn: &Connection, run_id: &str) -> Result<HealthMark> {
+    let value: Option<String> = conn
+        .query_row(
+            "SELECT value FROM meta WHERE key = ?1",
+            params![health_key(run_id)],
+            |r| r.get(0),
+        )
+        .optional()?;
+    Ok(value
+        .and_then(|v| serde_json::from_str(&v).ok())
+        .unwrap_or_default())
+}
+
+pub fn set_health_mark(conn: &Connection, run_id: &str, mark: &HealthMark) -> Result<()> {
+    conn.execute(
+        "INSERT INTO meta (key, value) VALUES (?1, ?2)
+         ON CONFLICT (key) DO UPDATE SET value = excluded.value",
+        params![health_key(run_id), serde_json::to_string(mark)?],
+    )?;
+    Ok(())
+}
+
+/// The run's steps judged by the health verdict, oldest first: after
+/// `since_step`, the newest record of each step (a step redone after a
+/// restart counts once, as it was last trained), at most `limit`.
+pub fn health_steps(
+    conn: &Connection,
+    id: &str,
+    since_step: i64,
+    limit: usize,
+) -> Result<Vec<Step>> {
+    let mut seen = std::collections::BTreeSet::new();
+    let mut out: Vec<Step> = steps(conn, id, limit.saturating_mul(4).max(16))?
+        .into_iter()
+        .filter(|s| s.step > since_step && seen.insert(s.step))
+        .collect();
+    out.sort_by_key(|s| s.step);
+    let extra = out.len().saturating_sub(limit);
+    out.drain(..extra);
+    Ok(out)
 }
 
 /// The run's steps, newest first.

@@ -26,6 +26,12 @@ pub struct Batch {
     pub tokens: usize,
     /// Unserved answers trained with their served one (group sampling).
     pub siblings: usize,
+    /// The served samples' rewards (those that have one), their answers'
+    /// lengths in tokens, and how many were cut off at the length limit:
+    /// the step's health (`health`).
+    pub rewards: Vec<f64>,
+    pub answer_tokens: Vec<usize>,
+    pub truncated: usize,
 }
 
 /// The key of sibling `idx` of `turn` among per-token terms.
@@ -113,7 +119,6 @@ pub fn assemble(
     per_token: &HashMap<String, Vec<f32>>,
 ) -> Batch {
     let mut batch = Batch::default();
-    let mut rewards = Vec::new();
     for chain in chains {
         let groups: Vec<Option<GroupAdvantages>> = chain
             .iter()
@@ -179,10 +184,12 @@ pub fn assemble(
         for (s, a) in chain.iter().zip(advantages) {
             batch.samples.push((s.turn_id.clone(), a));
             batch.tokens += s.tokens.len();
-            rewards.extend(s.reward);
+            batch.answer_tokens.push(s.tokens.len());
+            batch.truncated += usize::from(s.truncated);
+            batch.rewards.extend(s.reward);
         }
     }
-    batch.mean_reward = rewards.iter().sum::<f64>() / rewards.len().max(1) as f64;
+    batch.mean_reward = batch.rewards.iter().sum::<f64>() / batch.rewards.len().max(1) as f64;
     // Signal: any advantage sent that is not zero (the turns', the
     // siblings', the per-token terms on top).
     let signal = batch.data.iter().any(|d| {
@@ -234,6 +241,7 @@ mod tests {
             prompt_tokens: prompt,
             tokens,
             group: None,
+            truncated: false,
         }
     }
 

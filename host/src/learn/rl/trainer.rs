@@ -29,7 +29,9 @@ use tokio_util::sync::CancellationToken;
 
 use super::advantage::Baselines;
 use super::batch;
+use super::health::{self, State, Verdict};
 use super::opd::Teacher;
+use crate::config::OnCollapse;
 use crate::policy::Policy;
 use crate::store::train_queue;
 use crate::tinker::types::{LossConfig, LossFn, TensorData};
@@ -69,6 +71,10 @@ pub struct Settings {
     /// Why steps never start on their own (the scheduler's config is
     /// wrong): shown in `status`.
     pub gate_error: Option<String>,
+    /// The learning-health verdict's thresholds (`rl.health_window`).
+    pub health: health::Rule,
+    /// What a "collapsing" verdict does.
+    pub on_collapse: OnCollapse,
 }
 
 /// What the trainer last ran into, for `status`.
@@ -79,6 +85,13 @@ pub struct TrainerState {
     /// Distillation: the teacher, and whether it passed its check
     /// (`checked`), failed it (`refused: why`) or is not checked yet.
     pub opd: Option<String>,
+    /// The learning-health verdict after the last step (`health.rs`).
+    pub health: Option<Verdict>,
+    /// Training is paused (`rl.on_collapse: pause`), and why: no step
+    /// runs until `metaclaw train resume`.
+    pub paused: Option<String>,
+    /// What the last "collapsing" verdict made the trainer do.
+    pub on_collapse: Option<String>,
 }
 
 /// One step's outcome, as `metaclaw train step` prints it.
@@ -134,6 +147,7 @@ pub enum Outcome {
 
 enum Command {
     Step(oneshot::Sender<Result<Outcome, String>>),
+    Resume(oneshot::Sender<Result<String, String>>),
 }
 
 /// Asks the trainer for a step now.
@@ -151,6 +165,17 @@ impl TrainerHandle {
     /// What the trainer last ran into.
     pub fn state(&self) -> TrainerState {
         self.state.lock().map(|s| s.clone()).unwrap_or_default()
+    }
+
+    /// Training paused by a "collapsing" verdict goes on; the verdict
+    /// judges only the steps from now on. Answers what was paused.
+    pub async fn resume(&self) -> Result<String, String> {
+        let (tx, rx) = oneshot::channel();
+        self.tx
+            .send(Command::Resume(tx))
+            .map_err(|_| "the trainer is not running".to_string())?;
+        rx.await
+            .map_err(|_| "the trainer stopped before answering".to_string())?
     }
 
     /// One step now with whatever is ready (at least one sample).
@@ -215,6 +240,28 @@ pub fn spawn(
             Baselines::default()
         }
     };
+    // A pause survives a restart; so does the verdict it came from.
+    match crate::store::open_read_only(&settings.db)
+        .map_err(|e| format!("{e:#}"))
+        .and_then(|c| {
+            let run = crate::store::training::active(
+                &c,
+                settings.tinker.service_url(),
+                &settings.spec.base_model,
+            )
+            .map_err(|e| format!("{e:#}"))?;
+            let Some(run) = run else { return Ok(None) };
+            health::of_run(&c, &run.id, &settings.health)
+                .map(Some)
+                .map_err(|e| format!("{e:#}"))
+        }) {
+        Ok(Some((mark, verdict))) => set(&state, |s| {
+            s.paused = mark.paused;
+            s.health = Some(verdict);
+        }),
+        Ok(None) => {}
+        Err(e) => tracing::warn!("the learning-health verdict starts from nothing: {e}"),
+    }
     let (gate, gate_error) = (settings.gate.clone(), settings.gate_error.clone());
     let trainer = Trainer {
         settings,
@@ -292,9 +339,17 @@ impl Trainer {
                 command = commands.recv() => match command {
                     None => return,
                     Some(Command::Step(reply)) => {
-                        let outcome = self.step(1, None).await;
+                        let outcome = match self.paused() {
+                            Some(why) => Err(format!(
+                                "training is paused: {why}; `metaclaw train resume` goes on"
+                            )),
+                            None => self.step(1, None).await,
+                        };
                         self.note(&outcome);
                         let _ = reply.send(outcome);
+                    }
+                    Some(Command::Resume(reply)) => {
+                        let _ = reply.send(self.resume());
                     }
                 },
                 () = tokio::time::sleep(wait), if !self.settings.manual => {
@@ -326,7 +381,7 @@ impl Trainer {
     /// meanwhile is seen (and the step still finishes).
     async fn step_in_window(&mut self) -> Option<Result<Outcome, String>> {
         let size = self.settings.batch_size;
-        if self.settings.gate_error.is_some() {
+        if self.settings.gate_error.is_some() || self.paused().is_some() {
             return None;
         }
         let Some(gate) = self.settings.gate.clone() else {
@@ -362,6 +417,186 @@ impl Trainer {
         };
         gate.step_ended(&said);
         Some(outcome)
+    }
+
+    fn paused(&self) -> Option<String> {
+        self.state.lock().ok().and_then(|s| s.paused.clone())
+    }
+
+    /// Clears a pause; the verdict judges only later steps.
+    fn resume(&mut self) -> Result<String, String> {
+        let Some(why) = self.paused() else {
+            return Err("training is not paused".into());
+        };
+        let conn =
+            crate::store::open_side_writer(&self.settings.db).map_err(|e| format!("{e:#}"))?;
+        let run = crate::store::training::active(
+            &conn,
+            self.settings.tinker.service_url(),
+            &self.settings.spec.base_model,
+        )
+        .map_err(|e| format!("the training run's record: {e:#}"))?;
+        if let Some(run) = run {
+            let mark = crate::store::training::HealthMark {
+                since_step: run.step,
+                paused: None,
+            };
+            crate::store::training::set_health_mark(&conn, &run.id, &mark)
+                .map_err(|e| format!("the training run's record: {e:#}"))?;
+            set(&self.state, |s| {
+                s.health = Some(health::judge(&[], &self.settings.health));
+            });
+        }
+        set(&self.state, |s| s.paused = None);
+        tracing::info!(
+            "training resumed (it was paused: {why}); learning health is judged afresh from the next step"
+        );
+        Ok(why)
+    }
+
+    /// After a step: the verdict over the run's recent steps, logged when
+    /// it changes, and acted on when it says "collapsing".
+    async fn judge_health(&mut self, conn: &rusqlite::Connection, run_id: &str) {
+        let mark = match crate::store::training::health_mark(conn, run_id) {
+            Ok(mark) => mark,
+            Err(e) => {
+                tracing::warn!("learning health not judged: {e:#}");
+                return;
+            }
+        };
+        let steps = match crate::store::training::health_steps(
+            conn,
+            run_id,
+            mark.since_step,
+            self.settings.health.window,
+        ) {
+            Ok(steps) => steps,
+            Err(e) => {
+                tracing::warn!("learning health not judged: {e:#}");
+                return;
+            }
+        };
+        let verdict = health::judge(&steps, &self.settings.health);
+        let before = self
+            .state
+            .lock()
+            .ok()
+            .and_then(|s| s.health.as_ref().map(|v| v.state));
+        if before != Some(verdict.state) {
+            match verdict.state {
+                State::Collapsing => {
+                    tracing::warn!("learning health: collapsing: {}", verdict.why)
+                }
+                state => tracing::info!("learning health: {}: {}", state.as_str(), verdict.why),
+            }
+        }
+        let collapsing = verdict.state == State::Collapsing;
+        let fall = verdict
+            .steps
+            .map(|(first, last)| (first, first + (last - first + 1) / 2 - 1));
+        set(&self.state, |s| s.health = Some(verdict.clone()));
+        if !collapsing {
+            return;
+        }
+        let last = steps.last().map_or(mark.since_step, |s| s.step);
+        let done = match self.settings.on_collapse {
+            OnCollapse::Warn => format!(
+                "warned (rl.on_collapse: warn): training goes on; `metaclaw train rollback` serves earlier weights"
+            ),
+            OnCollapse::Pause => self.pause(conn, run_id, last, &verdict.why),
+            OnCollapse::Rollback => match fall {
+                Some((_, before_fall)) => {
+                    match self
+                        .roll_back(conn, run_id, &steps, before_fall, last)
+                        .await
+                    {
+                        Ok(done) => done,
+                        Err(why) => {
+                            let paused = self.pause(conn, run_id, last, &verdict.why);
+                            format!("could not roll back ({why}); {paused}")
+                        }
+                    }
+                }
+                None => self.pause(conn, run_id, last, &verdict.why),
+            },
+        };
+        tracing::warn!("learning is collapsing: {done}");
+        set(&self.state, |s| s.on_collapse = Some(done));
+    }
+
+    /// Pauses training (kept across restarts).
+    fn pause(&self, conn: &rusqlite::Connection, run_id: &str, step: i64, why: &str) -> String {
+        let reason = format!("collapsing at step {step}: {why}");
+        let mark = crate::store::training::HealthMark {
+            since_step: crate::store::training::health_mark(conn, run_id)
+                .map(|m| m.since_step)
+                .unwrap_or(0),
+            paused: Some(reason.clone()),
+        };
+        if let Err(e) = crate::store::training::set_health_mark(conn, run_id, &mark) {
+            tracing::warn!("the pause is not recorded (a restart trains again): {e:#}");
+        }
+        set(&self.state, |s| s.paused = Some(reason));
+        "paused training (rl.on_collapse: pause): serving goes on from the current weights; `metaclaw train resume` trains again, `metaclaw train rollback` serves earlier weights".into()
+    }
+
+    /// Serves the sampler saved at the newest step up to `before_fall`
+    /// that also saved its training state, and trains on from that state
+    /// (the run records where it restarted from); the verdict then judges
+    /// only later steps.
+    async fn roll_back(
+        &mut self,
+        conn: &rusqlite::Connection,
+        run_id: &str,
+        steps: &[crate::store::training::Step],
+        before_fall: i64,
+        last: i64,
+    ) -> Result<String, String> {
+        let target = steps
+            .iter()
+            .rev()
+            .filter(|s| s.step <= before_fall)
+            .find_map(|s| {
+                let ours = &s.metrics["metaclaw"];
+                Some((
+                    s.step,
+                    ours["checkpoint"].as_str()?.to_string(),
+                    ours["sampler"].as_str()?.to_string(),
+                ))
+            })
+            .ok_or_else(|| {
+                format!(
+                    "no step up to {before_fall} saved both its training state and its sampler (rl.save_every)"
+                )
+            })?;
+        let (step, state, sampler) = target;
+        let policy = self.policy.clone();
+        let path = sampler.clone();
+        self.serving
+            .spawn(async move { policy.swap(&path, step).await })
+            .await
+            .map_err(|e| format!("the swap stopped: {e}"))?
+            .map_err(|e| format!("cannot serve {sampler}: {e}"))?;
+        let now = crate::clock::now_ms();
+        crate::store::training::serve(conn, run_id, &sampler, step, now)
+            .and_then(|()| crate::store::training::go_back_to(conn, run_id, &state, last, now))
+            .and_then(|()| {
+                crate::store::training::set_health_mark(
+                    conn,
+                    run_id,
+                    &crate::store::training::HealthMark {
+                        since_step: last,
+                        paused: None,
+                    },
+                )
+            })
+            .map_err(|e| format!("the training run's record: {e:#}"))?;
+        // Opened again before the next step, from that state.
+        self.run = None;
+        Ok(format!(
+            "rolled back (rl.on_collapse: rollback): serving step {step}'s weights ({sampler}); training goes on from its saved state ({state}); steps {}–{last} are no longer in the weights",
+            step + 1
+        ))
     }
 
     /// Keeps a step's failure for `status` (a step that runs clears it).
@@ -490,10 +725,17 @@ impl Trainer {
             train_queue::checkpointed(&conn, &run_id, report.step).map_err(err)?;
         }
         let (kl, entropy) = learner_metrics(&batch.data, &report.outputs);
-        // What only the trainer knows, kept with the step (`train status`).
+        let answers = batch.answer_tokens.len().max(1) as f64;
+        let skipped_total = train_queue::counts(&conn).map(|c| c.skipped).ok();
+        // What only the trainer knows, kept with the step (`train status`,
+        // the learning-health verdict).
         let ours = serde_json::json!({
-            "mean_reward": batch.mean_reward, "kl_sampler_learner": kl, "entropy": entropy,
+            "mean_reward": batch.mean_reward, "reward_sd": spread(&batch.rewards),
+            "kl_sampler_learner": kl, "entropy": entropy,
             "tokens": batch.tokens, "siblings": batch.siblings,
+            "answer_tokens": batch.answer_tokens.iter().sum::<usize>() as f64 / answers,
+            "truncated_share": batch.truncated as f64 / answers,
+            "skipped_total": skipped_total,
             "opd_reverse_kl": opd.as_ref().map(|o| o.reverse_kl),
             "checkpoint": report.saved,
         });
@@ -521,6 +763,7 @@ impl Trainer {
                 report.step
             );
         }
+        self.judge_health(&conn, &run_id).await;
         Ok(Outcome::Stepped(Stepped {
             run: run_id,
             step: report.step,
@@ -611,6 +854,16 @@ fn checked(
     };
     set(state, |s| s.opd = Some(line));
     passed.store(result.is_ok(), Ordering::Release);
+}
+
+/// The population standard deviation of `values` (`None`: none).
+fn spread(values: &[f64]) -> Option<f64> {
+    if values.is_empty() {
+        return None;
+    }
+    let n = values.len() as f64;
+    let mean = values.iter().sum::<f64>() / n;
+    Some((values.iter().map(|v| (v - mean).powi(2)).sum::<f64>() / n).sqrt())
 }
 
 /// KL(sampler‖learner) and the learner's entropy estimate over the trained
