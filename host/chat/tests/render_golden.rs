@@ -382,7 +382,11 @@ fn renders_smollm2_as_transformers_does() {
     let failures = compare(&renderer, &cases, &answers);
     assert!(failures.is_empty(), "{}", failures.join("\n"));
     let rendered = answers.iter().filter(|a| a.get("error").is_none()).count();
-    assert_eq!(rendered, cases.len(), "SmolLM2's template renders every case");
+    assert_eq!(
+        rendered,
+        cases.len(),
+        "SmolLM2's template renders every case"
+    );
     eprintln!("{rendered} cases rendered with SmolLM2's files as transformers renders them");
 }
 
