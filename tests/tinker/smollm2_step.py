@@ -23,11 +23,10 @@ sampling and training. Stdlib, tokenizers, transformers and psutil (skyrl's venv
 
 import argparse
 import sys
-import time
 
 import psutil
 
-from smoke import Client
+from smoke import Client, datum, timer
 
 QUESTION = "What is the capital of France?"
 PROMPTS = [QUESTION, "Name one primary colour."]
@@ -70,14 +69,7 @@ def main() -> None:
     print(f"base model {base_model}; {engine_memory(port)}", flush=True)
 
     timings = []
-
-    def timed(name, fn):
-        t0 = time.perf_counter()
-        out = fn()
-        dt = time.perf_counter() - t0
-        timings.append((name, dt))
-        print(f"  {name:<44} {dt:7.2f} s", flush=True)
-        return out
+    timed = timer(timings, "", 44)
 
     session = c.ok("POST", "/api/v1/create_session", {"tags": [], "user_metadata": {}, "sdk_version": "metaclaw-smollm2-step",
                                                        "type": "create_session"})["session_id"]
@@ -113,21 +105,9 @@ def main() -> None:
                                               text, N, 1.0, "rollout")) for text in PROMPTS])
         data = []
         for text, seqs in groups:
-            prompt = prompt_ids(text)
-            lengths = [len(s["tokens"]) for s in seqs]
-            mean = sum(lengths) / len(lengths)
-            for s in seqs:
-                full, k = prompt + s["tokens"], len(prompt) - 1
-                adv = (mean - len(s["tokens"])) / MAX_TOKENS  # shorter than the group's mean: positive
-                data.append({
-                    "model_input": {"chunks": [{"type": "encoded_text", "tokens": full[:-1]}]},
-                    "loss_fn_inputs": {
-                        "target_tokens": {"data": full[1:], "dtype": "int64", "shape": [len(full) - 1]},
-                        "logprobs": {"data": [0.0] * k + s["logprobs"], "dtype": "float32", "shape": [len(full) - 1]},
-                        "advantages": {"data": [0.0] * k + [adv] * len(s["tokens"]), "dtype": "float32",
-                                       "shape": [len(full) - 1]},
-                    },
-                })
+            mean = sum(len(s["tokens"]) for s in seqs) / len(seqs)
+            # Shorter than the group's mean: a positive advantage.
+            data.extend(datum(prompt_ids(text), s, (mean - len(s["tokens"])) / MAX_TOKENS) for s in seqs)
         fb = timed(f"step {step}: forward_backward ({len(data)} samples)", lambda: c.result(c.ok(
             "POST", "/api/v1/forward_backward", {"model_id": model_id, "seq_id": next(seq),
                                                  "forward_backward_input": {"data": data, "loss_fn": "importance_sampling"}}),
