@@ -28,19 +28,39 @@ def _engine_cmd(_parent_cmd, engine_config):
     return [sys.executable, "-m", "skyrl.tinker.engine", *config_to_argv(engine_config)]
 
 
-def _lora_trains_unembedding() -> None:
+def _ties_embeddings(base_model: str) -> bool:
+    """Whether the base model's output layer is its embedding, read as skyrl's
+    engine reads it (AutoConfig of the resolved folder: a config.json without
+    the key gets its architecture's default)."""
+    from transformers import AutoConfig
+
+    from skyrl.tx.utils.models import resolve_model_path
+
+    return bool(getattr(AutoConfig.from_pretrained(resolve_model_path(base_model)), "tie_word_embeddings", False))
+
+
+def _lora_trains_unembedding(base_model: str) -> bool:
     """skyrl's API keeps only `rank` and `seed` of a request's lora_config and
     builds the rest from these defaults, where `train_unembed` is False. The
     Tinker SDK (and our client) ask for True; make that skyrl's default so its
     LoRA covers lm_head as on hosted Tinker (the tiny random model's output
-    head is otherwise out of the adapter's reach: see docs/rl.md)."""
+    head is otherwise out of the adapter's reach: see docs/rl.md).
+
+    Only for models with their own output layer: with tied embeddings
+    (SmolLM2, Qwen3-0.6B/1.7B/4B) lm_head is `embed_tokens.T`, which skyrl's
+    LoRA cannot adapt, and skyrl refuses every create_model that asks for
+    train_unembed ("incompatible with tie_word_embeddings"). There the
+    default stays False: the adapter covers attention and MLP, and the output
+    layer moves with the hidden states it reads. Returns whether it is on."""
+    if _ties_embeddings(base_model):
+        return False
     types.LoraConfig.model_fields["train_unembed"].default = True
     types.LoraConfig.model_rebuild(force=True)
+    return True
 
 
 def main() -> None:
     api._build_uv_run_cmd_engine = _engine_cmd  # looked up at call time in api.lifespan
-    _lora_trains_unembedding()
 
     parser = argparse.ArgumentParser(description="skyrl 0.3.0 tinker API server, launched without uv")
     add_model(parser, EngineConfig)
@@ -50,6 +70,8 @@ def main() -> None:
 
     engine_config = EngineConfig.model_validate({k: v for k, v in vars(args).items() if k in EngineConfig.model_fields})
     api.app.state.engine_config = engine_config
+    unembed = _lora_trains_unembedding(engine_config.base_model)
+    logger.info(f"metaclaw launcher: LoRA train_unembed default {unembed} (tied embeddings: {not unembed})")
     logger.info(f"metaclaw launcher: engine command {_engine_cmd(None, engine_config)}")
     uvicorn.run(api.app, host=args.host, port=args.port, log_config=get_uvicorn_log_config())
 

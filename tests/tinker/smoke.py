@@ -80,16 +80,37 @@ def check_sample(reply, n, max_tokens, what):
     return seqs
 
 
-def one_pass(c: Client, base_model: str, prompt: list[int], label: str) -> list[tuple[str, float]]:
-    times = []
-
+def timer(times: list, prefix: str, width: int):
+    """A function that runs fn(), prints its wall time as `name` and appends (name, seconds) to times."""
     def step(name, fn):
         t0 = time.perf_counter()
         out = fn()
         dt = time.perf_counter() - t0
         times.append((name, dt))
-        print(f"  [{label}] {name:<34} {dt:7.2f} s", flush=True)
+        print(f"  {prefix}{name:<{width}} {dt:7.2f} s", flush=True)
         return out
+
+    return step
+
+
+def datum(prompt: list[int], sampled: dict, advantage: float) -> dict:
+    """A datum (reference §15.1) for one sampled sequence: input = full[:-1], target = full[1:],
+    the sampler's logprobs and `advantage` on the sampled positions, 0 on the prompt."""
+    full, k = prompt + sampled["tokens"], len(prompt) - 1
+    return {
+        "model_input": {"chunks": [{"type": "encoded_text", "tokens": full[:-1]}]},
+        "loss_fn_inputs": {
+            "target_tokens": {"data": full[1:], "dtype": "int64", "shape": [len(full) - 1]},
+            "logprobs": {"data": [0.0] * k + sampled["logprobs"], "dtype": "float32", "shape": [len(full) - 1]},
+            "advantages": {"data": [0.0] * k + [advantage] * len(sampled["tokens"]), "dtype": "float32",
+                           "shape": [len(full) - 1]},
+        },
+    }
+
+
+def one_pass(c: Client, base_model: str, prompt: list[int], label: str) -> list[tuple[str, float]]:
+    times = []
+    step = timer(times, f"[{label}] ", 34)
 
     n, max_tokens = 4, 8
     sampling = {"max_tokens": max_tokens, "temperature": 1.0, "seed": 7}
@@ -122,22 +143,7 @@ def one_pass(c: Client, base_model: str, prompt: list[int], label: str) -> list[
 
     seqs = step("asample base (4 x 8 tokens)", lambda: sample({"base_model": base_model}, "sample base"))
 
-    # Datums (reference §15.1): input = full[:-1], target = full[1:], sampler logprobs and
-    # advantages on the sampled positions, 0 on the prompt.
-    data = []
-    for i, s in enumerate(seqs):
-        full = prompt + s["tokens"]
-        k = len(prompt) - 1
-        adv = 1.0 if i < n // 2 else -1.0
-        data.append({
-            "model_input": {"chunks": [{"type": "encoded_text", "tokens": full[:-1]}]},
-            "loss_fn_inputs": {
-                "target_tokens": {"data": full[1:], "dtype": "int64", "shape": [len(full) - 1]},
-                "logprobs": {"data": [0.0] * k + s["logprobs"], "dtype": "float32", "shape": [len(full) - 1]},
-                "advantages": {"data": [0.0] * k + [adv] * len(s["tokens"]), "dtype": "float32",
-                               "shape": [len(full) - 1]},
-            },
-        })
+    data = [datum(prompt, s, 1.0 if i < n // 2 else -1.0) for i, s in enumerate(seqs)]
 
     def fwd_bwd():
         fut = c.ok("POST", "/api/v1/forward_backward", {

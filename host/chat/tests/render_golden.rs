@@ -5,9 +5,13 @@
 //! reasoning, thinking off), the renderer's normalisation (content parts,
 //! arguments as JSON strings), JSON spelling (`tojson` of non-ASCII, `<>&'`,
 //! floats), and real OpenClaw requests. Also: the checked-in fixture is what
-//! tests/tinker/make_tiny_qwen3.py generates, byte for byte.
+//! tests/tinker/make_tiny_qwen3.py generates, byte for byte. The same cases
+//! against a real model's files: SmolLM2-135M-Instruct (ChatML, a
+//! digit-splitting byte-level BPE) as `scripts/fetch-smollm2` converts it.
 //!
-//! Skipped, saying so, only where the venv's Python is not installed.
+//! Skipped, saying so, only where the venv's Python is not installed (and the
+//! SmolLM2 test where `METACLAW_TEST_SMOLLM2_DIR` is unset: `scripts/test`
+//! sets it).
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
@@ -19,7 +23,7 @@ use std::process::Command;
 use metaclaw_chat::render::{ModelFiles, RenderOptions, Renderer};
 use serde_json::{Value, json};
 
-use render_support::{fixture_dir, fixture_renderer, root, venv_python};
+use render_support::{fixture_dir, fixture_renderer, root, smollm2_dir, venv_python};
 
 struct Case {
     name: String,
@@ -351,6 +355,39 @@ fn renders_as_transformers_does() {
         "{} cases rendered as transformers renders them",
         cases.len()
     );
+}
+
+/// SmolLM2's tokenizer and template (the real model of the RL proof), here
+/// and in transformers: same text and token ids for every case, and
+/// `<|im_end|>` (the id generation_config names) ends a completion.
+#[test]
+fn renders_smollm2_as_transformers_does() {
+    let Some(dir) = smollm2_dir("renders_smollm2_as_transformers_does") else {
+        return;
+    };
+    let Some(python) = venv_python("renders_smollm2_as_transformers_does") else {
+        return;
+    };
+    let files = ModelFiles::from_dir(&dir).unwrap_or_else(|e| {
+        panic!(
+            "METACLAW_TEST_SMOLLM2_DIR={}: {e} (rerun scripts/fetch-smollm2)",
+            dir.display()
+        )
+    });
+    let renderer = Renderer::new(&files).unwrap();
+    let im_end = renderer.token_id("<|im_end|>").unwrap();
+    assert_eq!(renderer.stop_token_ids(), [im_end]);
+    let cases = cases();
+    let answers = transformers(&python, &dir, &cases);
+    let failures = compare(&renderer, &cases, &answers);
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+    let rendered = answers.iter().filter(|a| a.get("error").is_none()).count();
+    assert_eq!(
+        rendered,
+        cases.len(),
+        "SmolLM2's template renders every case"
+    );
+    eprintln!("{rendered} cases rendered with SmolLM2's files as transformers renders them");
 }
 
 /// Other models' templates, to check one before training it:

@@ -22,6 +22,23 @@ pub fn fixture_renderer() -> Renderer {
     Renderer::new(&ModelFiles::from_dir(&fixture_dir()).unwrap()).unwrap()
 }
 
+/// SmolLM2-135M-Instruct's folder, converted by `scripts/fetch-smollm2`,
+/// from `METACLAW_TEST_SMOLLM2_DIR` (which `scripts/test` exports). `None`,
+/// saying so, where the variable is unset; a test given the variable uses
+/// the folder and fails on a bad one.
+pub fn smollm2_dir(test: &str) -> Option<PathBuf> {
+    match std::env::var_os("METACLAW_TEST_SMOLLM2_DIR") {
+        Some(dir) => Some(PathBuf::from(dir)),
+        None => {
+            eprintln!(
+                "SKIPPED {test}: METACLAW_TEST_SMOLLM2_DIR is not set (run scripts/fetch-smollm2 \
+                 and set it to the folder it prints; scripts/test does both)"
+            );
+            None
+        }
+    }
+}
+
 /// The Python of skyrl's venv (`scripts/skyrl-cpu install`: transformers,
 /// tokenizers, numpy, safetensors), where `scripts/skyrl-cpu` puts it:
 /// `$METACLAW_SKYRL_HOME/venv` (default `~/.cache/metaclaw/skyrl-0.3.0`).
