@@ -1559,3 +1559,170 @@ async fn against_skyrl_training_makes_rewarded_answers_more_likely() {
     assert!(steps >= 1);
     assert_eq!(on.status().await["student"]["policy_version"], steps);
 }
+
+impl Product {
+    /// A judged two-turn session, then one step on its two samples: the
+    /// user moves on after the first answer (`good`: reward +1) or
+    /// corrects it (−1); the last answer is 0. The step's outcome.
+    async fn judged_step(&self, session: &str, good: bool) -> Value {
+        let first = vec![json!({"role": "user", "content": "Where is Paris?"})];
+        self.script(&[says("Paris is in France.")]).await;
+        let (status, _) = self
+            .post(
+                "/v1/chat/completions",
+                session,
+                &json!({"model": "m", "messages": first}),
+            )
+            .await;
+        assert_eq!(status, StatusCode::OK);
+        let mut second = first.clone();
+        second.push(json!({"role": "assistant", "content": "Paris is in France."}));
+        second.push(json!({"role": "user", "content": if good {
+            "Thanks, now the weather there?"
+        } else {
+            "No, that's wrong."
+        }}));
+        self.script(&[says("Sunny.")]).await;
+        let (status, _) = self
+            .post(
+                "/v1/chat/completions",
+                session,
+                &json!({"model": "m", "messages": second}),
+            )
+            .await;
+        assert_eq!(status, StatusCode::OK);
+        let (status, body) = self
+            .admin_post("/admin/learn/now", &json!({"session": session}))
+            .await;
+        assert_eq!(status, StatusCode::OK, "{}", String::from_utf8_lossy(&body));
+        let (status, body) = self.admin_post("/admin/train/step", &json!({})).await;
+        assert_eq!(status, StatusCode::OK, "{}", String::from_utf8_lossy(&body));
+        let stepped = json_of(&body);
+        assert_eq!(stepped["outcome"], "stepped", "{stepped}");
+        stepped
+    }
+}
+
+/// The learning-health verdict over a window of 6 steps: three steps whose
+/// sessions went well (mean reward +0.5), then three whose first answers
+/// were corrected (−0.5): Welch's t over the halves is −3.2, a collapse.
+/// Before that, a window that has not fallen far is "flat".
+const HEALTH_RL: &str = "  batch_size: 2\n  manual_train_trigger: true\n  prm_model: judge\n  prm_m: 1\n  health_window: 6\n";
+
+#[tokio::test]
+async fn a_collapse_pauses_training_while_every_turn_is_still_answered() {
+    let p = product_in(HEALTH_RL, false, "learning:\n  enabled: true\n").await;
+    p.student_is("ready").await;
+    for (i, good) in [true, true, true, false].into_iter().enumerate() {
+        p.judged_step(&format!("h{i}"), good).await;
+    }
+    let health = &p.status().await["training"]["health"];
+    assert_eq!(health["state"], "flat", "{health}");
+    p.judged_step("h4", false).await;
+    let last = p.judged_step("h5", false).await;
+    assert_eq!(last["step"], 6);
+    let status = p.status().await;
+    let training = &status["training"];
+    assert_eq!(training["health"]["state"], "collapsing", "{training}");
+    assert_eq!(training["health"]["reward_early"], 0.5, "{training}");
+    assert_eq!(training["health"]["reward_late"], -0.5, "{training}");
+    let paused = training["paused"].as_str().unwrap();
+    assert!(
+        paused.starts_with("collapsing at step 6: mean reward +0.500 → -0.500"),
+        "{paused}"
+    );
+    assert!(
+        training["on_collapse"]
+            .as_str()
+            .unwrap()
+            .starts_with("paused training")
+    );
+
+    // Serving goes on (from the same weights); training does not.
+    let served = p.probe("h-after").await;
+    assert_eq!(served.policy_version, 6);
+    let (status, body) = p.admin_post("/admin/train/step", &json!({})).await;
+    assert_eq!(
+        status,
+        StatusCode::CONFLICT,
+        "{}",
+        String::from_utf8_lossy(&body)
+    );
+    assert!(String::from_utf8_lossy(&body).contains("metaclaw train resume"));
+
+    // The CLI reads the same verdict from the store, daemon or not.
+    let home = p._home.path().to_path_buf();
+    let out = tokio::task::spawn_blocking(move || {
+        (
+            common::cli_in(&home, &["train", "status", "--json"]),
+            common::cli_in(&home, &["train", "status"]),
+        )
+    })
+    .await
+    .unwrap();
+    let json: Value = serde_json::from_slice(&out.0.stdout).unwrap();
+    assert_eq!(json["health"]["state"], "collapsing", "{json}");
+    assert_eq!(json["paused"].as_str(), Some(paused));
+    let text = String::from_utf8_lossy(&out.1.stdout);
+    assert!(
+        text.contains("learning health: collapsing (mean reward +0.500 → -0.500 over steps 1–6")
+            && text.contains("training is paused: collapsing at step 6"),
+        "{text}"
+    );
+
+    // Resumed: judged afresh from the next step on.
+    let (status, body) = p.admin_post("/admin/train/resume", &json!({})).await;
+    assert_eq!(status, StatusCode::OK, "{}", String::from_utf8_lossy(&body));
+    let training = p.status().await["training"].clone();
+    assert!(training["paused"].is_null(), "{training}");
+    assert_eq!(training["health"]["state"], "not_enough_data", "{training}");
+    let (status, _) = p.admin_post("/admin/train/resume", &json!({})).await;
+    assert_eq!(status, StatusCode::CONFLICT);
+}
+
+#[tokio::test]
+async fn a_collapse_rolls_back_to_the_weights_before_the_fall() {
+    let rl = format!("{HEALTH_RL}  on_collapse: rollback\n");
+    let p = product_in(&rl, false, "learning:\n  enabled: true\n").await;
+    p.student_is("ready").await;
+    let mut samplers = Vec::new();
+    for (i, good) in [true, true, true, false, false, false]
+        .into_iter()
+        .enumerate()
+    {
+        let stepped = p.judged_step(&format!("r{i}"), good).await;
+        samplers.push(stepped["sampler_path"].as_str().unwrap().to_string());
+    }
+    let status = p.status().await;
+    let training = &status["training"];
+    assert_eq!(training["health"]["state"], "collapsing", "{training}");
+    assert!(training["paused"].is_null(), "{training}");
+    let done = training["on_collapse"].as_str().unwrap();
+    assert!(done.starts_with("rolled back"), "{done}");
+    // Step 3, the last before the fall, serves, and training goes on from
+    // its saved state, the step counter going on (policy versions only go
+    // up), with the rollback judged no more.
+    assert_eq!(status["student"]["sampler"], samplers[2], "{status}");
+    let served = p.probe("r-after").await;
+    assert_eq!(
+        (served.sampler.as_str(), served.policy_version),
+        (samplers[2].as_str(), 3)
+    );
+    let conn = metaclaw::store::open_read_only(p.handle.app().proxy.store.path()).unwrap();
+    let run = &metaclaw::store::training::list(&conn, 1).unwrap()[0];
+    assert!(
+        run.state_path
+            .as_deref()
+            .is_some_and(|s| s.contains("-step000003")),
+        "{run:?}"
+    );
+    assert_eq!(run.state_step, Some(6));
+    let mark = metaclaw::store::training::health_mark(&conn, &run.id).unwrap();
+    assert_eq!((mark.since_step, mark.paused), (6, None));
+    let next = p.judged_step("r6", true).await;
+    assert_eq!(next["step"], 7, "{next}");
+    assert_eq!(
+        p.status().await["training"]["health"]["state"],
+        "not_enough_data"
+    );
+}

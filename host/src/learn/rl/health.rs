@@ -26,7 +26,7 @@ use serde_json::Value;
 #[derive(Debug, Clone, Default, PartialEq, Serialize)]
 pub struct StepHealth {
     pub step: i64,
-    /// Served samples trained (their rewards are what is judged).
+    /// Served samples with a reward trained (what is judged).
     pub samples: u64,
     pub mean_reward: Option<f64>,
     /// The spread of those samples' rewards (population standard deviation).
@@ -43,13 +43,17 @@ pub struct StepHealth {
 }
 
 impl StepHealth {
-    /// From a stored step: its sample count and its `metaclaw` metrics.
-    pub fn from_metrics(step: i64, samples: i64, metrics: &Value) -> Self {
+    /// From a stored step: its `metaclaw` metrics (`datums`, the step's
+    /// own count, stands in for the rewarded samples where a step before
+    /// this version did not record them).
+    pub fn from_metrics(step: i64, datums: i64, metrics: &Value) -> Self {
         let ours = &metrics["metaclaw"];
         let f = |k: &str| ours[k].as_f64().filter(|v| v.is_finite());
         Self {
             step,
-            samples: samples.max(0) as u64,
+            samples: ours["rewarded"]
+                .as_u64()
+                .unwrap_or_else(|| datums.max(0) as u64),
             mean_reward: f("mean_reward"),
             reward_sd: f("reward_sd"),
             kl: f("kl_sampler_learner"),
@@ -264,6 +268,14 @@ pub fn verdict(steps: &[StepHealth], rule: &Rule) -> Verdict {
         (State::Collapsing, format!("{change}; {signs}"))
     } else if t >= rule.t_change {
         (State::Learning, change)
+    } else if t <= -rule.t_change {
+        (
+            State::Flat,
+            format!(
+                "{change}: it fell, but with no collapse signature and not by t ≤ −{}",
+                rule.t_collapse
+            ),
+        )
     } else {
         (
             State::Flat,
@@ -426,9 +438,9 @@ mod tests {
     fn reads_what_the_trainer_stored() {
         let metrics = serde_json::json!({"metaclaw": {
             "mean_reward": 0.25, "reward_sd": 0.5, "kl_sampler_learner": 0.01,
-            "entropy": 2.5, "answer_tokens": 31.5, "truncated_share": 0.125, "skipped_total": 3
+            "entropy": 2.5, "answer_tokens": 31.5, "rewarded": 16, "truncated_share": 0.125, "skipped_total": 3
         }});
-        let h = StepHealth::from_metrics(7, 16, &metrics);
+        let h = StepHealth::from_metrics(7, 3, &metrics);
         assert_eq!(
             h,
             StepHealth {

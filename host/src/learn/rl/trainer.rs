@@ -731,6 +731,7 @@ impl Trainer {
         // the learning-health verdict).
         let ours = serde_json::json!({
             "mean_reward": batch.mean_reward, "reward_sd": spread(&batch.rewards),
+            "rewarded": batch.rewards.len(),
             "kl_sampler_learner": kl, "entropy": entropy,
             "tokens": batch.tokens, "siblings": batch.siblings,
             "answer_tokens": batch.answer_tokens.iter().sum::<usize>() as f64 / answers,
