@@ -274,8 +274,11 @@ fn stop_daemon(home: &Home, timeout: u64) -> Result<ExitCode> {
     let pid = Pid::from_raw(info.pid as i32).context("invalid pid in the pid file")?;
     kill_process(pid, Signal::TERM).with_context(|| format!("cannot signal pid {}", info.pid))?;
     let deadline = Instant::now() + Duration::from_secs(timeout);
+    // Stopped means gone: the daemon lets go of the home's lock before
+    // its process has finished exiting (a loaded machine shows the gap),
+    // and a caller may start another one or delete the home next.
     while Instant::now() < deadline {
-        if !home.is_locked()? {
+        if !home.is_locked()? && exited(pid) {
             say!("metaclaw stopped (pid {})", info.pid);
             return Ok(ExitCode::SUCCESS);
         }
@@ -295,6 +298,18 @@ fn stop_daemon(home: &Home, timeout: u64) -> Result<ExitCode> {
         std::thread::sleep(Duration::from_millis(20));
     }
     bail!("pid {} is still alive after SIGKILL", info.pid)
+}
+
+/// Whether `pid` has exited: no such process, or a zombie waiting for a
+/// parent that may never reap it (a detached daemon's is init).
+fn exited(pid: Pid) -> bool {
+    test_kill_process(pid).is_err()
+        || std::fs::read_to_string(format!("/proc/{}/stat", pid.as_raw_nonzero())).is_ok_and(
+            |stat| {
+                stat.rsplit_once(')')
+                    .is_some_and(|(_, rest)| rest.trim_start().starts_with('Z'))
+            },
+        )
 }
 
 /// `metaclaw uninstall`: stop, put every agent config back, forget the
