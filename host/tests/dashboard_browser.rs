@@ -764,8 +764,16 @@ async fn training_steps_and_an_evolved_skill_are_shown() {
     // The step, as `train status` has it, and a chart for each curve.
     let rows = browser.texts("#steps tbody tr td:first-child").await;
     assert_eq!(rows, vec![step["step"].to_string()], "{status:#}");
+    // Reward (with its smoothed curve), loss, KL, entropy, answer length,
+    // policy versions.
     let charts = browser.find_all("figure.chart svg").await;
-    assert_eq!(charts.len(), 4, "{}", browser.page_source().await);
+    assert_eq!(charts.len(), 6, "{}", browser.page_source().await);
+    // Is it learning? One step is too few to say, and the page says so.
+    let health = browser.text("#health p.verdict").await;
+    assert!(
+        health.starts_with("Not enough data: 1 step(s) with a reward; the verdict needs 4"),
+        "{health}"
+    );
     if let Some(loss) = step["loss"].as_f64() {
         assert!(
             browser

@@ -159,6 +159,8 @@ pub struct TrainerHandle {
     pub gate: Option<Arc<crate::scheduler::gate::Gate>>,
     /// Why steps never start on their own (a bad `scheduler.*` value).
     pub gate_error: Option<String>,
+    /// The learning-health verdict's thresholds (`rl.health_window`).
+    pub health_rule: health::Rule,
 }
 
 impl TrainerHandle {
@@ -263,6 +265,7 @@ pub fn spawn(
         Err(e) => tracing::warn!("the learning-health verdict starts from nothing: {e}"),
     }
     let (gate, gate_error) = (settings.gate.clone(), settings.gate_error.clone());
+    let health_rule = settings.health.clone();
     let trainer = Trainer {
         settings,
         policy,
@@ -280,6 +283,7 @@ pub fn spawn(
         state,
         gate,
         gate_error,
+        health_rule,
     };
     Ok((handle, thread))
 }

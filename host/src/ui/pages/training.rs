@@ -41,6 +41,9 @@ struct StepRow {
     loss: Option<f64>,
     mean_reward: Option<f64>,
     kl: Option<f64>,
+    entropy: Option<f64>,
+    answer_tokens: Option<f64>,
+    truncated: Option<f64>,
     checkpoint: Option<String>,
     served_at_ms: Option<i64>,
     /// The sampler weights it served (a rollback may serve them again).
@@ -60,6 +63,9 @@ impl StepRow {
             loss: step.loss,
             mean_reward: ours(step, "mean_reward").and_then(Value::as_f64),
             kl: ours(step, "kl_sampler_learner").and_then(Value::as_f64),
+            entropy: ours(step, "entropy").and_then(Value::as_f64),
+            answer_tokens: ours(step, "answer_tokens").and_then(Value::as_f64),
+            truncated: ours(step, "truncated_share").and_then(Value::as_f64),
             checkpoint: ours(step, "checkpoint")
                 .and_then(Value::as_str)
                 .map(str::to_string),
@@ -74,24 +80,54 @@ impl StepRow {
 
 /// The charts of a run's steps (oldest first).
 fn charts(rows: &[StepRow], transitions: &[Transition]) -> Vec<String> {
-    let per_step = |title: &str, y: &str, name: &str, value: &dyn Fn(&StepRow) -> Option<f64>| {
+    let series = |name: &str, value: &dyn Fn(&StepRow) -> Option<f64>| Series {
+        name: name.into(),
+        points: rows
+            .iter()
+            .map(|r| (r.step as f64, value(r).unwrap_or(f64::NAN)))
+            .collect(),
+    };
+    let chart = |title: &str, y: &str, series: Vec<Series>| {
         Chart {
             title: title.into(),
             y_label: y.into(),
             x_axis: XAxis::Steps,
-            series: vec![Series {
-                name: name.into(),
-                points: rows
-                    .iter()
-                    .map(|r| (r.step as f64, value(r).unwrap_or(f64::NAN)))
-                    .collect(),
-            }],
+            series,
             markers: Vec::new(),
             width: 640,
             height: 220,
         }
         .svg()
     };
+    let per_step = |title: &str, y: &str, name: &str, value: &dyn Fn(&StepRow) -> Option<f64>| {
+        chart(title, y, vec![series(name, value)])
+    };
+    // The reward as the health verdict smooths it (½ per step).
+    let mut level: Option<f64> = None;
+    let smoothed: Vec<Option<f64>> = rows
+        .iter()
+        .map(|r| {
+            if let Some(x) = r.mean_reward {
+                level = Some(level.map_or(x, |l| 0.5 * l + 0.5 * x));
+            }
+            level
+        })
+        .collect();
+    let reward = chart(
+        "Mean reward per step (and smoothed)",
+        "reward",
+        vec![
+            series("mean reward", &|r| r.mean_reward),
+            Series {
+                name: "smoothed".into(),
+                points: rows
+                    .iter()
+                    .zip(&smoothed)
+                    .map(|(r, s)| (r.step as f64, s.unwrap_or(f64::NAN)))
+                    .collect(),
+            },
+        ],
+    );
     let mut markers: Vec<Marker> = Vec::new();
     for r in rows {
         if let Some(path) = &r.checkpoint {
@@ -134,11 +170,13 @@ fn charts(rows: &[StepRow], transitions: &[Transition]) -> Vec<String> {
     }
     .svg();
     vec![
-        per_step("Mean reward per step", "reward", "mean reward", &|r| {
-            r.mean_reward
-        }),
+        reward,
         per_step("Loss per step", "loss", "loss", &|r| r.loss),
         per_step("KL (sampler ‖ learner) per step", "KL", "KL", &|r| r.kl),
+        per_step("Entropy per step", "entropy", "entropy", &|r| r.entropy),
+        per_step("Answer length per step", "tokens", "tokens", &|r| {
+            r.answer_tokens
+        }),
         versions,
     ]
 }
@@ -147,6 +185,9 @@ fn charts(rows: &[StepRow], transitions: &[Transition]) -> Vec<String> {
 struct Shown {
     runs: Vec<Run>,
     run: Option<Run>,
+    /// Is it working? The run's learning-health verdict, and a pause.
+    health: Option<crate::learn::rl::health::Verdict>,
+    paused: Option<String>,
     steps: Vec<StepRow>,
     transitions: Vec<Transition>,
     #[serde(skip)]
@@ -185,6 +226,19 @@ pub async fn page(
             None => Vec::new(),
         };
         steps.reverse();
+        let rule = reader
+            .train
+            .as_ref()
+            .map(|t| t.health_rule.clone())
+            .unwrap_or_default();
+        let (health, paused) = match &run {
+            Some(run) => {
+                let (mark, verdict) =
+                    crate::learn::rl::health::of_run(&conn, &run.id, &rule).map_err(err)?;
+                (Some(verdict), mark.paused)
+            }
+            None => (None, None),
+        };
         let transitions = crate::store::scheduler::recent(&conn, TRANSITIONS).map_err(err)?;
         let charts = charts(&steps, &transitions);
         // The table: newest first, the latest only.
@@ -193,6 +247,8 @@ pub async fn page(
         Ok(Shown {
             runs,
             run,
+            health,
+            paused,
             steps,
             transitions,
             charts,
@@ -218,6 +274,7 @@ pub async fn page(
             frame => frame("training", &login, &dashboard),
             on => app.proxy.policy.is_some(),
             trainer => app.train.is_some(),
+            on_collapse => app.train.as_ref().and_then(|t| t.state().on_collapse),
             charts => shown.charts.clone(),
             shown => data(&shown),
         },
