@@ -504,9 +504,7 @@ impl Trainer {
         }
         let last = steps.last().map_or(mark.since_step, |s| s.step);
         let done = match self.settings.on_collapse {
-            OnCollapse::Warn => format!(
-                "warned (rl.on_collapse: warn): training goes on; `metaclaw train rollback` serves earlier weights"
-            ),
+            OnCollapse::Warn => "warned (rl.on_collapse: warn): training goes on; `metaclaw train rollback` serves earlier weights".to_string(),
             OnCollapse::Pause => self.pause(conn, run_id, last, &verdict.why),
             OnCollapse::Rollback => match fall {
                 Some((_, before_fall)) => {
