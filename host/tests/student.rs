@@ -1726,3 +1726,66 @@ async fn a_collapse_rolls_back_to_the_weights_before_the_fall() {
         "not_enough_data"
     );
 }
+
+/// skyrl 0.3.0 returns the untempered model's logprobs: an answer the
+/// agent asked for at temperature 0.7 (or with top_p) is served as asked,
+/// but its recorded logprobs are not those of the distribution it was drawn
+/// from, so it is never trained as on-policy; the queue says why.
+#[tokio::test]
+async fn an_answer_sampled_at_another_temperature_is_served_but_never_trained() {
+    let p = product_in(HEALTH_RL, false, "learning:\n  enabled: true\n").await;
+    p.student_is("ready").await;
+    let first = vec![json!({"role": "user", "content": "Where is Paris?"})];
+    p.script(&[says("Paris is in France.")]).await;
+    let (status, _) = p
+        .post(
+            "/v1/chat/completions",
+            "tempered",
+            &json!({"model": "m", "messages": first, "temperature": 0.7}),
+        )
+        .await;
+    assert_eq!(status, StatusCode::OK);
+    let mut second = first.clone();
+    second.push(json!({"role": "assistant", "content": "Paris is in France."}));
+    second.push(json!({"role": "user", "content": "No, that's wrong."}));
+    p.script(&[says("Sorry.")]).await;
+    let (status, _) = p
+        .post(
+            "/v1/chat/completions",
+            "tempered",
+            &json!({"model": "m", "messages": second, "top_p": 0.9}),
+        )
+        .await;
+    assert_eq!(status, StatusCode::OK);
+    let turns = p.turns("tempered").await;
+    let sample = p.sample_of(&turns[0].id).await;
+    assert_eq!(
+        sample.off_policy.as_deref(),
+        Some(
+            "sampled with temperature 0.7 as the agent asked; the service's logprobs are those of the untempered model"
+        )
+    );
+    let (status, body) = p
+        .admin_post("/admin/learn/now", &json!({"session": "tempered"}))
+        .await;
+    assert_eq!(status, StatusCode::OK, "{}", String::from_utf8_lossy(&body));
+    assert_eq!(p.turns("tempered").await[0].reward, Some(-1.0));
+    let (_, body) = p.admin_post("/admin/train/step", &json!({})).await;
+    assert_eq!(
+        json_of(&body)["outcome"],
+        "waiting",
+        "{}",
+        String::from_utf8_lossy(&body)
+    );
+    let conn = metaclaw::store::open_read_only(p.handle.app().proxy.store.path()).unwrap();
+    let skipped = metaclaw::store::train_queue::skipped_by_reason(&conn).unwrap();
+    let reasons: Vec<&str> = skipped.iter().map(|(why, _)| why.as_str()).collect();
+    assert_eq!(
+        reasons,
+        vec![
+            "off-policy: sampled with temperature 0.7 as the agent asked; the service's logprobs are those of the untempered model",
+            "off-policy: sampled with top_p 0.9 as the agent asked; the service's logprobs are those of the untempered model",
+        ],
+        "{skipped:?}"
+    );
+}

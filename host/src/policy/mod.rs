@@ -426,6 +426,7 @@ impl Policy {
             trajectory,
             extends,
             siblings,
+            off_policy: off_policy(input.temperature, input.top_p),
         };
         Ok(Answer {
             parsed,
@@ -528,6 +529,31 @@ fn read_sequence(
         "stop"
     };
     Ok((parsed, finish_reason))
+}
+
+/// Why a sample's logprobs are not those of the distribution it was drawn
+/// from: the service reports the model's untempered, unfiltered logprobs
+/// (skyrl 0.3.0 does), so an answer sampled at another temperature or
+/// with top-p is served as the agent asked but never trained as on-policy
+/// (importance weights and KL would use the wrong behaviour policy).
+pub fn off_policy(temperature: Option<f32>, top_p: Option<f32>) -> Option<String> {
+    let mut why = Vec::new();
+    if let Some(t) = temperature
+        && (t - 1.0).abs() > 1e-6
+    {
+        why.push(format!("temperature {t}"));
+    }
+    if let Some(p) = top_p
+        && p < 1.0
+    {
+        why.push(format!("top_p {p}"));
+    }
+    (!why.is_empty()).then(|| {
+        format!(
+            "sampled with {} as the agent asked; the service's logprobs are those of the untempered model",
+            why.join(" and ")
+        )
+    })
 }
 
 fn stop_reason(reason: StopReason) -> &'static str {

@@ -35,6 +35,9 @@ pub struct SampleRecord {
     /// The other answers sampled with this one (`rl.group_size` > 1), not
     /// served.
     pub siblings: Vec<Sibling>,
+    /// Why the logprobs are not those of the distribution sampled from
+    /// (`policy::off_policy`): never trained.
+    pub off_policy: Option<String>,
 }
 
 /// An answer sampled in the same call as a turn's served one, not served:
@@ -114,8 +117,8 @@ pub(super) fn insert(
     tx.prepare_cached(
         "INSERT OR REPLACE INTO turn_samples (turn_id, base_model, sampler, policy_version, rendering,
              skill_generation, prompt_tokens, sampled_tokens, logprobs, prompt_len, sampled_len,
-             stop_reason, parsed, parse_error, withheld, trajectory_id, extends_turn, at_ms)
-         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18)",
+             stop_reason, parsed, parse_error, withheld, trajectory_id, extends_turn, at_ms, off_policy)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19)",
     )?
     .execute(params![
         turn_id,
@@ -136,6 +139,7 @@ pub(super) fn insert(
         s.trajectory,
         s.extends,
         at_ms,
+        s.off_policy,
     ])?;
     Ok(())
 }
@@ -144,7 +148,8 @@ pub(super) fn insert(
 pub fn for_turn(conn: &Connection, turn_id: &str) -> rusqlite::Result<Option<SampleRecord>> {
     conn.query_row(
         "SELECT base_model, sampler, policy_version, rendering, skill_generation, prompt_tokens,
-                sampled_tokens, logprobs, stop_reason, parse_error, trajectory_id, extends_turn
+                sampled_tokens, logprobs, stop_reason, parse_error, trajectory_id, extends_turn,
+                off_policy
          FROM turn_samples WHERE turn_id = ?1",
         params![turn_id],
         |r| {
@@ -162,6 +167,7 @@ pub fn for_turn(conn: &Connection, turn_id: &str) -> rusqlite::Result<Option<Sam
                 trajectory: r.get(10)?,
                 extends: r.get(11)?,
                 siblings: Vec::new(),
+                off_policy: r.get(12)?,
             })
         },
     )

@@ -434,6 +434,13 @@ const MIGRATIONS: &[&str] = &[
            coalesce(sum(reward * reward), 0)
     FROM turns WHERE turn_type = 'main' AND status = 'ok';
     "#,
+    // 18: a sample whose recorded logprobs are not those of the
+    // distribution it was sampled from (the agent asked for a temperature
+    // or top-p the service's logprobs do not reflect) says why; it is never
+    // trained as on-policy (store::train_queue).
+    r#"
+    ALTER TABLE turn_samples ADD COLUMN off_policy TEXT;
+    "#,
 ];
 
 pub fn configure(conn: &Connection) -> rusqlite::Result<()> {

@@ -141,6 +141,12 @@ pub fn classify(conn: &Connection, opd: bool) -> rusqlite::Result<usize> {
         ),
         (STALE, STALE_WHY),
     ];
+    // Its own words: what it was sampled with.
+    conn.prepare_cached(&format!(
+        "UPDATE turn_samples SET train_state = 'skipped', train_note = 'off-policy: ' || off_policy
+         WHERE {DONE} AND off_policy IS NOT NULL"
+    ))?
+    .execute([])?;
     for (rule, why) in rules {
         let sql = format!(
             "UPDATE turn_samples SET train_state = 'skipped', train_note = ?1 WHERE {DONE} AND {rule}"
