@@ -37,6 +37,10 @@ pub enum ApiError {
     MethodNotAllowed,
     #[error("upstream {base} is unreachable: {reason}")]
     UpstreamUnreachable { base: String, reason: String },
+    /// A training step failed: the training service's words (a refusal, an
+    /// outage) as the trainer got them.
+    #[error("the training step failed: {0}")]
+    TrainingFailed(String),
     #[error("upstream did not answer within {secs} s ({phase})")]
     UpstreamTimeout { phase: &'static str, secs: f64 },
     /// The upstream answered with an error status; its body is passed on as
@@ -65,7 +69,7 @@ impl ApiError {
             Self::Conflict(_) => StatusCode::CONFLICT,
             Self::HostNotAllowed(_) | Self::CrossSite(_) => StatusCode::FORBIDDEN,
             Self::MethodNotAllowed => StatusCode::METHOD_NOT_ALLOWED,
-            Self::UpstreamUnreachable { .. } => StatusCode::BAD_GATEWAY,
+            Self::UpstreamUnreachable { .. } | Self::TrainingFailed(_) => StatusCode::BAD_GATEWAY,
             Self::UpstreamTimeout { .. } => StatusCode::GATEWAY_TIMEOUT,
             Self::UpstreamStatus { status, .. } => *status,
             Self::ShuttingDown | Self::StudentUnavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
@@ -88,6 +92,7 @@ impl ApiError {
             Self::CrossSite(_) => "cross_site",
             Self::MethodNotAllowed => "method_not_allowed",
             Self::UpstreamUnreachable { .. } => "upstream_unreachable",
+            Self::TrainingFailed(_) => "training_failed",
             Self::UpstreamTimeout { .. } => "upstream_timeout",
             Self::UpstreamStatus { .. } => "upstream_status",
             Self::ShuttingDown => "shutting_down",
@@ -111,7 +116,7 @@ impl ApiError {
             Self::HostNotAllowed(_) | Self::CrossSite(_) => "permission_error",
             Self::UpstreamUnreachable { .. } => "upstream_unreachable",
             Self::UpstreamTimeout { .. } => "upstream_timeout",
-            Self::UpstreamStatus { .. } => "upstream_error",
+            Self::UpstreamStatus { .. } | Self::TrainingFailed(_) => "upstream_error",
             Self::ShuttingDown | Self::StudentUnavailable(_) => "service_unavailable",
             Self::Internal(_) => "internal_error",
         }

@@ -369,11 +369,8 @@ async fn admin_train_step(State(app): State<SharedApp>) -> Response {
     }
     match train.step().await {
         Ok(outcome) => axum::Json(json!(outcome)).into_response(),
-        Err(e) => ApiError::UpstreamUnreachable {
-            base: "the training service".into(),
-            reason: e,
-        }
-        .into_response(),
+        // In the service's own words: a refusal is not an outage.
+        Err(e) => ApiError::TrainingFailed(e).into_response(),
     }
 }
 

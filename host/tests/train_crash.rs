@@ -145,8 +145,12 @@ async fn kill_and_resume(crash: Crash, model: &str) {
         // refused: the step fails, and its samples go back to the queue.
         let out = w.cli(&["train", "step", "--json"]).await;
         let said = String::from_utf8_lossy(&out.stderr);
+        // A refusal, in the service's words: not an outage.
         assert!(
-            !out.status.success() && said.contains("save failed"),
+            !out.status.success()
+                && said.contains("the training step failed: the training service refused")
+                && said.contains("save failed")
+                && !said.contains("unreachable"),
             "{said}"
         );
     } else {
