@@ -439,4 +439,37 @@ mod tests {
         assert!(row.written_ms.is_none() && row.reviewed_ms.is_some());
         assert!(pending(&db, &dir).unwrap().is_empty());
     }
+
+    /// 300 near-identical revisions of two skills from 150 sessions: two
+    /// groups, the newest of each, and the total.
+    #[test]
+    fn waiting_revisions_are_grouped_per_skill() {
+        let home = tempfile::tempdir().unwrap();
+        let (db, _dir, first) = held_revision(home.path());
+        let conn = crate::store::open_side_writer(&db).unwrap();
+        let template = learning::draft(&conn, first).unwrap().unwrap();
+        for i in 0..299 {
+            let skill = if i % 2 == 0 { "tidy" } else { "other" };
+            let row = DraftRow {
+                session_id: format!("s{}", i / 2),
+                name: skill.into(),
+                skill_id: Some(skill.into()),
+                at_ms: i64::from(i) + 2,
+                content: Some(format!("revision {i}")),
+                ..template.clone()
+            };
+            learning::insert_draft(&conn, &row).unwrap();
+        }
+        let (groups, total) = learning::review_groups(&conn, 100).unwrap();
+        assert_eq!(total, 300);
+        let shown: Vec<(&str, i64, i64)> = groups
+            .iter()
+            .map(|g| (g.skill.as_str(), g.waiting, g.sessions))
+            .collect();
+        assert_eq!(shown, vec![("tidy", 151, 150), ("other", 149, 149)]);
+        assert_eq!(groups[0].newest.content.as_deref(), Some("revision 298"));
+        assert_eq!(groups[1].newest.content.as_deref(), Some("revision 297"));
+        let (capped, _) = learning::review_groups(&conn, 1).unwrap();
+        assert_eq!(capped.len(), 1);
+    }
 }

@@ -369,6 +369,49 @@ pub fn pending_reviews(conn: &Connection) -> rusqlite::Result<Vec<DraftRow>> {
     .collect()
 }
 
+/// The revisions waiting for review, one group per skill: how many wait,
+/// from how many sessions, and the newest (what accepting would write).
+#[derive(Debug, Clone, Serialize)]
+pub struct ReviewGroup {
+    pub skill: String,
+    pub waiting: i64,
+    pub sessions: i64,
+    pub newest: DraftRow,
+}
+
+/// [`ReviewGroup`]s, the most recently drafted first, at most `limit`; and
+/// how many revisions wait in all. A library whose evolver keeps drafting
+/// near-identical revisions lists one line per skill, not thousands.
+pub fn review_groups(conn: &Connection, limit: u32) -> rusqlite::Result<(Vec<ReviewGroup>, i64)> {
+    let total: i64 = conn.query_row(
+        "SELECT count(*) FROM evolved_drafts WHERE outcome = ?1",
+        [DraftOutcome::PendingReview],
+        |r| r.get(0),
+    )?;
+    let heads: Vec<(String, i64, i64, i64)> = conn
+        .prepare_cached(
+            "SELECT coalesce(skill_id, name), count(*), count(DISTINCT session_id), max(id)
+             FROM evolved_drafts WHERE outcome = ?1
+             GROUP BY 1 ORDER BY 4 DESC LIMIT ?2",
+        )?
+        .query_map(params![DraftOutcome::PendingReview, limit], |r| {
+            Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?))
+        })?
+        .collect::<rusqlite::Result<_>>()?;
+    let mut groups = Vec::with_capacity(heads.len());
+    for (skill, waiting, sessions, newest) in heads {
+        if let Some(newest) = draft(conn, newest)? {
+            groups.push(ReviewGroup {
+                skill,
+                waiting,
+                sessions,
+                newest,
+            });
+        }
+    }
+    Ok((groups, total))
+}
+
 /// One draft, by id.
 pub fn draft(conn: &Connection, id: i64) -> rusqlite::Result<Option<DraftRow>> {
     conn.query_row(

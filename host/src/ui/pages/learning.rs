@@ -39,7 +39,10 @@ struct JobShown {
 struct Shown {
     jobs: Vec<JobShown>,
     drafts: Vec<DraftRow>,
-    pending: Vec<DraftRow>,
+    /// Revisions waiting for review, one line per skill (the newest
+    /// `LATEST` skills), and how many wait in all.
+    pending: Vec<learning::ReviewGroup>,
+    pending_total: i64,
 }
 
 pub async fn page(
@@ -70,10 +73,12 @@ pub async fn page(
             .collect::<anyhow::Result<_>>()
             .map_err(err)?;
         let sql = |e: rusqlite::Error| e.to_string();
+        let (pending, pending_total) = learning::review_groups(&conn, LATEST).map_err(sql)?;
         Ok(Shown {
             jobs,
             drafts: learning::recent_drafts(&conn, LATEST).map_err(sql)?,
-            pending: learning::pending_reviews(&conn).map_err(sql)?,
+            pending,
+            pending_total,
         })
     })
     .await;
