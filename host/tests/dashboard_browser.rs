@@ -816,3 +816,71 @@ async fn training_steps_and_an_evolved_skill_are_shown() {
         "{history}"
     );
 }
+
+/// Two sessions whose evolver revises the same built-in skill: the
+/// learning page lists one line for the skill (two revisions, two
+/// sessions); accepting from the dashboard asks first, then writes the
+/// newest and rejects the older one as superseded.
+#[tokio::test]
+async fn revisions_waiting_for_review_are_grouped_and_accepted_from_the_dashboard() {
+    let (_up, mc) = with_bank(
+        "llm:\n  api_base: {upstream}\n  model_id: echo\n\
+         rl:\n  prm_model: judge\n  evolver_model: evolver-revise\n\
+         sessions:\n  idle_timeout: 1h\nui:\n  actions: true\n",
+    );
+    for id in ["review-1", "review-2"] {
+        record_session(&mc, id).await;
+        mc.learn_now(id);
+        mc.learned(id);
+    }
+    let listed = poll_json(mc.home.path(), &["skills", "review", "--json"], |_| true);
+    let listed = listed.as_array().unwrap();
+    assert_eq!(listed.len(), 2, "{listed:#?}");
+    let skill = listed[0]["skill"].as_str().unwrap().to_string();
+    assert_eq!(listed[1]["skill"], skill.as_str(), "{listed:#?}");
+    let newest = listed
+        .iter()
+        .max_by_key(|p| p["id"].as_i64())
+        .unwrap()
+        .clone();
+
+    let browser = Browser::start().await;
+    let base = log_in(&browser, mc.url(), mc.home.path(), "/ui/learning").await;
+    let line = browser.text("#reviews li").await;
+    assert!(
+        line.starts_with(&skill) && line.contains("2 revisions from 2 session(s)"),
+        "{line}"
+    );
+    let accept = format!("{base}/actions/reviews/{skill}/accept");
+    browser
+        .click(&format!("form[action=\"{accept}\"] button[type=submit]"))
+        .await;
+    browser.wait_for_path(&accept, |p| p == accept).await;
+    assert_eq!(
+        browser.text("main h1").await,
+        format!("Accept the newest revision of {skill}?")
+    );
+    browser.click("#confirm").await;
+    let said = browser.text("p.said").await;
+    let version = newest["to_version"].as_str().unwrap();
+    assert!(
+        said.contains(&format!("{skill} is now v{version}")),
+        "{said}"
+    );
+    let text = std::fs::read_to_string(mc.home.path().join("skills").join(&skill).join("SKILL.md"))
+        .unwrap();
+    assert!(text.contains(&format!("version: {version}\n")), "{text}");
+    let out = mc.cli(&["skills", "review"]);
+    assert!(String::from_utf8_lossy(&out.stdout).contains("no skill revisions are waiting"));
+    let history = poll_json(
+        mc.home.path(),
+        &["skills", "history", &skill, "--json"],
+        |_| true,
+    );
+    let last = history.as_array().unwrap().last().unwrap().clone();
+    assert_eq!(
+        last["who"],
+        format!("evolved:{}", newest["session"].as_str().unwrap()),
+        "{history:#}"
+    );
+}

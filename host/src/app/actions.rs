@@ -117,3 +117,52 @@ pub fn retire_skill(app: &App, name: &str, why: &str) -> Result<(), ApiError> {
     );
     Ok(())
 }
+
+/// Every revision of `skill` waiting for review, accepted or rejected at
+/// once: accepting writes the newest (the others, older drafts of the same
+/// change, are rejected as superseded by it); rejecting drops them all.
+/// Blocking: it writes the file and rescans the library. Answers what was
+/// done.
+pub fn review_skill(app: &App, skill: &str, accept: bool) -> Result<String, ApiError> {
+    let Some(skills) = app.proxy.skills.as_ref() else {
+        return Err(ApiError::NotFound(
+            "skills are off (skills.enabled: false)".into(),
+        ));
+    };
+    let (db, dir) = (skills.library.db(), &skills.library.dir);
+    let waiting: Vec<crate::store::learning::DraftRow> = crate::store::open_read_only(db)
+        .and_then(|c| Ok(crate::store::learning::pending_reviews(&c)?))
+        .map_err(|e| ApiError::Internal(format!("{e:#}")))?
+        .into_iter()
+        .filter(|d| d.skill_id.as_deref().unwrap_or(&d.name) == skill)
+        .collect();
+    let Some(newest) = waiting.iter().max_by_key(|d| d.id) else {
+        return Err(ApiError::BadRequest(format!(
+            "no revision of {skill} is waiting for review"
+        )));
+    };
+    let bad = |e: anyhow::Error| ApiError::BadRequest(format!("{e:#}"));
+    let said = if accept {
+        crate::learn::review::accept(db, dir, newest.id).map_err(bad)?;
+        format!(
+            "{skill} is now v{} (revision {} from session {})",
+            newest.version.as_deref().unwrap_or("?"),
+            newest.id,
+            newest.session_id
+        )
+    } else {
+        format!("{} revision(s) of {skill} rejected", waiting.len())
+    };
+    let why = match accept {
+        true => format!(
+            "superseded by revision {}, accepted in the dashboard",
+            newest.id
+        ),
+        false => "in the dashboard".to_string(),
+    };
+    for d in waiting.iter().filter(|d| !accept || d.id != newest.id) {
+        crate::learn::review::reject(db, d.id, Some(&why)).map_err(bad)?;
+    }
+    tracing::info!(skill, "{said} (the dashboard)");
+    Ok(said)
+}

@@ -1,5 +1,6 @@
 //! The dashboard's actions (`ui.actions: true`): run learning now, disable
-//! or enable a plugin, retire a skill, serve earlier weights. Each is a
+//! or enable a plugin, retire a skill, accept or reject a skill's revisions
+//! waiting for review, serve earlier weights. Each is a
 //! form POST from a logged-in page carrying the login's CSRF token (the
 //! browser guard has already refused other sites' forms), and each does
 //! what the admin API does (`app::actions`).
@@ -227,6 +228,54 @@ pub async fn skill_retire(
                 &format!("/ui/skills/{}", query_value(&name)),
                 "Back to the skill",
             ),
+        ),
+        Err(e) => failed(&e),
+    }
+}
+
+/// Accepts the newest revision of a skill waiting for review (the older
+/// ones rejected as superseded), or rejects them all.
+pub async fn review(
+    State(app): State<SharedApp>,
+    Extension(dashboard): Extension<Arc<Dashboard>>,
+    Extension(login): Extension<Login>,
+    Path((name, verb)): Path<(String, String)>,
+    Form(form): Form<ActionForm>,
+) -> Response {
+    if let Some(page) = refusal(&dashboard, &login, &form) {
+        return page;
+    }
+    let accept = match verb.as_str() {
+        "accept" => true,
+        "reject" => false,
+        _ => return refused(StatusCode::NOT_FOUND, "No such action: accept or reject."),
+    };
+    let ask = Ask {
+        nav: "learning",
+        question: match accept {
+            true => format!("Accept the newest revision of {name}?"),
+            false => format!("Reject every revision of {name} waiting for review?"),
+        },
+        consequence: match accept {
+            true => "Its SKILL.md is rewritten as that revision (the next version, credited to the session it was learned from), and the older revisions waiting are rejected as superseded. `metaclaw skills review` shows the diff first.".to_string(),
+            false => format!("The library's {name} stays as it is; the revisions are kept, marked rejected."),
+        },
+        verb: if accept { "Accept" } else { "Reject" },
+        action: format!("/actions/reviews/{}/{verb}", query_value(&name)),
+        back: "/learning".into(),
+    };
+    if let Some(page) = unconfirmed(&dashboard, &login, &form, ask) {
+        return page;
+    }
+    let (app, wanted) = (app.clone(), name.clone());
+    let done = tokio::task::spawn_blocking(move || actions::review_skill(&app, &wanted, accept))
+        .await
+        .unwrap_or_else(|e| Err(ApiError::Internal(e.to_string())));
+    match done {
+        Ok(said) => notice(
+            StatusCode::OK,
+            &format!("{said}."),
+            ("/ui/learning", "Back to learning"),
         ),
         Err(e) => failed(&e),
     }

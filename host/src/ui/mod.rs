@@ -67,6 +67,7 @@ pub fn routes(app: &SharedApp) -> anyhow::Result<Router<SharedApp>> {
             post(actions::skill_retire),
         )
         .route("/ui/actions/training/rollback", post(actions::rollback))
+        .route("/ui/actions/reviews/{name}/{verb}", post(actions::review))
         .fallback(|| async { render::refused(StatusCode::NOT_FOUND, "No such page.") })
         .layer(Extension(dashboard.clone()))
         .with_state(app.clone());
