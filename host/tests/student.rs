@@ -1132,19 +1132,28 @@ async fn judged_turns_train_a_step_whose_weights_serve_the_next_turn() {
         .admin_post("/admin/train/rollback", &json!({"sampler": path}))
         .await;
     assert_eq!(status, StatusCode::OK, "{}", String::from_utf8_lossy(&body));
-    assert_eq!(json_of(&body)["policy_version"], 1);
-    assert_eq!(p.status().await["student"]["sampler"], path);
+    let rollback = json_of(&body);
+    assert_eq!(rollback["policy_version"], 1);
+    // Served through a model of its own, loaded from the training state
+    // step 1 saved with them (the training model is never asked to sample
+    // an earlier checkpoint of its own: skyrl would overwrite its weights).
+    let served = rollback["sampler"].as_str().unwrap();
+    assert!(
+        served != path && served.ends_with("-serve-step000001"),
+        "{rollback}"
+    );
+    assert_eq!(p.status().await["student"]["sampler"], served);
     // The next answer comes from step 1's weights: sampled on its sampler,
     // named version 1 to the agent, scored exactly as they scored it.
     let (served_by, rolled_back) = p.probe_served("s-probe-back").await;
     assert_eq!(served_by, "student; policy_version=1");
-    assert_eq!(rolled_back.sampler, path);
+    assert_eq!(rolled_back.sampler, served);
     assert_eq!(rolled_back.policy_version, 1);
     assert_eq!(rolled_back.logprobs, step1.logprobs);
     // A restart serves it too; the run's training state is untouched.
     let conn = metaclaw::store::open_read_only(p.handle.app().proxy.store.path()).unwrap();
     let run = &metaclaw::store::training::list(&conn, 1).unwrap()[0];
-    assert_eq!(run.sampler_path.as_deref(), Some(path));
+    assert_eq!(run.sampler_path.as_deref(), Some(served));
     assert_eq!((run.step, run.pending.as_deref()), (2, None));
 
     // Each sample trained once: a second step finds nothing ready.
@@ -1788,4 +1797,116 @@ async fn an_answer_sampled_at_another_temperature_is_served_but_never_trained() 
         ],
         "{skipped:?}"
     );
+}
+
+impl Product {
+    /// A judged session of two student turns on a real service, then one
+    /// step on its two samples: the user corrects the first answer (the
+    /// dummy judge scores it −1, the last 0). The step's outcome.
+    async fn corrected_step(&self, session: &str) -> Value {
+        let mut messages = vec![json!({"role": "user", "content": "Where is Paris?"})];
+        for _ in 0..2 {
+            let (status, body) = self
+                .post(
+                    "/v1/chat/completions",
+                    session,
+                    &json!({"model": "m", "messages": messages}),
+                )
+                .await;
+            assert_eq!(status, StatusCode::OK, "{}", String::from_utf8_lossy(&body));
+            messages.push(json_of(&body)["choices"][0]["message"].clone());
+            messages.push(json!({"role": "user", "content": "No, that's wrong."}));
+        }
+        let (status, body) = self
+            .admin_post("/admin/learn/now", &json!({"session": session}))
+            .await;
+        assert_eq!(status, StatusCode::OK, "{}", String::from_utf8_lossy(&body));
+        let learned = String::from_utf8_lossy(&body).to_string();
+        let (status, body) = self.admin_post("/admin/train/step", &json!({})).await;
+        assert_eq!(status, StatusCode::OK, "{}", String::from_utf8_lossy(&body));
+        let stepped = json_of(&body);
+        if stepped["outcome"] != "stepped" {
+            let conn =
+                metaclaw::store::open_read_only(self.handle.app().proxy.store.path()).unwrap();
+            let notes: Vec<(String, Option<String>, Option<f64>)> = conn
+                .prepare(
+                    "SELECT s.train_state, s.train_note, t.reward FROM turn_samples s \
+                     JOIN turns t ON t.id = s.turn_id WHERE t.session_id = ?1",
+                )
+                .unwrap()
+                .query_map([session], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))
+                .unwrap()
+                .collect::<Result<_, _>>()
+                .unwrap();
+            panic!("{session}: {stepped}; its samples: {notes:?}; learning: {learned}");
+        }
+        stepped
+    }
+}
+
+/// `train rollback` against skyrl 0.3.0, which samples a saved checkpoint
+/// through the adapter of the model that saved it, its training model:
+/// sampling step 1's checkpoint again served whatever that adapter held
+/// (step 2's weights, under step 1's name: skyrl thought them loaded), and
+/// an earlier checkpoint it had not loaded overwrote the training weights.
+/// Now the rollback is served by a model of its own, loaded from the
+/// training state step 1 saved, and the training model keeps step 2's
+/// weights. Seen in the learner's logprobs: steps 1 and 2 train on the
+/// weights that sampled their batch (KL(sampler‖learner) ≈ 0), step 3 on
+/// step 2's weights while its batch was sampled from step 1's (KL far from
+/// 0; it was ≈ 0 before the fix: the batch had come from step 2's).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn against_skyrl_a_rollback_serves_earlier_weights_and_training_goes_on_from_the_recorded_state()
+ {
+    let Some(server) = common::skyrl::start("rollback against skyrl") else {
+        return;
+    };
+    let model = common::skyrl::model_dir();
+    let upstream = common::dummy();
+    let rl = format!(
+        "  model: {}\n  tinker_base_url: {}\n  fallback_to_llm: false\n  thinking: 'off'\n  max_new_tokens: 8\n  lora_rank: 8\n  lora_seed: {PROOF_LORA_SEED}\n  batch_size: 2\n  learning_rate: 0.5\n  manual_train_trigger: true\n  prm_model: judge\n  prm_m: 1\n",
+        model.display(),
+        server.proc.url,
+    );
+    let p = product_with(&upstream.url, &rl, "learning:\n  enabled: true\n").await;
+    p.student_is("ready").await;
+    let step1 = p.corrected_step("s-1").await;
+    let step2 = p.corrected_step("s-2").await;
+    let kl = |s: &Value| s["kl_sampler_learner"].as_f64().unwrap();
+    let sampler1 = step1["sampler_path"].as_str().unwrap().to_string();
+    let (status, body) = p
+        .admin_post("/admin/train/rollback", &json!({"sampler": sampler1}))
+        .await;
+    assert_eq!(status, StatusCode::OK, "{}", String::from_utf8_lossy(&body));
+    assert_eq!(p.status().await["student"]["policy_version"], 1);
+    let step3 = p.corrected_step("s-3").await;
+    eprintln!(
+        "KL(sampler||learner): step 1 {:+.3e}, step 2 {:+.3e}, step 3 after the rollback {:+.3e}; entropy {} {} {}",
+        kl(&step1),
+        kl(&step2),
+        kl(&step3),
+        step1["entropy"],
+        step2["entropy"],
+        step3["entropy"],
+    );
+    assert!(
+        kl(&step1).abs() < 1e-3 && kl(&step2).abs() < 1e-3,
+        "{step1}\n{step2}"
+    );
+    assert!(
+        kl(&step3) > 0.01,
+        "step 3 trained on the rolled-back weights: {step3}"
+    );
+    // The run says so: step 3 follows step 2 on the same training model,
+    // and is served.
+    assert_eq!(step3["step"], 3);
+    assert_eq!(p.status().await["student"]["policy_version"], 3);
+    let conn = metaclaw::store::open_read_only(p.handle.app().proxy.store.path()).unwrap();
+    let run = step3["run"].as_str().unwrap();
+    let steps: Vec<(i64, i64)> = metaclaw::store::training::steps(&conn, run, 10)
+        .unwrap()
+        .iter()
+        .map(|s| (s.step, s.incarnation))
+        .collect();
+    assert_eq!(steps, [(3, 1), (2, 1), (1, 1)]);
 }

@@ -320,3 +320,218 @@ async fn a_kill_during_a_save_resumes_from_the_last_checkpoint_and_trains_each_s
 async fn a_failed_save_trains_the_step_again_from_the_last_checkpoint_and_each_sample_once() {
     kill_and_resume(Crash::FailedSave, "fake-bigram@fail_save=3").await;
 }
+
+/// The sampler weights the student serves, its policy version, and how
+/// many turns fell back to `llm`.
+async fn served(w: &World) -> (String, i64, u64) {
+    let status = w.json(&["status", "--json"]).await;
+    let student = &status["student"];
+    (
+        student["sampler"].as_str().unwrap_or_default().to_string(),
+        student["policy_version"].as_i64().unwrap_or(-1),
+        student["fallbacks"].as_u64().unwrap_or(0),
+    )
+}
+
+/// Ends the sessions of `model` on the fake, as skyrl does 300 s after
+/// their last heartbeat: the model is unloaded, and samples of its
+/// checkpoints fail ("Model … not loaded").
+async fn unload(w: &World, model: &str) {
+    let session = w.models().await[model].session.clone();
+    let ended = common::client()
+        .post(format!("{}/api/v1/fake/expire_session", w.fake))
+        .json(&serde_json::json!({ "session_id": session }))
+        .send()
+        .await
+        .unwrap();
+    assert!(ended.status().is_success());
+    assert!(!w.models().await.contains_key(model));
+}
+
+/// A restart serves the run's saved weights at once, and still once the
+/// service has unloaded the dead process's models (skyrl 0.3.0 unloads a
+/// session's models 300 s after its last heartbeat; until W3-C a restarted
+/// daemon kept sampling the dead model's checkpoint and, once it was gone,
+/// fell back to `llm` for good while `status` said "ready"). The new
+/// process loads the run's last saved state into a model of its own and
+/// serves that, with the same policy version; `status` is "ready" only for
+/// a sampler that has sampled. Both orders: the dead process's models
+/// unloaded after the restart, and before it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_restart_serves_the_saved_weights_also_after_the_service_unloads_the_dead_process() {
+    let mut w = World::new(Setup::new(metaclaw_mock_tinker::BASE_MODEL)).await;
+    session(&w, "s-first", "Where is Paris?").await;
+    let step1 = w.json(&["train", "step", "--json"]).await;
+    assert_eq!(step1["outcome"], "stepped", "{step1}");
+    let first = w.json(&["train", "status", "--json"]).await["run"]["model_id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+
+    // Killed; the dead process's models are unloaded after the restart.
+    w.kill();
+    w.start().await;
+    let status = w
+        .until(
+            "the saved weights served from a model of the new process",
+            |s| {
+                let sampler = s["student"]["sampler"].as_str().unwrap_or_default();
+                s["student"]["state"] == "ready"
+                    && !sampler.starts_with(&format!("tinker://{first}/"))
+                    && sampler != "base"
+            },
+        )
+        .await;
+    assert_eq!(
+        status["student"]["policy_version"], 1,
+        "{}",
+        status["student"]
+    );
+    unload(&w, &first).await;
+    session(&w, "s-after-unload", "Where is Rome?").await;
+    let (_, version, fallbacks) = served(&w).await;
+    assert_eq!((version, fallbacks), (1, 0), "{}", w.log());
+
+    // Killed again; its models are unloaded before the restart: the
+    // student is not "ready" on the dead checkpoint, and serves the saved
+    // weights again once loaded.
+    let second = w.json(&["train", "status", "--json"]).await["run"]["model_id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    assert_ne!(second, first);
+    w.kill();
+    unload(&w, &second).await;
+    w.start().await;
+    let (sampler, version, fallbacks) = served(&w).await;
+    assert!(
+        !sampler.starts_with(&format!("tinker://{second}/")) && version == 1 && fallbacks == 0,
+        "{sampler} {version} {fallbacks}\n{}",
+        w.log()
+    );
+    session(&w, "s-after-restart", "Where is Oslo?").await;
+    assert_eq!(served(&w).await.2, 0, "{}", w.log());
+    // The step counter went on from the saved state; nothing was trained.
+    let record = w.json(&["train", "status", "--json"]).await["run"].clone();
+    assert_eq!(
+        (record["step"].as_i64(), record["state_step"].as_i64()),
+        (Some(1), Some(1)),
+        "{record}"
+    );
+}
+
+/// Two student turns of session `id` on a real service (whatever it
+/// samples): a question, and the user's correction of the answer (the
+/// dummy judge scores the first −1, the last 0: a step has signal). Each
+/// must be answered by the student; waits until both are stored.
+async fn student_session(w: &World, id: &str) {
+    let http = common::client();
+    let mut messages = vec![serde_json::json!({"role": "user", "content": "Where is Paris?"})];
+    for turn in 0..2 {
+        let response = http
+            .post(format!("{}/v1/chat/completions", w.url()))
+            .header("x-session-id", id)
+            .header("x-turn-type", "main")
+            .json(&serde_json::json!({"model": "m", "messages": messages}))
+            .send()
+            .await
+            .unwrap();
+        let served = response
+            .headers()
+            .get("x-metaclaw-served-by")
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or_default()
+            .to_string();
+        assert!(response.status().is_success(), "{}", w.log());
+        assert!(
+            served.starts_with("student"),
+            "turn {turn} of {id} served by {served:?}\n{}",
+            w.log()
+        );
+        let v: serde_json::Value = response.json().await.unwrap();
+        messages.push(v["choices"][0]["message"].clone());
+        messages.push(
+            serde_json::json!({"role": "user", "content": "No, that's wrong. It is in France."}),
+        );
+    }
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while w.samples(id).len() < 2 {
+        assert!(Instant::now() < deadline, "{id}'s turns were not stored");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// Waits (2 minutes at most) until skyrl's log says it unloaded `model`.
+async fn unloaded_by_skyrl(server: &common::skyrl::Skyrl, model: &str) {
+    let line = format!("Auto-unloaded stale model {model}");
+    let deadline = Instant::now() + Duration::from_secs(120);
+    while !server.log().contains(&line) {
+        assert!(
+            Instant::now() < deadline,
+            "skyrl never unloaded {model}:\n{}",
+            server.log()
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+/// The run's training model now.
+async fn training_model(w: &World) -> String {
+    w.json(&["train", "status", "--json"]).await["run"]["model_id"]
+        .as_str()
+        .unwrap()
+        .to_string()
+}
+
+/// The same against skyrl 0.3.0 (the tiny Qwen3 on CPU), with sessions
+/// unloaded 10 s after their last heartbeat instead of 300: after a
+/// `kill -9` the restarted daemon answers from the student with the
+/// step's weights within a minute (`World::start` waits for "ready"), both
+/// inside the unload window and after it, with no turn falling back.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn against_skyrl_a_restart_serves_the_saved_weights_inside_and_after_the_unload_window() {
+    let Some(server) =
+        common::skyrl::start_with("restart against skyrl", &["--session-timeout", "10"])
+    else {
+        return;
+    };
+    let model = common::skyrl::model_dir();
+    let mut w = World::new(Setup::against(&server.proc.url, &model)).await;
+    student_session(&w, "s-first").await;
+    w.learn("s-first").await;
+    let step1 = w.json(&["train", "step", "--json"]).await;
+    assert_eq!(step1["outcome"], "stepped", "{step1}\n{}", w.log());
+    let first = training_model(&w).await;
+
+    // Inside the window: the dead process's model is still loaded.
+    w.kill();
+    w.start().await;
+    let (_, version, _) = served(&w).await;
+    assert_eq!(version, 1);
+    unloaded_by_skyrl(&server, &first).await;
+    student_session(&w, "s-after-unload").await;
+    let (sampler, version, fallbacks) = served(&w).await;
+    assert!(
+        !sampler.starts_with(&format!("tinker://{first}/")) && version == 1 && fallbacks == 0,
+        "{sampler} {version} {fallbacks}"
+    );
+
+    // After the window: the dead process's model is gone before the
+    // restart.
+    let second = training_model(&w).await;
+    w.kill();
+    unloaded_by_skyrl(&server, &second).await;
+    let restarted = Instant::now();
+    w.start().await;
+    eprintln!(
+        "restarted after the unload: the student serves again after {:.1} s",
+        restarted.elapsed().as_secs_f64()
+    );
+    let (sampler, version, fallbacks) = served(&w).await;
+    assert!(
+        !sampler.starts_with(&format!("tinker://{second}/")) && version == 1 && fallbacks == 0,
+        "{sampler} {version} {fallbacks}"
+    );
+    student_session(&w, "s-after-restart").await;
+    assert_eq!(served(&w).await.2, 0, "{}", w.log());
+}

@@ -35,7 +35,8 @@
 //! checkpoint it loaded), that checkpoint, and whether it holds gradients
 //! no step applied. `POST /api/v1/fake/expire_session {session_id}` ends a
 //! session as a server does after missed heartbeats (its heartbeats then
-//! get 410). `POST /api/v1/fake/script {"sequences": [[ids], …]}` makes
+//! get 410, and its models are unloaded: samples of their checkpoints fail
+//! with skyrl's `Model … not loaded`). `POST /api/v1/fake/script {"sequences": [[ids], …]}` makes
 //! the next samples return those tokens (with the logprobs the weights
 //! give them): a test chooses what the "model" says, tool calls included.
 //!

@@ -233,7 +233,10 @@ pub struct State {
     next_id: u64,
     sessions: HashMap<String, ()>,
     models: HashMap<String, Model>,
-    samplers: HashMap<String, (String, Weights)>,
+    /// Sampling sessions: base model, weights, and the training model
+    /// whose checkpoint they sample (skyrl samples a checkpoint through its
+    /// model's adapter: once the model is unloaded, they fail).
+    samplers: HashMap<String, (String, Weights, Option<String>)>,
     checkpoints: BTreeMap<String, Checkpoint>,
     futures: HashMap<String, Future>,
     faults: HashMap<String, Faults>,
@@ -281,9 +284,11 @@ impl State {
     }
 
     /// Ends a session as a server would after missed heartbeats: its
-    /// models go.
+    /// models are unloaded (skyrl 0.3.0 does so 300 s after the last
+    /// heartbeat), so samplers on their checkpoints fail from now on.
     pub fn expire(&mut self, session: &str) {
         self.sessions.remove(session);
+        self.models.retain(|_, m| m.report.session != session);
     }
 
     pub fn create_model(
@@ -486,7 +491,11 @@ impl State {
                 self.save(model_id, "sampler_weights", &name, stamp)
             }
             Op::SaveForSampler { name: None } => {
-                let sampler = (model.base_model.clone(), model.weights.clone());
+                let sampler = (
+                    model.base_model.clone(),
+                    model.weights.clone(),
+                    Some(model_id.to_string()),
+                );
                 let id = self.id("sampling_");
                 self.samplers.insert(id.clone(), sampler);
                 Reply::Json(json!({ "sampling_session_id": id }))
@@ -540,14 +549,18 @@ impl State {
                 self.faults
                     .entry(base.to_string())
                     .or_insert_with(|| Faults::parse(base).unwrap_or_default());
-                (base.to_string(), Weights::default())
+                (base.to_string(), Weights::default(), None)
             }
             (None, Some(path)) => {
                 let c = self
                     .checkpoints
                     .get(path)
                     .ok_or_else(|| format!("no checkpoint at {path}"))?;
-                (c.base_model.clone(), c.weights.clone())
+                let owner = path
+                    .strip_prefix("tinker://")
+                    .and_then(|rest| rest.split('/').next())
+                    .map(str::to_string);
+                (c.base_model.clone(), c.weights.clone(), owner)
             }
             _ => return Err("give exactly one of base_model and model_path".into()),
         };
@@ -562,11 +575,16 @@ impl State {
     }
 
     pub fn sample(&mut self, sampler: &str, request: &SampleRequest<'_>) -> Result<String, String> {
-        let (group, weights) = self
+        let (group, weights, owner) = self
             .samplers
             .get(sampler)
             .cloned()
             .ok_or_else(|| format!("unknown sampling session {sampler}"))?;
+        if let Some(model) = owner.filter(|m| !self.models.contains_key(m)) {
+            // skyrl's words, as a failed future.
+            let failed = Reply::Failed(format!("Model {model} not loaded"));
+            return Ok(self.future(&group, Some(failed)));
+        }
         let sequences = (0..request.num_samples)
             .map(|i| {
                 if let Some(tokens) = self.script.pop_front() {

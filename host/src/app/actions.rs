@@ -31,11 +31,20 @@ pub async fn learn_now(app: &App, session: Option<String>) -> Result<Value, ApiE
 }
 
 /// Serves earlier sampler weights: now (the swap) and after restarts (the
-/// active run's record names them).
+/// active run's record names them). With a trainer, through it: it serves
+/// them without touching the training model's weights
+/// (`TrainerHandle::serve`).
 pub async fn rollback(app: &App, sampler: &str) -> Result<Value, ApiError> {
     let Some(policy) = app.proxy.policy.clone() else {
         return Err(ApiError::NotFound(STUDENT_OFF.into()));
     };
+    if let Some(train) = &app.train {
+        let (path, version) = train
+            .serve(sampler)
+            .await
+            .map_err(|e| ApiError::BadRequest(format!("cannot serve {sampler}: {e}")))?;
+        return Ok(json!({ "sampler": path, "policy_version": version, "requested": sampler }));
+    }
     let version = crate::learn::rl::checkpoint_step(sampler).unwrap_or(0);
     if let Err(e) = policy.swap(sampler, version).await {
         return Err(ApiError::BadRequest(format!("cannot serve {sampler}: {e}")));

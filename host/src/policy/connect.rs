@@ -7,13 +7,13 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use metaclaw_chat::render::{ModelFiles, Renderer};
+use metaclaw_chat::render::{ModelFiles, RenderOptions, Renderer};
 use tokio_util::sync::CancellationToken;
 
 use super::files::{self, Lookup};
 use super::{ChatFormat, Policy, Serving};
 use crate::clock::now_ms;
-use crate::tinker::{Service, Session};
+use crate::tinker::{Sampler, SamplingParams, Service, Session, Stop};
 
 /// Waits between attempts: doubled from the first to the last.
 const FIRST_RETRY: Duration = Duration::from_secs(2);
@@ -64,6 +64,9 @@ pub async fn run(policy: Arc<Policy>, cancel: CancellationToken) {
                 tokio::select! {
                     _ = cancel.cancelled() => return,
                     _ = tokio::time::sleep(wait) => {}
+                    // New weights were saved (the trainer loaded the lost
+                    // ones again): try them now.
+                    _ = policy.reconnect.notified() => wait = FIRST_RETRY / 2,
                 }
                 wait = (wait * 2).min(LAST_RETRY);
             }
@@ -110,26 +113,51 @@ async fn load_format(policy: &Policy) -> Result<(), String> {
     Ok(())
 }
 
-/// A session and a sampler on the newest weights: the active training
-/// run's last saved sampler, else the base model.
+/// A session and a sampler on the newest weights (the active training
+/// run's last saved sampler, else the base model) that has answered a
+/// probe: the student is "ready" only once it has sampled. Saved weights
+/// the service no longer holds (skyrl unloads a dead process's models) are
+/// never replaced by the base model: the trainer loads them again
+/// ([`Policy::weights_lost`]) and this connects to what it saved.
 async fn connect(policy: &Policy) -> Result<Arc<Session>, String> {
     let settings = &policy.settings;
     let service = Service::connect(&settings.tinker)
         .await
         .map_err(|e| e.to_string())?;
     let session = Arc::new(service.create_session().await.map_err(|e| e.to_string())?);
-    let newest = latest_sampler(policy, service.url());
-    let (sampler, name, version) = match newest {
-        Some((path, step)) => match session.sampler(None, Some(&path)).await {
-            Ok(sampler) => (sampler, path, step),
-            Err(e) => {
-                tracing::warn!(
-                    "the last saved sampler weights {path} cannot be sampled ({e}); serving the base model"
-                );
-                base_sampler(&session, &settings.base_model).await?
+    let (sampler, name, version) = match latest_sampler(policy, service.url()) {
+        Some((path, step)) => {
+            let sampled = match session.sampler(None, Some(&path)).await {
+                Ok(sampler) => probe(policy, &sampler).await.map(|()| sampler),
+                Err(e) => Err(e),
+            };
+            match sampled {
+                Ok(sampler) => (sampler, path, step),
+                Err(e) if super::weights_gone(&e) => {
+                    policy.lose_weights(&path);
+                    return Err(format!(
+                        "the saved weights of step {step} ({path}) are gone from the training service ({e}); {}",
+                        match policy.reloads_weights() {
+                            true => "the trainer is loading them again",
+                            false =>
+                                "nothing loads them again while learning is off (learning.enabled: false)",
+                        }
+                    ));
+                }
+                Err(e) => {
+                    return Err(format!(
+                        "the saved weights of step {step} ({path}) cannot be sampled: {e}"
+                    ));
+                }
             }
-        },
-        None => base_sampler(&session, &settings.base_model).await?,
+        }
+        None => {
+            let (sampler, name, version) = base_sampler(&session, &settings.base_model).await?;
+            probe(policy, &sampler)
+                .await
+                .map_err(|e| format!("the base model cannot be sampled: {e}"))?;
+            (sampler, name, version)
+        }
     };
     tracing::info!(sampler = %name, version, "serving the trainable model");
     policy.install(Serving {
@@ -139,6 +167,49 @@ async fn connect(policy: &Policy) -> Result<Arc<Session>, String> {
         version,
     });
     Ok(session)
+}
+
+/// One token sampled from a two-word chat: whether the sampler answers at
+/// all (creating one checks nothing: skyrl finds a missing model only when
+/// it samples).
+async fn probe(policy: &Policy, sampler: &Sampler) -> Result<(), crate::tinker::Error> {
+    let Some(format) = policy.format() else {
+        return Err(crate::tinker::Error::Client(
+            "the chat template is not loaded".into(),
+        ));
+    };
+    let messages = [serde_json::json!({"role": "user", "content": "Hello there"})];
+    let options = RenderOptions {
+        add_generation_prompt: true,
+        enable_thinking: format.enable_thinking,
+    };
+    let rendered = format
+        .renderer
+        .render(&messages, None, &options)
+        .map_err(|e| crate::tinker::Error::Client(format!("cannot render the probe: {e}")))?;
+    let params = SamplingParams {
+        max_tokens: 1,
+        seed: Some(0),
+        stop: Some(Stop::Tokens(format.renderer.stop_token_ids().to_vec())),
+        ..SamplingParams::default()
+    };
+    let sampled = tokio::time::timeout(
+        policy.settings.sample_timeout,
+        sampler.sample(&rendered.tokens, &params, 1),
+    )
+    .await
+    .map_err(|_| {
+        crate::tinker::Error::Unavailable(format!(
+            "the probe took longer than rl.sample_timeout ({} s)",
+            policy.settings.sample_timeout.as_secs_f64()
+        ))
+    })??;
+    match sampled.sequences.is_empty() {
+        true => Err(crate::tinker::Error::Protocol(
+            "the probe sampled no sequence".into(),
+        )),
+        false => Ok(()),
+    }
 }
 
 async fn base_sampler(

@@ -183,6 +183,14 @@ pub struct Policy {
     health: Mutex<Health>,
     /// A turn found the sampler gone: reconnect now.
     reconnect: Notify,
+    /// The service no longer holds the saved weights being served (skyrl
+    /// unloads a dead session's models): the trainer loads them again
+    /// into a model of its own ([`Policy::weights_lost`]).
+    weights_lost: Notify,
+    /// The saved weights last found gone.
+    lost_path: Mutex<Option<String>>,
+    /// A trainer waits on [`Policy::weights_lost`].
+    reloader: std::sync::atomic::AtomicBool,
     trajectories: trajectory::Tails,
 }
 
@@ -228,6 +236,9 @@ impl Policy {
                 ..Health::default()
             }),
             reconnect: Notify::new(),
+            weights_lost: Notify::new(),
+            lost_path: Mutex::new(None),
+            reloader: std::sync::atomic::AtomicBool::new(false),
             trajectories: trajectory::Tails::default(),
         })
     }
@@ -259,6 +270,12 @@ impl Policy {
     /// its tokenizer).
     pub fn format(&self) -> Option<Arc<ChatFormat>> {
         self.format.read().ok().and_then(|f| f.clone())
+    }
+
+    /// The sampler weights served now (`base` or a saved path) and their
+    /// policy version; `None` while not connected.
+    pub fn served(&self) -> Option<(String, i64)> {
+        self.serving().map(|s| (s.sampler_name.clone(), s.version))
     }
 
     fn serving(&self) -> Option<Arc<Serving>> {
@@ -362,7 +379,12 @@ impl Policy {
             }
             Ok(Err(e)) => {
                 let why = format!("sampling failed: {e}");
-                if matches!(
+                if weights_gone(&e) {
+                    self.lost(&serving, &why);
+                    if serving.version > 0 {
+                        self.lose_weights(&serving.sampler_name);
+                    }
+                } else if matches!(
                     e,
                     tinker::Error::Unavailable(_) | tinker::Error::SessionEnded(_)
                 ) || serving.session.ended()
@@ -435,6 +457,42 @@ impl Policy {
         })
     }
 
+    /// Resolves when the served saved weights were found gone from the
+    /// service (a sample or the connection's probe said so): whoever
+    /// trains them loads them again and serves them ([`Policy::swap`]).
+    pub async fn weights_lost(&self) -> String {
+        self.weights_lost.notified().await;
+        self.lost_path
+            .lock()
+            .ok()
+            .and_then(|mut p| p.take())
+            .unwrap_or_default()
+    }
+
+    /// Tells the trainer the saved weights at `path` are gone.
+    fn lose_weights(&self, path: &str) {
+        if let Ok(mut lost) = self.lost_path.lock() {
+            *lost = Some(path.to_string());
+        }
+        self.weights_lost.notify_one();
+    }
+
+    /// A trainer answers [`Policy::weights_lost`] (`status` says so).
+    pub fn set_reloader(&self) {
+        self.reloader
+            .store(true, std::sync::atomic::Ordering::Release);
+    }
+
+    /// Whether a trainer loads lost weights again.
+    pub fn reloads_weights(&self) -> bool {
+        self.reloader.load(std::sync::atomic::Ordering::Acquire)
+    }
+
+    /// Connects again now (new weights were saved while it was down).
+    pub fn reconnect_now(&self) {
+        self.reconnect.notify_one();
+    }
+
     fn not_ready(&self, fallback: &str) -> String {
         self.health().reason.unwrap_or_else(|| fallback.to_string())
     }
@@ -490,6 +548,19 @@ impl Policy {
             h.sampler = Some(name);
             h.policy_version = Some(version);
         });
+    }
+}
+
+/// The service no longer has the model whose weights the sampler samples:
+/// skyrl unloads the models of a session that stopped heartbeating (a
+/// process that died or was restarted) and answers `Model … not loaded`.
+pub fn weights_gone(e: &tinker::Error) -> bool {
+    match e {
+        tinker::Error::Service { message, .. } => {
+            let m = message.to_ascii_lowercase();
+            m.contains("not loaded") || (m.contains("model") && m.contains("not found"))
+        }
+        _ => false,
     }
 }
 

@@ -277,6 +277,23 @@ impl TrainingRun {
         self.save(false).await
     }
 
+    /// Sampler weights of the saved training state at `state` (step
+    /// `step`), through a model of their own in this run's session: what
+    /// was served before the service dropped it (a rollback) is served
+    /// again while the run's training model keeps its own weights.
+    pub async fn serving_copy(&self, state: &str, step: i64) -> Result<String, Error> {
+        let model = self
+            .session
+            .create_model(&self.spec.base_model, &self.spec.lora)
+            .await?;
+        model.load_state(state, false).await?;
+        let name = format!(
+            "{}-i{}-serve-step{step:06}",
+            self.run.id, self.run.incarnation
+        );
+        model.save_for_sampler(&name).await
+    }
+
     async fn save(&mut self, state: bool) -> Result<String, Error> {
         if self.unsettled() {
             return Err(Error::Client(

@@ -50,6 +50,9 @@ pub struct Setup {
     /// their own, in the scheduler's windows); `None`: `mode: rl`, steps
     /// only when asked (`manual_train_trigger`).
     pub auto_forced: Option<&'static str>,
+    /// A real training service instead of the fake: its URL and the base
+    /// model's folder (named as skyrl names it; its tokenizer is there).
+    pub service: Option<(String, PathBuf)>,
 }
 
 impl Setup {
@@ -60,6 +63,16 @@ impl Setup {
             batch_size: 2,
             evolve: false,
             auto_forced: None,
+            service: None,
+        }
+    }
+
+    /// Against a real training service at `url` serving the base model in
+    /// `model` (skyrl: `scripts/skyrl-cpu`), answers up to 8 tokens.
+    pub fn against(url: &str, model: &std::path::Path) -> Self {
+        Self {
+            service: Some((url.to_string(), model.to_path_buf())),
+            ..Self::new(&model.display().to_string())
         }
     }
 
@@ -102,15 +115,21 @@ impl Setup {
             None => ("rl", true, String::new()),
             Some(force) => ("auto", false, format!("scheduler:\n  force: {force}\n")),
         };
+        let (service, tokenizer, real) = match &self.service {
+            None => (fake.to_string(), fixture(), ""),
+            Some((url, model)) => (
+                url.clone(),
+                model.display().to_string(),
+                "  thinking: 'off'\n  max_new_tokens: 8\n",
+            ),
+        };
         format!(
             "mode: {mode}\n\
              llm:\n  api_base: {upstream}\n  model_id: echo\n  force_model: true\n\
-             rl:\n  model: '{}'\n  tinker_base_url: {fake}\n  tinker_api_key: tml-dummy\n  \
-             tokenizer_path: {}\n  lora_rank: 4\n  batch_size: {}\n  save_every: 1\n  \
-             manual_train_trigger: {manual}\n  prm_model: judge\n  prm_m: 1\n{evolver}{rest}{scheduler}",
-            self.model,
-            fixture(),
-            self.batch_size,
+             rl:\n  model: '{}'\n  tinker_base_url: {service}\n  tinker_api_key: tml-dummy\n  \
+             tokenizer_path: {tokenizer}\n  lora_rank: 4\n  batch_size: {}\n  save_every: 1\n  \
+             manual_train_trigger: {manual}\n  prm_model: judge\n  prm_m: 1\n{real}{evolver}{rest}{scheduler}",
+            self.model, self.batch_size,
         )
     }
 }
@@ -128,9 +147,15 @@ impl World {
     /// Starts the fake, the dummy and the daemon as `setup` says, and waits
     /// until the student serves.
     pub async fn new(setup: Setup) -> Self {
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let fake = format!("http://{}", listener.local_addr().unwrap());
-        tokio::spawn(metaclaw_mock_tinker::serve(listener));
+        let fake = match &setup.service {
+            Some((url, _)) => url.clone(),
+            None => {
+                let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+                let fake = format!("http://{}", listener.local_addr().unwrap());
+                tokio::spawn(metaclaw_mock_tinker::serve(listener));
+                fake
+            }
+        };
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let upstream = format!("http://{}/v1", listener.local_addr().unwrap());
         let dummy = Arc::new(metaclaw_mock_upstream::Dummy::default());

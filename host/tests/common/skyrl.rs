@@ -36,6 +36,12 @@ fn python() -> Option<String> {
 /// and waits for its one line of readiness. `None`, saying so, only where
 /// there is no Python to run it.
 pub fn start(test: &str) -> Option<Skyrl> {
+    start_with(test, &[])
+}
+
+/// [`start`] with more arguments for `scripts/skyrl-cpu start`
+/// (`--session-timeout S`).
+pub fn start_with(test: &str, args: &[&str]) -> Option<Skyrl> {
     if python().is_none() {
         eprintln!(
             "SKIPPED {test}: no Python (python3 or $SKYRL_PYTHON) to run skyrl 0.3.0; \
@@ -47,6 +53,7 @@ pub fn start(test: &str) -> Option<Skyrl> {
     let mut cmd = Command::new(script());
     cmd.args(["start", "--work"])
         .arg(work.path())
+        .args(args)
         .stderr(Stdio::inherit());
     let started = Instant::now();
     // A first run installs about 1 GB from PyPI; a cached one starts in
@@ -58,6 +65,13 @@ pub fn start(test: &str) -> Option<Skyrl> {
         started.elapsed().as_secs_f64()
     );
     Some(Skyrl { proc, _work: work })
+}
+
+impl Skyrl {
+    /// The server's log so far (its engine's lines included).
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(self._work.path().join("server.log")).unwrap_or_default()
+    }
 }
 
 /// The tiny Qwen3's folder (skyrl's base model is named by it; its

@@ -148,6 +148,7 @@ pub enum Outcome {
 enum Command {
     Step(oneshot::Sender<Result<Outcome, String>>),
     Resume(oneshot::Sender<Result<String, String>>),
+    Serve(String, oneshot::Sender<Result<(String, i64), String>>),
 }
 
 /// Asks the trainer for a step now.
@@ -175,6 +176,19 @@ impl TrainerHandle {
         let (tx, rx) = oneshot::channel();
         self.tx
             .send(Command::Resume(tx))
+            .map_err(|_| "the trainer is not running".to_string())?;
+        rx.await
+            .map_err(|_| "the trainer stopped before answering".to_string())?
+    }
+
+    /// Serves the earlier sampler weights at `sampler` (a rollback):
+    /// through a model of their own, loaded from the training state saved
+    /// with them, where there is one, so the training model's weights are
+    /// never touched. Answers the path served and its policy version.
+    pub async fn serve(&self, sampler: &str) -> Result<(String, i64), String> {
+        let (tx, rx) = oneshot::channel();
+        self.tx
+            .send(Command::Serve(sampler.to_string(), tx))
             .map_err(|_| "the trainer is not running".to_string())?;
         rx.await
             .map_err(|_| "the trainer stopped before answering".to_string())?
@@ -219,6 +233,7 @@ pub fn spawn(
     }
     let (tx, rx) = mpsc::unbounded_channel();
     let serving = tokio::runtime::Handle::current();
+    policy.set_reloader();
     let state = Arc::new(Mutex::new(TrainerState::default()));
     let teacher = match &settings.opd {
         None => None,
@@ -336,10 +351,34 @@ impl Trainer {
             }
         };
         tokio::pin!(at_start);
+        // The run's saved weights belong to a model of the process that
+        // saved them, which the service unloads once that process is gone
+        // (skyrl: 300 s after its last heartbeat): loaded again now into a
+        // model of this process, and served from there.
+        if self.has_saved_state() {
+            tokio::select! {
+                () = cancel.cancelled() => return,
+                () = self.reload_saved_weights("a new process serves them") => {}
+            }
+        }
+        let policy = self.policy.clone();
         loop {
             tokio::select! {
                 () = cancel.cancelled() => return,
                 () = &mut at_start, if !checked_at_start => checked_at_start = true,
+                lost = policy.weights_lost() => {
+                    let reloaded = self
+                        .run
+                        .as_ref()
+                        .is_some_and(|run| run.record().sampler_path.as_deref() != Some(lost.as_str()));
+                    match reloaded {
+                        // This process saved newer weights since: serve them.
+                        true => self.policy.reconnect_now(),
+                        false => {
+                            self.reload_saved_weights("the training service no longer holds the served weights").await;
+                        }
+                    }
+                }
                 command = commands.recv() => match command {
                     None => return,
                     Some(Command::Step(reply)) => {
@@ -354,6 +393,9 @@ impl Trainer {
                     }
                     Some(Command::Resume(reply)) => {
                         let _ = reply.send(self.resume());
+                    }
+                    Some(Command::Serve(sampler, reply)) => {
+                        let _ = reply.send(self.serve_earlier(&sampler).await);
                     }
                 },
                 () = tokio::time::sleep(wait), if !self.settings.manual => {
@@ -421,6 +463,161 @@ impl Trainer {
         };
         gate.step_ended(&said);
         Some(outcome)
+    }
+
+    /// A rollback's weights, served. On skyrl 0.3.0 a checkpoint is
+    /// sampled through the adapter of the model that saved it: sampling an
+    /// earlier checkpoint of the training model overwrote its training
+    /// weights, and one it had loaded before was sampled from whatever the
+    /// adapter held since (the rollback served the newest weights under
+    /// the old name). So the training state saved with them is loaded into
+    /// a model of their own, which only serves.
+    async fn serve_earlier(&mut self, sampler: &str) -> Result<(String, i64), String> {
+        let version = super::checkpoint_step(sampler).unwrap_or(0);
+        let conn =
+            crate::store::open_side_writer(&self.settings.db).map_err(|e| format!("{e:#}"))?;
+        let record = crate::store::training::active(
+            &conn,
+            self.settings.tinker.service_url(),
+            &self.settings.spec.base_model,
+        )
+        .map_err(|e| format!("the training run's record: {e:#}"))?;
+        let state = match &record {
+            Some(run) => state_saved_with(&conn, &run.id, sampler)?,
+            None => None,
+        };
+        let path = match state {
+            Some(state) => {
+                let run = self.open_run().await?;
+                run.serving_copy(&state, version).await.map_err(|e| {
+                    format!("cannot load the training state saved with {sampler}: {e}")
+                })?
+            }
+            None => sampler.to_string(),
+        };
+        let policy = self.policy.clone();
+        let served = path.clone();
+        self.serving
+            .spawn(async move { policy.swap(&served, version).await })
+            .await
+            .map_err(|e| format!("the swap stopped: {e}"))?
+            .map_err(|e| format!("cannot serve {path}: {e}"))?;
+        if let Some(run) = record
+            && let Err(e) = crate::store::training::serve(
+                &conn,
+                &run.id,
+                &path,
+                version,
+                crate::clock::now_ms(),
+            )
+        {
+            tracing::warn!("serving {path}, but a restart will not know: {e:#}");
+        }
+        Ok((path, version))
+    }
+
+    /// Whether the active run has a saved training state to load.
+    fn has_saved_state(&self) -> bool {
+        crate::store::open_read_only(&self.settings.db)
+            .ok()
+            .and_then(|conn| {
+                crate::store::training::active(
+                    &conn,
+                    self.settings.tinker.service_url(),
+                    &self.settings.spec.base_model,
+                )
+                .ok()
+                .flatten()
+            })
+            .is_some_and(|run| run.state_path.is_some())
+    }
+
+    /// The weights the run's record serves, loaded again in this process:
+    /// the run is opened again from its last saved state (a new model in
+    /// this process's session) and, where the record serves an earlier
+    /// step (a rollback), that step's saved state goes into a model of its
+    /// own for serving; saved for sampling and served. Failures are
+    /// logged: the policy stays down, says why, and asks again when it
+    /// next finds the weights gone.
+    async fn reload_saved_weights(&mut self, why: &str) {
+        self.run = None;
+        let reloaded = async {
+            let run = self.open_run().await?;
+            let record = run.record().clone();
+            let earlier = match record.sampler_step {
+                Some(served) if served < record.step => Some(served),
+                _ => None,
+            };
+            let state_of_earlier = match (earlier, record.sampler_path.as_deref()) {
+                (Some(_), Some(sampler)) => {
+                    let conn = crate::store::open_read_only(&self.settings.db)
+                        .map_err(|e| format!("{e:#}"))?;
+                    state_saved_with(&conn, &record.id, sampler)?
+                }
+                _ => None,
+            };
+            let run = self.run.as_mut().ok_or("no training run")?;
+            match (earlier, state_of_earlier) {
+                (Some(step), Some(state)) => {
+                    let path = run
+                        .serving_copy(&state, step)
+                        .await
+                        .map_err(|e| e.to_string())?;
+                    let conn = crate::store::open_side_writer(&self.settings.db)
+                        .map_err(|e| format!("{e:#}"))?;
+                    crate::store::training::serve(
+                        &conn,
+                        &record.id,
+                        &path,
+                        step,
+                        crate::clock::now_ms(),
+                    )
+                    .map_err(|e| format!("the training run's record: {e:#}"))?;
+                    Ok::<_, String>((path, step))
+                }
+                (earlier, _) => {
+                    if let Some(step) = earlier {
+                        tracing::warn!(
+                            "the served weights of step {step} were not saved as a training state: the run's own, of step {}, are served instead",
+                            record.step
+                        );
+                    }
+                    let path = run.save_sampler().await.map_err(|e| e.to_string())?;
+                    Ok((path, record.step))
+                }
+            }
+        }
+        .await;
+        let (path, step) = match reloaded {
+            Ok(done) => done,
+            Err(e) => {
+                tracing::warn!("the saved weights were not loaded again ({why}): {e}");
+                return;
+            }
+        };
+        let policy = self.policy.clone();
+        let sampler = path.clone();
+        let swapped = self
+            .serving
+            .spawn(async move { policy.swap(&sampler, step).await })
+            .await
+            .map_err(|e| e.to_string())
+            .and_then(|r| r);
+        match swapped {
+            Ok(()) => tracing::info!(
+                sampler = %path,
+                "the run's saved weights of step {step} loaded again and served ({why})"
+            ),
+            // Not connected: the connection takes them from the run's
+            // record.
+            Err(e) => {
+                tracing::info!(
+                    sampler = %path,
+                    "the run's saved weights of step {step} loaded again ({why}); serving them once connected ({e})"
+                );
+                self.policy.reconnect_now();
+            }
+        }
     }
 
     fn paused(&self) -> Option<String> {
@@ -701,6 +898,23 @@ impl Trainer {
         let loss_config = self.settings.loss_config.clone();
         let policy = self.policy.clone();
         let serving = self.serving.clone();
+        // Serving an earlier checkpoint of the training model (a rollback)
+        // may have changed its weights (skyrl samples a checkpoint by
+        // loading it into its model's adapter): the run is opened again
+        // from its last saved state, which is what it records training
+        // from.
+        if let Some(run) = &self.run
+            && let Some((served, _)) = policy.served()
+            && served.starts_with(&format!("tinker://{}/", run.model().model_id))
+            && run.record().sampler_path.as_deref() != Some(served.as_str())
+        {
+            tracing::info!(
+                run = %run.record().id,
+                served = %served,
+                "serving other weights than the run's last: it trains on from its last saved state"
+            );
+            self.run = None;
+        }
         let run = self.open_run().await?;
         let run_id = run.record().id.clone();
         let step = run.record().step + 1;
@@ -857,6 +1071,23 @@ fn checked(
     };
     set(state, |s| s.opd = Some(line));
     passed.store(result.is_ok(), Ordering::Release);
+}
+
+/// The training state saved by the step whose sampler weights are
+/// `sampler` (`None`: that step saved none).
+fn state_saved_with(
+    conn: &rusqlite::Connection,
+    run: &str,
+    sampler: &str,
+) -> Result<Option<String>, String> {
+    let steps = crate::store::training::steps(conn, run, 10_000)
+        .map_err(|e| format!("the training run's record: {e:#}"))?;
+    Ok(steps.iter().find_map(|s| {
+        let ours = &s.metrics["metaclaw"];
+        (ours["sampler"].as_str() == Some(sampler))
+            .then(|| ours["checkpoint"].as_str().map(str::to_string))
+            .flatten()
+    }))
 }
 
 /// The population standard deviation of `values` (`None`: none).
