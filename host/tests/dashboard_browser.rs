@@ -612,6 +612,44 @@ async fn a_recorded_session_shows_its_turns_skills_and_rewards() {
     browser.wait_for_path(&base, |p| p == base).await;
     assert_eq!(browser.text("main h1").await, "Overview");
     assert_eq!(browser.text("p.big.good").await, "healthy");
+    // What it learned and whether it helps, in words: the seeded skill
+    // and the evolved ones were added; the judged turns' mean reward with
+    // skills and without, as the store has them.
+    let answer = browser.text("#learned p.answer").await;
+    let judged_with: Vec<f64> = turns
+        .iter()
+        .filter(|t| !skills_of(t).is_empty())
+        .map(|t| t["reward"].as_f64().unwrap())
+        .collect();
+    let with = judged_with.iter().sum::<f64>() / judged_with.len() as f64;
+    assert!(
+        answer.starts_with("In the last 30 days: ")
+            && answer.contains(" skill(s) added")
+            && answer.contains(&format!(
+                "Judged turns scored {with:+.2} on average with skills ({} turns)",
+                judged_with.len()
+            )),
+        "{answer}"
+    );
+    // Each change with its version's effect: the seeded skill's judged
+    // turns against the others, too few yet to call.
+    let rows = browser.texts("#learned table.changes tbody tr").await;
+    let seeded: Vec<f64> = turns
+        .iter()
+        .filter(|t| skills_of(t).contains(&"moon-distance@1.0.0".to_string()))
+        .map(|t| t["reward"].as_f64().unwrap())
+        .collect();
+    let mean = seeded.iter().sum::<f64>() / seeded.len() as f64;
+    let expected = format!(
+        "too few judged turns: {mean:+.2} over {} judged turn(s)",
+        seeded.len()
+    );
+    assert!(
+        rows.iter().any(|r| r.contains("moon-distance v1.0.0")
+            && r.contains("added")
+            && r.contains(&expected)),
+        "{expected:?} not in {rows:#?}"
+    );
     screenshot(&browser, "overview").await;
 
     let plugins_page = format!("{base}/plugins");

@@ -145,6 +145,49 @@ pub fn flag(with: &Sums, all: &Sums) -> Option<Flag> {
     })
 }
 
+/// A version's effect as the dashboard's overview says it: its judged
+/// turns' mean reward against the main turns without it, and what a
+/// one-sided Welch test at [`FLAG_Z`] (p < 0.01) says of the gap.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Effect {
+    /// `None`: no judged turn on that side.
+    pub mean_with: Option<f64>,
+    pub mean_without: Option<f64>,
+    pub judged_with: i64,
+    pub judged_without: i64,
+    /// The gap (with − without) in standard errors; `None` with fewer
+    /// than [`MIN_EVIDENCE`] judged turns on either side.
+    pub z: Option<f64>,
+    /// `helping`, `worse`, `no clear difference` or `too few judged turns`.
+    pub verdict: &'static str,
+}
+
+pub fn effect(with: &Sums, all: &Sums) -> Effect {
+    let without = all.without(with);
+    let (mean_with, var_with) = moments(with);
+    let (mean_without, var_without) = moments(&without);
+    let z = (with.judged >= MIN_EVIDENCE && without.judged >= MIN_EVIDENCE).then(|| {
+        let se = (var_with / with.judged as f64 + var_without / without.judged as f64)
+            .sqrt()
+            .max(1e-3);
+        (mean_with - mean_without) / se
+    });
+    let verdict = match z {
+        None => "too few judged turns",
+        Some(z) if z >= FLAG_Z => "helping",
+        Some(z) if z <= -FLAG_Z => "worse",
+        Some(_) => "no clear difference",
+    };
+    Effect {
+        mean_with: (with.judged > 0).then_some(mean_with),
+        mean_without: (without.judged > 0).then_some(mean_without),
+        judged_with: with.judged,
+        judged_without: without.judged,
+        z,
+        verdict,
+    }
+}
+
 /// The outcomes as retrieval reads them: a snapshot of the store's sums,
 /// replaced whole after each learning job that judged turns (retrieval
 /// never touches the store).
@@ -327,6 +370,31 @@ mod tests {
             reward_sum: (plus - minus) as f64,
             reward_sq: (plus + minus) as f64,
         }
+    }
+
+    #[test]
+    fn an_effect_is_called_only_when_the_gap_is_sure() {
+        let every = |with: Sums, others: Sums| Sums {
+            injected: with.injected + others.injected,
+            judged: with.judged + others.judged,
+            reward_sum: with.reward_sum + others.reward_sum,
+            reward_sq: with.reward_sq + others.reward_sq,
+        };
+        let (good, poor) = (sums(25, 5), sums(10, 20));
+        let helping = effect(&good, &every(good, poor));
+        assert_eq!(helping.verdict, "helping", "{helping:?}");
+        assert_eq!((helping.judged_with, helping.judged_without), (30, 30));
+        assert!((helping.mean_with.unwrap() - 20.0 / 30.0).abs() < 1e-9);
+        assert_eq!(effect(&poor, &every(poor, good)).verdict, "worse");
+        let even = sums(15, 15);
+        assert_eq!(
+            effect(&even, &every(even, sums(16, 14))).verdict,
+            "no clear difference"
+        );
+        let few = effect(&sums(3, 0), &every(sums(3, 0), poor));
+        assert_eq!((few.verdict, few.z), ("too few judged turns", None));
+        let none = effect(&Sums::default(), &Sums::default());
+        assert_eq!((none.mean_with, none.mean_without), (None, None));
     }
 
     fn add(a: &Sums, b: &Sums) -> Sums {

@@ -499,3 +499,97 @@ pub fn no_reward(
         _ => "not judged yet: the session's learning job has not run".into(),
     })
 }
+
+/// A skill change the overview lists: what changed, when, by whom.
+#[derive(Debug, Clone, Serialize)]
+pub struct RecentChange {
+    pub skill_id: String,
+    /// `added`, `changed` or `removed`.
+    pub change: String,
+    pub version: Option<String>,
+    pub who: String,
+    pub why: String,
+    pub at_ms: i64,
+}
+
+/// The newest skill changes since `since_ms` (at most `limit`), and how
+/// many of each kind there were.
+pub fn recent_changes(
+    conn: &Connection,
+    since_ms: i64,
+    limit: u32,
+) -> rusqlite::Result<(Vec<RecentChange>, Vec<(String, i64)>)> {
+    let mut stmt = conn.prepare(
+        "SELECT skill_id, change, version, who, why, at_ms FROM skill_changes
+         WHERE at_ms >= ?1 ORDER BY id DESC LIMIT ?2",
+    )?;
+    let changes = stmt
+        .query_map(params![since_ms, limit], |r| {
+            Ok(RecentChange {
+                skill_id: r.get(0)?,
+                change: r.get(1)?,
+                version: r.get(2)?,
+                who: r.get(3)?,
+                why: r.get(4)?,
+                at_ms: r.get(5)?,
+            })
+        })?
+        .collect::<rusqlite::Result<Vec<_>>>()?;
+    let mut stmt = conn.prepare(
+        "SELECT change, COUNT(*) FROM skill_changes WHERE at_ms >= ?1 GROUP BY change ORDER BY change",
+    )?;
+    let counts = stmt
+        .query_map([since_ms], |r| Ok((r.get(0)?, r.get(1)?)))?
+        .collect::<rusqlite::Result<Vec<_>>>()?;
+    Ok((changes, counts))
+}
+
+/// One day's judged main turns, with skills injected and without.
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+pub struct DayRewards {
+    /// Days since the Unix epoch (UTC).
+    pub day: i64,
+    pub with_skills: i64,
+    pub with_sum: f64,
+    pub without_skills: i64,
+    pub without_sum: f64,
+}
+
+/// Per day since `since_ms`, the judged main turns that carried skills and
+/// those that carried none, and their reward sums: the overview's trend.
+pub fn reward_trend(conn: &Connection, since_ms: i64) -> rusqlite::Result<Vec<DayRewards>> {
+    let mut stmt = conn.prepare(
+        "SELECT started_at_ms / 86400000 AS day,
+                COALESCE(injected_skills, '[]') NOT IN ('[]', '') AS with_skills,
+                COUNT(*), SUM(reward)
+         FROM turns
+         WHERE started_at_ms >= ?1 AND turn_type = 'main' AND reward IS NOT NULL
+         GROUP BY day, with_skills ORDER BY day",
+    )?;
+    let rows = stmt
+        .query_map([since_ms], |r| {
+            Ok((
+                r.get::<_, i64>(0)?,
+                r.get::<_, bool>(1)?,
+                r.get::<_, i64>(2)?,
+                r.get::<_, f64>(3)?,
+            ))
+        })?
+        .collect::<rusqlite::Result<Vec<_>>>()?;
+    let mut days: Vec<DayRewards> = Vec::new();
+    for (day, with, n, sum) in rows {
+        if days.last().is_none_or(|d| d.day != day) {
+            days.push(DayRewards {
+                day,
+                ..DayRewards::default()
+            });
+        }
+        if let Some(d) = days.last_mut() {
+            match with {
+                true => (d.with_skills, d.with_sum) = (n, sum),
+                false => (d.without_skills, d.without_sum) = (n, sum),
+            }
+        }
+    }
+    Ok(days)
+}

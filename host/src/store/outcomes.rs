@@ -253,6 +253,45 @@ mod tests {
     }
 
     #[test]
+    fn the_overview_trend_splits_judged_main_turns_by_day_and_by_skills() {
+        let conn = db();
+        turn(&conn, "t1", &[("tidy", "1.0.0")]);
+        turn(&conn, "t2", &[("tidy", "1.0.0")]);
+        turn(&conn, "t3", &[]);
+        turn(&conn, "t4", &[]);
+        set_reward(&conn, "t1", 1.0).unwrap();
+        set_reward(&conn, "t2", -0.5).unwrap();
+        set_reward(&conn, "t3", 1.0).unwrap();
+        // t4 is not judged: not in the trend.
+        conn.execute(
+            "UPDATE turns SET started_at_ms = 86400000 + 5 WHERE id = 't3'",
+            [],
+        )
+        .unwrap();
+        let days = crate::store::learning::reward_trend(&conn, 0).unwrap();
+        let expected = [
+            crate::store::learning::DayRewards {
+                day: 0,
+                with_skills: 2,
+                with_sum: 0.5,
+                ..Default::default()
+            },
+            crate::store::learning::DayRewards {
+                day: 1,
+                without_skills: 1,
+                without_sum: 1.0,
+                ..Default::default()
+            },
+        ];
+        assert_eq!(days, expected);
+        assert!(
+            crate::store::learning::reward_trend(&conn, 86_400_000 * 2)
+                .unwrap()
+                .is_empty()
+        );
+    }
+
+    #[test]
     fn a_reward_set_again_or_changed_is_counted_once() {
         let conn = db();
         turn(&conn, "t1", &[("tidy", "1.0.0"), ("terse", "0.2.0")]);
