@@ -512,13 +512,16 @@ pub struct RecentChange {
     pub at_ms: i64,
 }
 
+/// How many skill changes of each kind (`added`, `changed`, `removed`).
+pub type ChangeCounts = Vec<(String, i64)>;
+
 /// The newest skill changes since `since_ms` (at most `limit`), and how
 /// many of each kind there were.
 pub fn recent_changes(
     conn: &Connection,
     since_ms: i64,
     limit: u32,
-) -> rusqlite::Result<(Vec<RecentChange>, Vec<(String, i64)>)> {
+) -> rusqlite::Result<(Vec<RecentChange>, ChangeCounts)> {
     let mut stmt = conn.prepare(
         "SELECT skill_id, change, version, who, why, at_ms FROM skill_changes
          WHERE at_ms >= ?1 ORDER BY id DESC LIMIT ?2",
