@@ -425,30 +425,14 @@ async fn a_restart_serves_the_saved_weights_also_after_the_service_unloads_the_d
 /// dummy judge scores the first −1, the last 0: a step has signal). Each
 /// must be answered by the student; waits until both are stored.
 async fn student_session(w: &World, id: &str) {
-    let http = common::client();
     let mut messages = vec![serde_json::json!({"role": "user", "content": "Where is Paris?"})];
     for turn in 0..2 {
-        let response = http
-            .post(format!("{}/v1/chat/completions", w.url()))
-            .header("x-session-id", id)
-            .header("x-turn-type", "main")
-            .json(&serde_json::json!({"model": "m", "messages": messages}))
-            .send()
-            .await
-            .unwrap();
-        let served = response
-            .headers()
-            .get("x-metaclaw-served-by")
-            .and_then(|v| v.to_str().ok())
-            .unwrap_or_default()
-            .to_string();
-        assert!(response.status().is_success(), "{}", w.log());
+        let (served, v) = w.ask(id, &messages).await;
         assert!(
             served.starts_with("student"),
             "turn {turn} of {id} served by {served:?}\n{}",
             w.log()
         );
-        let v: serde_json::Value = response.json().await.unwrap();
         messages.push(v["choices"][0]["message"].clone());
         messages.push(
             serde_json::json!({"role": "user", "content": "No, that's wrong. It is in France."}),

@@ -363,23 +363,8 @@ impl World {
                 .await
                 .unwrap();
             assert!(script.status().is_success());
-            let response = http
-                .post(format!("{}/v1/chat/completions", self.url()))
-                .header("x-session-id", id)
-                .header("x-turn-type", "main")
-                .json(&json!({"model": "m", "messages": messages}))
-                .send()
-                .await
-                .unwrap();
-            assert!(response.status().is_success(), "{}", self.log());
-            let served = response
-                .headers()
-                .get("x-metaclaw-served-by")
-                .and_then(|v| v.to_str().ok())
-                .unwrap_or_default()
-                .to_string();
+            let (served, v) = self.ask(id, &messages).await;
             assert!(served.starts_with("student"), "served by {served:?}");
-            let v: Value = response.json().await.unwrap();
             assert_eq!(v["choices"][0]["message"]["content"], *answer, "{v}");
             messages.push(json!({"role": "assistant", "content": answer}));
             if let Some(reply) = replies.get(i) {
@@ -392,6 +377,27 @@ impl World {
             assert!(Instant::now() < deadline, "{id}'s turns were not stored");
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
+    }
+
+    /// One main turn of session `id` with these messages (which must
+    /// succeed): who served it (`x-metaclaw-served-by`) and the answer.
+    pub async fn ask(&self, id: &str, messages: &[Value]) -> (String, Value) {
+        let response = super::client()
+            .post(format!("{}/v1/chat/completions", self.url()))
+            .header("x-session-id", id)
+            .header("x-turn-type", "main")
+            .json(&json!({"model": "m", "messages": messages}))
+            .send()
+            .await
+            .unwrap();
+        assert!(response.status().is_success(), "{}", self.log());
+        let served = response
+            .headers()
+            .get("x-metaclaw-served-by")
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or_default()
+            .to_string();
+        (served, response.json().await.unwrap())
     }
 
     /// Ends the session and runs its learning job (the command fails
