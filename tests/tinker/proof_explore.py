@@ -5,13 +5,20 @@ holds the tokenizer and chat template; run with skyrl's venv python):
 
   python proof_explore.py probe URL --model DIR [--n 8] [--templates A,B]
       the base model's first-word histogram per prompt family (temperature 1)
-  python proof_explore.py run URL --model DIR [--seed S] [--reward conditional|bias]
+  python proof_explore.py run URL --model DIR [--runs VARIANT:SEED,...] [--template A]
                               [--steps N] [--lr LR] [--rank R] [--group G] [--prompts P]
+                              [--minibatches M] [--train-reward conditional|pm1]
                               [--loss ppo|cispo|importance_sampling] [--clip-low L --clip-high H]
                               [--max-tokens T] [--eval-every E] [--eval-samples K] [--json FILE]
-      one training run (a fresh LoRA) on the training prompts, the held-out prompts scored
-      against the base weights (the control, same server) every E steps and at the end;
-      prints the step table, the test and a few answers before/after.
+      training runs in sequence, each a fresh LoRA (seeded by SEED, as are its sampling seeds) on
+      the training prompts; VARIANT conditional trains on the rule (reward --train-reward), bias on
+      "Yes is +1, No is -1" whatever the question. The held-out prompts are scored with the
+      conditional reward against the base weights (the control, same server, same sampling seeds)
+      every E steps and at the end: exact one-sided sign-flip test over prompts, p and dz.
+      Prints per step reward, KL(sampler||learner), clip share, entropy, length, times; a few
+      answers before/after. The recommended design (PROOF-NOTES.md):
+        --runs conditional:1,conditional:2,conditional:3,bias:1 --steps 4 --lr 7e-4 --group 6 \
+        --train-reward conditional
 
 Starts nothing itself. Stdlib, tokenizers/transformers (skyrl's venv); statistics in pure Python.
 See tests/tinker/PROOF-NOTES.md for the design and the numbers.
