@@ -17,7 +17,7 @@ holds the tokenizer and chat template; run with skyrl's venv python):
       every E steps and at the end: exact one-sided sign-flip test over prompts, p and dz.
       Prints per step reward, KL(sampler||learner), clip share, entropy, length, times; a few
       answers before/after. The recommended design (PROOF-NOTES.md):
-        --runs conditional:1,conditional:2,conditional:3,bias:1 --steps 4 --lr 7e-4 --group 6 \
+        --runs conditional:1,conditional:2,conditional:3,bias:1 --steps 6 --lr 7e-4 --group 6 \
         --train-reward conditional
 
 Starts nothing itself. Stdlib, tokenizers/transformers (skyrl's venv); statistics in pure Python.
