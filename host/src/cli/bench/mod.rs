@@ -115,7 +115,8 @@ pub struct RunArgs {
     /// The skill evolver of the learning arms (default: rl.evolver_model, else the model).
     #[arg(long)]
     pub evolver_model: Option<String>,
-    /// The built-in agent's temperature [default: 0].
+    /// The built-in agent's temperature [default: 0; in the rl arm 1, the
+    /// temperature whose answers the student trains on].
     #[arg(long)]
     pub temperature: Option<f32>,
     /// Sent as the request's `seed` (models that honour it repeat
@@ -305,6 +306,7 @@ fn run_bench(config_path: &Path, args: RunArgs) -> Result<ExitCode> {
         arms,
         repeat: args.repeat,
         temperature: args.temperature.unwrap_or(0.0),
+        rl_temperature: args.temperature.unwrap_or(1.0),
         seed: args.seed.unwrap_or(0),
         max_steps: args.max_steps.unwrap_or(16),
         api_base,

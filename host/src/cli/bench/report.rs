@@ -238,6 +238,10 @@ fn markdown(
     let mut md = String::new();
     let total = bench.rounds();
     let agent = match settings.agent {
+        AgentKind::Builtin if settings.arms.contains(&Arm::Rl) => format!(
+            "the built-in agent at temperature {} (in the rl arm {}: the student trains only on answers sampled at temperature 1), seed {}",
+            settings.temperature, settings.rl_temperature, settings.seed
+        ),
         AgentKind::Builtin => format!(
             "the built-in agent at temperature {}, seed {}",
             settings.temperature, settings.seed

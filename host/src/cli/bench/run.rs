@@ -44,6 +44,11 @@ pub struct Settings {
     pub arms: Vec<Arm>,
     pub repeat: u32,
     pub temperature: f32,
+    /// The built-in agent's temperature in the `rl` arm: 1 unless
+    /// `--temperature` says otherwise. The student trains only on answers
+    /// sampled at temperature 1 (the service's logprobs are the untempered
+    /// model's: docs/rl.md), so a greedy agent would leave it nothing.
+    pub rl_temperature: f32,
     pub seed: u64,
     pub max_steps: u32,
     /// The model's API (`direct`, and metaclaw's upstream): its base URL
@@ -328,7 +333,10 @@ pub async fn run(settings: &Settings, ctx: &RunContext) -> Result<()> {
             let agent = Agent {
                 endpoint: Endpoint::new(base, format, key.as_deref(), "the model's key")?,
                 model: settings.model.clone(),
-                temperature: settings.temperature,
+                temperature: match arm {
+                    Arm::Rl => settings.rl_temperature,
+                    _ => settings.temperature,
+                },
                 seed: settings.seed,
                 max_steps: settings.max_steps,
                 sandbox: sandbox.clone(),
