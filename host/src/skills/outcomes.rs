@@ -118,36 +118,54 @@ fn moments(s: &Sums) -> (f64, f64) {
 /// reward is at least [`MIN_GAP`] lower, and the gap is [`FLAG_Z`]
 /// standard errors (Welch's, one-sided).
 pub fn flag(with: &Sums, all: &Sums) -> Option<Flag> {
-    let without = all.without(with);
-    if with.judged < MIN_EVIDENCE || without.judged < MIN_EVIDENCE {
-        return None;
-    }
-    let (mean_with, var_with) = moments(with);
-    let (mean_without, var_without) = moments(&without);
-    let gap = mean_without - mean_with;
-    if gap < MIN_GAP {
-        return None;
-    }
-    // A floor on the error: rewards that never vary would make any gap
-    // infinitely sure.
-    let se = (var_with / with.judged as f64 + var_without / without.judged as f64)
-        .sqrt()
-        .max(1e-3);
-    let z = gap / se;
-    (z >= FLAG_Z).then(|| Flag {
-        mean_with,
-        mean_without,
-        z,
+    let gap = Gap::of(with, all)?;
+    (gap.z <= -FLAG_Z && gap.mean_without - gap.mean_with >= MIN_GAP).then(|| Flag {
+        mean_with: gap.mean_with,
+        mean_without: gap.mean_without,
+        z: -gap.z,
         reason: format!(
-            "mean reward {mean_with:+.2} over {} judged turns, against {mean_without:+.2} over {} without it (z = {z:.1})",
-            with.judged, without.judged
+            "mean reward {:+.2} over {} judged turns, against {:+.2} over {} without it (z = {:.1})",
+            gap.mean_with, with.judged, gap.mean_without, gap.judged_without, -gap.z
         ),
     })
 }
 
+/// A version's judged turns against the main turns without it: the means
+/// and the gap (with − without) in standard errors (Welch's); `None` with
+/// fewer than [`MIN_EVIDENCE`] judged turns on either side.
+struct Gap {
+    mean_with: f64,
+    mean_without: f64,
+    judged_without: i64,
+    z: f64,
+}
+
+impl Gap {
+    fn of(with: &Sums, all: &Sums) -> Option<Self> {
+        let without = all.without(with);
+        if with.judged < MIN_EVIDENCE || without.judged < MIN_EVIDENCE {
+            return None;
+        }
+        let (mean_with, var_with) = moments(with);
+        let (mean_without, var_without) = moments(&without);
+        // A floor on the error: rewards that never vary would make any gap
+        // infinitely sure.
+        let se = (var_with / with.judged as f64 + var_without / without.judged as f64)
+            .sqrt()
+            .max(1e-3);
+        Some(Self {
+            mean_with,
+            mean_without,
+            judged_without: without.judged,
+            z: (mean_with - mean_without) / se,
+        })
+    }
+}
+
 /// A version's effect as the dashboard's overview says it: its judged
-/// turns' mean reward against the main turns without it, and what a
-/// one-sided Welch test at [`FLAG_Z`] (p < 0.01) says of the gap.
+/// turns' mean reward against the main turns without it, called `helping`
+/// or `worse` by the rule [`flag`] uses (one-sided Welch at [`FLAG_Z`],
+/// p < 0.01, and a gap of at least [`MIN_GAP`]).
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Effect {
     /// `None`: no judged turn on that side.
@@ -164,26 +182,21 @@ pub struct Effect {
 
 pub fn effect(with: &Sums, all: &Sums) -> Effect {
     let without = all.without(with);
-    let (mean_with, var_with) = moments(with);
-    let (mean_without, var_without) = moments(&without);
-    let z = (with.judged >= MIN_EVIDENCE && without.judged >= MIN_EVIDENCE).then(|| {
-        let se = (var_with / with.judged as f64 + var_without / without.judged as f64)
-            .sqrt()
-            .max(1e-3);
-        (mean_with - mean_without) / se
-    });
-    let verdict = match z {
+    let gap = Gap::of(with, all);
+    // Called either way by the rule that flags a version: sure (z) and
+    // large enough ([`MIN_GAP`]).
+    let verdict = match &gap {
         None => "too few judged turns",
-        Some(z) if z >= FLAG_Z => "helping",
-        Some(z) if z <= -FLAG_Z => "worse",
+        Some(g) if g.z >= FLAG_Z && g.mean_with - g.mean_without >= MIN_GAP => "helping",
+        Some(_) if flag(with, all).is_some() => "worse",
         Some(_) => "no clear difference",
     };
     Effect {
-        mean_with: (with.judged > 0).then_some(mean_with),
-        mean_without: (without.judged > 0).then_some(mean_without),
+        mean_with: (with.judged > 0).then(|| moments(with).0),
+        mean_without: (without.judged > 0).then(|| moments(&without).0),
         judged_with: with.judged,
         judged_without: without.judged,
-        z,
+        z: gap.map(|g| g.z),
         verdict,
     }
 }
