@@ -495,12 +495,8 @@ impl Trainer {
             }
             None => sampler.to_string(),
         };
-        let policy = self.policy.clone();
-        let served = path.clone();
-        self.serving
-            .spawn(async move { policy.swap(&served, version).await })
+        swap(&self.serving, &self.policy, &path, version)
             .await
-            .map_err(|e| format!("the swap stopped: {e}"))?
             .map_err(|e| format!("cannot serve {path}: {e}"))?;
         if let Some(run) = record
             && let Err(e) = crate::store::training::serve(
@@ -595,15 +591,7 @@ impl Trainer {
                 return;
             }
         };
-        let policy = self.policy.clone();
-        let sampler = path.clone();
-        let swapped = self
-            .serving
-            .spawn(async move { policy.swap(&sampler, step).await })
-            .await
-            .map_err(|e| e.to_string())
-            .and_then(|r| r);
-        match swapped {
+        match swap(&self.serving, &self.policy, &path, step).await {
             Ok(()) => tracing::info!(
                 sampler = %path,
                 "the run's saved weights of step {step} loaded again and served ({why})"
@@ -769,12 +757,8 @@ impl Trainer {
                 )
             })?;
         let (step, state, sampler) = target;
-        let policy = self.policy.clone();
-        let path = sampler.clone();
-        self.serving
-            .spawn(async move { policy.swap(&path, step).await })
+        swap(&self.serving, &self.policy, &sampler, step)
             .await
-            .map_err(|e| format!("the swap stopped: {e}"))?
             .map_err(|e| format!("cannot serve {sampler}: {e}"))?;
         let now = crate::clock::now_ms();
         crate::store::training::serve(conn, run_id, &sampler, step, now)
@@ -963,10 +947,8 @@ impl Trainer {
             tracing::warn!("step {}: its metrics were not stored: {e:#}", report.step);
         }
         let sampler_path = run.save_sampler().await.map_err(|e| e.to_string())?;
-        let path = sampler_path.clone();
-        let swap = serving.spawn(async move { policy.swap(&path, report.step).await });
-        swap.await
-            .map_err(|e| format!("the swap stopped: {e}"))?
+        swap(&serving, &policy, &sampler_path, report.step)
+            .await
             .map_err(|e| format!("trained step {} but cannot serve it: {e}", report.step))?;
         // When the step's weights began to serve (the dashboard's swaps).
         let served = serde_json::json!({
@@ -1071,6 +1053,21 @@ fn checked(
     };
     set(state, |s| s.opd = Some(line));
     passed.store(result.is_ok(), Ordering::Release);
+}
+
+/// Serves `path` (policy version `version`) from now on. The swap runs on
+/// the serving runtime, on the policy's own session.
+async fn swap(
+    serving: &tokio::runtime::Handle,
+    policy: &Arc<Policy>,
+    path: &str,
+    version: i64,
+) -> Result<(), String> {
+    let (policy, path) = (policy.clone(), path.to_string());
+    serving
+        .spawn(async move { policy.swap(&path, version).await })
+        .await
+        .map_err(|e| format!("the swap stopped: {e}"))?
 }
 
 /// The training state saved by the step whose sampler weights are
