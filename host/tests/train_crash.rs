@@ -487,11 +487,29 @@ async fn against_skyrl_a_restart_serves_the_saved_weights_inside_and_after_the_u
     assert_eq!(step1["outcome"], "stepped", "{step1}\n{}", w.log());
     let first = training_model(&w).await;
 
-    // Inside the window: the dead process's model is still loaded.
+    // Inside the window: the dead process's model is still loaded, and
+    // serves until the new process has loaded the saved state into a
+    // model of its own (with skyrl's 300 s window that is long before the
+    // unload; with 10 s, a loaded machine can be slower, so the test waits
+    // for it before the unload).
     w.kill();
     w.start().await;
-    let (_, version, _) = served(&w).await;
-    assert_eq!(version, 1);
+    let status = w
+        .until(
+            "the saved weights served from a model of the new process",
+            |s| {
+                let sampler = s["student"]["sampler"].as_str().unwrap_or_default();
+                s["student"]["state"] == "ready"
+                    && !sampler.starts_with(&format!("tinker://{first}/"))
+                    && sampler != "base"
+            },
+        )
+        .await;
+    assert_eq!(
+        status["student"]["policy_version"], 1,
+        "{}",
+        status["student"]
+    );
     unloaded_by_skyrl(&server, &first).await;
     student_session(&w, "s-after-unload").await;
     let (sampler, version, fallbacks) = served(&w).await;
