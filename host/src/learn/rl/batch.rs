@@ -20,15 +20,16 @@ use super::advantage::{self, Baselines};
 pub struct Batch {
     pub data: Vec<Datum>,
     pub samples: Vec<(String, f64)>,
-    /// Over the samples that have a reward.
+    /// Over the answers that have a reward (see `rewards`).
     pub mean_reward: f64,
     /// Sampled tokens trained on (weight 1).
     pub tokens: usize,
     /// Unserved answers trained with their served one (group sampling).
     pub siblings: usize,
-    /// The served samples' rewards (those that have one), their answers'
-    /// lengths in tokens, and how many were cut off at the length limit:
-    /// the step's health (`health`).
+    /// The rewards of the answers sampled (those that have one: a group's
+    /// every member, judged alike; else the served turn's), their lengths
+    /// in tokens, and how many were cut off at the length limit: the
+    /// step's health (`health`).
     pub rewards: Vec<f64>,
     pub answer_tokens: Vec<usize>,
     pub truncated: usize,
@@ -186,7 +187,19 @@ pub fn assemble(
             batch.tokens += s.tokens.len();
             batch.answer_tokens.push(s.tokens.len());
             batch.truncated += usize::from(s.truncated);
-            batch.rewards.extend(s.reward);
+            match &s.group {
+                // Every answer of the group, judged alike: the step's
+                // reward is over all it sampled, not the one it served.
+                Some(g) => {
+                    batch.rewards.extend(g.served);
+                    for sibling in &g.siblings {
+                        batch.rewards.extend(sibling.reward);
+                        batch.answer_tokens.push(sibling.tokens.len());
+                        batch.truncated += usize::from(sibling.finish_reason == "length");
+                    }
+                }
+                None => batch.rewards.extend(s.reward),
+            }
         }
     }
     batch.mean_reward = batch.rewards.iter().sum::<f64>() / batch.rewards.len().max(1) as f64;
@@ -371,6 +384,11 @@ mod tests {
             vec![2.0, 4.0, 5.0]
         );
         assert!(baselines.values.is_empty(), "a group needs no baseline");
+        // The step's health is over every answer sampled and judged (the
+        // one without a reward left out), not only the served one.
+        assert_eq!(batch.rewards, [1.0, -1.0, 1.0]);
+        assert_eq!(batch.answer_tokens, [1, 2, 1, 1]);
+        assert!((batch.mean_reward - 1.0 / 3.0).abs() < 1e-12);
         // Sibling-level per-token terms (distillation) reach its datum.
         let terms = HashMap::from([(sibling_key("t", 1), vec![0.5, 0.25])]);
         let batch = assemble(&chains, &mut Baselines::default(), 0.5, &terms);
