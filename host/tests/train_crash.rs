@@ -369,24 +369,7 @@ async fn a_restart_serves_the_saved_weights_also_after_the_service_unloads_the_d
         .to_string();
 
     // Killed; the dead process's models are unloaded after the restart.
-    w.kill();
-    w.start().await;
-    let status = w
-        .until(
-            "the saved weights served from a model of the new process",
-            |s| {
-                let sampler = s["student"]["sampler"].as_str().unwrap_or_default();
-                s["student"]["state"] == "ready"
-                    && !sampler.starts_with(&format!("tinker://{first}/"))
-                    && sampler != "base"
-            },
-        )
-        .await;
-    assert_eq!(
-        status["student"]["policy_version"], 1,
-        "{}",
-        status["student"]
-    );
+    killed_and_serving_its_own_copy(&mut w, &first).await;
     unload(&w, &first).await;
     session(&w, "s-after-unload", "Where is Rome?").await;
     let (_, version, fallbacks) = served(&w).await;
@@ -492,24 +475,7 @@ async fn against_skyrl_a_restart_serves_the_saved_weights_inside_and_after_the_u
     // model of its own (with skyrl's 300 s window that is long before the
     // unload; with 10 s, a loaded machine can be slower, so the test waits
     // for it before the unload).
-    w.kill();
-    w.start().await;
-    let status = w
-        .until(
-            "the saved weights served from a model of the new process",
-            |s| {
-                let sampler = s["student"]["sampler"].as_str().unwrap_or_default();
-                s["student"]["state"] == "ready"
-                    && !sampler.starts_with(&format!("tinker://{first}/"))
-                    && sampler != "base"
-            },
-        )
-        .await;
-    assert_eq!(
-        status["student"]["policy_version"], 1,
-        "{}",
-        status["student"]
-    );
+    killed_and_serving_its_own_copy(&mut w, &first).await;
     unloaded_by_skyrl(&server, &first).await;
     student_session(&w, "s-after-unload").await;
     let (sampler, version, fallbacks) = served(&w).await;
@@ -536,4 +502,28 @@ async fn against_skyrl_a_restart_serves_the_saved_weights_inside_and_after_the_u
     );
     student_session(&w, "s-after-restart").await;
     assert_eq!(served(&w).await.2, 0, "{}", w.log());
+}
+
+/// Kills the daemon (SIGKILL), starts it again and waits until the student
+/// serves the saved weights (policy version 1) from a model of the new
+/// process, not from `dead`, the killed process's model.
+async fn killed_and_serving_its_own_copy(w: &mut World, dead: &str) {
+    w.kill();
+    w.start().await;
+    let status = w
+        .until(
+            "the saved weights served from a model of the new process",
+            |s| {
+                let sampler = s["student"]["sampler"].as_str().unwrap_or_default();
+                s["student"]["state"] == "ready"
+                    && !sampler.starts_with(&format!("tinker://{dead}/"))
+                    && sampler != "base"
+            },
+        )
+        .await;
+    assert_eq!(
+        status["student"]["policy_version"], 1,
+        "{}",
+        status["student"]
+    );
 }
