@@ -25,8 +25,11 @@ See tests/tinker/PROOF-NOTES.md for the design and the numbers.
 """
 
 import argparse
+import importlib.machinery
+import importlib.util
 import json
 import math
+import os
 import random
 import re
 import sys
@@ -34,22 +37,20 @@ import time
 
 from smoke import Client
 
+# The prompts' reward word and the statistics are scripts/learning-proof's (the proof that came of
+# this exploration), loaded from there so the two never differ.
+_proof_path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "scripts", "learning-proof")
+_proof = importlib.util.module_from_spec(
+    importlib.util.spec_from_loader("learning_proof", importlib.machinery.SourceFileLoader("learning_proof", _proof_path)))
+_proof.__spec__.loader.exec_module(_proof)
+first_word, mean, sd = _proof.first_word, _proof.mean, _proof.sd
+sign_flip_test, mann_whitney_greater = _proof.sign_flip_p, _proof.mann_whitney_p
+
 # --- prompts -------------------------------------------------------------------------------------
 # Two families of yes/no questions. The rule a user teaches: questions about animals are answered
 # "Yes ...", questions about colours "No ...". Truth plays no part (the questions are about liking,
 # which a model has no fact for), so the base model answers both families alike.
-ANIMALS = [
-    "dogs", "cats", "horses", "rabbits", "owls", "dolphins", "elephants", "foxes", "wolves", "bears",
-    "tigers", "lions", "zebras", "giraffes", "penguins", "parrots", "eagles", "sharks", "whales", "frogs",
-    "turtles", "snakes", "bees", "ants", "goats", "sheep", "cows", "pigs", "ducks", "geese",
-    "otters", "beavers", "squirrels", "hedgehogs", "camels", "monkeys",
-]
-COLOURS = [
-    "red", "blue", "green", "yellow", "orange", "purple", "pink", "brown", "black", "white",
-    "grey", "violet", "indigo", "teal", "turquoise", "magenta", "cyan", "maroon", "navy blue", "olive green",
-    "beige", "crimson", "scarlet", "lavender", "gold", "silver", "amber", "coral", "ivory", "lilac",
-    "mauve", "ochre", "peach", "plum", "rust", "tan",
-]
+ANIMALS, COLOURS = _proof.ANIMALS, _proof.COLOURS
 TEMPLATES = {
     "A": ("Do you like {}? Answer yes or no.", "Do you like the colour {}? Answer yes or no."),
     "B": ("Do you like {}?", "Do you like the colour {}?"),
@@ -84,11 +85,6 @@ def split(template: str, n_train: int, n_test: int, split_seed: int = 0):
 
 
 # --- rewards -------------------------------------------------------------------------------------
-def first_word(answer: str) -> str:
-    m = re.match(r"\W*([A-Za-z]+)", answer)
-    return m.group(1).lower() if m else ""
-
-
 def reward_conditional(family: str, answer: str) -> float:
     """+1 the family's word first, -1 the other family's word first, 0 anything else: any
     prompt-independent policy (always "Yes", always "No", any mix) scores 0 on balanced families."""
@@ -110,63 +106,6 @@ def reward_bias(family: str, answer: str) -> float:
 
 
 REWARDS = {"conditional": reward_conditional, "bias": reward_bias, "pm1": reward_pm1}
-
-
-# --- statistics (pure Python) --------------------------------------------------------------------
-def sign_flip_test(diffs: list[float], scale: int) -> float:
-    """Exact one-sided paired sign-flip (permutation) test of mean(diffs) > 0: the share of the
-    2^n sign assignments whose sum is >= the observed sum. `scale` makes every diff an integer
-    (diffs are means of k rewards in {-1, 0, 1}: scale k), so the null distribution is computed
-    exactly by convolution."""
-    ints = [round(d * scale) for d in diffs]
-    observed = sum(ints)
-    dist = {0: 1}
-    for v in ints:
-        nxt = {}
-        for s, c in dist.items():
-            nxt[s + v] = nxt.get(s + v, 0) + c
-            nxt[s - v] = nxt.get(s - v, 0) + c
-        dist = nxt
-    total = 2 ** len(ints)
-    return sum(c for s, c in dist.items() if s >= observed) / total
-
-
-def mann_whitney_greater(x: list[float], y: list[float]) -> float:
-    """One-sided Mann-Whitney U p-value (normal approximation with tie correction) for x > y."""
-    n1, n2 = len(x), len(y)
-    allv = sorted([(v, 0) for v in x] + [(v, 1) for v in y])
-    ranks = [0.0] * len(allv)
-    i = 0
-    ties = 0.0
-    while i < len(allv):
-        j = i
-        while j + 1 < len(allv) and allv[j + 1][0] == allv[i][0]:
-            j += 1
-        r = (i + j) / 2 + 1
-        for k in range(i, j + 1):
-            ranks[k] = r
-        t = j - i + 1
-        ties += t ** 3 - t
-        i = j + 1
-    r1 = sum(r for r, (_, g) in zip(ranks, allv) if g == 0)
-    u = r1 - n1 * (n1 + 1) / 2
-    n = n1 + n2
-    var = n1 * n2 / 12 * ((n + 1) - ties / (n * (n - 1)))
-    if var <= 0:
-        return 1.0
-    z = (u - n1 * n2 / 2 - 0.5) / math.sqrt(var)
-    return 0.5 * math.erfc(z / math.sqrt(2))
-
-
-def mean(xs):
-    return sum(xs) / len(xs) if xs else float("nan")
-
-
-def sd(xs):
-    if len(xs) < 2:
-        return float("nan")
-    m = mean(xs)
-    return math.sqrt(sum((x - m) ** 2 for x in xs) / (len(xs) - 1))
 
 
 # --- the server ----------------------------------------------------------------------------------
