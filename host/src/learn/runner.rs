@@ -27,21 +27,6 @@ use crate::skills::Skills;
 use crate::store::Store;
 use crate::store::jobs::{self, Job, JobState};
 
-/// How long `learn now` keeps trying a busy store.
-const BUSY_PATIENCE: Duration = Duration::from_secs(60);
-
-/// SQLite's "another connection holds the lock" (after its busy timeout).
-fn busy(e: &anyhow::Error) -> bool {
-    e.chain().any(|cause| {
-        matches!(
-            cause
-                .downcast_ref::<rusqlite::Error>()
-                .and_then(|e| e.sqlite_error_code()),
-            Some(rusqlite::ErrorCode::DatabaseBusy | rusqlite::ErrorCode::DatabaseLocked)
-        )
-    })
-}
-
 /// Runs the learning jobs.
 pub struct Learner {
     parts: Parts,
@@ -226,7 +211,7 @@ impl Learner {
                 // outcome is the answer.
                 if job.is_none_or(|j| j.state != JobState::Running) {
                     let s = id.clone();
-                    self.db_patient(move |c| jobs::request_now(c, &s, now_ms()))
+                    self.db(move |c| jobs::request_now(c, &s, now_ms()))
                         .await
                         .map_err(failed)?;
                 }
@@ -245,7 +230,7 @@ impl Learner {
             let s = id.clone();
             // The runner may have started it meanwhile: then wait for it.
             let claimed = self
-                .db_patient(move |c| jobs::claim(c, now_ms(), Some(&s)))
+                .db(move |c| jobs::claim(c, now_ms(), Some(&s)))
                 .await
                 .map_err(failed)?;
             match claimed {
@@ -253,11 +238,7 @@ impl Learner {
                 None => self.wait_while_running(&id).await,
             }
             let s = id.clone();
-            if let Some(job) = self
-                .db_patient(move |c| jobs::get(c, &s))
-                .await
-                .map_err(failed)?
-            {
+            if let Some(job) = self.db(move |c| jobs::get(c, &s)).await.map_err(failed)? {
                 out.push(job);
             }
         }
@@ -392,27 +373,6 @@ impl Learner {
         self.parts.db.call(f).await
     }
 
-    /// [`Self::db`] for what `learn now` must not skip: a store another
-    /// writer holds past SQLite's busy timeout (a loaded machine) is tried
-    /// again for up to [`BUSY_PATIENCE`], then the error is the caller's.
-    /// (Before, a busy claim left the job queued and `learn now` answered
-    /// it as if it had run.)
-    async fn db_patient<T: Send + 'static>(
-        &self,
-        f: impl Fn(&mut rusqlite::Connection) -> Result<T> + Clone + Send + 'static,
-    ) -> Result<T> {
-        let started = std::time::Instant::now();
-        loop {
-            match self.parts.db.call(f.clone()).await {
-                Err(e) if busy(&e) && started.elapsed() < BUSY_PATIENCE => {
-                    tracing::warn!("the store is busy, trying again: {e:#}");
-                    tokio::time::sleep(Duration::from_millis(200)).await;
-                }
-                outcome => return outcome,
-            }
-        }
-    }
-
     /// Waits (at most a minute) for the first plugin scan and the skill
     /// library's first read: a job that ran before would evolve without
     /// its guard and dedup plugins, or against an empty library.
@@ -540,10 +500,20 @@ mod tests {
     /// Another connection holds the store's write lock past SQLite's busy
     /// timeout (5 s), as a starved writer can on a loaded machine: `learn
     /// now` waits and runs the job, rather than answer it still queued.
+    /// Held 12 s: `learn now` first flushes the turn writer (which spends
+    /// up to its own 5 s), and with the store's 5 s on the learner's
+    /// connection too the job's first write would then fail.
     #[tokio::test]
     async fn learn_now_runs_the_job_when_the_store_was_busy_past_its_timeout() {
         let (_dir, store, db) = store();
         let path = store.path().to_path_buf();
+        let (handle, cancel) = spawn(store);
+        // Past its start-up (whose recovery write would otherwise spend
+        // part of the wait) once it answers: only then is the lock taken.
+        assert!(matches!(
+            handle.now(Some("no such session".into())).await,
+            Err(LearnError::NoSession(_))
+        ));
         let (locked_tx, locked) = std::sync::mpsc::channel();
         let holder = std::thread::spawn(move || {
             let mut conn = crate::store::open_side_writer(&path).unwrap();
@@ -551,11 +521,10 @@ mod tests {
                 .transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)
                 .unwrap();
             locked_tx.send(()).unwrap();
-            std::thread::sleep(Duration::from_secs(7));
+            std::thread::sleep(Duration::from_secs(12));
             tx.commit().unwrap();
         });
         locked.recv().unwrap();
-        let (handle, cancel) = spawn(store);
         let jobs = handle.now(Some("s".into())).await.unwrap();
         assert_eq!(jobs[0].state, JobState::Done, "{:?}", jobs[0]);
         assert_eq!(summaries(&db).len(), 4);

@@ -70,6 +70,13 @@ pub trait Output: Send + 'static {
 #[error("{0}")]
 pub struct Blocked(String);
 
+/// How long a learner's store call waits for another writer's lock. Far
+/// longer than the store's 5 s: nothing waits on the learner but its own
+/// jobs, and on a loaded machine a starved writer can hold the lock past
+/// 5 s; a busy error there once left a job queued while `learn now`
+/// answered it as run.
+const LEARNER_BUSY_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(60);
+
 /// The learner's store connection (a side writer beside the store's writer
 /// thread), opened on first use and shared by the runner and the stages.
 #[derive(Clone)]
@@ -102,7 +109,9 @@ impl Db {
             .lock()
             .map_err(|_| anyhow::anyhow!("learning store connection poisoned"))?;
         if slot.is_none() {
-            *slot = Some(crate::store::open_side_writer(&self.path)?);
+            let conn = crate::store::open_side_writer(&self.path)?;
+            conn.busy_timeout(LEARNER_BUSY_TIMEOUT)?;
+            *slot = Some(conn);
         }
         match slot.as_mut() {
             Some(conn) => f(conn),
