@@ -20,6 +20,7 @@
 //! | [`untrusted`] | text from plugins and skills, made safe for logs and prompts |
 
 pub mod app;
+pub mod canary;
 pub mod claws;
 pub mod cli;
 pub mod clock;

@@ -25,7 +25,7 @@ const LAYERS: &[&[&str]] = &[
     ],
     &["config"],
     &["store", "plugins", "tinker"],
-    &["sessions", "embeddings", "policy", "scheduler"],
+    &["sessions", "embeddings", "policy", "scheduler", "canary"],
     &["skills"],
     // The turn and learning.
     &["proxy", "learn"],
