@@ -16,6 +16,7 @@
 //! | `POST /v1/responses` (OpenAI Responses) | `proxy.api_key`, if set |
 //! | `GET /v1/models` | `proxy.api_key`, if set |
 //! | `POST /v1/sessions/{id}/end` | `proxy.api_key`, if set |
+//! | `POST /v1/feedback` (a turn's or session's thumb or score: [`crate::app::feedback`]) | `proxy.api_key`, if set |
 //! | `GET /metrics` | `proxy.api_key`, if set |
 //! | `GET /admin/status` | the admin token (`<home>/admin.token`), always |
 //! | `GET /admin/plugins`, `POST /admin/plugins/reload` | the admin token, always |
@@ -61,6 +62,7 @@ pub fn router(app: SharedApp, guard: Guard) -> Router {
         .merge(turns)
         .route("/v1/models", get(models))
         .route("/v1/sessions/{id}/end", post(end_session))
+        .route("/v1/feedback", post(feedback))
         .route("/metrics", get(metrics))
         .route_layer(middleware::from_fn_with_state(
             app.clone(),
@@ -303,6 +305,32 @@ async fn end_session(State(app): State<SharedApp>, Path(id): Path<String>) -> Re
     }
 }
 
+/// The user's thumb or score on a turn or a session. Errors come in the
+/// client's shape: Anthropic's when it sends `anthropic-version`.
+async fn feedback(
+    State(app): State<SharedApp>,
+    headers: HeaderMap,
+    body: axum::body::Bytes,
+) -> Response {
+    let front = if headers.contains_key("anthropic-version") {
+        Front::Anthropic
+    } else {
+        Front::Chat
+    };
+    let outcome = match crate::app::feedback::FeedbackRequest::parse(&body) {
+        Ok(request) => crate::app::feedback::record(&app, request, "api").await,
+        Err(e) => Err(e),
+    };
+    match outcome {
+        Ok(recorded) => axum::Json(recorded).into_response(),
+        Err(e) => {
+            app.proxy.metrics.errors.inc(&[e.kind()]);
+            let body = e.body_for(front);
+            e.into_response_with(body)
+        }
+    }
+}
+
 async fn metrics(State(app): State<SharedApp>) -> Response {
     let gauges = Gauges {
         uptime_seconds: app.info.started.elapsed().as_secs_f64(),
@@ -539,6 +567,9 @@ mod tests {
             train: None,
             proxy_token: proxy.api_key.clone(),
             admin_token: ADMIN.into(),
+            redactor: Arc::new(crate::redact::Redactor::new(vec![
+                "sk-test-secret-0123456789".to_string(),
+            ])),
             info: RuntimeInfo {
                 started: Instant::now(),
                 started_at_ms: 0,
@@ -738,6 +769,88 @@ mod tests {
         let (status, body) = send(&app, "POST", &path, &[LOCAL, own, JSON], "").await;
         assert_eq!(status, 200, "{body}");
         assert_eq!(body["ended"], true);
+    }
+
+    #[tokio::test]
+    async fn feedback_on_a_session_is_stored_redacted_and_bad_feedback_says_what_to_fix() {
+        let proxy = ProxyConfig {
+            api_key: Some("proxy-key".into()),
+            ..ProxyConfig::default()
+        };
+        let (app, _dir) = app(proxy);
+        let auth = ("authorization", "Bearer proxy-key");
+        // A session is known once a turn of it is recorded (this one's
+        // upstream is unreachable: a failed turn, still a session).
+        let session = ("x-session-id", "s-feedback");
+        let (status, _) = send(
+            &app,
+            "POST",
+            "/v1/chat/completions",
+            &[LOCAL, JSON, auth, session],
+            CHAT,
+        )
+        .await;
+        assert_eq!(status, 502);
+        let id = "s-feedback";
+        let body = format!(
+            r#"{{"session_id":"{id}","rating":"down","comment":"it leaked sk-test-secret-0123456789"}}"#
+        );
+        let body = body.as_str();
+        // The proxy's auth, as on every /v1 route.
+        assert_eq!(
+            send(&app, "POST", "/v1/feedback", &[LOCAL, JSON], body)
+                .await
+                .0,
+            401
+        );
+        let (status, reply) = send(&app, "POST", "/v1/feedback", &[LOCAL, JSON, auth], body).await;
+        assert_eq!(status, 200, "{reply}");
+        assert_eq!(reply["feedback"]["session_id"], id);
+        assert_eq!(reply["feedback"]["value"], -1.0);
+        let conn = crate::store::open_read_only(app.proxy.store.path()).unwrap();
+        let stored = crate::store::feedback::list(&conn, id).unwrap();
+        assert_eq!(stored.len(), 1);
+        let comment = stored[0].comment.as_deref().unwrap();
+        assert!(!comment.contains("sk-test-secret"), "{comment}");
+
+        for (body, status, says) in [
+            (r#"{"session_id":"s-feedback"}"#, 400, "\"rating\""),
+            (
+                r#"{"session_id":"s-feedback","score":3}"#,
+                400,
+                "outside [-1, 1]",
+            ),
+            (
+                r#"{"session_id":"s-feedback","rating":"up","score":1}"#,
+                400,
+                "not both",
+            ),
+            (
+                r#"{"session_id":"s-feedback","thumbs":"up"}"#,
+                400,
+                "unknown field",
+            ),
+            (r#"{"rating":"up"}"#, 400, "name the turn"),
+            (r#"{"session_id":"nope","rating":"up"}"#, 404, "no session"),
+            (r#"{"turn_id":"nope","rating":"up"}"#, 404, "no turn"),
+            ("not json", 400, "expected"),
+        ] {
+            let (got, reply) = send(&app, "POST", "/v1/feedback", &[LOCAL, JSON, auth], body).await;
+            assert_eq!(got, status, "{body}: {reply}");
+            let message = reply["error"]["message"].as_str().unwrap();
+            assert!(message.contains(says), "{body}: {message}");
+        }
+        // An Anthropic-style client gets Anthropic's error shape.
+        let anthropic = [
+            LOCAL,
+            JSON,
+            ("x-api-key", "proxy-key"),
+            ("anthropic-version", "2023-06-01"),
+        ];
+        let (got, reply) = send(&app, "POST", "/v1/feedback", &anthropic, "{}").await;
+        assert_eq!(got, 400);
+        assert_eq!(reply["type"], "error", "{reply}");
+        assert_eq!(crate::store::feedback::list(&conn, id).unwrap().len(), 1);
     }
 
     #[tokio::test]

@@ -472,6 +472,26 @@ async fn a_recorded_session_shows_its_turns_skills_and_rewards() {
         &["sessions", "show", "browser-moon", "--json"],
         |v| v["learning"]["state"] == "done",
     );
+    // The user disagrees with the judge on the second answer.
+    let second = recorded["turns"][1]["id"].as_str().unwrap().to_string();
+    let out = mc.cli(&[
+        "feedback",
+        "--turn",
+        &second,
+        "--down",
+        "--comment",
+        "the units were wrong",
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let recorded = poll_json(
+        mc.home.path(),
+        &["sessions", "show", "browser-moon", "--json"],
+        |v| v["turns"][1]["reward"] == -1.0,
+    );
     let session_id = recorded["session"]["id"].as_str().unwrap().to_string();
     let turns = recorded["turns"].as_array().unwrap().clone();
     assert_eq!(turns.len(), 3, "{recorded:#}");
@@ -531,6 +551,12 @@ async fn a_recorded_session_shows_its_turns_skills_and_rewards() {
         format!("Session {session_id}")
     );
     screenshot(&browser, "session").await;
+    // The user's feedback, beside the judge's verdict it outranks.
+    let feedback = browser.text("#turn-2 section.feedback li").await;
+    assert!(
+        feedback.contains("thumbs down") && feedback.contains("the units were wrong"),
+        "{feedback}"
+    );
 
     for t in &turns {
         let turn = format!("#turn-{}", t["seq"]);

@@ -8,6 +8,7 @@
 //! [`Proxy`] (the turn handlers' state).
 
 pub mod actions;
+pub mod feedback;
 mod start;
 mod status;
 
@@ -39,6 +40,8 @@ pub struct App {
     pub proxy_token: Option<String>,
     /// Required on /admin routes, always.
     pub admin_token: String,
+    /// Hides secrets in what the user sends outside a turn (feedback).
+    pub redactor: Arc<crate::redact::Redactor>,
     pub info: RuntimeInfo,
 }
 

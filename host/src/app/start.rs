@@ -65,21 +65,7 @@ impl App {
         let metrics = Arc::new(Metrics::new());
 
         // Secrets never reach the store or a learning LLM.
-        let secrets = [
-            &config.llm.api_key,
-            &config.proxy.api_key,
-            &config.rl.tinker_api_key,
-            &config.rl.api_key,
-            &config.rl.prm_api_key,
-            &config.rl.evolver_api_key,
-            &config.opd.teacher_api_key,
-            &config.skills.embedding_api_key,
-            &config.scheduler.calendar.ics_url,
-        ]
-        .into_iter()
-        .flatten()
-        .cloned()
-        .collect::<Vec<String>>();
+        let secrets = config.secrets();
 
         // The store: turns are recorded off the hot path by its writer
         // thread, which reports each recorded turn to learning.
@@ -141,8 +127,8 @@ impl App {
 
         // Learning, per session: one job per ended session, on its own
         // low-priority thread.
+        let redactor = Arc::new(Redactor::new(secrets));
         let learner = if config.learning.enabled {
-            let redactor = Arc::new(Redactor::new(secrets));
             let judge = match config.learning.judge {
                 true => ChatModel::from_config(config, &upstream_base, Role::Judge)?.map(|model| {
                     Judge {
@@ -161,7 +147,7 @@ impl App {
                 skills.clone(),
                 judge,
                 evolver,
-                redactor,
+                redactor.clone(),
                 config.learning.clone(),
                 config.skills.auto_evolve,
             );
@@ -233,6 +219,7 @@ impl App {
             train,
             proxy_token: config.proxy.api_key.clone(),
             admin_token: home.admin_token()?,
+            redactor,
             info: RuntimeInfo {
                 started: Instant::now(),
                 started_at_ms: now_ms(),

@@ -18,6 +18,7 @@ mod claws_cmd;
 mod config_cmd;
 mod demo;
 mod doctor;
+mod feedback_cmd;
 mod learn_cmd;
 mod lifecycle;
 mod plugins_cmd;
@@ -80,6 +81,10 @@ pub enum Command {
     /// Learning from ended sessions: run a job now, see the queue.
     #[command(subcommand)]
     Learn(LearnCommand),
+    /// Your verdict on a turn or a session (thumbs up/down or a score): it
+    /// outranks the judge in the rewards learning, the skills' outcomes and
+    /// the canaries use.
+    Feedback(FeedbackArgs),
     /// The Tinker training service (rl.tinker_base_url): check it, train
     /// on a file of datums, see the training runs.
     #[command(subcommand)]
@@ -112,6 +117,33 @@ pub enum Command {
     /// Developer tools.
     #[command(subcommand)]
     Dev(DevCommand),
+}
+
+#[derive(Args, Debug, Clone, Default)]
+#[command(group(clap::ArgGroup::new("target").required(true).args(["turn", "session"])))]
+#[command(group(clap::ArgGroup::new("verdict").required(true).args(["up", "down", "score"])))]
+pub struct FeedbackArgs {
+    /// The turn (a response's `x-metaclaw-turn-id`; `sessions show` lists
+    /// a session's turns).
+    #[arg(long)]
+    pub turn: Option<String>,
+    /// The whole session: every answered turn without feedback of its own.
+    #[arg(long)]
+    pub session: Option<String>,
+    /// Thumbs up (+1).
+    #[arg(long)]
+    pub up: bool,
+    /// Thumbs down (-1).
+    #[arg(long)]
+    pub down: bool,
+    /// A score in [-1, 1].
+    #[arg(long, allow_hyphen_values = true)]
+    pub score: Option<f64>,
+    /// Why (stored with it, secrets redacted).
+    #[arg(long)]
+    pub comment: Option<String>,
+    #[arg(long)]
+    pub json: bool,
 }
 
 #[derive(Args, Debug, Clone, Default)]
@@ -587,6 +619,7 @@ fn dispatch(cli: Cli) -> Result<ExitCode> {
         Command::Plugins(cmd) => plugins_cmd::run(&home, &config_path, cmd),
         Command::Skills(cmd) => skills_cmd::run(&home, &config_path, cmd),
         Command::Learn(cmd) => learn_cmd::run(&home, &config_path, cmd),
+        Command::Feedback(args) => feedback_cmd::run(&home, &config_path, args),
         Command::Tinker(cmd) => tinker_cmd::run(&home, &config_path, cmd),
         Command::Rollout(args) => rollout::run(&home, &config_path, args),
         Command::SandboxExec(args) => Ok(rollout::sandbox_exec(args)),

@@ -87,6 +87,7 @@ pub fn run(home: &Home, config_path: &Path, command: SessionsCommand) -> Result<
                     judgments: learning::judgments(&conn, &session.id)?,
                     drafts: learning::drafts(&conn, &session.id)?,
                     job: store::jobs::get(&conn, &session.id)?,
+                    feedback: store::feedback::list(&conn, &session.id)?,
                 };
                 print_session(&session, &turns, &learned);
                 if messages {
@@ -195,6 +196,22 @@ struct Learned {
     judgments: HashMap<String, learning::Judgment>,
     drafts: Vec<learning::DraftRow>,
     job: Option<store::jobs::Job>,
+    feedback: Vec<store::feedback::Feedback>,
+}
+
+/// `thumbs down (-1) (cli, 2026-11-29 10:02): wrong file`.
+fn feedback_line(f: &store::feedback::Feedback) -> String {
+    let what = match f.rating.as_deref() {
+        Some("up") => "thumbs up (+1)".to_string(),
+        Some("down") => "thumbs down (-1)".to_string(),
+        _ => format!("score {:+.2}", f.value),
+    };
+    let comment = f
+        .comment
+        .as_deref()
+        .map(|c| format!(": {c}"))
+        .unwrap_or_default();
+    format!("{what} ({}, {}){comment}", f.source, local_time(f.at_ms))
 }
 
 fn print_session(s: &SessionRow, turns: &[TurnRow], learned: &Learned) {
@@ -313,14 +330,39 @@ fn print_session(s: &SessionRow, turns: &[TurnRow], learned: &Learned) {
                 r.rationale
             );
         }
+        for f in learned
+            .feedback
+            .iter()
+            .filter(|f| f.turn_id.as_deref() == Some(t.id.as_str()))
+        {
+            say!("     feedback:  {}", feedback_line(f));
+        }
         let judged = learned.judgments.contains_key(&t.id);
+        let overrides = learned
+            .feedback
+            .iter()
+            .any(|f| f.turn_id.is_none() || f.turn_id.as_deref() == Some(t.id.as_str()));
         match (
             t.reward,
             learning::no_reward(t, judged, learned.job.as_ref()),
         ) {
+            (Some(reward), _) if overrides && t.turn_type == "main" => {
+                say!("     reward:    {reward:+.2} (your feedback, ahead of the judge)")
+            }
             (Some(reward), _) => say!("     reward:    {reward:+.2} (combined)"),
             (None, Some(why)) => say!("     reward:    none — {why}"),
             (None, None) => {}
+        }
+    }
+    let whole: Vec<_> = learned
+        .feedback
+        .iter()
+        .filter(|f| f.turn_id.is_none())
+        .collect();
+    if !whole.is_empty() {
+        say!();
+        for f in whole {
+            say!("  feedback:      {} (the whole session)", feedback_line(f));
         }
     }
     if let Some(job) = &learned.job {

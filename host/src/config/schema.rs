@@ -104,6 +104,26 @@ impl Config {
     pub fn serves_student(&self) -> bool {
         matches!(self.mode, Mode::Rl | Mode::Auto) || self.rl.enabled
     }
+
+    /// The secrets this config holds (keys, a calendar's private URL):
+    /// redacted from everything stored or sent to a learning LLM.
+    pub fn secrets(&self) -> Vec<String> {
+        [
+            &self.llm.api_key,
+            &self.proxy.api_key,
+            &self.rl.tinker_api_key,
+            &self.rl.api_key,
+            &self.rl.prm_api_key,
+            &self.rl.evolver_api_key,
+            &self.opd.teacher_api_key,
+            &self.skills.embedding_api_key,
+            &self.scheduler.calendar.ics_url,
+        ]
+        .into_iter()
+        .flatten()
+        .cloned()
+        .collect()
+    }
 }
 
 impl Default for Config {

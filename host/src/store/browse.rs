@@ -242,12 +242,19 @@ pub fn session_view(conn: &Connection, id: &str, messages: bool) -> anyhow::Resu
     let rewards = read::turn_rewards(conn, &session.id)?;
     let judgments = super::learning::judgments(conn, &session.id)?;
     let job = super::jobs::get(conn, &session.id)?;
+    let feedback = super::feedback::list(conn, &session.id)?;
     let turns: Vec<Value> = turns
         .iter()
         .map(|t| -> anyhow::Result<Value> {
             let mut v = serde_json::to_value(t)?;
             v["rewards"] = json!(rewards.get(&t.id).cloned().unwrap_or_default());
             v["judgment"] = json!(judgments.get(&t.id));
+            v["feedback"] = json!(
+                feedback
+                    .iter()
+                    .filter(|f| f.turn_id.as_deref() == Some(t.id.as_str()))
+                    .collect::<Vec<_>>()
+            );
             v["no_reward"] = json!(super::learning::no_reward(
                 t,
                 judgments.contains_key(&t.id),
@@ -264,5 +271,7 @@ pub fn session_view(conn: &Connection, id: &str, messages: bool) -> anyhow::Resu
         "turns": turns,
         "learning": job,
         "evolved": super::learning::drafts(conn, &session.id)?,
+        // All of it; each turn's own is also under the turn.
+        "feedback": feedback,
     })))
 }

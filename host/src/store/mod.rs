@@ -9,6 +9,7 @@
 //! stream's last chunk.
 
 pub mod browse;
+pub mod feedback;
 pub mod jobs;
 pub mod learning;
 pub mod outcomes;

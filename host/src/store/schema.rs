@@ -441,6 +441,21 @@ const MIGRATIONS: &[&str] = &[
     r#"
     ALTER TABLE turn_samples ADD COLUMN off_policy TEXT;
     "#,
+    // 19: explicit feedback from the user on a turn or a whole session
+    // (store::feedback): it outranks the judge in the turns' rewards.
+    r#"
+    CREATE TABLE feedback (
+        id         INTEGER PRIMARY KEY AUTOINCREMENT,
+        session_id TEXT NOT NULL REFERENCES sessions(id),
+        turn_id    TEXT REFERENCES turns(id),   -- NULL: the whole session
+        value      REAL NOT NULL,               -- in [-1, 1]; a thumb is ±1
+        rating     TEXT,                        -- up | down; NULL for a score
+        comment    TEXT,                        -- redacted
+        source     TEXT NOT NULL,               -- api | cli | dashboard
+        at_ms      INTEGER NOT NULL
+    );
+    CREATE INDEX feedback_by_session ON feedback(session_id, id);
+    "#,
 ];
 
 pub fn configure(conn: &Connection) -> rusqlite::Result<()> {

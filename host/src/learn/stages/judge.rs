@@ -77,13 +77,16 @@ impl Output for Judged {
         }
     }
 
-    /// Every main turn's combined reward, from what is stored (verdicts of
-    /// earlier attempts included).
+    /// Every main turn's reward, from what is stored (verdicts of earlier
+    /// attempts included): the user's feedback where there is some, else
+    /// the judge's and scorers' combined.
     fn write(&self, tx: &Connection) -> Result<()> {
         let session = &self.session_id;
         let turns = learning::main_turns(tx, session)?;
         let judgments = learning::judgments(tx, session)?;
         let rewards = crate::store::turn_rewards(tx, session)?;
+        // The user's own word outranks the judge (store::feedback).
+        let feedback = crate::store::feedback::overrides(tx, session)?;
         for turn in turns.iter().filter(|t| t.failed.is_none()) {
             let scorers: Vec<ScorerReward<'_>> = rewards
                 .get(&turn.id)
@@ -95,7 +98,10 @@ impl Output for Judged {
                 })
                 .collect();
             let judge = judgments.get(&turn.id).map(|j| j.value);
-            if let Some(value) = reward::combine(&self.reward, judge, &scorers) {
+            let value = feedback
+                .for_turn(&turn.id)
+                .or_else(|| reward::combine(&self.reward, judge, &scorers));
+            if let Some(value) = value {
                 crate::store::outcomes::set_reward(tx, &turn.id, value)?;
             }
         }
