@@ -198,7 +198,8 @@ pub async fn run(options: DaemonOptions) -> Result<()> {
 /// emptied and given the built-in bank: each demo shows the same loop from
 /// the same start, and nothing it records or evolves reaches the user's
 /// own data. Skills and learning are on, whatever the config says: they are
-/// what the demo shows.
+/// what the demo shows; canaries are off (its one session could not decide
+/// one).
 fn use_demo_data(home: &Home, config: &mut config::Config) -> Result<()> {
     let dir = home.demo_dir();
     crate::home::remove_dir_if_any(&dir)?;
@@ -221,6 +222,9 @@ fn use_demo_data(home: &Home, config: &mut config::Config) -> Result<()> {
     config.skills.enabled = true;
     config.learning.enabled = true;
     config.learning.judge = true;
+    // One learning round in a minute, its new skill served at once: a
+    // canary decides after dozens of judged sessions (docs/learning.md).
+    config.canary.skills = false;
     Ok(())
 }
 

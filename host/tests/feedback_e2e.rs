@@ -21,28 +21,6 @@ sessions:\n  idle_timeout: 1h\n";
 
 const QUERY: &str = "check the deploy pipeline before releasing the service";
 
-/// One turn of session `id`: the answer and the turn's id (the
-/// `x-metaclaw-turn-id` header a client gives feedback with).
-async fn turn(mc: &Metaclaw, id: &str, messages: &[Value]) -> (String, String) {
-    let r = post_chat(
-        &format!("{}/v1", mc.url()),
-        &json!({"model": "m", "messages": messages}),
-        &[("x-session-id", id)],
-    )
-    .await;
-    assert!(r.status().is_success());
-    let turn_id = r.headers()["x-metaclaw-turn-id"]
-        .to_str()
-        .unwrap()
-        .to_string();
-    let answer: Value = r.json().await.unwrap();
-    let text = answer["choices"][0]["message"]["content"]
-        .as_str()
-        .unwrap()
-        .to_string();
-    (text, turn_id)
-}
-
 /// A session whose first answer the judge will call good (the user moves
 /// on); the first turn's id.
 async fn good_session(mc: &Metaclaw, id: &str) -> String {
@@ -50,11 +28,11 @@ async fn good_session(mc: &Metaclaw, id: &str) -> String {
         json!({"role": "system", "content": "You are helpful."}),
         json!({"role": "user", "content": QUERY}),
     ];
-    let (said, first) = turn(mc, id, &messages).await;
+    let (said, first) = session_turn(mc, id, &messages).await;
     assert!(said.contains("deploy-check"), "no skill injected: {said}");
     messages.push(json!({"role": "assistant", "content": said}));
     messages.push(json!({"role": "user", "content": "thanks, that worked; now the weather"}));
-    turn(mc, id, &messages).await;
+    session_turn(mc, id, &messages).await;
     first
 }
 

@@ -170,20 +170,48 @@ async fn a_corrected_answer_is_judged_bad_and_becomes_a_skill_a_new_session_gets
         assert!(!text.contains("PLANTEDsecret"), "secret leaked: {text}");
     }
 
-    // A new session about the same thing is given the new skill.
-    let body = json!({"model": "echo-system", "messages": [
-        {"role": "system", "content": "You are helpful."},
-        {"role": "user", "content": "How far is the moon from the earth, roughly?"},
-    ]});
-    let r = post_chat(
-        &format!("{}/v1", mc.url()),
-        &body,
-        &[("x-session-id", "later")],
-    )
-    .await;
-    let v: Value = r.json().await.unwrap();
-    let system = v["choices"][0]["message"]["content"].as_str().unwrap();
-    assert!(system.contains("lesson-distance-earth-moon"), "{system}");
+    // The new skill is a candidate under test (docs/learning.md
+    // "Canaries"): new sessions about the same thing get it in its
+    // candidate arm, a quarter of them by default, and not otherwise.
+    let list = mc.cli(&["experiments", "list", "--json"]);
+    let list: Value = serde_json::from_slice(&list.stdout).unwrap();
+    let e = &list[0]["experiment"];
+    assert_eq!(
+        (&e["subject"], &e["state"], &e["origin"]),
+        (
+            &json!("lesson-distance-earth-moon"),
+            &json!("testing"),
+            &json!("evolved:moon")
+        ),
+        "{list:#}"
+    );
+    let mut got = Vec::new();
+    for i in 0..16 {
+        let body = json!({"model": "echo-system", "messages": [
+            {"role": "system", "content": "You are helpful."},
+            {"role": "user", "content": "How far is the moon from the earth, roughly?"},
+        ]});
+        let session = format!("later-{i}");
+        let r = post_chat(
+            &format!("{}/v1", mc.url()),
+            &body,
+            &[("x-session-id", session.as_str())],
+        )
+        .await;
+        let v: Value = r.json().await.unwrap();
+        let said = v["choices"][0]["message"]["content"].as_str().unwrap();
+        got.push(said.contains("lesson-distance-earth-moon"));
+    }
+    assert!(got.contains(&true) && got.contains(&false), "{got:?}");
+    let shown = poll_json(
+        mc.home.path(),
+        &["experiments", "show", "1", "--json"],
+        |v| v["sessions"]["candidate"].as_u64() == Some(got.iter().filter(|g| **g).count() as u64),
+    );
+    assert!(
+        shown["sessions"]["control"].as_u64().unwrap() >= 1,
+        "{shown:#}"
+    );
 
     // The job is listed as done, every stage once.
     let jobs = poll_json(mc.home.path(), &["learn", "status", "--json"], |v| {

@@ -14,7 +14,7 @@
 mod common;
 
 use common::*;
-use serde_json::{Value, json};
+use serde_json::json;
 
 const CONFIG: &str = "llm:\n  api_base: {upstream}\n  model_id: echo-system\n  force_model: true\n\
 rl:\n  prm_model: judge\n  prm_m: 1\n\
@@ -52,22 +52,6 @@ fn query(i: usize) -> String {
     }
 }
 
-/// One turn of session `id`; the answer.
-async fn turn(mc: &Metaclaw, id: &str, messages: &[Value]) -> String {
-    let r = post_chat(
-        &format!("{}/v1", mc.url()),
-        &json!({"model": "m", "messages": messages}),
-        &[("x-session-id", id)],
-    )
-    .await;
-    assert!(r.status().is_success());
-    let answer: Value = r.json().await.unwrap();
-    answer["choices"][0]["message"]["content"]
-        .as_str()
-        .unwrap()
-        .to_string()
-}
-
 /// One session: the query, and the user's reaction to the skill it got.
 /// Returns the skill injected (from the answer, which echoes the system
 /// prompt), if any.
@@ -76,7 +60,7 @@ async fn session(mc: &Metaclaw, id: &str, text: &str) -> Option<String> {
         json!({"role": "system", "content": "You are helpful."}),
         json!({"role": "user", "content": text}),
     ];
-    let said = turn(mc, id, &messages).await;
+    let (said, _) = session_turn(mc, id, &messages).await;
     let skill = [
         "deploy-check-alpha",
         "deploy-check-bravo",
@@ -91,7 +75,7 @@ async fn session(mc: &Metaclaw, id: &str, text: &str) -> Option<String> {
     };
     messages.push(json!({"role": "assistant", "content": said}));
     messages.push(json!({"role": "user", "content": reaction}));
-    turn(mc, id, &messages).await;
+    session_turn(mc, id, &messages).await;
     // The session's learning job: judged, outcomes moved, retirement.
     mc.learn_now(id);
     skill

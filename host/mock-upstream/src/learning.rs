@@ -67,6 +67,8 @@ pub enum Evolver {
     Leaky,
     /// A lesson and a revision (`updates`) of an existing skill.
     Revise,
+    /// Nothing to learn: no draft at all.
+    Nothing,
 }
 
 /// Skill drafts from the transcript: a lesson named after the first user
@@ -75,6 +77,9 @@ pub enum Evolver {
 /// [`Evolver::Revise`] a revision of it that adds the lesson. [`Evolver::Leaky`]
 /// plants an email address, a home path and a token in the lesson.
 pub fn evolver_reply(prompt: &str, kind: Evolver) -> String {
+    if kind == Evolver::Nothing {
+        return json!({ "skills": [] }).to_string();
+    }
     let transcript = section(prompt, "Transcript");
     let users: Vec<&str> = transcript
         .lines()
@@ -125,7 +130,7 @@ pub fn evolver_reply(prompt: &str, kind: Evolver) -> String {
                 "body": format!("{description}\n\n## Learned\nA user said: \"{lesson}\". Check such facts before answering."),
                 "updates": name,
             }),
-            Evolver::Plain | Evolver::Leaky => json!({
+            Evolver::Plain | Evolver::Leaky | Evolver::Nothing => json!({
                 "name": format!("{name}-again"),
                 "description": description,
                 "category": "general",

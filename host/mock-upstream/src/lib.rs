@@ -22,6 +22,7 @@
 //! | `evolver` | skill drafts (JSON) from the prompt's transcript, plus a near-copy of an existing skill |
 //! | `evolver-leaky` | like `evolver`, with an email, a home path and a token planted in the draft |
 //! | `evolver-revise` | the lesson, and a revision (`updates`) of the first existing skill that adds it |
+//! | `evolver-nothing` | no draft (`{"skills": []}`): a session with nothing to learn |
 //! | `evolver-bad` | a reply with no JSON in it |
 //! | `evolver-slow-<ms>` | waits `ms`, then answers like `evolver` |
 //! | `bench-oracle` | MetaClaw-Bench's scripted oracle: follows the bench's hidden rules once a skill or feedback has told them ([`bench`]) |

@@ -18,6 +18,7 @@ mod claws_cmd;
 mod config_cmd;
 mod demo;
 mod doctor;
+mod experiments_cmd;
 mod feedback_cmd;
 mod learn_cmd;
 mod lifecycle;
@@ -85,6 +86,10 @@ pub enum Command {
     /// outranks the judge in the rewards learning, the skills' outcomes and
     /// the canaries use.
     Feedback(FeedbackArgs),
+    /// Canaries: each candidate skill under test, its arms' sessions and
+    /// rewards, the estimate and the decision (docs/learning.md).
+    #[command(subcommand)]
+    Experiments(ExperimentsCommand),
     /// The Tinker training service (rl.tinker_base_url): check it, train
     /// on a file of datums, see the training runs.
     #[command(subcommand)]
@@ -305,6 +310,25 @@ pub enum SessionsCommand {
         /// ids, sampled token ids and their logprobs.
         #[arg(long)]
         tokens: bool,
+    },
+}
+
+#[derive(Subcommand, Debug)]
+pub enum ExperimentsCommand {
+    /// Every canary, newest first.
+    List {
+        #[arg(long)]
+        json: bool,
+        /// At most this many.
+        #[arg(long, default_value_t = 50)]
+        limit: u32,
+    },
+    /// One canary: arms, rewards, the estimate and its interval, the
+    /// evidence and the decision (or why there is none yet).
+    Show {
+        id: i64,
+        #[arg(long)]
+        json: bool,
     },
 }
 
@@ -620,6 +644,7 @@ fn dispatch(cli: Cli) -> Result<ExitCode> {
         Command::Skills(cmd) => skills_cmd::run(&home, &config_path, cmd),
         Command::Learn(cmd) => learn_cmd::run(&home, &config_path, cmd),
         Command::Feedback(args) => feedback_cmd::run(&home, &config_path, args),
+        Command::Experiments(cmd) => experiments_cmd::run(&home, &config_path, cmd),
         Command::Tinker(cmd) => tinker_cmd::run(&home, &config_path, cmd),
         Command::Rollout(args) => rollout::run(&home, &config_path, args),
         Command::SandboxExec(args) => Ok(rollout::sandbox_exec(args)),

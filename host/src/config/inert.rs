@@ -239,6 +239,13 @@ pub const IMPLEMENTED: &[&str] = &[
     "learning.reward.combine",
     "learning.reward.judge_weight",
     "learning.reward.scorer_weights",
+    // Canaries of evolved skills (canary, learn/canary.rs).
+    "canary.skills",
+    "canary.share",
+    "canary.delta",
+    "canary.min_sessions",
+    "canary.max_duration",
+    "canary.on_timeout",
     // The training scheduler (scheduler::gate; auto, or scheduler.enabled).
     "scheduler.enabled",
     "scheduler.idle_threshold_minutes",

@@ -95,6 +95,7 @@ pub struct Config {
     pub log: LogConfig,
     pub plugins: PluginsConfig,
     pub learning: LearningConfig,
+    pub canary: CanaryConfig,
     pub ui: UiConfig,
 }
 
@@ -148,6 +149,7 @@ impl Default for Config {
             log: LogConfig::default(),
             plugins: PluginsConfig::default(),
             learning: LearningConfig::default(),
+            canary: CanaryConfig::default(),
             ui: UiConfig::default(),
         }
     }
@@ -644,6 +646,53 @@ impl Default for LearningConfig {
             reward: RewardConfig::default(),
         }
     }
+}
+
+/// Live canaries (docs/learning.md "Canaries"): a skill the evolver
+/// writes serves `share` of the sessions it is relevant to, and as many go
+/// without it, until a sequential test on their judged rewards decides.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(default)]
+pub struct CanaryConfig {
+    /// Test evolved skills (new and revised) before everyone gets them.
+    /// Off: they serve every session at once, as before.
+    pub skills: bool,
+    /// The share of sessions in each arm (candidate, control), 0 < s ≤ 0.5;
+    /// the rest go without the candidate and are not counted.
+    pub share: f64,
+    /// The bound on promoting a candidate that is no better (and on rolling
+    /// back one that is better), 0 < δ < 0.5.
+    pub delta: f64,
+    /// Judged sessions each arm needs before any decision.
+    pub min_sessions: u32,
+    /// An undecided candidate is decided by `on_timeout` after this long.
+    pub max_duration: Dur,
+    pub on_timeout: CanaryTimeout,
+}
+
+impl Default for CanaryConfig {
+    fn default() -> Self {
+        Self {
+            skills: true,
+            share: 0.25,
+            delta: 0.05,
+            min_sessions: 10,
+            max_duration: Dur::secs(30 * 86_400),
+            on_timeout: CanaryTimeout::RollBack,
+        }
+    }
+}
+
+/// What becomes of a candidate still undecided at `canary.max_duration`.
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq, Default)]
+#[serde(rename_all = "snake_case")]
+pub enum CanaryTimeout {
+    /// Taken out (as a candidate shown to hurt): nothing unproven stays.
+    #[default]
+    #[serde(alias = "rollback")]
+    RollBack,
+    /// Kept for everyone: the test found no harm either.
+    Keep,
 }
 
 /// How the judge's score and the scorers' rewards make one turn reward.

@@ -171,6 +171,32 @@ pub fn validate(config: &Config) -> Result<(), ConfigError> {
             "must be longer than zero".into(),
         ));
     }
+    let canary = &config.canary;
+    if !(canary.share > 0.0 && canary.share <= 0.5) {
+        return Err(invalid(
+            "canary.share",
+            "must be above 0 and at most 0.5 (the share of sessions in each of the two arms)"
+                .into(),
+        ));
+    }
+    if !(canary.delta > 0.0 && canary.delta < 0.5) {
+        return Err(invalid(
+            "canary.delta",
+            "must be above 0 and below 0.5 (the bound on a wrong promotion)".into(),
+        ));
+    }
+    if !(1..=10_000).contains(&canary.min_sessions) {
+        return Err(invalid(
+            "canary.min_sessions",
+            "must be between 1 and 10000".into(),
+        ));
+    }
+    if canary.max_duration.get().is_zero() {
+        return Err(invalid(
+            "canary.max_duration",
+            "must be longer than zero".into(),
+        ));
+    }
     if config.rl.prm_m > 15 {
         return Err(invalid("rl.prm_m", "at most 15 votes per turn".into()));
     }

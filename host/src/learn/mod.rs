@@ -17,6 +17,7 @@
 //! [`review`]: revisions of built-in and user-written skills held for the
 //! user.
 
+pub mod canary;
 pub mod evolve;
 pub mod finished;
 pub mod judge;

@@ -302,6 +302,7 @@ impl Learner {
             let judged = stages::judge::run(&self.parts, job).await?;
             self.commit(job, judged).await?;
             self.retire_flagged().await;
+            self.decide_canaries().await;
         }
         if !done(Stage::Evolve) {
             let evolved = stages::evolve::run(&self.parts, job).await?;
@@ -325,6 +326,25 @@ impl Learner {
         }
         if let Err(e) = blocking(move || super::retire::retire_flagged(&skills)).await {
             tracing::warn!("retiring flagged skills failed: {e:#}");
+        }
+    }
+
+    /// The canaries' tests, on the rewards just judged (`canary.skills`).
+    /// A failure is logged; the job goes on.
+    async fn decide_canaries(&self) {
+        let Some(skills) = self.parts.skills.clone() else {
+            return;
+        };
+        if skills.settings.canary.is_none() {
+            return;
+        }
+        let decided = self
+            .parts
+            .db
+            .call(move |c| super::canary::decide_all(&skills, c))
+            .await;
+        if let Err(e) = decided {
+            tracing::warn!("the canaries were not decided: {e:#}");
         }
     }
 

@@ -55,6 +55,8 @@ pub(super) struct TurnCtx {
     pub(super) done_after: bool,
     /// The skills injected, best first.
     pub(super) injected: Vec<InjectedSkill>,
+    /// The canaries' arms the turn met (`canary::Live`).
+    pub(super) arms: Vec<crate::store::experiments::ArmRecord>,
     /// Which upstream answered: 0 the primary, `i + 1` `llm.fallbacks[i]`.
     pub(super) fallback: usize,
     /// `llm`, or the trainable model and what it sampled.
@@ -99,6 +101,7 @@ impl TurnCtx {
             admission: None,
             done_after: false,
             injected: Vec::new(),
+            arms: Vec::new(),
             fallback: 0,
             served_by: ServedBy::Llm,
             finished: false,
@@ -188,6 +191,7 @@ impl TurnCtx {
                 .map(|f| ms(f.saturating_duration_since(self.started))),
             message_count: self.message_count,
             injected_skills: std::mem::take(&mut self.injected),
+            arms: std::mem::take(&mut self.arms),
             served_by: std::mem::take(&mut self.served_by),
         };
         self.proxy.store.record(record, self.admission.take());

@@ -226,11 +226,11 @@ async fn choose_skills(
         // skills, so at most a quarter of the budget is kept for the answer.
         let reserve = reserve.min(budget / 4);
         let chosen = inject::fit(selection.skills, prompt_bytes, reserve, budget);
-        (chosen, selection.cut)
+        (chosen, selection.cut, selection.arms)
     };
     // On the plugin runtime: serving threads never run plugin code, and
     // each plugin call there ends at its deadline. Dropped with the turn.
-    let (chosen, cut) = match engine {
+    let (chosen, cut, arms) = match engine {
         Some(engine) => engine.spawn(choose).await?,
         None => choose.await,
     };
@@ -247,6 +247,8 @@ async fn choose_skills(
             metrics.plugin_turn_cuts.inc(&[plugin.as_str()]);
         }
     }
+    // Withheld candidates count too: the control arm is a session without.
+    ctx.arms = arms;
     if chosen.is_empty() {
         return None;
     }

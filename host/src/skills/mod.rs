@@ -80,6 +80,9 @@ pub struct Settings {
     pub builtin_plugins: bool,
     /// `plugins.turn_budget`: what a turn's plugin calls may add to it.
     pub turn_budget: std::time::Duration,
+    /// `canary.*` when `canary.skills` is on: evolved skills are tested on
+    /// a share of sessions.
+    pub canary: Option<crate::config::CanaryConfig>,
 }
 
 impl Settings {
@@ -97,6 +100,7 @@ impl Settings {
             max_context_tokens: config.max_context_tokens,
             builtin_plugins: config.plugins.builtin,
             turn_budget: config.plugins.turn_budget.get(),
+            canary: config.canary.skills.then(|| config.canary.clone()),
         }
     }
 }
@@ -170,6 +174,9 @@ pub struct Selection {
     /// The plugins (`name@version`) whose calls `plugins.turn_budget` cut
     /// off: they were left out of this turn.
     pub cut: Vec<String>,
+    /// The canaries this turn met: a candidate injected (its arm) or
+    /// withheld (the control's).
+    pub arms: Vec<crate::store::experiments::ArmRecord>,
 }
 
 /// The retrievers a turn asks now (`name@version`, in order), or why none
@@ -259,6 +266,9 @@ pub struct Skills {
     wit: RwLock<(u64, Arc<Vec<types::Skill>>)>,
     /// Each skill version's outcomes (learning refreshes them).
     pub outcomes: Arc<outcomes::Outcomes>,
+    /// The skill versions under test and their arms (learning updates
+    /// them; empty with `canary.skills` off).
+    pub canaries: Arc<crate::canary::Live>,
 }
 
 /// A skill as retriever plugins see it.
@@ -282,6 +292,10 @@ impl Skills {
         retrieval: Retrieval,
     ) -> Arc<Self> {
         let outcomes = Arc::new(outcomes::Outcomes::load(library.db()));
+        let canaries = match settings.canary {
+            Some(_) => crate::canary::Live::load(library.db()),
+            None => crate::canary::Live::new(),
+        };
         Arc::new(Self {
             library,
             plugins,
@@ -290,6 +304,7 @@ impl Skills {
             last_retriever: std::sync::Mutex::new(None),
             wit: RwLock::new((u64::MAX, Arc::new(Vec::new()))),
             outcomes,
+            canaries,
         })
     }
 
@@ -486,6 +501,26 @@ impl Skills {
                     || chosen.iter().any(|(c, _)| c.id == skill.id)
                 {
                     continue;
+                }
+                // A candidate under test: its arm says whether this session
+                // gets it; withheld, the next relevant skill may take its
+                // place, as if it were not in the library.
+                let version = skill.version.to_string();
+                if let Some((experiment, arm)) =
+                    self.canaries
+                        .skill_arm(&skill.id, &version, &query.session_id)
+                {
+                    if arm != crate::canary::Arm::Outside
+                        && !selection.arms.iter().any(|a| a.experiment == experiment)
+                    {
+                        selection.arms.push(crate::store::experiments::ArmRecord {
+                            experiment,
+                            arm: arm.as_str(),
+                        });
+                    }
+                    if arm != crate::canary::Arm::Candidate {
+                        continue;
+                    }
                 }
                 if skill.category == Category::TaskSpecific {
                     if task_specific >= self.settings.task_specific_top_k {

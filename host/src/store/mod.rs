@@ -9,6 +9,7 @@
 //! stream's last chunk.
 
 pub mod browse;
+pub mod experiments;
 pub mod feedback;
 pub mod jobs;
 pub mod learning;
@@ -169,6 +170,8 @@ pub struct TurnRecord {
     pub message_count: u32,
     /// The skills injected into the turn's prompt, best first.
     pub injected_skills: Vec<InjectedSkill>,
+    /// The canaries' arms the turn met (a withheld candidate included).
+    pub arms: Vec<experiments::ArmRecord>,
     /// Who answered: `llm`, or the trainable model with what it sampled.
     pub served_by: ServedBy,
 }

@@ -456,6 +456,34 @@ const MIGRATIONS: &[&str] = &[
     );
     CREATE INDEX feedback_by_session ON feedback(session_id, id);
     "#,
+    // 20: canaries (store::experiments): each candidate under test and how
+    // it was decided; each session's arm of it (the first turn that met
+    // it says), and each turn's arms as served.
+    r#"
+    CREATE TABLE experiments (
+        id          INTEGER PRIMARY KEY AUTOINCREMENT,
+        kind        TEXT NOT NULL,      -- skill (later: weights)
+        subject     TEXT NOT NULL,      -- the skill's id
+        version     TEXT NOT NULL,      -- the version under test
+        share       REAL NOT NULL,      -- of new sessions, in each arm
+        state       TEXT NOT NULL,      -- testing | promoted | rolled_back | superseded | abandoned
+        started_ms  INTEGER NOT NULL,
+        origin      TEXT NOT NULL,      -- what made it (evolved:<session>)
+        decided_ms  INTEGER,
+        decided_by  TEXT,               -- test | timeout | user
+        reason      TEXT
+    );
+    CREATE INDEX experiments_by_state ON experiments(state, kind);
+    CREATE TABLE session_arms (
+        experiment_id INTEGER NOT NULL REFERENCES experiments(id),
+        session_id    TEXT NOT NULL,
+        arm           TEXT NOT NULL,    -- candidate | control
+        at_ms         INTEGER NOT NULL,
+        PRIMARY KEY (experiment_id, session_id)
+    ) WITHOUT ROWID;
+    -- [{"experiment": ID, "arm": "candidate"|"control"}] of the turn.
+    ALTER TABLE turns ADD COLUMN arms TEXT;
+    "#,
 ];
 
 pub fn configure(conn: &Connection) -> rusqlite::Result<()> {

@@ -501,9 +501,9 @@ fn insert_turn(tx: &Transaction<'_>, t: &TurnRecord, p: &Prepared) -> rusqlite::
                             http_status, error, request_messages, tools_blob, request_params, response, usage,
                             user_summary, response_summary, started_at_ms, finished_at_ms, total_ms,
                             upstream_ms, ttft_ms, injected_skills, attempt, retry_of, served_by,
-                            fallback_reason)
+                            fallback_reason, arms)
          VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19, ?20,
-                 ?21, ?22, ?23, ?24, ?25, ?26, ?27, ?28)",
+                 ?21, ?22, ?23, ?24, ?25, ?26, ?27, ?28, ?29)",
     )?
     .execute(params![
         t.id,
@@ -537,7 +537,11 @@ fn insert_turn(tx: &Transaction<'_>, t: &TurnRecord, p: &Prepared) -> rusqlite::
             ServedBy::Fallback(why) => Some(why.as_str()),
             _ => None,
         },
+        super::experiments::arms_column(&t.arms),
     ])?;
+    if t.turn_type == TurnType::Main {
+        super::experiments::record_arms(tx, &t.session.id, &t.arms, t.started_at_ms)?;
+    }
     super::browse::turn_injected(tx, &t.id, t.started_at_ms, &t.injected_skills)?;
     // A failed turn (the upstream failed, the answer was cut) is no
     // outcome of its skills: it moves no sums, now or when rewarded.

@@ -303,6 +303,28 @@ pub async fn post_chat(base: &str, body: &Value, headers: &[(&str, &str)]) -> re
     req.send().await.unwrap()
 }
 
+/// One non-streamed turn of session `id` through metaclaw: the answer's
+/// text and the turn's id (its `x-metaclaw-turn-id` header).
+pub async fn session_turn(mc: &Metaclaw, id: &str, messages: &[Value]) -> (String, String) {
+    let r = post_chat(
+        &format!("{}/v1", mc.url()),
+        &serde_json::json!({"model": "m", "messages": messages}),
+        &[("x-session-id", id)],
+    )
+    .await;
+    assert!(r.status().is_success(), "{}", r.status());
+    let turn_id = r.headers()["x-metaclaw-turn-id"]
+        .to_str()
+        .unwrap()
+        .to_string();
+    let answer: Value = r.json().await.unwrap();
+    let text = answer["choices"][0]["message"]["content"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    (text, turn_id)
+}
+
 /// `(event name, data)` of each event of a complete SSE text, read by the
 /// proxy's own (fuzzed) SSE parser; an event without a name has "".
 pub fn sse_events(text: &str) -> Vec<(String, String)> {

@@ -101,6 +101,10 @@ pub fn arm_config(user: &Loaded, arm: Arm, model: &str, helpers: &Helpers) -> Re
     c.learning.enabled = arm.learns();
     c.learning.judge = arm.learns();
     c.skills.auto_evolve = arm.learns();
+    // The arm measures what learning teaches in the days it runs: a
+    // canary would withhold each new skill from most rounds, and a bench
+    // day has too few sessions to decide one.
+    c.canary.skills = false;
     c.scheduler.enabled = false;
     c.ui.enabled = false;
     if let Some(judge) = &helpers.judge {

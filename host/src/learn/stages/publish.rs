@@ -38,10 +38,20 @@ pub fn run(parts: &Parts, job: &Job) -> Result<Published> {
             // rescan that finds it (another job's, the folder watcher's)
             // credits this session, and this job's rescan nothing else.
             let hash = sha256_hex(content.as_bytes());
-            parts
-                .db
-                .call_blocking(|c| Ok(learning::writing(c, row.id, &hash, now_ms())?))?;
+            // A candidate under test from its first turn (`canary.skills`):
+            // the test is on record, and the turn path knows it, before the
+            // file is in place.
+            let origin = format!("evolved:{}", job.session_id);
+            let experiment = parts.db.call_blocking(|c| {
+                learning::writing(c, row.id, &hash, now_ms())?;
+                super::super::canary::start(skills, c, id, row.version.as_deref(), &origin)
+            })?;
             let refused = write_skill(&skills.library.dir, id, content, row.base_hash.as_deref())?;
+            if let (Some(experiment), Some(reason)) = (experiment, &refused) {
+                parts.db.call_blocking(|c| {
+                    super::super::canary::abandon(skills, c, experiment, reason)
+                })?;
+            }
             if let Some(reason) = &refused {
                 tracing::warn!(skill = %id, "evolved skill not written: {reason}");
             } else {

@@ -1,0 +1,147 @@
+//! `experiments list | show`: the canaries, read straight from the store
+//! (daemon or not): each candidate, its arms' sessions and rewards, the
+//! estimate with its interval, and the decision or why there is none yet.
+
+use std::path::Path;
+use std::process::ExitCode;
+
+use anyhow::{Result, bail};
+use serde_json::{Value, json};
+
+use super::sessions_cmd::db_path;
+use super::{ExperimentsCommand, load_config, local_time};
+use crate::canary::decide::Evidence;
+use crate::home::Home;
+use crate::store::{self, experiments};
+
+pub fn run(home: &Home, config_path: &Path, command: ExperimentsCommand) -> Result<ExitCode> {
+    let loaded = load_config(config_path)?;
+    let settings = loaded.config.canary.clone();
+    if !settings.skills {
+        eprintln!("note: canary.skills is off: evolved skills serve every session at once");
+    }
+    let path = db_path(home, config_path);
+    if !path.exists() {
+        match command {
+            ExperimentsCommand::List { json: true, .. } => say!("[]"),
+            ExperimentsCommand::List { .. } => say!("no canaries yet (nothing recorded)"),
+            ExperimentsCommand::Show { id, .. } => {
+                bail!("no experiment {id}: nothing recorded yet")
+            }
+        }
+        return Ok(ExitCode::SUCCESS);
+    }
+    let conn = store::open_read_only(&path)?;
+    let view = |e: &experiments::Experiment| -> Result<(Value, Evidence)> {
+        let evidence = crate::learn::canary::evidence(&conn, e, &settings)?;
+        let (candidate_sessions, control_sessions) = experiments::arm_sessions(&conn, e.id)?;
+        Ok((
+            json!({
+                "experiment": e,
+                "sessions": { "candidate": candidate_sessions, "control": control_sessions },
+                "evidence": evidence,
+            }),
+            evidence,
+        ))
+    };
+    match command {
+        ExperimentsCommand::List { json, limit } => {
+            let rows = experiments::list(&conn, limit)?;
+            if json {
+                let views: Vec<Value> = rows
+                    .iter()
+                    .map(|e| view(e).map(|v| v.0))
+                    .collect::<Result<_>>()?;
+                say!("{}", serde_json::to_string_pretty(&views)?);
+            } else if rows.is_empty() {
+                say!("no canaries yet: an evolved skill becomes one when it is written");
+            } else {
+                say!(
+                    "{:>4}  {:<11} {:<32} {:>9}  {:>7}  {:>8}  decision or state",
+                    "id",
+                    "state",
+                    "skill@version",
+                    "judged",
+                    "effect",
+                    "started"
+                );
+                for e in &rows {
+                    let (_, ev) = view(e)?;
+                    let effect = ev
+                        .effect
+                        .map(|x| format!("{x:+.2}"))
+                        .unwrap_or_else(|| "-".into());
+                    say!(
+                        "{:>4}  {:<11} {:<32} {:>4}/{:<4}  {:>7}  {}  {}",
+                        e.id,
+                        e.state,
+                        format!("{}@{}", e.subject, e.version),
+                        ev.candidate_sessions,
+                        ev.control_sessions,
+                        effect,
+                        local_time(e.started_ms),
+                        e.reason.as_deref().unwrap_or(&ev.reason)
+                    );
+                }
+            }
+        }
+        ExperimentsCommand::Show { id, json } => {
+            let Some(e) = experiments::get(&conn, id)? else {
+                bail!("no experiment {id} (see `metaclaw experiments list`)");
+            };
+            let (v, ev) = view(&e)?;
+            if json {
+                say!("{}", serde_json::to_string_pretty(&v)?);
+                return Ok(ExitCode::SUCCESS);
+            }
+            say!(
+                "experiment {}: {} {}@{}",
+                e.id,
+                e.kind,
+                e.subject,
+                e.version
+            );
+            say!("  state:     {}", e.state);
+            say!("  from:      {} at {}", e.origin, local_time(e.started_ms));
+            say!(
+                "  arms:      {:.0} % of sessions get it, {:.0} % go without (the control)",
+                e.share * 100.0,
+                e.share * 100.0
+            );
+            let (met_candidate, met_control) = experiments::arm_sessions(&conn, e.id)?;
+            let mean = |m: Option<f64>| m.map(|x| format!("{x:+.2}")).unwrap_or_else(|| "-".into());
+            say!(
+                "  with:      {met_candidate} session(s), {} judged, mean reward {}",
+                ev.candidate_sessions,
+                mean(ev.candidate_mean)
+            );
+            say!(
+                "  without:   {met_control} session(s), {} judged, mean reward {}",
+                ev.control_sessions,
+                mean(ev.control_mean)
+            );
+            if let (Some(effect), Some((lo, hi))) = (ev.effect, ev.interval) {
+                say!(
+                    "  effect:    {effect:+.2} over {} pairs (95 % interval {lo:+.2} to {hi:+.2})",
+                    ev.pairs
+                );
+            }
+            say!(
+                "  evidence:  better {:.2}, worse {:.2}; a decision at {:.0} (1/δ)",
+                ev.wealth_better,
+                ev.wealth_worse,
+                ev.threshold
+            );
+            match (&e.decided_ms, &e.reason) {
+                (Some(at), Some(reason)) => say!(
+                    "  decided:   {} by {} at {}: {reason}",
+                    e.state,
+                    e.decided_by.as_deref().unwrap_or("?"),
+                    local_time(*at)
+                ),
+                _ => say!("  now:       {}", ev.reason),
+            }
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}

@@ -1,0 +1,150 @@
+//! Canaries of evolved skills, applied: a skill the publish stage writes
+//! starts as a candidate (`start`), and after each judged session every
+//! candidate's test is run again on the store's rewards (`decide_all`):
+//! promoted, it serves everyone; rolled back, it leaves retrieval with
+//! `retired: canary: …` in its SKILL.md and `retired:canary` in its
+//! history; undecided past `canary.max_duration`, `canary.on_timeout`
+//! says which. The rule: `canary::decide`; docs/learning.md "Canaries".
+
+use anyhow::Result;
+use rusqlite::Connection;
+
+use crate::canary::decide::{self, Evidence, Rule, Verdict};
+use crate::clock::now_ms;
+use crate::config::{CanaryConfig, CanaryTimeout};
+use crate::skills::Skills;
+use crate::store::experiments::{self, Experiment};
+use crate::store::skills::Attribution;
+
+/// Who a canary's rollback is in a skill's history.
+pub const WHO: &str = "retired:canary";
+
+/// Starts the test of `version` of skill `id` (with `canary.skills` on and
+/// a version to test) and tells the turn path; its id.
+pub fn start(
+    skills: &Skills,
+    conn: &Connection,
+    id: &str,
+    version: Option<&str>,
+    origin: &str,
+) -> Result<Option<i64>> {
+    let (Some(settings), Some(version)) = (&skills.settings.canary, version) else {
+        return Ok(None);
+    };
+    let experiment = experiments::start_skill(conn, id, version, settings.share, origin, now_ms())?;
+    skills.canaries.reload(conn)?;
+    tracing::info!(skill = %id, version, experiment, "a candidate under test (canary)");
+    Ok(Some(experiment))
+}
+
+/// The skill was not written after all: its test ends unstarted.
+pub fn abandon(skills: &Skills, conn: &Connection, experiment: i64, why: &str) -> Result<()> {
+    let why = format!("the skill was not written: {why}");
+    experiments::decide(conn, experiment, "abandoned", "test", &why, now_ms())?;
+    skills.canaries.reload(conn)?;
+    Ok(())
+}
+
+fn rule(settings: &CanaryConfig) -> Rule {
+    Rule {
+        delta: settings.delta,
+        min_sessions: settings.min_sessions as usize,
+    }
+}
+
+/// The test's evidence for one experiment, from the store.
+pub fn evidence(conn: &Connection, e: &Experiment, settings: &CanaryConfig) -> Result<Evidence> {
+    let (candidate, control) = experiments::arm_rewards(conn, e.id)?;
+    Ok(decide::decide(&candidate, &control, rule(settings)))
+}
+
+/// What became of one candidate.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Decided {
+    pub experiment: i64,
+    pub skill: String,
+    /// `promoted` or `rolled_back`.
+    pub state: &'static str,
+    pub reason: String,
+}
+
+/// Runs every skill candidate's test again and applies the decisions
+/// (blocking: it may write SKILL.md files). A candidate whose file cannot
+/// be retired stays under test (the next session tries again).
+pub fn decide_all(skills: &Skills, conn: &Connection) -> Result<Vec<Decided>> {
+    let Some(settings) = &skills.settings.canary else {
+        return Ok(Vec::new());
+    };
+    let now = now_ms();
+    let mut decided = Vec::new();
+    for e in experiments::testing(conn, "skill")? {
+        let evidence = evidence(conn, &e, settings)?;
+        let timed_out = now - e.started_ms >= settings.max_duration.get().as_millis() as i64;
+        let (state, by, reason) = match evidence.verdict {
+            Verdict::Promote => ("promoted", "test", evidence.reason),
+            Verdict::RollBack => ("rolled_back", "test", evidence.reason),
+            Verdict::KeepTesting if !timed_out => continue,
+            Verdict::KeepTesting => match settings.on_timeout {
+                CanaryTimeout::RollBack => (
+                    "rolled_back",
+                    "timeout",
+                    format!(
+                        "undecided after canary.max_duration ({}): {}",
+                        settings.max_duration, evidence.reason
+                    ),
+                ),
+                CanaryTimeout::Keep => (
+                    "promoted",
+                    "timeout",
+                    format!(
+                        "kept after canary.max_duration ({}) without a decision (canary.on_timeout: keep): {}",
+                        settings.max_duration, evidence.reason
+                    ),
+                ),
+            },
+        };
+        if state == "rolled_back" && !retire(skills, &e, &reason)? {
+            continue;
+        }
+        if experiments::decide(conn, e.id, state, by, &reason, now)? {
+            tracing::warn!(skill = %e.subject, version = %e.version, "canary {state}: {reason}");
+            decided.push(Decided {
+                experiment: e.id,
+                skill: e.subject.clone(),
+                state,
+                reason,
+            });
+        }
+    }
+    if !decided.is_empty() {
+        skills.canaries.reload(conn)?;
+    }
+    Ok(decided)
+}
+
+/// Takes the candidate out of retrieval; whether it is out (a skill the
+/// user removed or changed meanwhile is out of the test either way).
+fn retire(skills: &Skills, e: &Experiment, reason: &str) -> Result<bool> {
+    let snapshot = skills.library.snapshot();
+    let Some(skill) = snapshot.get(&e.subject) else {
+        return Ok(true);
+    };
+    if skill.version.to_string() != e.version || skill.retired.is_some() {
+        return Ok(true);
+    }
+    let held = skills.library.lock_changes();
+    let why = format!("canary: version {}: {reason}", e.version);
+    match super::retire::set_retired(&skills.library.dir, skill, Some(why.clone()))? {
+        None => {
+            skills
+                .library
+                .rescan_holding(&held, Some(&Attribution::new(WHO, why).skill(&e.subject)));
+            skills.warm();
+            Ok(true)
+        }
+        Some(refused) => {
+            tracing::warn!(skill = %e.subject, "canary rollback not written: {refused}");
+            Ok(false)
+        }
+    }
+}

@@ -1,0 +1,268 @@
+//! Canaries' records: each candidate under test (an experiment), the arm
+//! each session met it in, and how it was decided. The decision itself is
+//! `canary::decide`; the learner applies it (`learn/canary.rs`).
+
+use rusqlite::{Connection, OptionalExtension, params};
+use serde::Serialize;
+
+/// A turn's arm of one experiment, as recorded with the turn.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct ArmRecord {
+    pub experiment: i64,
+    /// `candidate` or `control`.
+    pub arm: &'static str,
+}
+
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct Experiment {
+    pub id: i64,
+    pub kind: String,
+    pub subject: String,
+    pub version: String,
+    pub share: f64,
+    /// `testing`, `promoted`, `rolled_back`, `superseded` or `abandoned`.
+    pub state: String,
+    pub started_ms: i64,
+    pub origin: String,
+    pub decided_ms: Option<i64>,
+    /// `test`, `timeout` or `user`.
+    pub decided_by: Option<String>,
+    pub reason: Option<String>,
+}
+
+const COLUMNS: &str =
+    "id, kind, subject, version, share, state, started_ms, origin, decided_ms, decided_by, reason";
+
+fn row(r: &rusqlite::Row<'_>) -> rusqlite::Result<Experiment> {
+    Ok(Experiment {
+        id: r.get(0)?,
+        kind: r.get(1)?,
+        subject: r.get(2)?,
+        version: r.get(3)?,
+        share: r.get(4)?,
+        state: r.get(5)?,
+        started_ms: r.get(6)?,
+        origin: r.get(7)?,
+        decided_ms: r.get(8)?,
+        decided_by: r.get(9)?,
+        reason: r.get(10)?,
+    })
+}
+
+/// Starts testing `version` of skill `subject` (or returns the test of it
+/// already running: a job resumed after a crash writes the same skill
+/// again); a test of another version of it still running ends as
+/// `superseded` (its sessions met a text that is gone).
+pub fn start_skill(
+    conn: &Connection,
+    subject: &str,
+    version: &str,
+    share: f64,
+    origin: &str,
+    at_ms: i64,
+) -> rusqlite::Result<i64> {
+    let running: Option<i64> = conn
+        .prepare_cached(
+            "SELECT id FROM experiments
+             WHERE kind = 'skill' AND subject = ?1 AND version = ?2 AND state = 'testing'",
+        )?
+        .query_row(params![subject, version], |r| r.get(0))
+        .optional()?;
+    if let Some(id) = running {
+        return Ok(id);
+    }
+    conn.prepare_cached(
+        "UPDATE experiments SET state = 'superseded', decided_ms = ?2, decided_by = 'test',
+                reason = 'a newer version of the skill is tested instead'
+         WHERE kind = 'skill' AND subject = ?1 AND state = 'testing'",
+    )?
+    .execute(params![subject, at_ms])?;
+    conn.prepare_cached(
+        "INSERT INTO experiments (kind, subject, version, share, state, started_ms, origin)
+         VALUES ('skill', ?1, ?2, ?3, 'testing', ?4, ?5)",
+    )?
+    .execute(params![subject, version, share, at_ms, origin])?;
+    Ok(conn.last_insert_rowid())
+}
+
+/// Ends a test: `state` is `promoted`, `rolled_back` or `abandoned`. Only a
+/// test still running is ended; returns whether this one was.
+pub fn decide(
+    conn: &Connection,
+    id: i64,
+    state: &str,
+    by: &str,
+    reason: &str,
+    at_ms: i64,
+) -> rusqlite::Result<bool> {
+    let n = conn
+        .prepare_cached(
+            "UPDATE experiments SET state = ?2, decided_by = ?3, reason = ?4, decided_ms = ?5
+             WHERE id = ?1 AND state = 'testing'",
+        )?
+        .execute(params![id, state, by, reason, at_ms])?;
+    Ok(n == 1)
+}
+
+/// The experiments under test of a kind.
+pub fn testing(conn: &Connection, kind: &str) -> rusqlite::Result<Vec<Experiment>> {
+    conn.prepare_cached(&format!(
+        "SELECT {COLUMNS} FROM experiments WHERE state = 'testing' AND kind = ?1 ORDER BY id"
+    ))?
+    .query_map([kind], row)?
+    .collect()
+}
+
+pub fn get(conn: &Connection, id: i64) -> rusqlite::Result<Option<Experiment>> {
+    conn.prepare_cached(&format!("SELECT {COLUMNS} FROM experiments WHERE id = ?1"))?
+        .query_row([id], row)
+        .optional()
+}
+
+/// The newest experiments first.
+pub fn list(conn: &Connection, limit: u32) -> rusqlite::Result<Vec<Experiment>> {
+    conn.prepare_cached(&format!(
+        "SELECT {COLUMNS} FROM experiments ORDER BY id DESC LIMIT ?1"
+    ))?
+    .query_map([limit], row)?
+    .collect()
+}
+
+/// Records the arms a main turn of `session` met (the first turn of a
+/// session to meet an experiment fixes its arm; later ones agree, since
+/// the arm is a function of the session).
+pub fn record_arms(
+    tx: &Connection,
+    session: &str,
+    arms: &[ArmRecord],
+    at_ms: i64,
+) -> rusqlite::Result<()> {
+    let mut stmt = tx.prepare_cached(
+        "INSERT OR IGNORE INTO session_arms (experiment_id, session_id, arm, at_ms)
+         VALUES (?1, ?2, ?3, ?4)",
+    )?;
+    for a in arms {
+        stmt.execute(params![a.experiment, session, a.arm, at_ms])?;
+    }
+    Ok(())
+}
+
+/// The turns' `arms` column: JSON, or NULL when the turn met none.
+pub fn arms_column(arms: &[ArmRecord]) -> Option<String> {
+    (!arms.is_empty())
+        .then(|| serde_json::to_string(arms).ok())
+        .flatten()
+}
+
+/// Each arm's session rewards, in the order the sessions met the
+/// experiment: a session's reward is the mean final reward of its answered
+/// main turns (judge, scorers and the user's feedback, as learning
+/// combined them); sessions with none yet are left out.
+pub fn arm_rewards(conn: &Connection, id: i64) -> rusqlite::Result<(Vec<f64>, Vec<f64>)> {
+    let mut stmt = conn.prepare_cached(
+        "SELECT a.arm, avg(t.reward) FROM session_arms a
+         JOIN turns t ON t.session_id = a.session_id
+         WHERE a.experiment_id = ?1 AND t.turn_type = 'main' AND t.status = 'ok'
+           AND t.reward IS NOT NULL
+         GROUP BY a.session_id ORDER BY a.at_ms, a.session_id",
+    )?;
+    let rows = stmt.query_map([id], |r| Ok((r.get::<_, String>(0)?, r.get::<_, f64>(1)?)))?;
+    let (mut candidate, mut control) = (Vec::new(), Vec::new());
+    for row in rows {
+        let (arm, reward) = row?;
+        match arm.as_str() {
+            "candidate" => candidate.push(reward),
+            _ => control.push(reward),
+        }
+    }
+    Ok((candidate, control))
+}
+
+/// Sessions that met the experiment, per arm (judged or not).
+pub fn arm_sessions(conn: &Connection, id: i64) -> rusqlite::Result<(i64, i64)> {
+    conn.prepare_cached(
+        "SELECT coalesce(sum(arm = 'candidate'), 0), coalesce(sum(arm = 'control'), 0)
+         FROM session_arms WHERE experiment_id = ?1",
+    )?
+    .query_row([id], |r| Ok((r.get(0)?, r.get(1)?)))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn store() -> (tempfile::TempDir, Connection) {
+        let dir = tempfile::tempdir().unwrap();
+        let mut conn = crate::store::open_rw(&dir.path().join("metaclaw.db")).unwrap();
+        crate::store::schema::migrate(&mut conn).unwrap();
+        (dir, conn)
+    }
+
+    /// A session `id` with main turns rewarded `rewards` (`None`: not yet).
+    fn session(conn: &Connection, id: &str, rewards: &[Option<f64>]) {
+        conn.execute(
+            "INSERT INTO sessions (id, base_key, source, started_at_ms, last_activity_ms)
+             VALUES (?1, ?1, 'header', 0, 0)",
+            [id],
+        )
+        .unwrap();
+        for (i, r) in rewards.iter().enumerate() {
+            conn.execute(
+                "INSERT INTO turns (id, session_id, seq, turn_type, api, stream, status,
+                                    request_messages, request_params, started_at_ms,
+                                    finished_at_ms, total_ms, reward)
+                 VALUES (?1, ?2, ?3, 'main', 'chat', 0, 'ok', '[]', '{}', 0, 1, 1.0, ?4)",
+                params![format!("{id}-{i}"), id, i as i64 + 1, r],
+            )
+            .unwrap();
+        }
+    }
+
+    #[test]
+    fn each_arm_gets_its_sessions_mean_rewards_in_the_order_they_met_it() {
+        let (_dir, conn) = store();
+        let id = start_skill(&conn, "tidy", "1.0.0", 0.25, "evolved:s0", 1).unwrap();
+        session(&conn, "a", &[Some(1.0), Some(0.0)]);
+        session(&conn, "b", &[Some(-1.0)]);
+        session(&conn, "c", &[None]);
+        session(&conn, "d", &[Some(1.0)]);
+        let arm = |a| ArmRecord {
+            experiment: id,
+            arm: a,
+        };
+        record_arms(&conn, "d", &[arm("candidate")], 5).unwrap();
+        record_arms(&conn, "a", &[arm("candidate")], 2).unwrap();
+        record_arms(&conn, "b", &[arm("control")], 3).unwrap();
+        record_arms(&conn, "c", &[arm("control")], 4).unwrap();
+        // A later turn cannot move a session to the other arm.
+        record_arms(&conn, "a", &[arm("control")], 6).unwrap();
+        let (candidate, control) = arm_rewards(&conn, id).unwrap();
+        assert_eq!(candidate, vec![0.5, 1.0]);
+        assert_eq!(control, vec![-1.0]);
+        assert_eq!(arm_sessions(&conn, id).unwrap(), (2, 2));
+    }
+
+    #[test]
+    fn a_new_version_supersedes_the_test_of_the_old_and_a_decision_is_taken_once() {
+        let (_dir, conn) = store();
+        let old = start_skill(&conn, "tidy", "1.0.0", 0.25, "evolved:s0", 1).unwrap();
+        let new = start_skill(&conn, "tidy", "1.1.0", 0.25, "evolved:s1", 2).unwrap();
+        assert_eq!(
+            start_skill(&conn, "tidy", "1.1.0", 0.25, "evolved:s1", 3).unwrap(),
+            new,
+            "the same version again is the same test"
+        );
+        assert_eq!(get(&conn, old).unwrap().unwrap().state, "superseded");
+        let testing = testing(&conn, "skill").unwrap();
+        assert_eq!(testing.len(), 1);
+        assert_eq!(testing[0].version, "1.1.0");
+        assert!(decide(&conn, new, "promoted", "test", "better", 3).unwrap());
+        assert!(!decide(&conn, new, "rolled_back", "user", "no", 4).unwrap());
+        let e = get(&conn, new).unwrap().unwrap();
+        assert_eq!(
+            (e.state.as_str(), e.decided_by.as_deref()),
+            ("promoted", Some("test"))
+        );
+        assert_eq!(list(&conn, 10).unwrap().len(), 2);
+    }
+}
