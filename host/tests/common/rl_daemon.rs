@@ -43,7 +43,9 @@ pub struct Setup {
     pub batch_size: u32,
     /// Skills on and evolved by the dummy's `evolver` (`skills.auto_evolve`
     /// off: a skill is evolved only after a turn judged −1), built-in
-    /// plugins on (evolution needs `guard`), sessions ended only when told.
+    /// plugins on (evolution needs `guard`), sessions ended only when told;
+    /// no canaries (an evolved skill serves every session it fits: these
+    /// tests are about training, canary_e2e about canaries).
     /// Off: skills and built-in plugins off.
     pub evolve: bool,
     /// `mode: auto` with `scheduler.force` set to this (steps start on
@@ -101,7 +103,8 @@ impl Setup {
                 "  evolver_model: evolver\n",
                 "skills:\n  enabled: true\n  auto_evolve: false\n\
                  sessions:\n  idle_timeout: 1h\n\
-                 learning:\n  enabled: true\n",
+                 learning:\n  enabled: true\n\
+                 canary:\n  skills: false\n",
             )
         } else {
             (
