@@ -21,6 +21,7 @@
 //! | `GET /admin/status` | the admin token (`<home>/admin.token`), always |
 //! | `GET /admin/plugins`, `POST /admin/plugins/reload` | the admin token, always |
 //! | `POST /admin/learn/now` (`{"session": ID}` or `{}`) | the admin token, always |
+//! | `POST /admin/experiments/{id}/decide` (`{"decision": "promote"|"rollback", "reason": TEXT}`) | the admin token, always |
 //! | `POST /admin/train/step`, `POST /admin/train/rollback` (`{"sampler": PATH}`), `POST /admin/train/resume` | the admin token, always |
 //! | `GET /ui…` (the dashboard, [`crate::ui`]) | a login with the admin token (a session cookie); forms also a CSRF token |
 
@@ -76,6 +77,10 @@ pub fn router(app: SharedApp, guard: Guard) -> Router {
         .route("/admin/train/step", post(admin_train_step))
         .route("/admin/train/rollback", post(admin_train_rollback))
         .route("/admin/train/resume", post(admin_train_resume))
+        .route(
+            "/admin/experiments/{id}/decide",
+            post(admin_decide_experiment),
+        )
         .route_layer(middleware::from_fn_with_state(
             app.clone(),
             require_admin_token,
@@ -399,6 +404,43 @@ async fn admin_train_step(State(app): State<SharedApp>) -> Response {
         Ok(outcome) => axum::Json(json!(outcome)).into_response(),
         // In the service's own words: a refusal is not an outage.
         Err(e) => ApiError::TrainingFailed(e).into_response(),
+    }
+}
+
+/// A canary's candidate promoted or rolled back by hand.
+async fn admin_decide_experiment(
+    State(app): State<SharedApp>,
+    Path(id): Path<i64>,
+    body: axum::body::Bytes,
+) -> Response {
+    let request = match serde_json::from_slice::<serde_json::Value>(&body) {
+        Ok(v) => v,
+        Err(e) => return ApiError::InvalidJson(e.to_string()).into_response(),
+    };
+    let promote = match request["decision"].as_str() {
+        Some("promote") => true,
+        Some("rollback") => false,
+        _ => {
+            return ApiError::BadRequest(
+                "send {\"decision\": \"promote\" or \"rollback\", \"reason\": TEXT}".into(),
+            )
+            .into_response();
+        }
+    };
+    let why = request["reason"]
+        .as_str()
+        .map(str::trim)
+        .filter(|r| !r.is_empty())
+        .unwrap_or("no reason given")
+        .to_string();
+    match tokio::task::spawn_blocking(move || {
+        crate::app::actions::decide_experiment(&app, id, promote, &why)
+    })
+    .await
+    {
+        Ok(Ok(v)) => axum::Json(v).into_response(),
+        Ok(Err(e)) => e.into_response(),
+        Err(e) => ApiError::Internal(e.to_string()).into_response(),
     }
 }
 

@@ -176,3 +176,38 @@ async fn a_lesson_that_hurts_is_rolled_back_retired_and_no_longer_served() {
         assert!(!session(&mc, &format!("after-{i}"), |_| true).await);
     }
 }
+
+#[tokio::test]
+async fn the_user_decides_by_hand_whatever_the_test_says_so_far() {
+    let up = dummy();
+    let mc = with_a_candidate(&up).await;
+    let out = mc.cli(&["experiments", "rollback", "1", "--reason", "not for me"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let e = &experiments(&mc)[0]["experiment"];
+    assert_eq!(
+        (&e["state"], &e["decided_by"], &e["reason"]),
+        (
+            &json!("rolled_back"),
+            &json!("user"),
+            &json!("rolled back by hand: not for me")
+        ),
+        "{e:#}"
+    );
+    for i in 0..4 {
+        assert!(!session(&mc, &format!("after-{i}"), |_| true).await);
+    }
+    // Decided once: a second decision is refused, saying why.
+    let out = mc.cli(&["experiments", "promote", "1"]);
+    assert!(!out.status.success());
+    let said = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        said.contains("not under test any more (rolled_back)"),
+        "{said}"
+    );
+    let out = mc.cli(&["experiments", "promote", "9"]);
+    assert!(String::from_utf8_lossy(&out.stderr).contains("no experiment 9"));
+}

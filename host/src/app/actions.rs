@@ -175,3 +175,23 @@ pub fn review_skill(app: &App, skill: &str, accept: bool) -> Result<String, ApiE
     tracing::info!(skill, "{said} (the dashboard)");
     Ok(said)
 }
+
+/// Promotes a canary's candidate or rolls it back by hand, whatever its
+/// test says so far (the CLI's `experiments promote|rollback`, the
+/// dashboard). Blocking: a rollback writes the SKILL.md and rescans.
+pub fn decide_experiment(app: &App, id: i64, promote: bool, why: &str) -> Result<Value, ApiError> {
+    use crate::learn::canary::{UserDecision, decide_by_user};
+    let Some(skills) = app.proxy.skills.as_ref() else {
+        return Err(ApiError::NotFound(
+            "skills are off (skills.enabled: false)".into(),
+        ));
+    };
+    let conn = crate::store::open_side_writer(app.proxy.store.path())
+        .map_err(|e| ApiError::Internal(format!("cannot open the store: {e:#}")))?;
+    match decide_by_user(skills, &conn, id, promote, why) {
+        Ok(experiment) => Ok(json!({ "experiment": experiment })),
+        Err(e @ UserDecision::Unknown(_)) => Err(ApiError::NotFound(e.to_string())),
+        Err(e @ UserDecision::Decided(..)) => Err(ApiError::Conflict(e.to_string())),
+        Err(UserDecision::Failed(e)) => Err(ApiError::Internal(e)),
+    }
+}

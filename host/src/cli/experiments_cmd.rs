@@ -1,6 +1,8 @@
 //! `experiments list | show`: the canaries, read straight from the store
 //! (daemon or not): each candidate, its arms' sessions and rewards, the
 //! estimate with its interval, and the decision or why there is none yet.
+//! `experiments promote | rollback ID`: the user's decision, taken by the
+//! running daemon (it serves the skills and holds the library).
 
 use std::path::Path;
 use std::process::ExitCode;
@@ -8,13 +10,35 @@ use std::process::ExitCode;
 use anyhow::{Result, bail};
 use serde_json::{Value, json};
 
+use super::admin::AdminClient;
 use super::sessions_cmd::db_path;
-use super::{ExperimentsCommand, load_config, local_time};
+use super::{ExperimentsCommand, load_config, local_time, runtime};
 use crate::canary::decide::Evidence;
 use crate::home::Home;
 use crate::store::{self, experiments};
 
 pub fn run(home: &Home, config_path: &Path, command: ExperimentsCommand) -> Result<ExitCode> {
+    let decision = match &command {
+        ExperimentsCommand::Promote { id, reason } => Some((*id, "promote", reason.clone())),
+        ExperimentsCommand::Rollback { id, reason } => Some((*id, "rollback", reason.clone())),
+        _ => None,
+    };
+    if let Some((id, decision, reason)) = decision {
+        // The daemon decides: it serves the skills and holds the library.
+        let admin = AdminClient::connect(home)?;
+        let body = json!({ "decision": decision, "reason": reason });
+        let reply = runtime()?
+            .block_on(admin.post_json(&format!("/admin/experiments/{id}/decide"), &body))?;
+        let e = &reply["experiment"];
+        say!(
+            "experiment {id} ({}@{}): {} — {}",
+            e["subject"].as_str().unwrap_or("?"),
+            e["version"].as_str().unwrap_or("?"),
+            e["state"].as_str().unwrap_or("?"),
+            e["reason"].as_str().unwrap_or("")
+        );
+        return Ok(ExitCode::SUCCESS);
+    }
     let loaded = load_config(config_path)?;
     let settings = loaded.config.canary.clone();
     if !settings.skills {
@@ -25,7 +49,9 @@ pub fn run(home: &Home, config_path: &Path, command: ExperimentsCommand) -> Resu
         match command {
             ExperimentsCommand::List { json: true, .. } => say!("[]"),
             ExperimentsCommand::List { .. } => say!("no canaries yet (nothing recorded)"),
-            ExperimentsCommand::Show { id, .. } => {
+            ExperimentsCommand::Show { id, .. }
+            | ExperimentsCommand::Promote { id, .. }
+            | ExperimentsCommand::Rollback { id, .. } => {
                 bail!("no experiment {id}: nothing recorded yet")
             }
         }
@@ -85,6 +111,7 @@ pub fn run(home: &Home, config_path: &Path, command: ExperimentsCommand) -> Resu
                 }
             }
         }
+        ExperimentsCommand::Promote { .. } | ExperimentsCommand::Rollback { .. } => {}
         ExperimentsCommand::Show { id, json } => {
             let Some(e) = experiments::get(&conn, id)? else {
                 bail!("no experiment {id} (see `metaclaw experiments list`)");

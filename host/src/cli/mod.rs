@@ -330,6 +330,20 @@ pub enum ExperimentsCommand {
         #[arg(long)]
         json: bool,
     },
+    /// Serve a candidate to every session now, whatever its test says
+    /// (asks the running daemon).
+    Promote {
+        id: i64,
+        #[arg(long)]
+        reason: Option<String>,
+    },
+    /// Take a candidate out of retrieval now (`retired:canary`; `skills
+    /// restore` puts it back), whatever its test says (asks the daemon).
+    Rollback {
+        id: i64,
+        #[arg(long)]
+        reason: Option<String>,
+    },
 }
 
 #[derive(Subcommand, Debug)]

@@ -122,6 +122,56 @@ pub fn decide_all(skills: &Skills, conn: &Connection) -> Result<Vec<Decided>> {
     Ok(decided)
 }
 
+/// The user's decision on a candidate under test (blocking): promoted, or
+/// rolled back (retired) at once, whatever the test says so far. Errors
+/// say why not: no such test, or not under test any more.
+pub fn decide_by_user(
+    skills: &Skills,
+    conn: &Connection,
+    id: i64,
+    promote: bool,
+    why: &str,
+) -> Result<Experiment, UserDecision> {
+    let e = experiments::get(conn, id)
+        .map_err(|e| UserDecision::Failed(e.to_string()))?
+        .ok_or(UserDecision::Unknown(id))?;
+    if e.state != "testing" {
+        return Err(UserDecision::Decided(e.id, e.state.clone()));
+    }
+    let (state, reason) = match promote {
+        true => ("promoted", format!("promoted by hand: {why}")),
+        false => ("rolled_back", format!("rolled back by hand: {why}")),
+    };
+    if !promote
+        && !retire(skills, &e, &reason).map_err(|e| UserDecision::Failed(format!("{e:#}")))?
+    {
+        return Err(UserDecision::Failed(
+            "the skill changed on disk meanwhile; try again".into(),
+        ));
+    }
+    experiments::decide(conn, e.id, state, "user", &reason, now_ms())
+        .map_err(|e| UserDecision::Failed(e.to_string()))?;
+    skills
+        .canaries
+        .reload(conn)
+        .map_err(|e| UserDecision::Failed(e.to_string()))?;
+    tracing::warn!(skill = %e.subject, version = %e.version, "canary {state}: {reason}");
+    experiments::get(conn, e.id)
+        .map_err(|e| UserDecision::Failed(e.to_string()))?
+        .ok_or(UserDecision::Unknown(id))
+}
+
+/// Why a decision by hand was not taken.
+#[derive(Debug, thiserror::Error)]
+pub enum UserDecision {
+    #[error("no experiment {0} (see `metaclaw experiments list`)")]
+    Unknown(i64),
+    #[error("experiment {0} is not under test any more ({1})")]
+    Decided(i64, String),
+    #[error("{0}")]
+    Failed(String),
+}
+
 /// Takes the candidate out of retrieval; whether it is out (a skill the
 /// user removed or changed meanwhile is out of the test either way).
 fn retire(skills: &Skills, e: &Experiment, reason: &str) -> Result<bool> {
