@@ -730,6 +730,58 @@ async fn a_recorded_session_shows_its_turns_skills_and_rewards() {
     );
 }
 
+/// A corrected session makes the evolver write a lesson: a canary under
+/// test. The experiments page shows it waiting for judged sessions, and
+/// rolling it back from the page (asked, then confirmed) retires it.
+#[tokio::test]
+async fn a_canary_is_shown_and_rolled_back_from_the_experiments_page() {
+    let up = dummy();
+    let mc = Metaclaw::start(
+        &up.url,
+        "llm:\n  api_base: {upstream}\n  model_id: echo\n\
+         rl:\n  prm_model: judge\n  evolver_model: evolver\n\
+         sessions:\n  idle_timeout: 1h\nui:\n  actions: true\n",
+    );
+    record_session(&mc, "browser-canary").await;
+    mc.learn_now("browser-canary");
+    let list = poll_json(mc.home.path(), &["experiments", "list", "--json"], |v| {
+        v.as_array().is_some_and(|l| !l.is_empty())
+    });
+    let subject = list[0]["experiment"]["subject"]
+        .as_str()
+        .unwrap()
+        .to_string();
+
+    let browser = Browser::start().await;
+    let base = log_in(&browser, mc.url(), mc.home.path(), "/ui/experiments").await;
+    screenshot(&browser, "experiments").await;
+    let row = browser.texts("#experiment-1 td").await;
+    assert_eq!(row.len(), 9, "{}", browser.page_source().await);
+    assert!(row[1].starts_with(&subject), "{row:?}");
+    assert_eq!(row[2], "testing", "{row:?}");
+    assert!(row[7].contains("waiting for 10 judged sessions"), "{row:?}");
+
+    let rollback = format!("{base}/actions/experiments/1/rollback");
+    browser
+        .click(&format!("form[action=\"{rollback}\"] button[type=submit]"))
+        .await;
+    browser.wait_for_path(&rollback, |p| p == rollback).await;
+    assert_eq!(
+        browser.text("main h1").await,
+        "Roll back the candidate of experiment 1 now?"
+    );
+    browser.click("#confirm").await;
+    let said = browser.text("p.said").await;
+    assert!(said.contains("is rolled back"), "{said}");
+    let list = poll_json(mc.home.path(), &["experiments", "list", "--json"], |_| true);
+    assert_eq!(list[0]["experiment"]["state"], "rolled_back", "{list:#}");
+    assert_eq!(list[0]["experiment"]["decided_by"], "user", "{list:#}");
+    let page = format!("{base}/experiments");
+    browser.goto(&format!("{}{page}", mc.url())).await;
+    browser.wait_for_path(&page, |p| p == page).await;
+    assert_eq!(browser.texts("#experiment-1 td").await[2], "rolled back");
+}
+
 /// A judge that cannot be reached: the learning job fails, and the
 /// learning page says why.
 #[tokio::test]

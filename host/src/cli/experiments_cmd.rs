@@ -8,12 +8,11 @@ use std::path::Path;
 use std::process::ExitCode;
 
 use anyhow::{Result, bail};
-use serde_json::{Value, json};
+use serde_json::json;
 
 use super::admin::AdminClient;
 use super::sessions_cmd::db_path;
 use super::{ExperimentsCommand, load_config, local_time, runtime};
-use crate::canary::decide::Evidence;
 use crate::home::Home;
 use crate::store::{self, experiments};
 
@@ -58,26 +57,13 @@ pub fn run(home: &Home, config_path: &Path, command: ExperimentsCommand) -> Resu
         return Ok(ExitCode::SUCCESS);
     }
     let conn = store::open_read_only(&path)?;
-    let view = |e: &experiments::Experiment| -> Result<(Value, Evidence)> {
-        let evidence = crate::learn::canary::evidence(&conn, e, &settings)?;
-        let (candidate_sessions, control_sessions) = experiments::arm_sessions(&conn, e.id)?;
-        Ok((
-            json!({
-                "experiment": e,
-                "sessions": { "candidate": candidate_sessions, "control": control_sessions },
-                "evidence": evidence,
-            }),
-            evidence,
-        ))
-    };
+    let view =
+        |e: &experiments::Experiment| crate::learn::canary::shown(&conn, e.clone(), &settings);
     match command {
         ExperimentsCommand::List { json, limit } => {
             let rows = experiments::list(&conn, limit)?;
             if json {
-                let views: Vec<Value> = rows
-                    .iter()
-                    .map(|e| view(e).map(|v| v.0))
-                    .collect::<Result<_>>()?;
+                let views: Vec<_> = rows.iter().map(view).collect::<Result<_>>()?;
                 say!("{}", serde_json::to_string_pretty(&views)?);
             } else if rows.is_empty() {
                 say!("no canaries yet: an evolved skill becomes one when it is written");
@@ -92,7 +78,7 @@ pub fn run(home: &Home, config_path: &Path, command: ExperimentsCommand) -> Resu
                     "started"
                 );
                 for e in &rows {
-                    let (_, ev) = view(e)?;
+                    let ev = view(e)?.evidence;
                     let effect = ev
                         .effect
                         .map(|x| format!("{x:+.2}"))
@@ -116,9 +102,9 @@ pub fn run(home: &Home, config_path: &Path, command: ExperimentsCommand) -> Resu
             let Some(e) = experiments::get(&conn, id)? else {
                 bail!("no experiment {id} (see `metaclaw experiments list`)");
             };
-            let (v, ev) = view(&e)?;
+            let shown = view(&e)?;
             if json {
-                say!("{}", serde_json::to_string_pretty(&v)?);
+                say!("{}", serde_json::to_string_pretty(&shown)?);
                 return Ok(ExitCode::SUCCESS);
             }
             say!(
@@ -135,7 +121,11 @@ pub fn run(home: &Home, config_path: &Path, command: ExperimentsCommand) -> Resu
                 e.share * 100.0,
                 e.share * 100.0
             );
-            let (met_candidate, met_control) = experiments::arm_sessions(&conn, e.id)?;
+            let (ev, met_candidate, met_control) = (
+                &shown.evidence,
+                shown.sessions.candidate,
+                shown.sessions.control,
+            );
             let mean = |m: Option<f64>| m.map(|x| format!("{x:+.2}")).unwrap_or_else(|| "-".into());
             say!(
                 "  with:      {met_candidate} session(s), {} judged, mean reward {}",

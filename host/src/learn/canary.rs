@@ -58,6 +58,31 @@ pub fn evidence(conn: &Connection, e: &Experiment, settings: &CanaryConfig) -> R
     Ok(decide::decide(&candidate, &control, rule(settings)))
 }
 
+/// One experiment as the CLI and the dashboard show it: its record, the
+/// sessions that met each arm (judged or not), and the test's evidence.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct Shown {
+    pub experiment: Experiment,
+    pub sessions: ArmSessions,
+    pub evidence: Evidence,
+}
+
+#[derive(Debug, Clone, Copy, serde::Serialize)]
+pub struct ArmSessions {
+    pub candidate: i64,
+    pub control: i64,
+}
+
+pub fn shown(conn: &Connection, e: Experiment, settings: &CanaryConfig) -> Result<Shown> {
+    let evidence = evidence(conn, &e, settings)?;
+    let (candidate, control) = experiments::arm_sessions(conn, e.id)?;
+    Ok(Shown {
+        experiment: e,
+        sessions: ArmSessions { candidate, control },
+        evidence,
+    })
+}
+
 /// What became of one candidate.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Decided {

@@ -1,6 +1,7 @@
 //! The dashboard's actions (`ui.actions: true`): run learning now, disable
 //! or enable a plugin, retire a skill, accept or reject a skill's revisions
-//! waiting for review, serve earlier weights. Each is a
+//! waiting for review, serve earlier weights, promote or roll back a
+//! canary. Each is a
 //! form POST from a logged-in page carrying the login's CSRF token (the
 //! browser guard has already refused other sites' forms), and each does
 //! what the admin API does (`app::actions`).
@@ -322,6 +323,63 @@ pub async fn rollback(
                 done["policy_version"]
             ),
             ("/ui/training", "Back to training"),
+        ),
+        Err(e) => failed(&e),
+    }
+}
+
+/// `…/experiments/{id}/promote` or `…/rollback`: a canary decided by hand.
+pub async fn experiment(
+    State(app): State<SharedApp>,
+    Extension(dashboard): Extension<Arc<Dashboard>>,
+    Extension(login): Extension<Login>,
+    Path((id, verb)): Path<(i64, String)>,
+    Form(form): Form<ActionForm>,
+) -> Response {
+    if let Some(page) = refusal(&dashboard, &login, &form) {
+        return page;
+    }
+    let promote = match verb.as_str() {
+        "promote" => true,
+        "rollback" => false,
+        _ => return refused(StatusCode::NOT_FOUND, "No such action."),
+    };
+    let ask = Ask {
+        nav: "experiments",
+        question: if promote {
+            format!("Promote the candidate of experiment {id} now?")
+        } else {
+            format!("Roll back the candidate of experiment {id} now?")
+        },
+        consequence: if promote {
+            "Its test ends: every session it fits gets the skill from now on, whatever the test said so far.".into()
+        } else {
+            "Its test ends: the skill leaves retrieval (retired:canary in its history; metaclaw skills restore puts it back), whatever the test said so far.".into()
+        },
+        verb: if promote { "Promote" } else { "Roll back" },
+        action: format!("/actions/experiments/{id}/{verb}"),
+        back: "/experiments".into(),
+    };
+    if let Some(page) = unconfirmed(&dashboard, &login, &form, ask) {
+        return page;
+    }
+    let done = tokio::task::spawn_blocking(move || {
+        actions::decide_experiment(&app, id, promote, "from the dashboard")
+    })
+    .await
+    .unwrap_or_else(|e| Err(ApiError::Internal(e.to_string())));
+    match done {
+        Ok(v) => notice(
+            StatusCode::OK,
+            &format!(
+                "Experiment {id} is {}: {}",
+                v["experiment"]["state"]
+                    .as_str()
+                    .unwrap_or("decided")
+                    .replace('_', " "),
+                v["experiment"]["reason"].as_str().unwrap_or("")
+            ),
+            ("/ui/experiments", "Back to the experiments"),
         ),
         Err(e) => failed(&e),
     }

@@ -57,6 +57,7 @@ pub fn routes(app: &SharedApp) -> anyhow::Result<Router<SharedApp>> {
         .route("/ui/skills", get(pages::skills::list))
         .route("/ui/skills/{name}", get(pages::skills::show))
         .route("/ui/learning", get(pages::learning::page))
+        .route("/ui/experiments", get(pages::experiments::page))
         .route("/ui/training", get(pages::training::page))
         .route("/ui/plugins", get(pages::plugins::page))
         .route("/ui/logout", post(auth::logout))
@@ -68,6 +69,10 @@ pub fn routes(app: &SharedApp) -> anyhow::Result<Router<SharedApp>> {
         )
         .route("/ui/actions/training/rollback", post(actions::rollback))
         .route("/ui/actions/reviews/{name}/{verb}", post(actions::review))
+        .route(
+            "/ui/actions/experiments/{id}/{verb}",
+            post(actions::experiment),
+        )
         .fallback(|| async { render::refused(StatusCode::NOT_FOUND, "No such page.") })
         .layer(Extension(dashboard.clone()))
         .with_state(app.clone());

@@ -2,6 +2,7 @@
 //! for the store) and renders one template. The helpers here are what
 //! every page shares.
 
+pub mod experiments;
 pub mod learning;
 pub mod overview;
 pub mod plugins;
