@@ -82,6 +82,11 @@ async fn with_a_candidate(up: &Proc) -> Metaclaw {
     .unwrap();
     // The test and its arms outlive a kill -9: they are in the store.
     mc.kill_and_restart();
+    // Before the lesson is indexed a session gets no skill at all, and is
+    // in neither arm: the sessions start once retrieval has it.
+    poll_json(mc.home.path(), &["status", "--json"], |v| {
+        skills_ready(v, 1) && retriever_ready(v, "bm25")
+    });
     mc
 }
 
@@ -134,6 +139,14 @@ async fn a_lesson_that_helps_is_promoted_and_then_serves_every_session() {
         sessions["candidate"].as_u64().unwrap() as usize,
         got.iter().filter(|g| **g).count(),
         "{decided:#}"
+    );
+    // Each turn records its arm: the first session's says what it got.
+    let first = mc.turns("s-0", 2);
+    let arm = if got[0] { "candidate" } else { "control" };
+    assert_eq!(
+        first["turns"][0]["arms"],
+        json!([{"experiment": 1, "arm": arm}]),
+        "{first:#}"
     );
     // Promoted: every session gets it now.
     for i in 0..6 {

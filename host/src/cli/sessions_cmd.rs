@@ -296,6 +296,22 @@ fn print_session(s: &SessionRow, turns: &[TurnRow], learned: &Learned) {
                 .collect();
             say!("     skills:    {}", names.join(", "));
         }
+        if let Some(arms) = t.arms.as_ref().and_then(|v| v.as_array()) {
+            let arms: Vec<String> = arms
+                .iter()
+                .map(|a| {
+                    format!(
+                        "experiment {} ({})",
+                        a["experiment"],
+                        a["arm"].as_str().unwrap_or("?")
+                    )
+                })
+                .collect();
+            say!(
+                "     canaries:  {} (metaclaw experiments show ID)",
+                arms.join(", ")
+            );
+        }
         if let Some(j) = learned.judgments.get(&t.id) {
             let votes: Vec<String> = j
                 .votes

@@ -184,6 +184,8 @@ pub struct TurnRow {
     pub fallback_reason: Option<String>,
     /// What the student sampled, in short.
     pub sample: Option<SampleSummary>,
+    /// `[{"experiment", "arm"}]`: the canaries the turn met and its arm.
+    pub arms: Option<Value>,
 }
 
 pub fn session_turns(conn: &Connection, session_id: &str) -> rusqlite::Result<Vec<TurnRow>> {
@@ -194,7 +196,7 @@ pub fn session_turns(conn: &Connection, session_id: &str) -> rusqlite::Result<Ve
                 attempt, retry_of, served_by, fallback_reason,
                 s.policy_version, s.sampler, s.prompt_len, s.sampled_len, s.parse_error,
                 s.withheld, s.trajectory_id, s.extends_turn, s.stop_reason, s.rendering,
-                s.skill_generation
+                s.skill_generation, turns.arms
          FROM turns LEFT JOIN turn_samples s ON s.turn_id = turns.id
          WHERE session_id = ?1 ORDER BY seq",
     )?
@@ -234,6 +236,7 @@ pub fn session_turns(conn: &Connection, session_id: &str) -> rusqlite::Result<Ve
             retry_of: row.get(24)?,
             served_by: row.get(25)?,
             fallback_reason: row.get(26)?,
+            arms: json(38)?,
             sample: match row.get::<_, Option<i64>>(27)? {
                 None => None,
                 Some(policy_version) => Some(SampleSummary {

@@ -19,7 +19,10 @@ const TEMPLATES: &[(&str, &str)] = &[
     ("skills.html", include_str!("templates/skills.html")),
     ("skill.html", include_str!("templates/skill.html")),
     ("learning.html", include_str!("templates/learning.html")),
-    ("experiments.html", include_str!("templates/experiments.html")),
+    (
+        "experiments.html",
+        include_str!("templates/experiments.html"),
+    ),
     ("training.html", include_str!("templates/training.html")),
     ("plugins.html", include_str!("templates/plugins.html")),
     ("confirm.html", include_str!("templates/confirm.html")),
