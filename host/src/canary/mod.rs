@@ -120,12 +120,20 @@ impl Live {
     }
 
     /// Whether this version of a skill is under test, and if so the
-    /// session's arm: `None` means serve it as usual.
-    pub fn skill_arm(&self, skill_id: &str, version: &str, session: &str) -> Option<(i64, Arm)> {
+    /// session's arm: `None` means serve it as usual. On the turn path, for
+    /// every relevant skill: the version is rendered only for a skill with
+    /// a candidate (nearly never).
+    pub fn skill_arm(
+        &self,
+        skill_id: &str,
+        version: &dyn std::fmt::Display,
+        session: &str,
+    ) -> Option<(i64, Arm)> {
         let skills = self.skills();
         let c = skills
             .iter()
-            .find(|c| c.skill_id == skill_id && c.version == version)?;
+            .filter(|c| c.skill_id == skill_id)
+            .find(|c| c.version == version.to_string())?;
         Some((c.experiment, arm_for(c.experiment, session, c.share)))
     }
 }
@@ -167,9 +175,9 @@ mod tests {
             version: "1.1.0".into(),
             share: 0.5,
         }]);
-        assert_eq!(live.skill_arm("tidy", "1.0.0", "s"), None);
-        assert_eq!(live.skill_arm("other", "1.1.0", "s"), None);
-        let (id, arm) = live.skill_arm("tidy", "1.1.0", "s").unwrap();
+        assert_eq!(live.skill_arm("tidy", &"1.0.0", "s"), None);
+        assert_eq!(live.skill_arm("other", &"1.1.0", "s"), None);
+        let (id, arm) = live.skill_arm("tidy", &"1.1.0", "s").unwrap();
         assert_eq!(id, 3);
         assert_ne!(arm, Arm::Outside, "share 1/2: every session is in an arm");
     }

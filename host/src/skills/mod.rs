@@ -505,10 +505,9 @@ impl Skills {
                 // A candidate under test: its arm says whether this session
                 // gets it; withheld, the next relevant skill may take its
                 // place, as if it were not in the library.
-                let version = skill.version.to_string();
                 if let Some((experiment, arm)) =
                     self.canaries
-                        .skill_arm(&skill.id, &version, &query.session_id)
+                        .skill_arm(&skill.id, &skill.version, &query.session_id)
                 {
                     if arm != crate::canary::Arm::Outside
                         && !selection.arms.iter().any(|a| a.experiment == experiment)
