@@ -225,6 +225,7 @@ fn use_demo_data(home: &Home, config: &mut config::Config) -> Result<()> {
     // One learning round in a minute, its new skill served at once: a
     // canary decides after dozens of judged sessions (docs/learning.md).
     config.canary.skills = false;
+    config.canary.weights = false;
     Ok(())
 }
 

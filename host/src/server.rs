@@ -621,6 +621,7 @@ mod tests {
                 host: proxy.host.clone(),
                 port: PORT,
                 ui: loaded.config.ui.clone(),
+                canary: loaded.config.canary.clone(),
             },
         });
         let config = loaded.config.proxy.clone();

@@ -169,7 +169,7 @@ async fn product_with_dropins(
         std::fs::copy(file, home.plugins_dir().join(file.file_name().unwrap())).unwrap();
     }
     let config = format!(
-        "mode: rl\nllm:\n  api_base: {upstream}\n  model_id: echo\n  force_model: true\nrl:\n{rl}skills:\n  enabled: false\n{learning}plugins:\n  builtin: false\n"
+        "mode: rl\nllm:\n  api_base: {upstream}\n  model_id: echo\n  force_model: true\nrl:\n{rl}skills:\n  enabled: false\n{learning}plugins:\n  builtin: false\ncanary:\n  weights: false\n"
     );
     let path = dir.path().join("config.yaml");
     std::fs::write(&path, config).unwrap();

@@ -181,6 +181,29 @@ pub fn review_skill(app: &App, skill: &str, accept: bool) -> Result<String, ApiE
 /// dashboard). Blocking: a rollback writes the SKILL.md and rescans.
 pub fn decide_experiment(app: &App, id: i64, promote: bool, why: &str) -> Result<Value, ApiError> {
     use crate::learn::canary::{UserDecision, decide_by_user};
+    let kind = crate::store::open_read_only(app.proxy.store.path())
+        .map_err(|e| ApiError::Internal(format!("cannot open the store: {e:#}")))?
+        .query_row("SELECT kind, state FROM experiments WHERE id = ?1", [id], |r| {
+            Ok((r.get::<_, String>(0)?, r.get::<_, String>(1)?))
+        })
+        .ok();
+    if let Some((kind, state)) = kind
+        && kind == "weights"
+    {
+        // The trainer serves and trains them: it ends the test.
+        if state != "testing" {
+            return Err(ApiError::Conflict(format!(
+                "experiment {id} is not under test any more ({state})"
+            )));
+        }
+        let train = app.train.as_ref().ok_or_else(|| {
+            ApiError::Conflict("the trainer is not running: weights are decided by it".into())
+        })?;
+        let decided = tokio::runtime::Handle::current()
+            .block_on(train.decide(id, promote, why))
+            .map_err(ApiError::Conflict)?;
+        return Ok(json!({ "experiment": decided }));
+    }
     let Some(skills) = app.proxy.skills.as_ref() else {
         return Err(ApiError::NotFound(
             "skills are off (skills.enabled: false)".into(),

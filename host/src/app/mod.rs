@@ -56,6 +56,8 @@ pub struct RuntimeInfo {
     pub port: u16,
     /// The dashboard's settings (`ui`).
     pub ui: crate::config::UiConfig,
+    /// The canaries' settings (`canary`), for what the pages say of them.
+    pub canary: crate::config::CanaryConfig,
 }
 
 pub type SharedApp = Arc<App>;

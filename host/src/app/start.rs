@@ -229,6 +229,7 @@ impl App {
                 host: host.to_string(),
                 port,
                 ui: config.ui.clone(),
+                canary: config.canary.clone(),
             },
         });
 
@@ -294,7 +295,15 @@ fn start_trainer(
     };
     let settings = trainer::Settings {
         tinker: crate::tinker::configured::settings(config, &env),
-        spec: crate::tinker::configured::run_spec(config, config.rl.save_every),
+        // Under a weights canary every step saves its training state: a
+        // rollback trains on from the state before the candidate's step.
+        spec: crate::tinker::configured::run_spec(
+            config,
+            match config.canary.weights {
+                true => 1,
+                false => config.rl.save_every,
+            },
+        ),
         batch_size: config.rl.batch_size.max(1) as usize,
         loss: config.rl.loss()?,
         loss_config: config.rl.loss_config(),
@@ -310,6 +319,7 @@ fn start_trainer(
             ..Default::default()
         },
         on_collapse: config.rl.on_collapse,
+        canary: config.canary.weights.then(|| config.canary.clone()),
     };
     match trainer::spawn(settings, policy, cancel.clone()) {
         Ok((handle, _thread)) => Some(handle),

@@ -81,6 +81,9 @@ pub fn status_json(app: &App) -> Result<Value, String> {
                 "health": state.health,
                 "paused": state.paused,
                 "on_collapse": state.on_collapse,
+                // canary.weights: what became of the last weights under
+                // test, or why a step's weights serve untested.
+                "canary": state.canary,
                 "scheduler": app.train.as_ref().map(scheduler_json),
                 "note": (app.train.is_none() && app.learn.is_none())
                     .then_some("nothing trains: training needs the rewards of learning jobs (learning.enabled: false)"),
@@ -90,6 +93,8 @@ pub fn status_json(app: &App) -> Result<Value, String> {
             let mut health = json!(policy.health());
             health["base_model"] = json!(policy.settings.base_model);
             health["fallback_to_llm"] = json!(policy.settings.fallback_to_llm);
+            // New weights serving their canary's candidate arm.
+            health["under_test"] = json!(policy.under_test());
             health
         }),
         // Why skills are not evolved now (the learning job's own check:

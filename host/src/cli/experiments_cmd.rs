@@ -43,6 +43,9 @@ pub fn run(home: &Home, config_path: &Path, command: ExperimentsCommand) -> Resu
     if !settings.skills {
         eprintln!("note: canary.skills is off: evolved skills serve every session at once");
     }
+    if !settings.weights && loaded.config.serves_student() {
+        eprintln!("note: canary.weights is off: a train step's weights serve every session at once");
+    }
     let path = db_path(home, config_path);
     if !path.exists() {
         match command {
@@ -72,7 +75,7 @@ pub fn run(home: &Home, config_path: &Path, command: ExperimentsCommand) -> Resu
                     "{:>4}  {:<11} {:<32} {:>9}  {:>7}  {:>8}  decision or state",
                     "id",
                     "state",
-                    "skill@version",
+                    "what is tested",
                     "judged",
                     "effect",
                     "started"
@@ -87,7 +90,7 @@ pub fn run(home: &Home, config_path: &Path, command: ExperimentsCommand) -> Resu
                         "{:>4}  {:<11} {:<32} {:>4}/{:<4}  {:>7}  {}  {}",
                         e.id,
                         e.state,
-                        format!("{}@{}", e.subject, e.version),
+                        e.label(),
                         ev.candidate_sessions,
                         ev.control_sessions,
                         effect,
@@ -107,13 +110,7 @@ pub fn run(home: &Home, config_path: &Path, command: ExperimentsCommand) -> Resu
                 say!("{}", serde_json::to_string_pretty(&shown)?);
                 return Ok(ExitCode::SUCCESS);
             }
-            say!(
-                "experiment {}: {} {}@{}",
-                e.id,
-                e.kind,
-                e.subject,
-                e.version
-            );
+            say!("experiment {}: {} {}", e.id, e.kind, e.label());
             say!("  state:     {}", e.state);
             say!("  from:      {} at {}", e.origin, local_time(e.started_ms));
             say!(

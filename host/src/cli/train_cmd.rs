@@ -117,7 +117,7 @@ fn step(home: &Home, json: bool) -> Result<ExitCode> {
     }
     match reply["outcome"].as_str() {
         Some("stepped") => say!(
-            "step {} of {}: {} sample(s) in {} datum(s), {} token(s); loss {}, mean reward {:+.3}, KL(sampler‖learner) {}, entropy {}; serving policy version {}{}",
+            "step {} of {}: {} sample(s) in {} datum(s), {} token(s); loss {}, mean reward {:+.3}, KL(sampler‖learner) {}, entropy {}; {} policy version {}{}",
             reply["step"],
             reply["run"].as_str().unwrap_or("?"),
             reply["samples"],
@@ -127,6 +127,10 @@ fn step(home: &Home, json: bool) -> Result<ExitCode> {
             reply["mean_reward"].as_f64().unwrap_or(0.0),
             reply["kl_sampler_learner"],
             reply["entropy"],
+            match reply["under_test"].as_i64() {
+                Some(id) => format!("testing (experiment {id}: its candidate arm gets it)"),
+                None => "serving".to_string(),
+            },
             reply["policy_version"],
             reply["checkpoint"]
                 .as_str()
@@ -137,6 +141,12 @@ fn step(home: &Home, json: bool) -> Result<ExitCode> {
             "no step: {} sample(s) ready (a step needs at least one; rl.batch_size {})",
             reply["ready"],
             reply["batch_size"]
+        ),
+        Some("under_test") => say!(
+            "no step: step {}'s weights are under test (experiment {}); training goes on once it is decided (`metaclaw experiments show {}`)",
+            reply["policy_version"],
+            reply["experiment"],
+            reply["experiment"]
         ),
         Some("no_signal") => say!(
             "no step: the {} ready sample(s) had no signal (every advantage zero) and were skipped",

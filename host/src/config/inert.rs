@@ -241,6 +241,7 @@ pub const IMPLEMENTED: &[&str] = &[
     "learning.reward.scorer_weights",
     // Canaries of evolved skills (canary, learn/canary.rs).
     "canary.skills",
+    "canary.weights",
     "canary.share",
     "canary.delta",
     "canary.min_sessions",

@@ -657,6 +657,11 @@ pub struct CanaryConfig {
     /// Test evolved skills (new and revised) before everyone gets them.
     /// Off: they serve every session at once, as before.
     pub skills: bool,
+    /// Test new weights (`mode: rl`/`auto`) before everyone gets them: after
+    /// a train step the new policy version serves the candidate arm and the
+    /// incumbent every other session; no step trains until it is decided.
+    /// Off: a step's weights serve every session at once, as before.
+    pub weights: bool,
     /// The share of sessions in each arm (candidate, control), 0 < s ≤ 0.5;
     /// the rest go without the candidate and are not counted.
     pub share: f64,
@@ -674,6 +679,7 @@ impl Default for CanaryConfig {
     fn default() -> Self {
         Self {
             skills: true,
+            weights: true,
             share: 0.25,
             delta: 0.05,
             min_sessions: 10,

@@ -104,29 +104,8 @@ pub fn decide_all(skills: &Skills, conn: &Connection) -> Result<Vec<Decided>> {
     let mut decided = Vec::new();
     for e in experiments::testing(conn, "skill")? {
         let evidence = evidence(conn, &e, settings)?;
-        let timed_out = now - e.started_ms >= settings.max_duration.get().as_millis() as i64;
-        let (state, by, reason) = match evidence.verdict {
-            Verdict::Promote => ("promoted", "test", evidence.reason),
-            Verdict::RollBack => ("rolled_back", "test", evidence.reason),
-            Verdict::KeepTesting if !timed_out => continue,
-            Verdict::KeepTesting => match settings.on_timeout {
-                CanaryTimeout::RollBack => (
-                    "rolled_back",
-                    "timeout",
-                    format!(
-                        "undecided after canary.max_duration ({}): {}",
-                        settings.max_duration, evidence.reason
-                    ),
-                ),
-                CanaryTimeout::Keep => (
-                    "promoted",
-                    "timeout",
-                    format!(
-                        "kept after canary.max_duration ({}) without a decision (canary.on_timeout: keep): {}",
-                        settings.max_duration, evidence.reason
-                    ),
-                ),
-            },
+        let Some((state, by, reason)) = verdict(&e, evidence, settings, now) else {
+            continue;
         };
         if state == "rolled_back" && !retire(skills, &e, &reason)? {
             continue;
@@ -145,6 +124,41 @@ pub fn decide_all(skills: &Skills, conn: &Connection) -> Result<Vec<Decided>> {
         skills.canaries.reload(conn)?;
     }
     Ok(decided)
+}
+
+/// What the test (and the clock) say of experiment `e` now: its end
+/// (`promoted` or `rolled_back`), by whom (`test` or `timeout`) and why;
+/// `None` while it keeps testing.
+pub fn verdict(
+    e: &Experiment,
+    evidence: Evidence,
+    settings: &CanaryConfig,
+    now: i64,
+) -> Option<(&'static str, &'static str, String)> {
+    let timed_out = now - e.started_ms >= settings.max_duration.get().as_millis() as i64;
+    Some(match evidence.verdict {
+        Verdict::Promote => ("promoted", "test", evidence.reason),
+        Verdict::RollBack => ("rolled_back", "test", evidence.reason),
+        Verdict::KeepTesting if !timed_out => return None,
+        Verdict::KeepTesting => match settings.on_timeout {
+            CanaryTimeout::RollBack => (
+                "rolled_back",
+                "timeout",
+                format!(
+                    "undecided after canary.max_duration ({}): {}",
+                    settings.max_duration, evidence.reason
+                ),
+            ),
+            CanaryTimeout::Keep => (
+                "promoted",
+                "timeout",
+                format!(
+                    "kept after canary.max_duration ({}) without a decision (canary.on_timeout: keep): {}",
+                    settings.max_duration, evidence.reason
+                ),
+            ),
+        },
+    })
 }
 
 /// The user's decision on a candidate under test (blocking): promoted, or

@@ -166,6 +166,22 @@ async fn connect(policy: &Policy) -> Result<Arc<Session>, String> {
         sampler_name: name,
         version,
     });
+    // Weights under test go on being tested, from this session.
+    if let Some(candidate) = policy.under_test()
+        && let Err(e) = policy
+            .test_candidate(
+                &candidate.sampler,
+                candidate.policy_version,
+                candidate.experiment,
+                candidate.share,
+            )
+            .await
+    {
+        tracing::warn!(
+            sampler = %candidate.sampler,
+            "the weights under test cannot be sampled after the reconnect ({e}): their arm's turns fall back until the trainer decides"
+        );
+    }
     Ok(session)
 }
 

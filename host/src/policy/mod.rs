@@ -32,6 +32,8 @@ use tokio::sync::Notify;
 
 use crate::clock::now_ms;
 use crate::config::{Config, Thinking, ToolCallFormat};
+use crate::canary::{Arm, arm_for};
+use crate::store::experiments::ArmRecord;
 use crate::store::samples::{SampleRecord, Sibling};
 use crate::tinker::types::StopReason;
 use crate::tinker::{self, Sampler, SamplingParams, Session, Stop};
@@ -192,6 +194,25 @@ pub struct Policy {
     /// A trainer waits on [`Policy::weights_lost`].
     reloader: std::sync::atomic::AtomicBool,
     trajectories: trajectory::Tails,
+    /// New weights under test (`canary.weights`): the sessions of their
+    /// candidate arm are served by them, every other by the incumbent.
+    candidate: RwLock<Option<Arc<Candidate>>>,
+}
+
+/// Weights under test beside the incumbent's.
+pub struct Candidate {
+    pub experiment: i64,
+    pub share: f64,
+    serving: Arc<Serving>,
+}
+
+/// What `status` says of weights under test.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct CandidateShown {
+    pub experiment: i64,
+    pub sampler: String,
+    pub policy_version: i64,
+    pub share: f64,
 }
 
 /// A turn, as the student needs it.
@@ -218,6 +239,9 @@ pub struct Answer {
     /// `stop`, `length` or `tool_calls`.
     pub finish_reason: &'static str,
     pub sample: SampleRecord,
+    /// The weights canary's arm the session is in, when weights are under
+    /// test and the session is counted (candidate or control).
+    pub arm: Option<ArmRecord>,
 }
 
 /// Why the student did not answer.
@@ -240,6 +264,7 @@ impl Policy {
             lost_path: Mutex::new(None),
             reloader: std::sync::atomic::AtomicBool::new(false),
             trajectories: trajectory::Tails::default(),
+            candidate: RwLock::new(None),
         })
     }
 
@@ -282,6 +307,88 @@ impl Policy {
         self.serving.read().ok().and_then(|s| s.clone())
     }
 
+    fn candidate(&self) -> Option<Arc<Candidate>> {
+        self.candidate.read().ok().and_then(|c| c.clone())
+    }
+
+    /// The weights under test, if any.
+    pub fn under_test(&self) -> Option<CandidateShown> {
+        self.candidate().map(|c| CandidateShown {
+            experiment: c.experiment,
+            sampler: c.serving.sampler_name.clone(),
+            policy_version: c.serving.version,
+            share: c.share,
+        })
+    }
+
+    /// What answers `session`: the candidate for its candidate arm, else the
+    /// incumbent; and the arm, when the session is counted.
+    fn serving_for(&self, session: &str) -> Option<(Arc<Serving>, Option<ArmRecord>)> {
+        let incumbent = self.serving()?;
+        let Some(candidate) = self.candidate() else {
+            return Some((incumbent, None));
+        };
+        let arm = arm_for(candidate.experiment, session, candidate.share);
+        let record = |arm: Arm| ArmRecord {
+            experiment: candidate.experiment,
+            arm: arm.as_str(),
+        };
+        Some(match arm {
+            Arm::Candidate => (candidate.serving.clone(), Some(record(arm))),
+            Arm::Control => (incumbent, Some(record(arm))),
+            Arm::Outside => (incumbent, None),
+        })
+    }
+
+    /// Serves the weights at `sampler_path` (policy version `version`) to
+    /// the candidate arm of experiment `experiment` beside the incumbent,
+    /// which serves every other session.
+    pub async fn test_candidate(
+        &self,
+        sampler_path: &str,
+        version: i64,
+        experiment: i64,
+        share: f64,
+    ) -> Result<(), String> {
+        let Some(current) = self.serving() else {
+            return Err("not connected to the training service".into());
+        };
+        let sampler = current
+            .session
+            .sampler(None, Some(sampler_path))
+            .await
+            .map_err(|e| e.to_string())?;
+        let candidate = Candidate {
+            experiment,
+            share,
+            serving: Arc::new(Serving {
+                session: current.session.clone(),
+                sampler,
+                sampler_name: sampler_path.to_string(),
+                version,
+            }),
+        };
+        if let Ok(mut slot) = self.candidate.write() {
+            *slot = Some(Arc::new(candidate));
+        }
+        Ok(())
+    }
+
+    /// Ends the test: promoted, the candidate serves everyone from now on;
+    /// rolled back, it serves no one (turns in flight finish on theirs).
+    /// The candidate's sampler and version, if one was under test.
+    pub fn end_test(&self, promote: bool) -> Option<(String, i64)> {
+        let candidate = self.candidate.write().ok().and_then(|mut c| c.take())?;
+        let ended = (
+            candidate.serving.sampler_name.clone(),
+            candidate.serving.version,
+        );
+        if promote {
+            self.install_shared(candidate.serving.clone());
+        }
+        Some(ended)
+    }
+
     /// Samples the student for one turn. Never waits longer than
     /// `rl.sample_timeout`; a sampler that is gone is reconnected in the
     /// background while this turn falls back.
@@ -291,7 +398,7 @@ impl Policy {
                 self.not_ready("the chat template is not loaded"),
             ));
         };
-        let Some(serving) = self.serving() else {
+        let Some((serving, arm)) = self.serving_for(input.session) else {
             return Err(Unavailable(
                 self.not_ready("not connected to the training service"),
             ));
@@ -454,6 +561,7 @@ impl Policy {
             parsed,
             finish_reason,
             sample,
+            arm,
         })
     }
 
@@ -537,9 +645,13 @@ impl Policy {
     }
 
     fn install(&self, serving: Serving) {
+        self.install_shared(Arc::new(serving));
+    }
+
+    fn install_shared(&self, serving: Arc<Serving>) {
         let (name, version) = (serving.sampler_name.clone(), serving.version);
         if let Ok(mut current) = self.serving.write() {
-            *current = Some(Arc::new(serving));
+            *current = Some(serving);
         }
         self.update_health(|h| {
             h.state = "ready";

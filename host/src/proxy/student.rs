@@ -94,6 +94,7 @@ pub(super) fn respond(
     let mut headers = HeaderMap::new();
     ctx.upstream_model = Some(answer.sample.base_model.clone());
     let capture = capture::whole(ApiFormat::Openai, whole.clone());
+    ctx.arms.extend(answer.arm);
     ctx.served_by = ServedBy::Student(Box::new(answer.sample));
     ctx.tag(&mut headers);
     if ctx.stream {

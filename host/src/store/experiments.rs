@@ -30,6 +30,17 @@ pub struct Experiment {
     pub reason: Option<String>,
 }
 
+impl Experiment {
+    /// What is tested, in a few words: `skill@version`, or the weights of a
+    /// train step.
+    pub fn label(&self) -> String {
+        match self.kind.as_str() {
+            "weights" => format!("weights of step {}", self.version),
+            _ => format!("{}@{}", self.subject, self.version),
+        }
+    }
+}
+
 const COLUMNS: &str =
     "id, kind, subject, version, share, state, started_ms, origin, decided_ms, decided_by, reason";
 
@@ -83,6 +94,137 @@ pub fn start_skill(
     )?
     .execute(params![subject, version, share, at_ms, origin])?;
     Ok(conn.last_insert_rowid())
+}
+
+/// Starts testing the weights of step `version` of training run `run`
+/// (one weights test at a time: one still running ends as `superseded`).
+pub fn start_weights(
+    conn: &Connection,
+    test: &WeightsTest,
+    share: f64,
+    origin: &str,
+    at_ms: i64,
+) -> rusqlite::Result<i64> {
+    conn.prepare_cached(
+        "UPDATE experiments SET state = 'superseded', decided_ms = ?1, decided_by = 'test',
+                reason = 'newer weights are tested instead'
+         WHERE kind = 'weights' AND state = 'testing'",
+    )?
+    .execute([at_ms])?;
+    conn.prepare_cached(
+        "INSERT INTO experiments (kind, subject, version, share, state, started_ms, origin)
+         VALUES ('weights', ?1, ?2, ?3, 'testing', ?4, ?5)",
+    )?
+    .execute(params![
+        test.run,
+        test.candidate_version.to_string(),
+        share,
+        at_ms,
+        origin
+    ])?;
+    let id = conn.last_insert_rowid();
+    set_weights_test(conn, id, test)?;
+    Ok(id)
+}
+
+/// Keeps what weights test `id` compares (again, after a restart saved the
+/// candidate's weights anew).
+pub fn set_weights_test(conn: &Connection, id: i64, test: &WeightsTest) -> rusqlite::Result<()> {
+    conn.prepare_cached("INSERT OR REPLACE INTO meta (key, value) VALUES (?1, ?2)")?
+        .execute(params![
+            weights_key(id),
+            serde_json::to_string(test).unwrap_or_default()
+        ])?;
+    Ok(())
+}
+
+/// What a weights test compares and where to go back to: kept with the
+/// experiment (the `meta` table) so a restart tests on or rolls back.
+#[derive(Debug, Clone, PartialEq, Serialize, serde::Deserialize)]
+pub struct WeightsTest {
+    /// The training run.
+    pub run: String,
+    pub candidate_sampler: String,
+    pub candidate_version: i64,
+    /// The candidate's saved training state (what a promotion trains on).
+    pub candidate_state: String,
+    pub incumbent_sampler: String,
+    pub incumbent_version: i64,
+    /// The saved training state the incumbent's weights were loaded from
+    /// (a restart serves them again from it).
+    pub incumbent_state: String,
+    /// The training state the candidate's step started from: what a
+    /// rollback trains on from.
+    pub trained_from: String,
+}
+
+fn weights_key(id: i64) -> String {
+    format!("canary.weights.{id}")
+}
+
+/// What weights test `id` compares (`None`: not a weights test, or its
+/// record is unreadable).
+pub fn weights_test(conn: &Connection, id: i64) -> rusqlite::Result<Option<WeightsTest>> {
+    let value: Option<String> = conn
+        .prepare_cached("SELECT value FROM meta WHERE key = ?1")?
+        .query_row([weights_key(id)], |r| r.get(0))
+        .optional()?;
+    Ok(value.and_then(|v| serde_json::from_str(&v).ok()))
+}
+
+/// One answer the student served in a weights test, as the collapse guard
+/// reads it.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Answered {
+    pub tokens: f64,
+    pub truncated: bool,
+    /// Mean −log p of its sampled tokens (`None`: none kept).
+    pub surprise: Option<f64>,
+}
+
+/// The student's answers in each arm of weights test `id`: the
+/// candidate's from its version, the control's from the incumbent's.
+pub fn arm_answers(
+    conn: &Connection,
+    id: i64,
+    test: &WeightsTest,
+) -> rusqlite::Result<(Vec<Answered>, Vec<Answered>)> {
+    let mut stmt = conn.prepare_cached(
+        "SELECT a.arm, s.policy_version, s.sampled_len, s.stop_reason, s.logprobs
+         FROM session_arms a
+         JOIN turns t ON t.session_id = a.session_id
+         JOIN turn_samples s ON s.turn_id = t.id
+         WHERE a.experiment_id = ?1 AND s.withheld IS NULL",
+    )?;
+    let rows = stmt.query_map([id], |r| {
+        Ok((
+            r.get::<_, String>(0)?,
+            r.get::<_, i64>(1)?,
+            r.get::<_, i64>(2)?,
+            r.get::<_, String>(3)?,
+            r.get::<_, Vec<u8>>(4)?,
+        ))
+    })?;
+    let (mut candidate, mut control) = (Vec::new(), Vec::new());
+    for row in rows {
+        let (arm, version, len, stop, logprobs) = row?;
+        let logprobs: Vec<f64> = logprobs
+            .chunks_exact(4)
+            .map(|b| f64::from(f32::from_le_bytes([b[0], b[1], b[2], b[3]])))
+            .collect();
+        let answered = Answered {
+            tokens: len as f64,
+            truncated: stop == "length",
+            surprise: (!logprobs.is_empty())
+                .then(|| -logprobs.iter().sum::<f64>() / logprobs.len() as f64),
+        };
+        match (arm.as_str(), version) {
+            ("candidate", v) if v == test.candidate_version => candidate.push(answered),
+            ("control", v) if v == test.incumbent_version => control.push(answered),
+            _ => {}
+        }
+    }
+    Ok((candidate, control))
 }
 
 /// Ends a test: `state` is `promoted`, `rolled_back` or `abandoned`. Only a

@@ -254,6 +254,17 @@ pub fn skip(conn: &Connection, turns: &[String], why: &str) -> rusqlite::Result<
     Ok(())
 }
 
+/// Samples of policy version `version` not trained yet: skipped (`why`),
+/// as when a canary rolled those weights back (a run numbers its steps on
+/// through a rollback, so the version names those weights alone).
+pub fn skip_version(conn: &Connection, version: i64, why: &str) -> rusqlite::Result<usize> {
+    conn.prepare_cached(
+        "UPDATE turn_samples SET train_state = 'skipped', train_note = ?2
+         WHERE policy_version = ?1 AND train_state IN ('waiting', 'ready')",
+    )?
+    .execute(params![version, why])
+}
+
 /// A training state saved after step `step` of `run_id`: its samples (and
 /// those of earlier steps) are trained.
 pub fn checkpointed(conn: &Connection, run_id: &str, step: i64) -> rusqlite::Result<usize> {

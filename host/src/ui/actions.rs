@@ -352,9 +352,9 @@ pub async fn experiment(
             format!("Roll back the candidate of experiment {id} now?")
         },
         consequence: if promote {
-            "Its test ends: every session it fits gets the skill from now on, whatever the test said so far.".into()
+            "Its test ends: every session it fits gets the skill (or, for weights, every session is served by them) from now on, whatever the test said so far.".into()
         } else {
-            "Its test ends: the skill leaves retrieval (retired:canary in its history; metaclaw skills restore puts it back), whatever the test said so far.".into()
+            "Its test ends: the skill leaves retrieval (retired:canary in its history; metaclaw skills restore puts it back), or, for weights, the weights before serve everyone and training goes on from them, whatever the test said so far.".into()
         },
         verb: if promote { "Promote" } else { "Roll back" },
         action: format!("/actions/experiments/{id}/{verb}"),

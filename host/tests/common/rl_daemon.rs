@@ -44,8 +44,9 @@ pub struct Setup {
     /// Skills on and evolved by the dummy's `evolver` (`skills.auto_evolve`
     /// off: a skill is evolved only after a turn judged −1), built-in
     /// plugins on (evolution needs `guard`), sessions ended only when told;
-    /// no canaries (an evolved skill serves every session it fits: these
-    /// tests are about training, canary_e2e about canaries).
+    /// no canaries (an evolved skill serves every session it fits, a step's
+    /// weights every session: these tests are about training, canary_e2e
+    /// and weights_canary about canaries).
     /// Off: skills and built-in plugins off.
     pub evolve: bool,
     /// `mode: auto` with `scheduler.force` set to this (steps start on
@@ -55,6 +56,8 @@ pub struct Setup {
     /// A real training service instead of the fake: its URL and the base
     /// model's folder (named as skyrl names it; its tokenizer is there).
     pub service: Option<(String, PathBuf)>,
+    /// The `canary:` section's lines (`None`: canaries off).
+    pub canary: Option<String>,
 }
 
 impl Setup {
@@ -66,6 +69,7 @@ impl Setup {
             evolve: false,
             auto_forced: None,
             service: None,
+            canary: None,
         }
     }
 
@@ -86,6 +90,12 @@ impl Setup {
 
     pub fn batch_size(mut self, batch_size: u32) -> Self {
         self.batch_size = batch_size;
+        self
+    }
+
+    /// Canaries of new weights on, with these `canary:` lines added.
+    pub fn weights_canary(mut self, lines: &str) -> Self {
+        self.canary = Some(format!("  weights: true\n{lines}"));
         self
     }
 
@@ -111,7 +121,8 @@ impl Setup {
                 "",
                 "skills:\n  enabled: false\n\
                  learning:\n  enabled: true\n\
-                 plugins:\n  builtin: false\n",
+                 plugins:\n  builtin: false\n\
+                 canary:\n",
             )
         };
         let (mode, manual, scheduler) = match self.auto_forced {
@@ -126,12 +137,16 @@ impl Setup {
                 "  thinking: 'off'\n  max_new_tokens: 8\n",
             ),
         };
+        let canary = self
+            .canary
+            .clone()
+            .unwrap_or_else(|| "  weights: false\n".into());
         format!(
             "mode: {mode}\n\
              llm:\n  api_base: {upstream}\n  model_id: echo\n  force_model: true\n\
              rl:\n  model: '{}'\n  tinker_base_url: {service}\n  tinker_api_key: tml-dummy\n  \
              tokenizer_path: {tokenizer}\n  lora_rank: 4\n  batch_size: {}\n  save_every: 1\n  \
-             manual_train_trigger: {manual}\n  prm_model: judge\n  prm_m: 1\n{real}{evolver}{rest}{scheduler}",
+             manual_train_trigger: {manual}\n  prm_model: judge\n  prm_m: 1\n{real}{evolver}{rest}{canary}{scheduler}",
             self.model, self.batch_size,
         )
     }

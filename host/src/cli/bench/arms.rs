@@ -105,6 +105,8 @@ pub fn arm_config(user: &Loaded, arm: Arm, model: &str, helpers: &Helpers) -> Re
     // canary would withhold each new skill from most rounds, and a bench
     // day has too few sessions to decide one.
     c.canary.skills = false;
+    // Nor does a night's training wait for a canary of its weights.
+    c.canary.weights = false;
     c.scheduler.enabled = false;
     c.ui.enabled = false;
     if let Some(judge) = &helpers.judge {
@@ -166,7 +168,7 @@ async fn train_night(train: &crate::learn::rl::trainer::TrainerHandle) -> (Value
                 no_signal += skipped;
                 last = last.or(Some(json!(Outcome::NoSignal { skipped })));
             }
-            Ok(waiting @ Outcome::Waiting { .. }) => {
+            Ok(waiting @ (Outcome::Waiting { .. } | Outcome::UnderTest { .. })) => {
                 last = last.or(Some(json!(waiting)));
                 break;
             }

@@ -5,6 +5,7 @@
 
 pub mod advantage;
 pub mod batch;
+pub mod canary;
 pub mod health;
 pub mod opd;
 pub mod trainer;

@@ -31,14 +31,17 @@ use super::advantage::Baselines;
 use super::batch;
 use super::health::{self, State, Verdict};
 use super::opd::Teacher;
-use crate::config::OnCollapse;
+use crate::config::{CanaryConfig, OnCollapse};
 use crate::policy::Policy;
+use crate::store::experiments::{self, Experiment, WeightsTest};
 use crate::store::train_queue;
 use crate::tinker::types::{LossConfig, LossFn, TensorData};
 use crate::tinker::{AdamParams, RunSpec, Service, TrainingRun};
 
 /// How often the queue is looked at when nothing asks for a step.
 const POLL: Duration = Duration::from_secs(5);
+/// How often weights under test are decided again on the judged sessions.
+const CANARY_POLL: Duration = Duration::from_secs(2);
 /// How long the teacher's check at start may take: one look, so that
 /// `status` says early what is wrong (a step checks again, with the
 /// teacher's full retries, until it passes).
@@ -75,6 +78,10 @@ pub struct Settings {
     pub health: health::Rule,
     /// What a "collapsing" verdict does.
     pub on_collapse: OnCollapse,
+    /// `canary.*` when `canary.weights` is on: a step's weights serve the
+    /// candidate arm until a test decides (the run then saves its training
+    /// state every step: a rollback trains on from the incumbent's).
+    pub canary: Option<CanaryConfig>,
 }
 
 /// What the trainer last ran into, for `status`.
@@ -92,6 +99,9 @@ pub struct TrainerState {
     pub paused: Option<String>,
     /// What the last "collapsing" verdict made the trainer do.
     pub on_collapse: Option<String>,
+    /// What became of the last weights under test, or why a step's
+    /// weights were served without a test.
+    pub canary: Option<String>,
 }
 
 /// One step's outcome, as `metaclaw train step` prints it.
@@ -113,6 +123,9 @@ pub struct Stepped {
     pub sampler_path: String,
     pub policy_version: i64,
     pub checkpoint: Option<String>,
+    /// The canary testing these weights (`canary.weights`): they serve its
+    /// candidate arm until it decides; `None`: they serve everyone.
+    pub under_test: Option<i64>,
     /// Distillation's part, when on.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub opd: Option<OpdReport>,
@@ -143,12 +156,19 @@ pub enum Outcome {
     NoSignal {
         skipped: usize,
     },
+    /// A step's weights are under test (`canary.weights`): no step trains
+    /// until they are promoted or rolled back.
+    UnderTest {
+        experiment: i64,
+        policy_version: i64,
+    },
 }
 
 enum Command {
     Step(oneshot::Sender<Result<Outcome, String>>),
     Resume(oneshot::Sender<Result<String, String>>),
     Serve(String, oneshot::Sender<Result<(String, i64), String>>),
+    Decide(i64, bool, String, oneshot::Sender<Result<Experiment, String>>),
 }
 
 /// Asks the trainer for a step now.
@@ -194,6 +214,17 @@ impl TrainerHandle {
             .map_err(|_| "the trainer stopped before answering".to_string())?
     }
 
+    /// The user's decision on the weights under test: promoted or rolled
+    /// back at once, whatever the test says so far.
+    pub async fn decide(&self, id: i64, promote: bool, why: &str) -> Result<Experiment, String> {
+        let (tx, rx) = oneshot::channel();
+        self.tx
+            .send(Command::Decide(id, promote, why.to_string(), tx))
+            .map_err(|_| "the trainer is not running".to_string())?;
+        rx.await
+            .map_err(|_| "the trainer stopped before answering".to_string())?
+    }
+
     /// One step now with whatever is ready (at least one sample).
     pub async fn step(&self) -> Result<Outcome, String> {
         let (tx, rx) = oneshot::channel();
@@ -216,6 +247,15 @@ struct Trainer {
     /// with the check made at start).
     teacher: Option<(Teacher, Arc<AtomicBool>)>,
     state: Arc<Mutex<TrainerState>>,
+    /// The weights under test (`canary.weights`).
+    test: Option<Test>,
+}
+
+/// Weights under test: the experiment and what it compares.
+#[derive(Clone)]
+struct Test {
+    id: i64,
+    detail: WeightsTest,
 }
 
 /// Starts the trainer's thread.
@@ -289,6 +329,7 @@ pub fn spawn(
         baselines,
         teacher,
         state: state.clone(),
+        test: None,
     };
     let thread = crate::learn::spawn_background("metaclaw-train", "training", move || {
         trainer.run(rx, cancel)
@@ -361,10 +402,18 @@ impl Trainer {
                 () = self.reload_saved_weights("a new process serves them") => {}
             }
         }
+        // Weights under test when the last process stopped are tested on.
+        tokio::select! {
+            () = cancel.cancelled() => return,
+            () = self.resume_test() => {}
+        }
         let policy = self.policy.clone();
         loop {
             tokio::select! {
                 () = cancel.cancelled() => return,
+                () = tokio::time::sleep(CANARY_POLL), if self.test.is_some() => {
+                    self.check_test().await;
+                }
                 () = &mut at_start, if !checked_at_start => checked_at_start = true,
                 lost = policy.weights_lost() => {
                     let reloaded = self
@@ -397,6 +446,9 @@ impl Trainer {
                     Some(Command::Serve(sampler, reply)) => {
                         let _ = reply.send(self.serve_earlier(&sampler).await);
                     }
+                    Some(Command::Decide(id, promote, why, reply)) => {
+                        let _ = reply.send(self.decide_by_user(id, promote, &why).await);
+                    }
                 },
                 () = tokio::time::sleep(wait), if !self.settings.manual => {
                     let outcome = self.step_in_window().await;
@@ -427,7 +479,7 @@ impl Trainer {
     /// meanwhile is seen (and the step still finishes).
     async fn step_in_window(&mut self) -> Option<Result<Outcome, String>> {
         let size = self.settings.batch_size;
-        if self.settings.gate_error.is_some() || self.paused().is_some() {
+        if self.settings.gate_error.is_some() || self.paused().is_some() || self.test.is_some() {
             return None;
         }
         let Some(gate) = self.settings.gate.clone() else {
@@ -459,6 +511,9 @@ impl Trainer {
             Ok(Outcome::Stepped(s)) => format!("step {}", s.step),
             Ok(Outcome::NoSignal { skipped }) => format!("no signal, {skipped} samples skipped"),
             Ok(Outcome::Waiting { .. }) => "nothing to train".into(),
+            Ok(Outcome::UnderTest { experiment, .. }) => {
+                format!("weights under test (experiment {experiment})")
+            }
             Err(e) => format!("failed: {e}"),
         };
         gate.step_ended(&said);
@@ -483,7 +538,7 @@ impl Trainer {
         )
         .map_err(|e| format!("the training run's record: {e:#}"))?;
         let state = match &record {
-            Some(run) => state_saved_with(&conn, &run.id, sampler)?,
+            Some(run) => state_of(&conn, &run.id, sampler)?,
             None => None,
         };
         let path = match state {
@@ -548,7 +603,7 @@ impl Trainer {
                 (Some(_), Some(sampler)) => {
                     let conn = crate::store::open_read_only(&self.settings.db)
                         .map_err(|e| format!("{e:#}"))?;
-                    state_saved_with(&conn, &record.id, sampler)?
+                    state_of(&conn, &record.id, sampler)?
                 }
                 _ => None,
             };
@@ -680,6 +735,22 @@ impl Trainer {
             }
         }
         let collapsing = verdict.state == State::Collapsing;
+        if collapsing && self.test.is_some() {
+            // The weights under test are what collapsed: the incumbent
+            // serves everyone again, whatever the test said so far.
+            let why = format!(
+                "the learning-health verdict after the step is collapsing: {}",
+                verdict.why
+            );
+            set(&self.state, |s| s.health = Some(verdict.clone()));
+            let done = match self.end_test(false, "collapse", &why).await {
+                Ok(done) => done,
+                Err(e) => format!("could not roll the weights under test back: {e}"),
+            };
+            tracing::warn!("learning is collapsing: {done}");
+            set(&self.state, |s| s.on_collapse = Some(done));
+            return;
+        }
         let fall = verdict
             .steps
             .map(|(first, last)| (first, first + (last - first + 1) / 2 - 1));
@@ -822,6 +893,12 @@ impl Trainer {
         min: usize,
         gate: Option<&crate::scheduler::gate::Gate>,
     ) -> Result<Outcome, String> {
+        if let Some(test) = &self.test {
+            return Ok(Outcome::UnderTest {
+                experiment: test.id,
+                policy_version: test.detail.candidate_version,
+            });
+        }
         let db = self.settings.db.clone();
         let mut conn = crate::store::open_side_writer(&db).map_err(|e| format!("{e:#}"))?;
         self.classify(&conn)?;
@@ -899,7 +976,21 @@ impl Trainer {
             );
             self.run = None;
         }
+        let canary = self.settings.canary.is_some();
         let run = self.open_run().await?;
+        // Under a canary, the state this step starts from is saved (the
+        // first step's too): a rollback trains on from it.
+        let trained_from = match canary {
+            false => None,
+            true => match (&run.record().state_path, run.record().state_step) {
+                (Some(path), Some(at)) if at == run.record().step => Some(path.clone()),
+                _ => Some(
+                    run.save_state()
+                        .await
+                        .map_err(|e| format!("cannot save the state a canary goes back to: {e}"))?,
+                ),
+            },
+        };
         let run_id = run.record().id.clone();
         let step = run.record().step + 1;
         train_queue::assign(&mut conn, &run_id, step, &batch.samples).map_err(err)?;
@@ -947,13 +1038,43 @@ impl Trainer {
             tracing::warn!("step {}: its metrics were not stored: {e:#}", report.step);
         }
         let sampler_path = run.save_sampler().await.map_err(|e| e.to_string())?;
-        swap(&serving, &policy, &sampler_path, report.step)
-            .await
-            .map_err(|e| format!("trained step {} but cannot serve it: {e}", report.step))?;
-        // When the step's weights began to serve (the dashboard's swaps).
-        let served = serde_json::json!({
-            "served_at_ms": crate::clock::now_ms(), "sampler": sampler_path,
-        });
+        let tested = match trained_from {
+            None => None,
+            Some(from) => {
+                let candidate = Candidate {
+                    run: run_id.clone(),
+                    sampler: sampler_path.clone(),
+                    version: report.step,
+                    state: report.saved.clone(),
+                    trained_from: from,
+                };
+                match self.start_test(&conn, candidate).await {
+                    Ok(id) => Some(id),
+                    Err(why) => {
+                        let said = format!(
+                            "step {}'s weights serve every session untested: {why}",
+                            report.step
+                        );
+                        tracing::warn!("canary: {said}");
+                        set(&self.state, |s| s.canary = Some(said));
+                        None
+                    }
+                }
+            }
+        };
+        if tested.is_none() {
+            swap(&serving, &policy, &sampler_path, report.step)
+                .await
+                .map_err(|e| format!("trained step {} but cannot serve it: {e}", report.step))?;
+        }
+        // When the step's weights began to serve everyone (the dashboard's
+        // swaps); under test, only its sampler (a promotion adds the time).
+        let served = match tested {
+            None => serde_json::json!({
+                "served_at_ms": crate::clock::now_ms(), "sampler": sampler_path,
+            }),
+            Some(id) => serde_json::json!({ "sampler": sampler_path, "canary": id }),
+        };
         if let Err(e) =
             crate::store::training::annotate_step(&conn, &run_id, report.step, incarnation, &served)
         {
@@ -977,6 +1098,7 @@ impl Trainer {
             sampler_path,
             policy_version: report.step,
             checkpoint: report.saved,
+            under_test: tested,
             opd,
         }))
     }
@@ -1053,6 +1175,396 @@ fn checked(
     };
     set(state, |s| s.opd = Some(line));
     passed.store(result.is_ok(), Ordering::Release);
+}
+
+/// A step's new weights, as a canary tests them.
+struct Candidate {
+    run: String,
+    sampler: String,
+    version: i64,
+    /// The training state the step saved.
+    state: Option<String>,
+    /// The training state the step started from.
+    trained_from: String,
+}
+
+/// Canaries of new weights (`canary.weights`; docs/learning.md
+/// "Canaries"): the incumbent serves every session but the candidate
+/// arm's, no step trains meanwhile, and the test (or the collapse guard,
+/// or the user) ends it.
+impl Trainer {
+    /// Starts testing a step's weights: the incumbent moves to a model of
+    /// its own where it is the training model's (skyrl samples a
+    /// checkpoint through its model's adapter, which now holds the
+    /// candidate), the run's record goes on serving it (a restart serves
+    /// it), and the candidate serves its arm. The experiment's id.
+    async fn start_test(
+        &mut self,
+        conn: &rusqlite::Connection,
+        candidate: Candidate,
+    ) -> Result<i64, String> {
+        let settings = self.settings.canary.clone().ok_or("canary.weights is off")?;
+        let state = candidate
+            .state
+            .clone()
+            .ok_or("the step saved no training state")?;
+        let (served, version) = self
+            .policy
+            .served()
+            .ok_or("the student is not serving (not connected)")?;
+        let run = self.run.as_mut().ok_or("no training run")?;
+        let own = format!("tinker://{}/", run.model().model_id);
+        let (incumbent, incumbent_state) = match (served.as_str(), version) {
+            ("base", 0) => {
+                // The base weights: the run's untrained LoRA serves them.
+                let copy = run
+                    .serving_copy(&candidate.trained_from, 0)
+                    .await
+                    .map_err(|e| format!("cannot serve the base weights beside it: {e}"))?;
+                (copy, candidate.trained_from.clone())
+            }
+            (path, _) if path.starts_with(&own) => {
+                let state = state_of(conn, &candidate.run, path)?.ok_or_else(|| {
+                    format!("the served weights ({path}) were not saved as a training state")
+                })?;
+                let copy = run
+                    .serving_copy(&state, version)
+                    .await
+                    .map_err(|e| format!("cannot serve the incumbent beside it: {e}"))?;
+                (copy, state)
+            }
+            (path, _) => {
+                let state = state_of(conn, &candidate.run, path)?.unwrap_or_default();
+                (path.to_string(), state)
+            }
+        };
+        if incumbent != served {
+            // The same weights, from a model of their own.
+            swap(&self.serving, &self.policy, &incumbent, version).await?;
+        }
+        let detail = WeightsTest {
+            run: candidate.run.clone(),
+            candidate_sampler: candidate.sampler.clone(),
+            candidate_version: candidate.version,
+            candidate_state: state,
+            incumbent_sampler: incumbent.clone(),
+            incumbent_version: version,
+            incumbent_state,
+            trained_from: candidate.trained_from.clone(),
+        };
+        let now = crate::clock::now_ms();
+        let origin = format!("train step {} of run {}", candidate.version, candidate.run);
+        let id = experiments::start_weights(conn, &detail, settings.share, &origin, now)
+            .and_then(|id| {
+                crate::store::training::serve(conn, &candidate.run, &incumbent, version, now)
+                    .map_err(|e| rusqlite::Error::ToSqlConversionFailure(e.into()))?;
+                Ok(id)
+            })
+            .map_err(|e| format!("the experiment's record: {e}"))?;
+        if let Err(e) = test_candidate(&self.serving, &self.policy, &detail, id, settings.share).await
+        {
+            let why = format!("the candidate cannot be sampled: {e}");
+            let _ = experiments::decide(conn, id, "abandoned", "test", &why, now);
+            let _ = crate::store::training::serve(
+                conn,
+                &candidate.run,
+                &candidate.sampler,
+                candidate.version,
+                now,
+            );
+            return Err(why);
+        }
+        let said = format!(
+            "step {}'s weights under test (experiment {id}) beside step {version}'s",
+            candidate.version
+        );
+        tracing::info!(experiment = id, "canary: {said}");
+        set(&self.state, |s| s.canary = Some(said));
+        self.test = Some(Test { id, detail });
+        Ok(id)
+    }
+
+    /// Runs the test again on the judged sessions, after the collapse
+    /// guard; ends it when either says so.
+    async fn check_test(&mut self) {
+        let (Some(settings), Some(test)) = (self.settings.canary.clone(), self.test.clone()) else {
+            return;
+        };
+        self.serve_candidate(settings.share).await;
+        let looked = crate::store::open_read_only(&self.settings.db)
+            .map_err(|e| format!("{e:#}"))
+            .and_then(|conn| {
+                let e = experiments::get(&conn, test.id)
+                    .map_err(|e| e.to_string())?
+                    .ok_or("its record is gone")?;
+                let (candidate, control) = experiments::arm_answers(&conn, test.id, &test.detail)
+                    .map_err(|e| e.to_string())?;
+                let (rc, rk) = experiments::arm_rewards(&conn, test.id).map_err(|e| e.to_string())?;
+                if let Some(why) = super::canary::collapse(&candidate, &control, (&rc, &rk)) {
+                    return Ok(Some(("rolled_back", "collapse", why)));
+                }
+                let evidence = crate::learn::canary::evidence(&conn, &e, &settings)
+                    .map_err(|e| format!("{e:#}"))?;
+                Ok(crate::learn::canary::verdict(&e, evidence, &settings, crate::clock::now_ms()))
+            });
+        let (state, by, reason) = match looked {
+            Ok(Some(decided)) => decided,
+            Ok(None) => return,
+            Err(e) => {
+                tracing::warn!(experiment = test.id, "the weights under test were not decided: {e}");
+                return;
+            }
+        };
+        if let Err(e) = self.end_test(state == "promoted", by, &reason).await {
+            tracing::warn!(experiment = test.id, "{e}");
+        }
+    }
+
+    /// Ends the test: promoted, the candidate serves everyone and the run
+    /// trains on from it; rolled back, the incumbent serves everyone, the
+    /// run trains on from the state the candidate's step started from, and
+    /// the samples the candidate drew are not trained. What was done.
+    async fn end_test(&mut self, promote: bool, by: &str, reason: &str) -> Result<String, String> {
+        let test = self.test.clone().ok_or("no weights are under test")?;
+        let d = &test.detail;
+        let conn =
+            crate::store::open_side_writer(&self.settings.db).map_err(|e| format!("{e:#}"))?;
+        let now = crate::clock::now_ms();
+        let (state, said) = match promote {
+            true => ("promoted", format!(
+                "step {}'s weights promoted: they serve every session ({reason})",
+                d.candidate_version
+            )),
+            false => ("rolled_back", format!(
+                "step {}'s weights rolled back: step {}'s serve every session and training goes on from the state before ({reason})",
+                d.candidate_version, d.incumbent_version
+            )),
+        };
+        // Serving first (no turn waits on the store), then one transaction.
+        self.policy.end_test(promote);
+        let written = conn
+            .unchecked_transaction()
+            .and_then(|tx| {
+                let record = |r: anyhow::Result<()>| {
+                    r.map_err(|e| rusqlite::Error::ToSqlConversionFailure(e.into()))
+                };
+                match promote {
+                    true => record(crate::store::training::serve(
+                        &tx,
+                        &d.run,
+                        &d.candidate_sampler,
+                        d.candidate_version,
+                        now,
+                    ))?,
+                    false => {
+                        record(crate::store::training::serve(
+                            &tx,
+                            &d.run,
+                            &d.incumbent_sampler,
+                            d.incumbent_version,
+                            now,
+                        ))?;
+                        record(crate::store::training::go_back_to(
+                            &tx,
+                            &d.run,
+                            &d.trained_from,
+                            d.candidate_version,
+                            now,
+                        ))?;
+                        let paused = crate::store::training::health_mark(&tx, &d.run)
+                            .map(|m| m.paused)
+                            .unwrap_or_default();
+                        record(crate::store::training::set_health_mark(
+                            &tx,
+                            &d.run,
+                            &crate::store::training::HealthMark {
+                                since_step: d.candidate_version,
+                                paused,
+                            },
+                        ))?;
+                        let why = format!(
+                            "sampled by weights a canary rolled back (experiment {})",
+                            test.id
+                        );
+                        train_queue::skip_version(&tx, d.candidate_version, &why)?;
+                    }
+                }
+                experiments::decide(&tx, test.id, state, by, reason, now)?;
+                tx.commit()
+            })
+            .map_err(|e| format!("the canary's decision was not recorded: {e}"));
+        self.test = None;
+        if !promote {
+            // Opened again before the next step, from the state before.
+            self.run = None;
+        }
+        if promote && let Some(run) = &self.run {
+            let served = serde_json::json!({"served_at_ms": now});
+            let incarnation = run.record().incarnation;
+            if let Err(e) = crate::store::training::annotate_step(
+                &conn,
+                &d.run,
+                d.candidate_version,
+                incarnation,
+                &served,
+            ) {
+                tracing::warn!("step {}: when it began to serve was not stored: {e:#}", d.candidate_version);
+            }
+        }
+        written?;
+        tracing::warn!(experiment = test.id, "canary {state}: {said}");
+        set(&self.state, |s| s.canary = Some(said.clone()));
+        Ok(said)
+    }
+
+    /// The user's decision (`experiments promote|rollback`).
+    async fn decide_by_user(&mut self, id: i64, promote: bool, why: &str) -> Result<Experiment, String> {
+        match &self.test {
+            Some(test) if test.id == id => {}
+            _ => return Err(format!("experiment {id} is not the weights under test")),
+        }
+        let reason = match promote {
+            true => format!("promoted by hand: {why}"),
+            false => format!("rolled back by hand: {why}"),
+        };
+        self.end_test(promote, "user", &reason).await?;
+        let conn = crate::store::open_read_only(&self.settings.db).map_err(|e| format!("{e:#}"))?;
+        experiments::get(&conn, id)
+            .map_err(|e| e.to_string())?
+            .ok_or_else(|| format!("experiment {id} is gone"))
+    }
+
+    /// Weights under test when the last process stopped: tested on, the
+    /// candidate saved anew from the run's state (its last, under a
+    /// canary); rolled back where that is not so, or `canary.weights` is
+    /// off now (untested weights are never promoted by a restart).
+    async fn resume_test(&mut self) {
+        let open = crate::store::open_read_only(&self.settings.db)
+            .map_err(|e| format!("{e:#}"))
+            .and_then(|conn| {
+                let open = experiments::testing(&conn, "weights").map_err(|e| e.to_string())?;
+                Ok(open
+                    .into_iter()
+                    .map(|e| (e.id, experiments::weights_test(&conn, e.id).ok().flatten()))
+                    .collect::<Vec<_>>())
+            });
+        let open = match open {
+            Ok(open) => open,
+            Err(e) => {
+                tracing::warn!("the weights under test were not read: {e}");
+                return;
+            }
+        };
+        for (id, detail) in open {
+            let Some(detail) = detail else {
+                if let Ok(conn) = crate::store::open_side_writer(&self.settings.db) {
+                    let _ = experiments::decide(&conn, id, "abandoned", "test", "its record is unreadable", crate::clock::now_ms());
+                }
+                continue;
+            };
+            self.test = Some(Test { id, detail: detail.clone() });
+            let resumed = match &self.settings.canary {
+                None => Err("canary.weights is off since".to_string()),
+                Some(settings) => self.test_again(id, detail, settings.share).await,
+            };
+            if let Err(why) = resumed {
+                let reason = format!("not tested on after a restart: {why}");
+                if let Err(e) = self.end_test(false, "test", &reason).await {
+                    tracing::warn!(experiment = id, "{e}");
+                }
+            }
+        }
+    }
+
+    async fn test_again(&mut self, id: i64, mut detail: WeightsTest, share: f64) -> Result<(), String> {
+        let run = self.open_run().await?;
+        if run.record().id != detail.run || run.record().state_step != Some(detail.candidate_version) {
+            return Err(format!(
+                "the run's training state is no longer step {}'s",
+                detail.candidate_version
+            ));
+        }
+        // What the record serves: the incumbent, loaded again by this
+        // process (`reload_saved_weights`).
+        let incumbent = match (&run.record().sampler_path, run.record().sampler_step) {
+            (Some(path), Some(version)) if version == detail.incumbent_version => path.clone(),
+            _ => {
+                return Err(format!(
+                    "the run no longer serves step {}'s weights",
+                    detail.incumbent_version
+                ));
+            }
+        };
+        let sampler = run.save_sampler().await.map_err(|e| e.to_string())?;
+        let conn =
+            crate::store::open_side_writer(&self.settings.db).map_err(|e| format!("{e:#}"))?;
+        let now = crate::clock::now_ms();
+        crate::store::training::serve(&conn, &detail.run, &incumbent, detail.incumbent_version, now)
+            .map_err(|e| format!("{e:#}"))?;
+        detail.candidate_sampler = sampler;
+        detail.incumbent_sampler = incumbent;
+        experiments::set_weights_test(&conn, id, &detail).map_err(|e| e.to_string())?;
+        tracing::info!(experiment = id, "canary: step {}'s weights tested on after a restart", detail.candidate_version);
+        self.test = Some(Test { id, detail });
+        // Served to its arm once the student is connected (`check_test`).
+        self.serve_candidate(share).await;
+        Ok(())
+    }
+
+    /// Serves the weights under test to their arm, if the student is
+    /// connected and they are not served yet (after a restart, the
+    /// connection comes in the background).
+    async fn serve_candidate(&mut self, share: f64) {
+        let Some(test) = &self.test else { return };
+        if self.policy.served().is_none()
+            || self.policy.under_test().is_some_and(|c| c.experiment == test.id)
+        {
+            return;
+        }
+        if let Err(e) = test_candidate(&self.serving, &self.policy, &test.detail, test.id, share).await {
+            tracing::warn!(experiment = test.id, "the weights under test are not served yet: {e}");
+        }
+    }
+}
+
+/// Serves the candidate to its arm; on the serving runtime, as a swap.
+async fn test_candidate(
+    serving: &tokio::runtime::Handle,
+    policy: &Arc<Policy>,
+    detail: &WeightsTest,
+    id: i64,
+    share: f64,
+) -> Result<(), String> {
+    let (policy, path, version) = (
+        policy.clone(),
+        detail.candidate_sampler.clone(),
+        detail.candidate_version,
+    );
+    serving
+        .spawn(async move { policy.test_candidate(&path, version, id, share).await })
+        .await
+        .map_err(|e| format!("the swap stopped: {e}"))?
+}
+
+/// The training state the sampler weights at `sampler` were saved with or
+/// loaded from: the step that saved them, else a weights test whose
+/// incumbent they are.
+fn state_of(
+    conn: &rusqlite::Connection,
+    run: &str,
+    sampler: &str,
+) -> Result<Option<String>, String> {
+    if let Some(state) = state_saved_with(conn, run, sampler)? {
+        return Ok(Some(state));
+    }
+    let tests = experiments::testing(conn, "weights").map_err(|e| e.to_string())?;
+    Ok(tests.iter().find_map(|e| {
+        experiments::weights_test(conn, e.id)
+            .ok()
+            .flatten()
+            .filter(|t| t.incumbent_sampler == sampler && !t.incumbent_state.is_empty())
+            .map(|t| t.incumbent_state)
+    }))
 }
 
 /// Serves `path` (policy version `version`) from now on. The swap runs on

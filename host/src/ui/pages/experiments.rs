@@ -23,13 +23,14 @@ pub async fn page(
     Extension(dashboard): Extension<Arc<Dashboard>>,
     Extension(login): Extension<Login>,
 ) -> Response {
-    let settings = app
+    let on = app
         .proxy
         .skills
         .as_ref()
-        .and_then(|s| s.settings.canary.clone());
-    let on = settings.is_some();
-    let settings = settings.unwrap_or_default();
+        .is_some_and(|s| s.settings.canary.is_some());
+    // Weights are tested where a trainer serves and trains them.
+    let weights = app.train.is_some() && app.info.canary.weights;
+    let settings = app.info.canary.clone();
     let rule = settings.clone();
     let reader = app.clone();
     let shown = read(move || {
@@ -50,6 +51,7 @@ pub async fn page(
                 frame => frame("experiments", &login, &dashboard),
                 experiments => data(&experiments),
                 on => on,
+                weights => weights,
                 share => rule.share,
                 delta => rule.delta,
                 min_sessions => rule.min_sessions,
