@@ -293,6 +293,12 @@ fn start_trainer(
             }
         },
     };
+    if config.canary.weights && config.rl.save_every != 1 {
+        tracing::warn!(
+            "rl.save_every: {} is not used: with canary.weights on, the training state is saved every step (a rollback goes back to the state before the candidate's step)",
+            config.rl.save_every
+        );
+    }
     let settings = trainer::Settings {
         tinker: crate::tinker::configured::settings(config, &env),
         // Under a weights canary every step saves its training state: a
