@@ -168,8 +168,14 @@ async fn product_with_dropins(
     for file in dropins {
         std::fs::copy(file, home.plugins_dir().join(file.file_name().unwrap())).unwrap();
     }
+    // Canaries of weights off unless `learning` turns them on: these tests
+    // are about serving and training (the last ones about canaries).
+    let canary = match learning.contains("canary:") {
+        true => "",
+        false => "canary:\n  weights: false\n",
+    };
     let config = format!(
-        "mode: rl\nllm:\n  api_base: {upstream}\n  model_id: echo\n  force_model: true\nrl:\n{rl}skills:\n  enabled: false\n{learning}plugins:\n  builtin: false\ncanary:\n  weights: false\n"
+        "mode: rl\nllm:\n  api_base: {upstream}\n  model_id: echo\n  force_model: true\nrl:\n{rl}skills:\n  enabled: false\n{learning}plugins:\n  builtin: false\n{canary}"
     );
     let path = dir.path().join("config.yaml");
     std::fs::write(&path, config).unwrap();
@@ -1755,4 +1761,104 @@ async fn against_skyrl_a_rollback_serves_earlier_weights_and_training_goes_on_fr
         .map(|s| (s.step, s.incarnation))
         .collect();
     assert_eq!(steps, [(3, 1), (2, 1), (1, 1)]);
+}
+
+/// Canaries of new weights against skyrl 0.3.0, whose checkpoints are
+/// sampled through the adapter of the model that saved them: a step's
+/// weights serve the candidate arm while the incumbent (the base weights,
+/// from the run's untrained LoRA in a model of its own) serves the control
+/// arm, answers alternating between the arms each come from their own
+/// weights (the same seed gives the same tokens and logprobs again), and a
+/// rollback trains on from the state before the candidate's step: the next
+/// step's learner scores its batch as the incumbent that sampled it did
+/// (KL(sampler‖learner) ≈ 0; far from 0 had it trained on from the
+/// candidate, at this learning rate).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn against_skyrl_weights_under_test_serve_beside_the_incumbent_and_a_rollback_trains_on_from_before()
+ {
+    use metaclaw::canary::{Arm, arm_for};
+    let Some(server) = common::skyrl::start("weights canary against skyrl") else {
+        return;
+    };
+    let model = common::skyrl::model_dir();
+    let upstream = common::dummy();
+    let rl = format!(
+        "  model: {}\n  tinker_base_url: {}\n  fallback_to_llm: false\n  thinking: 'off'\n  max_new_tokens: 8\n  lora_rank: 8\n  lora_seed: 1\n  batch_size: 2\n  learning_rate: 0.5\n  manual_train_trigger: true\n  prm_model: judge\n  prm_m: 1\n",
+        model.display(),
+        server.proc.url,
+    );
+    let canary = "learning:\n  enabled: true\ncanary:\n  weights: true\n  share: 0.5\n";
+    let p = product_with(&upstream.url, &rl, canary).await;
+    p.student_is("ready").await;
+    let base = p.seeded("s-base").await;
+    assert_eq!(base.policy_version, 0);
+    let step1 = p.corrected_step("s-1").await;
+    let kl = |s: &Value| s["kl_sampler_learner"].as_f64().unwrap();
+    assert!(kl(&step1).abs() < 1e-3, "{step1}");
+    let id = step1["under_test"]
+        .as_i64()
+        .unwrap_or_else(|| panic!("not under test: {step1}"));
+    let status = p.status().await;
+    assert_eq!(status["student"]["policy_version"], 0, "{status}");
+    let incumbent = status["student"]["sampler"].as_str().unwrap().to_string();
+    assert!(incumbent.ends_with("-serve-step000000"), "{status}");
+
+    let of = |want: Arm| {
+        (0..)
+            .map(move |i| format!("s-{}-{i}", want.as_str()))
+            .filter(move |s| arm_for(id, s, 0.5) == want)
+    };
+    let (mut candidate, mut control) = (of(Arm::Candidate), of(Arm::Control));
+    let c1 = p.seeded(&candidate.next().unwrap()).await;
+    let k1 = p.seeded(&control.next().unwrap()).await;
+    let c2 = p.seeded(&candidate.next().unwrap()).await;
+    let k2 = p.seeded(&control.next().unwrap()).await;
+    assert_eq!((c1.policy_version, k1.policy_version), (1, 0));
+    assert_eq!(k1.sampler, incumbent);
+    // The incumbent is the base model's weights (the LoRA's B starts at 0).
+    assert_eq!(k1.tokens, base.tokens);
+    for (a, b) in k1.logprobs.iter().zip(&base.logprobs) {
+        assert!((a - b).abs() < 1e-4, "{:?} vs {:?}", k1.logprobs, base.logprobs);
+    }
+    assert_ne!(c1.logprobs, k1.logprobs, "the candidate samples as the incumbent");
+    // Alternating arms: each answer from its own weights again.
+    assert_eq!((&c2.tokens, &c2.logprobs), (&c1.tokens, &c1.logprobs));
+    assert_eq!((&k2.tokens, &k2.logprobs), (&k1.tokens, &k1.logprobs));
+
+    // Rolled back by hand: the incumbent serves everyone, and training
+    // goes on from the state before step 1.
+    let (status, body) = p
+        .admin_post(
+            &format!("/admin/experiments/{id}/decide"),
+            &json!({"decision": "rollback", "reason": "checking"}),
+        )
+        .await;
+    assert_eq!(status, StatusCode::OK, "{}", String::from_utf8_lossy(&body));
+    assert_eq!(json_of(&body)["experiment"]["state"], "rolled_back");
+    let back = p.seeded(&candidate.next().unwrap()).await;
+    assert_eq!((back.policy_version, &back.sampler), (0, &incumbent));
+    let step2 = p.corrected_step("s-2").await;
+    eprintln!(
+        "KL(sampler||learner): step 1 {:+.3e}, step 2 after the rollback {:+.3e}",
+        kl(&step1),
+        kl(&step2)
+    );
+    assert_eq!(step2["step"], 2, "{step2}");
+    assert!(
+        kl(&step2).abs() < 1e-3,
+        "step 2 trained on from the rolled-back weights: {step2}"
+    );
+}
+
+impl Product {
+    /// One turn of a session of its own with a fixed sampling seed: its
+    /// sample.
+    async fn seeded(&self, session: &str) -> SampleRecord {
+        let body = json!({"model": "m", "seed": 7, "max_tokens": 8,
+                          "messages": [{"role": "user", "content": "Say hello."}]});
+        let (status, bytes) = self.post("/v1/chat/completions", session, &body).await;
+        assert_eq!(status, StatusCode::OK, "{}", String::from_utf8_lossy(&bytes));
+        let turns = self.turns(session).await;
+        self.sample_of(&turns[0].id).await
+    }
 }
