@@ -680,12 +680,12 @@ fn the_oracle_learns_only_what_it_is_told_and_the_scores_follow() {
     assert_eq!(direct(&report(&anthropic)), direct(&r));
 }
 
-/// The `rl` arm: metaclaw in `mode: rl` serves the agent with the trainable
-/// model (the fake Tinker service's, in this process), each night judges
-/// the day and takes a train step on its samples, and the next days are
-/// served by the new weights.
+/// The `rl+learn` arm: metaclaw in `mode: rl` serves the agent with the
+/// trainable model (the fake Tinker service's, in this process), each
+/// night judges the day, evolves skills and takes a train step on its
+/// samples, and the next days are served by the new weights.
 #[test]
-fn the_rl_arm_serves_the_student_and_trains_each_night() {
+fn the_rl_learn_arm_serves_the_student_and_trains_each_night() {
     let rt = tokio::runtime::Runtime::new().unwrap();
     let fake = rt.block_on(async {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
@@ -706,12 +706,12 @@ fn the_rl_arm_serves_the_student_and_trains_each_night() {
     )
     .unwrap();
     let dir = home.path().join("run");
-    warm_homes(&dir, &["rl-1"]);
+    warm_homes(&dir, &["rl+learn-1"]);
     run_small(
         home.path(),
         &upstream.url,
         "echo",
-        "rl",
+        "rl+learn",
         &dir,
         &["--judge-model", "judge", "--evolver-model", "bench-evolver"],
     );
@@ -721,7 +721,7 @@ fn the_rl_arm_serves_the_student_and_trains_each_night() {
         assert!(by.starts_with("student; policy_version="), "{round}");
         by.rsplit('=').next().unwrap().parse().unwrap()
     };
-    let rounds = rounds(&r, "rl");
+    let rounds = rounds(&r, "rl+learn");
     assert_eq!(rounds.len(), ROUNDS);
     // Every night took its train step's turn: a step, or why not (too
     // few samples, or none with signal), never an error.
@@ -749,7 +749,7 @@ fn the_rl_arm_serves_the_student_and_trains_each_night() {
     // What the run records of it: the student served (its base model at
     // the training service, and the policy versions the rounds name), the
     // nights that trained and the samples they used.
-    let started = arm_record(&dir, "rl-1");
+    let started = arm_record(&dir, "rl+learn-1");
     assert_eq!(started["student"], true, "{started}");
     assert_eq!(started["serves"]["model"], "fake-bigram");
     assert_eq!(started["serves"]["api"], fake.as_str());
@@ -757,7 +757,7 @@ fn the_rl_arm_serves_the_student_and_trains_each_night() {
     assert_eq!(started["evolver"]["model"], "bench-evolver");
     assert_eq!(started["bank"]["digest"], bank_of_the_checkout().0.as_str());
     let measured = &r["arms"][0];
-    assert_eq!(measured["run"], "rl-1");
+    assert_eq!(measured["run"], "rl+learn-1");
     let versions: std::collections::BTreeSet<u64> = rounds.iter().map(|x| policy(x)).collect();
     assert_eq!(
         measured["policy_versions"],
@@ -777,12 +777,12 @@ fn the_rl_arm_serves_the_student_and_trains_each_night() {
     assert_eq!(training["samples"]["trained"], samples, "{training}");
     let md = std::fs::read_to_string(dir.join("report.md")).unwrap();
     let said = format!(
-        "rl-1: {} of 12 nights trained ({}); {samples} samples trained",
+        "rl+learn-1: {} of 12 nights trained ({}); {samples} samples trained",
         stepped.len(),
         trained_days.join(", ")
     );
     assert!(md.contains(&said), "{said:?} not in:\n{md}");
-    assert!(md.contains("| rl-1 | student: fake-bigram at "), "{md}");
+    assert!(md.contains("| rl+learn-1 | student: fake-bigram at "), "{md}");
     for (day, step) in &stepped {
         let next_day = rounds
             .iter()
@@ -893,4 +893,138 @@ fn without_a_sandbox_for_the_checks_the_run_does_not_start() {
     );
     assert!(!out_dir.join("rounds.jsonl").exists());
     assert_eq!(dummy_requests(&upstream.url), 0);
+}
+
+/// `--split`: every second day is held out. The learning arms (`learn`
+/// with the oracle and the scripted evolver; `rl`, the student trained on
+/// the fake Tinker service, no skill evolved) judge, evolve and train on
+/// the training days only, as their stores show: no learning job, no
+/// evolved draft and no trained sample comes from a held-out day's
+/// session; and the report scores the held-out days apart, labelled.
+#[test]
+fn with_split_the_learning_arms_learn_from_the_training_days_only() {
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let fake = rt.block_on(async {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let fake = format!("http://{}", listener.local_addr().unwrap());
+        tokio::spawn(metaclaw_mock_tinker::serve(listener));
+        fake
+    });
+    let upstream = dummy();
+    let home = tempfile::tempdir().unwrap();
+    std::fs::write(
+        home.path().join("config.yaml"),
+        format!(
+            "rl:\n  model: fake-bigram\n  tinker_base_url: {fake}\n  tinker_api_key: tml-dummy\n  \
+             tokenizer_path: {}\n  lora_rank: 4\n  batch_size: 2\n  save_every: 1\n  \
+             manual_train_trigger: true\n  prm_m: 1\n",
+            common::rl_daemon::fixture()
+        ),
+    )
+    .unwrap();
+    let dir = home.path().join("run");
+    warm_homes(&dir, &["learn-1", "rl-1"]);
+    run_small(
+        home.path(),
+        &upstream.url,
+        "bench-oracle",
+        "learn,rl",
+        &dir,
+        &[
+            "--split",
+            "--days",
+            "4",
+            "--judge-model",
+            "judge",
+            "--evolver-model",
+            "bench-evolver",
+        ],
+    );
+    let r = report(&dir);
+    let held = ["day02", "day04"];
+    // The nights: a held-out day's session ends held out, nothing else.
+    for night in r["nights"].as_array().unwrap() {
+        let day = night["day"].as_str().unwrap();
+        let n = &night["night"];
+        match held.contains(&day) {
+            true => {
+                assert_eq!(n["held_out"], true, "{night}");
+                assert!(n["jobs"].is_null() && n["train"].is_null(), "{night}");
+            }
+            false => assert!(n["jobs"].is_array(), "{night}"),
+        }
+    }
+    for arm in ["learn", "rl"] {
+        let db = dir.join(format!("{arm}-1/home/metaclaw.db"));
+        let conn = metaclaw::store::open_read_only(&db).unwrap();
+        let strings = |sql: &str| -> Vec<String> {
+            let mut stmt = conn.prepare(sql).unwrap();
+            stmt.query_map([], |r| r.get(0))
+                .unwrap()
+                .collect::<rusqlite::Result<_>>()
+                .unwrap()
+        };
+        let of_held = |sessions: &[String]| {
+            sessions
+                .iter()
+                .filter(|s| held.iter().any(|d| s.ends_with(d)))
+                .count()
+        };
+        let jobs = strings("SELECT session_id FROM learning_jobs");
+        assert_eq!(jobs.len(), 2, "{arm}: {jobs:?}");
+        assert_eq!(of_held(&jobs), 0, "{arm}: {jobs:?}");
+        let ended = strings("SELECT id FROM sessions WHERE end_reason = 'held_out'");
+        assert_eq!(of_held(&ended), 2, "{arm}: {ended:?}");
+        let drafts = strings("SELECT session_id FROM evolved_drafts");
+        assert_eq!(of_held(&drafts), 0, "{arm}: {drafts:?}");
+        let trained = strings(
+            "SELECT t.session_id FROM turn_samples s JOIN turns t ON t.id = s.turn_id
+             WHERE s.train_state IN ('trained', 'in_step', 'ready')",
+        );
+        assert_eq!(of_held(&trained), 0, "{arm}: {trained:?}");
+        match arm {
+            // The oracle is told the rules on day01 and day03: skills follow.
+            "learn" => assert!(!drafts.is_empty(), "learn evolved nothing"),
+            // rl evolves no skill; it trains on the training days' samples.
+            _ => {
+                assert!(drafts.is_empty(), "rl evolved {drafts:?}");
+                assert!(!trained.is_empty(), "rl trained nothing");
+                let waiting = strings(
+                    "SELECT t.session_id FROM turn_samples s JOIN turns t ON t.id = s.turn_id
+                     WHERE s.train_state = 'waiting'",
+                );
+                assert!(of_held(&waiting) > 0, "the held-out days' samples: {waiting:?}");
+            }
+        }
+    }
+    // The report: the held-out days' scores apart, labelled.
+    let learn = summary(&r, "learn");
+    let held_rounds: usize = rounds(&r, "learn")
+        .iter()
+        .filter(|x| held.contains(&x["day"].as_str().unwrap()))
+        .count();
+    assert_eq!(learn["held_out"]["rounds"], held_rounds, "{learn}");
+    assert_eq!(
+        learn["training_days"]["rounds"].as_u64().unwrap() as usize + held_rounds,
+        learn["mean"]["rounds"].as_u64().unwrap() as usize
+    );
+    let passed = rounds(&r, "learn")
+        .iter()
+        .filter(|x| held.contains(&x["day"].as_str().unwrap()) && x["score"]["passed"] == true)
+        .count();
+    let strict = learn["held_out"]["strict"].as_f64().unwrap();
+    assert!((strict - passed as f64 / held_rounds as f64).abs() < 1e-9, "{learn}");
+    let md = std::fs::read_to_string(dir.join("report.md")).unwrap();
+    for said in [
+        "**Held-out days (`--split`)**: day02, day04 (marked H)",
+        "## Held-out days: the scores that count",
+        "| day02 (H) |",
+        "the held-out numbers (H) score days no arm learned from",
+    ] {
+        assert!(md.contains(said), "{said:?} not in:\n{md}");
+    }
+    let settings: Value =
+        serde_json::from_slice(&std::fs::read(dir.join("run.json")).unwrap()).unwrap();
+    assert_eq!(settings["split"], true, "{settings}");
+    drop(rt);
 }

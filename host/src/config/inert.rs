@@ -232,6 +232,7 @@ pub const IMPLEMENTED: &[&str] = &[
     "learning.enabled",
     "learning.concurrency",
     "learning.judge",
+    "learning.evolve",
     "learning.judge_temperature",
     "learning.llm_timeout",
     "learning.max_drafts",

@@ -622,6 +622,9 @@ pub struct LearningConfig {
     pub concurrency: u32,
     /// Judge every main turn (`rl.prm_m` votes each).
     pub judge: bool,
+    /// Evolve skills from ended sessions (`false`: judged for rewards and
+    /// training only; nothing is written to the skill library).
+    pub evolve: bool,
     /// Sampling temperature of the judge's votes (they must be able to differ).
     pub judge_temperature: f32,
     /// One judge or evolver call, including retries after 429 and 5xx.
@@ -639,6 +642,7 @@ impl Default for LearningConfig {
             enabled: true,
             concurrency: 2,
             judge: true,
+            evolve: true,
             judge_temperature: 0.6,
             llm_timeout: Dur::secs(120),
             max_drafts: 3,

@@ -37,6 +37,10 @@ pub enum EndReason {
     Reset,
     /// No main turn for `sessions.idle_timeout`.
     Idle,
+    /// Held out of learning (`bench run --split`): scored, never learned
+    /// from: no learning job, so nothing evolves from it and none of its
+    /// samples is trained.
+    HeldOut,
 }
 
 impl EndReason {
@@ -46,6 +50,7 @@ impl EndReason {
             Self::Api => "api",
             Self::Reset => "reset",
             Self::Idle => "idle",
+            Self::HeldOut => crate::store::jobs::HELD_OUT,
         }
     }
 }

@@ -154,6 +154,10 @@ impl Job {
     }
 }
 
+/// The end reason of a session held out of learning (a benchmark's
+/// held-out day): it gets no job.
+pub const HELD_OUT: &str = "held_out";
+
 /// Queues the session's job (in the caller's transaction). A queued job
 /// stays as it is (it reads the transcript when it runs); a finished one
 /// starts its next round (the session was reopened and ended again); a
@@ -242,6 +246,16 @@ pub fn request_now(conn: &Connection, session_id: &str, now_ms: i64) -> Result<(
             )?;
             if !known {
                 anyhow::bail!("no session {session_id:?} (see `metaclaw sessions list`)");
+            }
+            let held_out: bool = conn.query_row(
+                "SELECT EXISTS (SELECT 1 FROM sessions WHERE id = ?1 AND end_reason = ?2)",
+                params![session_id, HELD_OUT],
+                |r| r.get(0),
+            )?;
+            if held_out {
+                anyhow::bail!(
+                    "session {session_id:?} was held out of learning (a benchmark's held-out day): it is scored, never learned from"
+                );
             }
             enqueue(conn, session_id, now_ms)?;
         }

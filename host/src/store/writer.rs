@@ -593,8 +593,8 @@ fn insert_end(
     )?
     .execute(params![&*s.id, reason, at_ms])?;
     // In the same transaction: an ended session always has its job (when
-    // learning is on).
-    if queue_learning {
+    // learning is on), but one held out of learning.
+    if queue_learning && reason != super::jobs::HELD_OUT {
         super::jobs::enqueue(tx, &s.id, at_ms)?;
     }
     Ok(())

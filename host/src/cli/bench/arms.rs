@@ -49,8 +49,13 @@ pub enum Arm {
     Skills,
     /// Skills, and each day's session learned from before the next day.
     Learn,
-    /// Learn, and the served model trained through the Tinker bridge.
+    /// The trainable model served and trained through the Tinker bridge
+    /// on each day's judged turns; the built-in skills, none evolved.
     Rl,
+    /// `rl` and `learn` together: weights trained and skills evolved.
+    #[value(name = "rl+learn")]
+    #[serde(rename = "rl+learn")]
+    RlLearn,
 }
 
 impl Arm {
@@ -60,11 +65,23 @@ impl Arm {
             Self::Skills => "skills",
             Self::Learn => "learn",
             Self::Rl => "rl",
+            Self::RlLearn => "rl+learn",
         }
     }
 
+    /// Each day's session is judged at night (for skills, weights or both).
     pub fn learns(self) -> bool {
-        matches!(self, Self::Learn | Self::Rl)
+        matches!(self, Self::Learn | Self::Rl | Self::RlLearn)
+    }
+
+    /// Skills are evolved from the day's session.
+    pub fn evolves(self) -> bool {
+        matches!(self, Self::Learn | Self::RlLearn)
+    }
+
+    /// The trainable model serves the agent and trains each night.
+    pub fn trains(self) -> bool {
+        matches!(self, Self::Rl | Self::RlLearn)
     }
 }
 
@@ -100,7 +117,8 @@ pub fn arm_config(user: &Loaded, arm: Arm, model: &str, helpers: &Helpers) -> Re
     c.llm.force_model = false;
     c.learning.enabled = arm.learns();
     c.learning.judge = arm.learns();
-    c.skills.auto_evolve = arm.learns();
+    c.learning.evolve = arm.evolves();
+    c.skills.auto_evolve = arm.evolves();
     // The arm measures what learning teaches in the days it runs: a
     // canary would withhold each new skill from most rounds, and a bench
     // day has too few sessions to decide one.
@@ -116,7 +134,7 @@ pub fn arm_config(user: &Loaded, arm: Arm, model: &str, helpers: &Helpers) -> Re
         c.rl.evolver_model = evolver.clone();
     }
     c.mode = match arm {
-        Arm::Rl => {
+        Arm::Rl | Arm::RlLearn => {
             if c.rl.tinker_base_url.trim().is_empty() {
                 bail!(
                     "the rl arm trains through a Tinker-compatible service: set rl.tinker_base_url \
@@ -383,7 +401,7 @@ impl Instance {
             );
             self.skills_ready().await?;
         }
-        if arm == Arm::Rl {
+        if arm.trains() {
             match &app.train {
                 Some(train) => {
                     let (last, trained) = train_night(train).await;
@@ -403,6 +421,22 @@ impl Instance {
             .collect();
         night["evolved"] = json!(evolved);
         Ok(night)
+    }
+
+    /// A held-out day's night (`--split`): its session ends held out of
+    /// learning (no learning job: nothing evolves from it, none of its
+    /// samples trains), and nothing else happens.
+    pub fn hold_out(&self, session: &str) -> Value {
+        let ended = self
+            .handle
+            .app()
+            .proxy
+            .sessions
+            .end(session, crate::sessions::EndReason::HeldOut);
+        json!({
+            "held_out": true,
+            "session_ended": !matches!(ended, crate::sessions::EndOutcome::Unknown),
+        })
     }
 
     /// The arm's metaclaw store (what its turns were served with).

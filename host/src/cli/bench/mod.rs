@@ -139,6 +139,11 @@ pub struct RunArgs {
     /// Only the set's first N days (a quick, cheaper run).
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..=30))]
     pub days: Option<u64>,
+    /// Hold every second day (day02, day04, …) out of learning: the
+    /// learning arms learn from the other days only, and the report's
+    /// held-out scores are of days no arm learned from.
+    #[arg(long)]
+    pub split: bool,
 }
 
 #[derive(Debug, Clone, Copy, clap::ValueEnum)]
@@ -317,10 +322,11 @@ fn run_bench(config_path: &Path, args: RunArgs) -> Result<ExitCode> {
         },
         agent: args.agent,
         days,
+        split: args.split,
     };
     // The rl arm's requirements are checked before anything runs.
-    if settings.arms.contains(&Arm::Rl) {
-        arms::arm_config(&user, Arm::Rl, &model, &settings.helpers)?;
+    if let Some(&arm) = settings.arms.iter().find(|a| a.trains()) {
+        arms::arm_config(&user, arm, &model, &settings.helpers)?;
     }
     let dir = args.out.unwrap_or_else(|| {
         let safe: String = model

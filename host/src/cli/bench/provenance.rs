@@ -214,7 +214,7 @@ impl ArmRecord {
             arm: arm.as_str().to_string(),
             repeat,
             bank,
-            serves: if arm == Arm::Rl {
+            serves: if arm.trains() {
                 ModelAt {
                     model: c.rl.model.clone(),
                     api: c.rl.tinker_base_url.clone(),
@@ -222,9 +222,11 @@ impl ArmRecord {
             } else {
                 upstream
             },
-            student: arm == Arm::Rl,
+            student: arm.trains(),
             judge: learns.then(|| helper(&c.rl.prm_model, &c.rl.prm_url)),
-            evolver: learns.then(|| helper(&c.rl.evolver_model, &c.rl.evolver_api_base)),
+            evolver: arm
+                .evolves()
+                .then(|| helper(&c.rl.evolver_model, &c.rl.evolver_api_base)),
         }
     }
 }

@@ -157,28 +157,61 @@ pub struct ArmSummary {
     pub arm: Arm,
     pub mean: Metrics,
     pub repeats: Vec<Metrics>,
+    /// With `--split`: the held-out days' rounds alone (the scores that
+    /// count), and the training days' (what the learning arms learned
+    /// from), each the mean over repeats.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub held_out: Option<Metrics>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub training_days: Option<Metrics>,
+}
+
+/// The days held out of learning (`--split`).
+fn held_out_days(settings: &Settings) -> BTreeSet<String> {
+    settings
+        .bench()
+        .map(|b| {
+            b.days
+                .iter()
+                .enumerate()
+                .filter(|(i, _)| settings.held_out(*i))
+                .map(|(_, d)| d.id.clone())
+                .collect()
+        })
+        .unwrap_or_default()
 }
 
 pub fn summarise(settings: &Settings, records: &Records) -> Vec<ArmSummary> {
+    let held = held_out_days(settings);
     settings
         .arms
         .iter()
         .map(|&arm| {
-            let repeats: Vec<Metrics> = (1..=settings.repeat)
-                .map(|repeat| {
-                    let rounds: Vec<&RoundRecord> = records
-                        .rounds
-                        .iter()
-                        .filter(|r| r.arm == arm.as_str() && r.repeat == repeat)
-                        .collect();
-                    metrics(&rounds)
-                })
-                .filter(|m| m.rounds > 0)
-                .collect();
+            let of = |keep: &dyn Fn(&RoundRecord) -> bool| -> Vec<Metrics> {
+                (1..=settings.repeat)
+                    .map(|repeat| {
+                        let rounds: Vec<&RoundRecord> = records
+                            .rounds
+                            .iter()
+                            .filter(|r| r.arm == arm.as_str() && r.repeat == repeat && keep(r))
+                            .collect();
+                        metrics(&rounds)
+                    })
+                    .filter(|m| m.rounds > 0)
+                    .collect()
+            };
+            let repeats = of(&|_| true);
+            let split = |held_out: bool| {
+                settings
+                    .split
+                    .then(|| mean(&of(&|r| held.contains(&r.day) == held_out)))
+            };
             ArmSummary {
                 arm,
                 mean: mean(&repeats),
                 repeats,
+                held_out: split(true),
+                training_days: split(false),
             }
         })
         .collect()
@@ -238,8 +271,8 @@ fn markdown(
     let mut md = String::new();
     let total = bench.rounds();
     let agent = match settings.agent {
-        AgentKind::Builtin if settings.arms.contains(&Arm::Rl) => format!(
-            "the built-in agent at temperature {} (in the rl arm {}: the student trains only on answers sampled at temperature 1), seed {}",
+        AgentKind::Builtin if settings.arms.iter().any(|a| a.trains()) => format!(
+            "the built-in agent at temperature {} (in the rl arms {}: the student trains only on answers sampled at temperature 1), seed {}",
             settings.temperature, settings.rl_temperature, settings.seed
         ),
         AgentKind::Builtin => format!(
@@ -267,7 +300,20 @@ fn markdown(
             .collect::<Vec<_>>()
             .join(", ")
     );
+    let held = held_out_days(settings);
+    if settings.split {
+        let _ = writeln!(
+            md,
+            "**Held-out days (`--split`)**: {} (marked H) were scored and never learned from: \
+             the learning arms judged, evolved and trained on the other days (T) only. The \
+             held-out scores are the ones that count.\n",
+            held.iter().cloned().collect::<Vec<_>>().join(", ")
+        );
+    }
     md.push_str(&measured_markdown(records, arms));
+    if settings.split {
+        held_out_markdown(&mut md, bench, summary, &held);
+    }
     let _ = writeln!(
         md,
         "## Summary\n\n| arm | strict accuracy | file checks passed | multiple choice exact | lenient (reference `Accuracy`, partial credit) | rounds done | model calls | tokens in / out |\n|---|---|---|---|---|---|---|---|"
@@ -366,8 +412,9 @@ fn markdown(
             .collect();
         let _ = writeln!(
             md,
-            "| {} | {} | {} | {} |",
+            "| {}{} | {} | {} | {} |",
             day.id,
+            if held.contains(&day.id) { " (H)" } else { "" },
             day.arc,
             day.tags.join(", "),
             cells.join(" | ")
@@ -407,7 +454,69 @@ fn markdown(
          35.5% (skills only), and for GPT-5.2 37.0% (baseline). docs/bench.md has the whole \
          table and how these arms map to the paper's.\n"
     );
+    let _ = writeln!(
+        md,
+        "{}\n",
+        match settings.split {
+            true => "The paper scores its full arm on the days it trained on, as this report's \
+                     all-days and training-day (T) numbers do; the held-out numbers (H) score \
+                     days no arm learned from, which the paper's do not.",
+            false => "This run holds no day out: like the paper's, its learning arms are scored \
+                      on the days they learned from (`--split` holds every second day out and \
+                      scores those apart).",
+        }
+    );
     md
+}
+
+/// The held-out days' scores (`--split`): per arm, the held-out and the
+/// training days' strict accuracy, and the held-out curve, day by day.
+fn held_out_markdown(
+    md: &mut String,
+    bench: &Bench,
+    summary: &[ArmSummary],
+    held: &BTreeSet<String>,
+) {
+    let days: Vec<&str> = bench
+        .days
+        .iter()
+        .filter(|d| held.contains(&d.id))
+        .map(|d| d.id.as_str())
+        .collect();
+    let _ = writeln!(
+        md,
+        "## Held-out days: the scores that count\n\n| arm | held out (H), strict | training days (T), strict | {} |\n|---|---|---|{}",
+        days.iter()
+            .map(|d| format!("{d} (H)"))
+            .collect::<Vec<_>>()
+            .join(" | "),
+        "---|".repeat(days.len())
+    );
+    for s in summary {
+        let score = |m: &Option<Metrics>| match m {
+            Some(m) if m.rounds > 0 => format!("{} of {} rounds", pct(m.strict), m.rounds),
+            _ => "–".into(),
+        };
+        let cells: Vec<String> = days
+            .iter()
+            .map(|d| {
+                s.mean
+                    .per_day
+                    .get(*d)
+                    .map(|v| pct(*v))
+                    .unwrap_or_else(|| "–".into())
+            })
+            .collect();
+        let _ = writeln!(
+            md,
+            "| {} | **{}** | {} | {} |",
+            s.arm.as_str(),
+            score(&s.held_out),
+            score(&s.training_days),
+            cells.join(" | ")
+        );
+    }
+    md.push('\n');
 }
 
 /// What one arm and repeat ran with: its record as it started, who served
@@ -462,7 +571,7 @@ fn measured(settings: &Settings, records: &Records) -> Vec<ArmMeasured> {
                 .iter()
                 .filter(|n| mine(&n.arm, n.repeat))
                 .collect();
-            let training = (arm == Arm::Rl).then(|| {
+            let training = arm.trains().then(|| {
                 let stepped: Vec<_> = nights
                     .iter()
                     .filter(|n| n.night["train"]["outcome"] == "stepped")
@@ -755,12 +864,16 @@ mod tests {
             arm: Arm::Skills,
             mean: mean(&[one.clone(), two.clone()]),
             repeats: vec![one.clone(), two],
+            held_out: None,
+            training_days: None,
         };
         assert_eq!(spread(&both, |m| m.strict), "75.0% (50.0%–100.0%)");
         let single = ArmSummary {
             arm: Arm::Skills,
             mean: one.clone(),
             repeats: vec![one],
+            held_out: None,
+            training_days: None,
         };
         assert_eq!(spread(&single, |m| m.strict), "100.0%");
     }

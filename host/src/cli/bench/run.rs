@@ -62,12 +62,22 @@ pub struct Settings {
     /// Only the set's first N days (a shorter run).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub days: Option<usize>,
+    /// Held-out days (`--split`): every second day (day02, day04, …) is
+    /// scored and never learned from; the learning arms learn from the
+    /// others only.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub split: bool,
 }
 
 impl Settings {
     /// The set, cut to the run's days.
     pub fn bench(&self) -> Result<Bench> {
         Ok(Bench::load(self.set)?.first_days(self.days))
+    }
+
+    /// Whether the `index`-th day (from 0) is held out of learning.
+    pub fn held_out(&self, index: usize) -> bool {
+        self.split && index % 2 == 1
     }
 }
 
@@ -333,9 +343,9 @@ pub async fn run(settings: &Settings, ctx: &RunContext) -> Result<()> {
             let agent = Agent {
                 endpoint: Endpoint::new(base, format, key.as_deref(), "the model's key")?,
                 model: settings.model.clone(),
-                temperature: match arm {
-                    Arm::Rl => settings.rl_temperature,
-                    _ => settings.temperature,
+                temperature: match arm.trains() {
+                    true => settings.rl_temperature,
+                    false => settings.temperature,
                 },
                 seed: settings.seed,
                 max_steps: settings.max_steps,
@@ -344,6 +354,7 @@ pub async fn run(settings: &Settings, ctx: &RunContext) -> Result<()> {
                 recorded: instance.as_ref().map(Instance::store),
             };
             let result = run_arm(
+                settings,
                 &bench,
                 &agent,
                 instance.as_ref(),
@@ -367,6 +378,7 @@ pub async fn run(settings: &Settings, ctx: &RunContext) -> Result<()> {
 
 #[allow(clippy::too_many_arguments)]
 async fn run_arm(
+    settings: &Settings,
     bench: &Bench,
     agent: &Agent,
     instance: Option<&Instance>,
@@ -378,7 +390,8 @@ async fn run_arm(
     progress: &mut Progress,
 ) -> Result<()> {
     let days_dir = arm_dir.join("days");
-    for day in &bench.days {
+    for (index, day) in bench.days.iter().enumerate() {
+        let held_out = settings.held_out(index);
         if records.night_done(arm, repeat, &day.id) {
             continue;
         }
@@ -427,6 +440,7 @@ async fn run_arm(
             None => Vec::new(),
         };
         let night = match (instance, &session) {
+            (Some(instance), Some(session)) if held_out => instance.hold_out(session),
             (Some(instance), Some(session)) => {
                 if arm.learns() {
                     progress.note(&format!("{}: learning from the day", day.id));
@@ -439,7 +453,7 @@ async fn run_arm(
             _ => Value::Null,
         };
         let mut night = night;
-        if let (Arm::Rl, Some(instance)) = (arm, instance) {
+        if let (true, Some(instance)) = (arm.trains(), instance) {
             // The student's samples after the night: how many trained, how
             // many wait, how many were skipped (and why).
             let store = instance.store();

@@ -48,6 +48,7 @@ pub async fn run(parts: &Parts, job: &Job) -> Result<Evolved> {
     let skip = match (&parts.skills, &parts.evolver) {
         (None, _) => Some("off: skills are disabled"),
         (_, None) => Some("off: no evolver model (set rl.evolver_model or llm.model_id)"),
+        _ if !parts.settings.evolve => Some("off: learning.evolve is false"),
         _ if turns.is_empty() => Some("skipped: the session has no main turn"),
         _ if turns.iter().all(|t| t.failed.is_some()) => {
             Some("skipped: the upstream failed on every main turn")
