@@ -207,14 +207,13 @@ fn mean_of(xs: &[f64]) -> Option<f64> {
     (!xs.is_empty()).then(|| xs.iter().sum::<f64>() / xs.len() as f64)
 }
 
+/// What the simulations share (here and in `learn::canary`).
 #[cfg(test)]
-mod tests {
-    use super::*;
-
+pub(crate) mod sim {
     /// splitmix64: a seeded generator, so every simulation is reproducible.
-    struct Rng(u64);
+    pub struct Rng(pub u64);
     impl Rng {
-        fn next(&mut self) -> f64 {
+        pub fn next(&mut self) -> f64 {
             self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
             let mut z = self.0;
             z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
@@ -223,7 +222,7 @@ mod tests {
         }
         /// A judge's verdict with mean `mean`: +1, 0 or −1 (a third of
         /// sessions undecided, as the dummy judge's spread).
-        fn reward(&mut self, mean: f64) -> f64 {
+        pub fn reward(&mut self, mean: f64) -> f64 {
             let u = self.next();
             let up = (2.0 / 3.0 + mean) / 2.0;
             if u < up {
@@ -235,6 +234,12 @@ mod tests {
             }
         }
     }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::sim::Rng;
+    use super::*;
 
     const RULE: Rule = Rule {
         delta: 0.05,

@@ -237,3 +237,189 @@ fn retire(skills: &Skills, e: &Experiment, reason: &str) -> Result<bool> {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::canary::decide::sim::Rng;
+    use crate::canary::{Arm, arm_for};
+        use crate::store::experiments::ArmRecord;
+    use rusqlite::params;
+
+    /// Time between the sessions a candidate is relevant to.
+    const EVERY_MS: i64 = 30 * 60_000;
+
+    struct Outcome {
+        state: &'static str,
+        by: &'static str,
+        /// Sessions the candidate was relevant to until the decision.
+        sessions: usize,
+    }
+
+    /// One candidate's test through the store, as the daemon runs it:
+    /// sessions it is relevant to arrive every 30 minutes, each in the arm
+    /// `arm_for` gives it (`canary.share`), judged like the dummy judge
+    /// (+1, 0 or −1 with the arm's mean); its turn and arm are stored, and
+    /// after each judged session the test runs on the store's rewards with
+    /// the clock at that session (`verdict`, with `canary.max_duration`
+    /// and `on_timeout`).
+    fn simulate(
+        conn: &mut Connection,
+        seed: u64,
+        (candidate, control): (f64, f64),
+        settings: &CanaryConfig,
+    ) -> Outcome {
+        let started = 1_000_000;
+        let id = experiments::start_skill(
+            conn,
+            &format!("skill-{seed}"),
+            "1.0.0",
+            settings.share,
+            "simulated",
+            started,
+        )
+        .unwrap();
+        let e = experiments::get(conn, id).unwrap().unwrap();
+        let mut rng = Rng(seed.wrapping_mul(7919).wrapping_add(1));
+        for i in 0.. {
+            let now = started + (i as i64 + 1) * EVERY_MS;
+            let session = format!("{seed}-{i}");
+            let arm = arm_for(id, &session, settings.share);
+            let timed_out = now - started >= settings.max_duration.get().as_millis() as i64;
+            let mean = match arm {
+                Arm::Candidate => candidate,
+                Arm::Control => control,
+                // Not counted: nothing changes unless time is up.
+                Arm::Outside if !timed_out => continue,
+                Arm::Outside => candidate,
+            };
+            if arm != Arm::Outside {
+                let tx = conn.transaction().unwrap();
+                tx.execute(
+                    "INSERT INTO sessions (id, base_key, source, started_at_ms, last_activity_ms)
+                     VALUES (?1, ?1, 'header', ?2, ?2)",
+                    params![session, now],
+                )
+                .unwrap();
+                tx.execute(
+                    "INSERT INTO turns (id, session_id, seq, turn_type, api, stream, status,
+                                        request_messages, request_params, started_at_ms,
+                                        finished_at_ms, total_ms, reward)
+                     VALUES (?1, ?1, 1, 'main', 'chat', 0, 'ok', '[]', '{}', ?2, ?2, 1.0, ?3)",
+                    params![session, now, rng.reward(mean)],
+                )
+                .unwrap();
+                let record = ArmRecord {
+                    experiment: id,
+                    arm: arm.as_str(),
+                };
+                experiments::record_arms(&tx, &session, &[record], now).unwrap();
+                tx.commit().unwrap();
+            }
+            let evidence = evidence(conn, &e, settings).unwrap();
+            if let Some((state, by, _)) = verdict(&e, evidence, settings, now) {
+                return Outcome {
+                    state,
+                    by,
+                    sessions: i + 1,
+                };
+            }
+        }
+        unreachable!()
+    }
+
+    struct Tally {
+        promoted: usize,
+        rolled_back: usize,
+        by_timeout: usize,
+        /// Of those, rolled back.
+        rolled_back_by_timeout: usize,
+        median_sessions: usize,
+    }
+
+    fn tally(runs: u64, means: (f64, f64), settings: &CanaryConfig) -> Tally {
+        let dir = tempfile::tempdir().unwrap();
+        let mut conn = crate::store::open_side_writer(&dir.path().join("metaclaw.db")).unwrap();
+        // A simulation's store needs no durability.
+        conn.execute_batch("PRAGMA synchronous = OFF").unwrap();
+        let (mut promoted, mut rolled_back, mut by_timeout, mut rolled_back_by_timeout) =
+            (0, 0, 0, 0);
+        let mut sessions = Vec::new();
+        for seed in 0..runs {
+            let o = simulate(&mut conn, seed, means, settings);
+            match o.state {
+                "promoted" => promoted += 1,
+                _ => rolled_back += 1,
+            }
+            by_timeout += usize::from(o.by == "timeout");
+            rolled_back_by_timeout += usize::from(o.by == "timeout" && o.state == "rolled_back");
+            sessions.push(o.sessions);
+        }
+        sessions.sort_unstable();
+        let t = Tally {
+            promoted,
+            rolled_back,
+            by_timeout,
+            rolled_back_by_timeout,
+            median_sessions: sessions[sessions.len() / 2],
+        };
+        eprintln!(
+            "candidate {:+.2} vs control {:+.2}, {runs} runs (share {}, max_duration {}, on_timeout {:?}): \
+             promoted {}, rolled back {} ({} at the timeout), median {} sessions it was relevant to",
+            means.0,
+            means.1,
+            settings.share,
+            settings.max_duration,
+            settings.on_timeout,
+            t.promoted,
+            t.rolled_back,
+            t.by_timeout,
+            t.median_sessions
+        );
+        t
+    }
+
+    fn settings(on_timeout: CanaryTimeout) -> CanaryConfig {
+        // The defaults: share 0.25, δ 0.05, 10 sessions, 30 days.
+        CanaryConfig {
+            on_timeout,
+            ..CanaryConfig::default()
+        }
+    }
+
+    /// Through the store, with the clock: a harmful candidate (−0.20
+    /// against +0.10) is rolled back and a helpful one (+0.40 against
+    /// +0.10) promoted, each by the test; a wrong promotion stays under δ.
+    #[test]
+    fn simulated_harmful_and_helpful_candidates_are_decided_by_the_test() {
+        let s = settings(CanaryTimeout::RollBack);
+        let harmful = tally(200, (-0.2, 0.1), &s);
+        assert!(harmful.promoted as f64 <= 200.0 * s.delta, "{}", harmful.promoted);
+        assert!(
+            harmful.rolled_back - harmful.by_timeout >= 190,
+            "{}",
+            harmful.by_timeout
+        );
+        let helpful = tally(200, (0.4, 0.1), &s);
+        assert!(helpful.promoted >= 190, "{}", helpful.promoted);
+        assert!(helpful.by_timeout <= 5, "{}", helpful.by_timeout);
+    }
+
+    /// A neutral candidate (+0.10 in both arms) is promoted by the test in
+    /// at most δ of runs; the rest stay undecided until
+    /// `canary.max_duration`, then `on_timeout` decides: rolled back, or
+    /// kept.
+    #[test]
+    fn simulated_neutral_candidates_wait_for_the_timeout_and_go_as_configured() {
+        let s = settings(CanaryTimeout::RollBack);
+        let rolled = tally(100, (0.1, 0.1), &s);
+        let by_test = rolled.promoted;
+        assert!(by_test as f64 <= 100.0 * s.delta, "{by_test}");
+        assert!(rolled.by_timeout >= 75, "{}", rolled.by_timeout);
+        assert_eq!(rolled.rolled_back_by_timeout, rolled.by_timeout);
+        // With `keep`, those the timeout decides are kept instead.
+        let kept = tally(20, (0.1, 0.1), &settings(CanaryTimeout::Keep));
+        assert!(kept.by_timeout >= 15, "{}", kept.by_timeout);
+        assert_eq!(kept.rolled_back_by_timeout, 0);
+    }
+}
