@@ -23,6 +23,11 @@
 //!            during the phase if they run out, and counted)
 //!          --aa (training never starts: both sides "off", the method's
 //!            noise floor)
+//!          --canary (`canary.weights` on, half the sessions in each arm,
+//!            each load request a session of its own: a step's weights
+//!            serve the candidate arm beside the incumbent's until the
+//!            driver's next cycle decides them by hand, promoted and
+//!            rolled back in turn)
 //!          --quick (short; exits non-zero if a request failed or fell back
 //!            to `llm`, or no step and swap happened while training was on)
 #![allow(
@@ -61,6 +66,7 @@ struct Options {
     /// `None`: enough for the step rate `slow` allows.
     pool: Option<usize>,
     aa: bool,
+    canary: bool,
     quick: bool,
 }
 
@@ -83,6 +89,7 @@ fn options() -> Options {
         slow,
         pool: value("--pool").and_then(|n| n.parse().ok()),
         aa: args.has("--aa"),
+        canary: args.has("--canary"),
         quick,
     }
 }
@@ -102,6 +109,9 @@ struct Training {
     errors: Vec<String>,
     /// Sessions the pool did not have, made during the slice.
     made: u32,
+    /// Canaries decided by hand: promoted, rolled back.
+    promoted: u32,
+    rolled_back: u32,
 }
 
 /// Learns a session and asks for a step, again and again, until `stop`;
@@ -114,6 +124,7 @@ async fn drive(
 ) -> Training {
     let mut t = Training::default();
     let mut extra = 0;
+    let mut testing: Option<i64> = None;
     while !stop.load(Ordering::SeqCst) {
         let next = pool.lock().unwrap().pop_front();
         let session = match next {
@@ -138,6 +149,28 @@ async fn drive(
             t.errors.push(format!("learn/now {status}: {body}"));
             continue;
         }
+        // The weights under test since the last step (`--canary`) served
+        // their arm while the learning job ran: decided now, promoted and
+        // rolled back in turn, so the next step trains.
+        if let Some(id) = testing.take() {
+            let promote = (t.promoted + t.rolled_back) % 2 == 0;
+            let decision = if promote { "promote" } else { "rollback" };
+            let started = Instant::now();
+            let (status, body) = admin
+                .post(
+                    &format!("/admin/experiments/{id}/decide"),
+                    &json!({"decision": decision, "reason": "bench"}),
+                )
+                .await;
+            t.step_spans.push((started, Instant::now()));
+            match (status, promote) {
+                (200, true) => t.promoted += 1,
+                (200, false) => t.rolled_back += 1,
+                _ => t
+                    .errors
+                    .push(format!("experiments/{id}/decide {status}: {body}")),
+            }
+        }
         let started = Instant::now();
         let (status, body) = admin.post("/admin/train/step", &json!({})).await;
         // Every step call, stepped or not, decided the queue.
@@ -147,10 +180,27 @@ async fn drive(
                 t.steps += 1;
                 t.versions
                     .push(body["policy_version"].as_i64().unwrap_or(-1));
+                testing = body["under_test"].as_i64();
             }
             (200, Some("waiting")) => t.waiting += 1,
             (200, Some("no_signal")) => t.no_signal += 1,
             _ => t.errors.push(format!("train/step {status}: {body}")),
+        }
+    }
+    // An "off" slice serves no weights under test: the last ones are
+    // decided before it.
+    if let Some(id) = testing {
+        let (status, body) = admin
+            .post(
+                &format!("/admin/experiments/{id}/decide"),
+                &json!({"decision": "promote", "reason": "bench"}),
+            )
+            .await;
+        match status {
+            200 => t.promoted += 1,
+            _ => t
+                .errors
+                .push(format!("experiments/{id}/decide {status}: {body}")),
         }
     }
     t
@@ -161,7 +211,12 @@ async fn drive(
 /// while on).
 fn measure(opts: &Options, slow: u64, rt: &tokio::runtime::Runtime) -> bool {
     // Training by hand: the driver's steps.
-    let daemon = Daemon::start(slow, "rl", true, "", rt);
+    let canary = match opts.canary {
+        true => "canary:\n  weights: true\n  share: 0.5\n  min_sessions: 10000\n",
+        false => "",
+    };
+    student::SESSION_EACH.store(opts.canary, std::sync::atomic::Ordering::Relaxed);
+    let daemon = Daemon::start(slow, "rl", true, canary, rt);
     let (admin, chat_url, model) = (&daemon.admin, &daemon.chat_url, &daemon.model);
     let client = daemon.client().clone();
     let pids = daemon.pids;
@@ -329,6 +384,17 @@ fn measure(opts: &Options, slow: u64, rt: &tokio::runtime::Runtime) -> bool {
         ));
     }
     println!("# on, by what ran meanwhile: {}", parts.join("; "));
+    if opts.canary {
+        println!(
+            "# canaries: {} decided by hand while on ({} promoted, {} rolled back); each step's weights served half the sessions until then",
+            training
+                .iter()
+                .map(|t| t.promoted + t.rolled_back)
+                .sum::<u32>(),
+            training.iter().map(|t| t.promoted).sum::<u32>(),
+            training.iter().map(|t| t.rolled_back).sum::<u32>(),
+        );
+    }
     let on_secs = wall[1].as_secs_f64().max(1e-9);
     let off_secs = wall[0].as_secs_f64().max(1e-9);
     println!(
@@ -410,6 +476,11 @@ fn main() {
     );
     if opts.aa {
         println!("# A/A RUN: training never starts; every 'added' figure below is noise");
+    }
+    if opts.canary {
+        println!(
+            "# CANARY RUN: canary.weights on (share 0.5), each request a session of its own; a step's weights serve the candidate arm beside the incumbent until the next cycle decides them by hand"
+        );
     }
     let mut ok = true;
     for &slow in &opts.slow {

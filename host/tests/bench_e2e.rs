@@ -782,7 +782,10 @@ fn the_rl_learn_arm_serves_the_student_and_trains_each_night() {
         trained_days.join(", ")
     );
     assert!(md.contains(&said), "{said:?} not in:\n{md}");
-    assert!(md.contains("| rl+learn-1 | student: fake-bigram at "), "{md}");
+    assert!(
+        md.contains("| rl+learn-1 | student: fake-bigram at "),
+        "{md}"
+    );
     for (day, step) in &stepped {
         let next_day = rounds
             .iter()
@@ -993,7 +996,10 @@ fn with_split_the_learning_arms_learn_from_the_training_days_only() {
                     "SELECT t.session_id FROM turn_samples s JOIN turns t ON t.id = s.turn_id
                      WHERE s.train_state = 'waiting'",
                 );
-                assert!(of_held(&waiting) > 0, "the held-out days' samples: {waiting:?}");
+                assert!(
+                    of_held(&waiting) > 0,
+                    "the held-out days' samples: {waiting:?}"
+                );
             }
         }
     }
@@ -1013,7 +1019,10 @@ fn with_split_the_learning_arms_learn_from_the_training_days_only() {
         .filter(|x| held.contains(&x["day"].as_str().unwrap()) && x["score"]["passed"] == true)
         .count();
     let strict = learn["held_out"]["strict"].as_f64().unwrap();
-    assert!((strict - passed as f64 / held_rounds as f64).abs() < 1e-9, "{learn}");
+    assert!(
+        (strict - passed as f64 / held_rounds as f64).abs() < 1e-9,
+        "{learn}"
+    );
     let md = std::fs::read_to_string(dir.join("report.md")).unwrap();
     for said in [
         "**Held-out days (`--split`)**: day02, day04 (marked H)",

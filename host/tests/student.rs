@@ -1818,9 +1818,17 @@ async fn against_skyrl_weights_under_test_serve_beside_the_incumbent_and_a_rollb
     // The incumbent is the base model's weights (the LoRA's B starts at 0).
     assert_eq!(k1.tokens, base.tokens);
     for (a, b) in k1.logprobs.iter().zip(&base.logprobs) {
-        assert!((a - b).abs() < 1e-4, "{:?} vs {:?}", k1.logprobs, base.logprobs);
+        assert!(
+            (a - b).abs() < 1e-4,
+            "{:?} vs {:?}",
+            k1.logprobs,
+            base.logprobs
+        );
     }
-    assert_ne!(c1.logprobs, k1.logprobs, "the candidate samples as the incumbent");
+    assert_ne!(
+        c1.logprobs, k1.logprobs,
+        "the candidate samples as the incumbent"
+    );
     // Alternating arms: each answer from its own weights again.
     assert_eq!((&c2.tokens, &c2.logprobs), (&c1.tokens, &c1.logprobs));
     assert_eq!((&k2.tokens, &k2.logprobs), (&k1.tokens, &k1.logprobs));
@@ -1857,7 +1865,12 @@ impl Product {
         let body = json!({"model": "m", "seed": 7, "max_tokens": 8,
                           "messages": [{"role": "user", "content": "Say hello."}]});
         let (status, bytes) = self.post("/v1/chat/completions", session, &body).await;
-        assert_eq!(status, StatusCode::OK, "{}", String::from_utf8_lossy(&bytes));
+        assert_eq!(
+            status,
+            StatusCode::OK,
+            "{}",
+            String::from_utf8_lossy(&bytes)
+        );
         let turns = self.turns(session).await;
         self.sample_of(&turns[0].id).await
     }

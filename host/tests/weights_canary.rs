@@ -9,6 +9,7 @@
 //! the run trains on from the state before its step; promoted, the
 //! candidate serves everyone. Every turn is answered by the student: none
 //! fails or falls back.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 mod common;
 
@@ -42,7 +43,10 @@ async fn first_step(w: &World) -> i64 {
         .unwrap_or_else(|| panic!("the step's weights are not under test: {stepped}"));
     let status = w.json(&["status", "--json"]).await;
     let student = &status["student"];
-    assert_eq!(student["policy_version"], 0, "the incumbent serves: {status}");
+    assert_eq!(
+        student["policy_version"], 0,
+        "the incumbent serves: {status}"
+    );
     assert_eq!(student["under_test"]["policy_version"], 1, "{status}");
     assert_eq!(student["under_test"]["experiment"], id, "{status}");
     // No step while it is under test, asked for or not.
@@ -111,7 +115,11 @@ async fn until_decided(w: &World, id: i64, candidate_better: bool) -> (Value, [u
                 );
                 return (shown, served);
             }
-            assert!(Instant::now() < deadline, "not applied: {shown:#}\n{}", w.log());
+            assert!(
+                Instant::now() < deadline,
+                "not applied: {shown:#}\n{}",
+                w.log()
+            );
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
     }
@@ -168,7 +176,8 @@ async fn weights_judged_worse_are_rolled_back_without_a_failed_request() {
     for (state, note) in &skipped {
         assert_eq!(state, "skipped");
         assert!(
-            note.as_deref().is_some_and(|n| n.contains("canary rolled back")),
+            note.as_deref()
+                .is_some_and(|n| n.contains("canary rolled back")),
             "{note:?}"
         );
     }
@@ -235,7 +244,13 @@ async fn a_restart_tests_on_and_the_user_can_roll_back_by_hand() {
         .await;
     assert_eq!(status["student"]["policy_version"], 0, "{status}");
     let out = w
-        .cli(&["experiments", "rollback", &id.to_string(), "--reason", "not now"])
+        .cli(&[
+            "experiments",
+            "rollback",
+            &id.to_string(),
+            "--reason",
+            "not now",
+        ])
         .await;
     assert!(
         out.status.success(),
@@ -252,9 +267,7 @@ async fn a_restart_tests_on_and_the_user_can_roll_back_by_hand() {
     assert!(status["student"]["under_test"].is_null(), "{status}");
     assert_eq!(status["student"]["policy_version"], 0, "{status}");
     // Decided once.
-    let again = w
-        .cli(&["experiments", "promote", &id.to_string()])
-        .await;
+    let again = w.cli(&["experiments", "promote", &id.to_string()]).await;
     assert!(!again.status.success());
 }
 
@@ -276,7 +289,11 @@ async fn answers_that_collapse_roll_the_candidate_back_before_any_judgement() {
         if shown["experiment"]["state"] != "testing" {
             break shown;
         }
-        assert!(Instant::now() < deadline, "not decided: {shown:#}\n{}", w.log());
+        assert!(
+            Instant::now() < deadline,
+            "not decided: {shown:#}\n{}",
+            w.log()
+        );
         if asked < 60 {
             let s = format!("g{asked}");
             let answer = match arm_for(id, &s, 0.5) {

@@ -25,15 +25,21 @@ pub enum Done {
     Failed(String),
 }
 
+/// Each measured request in a session of its own (`x-session-id`), so a
+/// canary's arms both serve the load (`training --canary`); off: they all
+/// share the one session their identical messages make.
+pub static SESSION_EACH: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+static SENT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
 /// One non-streamed request; its latency from the scheduled send time.
 async fn one(client: &reqwest::Client, url: &str, body: &Arc<Vec<u8>>, scheduled: Instant) -> Done {
-    let response = match client
-        .post(url)
-        .header("content-type", "application/json")
-        .body(body.as_ref().clone())
-        .send()
-        .await
-    {
+    use std::sync::atomic::Ordering;
+    let mut request = client.post(url).header("content-type", "application/json");
+    if SESSION_EACH.load(Ordering::Relaxed) {
+        let n = SENT.fetch_add(1, Ordering::Relaxed);
+        request = request.header("x-session-id", format!("load-{}-{n}", std::process::id()));
+    }
+    let response = match request.body(body.as_ref().clone()).send().await {
         Ok(r) => r,
         Err(e) => return Done::Failed(format!("no answer: {e}")),
     };
@@ -227,6 +233,12 @@ impl Daemon {
             "{}/../tests/fixtures/tiny-qwen3",
             env!("CARGO_MANIFEST_DIR")
         );
+        // Weights serve at once unless `extra` says otherwise (a canary's
+        // test would hold every step after the first).
+        let canary = match extra.contains("canary:") {
+            true => "",
+            false => "canary:\n  weights: false\n",
+        };
         std::fs::write(
             home.path().join("config.yaml"),
             format!(
@@ -234,7 +246,7 @@ impl Daemon {
                  rl:\n  model: {model}\n  tinker_base_url: {fake_url}\n  tokenizer_path: {fixture}\n  \
                  batch_size: 2\n  manual_train_trigger: {manual_trigger}\n  prm_model: judge\n  prm_m: 1\n\
                  skills:\n  enabled: false\nlearning:\n  enabled: true\nplugins:\n  builtin: false\n\
-                 log:\n  level: warn\nsessions:\n  idle_timeout: 1h\n{extra}"
+                 log:\n  level: warn\nsessions:\n  idle_timeout: 1h\n{canary}{extra}"
             ),
         )
         .unwrap();

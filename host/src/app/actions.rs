@@ -183,9 +183,11 @@ pub fn decide_experiment(app: &App, id: i64, promote: bool, why: &str) -> Result
     use crate::learn::canary::{UserDecision, decide_by_user};
     let kind = crate::store::open_read_only(app.proxy.store.path())
         .map_err(|e| ApiError::Internal(format!("cannot open the store: {e:#}")))?
-        .query_row("SELECT kind, state FROM experiments WHERE id = ?1", [id], |r| {
-            Ok((r.get::<_, String>(0)?, r.get::<_, String>(1)?))
-        })
+        .query_row(
+            "SELECT kind, state FROM experiments WHERE id = ?1",
+            [id],
+            |r| Ok((r.get::<_, String>(0)?, r.get::<_, String>(1)?)),
+        )
         .ok();
     if let Some((kind, state)) = kind
         && kind == "weights"

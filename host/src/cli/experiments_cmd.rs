@@ -44,7 +44,9 @@ pub fn run(home: &Home, config_path: &Path, command: ExperimentsCommand) -> Resu
         eprintln!("note: canary.skills is off: evolved skills serve every session at once");
     }
     if !settings.weights && loaded.config.serves_student() {
-        eprintln!("note: canary.weights is off: a train step's weights serve every session at once");
+        eprintln!(
+            "note: canary.weights is off: a train step's weights serve every session at once"
+        );
     }
     let path = db_path(home, config_path);
     if !path.exists() {

@@ -243,7 +243,7 @@ mod tests {
     use super::*;
     use crate::canary::decide::sim::Rng;
     use crate::canary::{Arm, arm_for};
-        use crate::store::experiments::ArmRecord;
+    use crate::store::experiments::ArmRecord;
     use rusqlite::params;
 
     /// Time between the sessions a candidate is relevant to.
@@ -394,7 +394,11 @@ mod tests {
     fn simulated_harmful_and_helpful_candidates_are_decided_by_the_test() {
         let s = settings(CanaryTimeout::RollBack);
         let harmful = tally(200, (-0.2, 0.1), &s);
-        assert!(harmful.promoted as f64 <= 200.0 * s.delta, "{}", harmful.promoted);
+        assert!(
+            harmful.promoted as f64 <= 200.0 * s.delta,
+            "{}",
+            harmful.promoted
+        );
         assert!(
             harmful.rolled_back - harmful.by_timeout >= 190,
             "{}",

@@ -30,9 +30,9 @@ use metaclaw_chat::render::{RenderOptions, Renderer};
 use serde_json::{Value, json};
 use tokio::sync::Notify;
 
+use crate::canary::{Arm, arm_for};
 use crate::clock::now_ms;
 use crate::config::{Config, Thinking, ToolCallFormat};
-use crate::canary::{Arm, arm_for};
 use crate::store::experiments::ArmRecord;
 use crate::store::samples::{SampleRecord, Sibling};
 use crate::tinker::types::StopReason;

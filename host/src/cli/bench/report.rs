@@ -458,10 +458,12 @@ fn markdown(
         md,
         "{}\n",
         match settings.split {
-            true => "The paper scores its full arm on the days it trained on, as this report's \
+            true =>
+                "The paper scores its full arm on the days it trained on, as this report's \
                      all-days and training-day (T) numbers do; the held-out numbers (H) score \
                      days no arm learned from, which the paper's do not.",
-            false => "This run holds no day out: like the paper's, its learning arms are scored \
+            false =>
+                "This run holds no day out: like the paper's, its learning arms are scored \
                       on the days they learned from (`--split` holds every second day out and \
                       scores those apart).",
         }

@@ -146,7 +146,7 @@ pub struct OpdReport {
 #[derive(Debug, Clone, Serialize)]
 #[serde(tag = "outcome", rename_all = "snake_case")]
 pub enum Outcome {
-    Stepped(Stepped),
+    Stepped(Box<Stepped>),
     /// Not enough ready samples (how many there are, how many a step takes).
     Waiting {
         ready: usize,
@@ -168,7 +168,12 @@ enum Command {
     Step(oneshot::Sender<Result<Outcome, String>>),
     Resume(oneshot::Sender<Result<String, String>>),
     Serve(String, oneshot::Sender<Result<(String, i64), String>>),
-    Decide(i64, bool, String, oneshot::Sender<Result<Experiment, String>>),
+    Decide(
+        i64,
+        bool,
+        String,
+        oneshot::Sender<Result<Experiment, String>>,
+    ),
 }
 
 /// Asks the trainer for a step now.
@@ -980,17 +985,16 @@ impl Trainer {
         let run = self.open_run().await?;
         // Under a canary, the state this step starts from is saved (the
         // first step's too): a rollback trains on from it.
-        let trained_from = match canary {
-            false => None,
-            true => match (&run.record().state_path, run.record().state_step) {
-                (Some(path), Some(at)) if at == run.record().step => Some(path.clone()),
-                _ => Some(
-                    run.save_state()
-                        .await
-                        .map_err(|e| format!("cannot save the state a canary goes back to: {e}"))?,
-                ),
-            },
-        };
+        let trained_from =
+            match canary {
+                false => None,
+                true => match (&run.record().state_path, run.record().state_step) {
+                    (Some(path), Some(at)) if at == run.record().step => Some(path.clone()),
+                    _ => Some(run.save_state().await.map_err(|e| {
+                        format!("cannot save the state a canary goes back to: {e}")
+                    })?),
+                },
+            };
         let run_id = run.record().id.clone();
         let step = run.record().step + 1;
         train_queue::assign(&mut conn, &run_id, step, &batch.samples).map_err(err)?;
@@ -1084,7 +1088,7 @@ impl Trainer {
             );
         }
         self.judge_health(&conn, &run_id).await;
-        Ok(Outcome::Stepped(Stepped {
+        Ok(Outcome::Stepped(Box::new(Stepped {
             run: run_id,
             step: report.step,
             samples: batch.samples.len(),
@@ -1100,7 +1104,7 @@ impl Trainer {
             checkpoint: report.saved,
             under_test: tested,
             opd,
-        }))
+        })))
     }
 
     /// The training run, opened once (restored from its last saved state;
@@ -1203,7 +1207,11 @@ impl Trainer {
         conn: &rusqlite::Connection,
         candidate: Candidate,
     ) -> Result<i64, String> {
-        let settings = self.settings.canary.clone().ok_or("canary.weights is off")?;
+        let settings = self
+            .settings
+            .canary
+            .clone()
+            .ok_or("canary.weights is off")?;
         let state = candidate
             .state
             .clone()
@@ -1261,7 +1269,8 @@ impl Trainer {
                 Ok(id)
             })
             .map_err(|e| format!("the experiment's record: {e}"))?;
-        if let Err(e) = test_candidate(&self.serving, &self.policy, &detail, id, settings.share).await
+        if let Err(e) =
+            test_candidate(&self.serving, &self.policy, &detail, id, settings.share).await
         {
             let why = format!("the candidate cannot be sampled: {e}");
             let _ = experiments::decide(conn, id, "abandoned", "test", &why, now);
@@ -1299,19 +1308,28 @@ impl Trainer {
                     .ok_or("its record is gone")?;
                 let (candidate, control) = experiments::arm_answers(&conn, test.id, &test.detail)
                     .map_err(|e| e.to_string())?;
-                let (rc, rk) = experiments::arm_rewards(&conn, test.id).map_err(|e| e.to_string())?;
+                let (rc, rk) =
+                    experiments::arm_rewards(&conn, test.id).map_err(|e| e.to_string())?;
                 if let Some(why) = super::canary::collapse(&candidate, &control, (&rc, &rk)) {
                     return Ok(Some(("rolled_back", "collapse", why)));
                 }
                 let evidence = crate::learn::canary::evidence(&conn, &e, &settings)
                     .map_err(|e| format!("{e:#}"))?;
-                Ok(crate::learn::canary::verdict(&e, evidence, &settings, crate::clock::now_ms()))
+                Ok(crate::learn::canary::verdict(
+                    &e,
+                    evidence,
+                    &settings,
+                    crate::clock::now_ms(),
+                ))
             });
         let (state, by, reason) = match looked {
             Ok(Some(decided)) => decided,
             Ok(None) => return,
             Err(e) => {
-                tracing::warn!(experiment = test.id, "the weights under test were not decided: {e}");
+                tracing::warn!(
+                    experiment = test.id,
+                    "the weights under test were not decided: {e}"
+                );
                 return;
             }
         };
@@ -1331,14 +1349,20 @@ impl Trainer {
             crate::store::open_side_writer(&self.settings.db).map_err(|e| format!("{e:#}"))?;
         let now = crate::clock::now_ms();
         let (state, said) = match promote {
-            true => ("promoted", format!(
-                "step {}'s weights promoted: they serve every session ({reason})",
-                d.candidate_version
-            )),
-            false => ("rolled_back", format!(
-                "step {}'s weights rolled back: step {}'s serve every session and training goes on from the state before ({reason})",
-                d.candidate_version, d.incumbent_version
-            )),
+            true => (
+                "promoted",
+                format!(
+                    "step {}'s weights promoted: they serve every session ({reason})",
+                    d.candidate_version
+                ),
+            ),
+            false => (
+                "rolled_back",
+                format!(
+                    "step {}'s weights rolled back: step {}'s serve every session and training goes on from the state before ({reason})",
+                    d.candidate_version, d.incumbent_version
+                ),
+            ),
         };
         // Serving first (no turn waits on the store), then one transaction.
         self.policy.end_test(promote);
@@ -1408,7 +1432,10 @@ impl Trainer {
                 incarnation,
                 &served,
             ) {
-                tracing::warn!("step {}: when it began to serve was not stored: {e:#}", d.candidate_version);
+                tracing::warn!(
+                    "step {}: when it began to serve was not stored: {e:#}",
+                    d.candidate_version
+                );
             }
         }
         written?;
@@ -1418,7 +1445,12 @@ impl Trainer {
     }
 
     /// The user's decision (`experiments promote|rollback`).
-    async fn decide_by_user(&mut self, id: i64, promote: bool, why: &str) -> Result<Experiment, String> {
+    async fn decide_by_user(
+        &mut self,
+        id: i64,
+        promote: bool,
+        why: &str,
+    ) -> Result<Experiment, String> {
         match &self.test {
             Some(test) if test.id == id => {}
             _ => return Err(format!("experiment {id} is not the weights under test")),
@@ -1458,11 +1490,21 @@ impl Trainer {
         for (id, detail) in open {
             let Some(detail) = detail else {
                 if let Ok(conn) = crate::store::open_side_writer(&self.settings.db) {
-                    let _ = experiments::decide(&conn, id, "abandoned", "test", "its record is unreadable", crate::clock::now_ms());
+                    let _ = experiments::decide(
+                        &conn,
+                        id,
+                        "abandoned",
+                        "test",
+                        "its record is unreadable",
+                        crate::clock::now_ms(),
+                    );
                 }
                 continue;
             };
-            self.test = Some(Test { id, detail: detail.clone() });
+            self.test = Some(Test {
+                id,
+                detail: detail.clone(),
+            });
             let resumed = match &self.settings.canary {
                 None => Err("canary.weights is off since".to_string()),
                 Some(settings) => self.test_again(id, detail, settings.share).await,
@@ -1476,9 +1518,16 @@ impl Trainer {
         }
     }
 
-    async fn test_again(&mut self, id: i64, mut detail: WeightsTest, share: f64) -> Result<(), String> {
+    async fn test_again(
+        &mut self,
+        id: i64,
+        mut detail: WeightsTest,
+        share: f64,
+    ) -> Result<(), String> {
         let run = self.open_run().await?;
-        if run.record().id != detail.run || run.record().state_step != Some(detail.candidate_version) {
+        if run.record().id != detail.run
+            || run.record().state_step != Some(detail.candidate_version)
+        {
             return Err(format!(
                 "the run's training state is no longer step {}'s",
                 detail.candidate_version
@@ -1499,12 +1548,22 @@ impl Trainer {
         let conn =
             crate::store::open_side_writer(&self.settings.db).map_err(|e| format!("{e:#}"))?;
         let now = crate::clock::now_ms();
-        crate::store::training::serve(&conn, &detail.run, &incumbent, detail.incumbent_version, now)
-            .map_err(|e| format!("{e:#}"))?;
+        crate::store::training::serve(
+            &conn,
+            &detail.run,
+            &incumbent,
+            detail.incumbent_version,
+            now,
+        )
+        .map_err(|e| format!("{e:#}"))?;
         detail.candidate_sampler = sampler;
         detail.incumbent_sampler = incumbent;
         experiments::set_weights_test(&conn, id, &detail).map_err(|e| e.to_string())?;
-        tracing::info!(experiment = id, "canary: step {}'s weights tested on after a restart", detail.candidate_version);
+        tracing::info!(
+            experiment = id,
+            "canary: step {}'s weights tested on after a restart",
+            detail.candidate_version
+        );
         self.test = Some(Test { id, detail });
         // Served to its arm once the student is connected (`check_test`).
         self.serve_candidate(share).await;
@@ -1517,12 +1576,20 @@ impl Trainer {
     async fn serve_candidate(&mut self, share: f64) {
         let Some(test) = &self.test else { return };
         if self.policy.served().is_none()
-            || self.policy.under_test().is_some_and(|c| c.experiment == test.id)
+            || self
+                .policy
+                .under_test()
+                .is_some_and(|c| c.experiment == test.id)
         {
             return;
         }
-        if let Err(e) = test_candidate(&self.serving, &self.policy, &test.detail, test.id, share).await {
-            tracing::warn!(experiment = test.id, "the weights under test are not served yet: {e}");
+        if let Err(e) =
+            test_candidate(&self.serving, &self.policy, &test.detail, test.id, share).await
+        {
+            tracing::warn!(
+                experiment = test.id,
+                "the weights under test are not served yet: {e}"
+            );
         }
     }
 }
