@@ -680,12 +680,8 @@ fn the_oracle_learns_only_what_it_is_told_and_the_scores_follow() {
     assert_eq!(direct(&report(&anthropic)), direct(&r));
 }
 
-/// The `rl+learn` arm: metaclaw in `mode: rl` serves the agent with the
-/// trainable model (the fake Tinker service's, in this process), each
-/// night judges the day, evolves skills and takes a train step on its
-/// samples, and the next days are served by the new weights.
-#[test]
-fn the_rl_learn_arm_serves_the_student_and_trains_each_night() {
+/// The fake Tinker service, in this process (on the runtime returned).
+fn fake_tinker() -> (tokio::runtime::Runtime, String) {
     let rt = tokio::runtime::Runtime::new().unwrap();
     let fake = rt.block_on(async {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
@@ -693,10 +689,13 @@ fn the_rl_learn_arm_serves_the_student_and_trains_each_night() {
         tokio::spawn(metaclaw_mock_tinker::serve(listener));
         fake
     });
-    let upstream = dummy();
-    let home = tempfile::tempdir().unwrap();
+    (rt, fake)
+}
+
+/// A config whose `rl` arms train on the fake at `fake`.
+fn rl_config(home: &Path, fake: &str) {
     std::fs::write(
-        home.path().join("config.yaml"),
+        home.join("config.yaml"),
         format!(
             "rl:\n  model: fake-bigram\n  tinker_base_url: {fake}\n  tinker_api_key: tml-dummy\n  \
              tokenizer_path: {}\n  lora_rank: 4\n  batch_size: 2\n  save_every: 1\n  \
@@ -705,6 +704,18 @@ fn the_rl_learn_arm_serves_the_student_and_trains_each_night() {
         ),
     )
     .unwrap();
+}
+
+/// The `rl+learn` arm: metaclaw in `mode: rl` serves the agent with the
+/// trainable model (the fake Tinker service's, in this process), each
+/// night judges the day, evolves skills and takes a train step on its
+/// samples, and the next days are served by the new weights.
+#[test]
+fn the_rl_learn_arm_serves_the_student_and_trains_each_night() {
+    let (rt, fake) = fake_tinker();
+    let upstream = dummy();
+    let home = tempfile::tempdir().unwrap();
+    rl_config(home.path(), &fake);
     let dir = home.path().join("run");
     warm_homes(&dir, &["rl+learn-1"]);
     run_small(
@@ -906,25 +917,10 @@ fn without_a_sandbox_for_the_checks_the_run_does_not_start() {
 /// session; and the report scores the held-out days apart, labelled.
 #[test]
 fn with_split_the_learning_arms_learn_from_the_training_days_only() {
-    let rt = tokio::runtime::Runtime::new().unwrap();
-    let fake = rt.block_on(async {
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let fake = format!("http://{}", listener.local_addr().unwrap());
-        tokio::spawn(metaclaw_mock_tinker::serve(listener));
-        fake
-    });
+    let (rt, fake) = fake_tinker();
     let upstream = dummy();
     let home = tempfile::tempdir().unwrap();
-    std::fs::write(
-        home.path().join("config.yaml"),
-        format!(
-            "rl:\n  model: fake-bigram\n  tinker_base_url: {fake}\n  tinker_api_key: tml-dummy\n  \
-             tokenizer_path: {}\n  lora_rank: 4\n  batch_size: 2\n  save_every: 1\n  \
-             manual_train_trigger: true\n  prm_m: 1\n",
-            common::rl_daemon::fixture()
-        ),
-    )
-    .unwrap();
+    rl_config(home.path(), &fake);
     let dir = home.path().join("run");
     warm_homes(&dir, &["learn-1", "rl-1"]);
     run_small(

@@ -1696,6 +1696,17 @@ impl Product {
     }
 }
 
+/// The `rl` lines against skyrl's tiny model: no fallback (an answer is the
+/// student's or an error), 8 tokens, a large learning rate (a step's
+/// weights differ visibly), steps when asked, the dummy's judge.
+fn skyrl_rl(server: &common::skyrl::Skyrl) -> String {
+    format!(
+        "  model: {}\n  tinker_base_url: {}\n  fallback_to_llm: false\n  thinking: 'off'\n  max_new_tokens: 8\n  lora_rank: 8\n  lora_seed: 1\n  batch_size: 2\n  learning_rate: 0.5\n  manual_train_trigger: true\n  prm_model: judge\n  prm_m: 1\n",
+        common::skyrl::model_dir().display(),
+        server.proc.url,
+    )
+}
+
 /// `train rollback` against skyrl 0.3.0, which samples a saved checkpoint
 /// through the adapter of the model that saved it, its training model:
 /// sampling step 1's checkpoint again served whatever that adapter held
@@ -1713,13 +1724,8 @@ async fn against_skyrl_a_rollback_serves_earlier_weights_and_training_goes_on_fr
     let Some(server) = common::skyrl::start("rollback against skyrl") else {
         return;
     };
-    let model = common::skyrl::model_dir();
     let upstream = common::dummy();
-    let rl = format!(
-        "  model: {}\n  tinker_base_url: {}\n  fallback_to_llm: false\n  thinking: 'off'\n  max_new_tokens: 8\n  lora_rank: 8\n  lora_seed: 1\n  batch_size: 2\n  learning_rate: 0.5\n  manual_train_trigger: true\n  prm_model: judge\n  prm_m: 1\n",
-        model.display(),
-        server.proc.url,
-    );
+    let rl = skyrl_rl(&server);
     let p = product_with(&upstream.url, &rl, "learning:\n  enabled: true\n").await;
     p.student_is("ready").await;
     let step1 = p.corrected_step("s-1").await;
@@ -1780,13 +1786,8 @@ async fn against_skyrl_weights_under_test_serve_beside_the_incumbent_and_a_rollb
     let Some(server) = common::skyrl::start("weights canary against skyrl") else {
         return;
     };
-    let model = common::skyrl::model_dir();
     let upstream = common::dummy();
-    let rl = format!(
-        "  model: {}\n  tinker_base_url: {}\n  fallback_to_llm: false\n  thinking: 'off'\n  max_new_tokens: 8\n  lora_rank: 8\n  lora_seed: 1\n  batch_size: 2\n  learning_rate: 0.5\n  manual_train_trigger: true\n  prm_model: judge\n  prm_m: 1\n",
-        model.display(),
-        server.proc.url,
-    );
+    let rl = skyrl_rl(&server);
     let canary = "learning:\n  enabled: true\ncanary:\n  weights: true\n  share: 0.5\n";
     let p = product_with(&upstream.url, &rl, canary).await;
     p.student_is("ready").await;

@@ -350,19 +350,12 @@ impl Policy {
         experiment: i64,
         share: f64,
     ) -> Result<(), String> {
-        let Some(current) = self.serving() else {
-            return Err("not connected to the training service".into());
-        };
-        let sampler = current
-            .session
-            .sampler(None, Some(sampler_path))
-            .await
-            .map_err(|e| e.to_string())?;
+        let (session, sampler) = self.sampler_of(sampler_path).await?;
         let candidate = Candidate {
             experiment,
             share,
             serving: Arc::new(Serving {
-                session: current.session.clone(),
+                session,
                 sampler,
                 sampler_name: sampler_path.to_string(),
                 version,
@@ -627,6 +620,19 @@ impl Policy {
     /// `version`) from now on; turns in flight finish on the sampler they
     /// started with. The hot swap of W2-F.
     pub async fn swap(&self, sampler_path: &str, version: i64) -> Result<(), String> {
+        let (session, sampler) = self.sampler_of(sampler_path).await?;
+        self.install(Serving {
+            session,
+            sampler,
+            sampler_name: sampler_path.to_string(),
+            version,
+        });
+        Ok(())
+    }
+
+    /// A sampler of the saved weights at `sampler_path`, on the session
+    /// serving now.
+    async fn sampler_of(&self, sampler_path: &str) -> Result<(Arc<Session>, Sampler), String> {
         let Some(current) = self.serving() else {
             return Err("not connected to the training service".into());
         };
@@ -635,13 +641,7 @@ impl Policy {
             .sampler(None, Some(sampler_path))
             .await
             .map_err(|e| e.to_string())?;
-        self.install(Serving {
-            session: current.session.clone(),
-            sampler,
-            sampler_name: sampler_path.to_string(),
-            version,
-        });
-        Ok(())
+        Ok((current.session.clone(), sampler))
     }
 
     fn install(&self, serving: Serving) {

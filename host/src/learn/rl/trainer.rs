@@ -1602,13 +1602,26 @@ async fn test_candidate(
     id: i64,
     share: f64,
 ) -> Result<(), String> {
-    let (policy, path, version) = (
-        policy.clone(),
-        detail.candidate_sampler.clone(),
-        detail.candidate_version,
-    );
+    let (path, version) = (detail.candidate_sampler.clone(), detail.candidate_version);
+    on_serving(serving, policy, move |policy| async move {
+        policy.test_candidate(&path, version, id, share).await
+    })
+    .await
+}
+
+/// Runs `work` on the serving runtime (samplers belong to the policy's
+/// session, which lives there).
+async fn on_serving<F, Fut>(
+    serving: &tokio::runtime::Handle,
+    policy: &Arc<Policy>,
+    work: F,
+) -> Result<(), String>
+where
+    F: FnOnce(Arc<Policy>) -> Fut,
+    Fut: std::future::Future<Output = Result<(), String>> + Send + 'static,
+{
     serving
-        .spawn(async move { policy.test_candidate(&path, version, id, share).await })
+        .spawn(work(policy.clone()))
         .await
         .map_err(|e| format!("the swap stopped: {e}"))?
 }
@@ -1642,11 +1655,11 @@ async fn swap(
     path: &str,
     version: i64,
 ) -> Result<(), String> {
-    let (policy, path) = (policy.clone(), path.to_string());
-    serving
-        .spawn(async move { policy.swap(&path, version).await })
-        .await
-        .map_err(|e| format!("the swap stopped: {e}"))?
+    let path = path.to_string();
+    on_serving(serving, policy, move |policy| async move {
+        policy.swap(&path, version).await
+    })
+    .await
 }
 
 /// The training state saved by the step whose sampler weights are
