@@ -369,17 +369,11 @@ impl Policy {
 
     /// Ends the test: promoted, the candidate serves everyone from now on;
     /// rolled back, it serves no one (turns in flight finish on theirs).
-    /// The candidate's sampler and version, if one was under test.
-    pub fn end_test(&self, promote: bool) -> Option<(String, i64)> {
-        let candidate = self.candidate.write().ok().and_then(|mut c| c.take())?;
-        let ended = (
-            candidate.serving.sampler_name.clone(),
-            candidate.serving.version,
-        );
-        if promote {
+    pub fn end_test(&self, promote: bool) {
+        let candidate = self.candidate.write().ok().and_then(|mut c| c.take());
+        if let Some(candidate) = candidate.filter(|_| promote) {
             self.install_shared(candidate.serving.clone());
         }
-        Some(ended)
     }
 
     /// Samples the student for one turn. Never waits longer than
