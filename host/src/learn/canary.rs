@@ -55,7 +55,12 @@ fn rule(settings: &CanaryConfig) -> Rule {
 /// The test's evidence for one experiment, from the store.
 pub fn evidence(conn: &Connection, e: &Experiment, settings: &CanaryConfig) -> Result<Evidence> {
     let (candidate, control) = experiments::arm_rewards(conn, e.id)?;
-    Ok(decide::decide(&candidate, &control, rule(settings)))
+    Ok(evidence_of(&candidate, &control, settings))
+}
+
+/// The test's evidence from the arms' session rewards already read.
+pub fn evidence_of(candidate: &[f64], control: &[f64], settings: &CanaryConfig) -> Evidence {
+    decide::decide(candidate, control, rule(settings))
 }
 
 /// One experiment as the CLI and the dashboard show it: its record, the

@@ -1313,8 +1313,8 @@ impl Trainer {
                 if let Some(why) = super::canary::collapse(&candidate, &control, (&rc, &rk)) {
                     return Ok(Some(("rolled_back", "collapse", why)));
                 }
-                let evidence = crate::learn::canary::evidence(&conn, &e, &settings)
-                    .map_err(|e| format!("{e:#}"))?;
+                // The same rewards, read once for the guard and the test.
+                let evidence = crate::learn::canary::evidence_of(&rc, &rk, &settings);
                 Ok(crate::learn::canary::verdict(
                     &e,
                     evidence,
