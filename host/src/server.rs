@@ -22,6 +22,7 @@
 //! | `GET /admin/plugins`, `POST /admin/plugins/reload` | the admin token, always |
 //! | `POST /admin/learn/now` (`{"session": ID}` or `{}`) | the admin token, always |
 //! | `POST /admin/experiments/{id}/decide` (`{"decision": "promote"|"rollback", "reason": TEXT}`) | the admin token, always |
+//! | `POST /admin/experiments/start` (`{"skill": NAME}`: its current version under test) | the admin token, always |
 //! | `POST /admin/train/step`, `POST /admin/train/rollback` (`{"sampler": PATH}`), `POST /admin/train/resume` | the admin token, always |
 //! | `GET /ui…` (the dashboard, [`crate::ui`]) | a login with the admin token (a session cookie); forms also a CSRF token |
 
@@ -81,6 +82,7 @@ pub fn router(app: SharedApp, guard: Guard) -> Router {
             "/admin/experiments/{id}/decide",
             post(admin_decide_experiment),
         )
+        .route("/admin/experiments/start", post(admin_start_experiment))
         .route_layer(middleware::from_fn_with_state(
             app.clone(),
             require_admin_token,
@@ -437,6 +439,27 @@ async fn admin_decide_experiment(
         crate::app::actions::decide_experiment(&app, id, promote, &why)
     })
     .await
+    {
+        Ok(Ok(v)) => axum::Json(v).into_response(),
+        Ok(Err(e)) => e.into_response(),
+        Err(e) => ApiError::Internal(e.to_string()).into_response(),
+    }
+}
+
+/// A skill the user opts in, put under test.
+async fn admin_start_experiment(State(app): State<SharedApp>, body: axum::body::Bytes) -> Response {
+    #[derive(serde::Deserialize)]
+    struct Start {
+        skill: String,
+    }
+    let skill = match serde_json::from_slice::<Start>(&body) {
+        Ok(start) => start.skill,
+        Err(e) => {
+            return ApiError::BadRequest(format!("send {{\"skill\": NAME}}: {e}")).into_response();
+        }
+    };
+    match tokio::task::spawn_blocking(move || crate::app::actions::start_experiment(&app, &skill))
+        .await
     {
         Ok(Ok(v)) => axum::Json(v).into_response(),
         Ok(Err(e)) => e.into_response(),

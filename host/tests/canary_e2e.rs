@@ -224,3 +224,140 @@ async fn the_user_decides_by_hand_whatever_the_test_says_so_far() {
     let out = mc.cli(&["experiments", "promote", "9"]);
     assert!(String::from_utf8_lossy(&out.stderr).contains("no experiment 9"));
 }
+
+/// One single-turn session about `task`: whether skill `name` was injected.
+async fn got(mc: &Metaclaw, session: &str, task: &str, name: &str) -> bool {
+    let messages = [
+        json!({"role": "system", "content": "You are helpful."}),
+        json!({"role": "user", "content": task}),
+    ];
+    session_turn(mc, session, &messages).await.0.contains(name)
+}
+
+/// `metaclaw skills add` of a skill written by hand.
+fn add_skill(mc: &Metaclaw, name: &str, description: &str) {
+    let file = mc.home.path().join(format!("{name}.md"));
+    let text = format!(
+        "---\nname: {name}\ndescription: {description}\n---\n# {name}\n\n{description} Say so first.\n"
+    );
+    std::fs::write(&file, text).unwrap();
+    let out = mc.cli(&["skills", "add", file.to_str().unwrap()]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// Waits until `experiments show ID --json` has the sessions that met each
+/// arm as `(candidate, control)` (turns are stored behind the answers).
+fn arms_recorded(mc: &Metaclaw, id: i64, arms: (i64, i64)) {
+    poll_json(
+        mc.home.path(),
+        &["experiments", "show", &id.to_string(), "--json"],
+        |v| {
+            (
+                v["sessions"]["candidate"].as_i64(),
+                v["sessions"]["control"].as_i64(),
+            ) == (Some(arms.0), Some(arms.1))
+        },
+    );
+}
+
+/// A skill the user writes serves every session it fits: nothing of theirs
+/// is withheld until they opt it in, one skill at a time (`experiments
+/// start`) or every skill they write from then on (`canary.user_skills`,
+/// here by `skills add` in another process while the daemon serves). Opted
+/// in, it is a candidate like an evolved skill: half the sessions it fits
+/// get it, half go without, each session's arm on record.
+#[tokio::test]
+async fn a_skill_you_wrote_is_withheld_only_once_you_opt_it_in() {
+    let up = dummy();
+    let mut mc = Metaclaw::start(&up.url, &config(false));
+    add_skill(
+        &mc,
+        "deploy-checklist",
+        "Check the deploy pipeline before releasing the service.",
+    );
+    poll_json(mc.home.path(), &["status", "--json"], |v| {
+        skills_ready(v, 1) && retriever_ready(v, "bm25")
+    });
+    for i in 0..6 {
+        assert!(got(&mc, &format!("plain-{i}"), TASK, "deploy-checklist").await);
+    }
+    assert!(experiments(&mc).is_empty());
+
+    // Opted in by name.
+    let out = mc.cli(&["experiments", "start", "deploy-checklist"]);
+    let said = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success() && said.contains("testing"), "{said}");
+    let e = experiments(&mc)[0]["experiment"].clone();
+    assert_eq!(
+        (&e["subject"], &e["state"], &e["origin"]),
+        (
+            &json!("deploy-checklist"),
+            &json!("testing"),
+            &json!("user: metaclaw experiments start")
+        ),
+        "{e:#}"
+    );
+    let mut with = 0;
+    for i in 0..12 {
+        with += got(&mc, &format!("opted-{i}"), TASK, "deploy-checklist").await as i64;
+    }
+    // share 0.5: every session it fits is in an arm, by its id (fixed here,
+    // so the split is the same every run).
+    let id = e["id"].as_i64().unwrap();
+    arms_recorded(&mc, id, (with, 12 - with));
+    assert!((1..12).contains(&with), "{with} of 12 got it");
+    // Asked again: the same test.
+    let out = mc.cli(&["experiments", "start", "deploy-checklist"]);
+    assert!(String::from_utf8_lossy(&out.stdout).contains("under test already"));
+    // A skill that is not there: said so.
+    let out = mc.cli(&["experiments", "start", "no-such-skill"]);
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("no skill \"no-such-skill\""));
+
+    // Every skill written from now on.
+    std::fs::write(
+        mc.home.path().join("config.yaml"),
+        config(false)
+            .replace("{upstream}", &up.url)
+            .replace("canary:\n", "canary:\n  user_skills: true\n"),
+    )
+    .unwrap();
+    mc.kill_and_restart();
+    add_skill(
+        &mc,
+        "forecast-first",
+        "Give the weather forecast for the hike before the route.",
+    );
+    let list = experiments(&mc);
+    assert_eq!(list.len(), 2, "{list:#?}");
+    let e = list[0]["experiment"].clone();
+    assert_eq!(
+        (&e["subject"], &e["state"]),
+        (&json!("forecast-first"), &json!("testing")),
+        "{e:#}"
+    );
+    assert!(
+        e["origin"]
+            .as_str()
+            .unwrap()
+            .starts_with("user: metaclaw skills add"),
+        "{e:#}"
+    );
+    // The daemon serves the other process's test once it has read the
+    // library again.
+    poll_json(mc.home.path(), &["status", "--json"], |v| {
+        skills_ready(v, 2) && retriever_ready(v, "bm25")
+    });
+    let weather = "what is the weather forecast for the hike tomorrow";
+    let mut with = 0;
+    for i in 0..12 {
+        with += got(&mc, &format!("written-{i}"), weather, "forecast-first").await as i64;
+    }
+    let id = e["id"].as_i64().unwrap();
+    arms_recorded(&mc, id, (with, 12 - with));
+    assert!((1..12).contains(&with), "{with} of 12 got it");
+}

@@ -176,6 +176,63 @@ pub fn review_skill(app: &App, skill: &str, accept: bool) -> Result<String, ApiE
     Ok(said)
 }
 
+/// Puts a skill's current version under test at the user's word (`metaclaw
+/// experiments start SKILL`): how a skill the user wrote is opted in one at
+/// a time. The experiment, and whether it was under test already.
+pub fn start_experiment(app: &App, name: &str) -> Result<Value, ApiError> {
+    let Some(skills) = app.proxy.skills.as_ref() else {
+        return Err(ApiError::NotFound(
+            "skills are off (skills.enabled: false)".into(),
+        ));
+    };
+    if skills.settings.canary.is_none() {
+        return Err(ApiError::Conflict(
+            "canary.skills is off: no skill is tested (turn it on in the config and restart)"
+                .into(),
+        ));
+    }
+    let snapshot = skills.library.snapshot();
+    let Some(skill) = snapshot
+        .skills
+        .iter()
+        .find(|s| s.id == name || s.name == name)
+    else {
+        return Err(ApiError::NotFound(format!(
+            "no skill {name:?} in {} (see `metaclaw skills list`)",
+            skills.library.dir.display()
+        )));
+    };
+    if let Some(why) = &skill.retired {
+        return Err(ApiError::Conflict(format!(
+            "{name} is retired ({why}): `metaclaw skills restore {name}` first"
+        )));
+    }
+    if skill.component.is_some() {
+        return Err(ApiError::Conflict(format!(
+            "{name} is an executable skill: its component chooses it, so there is nothing to withhold"
+        )));
+    }
+    let conn = crate::store::open_side_writer(app.proxy.store.path())
+        .map_err(|e| ApiError::Internal(format!("cannot open the store: {e:#}")))?;
+    let version = skill.version.to_string();
+    let running = crate::store::experiments::testing(&conn, "skill")
+        .map_err(|e| ApiError::Internal(e.to_string()))?
+        .into_iter()
+        .any(|e| e.subject == skill.id && e.version == version);
+    let id = crate::learn::canary::start(
+        skills,
+        &conn,
+        &skill.id,
+        Some(&version),
+        "user: metaclaw experiments start",
+    )
+    .map_err(|e| ApiError::Internal(format!("{e:#}")))?
+    .ok_or_else(|| ApiError::Internal("the test was not started".into()))?;
+    let experiment =
+        crate::store::experiments::get(&conn, id).map_err(|e| ApiError::Internal(e.to_string()))?;
+    Ok(json!({ "experiment": experiment, "already": running }))
+}
+
 /// Promotes a canary's candidate or rolls it back by hand, whatever its
 /// test says so far (the CLI's `experiments promote|rollback`, the
 /// dashboard). Blocking: a rollback writes the SKILL.md and rescans.

@@ -1,7 +1,8 @@
 //! `experiments list | show`: the canaries, read straight from the store
 //! (daemon or not): each candidate, its arms' sessions and rewards, the
 //! estimate with its interval, and the decision or why there is none yet.
-//! `experiments promote | rollback ID`: the user's decision, taken by the
+//! `experiments promote | rollback ID`: the user's decision, and
+//! `experiments start SKILL`: a skill the user opts in, taken by the
 //! running daemon (it serves the skills and holds the library).
 
 use std::path::Path;
@@ -22,6 +23,27 @@ pub fn run(home: &Home, config_path: &Path, command: ExperimentsCommand) -> Resu
         ExperimentsCommand::Rollback { id, reason } => Some((*id, "rollback", reason.clone())),
         _ => None,
     };
+    if let ExperimentsCommand::Start { skill } = &command {
+        // The daemon starts it: the turn path serves its arms.
+        let admin = AdminClient::connect(home)?;
+        let body = json!({ "skill": skill });
+        let reply = runtime()?.block_on(admin.post_json("/admin/experiments/start", &body))?;
+        let e = &reply["experiment"];
+        say!(
+            "experiment {} ({}@{}): {}{}",
+            e["id"],
+            e["subject"].as_str().unwrap_or("?"),
+            e["version"].as_str().unwrap_or("?"),
+            e["state"].as_str().unwrap_or("?"),
+            if reply["already"].as_bool() == Some(true) {
+                " (it was under test already)"
+            } else {
+                ""
+            }
+        );
+        say!("see it with `metaclaw experiments show {}`", e["id"]);
+        return Ok(ExitCode::SUCCESS);
+    }
     if let Some((id, decision, reason)) = decision {
         // The daemon decides: it serves the skills and holds the library.
         let admin = AdminClient::connect(home)?;
@@ -58,6 +80,7 @@ pub fn run(home: &Home, config_path: &Path, command: ExperimentsCommand) -> Resu
             | ExperimentsCommand::Rollback { id, .. } => {
                 bail!("no experiment {id}: nothing recorded yet")
             }
+            ExperimentsCommand::Start { .. } => {}
         }
         return Ok(ExitCode::SUCCESS);
     }
@@ -102,7 +125,9 @@ pub fn run(home: &Home, config_path: &Path, command: ExperimentsCommand) -> Resu
                 }
             }
         }
-        ExperimentsCommand::Promote { .. } | ExperimentsCommand::Rollback { .. } => {}
+        ExperimentsCommand::Promote { .. }
+        | ExperimentsCommand::Rollback { .. }
+        | ExperimentsCommand::Start { .. } => {}
         ExperimentsCommand::Show { id, json } => {
             let Some(e) = experiments::get(&conn, id)? else {
                 bail!("no experiment {id} (see `metaclaw experiments list`)");

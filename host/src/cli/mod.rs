@@ -344,6 +344,14 @@ pub enum ExperimentsCommand {
         #[arg(long)]
         reason: Option<String>,
     },
+    /// Put a skill's current version under test (a skill you wrote
+    /// included: you opt it in), as an evolved skill is: `canary.share` of
+    /// the sessions it fits get it, as many go without, until the test
+    /// decides (asks the running daemon).
+    Start {
+        /// The skill's name (`metaclaw skills list`).
+        skill: String,
+    },
 }
 
 #[derive(Subcommand, Debug)]

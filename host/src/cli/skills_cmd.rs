@@ -57,13 +57,28 @@ pub fn run(home: &Home, config_path: &Path, command: SkillsCommand) -> Result<Ex
     let config = load_config(config_path)?;
     home.ensure()?;
     let (dir, db) = (skills_dir(home, &config), db(home, &config));
+    // The library as the daemon keeps it: with `canary.user_skills`, a
+    // skill written by these commands (or found edited) is tested too.
+    let canary = config.config.canary.clone();
+    let new_library = |dir: PathBuf, db: PathBuf| {
+        let library = Library::new(dir, db);
+        if canary.skills && canary.user_skills {
+            library.test_user_changes(canary.share, crate::canary::Live::new());
+        }
+        library
+    };
+    let open_library = |dir: PathBuf, db: PathBuf| {
+        let library = new_library(dir, db);
+        library.rescan(None);
+        library
+    };
     match command {
         SkillsCommand::List {
             category,
             tag,
             json,
         } => {
-            let library = Library::open(dir, db);
+            let library = open_library(dir, db);
             let snapshot = library.snapshot();
             let wanted = match category.as_deref() {
                 None => None,
@@ -136,7 +151,7 @@ pub fn run(home: &Home, config_path: &Path, command: SkillsCommand) -> Result<Ex
             let bundled = import::bundled(&folder)?;
             let outcomes = stats::rows(
                 &db,
-                &Library::open(dir.clone(), db.clone()).snapshot(),
+                &open_library(dir.clone(), db.clone()).snapshot(),
                 Some(&name),
             );
             if json {
@@ -185,7 +200,7 @@ pub fn run(home: &Home, config_path: &Path, command: SkillsCommand) -> Result<Ex
             }
         }
         SkillsCommand::Stats { name, json } => {
-            let library = Library::open(dir, db.clone());
+            let library = open_library(dir, db.clone());
             let snapshot = library.snapshot();
             let (board, rows) = stats::rows(&db, &snapshot, name.as_deref())?;
             if let Some(name) = &name
@@ -214,7 +229,7 @@ pub fn run(home: &Home, config_path: &Path, command: SkillsCommand) -> Result<Ex
             if let Some(problem) = &retrieval.problem {
                 say!("warning: embeddings are off, BM25 retrieves instead: {problem}");
             }
-            let library = Library::open(dir, db);
+            let library = open_library(dir, db);
             let plugins =
                 PluginHost::new(PluginSettings::from_config(&config.config, home), embedder)?;
             plugins.reload();
@@ -296,7 +311,7 @@ pub fn run(home: &Home, config_path: &Path, command: SkillsCommand) -> Result<Ex
                     target.display()
                 );
             }
-            let library = Library::new(dir.clone(), db);
+            let library = new_library(dir.clone(), db);
             let held = library.lock_changes();
             std::fs::create_dir_all(&target)?;
             std::fs::write(target.join("SKILL.md"), &text)?;
@@ -323,7 +338,7 @@ pub fn run(home: &Home, config_path: &Path, command: SkillsCommand) -> Result<Ex
                     root.display()
                 );
             }
-            let library = Library::new(dir.clone(), db);
+            let library = new_library(dir.clone(), db);
             let held = library.lock_changes();
             let items = import::import(&root, &dir, force);
             if items.is_empty() {
@@ -398,7 +413,7 @@ pub fn run(home: &Home, config_path: &Path, command: SkillsCommand) -> Result<Ex
             if !skill::valid_name(&name) || !dir.join(&name).join("SKILL.md").exists() {
                 bail!("no skill {name:?} in {}", dir.display());
             }
-            let library = Library::new(dir.clone(), db);
+            let library = new_library(dir.clone(), db);
             let held = library.lock_changes();
             std::fs::remove_dir_all(dir.join(&name))?;
             library.rescan_holding(
@@ -408,7 +423,7 @@ pub fn run(home: &Home, config_path: &Path, command: SkillsCommand) -> Result<Ex
             say!("removed {name}");
         }
         SkillsCommand::Restore { name } => {
-            let library = Library::open(dir.clone(), db);
+            let library = open_library(dir.clone(), db);
             let snapshot = library.snapshot();
             let Some(found) = snapshot.get(&name) else {
                 bail!(

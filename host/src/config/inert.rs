@@ -243,6 +243,7 @@ pub const IMPLEMENTED: &[&str] = &[
     // Canaries of evolved skills (canary, learn/canary.rs).
     "canary.skills",
     "canary.weights",
+    "canary.user_skills",
     "canary.share",
     "canary.delta",
     "canary.min_sessions",
@@ -311,6 +312,11 @@ pub(super) fn warnings(
     if config.opd.enabled && config.mode == Mode::SkillsOnly {
         out.push(
             "`opd.enabled` is set but does nothing in `mode: skills_only`: distillation is part of training (mode rl or auto)".to_string(),
+        );
+    }
+    if config.canary.user_skills && !config.canary.skills {
+        out.push(
+            "`canary.user_skills` is set but does nothing with `canary.skills: false`: no skill is tested before everyone gets it".to_string(),
         );
     }
     for (key, why) in INERT {

@@ -666,6 +666,11 @@ pub struct CanaryConfig {
     /// incumbent every other session; no step trains until it is decided.
     /// Off: a step's weights serve every session at once, as before.
     pub weights: bool,
+    /// Test the skills the user writes too (added or changed by hand, by
+    /// `metaclaw skills add|import` or in the folder) before everyone gets
+    /// them. Off: they serve every session at once, and only
+    /// `metaclaw experiments start SKILL` puts one under test.
+    pub user_skills: bool,
     /// The share of sessions in each arm (candidate, control), 0 < s ≤ 0.5;
     /// the rest go without the candidate and are not counted.
     pub share: f64,
@@ -684,6 +689,7 @@ impl Default for CanaryConfig {
         Self {
             skills: true,
             weights: true,
+            user_skills: false,
             share: 0.25,
             delta: 0.05,
             min_sessions: 10,

@@ -129,6 +129,16 @@ pub struct Library {
     /// Times the folder was read (each reads every SKILL.md).
     scans: std::sync::atomic::AtomicU64,
     watcher: Mutex<Option<notify::RecommendedWatcher>>,
+    /// Set with `canary.user_skills`: the skills the user writes are tested.
+    user_tests: RwLock<Option<UserTests>>,
+}
+
+/// How the skills the user writes are tested (`canary.user_skills`).
+#[derive(Clone)]
+struct UserTests {
+    share: f64,
+    /// The turn path's canaries, read again when the library moves.
+    live: Arc<crate::canary::Live>,
 }
 
 impl Library {
@@ -141,7 +151,19 @@ impl Library {
             loaded: std::sync::atomic::AtomicBool::new(false),
             scans: std::sync::atomic::AtomicU64::new(0),
             watcher: Mutex::new(None),
+            user_tests: RwLock::new(None),
         })
+    }
+
+    /// From now on a skill the user adds or changes (by hand in the folder,
+    /// `metaclaw skills add|import`) starts as a candidate under test, like
+    /// an evolved one (`canary.user_skills`), `share` of sessions in each
+    /// arm; `live` is read again whenever the library moves, whoever moved
+    /// it (another process's test is then served here too).
+    pub fn test_user_changes(&self, share: f64, live: Arc<crate::canary::Live>) {
+        if let Ok(mut slot) = self.user_tests.write() {
+            *slot = Some(UserTests { share, live });
+        }
     }
 
     /// Reads the folder and records what changed since the store last saw it.
@@ -206,6 +228,9 @@ impl Library {
         let previous = self.snapshot();
         let generation = match record(&self.dir, &self.db, &versions, attribution) {
             Ok((generation, changes)) => {
+                if generation != previous.generation {
+                    self.test_users_changes(&changes, &skills);
+                }
                 if changes.len() <= 10 {
                     for c in &changes {
                         tracing::info!(skill = %c.skill_id, "skill {} ({}: {}), generation {}", c.change, c.who, c.why, c.generation);
@@ -243,6 +268,50 @@ impl Library {
         self.loaded
             .store(true, std::sync::atomic::Ordering::Release);
         next
+    }
+
+    /// With `canary.user_skills`: starts the test of each skill the user
+    /// added or changed in `changes`, then reads the canaries under test
+    /// again. Not the built-in bank's skills, not learning's (the publish
+    /// stage starts those), not a retirement or a retired skill, not an
+    /// executable skill (its component chooses it; nothing withholds it),
+    /// and not the library as a store first finds it (what the user had
+    /// before is not withheld from them).
+    fn test_users_changes(&self, changes: &[crate::store::skills::SkillChange], skills: &[Skill]) {
+        let Some(tests) = self.user_tests.read().ok().and_then(|t| t.clone()) else {
+            return;
+        };
+        let users = |c: &&crate::store::skills::SkillChange| {
+            c.change != "removed"
+                && c.generation > 1
+                && written_by_user(&c.who)
+                && skills
+                    .iter()
+                    .any(|s| s.id == c.skill_id && s.retired.is_none() && s.component.is_none())
+        };
+        let result = (|| -> anyhow::Result<()> {
+            let conn = crate::store::open_side_writer(&self.db)?;
+            for c in changes.iter().filter(users) {
+                let Some(version) = &c.version else { continue };
+                let origin = format!("{}: {}", c.who, c.why);
+                let id = crate::store::experiments::start_skill(
+                    &conn,
+                    &c.skill_id,
+                    version,
+                    tests.share,
+                    &origin,
+                    now_ms(),
+                )?;
+                tracing::info!(skill = %c.skill_id, version, experiment = id, "a skill you wrote is under test (canary.user_skills)");
+            }
+            tests.live.reload(&conn)?;
+            Ok(())
+        })();
+        if let Err(e) = result {
+            // Fails open on serving (the skill serves everyone, as with the
+            // canary off), and says so.
+            tracing::error!("the skills you wrote were not put under test: {e:#}");
+        }
     }
 
     /// Watches the folder; after a burst of changes settles (`debounce`), the
@@ -313,6 +382,12 @@ impl Library {
             tracing::error!("cannot start the skills watcher: {e}");
         }
     }
+}
+
+/// Whether a change's author is the user (by hand, a CLI command, an
+/// import) rather than metaclaw (the built-in bank, learning, a retirement).
+fn written_by_user(who: &str) -> bool {
+    !(who == "builtin" || who.starts_with("evolved:") || who.starts_with("retired:"))
 }
 
 /// An exclusive `flock` on `<store>.skills-lock`, shared by every process
@@ -687,5 +762,82 @@ mod tests {
         let settled = (a.scans(), b.scans());
         std::thread::sleep(Duration::from_millis(500));
         assert_eq!((a.scans(), b.scans()), settled);
+    }
+
+    /// `canary.user_skills`: what the user adds or edits is put under test
+    /// (and the turn path told); learning's, the built-in bank's, a
+    /// retirement and the library as first found are not. Without it
+    /// nothing of the user's is.
+    #[test]
+    fn the_users_skills_are_tested_only_when_asked() {
+        let home = tempfile::tempdir().unwrap();
+        let dir = home.path().join("skills");
+        let db = home.path().join("m.db");
+        write(&dir, "mine", &skill("mine", "M"));
+        let testing = || {
+            let conn = crate::store::open_side_writer(&db).unwrap();
+            crate::store::experiments::testing(&conn, "skill")
+                .unwrap()
+                .into_iter()
+                .map(|e| (e.subject, e.origin))
+                .collect::<Vec<_>>()
+        };
+        // Not asked: an edit serves everyone at once.
+        let plain = Library::open(dir.clone(), db.clone());
+        write(&dir, "mine", &skill("mine", "M, edited"));
+        plain.rescan(None);
+        assert!(testing().is_empty());
+        drop(plain);
+
+        let live = crate::canary::Live::new();
+        let lib = Library::new(dir.clone(), db.clone());
+        lib.test_user_changes(0.5, live.clone());
+        lib.rescan(None);
+        assert!(
+            testing().is_empty(),
+            "nothing changed since the store saw it"
+        );
+        // An edit by hand and a skill added by a command: both tested.
+        write(&dir, "mine", &skill("mine", "M, edited again"));
+        let text = skill("added", "A");
+        write(&dir, "added", &text);
+        lib.rescan(Some(
+            &Attribution::new("user", "metaclaw skills add added").wrote("added", &text),
+        ));
+        assert_eq!(
+            testing(),
+            vec![
+                (
+                    "added".to_string(),
+                    "user: metaclaw skills add added".to_string()
+                ),
+                (
+                    "mine".to_string(),
+                    "user: edited in the skills folder".to_string()
+                )
+            ]
+        );
+        // The turn path knows at once.
+        assert_eq!(live.skills().len(), 2);
+        assert!(live.skill_arm("added", &"1.0.0", "s").is_some());
+        // Learning's own skill, the built-in bank's, a retirement: none.
+        let (evolved, builtin) = (skill("learned", "L"), skill("shipped", "S"));
+        write(&dir, "learned", &evolved);
+        lib.rescan(Some(
+            &Attribution::new("evolved:s-1", "learned from session s-1").wrote("learned", &evolved),
+        ));
+        write(&dir, "shipped", &builtin);
+        lib.rescan(Some(
+            &Attribution::new("builtin", "the bank").wrote("shipped", &builtin),
+        ));
+        let retired = skill("mine", "M, edited again").replace(
+            "description: About mine.\n",
+            "description: About mine.\nretired: by hand\n",
+        );
+        write(&dir, "mine", &retired);
+        lib.rescan(None);
+        let conn = crate::store::open_side_writer(&db).unwrap();
+        let all = crate::store::experiments::list(&conn, 100).unwrap();
+        assert_eq!(all.len(), 2, "{all:?}");
     }
 }

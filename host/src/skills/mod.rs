@@ -292,8 +292,14 @@ impl Skills {
         retrieval: Retrieval,
     ) -> Arc<Self> {
         let outcomes = Arc::new(outcomes::Outcomes::load(library.db()));
-        let canaries = match settings.canary {
-            Some(_) => crate::canary::Live::load(library.db()),
+        let canaries = match &settings.canary {
+            Some(canary) => {
+                let live = crate::canary::Live::load(library.db());
+                if canary.user_skills {
+                    library.test_user_changes(canary.share, live.clone());
+                }
+                live
+            }
             None => crate::canary::Live::new(),
         };
         Arc::new(Self {
