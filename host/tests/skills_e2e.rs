@@ -768,6 +768,44 @@ fn import_copies_good_skills_with_their_files_and_reports_each() {
         assert!(text.contains(line), "{line:?} not in:\n{text}");
     }
     assert!(!text.contains("hidden-skill"), "{text}");
+    // What an agent would make of each as it came: the original MetaClaw's
+    // layout is read here but refused by the Agent Skills spec.
+    assert!(
+        text.contains("imported  standup-notes  (from ")
+            && text.contains(
+                "as it came, an agent applying the Agent Skills spec would refuse it: frontmatter: not valid YAML"
+            ),
+        "{text}"
+    );
+    assert!(
+        !text
+            .lines()
+            .any(|l| l.contains("pdf-forms") && l.contains("would refuse")),
+        "{text}"
+    );
+    let (ok, checked) = cli_as_user(home.path(), &["skills", "check", root, "--json"]);
+    assert!(!ok, "an agent would refuse some: exit 1\n{checked}");
+    let checked: Value = serde_json::from_str(&checked).unwrap();
+    let verdict = |name: &str| {
+        checked["skills"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|s| s["path"].as_str().unwrap().contains(&format!("/{name}/")))
+            .map(|s| s["refused"].as_bool().unwrap())
+    };
+    assert_eq!(
+        [
+            "pdf-forms",
+            "standup-notes",
+            "no-description",
+            "bad-yaml",
+            "too-big"
+        ]
+        .map(verdict),
+        [Some(false), Some(true), Some(true), Some(true), Some(false)],
+        "{checked:#}"
+    );
     let lib = home.path().join("skills/pdf-forms");
     assert!(lib.join("scripts/fields.sh").is_file());
     assert!(lib.join("references/fields.md").is_file());

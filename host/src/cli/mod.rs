@@ -504,6 +504,15 @@ pub enum SkillsCommand {
         #[arg(long)]
         json: bool,
     },
+    /// Check SKILL.md files against the Agent Skills spec, as Codex, Claude
+    /// Code and OpenClaw apply it: a SKILL.md, a skill folder or a folder
+    /// of them (default: the library). Exits 1 when an agent would refuse
+    /// one.
+    Check {
+        path: Option<PathBuf>,
+        #[arg(long)]
+        json: bool,
+    },
     /// Check a SKILL.md (or a folder holding one) and copy it into the library.
     Add {
         path: PathBuf,

@@ -49,6 +49,95 @@ fn skills_dir(home: &Home, config: &LoadedConfig) -> PathBuf {
     crate::skills::paths(home, &config.config).0
 }
 
+/// The refusals among `findings`, on one line.
+fn spec_summary(findings: &[crate::skills::spec::Finding]) -> String {
+    findings
+        .iter()
+        .filter(|f| f.severity == crate::skills::spec::Severity::Refused)
+        .map(|f| format!("{}: {}", f.field, f.message))
+        .collect::<Vec<_>>()
+        .join("; ")
+}
+
+/// `skills check`: every SKILL.md at or under `root` against the spec.
+fn check(root: PathBuf, json: bool) -> Result<ExitCode> {
+    use crate::skills::spec::{self, Finding, Severity};
+    let files: Vec<PathBuf> = if root.is_file() {
+        vec![root.clone()]
+    } else {
+        import::find(&root)
+            .into_iter()
+            .map(|d| d.join("SKILL.md"))
+            .collect()
+    };
+    if files.is_empty() {
+        bail!(
+            "no SKILL.md at or under {}: give a SKILL.md, a skill folder or a folder of them",
+            root.display()
+        );
+    }
+    let checked: Vec<(PathBuf, Vec<Finding>)> = files
+        .into_iter()
+        .map(|file| {
+            let folder = file
+                .parent()
+                .and_then(|p| p.file_name())
+                .and_then(|n| n.to_str());
+            let findings = match std::fs::read_to_string(&file) {
+                Ok(text) => spec::check(&text, folder),
+                Err(e) => vec![Finding {
+                    severity: Severity::Refused,
+                    field: "file".into(),
+                    message: format!("cannot read it: {e}"),
+                }],
+            };
+            (file, findings)
+        })
+        .collect();
+    let refused = checked.iter().filter(|(_, f)| spec::refused(f)).count();
+    if json {
+        say!(
+            "{}",
+            serde_json::to_string_pretty(&json!({
+                "checked": checked.len(),
+                "refused": refused,
+                "skills": checked.iter().map(|(file, findings)| json!({
+                    "path": file,
+                    "refused": spec::refused(findings),
+                    "findings": findings,
+                })).collect::<Vec<_>>(),
+            }))?
+        );
+    } else {
+        for (file, findings) in &checked {
+            let verdict = if spec::refused(findings) {
+                "refused"
+            } else if findings.is_empty() {
+                "ok"
+            } else {
+                "advice"
+            };
+            say!("{verdict:<8} {}", file.display());
+            for f in findings {
+                let mark = match f.severity {
+                    Severity::Refused => "x",
+                    Severity::Advice => "~",
+                };
+                say!("  {mark} {}: {}", f.field, f.message);
+            }
+        }
+        say!(
+            "{refused} of {} would be refused by an agent that applies the Agent Skills spec (Codex, Claude Code, OpenClaw)",
+            checked.len()
+        );
+    }
+    Ok(if refused > 0 {
+        ExitCode::FAILURE
+    } else {
+        ExitCode::SUCCESS
+    })
+}
+
 fn db(home: &Home, config: &LoadedConfig) -> PathBuf {
     super::sessions_cmd::store_file(home, Some(&config.config))
 }
@@ -378,6 +467,7 @@ pub fn run(home: &Home, config_path: &Path, command: SkillsCommand) -> Result<Ex
                             files,
                             links_skipped,
                             replaced,
+                            spec,
                         } => {
                             let mut notes = vec![format!("from {}", item.source.display())];
                             if *files > 0 {
@@ -389,6 +479,12 @@ pub fn run(home: &Home, config_path: &Path, command: SkillsCommand) -> Result<Ex
                             }
                             if *replaced {
                                 notes.push("replaced the library's".into());
+                            }
+                            if crate::skills::spec::refused(spec) {
+                                notes.push(format!(
+                                    "as it came, an agent applying the Agent Skills spec would refuse it: {}",
+                                    spec_summary(spec)
+                                ));
                             }
                             say!("imported  {name}  ({})", notes.join("; "));
                         }
@@ -408,6 +504,12 @@ pub fn run(home: &Home, config_path: &Path, command: SkillsCommand) -> Result<Ex
             if imported == 0 && refused > 0 {
                 return Ok(ExitCode::FAILURE);
             }
+        }
+        SkillsCommand::Check { path, json } => {
+            return check(
+                path.map_or(dir, |p| expand_home(&p.to_string_lossy())),
+                json,
+            );
         }
         SkillsCommand::Remove { name } => {
             if !skill::valid_name(&name) || !dir.join(&name).join("SKILL.md").exists() {

@@ -34,6 +34,10 @@ pub enum Outcome {
         links_skipped: usize,
         /// It replaced a different skill of that name (`force`).
         replaced: bool,
+        /// What the Agent Skills spec says of the SKILL.md as it came (an
+        /// agent that applies it would refuse or advise this; metaclaw
+        /// reads it anyway).
+        spec: Vec<super::spec::Finding>,
     },
     Skipped {
         name: String,
@@ -154,6 +158,7 @@ struct Prepared {
     text: String,
     files: Vec<(PathBuf, u64)>,
     links: usize,
+    spec: Vec<super::spec::Finding>,
 }
 
 fn prepare(source: &Path) -> Result<Prepared, String> {
@@ -193,9 +198,11 @@ fn prepare(source: &Path) -> Result<Prepared, String> {
             "its files take {bytes} bytes; at most {MAX_BUNDLED_BYTES}"
         ));
     }
+    let spec = super::spec::check(&original, source.file_name().and_then(|n| n.to_str()));
     Ok(Prepared {
         name: parsed.name,
         text,
+        spec,
         files: bundled.files,
         links: bundled.links.len(),
     })
@@ -258,6 +265,7 @@ fn place(source: &Path, dir: &Path, prepared: Prepared, force: bool) -> Outcome 
             files: prepared.files.len(),
             links_skipped: prepared.links,
             replaced,
+            spec: prepared.spec,
         },
         Err(e) => Outcome::Refused {
             why: format!("cannot copy it into {}: {e}", target.display()),

@@ -25,6 +25,7 @@ pub mod inject;
 pub mod library;
 pub mod outcomes;
 pub mod skill;
+pub mod spec;
 pub mod stats;
 
 /// The library folder and the store file that `config` names (under

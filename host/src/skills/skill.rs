@@ -152,8 +152,9 @@ pub fn parse(id: &str, text: &str) -> Result<Skill, String> {
     Ok(skill)
 }
 
-/// Parses a SKILL.md wherever it is: its id is its `name`.
-pub fn parse_text(text: &str) -> Result<Skill, String> {
+/// A SKILL.md's YAML frontmatter and its body (past the closing `---`
+/// line, trimmed), or what is wrong with its frame.
+pub fn split(text: &str) -> Result<(&str, &str), String> {
     let text = text.strip_prefix('\u{feff}').unwrap_or(text);
     let Some(rest) = text
         .strip_prefix("---\n")
@@ -177,6 +178,13 @@ pub fn parse_text(text: &str) -> Result<Skill, String> {
     let body = rest[end + "\n---".len()..]
         .trim_start_matches(['\r', '\n'])
         .trim_end();
+    Ok((yaml, body))
+}
+
+/// Parses a SKILL.md wherever it is: its id is its `name`.
+pub fn parse_text(text: &str) -> Result<Skill, String> {
+    let text = text.strip_prefix('\u{feff}').unwrap_or(text);
+    let (yaml, body) = split(text)?;
     let mut extra = match serde_saphyr::from_str::<Value>(yaml) {
         Ok(Value::Object(map)) => map,
         Ok(Value::Null) => Map::new(),
