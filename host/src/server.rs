@@ -396,6 +396,9 @@ async fn admin_train_step(State(app): State<SharedApp>) -> Response {
         Ok(train) => train,
         Err(e) => return e.into_response(),
     };
+    if let Some(why) = &train.steps_off {
+        return ApiError::NotFound(format!("nothing trains: {why}")).into_response();
+    }
     if let Some(why) = train.state().paused {
         return ApiError::Conflict(format!(
             "training is paused: {why}; `metaclaw train resume` goes on"

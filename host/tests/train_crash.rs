@@ -502,6 +502,39 @@ async fn against_skyrl_a_restart_serves_the_saved_weights_inside_and_after_the_u
     );
     student_session(&w, "s-after-restart").await;
     assert_eq!(served(&w).await.2, 0, "{}", w.log());
+
+    // Learning turned off (nothing trains): the saved weights are still
+    // loaded again by the new process and served, after the unload too.
+    let config = w.home.path().join("config.yaml");
+    let text = std::fs::read_to_string(&config).unwrap();
+    assert!(text.contains("learning:\n  enabled: true\n"), "{text}");
+    std::fs::write(
+        &config,
+        text.replace(
+            "learning:\n  enabled: true\n",
+            "learning:\n  enabled: false\n",
+        ),
+    )
+    .unwrap();
+    let third = training_model(&w).await;
+    w.kill();
+    unloaded_by_skyrl(&server, &third).await;
+    w.start().await;
+    let (sampler, version, fallbacks) = served(&w).await;
+    assert!(
+        !sampler.starts_with(&format!("tinker://{third}/")) && version == 1 && fallbacks == 0,
+        "{sampler} {version} {fallbacks}"
+    );
+    student_session(&w, "s-learning-off").await;
+    assert_eq!(served(&w).await.2, 0, "{}", w.log());
+    let status = w.json(&["status", "--json"]).await;
+    assert_eq!(status["training"]["running"], false, "{status}");
+    let out = w.cli(&["train", "step"]).await;
+    let said = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !out.status.success() && said.contains("nothing trains"),
+        "{said}"
+    );
 }
 
 /// Kills the daemon (SIGKILL), starts it again and waits until the student

@@ -195,23 +195,26 @@ impl App {
         let (learn, learner) = learner.unzip();
         // Training from the student's judged turns: its own thread; it
         // needs the rewards learning gives.
-        let train = match (&proxy.policy, config.learning.enabled) {
-            (Some(policy), true) => start_trainer(
+        // Without learning nothing trains, but the trainer still keeps the
+        // run's saved weights loaded in this process (the service drops a
+        // dead process's models): the student serves them after a restart.
+        let train = proxy.policy.as_ref().and_then(|policy| {
+            let steps_off = (!config.learning.enabled).then(|| {
+                tracing::warn!(
+                    "nothing trains: training needs the rewards of learning jobs (learning.enabled: false); the saved weights are served"
+                );
+                "training needs the rewards of learning jobs (learning.enabled: false)".to_string()
+            });
+            start_trainer(
                 config,
                 home,
                 proxy.store.path().to_path_buf(),
                 policy.clone(),
                 proxy.sessions.activity(),
+                steps_off,
                 &cancel,
-            ),
-            (Some(_), false) => {
-                tracing::warn!(
-                    "nothing trains: training needs the rewards of learning jobs (learning.enabled: false)"
-                );
-                None
-            }
-            _ => None,
-        };
+            )
+        });
         let app = Arc::new(App {
             proxy: proxy.clone(),
             plugins: plugins.clone(),
@@ -269,6 +272,7 @@ fn start_trainer(
     db: std::path::PathBuf,
     policy: Arc<Policy>,
     activity: crate::clock::LastActivity,
+    steps_off: Option<String>,
     cancel: &CancellationToken,
 ) -> Option<crate::learn::rl::trainer::TrainerHandle> {
     use crate::learn::rl::trainer;
@@ -276,7 +280,7 @@ fn start_trainer(
     let env = |k: &str| std::env::var(k).ok();
     // Steps wait for the scheduler's windows (auto, or scheduler.enabled);
     // a scheduler config that cannot be read keeps them from starting.
-    let (gate, gate_error) = match gate::gates(config) {
+    let (gate, gate_error) = match gate::gates(config) && steps_off.is_none() {
         false => (None, None),
         true => match gate::Parts::from_config(config, home) {
             Ok(parts) => {
@@ -317,7 +321,7 @@ fn start_trainer(
         baseline_decay: config.rl.baseline_decay,
         manual: config.rl.manual_train_trigger,
         db,
-        opd: config.opd.enabled.then(|| config.opd.clone()),
+        opd: (config.opd.enabled && steps_off.is_none()).then(|| config.opd.clone()),
         gate,
         gate_error,
         health: crate::learn::rl::health::Rule {
@@ -326,6 +330,7 @@ fn start_trainer(
         },
         on_collapse: config.rl.on_collapse,
         canary: config.canary.weights.then(|| config.canary.clone()),
+        steps_off,
     };
     match trainer::spawn(settings, policy, cancel.clone()) {
         Ok((handle, _thread)) => Some(handle),

@@ -73,7 +73,7 @@ pub fn status_json(app: &App) -> Result<Value, String> {
                 .and_then(|c| crate::store::train_queue::counts(&c).ok());
             let state = app.train.as_ref().map(|t| t.state()).unwrap_or_default();
             json!({
-                "running": app.train.is_some(),
+                "running": app.train.as_ref().is_some_and(|t| t.steps_off.is_none()),
                 "queue": queue,
                 "last_error": state.last_error,
                 "opd": state.opd,
@@ -85,8 +85,8 @@ pub fn status_json(app: &App) -> Result<Value, String> {
                 // test, or why a step's weights serve untested.
                 "canary": state.canary,
                 "scheduler": app.train.as_ref().map(scheduler_json),
-                "note": (app.train.is_none() && app.learn.is_none())
-                    .then_some("nothing trains: training needs the rewards of learning jobs (learning.enabled: false)"),
+                "note": app.learn.is_none()
+                    .then_some("nothing trains: training needs the rewards of learning jobs (learning.enabled: false); the run's saved weights are served"),
             })
         }),
         "student": app.proxy.policy.as_ref().map(|policy| {

@@ -140,7 +140,7 @@ async fn connect(policy: &Policy) -> Result<Arc<Session>, String> {
                         match policy.reloads_weights() {
                             true => "the trainer is loading them again",
                             false =>
-                                "nothing loads them again while learning is off (learning.enabled: false)",
+                                "nothing loads them again: the trainer did not start (see the log)",
                         }
                     ));
                 }

@@ -82,6 +82,11 @@ pub struct Settings {
     /// candidate arm until a test decides (the run then saves its training
     /// state every step: a rollback trains on from the incumbent's).
     pub canary: Option<CanaryConfig>,
+    /// Why no step runs at all (`learning.enabled: false`: no rewards to
+    /// train on). The trainer then only keeps the served weights loaded:
+    /// after a restart, and whenever the service drops them, it loads the
+    /// run's saved weights again into a model of this process.
+    pub steps_off: Option<String>,
 }
 
 /// What the trainer last ran into, for `status`.
@@ -187,6 +192,8 @@ pub struct TrainerHandle {
     pub gate_error: Option<String>,
     /// The learning-health verdict's thresholds (`rl.health_window`).
     pub health_rule: health::Rule,
+    /// Why no step runs ([`Settings::steps_off`]).
+    pub steps_off: Option<String>,
 }
 
 impl TrainerHandle {
@@ -326,6 +333,7 @@ pub fn spawn(
     }
     let (gate, gate_error) = (settings.gate.clone(), settings.gate_error.clone());
     let health_rule = settings.health.clone();
+    let steps_off = settings.steps_off.clone();
     let trainer = Trainer {
         settings,
         policy,
@@ -345,6 +353,7 @@ pub fn spawn(
         gate,
         gate_error,
         health_rule,
+        steps_off,
     };
     Ok((handle, thread))
 }
@@ -436,11 +445,12 @@ impl Trainer {
                 command = commands.recv() => match command {
                     None => return,
                     Some(Command::Step(reply)) => {
-                        let outcome = match self.paused() {
-                            Some(why) => Err(format!(
+                        let outcome = match (self.settings.steps_off.as_deref(), self.paused()) {
+                            (Some(why), _) => Err(format!("nothing trains: {why}")),
+                            (None, Some(why)) => Err(format!(
                                 "training is paused: {why}; `metaclaw train resume` goes on"
                             )),
-                            None => self.step(1, None).await,
+                            (None, None) => self.step(1, None).await,
                         };
                         self.note(&outcome);
                         let _ = reply.send(outcome);
@@ -455,7 +465,7 @@ impl Trainer {
                         let _ = reply.send(self.decide_by_user(id, promote, &why).await);
                     }
                 },
-                () = tokio::time::sleep(wait), if !self.settings.manual => {
+                () = tokio::time::sleep(wait), if !self.settings.manual && self.settings.steps_off.is_none() => {
                     let outcome = self.step_in_window().await;
                     wait = match outcome {
                         Some(Ok(Outcome::Stepped(_))) => Duration::ZERO,
