@@ -169,8 +169,11 @@ impl Scoring {
             Ok(Some(score(self.plugins.as_deref(), &turn, next.as_deref())))
         })();
         match scored {
-            Ok(Some(rewards)) => self.store.rewards(turn_id, rewards, now_ms()),
+            Ok(Some(Ok(rewards))) => self.store.rewards(turn_id, rewards, now_ms()),
             Ok(None) => {}
+            // Left unscored: the session's job scores it (and waits while
+            // the scorer cannot run).
+            Ok(Some(Err(e))) => tracing::info!(turn = %turn_id, "{e}"),
             Err(e) => tracing::warn!(turn = %turn_id, "cannot score: {e:#}"),
         }
     }
@@ -194,29 +197,62 @@ pub fn score_turn(
         Some(id) => store.scoring_input(id)?,
         None => None,
     };
-    Ok(score(plugins, &turn, next.as_ref()))
+    Ok(score(plugins, &turn, next.as_ref())?)
 }
 
+/// A scorer had no chance to run (every instance busy, or the machine too
+/// busy to give it its deadline), even when asked again: the turn is left
+/// unscored to be scored later, not stored without that scorer's reward (a
+/// reward lost to a busy moment is a turn that silently never trains).
+#[derive(Debug, thiserror::Error)]
+#[error("scorer {scorer} could not run ({why}); the turn is scored later")]
+pub struct ScorerUnavailable {
+    scorer: String,
+    why: String,
+}
+
+/// The waits before asking a crowded-out scorer again (off the request
+/// path, so a few seconds in all).
+const SCORER_RETRIES: [std::time::Duration; 3] = [
+    std::time::Duration::from_millis(100),
+    std::time::Duration::from_millis(500),
+    std::time::Duration::from_millis(2500),
+];
+
 /// Runs every scorer of the role on a finished turn. A failing scorer is
-/// skipped (its failure is counted, and it is disabled if it keeps failing).
+/// skipped (its failure is counted, and it is disabled if it keeps failing);
+/// one crowded out by the machine is asked again, and then the turn waits.
 pub(crate) fn score(
     plugins: Option<&PluginHost>,
     turn: &ScoringInput,
     next: Option<&ScoringInput>,
-) -> Vec<RewardRecord> {
+) -> Result<Vec<RewardRecord>, ScorerUnavailable> {
     let Some(host) = plugins else {
-        return Vec::new();
+        return Ok(Vec::new());
     };
     let scorers = host.scorers();
     if scorers.is_empty() {
-        return Vec::new();
+        return Ok(Vec::new());
     }
     let finished = scorer_view(turn, next);
+    let finished = &finished;
     // All scorers at once: a slow one costs its deadline once, not once per
     // scorer after it.
-    let outcomes = host.engine.block_on(futures_util::future::join_all(
-        scorers.iter().map(|scorer| scorer.score(&finished)),
-    ));
+    let outcomes = host
+        .engine
+        .block_on(futures_util::future::join_all(scorers.iter().map(
+            |scorer| async move {
+                let mut outcome = scorer.score(finished).await;
+                for wait in SCORER_RETRIES {
+                    if !matches!(outcome, Err(ref e) if e.not_the_plugins()) {
+                        break;
+                    }
+                    tokio::time::sleep(wait).await;
+                    outcome = scorer.score(finished).await;
+                }
+                outcome
+            },
+        )));
     let mut rewards = Vec::new();
     for (scorer, outcome) in scorers.iter().zip(outcomes) {
         match outcome {
@@ -227,10 +263,16 @@ pub(crate) fn score(
                 rationale: reward.rationale,
             }),
             Ok(None) => {}
+            Err(e) if e.not_the_plugins() => {
+                return Err(ScorerUnavailable {
+                    scorer: scorer.label().to_string(),
+                    why: e.to_string(),
+                });
+            }
             Err(e) => tracing::debug!(plugin = scorer.label(), "scorer skipped: {e}"),
         }
     }
-    rewards
+    Ok(rewards)
 }
 
 /// The finished turn as a scorer gets it: the conversation's latest

@@ -27,6 +27,10 @@ pub struct PluginView {
     /// Calls that found every instance busy until their deadline.
     #[serde(default)]
     pub busy: u64,
+    /// Calls whose deadline passed while the machine ran other work (the
+    /// call used less than half of it): not failures.
+    #[serde(default)]
+    pub starved: u64,
     /// Calls left out of a turn because `plugins.turn_budget` ran out
     /// (not failures).
     #[serde(default)]
@@ -93,6 +97,7 @@ pub fn view(registry: &Registry) -> RegistryView {
                 calls: p.stats.calls.load(Ordering::Relaxed),
                 failures: p.stats.failures.load(Ordering::Relaxed),
                 busy: p.stats.busy.load(Ordering::Relaxed),
+                starved: p.stats.starved.load(Ordering::Relaxed),
                 turn_cuts: p.stats.turn_cuts.load(Ordering::Relaxed),
                 log_dropped: p.log_dropped(),
                 memory: p.memory_in_use() as u64,

@@ -479,11 +479,13 @@ impl Skills {
                         selection.ranked.sort_by(|a, b| b.1.total_cmp(&a.1));
                         break;
                     }
-                    // Expected while the library is being indexed, or in a
-                    // burst of turns; not worth a warning per turn.
+                    // Expected while the library is being indexed, in a
+                    // burst of turns or on a busy machine; not worth a
+                    // warning per turn (the plugin's stats count them).
                     Err(
                         e @ (crate::plugins::CallError::Indexing
-                        | crate::plugins::CallError::Busy(_)),
+                        | crate::plugins::CallError::Busy(_)
+                        | crate::plugins::CallError::Starved { .. }),
                     ) => tracing::debug!(
                         retriever = retriever.label(),
                         "{e}; trying the next retriever"

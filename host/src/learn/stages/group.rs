@@ -75,7 +75,11 @@ async fn member_reward(parts: &Parts, member: ScoringInput) -> Result<Option<f64
         None => None,
     };
     let plugins = parts.plugins.clone();
-    let scored = blocking(move || Ok(per_turn::score(plugins.as_deref(), &member, None))).await?;
+    let scored = blocking(move || {
+        per_turn::score(plugins.as_deref(), &member, None)
+            .map_err(|e| anyhow::Error::new(super::Blocked::from(e)))
+    })
+    .await?;
     let scorers: Vec<ScorerReward<'_>> = scored
         .iter()
         .map(|r| ScorerReward {

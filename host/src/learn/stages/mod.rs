@@ -64,11 +64,26 @@ pub trait Output: Send + 'static {
     fn write(&self, tx: &Connection) -> Result<()>;
 }
 
-/// Evolution cannot run now for a reason outside the job (no `guard`):
-/// the job waits, queued, without using up its attempts.
+/// A stage cannot run now for a reason outside the job (no `guard` for
+/// evolution, a scorer the machine gives no time): the job waits, queued,
+/// without using up its attempts.
 #[derive(Debug, thiserror::Error)]
 #[error("{0}")]
 pub struct Blocked(String);
+
+impl From<crate::learn::per_turn::ScorerUnavailable> for Blocked {
+    fn from(e: crate::learn::per_turn::ScorerUnavailable) -> Self {
+        Blocked(e.to_string())
+    }
+}
+
+/// `e`, or [`Blocked`] where a scorer could not run.
+fn scorer_blocked(e: anyhow::Error) -> anyhow::Error {
+    match e.downcast::<crate::learn::per_turn::ScorerUnavailable>() {
+        Ok(unavailable) => Blocked::from(unavailable).into(),
+        Err(e) => e,
+    }
+}
 
 /// How long a learner's store call waits for another writer's lock. Far
 /// longer than the store's 5 s: nothing waits on the learner but its own

@@ -54,9 +54,23 @@ pub enum CallError {
     /// so it is not counted against the plugin.
     #[error("busy: {0} calls already running, none ended before the deadline")]
     Busy(usize),
+    /// The machine ran other work until the call's time was up on the
+    /// clock ([`crate::plugins::sandbox::STARVED_GRACE`] times its timeout):
+    /// it used less than half of its own time, so it is not counted against
+    /// the plugin.
+    #[error(
+        "starved: the machine gave the call only {used:?} of its {timeout:?} (not the plugin's fault)"
+    )]
+    Starved { used: Duration, timeout: Duration },
 }
 
 impl CallError {
+    /// The call never had its chance (every instance busy, the machine
+    /// busy with other work): asking again later may well succeed.
+    pub fn not_the_plugins(&self) -> bool {
+        matches!(self, CallError::Busy(_) | CallError::Starved { .. })
+    }
+
     /// Failures the plugin is blamed for (counted toward disabling it).
     fn counts(&self) -> bool {
         matches!(
@@ -114,6 +128,8 @@ pub struct Stats {
     pub failures: AtomicU64,
     /// Calls that found every instance busy until their deadline.
     pub busy: AtomicU64,
+    /// Calls whose deadline passed while the machine ran other work.
+    pub starved: AtomicU64,
     pub consecutive_failures: AtomicU32,
     pub disabled: AtomicBool,
     pub busy_nanos: AtomicU64,
@@ -170,9 +186,11 @@ impl Loaded {
         // Every tick: stop at the deadline, else let the runtime run
         // others (and the caller notice a deadline of its own).
         store.epoch_deadline_callback(|ctx| {
-            Ok(if ctx.data().deadline.expired() {
+            let deadline = &ctx.data().deadline;
+            Ok(if deadline.expired() {
                 UpdateDeadline::Interrupt
             } else {
+                deadline.yielded();
                 UpdateDeadline::Yield(1)
             })
         });
@@ -257,10 +275,8 @@ impl Loaded {
             let why = why.strip_prefix("disabled: ").unwrap_or(&why);
             return Err(CallError::Disabled(why.to_string()));
         }
-        let deadline = Deadline::after(timeout);
-        let started = deadline.started();
-        // When the call got its turn to run (None: it never did).
-        let mut running = None;
+        let started = Instant::now();
+        let deadline = Deadline::for_call(timeout);
         let outcome = deadline
             .bound(async {
                 let _permit = self
@@ -268,46 +284,59 @@ impl Loaded {
                     .acquire()
                     .await
                     .map_err(|_| CallError::Busy(self.limits.pool_size))?;
-                running = Some(Instant::now());
                 let _ticking = self.engine.flavor(self.flavor).running();
-                let mut instance = match self.take_pooled(want)? {
-                    Some(instance) => instance,
-                    // The deadline covers instantiation (the guest's
-                    // start-up code runs there).
-                    None => self
-                        .instantiate(&deadline, purpose)
-                        .await
-                        .map_err(|e| self.classify_start(e))?,
-                };
-                instance
-                    .store
-                    .data_mut()
-                    .begin_call(deadline.clone(), purpose);
-                // The next tick from now (a pooled instance's deadline is
-                // from its last call: without this every call would start
-                // by yielding).
-                instance.store.set_epoch_deadline(1);
-                let result = f(&mut instance).await;
-                Ok::<_, CallError>((instance, result))
+                deadline
+                    .metered(async {
+                        let mut instance = match self.take_pooled(want)? {
+                            Some(instance) => instance,
+                            // The deadline covers instantiation (the guest's
+                            // start-up code runs there).
+                            None => self
+                                .instantiate(&deadline, purpose)
+                                .await
+                                .map_err(|e| self.classify_start(e))?,
+                        };
+                        instance
+                            .store
+                            .data_mut()
+                            .begin_call(deadline.clone(), purpose);
+                        // The next tick from now (a pooled instance's
+                        // deadline is from its last call: without this every
+                        // call would start by yielding).
+                        instance.store.set_epoch_deadline(1);
+                        let result = f(&mut instance).await;
+                        Ok::<_, CallError>((instance, result))
+                    })
+                    .await
             })
             .await;
         self.stats.calls.fetch_add(1, Ordering::Relaxed);
         self.stats
             .busy_nanos
             .fetch_add(started.elapsed().as_nanos() as u64, Ordering::Relaxed);
-        // A call that waited for its turn most of its deadline and then ran
-        // out of time was crowded out, not slow: the plugin is blamed for a
-        // deadline only when it had at least half of it.
-        let had_its_time = || running.is_some_and(|ran: Instant| ran.elapsed() >= timeout / 2);
+        // The plugin is blamed for a missed deadline only when it used at
+        // least half of its time: a call that waited for a slot, or that a
+        // machine busy with other work ran too little, was crowded out.
+        let not_its_fault = || {
+            let used = deadline.used();
+            (used < timeout / 2).then(|| {
+                if deadline.started() {
+                    self.stats.starved.fetch_add(1, Ordering::Relaxed);
+                    CallError::Starved { used, timeout }
+                } else {
+                    self.stats.busy.fetch_add(1, Ordering::Relaxed);
+                    CallError::Busy(self.limits.pool_size)
+                }
+            })
+        };
         let (instance, result) = match outcome {
-            None if had_its_time() => return Err(self.failed(CallError::Deadline(timeout))),
             None => {
-                self.stats.busy.fetch_add(1, Ordering::Relaxed);
-                return Err(CallError::Busy(self.limits.pool_size));
+                return Err(
+                    not_its_fault().unwrap_or_else(|| self.failed(CallError::Deadline(timeout)))
+                );
             }
-            Some(Err(CallError::Deadline(_))) if !had_its_time() => {
-                self.stats.busy.fetch_add(1, Ordering::Relaxed);
-                return Err(CallError::Busy(self.limits.pool_size));
+            Some(Err(CallError::Deadline(_))) if let Some(excused) = not_its_fault() => {
+                return Err(excused);
             }
             Some(Err(e)) => return Err(if e.counts() { self.failed(e) } else { e }),
             Some(Ok(done)) => done,
@@ -329,9 +358,10 @@ impl Loaded {
                 let error = self.trapped(&instance, &trap, timeout);
                 // A trapped instance is poisoned: drop it.
                 drop(instance);
-                if matches!(error, CallError::Deadline(_)) && !had_its_time() {
-                    self.stats.busy.fetch_add(1, Ordering::Relaxed);
-                    return Err(CallError::Busy(self.limits.pool_size));
+                if matches!(error, CallError::Deadline(_))
+                    && let Some(excused) = not_its_fault()
+                {
+                    return Err(excused);
                 }
                 Err(self.failed(error))
             }

@@ -83,6 +83,7 @@ impl embed::Host for PluginState {
         // what is left of the budget.
         let before = self.deadline.at();
         self.deadline.set(before + allowed);
+        self.deadline.host_begins();
         // And so does a budget spanning calls (a turn's, plugins::turn).
         let outer = super::outer::host_work_begins(allowed);
         let started = Instant::now();
@@ -111,6 +112,7 @@ impl embed::Host for PluginState {
         let spent = started.elapsed().min(allowed);
         self.embed_left.wall = allowed.saturating_sub(spent);
         self.deadline.set(before + spent);
+        self.deadline.host_ended(spent);
         if let Some(outer) = outer {
             outer.ended(spent);
         }

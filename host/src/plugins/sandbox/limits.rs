@@ -2,7 +2,7 @@
 //! (shared by its instances), log lines and its key-value cache.
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -46,30 +46,190 @@ impl EmbedBudget {
     }
 }
 
-/// The point in time a call must end by. Shared by the call's waiter (who
-/// drops the call when it passes), the epoch callback (which stops a
-/// running guest), and `embed` (which moves it while the host works).
+/// When a call must end. Shared by the call's waiter (who drops the call
+/// when it passes), the epoch callback (which stops a running guest), and
+/// `embed` (which moves it while the host works).
+///
+/// A plain deadline ([`Deadline::after`]) is a point on the clock. A plugin
+/// call's ([`Deadline::for_call`]) is the plugin's own time: the call ends
+/// once it has *used* its timeout (the CPU it ran, the waits it chose), or
+/// once [`STARVED_GRACE`] times the timeout passed on the clock, whichever
+/// comes first. On a machine busy with other work a fast plugin gets its
+/// time a little later instead of missing a deadline it never had (one was
+/// once disabled for it), and a runaway plugin is stopped after the same
+/// work however busy the machine is.
 #[derive(Debug)]
 pub struct Deadline {
     pub(super) base: Instant,
-    /// Nanoseconds after `base`.
+    /// Nanoseconds after `base`: the end on the clock (for a call, the end
+    /// if it used all of its time at once).
     pub(super) at: AtomicU64,
+    /// A call's own time; `None`: a plain deadline.
+    budget: Option<Duration>,
+    usage: Usage,
+}
+
+/// How far past its timeout, on the clock, a call the machine starved may
+/// run (its work within the timeout): a 50 ms retriever ends within 200 ms
+/// on a busy machine (and a turn's `plugins.turn_budget` bounds them all).
+pub const STARVED_GRACE: u32 = 4;
+
+/// What a call has used of its time: the CPU its thread gave it while it
+/// ran, and the waits it chose (a sleep, a poll). Not used: time the
+/// machine gave to other work while the call was ready to run (other
+/// processes, other calls after a yield), the wait for an instance slot,
+/// and the host's work for it (`embed`).
+#[derive(Debug, Default)]
+struct Usage {
+    /// The call has its slot: its time counts from now.
+    started: AtomicBool,
+    cpu: AtomicU64,
+    waited: AtomicU64,
+    excused: AtomicU64,
+    /// Since when (nanoseconds after the deadline's base, plus one) the
+    /// call waits on its own; 0: it does not.
+    waiting_since: AtomicU64,
+    /// This thread's CPU time (plus one) when the poll running the call
+    /// began; 0: it is not running.
+    poll_cpu: AtomicU64,
+    /// The guest gave the runtime its turn (the epoch callback): what
+    /// follows is waiting for the runtime, not the call's own wait.
+    yielded: AtomicBool,
+    /// Since when (as `waiting_since`) the host works for the call; 0: it
+    /// does not.
+    host_since: AtomicU64,
+}
+
+/// CPU time this thread has run; `None` where the clock cannot be read.
+fn thread_cpu() -> Option<Duration> {
+    let t = rustix::time::clock_gettime(rustix::time::ClockId::ThreadCPUTime);
+    Some(Duration::new(
+        u64::try_from(t.tv_sec).ok()?,
+        u32::try_from(t.tv_nsec).ok()?,
+    ))
+}
+
+fn nanos(d: Duration) -> u64 {
+    d.as_nanos().min(u128::from(u64::MAX)) as u64
 }
 
 impl Deadline {
+    /// A point on the clock, `timeout` from now.
     pub fn after(timeout: Duration) -> Arc<Self> {
-        let base = Instant::now();
         Arc::new(Self {
-            base,
-            at: AtomicU64::new(timeout.as_nanos().min(u128::from(u64::MAX)) as u64),
+            base: Instant::now(),
+            at: AtomicU64::new(nanos(timeout)),
+            budget: None,
+            usage: Usage::default(),
         })
     }
 
-    /// When it was set.
-    pub fn started(&self) -> Instant {
-        self.base
+    /// A plugin call's: `timeout` of its own time (see [`Deadline`]). Until
+    /// the call has its slot ([`Deadline::metered`] begins) it is a point on
+    /// the clock: a call that never ran ends at `timeout`.
+    pub fn for_call(timeout: Duration) -> Arc<Self> {
+        Arc::new(Self {
+            base: Instant::now(),
+            at: AtomicU64::new(nanos(timeout)),
+            budget: Some(timeout),
+            usage: Usage::default(),
+        })
     }
 
+    /// Awaits `call`, the part of a plugin call that is the plugin's own
+    /// (after it got an instance slot), metering what it uses.
+    pub async fn metered<F: std::future::Future>(&self, call: F) -> F::Output {
+        let mut call = std::pin::pin!(call);
+        self.usage.started.store(true, Ordering::Relaxed);
+        std::future::poll_fn(|cx| {
+            self.end_wait();
+            self.usage.yielded.store(false, Ordering::Relaxed);
+            let before = thread_cpu();
+            if let Some(before) = before {
+                self.usage
+                    .poll_cpu
+                    .store(nanos(before).saturating_add(1), Ordering::Relaxed);
+            }
+            let out = call.as_mut().poll(cx);
+            self.usage.poll_cpu.store(0, Ordering::Relaxed);
+            // The same thread throughout one poll: its CPU time is the
+            // call's (and the little the runtime spends around it).
+            if let (Some(before), Some(after)) = (before, thread_cpu()) {
+                self.usage
+                    .cpu
+                    .fetch_add(nanos(after.saturating_sub(before)), Ordering::Relaxed);
+            }
+            if out.is_pending() && !self.usage.yielded.swap(false, Ordering::Relaxed) {
+                let since = nanos(self.base.elapsed()).saturating_add(1);
+                self.usage.waiting_since.store(since, Ordering::Relaxed);
+            }
+            out
+        })
+        .await
+    }
+
+    fn end_wait(&self) {
+        let since = self.usage.waiting_since.swap(0, Ordering::Relaxed);
+        if since > 0 {
+            let waited = nanos(self.base.elapsed()).saturating_sub(since - 1);
+            self.usage.waited.fetch_add(waited, Ordering::Relaxed);
+        }
+    }
+
+    /// The guest yields to the runtime at an epoch tick.
+    pub fn yielded(&self) {
+        self.usage.yielded.store(true, Ordering::Relaxed);
+    }
+
+    /// The host starts working for the call (`embed`): not the plugin's
+    /// time, until [`Deadline::host_ended`].
+    pub fn host_begins(&self) {
+        let now = nanos(self.base.elapsed()).saturating_add(1);
+        self.usage.host_since.store(now, Ordering::Relaxed);
+    }
+
+    /// The host worked `spent` for the call (it moved the deadline as far).
+    pub fn host_ended(&self, spent: Duration) {
+        self.usage.host_since.store(0, Ordering::Relaxed);
+        self.usage
+            .excused
+            .fetch_add(nanos(spent), Ordering::Relaxed);
+    }
+
+    /// What the call has used so far: a wait still going on included, and
+    /// the poll running now when asked from its thread (the epoch callback).
+    pub fn used(&self) -> Duration {
+        let u = &self.usage;
+        let since = u.waiting_since.load(Ordering::Relaxed);
+        let waiting = match since {
+            0 => 0,
+            since => nanos(self.base.elapsed()).saturating_sub(since - 1),
+        };
+        let running = match (u.poll_cpu.load(Ordering::Relaxed), thread_cpu()) {
+            (0, _) | (_, None) => 0,
+            (start, Some(now)) => nanos(now).saturating_sub(start - 1),
+        };
+        let hosting = match u.host_since.load(Ordering::Relaxed) {
+            0 => 0,
+            since => nanos(self.base.elapsed()).saturating_sub(since - 1),
+        };
+        let used = u
+            .cpu
+            .load(Ordering::Relaxed)
+            .saturating_add(u.waited.load(Ordering::Relaxed))
+            .saturating_add(waiting)
+            .saturating_add(running)
+            .saturating_sub(u.excused.load(Ordering::Relaxed))
+            .saturating_sub(hosting);
+        Duration::from_nanos(used)
+    }
+
+    /// Whether the call has had its slot.
+    pub fn started(&self) -> bool {
+        self.usage.started.load(Ordering::Relaxed)
+    }
+
+    /// The end on the clock if all of the time is used at once.
     pub fn at(&self) -> Instant {
         self.base + Duration::from_nanos(self.at.load(Ordering::Acquire))
     }
@@ -80,8 +240,32 @@ impl Deadline {
             .store(nanos.min(u128::from(u64::MAX)) as u64, Ordering::Release);
     }
 
+    /// When, on the clock, it ends at the latest (for a call, the
+    /// starvation grace past `at`).
+    fn cap(&self) -> Instant {
+        match self.budget {
+            Some(budget) => self.at() + budget * (STARVED_GRACE - 1),
+            None => self.at(),
+        }
+    }
+
     pub fn expired(&self) -> bool {
-        Instant::now() >= self.at()
+        let now = Instant::now();
+        match self.budget {
+            Some(budget) if self.started() => now >= self.cap() || self.used() >= budget,
+            _ => now >= self.at(),
+        }
+    }
+
+    /// When to look again whether it passed.
+    fn next_check(&self) -> Instant {
+        match self.budget {
+            Some(budget) if self.started() => {
+                let left = budget.saturating_sub(self.used());
+                (Instant::now() + left).min(self.cap())
+            }
+            _ => self.at(),
+        }
     }
 
     /// Awaits `future` until the deadline, following it if it moves.
@@ -89,10 +273,10 @@ impl Deadline {
     pub async fn bound<F: std::future::Future>(&self, future: F) -> Option<F::Output> {
         let mut future = std::pin::pin!(future);
         loop {
-            let at = self.at();
-            match tokio::time::timeout_at(at.into(), &mut future).await {
+            let check = self.next_check();
+            match tokio::time::timeout_at(check.into(), &mut future).await {
                 Ok(out) => return Some(out),
-                Err(_) if self.at() > at => continue,
+                Err(_) if !self.expired() => continue,
                 Err(_) => return None,
             }
         }
@@ -406,5 +590,156 @@ impl ResourceLimiter for MemoryBudget {
     }
     fn memories(&self) -> usize {
         100
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::task::Poll;
+
+    use super::*;
+
+    /// Spins this thread until it has run `cpu` more.
+    fn burn(cpu: Duration) {
+        let Some(start) = thread_cpu() else {
+            panic!("no thread CPU clock")
+        };
+        while thread_cpu().is_some_and(|now| now - start < cpu) {}
+    }
+
+    #[tokio::test]
+    async fn a_call_uses_the_cpu_it_ran_and_the_waits_it_chose_not_time_given_to_others() {
+        let deadline = Deadline::after(Duration::from_millis(50));
+        let mut polls = 0;
+        deadline
+            .metered(std::future::poll_fn(|cx| {
+                polls += 1;
+                match polls {
+                    // Ran 30 ms of CPU, then yielded at a tick.
+                    1 => {
+                        burn(Duration::from_millis(30));
+                        deadline.yielded();
+                        cx.waker().wake_by_ref();
+                        Poll::Pending
+                    }
+                    // Descheduled 200 ms in the middle of running (as a
+                    // busy machine does): wall time, not its time.
+                    2 => {
+                        std::thread::sleep(Duration::from_millis(200));
+                        cx.waker().wake_by_ref();
+                        deadline.yielded();
+                        Poll::Pending
+                    }
+                    _ => Poll::Ready(()),
+                }
+            }))
+            .await;
+        let used = deadline.used();
+        assert!(
+            used >= Duration::from_millis(30) && used < Duration::from_millis(100),
+            "used {used:?}: 30 ms of CPU, not the 200 ms the thread slept"
+        );
+
+        // A wait of its own (a sleep) is its time; the host's work for it
+        // (`embed`, excused) is not.
+        let deadline = Deadline::after(Duration::from_millis(50));
+        deadline
+            .metered(tokio::time::sleep(Duration::from_millis(120)))
+            .await;
+        assert!(
+            deadline.used() >= Duration::from_millis(120),
+            "{:?}",
+            deadline.used()
+        );
+        deadline.host_begins();
+        deadline.host_ended(Duration::from_millis(120));
+        assert!(
+            deadline.used() < Duration::from_millis(60),
+            "{:?}",
+            deadline.used()
+        );
+    }
+
+    /// A call the machine starves (its thread descheduled: here asleep in
+    /// each poll) gets its time later instead of missing its deadline; a
+    /// runaway one ends after its own time however slowly it got it.
+    #[tokio::test]
+    async fn a_call_ends_when_it_used_its_time_or_at_the_grace_on_the_clock() {
+        let timeout = Duration::from_millis(1000);
+        let deadline = Deadline::for_call(timeout);
+        let started = Instant::now();
+        let mut polls = 0;
+        let out = deadline
+            .bound(deadline.metered(std::future::poll_fn(|cx| {
+                polls += 1;
+                if polls == 5 {
+                    return Poll::Ready(());
+                }
+                std::thread::sleep(Duration::from_millis(300));
+                deadline.yielded();
+                cx.waker().wake_by_ref();
+                Poll::Pending
+            })))
+            .await;
+        assert_eq!(
+            out,
+            Some(()),
+            "1.2 s on the clock, almost none of it the call's"
+        );
+        assert!(started.elapsed() > timeout);
+        assert!(deadline.used() < timeout / 2, "{:?}", deadline.used());
+
+        let timeout = Duration::from_millis(30);
+        let deadline = Deadline::for_call(timeout);
+        let started = Instant::now();
+        let out = deadline
+            .bound(deadline.metered(std::future::poll_fn(|cx| {
+                burn(Duration::from_millis(5));
+                deadline.yielded();
+                cx.waker().wake_by_ref();
+                Poll::<()>::Pending
+            })))
+            .await;
+        assert_eq!(out, None, "a runaway call ends");
+        assert!(
+            deadline.used() >= timeout || started.elapsed() >= timeout * STARVED_GRACE,
+            "ended after using {:?} in {:?}",
+            deadline.used(),
+            started.elapsed()
+        );
+
+        // The host's work for the call (`embed`) is not its time, while it
+        // goes on either.
+        let deadline = Deadline::for_call(Duration::from_millis(50));
+        let out = deadline
+            .bound(deadline.metered(async {
+                deadline.host_begins();
+                tokio::time::sleep(Duration::from_millis(120)).await;
+                deadline.host_ended(Duration::from_millis(120));
+            }))
+            .await;
+        assert_eq!(out, Some(()), "used {:?}", deadline.used());
+
+        // Waiting for a slot is not the call's time, but a call that never
+        // got one ends at its timeout on the clock.
+        let deadline = Deadline::for_call(timeout);
+        let started = Instant::now();
+        assert_eq!(deadline.bound(std::future::pending::<()>()).await, None);
+        assert!(started.elapsed() < timeout * STARVED_GRACE);
+        assert_eq!(deadline.used(), Duration::ZERO);
+    }
+
+    #[tokio::test]
+    async fn a_wait_cut_off_by_the_deadline_counts_up_to_then() {
+        let deadline = Deadline::after(Duration::from_millis(40));
+        let out = deadline
+            .bound(deadline.metered(std::future::pending::<()>()))
+            .await;
+        assert_eq!(out, None);
+        assert!(
+            deadline.used() >= Duration::from_millis(40),
+            "{:?}",
+            deadline.used()
+        );
     }
 }
