@@ -212,13 +212,6 @@ impl Loaded {
                         match outcome {
                             Ok(Ok(())) => {
                                 *indexed = Some(generation);
-                                let _ = self.indexed.fetch_update(
-                                    Ordering::AcqRel,
-                                    Ordering::Acquire,
-                                    |now| {
-                                        (now == u64::MAX || now < generation).then_some(generation)
-                                    },
-                                );
                                 Ok(Ok(()))
                             }
                             // The host's embedding backend failed, not the
@@ -236,7 +229,17 @@ impl Loaded {
                 )
                 .await;
             match done {
-                Ok(()) => {}
+                // Said only now, with the instance back in the pool: a turn
+                // that reads "indexed" (the demo, `status`) and asks at once
+                // finds it there (said from inside the call, a turn could
+                // come between and find no indexed instance).
+                Ok(()) => {
+                    let _ = self
+                        .indexed
+                        .fetch_update(Ordering::AcqRel, Ordering::Acquire, |now| {
+                            (now == u64::MAX || now < generation).then_some(generation)
+                        });
+                }
                 // The memory budget has room for fewer instances.
                 Err(CallError::Busy(_)) => break,
                 Err(e) => return Err(e),
