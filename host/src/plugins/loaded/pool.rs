@@ -50,8 +50,9 @@ pub enum CallError {
     /// while the index is built in the background.
     #[error("still indexing the skills")]
     Indexing,
-    /// Every instance was busy until the deadline: the call never started,
-    /// so it is not counted against the plugin.
+    /// Every instance was busy for most of the deadline: the call never
+    /// started, or started with less than half of its time left, so it is
+    /// not counted against the plugin.
     #[error("busy: {0} calls already running, none ended before the deadline")]
     Busy(usize),
     /// The machine ran other work until the call's time was up on the
@@ -315,12 +316,13 @@ impl Loaded {
             .busy_nanos
             .fetch_add(started.elapsed().as_nanos() as u64, Ordering::Relaxed);
         // The plugin is blamed for a missed deadline only when it used at
-        // least half of its time: a call that waited for a slot, or that a
-        // machine busy with other work ran too little, was crowded out.
+        // least half of its time: a call that waited for a slot (busy), or
+        // that a machine busy with other work ran too little (starved), was
+        // crowded out.
         let not_its_fault = || {
             let used = deadline.used();
             (used < timeout / 2).then(|| {
-                if deadline.started() {
+                if deadline.started() && deadline.slot_wait() < timeout / 2 {
                     self.stats.starved.fetch_add(1, Ordering::Relaxed);
                     CallError::Starved { used, timeout }
                 } else {

@@ -83,6 +83,12 @@ pub const STARVED_GRACE: u32 = 4;
 struct Usage {
     /// The call has its slot: its time counts from now.
     started: AtomicBool,
+    /// How long it waited for the slot (nanoseconds). Not its time, but
+    /// spent of its deadline all the same: otherwise each call handed a
+    /// slot just before its deadline would start a full timeout afresh, and
+    /// a burst of calls to a slow plugin would run it back to back for as
+    /// long as the burst lasts instead of going on without it.
+    slot_wait: AtomicU64,
     cpu: AtomicU64,
     waited: AtomicU64,
     excused: AtomicU64,
@@ -140,6 +146,9 @@ impl Deadline {
     /// (after it got an instance slot), metering what it uses.
     pub async fn metered<F: std::future::Future>(&self, call: F) -> F::Output {
         let mut call = std::pin::pin!(call);
+        self.usage
+            .slot_wait
+            .store(nanos(self.base.elapsed()), Ordering::Relaxed);
         self.usage.started.store(true, Ordering::Relaxed);
         std::future::poll_fn(|cx| {
             self.end_wait();
@@ -229,6 +238,21 @@ impl Deadline {
         self.usage.started.load(Ordering::Relaxed)
     }
 
+    /// How long the call waited for its slot (all of it, while it has none).
+    pub fn slot_wait(&self) -> Duration {
+        if self.started() {
+            Duration::from_nanos(self.usage.slot_wait.load(Ordering::Relaxed))
+        } else {
+            self.base.elapsed()
+        }
+    }
+
+    /// What is spent of a call's deadline: its own time and its wait for a
+    /// slot.
+    fn spent(&self) -> Duration {
+        self.used() + self.slot_wait()
+    }
+
     /// The end on the clock if all of the time is used at once.
     pub fn at(&self) -> Instant {
         self.base + Duration::from_nanos(self.at.load(Ordering::Acquire))
@@ -252,7 +276,7 @@ impl Deadline {
     pub fn expired(&self) -> bool {
         let now = Instant::now();
         match self.budget {
-            Some(budget) if self.started() => now >= self.cap() || self.used() >= budget,
+            Some(budget) if self.started() => now >= self.cap() || self.spent() >= budget,
             _ => now >= self.at(),
         }
     }
@@ -261,7 +285,7 @@ impl Deadline {
     fn next_check(&self) -> Instant {
         match self.budget {
             Some(budget) if self.started() => {
-                let left = budget.saturating_sub(self.used());
+                let left = budget.saturating_sub(self.spent());
                 (Instant::now() + left).min(self.cap())
             }
             _ => self.at(),
@@ -727,6 +751,34 @@ mod tests {
         assert_eq!(deadline.bound(std::future::pending::<()>()).await, None);
         assert!(started.elapsed() < timeout * STARVED_GRACE);
         assert_eq!(deadline.used(), Duration::ZERO);
+    }
+
+    /// A call handed its slot late has only the rest of its timeout: a
+    /// burst of calls to a plugin that sleeps must not run it back to back
+    /// (a full timeout each) for as long as the burst lasts.
+    #[tokio::test]
+    async fn a_call_handed_its_slot_late_has_only_the_rest_of_its_time() {
+        let timeout = Duration::from_millis(200);
+        let deadline = Deadline::for_call(timeout);
+        let started = Instant::now();
+        let out = deadline
+            .bound(async {
+                // The wait for a slot.
+                tokio::time::sleep(Duration::from_millis(150)).await;
+                // A plugin that sleeps past any deadline.
+                deadline.metered(std::future::pending::<()>()).await
+            })
+            .await;
+        assert_eq!(out, None);
+        let took = started.elapsed();
+        assert!(took >= timeout, "ended after {took:?}");
+        assert!(
+            took < timeout + Duration::from_millis(100),
+            "ran {took:?}: a fresh timeout after the slot, not the rest of it"
+        );
+        let (used, waited) = (deadline.used(), deadline.slot_wait());
+        assert!(waited >= Duration::from_millis(150), "{waited:?}");
+        assert!(used < timeout / 2, "{used:?}: the plugin's own time");
     }
 
     #[tokio::test]
