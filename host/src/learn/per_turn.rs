@@ -179,16 +179,17 @@ impl Scoring {
     }
 }
 
-/// Scores a recorded turn read back from the store (the job's score stage).
+/// Scores a recorded turn read back from the store (the job's score stage):
+/// the store's errors outside, a scorer that could not run inside.
 pub fn score_turn(
     store: &Store,
     plugins: Option<&PluginHost>,
     turn_id: &str,
     next: Option<&str>,
-) -> anyhow::Result<Vec<RewardRecord>> {
+) -> anyhow::Result<Result<Vec<RewardRecord>, ScorerUnavailable>> {
     // No scorer, nothing to read: the turn is scored with no rewards.
     if plugins.is_none_or(|host| host.scorers().is_empty()) {
-        return Ok(Vec::new());
+        return Ok(Ok(Vec::new()));
     }
     let Some(turn) = store.scoring_input(turn_id)? else {
         anyhow::bail!("turn {turn_id} is not in the store");
@@ -197,7 +198,7 @@ pub fn score_turn(
         Some(id) => store.scoring_input(id)?,
         None => None,
     };
-    Ok(score(plugins, &turn, next.as_ref())?)
+    Ok(score(plugins, &turn, next.as_ref()))
 }
 
 /// A scorer had no chance to run (every instance busy, or the machine too

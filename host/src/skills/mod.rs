@@ -482,14 +482,15 @@ impl Skills {
                     // Expected while the library is being indexed, in a
                     // burst of turns or on a busy machine; not worth a
                     // warning per turn (the plugin's stats count them).
-                    Err(
-                        e @ (crate::plugins::CallError::Indexing
-                        | crate::plugins::CallError::Busy(_)
-                        | crate::plugins::CallError::Starved { .. }),
-                    ) => tracing::debug!(
-                        retriever = retriever.label(),
-                        "{e}; trying the next retriever"
-                    ),
+                    Err(e)
+                        if matches!(e, crate::plugins::CallError::Indexing)
+                            || e.not_the_plugins() =>
+                    {
+                        tracing::debug!(
+                            retriever = retriever.label(),
+                            "{e}; trying the next retriever"
+                        )
+                    }
                     Err(e) => tracing::warn!(
                         retriever = retriever.label(),
                         "retrieval failed, trying the next: {e}"

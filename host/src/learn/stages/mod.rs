@@ -77,14 +77,6 @@ impl From<crate::learn::per_turn::ScorerUnavailable> for Blocked {
     }
 }
 
-/// `e`, or [`Blocked`] where a scorer could not run.
-fn scorer_blocked(e: anyhow::Error) -> anyhow::Error {
-    match e.downcast::<crate::learn::per_turn::ScorerUnavailable>() {
-        Ok(unavailable) => Blocked::from(unavailable).into(),
-        Err(e) => e,
-    }
-}
-
 /// How long a learner's store call waits for another writer's lock. Far
 /// longer than the store's 5 s: nothing waits on the learner but its own
 /// jobs, and on a loaded machine a starved writer can hold the lock past

@@ -34,8 +34,8 @@ pub fn run(parts: &Parts, job: &Job) -> Result<Scored> {
         let next = turns.get(i + 1).map(|t| t.id.as_str());
         scored.push((
             turn.id.clone(),
-            score_turn(&parts.store, parts.plugins.as_deref(), &turn.id, next)
-                .map_err(super::scorer_blocked)?,
+            score_turn(&parts.store, parts.plugins.as_deref(), &turn.id, next)?
+                .map_err(super::Blocked::from)?,
         ));
     }
     Ok(Scored {

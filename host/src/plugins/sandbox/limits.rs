@@ -179,9 +179,17 @@ impl Deadline {
 
     fn end_wait(&self) {
         let since = self.usage.waiting_since.swap(0, Ordering::Relaxed);
-        if since > 0 {
-            let waited = nanos(self.base.elapsed()).saturating_sub(since - 1);
-            self.usage.waited.fetch_add(waited, Ordering::Relaxed);
+        self.usage
+            .waited
+            .fetch_add(self.since_mark(since), Ordering::Relaxed);
+    }
+
+    /// Nanoseconds on the clock since `mark` (nanoseconds after `base`,
+    /// plus one; 0: no mark, so none).
+    fn since_mark(&self, mark: u64) -> u64 {
+        match mark {
+            0 => 0,
+            mark => nanos(self.base.elapsed()).saturating_sub(mark - 1),
         }
     }
 
@@ -209,19 +217,12 @@ impl Deadline {
     /// the poll running now when asked from its thread (the epoch callback).
     pub fn used(&self) -> Duration {
         let u = &self.usage;
-        let since = u.waiting_since.load(Ordering::Relaxed);
-        let waiting = match since {
-            0 => 0,
-            since => nanos(self.base.elapsed()).saturating_sub(since - 1),
-        };
+        let waiting = self.since_mark(u.waiting_since.load(Ordering::Relaxed));
         let running = match (u.poll_cpu.load(Ordering::Relaxed), thread_cpu()) {
             (0, _) | (_, None) => 0,
             (start, Some(now)) => nanos(now).saturating_sub(start - 1),
         };
-        let hosting = match u.host_since.load(Ordering::Relaxed) {
-            0 => 0,
-            since => nanos(self.base.elapsed()).saturating_sub(since - 1),
-        };
+        let hosting = self.since_mark(u.host_since.load(Ordering::Relaxed));
         let used = u
             .cpu
             .load(Ordering::Relaxed)
