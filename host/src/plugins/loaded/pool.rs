@@ -6,7 +6,7 @@ use std::collections::VecDeque;
 use std::sync::Arc;
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use serde::Serialize;
 use wasmtime::{Store, UpdateDeadline};
@@ -276,7 +276,6 @@ impl Loaded {
             let why = why.strip_prefix("disabled: ").unwrap_or(&why);
             return Err(CallError::Disabled(why.to_string()));
         }
-        let started = Instant::now();
         let deadline = Deadline::for_call(timeout);
         let outcome = deadline
             .bound(async {
@@ -314,7 +313,7 @@ impl Loaded {
         self.stats.calls.fetch_add(1, Ordering::Relaxed);
         self.stats
             .busy_nanos
-            .fetch_add(started.elapsed().as_nanos() as u64, Ordering::Relaxed);
+            .fetch_add(deadline.elapsed().as_nanos() as u64, Ordering::Relaxed);
         // The plugin is blamed for a missed deadline only when it used at
         // least half of its time: a call that waited for a slot (busy), or
         // that a machine busy with other work ran too little (starved), was

@@ -2,8 +2,11 @@
 //! (shared by its instances), log lines and its key-value cache.
 
 use std::collections::HashMap;
+use std::future::Future;
+use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
 use wasmtime::ResourceLimiter;
@@ -52,7 +55,7 @@ impl EmbedBudget {
 ///
 /// A plain deadline ([`Deadline::after`]) is a point on the clock. A plugin
 /// call's ([`Deadline::for_call`]) is the plugin's own time: the call ends
-/// once it has *used* its timeout (the CPU it ran, the waits it chose), or
+/// once it has *used* its timeout (the time it ran, the waits it chose), or
 /// once [`STARVED_GRACE`] times the timeout passed on the clock, whichever
 /// comes first. On a machine busy with other work a fast plugin gets its
 /// time a little later instead of missing a deadline it never had (one was
@@ -74,11 +77,18 @@ pub struct Deadline {
 /// on a busy machine (and a turn's `plugins.turn_budget` bounds them all).
 pub const STARVED_GRACE: u32 = 4;
 
-/// What a call has used of its time: the CPU its thread gave it while it
-/// ran, and the waits it chose (a sleep, a poll). Not used: time the
-/// machine gave to other work while the call was ready to run (other
-/// processes, other calls after a yield), the wait for an instance slot,
-/// and the host's work for it (`embed`).
+/// What a call has used of its time: the time it ran, and the waits it
+/// chose (a sleep, a poll). Not used: time the machine gave to other work
+/// while the call was ready to run (other processes, other calls after a
+/// yield), the wait for an instance slot, and the host's work for it
+/// (`embed`).
+///
+/// A running guest yields at every epoch tick, so each poll of it is one
+/// slice of at most a tick of its own running; a slice is charged its time
+/// on the clock up to [`SLICE_CAP`], so a thread the machine took away in
+/// the middle of one is not charged the wait. (The thread's CPU clock would
+/// say the same exactly, but reading it is a system call: twice a poll it
+/// made a 2 µs call 1.5x as slow.)
 #[derive(Debug, Default)]
 struct Usage {
     /// The call has its slot: its time counts from now.
@@ -89,15 +99,15 @@ struct Usage {
     /// a burst of calls to a slow plugin would run it back to back for as
     /// long as the burst lasts instead of going on without it.
     slot_wait: AtomicU64,
-    cpu: AtomicU64,
+    ran: AtomicU64,
     waited: AtomicU64,
     excused: AtomicU64,
     /// Since when (nanoseconds after the deadline's base, plus one) the
     /// call waits on its own; 0: it does not.
     waiting_since: AtomicU64,
-    /// This thread's CPU time (plus one) when the poll running the call
-    /// began; 0: it is not running.
-    poll_cpu: AtomicU64,
+    /// Since when (as `waiting_since`) the poll running the call runs; 0:
+    /// it is not running.
+    running_since: AtomicU64,
     /// The guest gave the runtime its turn (the epoch callback): what
     /// follows is waiting for the runtime, not the call's own wait.
     yielded: AtomicBool,
@@ -106,14 +116,9 @@ struct Usage {
     host_since: AtomicU64,
 }
 
-/// CPU time this thread has run; `None` where the clock cannot be read.
-fn thread_cpu() -> Option<Duration> {
-    let t = rustix::time::clock_gettime(rustix::time::ClockId::ThreadCPUTime);
-    Some(Duration::new(
-        u64::try_from(t.tv_sec).ok()?,
-        u32::try_from(t.tv_nsec).ok()?,
-    ))
-}
+/// The most one slice of running (a poll, which a running guest ends at
+/// the next epoch tick, every millisecond) is charged: two ticks.
+pub const SLICE_CAP: Duration = Duration::from_millis(2);
 
 fn nanos(d: Duration) -> u64 {
     d.as_nanos().min(u128::from(u64::MAX)) as u64
@@ -142,50 +147,27 @@ impl Deadline {
         })
     }
 
-    /// Awaits `call`, the part of a plugin call that is the plugin's own
-    /// (after it got an instance slot), metering what it uses.
-    pub async fn metered<F: std::future::Future>(&self, call: F) -> F::Output {
-        let mut call = std::pin::pin!(call);
-        self.usage
-            .slot_wait
-            .store(nanos(self.base.elapsed()), Ordering::Relaxed);
-        self.usage.started.store(true, Ordering::Relaxed);
-        std::future::poll_fn(|cx| {
-            self.end_wait();
-            self.usage.yielded.store(false, Ordering::Relaxed);
-            let before = thread_cpu();
-            if let Some(before) = before {
-                self.usage
-                    .poll_cpu
-                    .store(nanos(before).saturating_add(1), Ordering::Relaxed);
-            }
-            let out = call.as_mut().poll(cx);
-            self.usage.poll_cpu.store(0, Ordering::Relaxed);
-            // The same thread throughout one poll: its CPU time is the
-            // call's (and the little the runtime spends around it).
-            if let (Some(before), Some(after)) = (before, thread_cpu()) {
-                self.usage
-                    .cpu
-                    .fetch_add(nanos(after.saturating_sub(before)), Ordering::Relaxed);
-            }
-            if out.is_pending() && !self.usage.yielded.swap(false, Ordering::Relaxed) {
-                let since = nanos(self.base.elapsed()).saturating_add(1);
-                self.usage.waiting_since.store(since, Ordering::Relaxed);
-            }
-            out
-        })
-        .await
+    /// `call`, the part of a plugin call that is the plugin's own (after it
+    /// got an instance slot), metering what it uses.
+    pub fn metered<F: Future>(&self, call: F) -> Metered<'_, F> {
+        Metered {
+            deadline: self,
+            first: true,
+            call,
+        }
     }
 
-    fn end_wait(&self) {
-        let since = self.usage.waiting_since.swap(0, Ordering::Relaxed);
-        self.usage
-            .waited
-            .fetch_add(self.since_mark(since), Ordering::Relaxed);
+    /// Now, as a mark: nanoseconds after `base`, plus one (0 is no mark).
+    fn mark(&self) -> u64 {
+        nanos(self.base.elapsed()).saturating_add(1)
     }
 
-    /// Nanoseconds on the clock since `mark` (nanoseconds after `base`,
-    /// plus one; 0: no mark, so none).
+    /// A slice of running that began at `mark`, as charged.
+    fn slice(&self, mark: u64) -> u64 {
+        self.since_mark(mark).min(nanos(SLICE_CAP))
+    }
+
+    /// Nanoseconds on the clock since `mark` (0: no mark, so none).
     fn since_mark(&self, mark: u64) -> u64 {
         match mark {
             0 => 0,
@@ -201,8 +183,7 @@ impl Deadline {
     /// The host starts working for the call (`embed`): not the plugin's
     /// time, until [`Deadline::host_ended`].
     pub fn host_begins(&self) {
-        let now = nanos(self.base.elapsed()).saturating_add(1);
-        self.usage.host_since.store(now, Ordering::Relaxed);
+        self.usage.host_since.store(self.mark(), Ordering::Relaxed);
     }
 
     /// The host worked `spent` for the call (it moved the deadline as far).
@@ -213,18 +194,15 @@ impl Deadline {
             .fetch_add(nanos(spent), Ordering::Relaxed);
     }
 
-    /// What the call has used so far: a wait still going on included, and
-    /// the poll running now when asked from its thread (the epoch callback).
+    /// What the call has used so far, the wait or the slice going on now
+    /// included.
     pub fn used(&self) -> Duration {
         let u = &self.usage;
         let waiting = self.since_mark(u.waiting_since.load(Ordering::Relaxed));
-        let running = match (u.poll_cpu.load(Ordering::Relaxed), thread_cpu()) {
-            (0, _) | (_, None) => 0,
-            (start, Some(now)) => nanos(now).saturating_sub(start - 1),
-        };
+        let running = self.slice(u.running_since.load(Ordering::Relaxed));
         let hosting = self.since_mark(u.host_since.load(Ordering::Relaxed));
         let used = u
-            .cpu
+            .ran
             .load(Ordering::Relaxed)
             .saturating_add(u.waited.load(Ordering::Relaxed))
             .saturating_add(waiting)
@@ -232,6 +210,11 @@ impl Deadline {
             .saturating_sub(u.excused.load(Ordering::Relaxed))
             .saturating_sub(hosting);
         Duration::from_nanos(used)
+    }
+
+    /// Time on the clock since the deadline was set.
+    pub fn elapsed(&self) -> Duration {
+        self.base.elapsed()
     }
 
     /// Whether the call has had its slot.
@@ -305,6 +288,53 @@ impl Deadline {
                 Err(_) => return None,
             }
         }
+    }
+}
+
+pin_project_lite::pin_project! {
+    /// A plugin call metered by its [`Deadline`] (a future of its own, not
+    /// an `async fn`: a plugin call's future is large, and an `async fn`
+    /// moves it into its state once more on every call).
+    pub struct Metered<'a, F> {
+        deadline: &'a Deadline,
+        first: bool,
+        #[pin]
+        call: F,
+    }
+}
+
+impl<F: Future> Future for Metered<'_, F> {
+    type Output = F::Output;
+
+    /// One reading of the clock as a poll begins and one as it ends (a
+    /// 2 µs call is polled once).
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<F::Output> {
+        let this = self.project();
+        let deadline = *this.deadline;
+        let u = &deadline.usage;
+        let begins = deadline.mark();
+        if std::mem::take(this.first) {
+            u.slot_wait.store(begins - 1, Ordering::Relaxed);
+            u.started.store(true, Ordering::Relaxed);
+        }
+        let since = u.waiting_since.swap(0, Ordering::Relaxed);
+        if since > 0 {
+            u.waited
+                .fetch_add(begins.saturating_sub(since), Ordering::Relaxed);
+        }
+        u.yielded.store(false, Ordering::Relaxed);
+        u.running_since.store(begins, Ordering::Relaxed);
+        let out = this.call.poll(cx);
+        u.running_since.store(0, Ordering::Relaxed);
+        let ends = deadline.mark();
+        u.ran.fetch_add(
+            ends.saturating_sub(begins).min(nanos(SLICE_CAP)),
+            Ordering::Relaxed,
+        );
+        if out.is_pending() && !u.yielded.swap(false, Ordering::Relaxed) {
+            u.waiting_since.store(ends, Ordering::Relaxed);
+        }
+        out
     }
 }
 
@@ -624,32 +654,30 @@ mod tests {
 
     use super::*;
 
-    /// Spins this thread until it has run `cpu` more.
-    fn burn(cpu: Duration) {
-        let Some(start) = thread_cpu() else {
-            panic!("no thread CPU clock")
-        };
-        while thread_cpu().is_some_and(|now| now - start < cpu) {}
+    /// Spins this thread for `d` on the clock.
+    fn burn(d: Duration) {
+        let start = Instant::now();
+        while start.elapsed() < d {}
     }
 
     #[tokio::test]
-    async fn a_call_uses_the_cpu_it_ran_and_the_waits_it_chose_not_time_given_to_others() {
+    async fn a_call_uses_the_time_it_ran_and_the_waits_it_chose_not_time_given_to_others() {
         let deadline = Deadline::after(Duration::from_millis(50));
         let mut polls = 0;
         deadline
             .metered(std::future::poll_fn(|cx| {
                 polls += 1;
                 match polls {
-                    // Ran 30 ms of CPU, then yielded at a tick.
-                    1 => {
-                        burn(Duration::from_millis(30));
+                    // Ran 30 ms, yielding at each 1 ms tick.
+                    1..=30 => {
+                        burn(Duration::from_millis(1));
                         deadline.yielded();
                         cx.waker().wake_by_ref();
                         Poll::Pending
                     }
                     // Descheduled 200 ms in the middle of running (as a
                     // busy machine does): wall time, not its time.
-                    2 => {
+                    31 => {
                         std::thread::sleep(Duration::from_millis(200));
                         cx.waker().wake_by_ref();
                         deadline.yielded();
@@ -662,7 +690,7 @@ mod tests {
         let used = deadline.used();
         assert!(
             used >= Duration::from_millis(30) && used < Duration::from_millis(100),
-            "used {used:?}: 30 ms of CPU, not the 200 ms the thread slept"
+            "used {used:?}: 30 ms of running, not the 200 ms the thread slept"
         );
 
         // A wait of its own (a sleep) is its time; the host's work for it
