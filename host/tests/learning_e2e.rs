@@ -152,6 +152,14 @@ async fn a_corrected_answer_is_judged_bad_and_becomes_a_skill_a_new_session_gets
     );
     let text = skill_text(&mc, "lesson-distance-earth-moon").unwrap();
     assert!(text.contains("created_by: \"evolved:moon\""), "{text}");
+    // Written in the Agent Skills layout: an agent's own skill folder
+    // takes it as it is.
+    let out = mc.cli(&["skills", "check"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stdout)
+    );
     assert!(text.contains("\"session\":\"moon\""), "{text}");
     assert!(
         text.contains(CORRECTION),

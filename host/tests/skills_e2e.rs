@@ -364,6 +364,17 @@ fn the_built_in_bank_is_in_the_repository_and_valid() {
         }
     }
     assert!(count >= 40, "{count} skills");
+    // Every one as the agents' own skill folders take it (Agent Skills).
+    let (ok, text) = cli_as_user(
+        tempfile::tempdir().unwrap().path(),
+        &["skills", "check", root.to_str().unwrap()],
+    );
+    assert!(
+        ok && text.contains(&format!(
+            "0 of {count} would be refused by an agent that applies the Agent Skills spec"
+        )),
+        "{text}"
+    );
 }
 
 /// Waits until `status` says the `embedding` retriever's index of the
@@ -691,6 +702,66 @@ fn start_installs_the_bank_once_and_keeps_what_the_user_changed() {
     let names = listed(home.path());
     assert!(!names.contains(&"query-json-with-jq".to_string()));
     assert!(names.contains(&"git-rebase-safely".to_string()));
+}
+
+/// A library in metaclaw's older layout (its keys at the top level) is
+/// moved into the Agent Skills layout at the next `setup` or `start`, once:
+/// the files as they were backed up, each change in the skill's history,
+/// every edit kept, and every skill then taken by `skills check`.
+#[test]
+fn an_older_library_moves_into_the_agent_skills_layout_once_keeping_every_edit() {
+    let home = tempfile::tempdir().unwrap();
+    std::fs::write(
+        home.path().join("config.yaml"),
+        "skills:\n  install_builtin: false\n",
+    )
+    .unwrap();
+    let skills = home.path().join("skills");
+    let evolved = "---\nname: lesson-moon\ndescription: The moon is 384,400 km away.\ncategory: general\ntags: [moon, distance]\nversion: 1.0.0\ncreated_by: \"evolved:moon\"\nprovenance: {\"session\":\"moon\",\"turns\":[\"t1\"],\"judge_scores\":[-1],\"model\":\"evolver\"}\n---\nSay 384,400 km.\n";
+    let mine = "---\nname: standup\ndescription: Write standup notes.\ncategory: communication\ntags: [standup]\nversion: 2.1.0\ncreated_by: user\n---\nBlockers first.\n\nMy own line.\n";
+    write_skill(&skills.join("lesson-moon"), evolved);
+    write_skill(&skills.join("standup"), mine);
+    let (ok, text) = cli_as_user(home.path(), &["skills", "check"]);
+    assert!(!ok && text.contains("2 of 2 would be refused"), "{text}");
+
+    let (ok, text) = cli_as_user(home.path(), SETUP);
+    assert!(ok, "{text}");
+    assert!(
+        text.contains("skills: 2 rewritten in the Agent Skills layout"),
+        "{text}"
+    );
+    let (ok, text) = cli_as_user(home.path(), &["skills", "check"]);
+    assert!(ok && text.contains("0 of 2 would be refused"), "{text}");
+    let now = std::fs::read_to_string(skills.join("standup/SKILL.md")).unwrap();
+    assert!(
+        now.contains("My own line.") && now.contains("  version: 2.1.0\n"),
+        "{now}"
+    );
+    let (ok, shown) = cli_as_user(home.path(), &["skills", "show", "lesson-moon", "--json"]);
+    assert!(ok, "{shown}");
+    let shown: Value = serde_json::from_str(&shown).unwrap();
+    assert_eq!(shown["skill"]["provenance"]["session"], "moon", "{shown:#}");
+    assert_eq!(shown["skill"]["created_by"], "evolved:moon");
+    let (ok, history) = cli_as_user(home.path(), &["skills", "history", "standup"]);
+    assert!(ok && history.contains("upgrade"), "{history}");
+    let backups: Vec<_> = std::fs::read_dir(home.path().join("backups"))
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .collect();
+    assert_eq!(backups.len(), 1, "{backups:?}");
+    assert_eq!(
+        std::fs::read_to_string(backups[0].join("standup/SKILL.md")).unwrap(),
+        mine
+    );
+
+    // Once: a skill in the older layout written by hand later stays as it is.
+    write_skill(&skills.join("later"), &mine.replace("standup", "later"));
+    let (ok, text) = cli_as_user(home.path(), SETUP);
+    assert!(ok && !text.contains("rewritten"), "{text}");
+    assert_eq!(
+        std::fs::read_to_string(skills.join("later/SKILL.md")).unwrap(),
+        mine.replace("standup", "later")
+    );
 }
 
 fn write_skill(folder: &Path, text: &str) {

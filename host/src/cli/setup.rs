@@ -71,11 +71,10 @@ pub fn run(home: &Home, path: &Path, args: SetupArgs) -> Result<ExitCode> {
         config_name(&loaded.config.claw_type),
         loaded.config.proxy.port
     );
-    if loaded.config.skills.install_builtin {
-        super::skills_cmd::install_builtin_on(home, &loaded.config, "metaclaw setup");
-    } else {
+    if !loaded.config.skills.install_builtin {
         say!("  skills:   built-in bank not installed (skills.install_builtin: false)");
     }
+    super::skills_cmd::install_builtin_on(home, &loaded.config, "metaclaw setup");
     say!("next: metaclaw start");
     Ok(ExitCode::SUCCESS)
 }

@@ -22,19 +22,32 @@ use super::skills_stats as stats;
 /// What `setup` and `start` do with the built-in bank
 /// (`skills.install_builtin`): install it and say in one line what
 /// changed. A failure is a warning: the proxy works without skills.
+/// Then, once per store, the library is moved into the Agent Skills layout
+/// (`skills::upgrade`), whatever `install_builtin` says.
 pub(super) fn install_builtin_on(home: &Home, config: &crate::config::Config, why: &str) {
-    if !config.skills.install_builtin {
-        return;
-    }
     let (dir, db) = crate::skills::paths(home, config);
-    match builtin::install_recorded(&dir, &db, why, builtin::Missing::New) {
-        Ok(report) => {
-            if let Some(line) = report.summary(&dir) {
+    if config.skills.install_builtin {
+        match builtin::install_recorded(&dir, &db, why, builtin::Missing::New) {
+            Ok(report) => {
+                if let Some(line) = report.summary(&dir) {
+                    say!("{line}");
+                }
+            }
+            Err(e) => eprintln!(
+                "warning: cannot install the built-in skills into {}: {e:#}",
+                dir.display()
+            ),
+        }
+    }
+    match crate::skills::upgrade::once(&dir, &db, &home.root.join("backups")) {
+        Ok(Some(upgraded)) => {
+            if let Some(line) = upgraded.summary(&dir) {
                 say!("{line}");
             }
         }
+        Ok(None) => {}
         Err(e) => eprintln!(
-            "warning: cannot install the built-in skills into {}: {e:#}",
+            "warning: the skills in {} were not moved into the Agent Skills layout: {e:#}",
             dir.display()
         ),
     }

@@ -4,7 +4,8 @@
 //! checkout of a skills collection) into the library.
 //!
 //! Each skill folder (one holding a SKILL.md) is copied whole, under its
-//! `name`, with `created_by: imported:<the folder it came from>`; its other
+//! `name`, with `created_by: imported:<the folder it came from>` under its
+//! `metadata` (the Agent Skills layout: see [`with_created_by`]); its other
 //! files (`scripts/`, `references/`, `assets/`) come along but are never run
 //! or injected. Nothing in the library is overwritten unless `force`: a
 //! skill already there with the same text is skipped as identical, a
@@ -179,10 +180,16 @@ fn prepare(source: &Path) -> Result<Prepared, String> {
         std::fs::read_to_string(&file).map_err(|e| format!("cannot read SKILL.md: {e}"))?;
     let parsed = skill::parse_text(&original)?;
     let origin = std::fs::canonicalize(source).unwrap_or_else(|_| source.to_path_buf());
-    let text = with_created_by(&original, &format!("{IMPORTED}{}", origin.display()))?;
-    // The text written must load as the skill that was read.
+    let (text, rendered) = with_created_by(&original, &format!("{IMPORTED}{}", origin.display()))?;
+    // The text written must load as the skill that was read (written anew,
+    // its other keys may have moved under `metadata`).
     let check = skill::parse(&parsed.name, &text)?;
-    if check.body != parsed.body || check.extra != parsed.extra {
+    if check.body != parsed.body
+        || check.description != parsed.description
+        || check.tags != parsed.tags
+        || check.version != parsed.version
+        || (!rendered && check.extra != parsed.extra)
+    {
         return Err("its frontmatter could not be given created_by: imported".into());
     }
     let bundled = bundled(source).map_err(|e| format!("cannot list its files: {e}"))?;
@@ -208,33 +215,75 @@ fn prepare(source: &Path) -> Result<Prepared, String> {
     })
 }
 
-/// `text` with its frontmatter's `created_by` set to `value` (replaced, or
-/// added before the closing `---`); the rest of the file is untouched.
-fn with_created_by(text: &str, value: &str) -> Result<String, String> {
-    let line = format!("created_by: {}", serde_json::Value::String(value.into()));
-    let mut out = Vec::new();
-    let mut lines = text.split_inclusive('\n');
-    let first = lines.next().ok_or("empty")?;
-    out.push(first.to_string());
-    let mut done = false;
-    for l in lines.by_ref() {
-        let bare = l.trim_end_matches(['\n', '\r']);
-        if bare == "---" {
-            if !done {
-                out.push(format!("{line}\n"));
-            }
-            out.push(l.to_string());
-            break;
+/// `text` with `created_by` set to `value`, and whether it had to be
+/// written anew. A file in the Agent Skills layout keeps its text: the
+/// line goes under its `metadata` (replaced, or added; a `metadata:` key is
+/// added before the closing `---` if it has none). Any other layout (the
+/// original MetaClaw's, metaclaw's keys at the top level, `metadata` in
+/// flow style) is written in the Agent Skills layout ([`skill::render`]).
+fn with_created_by(text: &str, value: &str) -> Result<(String, bool), String> {
+    if let Some(out) = under_metadata(text, "created_by", value) {
+        return Ok((out, false));
+    }
+    let mut parsed = skill::parse_text(text)?;
+    parsed.created_by = value.to_string();
+    Ok((skill::render(&parsed), true))
+}
+
+/// `text` with `key: value` under its frontmatter's block `metadata`; `None`
+/// when the frontmatter is not in the Agent Skills layout.
+fn under_metadata(text: &str, key: &str, value: &str) -> Option<String> {
+    let line = format!("{key}: {}", serde_json::Value::String(value.into()));
+    let lines: Vec<&str> = text.split_inclusive('\n').collect();
+    if lines.first().map(|l| l.trim_end()) != Some("---") {
+        return None;
+    }
+    let end = 1 + lines[1..].iter().position(|l| l.trim_end() == "---")?;
+    let top_key = |l: &str| -> Option<String> {
+        let first = l.chars().next()?;
+        if first.is_whitespace() || first == '#' || first == '-' {
+            return None;
         }
-        if bare.starts_with("created_by:") {
-            out.push(format!("{line}\n"));
-            done = true;
-        } else {
-            out.push(l.to_string());
+        l.split_once(':').map(|(k, _)| k.trim().to_string())
+    };
+    let mut metadata = None;
+    for (i, l) in lines.iter().enumerate().take(end).skip(1) {
+        let Some(k) = top_key(l) else { continue };
+        if skill::METADATA_KEYS.contains(&k.as_str()) {
+            return None;
+        }
+        if k == "metadata" {
+            if !l.trim_end().ends_with(':') {
+                return None;
+            }
+            metadata = Some(i);
         }
     }
-    out.extend(lines.map(str::to_string));
-    Ok(out.concat())
+    let mut out: Vec<String> = lines.iter().map(|l| l.to_string()).collect();
+    match metadata {
+        None => {
+            out.insert(end, format!("metadata:\n  {line}\n"));
+        }
+        Some(at) => {
+            // The block's lines: indented, up to the next top-level key.
+            let block: Vec<usize> = (at + 1..end)
+                .take_while(|&i| top_key(lines[i]).is_none())
+                .collect();
+            let indent = block
+                .iter()
+                .map(|&i| lines[i])
+                .find(|l| !l.trim().is_empty() && !l.trim_start().starts_with('#'))
+                .map(|l| &l[..l.len() - l.trim_start().len()])
+                .unwrap_or("  ")
+                .to_string();
+            let ours = format!("{indent}{key}:");
+            match block.iter().find(|&&i| lines[i].starts_with(&ours)) {
+                Some(&i) => out[i] = format!("{indent}{line}\n"),
+                None => out.insert(at + 1, format!("{indent}{line}\n")),
+            }
+        }
+    }
+    Some(out.concat())
 }
 
 fn place(source: &Path, dir: &Path, prepared: Prepared, force: bool) -> Outcome {
@@ -334,15 +383,39 @@ mod tests {
     use super::*;
 
     #[test]
-    fn created_by_is_set_and_the_rest_kept() {
+    fn created_by_goes_under_metadata_and_the_rest_is_kept() {
         let text = "---\nname: ab\n# a comment\ndescription: d.\n---\nbody\n---\nmore\n";
-        let out = with_created_by(text, "imported:/x").unwrap();
+        let (out, rendered) = with_created_by(text, "imported:/x").unwrap();
+        assert!(!rendered);
         assert_eq!(
             out,
-            "---\nname: ab\n# a comment\ndescription: d.\ncreated_by: \"imported:/x\"\n---\nbody\n---\nmore\n"
+            "---\nname: ab\n# a comment\ndescription: d.\nmetadata:\n  created_by: \"imported:/x\"\n---\nbody\n---\nmore\n"
         );
-        let again = with_created_by(&out, "imported:/y").unwrap();
-        assert!(again.contains("created_by: \"imported:/y\"\n"));
+        let (again, _) = with_created_by(&out, "imported:/y").unwrap();
+        assert!(
+            again.contains("\nmetadata:\n  created_by: \"imported:/y\"\n"),
+            "{again}"
+        );
         assert!(!again.contains("/x"));
+        // A metadata block of its own: the line joins it, at its indent.
+        let text = "---\nname: ab\ndescription: d.\nmetadata:\n    author: me\n    openclaw:\n      emoji: x\nlicense: MIT\n---\nbody\n";
+        let (out, _) = with_created_by(text, "imported:/x").unwrap();
+        assert_eq!(
+            out,
+            "---\nname: ab\ndescription: d.\nmetadata:\n    created_by: \"imported:/x\"\n    author: me\n    openclaw:\n      emoji: x\nlicense: MIT\n---\nbody\n"
+        );
+        let s = skill::parse("ab", &out).unwrap();
+        assert_eq!(s.created_by, "imported:/x");
+        assert_eq!(s.extra["metadata"]["openclaw"]["emoji"], "x");
+        // metaclaw's older layout: written anew, in the spec's.
+        let text =
+            "---\nname: ab\ndescription: d.\ncategory: general\ncreated_by: user\n---\nbody\n";
+        let (out, rendered) = with_created_by(text, "imported:/x").unwrap();
+        assert!(rendered);
+        assert!(
+            !crate::skills::spec::refused(&crate::skills::spec::check(&out, Some("ab"))),
+            "{out}"
+        );
+        assert_eq!(skill::parse("ab", &out).unwrap().created_by, "imported:/x");
     }
 }

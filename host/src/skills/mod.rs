@@ -27,6 +27,7 @@ pub mod outcomes;
 pub mod skill;
 pub mod spec;
 pub mod stats;
+pub mod upgrade;
 
 /// The library folder and the store file that `config` names (under
 /// `home` unless set).

@@ -119,6 +119,17 @@ const KNOWN: [&str; 9] = [
     "retired",
 ];
 
+/// metaclaw's keys, which the Agent Skills layout keeps under `metadata`.
+pub const METADATA_KEYS: [&str; 7] = [
+    "category",
+    "tags",
+    "version",
+    "created_by",
+    "component",
+    "provenance",
+    "retired",
+];
+
 /// `created_by` of a skill copied in by `metaclaw skills import`.
 pub const IMPORTED: &str = "imported:";
 
@@ -206,6 +217,19 @@ pub fn parse_text(text: &str) -> Result<Skill, String> {
             known.insert(key, value);
         }
     }
+    // The Agent Skills layout: metaclaw's own keys under `metadata` (as
+    // text). The older layout has them at the top level, which wins where
+    // a file has both; what else `metadata` holds stays as it was.
+    if let Some(Value::Object(metadata)) = extra.get_mut("metadata") {
+        for key in METADATA_KEYS {
+            if let Some(value) = metadata.shift_remove(key) {
+                known.entry(key).or_insert(value);
+            }
+        }
+        if metadata.is_empty() {
+            extra.shift_remove("metadata");
+        }
+    }
     let text_of = |key: &str| -> Result<Option<String>, String> {
         match known.get(key) {
             None | Some(Value::Null) => Ok(None),
@@ -273,7 +297,10 @@ pub fn parse_text(text: &str) -> Result<Skill, String> {
     // Other formats' keywords feed retrieval as tags do; the key itself is
     // kept as it was, and a keyword that would not make a tag is left out
     // rather than refusing the skill.
-    for keyword in words(extra.get("keywords"), "keywords").unwrap_or_default() {
+    let keywords = extra
+        .get("keywords")
+        .or_else(|| extra.get("metadata").and_then(|m| m.get("keywords")));
+    for keyword in words(keywords, "keywords").unwrap_or_default() {
         let keyword = keyword.trim().to_lowercase();
         if (1..=40).contains(&keyword.len()) && !tags.contains(&keyword) {
             tags.push(keyword);
@@ -288,6 +315,10 @@ pub fn parse_text(text: &str) -> Result<Skill, String> {
     }
     let provenance = match known.remove("provenance") {
         None | Some(Value::Null) => None,
+        // Under `metadata` it is JSON text.
+        Some(Value::String(json)) => Some(
+            serde_json::from_str::<Provenance>(&json).map_err(|e| format!("provenance: {e}"))?,
+        ),
         Some(v) => {
             Some(serde_json::from_value::<Provenance>(v).map_err(|e| format!("provenance: {e}"))?)
         }
@@ -398,38 +429,102 @@ pub fn load(dir: &Path) -> Result<Skill, String> {
     parse(id, &text)
 }
 
-/// The SKILL.md text for a skill (used when metaclaw writes one).
+/// The SKILL.md text for a skill (used when metaclaw writes one), in the
+/// Agent Skills layout: `name` and `description`, the spec's other keys
+/// the skill has (`license`, `compatibility`, `allowed-tools`), and under
+/// `metadata`, as text, metaclaw's keys, the skill's own metadata and any
+/// other key it came with (a list of words as `a, b`; a key the metadata
+/// already has stays at the top level rather than being lost).
 pub fn render(skill: &Skill) -> String {
-    let tags = skill
-        .tags
-        .iter()
-        .map(|t| yaml_str(t))
-        .collect::<Vec<_>>()
-        .join(", ");
     let mut fm = format!(
-        "---\nname: {}\ndescription: {}\ncategory: {}\ntags: [{tags}]\nversion: {}\ncreated_by: {}\n",
+        "---\nname: {}\ndescription: {}\n",
         skill.name,
-        yaml_str(&skill.description),
-        skill.category.as_str(),
-        skill.version,
-        yaml_str(&skill.created_by)
+        yaml_str(&skill.description)
     );
+    let mut metadata: Vec<(String, String)> =
+        vec![("category".into(), skill.category.as_str().into())];
+    if !skill.tags.is_empty() {
+        metadata.push(("tags".into(), skill.tags.join(", ")));
+    }
+    metadata.push(("version".into(), skill.version.to_string()));
+    metadata.push(("created_by".into(), skill.created_by.clone()));
     if let Some(c) = &skill.component {
-        fm.push_str(&format!("component: {}\n", yaml_str(c)));
+        metadata.push(("component".into(), c.clone()));
     }
     if let Some(p) = &skill.provenance
         && let Ok(json) = serde_json::to_string(p)
     {
-        // JSON is YAML's flow style: one line, no quoting surprises.
-        fm.push_str(&format!("provenance: {json}\n"));
+        metadata.push(("provenance".into(), json));
     }
     if let Some(r) = &skill.retired {
-        fm.push_str(&format!("retired: {}\n", yaml_str(r)));
+        metadata.push(("retired".into(), r.clone()));
     }
+    let mut top = Vec::new();
+    let mut own = serde_json::Map::new();
     for (key, value) in &skill.extra {
-        fm.push_str(&format!("{}: {value}\n", yaml_str(key)));
+        match key.as_str() {
+            "metadata" => match value {
+                Value::Object(map) => own = map.clone(),
+                other => top.push((key.clone(), other.clone())),
+            },
+            k if super::spec::TOP_LEVEL.contains(&k) => top.push((key.clone(), value.clone())),
+            _ => {}
+        }
+    }
+    let taken = |k: &str| metadata.iter().any(|(m, _)| m == k) || own.contains_key(k);
+    let mut moved = Vec::new();
+    for (key, value) in &skill.extra {
+        if key == "metadata" || super::spec::TOP_LEVEL.contains(&key.as_str()) {
+            continue;
+        }
+        if taken(key) {
+            top.push((key.clone(), value.clone()));
+        } else {
+            moved.push((key.clone(), as_text(value)));
+        }
+    }
+    for (key, value) in &top {
+        fm.push_str(&format!("{}: {}\n", yaml_str(key), yaml_value(value)));
+    }
+    fm.push_str("metadata:\n");
+    for (key, value) in metadata.iter().chain(&moved) {
+        // JSON text (provenance) reads best single-quoted: its quotes stay.
+        let scalar = match value.starts_with('{') && !value.contains(['\n', '\r']) {
+            true => format!("'{}'", value.replace('\'', "''")),
+            false => yaml_str(value),
+        };
+        fm.push_str(&format!("  {}: {scalar}\n", yaml_str(key)));
+    }
+    for (key, value) in &own {
+        fm.push_str(&format!("  {}: {}\n", yaml_str(key), yaml_value(value)));
     }
     format!("{fm}---\n{}\n", skill.body.trim_end())
+}
+
+/// A value as metadata's text: a list of words as `a, b`, anything else
+/// not text as JSON.
+fn as_text(value: &Value) -> String {
+    match value {
+        Value::String(s) => s.clone(),
+        Value::Array(items) if items.iter().all(|v| !v.is_object() && !v.is_array()) => items
+            .iter()
+            .map(|v| match v {
+                Value::String(s) => s.clone(),
+                other => other.to_string(),
+            })
+            .collect::<Vec<_>>()
+            .join(", "),
+        other => other.to_string(),
+    }
+}
+
+/// A YAML value on one line: text as a scalar, the rest as JSON (YAML's
+/// flow style).
+fn yaml_value(value: &Value) -> String {
+    match value {
+        Value::String(s) => yaml_str(s),
+        other => other.to_string(),
+    }
 }
 
 /// A YAML scalar, quoted when plain style would misread it.
@@ -568,10 +663,71 @@ mod tests {
         assert_eq!(s.tags, vec!["pdf", "forms"]);
         assert_eq!(s.version, semver::Version::new(1, 2, 0));
         assert_eq!(s.created_by, "user");
-        let back = parse("pdf-tools", &render(&s)).unwrap();
-        assert_eq!(back.extra, s.extra);
-        assert_eq!(back.tags, s.tags);
-        assert_eq!(back.body, s.body);
+        // Written back in the Agent Skills layout: the spec's keys at the
+        // top, everything else under `metadata` (a list of words as text),
+        // nothing lost, and the same text when written again.
+        let written = render(&s);
+        assert_eq!(
+            super::super::spec::check(&written, Some("pdf-tools"))
+                .iter()
+                .filter(|f| f.severity == super::super::spec::Severity::Refused)
+                .count(),
+            0,
+            "{written}"
+        );
+        let back = parse("pdf-tools", &written).unwrap();
+        assert_eq!(
+            back.extra.keys().collect::<Vec<_>>(),
+            vec!["license", "allowed-tools", "metadata"]
+        );
+        assert_eq!(back.extra["license"], "Apache-2.0");
+        assert_eq!(
+            back.extra["metadata"]["homepage"],
+            "https://example.com/pdf"
+        );
+        assert_eq!(back.extra["metadata"]["keywords"], "pdf, Forms");
+        assert_eq!(
+            back.extra["metadata"]["openclaw"]["requires"]["bins"][0],
+            "qpdf"
+        );
+        assert_eq!(
+            (&back.tags, &back.version, &back.created_by, &back.body),
+            (&s.tags, &s.version, &s.created_by, &s.body)
+        );
+        assert_eq!(render(&back), written);
+    }
+
+    /// Both layouts read the same; metaclaw's keys at the top level win
+    /// over the same keys under `metadata`.
+    #[test]
+    fn the_old_and_the_agent_skills_layouts_read_alike() {
+        let old = parse("git-rebase", GOOD).unwrap();
+        let text = render(&old);
+        assert!(text.contains("\nmetadata:\n  category: task-specific\n  tags: \"git, rebase\"\n  version: 1.2.0\n  created_by: builtin\n---\n"), "{text}");
+        let new = parse("git-rebase", &text).unwrap();
+        assert_eq!(
+            (
+                &new.category,
+                &new.tags,
+                &new.version,
+                &new.created_by,
+                &new.body,
+                &new.extra
+            ),
+            (
+                &old.category,
+                &old.tags,
+                &old.version,
+                &old.created_by,
+                &old.body,
+                &old.extra
+            )
+        );
+        let both = "---\nname: ab\ndescription: d.\nversion: 2.0.0\nmetadata:\n  version: 1.0.0\n  author: me\n---\nB\n";
+        let s = parse("ab", both).unwrap();
+        assert_eq!(s.version, semver::Version::new(2, 0, 0));
+        assert_eq!(s.extra["metadata"], serde_json::json!({"author": "me"}));
+        assert!(!render(&s).contains("1.0.0"));
     }
 
     #[test]

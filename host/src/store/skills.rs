@@ -322,3 +322,22 @@ pub fn history(conn: &Connection, skill_id: &str) -> rusqlite::Result<Vec<SkillC
     })?
     .collect()
 }
+
+/// The layout the library was last rewritten to (`skills::upgrade`), if any.
+pub fn layout(conn: &Connection) -> rusqlite::Result<Option<String>> {
+    conn.query_row(
+        "SELECT value FROM meta WHERE key = 'skills.layout'",
+        [],
+        |r| r.get(0),
+    )
+    .optional()
+}
+
+pub fn set_layout(conn: &Connection, layout: &str) -> rusqlite::Result<()> {
+    conn.execute(
+        "INSERT INTO meta (key, value) VALUES ('skills.layout', ?1)
+         ON CONFLICT (key) DO UPDATE SET value = excluded.value",
+        [layout],
+    )?;
+    Ok(())
+}

@@ -14,7 +14,7 @@ pub struct SkillFile {
     pub description: String,
     pub category: String,
     pub version: String,
-    /// The `tags: [a, b]` list, without empty entries.
+    /// The `tags: [a, b]` list (or `tags: "a, b"`), without empty entries.
     pub tags: Vec<String>,
     /// The text after the front matter, leading blank lines removed.
     pub body: String,
@@ -43,15 +43,17 @@ pub fn builtin_skills() -> Result<Vec<SkillFile>, String> {
             .strip_prefix("---\n")
             .and_then(|rest| rest.split_once("\n---\n"))
             .ok_or_else(|| format!("{}: no front matter", path.display()))?;
+        // At the top level, or under `metadata` (the Agent Skills layout).
         let field = |key: &str| {
             front
                 .lines()
-                .find_map(|l| l.strip_prefix(&format!("{key}:")))
+                .find_map(|l| l.trim_start().strip_prefix(&format!("{key}:")))
                 .unwrap_or("")
                 .trim()
                 .to_string()
         };
         let tags = field("tags")
+            .trim_matches('"')
             .trim_matches(['[', ']'])
             .split(',')
             .map(|t| t.trim().to_string())
