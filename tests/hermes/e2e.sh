@@ -7,8 +7,9 @@
 # (claw_type: hermes) wires Hermes's config.yaml to itself; a plain turn (a
 # custom skill is injected) and a tool turn (the dummy asks for `read_file`,
 # Hermes runs it and calls again with the result) go through it; then
-# `metaclaw stop --restore` must give the user's config.yaml back byte for
-# byte. Same style as tests/openclaw/e2e.sh (docs/openclaw-e2e.md).
+# `metaclaw skills export --to hermes` must put the skill where Hermes lists
+# it (and --sync take it away again); `metaclaw stop --restore` must give
+# the user's config.yaml back byte for byte. Same style as tests/openclaw/e2e.sh (docs/openclaw-e2e.md).
 #
 # Usage: tests/hermes/e2e.sh        (KEEP_WORK=1 keeps the scratch folder)
 # Env:   METACLAW_BIN (else $CARGO_TARGET_DIR/debug/metaclaw, else
@@ -300,6 +301,33 @@ else
   fail "(c) metaclaw did not record 3 turns in all within 30s"
 fi
 check "wiring: still as wired after the turns" wired_check
+
+# ---------------------------------------------------------------- export into Hermes's own skills
+step "metaclaw skills export --to hermes"
+exported="$HERMES_HOME/skills/metaclaw/$skill_name/SKILL.md"
+export_out="$("$bin" skills export --to hermes --json 2>&1)" || die "metaclaw skills export --to hermes: $export_out"
+check "(f) export wrote the skill into Hermes's own folder, and an agent applying the Agent Skills spec takes it" \
+  "$bin" skills check "$exported"
+hermes_lists() { # <name>: hermes skills list shows it as a local skill
+  local listed
+  listed="$(COLUMNS=250 timeout 120 "$hermes" skills list --source local 2>&1)" || { echo "$listed" | tail -n 5; return 1; }
+  grep -F -- "$1" <<<"$listed" || { echo "not listed: $(tail -n 15 <<<"$listed")"; return 1; }
+}
+check "(f) hermes skills list lists the exported skill" hermes_lists "$skill_name"
+again="$("$bin" skills export --to hermes --json 2>&1)" || die "metaclaw skills export (again): $again"
+check "(f) exporting again changes nothing" python3 -c '
+import json, sys
+d = json.loads(sys.argv[1])
+if sys.argv[2] not in d["unchanged"] or d["written"] or d["updated"]: print(d); sys.exit(1)
+n = len(d["unchanged"])
+print(f"{n} unchanged (the built-in skills and {sys.argv[2]})")' "$again" "$skill_name"
+"$bin" skills remove "$skill_name" >/dev/null || die "metaclaw skills remove $skill_name"
+synced="$("$bin" skills export --to hermes --sync --json 2>&1)" || die "metaclaw skills export --sync: $synced"
+check "(f) --sync removes metaclaw's export of a skill the library no longer has" python3 -c '
+import json, os, sys
+d = json.loads(sys.argv[1])
+if d["removed"] != [sys.argv[2]] or os.path.exists(sys.argv[3]): print(d); sys.exit(1)
+print("removed: " + ", ".join(d["removed"]))' "$synced" "$skill_name" "$exported"
 
 # ---------------------------------------------------------------- stop --restore
 step "metaclaw stop --restore"

@@ -513,6 +513,27 @@ pub enum SkillsCommand {
         #[arg(long)]
         json: bool,
     },
+    /// Write the library's live skills into an agent's own skill folder,
+    /// where it loads them natively: openclaw (~/.openclaw/skills), hermes
+    /// (~/.hermes/skills), codex (~/.agents/skills), claude
+    /// (~/.claude/skills) or a folder. Never overwrites the agent's own
+    /// skills, nor an export edited since; run it again to update.
+    Export {
+        /// openclaw, hermes, codex, claude, or a folder.
+        #[arg(long)]
+        to: String,
+        /// Only these skills (default: every live skill).
+        names: Vec<String>,
+        /// Also remove what metaclaw exported there earlier that the
+        /// library no longer has live (retired, removed), unless edited.
+        #[arg(long)]
+        sync: bool,
+        /// Say what it would do; write nothing.
+        #[arg(long)]
+        dry_run: bool,
+        #[arg(long)]
+        json: bool,
+    },
     /// Check a SKILL.md (or a folder holding one) and copy it into the library.
     Add {
         path: PathBuf,

@@ -524,6 +524,49 @@ pub fn run(home: &Home, config_path: &Path, command: SkillsCommand) -> Result<Ex
                 json,
             );
         }
+        SkillsCommand::Export {
+            to,
+            names,
+            sync,
+            dry_run,
+            json,
+        } => {
+            let target = crate::skills::export::Target::parse(&to);
+            let Some(home) = std::env::var_os("HOME") else {
+                bail!("HOME is not set: give --to a folder");
+            };
+            let into = target.dir(Path::new(&home), |name| std::env::var_os(name));
+            let library = open_library(dir.clone(), db.clone());
+            let snapshot = library.snapshot();
+            let conn = crate::store::open_side_writer(&db)?;
+            let done = crate::skills::export::export(
+                &dir,
+                &snapshot.skills,
+                &names,
+                &into,
+                &conn,
+                sync,
+                dry_run,
+            )?;
+            if json {
+                say!("{}", serde_json::to_string_pretty(&done)?);
+            } else {
+                let would = if dry_run { "would be " } else { "" };
+                say!(
+                    "{}: {} {would}written, {} {would}updated, {} unchanged, {} {would}removed, {} kept, {} skipped",
+                    done.dir.display(),
+                    done.written.len(),
+                    done.updated.len(),
+                    done.unchanged.len(),
+                    done.removed.len(),
+                    done.kept.len(),
+                    done.skipped.len()
+                );
+                for (name, why) in done.kept.iter().chain(&done.skipped) {
+                    say!("  {name}: {why}");
+                }
+            }
+        }
         SkillsCommand::Remove { name } => {
             if !skill::valid_name(&name) || !dir.join(&name).join("SKILL.md").exists() {
                 bail!("no skill {name:?} in {}", dir.display());

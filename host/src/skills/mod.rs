@@ -20,6 +20,7 @@
 //! than the budget to a turn.
 
 pub mod builtin;
+pub mod export;
 pub mod import;
 pub mod inject;
 pub mod library;

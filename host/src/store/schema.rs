@@ -484,6 +484,18 @@ const MIGRATIONS: &[&str] = &[
     -- [{"experiment": ID, "arm": "candidate"|"control"}] of the turn.
     ALTER TABLE turns ADD COLUMN arms TEXT;
     "#,
+    // 21: skills written into an agent's own skill folder (skills::export):
+    // what metaclaw wrote there, so that it updates or removes only that.
+    r#"
+    CREATE TABLE skill_exports (
+        target  TEXT NOT NULL,      -- the folder, absolute
+        name    TEXT NOT NULL,      -- the skill's folder in it
+        sha256  TEXT NOT NULL,      -- of the SKILL.md metaclaw wrote
+        version TEXT NOT NULL,
+        at_ms   INTEGER NOT NULL,
+        PRIMARY KEY (target, name)
+    ) WITHOUT ROWID;
+    "#,
 ];
 
 pub fn configure(conn: &Connection) -> rusqlite::Result<()> {

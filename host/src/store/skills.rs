@@ -341,3 +341,66 @@ pub fn set_layout(conn: &Connection, layout: &str) -> rusqlite::Result<()> {
     )?;
     Ok(())
 }
+
+/// A skill metaclaw wrote into an agent's skill folder (`skills::export`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Export {
+    pub target: String,
+    pub name: String,
+    pub sha256: String,
+    pub version: String,
+    pub at_ms: i64,
+}
+
+fn export_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<Export> {
+    Ok(Export {
+        target: r.get(0)?,
+        name: r.get(1)?,
+        sha256: r.get(2)?,
+        version: r.get(3)?,
+        at_ms: r.get(4)?,
+    })
+}
+
+pub fn export_of(conn: &Connection, target: &str, name: &str) -> rusqlite::Result<Option<Export>> {
+    conn.query_row(
+        "SELECT target, name, sha256, version, at_ms FROM skill_exports
+         WHERE target = ?1 AND name = ?2",
+        [target, name],
+        export_row,
+    )
+    .optional()
+}
+
+pub fn exports_to(conn: &Connection, target: &str) -> rusqlite::Result<Vec<Export>> {
+    let mut stmt = conn.prepare(
+        "SELECT target, name, sha256, version, at_ms FROM skill_exports
+         WHERE target = ?1 ORDER BY name",
+    )?;
+    stmt.query_map([target], export_row)?.collect()
+}
+
+pub fn set_export(conn: &Connection, export: &Export) -> rusqlite::Result<()> {
+    conn.execute(
+        "INSERT INTO skill_exports (target, name, sha256, version, at_ms)
+         VALUES (?1, ?2, ?3, ?4, ?5)
+         ON CONFLICT (target, name) DO UPDATE SET
+             sha256 = excluded.sha256, version = excluded.version, at_ms = excluded.at_ms",
+        rusqlite::params![
+            export.target,
+            export.name,
+            export.sha256,
+            export.version,
+            export.at_ms
+        ],
+    )?;
+    Ok(())
+}
+
+pub fn drop_export(conn: &Connection, target: &str, name: &str) -> rusqlite::Result<()> {
+    conn.execute(
+        "DELETE FROM skill_exports WHERE target = ?1 AND name = ?2",
+        [target, name],
+    )?;
+    Ok(())
+}
