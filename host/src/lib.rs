@@ -19,6 +19,7 @@
 //! | [`home`], [`clock`], [`digest`] | leaf helpers: home paths, wall-clock time, hex digests |
 //! | [`untrusted`] | text from plugins and skills, made safe for logs and prompts |
 
+pub mod agent_id;
 pub mod app;
 pub mod canary;
 pub mod claws;

@@ -710,6 +710,7 @@ mod tests {
         app.proxy
             .sessions
             .resolve(&hints, TurnType::Main)
+            .unwrap()
             .id
             .to_string()
     }

@@ -13,6 +13,7 @@ use std::path::{Path, PathBuf};
 const LAYERS: &[&[&str]] = &[
     // Leaf helpers.
     &[
+        "agent_id",
         "clock",
         "digest",
         "error",

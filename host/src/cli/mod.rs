@@ -297,6 +297,9 @@ pub enum SessionsCommand {
         /// At most this many.
         #[arg(long, default_value_t = 50)]
         limit: u32,
+        /// Only this agent's (its X-Agent-Id, or OpenClaw's agent id).
+        #[arg(long)]
+        agent: Option<String>,
     },
     /// One session and its turns (by id, or by the agent's session id).
     Show {

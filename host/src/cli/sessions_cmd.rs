@@ -45,8 +45,11 @@ pub fn run(home: &Home, config_path: &Path, command: SessionsCommand) -> Result<
     }
     let conn = store::open_read_only(&path)?;
     match command {
-        SessionsCommand::List { json, limit } => {
-            let rows = store::list_sessions(&conn, limit)?;
+        SessionsCommand::List { json, limit, agent } => {
+            let agent = agent
+                .map(|a| crate::agent_id::AgentId::parse(&a).map_err(anyhow::Error::msg))
+                .transpose()?;
+            let rows = store::list_sessions(&conn, limit, agent.as_ref().map(|a| a.as_str()))?;
             if json {
                 say!("{}", serde_json::to_string_pretty(&rows)?);
             } else {
@@ -118,9 +121,16 @@ fn print_list(rows: &[SessionRow]) {
         .max()
         .unwrap_or(2)
         .clamp(2, 48);
+    let agents = rows
+        .iter()
+        .map(|r| r.agent_id.len())
+        .max()
+        .unwrap_or(5)
+        .max(5);
     say!(
-        "{:<width$}  {:<16}  {:<7}  {:>5}  {:<19}  ENDED",
+        "{:<width$}  {:<agents$}  {:<16}  {:<7}  {:>5}  {:<19}  ENDED",
         "ID",
+        "AGENT",
         "SOURCE",
         "STATUS",
         "TURNS",
@@ -128,8 +138,9 @@ fn print_list(rows: &[SessionRow]) {
     );
     for r in rows {
         say!(
-            "{:<width$}  {:<16}  {:<7}  {:>5}  {:<19}  {}",
+            "{:<width$}  {:<agents$}  {:<16}  {:<7}  {:>5}  {:<19}  {}",
             r.id,
+            r.agent_id,
             r.source,
             r.status,
             r.turns,

@@ -14,6 +14,7 @@ use serde_json::Value;
 
 use super::Limits;
 use super::upstream::Upstream;
+use crate::agent_id::AgentId;
 use crate::error::ApiError;
 use crate::sessions::{Attempt, Hints, TurnType};
 use crate::store::SessionSource;
@@ -136,8 +137,29 @@ pub fn turn_type(headers: &HeaderMap, request: &ChatRequest) -> TurnType {
     TurnType::Main
 }
 
+/// The agent (namespace) the turn is for ([`crate::agent_id`]): the
+/// `X-Agent-Id` header, else OpenClaw's own runtime line, else `default`.
+/// Never the text of a message.
+pub fn agent_id(headers: &HeaderMap, request: &ChatRequest) -> Result<AgentId, ApiError> {
+    if let Some(value) = headers.get("x-agent-id") {
+        let text = value
+            .to_str()
+            .map_err(|_| ApiError::BadRequest("X-Agent-Id: not visible ASCII text".into()))?;
+        return AgentId::parse(text).map_err(|e| ApiError::BadRequest(format!("X-Agent-Id: {e}")));
+    }
+    Ok(request
+        .openclaw_agent
+        .as_deref()
+        .and_then(|id| AgentId::parse(id).ok())
+        .unwrap_or_else(AgentId::default_agent))
+}
+
 /// What names the turn's session, best first.
-pub fn session_hints<'a>(headers: &'a HeaderMap, request: &'a ChatRequest) -> Hints<'a> {
+pub fn session_hints<'a>(
+    headers: &'a HeaderMap,
+    request: &'a ChatRequest,
+    agent: &'a AgentId,
+) -> Hints<'a> {
     let header = headers
         .get("x-session-id")
         .and_then(|v| v.to_str().ok())
@@ -154,6 +176,7 @@ pub fn session_hints<'a>(headers: &'a HeaderMap, request: &'a ChatRequest) -> Hi
         runtime_session_id: request.runtime_session_id.as_deref(),
         fingerprint: request.fingerprint.as_deref(),
         message_count: request.message_count,
+        agent: Some(agent),
     }
 }
 

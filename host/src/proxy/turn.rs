@@ -103,11 +103,17 @@ async fn turn(
     let Incoming { request, client } =
         request::admit(headers, body, &proxy.limits, arrival.front).await?;
 
-    // 2. Session: which conversation, main or side, and which attempt.
+    // 2. Session: which agent, which conversation, main or side, and which
+    // attempt.
+    let agent = request::agent_id(headers, &request)?;
     let turn_type = request::turn_type(headers, &request);
     let session = proxy
         .sessions
-        .resolve(&request::session_hints(headers, &request), turn_type);
+        .resolve(
+            &request::session_hints(headers, &request, &agent),
+            turn_type,
+        )
+        .map_err(|e| ApiError::Conflict(e.to_string()))?;
     arrival.span.record("session", &*session.id);
     if let Some(model) = &request.model {
         arrival.span.record("model", model.as_str());

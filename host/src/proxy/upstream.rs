@@ -73,6 +73,7 @@ const DROP_REQUEST_HEADERS: &[&str] = &[
     "cookie",
     "x-session-id",
     "x-session-done",
+    "x-agent-id",
     "x-turn-type",
 ];
 

@@ -19,6 +19,7 @@ use std::time::{Duration, Instant};
 
 use tokio::sync::broadcast;
 
+use crate::agent_id::AgentId;
 use crate::clock::LastActivity;
 use crate::clock::now_ms;
 use crate::metrics::Metrics;
@@ -79,6 +80,19 @@ pub struct Hints<'a> {
     pub runtime_session_id: Option<&'a str>,
     pub fingerprint: Option<&'a str>,
     pub message_count: u32,
+    /// The agent the turn is for (`None`: the default agent).
+    pub agent: Option<&'a AgentId>,
+}
+
+/// A turn names a session of another agent: refused, never mixed in.
+#[derive(Debug, Clone, thiserror::Error)]
+#[error(
+    "session {session} belongs to agent {owner}, not {agent}: name another session for agent {agent}"
+)]
+pub struct OtherAgent {
+    pub session: String,
+    pub owner: AgentId,
+    pub agent: AgentId,
 }
 
 /// The live state of one conversation key.
@@ -213,7 +227,12 @@ impl Tracker {
     }
 
     /// The session of a new turn. Marks it in flight until [`Self::finished`].
-    pub fn resolve(&self, hints: &Hints<'_>, turn_type: TurnType) -> SessionInfo {
+    pub fn resolve(
+        &self,
+        hints: &Hints<'_>,
+        turn_type: TurnType,
+    ) -> Result<SessionInfo, OtherAgent> {
+        let owner = hints.agent.cloned().unwrap_or_else(AgentId::default_agent);
         let (base, source, agent_id, window) = derive(hints);
         let base: Arc<str> = base.into();
         let now = Instant::now();
@@ -231,11 +250,32 @@ impl Tracker {
         } else {
             self.store.latest_for_base(&base).ok().flatten()
         };
+        let other = |session: &str, theirs: &AgentId| OtherAgent {
+            session: session.to_string(),
+            owner: theirs.clone(),
+            agent: owner.clone(),
+        };
+        if let Some(s) = &stored
+            && s.agent_id != owner
+        {
+            return Err(other(&s.id, &s.agent_id));
+        }
 
         let info = {
             let Ok(mut live) = self.live.lock() else {
-                return session_info(&base, source, agent_id, window.unwrap_or(0));
+                return Ok(session_info(
+                    &base,
+                    source,
+                    agent_id,
+                    window.unwrap_or(0),
+                    &owner,
+                ));
             };
+            if let Some(entry) = live.get(&base)
+                && entry.current.agent != owner
+            {
+                return Err(other(&entry.current.id, &entry.current.agent));
+            }
             if !live.contains_key(&base) {
                 let (start_window, count) = stored
                     .as_ref()
@@ -244,7 +284,13 @@ impl Tracker {
                 live.insert(
                     base.clone(),
                     Live {
-                        current: session_info(&base, source, agent_id.clone(), start_window),
+                        current: session_info(
+                            &base,
+                            source,
+                            agent_id.clone(),
+                            start_window,
+                            &owner,
+                        ),
                         last_activity: now,
                         last_message_count: count,
                         in_flight: 0,
@@ -261,7 +307,13 @@ impl Tracker {
                 }
             }
             let Some(entry) = live.get_mut(&base) else {
-                return session_info(&base, source, agent_id, window.unwrap_or(0));
+                return Ok(session_info(
+                    &base,
+                    source,
+                    agent_id,
+                    window.unwrap_or(0),
+                    &owner,
+                ));
             };
             let current_window = entry.current.window;
             let next_window = match window {
@@ -269,7 +321,7 @@ impl Tracker {
                 Some(n) if n > current_window => Some(n),
                 // A late request from an older window: record it there.
                 Some(n) if n < current_window => {
-                    return session_info(&base, source, agent_id, n);
+                    return Ok(session_info(&base, source, agent_id, n, &owner));
                 }
                 Some(_) => None,
                 None if entry.shrink_windows && hints.message_count < entry.last_message_count => {
@@ -279,7 +331,7 @@ impl Tracker {
             };
             if let Some(n) = next_window {
                 ended.push(entry.current.clone());
-                entry.current = session_info(&base, source, agent_id, n);
+                entry.current = session_info(&base, source, agent_id, n, &owner);
                 self.metrics.sessions_started.inc();
             }
             entry.last_message_count = hints.message_count;
@@ -293,7 +345,7 @@ impl Tracker {
         for old in ended {
             self.publish_end(old, EndReason::Reset);
         }
-        info
+        Ok(info)
     }
 
     /// Which attempt main turn `turn_id` of `session` is: a retry when the
@@ -473,6 +525,7 @@ fn session_info(
     source: SessionSource,
     agent: Option<Arc<str>>,
     window: u32,
+    owner: &AgentId,
 ) -> SessionInfo {
     let id: Arc<str> = if window == 0 {
         base.clone()
@@ -482,6 +535,7 @@ fn session_info(
     SessionInfo {
         id,
         base_key: base.clone(),
+        agent: owner.clone(),
         agent_session_id: agent,
         source,
         window,
@@ -493,6 +547,7 @@ fn stored_info(s: &StoredSession) -> SessionInfo {
     SessionInfo {
         id: s.id.as_str().into(),
         base_key: s.base_key.as_str().into(),
+        agent: s.agent_id.clone(),
         agent_session_id: s.agent_session_id.as_deref().map(Into::into),
         source: source_from_str(&s.source),
         window: s.window,
@@ -550,7 +605,9 @@ mod tests {
         let (t, _s) = tracker(&dir, Duration::from_secs(60));
         let activity = t.activity();
         for _ in 0..3 {
-            let s = t.resolve(&hints(Some("sid-1:0"), None, 1), TurnType::Side);
+            let s = t
+                .resolve(&hints(Some("sid-1:0"), None, 1), TurnType::Side)
+                .unwrap();
             t.finished(&s, TurnType::Side, "side", false);
         }
         assert_eq!(
@@ -559,7 +616,9 @@ mod tests {
             "side turns moved the user's activity"
         );
         let before = crate::clock::now_ms();
-        let s = t.resolve(&hints(Some("sid-1:0"), None, 2), TurnType::Main);
+        let s = t
+            .resolve(&hints(Some("sid-1:0"), None, 2), TurnType::Main)
+            .unwrap();
         assert!(activity.at_ms().unwrap() >= before);
         t.finished(&s, TurnType::Main, "main", false);
         assert!(activity.at_ms().unwrap() >= before);
@@ -570,12 +629,18 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let (t, _s) = tracker(&dir, Duration::from_secs(60));
         let mut events = t.subscribe();
-        let a = t.resolve(&hints(Some("sid-1:0"), None, 1), TurnType::Main);
+        let a = t
+            .resolve(&hints(Some("sid-1:0"), None, 1), TurnType::Main)
+            .unwrap();
         assert_eq!(&*a.id, "sid-1");
         assert_eq!(a.agent_session_id.as_deref(), Some("sid-1"));
-        let b = t.resolve(&hints(Some("sid-1:0"), None, 3), TurnType::Main);
+        let b = t
+            .resolve(&hints(Some("sid-1:0"), None, 3), TurnType::Main)
+            .unwrap();
         assert_eq!(b.id, a.id);
-        let c = t.resolve(&hints(Some("sid-1:1"), None, 1), TurnType::Main);
+        let c = t
+            .resolve(&hints(Some("sid-1:1"), None, 1), TurnType::Main)
+            .unwrap();
         assert_eq!(&*c.id, "sid-1:1");
         let ended = events.recv().await.unwrap();
         assert_eq!(&*ended.session.id, "sid-1");
@@ -588,14 +653,20 @@ mod tests {
         let (t, _s) = tracker(&dir, Duration::from_secs(60));
         let id = "1a206f6b-47b6-464c-86db-730d5d7b0316";
         assert_eq!(
-            &*t.resolve(&hints(None, Some(id), 1), TurnType::Main).id,
+            &*t.resolve(&hints(None, Some(id), 1), TurnType::Main)
+                .unwrap()
+                .id,
             id
         );
         assert_eq!(
-            &*t.resolve(&hints(None, Some(id), 3), TurnType::Main).id,
+            &*t.resolve(&hints(None, Some(id), 3), TurnType::Main)
+                .unwrap()
+                .id,
             id
         );
-        let reset = t.resolve(&hints(None, Some(id), 1), TurnType::Main);
+        let reset = t
+            .resolve(&hints(None, Some(id), 1), TurnType::Main)
+            .unwrap();
         assert_eq!(&*reset.id, format!("{id}:1"));
     }
 
@@ -608,19 +679,19 @@ mod tests {
             explicit: Some((&long, SessionSource::Header)),
             ..Hints::default()
         };
-        let id = t.resolve(&h, TurnType::Main).id;
+        let id = t.resolve(&h, TurnType::Main).unwrap().id;
         assert!(id.starts_with("x-") && id.len() == 26, "{id}");
         let h = Hints {
             explicit: Some(("a\nb", SessionSource::Header)),
             ..Hints::default()
         };
-        assert!(t.resolve(&h, TurnType::Main).id.starts_with("x-"));
+        assert!(t.resolve(&h, TurnType::Main).unwrap().id.starts_with("x-"));
         // Stable: the same long id is the same session.
         let h = Hints {
             explicit: Some((&long, SessionSource::Header)),
             ..Hints::default()
         };
-        assert_eq!(t.resolve(&h, TurnType::Main).id, id);
+        assert_eq!(t.resolve(&h, TurnType::Main).unwrap().id, id);
     }
 
     #[tokio::test]
@@ -633,26 +704,30 @@ mod tests {
             message_count: 5,
             ..Hints::default()
         };
-        assert_eq!(&*t.resolve(&h, TurnType::Main).id, "mine");
+        assert_eq!(&*t.resolve(&h, TurnType::Main).unwrap().id, "mine");
         let h = Hints {
             explicit: Some(("mine", SessionSource::Header)),
             message_count: 1,
             ..Hints::default()
         };
-        assert_eq!(&*t.resolve(&h, TurnType::Main).id, "mine");
+        assert_eq!(&*t.resolve(&h, TurnType::Main).unwrap().id, "mine");
     }
 
     #[tokio::test]
     async fn a_resend_of_a_failed_request_is_an_attempt_of_the_same_turn() {
         let dir = tempfile::tempdir().unwrap();
         let (t, _s) = tracker(&dir, Duration::from_secs(60));
-        let s = t.resolve(&hints(Some("retry:0"), None, 3), TurnType::Main);
+        let s = t
+            .resolve(&hints(Some("retry:0"), None, 3), TurnType::Main)
+            .unwrap();
         let key = Attempt::key(Some("m"), 3, Some("fix the build"));
         assert_eq!(t.attempt(&s, key, "t1"), Attempt::FIRST);
         t.finished(&s, TurnType::Main, "t1", true);
         // The same request again, twice, after failures: attempts 2 and 3
         // of turn t1.
-        let s = t.resolve(&hints(Some("retry:0"), None, 3), TurnType::Main);
+        let s = t
+            .resolve(&hints(Some("retry:0"), None, 3), TurnType::Main)
+            .unwrap();
         let second = t.attempt(&s, key, "t2");
         assert_eq!((second.number, second.retry_of.as_deref()), (2, Some("t1")));
         t.finished(&s, TurnType::Main, "t2", true);
@@ -672,7 +747,9 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let (t, _s) = tracker(&dir, Duration::from_millis(50));
         let mut events = t.subscribe();
-        let s = t.resolve(&hints(Some("busy:0"), None, 1), TurnType::Main);
+        let s = t
+            .resolve(&hints(Some("busy:0"), None, 1), TurnType::Main)
+            .unwrap();
         tokio::time::sleep(Duration::from_millis(80)).await;
         t.sweep_idle();
         assert_eq!(t.active_count(), 1, "in flight: not idle");
@@ -687,10 +764,14 @@ mod tests {
     async fn side_turns_do_not_keep_a_session_alive() {
         let dir = tempfile::tempdir().unwrap();
         let (t, _s) = tracker(&dir, Duration::from_millis(60));
-        let s = t.resolve(&hints(Some("hb:0"), None, 1), TurnType::Main);
+        let s = t
+            .resolve(&hints(Some("hb:0"), None, 1), TurnType::Main)
+            .unwrap();
         t.finished(&s, TurnType::Main, "", false);
         tokio::time::sleep(Duration::from_millis(40)).await;
-        let side = t.resolve(&hints(Some("hb:0"), None, 2), TurnType::Side);
+        let side = t
+            .resolve(&hints(Some("hb:0"), None, 2), TurnType::Side)
+            .unwrap();
         t.finished(&side, TurnType::Side, "", false);
         tokio::time::sleep(Duration::from_millis(40)).await;
         t.sweep_idle();
@@ -701,7 +782,9 @@ mod tests {
     async fn ending_by_id_reports_unknown_and_repeated_ends() {
         let dir = tempfile::tempdir().unwrap();
         let (t, store) = tracker(&dir, Duration::from_secs(60));
-        let s = t.resolve(&hints(Some("e:0"), None, 1), TurnType::Main);
+        let s = t
+            .resolve(&hints(Some("e:0"), None, 1), TurnType::Main)
+            .unwrap();
         t.finished(&s, TurnType::Main, "", false);
         assert_eq!(t.end("e", EndReason::Api), EndOutcome::Ended);
         store.flush().await;

@@ -68,6 +68,8 @@ impl SessionSource {
 pub struct SessionInfo {
     pub id: Arc<str>,
     pub base_key: Arc<str>,
+    /// The agent (namespace) the session belongs to: its first turn's.
+    pub agent: crate::agent_id::AgentId,
     pub agent_session_id: Option<Arc<str>>,
     pub source: SessionSource,
     pub window: u32,

@@ -15,9 +15,10 @@ pub struct StoredSession {
     pub status: String,
     pub last_activity_ms: i64,
     pub last_message_count: u32,
+    pub agent_id: crate::agent_id::AgentId,
 }
 
-const STORED_COLUMNS: &str = "id, base_key, agent_session_id, source, window_index, status, last_activity_ms, last_message_count";
+const STORED_COLUMNS: &str = "id, base_key, agent_session_id, source, window_index, status, last_activity_ms, last_message_count, agent_id";
 
 fn stored(row: &Row<'_>) -> rusqlite::Result<StoredSession> {
     Ok(StoredSession {
@@ -29,6 +30,15 @@ fn stored(row: &Row<'_>) -> rusqlite::Result<StoredSession> {
         status: row.get(5)?,
         last_activity_ms: row.get(6)?,
         last_message_count: row.get(7)?,
+        agent_id: agent_column(row, 8)?,
+    })
+}
+
+/// A stored agent id (written only from a parsed one).
+pub(crate) fn agent_column(row: &Row<'_>, i: usize) -> rusqlite::Result<crate::agent_id::AgentId> {
+    let text: String = row.get(i)?;
+    crate::agent_id::AgentId::parse(&text).map_err(|e| {
+        rusqlite::Error::FromSqlConversionFailure(i, rusqlite::types::Type::Text, e.into())
     })
 }
 
@@ -82,10 +92,12 @@ pub struct SessionRow {
     /// The agent that sent its first turn (`openclaw`, or the client's
     /// User-Agent product); `None` before it was recorded.
     pub agent: Option<String>,
+    /// The agent (namespace) it belongs to (`crate::agent_id`).
+    pub agent_id: String,
 }
 
 const ROW_COLUMNS: &str = "id, agent_session_id, source, window_index, status, started_at_ms, last_activity_ms, \
-                           ended_at_ms, end_reason, turn_count, main_turns, agent";
+                           ended_at_ms, end_reason, turn_count, main_turns, agent, agent_id";
 
 pub(super) fn session_row(row: &Row<'_>) -> rusqlite::Result<SessionRow> {
     Ok(SessionRow {
@@ -101,15 +113,21 @@ pub(super) fn session_row(row: &Row<'_>) -> rusqlite::Result<SessionRow> {
         turns: row.get::<_, i64>(9)?.max(0) as u64,
         main_turns: row.get::<_, i64>(10)?.max(0) as u64,
         agent: row.get(11)?,
+        agent_id: row.get(12)?,
     })
 }
 
-/// Newest sessions first.
-pub fn list_sessions(conn: &Connection, limit: u32) -> rusqlite::Result<Vec<SessionRow>> {
+/// Newest sessions first; `agent`: only that agent's.
+pub fn list_sessions(
+    conn: &Connection,
+    limit: u32,
+    agent: Option<&str>,
+) -> rusqlite::Result<Vec<SessionRow>> {
     conn.prepare(&format!(
-        "SELECT {ROW_COLUMNS} FROM sessions ORDER BY last_activity_ms DESC, id LIMIT ?1"
+        "SELECT {ROW_COLUMNS} FROM sessions WHERE ?2 IS NULL OR agent_id = ?2
+         ORDER BY last_activity_ms DESC, id LIMIT ?1"
     ))?
-    .query_map(params![limit], session_row)?
+    .query_map(params![limit, agent], session_row)?
     .collect()
 }
 

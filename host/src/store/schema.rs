@@ -496,6 +496,12 @@ const MIGRATIONS: &[&str] = &[
         PRIMARY KEY (target, name)
     ) WITHOUT ROWID;
     "#,
+    // 22: agents as namespaces (crate::agent_id): the agent a session
+    // belongs to, its first turn's (`default` for every earlier one).
+    r#"
+    ALTER TABLE sessions ADD COLUMN agent_id TEXT NOT NULL DEFAULT 'default';
+    CREATE INDEX sessions_by_agent_id ON sessions(agent_id, started_at_ms, id);
+    "#,
 ];
 
 pub fn configure(conn: &Connection) -> rusqlite::Result<()> {

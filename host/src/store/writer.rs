@@ -467,8 +467,8 @@ fn insert_turn(tx: &Transaction<'_>, t: &TurnRecord, p: &Prepared) -> rusqlite::
     let seq: i64 = tx.prepare_cached(
         "INSERT INTO sessions (id, base_key, agent_session_id, source, window_index, status,
                                started_at_ms, last_activity_ms, turn_count, main_turns, last_message_count,
-                               agent)
-         VALUES (?1, ?2, ?3, ?4, ?5, 'active', ?6, ?7, 1, ?8, ?9, ?10)
+                               agent, agent_id)
+         VALUES (?1, ?2, ?3, ?4, ?5, 'active', ?6, ?7, 1, ?8, ?9, ?10, ?11)
          ON CONFLICT(id) DO UPDATE SET
              agent = coalesce(agent, excluded.agent),
              last_activity_ms = max(last_activity_ms, excluded.last_activity_ms),
@@ -492,6 +492,7 @@ fn insert_turn(tx: &Transaction<'_>, t: &TurnRecord, p: &Prepared) -> rusqlite::
             main,
             t.message_count,
             t.agent.as_deref(),
+            t.session.agent.as_str(),
         ],
         |r| r.get(0),
     )?;

@@ -1,0 +1,71 @@
+//! Which agent a turn is for: the namespace its session (and, as they move
+//! into namespaces, its skills, mode and learning) belongs to.
+//!
+//! What is trusted to name it (docs/skills.md, "Agents"): the `X-Agent-Id`
+//! header, which the agent's own configuration sets (a local client, as
+//! trusted as its API key); OpenClaw's runtime line, only where OpenClaw's
+//! harness wrote it (`metaclaw_wire::agent::openclaw::runtime_agent`).
+//! Never the text of a message, a tool result or a document: a stranger
+//! who can write to the agent must not move its turns into another agent's
+//! namespace.
+
+use std::fmt;
+use std::sync::Arc;
+
+/// The agent of a turn that names none.
+pub const DEFAULT: &str = "default";
+pub const MAX_LEN: usize = 64;
+
+/// An agent id: 1 to 64 of `a-z 0-9 - _`, starting with a letter or a
+/// digit (an OpenClaw agent id is already one; ASCII capitals are folded).
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct AgentId(Arc<str>);
+
+impl AgentId {
+    pub fn parse(text: &str) -> Result<Self, String> {
+        let id = text.trim().to_ascii_lowercase();
+        let valid = !id.is_empty()
+            && id.len() <= MAX_LEN
+            && id.starts_with(|c: char| c.is_ascii_alphanumeric())
+            && id
+                .chars()
+                .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-' || c == '_');
+        if valid {
+            Ok(Self(id.into()))
+        } else {
+            Err(format!(
+                "agent id {:?} is not valid: 1 to {MAX_LEN} of a-z, 0-9, '-' and '_', starting with a letter or a digit",
+                crate::untrusted::log_line(text, 80)
+            ))
+        }
+    }
+
+    pub fn default_agent() -> Self {
+        Self(DEFAULT.into())
+    }
+
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl fmt::Display for AgentId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ids_are_short_plain_and_folded() {
+        assert_eq!(AgentId::parse("main").unwrap().as_str(), "main");
+        assert_eq!(AgentId::parse(" Ops-Bot_2 ").unwrap().as_str(), "ops-bot_2");
+        for bad in ["", "-lead", "a b", "a/b", "../x", "é", &"a".repeat(65)] {
+            assert!(AgentId::parse(bad).is_err(), "{bad:?}");
+        }
+        assert_eq!(AgentId::default_agent().as_str(), DEFAULT);
+    }
+}
