@@ -49,6 +49,13 @@ impl AgentId {
     }
 }
 
+/// A turn that names no agent is the default agent's.
+impl Default for AgentId {
+    fn default() -> Self {
+        Self::default_agent()
+    }
+}
+
 impl fmt::Display for AgentId {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(&self.0)

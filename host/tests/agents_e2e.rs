@@ -118,3 +118,122 @@ async fn each_turn_goes_to_its_agents_sessions_and_never_into_anothers() {
     assert!(seen["headers"].get("x-agent-id").is_none(), "{seen}");
     assert!(seen["headers"].get("x-session-id").is_none(), "{seen}");
 }
+
+/// A skill file in `<home>/skills/<folder>/` (`folder` may be an agent's
+/// layer: `@work/NAME`) whose body carries `marker`.
+fn write_skill(home: &std::path::Path, folder: &str, about: &str, marker: &str) {
+    let dir = home.join("skills").join(folder);
+    let name = folder.rsplit('/').next().unwrap();
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(
+        dir.join("SKILL.md"),
+        format!(
+            "---\nname: {name}\ndescription: {about}.\nmetadata:\n  category: general\n  version: 1.0.0\n---\n\
+             # {name}\n\n{about}. {marker}\n"
+        ),
+    )
+    .unwrap();
+}
+
+/// The answer of one turn of `agent` (none: the default agent) in a new
+/// session: the echoed system prompt, skills block included.
+async fn answer(mc: &Metaclaw, session: &str, agent: Option<&str>, text: &str) -> String {
+    let body = serde_json::json!({"model": "m", "messages": [
+        {"role": "system", "content": "You are helpful."},
+        {"role": "user", "content": text},
+    ]});
+    let mut headers = vec![("x-session-id", session)];
+    headers.extend(agent.map(|a| ("x-agent-id", a)));
+    let r = post_chat(&format!("{}/v1", mc.url()), &body, &headers).await;
+    assert_eq!(r.status(), 200);
+    let answer: Value = r.json().await.unwrap();
+    answer["choices"][0]["message"]["content"]
+        .as_str()
+        .unwrap()
+        .to_string()
+}
+
+fn loaded_and_indexed(mc: &Metaclaw, at_least: u64, generation_after: u64) {
+    poll_json(mc.home.path(), &["status", "--json"], |v| {
+        skills_ready(v, at_least)
+            && v["skills"]["generation"].as_u64().unwrap_or(0) > generation_after
+    });
+}
+
+#[tokio::test]
+async fn an_agents_own_skills_reach_only_its_turns_until_shared() {
+    let up = dummy();
+    let mc = Metaclaw::start(
+        &up.url,
+        "llm:\n  api_base: {upstream}\n  model_id: echo-system\n  force_model: true\n\
+         skills:\n  top_k: 4\nsessions:\n  idle_timeout: 1h\n",
+    );
+    let status = poll_json(mc.home.path(), &["status", "--json"], |v| {
+        skills_ready(v, 0)
+    });
+    let before = status["skills"]["loaded"].as_u64().unwrap();
+    let generation = status["skills"]["generation"].as_u64().unwrap();
+    let rota = "Rotate the pager duty rota every week and hand over open incidents";
+    let kiln = "Fire the pottery kiln slowly and check the glaze cones";
+    write_skill(mc.home.path(), "pager-rota", rota, "SHARED-ROTA");
+    write_skill(mc.home.path(), "@work/pager-rota", rota, "WORK-ROTA");
+    write_skill(mc.home.path(), "@work/kiln-firing", kiln, "WORK-KILN");
+    loaded_and_indexed(&mc, before + 3, generation);
+
+    let ask = "how do I rotate the pager duty rota, and fire the pottery kiln glaze cones?";
+    let default = answer(&mc, "d-1", None, ask).await;
+    assert!(default.contains("SHARED-ROTA"), "{default}");
+    assert!(!default.contains("WORK-"), "{default}");
+    let work = answer(&mc, "w-1", Some("work"), ask).await;
+    assert!(
+        work.contains("WORK-ROTA") && work.contains("WORK-KILN"),
+        "{work}"
+    );
+    assert!(
+        !work.contains("SHARED-ROTA"),
+        "the agent's own version in place of the shared one: {work}"
+    );
+    let other = answer(&mc, "o-1", Some("home"), ask).await;
+    assert!(
+        other.contains("SHARED-ROTA") && !other.contains("WORK-"),
+        "{other}"
+    );
+
+    let listed = poll_json(
+        mc.home.path(),
+        &["skills", "list", "--agent", "work", "--json"],
+        |v| v["skills"].is_array(),
+    );
+    let ids: Vec<&str> = listed["skills"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s["id"].as_str().unwrap())
+        .collect();
+    assert!(ids.contains(&"@work/pager-rota") && ids.contains(&"@work/kiln-firing"));
+    assert!(!ids.contains(&"pager-rota"), "{ids:?}");
+
+    // Sharing never changes a shared skill behind every agent's back.
+    let refused = mc.cli(&["skills", "share", "@work/pager-rota"]);
+    assert!(!refused.status.success());
+    let said = String::from_utf8_lossy(&refused.stderr);
+    assert!(said.contains("a shared skill pager-rota exists"), "{said}");
+
+    let status = poll_json(mc.home.path(), &["status", "--json"], |v| {
+        skills_ready(v, before + 3)
+    });
+    let generation = status["skills"]["generation"].as_u64().unwrap();
+    let shared = mc.cli(&["skills", "share", "@work/kiln-firing"]);
+    assert!(
+        shared.status.success(),
+        "{}",
+        String::from_utf8_lossy(&shared.stderr)
+    );
+    assert!(mc.home.path().join("skills/kiln-firing/SKILL.md").is_file());
+    loaded_and_indexed(&mc, before + 3, generation);
+    let default = answer(&mc, "d-2", None, ask).await;
+    assert!(default.contains("WORK-KILN"), "shared now: {default}");
+    let history = mc.cli(&["skills", "history", "kiln-firing"]);
+    let history = String::from_utf8_lossy(&history.stdout);
+    assert!(history.contains("shared from agent work"), "{history}");
+}

@@ -22,25 +22,22 @@ fn config(judge: &str, evolver: &str, idle: &str, extra: &str) -> String {
 
 /// A session: the task, a wrong answer, and the user's correction.
 async fn corrected_session(mc: &Metaclaw, id: &str) {
+    corrected_session_of(mc, id, None).await;
+}
+
+/// [`corrected_session`] of `agent` (none: the default agent).
+async fn corrected_session_of(mc: &Metaclaw, id: &str, agent: Option<&str>) {
     let base = format!("{}/v1", mc.url());
+    let mut headers = vec![("x-session-id", id)];
+    headers.extend(agent.map(|a| ("x-agent-id", a)));
     let first = json!({"model": "echo", "messages": [{"role": "user", "content": TASK}]});
-    assert_eq!(
-        post_chat(&base, &first, &[("x-session-id", id)])
-            .await
-            .status(),
-        200
-    );
+    assert_eq!(post_chat(&base, &first, &headers).await.status(), 200);
     let second = json!({"model": "echo", "messages": [
         {"role": "user", "content": TASK},
         {"role": "assistant", "content": WRONG},
         {"role": "user", "content": CORRECTION},
     ]});
-    assert_eq!(
-        post_chat(&base, &second, &[("x-session-id", id)])
-            .await
-            .status(),
-        200
-    );
+    assert_eq!(post_chat(&base, &second, &headers).await.status(), 200);
 }
 
 /// The request bodies the dummy received for `model`, as text.
@@ -480,6 +477,65 @@ async fn judge_votes_survive_rate_limits_ties_are_zero_and_a_down_judge_is_retri
         v["turns"].as_array().is_some_and(|t| t.len() == 2)
     });
     assert!(s["turns"][0]["judgment"].is_null());
+}
+
+/// What an agent's session teaches goes to that agent's layer: a new skill
+/// as `@work/NAME`, a revision of a shared one as the agent's own version
+/// of it (held for review like any revision of a built-in skill); the
+/// shared library is left as it was.
+#[tokio::test]
+async fn an_agents_lessons_go_to_its_own_layer_and_the_shared_skills_stay() {
+    let (_up, mc) = with_bank(&config("judge", "evolver-revise", "10m", ""));
+    corrected_session_of(&mc, "work-1", Some("work")).await;
+    mc.turns("work-1", 2);
+    let shared_before = all_skills_text(&mc);
+    mc.learn_now("work-1");
+    let ds = drafts(&mc.learned("work-1"));
+    let created = ds
+        .iter()
+        .find(|d| d["outcome"] == "created")
+        .unwrap_or_else(|| panic!("{ds:#?}"));
+    let id = created["skill_id"].as_str().unwrap();
+    let name = id
+        .strip_prefix("@work/")
+        .unwrap_or_else(|| panic!("not in work's layer: {id}"));
+    assert!(created["written_ms"].is_i64(), "{created}");
+    let text = skill_text(&mc, id).unwrap();
+    assert!(text.contains(&format!("name: {name}\n")), "{text}");
+    let revision = ds
+        .iter()
+        .find(|d| d["outcome"] == "pending-review")
+        .unwrap_or_else(|| panic!("{ds:#?}"));
+    let revised = revision["skill_id"].as_str().unwrap();
+    let shared = revised
+        .strip_prefix("@work/")
+        .unwrap_or_else(|| panic!("not in work's layer: {revised}"));
+    assert!(
+        skill_text(&mc, shared).is_some(),
+        "the shared {shared} stays"
+    );
+    assert_eq!(
+        all_skills_text(&mc),
+        shared_before,
+        "the shared skills unchanged"
+    );
+
+    let out = mc.cli(&["skills", "review", "--json"]);
+    let listed: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let review_id = listed[0]["id"].as_i64().unwrap().to_string();
+    let out = mc.cli(&["skills", "review", "accept", &review_id]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let own = skill_text(&mc, revised).unwrap();
+    assert!(own.contains("384,400 km"), "{own}");
+    assert_eq!(
+        all_skills_text(&mc),
+        shared_before,
+        "the shared skills unchanged"
+    );
 }
 
 #[tokio::test]

@@ -471,6 +471,11 @@ pub enum SkillsCommand {
         category: Option<String>,
         #[arg(long)]
         tag: Option<String>,
+        /// Only what this agent's turns see: the shared skills and its own
+        /// layer's (`@AGENT/NAME`), its own in place of a shared one of the
+        /// same name.
+        #[arg(long)]
+        agent: Option<String>,
         #[arg(long)]
         json: bool,
     },
@@ -527,6 +532,10 @@ pub enum SkillsCommand {
         to: String,
         /// Only these skills (default: every live skill).
         names: Vec<String>,
+        /// The skills this agent's turns see (its own layer's in place of
+        /// the shared ones of the same name); default: the shared ones.
+        #[arg(long)]
+        agent: Option<String>,
         /// Also remove what metaclaw exported there earlier that the
         /// library no longer has live (retired, removed), unless edited.
         #[arg(long)]
@@ -548,6 +557,9 @@ pub enum SkillsCommand {
     Remove { name: String },
     /// Put a skill that `skills.auto_retire` took out of retrieval back.
     Restore { name: String },
+    /// Make a skill of an agent's layer (`@AGENT/NAME`: learned from that
+    /// agent's sessions) shared: every agent's turns see it from now on.
+    Share { id: String },
     /// A skill's recorded changes: who, when, why, content hash.
     History {
         name: String,

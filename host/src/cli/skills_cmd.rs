@@ -178,8 +178,14 @@ pub fn run(home: &Home, config_path: &Path, command: SkillsCommand) -> Result<Ex
         SkillsCommand::List {
             category,
             tag,
+            agent,
             json,
         } => {
+            let agent = agent
+                .as_deref()
+                .map(crate::agent_id::AgentId::parse)
+                .transpose()
+                .map_err(|e| anyhow::anyhow!("--agent: {e}"))?;
             let library = open_library(dir, db);
             let snapshot = library.snapshot();
             let wanted = match category.as_deref() {
@@ -194,6 +200,7 @@ pub fn run(home: &Home, config_path: &Path, command: SkillsCommand) -> Result<Ex
                 .skills
                 .iter()
                 .filter(|s| wanted.is_none_or(|c| s.category == c))
+                .filter(|s| agent.as_ref().is_none_or(|a| snapshot.visible_to(&s.id, a)))
                 .filter(|s| {
                     tag.as_deref()
                         .is_none_or(|t| s.tags.iter().any(|x| x == &t.to_lowercase()))
@@ -205,6 +212,7 @@ pub fn run(home: &Home, config_path: &Path, command: SkillsCommand) -> Result<Ex
                     serde_json::to_string_pretty(&json!({
                         "generation": snapshot.generation,
                         "skills": skills.iter().map(|s| json!({
+                            "id": s.id, "agent": crate::skills::layer::split(&s.id).0,
                             "name": s.name, "description": s.description, "category": s.category.as_str(),
                             "tags": s.tags, "version": s.version.to_string(), "created_by": s.created_by,
                             "component": s.component, "content_hash": s.content_hash,
@@ -229,7 +237,7 @@ pub fn run(home: &Home, config_path: &Path, command: SkillsCommand) -> Result<Ex
                     };
                     say!(
                         "{:<36} {:<15} {:<7} {:<10} {retired}{}",
-                        s.name,
+                        s.id,
                         s.category.as_str(),
                         s.version,
                         s.created_by,
@@ -527,10 +535,17 @@ pub fn run(home: &Home, config_path: &Path, command: SkillsCommand) -> Result<Ex
         SkillsCommand::Export {
             to,
             names,
+            agent,
             sync,
             dry_run,
             json,
         } => {
+            let agent = agent
+                .as_deref()
+                .map(crate::agent_id::AgentId::parse)
+                .transpose()
+                .map_err(|e| anyhow::anyhow!("--agent: {e}"))?
+                .unwrap_or_default();
             let target = crate::skills::export::Target::parse(&to);
             let Some(home) = std::env::var_os("HOME") else {
                 bail!("HOME is not set: give --to a folder");
@@ -539,15 +554,14 @@ pub fn run(home: &Home, config_path: &Path, command: SkillsCommand) -> Result<Ex
             let library = open_library(dir.clone(), db.clone());
             let snapshot = library.snapshot();
             let conn = crate::store::open_side_writer(&db)?;
-            let done = crate::skills::export::export(
-                &dir,
-                &snapshot.skills,
-                &names,
-                &into,
-                &conn,
-                sync,
-                dry_run,
-            )?;
+            let visible: Vec<_> = snapshot
+                .skills
+                .iter()
+                .filter(|s| snapshot.visible_to(&s.id, &agent))
+                .cloned()
+                .collect();
+            let done =
+                crate::skills::export::export(&dir, &visible, &names, &into, &conn, sync, dry_run)?;
             if json {
                 say!("{}", serde_json::to_string_pretty(&done)?);
             } else {
@@ -579,6 +593,44 @@ pub fn run(home: &Home, config_path: &Path, command: SkillsCommand) -> Result<Ex
                 Some(&Attribution::new("user", "metaclaw skills remove").skill(&name)),
             );
             say!("removed {name}");
+        }
+        SkillsCommand::Share { id } => {
+            let (Some(agent), name) = crate::skills::layer::split(&id) else {
+                bail!(
+                    "{id} is shared already; an agent's skill is @AGENT/NAME (see `metaclaw skills list`)"
+                );
+            };
+            let library = open_library(dir.clone(), db);
+            let held = library.lock_changes();
+            let snapshot = library.rescan_holding(&held, None);
+            if snapshot.get(&id).is_none() {
+                bail!(
+                    "no skill {id} in {} (see `metaclaw skills list --agent {agent}`)",
+                    dir.display()
+                );
+            }
+            if snapshot.get(name).is_some() {
+                bail!(
+                    "a shared skill {name} exists: sharing {id} would change it for every agent; edit the shared one, or share this one under another name (rename its folder and its name)"
+                );
+            }
+            std::fs::rename(dir.join(&id), dir.join(name)).with_context(|| {
+                format!(
+                    "moving {} to {}",
+                    dir.join(&id).display(),
+                    dir.join(name).display()
+                )
+            })?;
+            let text = std::fs::read(dir.join(name).join("SKILL.md")).unwrap_or_default();
+            library.rescan_holding(
+                &held,
+                Some(
+                    &Attribution::new("user", format!("shared from agent {agent}'s skills"))
+                        .wrote(name, &text)
+                        .skill(&id),
+                ),
+            );
+            say!("{id} is shared now as {name}: every agent's turns may get it");
         }
         SkillsCommand::Restore { name } => {
             let library = open_library(dir.clone(), db);

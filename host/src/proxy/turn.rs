@@ -221,7 +221,10 @@ async fn choose_skills(
     let skills = skills.clone();
     let turn_budget = skills.settings.turn_budget;
     let model = ctx.upstream_model.as_deref().unwrap_or_default();
-    let query = Query::from_request(request, &ctx.session.id, model);
+    let query = Query {
+        agent: ctx.session.agent.clone(),
+        ..Query::from_request(request, &ctx.session.id, model)
+    };
     let (prompt_bytes, reserve) = (request.body().len(), request.max_output_tokens);
     let engine = skills.plugins.as_ref().map(|p| p.engine.clone());
     let choose = async move {

@@ -108,7 +108,7 @@ pub fn export(
     dry_run: bool,
 ) -> Result<Exported> {
     for name in only {
-        if !skills.iter().any(|s| &s.id == name) {
+        if !skills.iter().any(|s| &s.name == name || &s.id == name) {
             bail!(
                 "no skill {name:?} in {} (see `metaclaw skills list`)",
                 library_dir.display()
@@ -126,36 +126,36 @@ pub fn export(
     };
     let mut live = Vec::new();
     for skill in skills {
-        if !only.is_empty() && !only.contains(&skill.id) {
+        if !(only.is_empty() || only.contains(&skill.name) || only.contains(&skill.id)) {
             continue;
         }
         if skill.retired.is_some() {
             continue;
         }
-        live.push(skill.id.clone());
+        live.push(skill.name.clone());
         if skill.component.is_some() {
             out.skipped.push((
-                skill.id.clone(),
+                skill.name.clone(),
                 "an executable skill: it runs in metaclaw's sandbox, not in an agent".into(),
             ));
             continue;
         }
         let Some(text) = exportable_text(library_dir, skill) else {
             out.skipped.push((
-                skill.id.clone(),
+                skill.name.clone(),
                 "an agent would refuse it: see `metaclaw skills check`".into(),
             ));
             continue;
         };
-        let written = records::export_of(conn, &target, &skill.id)?;
-        let folder = dir.join(&skill.id);
+        let written = records::export_of(conn, &target, &skill.name)?;
+        let folder = dir.join(&skill.name);
         let file = folder.join("SKILL.md");
         let on_disk = std::fs::read(&file).ok().map(sha256_hex);
         let new_hash = sha256_hex(&text);
         let outcome = match (&on_disk, &written) {
             (None, _) if folder.exists() => {
                 out.kept.push((
-                    skill.id.clone(),
+                    skill.name.clone(),
                     "a folder of that name is there without a SKILL.md metaclaw wrote".into(),
                 ));
                 continue;
@@ -165,20 +165,20 @@ pub fn export(
             (Some(now), Some(ours)) if *now == ours.sha256 => &mut out.updated,
             (Some(_), Some(_)) => {
                 out.kept.push((
-                    skill.id.clone(),
+                    skill.name.clone(),
                     "changed since metaclaw wrote it (by you or the agent): kept".into(),
                 ));
                 continue;
             }
             (Some(_), None) => {
                 out.kept.push((
-                    skill.id.clone(),
+                    skill.name.clone(),
                     "the agent's own skill of that name: never overwritten".into(),
                 ));
                 continue;
             }
         };
-        outcome.push(skill.id.clone());
+        outcome.push(skill.name.clone());
         if dry_run {
             continue;
         }
@@ -189,7 +189,7 @@ pub fn export(
             conn,
             &records::Export {
                 target: target.clone(),
-                name: skill.id.clone(),
+                name: skill.name.clone(),
                 sha256: new_hash,
                 version: skill.version.to_string(),
                 at_ms: now_ms(),
@@ -240,7 +240,7 @@ fn exportable_text(library_dir: &Path, skill: &Skill) -> Option<String> {
     let own = std::fs::read_to_string(library_dir.join(&skill.id).join("SKILL.md")).ok();
     own.into_iter()
         .chain(std::iter::once(skill::render(skill)))
-        .find(|text| !spec::refused(&spec::check(text, Some(&skill.id))))
+        .find(|text| !spec::refused(&spec::check(text, Some(&skill.name))))
 }
 
 fn write_atomically(folder: &Path, file: &Path, text: &str) -> Result<()> {
@@ -274,6 +274,40 @@ mod tests {
 
     fn store(dir: &Path) -> Connection {
         crate::store::open_side_writer(&dir.join("metaclaw.db")).unwrap()
+    }
+
+    #[test]
+    fn an_agents_own_skill_is_exported_under_its_name() {
+        let tmp = tempfile::tempdir().unwrap();
+        let lib = tmp.path().join("skills");
+        let skills = library(&lib, &[("alpha", "shared")]);
+        let own = library(&lib.join("@work"), &[("beta", "work's own")]);
+        let own: Vec<Arc<Skill>> = own
+            .into_iter()
+            .map(|s| {
+                Arc::new(Skill {
+                    id: "@work/beta".into(),
+                    ..Skill::clone(&s)
+                })
+            })
+            .collect();
+        let all: Vec<Arc<Skill>> = skills.into_iter().chain(own).collect();
+        let into = tmp.path().join("agent");
+        let conn = store(tmp.path());
+        let done = export(
+            &lib,
+            &all,
+            &["@work/beta".into()],
+            &into,
+            &conn,
+            false,
+            false,
+        )
+        .unwrap();
+        assert_eq!(done.written.len(), 1, "{done:?}");
+        let text = std::fs::read_to_string(into.join("beta/SKILL.md")).unwrap();
+        assert!(text.contains("work's own"), "{text}");
+        assert!(!into.join("@work").exists());
     }
 
     #[test]

@@ -60,6 +60,18 @@ impl Snapshot {
         self.index.get(id).and_then(|&i| self.skills.get(i))
     }
 
+    /// Whether a turn of `agent` sees skill `id`: a shared skill unless
+    /// the agent's layer has one of its name, and the agent's own.
+    pub fn visible_to(&self, id: &str, agent: &crate::agent_id::AgentId) -> bool {
+        match super::layer::split(id) {
+            (Some(layer), _) => layer == agent.as_str(),
+            (None, name) => {
+                agent.as_str() == crate::agent_id::DEFAULT
+                    || !self.index.contains_key(&super::layer::id_in(agent, name))
+            }
+        }
+    }
+
     /// The part of the skills block of skill `id` ([`inject::entry`] of
     /// its body), made the first time it is asked for in this snapshot.
     pub fn entry(&self, id: &str) -> Option<Arc<str>> {
@@ -78,12 +90,26 @@ impl Snapshot {
     }
 }
 
-/// Reads every skill folder under `dir`.
+/// Reads every skill folder under `dir`, and every agent's layer
+/// (`@<agent>/<name>/`, [`super::layer`]).
 pub fn scan(dir: &Path) -> (Vec<Skill>, Vec<SkillProblem>) {
     let mut skills = Vec::new();
     let mut problems = Vec::new();
+    scan_layer(dir, None, &mut skills, &mut problems);
+    skills.sort_by(|a, b| a.id.cmp(&b.id));
+    (skills, problems)
+}
+
+/// Reads the skill folders of one layer: the shared one (`agent` none,
+/// where a `@<agent>` folder is that agent's layer) or an agent's.
+fn scan_layer(
+    dir: &Path,
+    agent: Option<&crate::agent_id::AgentId>,
+    skills: &mut Vec<Skill>,
+    problems: &mut Vec<SkillProblem>,
+) {
     let Ok(entries) = std::fs::read_dir(dir) else {
-        return (skills, problems);
+        return;
     };
     let mut dirs: Vec<PathBuf> = entries
         .filter_map(Result::ok)
@@ -101,6 +127,19 @@ pub fn scan(dir: &Path) -> (Vec<Skill>, Vec<SkillProblem>) {
         if id.starts_with('.') {
             continue;
         }
+        if agent.is_none()
+            && let Some(layer) = super::layer::folder_agent(&id)
+        {
+            match layer {
+                Ok(agent) => scan_layer(&path, Some(&agent), skills, problems),
+                Err(error) => problems.push(SkillProblem { id, path, error }),
+            }
+            continue;
+        }
+        let id = match agent {
+            Some(agent) => super::layer::id_in(agent, &id),
+            None => id,
+        };
         if !path.join("SKILL.md").is_file() {
             problems.push(SkillProblem {
                 id,
@@ -110,7 +149,7 @@ pub fn scan(dir: &Path) -> (Vec<Skill>, Vec<SkillProblem>) {
             continue;
         }
         match skill::load(&path) {
-            Ok(s) => skills.push(s),
+            Ok(s) => skills.push(Skill { id, ..s }),
             Err(error) => problems.push(SkillProblem {
                 id,
                 path: path.join("SKILL.md"),
@@ -118,7 +157,6 @@ pub fn scan(dir: &Path) -> (Vec<Skill>, Vec<SkillProblem>) {
             }),
         }
     }
-    (skills, problems)
 }
 
 pub struct Library {
@@ -469,6 +507,35 @@ mod tests {
 
     fn skill(id: &str, body: &str) -> String {
         format!("---\nname: {id}\ndescription: About {id}.\n---\n{body}\n")
+    }
+
+    #[test]
+    fn each_agent_sees_the_shared_skills_and_its_own_layer_in_their_place() {
+        let home = tempfile::tempdir().unwrap();
+        let dir = home.path().join("skills");
+        write(&dir, "alpha", &skill("alpha", "shared"));
+        write(&dir, "beta", &skill("beta", "shared"));
+        write(&dir, "@work/alpha", &skill("alpha", "work's own"));
+        write(&dir, "@work/gamma", &skill("gamma", "work only"));
+        write(&dir, "@Work/delta", &skill("delta", "not a layer"));
+        write(&dir, "@home/misnamed", &skill("other", "wrong name"));
+        let lib = Library::open(dir.clone(), home.path().join("m.db"));
+        let s = lib.snapshot();
+        let ids: Vec<&str> = s.skills.iter().map(|s| s.id.as_str()).collect();
+        assert_eq!(ids, ["@work/alpha", "@work/gamma", "alpha", "beta"]);
+        assert_eq!(s.get("@work/alpha").unwrap().name, "alpha");
+        let problems: Vec<&str> = s.problems.iter().map(|p| p.id.as_str()).collect();
+        assert_eq!(problems, ["@Work", "@home/misnamed"], "{:?}", s.problems);
+        let sees = |agent: &str| -> Vec<&str> {
+            let agent = crate::agent_id::AgentId::parse(agent).unwrap();
+            ids.iter()
+                .copied()
+                .filter(|id| s.visible_to(id, &agent))
+                .collect()
+        };
+        assert_eq!(sees("work"), ["@work/alpha", "@work/gamma", "beta"]);
+        assert_eq!(sees("default"), ["alpha", "beta"]);
+        assert_eq!(sees("home"), ["alpha", "beta"]);
     }
 
     #[test]

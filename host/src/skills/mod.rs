@@ -23,6 +23,7 @@ pub mod builtin;
 pub mod export;
 pub mod import;
 pub mod inject;
+pub mod layer;
 pub mod library;
 pub mod outcomes;
 pub mod skill;
@@ -112,6 +113,9 @@ impl Settings {
 #[derive(Debug, Clone, Default)]
 pub struct Query {
     pub session_id: String,
+    /// Whose turn: it sees the shared skills and its agent's own
+    /// ([`layer`]).
+    pub agent: crate::agent_id::AgentId,
     pub model: String,
     /// The user's latest message, cleaned of agent metadata.
     pub text: String,
@@ -157,6 +161,7 @@ impl Query {
             .unwrap_or_default();
         Query {
             session_id: session_id.into(),
+            agent: crate::agent_id::AgentId::default(),
             model: model.into(),
             text,
             recent,
@@ -508,6 +513,9 @@ impl Skills {
                 let Some(skill) = snapshot.get(id) else {
                     continue;
                 };
+                if !snapshot.visible_to(id, &query.agent) {
+                    continue;
+                }
                 if skill.component.is_some()
                     || skill.retired.is_some()
                     || chosen.iter().any(|(c, _)| c.id == skill.id)

@@ -448,6 +448,22 @@ pub fn reviewed(
     Ok(changed == 1)
 }
 
+/// The agent a session belongs to (the default agent's when it is not in
+/// the store).
+pub fn session_agent(
+    conn: &Connection,
+    session_id: &str,
+) -> rusqlite::Result<crate::agent_id::AgentId> {
+    let agent = conn
+        .query_row(
+            "SELECT agent_id FROM sessions WHERE id = ?1",
+            [session_id],
+            |r| super::read::agent_column(r, 0),
+        )
+        .optional()?;
+    Ok(agent.unwrap_or_default())
+}
+
 /// The session's end reason, if it has ended.
 pub fn session_ended(conn: &Connection, session_id: &str) -> rusqlite::Result<Option<bool>> {
     conn.query_row(

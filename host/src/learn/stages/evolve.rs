@@ -34,13 +34,14 @@ pub struct Evolved {
 /// Drafts skills from the job's session, if it calls for it.
 pub async fn run(parts: &Parts, job: &Job) -> Result<Evolved> {
     let session = job.session_id.clone();
-    let (turns, judgments, totals) = parts
+    let (turns, judgments, totals, agent) = parts
         .db
         .call(move |c| {
             Ok((
                 learning::main_turns(c, &session)?,
                 learning::judgments(c, &session)?,
                 learning::turn_reward_totals(c, &session)?,
+                learning::session_agent(c, &session)?,
             ))
         })
         .await?;
@@ -102,10 +103,13 @@ pub async fn run(parts: &Parts, job: &Job) -> Result<Evolved> {
         );
     }
     let snapshot = skills.library.snapshot();
+    // What the session's agent sees: the shared skills and its own layer's
+    // (the evolver names them by name; what it learns goes to that layer).
+    let visible = Visible::of(&snapshot, &agent);
     // Skills whose turns went clearly worse than the others are named as
     // such: revising one ("updates") starts a new version.
     let board = skills.outcomes.board();
-    let listed = evolve::library_list(snapshot.skills.iter().map(|s| {
+    let listed = evolve::library_list(visible.skills.iter().map(|s| {
         let note = match (&s.retired, board.flag(&s.id, &s.version.to_string())) {
             (Some(why), _) => Some(format!(
                 "retired from retrieval: {why}; revise it if this session shows how"
@@ -130,7 +134,7 @@ pub async fn run(parts: &Parts, job: &Job) -> Result<Evolved> {
     ]);
     let reply = evolver.complete(&prompt, 0.4, evolve::MAX_TOKENS).await?;
 
-    let ids: HashSet<String> = snapshot.skills.iter().map(|s| s.id.clone()).collect();
+    let ids: HashSet<String> = visible.skills.iter().map(|s| s.name.clone()).collect();
     let (drafts, mut rejected) = match evolve::parse_drafts(
         &reply,
         parts.settings.max_drafts as usize,
@@ -148,7 +152,7 @@ pub async fn run(parts: &Parts, job: &Job) -> Result<Evolved> {
             )
         }
     };
-    let library: Vec<types::Skill> = snapshot
+    let library: Vec<types::Skill> = visible
         .skills
         .iter()
         .map(|s| crate::skills::to_wit(s))
@@ -191,7 +195,7 @@ pub async fn run(parts: &Parts, job: &Job) -> Result<Evolved> {
             &parts.redactor,
             job,
             draft,
-            &snapshot,
+            &visible,
             &provenance,
             at,
         ));
@@ -272,11 +276,36 @@ fn rejected_row(job: &Job, name: String, at: i64) -> DraftRow {
 
 /// A kept draft as the SKILL.md to write: a new skill, or the next
 /// version of the one it `updates`.
+/// The skills one agent's turns see, by name (its layer's in place of the
+/// shared ones of the same name), and the layer its new skills go to.
+struct Visible {
+    pub skills: Vec<Arc<Skill>>,
+    agent: crate::agent_id::AgentId,
+}
+
+impl Visible {
+    fn of(snapshot: &crate::skills::library::Snapshot, agent: &crate::agent_id::AgentId) -> Self {
+        Self {
+            skills: snapshot
+                .skills
+                .iter()
+                .filter(|s| snapshot.visible_to(&s.id, agent))
+                .cloned()
+                .collect(),
+            agent: agent.clone(),
+        }
+    }
+
+    fn by_name(&self, name: &str) -> Option<&Arc<Skill>> {
+        self.skills.iter().find(|s| s.name == name)
+    }
+}
+
 fn to_row(
     redactor: &Redactor,
     job: &Job,
     draft: SkillDraft,
-    snapshot: &crate::skills::library::Snapshot,
+    visible: &Visible,
     provenance: &Provenance,
     at: i64,
 ) -> DraftRow {
@@ -284,9 +313,9 @@ fn to_row(
     let existing = draft
         .updates
         .as_deref()
-        .and_then(|id| snapshot.get(id))
+        .and_then(|name| visible.by_name(name))
         .cloned();
-    if existing.is_none() && snapshot.get(&draft.name).is_some() {
+    if existing.is_none() && visible.by_name(&draft.name).is_some() {
         row.reason = Some(format!(
             "a skill named {:?} exists and the draft does not update it",
             draft.name
@@ -300,7 +329,26 @@ fn to_row(
     // The plugins redacted; the host's own patterns run once more.
     let description = redactor.redact_str(&draft.description);
     let body = redactor.redact_str(&draft.body);
+    // Learned from an agent's session, it goes to that agent's layer: a
+    // shared skill revised there becomes the agent's own version of it
+    // (the shared one stays as it was for everyone else).
+    let layer_id = |name: &str| crate::skills::layer::id_in(&visible.agent, name);
+    let overrides = existing
+        .as_ref()
+        .is_some_and(|old| old.id != layer_id(&old.name));
     let skill = match &existing {
+        Some(old) if overrides => Skill {
+            id: layer_id(&old.name),
+            description,
+            category,
+            tags: draft.tags.clone(),
+            version: semver::Version::new(old.version.major, old.version.minor + 1, 0),
+            created_by: format!("evolved:{}", job.session_id),
+            provenance: Some(provenance.clone()),
+            retired: None,
+            body,
+            ..Skill::clone(old)
+        },
         Some(old) => Skill {
             description,
             category,
@@ -314,7 +362,7 @@ fn to_row(
             ..Skill::clone(old)
         },
         None => Skill {
-            id: draft.name.clone(),
+            id: layer_id(&draft.name),
             name: draft.name.clone(),
             description,
             category,
@@ -330,7 +378,7 @@ fn to_row(
         },
     };
     let content = skill::render(&skill);
-    if let Err(e) = skill::parse(&skill.id, &content) {
+    if let Err(e) = skill::parse(&skill.name, &content) {
         row.reason = Some(format!("not a valid skill: {e}"));
         return row;
     }
@@ -342,7 +390,11 @@ fn to_row(
     };
     row.skill_id = Some(skill.id.clone());
     row.version = Some(skill.version.to_string());
-    row.base_hash = existing.as_ref().map(|s| s.content_hash.clone());
+    // An agent's first version of a shared skill is a new file.
+    row.base_hash = existing
+        .as_ref()
+        .filter(|_| !overrides)
+        .map(|s| s.content_hash.clone());
     row.base_version = existing.map(|s| s.version.to_string());
     row.content = Some(content);
     row
