@@ -582,7 +582,8 @@ pub fn run(home: &Home, config_path: &Path, command: SkillsCommand) -> Result<Ex
             }
         }
         SkillsCommand::Remove { name } => {
-            if !skill::valid_name(&name) || !dir.join(&name).join("SKILL.md").exists() {
+            if !crate::skills::layer::valid_id(&name) || !dir.join(&name).join("SKILL.md").exists()
+            {
                 bail!("no skill {name:?} in {}", dir.display());
             }
             let library = new_library(dir.clone(), db);

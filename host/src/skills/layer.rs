@@ -31,6 +31,14 @@ pub fn split(id: &str) -> (Option<&str>, &str) {
     }
 }
 
+/// Whether `id` names a skill: a valid name, in the shared library or in
+/// a valid agent's layer (never a path anywhere else).
+pub fn valid_id(id: &str) -> bool {
+    let (agent, name) = split(id);
+    super::skill::valid_name(name)
+        && agent.is_none_or(|a| matches!(folder_agent(&format!("{MARK}{a}")), Some(Ok(_))))
+}
+
 /// The agent of a layer folder's name (`@work` → `work`), if it is one.
 pub fn folder_agent(folder: &str) -> Option<Result<AgentId, String>> {
     let agent = folder.strip_prefix(MARK)?;
@@ -57,5 +65,15 @@ mod tests {
         assert!(matches!(folder_agent("@work"), Some(Ok(a)) if a.as_str() == "work"));
         assert!(matches!(folder_agent("@Work"), Some(Err(_))));
         assert!(folder_agent("work").is_none());
+        assert!(valid_id("deploy") && valid_id("@work/deploy"));
+        for bad in [
+            "@work/../x",
+            "@../x",
+            "@Work/deploy",
+            "../deploy",
+            "@work/a/b",
+        ] {
+            assert!(!valid_id(bad), "{bad}");
+        }
     }
 }
