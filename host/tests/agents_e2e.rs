@@ -213,6 +213,25 @@ async fn an_agents_own_skills_reach_only_its_turns_until_shared() {
     assert!(ids.contains(&"@work/pager-rota") && ids.contains(&"@work/kiln-firing"));
     assert!(!ids.contains(&"pager-rota"), "{ids:?}");
 
+    // `skills search` answers as a turn of the agent it is asked for.
+    for (agent, wanted, not) in [
+        ("work", "@work/kiln-firing", "pager-rota"),
+        ("default", "pager-rota", "@work/kiln-firing"),
+    ] {
+        let out = mc.cli(&["skills", "search", ask, "--agent", agent, "--json"]);
+        let found: Value = serde_json::from_slice(&out.stdout).unwrap();
+        let injected: Vec<&str> = found["injected"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|v| v.as_str().unwrap())
+            .collect();
+        assert!(
+            injected.contains(&wanted) && !injected.contains(&not),
+            "{agent}: {injected:?}"
+        );
+    }
+
     // Sharing never changes a shared skill behind every agent's back.
     let refused = mc.cli(&["skills", "share", "@work/pager-rota"]);
     assert!(!refused.status.success());

@@ -497,6 +497,10 @@ pub enum SkillsCommand {
     /// What the retriever would inject for a message, with scores.
     Search {
         query: String,
+        /// As a turn of this agent would get them (its own skills in place
+        /// of the shared ones of the same name); default: `default`.
+        #[arg(long)]
+        agent: Option<String>,
         #[arg(long)]
         json: bool,
     },

@@ -334,7 +334,13 @@ pub fn run(home: &Home, config_path: &Path, command: SkillsCommand) -> Result<Ex
                 stats::print(&board, &rows);
             }
         }
-        SkillsCommand::Search { query, json } => {
+        SkillsCommand::Search { query, agent, json } => {
+            let agent = agent
+                .as_deref()
+                .map(crate::agent_id::AgentId::parse)
+                .transpose()
+                .map_err(|e| anyhow::anyhow!("--agent: {e}"))?
+                .unwrap_or_default();
             let (retrieval, embedder) = Retrieval::from_config(&config.config, &db);
             if let Some(problem) = &retrieval.problem {
                 say!("warning: embeddings are off, BM25 retrieves instead: {problem}");
@@ -352,6 +358,7 @@ pub fn run(home: &Home, config_path: &Path, command: SkillsCommand) -> Result<Ex
             );
             let q = Query {
                 text: metaclaw_wire::text::user_words(&query),
+                agent,
                 ..Query::default()
             };
             let selection = engine.block_on(async {
