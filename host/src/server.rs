@@ -391,8 +391,17 @@ async fn admin_plugins_reload(State(app): State<SharedApp>) -> Response {
 /// Runs a session's learning job now (ending the session first if it is
 /// still open), or every queued and failed job; answers when they end.
 /// One training step now (rl/auto): what it did, or why none ran.
-async fn admin_train_step(State(app): State<SharedApp>) -> Response {
-    let train = match trainer(&app) {
+/// `?agent=ID`: the agent's own run (`agents.<id>`), not the shared one.
+#[derive(serde::Deserialize, Default)]
+struct RunOf {
+    agent: Option<String>,
+}
+
+async fn admin_train_step(
+    State(app): State<SharedApp>,
+    axum::extract::Query(run): axum::extract::Query<RunOf>,
+) -> Response {
+    let train = match trainer(&app, run.agent.as_deref()) {
         Ok(train) => train,
         Err(e) => return e.into_response(),
     };
@@ -471,8 +480,11 @@ async fn admin_start_experiment(State(app): State<SharedApp>, body: axum::body::
 }
 
 /// Training paused by a "collapsing" verdict goes on.
-async fn admin_train_resume(State(app): State<SharedApp>) -> Response {
-    let train = match trainer(&app) {
+async fn admin_train_resume(
+    State(app): State<SharedApp>,
+    axum::extract::Query(run): axum::extract::Query<RunOf>,
+) -> Response {
+    let train = match trainer(&app, run.agent.as_deref()) {
         Ok(train) => train,
         Err(e) => return e.into_response(),
     };
@@ -482,8 +494,31 @@ async fn admin_train_resume(State(app): State<SharedApp>) -> Response {
     }
 }
 
-/// The trainer, or why nothing trains.
-fn trainer(app: &SharedApp) -> Result<crate::learn::rl::trainer::TrainerHandle, ApiError> {
+/// The trainer of the shared run, or of `agent`'s own; or why nothing
+/// trains.
+fn trainer(
+    app: &SharedApp,
+    agent: Option<&str>,
+) -> Result<crate::learn::rl::trainer::TrainerHandle, ApiError> {
+    if let Some(agent) = agent {
+        let id = crate::agent_id::AgentId::parse(agent).map_err(ApiError::BadRequest)?;
+        if let Some(train) = app.agent_trains.get(&id) {
+            return Ok(train.clone());
+        }
+        let why = match (app.proxy.agent_policies.get(&id), app.learn.is_some()) {
+            (None, _) => format!(
+                "agent {id} has no run of its own (give it one in the config: agents.{id}.mode: rl)"
+            ),
+            (Some(None), _) => format!(
+                "agent {id} has no run: its mode does not serve the trainable model (agents.{id}.mode)"
+            ),
+            (Some(Some(_)), false) => {
+                "nothing trains: training needs the rewards of learning jobs (learning.enabled: false)".into()
+            }
+            (Some(Some(_)), true) => format!("agent {id}'s trainer did not start (see the log)"),
+        };
+        return Err(ApiError::NotFound(why));
+    }
     let Some(train) = app.train.clone() else {
         let why = match (&app.proxy.policy, app.learn.is_some()) {
             (None, _) => "nothing trains: the student does not serve (mode: rl or auto)",
@@ -499,10 +534,16 @@ fn trainer(app: &SharedApp) -> Result<crate::learn::rl::trainer::TrainerHandle, 
 
 /// Serves earlier sampler weights: now (the swap) and after restarts (the
 /// active run's record names them).
-async fn admin_train_rollback(State(app): State<SharedApp>, body: axum::body::Bytes) -> Response {
-    if app.proxy.policy.is_none() {
-        return ApiError::NotFound(crate::app::actions::STUDENT_OFF.into()).into_response();
-    }
+async fn admin_train_rollback(
+    State(app): State<SharedApp>,
+    axum::extract::Query(run): axum::extract::Query<RunOf>,
+    body: axum::body::Bytes,
+) -> Response {
+    let agent = match run.agent.as_deref().map(crate::agent_id::AgentId::parse) {
+        None => None,
+        Some(Ok(id)) => Some(id),
+        Some(Err(e)) => return ApiError::BadRequest(e).into_response(),
+    };
     let sampler = match serde_json::from_slice::<serde_json::Value>(&body) {
         Ok(v) => match v["sampler"].as_str() {
             Some(s) if !s.trim().is_empty() => s.trim().to_string(),
@@ -515,7 +556,7 @@ async fn admin_train_rollback(State(app): State<SharedApp>, body: axum::body::By
         },
         Err(e) => return ApiError::InvalidJson(e.to_string()).into_response(),
     };
-    match crate::app::actions::rollback(&app, &sampler).await {
+    match crate::app::actions::rollback(&app, agent.as_ref(), &sampler).await {
         Ok(done) => axum::Json(done).into_response(),
         Err(e) => e.into_response(),
     }
@@ -625,6 +666,7 @@ mod tests {
                 store,
                 metrics,
                 policy: None,
+                agent_policies: Default::default(),
                 limits: Limits {
                     max_body_bytes: 1 << 20,
                     client_body_timeout: Duration::from_secs(5),
@@ -633,6 +675,7 @@ mod tests {
             plugins: None,
             learn: None,
             train: None,
+            agent_trains: Default::default(),
             proxy_token: proxy.api_key.clone(),
             admin_token: ADMIN.into(),
             redactor: Arc::new(crate::redact::Redactor::new(vec![

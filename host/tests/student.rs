@@ -1167,7 +1167,7 @@ async fn judged_turns_train_a_step_whose_weights_serve_the_next_turn() {
     assert_eq!(json_of(&body)["outcome"], "waiting");
     let store = &p.handle.app().proxy.store;
     let conn = metaclaw::store::open_read_only(store.path()).unwrap();
-    let counts = metaclaw::store::train_queue::counts(&conn).unwrap();
+    let counts = metaclaw::store::train_queue::counts(&conn, None).unwrap();
     assert_eq!(
         (counts.trained, counts.ready, counts.in_step),
         (3, 0, 0),
@@ -1639,7 +1639,7 @@ async fn an_answer_sampled_at_another_temperature_is_served_but_never_trained() 
         String::from_utf8_lossy(&body)
     );
     let conn = metaclaw::store::open_read_only(p.handle.app().proxy.store.path()).unwrap();
-    let skipped = metaclaw::store::train_queue::skipped_by_reason(&conn).unwrap();
+    let skipped = metaclaw::store::train_queue::skipped_by_reason(&conn, "").unwrap();
     let reasons: Vec<&str> = skipped.iter().map(|(why, _)| why.as_str()).collect();
     assert_eq!(
         reasons,
@@ -1874,5 +1874,211 @@ impl Product {
         );
         let turns = self.turns(session).await;
         self.sample_of(&turns[0].id).await
+    }
+}
+
+/// Agents with a mode of their own (`agents.<id>`), one daemon: agent `a`
+/// is served from its own run's LoRA and its steps train its samples
+/// alone; agent `b` (`skills_only`) is answered by llm; the default agent
+/// by the shared run, whose queue a's step leaves as it was, and whose own
+/// step trains the default agent's samples alone.
+#[tokio::test]
+async fn each_agent_is_served_and_trained_by_its_own_mode_and_run() {
+    let rl = "  batch_size: 2\n  manual_train_trigger: true\n  prm_model: judge\n  prm_m: 1\n";
+    let learning = "learning:\n  enabled: true\nagents:\n  a:\n    mode: rl\n    rl:\n      lora_rank: 4\n  b:\n    mode: skills_only\n";
+    let p = product_in(rl, false, learning).await;
+    p.student_is("ready").await;
+    p.agents_student_is("a", "ready").await;
+
+    // A corrected session each for the default agent and a (rewards -1
+    // and 0: a step has a signal), one turn for b.
+    // (The shared run's first: a step of a that took the oldest ready
+    // samples of any run would take those.)
+    for (agent, session) in [(None, "s-shared"), (Some("a"), "s-a")] {
+        p.corrected_session(agent, session).await;
+    }
+    let ask = json!({"model": "m", "messages": [{"role": "user", "content": "Where is Rome?"}]});
+    let (status, _) = p.post_for(Some("b"), "s-b", &ask).await;
+    assert_eq!(status, StatusCode::OK);
+    let served = |turns: Vec<TurnRow>| -> Vec<Option<String>> {
+        turns.into_iter().map(|t| t.served_by).collect()
+    };
+    let student = Some("student".to_string());
+    assert_eq!(
+        served(p.turns("s-a").await),
+        [student.clone(), student.clone()]
+    );
+    assert_eq!(
+        served(p.turns("s-shared").await),
+        [student.clone(), student]
+    );
+    assert_eq!(served(p.turns("s-b").await), [Some("llm".to_string())]);
+    for session in ["s-a", "s-shared", "s-b"] {
+        let (status, body) = p
+            .admin_post("/admin/learn/now", &json!({"session": session}))
+            .await;
+        assert_eq!(status, StatusCode::OK, "{}", String::from_utf8_lossy(&body));
+    }
+
+    // a's step: a's two samples, nothing of the shared run's.
+    let (status, body) = p.admin_post("/admin/train/step?agent=a", &json!({})).await;
+    assert_eq!(status, StatusCode::OK, "{}", String::from_utf8_lossy(&body));
+    let stepped = json_of(&body);
+    assert_eq!(
+        (stepped["outcome"].as_str(), stepped["samples"].as_u64()),
+        (Some("stepped"), Some(2)),
+        "{stepped}"
+    );
+    let status = p.status().await;
+    assert_eq!(
+        status["agents"]["a"]["training"]["queue"]["trained"], 2,
+        "{status}"
+    );
+    assert_eq!(
+        status["agents"]["a"]["student"]["policy_version"], 1,
+        "{status}"
+    );
+    assert_eq!(status["training"]["queue"]["ready"], 2, "{status}");
+    assert_eq!(status["training"]["queue"]["trained"], 0, "{status}");
+    assert_eq!(status["student"]["policy_version"], 0, "{status}");
+    assert_eq!(status["agents"]["b"]["own_run"], false, "{status}");
+    assert!(status["agents"]["b"]["student"].is_null(), "{status}");
+
+    // The shared run's step: the default agent's two samples alone.
+    let (status, body) = p.admin_post("/admin/train/step", &json!({})).await;
+    assert_eq!(status, StatusCode::OK, "{}", String::from_utf8_lossy(&body));
+    assert_eq!(
+        json_of(&body)["samples"],
+        2,
+        "{}",
+        String::from_utf8_lossy(&body)
+    );
+
+    // In the store: each sample with its run, two runs of their own.
+    let store = &p.handle.app().proxy.store;
+    store.flush().await;
+    let conn = metaclaw::store::open_read_only(store.path()).unwrap();
+    let mut samples: Vec<(String, String, String)> = conn
+        .prepare(
+            "SELECT t.session_id, s.run_agent, r.agent FROM turn_samples s
+             JOIN turns t ON t.id = s.turn_id JOIN training_runs r ON r.id = s.run_id",
+        )
+        .unwrap()
+        .query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))
+        .unwrap()
+        .collect::<Result<_, _>>()
+        .unwrap();
+    samples.sort();
+    let row = |s: &str, a: &str| (s.to_string(), a.to_string(), a.to_string());
+    assert_eq!(
+        samples,
+        [
+            row("s-a", "a"),
+            row("s-a", "a"),
+            row("s-shared", ""),
+            row("s-shared", "")
+        ]
+    );
+    let mut runs: Vec<(String, u32, Option<String>)> = conn
+        .prepare("SELECT agent, lora_rank, model_id FROM training_runs")
+        .unwrap()
+        .query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))
+        .unwrap()
+        .collect::<Result<_, _>>()
+        .unwrap();
+    runs.sort();
+    assert_eq!((runs.len(), runs[0].1, runs[1].1), (2, 32, 4), "{runs:?}");
+    assert_ne!(runs[0].2, runs[1].2, "one LoRA each: {runs:?}");
+
+    // The CLI reads one run: `train --agent a status`, a's queue and run.
+    let home = p._home.path().to_path_buf();
+    let out = tokio::task::spawn_blocking(move || {
+        ["a", "b", "zz"]
+            .map(|agent| common::cli_in(&home, &["train", "--agent", agent, "status", "--json"]))
+    })
+    .await
+    .unwrap();
+    let a: Value = serde_json::from_slice(&out[0].stdout)
+        .unwrap_or_else(|_| panic!("{}", String::from_utf8_lossy(&out[0].stderr)));
+    assert_eq!(
+        (a["run"]["agent"].as_str(), a["run"]["lora_rank"].as_u64()),
+        (Some("a"), Some(4)),
+        "{a}"
+    );
+    assert_eq!(
+        (a["queue"]["trained"].as_u64(), a["queue"]["ready"].as_u64()),
+        (Some(2), Some(0)),
+        "{a}"
+    );
+    for (out, says) in [(&out[1], "agents.b.mode"), (&out[2], "no run of its own")] {
+        assert!(!out.status.success());
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(err.contains(says), "{err}");
+    }
+
+    // b has no run: asking for its step says why.
+    let (status, body) = p.admin_post("/admin/train/step?agent=b", &json!({})).await;
+    assert_eq!(status, StatusCode::NOT_FOUND);
+    assert!(
+        String::from_utf8_lossy(&body).contains("agents.b.mode"),
+        "{}",
+        String::from_utf8_lossy(&body)
+    );
+}
+
+impl Product {
+    /// Waits until agent `agent`'s own student is `state`.
+    async fn agents_student_is(&self, agent: &str, state: &str) {
+        let deadline = Instant::now() + Duration::from_secs(60);
+        loop {
+            let status = self.status().await;
+            if status["agents"][agent]["student"]["state"] == state {
+                return;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "agent {agent}'s student never became {state}: {}",
+                status["agents"]
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+
+    /// A main turn of `agent` (`X-Agent-Id`; none: the default agent).
+    async fn post_for(
+        &self,
+        agent: Option<&str>,
+        session: &str,
+        body: &Value,
+    ) -> (StatusCode, Vec<u8>) {
+        let mut request = Request::post("/v1/chat/completions")
+            .header("x-session-id", session)
+            .header("x-turn-type", "main");
+        if let Some(agent) = agent {
+            request = request.header("x-agent-id", agent);
+        }
+        self.send(request, body).await
+    }
+
+    /// Two turns of `agent`, the second correcting the first (the dummy
+    /// judge: -1, then 0), answered by whichever student serves it.
+    async fn corrected_session(&self, agent: Option<&str>, session: &str) {
+        let first = vec![
+            json!({"role": "system", "content": "You are a helpful assistant."}),
+            json!({"role": "user", "content": "Where is Paris?"}),
+        ];
+        self.script(&[says("Paris is in Spain.")]).await;
+        let (status, _) = self
+            .post_for(agent, session, &json!({"model": "m", "messages": first}))
+            .await;
+        assert_eq!(status, StatusCode::OK);
+        let mut second = first.clone();
+        second.push(json!({"role": "assistant", "content": "Paris is in Spain."}));
+        second.push(json!({"role": "user", "content": "No, that's wrong. Paris is in France."}));
+        self.script(&[says("Sorry: Paris is in France.")]).await;
+        let (status, _) = self
+            .post_for(agent, session, &json!({"model": "m", "messages": second}))
+            .await;
+        assert_eq!(status, StatusCode::OK);
     }
 }

@@ -34,11 +34,26 @@ pub async fn learn_now(app: &App, session: Option<String>) -> Result<Value, ApiE
 /// active run's record names them). With a trainer, through it: it serves
 /// them without touching the training model's weights
 /// (`TrainerHandle::serve`).
-pub async fn rollback(app: &App, sampler: &str) -> Result<Value, ApiError> {
-    let Some(policy) = app.proxy.policy.clone() else {
-        return Err(ApiError::NotFound(STUDENT_OFF.into()));
+/// `agent`: its own run's (`agents.<id>`), else the shared run's.
+pub async fn rollback(
+    app: &App,
+    agent: Option<&crate::agent_id::AgentId>,
+    sampler: &str,
+) -> Result<Value, ApiError> {
+    let (policy, train) = match agent {
+        None => (app.proxy.policy.clone(), app.train.as_ref()),
+        Some(id) => (
+            app.proxy.agent_policies.get(id).cloned().flatten(),
+            app.agent_trains.get(id),
+        ),
     };
-    if let Some(train) = &app.train {
+    let Some(policy) = policy else {
+        return Err(ApiError::NotFound(match agent {
+            None => STUDENT_OFF.into(),
+            Some(id) => format!("agent {id} has no run of its own (agents.{id}.mode: rl or auto)"),
+        }));
+    };
+    if let Some(train) = train {
         let (path, version) = train
             .serve(sampler)
             .await
@@ -52,7 +67,12 @@ pub async fn rollback(app: &App, sampler: &str) -> Result<Value, ApiError> {
     // Restarts serve it too: the active run's record names it.
     let recorded = crate::store::open_side_writer(app.proxy.store.path()).and_then(|conn| {
         let service = policy.settings.tinker.service_url();
-        match crate::store::training::active(&conn, service, &policy.settings.base_model)? {
+        match crate::store::training::active(
+            &conn,
+            service,
+            &policy.settings.base_model,
+            &policy.settings.run_agent,
+        )? {
             Some(run) => crate::store::training::serve(
                 &conn,
                 &run.id,
@@ -255,7 +275,26 @@ pub fn decide_experiment(app: &App, id: i64, promote: bool, why: &str) -> Result
                 "experiment {id} is not under test any more ({state})"
             )));
         }
-        let train = app.train.as_ref().ok_or_else(|| {
+        // The trainer of the run whose weights they are.
+        let run_agent: String = crate::store::open_read_only(app.proxy.store.path())
+            .ok()
+            .and_then(|conn| {
+                conn.query_row(
+                    "SELECT r.agent FROM experiments e JOIN training_runs r ON r.id = e.subject
+                     WHERE e.id = ?1",
+                    [id],
+                    |r| r.get(0),
+                )
+                .ok()
+            })
+            .unwrap_or_default();
+        let train = match run_agent.as_str() {
+            "" => app.train.as_ref(),
+            agent => crate::agent_id::AgentId::parse(agent)
+                .ok()
+                .and_then(|id| app.agent_trains.get(&id)),
+        };
+        let train = train.ok_or_else(|| {
             ApiError::Conflict("the trainer is not running: weights are decided by it".into())
         })?;
         let decided = tokio::runtime::Handle::current()

@@ -36,6 +36,11 @@ pub struct App {
     pub learn: Option<LearnHandle>,
     /// The trainer (rl/auto with learning on: rewards come from learning).
     pub train: Option<crate::learn::rl::trainer::TrainerHandle>,
+    /// The trainers of the agents' own runs (`agents.<id>`, rl/auto).
+    pub agent_trains: std::collections::BTreeMap<
+        crate::agent_id::AgentId,
+        crate::learn::rl::trainer::TrainerHandle,
+    >,
     /// `proxy.api_key`: required on /v1 routes when set.
     pub proxy_token: Option<String>,
     /// Required on /admin routes, always.

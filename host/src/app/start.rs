@@ -19,8 +19,9 @@ use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 
 use super::{App, AppHandle, RuntimeInfo};
+use crate::agent_id::AgentId;
 use crate::clock::now_ms;
-use crate::config::Loaded;
+use crate::config::{Config, Loaded};
 use crate::home::Home;
 use crate::learn::judge::Judge;
 use crate::learn::llm::{ChatModel, Role};
@@ -167,10 +168,12 @@ impl App {
 
         // Serving from the trainable model (rl/auto): its sampler is kept
         // up in the background; until it is, turns go to llm.
-        let policy = config.serves_student().then(|| {
+        // The shared run's, for every agent without a mode of its own; and
+        // each listed agent's own (`agents.<id>`), when its mode serves it.
+        let db = store.path().to_path_buf();
+        let mut serve = |config: &Config, run_agent: &str| {
             let env = |k: &str| std::env::var(k).ok();
-            let settings =
-                PolicySettings::from_config(config, home, store.path().to_path_buf(), &env);
+            let settings = PolicySettings::from_config(config, run_agent, home, db.clone(), &env);
             let policy = Policy::new(settings);
             spawn_until(
                 &mut tasks,
@@ -178,7 +181,22 @@ impl App {
                 policy::connect::run(policy.clone(), cancel.clone()),
             );
             policy
-        });
+        };
+        let policy = config.serves_student().then(|| serve(config, ""));
+        let mut agents = Vec::new();
+        for agent in config.agents.keys() {
+            let id = AgentId::parse(agent).map_err(anyhow::Error::msg)?;
+            let own = config
+                .for_agent(agent)
+                .map_err(anyhow::Error::msg)?
+                .unwrap_or_else(|| config.clone());
+            let policy = own.serves_student().then(|| serve(&own, agent));
+            agents.push((id, own, policy));
+        }
+        let agent_policies = agents
+            .iter()
+            .map(|(id, _, policy)| (id.clone(), policy.clone()))
+            .collect();
 
         let proxy = Arc::new(Proxy {
             upstream,
@@ -187,6 +205,7 @@ impl App {
             store,
             metrics,
             policy,
+            agent_policies,
             limits: Limits {
                 max_body_bytes: (config.proxy.max_body_mb as usize) << 20,
                 client_body_timeout: config.proxy.timeouts.client_body.get(),
@@ -198,28 +217,46 @@ impl App {
         // Without learning nothing trains, but the trainer still keeps the
         // run's saved weights loaded in this process (the service drops a
         // dead process's models): the student serves them after a restart.
-        let train = proxy.policy.as_ref().and_then(|policy| {
-            let steps_off = (!config.learning.enabled).then(|| {
-                tracing::warn!(
-                    "nothing trains: training needs the rewards of learning jobs (learning.enabled: false); the saved weights are served"
-                );
-                "training needs the rewards of learning jobs (learning.enabled: false)".to_string()
-            });
+        let steps_off = (!config.learning.enabled).then(|| {
+            "training needs the rewards of learning jobs (learning.enabled: false)".to_string()
+        });
+        if steps_off.is_some() && (proxy.policy.is_some() || agents.iter().any(|a| a.2.is_some())) {
+            tracing::warn!(
+                "nothing trains: training needs the rewards of learning jobs (learning.enabled: false); the saved weights are served"
+            );
+        }
+        // One scheduler for every trainer whose steps wait for windows.
+        let mut gate = GateSlot::default();
+        let mut trainer = |config: &Config, run_agent: &str, policy: &Arc<Policy>| {
             start_trainer(
                 config,
+                run_agent,
                 home,
                 proxy.store.path().to_path_buf(),
                 policy.clone(),
                 proxy.sessions.activity(),
-                steps_off,
+                steps_off.clone(),
+                &mut gate,
                 &cancel,
             )
-        });
+        };
+        let train = proxy
+            .policy
+            .as_ref()
+            .and_then(|policy| trainer(config, "", policy));
+        let agent_trains = agents
+            .iter()
+            .filter_map(|(id, own, policy)| {
+                let policy = policy.as_ref()?;
+                Some((id.clone(), trainer(own, id.as_str(), policy)?))
+            })
+            .collect();
         let app = Arc::new(App {
             proxy: proxy.clone(),
             plugins: plugins.clone(),
             learn,
             train,
+            agent_trains,
             proxy_token: config.proxy.api_key.clone(),
             admin_token: home.admin_token()?,
             redactor,
@@ -266,13 +303,21 @@ impl App {
 /// The trainer's thread (`learn::rl::trainer`); `None`, logged, if it
 /// cannot start. A step cut short by shutdown is redone from the last
 /// saved state next time, so the thread is not waited for.
+/// The scheduler's gate, made once for every trainer that waits for its
+/// windows (one machine, one set of windows, one record of them).
+#[derive(Default)]
+struct GateSlot(Option<(Option<Arc<crate::scheduler::gate::Gate>>, Option<String>)>);
+
+#[allow(clippy::too_many_arguments)]
 fn start_trainer(
-    config: &crate::config::Config,
+    config: &Config,
+    run_agent: &str,
     home: &crate::home::Home,
     db: std::path::PathBuf,
     policy: Arc<Policy>,
     activity: crate::clock::LastActivity,
     steps_off: Option<String>,
+    gates: &mut GateSlot,
     cancel: &CancellationToken,
 ) -> Option<crate::learn::rl::trainer::TrainerHandle> {
     use crate::learn::rl::trainer;
@@ -282,20 +327,23 @@ fn start_trainer(
     // a scheduler config that cannot be read keeps them from starting.
     let (gate, gate_error) = match gate::gates(config) && steps_off.is_none() {
         false => (None, None),
-        true => match gate::Parts::from_config(config, home) {
-            Ok(parts) => {
-                let inputs = gate::Inputs {
-                    clock: Arc::new(crate::clock::SystemClock),
-                    idle: Arc::new(crate::scheduler::idle::PlatformIdle),
-                    activity,
-                };
-                (Some(gate::Gate::new(parts, inputs, db.clone())), None)
-            }
-            Err(e) => {
-                tracing::error!("no training step starts on its own: {e}");
-                (None, Some(e))
-            }
-        },
+        true => gates
+            .0
+            .get_or_insert_with(|| match gate::Parts::from_config(config, home) {
+                Ok(parts) => {
+                    let inputs = gate::Inputs {
+                        clock: Arc::new(crate::clock::SystemClock),
+                        idle: Arc::new(crate::scheduler::idle::PlatformIdle),
+                        activity,
+                    };
+                    (Some(gate::Gate::new(parts, inputs, db.clone())), None)
+                }
+                Err(e) => {
+                    tracing::error!("no training step starts on its own: {e}");
+                    (None, Some(e))
+                }
+            })
+            .clone(),
     };
     if config.canary.weights && config.rl.save_every != 1 {
         tracing::warn!(
@@ -309,6 +357,7 @@ fn start_trainer(
         // rollback trains on from the state before the candidate's step.
         spec: crate::tinker::configured::run_spec(
             config,
+            run_agent,
             match config.canary.weights {
                 true => 1,
                 false => config.rl.save_every,

@@ -67,36 +67,19 @@ pub fn status_json(app: &App) -> Result<Value, String> {
         // rl/auto: whether the trainable model answers, on which weights,
         // and why not (turns then go to llm when rl.fallback_to_llm).
         // Training from the student's turns: the queue and whether it runs.
-        "training": app.proxy.policy.as_ref().map(|_| {
-            let queue = crate::store::open_read_only(app.proxy.store.path())
-                .ok()
-                .and_then(|c| crate::store::train_queue::counts(&c).ok());
-            let state = app.train.as_ref().map(|t| t.state()).unwrap_or_default();
-            json!({
-                "running": app.train.as_ref().is_some_and(|t| t.steps_off.is_none()),
-                "queue": queue,
-                "last_error": state.last_error,
-                "opd": state.opd,
-                // Is it working? (learn::rl::health)
-                "health": state.health,
-                "paused": state.paused,
-                "on_collapse": state.on_collapse,
-                // canary.weights: what became of the last weights under
-                // test, or why a step's weights serve untested.
-                "canary": state.canary,
-                "scheduler": app.train.as_ref().map(scheduler_json),
-                "note": app.learn.is_none()
-                    .then_some("nothing trains: training needs the rewards of learning jobs (learning.enabled: false); the run's saved weights are served"),
-            })
-        }),
-        "student": app.proxy.policy.as_ref().map(|policy| {
-            let mut health = json!(policy.health());
-            health["base_model"] = json!(policy.settings.base_model);
-            health["fallback_to_llm"] = json!(policy.settings.fallback_to_llm);
-            // New weights serving their canary's candidate arm.
-            health["under_test"] = json!(policy.under_test());
-            health
-        }),
+        "training": app.proxy.policy.as_ref().map(|_| training_json(app, "", app.train.as_ref())),
+        "student": app.proxy.policy.as_ref().map(|policy| student_json(policy)),
+        // The agents with a mode of their own (`agents.<id>`): theirs, and
+        // their own run's model and training when it serves them.
+        "agents": app.proxy.agent_policies.iter().map(|(agent, policy)| {
+            (agent.to_string(), json!({
+                "own_run": policy.is_some(),
+                "training": policy.as_ref().map(|_| {
+                    training_json(app, agent.as_str(), app.agent_trains.get(agent))
+                }),
+                "student": policy.as_ref().map(|policy| student_json(policy)),
+            }))
+        }).collect::<serde_json::Map<_, _>>(),
         // Why skills are not evolved now (the learning job's own check:
         // without an enabled guard, nothing is), or that they are evolved
         // unchecked because the config's chain leaves guard out; and the
@@ -146,6 +129,46 @@ pub fn status_json(app: &App) -> Result<Value, String> {
             })
         }),
     }))
+}
+
+/// Training from the student's turns, of one run (the shared one, `''`,
+/// or an agent's own): the queue and whether it runs.
+fn training_json(
+    app: &App,
+    run_agent: &str,
+    train: Option<&crate::learn::rl::trainer::TrainerHandle>,
+) -> serde_json::Value {
+    let queue = crate::store::open_read_only(app.proxy.store.path())
+        .ok()
+        .and_then(|c| crate::store::train_queue::counts(&c, Some(run_agent)).ok());
+    let state = train.map(|t| t.state()).unwrap_or_default();
+    json!({
+        "running": train.is_some_and(|t| t.steps_off.is_none()),
+        "queue": queue,
+        "last_error": state.last_error,
+        "opd": state.opd,
+        // Is it working? (learn::rl::health)
+        "health": state.health,
+        "paused": state.paused,
+        "on_collapse": state.on_collapse,
+        // canary.weights: what became of the last weights under test, or
+        // why a step's weights serve untested.
+        "canary": state.canary,
+        "scheduler": train.map(scheduler_json),
+        "note": app.learn.is_none()
+            .then_some("nothing trains: training needs the rewards of learning jobs (learning.enabled: false); the run's saved weights are served"),
+    })
+}
+
+/// Whether the trainable model answers, on which weights, and why not
+/// (turns then go to llm when rl.fallback_to_llm).
+fn student_json(policy: &crate::policy::Policy) -> serde_json::Value {
+    let mut health = json!(policy.health());
+    health["base_model"] = json!(policy.settings.base_model);
+    health["fallback_to_llm"] = json!(policy.settings.fallback_to_llm);
+    // New weights serving their canary's candidate arm.
+    health["under_test"] = json!(policy.under_test());
+    health
 }
 
 /// The training scheduler in `status`: whether steps wait for windows,

@@ -108,8 +108,7 @@ pub enum Command {
     SandboxExec(rollout::SandboxExecArgs),
     /// Training from the student's judged turns (rl/auto): a step now,
     /// the queue and the steps so far.
-    #[command(subcommand)]
-    Train(TrainCommand),
+    Train(TrainArgs),
     /// The training scheduler (auto, or scheduler.enabled): each signal,
     /// whether a window is open and why, the next opening, past windows.
     #[command(subcommand)]
@@ -381,6 +380,15 @@ pub enum SchedulerCommand {
     /// Each signal's value and source, whether a window is open and why,
     /// the next expected opening, the daemon's state and past windows.
     Status(JsonFlag),
+}
+
+#[derive(clap::Args, Debug)]
+pub struct TrainArgs {
+    /// The agent's own run (`agents.<id>` in the config), not the shared one.
+    #[arg(long, global = true, value_name = "ID")]
+    pub agent: Option<String>,
+    #[command(subcommand)]
+    pub command: TrainCommand,
 }
 
 #[derive(Subcommand, Debug)]

@@ -90,7 +90,7 @@ pub fn run(home: &Home, config_path: &Path, command: TinkerCommand) -> Result<Ex
                 learning_rate: learning_rate.unwrap_or(config.rl.learning_rate),
                 ..AdamParams::default()
             };
-            let spec = tinker::configured::run_spec(&config, save_every);
+            let spec = tinker::configured::run_spec(&config, "", save_every);
             let db = store_file(home, Some(&config));
             runtime()?.block_on(async {
                 let service = Service::connect(&settings)

@@ -10,35 +10,71 @@ use serde_json::json;
 
 use super::admin::AdminClient;
 use super::sessions_cmd::store_file;
-use super::{TrainCommand, load_config, local_time, runtime};
+use super::{TrainArgs, TrainCommand, load_config, local_time, runtime};
 use crate::home::Home;
 use crate::store::{self, train_queue, training};
 
 /// A step waits this long (a cold CPU server compiles for a while).
 const STEP_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(1800);
 
-pub fn run(home: &Home, config_path: &Path, command: TrainCommand) -> Result<ExitCode> {
+pub fn run(home: &Home, config_path: &Path, args: TrainArgs) -> Result<ExitCode> {
     // Loaded once (its warnings are printed once).
     let config = load_config(config_path)?.config;
-    match command {
-        TrainCommand::Step { json } => step(home, json),
-        TrainCommand::Status { json } => status(home, &config, json),
-        TrainCommand::Checkpoints { json } => checkpoints(home, &config, json),
-        TrainCommand::Rollback { path } => rollback(home, &path),
-        TrainCommand::Resume => resume(home),
+    // `--agent`: that agent's own run, under its own config.
+    let (run, config) = match &args.agent {
+        None => (Run::default(), config),
+        Some(agent) => {
+            let id = crate::agent_id::AgentId::parse(agent).map_err(anyhow::Error::msg)?;
+            let own = config.for_agent(id.as_str()).map_err(anyhow::Error::msg)?;
+            match own {
+                Some(own) if own.serves_student() => (Run(id.to_string()), own),
+                Some(_) => anyhow::bail!(
+                    "agent {id} has no run: its mode does not serve the trainable model (agents.{id}.mode)"
+                ),
+                None => anyhow::bail!(
+                    "agent {id} has no run of its own: give it one in the config (agents.{id}.mode: rl), or leave out --agent for the shared run"
+                ),
+            }
+        }
+    };
+    match args.command {
+        TrainCommand::Step { json } => step(home, &run, json),
+        TrainCommand::Status { json } => status(home, &config, &run, json),
+        TrainCommand::Checkpoints { json } => checkpoints(home, &config, &run, json),
+        TrainCommand::Rollback { path } => rollback(home, &run, &path),
+        TrainCommand::Resume => resume(home, &run),
+    }
+}
+
+/// Whose run: '' the shared one, else an agent's own.
+#[derive(Default)]
+struct Run(String);
+
+impl Run {
+    /// An admin route of this run's trainer.
+    fn route(&self, path: &str) -> String {
+        match self.0.as_str() {
+            "" => path.to_string(),
+            agent => format!("{path}?agent={agent}"),
+        }
     }
 }
 
 use crate::learn::rl::checkpoint_step as step_of;
 
-fn checkpoints(home: &Home, config: &crate::config::Config, json: bool) -> Result<ExitCode> {
+fn checkpoints(
+    home: &Home,
+    config: &crate::config::Config,
+    run_of: &Run,
+    json: bool,
+) -> Result<ExitCode> {
     let env = |k: &str| std::env::var(k).ok();
     let settings = crate::tinker::configured::settings(config, &env);
     let conn = store::open_read_only(&store_file(home, Some(config)))?;
     let base = crate::tinker::configured::base_model(config);
     let list = runtime()?.block_on(async {
         let service = crate::tinker::Service::connect(&settings).await?;
-        let Some(run) = training::active(&conn, service.url(), &base).map_err(|e| {
+        let Some(run) = training::active(&conn, service.url(), &base, &run_of.0).map_err(|e| {
             crate::tinker::Error::Client(format!("the training run's record: {e:#}"))
         })?
         else {
@@ -86,10 +122,10 @@ fn checkpoints(home: &Home, config: &crate::config::Config, json: bool) -> Resul
     Ok(ExitCode::SUCCESS)
 }
 
-fn rollback(home: &Home, path: &str) -> Result<ExitCode> {
+fn rollback(home: &Home, run: &Run, path: &str) -> Result<ExitCode> {
     let admin = AdminClient::connect(home)?.timeout(STEP_TIMEOUT);
-    let reply = runtime()?
-        .block_on(admin.post_json("/admin/train/rollback", &json!({ "sampler": path })))?;
+    let route = run.route("/admin/train/rollback");
+    let reply = runtime()?.block_on(admin.post_json(&route, &json!({ "sampler": path })))?;
     say!(
         "serving {} (policy version {})",
         reply["sampler"].as_str().unwrap_or(path),
@@ -98,9 +134,10 @@ fn rollback(home: &Home, path: &str) -> Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
-fn resume(home: &Home) -> Result<ExitCode> {
+fn resume(home: &Home, run: &Run) -> Result<ExitCode> {
     let admin = AdminClient::connect(home)?;
-    let reply = runtime()?.block_on(admin.post_json("/admin/train/resume", &json!({})))?;
+    let reply =
+        runtime()?.block_on(admin.post_json(&run.route("/admin/train/resume"), &json!({})))?;
     say!(
         "training resumed (it was paused: {}); learning health is judged afresh from the next step",
         reply["was_paused"].as_str().unwrap_or("?")
@@ -108,9 +145,10 @@ fn resume(home: &Home) -> Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
-fn step(home: &Home, json: bool) -> Result<ExitCode> {
+fn step(home: &Home, run: &Run, json: bool) -> Result<ExitCode> {
     let admin = AdminClient::connect(home)?.timeout(STEP_TIMEOUT);
-    let reply = runtime()?.block_on(admin.post_json("/admin/train/step", &json!({})))?;
+    let reply =
+        runtime()?.block_on(admin.post_json(&run.route("/admin/train/step"), &json!({})))?;
     if json {
         say!("{}", serde_json::to_string_pretty(&reply)?);
         return Ok(ExitCode::SUCCESS);
@@ -157,12 +195,22 @@ fn step(home: &Home, json: bool) -> Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
-fn status(home: &Home, config: &crate::config::Config, json: bool) -> Result<ExitCode> {
+fn status(
+    home: &Home,
+    config: &crate::config::Config,
+    run_of: &Run,
+    json: bool,
+) -> Result<ExitCode> {
     let path = store_file(home, Some(config));
     let conn = store::open_read_only(&path)?;
-    let queue = train_queue::counts(&conn)?;
-    let skipped = train_queue::skipped_by_reason(&conn)?;
-    let runs = training::list(&conn, 1)?;
+    let queue = train_queue::counts(&conn, Some(&run_of.0))?;
+    let skipped = train_queue::skipped_by_reason(&conn, &run_of.0)?;
+    // The newest run of this agent (or the shared one).
+    let runs: Vec<training::Run> = training::list(&conn, usize::MAX)?
+        .into_iter()
+        .filter(|r| r.agent == run_of.0)
+        .take(1)
+        .collect();
     let steps = match runs.first() {
         Some(run) => training::steps(&conn, &run.id, 10)?,
         None => Vec::new(),
@@ -180,8 +228,12 @@ fn status(home: &Home, config: &crate::config::Config, json: bool) -> Result<Exi
         let at = runs.first().map_or(0, |r| r.step);
         (at / every + 1) * every
     });
-    let (service, daemon) =
-        runtime()?.block_on(async { (service_health(config).await, daemon_training(home).await) });
+    let (service, daemon) = runtime()?.block_on(async {
+        (
+            service_health(config).await,
+            daemon_training(home, run_of).await,
+        )
+    });
     if json {
         say!(
             "{}",
@@ -307,8 +359,11 @@ async fn service_health(config: &crate::config::Config) -> serde_json::Value {
 
 /// The running daemon's trainer: its last error and distillation state
 /// (`None`: no daemon).
-async fn daemon_training(home: &Home) -> Option<serde_json::Value> {
+async fn daemon_training(home: &Home, run: &Run) -> Option<serde_json::Value> {
     let admin = AdminClient::connect(home).ok()?;
     let status = admin.get_json("/admin/status").await.ok()?;
-    Some(status["training"].clone())
+    Some(match run.0.as_str() {
+        "" => status["training"].clone(),
+        agent => status["agents"][agent]["training"].clone(),
+    })
 }

@@ -14,6 +14,14 @@ pub fn to_yaml(tree: &Value) -> String {
     serde_saphyr::to_string(tree).unwrap_or_else(|e| format!("# cannot render config: {e}\n"))
 }
 
+/// `agents.<id>.mode` and `agents.<id>.rl.<key>` (the agent's id and the
+/// `rl` key are checked with the whole config, once set).
+fn agent_key(key: &str) -> bool {
+    let parts: Vec<&str> = key.split('.').collect();
+    matches!(parts.as_slice(), ["agents", id, "mode"] if !id.is_empty())
+        || matches!(parts.as_slice(), ["agents", id, "rl", rl] if !id.is_empty() && !rl.is_empty())
+}
+
 /// `config set KEY VALUE`: validates against the schema before writing, and
 /// keeps every other key of the file as it was.
 pub fn set_key(path: &Path, key: &str, text: &str) -> Result<Value, ConfigError> {
@@ -22,7 +30,7 @@ pub fn set_key(path: &Path, key: &str, text: &str) -> Result<Value, ConfigError>
     let open = OPEN_MAPS.iter().any(|m| {
         key.strip_prefix(m)
             .is_some_and(|rest| rest.starts_with('.') && rest.len() > 1 && !rest[1..].contains('.'))
-    });
+    }) || agent_key(key);
     if !open && !known.iter().any(|k| k == key) {
         let hint = if known.iter().any(|k| k.starts_with(&format!("{key}."))) {
             format!(

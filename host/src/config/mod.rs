@@ -102,6 +102,61 @@ mod tests {
         p
     }
 
+    /// `agents.<id>`: its mode and its run's `rl` keys over the top
+    /// level's; what it cannot set is refused with the key named.
+    #[test]
+    fn an_agent_gets_its_own_mode_and_rl_keys_over_the_top_levels() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = write(
+            &dir,
+            "mode: skills_only\nrl:\n  lora_rank: 16\n  learning_rate: 0.001\nagents:\n  a:\n    mode: rl\n    rl:\n      lora_rank: 4\n  b:\n    rl:\n      batch_size: 2\n",
+        );
+        let config = load(&p).unwrap().config;
+        let a = config.for_agent("a").unwrap().unwrap();
+        assert_eq!(
+            (a.mode.clone(), a.rl.lora_rank, a.rl.learning_rate),
+            (Mode::Rl, 4, 0.001)
+        );
+        assert!(a.serves_student());
+        let b = config.for_agent("b").unwrap().unwrap();
+        assert_eq!((b.mode.clone(), b.rl.batch_size), (Mode::SkillsOnly, 2));
+        assert!(!b.serves_student());
+        assert_eq!(config.for_agent("c").unwrap(), None);
+        // The original's rl.enabled serves an agent that sets no mode.
+        let p = write(
+            &dir,
+            "rl:\n  enabled: true\nagents:\n  a:\n    rl:\n      lora_rank: 4\n",
+        );
+        assert!(
+            load(&p)
+                .unwrap()
+                .config
+                .for_agent("a")
+                .unwrap()
+                .unwrap()
+                .serves_student()
+        );
+        for (text, says) in [
+            (
+                "agents:\n  a:\n    rl:\n      tinker_api_key: k\n",
+                "agents.a.rl.tinker_api_key",
+            ),
+            (
+                "agents:\n  a:\n    rl:\n      lora_rnak: 4\n",
+                "agents.a.rl.lora_rnak",
+            ),
+            (
+                "agents:\n  a:\n    rl:\n      lora_rank: four\n",
+                "agents.a.rl",
+            ),
+            ("agents:\n  A:\n    mode: rl\n", "write `a`"),
+            ("agents:\n  'a b':\n    mode: rl\n", "not valid"),
+        ] {
+            let e = load(&write(&dir, text)).unwrap_err().to_string();
+            assert!(e.contains(says), "{text}: {e}");
+        }
+    }
+
     #[test]
     fn missing_and_empty_files_give_defaults() {
         let dir = tempfile::tempdir().unwrap();

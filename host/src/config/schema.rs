@@ -97,13 +97,89 @@ pub struct Config {
     pub learning: LearningConfig,
     pub canary: CanaryConfig,
     pub ui: UiConfig,
+    /// What one agent gets other than the top level's (`agents.<id>`;
+    /// docs/claws.md "Agents"): its own mode, and in `rl`/`auto` its own
+    /// training run and LoRA. An agent not listed is served as the top
+    /// level says, from the shared run.
+    pub agents: std::collections::BTreeMap<String, AgentConfig>,
 }
+
+/// `agents.<id>`.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Default)]
+#[serde(default)]
+pub struct AgentConfig {
+    /// The agent's mode (unset: the top-level `mode`). Listing an agent with
+    /// a mode that serves the trainable model gives it a run of its own: its
+    /// turns are served from its own LoRA and train only that.
+    pub mode: Option<Mode>,
+    /// `rl.*` keys for the agent's own run, over the top-level `rl` (the
+    /// keys of the student and the trainer; keys, endpoints' secrets and
+    /// the judge's and evolver's settings stay at the top level).
+    pub rl: serde_json::Map<String, serde_json::Value>,
+}
+
+/// The `rl` keys an agent's run cannot set: secrets (kept once, at the top
+/// level or in the environment) and learning's judge and evolver (one per
+/// daemon, for every agent).
+pub const AGENT_RL_TOP_LEVEL_ONLY: &[&str] = &[
+    "enabled",
+    "tinker_api_key",
+    "api_key",
+    "prm_url",
+    "prm_model",
+    "prm_api_key",
+    "prm_m",
+    "prm_provider",
+    "evolver_api_base",
+    "evolver_api_key",
+    "evolver_model",
+    "evolver_provider",
+];
 
 impl Config {
     /// The agent is served by the trainable model (`mode: rl` or `auto`,
     /// or `rl.enabled`, as in the original).
     pub fn serves_student(&self) -> bool {
         matches!(self.mode, Mode::Rl | Mode::Auto) || self.rl.enabled
+    }
+
+    /// The config `agent`'s turns are served and trained under: the top
+    /// level with the agent's own `mode` and `rl` keys over it (`None`: the
+    /// agent is not listed, and shares the top level's).
+    pub fn for_agent(&self, agent: &str) -> Result<Option<Config>, String> {
+        let Some(own) = self.agents.get(agent) else {
+            return Ok(None);
+        };
+        let mut config = self.clone();
+        if let Some(mode) = &own.mode {
+            config.mode = mode.clone();
+        }
+        if !own.rl.is_empty() {
+            let mut rl = serde_json::to_value(&self.rl).map_err(|e| e.to_string())?;
+            for (key, value) in &own.rl {
+                if AGENT_RL_TOP_LEVEL_ONLY.contains(&key.as_str()) {
+                    return Err(format!(
+                        "`agents.{agent}.rl.{key}`: set once, at the top level (`rl.{key}`), for every agent"
+                    ));
+                }
+                match rl.get_mut(key) {
+                    Some(slot) => *slot = value.clone(),
+                    None => {
+                        return Err(format!("`agents.{agent}.rl.{key}` is not an `rl` key"));
+                    }
+                }
+            }
+            config.rl =
+                serde_json::from_value(rl).map_err(|e| format!("`agents.{agent}.rl`: {e}"))?;
+        }
+        // The agent's mode alone decides whether the trainable model serves
+        // it: `rl.enabled` (the original's switch) counts as `mode: rl` for
+        // an agent that sets no mode.
+        if own.mode.is_none() && self.rl.enabled && self.mode == Mode::SkillsOnly {
+            config.mode = Mode::Rl;
+        }
+        config.rl.enabled = false;
+        Ok(Some(config))
     }
 
     /// The secrets this config holds (keys, a calendar's private URL):
@@ -151,6 +227,7 @@ impl Default for Config {
             learning: LearningConfig::default(),
             canary: CanaryConfig::default(),
             ui: UiConfig::default(),
+            agents: Default::default(),
         }
     }
 }

@@ -25,6 +25,22 @@ pub fn validate(config: &Config) -> Result<(), ConfigError> {
     }
     http_url("rl.prm_url", &config.rl.prm_url, true)?;
     http_url("rl.evolver_api_base", &config.rl.evolver_api_base, true)?;
+    for agent in config.agents.keys() {
+        let key = format!("agents.{agent}");
+        match crate::agent_id::AgentId::parse(agent) {
+            Ok(id) if id.as_str() == agent => {}
+            Ok(id) => {
+                return Err(invalid(
+                    &key,
+                    format!("agent ids are lowercase: write `{id}`"),
+                ));
+            }
+            Err(e) => return Err(invalid(&key, e)),
+        }
+        config
+            .for_agent(agent)
+            .map_err(|message| invalid(&key, message))?;
+    }
     if parse_host(&config.proxy.host).is_none() {
         return Err(invalid(
             "proxy.host",

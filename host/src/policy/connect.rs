@@ -242,7 +242,12 @@ async fn base_sampler(
 /// The active training run's last saved sampler weights and their step.
 fn latest_sampler(policy: &Policy, service: &str) -> Option<(String, i64)> {
     let conn = crate::store::open_read_only(&policy.settings.db).ok()?;
-    let run =
-        crate::store::training::active(&conn, service, &policy.settings.base_model).ok()??;
+    let run = crate::store::training::active(
+        &conn,
+        service,
+        &policy.settings.base_model,
+        &policy.settings.run_agent,
+    )
+    .ok()??;
     Some((run.sampler_path?, run.sampler_step.unwrap_or(0)))
 }

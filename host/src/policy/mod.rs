@@ -63,11 +63,17 @@ pub struct Settings {
     /// Answers sampled per main turn (`rl.group_size`): one is served, the
     /// others are kept to be judged with it as a group.
     pub group_size: u32,
+    /// Whose run's weights it serves and whose run its samples train: ''
+    /// the shared run, else the agent's own (`agents.<id>.rl`).
+    pub run_agent: String,
 }
 
 impl Settings {
+    /// The settings of the shared run's policy (`run_agent` ''), or of an
+    /// agent's own (`config` is then `Config::for_agent`'s).
     pub fn from_config(
         config: &Config,
+        run_agent: &str,
         home: &crate::home::Home,
         db: PathBuf,
         env: &dyn Fn(&str) -> Option<String>,
@@ -96,6 +102,7 @@ impl Settings {
             download_dir: home.root.join("models"),
             db,
             group_size: rl.group_size.max(1),
+            run_agent: run_agent.to_string(),
         }
     }
 }
@@ -543,6 +550,7 @@ impl Policy {
             extends,
             siblings,
             off_policy: off_policy(input.temperature, input.top_p),
+            run_agent: self.settings.run_agent.clone(),
         };
         Ok(Answer {
             parsed,

@@ -10,9 +10,11 @@ mod student;
 pub mod turn;
 pub mod upstream;
 
+use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::agent_id::AgentId;
 use crate::metrics::Metrics;
 use crate::policy::Policy;
 use crate::sessions::Tracker;
@@ -30,8 +32,22 @@ pub struct Proxy {
     pub store: Store,
     pub metrics: Arc<Metrics>,
     pub limits: Limits,
-    /// The trainable model, when it serves (`mode: rl` / `auto`).
+    /// The shared run's trainable model, when it serves (`mode: rl` /
+    /// `auto`): every agent's turns but those of the agents below.
     pub policy: Option<Arc<Policy>>,
+    /// The agents with a mode of their own (`agents.<id>`): their own run's
+    /// model, or none (their mode does not serve one).
+    pub agent_policies: BTreeMap<AgentId, Option<Arc<Policy>>>,
+}
+
+impl Proxy {
+    /// The trainable model that answers `agent`'s turns, if one does.
+    pub fn policy_for(&self, agent: &AgentId) -> Option<&Arc<Policy>> {
+        match self.agent_policies.get(agent) {
+            Some(own) => own.as_ref(),
+            None => self.policy.as_ref(),
+        }
+    }
 }
 
 pub struct Limits {

@@ -152,8 +152,7 @@ async fn turn(
     // The trainable model answers (rl/auto), unless it cannot: then llm
     // does, and the turn is not trainable.
     if let Some(policy) = proxy
-        .policy
-        .as_ref()
+        .policy_for(&ctx.session.agent)
         .filter(|p| p.serves(turn_type == TurnType::Main))
     {
         match student::sample(policy, &request, block.as_deref(), &mut ctx).await {

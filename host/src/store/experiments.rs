@@ -97,7 +97,8 @@ pub fn start_skill(
 }
 
 /// Starts testing the weights of step `version` of training run `run`
-/// (one weights test at a time: one still running ends as `superseded`).
+/// (one weights test at a time of each agent's runs, and of the shared
+/// runs: one of theirs still running ends as `superseded`).
 pub fn start_weights(
     conn: &Connection,
     test: &WeightsTest,
@@ -108,9 +109,11 @@ pub fn start_weights(
     conn.prepare_cached(
         "UPDATE experiments SET state = 'superseded', decided_ms = ?1, decided_by = 'test',
                 reason = 'newer weights are tested instead'
-         WHERE kind = 'weights' AND state = 'testing'",
+         WHERE kind = 'weights' AND state = 'testing'
+           AND coalesce((SELECT agent FROM training_runs WHERE id = subject), '')
+             = coalesce((SELECT agent FROM training_runs WHERE id = ?2), '')",
     )?
-    .execute([at_ms])?;
+    .execute(params![at_ms, test.run])?;
     conn.prepare_cached(
         "INSERT INTO experiments (kind, subject, version, share, state, started_ms, origin)
          VALUES ('weights', ?1, ?2, ?3, 'testing', ?4, ?5)",

@@ -38,6 +38,9 @@ pub struct SampleRecord {
     /// Why the logprobs are not those of the distribution sampled from
     /// (`policy::off_policy`): never trained.
     pub off_policy: Option<String>,
+    /// The run that trains it: '' the shared run, else the agent's own
+    /// (`agents.<id>.rl`).
+    pub run_agent: String,
 }
 
 /// An answer sampled in the same call as a turn's served one, not served:
@@ -117,8 +120,9 @@ pub(super) fn insert(
     tx.prepare_cached(
         "INSERT OR REPLACE INTO turn_samples (turn_id, base_model, sampler, policy_version, rendering,
              skill_generation, prompt_tokens, sampled_tokens, logprobs, prompt_len, sampled_len,
-             stop_reason, parsed, parse_error, withheld, trajectory_id, extends_turn, at_ms, off_policy)
-         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19)",
+             stop_reason, parsed, parse_error, withheld, trajectory_id, extends_turn, at_ms, off_policy,
+             run_agent)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19, ?20)",
     )?
     .execute(params![
         turn_id,
@@ -140,6 +144,7 @@ pub(super) fn insert(
         s.extends,
         at_ms,
         s.off_policy,
+        s.run_agent,
     ])?;
     Ok(())
 }
@@ -149,7 +154,7 @@ pub fn for_turn(conn: &Connection, turn_id: &str) -> rusqlite::Result<Option<Sam
     conn.query_row(
         "SELECT base_model, sampler, policy_version, rendering, skill_generation, prompt_tokens,
                 sampled_tokens, logprobs, stop_reason, parse_error, trajectory_id, extends_turn,
-                off_policy
+                off_policy, run_agent
          FROM turn_samples WHERE turn_id = ?1",
         params![turn_id],
         |r| {
@@ -168,6 +173,7 @@ pub fn for_turn(conn: &Connection, turn_id: &str) -> rusqlite::Result<Option<Sam
                 extends: r.get(11)?,
                 siblings: Vec::new(),
                 off_policy: r.get(12)?,
+                run_agent: r.get(13)?,
             })
         },
     )

@@ -502,6 +502,27 @@ const MIGRATIONS: &[&str] = &[
     ALTER TABLE sessions ADD COLUMN agent_id TEXT NOT NULL DEFAULT 'default';
     CREATE INDEX sessions_by_agent_id ON sessions(agent_id, started_at_ms, id);
     "#,
+    // 23: an agent's own training run (`agents.<id>.rl`): a run, a sample
+    // and a reward baseline belong to the shared run ('') or to one agent's
+    // run, and a run trains only its own samples.
+    r#"
+    ALTER TABLE training_runs ADD COLUMN agent TEXT NOT NULL DEFAULT '';
+    DROP INDEX training_runs_active;
+    CREATE INDEX training_runs_active ON training_runs(service, base_model, agent)
+        WHERE status = 'active';
+    ALTER TABLE turn_samples ADD COLUMN run_agent TEXT NOT NULL DEFAULT '';
+    CREATE INDEX turn_samples_by_run_agent ON turn_samples(run_agent, train_state);
+    CREATE TABLE rl_run_baselines (
+        run_agent      TEXT NOT NULL,
+        policy_version INTEGER NOT NULL,
+        value          REAL NOT NULL,
+        count          INTEGER NOT NULL,
+        PRIMARY KEY (run_agent, policy_version)
+    ) WITHOUT ROWID;
+    INSERT INTO rl_run_baselines (run_agent, policy_version, value, count)
+    SELECT '', policy_version, value, count FROM rl_policy_baselines;
+    DROP TABLE rl_policy_baselines;
+    "#,
 ];
 
 pub fn configure(conn: &Connection) -> rusqlite::Result<()> {
@@ -582,7 +603,7 @@ mod tests {
         )
         .unwrap();
         assert_eq!(migrate(&mut conn).unwrap(), latest_version());
-        let mut kept = crate::store::train_queue::baselines(&conn).unwrap();
+        let mut kept = crate::store::train_queue::baselines(&conn, "").unwrap();
         kept.sort_by_key(|(v, _)| *v);
         assert_eq!(kept, [(0, (-0.5, 2)), (1, (0.25, 1))]);
     }

@@ -30,6 +30,11 @@
 //! so a trajectory's turns go stale together.) The support set stays out
 //! for its own reason: the evolution already learned from it, and training
 //! the weights on the same failures would teach the lesson twice.
+//!
+//! Each run trains its own samples: a sample belongs to the run of the
+//! policy that sampled it (`run_agent`: '' the shared run, else the agent
+//! whose own run it is, `agents.<id>.rl`), and the functions a trainer
+//! calls take that run's agent.
 
 use rusqlite::{Connection, params};
 
@@ -161,11 +166,11 @@ pub fn classify(conn: &Connection, opd: bool) -> rusqlite::Result<usize> {
 
 const NO_REWARD: &str = "no reward signal (neither the judge nor a scorer)";
 
-/// The ready samples, of whatever skill generation, oldest first (session,
-/// then turn order); those gone stale since they were made ready skipped,
-/// and without distillation (`opd`) those without a reward (made ready
-/// while it was on).
-pub fn ready(conn: &Connection, opd: bool) -> rusqlite::Result<Vec<Ready>> {
+/// The ready samples of `run_agent`'s run, of whatever skill generation,
+/// oldest first (session, then turn order); those gone stale since they
+/// were made ready skipped, and without distillation (`opd`) those without
+/// a reward (made ready while it was on).
+pub fn ready(conn: &Connection, opd: bool, run_agent: &str) -> rusqlite::Result<Vec<Ready>> {
     conn.prepare_cached(&format!(
         "UPDATE turn_samples SET train_state = 'skipped', train_note = ?1
          WHERE train_state = 'ready' AND {STALE}"
@@ -183,10 +188,10 @@ pub fn ready(conn: &Connection, opd: bool) -> rusqlite::Result<Vec<Ready>> {
                 s.skill_generation, s.policy_version, s.prompt_tokens, s.sampled_tokens, s.logprobs,
                 s.group_judged, s.group_reward, s.stop_reason = 'length'
          FROM turn_samples s JOIN turns t ON t.id = s.turn_id
-         WHERE s.train_state = 'ready'
+         WHERE s.train_state = 'ready' AND s.run_agent = ?1
          ORDER BY t.started_at_ms, t.session_id, t.seq",
     )?
-    .query_map([], |r| {
+    .query_map(params![run_agent], |r| {
         Ok(Ready {
             turn_id: r.get(0)?,
             session_id: r.get(1)?,
@@ -254,15 +259,21 @@ pub fn skip(conn: &Connection, turns: &[String], why: &str) -> rusqlite::Result<
     Ok(())
 }
 
-/// Samples of policy version `version` not trained yet: skipped (`why`),
-/// as when a canary rolled those weights back (a run numbers its steps on
-/// through a rollback, so the version names those weights alone).
-pub fn skip_version(conn: &Connection, version: i64, why: &str) -> rusqlite::Result<usize> {
+/// Samples of `run_agent`'s run sampled from policy version `version` not
+/// trained yet: skipped (`why`), as when a canary rolled those weights back
+/// (a run numbers its steps on through a rollback, so the version names
+/// those weights alone).
+pub fn skip_version(
+    conn: &Connection,
+    run_agent: &str,
+    version: i64,
+    why: &str,
+) -> rusqlite::Result<usize> {
     conn.prepare_cached(
         "UPDATE turn_samples SET train_state = 'skipped', train_note = ?2
-         WHERE policy_version = ?1 AND train_state IN ('waiting', 'ready')",
+         WHERE policy_version = ?1 AND run_agent = ?3 AND train_state IN ('waiting', 'ready')",
     )?
-    .execute(params![version, why])
+    .execute(params![version, why, run_agent])
 }
 
 /// A training state saved after step `step` of `run_id`: its samples (and
@@ -276,62 +287,82 @@ pub fn checkpointed(conn: &Connection, run_id: &str, step: i64) -> rusqlite::Res
 }
 
 /// The run went back to its state saved after step `step` (a restart, a
-/// failed step): the samples of later steps are ready again.
-pub fn rewind(conn: &Connection, run_id: &str, step: i64) -> rusqlite::Result<usize> {
+/// failed step): the samples of later steps are ready again, and those its
+/// agent's earlier runs left in a step (another agent's run is not this
+/// run's business).
+pub fn rewind(
+    conn: &Connection,
+    run_agent: &str,
+    run_id: &str,
+    step: i64,
+) -> rusqlite::Result<usize> {
     conn.prepare_cached(
         "UPDATE turn_samples SET train_state = 'ready', run_id = NULL, train_step = NULL, advantage = NULL
-         WHERE train_state = 'in_step' AND (run_id != ?1 OR train_step > ?2)",
+         WHERE train_state = 'in_step' AND run_agent = ?3 AND (run_id != ?1 OR train_step > ?2)",
     )?
-    .execute(params![run_id, step])
+    .execute(params![run_id, step, run_agent])
 }
 
 /// A running reward baseline: policy version → its value and how many
 /// rewards it has seen.
 pub type Baseline = (i64, (f64, u64));
 
-/// The running reward baselines as last saved.
-pub fn baselines(conn: &Connection) -> rusqlite::Result<Vec<Baseline>> {
-    conn.prepare_cached("SELECT policy_version, value, count FROM rl_policy_baselines")?
-        .query_map([], |r| {
-            Ok((r.get(0)?, (r.get(1)?, r.get::<_, i64>(2)?.max(0) as u64)))
-        })?
-        .collect()
+/// The running reward baselines of `run_agent`'s run as last saved.
+pub fn baselines(conn: &Connection, run_agent: &str) -> rusqlite::Result<Vec<Baseline>> {
+    conn.prepare_cached(
+        "SELECT policy_version, value, count FROM rl_run_baselines WHERE run_agent = ?1",
+    )?
+    .query_map(params![run_agent], |r| {
+        Ok((r.get(0)?, (r.get(1)?, r.get::<_, i64>(2)?.max(0) as u64)))
+    })?
+    .collect()
 }
 
 /// Saves the running reward baselines (all of them, in one transaction), so
 /// that a restart goes on from them rather than from nothing.
 pub fn save_baselines(
     conn: &mut Connection,
+    run_agent: &str,
     values: impl IntoIterator<Item = Baseline>,
 ) -> rusqlite::Result<()> {
     let tx = conn.transaction()?;
     {
         let mut stmt = tx.prepare_cached(
-            "INSERT INTO rl_policy_baselines (policy_version, value, count) VALUES (?1, ?2, ?3)
-             ON CONFLICT (policy_version) DO UPDATE SET value = ?2, count = ?3",
+            "INSERT INTO rl_run_baselines (run_agent, policy_version, value, count) VALUES (?4, ?1, ?2, ?3)
+             ON CONFLICT (run_agent, policy_version) DO UPDATE SET value = ?2, count = ?3",
         )?;
         for (version, (value, count)) in values {
-            stmt.execute(params![version, value, count as i64])?;
+            stmt.execute(params![version, value, count as i64, run_agent])?;
         }
     }
     tx.commit()
 }
 
-/// The skipped samples by why, most first.
-pub fn skipped_by_reason(conn: &Connection) -> rusqlite::Result<Vec<(String, u64)>> {
+/// The skipped samples of `run_agent`'s run by why, most first.
+pub fn skipped_by_reason(
+    conn: &Connection,
+    run_agent: &str,
+) -> rusqlite::Result<Vec<(String, u64)>> {
     conn.prepare_cached(
         "SELECT coalesce(train_note, '(no reason recorded)'), count(*) FROM turn_samples
-         WHERE train_state = 'skipped' GROUP BY 1 ORDER BY 2 DESC, 1",
+         WHERE train_state = 'skipped' AND run_agent = ?1 GROUP BY 1 ORDER BY 2 DESC, 1",
     )?
-    .query_map([], |r| Ok((r.get(0)?, r.get::<_, i64>(1)?.max(0) as u64)))?
+    .query_map(params![run_agent], |r| {
+        Ok((r.get(0)?, r.get::<_, i64>(1)?.max(0) as u64))
+    })?
     .collect()
 }
 
-pub fn counts(conn: &Connection) -> rusqlite::Result<Counts> {
+/// The queue by state: of one run's samples (`Some(run_agent)`), or of all.
+pub fn counts(conn: &Connection, run_agent: Option<&str>) -> rusqlite::Result<Counts> {
     let mut counts = Counts::default();
-    let mut stmt =
-        conn.prepare_cached("SELECT train_state, count(*) FROM turn_samples GROUP BY train_state")?;
-    let rows = stmt.query_map([], |r| Ok((r.get::<_, String>(0)?, r.get::<_, i64>(1)?)))?;
+    let mut stmt = conn.prepare_cached(
+        "SELECT train_state, count(*) FROM turn_samples
+         WHERE ?1 IS NULL OR run_agent = ?1 GROUP BY train_state",
+    )?;
+    let rows = stmt.query_map(params![run_agent], |r| {
+        Ok((r.get::<_, String>(0)?, r.get::<_, i64>(1)?))
+    })?;
     for row in rows {
         let (state, n) = row?;
         let n = n.max(0) as u64;
@@ -512,19 +543,19 @@ mod tests {
             assert_eq!(s, "skipped", "{turn}");
             assert!(note.unwrap().contains(why), "{turn}");
         }
-        let reasons = skipped_by_reason(&conn).unwrap();
+        let reasons = skipped_by_reason(&conn, "").unwrap();
         assert_eq!(reasons.len(), 5, "{reasons:?}");
         assert!(reasons.iter().all(|(_, n)| *n == 1), "{reasons:?}");
         let ids =
             |ready: &[Ready]| -> Vec<String> { ready.iter().map(|r| r.turn_id.clone()).collect() };
         assert_eq!(
-            ids(&ready(&conn, false).unwrap()),
+            ids(&ready(&conn, false, "").unwrap()),
             ["good", "untouched", "odd"]
         );
         // `tidy` changed again since: the ready sample that had it is
         // stale now; the others are not touched by that change.
         changed(&conn, "tidy", 3);
-        assert_eq!(ids(&ready(&conn, false).unwrap()), ["untouched", "odd"]);
+        assert_eq!(ids(&ready(&conn, false, "").unwrap()), ["untouched", "odd"]);
         let (s, note) = state(&conn, "good");
         assert_eq!(s, "skipped");
         assert!(note.unwrap().contains("stale"));
@@ -564,14 +595,14 @@ mod tests {
         turn(&conn, "side", "a", 2, "side", None, None, 0);
         turn(&conn, "scored", "a", 3, "main", Some(0.0), None, 0);
         assert_eq!(classify(&conn, true).unwrap(), 2);
-        let ready_now = ready(&conn, true).unwrap();
+        let ready_now = ready(&conn, true, "").unwrap();
         let rewards: Vec<(&str, Option<f64>)> = ready_now
             .iter()
             .map(|r| (r.turn_id.as_str(), r.reward))
             .collect();
         assert_eq!(rewards, [("no-reward", None), ("scored", Some(0.0))]);
         assert_eq!(state(&conn, "side").0, "skipped");
-        let ready_later = ready(&conn, false).unwrap();
+        let ready_later = ready(&conn, false, "").unwrap();
         assert_eq!(ready_later.len(), 1);
         let (s, note) = state(&conn, "no-reward");
         assert_eq!(s, "skipped");
@@ -592,21 +623,56 @@ mod tests {
         assign(&mut conn, "run", 2, &[("t2".into(), -0.5)]).unwrap();
         assert_eq!(checkpointed(&conn, "run", 1).unwrap(), 1);
         // Killed after step 2, before its save: back to the state of step 1.
-        assert_eq!(rewind(&conn, "run", 1).unwrap(), 1);
+        assert_eq!(rewind(&conn, "", "run", 1).unwrap(), 1);
         assert_eq!(state(&conn, "t1").0, "trained");
         assert_eq!(state(&conn, "t2").0, "ready");
-        let c = counts(&conn).unwrap();
+        let c = counts(&conn, None).unwrap();
         assert_eq!((c.trained, c.ready, c.in_step), (1, 2, 0));
     }
 
     #[test]
     fn baselines_are_saved_and_read_back() {
         let mut conn = db();
-        assert!(baselines(&conn).unwrap().is_empty());
-        save_baselines(&mut conn, [(0, (0.5, 3)), (2, (-0.25, 1))]).unwrap();
-        save_baselines(&mut conn, [(0, (0.75, 4))]).unwrap();
-        let mut read = baselines(&conn).unwrap();
+        assert!(baselines(&conn, "").unwrap().is_empty());
+        save_baselines(&mut conn, "", [(0, (0.5, 3)), (2, (-0.25, 1))]).unwrap();
+        save_baselines(&mut conn, "", [(0, (0.75, 4))]).unwrap();
+        let mut read = baselines(&conn, "").unwrap();
         read.sort_by_key(|(k, _)| *k);
         assert_eq!(read, [(0, (0.75, 4)), (2, (-0.25, 1))]);
+    }
+
+    /// Two runs in one store (the shared one and agent a's own): each sees,
+    /// rewinds and baselines its own samples alone.
+    #[test]
+    fn each_run_trains_its_own_samples_alone() {
+        let mut conn = db();
+        session(&conn, "s", Some("done"));
+        turn(&conn, "shared", "s", 0, "main", Some(1.0), None, 0);
+        turn(&conn, "mine", "s", 1, "main", Some(1.0), None, 0);
+        turn(&conn, "mine-too", "s", 2, "main", Some(1.0), None, 0);
+        conn.execute(
+            "UPDATE turn_samples SET run_agent = 'a' WHERE turn_id LIKE 'mine%'",
+            [],
+        )
+        .unwrap();
+        classify(&conn, false).unwrap();
+        let ids =
+            |ready: Vec<Ready>| -> Vec<String> { ready.into_iter().map(|r| r.turn_id).collect() };
+        assert_eq!(ids(ready(&conn, false, "a").unwrap()), ["mine", "mine-too"]);
+        assert_eq!(ids(ready(&conn, false, "").unwrap()), ["shared"]);
+        assign(&mut conn, "run-a", 1, &[("mine".into(), 0.5)]).unwrap();
+        assign(&mut conn, "run-shared", 4, &[("shared".into(), 0.5)]).unwrap();
+        // a's new run goes back to nothing: its own sample is ready again,
+        // the shared run's stays in its step.
+        assert_eq!(rewind(&conn, "a", "run-a2", 0).unwrap(), 1);
+        assert_eq!(state(&conn, "mine").0, "ready");
+        assert_eq!(state(&conn, "shared").0, "in_step");
+        assert_eq!(skip_version(&conn, "", 0, "rolled back").unwrap(), 0);
+        assert_eq!(counts(&conn, Some("a")).unwrap().ready, 2);
+        assert_eq!(counts(&conn, None).unwrap().in_step, 1);
+        save_baselines(&mut conn, "a", [(0, (0.5, 3))]).unwrap();
+        save_baselines(&mut conn, "", [(0, (-0.5, 1))]).unwrap();
+        assert_eq!(baselines(&conn, "a").unwrap(), [(0, (0.5, 3))]);
+        assert_eq!(baselines(&conn, "").unwrap(), [(0, (-0.5, 1))]);
     }
 }

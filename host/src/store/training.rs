@@ -17,6 +17,8 @@ pub struct Run {
     /// The service's base URL.
     pub service: String,
     pub base_model: String,
+    /// The agent whose own run it is (`agents.<id>.rl`), '' the shared run.
+    pub agent: String,
     pub lora_rank: u32,
     /// The training model that holds the run's weights (none yet: the run
     /// has not made one).
@@ -55,7 +57,7 @@ pub struct Step {
 }
 
 const COLUMNS: &str = "id, service, base_model, lora_rank, model_id, last_seq, step, incarnation, \
-    pending, state_path, state_step, sampler_path, sampler_step, started_from, status, created_ms, updated_ms";
+    pending, state_path, state_step, sampler_path, sampler_step, started_from, status, created_ms, updated_ms, agent";
 
 fn row_to_run(r: &rusqlite::Row<'_>) -> rusqlite::Result<Run> {
     Ok(Run {
@@ -76,17 +78,24 @@ fn row_to_run(r: &rusqlite::Row<'_>) -> rusqlite::Result<Run> {
         status: r.get(14)?,
         created_ms: r.get(15)?,
         updated_ms: r.get(16)?,
+        agent: r.get(17)?,
     })
 }
 
-/// The active run of `base_model` on `service`.
-pub fn active(conn: &Connection, service: &str, base_model: &str) -> Result<Option<Run>> {
+/// The active run of `base_model` on `service` of `agent` ('' the shared
+/// run).
+pub fn active(
+    conn: &Connection,
+    service: &str,
+    base_model: &str,
+    agent: &str,
+) -> Result<Option<Run>> {
     let sql = format!(
         "SELECT {COLUMNS} FROM training_runs WHERE status = 'active' AND service = ?1 \
-         AND base_model = ?2 ORDER BY created_ms DESC LIMIT 1"
+         AND base_model = ?2 AND agent = ?3 ORDER BY created_ms DESC LIMIT 1"
     );
     Ok(conn
-        .query_row(&sql, params![service, base_model], row_to_run)
+        .query_row(&sql, params![service, base_model, agent], row_to_run)
         .optional()?)
 }
 
@@ -103,19 +112,19 @@ pub fn get(conn: &Connection, id: &str) -> Result<Option<Run>> {
     Ok(conn.query_row(&sql, [id], row_to_run).optional()?)
 }
 
-/// A new run; the service's other active run of the same base model (if
-/// any) is finished in the same transaction.
+/// A new run; the service's other active run of the same base model and
+/// agent (if any) is finished in the same transaction.
 pub fn create(conn: &mut Connection, run: &Run) -> Result<()> {
     let tx = conn.transaction()?;
     tx.execute(
         "UPDATE training_runs SET status = 'finished', updated_ms = ?3 \
-         WHERE status = 'active' AND service = ?1 AND base_model = ?2",
-        params![run.service, run.base_model, run.created_ms],
+         WHERE status = 'active' AND service = ?1 AND base_model = ?2 AND agent = ?4",
+        params![run.service, run.base_model, run.created_ms, run.agent],
     )?;
     tx.execute(
         &format!(
             "INSERT INTO training_runs ({COLUMNS}) VALUES \
-             (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17)"
+             (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18)"
         ),
         params![
             run.id,
@@ -135,6 +144,7 @@ pub fn create(conn: &mut Connection, run: &Run) -> Result<()> {
             run.status,
             run.created_ms,
             run.updated_ms,
+            run.agent,
         ],
     )?;
     tx.commit()?;

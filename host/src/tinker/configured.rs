@@ -47,11 +47,13 @@ pub fn base_model(config: &Config) -> String {
         .to_string()
 }
 
-/// The run the config describes.
-pub fn run_spec(config: &Config, save_every: u32) -> RunSpec {
+/// The run the config describes: the shared run (`agent` ''), or an
+/// agent's own (its config is `Config::for_agent`'s).
+pub fn run_spec(config: &Config, agent: &str, save_every: u32) -> RunSpec {
     let resume = config.rl.resume_from_ckpt.trim();
     RunSpec {
         base_model: base_model(config),
+        agent: agent.to_string(),
         lora: match config.rl.lora_seed {
             Some(seed) => LoraConfig::new(config.rl.lora_rank).seeded(seed),
             None => LoraConfig::new(config.rl.lora_rank),

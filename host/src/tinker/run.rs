@@ -34,6 +34,9 @@ use crate::store::training::{self, Run};
 #[derive(Debug, Clone)]
 pub struct RunSpec {
     pub base_model: String,
+    /// The agent whose own run this is (`agents.<id>.rl`), '' the shared
+    /// run: each has its own active run (and LoRA) of a base model.
+    pub agent: String,
     pub lora: LoraConfig,
     /// A saved state (`tinker://…/weights/…`) a new run starts from
     /// (`rl.resume_from_ckpt`).
@@ -99,7 +102,7 @@ impl TrainingRun {
         fresh: bool,
     ) -> Result<(Self, Opened), Error> {
         let mut conn = crate::store::open_side_writer(db).map_err(store_error)?;
-        let existing = training::active(&conn, service.url(), &spec.base_model)
+        let existing = training::active(&conn, service.url(), &spec.base_model, &spec.agent)
             .map_err(store_error)?
             .filter(|_| !fresh);
         let run = match existing {
@@ -135,6 +138,7 @@ impl TrainingRun {
                     id: format!("run-{}", &uuid::Uuid::new_v4().simple().to_string()[..8]),
                     service: service.url().to_string(),
                     base_model: spec.base_model.clone(),
+                    agent: spec.agent.clone(),
                     lora_rank: spec.lora.rank,
                     model_id: None,
                     last_seq: 0,

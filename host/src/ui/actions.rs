@@ -315,7 +315,7 @@ pub async fn rollback(
     if let Some(page) = unconfirmed(&dashboard, &login, &form, ask) {
         return page;
     }
-    match actions::rollback(&app, sampler).await {
+    match actions::rollback(&app, None, sampler).await {
         Ok(done) => notice(
             StatusCode::OK,
             &format!(

@@ -479,8 +479,8 @@ async fn run_arm(
 fn sample_queue(store: &crate::store::Store) -> Value {
     let read = || -> Result<Value> {
         let conn = crate::store::open_read_only(store.path())?;
-        let counts = crate::store::train_queue::counts(&conn)?;
-        let skipped = crate::store::train_queue::skipped_by_reason(&conn)?;
+        let counts = crate::store::train_queue::counts(&conn, None)?;
+        let skipped = crate::store::train_queue::skipped_by_reason(&conn, "")?;
         let mut value = serde_json::to_value(counts)?;
         value["skipped_by_reason"] = skipped
             .into_iter()

@@ -299,7 +299,7 @@ pub fn spawn(
     };
     // The baselines as last saved (none yet, or unreadable: from nothing).
     let saved = crate::store::open_read_only(&settings.db)
-        .and_then(|c| train_queue::baselines(&c).map_err(Into::into));
+        .and_then(|c| train_queue::baselines(&c, &settings.spec.agent).map_err(Into::into));
     let baselines = match saved {
         Ok(values) => Baselines {
             values: values.into_iter().collect(),
@@ -317,6 +317,7 @@ pub fn spawn(
                 &c,
                 settings.tinker.service_url(),
                 &settings.spec.base_model,
+                &settings.spec.agent,
             )
             .map_err(|e| format!("{e:#}"))?;
             let Some(run) = run else { return Ok(None) };
@@ -367,11 +368,13 @@ fn rewind_to_saved_state(settings: &Settings) -> Result<usize, String> {
         &conn,
         settings.tinker.service_url(),
         &settings.spec.base_model,
+        &settings.spec.agent,
     )
     .map_err(|e| format!("the training run's record: {e:#}"))?;
     // No run yet: no sample is in a saved state.
     let (id, saved) = run.map_or((String::new(), 0), |r| (r.id, r.state_step.unwrap_or(0)));
-    train_queue::rewind(&conn, &id, saved).map_err(|e| format!("the training queue: {e}"))
+    train_queue::rewind(&conn, &settings.spec.agent, &id, saved)
+        .map_err(|e| format!("the training queue: {e}"))
 }
 
 fn set(state: &Mutex<TrainerState>, change: impl FnOnce(&mut TrainerState)) {
@@ -550,6 +553,7 @@ impl Trainer {
             &conn,
             self.settings.tinker.service_url(),
             &self.settings.spec.base_model,
+            &self.settings.spec.agent,
         )
         .map_err(|e| format!("the training run's record: {e:#}"))?;
         let state = match &record {
@@ -591,6 +595,7 @@ impl Trainer {
                     &conn,
                     self.settings.tinker.service_url(),
                     &self.settings.spec.base_model,
+                    &self.settings.spec.agent,
                 )
                 .ok()
                 .flatten()
@@ -693,6 +698,7 @@ impl Trainer {
             &conn,
             self.settings.tinker.service_url(),
             &self.settings.spec.base_model,
+            &self.settings.spec.agent,
         )
         .map_err(|e| format!("the training run's record: {e:#}"))?;
         if let Some(run) = run {
@@ -919,7 +925,7 @@ impl Trainer {
         self.classify(&conn)?;
         let err = |e: rusqlite::Error| format!("the training queue: {e}");
         let opd = self.teacher.is_some();
-        let ready = train_queue::ready(&conn, opd).map_err(err)?;
+        let ready = train_queue::ready(&conn, opd, &self.settings.spec.agent).map_err(err)?;
         let size = self.settings.batch_size.max(1);
         let Some(chains) = batch::take(&ready, min.max(1), size) else {
             return Ok(Outcome::Waiting {
@@ -957,7 +963,7 @@ impl Trainer {
         // Kept across restarts (a redone step moves them again: they are
         // running estimates, not counts).
         let values = self.baselines.values.iter().map(|(k, v)| (*k, *v));
-        train_queue::save_baselines(&mut conn, values).map_err(err)?;
+        train_queue::save_baselines(&mut conn, &self.settings.spec.agent, values).map_err(err)?;
         if batch.data.is_empty() {
             let turns: Vec<String> = batch.samples.iter().map(|(t, _)| t.clone()).collect();
             train_queue::skip(
@@ -992,6 +998,7 @@ impl Trainer {
             self.run = None;
         }
         let canary = self.settings.canary.is_some();
+        let run_agent = self.settings.spec.agent.clone();
         let run = self.open_run().await?;
         // Under a canary, the state this step starts from is saved (the
         // first step's too): a rollback trains on from it.
@@ -1022,7 +1029,7 @@ impl Trainer {
                 // step: trained on top of it, they would be in it twice.)
                 let saved = run.record().state_step.unwrap_or(0);
                 self.run = None;
-                train_queue::rewind(&conn, &run_id, saved).map_err(err)?;
+                train_queue::rewind(&conn, &run_agent, &run_id, saved).map_err(err)?;
                 return Err(e.to_string());
             }
         };
@@ -1031,7 +1038,9 @@ impl Trainer {
         }
         let (kl, entropy) = learner_metrics(&batch.data, &report.outputs);
         let answers = batch.answer_tokens.len().max(1) as f64;
-        let skipped_total = train_queue::counts(&conn).map(|c| c.skipped).ok();
+        let skipped_total = train_queue::counts(&conn, Some(&run_agent))
+            .map(|c| c.skipped)
+            .ok();
         // What only the trainer knows, kept with the step (`train status`,
         // the learning-health verdict).
         let ours = serde_json::json!({
@@ -1136,7 +1145,7 @@ impl Trainer {
             let conn =
                 crate::store::open_side_writer(&self.settings.db).map_err(|e| format!("{e:#}"))?;
             let saved = run.record().state_step.unwrap_or(0);
-            train_queue::rewind(&conn, &run.record().id, saved)
+            train_queue::rewind(&conn, &self.settings.spec.agent, &run.record().id, saved)
                 .map_err(|e| format!("the training queue: {e}"))?;
             self.run = Some(run);
         }
@@ -1376,6 +1385,7 @@ impl Trainer {
         };
         // Serving first (no turn waits on the store), then one transaction.
         self.policy.end_test(promote);
+        let agent = self.settings.spec.agent.clone();
         let written = conn
             .unchecked_transaction()
             .and_then(|tx| {
@@ -1420,7 +1430,7 @@ impl Trainer {
                             "sampled by weights a canary rolled back (experiment {})",
                             test.id
                         );
-                        train_queue::skip_version(&tx, d.candidate_version, &why)?;
+                        train_queue::skip_version(&tx, &agent, d.candidate_version, &why)?;
                     }
                 }
                 experiments::decide(&tx, test.id, state, by, reason, now)?;
@@ -1485,8 +1495,18 @@ impl Trainer {
             .map_err(|e| format!("{e:#}"))
             .and_then(|conn| {
                 let open = experiments::testing(&conn, "weights").map_err(|e| e.to_string())?;
+                // This trainer's run's tests alone (another agent's run has
+                // its own trainer).
+                let agent = &self.settings.spec.agent;
+                let ours = |run: &str| {
+                    crate::store::training::get(&conn, run)
+                        .ok()
+                        .flatten()
+                        .map_or(agent.is_empty(), |r| &r.agent == agent)
+                };
                 Ok(open
                     .into_iter()
+                    .filter(|e| ours(&e.subject))
                     .map(|e| (e.id, experiments::weights_test(&conn, e.id).ok().flatten()))
                     .collect::<Vec<_>>())
             });
