@@ -566,26 +566,42 @@ async fn admin_learn_now(State(app): State<SharedApp>, body: axum::body::Bytes) 
     if app.learn.is_none() {
         return ApiError::NotFound(crate::learn::OFF.into()).into_response();
     }
-    let session = if body.iter().all(u8::is_ascii_whitespace) {
-        None
+    let (session, agent) = if body.iter().all(u8::is_ascii_whitespace) {
+        (None, None)
     } else {
         match serde_json::from_slice::<serde_json::Value>(&body) {
-            Ok(v) if v.is_object() => match &v["session"] {
-                serde_json::Value::Null => None,
-                serde_json::Value::String(s) if !s.is_empty() => Some(s.clone()),
-                _ => {
-                    return ApiError::BadRequest("\"session\" must be a session id".into())
-                        .into_response();
-                }
-            },
+            Ok(v) if v.is_object() => {
+                let session = match &v["session"] {
+                    serde_json::Value::Null => None,
+                    serde_json::Value::String(s) if !s.is_empty() => Some(s.clone()),
+                    _ => {
+                        return ApiError::BadRequest("\"session\" must be a session id".into())
+                            .into_response();
+                    }
+                };
+                let agent = match &v["agent"] {
+                    serde_json::Value::Null => None,
+                    serde_json::Value::String(a) => match crate::agent_id::AgentId::parse(a) {
+                        Ok(id) => Some(id),
+                        Err(e) => return ApiError::BadRequest(e).into_response(),
+                    },
+                    _ => {
+                        return ApiError::BadRequest("\"agent\" must be an agent id".into())
+                            .into_response();
+                    }
+                };
+                (session, agent)
+            }
             Ok(_) => {
-                return ApiError::BadRequest("send a JSON object: {\"session\": ID} or {}".into())
-                    .into_response();
+                return ApiError::BadRequest(
+                    "send a JSON object: {\"session\": ID}, {\"agent\": ID} or {}".into(),
+                )
+                .into_response();
             }
             Err(e) => return ApiError::InvalidJson(e.to_string()).into_response(),
         }
     };
-    match crate::app::actions::learn_now(&app, session).await {
+    match crate::app::actions::learn_now(&app, session, agent).await {
         Ok(done) => axum::Json(done).into_response(),
         Err(e) => e.into_response(),
     }

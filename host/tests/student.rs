@@ -1913,7 +1913,24 @@ async fn each_agent_is_served_and_trained_by_its_own_mode_and_run() {
         [student.clone(), student]
     );
     assert_eq!(served(p.turns("s-b").await), [Some("llm".to_string())]);
-    for session in ["s-a", "s-shared", "s-b"] {
+    // Learning from one agent's sessions (`learn now --agent`): not
+    // another agent's session.
+    let (status, body) = p
+        .admin_post("/admin/learn/now", &json!({"session": "s-b", "agent": "a"}))
+        .await;
+    assert_eq!(
+        status,
+        StatusCode::CONFLICT,
+        "{}",
+        String::from_utf8_lossy(&body)
+    );
+    let (status, body) = p
+        .admin_post("/admin/learn/now", &json!({"session": "s-a", "agent": "a"}))
+        .await;
+    assert_eq!(status, StatusCode::OK, "{}", String::from_utf8_lossy(&body));
+    let learned = json_of(&body);
+    assert_eq!(learned["jobs"][0]["session_id"], "s-a", "{learned}");
+    for session in ["s-shared", "s-b"] {
         let (status, body) = p
             .admin_post("/admin/learn/now", &json!({"session": session}))
             .await;

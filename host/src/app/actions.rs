@@ -15,10 +15,40 @@ pub const STUDENT_OFF: &str = "the student does not serve (mode: rl or auto)";
 
 /// Runs a session's learning job now (ending the session first if it is
 /// still open), or every queued and failed job; answers when they end.
-pub async fn learn_now(app: &App, session: Option<String>) -> Result<Value, ApiError> {
+/// `agent`: that agent's sessions alone (a session named must be its).
+pub async fn learn_now(
+    app: &App,
+    session: Option<String>,
+    agent: Option<crate::agent_id::AgentId>,
+) -> Result<Value, ApiError> {
     let Some(learn) = app.learn.clone() else {
         return Err(ApiError::NotFound(crate::learn::OFF.into()));
     };
+    if let Some(agent) = agent {
+        let Some(id) = &session else {
+            return match learn.now_of_agent(agent).await {
+                Ok(jobs) => Ok(json!({ "jobs": jobs })),
+                Err(e) => Err(ApiError::Internal(e.to_string())),
+            };
+        };
+        // A session named must be the agent's (its turns are in the store
+        // once it is flushed).
+        app.proxy.store.flush().await;
+        let conn = crate::store::open_read_only(app.proxy.store.path())
+            .map_err(|e| ApiError::Internal(format!("cannot open the store: {e:#}")))?;
+        let known = conn
+            .query_row("SELECT 1 FROM sessions WHERE id = ?1", [id], |_| Ok(()))
+            .is_ok();
+        if known {
+            let owner = crate::store::learning::session_agent(&conn, id)
+                .map_err(|e| ApiError::Internal(e.to_string()))?;
+            if owner != agent {
+                return Err(ApiError::Conflict(format!(
+                    "session {id} belongs to agent {owner}, not {agent}"
+                )));
+            }
+        }
+    }
     if let Some(id) = &session {
         // Learning from a session means it is over.
         let _ = app.proxy.sessions.end(id, EndReason::Api);

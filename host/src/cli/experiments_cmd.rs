@@ -88,8 +88,15 @@ pub fn run(home: &Home, config_path: &Path, command: ExperimentsCommand) -> Resu
     let view =
         |e: &experiments::Experiment| crate::learn::canary::shown(&conn, e.clone(), &settings);
     match command {
-        ExperimentsCommand::List { json, limit } => {
-            let rows = experiments::list(&conn, limit)?;
+        ExperimentsCommand::List { agent, json, limit } => {
+            let rows = match agent {
+                None => experiments::list(&conn, limit)?,
+                Some(agent) => {
+                    let agent =
+                        crate::agent_id::AgentId::parse(&agent).map_err(anyhow::Error::msg)?;
+                    experiments::list_of_agent(&conn, agent.as_str(), limit)?
+                }
+            };
             if json {
                 let views: Vec<_> = rows.iter().map(view).collect::<Result<_>>()?;
                 say!("{}", serde_json::to_string_pretty(&views)?);

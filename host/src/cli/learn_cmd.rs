@@ -20,16 +20,34 @@ const NOW_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(1800);
 pub fn run(home: &Home, config_path: &Path, command: LearnCommand) -> Result<ExitCode> {
     let loaded = load_config(config_path)?;
     let enabled = loaded.config.learning.enabled;
+    let agent = |agent: Option<String>| -> Result<Option<crate::agent_id::AgentId>> {
+        agent
+            .map(|a| crate::agent_id::AgentId::parse(&a).map_err(anyhow::Error::msg))
+            .transpose()
+    };
     match command {
-        LearnCommand::Now { session, json } => now(home, session, json),
-        LearnCommand::Status { json, limit } => status(home, config_path, json, limit, enabled),
+        LearnCommand::Now {
+            session,
+            agent: of,
+            json,
+        } => now(home, session, agent(of)?, json),
+        LearnCommand::Status {
+            agent: of,
+            json,
+            limit,
+        } => status(home, config_path, agent(of)?, json, limit, enabled),
     }
 }
 
-fn now(home: &Home, session: Option<String>, json: bool) -> Result<ExitCode> {
+fn now(
+    home: &Home,
+    session: Option<String>,
+    agent: Option<crate::agent_id::AgentId>,
+    json: bool,
+) -> Result<ExitCode> {
     // The daemon runs the jobs: it owns the queue and the models.
     let admin = AdminClient::connect(home)?.timeout(NOW_TIMEOUT);
-    let body = serde_json::json!({ "session": session });
+    let body = serde_json::json!({ "session": session, "agent": agent.map(|a| a.to_string()) });
     let reply = runtime()?.block_on(admin.post_json("/admin/learn/now", &body))?;
     let jobs: Vec<Job> = serde_json::from_value(reply["jobs"].clone()).unwrap_or_default();
     if json {
@@ -50,6 +68,7 @@ fn now(home: &Home, session: Option<String>, json: bool) -> Result<ExitCode> {
 fn status(
     home: &Home,
     config_path: &Path,
+    agent: Option<crate::agent_id::AgentId>,
     json: bool,
     limit: usize,
     enabled: bool,
@@ -66,8 +85,8 @@ fn status(
     let (jobs, counts) = if path.exists() {
         let conn = store::open_read_only(&path)?;
         (
-            store::jobs::list(&conn, limit)?,
-            store::jobs::counts(&conn)?,
+            store::jobs::list_of(&conn, None, agent.as_ref().map(|a| a.as_str()), limit)?,
+            store::jobs::counts(&conn, agent.as_ref().map(|a| a.as_str()))?,
         )
     } else {
         Default::default()

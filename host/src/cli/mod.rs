@@ -319,6 +319,10 @@ pub enum SessionsCommand {
 pub enum ExperimentsCommand {
     /// Every canary, newest first.
     List {
+        /// Only this agent's own: its skills' (`@ID/NAME`) and its own
+        /// run's weights (`agents.<id>`).
+        #[arg(long, value_name = "ID")]
+        agent: Option<String>,
         #[arg(long)]
         json: bool,
         /// At most this many.
@@ -362,11 +366,18 @@ pub enum LearnCommand {
     /// open), or every queued and failed job; waits until they finish.
     Now {
         session: Option<String>,
+        /// Only this agent's sessions (with a session: it must be the
+        /// agent's).
+        #[arg(long, value_name = "ID")]
+        agent: Option<String>,
         #[arg(long)]
         json: bool,
     },
     /// Learning jobs: queued, running, failed and done.
     Status {
+        /// Only the jobs of this agent's sessions.
+        #[arg(long, value_name = "ID")]
+        agent: Option<String>,
         #[arg(long)]
         json: bool,
         /// At most this many, newest first.

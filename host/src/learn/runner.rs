@@ -35,6 +35,8 @@ pub struct Learner {
 enum Command {
     Now {
         session: Option<String>,
+        /// Without a session: only this agent's due jobs.
+        agent: Option<crate::agent_id::AgentId>,
         reply: oneshot::Sender<Result<Vec<Job>, LearnError>>,
     },
 }
@@ -58,10 +60,30 @@ impl LearnHandle {
     /// Runs the session's job (or every queued and failed job) now and
     /// returns the job(s) as they ended.
     pub async fn now(&self, session: Option<String>) -> Result<Vec<Job>, LearnError> {
+        self.now_in(session, None).await
+    }
+
+    /// [`Self::now`] without a session, of `agent`'s sessions alone.
+    pub async fn now_of_agent(
+        &self,
+        agent: crate::agent_id::AgentId,
+    ) -> Result<Vec<Job>, LearnError> {
+        self.now_in(None, Some(agent)).await
+    }
+
+    async fn now_in(
+        &self,
+        session: Option<String>,
+        agent: Option<crate::agent_id::AgentId>,
+    ) -> Result<Vec<Job>, LearnError> {
         let stopped = || LearnError::Failed("the learning runner has stopped".into());
         let (reply, wait) = oneshot::channel();
         self.tx
-            .send(Command::Now { session, reply })
+            .send(Command::Now {
+                session,
+                agent,
+                reply,
+            })
             .map_err(|_| stopped())?;
         wait.await.map_err(|_| stopped())?
     }
@@ -147,11 +169,15 @@ impl Learner {
                     Err(broadcast::error::RecvError::Closed) => break,
                 },
                 command = commands.recv() => match command {
-                    Some(Command::Now { session, reply }) => {
+                    Some(Command::Now {
+                        session,
+                        agent,
+                        reply,
+                    }) => {
                         let learner = self.clone();
                         let slots = slots.clone();
                         running.spawn(async move {
-                            let _ = reply.send(learner.now(session, slots).await);
+                            let _ = reply.send(learner.now(session, agent, slots).await);
                         });
                     }
                     None => break,
@@ -188,6 +214,7 @@ impl Learner {
     async fn now(
         self: Arc<Self>,
         session: Option<String>,
+        agent: Option<crate::agent_id::AgentId>,
         slots: Arc<Semaphore>,
     ) -> Result<Vec<Job>, LearnError> {
         let failed = |e: anyhow::Error| LearnError::Failed(format!("{e:#}"));
@@ -218,7 +245,7 @@ impl Learner {
                 vec![id]
             }
             None => self
-                .db(|c| jobs::all_due_now(c, now_ms()))
+                .db(move |c| jobs::all_due_now(c, now_ms(), agent.as_ref().map(|a| a.as_str())))
                 .await
                 .map_err(failed)?,
         };

@@ -273,6 +273,23 @@ pub fn list(conn: &Connection, limit: u32) -> rusqlite::Result<Vec<Experiment>> 
     .collect()
 }
 
+/// [`list`], of `agent`'s own alone: the tests of skills in its layer
+/// (`@AGENT/NAME`) and of its own run's weights.
+pub fn list_of_agent(
+    conn: &Connection,
+    agent: &str,
+    limit: u32,
+) -> rusqlite::Result<Vec<Experiment>> {
+    conn.prepare_cached(&format!(
+        "SELECT {COLUMNS} FROM experiments
+         WHERE (kind = 'skill' AND substr(subject, 1, length(?2) + 2) = '@' || ?2 || '/')
+            OR (kind = 'weights' AND subject IN (SELECT id FROM training_runs WHERE agent = ?2))
+         ORDER BY id DESC LIMIT ?1"
+    ))?
+    .query_map(params![limit, agent], row)?
+    .collect()
+}
+
 /// Records the arms a main turn of `session` met (the first turn of a
 /// session to meet an experiment fixes its arm; later ones agree, since
 /// the arm is a function of the session).
@@ -361,6 +378,41 @@ mod tests {
             )
             .unwrap();
         }
+    }
+
+    /// An agent's own canaries: its layer's skills and its run's weights;
+    /// a weights test supersedes only one of the same agent's runs.
+    #[test]
+    fn an_agents_canaries_are_its_layers_skills_and_its_runs_weights() {
+        let (_dir, conn) = store();
+        conn.execute_batch(
+            "INSERT INTO training_runs (id, service, base_model, lora_rank, created_ms, updated_ms, agent)
+             VALUES ('run-a', 's', 'm', 4, 0, 0, 'a'), ('run-shared', 's', 'm', 4, 0, 0, '');",
+        )
+        .unwrap();
+        for subject in ["tidy", "@a/tidy", "@ab/other"] {
+            start_skill(&conn, subject, "1.0.0", 0.25, "evolved:s0", 1).unwrap();
+        }
+        let test = |run: &str| WeightsTest {
+            run: run.into(),
+            candidate_sampler: format!("{run}/2"),
+            candidate_version: 2,
+            candidate_state: String::new(),
+            incumbent_sampler: format!("{run}/1"),
+            incumbent_version: 1,
+            incumbent_state: String::new(),
+            trained_from: String::new(),
+        };
+        let a = start_weights(&conn, &test("run-a"), 0.25, "train step 2 of run-a", 2).unwrap();
+        start_weights(&conn, &test("run-shared"), 0.25, "train step 2", 3).unwrap();
+        let mine: Vec<(String, String, String)> = list_of_agent(&conn, "a", 10)
+            .unwrap()
+            .into_iter()
+            .map(|e| (e.kind, e.subject, e.state))
+            .collect();
+        let row = |k: &str, s: &str| (k.to_string(), s.to_string(), "testing".to_string());
+        assert_eq!(mine, [row("weights", "run-a"), row("skill", "@a/tidy")]);
+        assert_eq!(get(&conn, a).unwrap().unwrap().state, "testing");
     }
 
     #[test]

@@ -272,14 +272,17 @@ pub fn request_now(conn: &Connection, session_id: &str, now_ms: i64) -> Result<(
     Ok(())
 }
 
-/// `learn now`: every queued or failed job is due now. Returns their ids.
-pub fn all_due_now(conn: &Connection, now_ms: i64) -> Result<Vec<String>> {
+/// `learn now`: every queued or failed job (of `agent`'s sessions, with
+/// one) is due now. Returns their ids.
+pub fn all_due_now(conn: &Connection, now_ms: i64, agent: Option<&str>) -> Result<Vec<String>> {
     let mut stmt = conn.prepare(
         "UPDATE learning_jobs SET state = 'queued', attempts = CASE WHEN state = 'failed' THEN 0 ELSE attempts END,
                 not_before_ms = ?1
-         WHERE state IN ('queued', 'failed') RETURNING session_id",
+         WHERE state IN ('queued', 'failed')
+           AND (?2 IS NULL OR session_id IN (SELECT id FROM sessions WHERE agent_id = ?2))
+         RETURNING session_id",
     )?;
-    let ids = stmt.query_map([now_ms], |r| r.get(0))?;
+    let ids = stmt.query_map(params![now_ms, agent], |r| r.get(0))?;
     Ok(ids.collect::<rusqlite::Result<_>>()?)
 }
 
@@ -448,14 +451,21 @@ fn row_to_job(r: &rusqlite::Row<'_>) -> rusqlite::Result<Job> {
 
 /// Jobs, newest first (`learn status`).
 pub fn list(conn: &Connection, limit: usize) -> Result<Vec<Job>> {
-    list_in(conn, None, limit)
+    list_of(conn, None, None, limit)
 }
 
 /// How many jobs the store holds in each state, all of them (not only a
-/// listed page): `learn status`'s summary.
-pub fn counts(conn: &Connection) -> Result<std::collections::BTreeMap<JobState, u64>> {
-    let mut stmt = conn.prepare("SELECT state, count(*) FROM learning_jobs GROUP BY state")?;
-    let rows = stmt.query_map([], |r| {
+/// listed page), or those of `agent`'s sessions: `learn status`'s summary.
+pub fn counts(
+    conn: &Connection,
+    agent: Option<&str>,
+) -> Result<std::collections::BTreeMap<JobState, u64>> {
+    let mut stmt = conn.prepare(
+        "SELECT state, count(*) FROM learning_jobs
+         WHERE ?1 IS NULL OR session_id IN (SELECT id FROM sessions WHERE agent_id = ?1)
+         GROUP BY state",
+    )?;
+    let rows = stmt.query_map(params![agent], |r| {
         Ok((r.get::<_, JobState>(0)?, r.get::<_, i64>(1)? as u64))
     })?;
     Ok(rows.collect::<rusqlite::Result<_>>()?)
@@ -464,13 +474,25 @@ pub fn counts(conn: &Connection) -> Result<std::collections::BTreeMap<JobState, 
 /// Jobs in `state` (any, with `None`), newest first (the dashboard's
 /// learning page).
 pub fn list_in(conn: &Connection, state: Option<JobState>, limit: usize) -> Result<Vec<Job>> {
+    list_of(conn, state, None, limit)
+}
+
+/// [`list_in`], of `agent`'s sessions alone (all, with `None`).
+pub fn list_of(
+    conn: &Connection,
+    state: Option<JobState>,
+    agent: Option<&str>,
+    limit: usize,
+) -> Result<Vec<Job>> {
     let mut stmt = conn.prepare(
         "SELECT session_id, state, round, attempts, not_before_ms, enqueued_ms, started_ms,
                 finished_ms, error
-         FROM learning_jobs WHERE ?1 IS NULL OR state = ?1 ORDER BY enqueued_ms DESC LIMIT ?2",
+         FROM learning_jobs WHERE (?1 IS NULL OR state = ?1)
+           AND (?3 IS NULL OR session_id IN (SELECT id FROM sessions WHERE agent_id = ?3))
+         ORDER BY enqueued_ms DESC LIMIT ?2",
     )?;
     let mut jobs: Vec<Job> = stmt
-        .query_map(params![state, limit as i64], row_to_job)?
+        .query_map(params![state, limit as i64, agent], row_to_job)?
         .collect::<rusqlite::Result<_>>()?;
     for job in &mut jobs {
         job.stages = stages(conn, &job.session_id, job.round)?;
@@ -559,7 +581,7 @@ mod tests {
         }
         enqueue(&conn, "a", 30).unwrap(); // ended again: still one job
         assert_eq!(list(&conn, 10).unwrap().len(), 2);
-        assert_eq!(counts(&conn).unwrap(), [(JobState::Queued, 2)].into());
+        assert_eq!(counts(&conn, None).unwrap(), [(JobState::Queued, 2)].into());
         assert!(claim(&mut conn, 5, None).unwrap().is_none(), "none due yet");
         let first = claim(&mut conn, 100, None).unwrap().unwrap();
         assert_eq!((first.session_id.as_str(), first.attempts), ("a", 1));
@@ -573,9 +595,34 @@ mod tests {
         // Counted over the whole store, whatever a page lists.
         assert_eq!(list(&conn, 1).unwrap().len(), 1);
         assert_eq!(
-            counts(&conn).unwrap(),
+            counts(&conn, None).unwrap(),
             [(JobState::Running, 1), (JobState::Done, 1)].into()
         );
+        // One agent's (`learn status --agent`): b's session is agent w's.
+        conn.execute("UPDATE sessions SET agent_id = 'w' WHERE id = 'b'", [])
+            .unwrap();
+        let of_w = list_of(&conn, None, Some("w"), 10).unwrap();
+        assert_eq!(
+            of_w.iter()
+                .map(|j| j.session_id.as_str())
+                .collect::<Vec<_>>(),
+            ["b"]
+        );
+        assert_eq!(
+            counts(&conn, Some("w")).unwrap(),
+            [(JobState::Running, 1)].into()
+        );
+        assert!(
+            list_of(&conn, Some(JobState::Done), Some("w"), 10)
+                .unwrap()
+                .is_empty()
+        );
+        // `learn now --agent`: that agent's failed or queued jobs alone.
+        session(&conn, "c");
+        enqueue(&conn, "c", 200).unwrap();
+        finish(&conn, "b", Err("judge down".into()), 130).unwrap();
+        assert_eq!(all_due_now(&conn, 140, Some("w")).unwrap(), ["b"]);
+        assert_eq!(read(&conn, "c").unwrap().unwrap().not_before_ms, 200);
     }
 
     #[test]
