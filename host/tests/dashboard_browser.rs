@@ -526,15 +526,16 @@ async fn a_recorded_session_shows_its_turns_skills_and_rewards() {
     assert_eq!(rows.len(), 1, "{}", browser.page_source().await);
     let row = browser.texts("#sessions tbody tr td").await;
     assert_eq!(row[0], session_id, "{row:?}");
-    assert!(row[3].starts_with("ended"), "{row:?}");
-    assert_eq!(row[4], "3", "{row:?}");
-    assert_eq!(row[6], "3", "{row:?}");
+    assert_eq!(row[1], "default", "its agent: {row:?}");
+    assert!(row[4].starts_with("ended"), "{row:?}");
+    assert_eq!(row[5], "3", "{row:?}");
+    assert_eq!(row[7], "3", "{row:?}");
     let mean = turns
         .iter()
         .map(|t| t["reward"].as_f64().unwrap())
         .sum::<f64>()
         / 3.0;
-    assert_eq!(row[7], format!("{mean:+.2}"), "{row:?}");
+    assert_eq!(row[8], format!("{mean:+.2}"), "{row:?}");
 
     // Its page, by clicking it.
     browser

@@ -24,6 +24,8 @@ pub struct SessionFilter {
     pub id_prefix: Option<String>,
     /// Sent by this agent (`SessionRow::agent`).
     pub agent: Option<String>,
+    /// Of this agent's namespace (`SessionRow::agent_id`).
+    pub agent_id: Option<String>,
 }
 
 /// A session in the list, with its rewards in short.
@@ -87,6 +89,9 @@ pub fn sessions_page(
     if let Some(agent) = &filter.agent {
         conditions.push(format!("s.agent = {}", arg(Sql::Text(agent.clone()))));
     }
+    if let Some(agent_id) = &filter.agent_id {
+        conditions.push(format!("s.agent_id = {}", arg(Sql::Text(agent_id.clone()))));
+    }
     if let Some(ms) = filter.since_ms {
         conditions.push(format!("s.started_at_ms >= {}", arg(Sql::Integer(ms))));
     }
@@ -126,6 +131,7 @@ pub fn sessions_page(
         "SELECT * FROM (
              SELECT s.id, s.agent_session_id, s.source, s.window_index, s.status, s.started_at_ms,
                     s.last_activity_ms, s.ended_at_ms, s.end_reason, s.turn_count, s.main_turns, s.agent,
+                    s.agent_id,
                     (SELECT count(t.reward) FROM turns t
                      WHERE t.session_id = s.id AND t.turn_type = 'main') AS judged,
                     (SELECT avg(t.reward) FROM turns t
@@ -142,8 +148,8 @@ pub fn sessions_page(
         .query_map(params_from_iter(args.iter()), |row| {
             Ok(SessionListRow {
                 session: read::session_row(row)?,
-                judged: row.get::<_, i64>(12)?.max(0) as u64,
-                mean_reward: row.get(13)?,
+                judged: row.get::<_, i64>(13)?.max(0) as u64,
+                mean_reward: row.get(14)?,
             })
         })?
         .collect::<rusqlite::Result<_>>()?;
@@ -215,6 +221,21 @@ pub fn injected_into(
     .collect()
 }
 
+/// The agents (namespaces) sessions belong to, for the list's filter: a
+/// skip-scan of sessions_by_agent_id.
+pub fn agent_ids(conn: &Connection) -> rusqlite::Result<Vec<String>> {
+    conn.prepare(
+        "WITH RECURSIVE a(x) AS (
+             SELECT (SELECT min(agent_id) FROM sessions)
+             UNION ALL
+             SELECT (SELECT min(agent_id) FROM sessions WHERE agent_id > a.x) FROM a WHERE a.x IS NOT NULL
+             LIMIT 1000)
+         SELECT x FROM a WHERE x IS NOT NULL",
+    )?
+    .query_map([], |r| r.get(0))?
+    .collect()
+}
+
 /// The agents sessions were recorded from, for the list's filter.
 pub fn agents(conn: &Connection) -> rusqlite::Result<Vec<String>> {
     // A skip-scan of sessions_by_agent_name: one seek per agent, however
@@ -274,4 +295,51 @@ pub fn session_view(conn: &Connection, id: &str, messages: bool) -> anyhow::Resu
         // All of it; each turn's own is also under the turn.
         "feedback": feedback,
     })))
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+
+    use super::*;
+
+    /// The list shows each session's agent, its judged turns and their
+    /// mean, and narrows to one agent's sessions.
+    #[test]
+    fn the_list_shows_and_filters_each_sessions_agent() {
+        let mut conn = Connection::open_in_memory().unwrap();
+        crate::store::schema::migrate(&mut conn).unwrap();
+        for (id, agent, at) in [("s1", "default", 1), ("s2", "coder", 2), ("s3", "coder", 3)] {
+            conn.execute(
+                "INSERT INTO sessions (id, base_key, source, status, started_at_ms, last_activity_ms, agent_id)
+                 VALUES (?1, ?1, 'header', 'ended', ?2, ?2, ?3)",
+                rusqlite::params![id, at, agent],
+            )
+            .unwrap();
+        }
+        conn.execute(
+            "INSERT INTO turns (id, session_id, seq, turn_type, api, stream, status, request_messages,
+                                request_params, started_at_ms, finished_at_ms, total_ms, reward)
+             VALUES ('t', 's2', 1, 'main', 'chat', 0, 'ok', '[]', '{}', 2, 2, 1.0, 0.5)",
+            [],
+        )
+        .unwrap();
+        let (all, _) = sessions_page(&conn, &SessionFilter::default(), None, 10).unwrap();
+        let shown: Vec<(&str, &str, u64)> = all
+            .iter()
+            .map(|r| (r.session.id.as_str(), r.session.agent_id.as_str(), r.judged))
+            .collect();
+        assert_eq!(
+            shown,
+            [("s3", "coder", 0), ("s2", "coder", 1), ("s1", "default", 0)]
+        );
+        assert_eq!(all[1].mean_reward, Some(0.5));
+        let coder = SessionFilter {
+            agent_id: Some("coder".into()),
+            ..Default::default()
+        };
+        let (rows, _) = sessions_page(&conn, &coder, None, 10).unwrap();
+        assert_eq!(rows.len(), 2);
+        assert_eq!(agent_ids(&conn).unwrap(), ["coder", "default"]);
+    }
 }

@@ -23,7 +23,10 @@ const PAGE: u32 = 50;
 #[derive(Debug, Default, Deserialize)]
 pub struct SessionsQuery {
     status: Option<String>,
+    /// The client that sent the session (`openclaw`, …).
     agent: Option<String>,
+    /// The agent (namespace) the session belongs to.
+    agent_id: Option<String>,
     /// `YYYY-MM-DD`, local time: from the start of that day.
     since: Option<String>,
     /// `YYYY-MM-DD`, local time: until the end of that day.
@@ -73,6 +76,7 @@ impl SessionsQuery {
             max_reward: reward(&self.max_reward, "highest")?,
             id_prefix: nonempty(&self.q).map(str::to_string),
             agent: nonempty(&self.agent).map(str::to_string),
+            agent_id: nonempty(&self.agent_id).map(str::to_string),
         })
     }
 
@@ -81,6 +85,7 @@ impl SessionsQuery {
         [
             ("status", &self.status),
             ("agent", &self.agent),
+            ("agent_id", &self.agent_id),
             ("since", &self.since),
             ("until", &self.until),
             ("min_reward", &self.min_reward),
@@ -114,13 +119,14 @@ pub async fn list(
         read(move || {
             let conn = store_conn(&app)?;
             let page = browse::sessions_page(&conn, &filter, after.as_ref(), PAGE);
-            let agents = browse::agents(&conn);
+            let agents =
+                browse::agents(&conn).and_then(|clients| Ok((clients, browse::agent_ids(&conn)?)));
             page.and_then(|page| Ok((page, agents?)))
                 .map_err(|e| e.to_string())
         })
         .await
     };
-    let ((rows, next), agents) = match page {
+    let ((rows, next), (agents, agent_ids)) = match page {
         Ok(page) => page,
         Err(page) => return page,
     };
@@ -140,6 +146,7 @@ pub async fn list(
             form => context! {
                 status => nonempty(&query.status),
                 agent => nonempty(&query.agent),
+                agent_id => nonempty(&query.agent_id),
                 since => nonempty(&query.since),
                 until => nonempty(&query.until),
                 min_reward => nonempty(&query.min_reward),
@@ -147,6 +154,7 @@ pub async fn list(
                 q => nonempty(&query.q),
             },
             agents => agents,
+            agent_ids => agent_ids,
             first_page => query.after.is_none(),
             error => error,
         },
