@@ -36,17 +36,14 @@ pub async fn learn_now(
         app.proxy.store.flush().await;
         let conn = crate::store::open_read_only(app.proxy.store.path())
             .map_err(|e| ApiError::Internal(format!("cannot open the store: {e:#}")))?;
-        let known = conn
-            .query_row("SELECT 1 FROM sessions WHERE id = ?1", [id], |_| Ok(()))
-            .is_ok();
-        if known {
-            let owner = crate::store::learning::session_agent(&conn, id)
-                .map_err(|e| ApiError::Internal(e.to_string()))?;
-            if owner != agent {
-                return Err(ApiError::Conflict(format!(
-                    "session {id} belongs to agent {owner}, not {agent}"
-                )));
-            }
+        let owner = crate::store::learning::session_agent(&conn, id)
+            .map_err(|e| ApiError::Internal(e.to_string()))?;
+        if let Some(owner) = owner
+            && owner != agent
+        {
+            return Err(ApiError::Conflict(format!(
+                "session {id} belongs to agent {owner}, not {agent}"
+            )));
         }
     }
     if let Some(id) = &session {
@@ -288,15 +285,11 @@ pub fn start_experiment(app: &App, name: &str) -> Result<Value, ApiError> {
 /// dashboard). Blocking: a rollback writes the SKILL.md and rescans.
 pub fn decide_experiment(app: &App, id: i64, promote: bool, why: &str) -> Result<Value, ApiError> {
     use crate::learn::canary::{UserDecision, decide_by_user};
-    let kind = crate::store::open_read_only(app.proxy.store.path())
-        .map_err(|e| ApiError::Internal(format!("cannot open the store: {e:#}")))?
-        .query_row(
-            "SELECT kind, state FROM experiments WHERE id = ?1",
-            [id],
-            |r| Ok((r.get::<_, String>(0)?, r.get::<_, String>(1)?)),
-        )
-        .ok();
-    if let Some((kind, state)) = kind
+    let conn = crate::store::open_read_only(app.proxy.store.path())
+        .map_err(|e| ApiError::Internal(format!("cannot open the store: {e:#}")))?;
+    let experiment =
+        crate::store::experiments::get(&conn, id).map_err(|e| ApiError::Internal(e.to_string()))?;
+    if let Some(crate::store::experiments::Experiment { kind, state, .. }) = &experiment
         && kind == "weights"
     {
         // The trainer serves and trains them: it ends the test.
@@ -306,17 +299,8 @@ pub fn decide_experiment(app: &App, id: i64, promote: bool, why: &str) -> Result
             )));
         }
         // The trainer of the run whose weights they are.
-        let run_agent: String = crate::store::open_read_only(app.proxy.store.path())
-            .ok()
-            .and_then(|conn| {
-                conn.query_row(
-                    "SELECT r.agent FROM experiments e JOIN training_runs r ON r.id = e.subject
-                     WHERE e.id = ?1",
-                    [id],
-                    |r| r.get(0),
-                )
-                .ok()
-            })
+        let run_agent = crate::store::experiments::run_agent(&conn, id)
+            .map_err(|e| ApiError::Internal(e.to_string()))?
             .unwrap_or_default();
         let train = match run_agent.as_str() {
             "" => app.train.as_ref(),

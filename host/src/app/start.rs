@@ -184,12 +184,8 @@ impl App {
         };
         let policy = config.serves_student().then(|| serve(config, ""));
         let mut agents = Vec::new();
-        for agent in config.agents.keys() {
+        for (agent, own) in config.agent_configs().map_err(anyhow::Error::msg)? {
             let id = AgentId::parse(agent).map_err(anyhow::Error::msg)?;
-            let own = config
-                .for_agent(agent)
-                .map_err(anyhow::Error::msg)?
-                .unwrap_or_else(|| config.clone());
             let policy = own.serves_student().then(|| serve(&own, agent));
             agents.push((id, own, policy));
         }

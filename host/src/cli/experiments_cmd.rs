@@ -91,11 +91,7 @@ pub fn run(home: &Home, config_path: &Path, command: ExperimentsCommand) -> Resu
         ExperimentsCommand::List { agent, json, limit } => {
             let rows = match agent {
                 None => experiments::list(&conn, limit)?,
-                Some(agent) => {
-                    let agent =
-                        crate::agent_id::AgentId::parse(&agent).map_err(anyhow::Error::msg)?;
-                    experiments::list_of_agent(&conn, agent.as_str(), limit)?
-                }
+                Some(agent) => experiments::list_of_agent(&conn, agent.as_str(), limit)?,
             };
             if json {
                 let views: Vec<_> = rows.iter().map(view).collect::<Result<_>>()?;

@@ -20,22 +20,15 @@ const NOW_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(1800);
 pub fn run(home: &Home, config_path: &Path, command: LearnCommand) -> Result<ExitCode> {
     let loaded = load_config(config_path)?;
     let enabled = loaded.config.learning.enabled;
-    let agent = |agent: Option<String>| -> Result<Option<crate::agent_id::AgentId>> {
-        agent
-            .map(|a| crate::agent_id::AgentId::parse(&a).map_err(anyhow::Error::msg))
-            .transpose()
-    };
     match command {
         LearnCommand::Now {
             session,
-            agent: of,
+            agent,
             json,
-        } => now(home, session, agent(of)?, json),
-        LearnCommand::Status {
-            agent: of,
-            json,
-            limit,
-        } => status(home, config_path, agent(of)?, json, limit, enabled),
+        } => now(home, session, agent, json),
+        LearnCommand::Status { agent, json, limit } => {
+            status(home, config_path, agent, json, limit, enabled)
+        }
     }
 }
 

@@ -297,8 +297,8 @@ pub enum SessionsCommand {
         #[arg(long, default_value_t = 50)]
         limit: u32,
         /// Only this agent's (its X-Agent-Id, or OpenClaw's agent id).
-        #[arg(long)]
-        agent: Option<String>,
+        #[arg(long, value_name = "ID", value_parser = crate::agent_id::AgentId::parse)]
+        agent: Option<crate::agent_id::AgentId>,
     },
     /// One session and its turns (by id, or by the agent's session id).
     Show {
@@ -321,8 +321,8 @@ pub enum ExperimentsCommand {
     List {
         /// Only this agent's own: its skills' (`@ID/NAME`) and its own
         /// run's weights (`agents.<id>`).
-        #[arg(long, value_name = "ID")]
-        agent: Option<String>,
+        #[arg(long, value_name = "ID", value_parser = crate::agent_id::AgentId::parse)]
+        agent: Option<crate::agent_id::AgentId>,
         #[arg(long)]
         json: bool,
         /// At most this many.
@@ -368,16 +368,16 @@ pub enum LearnCommand {
         session: Option<String>,
         /// Only this agent's sessions (with a session: it must be the
         /// agent's).
-        #[arg(long, value_name = "ID")]
-        agent: Option<String>,
+        #[arg(long, value_name = "ID", value_parser = crate::agent_id::AgentId::parse)]
+        agent: Option<crate::agent_id::AgentId>,
         #[arg(long)]
         json: bool,
     },
     /// Learning jobs: queued, running, failed and done.
     Status {
         /// Only the jobs of this agent's sessions.
-        #[arg(long, value_name = "ID")]
-        agent: Option<String>,
+        #[arg(long, value_name = "ID", value_parser = crate::agent_id::AgentId::parse)]
+        agent: Option<crate::agent_id::AgentId>,
         #[arg(long)]
         json: bool,
         /// At most this many, newest first.
@@ -396,8 +396,8 @@ pub enum SchedulerCommand {
 #[derive(clap::Args, Debug)]
 pub struct TrainArgs {
     /// The agent's own run (`agents.<id>` in the config), not the shared one.
-    #[arg(long, global = true, value_name = "ID")]
-    pub agent: Option<String>,
+    #[arg(long, global = true, value_name = "ID", value_parser = crate::agent_id::AgentId::parse)]
+    pub agent: Option<crate::agent_id::AgentId>,
     #[command(subcommand)]
     pub command: TrainCommand,
 }
@@ -493,8 +493,8 @@ pub enum SkillsCommand {
         /// Only what this agent's turns see: the shared skills and its own
         /// layer's (`@AGENT/NAME`), its own in place of a shared one of the
         /// same name.
-        #[arg(long)]
-        agent: Option<String>,
+        #[arg(long, value_name = "ID", value_parser = crate::agent_id::AgentId::parse)]
+        agent: Option<crate::agent_id::AgentId>,
         #[arg(long)]
         json: bool,
     },
@@ -518,8 +518,8 @@ pub enum SkillsCommand {
         query: String,
         /// As a turn of this agent would get them (its own skills in place
         /// of the shared ones of the same name); default: `default`.
-        #[arg(long)]
-        agent: Option<String>,
+        #[arg(long, value_name = "ID", value_parser = crate::agent_id::AgentId::parse)]
+        agent: Option<crate::agent_id::AgentId>,
         #[arg(long)]
         json: bool,
     },
@@ -557,8 +557,8 @@ pub enum SkillsCommand {
         names: Vec<String>,
         /// The skills this agent's turns see (its own layer's in place of
         /// the shared ones of the same name); default: the shared ones.
-        #[arg(long)]
-        agent: Option<String>,
+        #[arg(long, value_name = "ID", value_parser = crate::agent_id::AgentId::parse)]
+        agent: Option<crate::agent_id::AgentId>,
         /// Also remove what metaclaw exported there earlier that the
         /// library no longer has live (retired, removed), unless edited.
         #[arg(long)]

@@ -46,9 +46,6 @@ pub fn run(home: &Home, config_path: &Path, command: SessionsCommand) -> Result<
     let conn = store::open_read_only(&path)?;
     match command {
         SessionsCommand::List { json, limit, agent } => {
-            let agent = agent
-                .map(|a| crate::agent_id::AgentId::parse(&a).map_err(anyhow::Error::msg))
-                .transpose()?;
             let rows = store::list_sessions(&conn, limit, agent.as_ref().map(|a| a.as_str()))?;
             if json {
                 say!("{}", serde_json::to_string_pretty(&rows)?);

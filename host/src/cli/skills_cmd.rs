@@ -181,11 +181,6 @@ pub fn run(home: &Home, config_path: &Path, command: SkillsCommand) -> Result<Ex
             agent,
             json,
         } => {
-            let agent = agent
-                .as_deref()
-                .map(crate::agent_id::AgentId::parse)
-                .transpose()
-                .map_err(|e| anyhow::anyhow!("--agent: {e}"))?;
             let library = open_library(dir, db);
             let snapshot = library.snapshot();
             let wanted = match category.as_deref() {
@@ -335,12 +330,7 @@ pub fn run(home: &Home, config_path: &Path, command: SkillsCommand) -> Result<Ex
             }
         }
         SkillsCommand::Search { query, agent, json } => {
-            let agent = agent
-                .as_deref()
-                .map(crate::agent_id::AgentId::parse)
-                .transpose()
-                .map_err(|e| anyhow::anyhow!("--agent: {e}"))?
-                .unwrap_or_default();
+            let agent = agent.unwrap_or_default();
             let (retrieval, embedder) = Retrieval::from_config(&config.config, &db);
             if let Some(problem) = &retrieval.problem {
                 say!("warning: embeddings are off, BM25 retrieves instead: {problem}");
@@ -547,12 +537,7 @@ pub fn run(home: &Home, config_path: &Path, command: SkillsCommand) -> Result<Ex
             dry_run,
             json,
         } => {
-            let agent = agent
-                .as_deref()
-                .map(crate::agent_id::AgentId::parse)
-                .transpose()
-                .map_err(|e| anyhow::anyhow!("--agent: {e}"))?
-                .unwrap_or_default();
+            let agent = agent.unwrap_or_default();
             let target = crate::skills::export::Target::parse(&to);
             let Some(home) = std::env::var_os("HOME") else {
                 bail!("HOME is not set: give --to a folder");

@@ -23,8 +23,7 @@ pub fn run(home: &Home, config_path: &Path, args: TrainArgs) -> Result<ExitCode>
     // `--agent`: that agent's own run, under its own config.
     let (run, config) = match &args.agent {
         None => (Run::default(), config),
-        Some(agent) => {
-            let id = crate::agent_id::AgentId::parse(agent).map_err(anyhow::Error::msg)?;
+        Some(id) => {
             let own = config.for_agent(id.as_str()).map_err(anyhow::Error::msg)?;
             match own {
                 Some(own) if own.serves_student() => (Run(id.to_string()), own),

@@ -147,9 +147,22 @@ impl Config {
     /// level with the agent's own `mode` and `rl` keys over it (`None`: the
     /// agent is not listed, and shares the top level's).
     pub fn for_agent(&self, agent: &str) -> Result<Option<Config>, String> {
-        let Some(own) = self.agents.get(agent) else {
-            return Ok(None);
-        };
+        match self.agents.get(agent) {
+            Some(own) => self.with_agent(agent, own).map(Some),
+            None => Ok(None),
+        }
+    }
+
+    /// Each listed agent with the config its turns are served and trained
+    /// under (`for_agent`).
+    pub fn agent_configs(&self) -> Result<Vec<(&str, Config)>, String> {
+        self.agents
+            .iter()
+            .map(|(agent, own)| Ok((agent.as_str(), self.with_agent(agent, own)?)))
+            .collect()
+    }
+
+    fn with_agent(&self, agent: &str, own: &AgentConfig) -> Result<Config, String> {
         let mut config = self.clone();
         if let Some(mode) = &own.mode {
             config.mode = mode.clone();
@@ -179,7 +192,7 @@ impl Config {
             config.mode = Mode::Rl;
         }
         config.rl.enabled = false;
-        Ok(Some(config))
+        Ok(config)
     }
 
     /// The secrets this config holds (keys, a calendar's private URL):

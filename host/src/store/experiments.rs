@@ -290,6 +290,17 @@ pub fn list_of_agent(
     .collect()
 }
 
+/// The agent whose run a weights experiment tests ('' the shared run's);
+/// None for a skill's or an unknown experiment.
+pub fn run_agent(conn: &Connection, id: i64) -> rusqlite::Result<Option<String>> {
+    conn.prepare_cached(
+        "SELECT r.agent FROM experiments e JOIN training_runs r ON r.id = e.subject
+         WHERE e.id = ?1 AND e.kind = 'weights'",
+    )?
+    .query_row([id], |r| r.get(0))
+    .optional()
+}
+
 /// Records the arms a main turn of `session` met (the first turn of a
 /// session to meet an experiment fixes its arm; later ones agree, since
 /// the arm is a function of the session).

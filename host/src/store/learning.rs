@@ -453,15 +453,13 @@ pub fn reviewed(
 pub fn session_agent(
     conn: &Connection,
     session_id: &str,
-) -> rusqlite::Result<crate::agent_id::AgentId> {
-    let agent = conn
-        .query_row(
-            "SELECT agent_id FROM sessions WHERE id = ?1",
-            [session_id],
-            |r| super::read::agent_column(r, 0),
-        )
-        .optional()?;
-    Ok(agent.unwrap_or_default())
+) -> rusqlite::Result<Option<crate::agent_id::AgentId>> {
+    conn.query_row(
+        "SELECT agent_id FROM sessions WHERE id = ?1",
+        [session_id],
+        |r| super::read::agent_column(r, 0),
+    )
+    .optional()
 }
 
 /// The session's end reason, if it has ended.

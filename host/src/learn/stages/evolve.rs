@@ -41,7 +41,7 @@ pub async fn run(parts: &Parts, job: &Job) -> Result<Evolved> {
                 learning::main_turns(c, &session)?,
                 learning::judgments(c, &session)?,
                 learning::turn_reward_totals(c, &session)?,
-                learning::session_agent(c, &session)?,
+                learning::session_agent(c, &session)?.unwrap_or_default(),
             ))
         })
         .await?;
