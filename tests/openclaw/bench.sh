@@ -87,11 +87,12 @@ if [key(r) for r in b] != [key(r) for r in c]:
     errors.append(f"not the same rounds: {[key(r) for r in b]} vs {[key(r) for r in c]}")
 # A skill by its name: OpenClaw's turns are its agent's (`main`), whose
 # evolved skills live in its own layer (`@main/NAME`); the built-in agent's
-# in the shared library (docs/skills.md "Each agent's own skills").
+# in the shared library (docs/skills.md "Each agent's own skills"); as a
+# set, since a turn's skills are listed by id and `@main/` sorts first.
 name = lambda skill: skill.split("/", 1)[-1] if skill.startswith("@") else skill
 for x, y in zip(b, c):
     for what, f in [("passed", lambda r: r["score"]["passed"]), ("answer", lambda r: r["answer"].strip()),
-                    ("skills injected", lambda r: [name(s) for s in r.get("skills", [])])]:
+                    ("skills injected", lambda r: sorted(name(s) for s in r.get("skills", [])))]:
         if f(x) != f(y):
             errors.append(f"{key(x)}: {what}: built-in {f(x)!r}, OpenClaw {f(y)!r}")
 # OpenClaw ran its own tools for the file tasks.
