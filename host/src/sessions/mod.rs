@@ -261,15 +261,12 @@ impl Tracker {
             return Err(other(&s.id, &s.agent_id));
         }
 
+        // Without the live table (a poisoned lock): the session as asked.
+        let as_asked =
+            |agent_id| session_info(&base, source, agent_id, window.unwrap_or(0), &owner);
         let info = {
             let Ok(mut live) = self.live.lock() else {
-                return Ok(session_info(
-                    &base,
-                    source,
-                    agent_id,
-                    window.unwrap_or(0),
-                    &owner,
-                ));
+                return Ok(as_asked(agent_id));
             };
             if let Some(entry) = live.get(&base)
                 && entry.current.agent != owner
@@ -307,13 +304,7 @@ impl Tracker {
                 }
             }
             let Some(entry) = live.get_mut(&base) else {
-                return Ok(session_info(
-                    &base,
-                    source,
-                    agent_id,
-                    window.unwrap_or(0),
-                    &owner,
-                ));
+                return Ok(as_asked(agent_id));
             };
             let current_window = entry.current.window;
             let next_window = match window {

@@ -106,19 +106,6 @@ pub struct Provenance {
     pub model: String,
 }
 
-/// The frontmatter keys metaclaw reads; any other key is kept in `extra`.
-const KNOWN: [&str; 9] = [
-    "name",
-    "description",
-    "category",
-    "tags",
-    "version",
-    "created_by",
-    "component",
-    "provenance",
-    "retired",
-];
-
 /// metaclaw's keys, which the Agent Skills layout keeps under `metadata`.
 pub const METADATA_KEYS: [&str; 7] = [
     "category",
@@ -211,8 +198,10 @@ pub fn parse_text(text: &str) -> Result<Skill, String> {
             format!("frontmatter is not valid YAML: {e}")
         })?,
     };
+    // The keys metaclaw reads (`name`, `description` and its own); any
+    // other key is kept in `extra`.
     let mut known: HashMap<&str, Value> = HashMap::new();
-    for key in KNOWN {
+    for key in ["name", "description"].into_iter().chain(METADATA_KEYS) {
         if let Some(value) = extra.shift_remove(key) {
             known.insert(key, value);
         }
