@@ -12,7 +12,7 @@ use std::process::{Command, Output};
 
 use serde_json::Value;
 
-use common::{BIN, dummy};
+use common::{BIN, cli_in, dummy};
 
 const ROUNDS: usize = 61;
 const FILE_CHECKS: usize = 36;
@@ -307,6 +307,21 @@ fn each_repeat_starts_from_a_clean_home() {
         assert!(
             dir.join(repeat).join("home/metaclaw.db").is_file(),
             "{repeat}"
+        );
+        // What its nights evolved is written in the Agent Skills layout:
+        // an agent's own skill folder takes it as it is.
+        let skills = dir.join(repeat).join("home/skills");
+        let names: Vec<String> = std::fs::read_dir(&skills)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
+        assert!(evolved(&names), "{repeat}: {names:?}");
+        let out = cli_in(home.path(), &["skills", "check", skills.to_str().unwrap()]);
+        assert!(
+            out.status.success(),
+            "{repeat}: {}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
         );
     }
     let s = summary(&r, "learn");

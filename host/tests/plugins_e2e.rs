@@ -11,7 +11,10 @@ use std::time::{Duration, Instant};
 use common::*;
 use serde_json::{Value, json};
 
-const WATCHING: &str = "llm:\n  api_base: {upstream}\nplugins:\n  watch_interval: 200ms\n";
+// These tests load plugins, not race the compile deadline (sandbox_e2e does
+// that): on a loaded 2-core machine the Python plugin's compile alone has
+// taken over the default 60 s.
+const WATCHING: &str = "llm:\n  api_base: {upstream}\nplugins:\n  watch_interval: 200ms\n  timeouts:\n    compile: 10m\n";
 
 fn finished_turn(session: &str, next: Option<&str>, response: &str) -> Value {
     json!({

@@ -121,6 +121,13 @@ cat >"$oc_json" <<JSON
   }
 }
 JSON
+# Two more agents of the user's, added with OpenClaw's own command before
+# metaclaw arrives: each gets its own skills and sessions through metaclaw (f).
+for agent in a b; do
+  timeout -k 10 120 openclaw agents add "$agent" --workspace "$HOME/workspace-$agent" --non-interactive --json \
+    >"$work/agents-add-$agent.json" 2>"$work/agents-add-$agent.err" ||
+    die "openclaw agents add $agent: $(tail -n 5 "$work/agents-add-$agent.err")"
+done
 cp -p "$oc_json" "$work/openclaw.json.orig"
 openclaw config validate >"$work/validate-baseline.log" 2>&1 ||
   die "the baseline openclaw.json is not valid for openclaw: $(cat "$work/validate-baseline.log")"
@@ -144,6 +151,20 @@ created_by: user
 1. Heat the water to 83 degrees, never boiling.
 2. Steep the zorblax leaves for exactly four minutes ($skill_marker).
 MD
+# One skill name in agent a's layer and in agent b's, each with its own marker.
+agent_skill="polish-qubit-lens"
+for agent in a b; do
+  mkdir -p "$skills_dir/@$agent/$agent_skill"
+  cat >"$skills_dir/@$agent/$agent_skill/SKILL.md" <<MD
+---
+name: $agent_skill
+description: How to polish a qubit lens without scratching its coating, for agent $agent.
+---
+# Polish a qubit lens
+
+Use a dry microfibre cloth in small circles (QUBIT-LENS-MARKER-$agent-7291).
+MD
+done
 cat >"$METACLAW_HOME/config.yaml" <<YAML
 llm:
   api_base: $upstream/v1
@@ -251,11 +272,11 @@ done
 echo "gateway listening on 127.0.0.1:$gateway_port after $(($(date +%s) - deadline + 120))s"
 
 turn_no=0
-turn() { # <message>: one headless turn through the gateway; JSON in $work/turn-N.json
+turn() { # <message> [agent]: one headless turn through the gateway; JSON in $work/turn-N.json
   turn_no=$((turn_no + 1))
   local t0 rc=0
   t0=$(date +%s)
-  timeout -k 10 240 openclaw agent --agent main --message "$1" --json \
+  timeout -k 10 240 openclaw agent --agent "${2:-main}" --message "$1" --json \
     >"$work/turn-$turn_no.json" 2>"$work/turn-$turn_no.err" || rc=$?
   echo "turn $turn_no: exit $rc in $(($(date +%s) - t0))s"
   [ "$rc" -eq 0 ] || die "openclaw agent (turn $turn_no) exited $rc: $(tail -n 5 "$work/turn-$turn_no.err")"
@@ -434,6 +455,39 @@ else
   fail "(d) no metaclaw session $new_id with the turn after the reset within 30s: $("$bin" sessions list --json 2>&1 | head -c 800)"
 fi
 check "wiring: still untouched after the reset" wired_check wired
+
+# ---------------------------------------------------------------- two agents
+step "agents a and b: their own skills and sessions"
+for agent in a b; do
+  other=b; [ "$agent" = b ] && other=a
+  turn "How do I polish a qubit lens properly?" "$agent"
+  openclaw_requests >"$work/requests-$agent.jsonl" ||
+    die "could not read the dummy upstream's requests ($upstream/v1/dummy/requests)"
+  check "(f) agent $agent's turn gets its own $agent_skill, never agent $other's" \
+    python3 - "$work/requests-$agent.jsonl" "QUBIT-LENS-MARKER-$agent-7291" "QUBIT-LENS-MARKER-$other-7291" <<'PY'
+import json, sys
+r = json.loads(open(sys.argv[1]).read().splitlines()[-1])
+m = r["messages"][0]
+s = m["content"] if isinstance(m["content"], str) else "".join(p.get("text", "") for p in m["content"])
+mine, theirs = sys.argv[2], sys.argv[3]
+if mine not in s or theirs in s:
+    print(f"own marker {'in' if mine in s else 'missing'}, other's {'in' if theirs in s else 'absent'}"); sys.exit(1)
+print("own skill injected, the other agent's not")
+PY
+  sid_agent="$(turn_field "$turn_no" 'd["result"]["meta"]["agentMeta"]["sessionId"]')" || sid_agent="<none>"
+  if wait_recorded "$sid_agent" 1; then
+    check "(f) agent $agent's turn is recorded in a session of its own" python3 - "$agent" "$sid_agent" <<PY
+import json, subprocess, sys
+agent, sid = sys.argv[1], sys.argv[2]
+mine = json.loads(subprocess.run(["$bin", "sessions", "list", "--agent", agent, "--json"], capture_output=True, check=True).stdout)
+ids = [s["id"] for s in mine]
+if ids != [sid]: print(f"sessions of {agent}: {ids}, expected [{sid!r}]"); sys.exit(1)
+print(f"sessions list --agent {agent}: [{sid}]")
+PY
+  else
+    fail "(f) metaclaw recorded no turn under agent $agent's session $sid_agent within 30s"
+  fi
+done
 
 # ---------------------------------------------------------------- stop --restore
 step "stop the gateway, then metaclaw stop --restore"

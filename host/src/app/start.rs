@@ -280,6 +280,18 @@ impl App {
             }
         });
         if let Some(skills) = skills {
+            // Skills from other tools wait for the guard's verdict.
+            spawn_until(
+                &mut tasks,
+                &cancel,
+                skills
+                    .untrusted
+                    .clone()
+                    .run(skills.library.clone(), plugins.clone()),
+            );
+            // Evolved skills offered to OpenClaw's Skill Workshop, and
+            // the owner's verdicts read back (`skills.deliver`).
+            spawn_until(&mut tasks, &cancel, skills.delivery.clone().run());
             load_skills(skills, plugins.as_deref());
         }
         if let Some(host) = plugins {

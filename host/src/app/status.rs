@@ -61,6 +61,12 @@ pub fn status_json(app: &App) -> Result<Value, String> {
                 // Every loaded retriever: ready, indexing, failed or
                 // not_started (what a tool waits on before a first turn).
                 "retrievers": skills.retriever_indexes(snapshot.generation),
+                // Skills from other tools (`skills.untrusted`): how many the
+                // guard passed, how many are held, and why checking waits.
+                "untrusted": skills.untrusted.status(&snapshot),
+                // `skills.deliver`: evolved skills offered to OpenClaw's
+                // Skill Workshop, by the owner's verdict.
+                "delivery": skills.delivery.status(),
             })
         }),
         "learning": crate::learn::state_json(app.learn.is_some()),

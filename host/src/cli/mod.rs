@@ -510,6 +510,10 @@ pub enum SkillsCommand {
     Stats {
         /// One skill (all its versions); default: every skill's current one.
         name: Option<String>,
+        /// Only this agent's sessions' turns, of the skills it sees
+        /// (retrieval ranks by every agent's).
+        #[arg(long, value_name = "ID", value_parser = crate::agent_id::AgentId::parse)]
+        agent: Option<crate::agent_id::AgentId>,
         #[arg(long)]
         json: bool,
     },

@@ -174,6 +174,24 @@ pub fn run(home: &Home, config_path: &Path, command: SkillsCommand) -> Result<Ex
         library.rescan(None);
         library
     };
+    // Skills from other tools and the guard's verdicts, as the daemon reads
+    // them (the daemon asks the guard; these commands only read).
+    let untrusted = crate::skills::untrusted::Untrusted::new(
+        config.config.skills.untrusted.clone(),
+        db.clone(),
+    );
+    // ...and the skills offered to OpenClaw's Skill Workshop.
+    let delivery = crate::skills::workshop::Delivery::new(
+        config.config.skills.deliver,
+        config.config.skills.workshop.clone(),
+        db.clone(),
+    );
+    let hold = |s: &crate::skills::skill::Skill| {
+        untrusted
+            .hold(s)
+            .map(|h| h.label())
+            .or_else(|| delivery.hold(s))
+    };
     match command {
         SkillsCommand::List {
             category,
@@ -212,6 +230,7 @@ pub fn run(home: &Home, config_path: &Path, command: SkillsCommand) -> Result<Ex
                             "tags": s.tags, "version": s.version.to_string(), "created_by": s.created_by,
                             "component": s.component, "content_hash": s.content_hash,
                             "retired": s.retired,
+                            "held": hold(s),
                         })).collect::<Vec<_>>(),
                         "problems": snapshot.problems,
                     }))?
@@ -227,6 +246,8 @@ pub fn run(home: &Home, config_path: &Path, command: SkillsCommand) -> Result<Ex
                     let description: String = s.description.chars().take(70).collect();
                     let retired = if s.retired.is_some() {
                         "[retired] "
+                    } else if hold(s).is_some() {
+                        "[held] "
                     } else {
                         ""
                     };
@@ -258,6 +279,7 @@ pub fn run(home: &Home, config_path: &Path, command: SkillsCommand) -> Result<Ex
                 &db,
                 &open_library(dir.clone(), db.clone()).snapshot(),
                 Some(&name),
+                None,
             );
             if json {
                 let files: Vec<_> = bundled
@@ -304,10 +326,10 @@ pub fn run(home: &Home, config_path: &Path, command: SkillsCommand) -> Result<Ex
                 }
             }
         }
-        SkillsCommand::Stats { name, json } => {
+        SkillsCommand::Stats { name, agent, json } => {
             let library = open_library(dir, db.clone());
             let snapshot = library.snapshot();
-            let (board, rows) = stats::rows(&db, &snapshot, name.as_deref())?;
+            let (board, rows) = stats::rows(&db, &snapshot, name.as_deref(), agent.as_ref())?;
             if let Some(name) = &name
                 && snapshot.get(name).is_none()
                 && board.versions(name).is_empty()
@@ -552,8 +574,9 @@ pub fn run(home: &Home, config_path: &Path, command: SkillsCommand) -> Result<Ex
                 .filter(|s| snapshot.visible_to(&s.id, &agent))
                 .cloned()
                 .collect();
-            let done =
-                crate::skills::export::export(&dir, &visible, &names, &into, &conn, sync, dry_run)?;
+            let done = crate::skills::export::export(
+                &dir, &visible, &hold, &names, &into, &conn, sync, dry_run,
+            )?;
             if json {
                 say!("{}", serde_json::to_string_pretty(&done)?);
             } else {

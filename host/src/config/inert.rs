@@ -141,6 +141,12 @@ pub const IMPLEMENTED: &[&str] = &[
     "skills.component_threshold",
     "skills.outcome_weight",
     "skills.auto_retire",
+    "skills.untrusted",
+    "skills.deliver",
+    "skills.workshop.command",
+    "skills.workshop.state_dir",
+    "skills.workshop.agent",
+    "skills.workshop.poll_every",
     // The dashboard (ui/).
     "ui.actions",
     "ui.enabled",

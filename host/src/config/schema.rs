@@ -400,6 +400,66 @@ pub struct SkillsConfig {
     /// Take skills the outcomes flag out of retrieval (evolved ones only;
     /// the user's own and the built-in are flagged, never retired).
     pub auto_retire: bool,
+    /// Skills other tools drop into the folder, by name (`*` any run of
+    /// characters; in any agent's layer): untrusted input, held out of
+    /// turns, of the evolver's view and of exports until the `guard`
+    /// evolver has passed their exact text (skills::untrusted). Default
+    /// `["arc-*"]` (AutoResearchClaw's); `[]` trusts the whole folder.
+    pub untrusted: Vec<String>,
+    /// How an evolved skill reaches the agent: `inject` (into turns, as
+    /// always), `workshop` (offered to OpenClaw's Skill Workshop, pending
+    /// its owner's review; injected once applied) or `both` (injected, and
+    /// offered; no longer injected once rejected). skills::workshop.
+    pub deliver: Deliver,
+    /// OpenClaw's Skill Workshop, for `deliver: workshop | both`.
+    pub workshop: WorkshopConfig,
+}
+
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq, Default)]
+#[serde(rename_all = "lowercase")]
+pub enum Deliver {
+    #[default]
+    Inject,
+    Workshop,
+    Both,
+}
+
+impl Deliver {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Deliver::Inject => "inject",
+            Deliver::Workshop => "workshop",
+            Deliver::Both => "both",
+        }
+    }
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(default)]
+pub struct WorkshopConfig {
+    /// The OpenClaw CLI metaclaw proposes through (a name on PATH or a
+    /// path).
+    pub command: String,
+    /// OpenClaw's state folder (`OPENCLAW_STATE_DIR` for the command;
+    /// unset: OpenClaw's own default, `~/.openclaw`).
+    pub state_dir: Option<String>,
+    /// The OpenClaw agent whose Workshop gets the shared skills (an
+    /// agent's own layer goes to the OpenClaw agent of that id).
+    pub agent: String,
+    /// How often the owner's verdicts are read (each read starts
+    /// OpenClaw's CLI). 1s to 1d.
+    pub poll_every: Dur,
+}
+
+impl Default for WorkshopConfig {
+    fn default() -> Self {
+        Self {
+            command: "openclaw".into(),
+            state_dir: None,
+            agent: "main".into(),
+            poll_every: Dur::secs(300),
+        }
+    }
 }
 
 impl SkillsConfig {
@@ -451,6 +511,9 @@ impl Default for SkillsConfig {
             component_threshold: 0.5,
             outcome_weight: 0.3,
             auto_retire: false,
+            untrusted: vec!["arc-*".into()],
+            deliver: Deliver::Inject,
+            workshop: WorkshopConfig::default(),
         }
     }
 }

@@ -23,6 +23,33 @@ pub fn validate(config: &Config) -> Result<(), ConfigError> {
     if let Some(base) = &config.skills.embedding_api_base {
         http_url("skills.embedding_api_base", base, false)?;
     }
+    for pattern in &config.skills.untrusted {
+        let chars = |c: char| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-' || c == '*';
+        if pattern.is_empty() || !pattern.chars().all(chars) {
+            return Err(invalid(
+                "skills.untrusted",
+                format!(
+                    "`{pattern}` is not a skill-name pattern: lowercase letters, digits, `-` and `*` (any run of characters), e.g. `arc-*`"
+                ),
+            ));
+        }
+    }
+    let poll = config.skills.workshop.poll_every.get();
+    if poll < std::time::Duration::from_secs(1) || poll > std::time::Duration::from_secs(86_400) {
+        return Err(invalid(
+            "skills.workshop.poll_every",
+            "must be between 1s and 1d".into(),
+        ));
+    }
+    if config.skills.workshop.command.trim().is_empty() {
+        return Err(invalid(
+            "skills.workshop.command",
+            "name OpenClaw's CLI (`openclaw`, or its path)".into(),
+        ));
+    }
+    if let Err(e) = crate::agent_id::AgentId::parse(&config.skills.workshop.agent) {
+        return Err(invalid("skills.workshop.agent", e));
+    }
     http_url("rl.prm_url", &config.rl.prm_url, true)?;
     http_url("rl.evolver_api_base", &config.rl.evolver_api_base, true)?;
     for agent in config.agents.keys() {

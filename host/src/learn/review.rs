@@ -112,6 +112,11 @@ pub fn accept(db: &Path, dir: &Path, id: i64) -> Result<DraftRow> {
     let (Some(skill_id), Some(content)) = (&row.skill_id, &row.content) else {
         bail!("revision {id} has no SKILL.md to write; reject it");
     };
+    if let Some(refused) = super::stages::publish::spec_refusal(skill_id, content) {
+        bail!(
+            "cannot accept revision {id}: {refused}; reject it with `metaclaw skills review reject {id}`"
+        );
+    }
     // Recorded before the file is in place: whichever rescan finds it
     // credits the session that drafted it.
     learning::writing(&conn, id, &sha256_hex(content.as_bytes()), now_ms())?;

@@ -242,6 +242,10 @@ impl PluginEngine {
             Err(late) if late.is::<CompileTimedOut>() => Err(late),
             Err(plain) => match self.compile_for(FlavorId::Concurrent, bytes, sha256) {
                 Ok(component) => Ok((component, FlavorId::Concurrent)),
+                // Out of time in the concurrent engine (its slot held by
+                // other compiles on a loaded machine): that is the reason,
+                // not the plain engine's refusal of the async ABI.
+                Err(late) if late.is::<CompileTimedOut>() => Err(late),
                 // Not an async-ABI component either: the plain engine's
                 // reason is the one that applies.
                 Err(_) => Err(plain),

@@ -97,10 +97,14 @@ pub struct Exported {
 
 /// Exports the live skills of `library` (the folder `library_dir`; `only`:
 /// just these names) into `dir`, recording what it wrote in `conn`.
-/// `dry_run`: says what it would do, writes nothing.
+/// `dry_run`: says what it would do, writes nothing. `held` says why a
+/// skill may not leave metaclaw now (one from another tool the guard has
+/// not passed): it is skipped, and what an earlier export wrote of it stays.
+#[allow(clippy::too_many_arguments)]
 pub fn export(
     library_dir: &Path,
     skills: &[Arc<Skill>],
+    held: &dyn Fn(&Skill) -> Option<String>,
     only: &[String],
     dir: &Path,
     conn: &Connection,
@@ -133,6 +137,10 @@ pub fn export(
             continue;
         }
         live.push(skill.name.clone());
+        if let Some(why) = held(skill) {
+            out.skipped.push((skill.name.clone(), why));
+            continue;
+        }
         if skill.component.is_some() {
             out.skipped.push((
                 skill.name.clone(),
@@ -297,6 +305,7 @@ mod tests {
         let done = export(
             &lib,
             &all,
+            &|_| None,
             &["@work/beta".into()],
             &into,
             &conn,
@@ -367,7 +376,17 @@ mod tests {
                 ("cite-sources", "v1"),
             ],
         );
-        let first = export(lib.path(), &skills, &[], agent.path(), &conn, false, false).unwrap();
+        let first = export(
+            lib.path(),
+            &skills,
+            &|_| None,
+            &[],
+            agent.path(),
+            &conn,
+            false,
+            false,
+        )
+        .unwrap();
         assert_eq!(first.written, ["retry-flaky", "cite-sources"]);
         assert_eq!(first.kept.len(), 1, "{:?}", first.kept);
         let mine = std::fs::read_to_string(agent.path().join("git-hygiene/SKILL.md")).unwrap();
@@ -385,7 +404,17 @@ mod tests {
         )
         .unwrap();
         let skills = library(lib.path(), &[("retry-flaky", "v2"), ("cite-sources", "v2")]);
-        let again = export(lib.path(), &skills, &[], agent.path(), &conn, false, false).unwrap();
+        let again = export(
+            lib.path(),
+            &skills,
+            &|_| None,
+            &[],
+            agent.path(),
+            &conn,
+            false,
+            false,
+        )
+        .unwrap();
         assert_eq!(again.updated, ["retry-flaky"]);
         assert_eq!(again.kept[0].0, "cite-sources");
         let updated = std::fs::read_to_string(agent.path().join("retry-flaky/SKILL.md")).unwrap();
@@ -402,10 +431,30 @@ mod tests {
         let mut retired = (*skills[0]).clone();
         retired.retired = Some("canary".into());
         skills[0] = Arc::new(retired);
-        let dry = export(lib.path(), &skills, &[], agent.path(), &conn, true, true).unwrap();
+        let dry = export(
+            lib.path(),
+            &skills,
+            &|_| None,
+            &[],
+            agent.path(),
+            &conn,
+            true,
+            true,
+        )
+        .unwrap();
         assert_eq!(dry.removed, ["retry-flaky"]);
         assert!(agent.path().join("retry-flaky/SKILL.md").exists());
-        let synced = export(lib.path(), &skills, &[], agent.path(), &conn, true, false).unwrap();
+        let synced = export(
+            lib.path(),
+            &skills,
+            &|_| None,
+            &[],
+            agent.path(),
+            &conn,
+            true,
+            false,
+        )
+        .unwrap();
         assert_eq!(synced.removed, ["retry-flaky"]);
         assert!(!agent.path().join("retry-flaky").exists());
         assert!(agent.path().join("git-hygiene/SKILL.md").exists());

@@ -29,7 +29,9 @@ pub mod outcomes;
 pub mod skill;
 pub mod spec;
 pub mod stats;
+pub mod untrusted;
 pub mod upgrade;
+pub mod workshop;
 
 /// The library folder and the store file that `config` names (under
 /// `home` unless set).
@@ -87,6 +89,12 @@ pub struct Settings {
     /// `canary.*` when `canary.skills` is on: evolved skills are tested on
     /// a share of sessions.
     pub canary: Option<crate::config::CanaryConfig>,
+    /// `skills.untrusted`: skills from other tools, held until the guard
+    /// passed them ([`untrusted`]).
+    pub untrusted: Vec<String>,
+    /// `skills.deliver` and `skills.workshop` ([`workshop`]).
+    pub deliver: crate::config::Deliver,
+    pub workshop: crate::config::WorkshopConfig,
 }
 
 impl Settings {
@@ -105,6 +113,9 @@ impl Settings {
             builtin_plugins: config.plugins.builtin,
             turn_budget: config.plugins.turn_budget.get(),
             canary: config.canary.skills.then(|| config.canary.clone()),
+            untrusted: s.untrusted.clone(),
+            deliver: s.deliver,
+            workshop: s.workshop.clone(),
         }
     }
 }
@@ -277,6 +288,12 @@ pub struct Skills {
     /// The skill versions under test and their arms (learning updates
     /// them; empty with `canary.skills` off).
     pub canaries: Arc<crate::canary::Live>,
+    /// Skills from other tools and the guard's verdicts on them: a held
+    /// one is never injected, shown to the evolver or exported.
+    pub untrusted: Arc<untrusted::Untrusted>,
+    /// Evolved skills offered to OpenClaw's Skill Workshop and the owner's
+    /// verdicts (`skills.deliver`).
+    pub delivery: Arc<workshop::Delivery>,
 }
 
 /// A skill as retriever plugins see it.
@@ -310,6 +327,13 @@ impl Skills {
             }
             None => crate::canary::Live::new(),
         };
+        let untrusted =
+            untrusted::Untrusted::new(settings.untrusted.clone(), library.db().to_path_buf());
+        let delivery = workshop::Delivery::new(
+            settings.deliver,
+            settings.workshop.clone(),
+            library.db().to_path_buf(),
+        );
         Arc::new(Self {
             library,
             plugins,
@@ -319,6 +343,8 @@ impl Skills {
             wit: RwLock::new((u64::MAX, Arc::new(Vec::new()))),
             outcomes,
             canaries,
+            untrusted,
+            delivery,
         })
     }
 
@@ -342,6 +368,22 @@ impl Skills {
             *cached = (snapshot.generation, list.clone());
         }
         list
+    }
+
+    /// Whether turns may get `skill`: not one from another tool the guard
+    /// has not passed ([`untrusted`]), nor one offered to OpenClaw's Skill
+    /// Workshop that its owner has not applied (`deliver: workshop`) or
+    /// has rejected (`both`) ([`workshop`]).
+    pub fn usable(&self, skill: &Skill) -> bool {
+        !self.untrusted.held(skill) && self.delivery.usable(skill)
+    }
+
+    /// Why turns do not get `skill`, if they do not.
+    pub fn hold(&self, skill: &Skill) -> Option<String> {
+        self.untrusted
+            .hold(skill)
+            .map(|h| h.label())
+            .or_else(|| self.delivery.hold(skill))
     }
 
     /// The retrievers (`name@version`) that have indexed `generation`.
@@ -378,6 +420,8 @@ impl Skills {
     /// plugin runtime (each `index()` under its own deadline): a reload or
     /// a library change never waits for it.
     pub fn warm(&self) {
+        // A new or edited skill from another tool waits for the guard.
+        self.untrusted.wake();
         let Some(plugins) = &self.plugins else { return };
         let snapshot = self.library.snapshot();
         let skills = self.wit_skills(&snapshot);
@@ -474,9 +518,14 @@ impl Skills {
                         }
                         // A NaN or infinite relevance is no relevance: it
                         // would pass every floor, or raise it past all others.
+                        // A held skill is not a candidate at all
+                        // ([`Skills::usable`]; retrievers index it: an
+                        // index is per library generation, and a verdict
+                        // is no new generation).
                         selection.ranked = ranked
                             .iter()
                             .filter(|r| r.score.is_finite())
+                            .filter(|r| snapshot.get(&r.id).is_none_or(|s| self.usable(s)))
                             .map(|r| (r.id.clone(), r.score))
                             .collect();
                         // By the score the floors and `skills search` use:

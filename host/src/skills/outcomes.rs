@@ -268,6 +268,21 @@ impl Board {
         Ok(Self::new(rows))
     }
 
+    /// The board of one agent's turns only (`skills stats --agent`).
+    pub fn read_of_agent(db: &std::path::Path, agent: &str) -> Result<Self, String> {
+        if !db.exists() {
+            return Ok(Self::default());
+        }
+        let conn = crate::store::open_read_only(db).map_err(|e| format!("{e:#}"))?;
+        let rows = crate::store::outcomes::of_agent(&conn, agent).map_err(|e| {
+            format!(
+                "reading agent {agent}'s outcomes from {}: {e}",
+                db.display()
+            )
+        })?;
+        Ok(Self::new(rows))
+    }
+
     /// One version's sums (none yet: zeros).
     pub fn sums(&self, id: &str, version: &str) -> Sums {
         self.by_skill

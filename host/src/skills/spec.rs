@@ -66,6 +66,23 @@ pub fn refused(findings: &[Finding]) -> bool {
     findings.iter().any(|f| f.severity == Severity::Refused)
 }
 
+/// The refusals among `findings`, as one line.
+pub fn refusals(findings: &[Finding]) -> String {
+    findings
+        .iter()
+        .filter(|f| f.severity == Severity::Refused)
+        .map(|f| format!("{}: {}", f.field, f.message))
+        .collect::<Vec<_>>()
+        .join("; ")
+}
+
+/// Why an agent would refuse `text` (in a folder named `folder`), if it
+/// would: its refusals, one line.
+pub fn refusal(text: &str, folder: Option<&str>) -> Option<String> {
+    let findings = check(text, folder);
+    refused(&findings).then(|| refusals(&findings))
+}
+
 /// Checks the text of a SKILL.md against the spec; `folder` is the name of
 /// the folder holding it, which `name` must equal. Empty: an agent takes it.
 pub fn check(text: &str, folder: Option<&str>) -> Vec<Finding> {

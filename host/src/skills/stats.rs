@@ -32,8 +32,18 @@ pub struct Row {
 
 /// The rows of `name` (each version with outcomes, and the current one),
 /// or of every library skill's current version; most injected first.
-pub fn rows(db: &Path, snapshot: &Snapshot, name: Option<&str>) -> Result<(Board, Vec<Row>)> {
-    let board = Board::read(db).map_err(anyhow::Error::msg)?;
+/// `agent`: of that agent's turns only, of the skills it sees.
+pub fn rows(
+    db: &Path,
+    snapshot: &Snapshot,
+    name: Option<&str>,
+    agent: Option<&crate::agent_id::AgentId>,
+) -> Result<(Board, Vec<Row>)> {
+    let board = match agent {
+        Some(agent) => Board::read_of_agent(db, agent.as_str()),
+        None => Board::read(db),
+    }
+    .map_err(anyhow::Error::msg)?;
     let row = |id: &str, version: &str| {
         let skill = snapshot.get(id);
         let sums = board.sums(id, version);
@@ -72,6 +82,7 @@ pub fn rows(db: &Path, snapshot: &Snapshot, name: Option<&str>) -> Result<(Board
         None => snapshot
             .skills
             .iter()
+            .filter(|s| agent.is_none_or(|a| snapshot.visible_to(&s.id, a)))
             .map(|s| row(&s.id, &s.version.to_string()))
             .collect(),
     };

@@ -80,7 +80,7 @@ pub fn once(dir: &Path, db: &Path, backups: &Path) -> Result<Option<Upgraded>> {
             Ok(back) if same_skill(&back, &s) => {
                 let still = spec::check(&rendered, Some(&s.id));
                 if spec::refused(&still) {
-                    upgraded.left.push((s.id.clone(), refusals(&still)));
+                    upgraded.left.push((s.id.clone(), spec::refusals(&still)));
                 }
                 writes.push((s.id.clone(), text, rendered));
             }
@@ -146,15 +146,6 @@ fn same_skill(a: &Skill, b: &Skill) -> bool {
         &b.retired,
         &b.body,
     )
-}
-
-fn refusals(findings: &[spec::Finding]) -> String {
-    findings
-        .iter()
-        .filter(|f| f.severity == spec::Severity::Refused)
-        .map(|f| format!("{}: {}", f.field, f.message))
-        .collect::<Vec<_>>()
-        .join("; ")
 }
 
 #[cfg(test)]

@@ -202,6 +202,38 @@ pub fn all(conn: &Connection) -> rusqlite::Result<HashMap<Key, Sums>> {
     .collect()
 }
 
+/// The sums of one agent's main turns only (its sessions'), read from the
+/// turns themselves: the running sums pool every agent, and this is for
+/// `skills stats --agent`, not a turn's path.
+pub fn of_agent(conn: &Connection, agent: &str) -> rusqlite::Result<HashMap<Key, Sums>> {
+    let mut out: HashMap<Key, Sums> = HashMap::new();
+    let mut stmt = conn.prepare(
+        "SELECT t.reward, t.injected_skills FROM turns t JOIN sessions s ON s.id = t.session_id
+         WHERE s.agent_id = ?1 AND t.turn_type = 'main' AND t.status = 'ok'",
+    )?;
+    let rows = stmt.query_map([agent], |r| {
+        Ok((r.get::<_, Option<f64>>(0)?, r.get::<_, Option<String>>(1)?))
+    })?;
+    for row in rows {
+        let (reward, injected) = row?;
+        let delta = Delta::turn(reward);
+        let mut skills = keys(injected.as_deref());
+        skills.sort();
+        skills.dedup();
+        for key in skills
+            .into_iter()
+            .chain(std::iter::once((ALL.into(), ALL.into())))
+        {
+            let sums = out.entry(key).or_default();
+            sums.injected += delta.injected;
+            sums.judged += delta.judged;
+            sums.reward_sum += delta.sum;
+            sums.reward_sq += delta.sq;
+        }
+    }
+    Ok(out)
+}
+
 #[cfg(test)]
 mod tests {
     #![allow(clippy::unwrap_used)]
@@ -250,6 +282,34 @@ mod tests {
             .get(&(id.to_string(), version.to_string()))
             .copied()
             .unwrap_or_default()
+    }
+
+    #[test]
+    fn one_agents_sums_count_only_its_own_sessions_turns() {
+        let conn = db();
+        turn(&conn, "t1", &[("tidy", "1.0.0")]);
+        turn(&conn, "t2", &[("tidy", "1.0.0")]);
+        set_reward(&conn, "t1", 1.0).unwrap();
+        set_reward(&conn, "t2", -0.5).unwrap();
+        // t2 moves to a session of agent `work`.
+        conn.execute(
+            "INSERT INTO sessions (id, base_key, source, started_at_ms, last_activity_ms, agent_id)
+             VALUES ('w', 'w', 'test', 0, 0, 'work')",
+            [],
+        )
+        .unwrap();
+        conn.execute("UPDATE turns SET session_id = 'w' WHERE id = 't2'", [])
+            .unwrap();
+        let key = ("tidy".to_string(), "1.0.0".to_string());
+        let work = of_agent(&conn, "work").unwrap();
+        assert_eq!(work[&key].injected, 1);
+        assert_eq!(work[&key].reward_sum, -0.5);
+        let default = of_agent(&conn, "default").unwrap();
+        assert_eq!(default[&key].reward_sum, 1.0);
+        assert_eq!(default[&(ALL.to_string(), ALL.to_string())].judged, 1);
+        // The running sums pool both.
+        assert_eq!(sums(&conn, "tidy", "1.0.0").injected, 2);
+        assert!(of_agent(&conn, "nobody").unwrap().is_empty());
     }
 
     #[test]

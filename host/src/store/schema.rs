@@ -523,6 +523,40 @@ const MIGRATIONS: &[&str] = &[
     SELECT '', policy_version, value, count FROM rl_policy_baselines;
     DROP TABLE rl_policy_baselines;
     "#,
+    // 24: skills from other tools (`skills.untrusted`) as the guard judged
+    // them, by the sha256 of the exact SKILL.md it read: an edit is checked
+    // again, a restart is not (skills::untrusted).
+    r#"
+    CREATE TABLE skill_checks (
+        sha256     TEXT PRIMARY KEY,
+        skill_id   TEXT NOT NULL,
+        passed     INTEGER NOT NULL,   -- 1: guard kept it; 0: refused
+        reason     TEXT,               -- guard's reason for a refusal
+        checker    TEXT NOT NULL,      -- the plugin, name@version
+        at_ms      INTEGER NOT NULL
+    ) WITHOUT ROWID;
+    "#,
+    // 25: evolved skills offered to OpenClaw's Skill Workshop
+    // (`skills.deliver`, skills::workshop), by the sha256 of the SKILL.md
+    // offered: recorded before the file is written, proposed through
+    // OpenClaw's CLI, then the owner's verdict.
+    r#"
+    CREATE TABLE skill_proposals (
+        sha256         TEXT PRIMARY KEY,
+        skill_id       TEXT NOT NULL,
+        version        TEXT,
+        content        TEXT NOT NULL,
+        openclaw_agent TEXT NOT NULL,
+        -- to_offer | pending | applied | rejected | quarantined | stale | failed
+        state          TEXT NOT NULL,
+        proposal_id    TEXT,
+        reason         TEXT,
+        attempts       INTEGER NOT NULL DEFAULT 0,
+        created_at_ms  INTEGER NOT NULL,
+        updated_at_ms  INTEGER NOT NULL
+    ) WITHOUT ROWID;
+    CREATE INDEX skill_proposals_by_state ON skill_proposals(state, skill_id);
+    "#,
 ];
 
 pub fn configure(conn: &Connection) -> rusqlite::Result<()> {

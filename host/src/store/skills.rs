@@ -302,6 +302,27 @@ pub fn builtin_hashes(conn: &Connection, skill_id: &str) -> rusqlite::Result<Vec
         .collect()
 }
 
+/// Adds an event to a skill's history that is no change of its text (what
+/// an agent's owner decided about it, say), at the current generation.
+pub fn note(conn: &Connection, change: &SkillChange) -> rusqlite::Result<()> {
+    let generation = generation(conn)?;
+    conn.execute(
+        "INSERT INTO skill_changes (skill_id, change, version, content_hash, who, why, generation, at_ms)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
+        params![
+            change.skill_id,
+            change.change,
+            change.version,
+            change.content_hash,
+            change.who,
+            change.why,
+            generation as i64,
+            change.at_ms
+        ],
+    )?;
+    Ok(())
+}
+
 /// A skill's recorded history, oldest first.
 pub fn history(conn: &Connection, skill_id: &str) -> rusqlite::Result<Vec<SkillChange>> {
     conn.prepare(

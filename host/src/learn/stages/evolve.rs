@@ -105,7 +105,7 @@ pub async fn run(parts: &Parts, job: &Job) -> Result<Evolved> {
     let snapshot = skills.library.snapshot();
     // What the session's agent sees: the shared skills and its own layer's
     // (the evolver names them by name; what it learns goes to that layer).
-    let visible = Visible::of(&snapshot, &agent);
+    let visible = Visible::of(&snapshot, &agent, &skills.untrusted);
     // Skills whose turns went clearly worse than the others are named as
     // such: revising one ("updates") starts a new version.
     let board = skills.outcomes.board();
@@ -284,12 +284,17 @@ struct Visible {
 }
 
 impl Visible {
-    fn of(snapshot: &crate::skills::library::Snapshot, agent: &crate::agent_id::AgentId) -> Self {
+    /// ...leaving out skills from other tools the guard has not passed.
+    fn of(
+        snapshot: &crate::skills::library::Snapshot,
+        agent: &crate::agent_id::AgentId,
+        untrusted: &crate::skills::untrusted::Untrusted,
+    ) -> Self {
         Self {
             skills: snapshot
                 .skills
                 .iter()
-                .filter(|s| snapshot.visible_to(&s.id, agent))
+                .filter(|s| snapshot.visible_to(&s.id, agent) && !untrusted.held(s))
                 .cloned()
                 .collect(),
             agent: agent.clone(),

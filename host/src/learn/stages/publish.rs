@@ -42,15 +42,46 @@ pub fn run(parts: &Parts, job: &Job) -> Result<Published> {
             // the test is on record, and the turn path knows it, before the
             // file is in place.
             let origin = format!("evolved:{}", job.session_id);
+            // Offered to OpenClaw's Skill Workshop (`skills.deliver`): on
+            // record before the file is in place, so no turn gets it before
+            // the mode allows. Under `workshop` its owner decides, not a
+            // canary.
+            let delivery = &skills.delivery;
             let experiment = parts.db.call_blocking(|c| {
                 learning::writing(c, row.id, &hash, now_ms())?;
-                super::super::canary::start(skills, c, id, row.version.as_deref(), &origin)
+                if delivery.offers() {
+                    crate::store::proposals::offer(
+                        c,
+                        &hash,
+                        id,
+                        row.version.as_deref(),
+                        content,
+                        &delivery.openclaw_agent(id),
+                        now_ms(),
+                    )?;
+                }
+                match delivery.mode {
+                    crate::config::Deliver::Workshop => Ok(None),
+                    _ => {
+                        super::super::canary::start(skills, c, id, row.version.as_deref(), &origin)
+                    }
+                }
             })?;
-            let refused = write_skill(&skills.library.dir, id, content, row.base_hash.as_deref())?;
+            delivery.reload();
+            let refused = match spec_refusal(id, content) {
+                Some(why) => Some(why),
+                None => write_skill(&skills.library.dir, id, content, row.base_hash.as_deref())?,
+            };
             if let (Some(experiment), Some(reason)) = (experiment, &refused) {
                 parts.db.call_blocking(|c| {
                     super::super::canary::abandon(skills, c, experiment, reason)
                 })?;
+            }
+            if refused.is_some() && delivery.offers() {
+                parts
+                    .db
+                    .call_blocking(|c| Ok(crate::store::proposals::withdraw(c, &hash)?))?;
+                delivery.reload();
             }
             if let Some(reason) = &refused {
                 tracing::warn!(skill = %id, "evolved skill not written: {reason}");
@@ -78,6 +109,7 @@ pub fn run(parts: &Parts, job: &Job) -> Result<Published> {
             );
             skills.library.rescan_holding(&held, Some(&ours));
             skills.warm();
+            skills.delivery.wake();
         }
     }
     Ok(Published {
@@ -96,6 +128,15 @@ impl Output for Published {
     fn write(&self, _tx: &Connection) -> Result<()> {
         Ok(())
     }
+}
+
+/// Why an agent would refuse the SKILL.md metaclaw is about to write as
+/// skill `id`, if it would (the Agent Skills spec, `skills check`): such a
+/// skill is not written, and its draft keeps the reason.
+pub(crate) fn spec_refusal(id: &str, content: &str) -> Option<String> {
+    let (_, name) = crate::skills::layer::split(id);
+    crate::skills::spec::refusal(content, Some(name))
+        .map(|why| format!("an agent would refuse it (the Agent Skills spec): {why}"))
 }
 
 /// Temporary files of this process, numbered: two jobs (or a job and a

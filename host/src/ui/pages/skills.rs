@@ -59,7 +59,8 @@ pub async fn list(
     };
     let db = app.proxy.store.path().to_path_buf();
     let listed = read(move || {
-        let (board, rows) = stats::rows(&db, &snapshot, None).map_err(|e| format!("{e:#}"))?;
+        let (board, rows) =
+            stats::rows(&db, &snapshot, None, None).map_err(|e| format!("{e:#}"))?;
         let listed: Vec<Listed> = rows
             .into_iter()
             .filter_map(|row| {
@@ -217,7 +218,7 @@ pub async fn show(
     let shown = read(move || {
         let db = app.proxy.store.path();
         let (_, versions) =
-            stats::rows(db, &snapshot, Some(&wanted)).map_err(|e| format!("{e:#}"))?;
+            stats::rows(db, &snapshot, Some(&wanted), None).map_err(|e| format!("{e:#}"))?;
         let conn = store_conn(&app)?;
         let sql = |e: rusqlite::Error| e.to_string();
         Ok(Shown {

@@ -1,0 +1,468 @@
+//! Offer, don't impose (`skills.deliver`): an evolved skill becomes a
+//! proposal in OpenClaw's Skill Workshop, in OpenClaw's own format and
+//! place, made by OpenClaw's own CLI (`openclaw skills workshop
+//! propose-create|propose-update --json`), pending its owner's review. The
+//! owner's verdict (`applied`, `rejected`, `quarantined`, `stale`) is read
+//! back (`list --json`, `inspect --json` for the reason), kept in the
+//! skill's history, and decides whether metaclaw injects the skill:
+//!
+//! - `inject`: nothing is offered (metaclaw's behaviour before this).
+//! - `workshop`: an offered skill is held from turns until applied (the
+//!   owner decides; no canary).
+//! - `both`: injected from the start, and offered; held once rejected or
+//!   quarantined.
+//!
+//! A skill of agent `a`'s layer goes to OpenClaw agent `a`'s Workshop, a
+//! shared one to `skills.workshop.agent`'s. What is offered is recorded
+//! (`store::proposals`) before its file is written, so a crash never
+//! leaves a written skill unoffered, nor injects one that should wait.
+
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::sync::{Arc, RwLock};
+use std::time::{Duration, Instant};
+
+use super::skill::Skill;
+use crate::clock::now_ms;
+use crate::config::{Deliver, WorkshopConfig};
+use crate::store::proposals::{self, Proposal};
+use crate::store::skills::SkillChange;
+
+/// How long one OpenClaw command may take (it starts node; 4–12 s on a
+/// quiet machine).
+const COMMAND_TIMEOUT: Duration = Duration::from_secs(180);
+
+/// OpenClaw's states that end a proposal.
+const DECIDED: &[&str] = &["applied", "rejected", "quarantined", "stale"];
+
+pub struct Delivery {
+    pub mode: Deliver,
+    settings: WorkshopConfig,
+    db: PathBuf,
+    /// Each offered text's state, by its sha256 (the skill's
+    /// `content_hash` once written).
+    states: RwLock<HashMap<String, String>>,
+    last_error: RwLock<Option<String>>,
+    wake: tokio::sync::Notify,
+}
+
+impl Delivery {
+    /// The delivery `mode`, with the offers the store at `db` holds.
+    pub fn new(mode: Deliver, settings: WorkshopConfig, db: PathBuf) -> Arc<Self> {
+        let this = Arc::new(Self {
+            mode,
+            settings,
+            db,
+            states: RwLock::new(HashMap::new()),
+            last_error: RwLock::new(None),
+            wake: tokio::sync::Notify::new(),
+        });
+        if this.offers() {
+            this.reload();
+        }
+        this
+    }
+
+    /// Whether evolved skills are offered to the Workshop.
+    pub fn offers(&self) -> bool {
+        self.mode != Deliver::Inject
+    }
+
+    /// Reads the offers' states again (after a publish, or another
+    /// process's change).
+    pub fn reload(&self) {
+        if !self.db.exists() {
+            return;
+        }
+        match crate::store::open_read_only(&self.db)
+            .map_err(|e| format!("{e:#}"))
+            .and_then(|c| proposals::all(&c).map_err(|e| e.to_string()))
+        {
+            Ok(all) => {
+                if let Ok(mut states) = self.states.write() {
+                    *states = all.into_iter().map(|p| (p.sha256, p.state)).collect();
+                }
+            }
+            Err(e) => tracing::debug!("the Workshop offers were not read: {e}"),
+        }
+    }
+
+    /// Whether turns may get `skill`: always, unless metaclaw offered this
+    /// text and the mode waits for (`workshop`) or heeds (`both`) the
+    /// owner's verdict.
+    pub fn usable(&self, skill: &Skill) -> bool {
+        if !self.offers() {
+            return true;
+        }
+        let Ok(states) = self.states.read() else {
+            return false;
+        };
+        match (
+            self.mode,
+            states.get(&skill.content_hash).map(String::as_str),
+        ) {
+            (_, None) | (Deliver::Inject, _) => true,
+            (Deliver::Workshop, Some(state)) => state == "applied",
+            (Deliver::Both, Some(state)) => !matches!(state, "rejected" | "quarantined"),
+        }
+    }
+
+    /// Why `skill` is held by its delivery, if it is (for `skills list`).
+    pub fn hold(&self, skill: &Skill) -> Option<String> {
+        if self.usable(skill) {
+            return None;
+        }
+        let state = self
+            .states
+            .read()
+            .ok()
+            .and_then(|s| s.get(&skill.content_hash).cloned())
+            .unwrap_or_default();
+        Some(format!(
+            "held: offered to OpenClaw's Skill Workshop, {state}"
+        ))
+    }
+
+    /// The OpenClaw agent whose Workshop gets skill `id`: its layer's agent,
+    /// else `skills.workshop.agent`.
+    pub fn openclaw_agent(&self, id: &str) -> String {
+        match super::layer::split(id) {
+            (Some(agent), _) => agent.to_string(),
+            (None, _) => self.settings.agent.clone(),
+        }
+    }
+
+    /// Asks the daemon's task to propose what waits, now.
+    pub fn wake(&self) {
+        self.wake.notify_one();
+    }
+
+    /// For `status`: the mode, the offers by state, the last error.
+    pub fn status(&self) -> serde_json::Value {
+        let mut counts: std::collections::BTreeMap<&str, u64> =
+            proposals::STATES.iter().map(|s| (*s, 0)).collect();
+        if let Ok(states) = self.states.read() {
+            for state in states.values() {
+                if let Some(n) = counts.get_mut(state.as_str()) {
+                    *n += 1;
+                }
+            }
+        }
+        serde_json::json!({
+            "mode": self.mode.as_str(),
+            "workshop_agent": self.offers().then_some(&self.settings.agent),
+            "proposals": self.offers().then_some(counts),
+            "last_error": self.last_error.read().ok().and_then(|e| e.clone()),
+        })
+    }
+
+    /// Proposes what waits and reads the owner's verdicts, until
+    /// cancelled: proposes when woken (a publish), reads verdicts every
+    /// `skills.workshop.poll_every`.
+    pub async fn run(self: Arc<Self>) {
+        if !self.offers() {
+            return;
+        }
+        let every = self.settings.poll_every.get();
+        let mut next_poll = Instant::now();
+        loop {
+            let changed = self.propose_waiting().await;
+            if Instant::now() >= next_poll {
+                let decided = self.read_verdicts().await;
+                next_poll = Instant::now() + every;
+                if decided > 0 {
+                    self.reload();
+                    // Retrieval reads `usable` per turn; the library's
+                    // watchers need no new generation for it.
+                    tracing::info!("{decided} Workshop proposal(s) decided by their owner");
+                }
+            }
+            if changed {
+                self.reload();
+            }
+            let wait = next_poll.saturating_duration_since(Instant::now());
+            let _ = tokio::time::timeout(wait, self.wake.notified()).await;
+        }
+    }
+
+    /// Proposes every `to_offer` text; true if any moved.
+    async fn propose_waiting(&self) -> bool {
+        let waiting: Vec<Proposal> = match self.offers_in(&["to_offer"]) {
+            Ok(all) => all,
+            Err(e) => {
+                self.set_error(Some(e));
+                return false;
+            }
+        };
+        let mut moved = false;
+        for offer in waiting {
+            let result = self.propose(&offer).await;
+            let at = now_ms();
+            let recorded = self.with_store(|conn| match &result {
+                Ok((id, state)) => {
+                    proposals::set_state(conn, &offer.sha256, state, Some(id), None, at)?;
+                    note(
+                        conn,
+                        &offer,
+                        "offered",
+                        &format!(
+                            "proposed to OpenClaw agent {}'s Skill Workshop as {id} ({state})",
+                            offer.openclaw_agent
+                        ),
+                    )?;
+                    Ok(())
+                }
+                Err(why) => {
+                    let state = proposals::failed_try(conn, &offer.sha256, why, at)?;
+                    if state == "failed" {
+                        note(
+                            conn,
+                            &offer,
+                            "offer-failed",
+                            &format!("OpenClaw refused the proposal: {why}"),
+                        )?;
+                    }
+                    Ok(())
+                }
+            });
+            match (&result, recorded) {
+                (_, Err(e)) => self.set_error(Some(e)),
+                (Ok((id, _)), Ok(())) => {
+                    moved = true;
+                    tracing::info!(skill = %offer.skill_id, proposal = %id, "offered to OpenClaw's Skill Workshop");
+                    self.set_error(None);
+                }
+                (Err(why), Ok(())) => {
+                    moved = true;
+                    tracing::warn!(skill = %offer.skill_id, "OpenClaw's Skill Workshop did not take the proposal: {why}");
+                    self.set_error(Some(why.clone()));
+                }
+            }
+        }
+        moved
+    }
+
+    /// One `propose-create` (or `propose-update`, when an earlier text was
+    /// applied there): OpenClaw's proposal id and state.
+    async fn propose(&self, offer: &Proposal) -> Result<(String, String), String> {
+        let (_, name) = super::layer::split(&offer.skill_id);
+        let parsed = super::skill::parse_text(&offer.content)
+            .map_err(|e| format!("the offered SKILL.md does not parse: {e}"))?;
+        let update = self
+            .with_store(|c| {
+                Ok(proposals::applied_before(
+                    c,
+                    &offer.skill_id,
+                    &offer.openclaw_agent,
+                )?)
+            })
+            .unwrap_or(false);
+        let folder = std::env::temp_dir().join(format!(
+            "metaclaw-proposal-{}-{}",
+            std::process::id(),
+            &offer.sha256[..16]
+        ));
+        std::fs::create_dir_all(&folder).map_err(|e| format!("cannot write the proposal: {e}"))?;
+        let file = folder.join("PROPOSAL.md");
+        std::fs::write(&file, &offer.content)
+            .map_err(|e| format!("cannot write the proposal: {e}"))?;
+        let file_arg = file.to_string_lossy().into_owned();
+        let mut args: Vec<String> = vec!["skills".into(), "workshop".into()];
+        if update {
+            args.extend(["propose-update".into(), name.to_string()]);
+        } else {
+            args.extend(["propose-create".into(), "--name".into(), name.to_string()]);
+        }
+        args.extend([
+            "--agent".into(),
+            offer.openclaw_agent.clone(),
+            "--description".into(),
+            parsed.description.clone(),
+            "--evidence".into(),
+            format!(
+                "Learned by metaclaw from this agent's sessions ({}, version {}).",
+                offer.skill_id,
+                offer.version.as_deref().unwrap_or("?")
+            ),
+            "--proposal".into(),
+            file_arg,
+            "--json".into(),
+        ]);
+        let out = self.openclaw(&args).await;
+        let _ = std::fs::remove_dir_all(&folder);
+        let json = out?;
+        let record = &json["record"];
+        match (record["id"].as_str(), record["status"].as_str()) {
+            (Some(id), Some(state)) => Ok((id.to_string(), state.to_string())),
+            _ => Err(format!(
+                "OpenClaw's answer has no record id and status: {}",
+                crate::untrusted::log_line(&json.to_string(), 300)
+            )),
+        }
+    }
+
+    /// Reads the state of every pending proposal, agent by agent; records
+    /// each decided one. Returns how many were decided.
+    async fn read_verdicts(&self) -> usize {
+        let pending = match self.offers_in(&["pending"]) {
+            Ok(p) => p,
+            Err(e) => {
+                self.set_error(Some(e));
+                return 0;
+            }
+        };
+        let mut agents: Vec<&str> = pending.iter().map(|p| p.openclaw_agent.as_str()).collect();
+        agents.sort_unstable();
+        agents.dedup();
+        let mut decided = 0;
+        for agent in agents {
+            let args = ["skills", "workshop", "list", "--agent", agent, "--json"].map(String::from);
+            let listed = match self.openclaw(&args).await {
+                Ok(json) => json,
+                Err(why) => {
+                    self.set_error(Some(why));
+                    continue;
+                }
+            };
+            let states: HashMap<&str, &str> = listed["proposals"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .filter_map(|p| Some((p["id"].as_str()?, p["status"].as_str()?)))
+                .collect();
+            for offer in pending.iter().filter(|p| p.openclaw_agent == agent) {
+                let Some(id) = offer.proposal_id.as_deref() else {
+                    continue;
+                };
+                let Some(&state) = states.get(id) else {
+                    continue;
+                };
+                if !DECIDED.contains(&state) {
+                    continue;
+                }
+                let reason = match state {
+                    "applied" => None,
+                    _ => self.reason_of(agent, id).await,
+                };
+                let at = now_ms();
+                let why = match (&reason, state) {
+                    (Some(r), _) => format!("the owner {state} OpenClaw proposal {id}: {r}"),
+                    (None, "stale") => {
+                        format!("OpenClaw marked proposal {id} stale (its skill changed there)")
+                    }
+                    (None, _) => format!("the owner {state} OpenClaw proposal {id}"),
+                };
+                let recorded = self.with_store(|conn| {
+                    if proposals::set_state(
+                        conn,
+                        &offer.sha256,
+                        state,
+                        None,
+                        reason.as_deref(),
+                        at,
+                    )? {
+                        note(conn, offer, &format!("workshop:{state}"), &why)?;
+                    }
+                    Ok(())
+                });
+                match recorded {
+                    Ok(()) => {
+                        decided += 1;
+                        tracing::info!(skill = %offer.skill_id, proposal = %id, "{why}");
+                    }
+                    Err(e) => self.set_error(Some(e)),
+                }
+            }
+        }
+        decided
+    }
+
+    /// The owner's reason for a rejection or quarantine (`inspect`).
+    async fn reason_of(&self, agent: &str, id: &str) -> Option<String> {
+        let args = [
+            "skills", "workshop", "inspect", id, "--agent", agent, "--json",
+        ]
+        .map(String::from);
+        let json = self.openclaw(&args).await.ok()?;
+        json["record"]["statusReason"]
+            .as_str()
+            .map(|r| crate::untrusted::log_line(r, 500))
+    }
+
+    /// Runs OpenClaw's CLI with `args`; its JSON answer, or why there is
+    /// none (OpenClaw's own `{"ok": false, "error": {"message"}}` read).
+    async fn openclaw(&self, args: &[String]) -> Result<serde_json::Value, String> {
+        let mut command = tokio::process::Command::new(&self.settings.command);
+        command
+            .args(args)
+            .env("OPENCLAW_NO_AUTO_UPDATE", "1")
+            .stdin(std::process::Stdio::null())
+            .kill_on_drop(true);
+        if let Some(dir) = &self.settings.state_dir {
+            command.env("OPENCLAW_STATE_DIR", crate::home::expand_home(dir));
+        }
+        let shown = format!("{} {}", self.settings.command, args[..3].join(" "));
+        let out = tokio::time::timeout(COMMAND_TIMEOUT, command.output())
+            .await
+            .map_err(|_| format!("`{shown}` took over {COMMAND_TIMEOUT:?}"))?
+            .map_err(|e| format!("cannot run `{shown}` (skills.workshop.command): {e}"))?;
+        let json: Option<serde_json::Value> = serde_json::from_slice(&out.stdout).ok();
+        match json {
+            Some(json) if out.status.success() && json.get("ok") != Some(&false.into()) => Ok(json),
+            Some(json) if json["error"]["message"].is_string() => Err(format!(
+                "`{shown}`: {}",
+                crate::untrusted::log_line(json["error"]["message"].as_str().unwrap_or(""), 300)
+            )),
+            _ => Err(format!(
+                "`{shown}` exited {}: {}",
+                out.status,
+                crate::untrusted::log_line(&String::from_utf8_lossy(&out.stderr), 300)
+            )),
+        }
+    }
+
+    fn offers_in(&self, states: &[&str]) -> Result<Vec<Proposal>, String> {
+        self.with_store(|c| {
+            Ok(proposals::all(c)?
+                .into_iter()
+                .filter(|p| states.contains(&p.state.as_str()))
+                .collect())
+        })
+    }
+
+    fn with_store<T>(
+        &self,
+        f: impl FnOnce(&rusqlite::Connection) -> anyhow::Result<T>,
+    ) -> Result<T, String> {
+        let conn = crate::store::open_side_writer(&self.db).map_err(|e| format!("{e:#}"))?;
+        f(&conn).map_err(|e| format!("{e:#}"))
+    }
+
+    fn set_error(&self, error: Option<String>) {
+        if let Ok(mut last) = self.last_error.write() {
+            *last = error;
+        }
+    }
+}
+
+/// An entry in the skill's history (`skills history`).
+fn note(
+    conn: &rusqlite::Connection,
+    offer: &Proposal,
+    change: &str,
+    why: &str,
+) -> rusqlite::Result<()> {
+    crate::store::skills::note(
+        conn,
+        &SkillChange {
+            skill_id: offer.skill_id.clone(),
+            change: change.into(),
+            version: offer.version.clone(),
+            content_hash: Some(offer.sha256.clone()),
+            who: format!("openclaw-workshop:{}", offer.openclaw_agent),
+            why: why.into(),
+            generation: 0,
+            at_ms: now_ms(),
+        },
+    )
+}
