@@ -125,9 +125,25 @@ import json, sys
 ps = [p for p in json.load(sys.stdin)["proposals"] if p.get("skillName") == sys.argv[1]]
 print(ps[-1]["id"], ps[-1]["status"]) if ps else print("none none")' "$2"
 }
-learn_from() { # <agent> <session> <question>: one turn, then the session learned from now
+evolve_offered() { # <agent> <session> <question>: one turn, learned from now; sets lesson and
+  # name (its lesson) once metaclaw has proposed it
   ask "$1" "$2" "$3" >/dev/null || die "turn of $1 failed"
   "$bin" learn now "$2" >"$work/learn-$2.out" 2>&1 || die "learn now $2: $(cat "$work/learn-$2.out")"
+  lesson="$(lesson_of "$1")" || die "no lesson evolved in $1's layer: $("$bin" skills list 2>&1 | tail -n 5)"
+  name="${lesson#@"$1"/}"
+  echo "evolved: $lesson"
+  wait_for 300 "metaclaw to propose $lesson" delivery 'd["proposals"]["pending"] == 1'
+  wait_for 60 "metaclaw to index it" skills_indexed
+}
+injected() { # <agent> <session> <question> <name>: that turn's upstream request had skill <name>
+  local seen
+  seen="$(ask "$1" "$2" "$3")" || { echo "the turn failed"; return 2; }
+  grep -qF "### $4 (v" <<<"$seen" && echo "injected" || { echo "not injected"; return 1; }
+}
+not_injected() { # the same, and the turn answered without it (a failed turn is no pass)
+  local rc=0
+  injected "$@" || rc=$?
+  [ "$rc" -eq 1 ]
 }
 
 # ---------------------------------------------------------------- part 1: deliver: workshop
@@ -135,19 +151,13 @@ step "part 1: deliver: workshop, agent main"
 write_config workshop
 start_metaclaw
 q1="What is the safe steeping time for blue lotus tea?"
-learn_from main ws-1 "$q1"
-lesson1="$(lesson_of main)" || die "no lesson evolved in main's layer: $("$bin" skills list 2>&1 | tail -n 5)"
-name1="${lesson1#@main/}"
-echo "evolved: $lesson1"
-wait_for 300 "metaclaw to propose $lesson1" delivery 'd["proposals"]["pending"] == 1'
+evolve_offered main ws-1 "$q1"
+lesson1="$lesson" name1="$name"
 read -r id1 st1 <<<"$(proposal_of main "$name1")"
 check "(a) the lesson is a pending proposal in OpenClaw's own listing (openclaw skills workshop list --agent main)" eq "$st1" pending
 check "(a) metaclaw's proposal is in OpenClaw's own folder, PROPOSAL.md and all" \
   test -n "$(find "$HOME/.openclaw" -path "*skill-workshop*" -name 'PROPOSAL.md' 2>/dev/null | head -n 1)"
-wait_for 60 "metaclaw to index the lesson" skills_indexed
-seen="$(ask main ws-2 "$q1")"
-check "(b) pending, it is held from turns: the upstream did not get it" \
-  python3 -c 'import sys; sys.exit(sys.argv[2] in sys.argv[1])' "$seen" "### $name1 (v"
+check "(b) pending, it is held from turns: the upstream did not get it" not_injected main ws-2 "$q1" "$name1"
 "$bin" skills list >"$work/list-1.out"
 check "(b) metaclaw skills list marks it [held]" grep -qE "^$lesson1 .*\[held\]" "$work/list-1.out"
 
@@ -165,8 +175,7 @@ if not mine or mine[0].get("source") != "openclaw-workshop":
     print(f"{sys.argv[1]}: {mine}"); sys.exit(1)
 print(f"{sys.argv[1]} from {mine[0].get('source')}")
 PY
-seen="$(ask main ws-3 "$q1")"
-check "(c) applied, metaclaw injects it" python3 -c 'import sys; sys.exit(sys.argv[2] not in sys.argv[1])' "$seen" "### $name1 (v"
+check "(c) applied, metaclaw injects it" injected main ws-3 "$q1" "$name1"
 "$bin" skills history "$lesson1" >"$work/history-1.out" 2>&1 || true
 check "(c) the owner's verdict is in the skill's history" grep -q "workshop:applied" "$work/history-1.out"
 
@@ -175,33 +184,24 @@ stop_metaclaw
 write_config both
 start_metaclaw
 wait_for 60 "metaclaw to index the skills" skills_indexed
-seen="$(ask main ws-4 "$q1")"
-check "(d) after a restart the applied lesson is still injected" \
-  python3 -c 'import sys; sys.exit(sys.argv[2] not in sys.argv[1])' "$seen" "### $name1 (v"
+check "(d) after a restart the applied lesson is still injected" injected main ws-4 "$q1" "$name1"
 
 # ---------------------------------------------------------------- part 2: deliver: both, agent work
 step "part 2: deliver: both, OpenClaw agent work"
 timeout 120 openclaw agents add work --workspace "$HOME/ws-work" --non-interactive --json \
   >"$work/agents-add.json" 2>"$work/agents-add.err" || die "openclaw agents add work: $(tail -n 5 "$work/agents-add.err")"
 q2="How many grams of saffron go into a zarzuela for six people?"
-learn_from work wk-1 "$q2"
-lesson2="$(lesson_of work)" || die "no lesson evolved in work's layer: $("$bin" skills list 2>&1 | tail -n 5)"
-name2="${lesson2#@work/}"
-echo "evolved: $lesson2"
-wait_for 300 "metaclaw to propose $lesson2" delivery 'd["proposals"]["pending"] == 1'
+evolve_offered work wk-1 "$q2"
+lesson2="$lesson" name2="$name"
 read -r id2 st2 <<<"$(proposal_of work "$name2")"
 check "(e) work's lesson is pending in work's own Workshop" eq "$st2" pending
 read -r _ st_main <<<"$(proposal_of main "$name2")"
 check "(e) ...and not in main's" eq "$st_main" none
-wait_for 60 "metaclaw to index the lesson" skills_indexed
-seen="$(ask work wk-2 "$q2")"
-check "(e) deliver: both: injected while pending" python3 -c 'import sys; sys.exit(sys.argv[2] not in sys.argv[1])' "$seen" "### $name2 (v"
+check "(e) deliver: both: injected while pending" injected work wk-2 "$q2" "$name2"
 reason="we never put saffron in zarzuela"
 workshop work reject "$id2" --reason "$reason" >"$work/reject.json" || die "openclaw skills workshop reject: $(tail -n 5 "$work/workshop.err")"
 wait_for 120 "metaclaw to read the rejection" delivery 'd["proposals"]["rejected"] == 1'
-seen="$(ask work wk-3 "$q2")"
-check "(f) rejected by the owner, it is injected no more" \
-  python3 -c 'import sys; sys.exit(sys.argv[2] in sys.argv[1])' "$seen" "### $name2 (v"
+check "(f) rejected by the owner, it is injected no more" not_injected work wk-3 "$q2" "$name2"
 "$bin" skills history "$lesson2" >"$work/history-2.out" 2>&1 || true
 check "(f) the rejection and the owner's reason are in the skill's history" grep -q "$reason" "$work/history-2.out"
 
