@@ -110,7 +110,10 @@ impl Untrusted {
         if !self.matches(&skill.name) {
             return None;
         }
-        let checks = self.checks.read().ok()?;
+        // Fails closed: a poisoned lock holds it.
+        let Ok(checks) = self.checks.read() else {
+            return Some(Hold::Pending);
+        };
         match checks.get(&skill.content_hash) {
             Some(c) if c.passed => None,
             Some(c) => Some(Hold::Refused(c.reason.clone().unwrap_or_default())),
@@ -118,12 +121,9 @@ impl Untrusted {
         }
     }
 
-    /// Whether `skill` is held (fails closed: a poisoned lock holds it).
+    /// Whether `skill` is held.
     pub fn held(&self, skill: &Skill) -> bool {
-        self.matches(&skill.name)
-            && self.checks.read().map_or(true, |checks| {
-                !checks.get(&skill.content_hash).is_some_and(|c| c.passed)
-            })
+        self.hold(skill).is_some()
     }
 
     /// Asks the checker to look now (the library or the plugins changed).
@@ -305,12 +305,10 @@ fn guard_of(plugins: Option<&PluginHost>) -> Result<Arc<Loaded>, String> {
 /// `pattern` (with `*` for any run of characters) matches all of `name`.
 fn glob(pattern: &str, name: &str) -> bool {
     let parts: Vec<&str> = pattern.split('*').collect();
+    // One part: no `*` at all.
     let [first, middle @ .., last] = parts.as_slice() else {
         return pattern == name;
     };
-    if parts.len() == 1 {
-        return pattern == name;
-    }
     let Some(mut rest) = name.strip_prefix(first) else {
         return false;
     };

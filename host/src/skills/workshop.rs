@@ -166,17 +166,17 @@ impl Delivery {
         let every = self.settings.poll_every.get();
         let mut next_poll = Instant::now();
         loop {
-            let changed = self.propose_waiting().await;
+            let mut changed = self.propose_waiting().await;
             if Instant::now() >= next_poll {
                 let decided = self.read_verdicts().await;
                 next_poll = Instant::now() + every;
                 if decided > 0 {
-                    self.reload();
-                    // Retrieval reads `usable` per turn; the library's
-                    // watchers need no new generation for it.
+                    changed = true;
                     tracing::info!("{decided} Workshop proposal(s) decided by their owner");
                 }
             }
+            // Retrieval reads `usable` per turn: no new library generation
+            // is needed for a state to take effect.
             if changed {
                 self.reload();
             }
