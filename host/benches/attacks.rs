@@ -1071,10 +1071,10 @@ mod reindex {
     use std::sync::Arc;
     use std::sync::atomic::{AtomicU64, Ordering};
 
-    use metaclaw::config::Config;
-    use metaclaw::embeddings::{Backend, Cached, EmbedError};
-    use metaclaw::plugins::types::{Skill, TurnContext};
-    use metaclaw::plugins::{CallError, Embedder, Grants, PluginHost, Settings};
+    use metaclaw_core::config::Config;
+    use metaclaw_core::embeddings::{Backend, Cached, EmbedError};
+    use metaclaw_core::plugins::types::{Skill, TurnContext};
+    use metaclaw_core::plugins::{CallError, Embedder, Grants, PluginHost, Settings};
 
     const LIBRARY: usize = 40;
     const TURNS: usize = 120;
@@ -1106,7 +1106,7 @@ mod reindex {
         let folder = home.path().join("plugins");
         std::fs::create_dir_all(&folder).unwrap();
         std::fs::copy(&file, folder.join("r.wasm")).unwrap();
-        let sha = metaclaw::digest::sha256_hex(std::fs::read(&file).unwrap());
+        let sha = metaclaw_core::digest::sha256_hex(std::fs::read(&file).unwrap());
         let mut config = Config::default();
         config.plugins.builtin = false;
         config.plugins.grants.insert(
@@ -1117,7 +1117,7 @@ mod reindex {
         let upstream = Arc::new(Upstream::default());
         let db = home.path().join("metaclaw.db");
         let embedder: Arc<dyn Embedder> = Arc::new(Cached::new(upstream.clone(), &db).unwrap());
-        let settings = Settings::from_config(&config, &metaclaw::home::Home::at(home.path()));
+        let settings = Settings::from_config(&config, &metaclaw_core::home::Home::at(home.path()));
         let host = PluginHost::new(settings, Some(embedder)).unwrap();
         let plugin = host.reload().find("hostile-retriever", None).unwrap();
         let text = |id: String| Skill {

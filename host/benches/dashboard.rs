@@ -38,7 +38,7 @@ use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use metaclaw::store::browse::{self, Cursor, SessionFilter};
+use metaclaw_core::store::browse::{self, Cursor, SessionFilter};
 use rusqlite::params;
 use serde_json::json;
 
@@ -48,7 +48,7 @@ use harness::{BIN, cpus, ms, percentile, spawn};
 
 /// The acceptance criterion, for the full run's verdict.
 const TARGET_MS: f64 = 200.0;
-/// Rows a page of the list shows (host/src/ui/pages/sessions.rs).
+/// Rows a page of the list shows (host/core/src/ui/pages/sessions.rs).
 const PAGE: u32 = 50;
 /// "Older" links followed to reach the deep page.
 const DEEP_PAGES: u32 = 100;
@@ -158,7 +158,7 @@ const SKILLS: [&str; 20] = [
 /// history before it.
 fn fill(path: &Path, sessions: u32, turns: u32) -> Filled {
     let started = Instant::now();
-    let mut conn = metaclaw::store::open_side_writer(path).unwrap();
+    let mut conn = metaclaw_core::store::open_side_writer(path).unwrap();
     let mut rng = Rng(0x6d65_7461_636c_6177);
     let now = chrono::Utc::now().timestamp_millis();
     let span_ms: i64 = 100 * 24 * 3600 * 1000;
@@ -169,11 +169,11 @@ fn fill(path: &Path, sessions: u32, turns: u32) -> Filled {
     let system =
         json!({"role": "system", "content": "You are a helpful personal assistant. ".repeat(40)});
     let system_text = system.to_string();
-    let system_hash = metaclaw::digest::sha256_hex(system_text.as_bytes());
+    let system_hash = metaclaw_core::digest::sha256_hex(system_text.as_bytes());
     let tools_text =
         json!([{"type": "function", "function": {"name": "read_file", "parameters": {"type": "object"}}}])
             .to_string();
-    let tools_hash = metaclaw::digest::sha256_hex(tools_text.as_bytes());
+    let tools_hash = metaclaw_core::digest::sha256_hex(tools_text.as_bytes());
     let (mut n_turns, mut n_judged, mut n_injected) = (0u64, 0u64, 0u64);
     let tx = conn.transaction().unwrap();
     {
@@ -301,7 +301,7 @@ fn fill(path: &Path, sessions: u32, turns: u32) -> Filled {
                     "Detail. ".repeat(20)
                 );
                 let user_json = json!({"role": "user", "content": user}).to_string();
-                let user_hash = metaclaw::digest::sha256_hex(user_json.as_bytes());
+                let user_hash = metaclaw_core::digest::sha256_hex(user_json.as_bytes());
                 blob.execute(params![user_hash, user_json]).unwrap();
                 let mut messages = history.clone();
                 messages.push(user_hash.clone());
@@ -392,7 +392,7 @@ fn fill(path: &Path, sessions: u32, turns: u32) -> Filled {
                 }
                 if main {
                     let answer_json = json!({"role": "assistant", "content": answer}).to_string();
-                    let answer_hash = metaclaw::digest::sha256_hex(answer_json.as_bytes());
+                    let answer_hash = metaclaw_core::digest::sha256_hex(answer_json.as_bytes());
                     blob.execute(params![answer_hash, answer_json]).unwrap();
                     history.push(user_hash);
                     history.push(answer_hash);
@@ -749,7 +749,7 @@ fn main() {
             let (kind, after) = &lists[i];
             let filter = kind.filter();
             let started = Instant::now();
-            let conn = metaclaw::store::open_read_only(&db).unwrap();
+            let conn = metaclaw_core::store::open_read_only(&db).unwrap();
             let (page, _) = browse::sessions_page(&conn, &filter, after.as_ref(), PAGE).unwrap();
             let agents = browse::agents(&conn).unwrap();
             drop(conn);

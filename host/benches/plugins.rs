@@ -25,8 +25,8 @@ mod common;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use metaclaw::plugins::types::{FinishedTurn, Message};
-use metaclaw::plugins::{Grants, Limits, Loaded, PluginEngine};
+use metaclaw_core::plugins::types::{FinishedTurn, Message};
+use metaclaw_core::plugins::{Grants, Limits, Loaded, PluginEngine};
 
 fn load(engine: &Arc<PluginEngine>, rel: &str, pool_size: usize) -> Arc<Loaded> {
     let limits = Limits {
@@ -254,13 +254,13 @@ fn scorers(engine: &Arc<PluginEngine>, quick: bool) {
             timeout: Duration::from_secs(5),
             ..Limits::default()
         };
-        let old = metaclaw::plugins::Loaded::probe(
+        let old = metaclaw_core::plugins::Loaded::probe(
             engine,
             path,
             &bytes,
-            metaclaw::digest::sha256_hex(&bytes),
-            metaclaw::plugins::Source::Builtin,
-            &|_: metaclaw::plugins::Kind| limits.clone(),
+            metaclaw_core::digest::sha256_hex(&bytes),
+            metaclaw_core::plugins::Source::Builtin,
+            &|_: metaclaw_core::plugins::Kind| limits.clone(),
         )
         .unwrap()
         .ready(Grants::default(), None);

@@ -32,10 +32,10 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use metaclaw::plugins::types::{Skill, TurnContext};
+use metaclaw_core::plugins::types::{Skill, TurnContext};
 use skillgen::{builtin_bank, generated, queries};
 
-use metaclaw::plugins::{
+use metaclaw_core::plugins::{
     EmbedAllowance, EmbedLedger, EmbedPurpose, Embedder, Grants, Limits, Loaded, PluginEngine,
 };
 
@@ -177,16 +177,16 @@ fn floor(plugin: &Arc<Loaded>, skills: &Arc<Vec<Skill>>, generation: u64, n: usi
 
 /// `skills` as the library's snapshot (evolved skills, as the outcomes
 /// concern them most).
-fn snapshot_of(skills: &[Skill]) -> metaclaw::skills::library::Snapshot {
+fn snapshot_of(skills: &[Skill]) -> metaclaw_core::skills::library::Snapshot {
     let list = skills
         .iter()
         .map(|s| {
-            Arc::new(metaclaw::skills::skill::Skill {
+            Arc::new(metaclaw_core::skills::skill::Skill {
                 id: s.id.clone(),
                 name: s.name.clone(),
                 description: s.description.clone(),
                 category: serde_json::from_value(serde_json::json!(s.category))
-                    .unwrap_or(metaclaw::skills::skill::Category::General),
+                    .unwrap_or(metaclaw_core::skills::skill::Category::General),
                 tags: s.tags.clone(),
                 version: semver::Version::parse(&s.version)
                     .unwrap_or_else(|_| semver::Version::new(1, 0, 0)),
@@ -200,13 +200,13 @@ fn snapshot_of(skills: &[Skill]) -> metaclaw::skills::library::Snapshot {
             })
         })
         .collect();
-    metaclaw::skills::library::Snapshot::new(list, Vec::new(), 1)
+    metaclaw_core::skills::library::Snapshot::new(list, Vec::new(), 1)
 }
 
 /// Outcomes for every skill: 0 to 60 judged turns each, rewards spread
 /// over [-1, 1] (a fixed sequence), and every main turn's row.
-fn board_of(skills: &[Skill]) -> metaclaw::skills::outcomes::Board {
-    use metaclaw::store::outcomes::Sums;
+fn board_of(skills: &[Skill]) -> metaclaw_core::skills::outcomes::Board {
+    use metaclaw_core::store::outcomes::Sums;
     let mut rows = std::collections::HashMap::new();
     let mut all = Sums::default();
     let mut x: u64 = 0x9e37_79b9_7f4a_7c15;
@@ -227,7 +227,7 @@ fn board_of(skills: &[Skill]) -> metaclaw::skills::outcomes::Board {
         rows.insert((s.id.clone(), s.version.clone()), sums);
     }
     rows.insert((String::new(), String::new()), all);
-    metaclaw::skills::outcomes::Board::new(rows)
+    metaclaw_core::skills::outcomes::Board::new(rows)
 }
 
 /// The re-ranking of BM25's answers (k = 24) over `skills`, with and
@@ -258,7 +258,7 @@ fn rerank(
     let board = board_of(skills);
     // The default floors; the weight is the variable.
     let mut settings =
-        metaclaw::skills::Settings::from_config(&metaclaw::config::Config::default());
+        metaclaw_core::skills::Settings::from_config(&metaclaw_core::config::Config::default());
     let (mut plain, mut weighted) = (Vec::with_capacity(n), Vec::with_capacity(n));
     let mut relevant = 0usize;
     for i in 0..(n + 50) {
@@ -266,7 +266,7 @@ fn rerank(
         for (weight, times) in [(0.0f32, &mut plain), (0.3, &mut weighted)] {
             settings.outcome_weight = weight;
             let start = Instant::now();
-            let order = metaclaw::skills::rank_relevant(h, &settings, &snapshot, &board);
+            let order = metaclaw_core::skills::rank_relevant(h, &settings, &snapshot, &board);
             let elapsed = start.elapsed();
             relevant += order.len();
             std::hint::black_box(order);
@@ -349,7 +349,7 @@ fn main() {
 
 #[cfg(feature = "local-embeddings")]
 fn query_embedding(queries: &[String], quick: bool) {
-    use metaclaw::embeddings::Backend;
+    use metaclaw_core::embeddings::Backend;
     println!(
         "\n# the query's own embedding: all-MiniLM-L6-v2 on the CPU (candle), one query per call"
     );
@@ -359,8 +359,8 @@ fn query_embedding(queries: &[String], quick: bool) {
         );
         return;
     };
-    let dir = metaclaw::embeddings::model_dir(std::path::Path::new(&dir)).unwrap();
-    let model = metaclaw::embeddings::minilm::MiniLm::open(&dir).unwrap();
+    let dir = metaclaw_core::embeddings::model_dir(std::path::Path::new(&dir)).unwrap();
+    let model = metaclaw_core::embeddings::minilm::MiniLm::open(&dir).unwrap();
     let start = Instant::now();
     model.embed(&queries[..1]).unwrap();
     let load = start.elapsed();

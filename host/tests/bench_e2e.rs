@@ -155,13 +155,13 @@ fn bank_of_the_checkout() -> (String, u64) {
             Some(format!(
                 "{}\t{}\n",
                 e.file_name().to_str().unwrap(),
-                metaclaw::digest::sha256_hex(text)
+                metaclaw_core::digest::sha256_hex(text)
             ))
         })
         .collect();
     lines.sort();
     (
-        metaclaw::digest::sha256_hex(lines.concat()),
+        metaclaw_core::digest::sha256_hex(lines.concat()),
         lines.len() as u64,
     )
 }
@@ -970,7 +970,7 @@ fn with_split_the_learning_arms_learn_from_the_training_days_only() {
     }
     for arm in ["learn", "rl"] {
         let db = dir.join(format!("{arm}-1/home/metaclaw.db"));
-        let conn = metaclaw::store::open_read_only(&db).unwrap();
+        let conn = metaclaw_core::store::open_read_only(&db).unwrap();
         let strings = |sql: &str| -> Vec<String> {
             let mut stmt = conn.prepare(sql).unwrap();
             stmt.query_map([], |r| r.get(0))

@@ -656,7 +656,7 @@ async fn with_guard_removed_evolution_waits_and_writes_nothing() {
     // The first-party plugins as a folder, without guard: what a deployment
     // that lost it (or never had it) runs with.
     let builtin = tempfile::tempdir().unwrap();
-    for plugin in metaclaw::plugins::embedded::EMBEDDED {
+    for plugin in metaclaw_core::plugins::embedded::EMBEDDED {
         if plugin.name != "guard" {
             embedded_plugin_file_in(builtin.path(), &format!("{}.wasm", plugin.name));
         }

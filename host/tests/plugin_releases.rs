@@ -12,9 +12,9 @@ mod common;
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use metaclaw::plugins::outcomes::SkillOutcome;
-use metaclaw::plugins::types::{Skill, ToolCall};
-use metaclaw::plugins::{CallError, Grants, Limits, Loaded, OutcomeSource, PluginEngine};
+use metaclaw_core::plugins::outcomes::SkillOutcome;
+use metaclaw_core::plugins::types::{Skill, ToolCall};
+use metaclaw_core::plugins::{CallError, Grants, Limits, Loaded, OutcomeSource, PluginEngine};
 
 use common::wat::{current_wit, probe_bytes, wat_scorer_for};
 use common::wit::{context, finished_turn, message, skill};
@@ -54,7 +54,10 @@ fn plugins_built_for_the_first_release_load_and_answer_as_their_current_builds()
     assert_eq!(old.info.package, "metaclaw:plugin@0.1.0");
     assert_eq!(
         new.info.package,
-        format!("metaclaw:plugin@{}", metaclaw::plugins::PACKAGE_VERSION)
+        format!(
+            "metaclaw:plugin@{}",
+            metaclaw_core::plugins::PACKAGE_VERSION
+        )
     );
     assert_ne!(old.info.package, new.info.package, "two releases compared");
     // What the old build imports is of its own release: the host links it
@@ -118,7 +121,7 @@ fn plugins_built_for_the_first_release_load_and_answer_as_their_current_builds()
 /// patch): one more interface, imported by the scorer world. The text and
 /// its version.
 fn a_later_release() -> (String, String) {
-    let v = &metaclaw::plugins::PACKAGE_VERSION;
+    let v = &metaclaw_core::plugins::PACKAGE_VERSION;
     let version = format!("{}.{}.{}", v.major, v.minor, v.patch + 1);
     let current = format!("@{v};");
     let wit = current_wit();

@@ -258,7 +258,7 @@ async fn a_lock_pins_plugins_by_hash_and_a_replaced_build_is_refused() {
         .unwrap();
     let message = problem["error"].as_str().unwrap();
     let bytes = std::fs::read(dir.join("refusals.wasm")).unwrap();
-    let new_hash = metaclaw::digest::sha256_hex(&bytes);
+    let new_hash = metaclaw_core::digest::sha256_hex(&bytes);
     assert!(
         message.contains(&pinned_hash) && message.contains(&new_hash),
         "both hashes must be named: {message}"
@@ -370,7 +370,7 @@ fn without_grants_a_plugin_cannot_read_files_open_sockets_read_the_environment_o
 
 /// The sha256 of a plugin scripts/build-plugins built.
 fn built_sha(rel: &str) -> String {
-    metaclaw::digest::sha256_hex(std::fs::read(built_plugin(rel)).unwrap())
+    metaclaw_core::digest::sha256_hex(std::fs::read(built_plugin(rel)).unwrap())
 }
 
 #[test]
@@ -529,7 +529,7 @@ fn inspect_add_and_remove() {
     assert_eq!(info["name"], "refusals");
     assert_eq!(info["world"], "metaclaw:plugin/scorer");
     // Built from wit/ by scripts/build-plugins: this host's release.
-    let release = metaclaw::plugins::PACKAGE_VERSION;
+    let release = metaclaw_core::plugins::PACKAGE_VERSION;
     assert_eq!(info["package"], format!("metaclaw:plugin@{release}"));
     assert!(
         info["imports"]

@@ -13,9 +13,9 @@ mod common;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use metaclaw::config::Config;
-use metaclaw::home::Home;
-use metaclaw::skills::{Query, Skills};
+use metaclaw_core::config::Config;
+use metaclaw_core::home::Home;
+use metaclaw_core::skills::{Query, Skills};
 
 #[derive(serde::Deserialize)]
 struct Labelled {
@@ -63,7 +63,7 @@ fn skills(home: &Path, config: Config) -> Arc<Skills> {
     skills
 }
 
-fn select(skills: &Skills, text: &str) -> metaclaw::skills::Selection {
+fn select(skills: &Skills, text: &str) -> metaclaw_core::skills::Selection {
     let query = Query {
         text: text.to_string(),
         ..Query::default()
@@ -211,7 +211,7 @@ fn model_dir() -> String {
 fn embedding_recall_at_6_over_the_builtin_bank() {
     let tmp = tempfile::tempdir().unwrap();
     let mut config = Config::default();
-    config.skills.retrieval_mode = metaclaw::config::RetrievalMode::Embedding;
+    config.skills.retrieval_mode = metaclaw_core::config::RetrievalMode::Embedding;
     config.skills.embedding_model_path = Some(model_dir());
     let skills = skills(tmp.path(), config);
     assert!(skills.retrieval.embeddings.is_some());

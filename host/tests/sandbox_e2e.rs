@@ -16,10 +16,10 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use metaclaw::config::Config;
-use metaclaw::home::Home;
-use metaclaw::plugins::types::{FinishedTurn, Skill, SkillDraft};
-use metaclaw::plugins::{
+use metaclaw_core::config::Config;
+use metaclaw_core::home::Home;
+use metaclaw_core::plugins::types::{FinishedTurn, Skill, SkillDraft};
+use metaclaw_core::plugins::{
     CallError, EmbedPurpose, Embedder, Grants, Limits, LockEntry, LockFile, PluginHost, Settings,
     Source,
 };
@@ -60,7 +60,7 @@ fn skill(id: &str) -> Skill {
     wit::skill(id, &format!("about {id}"), "Do it well.")
 }
 
-fn plugin(host: &PluginHost, name: &str) -> Arc<metaclaw::plugins::Loaded> {
+fn plugin(host: &PluginHost, name: &str) -> Arc<metaclaw_core::plugins::Loaded> {
     let registry = host.current();
     registry
         .find(name, None)
@@ -123,8 +123,8 @@ fn every_kind_of_call_ends_at_its_deadline_even_when_the_guest_sleeps() {
         ],
         |c| {
             c.plugins.max_failures = 1000;
-            c.plugins.timeouts.index = metaclaw::config::duration::Dur::millis(300);
-            c.plugins.timeouts.load = metaclaw::config::duration::Dur::millis(500);
+            c.plugins.timeouts.index = metaclaw_core::config::duration::Dur::millis(300);
+            c.plugins.timeouts.load = metaclaw_core::config::duration::Dur::millis(500);
         },
     );
     // What is timed is the load deadline, not compiling the drop-ins (on a
@@ -223,7 +223,7 @@ fn hundreds_of_sleeping_calls_hold_no_threads_and_others_go_on() {
         &[("testing/hostile-skill.wasm", "hostile-skill.wasm")],
         |c| {
             c.plugins.max_failures = 100_000;
-            c.plugins.timeouts.skill = metaclaw::config::duration::Dur::millis(200);
+            c.plugins.timeouts.skill = metaclaw_core::config::duration::Dur::millis(200);
         },
     );
     host.reload();
@@ -294,7 +294,7 @@ fn a_sleeping_metadata_delays_nothing_else_and_never_leaves_learning_without_gua
     let (_home, host) = host_with(
         &[("testing/slow-metadata.wasm", "slow-metadata.wasm")],
         |c| {
-            c.plugins.timeouts.load = metaclaw::config::duration::Dur::secs(3);
+            c.plugins.timeouts.load = metaclaw_core::config::duration::Dur::secs(3);
         },
     );
     let watcher = {
@@ -384,7 +384,7 @@ fn impostors_of_first_party_plugins_change_nothing() {
     assert!(
         matches!(
             &outcome[0],
-            metaclaw::plugins::types::DraftOutcome::Reject(_)
+            metaclaw_core::plugins::types::DraftOutcome::Reject(_)
         ),
         "{outcome:?}"
     );
@@ -408,7 +408,7 @@ fn impostors_of_first_party_plugins_change_nothing() {
 }
 
 fn sha256_of(path: &Path) -> String {
-    metaclaw::digest::sha256_hex(std::fs::read(path).unwrap())
+    metaclaw_core::digest::sha256_hex(std::fs::read(path).unwrap())
 }
 
 /// A grant written for a name goes to the first-party plugin of that name
@@ -886,7 +886,7 @@ fn the_memory_budget_holds_across_concurrent_calls() {
     assert!(grown < 112 << 10, "RSS grew by {grown} KiB");
 }
 
-fn all_done<T>(spawned: &metaclaw::plugins::Spawned<T>) -> bool {
+fn all_done<T>(spawned: &metaclaw_core::plugins::Spawned<T>) -> bool {
     spawned.is_finished()
 }
 
@@ -1137,9 +1137,9 @@ fn a_file_the_lock_does_not_list_is_never_compiled() {
 /// operator stays inside it, without its hidden characters.
 #[test]
 fn relevance_and_text_from_plugins_are_made_safe() {
-    use metaclaw::skills::inject::{self, BEGIN, END};
-    use metaclaw::skills::library::Library;
-    use metaclaw::skills::{Query, Retrieval, Settings as SkillSettings, Skills};
+    use metaclaw_core::skills::inject::{self, BEGIN, END};
+    use metaclaw_core::skills::library::Library;
+    use metaclaw_core::skills::{Query, Retrieval, Settings as SkillSettings, Skills};
 
     let (home, host) = host_with(
         &[
@@ -1202,11 +1202,14 @@ struct CountingUpstream {
     requests: AtomicU64,
 }
 
-impl metaclaw::embeddings::Backend for CountingUpstream {
+impl metaclaw_core::embeddings::Backend for CountingUpstream {
     fn model_id(&self) -> &str {
         "counting-upstream-v1"
     }
-    fn embed(&self, texts: &[String]) -> Result<Vec<Vec<f32>>, metaclaw::embeddings::EmbedError> {
+    fn embed(
+        &self,
+        texts: &[String],
+    ) -> Result<Vec<Vec<f32>>, metaclaw_core::embeddings::EmbedError> {
         self.requests.fetch_add(1, Ordering::SeqCst);
         Ok(texts.iter().map(|t| vec![t.len() as f32, 1.0]).collect())
     }
@@ -1234,7 +1237,7 @@ fn embedding_host(
     );
     configure(&mut config);
     let cache =
-        metaclaw::embeddings::Cached::new(upstream.clone(), &home.path().join("metaclaw.db"))
+        metaclaw_core::embeddings::Cached::new(upstream.clone(), &home.path().join("metaclaw.db"))
             .unwrap();
     let embedder: Arc<dyn Embedder> = Arc::new(cache);
     let h = Home::at(home.path());
@@ -1333,7 +1336,7 @@ fn re_indexing_is_paid_once_and_a_churning_retriever_is_disabled_by_its_rate() {
         status.starts_with("disabled: ") && status.contains("of its last 50 calls failed"),
         "{status}"
     );
-    let listed = metaclaw::plugins::view(&host.current());
+    let listed = metaclaw_core::plugins::view(&host.current());
     let row = listed
         .plugins
         .iter()
@@ -1367,8 +1370,8 @@ fn re_indexing_is_paid_once_and_a_churning_retriever_is_disabled_by_its_rate() {
 }
 
 /// An engine with no compile cache whose plugins share `total` bytes.
-fn engine_with_total(total: usize) -> Arc<metaclaw::plugins::PluginEngine> {
-    metaclaw::plugins::PluginEngine::new(metaclaw::plugins::EngineOptions {
+fn engine_with_total(total: usize) -> Arc<metaclaw_core::plugins::PluginEngine> {
+    metaclaw_core::plugins::PluginEngine::new(metaclaw_core::plugins::EngineOptions {
         threads: 2,
         total_memory: total,
         ..Default::default()
@@ -1423,7 +1426,7 @@ fn a_plugin_that_does_not_fit_in_the_total_is_refused_at_load() {
 #[test]
 fn a_compile_past_its_deadline_refuses_the_plugin() {
     let (_home, host) = host_with(&[("testing/hostile.wasm", "hostile.wasm")], |c| {
-        c.plugins.timeouts.compile = metaclaw::config::duration::Dur::millis(1);
+        c.plugins.timeouts.compile = metaclaw_core::config::duration::Dur::millis(1);
     });
     host.reload();
     let error = problem_of(&host, "hostile.wasm");

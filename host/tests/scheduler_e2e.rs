@@ -122,7 +122,7 @@ async fn in_auto_mode_a_window_forced_open_trains_a_batch_on_its_own() {
 async fn in_auto_mode_a_window_forced_shut_keeps_samples_queued_and_trains_nothing() {
     let w = World::new(Setup::new("fake-bigram").auto_forced("shut")).await;
     judged_session(&w, "s-shut").await;
-    let judged_at = metaclaw::clock::now_ms();
+    let judged_at = metaclaw_core::clock::now_ms();
     // The scheduler looks again after the samples are judged (the trainer
     // asks it before every step it could start); its answer is no, and the
     // samples are queued ready for the next window.

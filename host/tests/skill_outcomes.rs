@@ -12,9 +12,9 @@ mod common;
 use std::path::Path;
 use std::sync::Arc;
 
-use metaclaw::config::Config;
-use metaclaw::home::Home;
-use metaclaw::skills::{Query, Skills};
+use metaclaw_core::config::Config;
+use metaclaw_core::home::Home;
+use metaclaw_core::skills::{Query, Skills};
 
 const NAMES: [&str; 3] = [
     "deploy-check-alpha",
@@ -65,7 +65,7 @@ fn setup_with(
         .unwrap();
     }
     let db = home.db_file();
-    drop(metaclaw::store::open_side_writer(&db).unwrap());
+    drop(metaclaw_core::store::open_side_writer(&db).unwrap());
     let mut config = Config::default();
     config.skills.top_k = top_k;
     config.skills.outcome_weight = weight;
@@ -76,7 +76,7 @@ fn setup_with(
 /// `plus` turns judged +1 and `minus` judged −1 for `name` 1.0.0, and the
 /// same turns in every main turn's row, as learning leaves them.
 fn judged(db: &Path, name: &str, plus: i64, minus: i64) {
-    let conn = metaclaw::store::open_side_writer(db).unwrap();
+    let conn = metaclaw_core::store::open_side_writer(db).unwrap();
     let (n, sum) = (plus + minus, (plus - minus) as f64);
     for (id, version) in [(name, "1.0.0"), ("", "")] {
         conn.execute(
@@ -113,7 +113,7 @@ fn injected_for(skills: &Skills, text: &str) -> (Vec<String>, Vec<String>) {
 }
 
 fn refresh(skills: &Skills, db: &Path) {
-    let conn = metaclaw::store::open_read_only(db).unwrap();
+    let conn = metaclaw_core::store::open_read_only(db).unwrap();
     skills.outcomes.refresh(&conn).unwrap();
 }
 
@@ -174,7 +174,7 @@ fn a_retriever_granted_outcomes_ranks_by_the_stores_figures() {
         &drop_in,
     )
     .unwrap();
-    let sha = metaclaw::digest::sha256_hex(std::fs::read(&drop_in).unwrap());
+    let sha = metaclaw_core::digest::sha256_hex(std::fs::read(&drop_in).unwrap());
     // Weight 0: the order is the plugin's alone.
     let skills = setup_with(
         home.path(),
@@ -185,7 +185,7 @@ fn a_retriever_granted_outcomes_ranks_by_the_stores_figures() {
             c.plugins.retriever = vec!["hostile-retriever".parse().unwrap()];
             c.plugins.grants.insert(
                 format!("hostile-retriever@sha256:{sha}").parse().unwrap(),
-                metaclaw::plugins::Grants::parse(&["outcomes".to_string()]).unwrap(),
+                metaclaw_core::plugins::Grants::parse(&["outcomes".to_string()]).unwrap(),
             );
         },
     );
@@ -219,7 +219,7 @@ fn an_evolved_skill_that_hurt_is_retired_the_users_only_flagged_and_restore_brin
     judged(&db, "deploy-check-bravo", 40, 0);
     refresh(&skills, &db);
 
-    let retired = metaclaw::learn::retire::retire_flagged(&skills).unwrap();
+    let retired = metaclaw_core::learn::retire::retire_flagged(&skills).unwrap();
     assert_eq!(
         retired,
         ["deploy-check-alpha"],
@@ -269,7 +269,7 @@ fn an_evolved_skill_that_hurt_is_retired_the_users_only_flagged_and_restore_brin
             .contains("retired: ")
     );
     assert!(
-        metaclaw::learn::retire::retire_flagged(&skills)
+        metaclaw_core::learn::retire::retire_flagged(&skills)
             .unwrap()
             .is_empty()
     );

@@ -524,8 +524,8 @@ async fn a_missing_local_model_is_a_status_warning_and_bm25_serves() {
 /// index finishes in about the time it takes alone.
 #[test]
 fn turns_during_indexing_do_not_pile_up_more_indexes() {
-    use metaclaw::plugins::types::{Skill, TurnContext};
-    use metaclaw::plugins::{CallError, Grants, Limits};
+    use metaclaw_core::plugins::types::{Skill, TurnContext};
+    use metaclaw_core::plugins::{CallError, Grants, Limits};
     use std::sync::Arc;
 
     let cache = tempfile::tempdir().unwrap();

@@ -25,14 +25,14 @@ use std::time::{Duration, Instant};
 use axum::Router;
 use axum::body::Body;
 use axum::http::{Request, StatusCode};
-use metaclaw::app::{App, AppHandle, StartOptions};
-use metaclaw::home::Home;
-use metaclaw::server::{self, Guard};
-use metaclaw::store::samples::SampleRecord;
-use metaclaw::store::{TurnRow, session_turns};
-use metaclaw::tinker::types::{Datum, LossFn, Sequence, StopReason};
-use metaclaw::tinker::{SamplingParams, Service, Settings};
 use metaclaw_chat::render::{ModelFiles, RenderOptions, Renderer};
+use metaclaw_core::app::{App, AppHandle, StartOptions};
+use metaclaw_core::home::Home;
+use metaclaw_core::server::{self, Guard};
+use metaclaw_core::store::samples::SampleRecord;
+use metaclaw_core::store::{TurnRow, session_turns};
+use metaclaw_core::tinker::types::{Datum, LossFn, Sequence, StopReason};
+use metaclaw_core::tinker::{SamplingParams, Service, Settings};
 use metaclaw_wire::stream::sse::parse_all;
 use serde_json::{Value, json};
 use tower::ServiceExt;
@@ -179,7 +179,7 @@ async fn product_with_dropins(
     );
     let path = dir.path().join("config.yaml");
     std::fs::write(&path, config).unwrap();
-    let loaded = metaclaw::config::load(&path).unwrap();
+    let loaded = metaclaw_core::config::load(&path).unwrap();
     let handle = App::start(StartOptions {
         home: &home,
         loaded: &loaded,
@@ -292,15 +292,15 @@ impl Product {
     async fn turns(&self, session: &str) -> Vec<TurnRow> {
         let store = &self.handle.app().proxy.store;
         store.flush().await;
-        let conn = metaclaw::store::open_read_only(store.path()).unwrap();
+        let conn = metaclaw_core::store::open_read_only(store.path()).unwrap();
         session_turns(&conn, session).unwrap()
     }
 
     async fn sample_of(&self, turn: &str) -> SampleRecord {
         let store = &self.handle.app().proxy.store;
         store.flush().await;
-        let conn = metaclaw::store::open_read_only(store.path()).unwrap();
-        metaclaw::store::samples::for_turn(&conn, turn)
+        let conn = metaclaw_core::store::open_read_only(store.path()).unwrap();
+        metaclaw_core::store::samples::for_turn(&conn, turn)
             .unwrap()
             .expect("the turn has a sample")
     }
@@ -946,7 +946,7 @@ async fn against_skyrl_the_student_answers_openclaw_with_the_exact_tokens() {
     let session = service.create_session().await.unwrap();
     let base = model.display().to_string();
     let trainer = session
-        .create_model(&base, &metaclaw::tinker::LoraConfig::new(1).seeded(1))
+        .create_model(&base, &metaclaw_core::tinker::LoraConfig::new(1).seeded(1))
         .await
         .unwrap();
     let data: Vec<Datum> = samples
@@ -1157,8 +1157,8 @@ async fn judged_turns_train_a_step_whose_weights_serve_the_next_turn() {
     assert_eq!(rolled_back.policy_version, 1);
     assert_eq!(rolled_back.logprobs, step1.logprobs);
     // A restart serves it too; the run's training state is untouched.
-    let conn = metaclaw::store::open_read_only(p.handle.app().proxy.store.path()).unwrap();
-    let run = &metaclaw::store::training::list(&conn, 1).unwrap()[0];
+    let conn = metaclaw_core::store::open_read_only(p.handle.app().proxy.store.path()).unwrap();
+    let run = &metaclaw_core::store::training::list(&conn, 1).unwrap()[0];
     assert_eq!(run.sampler_path.as_deref(), Some(served));
     assert_eq!((run.step, run.pending.as_deref()), (2, None));
 
@@ -1166,8 +1166,8 @@ async fn judged_turns_train_a_step_whose_weights_serve_the_next_turn() {
     let (_, body) = p.admin_post("/admin/train/step", &json!({})).await;
     assert_eq!(json_of(&body)["outcome"], "waiting");
     let store = &p.handle.app().proxy.store;
-    let conn = metaclaw::store::open_read_only(store.path()).unwrap();
-    let counts = metaclaw::store::train_queue::counts(&conn, None).unwrap();
+    let conn = metaclaw_core::store::open_read_only(store.path()).unwrap();
+    let counts = metaclaw_core::store::train_queue::counts(&conn, None).unwrap();
     assert_eq!(
         (counts.trained, counts.ready, counts.in_step),
         (3, 0, 0),
@@ -1393,8 +1393,8 @@ async fn a_group_is_sampled_in_one_call_served_once_and_trained_centred() {
         .await;
     assert_eq!(status, StatusCode::OK, "{}", String::from_utf8_lossy(&body));
     let turn = p.turns("g-1").await.remove(0);
-    let conn = metaclaw::store::open_read_only(p.handle.app().proxy.store.path()).unwrap();
-    let siblings = metaclaw::store::samples::siblings(&conn, &turn.id).unwrap();
+    let conn = metaclaw_core::store::open_read_only(p.handle.app().proxy.store.path()).unwrap();
+    let siblings = metaclaw_core::store::samples::siblings(&conn, &turn.id).unwrap();
     let contents: Vec<&str> = siblings
         .iter()
         .map(|s| s.message["content"].as_str().unwrap())
@@ -1569,8 +1569,8 @@ async fn a_collapse_rolls_back_to_the_weights_before_the_fall() {
         (served.sampler.as_str(), served.policy_version),
         (samplers[2].as_str(), 3)
     );
-    let conn = metaclaw::store::open_read_only(p.handle.app().proxy.store.path()).unwrap();
-    let run = &metaclaw::store::training::list(&conn, 1).unwrap()[0];
+    let conn = metaclaw_core::store::open_read_only(p.handle.app().proxy.store.path()).unwrap();
+    let run = &metaclaw_core::store::training::list(&conn, 1).unwrap()[0];
     assert!(
         run.state_path
             .as_deref()
@@ -1578,7 +1578,7 @@ async fn a_collapse_rolls_back_to_the_weights_before_the_fall() {
         "{run:?}"
     );
     assert_eq!(run.state_step, Some(6));
-    let mark = metaclaw::store::training::health_mark(&conn, &run.id).unwrap();
+    let mark = metaclaw_core::store::training::health_mark(&conn, &run.id).unwrap();
     assert_eq!((mark.since_step, mark.paused), (6, None));
     let next = p.judged_step("r6", true).await;
     assert_eq!(next["step"], 7, "{next}");
@@ -1638,8 +1638,8 @@ async fn an_answer_sampled_at_another_temperature_is_served_but_never_trained() 
         "{}",
         String::from_utf8_lossy(&body)
     );
-    let conn = metaclaw::store::open_read_only(p.handle.app().proxy.store.path()).unwrap();
-    let skipped = metaclaw::store::train_queue::skipped_by_reason(&conn, "").unwrap();
+    let conn = metaclaw_core::store::open_read_only(p.handle.app().proxy.store.path()).unwrap();
+    let skipped = metaclaw_core::store::train_queue::skipped_by_reason(&conn, "").unwrap();
     let reasons: Vec<&str> = skipped.iter().map(|(why, _)| why.as_str()).collect();
     assert_eq!(
         reasons,
@@ -1679,7 +1679,7 @@ impl Product {
         let stepped = json_of(&body);
         if stepped["outcome"] != "stepped" {
             let conn =
-                metaclaw::store::open_read_only(self.handle.app().proxy.store.path()).unwrap();
+                metaclaw_core::store::open_read_only(self.handle.app().proxy.store.path()).unwrap();
             let notes: Vec<(String, Option<String>, Option<f64>)> = conn
                 .prepare(
                     "SELECT s.train_state, s.train_note, t.reward FROM turn_samples s \
@@ -1759,9 +1759,9 @@ async fn against_skyrl_a_rollback_serves_earlier_weights_and_training_goes_on_fr
     // and is served.
     assert_eq!(step3["step"], 3);
     assert_eq!(p.status().await["student"]["policy_version"], 3);
-    let conn = metaclaw::store::open_read_only(p.handle.app().proxy.store.path()).unwrap();
+    let conn = metaclaw_core::store::open_read_only(p.handle.app().proxy.store.path()).unwrap();
     let run = step3["run"].as_str().unwrap();
-    let steps: Vec<(i64, i64)> = metaclaw::store::training::steps(&conn, run, 10)
+    let steps: Vec<(i64, i64)> = metaclaw_core::store::training::steps(&conn, run, 10)
         .unwrap()
         .iter()
         .map(|s| (s.step, s.incarnation))
@@ -1782,7 +1782,7 @@ async fn against_skyrl_a_rollback_serves_earlier_weights_and_training_goes_on_fr
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn against_skyrl_weights_under_test_serve_beside_the_incumbent_and_a_rollback_trains_on_from_before()
  {
-    use metaclaw::canary::{Arm, arm_for};
+    use metaclaw_core::canary::{Arm, arm_for};
     let Some(server) = common::skyrl::start("weights canary against skyrl") else {
         return;
     };
@@ -1974,7 +1974,7 @@ async fn each_agent_is_served_and_trained_by_its_own_mode_and_run() {
     // In the store: each sample with its run, two runs of their own.
     let store = &p.handle.app().proxy.store;
     store.flush().await;
-    let conn = metaclaw::store::open_read_only(store.path()).unwrap();
+    let conn = metaclaw_core::store::open_read_only(store.path()).unwrap();
     let mut samples: Vec<(String, String, String)> = conn
         .prepare(
             "SELECT t.session_id, s.run_agent, r.agent FROM turn_samples s

@@ -10,8 +10,8 @@
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
-use metaclaw::tinker::types::{Datum, LossFn, StopReason};
-use metaclaw::tinker::{
+use metaclaw_core::tinker::types::{Datum, LossFn, StopReason};
+use metaclaw_core::tinker::{
     AdamParams, Dialect, Error, LoraConfig, SamplingParams, Service, Settings, Stop,
 };
 use metaclaw_mock_tinker::{Options, Seen};
@@ -155,8 +155,8 @@ async fn model_on(
     lora: &LoraConfig,
 ) -> (
     Service,
-    metaclaw::tinker::Session,
-    metaclaw::tinker::TrainingModel,
+    metaclaw_core::tinker::Session,
+    metaclaw_core::tinker::TrainingModel,
 ) {
     let service = Service::connect(settings).await.unwrap();
     let session = service.create_session().await.unwrap();
@@ -167,8 +167,8 @@ async fn model_on(
 /// A model whose next two calls are answered 402, with a 100 ms pause.
 async fn billed_twice() -> (
     Service,
-    metaclaw::tinker::Session,
-    metaclaw::tinker::TrainingModel,
+    metaclaw_core::tinker::Session,
+    metaclaw_core::tinker::TrainingModel,
 ) {
     let mut settings = fake().await;
     settings.billing_wait = Duration::from_millis(100);

@@ -17,8 +17,8 @@ mod common;
 use std::collections::BTreeMap;
 use std::time::Instant;
 
-use metaclaw::tinker::types::{Datum, LossFn, Sampled};
-use metaclaw::tinker::{
+use metaclaw_core::tinker::types::{Datum, LossFn, Sampled};
+use metaclaw_core::tinker::{
     AdamParams, Dialect, LoraConfig, SamplingParams, Service, Settings, TrainingModel,
 };
 

@@ -15,10 +15,10 @@ use axum::Router;
 use axum::body::Body;
 use axum::http::{Request, StatusCode};
 use futures_util::StreamExt;
-use metaclaw::app::{App, AppHandle, StartOptions};
-use metaclaw::home::Home;
-use metaclaw::server::{self, Guard};
-use metaclaw::store::{TurnRow, session_turns};
+use metaclaw_core::app::{App, AppHandle, StartOptions};
+use metaclaw_core::home::Home;
+use metaclaw_core::server::{self, Guard};
+use metaclaw_core::store::{TurnRow, session_turns};
 use serde_json::{Value, json};
 use tower::ServiceExt;
 
@@ -56,7 +56,7 @@ async fn product_of(upstream: &str, llm: &str) -> Product {
     );
     let path = dir.path().join("config.yaml");
     std::fs::write(&path, config.replace("{upstream}", upstream)).unwrap();
-    let loaded = metaclaw::config::load(&path).unwrap();
+    let loaded = metaclaw_core::config::load(&path).unwrap();
     let handle = App::start(StartOptions {
         home: &home,
         loaded: &loaded,
@@ -89,7 +89,7 @@ impl Product {
     async fn turns(&self, session: &str) -> Vec<TurnRow> {
         let store = &self.handle.app().proxy.store;
         store.flush().await;
-        let conn = metaclaw::store::open_read_only(store.path()).unwrap();
+        let conn = metaclaw_core::store::open_read_only(store.path()).unwrap();
         // An `X-Session-Id` is the session's id.
         session_turns(&conn, session).unwrap()
     }
@@ -170,8 +170,8 @@ async fn one_read_of_the_request_feeds_the_upstream_body_and_the_record() {
         json!({"model": "echo", "temperature": 0.25})
     );
     let store = &p.handle.app().proxy.store;
-    let conn = metaclaw::store::open_read_only(store.path()).unwrap();
-    let messages = metaclaw::store::load_messages(&conn, &turn.message_hashes).unwrap();
+    let conn = metaclaw_core::store::open_read_only(store.path()).unwrap();
+    let messages = metaclaw_core::store::load_messages(&conn, &turn.message_hashes).unwrap();
     assert_eq!(
         messages,
         [
@@ -329,8 +329,8 @@ async fn an_agents_resend_after_a_failure_is_an_attempt_of_the_same_turn() {
     );
     assert_eq!((turns[1].turn_type.as_str(), turns[1].attempt), ("main", 2));
     assert_eq!(turns[1].retry_of.as_deref(), Some(turns[0].id.as_str()));
-    let conn = metaclaw::store::open_read_only(p.handle.app().proxy.store.path()).unwrap();
-    let session = metaclaw::store::session_detail(&conn, "s-retry")
+    let conn = metaclaw_core::store::open_read_only(p.handle.app().proxy.store.path()).unwrap();
+    let session = metaclaw_core::store::session_detail(&conn, "s-retry")
         .unwrap()
         .unwrap();
     assert_eq!(session.main_turns, 1, "{session:?}");

@@ -276,7 +276,7 @@ async fn a_restart_tests_on_and_the_user_can_roll_back_by_hand() {
 /// as soon as each arm has answered 8 times, before any session is judged.
 #[tokio::test]
 async fn answers_that_collapse_roll_the_candidate_back_before_any_judgement() {
-    use metaclaw::canary::{Arm, arm_for};
+    use metaclaw_core::canary::{Arm, arm_for};
     let w = world().await;
     let id = first_step(&w).await;
     let long = "Lima is the capital of Peru, on the Pacific coast of South America.";

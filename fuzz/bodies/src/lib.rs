@@ -26,9 +26,9 @@
 use std::path::Path;
 
 use bytes::Bytes;
-use metaclaw::sessions::TurnType;
-use metaclaw::skills::inject::{self, Injected};
-use metaclaw::skills::{Query, skill};
+use metaclaw_core::sessions::TurnType;
+use metaclaw_core::skills::inject::{self, Injected};
+use metaclaw_core::skills::{Query, skill};
 use metaclaw_wire as wire;
 use metaclaw_wire::agent::openclaw;
 use metaclaw_wire::request::ChatRequest;
@@ -384,7 +384,7 @@ pub fn skill_md(data: &[u8]) {
 /// re-serialises (as `config show`/`config set` write it) and parses back to
 /// the same value.
 pub fn config(data: &[u8]) {
-    use metaclaw::config;
+    use metaclaw_core::config;
     let Ok(text) = std::str::from_utf8(data) else {
         return;
     };

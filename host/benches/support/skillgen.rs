@@ -5,7 +5,7 @@
 
 use std::path::Path;
 
-use metaclaw::plugins::types::Skill;
+use metaclaw_core::plugins::types::Skill;
 
 /// A small deterministic generator (xorshift).
 pub struct Rng(pub u64);
@@ -35,12 +35,12 @@ pub fn repo() -> &'static Path {
 pub fn builtin_bank() -> Vec<Skill> {
     let tmp = tempfile::tempdir().unwrap();
     let library =
-        metaclaw::skills::library::Library::open(repo().join("skills"), tmp.path().join("db"));
+        metaclaw_core::skills::library::Library::open(repo().join("skills"), tmp.path().join("db"));
     library
         .snapshot()
         .skills
         .iter()
-        .map(|s| metaclaw::skills::to_wit(s))
+        .map(|s| metaclaw_core::skills::to_wit(s))
         .collect()
 }
 

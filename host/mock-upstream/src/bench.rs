@@ -261,7 +261,7 @@ pub struct Round {
 
 macro_rules! days {
     ($set:literal: $($day:literal),*) => {
-        &[$((stringify!($day), include_str!(concat!("../../bench-data/", $set, "/eval/day", stringify!($day), "/questions.json")))),*]
+        &[$((stringify!($day), include_str!(concat!("../../bench/data/", $set, "/eval/day", stringify!($day), "/questions.json")))),*]
     };
 }
 
@@ -277,7 +277,7 @@ const SCRIPTS: &str = include_str!("bench/small.json");
 /// Input files an edit keeps (`{{original}}`), by path in the workspace.
 const ORIGINALS: &[(&str, &str)] = &[(
     "day07/api_docs.md",
-    include_str!("../../bench-data/metaclaw-bench-small/workspaces/shared/day07/api_docs.md"),
+    include_str!("../../bench/data/metaclaw-bench-small/workspaces/shared/day07/api_docs.md"),
 )];
 
 /// Rounds that can never pass: their command gives `check_done_log.py` an

@@ -1,6 +1,6 @@
 //! The dummy upstream's judge and evolver: deterministic stand-ins for the
 //! models that learning calls, reading the prompts metaclaw sends
-//! (`host/prompts/`) the way a real model would read them.
+//! (`host/core/prompts/`) the way a real model would read them.
 
 use serde_json::json;
 

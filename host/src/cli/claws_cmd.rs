@@ -5,9 +5,9 @@ use std::time::{Duration, Instant};
 use anyhow::Result;
 use serde_json::{Value, json};
 
-use crate::claws::{self, Env, LOCAL_KEY, Target};
-use crate::config::{ClawType, Loaded};
-use crate::home::Home;
+use metaclaw_core::claws::{self, Env, LOCAL_KEY, Target};
+use metaclaw_core::config::{ClawType, Loaded};
+use metaclaw_core::home::Home;
 
 /// The target `start` wires, or why it wires nothing (`Err(None)`: silently).
 fn target_for(loaded: &Loaded, url: &str, demo: bool) -> Result<Target, Option<String>> {
@@ -84,7 +84,7 @@ pub fn wire_when_healthy(home: Home, loaded: Loaded, demo: bool) {
             let deadline = Instant::now() + Duration::from_secs(60);
             let url = loop {
                 if let Some(info) = home.read_pid_file().filter(|p| p.pid == std::process::id())
-                    && rt.block_on(super::admin::healthy(&info.url))
+                    && rt.block_on(metaclaw_core::admin::healthy(&info.url))
                 {
                     break info.url;
                 }

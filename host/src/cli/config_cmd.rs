@@ -7,7 +7,7 @@ use anyhow::{Result, bail};
 use serde_json::Value;
 
 use super::{ConfigCommand, load_config};
-use crate::config;
+use metaclaw_core::config;
 
 pub fn run(path: &Path, command: ConfigCommand) -> Result<ExitCode> {
     match command {

@@ -14,12 +14,12 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, Result, bail};
 use serde_json::{Value, json};
 
-use super::admin::AdminClient;
-use crate::home::{Home, PidInfo};
-use crate::store;
-use crate::store::jobs::{Job, JobState};
-use crate::store::learning::{self, DraftOutcome};
-use crate::untrusted::log_line;
+use metaclaw_core::admin::AdminClient;
+use metaclaw_core::home::{Home, PidInfo};
+use metaclaw_core::store;
+use metaclaw_core::store::jobs::{Job, JobState};
+use metaclaw_core::store::learning::{self, DraftOutcome};
+use metaclaw_core::untrusted::log_line;
 
 /// The longest the demo waits for any one step.
 const STEP_TIMEOUT: Duration = Duration::from_secs(30);

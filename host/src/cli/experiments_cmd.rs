@@ -11,11 +11,11 @@ use std::process::ExitCode;
 use anyhow::{Result, bail};
 use serde_json::json;
 
-use super::admin::AdminClient;
 use super::sessions_cmd::db_path;
 use super::{ExperimentsCommand, load_config, local_time, runtime};
-use crate::home::Home;
-use crate::store::{self, experiments};
+use metaclaw_core::admin::AdminClient;
+use metaclaw_core::home::Home;
+use metaclaw_core::store::{self, experiments};
 
 pub fn run(home: &Home, config_path: &Path, command: ExperimentsCommand) -> Result<ExitCode> {
     let decision = match &command {
@@ -85,8 +85,9 @@ pub fn run(home: &Home, config_path: &Path, command: ExperimentsCommand) -> Resu
         return Ok(ExitCode::SUCCESS);
     }
     let conn = store::open_read_only(&path)?;
-    let view =
-        |e: &experiments::Experiment| crate::learn::canary::shown(&conn, e.clone(), &settings);
+    let view = |e: &experiments::Experiment| {
+        metaclaw_core::learn::canary::shown(&conn, e.clone(), &settings)
+    };
     match command {
         ExperimentsCommand::List { agent, json, limit } => {
             let rows = match agent {

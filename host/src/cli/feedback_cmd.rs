@@ -9,9 +9,9 @@ use anyhow::{Result, bail};
 
 use super::sessions_cmd::db_path;
 use super::{FeedbackArgs, load_config};
-use crate::app::feedback::{self, FeedbackRequest, Rating};
-use crate::home::Home;
-use crate::redact::Redactor;
+use metaclaw_core::app::feedback::{self, FeedbackRequest, Rating};
+use metaclaw_core::home::Home;
+use metaclaw_core::redact::Redactor;
 
 pub fn run(home: &Home, config_path: &Path, args: FeedbackArgs) -> Result<ExitCode> {
     let loaded = load_config(config_path)?;

@@ -7,12 +7,12 @@ use std::process::ExitCode;
 
 use anyhow::Result;
 
-use super::admin::AdminClient;
 use super::sessions_cmd::db_path;
 use super::{LearnCommand, load_config, local_time, runtime};
-use crate::home::Home;
-use crate::store;
-use crate::store::jobs::{Job, JobState};
+use metaclaw_core::admin::AdminClient;
+use metaclaw_core::home::Home;
+use metaclaw_core::store;
+use metaclaw_core::store::jobs::{Job, JobState};
 
 /// `learn now` waits this long for the jobs (judge and evolver calls).
 const NOW_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(1800);
@@ -35,7 +35,7 @@ pub fn run(home: &Home, config_path: &Path, command: LearnCommand) -> Result<Exi
 fn now(
     home: &Home,
     session: Option<String>,
-    agent: Option<crate::agent_id::AgentId>,
+    agent: Option<metaclaw_core::agent_id::AgentId>,
     json: bool,
 ) -> Result<ExitCode> {
     // The daemon runs the jobs: it owns the queue and the models.
@@ -61,7 +61,7 @@ fn now(
 fn status(
     home: &Home,
     config_path: &Path,
-    agent: Option<crate::agent_id::AgentId>,
+    agent: Option<metaclaw_core::agent_id::AgentId>,
     json: bool,
     limit: usize,
     enabled: bool,
@@ -69,9 +69,9 @@ fn status(
     if !enabled {
         // On stderr with --json, which stays a list of jobs.
         if json {
-            eprintln!("note: {}", crate::learn::OFF);
+            eprintln!("note: {}", metaclaw_core::learn::OFF);
         } else {
-            say!("{}", crate::learn::OFF);
+            say!("{}", metaclaw_core::learn::OFF);
         }
     }
     let path = db_path(home, config_path);

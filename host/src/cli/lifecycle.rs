@@ -11,12 +11,12 @@ use anyhow::{Context, Result, bail};
 use rustix::process::{Pid, Signal, kill_process, test_kill_process};
 use serde_json::json;
 
-use super::admin::AdminClient;
 use super::{JsonFlag, StartArgs, StopArgs, UninstallArgs, human_duration, load_config, runtime};
-use crate::config::Mode;
-use crate::daemon::{self, DaemonOptions};
-use crate::home::Home;
-use crate::logging::RotatingLog;
+use metaclaw_core::admin::AdminClient;
+use metaclaw_core::config::Mode;
+use metaclaw_core::daemon::{self, DaemonOptions};
+use metaclaw_core::home::Home;
+use metaclaw_core::logging::RotatingLog;
 
 const START_TIMEOUT: Duration = Duration::from_secs(30);
 
@@ -24,9 +24,9 @@ const START_TIMEOUT: Duration = Duration::from_secs(30);
 /// plugins (seconds to a minute on a slow machine): done here, before the
 /// daemon starts, so a terminal shows progress; later starts find them in
 /// the compile cache and skip this.
-fn precompile_plugins(home: &Home, config: &crate::config::Config) {
+fn precompile_plugins(home: &Home, config: &metaclaw_core::config::Config) {
     use std::io::{IsTerminal, Write};
-    let settings = crate::plugins::Settings::from_config(config, home);
+    let settings = metaclaw_core::plugins::Settings::from_config(config, home);
     let terminal = std::io::stderr().is_terminal();
     let started = Instant::now();
     let mut progress = |done: usize, total: usize, name: &str| {
@@ -37,7 +37,7 @@ fn precompile_plugins(home: &Home, config: &crate::config::Config) {
             let _ = std::io::stderr().flush();
         }
     };
-    match crate::plugins::PluginHost::precompile_embedded(&settings, &mut progress) {
+    match metaclaw_core::plugins::PluginHost::precompile_embedded(&settings, &mut progress) {
         Ok(0) => {}
         Ok(n) => {
             let took = started.elapsed().as_secs_f32();
@@ -68,7 +68,7 @@ pub fn start(home: &Home, config_path: &Path, args: StartArgs) -> Result<ExitCod
             "auto" => Mode::Auto,
             _ => Mode::SkillsOnly,
         };
-        crate::config::inert::override_mode(&mut loaded, mode);
+        metaclaw_core::config::inert::override_mode(&mut loaded, mode);
     }
     daemon::check_servable(&loaded, args.demo)?;
     home.ensure()?;
@@ -78,13 +78,13 @@ pub fn start(home: &Home, config_path: &Path, args: StartArgs) -> Result<ExitCod
     if args.foreground {
         match &args.log_file {
             Some(path) => match RotatingLog::open(path, max_log_bytes, log_config.keep) {
-                Ok(log) => crate::logging::init_file(&log_config.level, log),
+                Ok(log) => metaclaw_core::logging::init_file(&log_config.level, log),
                 Err(e) => {
-                    crate::logging::init(&log_config.level);
+                    metaclaw_core::logging::init(&log_config.level);
                     tracing::warn!("cannot open {}: {e}; logging to stderr", path.display());
                 }
             },
-            None => crate::logging::init(&log_config.level),
+            None => metaclaw_core::logging::init(&log_config.level),
         }
         if !args.no_builtin_skills && !args.demo {
             super::skills_cmd::install_builtin_on(home, &loaded.config, "metaclaw start");
@@ -131,11 +131,11 @@ pub fn start(home: &Home, config_path: &Path, args: StartArgs) -> Result<ExitCod
     // an earlier run is rotated here, before the offset of this start's
     // lines is taken.
     if std::fs::metadata(&log_path).is_ok_and(|m| m.len() >= max_log_bytes)
-        && let Err(e) = crate::logging::rotate_files(&log_path, log_config.keep)
+        && let Err(e) = metaclaw_core::logging::rotate_files(&log_path, log_config.keep)
     {
         eprintln!("warning: cannot rotate {}: {e}", log_path.display());
     }
-    let log = crate::logging::open_log(&log_path)
+    let log = metaclaw_core::logging::open_log(&log_path)
         .with_context(|| format!("cannot open {}", log_path.display()))?;
     let log_start = log.metadata().map(|m| m.len()).unwrap_or(0);
     let exe = std::env::current_exe().context("cannot find the metaclaw executable")?;
@@ -179,7 +179,7 @@ pub fn start(home: &Home, config_path: &Path, args: StartArgs) -> Result<ExitCod
             );
         }
         if let Some(info) = home.read_pid_file().filter(|p| p.pid == child.id())
-            && rt.block_on(super::admin::healthy(&info.url))
+            && rt.block_on(metaclaw_core::admin::healthy(&info.url))
         {
             break info;
         }
@@ -613,7 +613,7 @@ fn print_student(s: &serde_json::Map<String, serde_json::Value>) {
 
 fn db_counts(home: &Home, config_path: &Path) -> (Option<u64>, Option<u64>) {
     let path = super::sessions_cmd::db_path(home, config_path);
-    let Ok(conn) = crate::store::open_read_only(&path) else {
+    let Ok(conn) = metaclaw_core::store::open_read_only(&path) else {
         return (None, None);
     };
     let count = |sql: &str| {

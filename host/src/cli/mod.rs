@@ -1,19 +1,5 @@
 //! The `metaclaw` command line.
 
-/// Prints a line to stdout. A closed pipe (`metaclaw status | head -1`)
-/// ends the process quietly, as SIGPIPE would, instead of panicking.
-macro_rules! say {
-    () => { $crate::cli::emit(format_args!("\n")) };
-    ($($arg:tt)*) => { $crate::cli::emit(format_args!("{}\n", format_args!($($arg)*))) };
-}
-
-/// [`say!`] without the newline.
-macro_rules! say_raw {
-    ($($arg:tt)*) => { $crate::cli::emit(format_args!($($arg)*)) };
-}
-
-mod admin;
-mod bench;
 mod claws_cmd;
 mod config_cmd;
 mod demo;
@@ -23,7 +9,6 @@ mod feedback_cmd;
 mod learn_cmd;
 mod lifecycle;
 mod plugins_cmd;
-pub mod rollout;
 mod scheduler_cmd;
 mod sessions_cmd;
 mod setup;
@@ -39,11 +24,11 @@ use std::process::ExitCode;
 use anyhow::Result;
 use clap::{Args, Parser, Subcommand, ValueEnum};
 
-use crate::config::{self, Loaded};
-use crate::home::Home;
+use metaclaw_core::config::{self, Loaded};
+use metaclaw_core::home::Home;
 
 #[derive(Parser, Debug)]
-#[command(name = "metaclaw", version, long_version = crate::plugins::embedded::LONG_VERSION, about = "A learning proxy between your AI agent and its LLM", long_about = None)]
+#[command(name = "metaclaw", version, long_version = metaclaw_core::plugins::embedded::LONG_VERSION, about = "A learning proxy between your AI agent and its LLM", long_about = None)]
 pub struct Cli {
     /// Config file (default: <home>/config.yaml; home is $METACLAW_HOME or ~/.metaclaw).
     #[arg(short = 'c', long, global = true, value_name = "PATH")]
@@ -97,15 +82,15 @@ pub enum Command {
     /// Run task files through the running proxy with a built-in agent
     /// (tools sandboxed in a throwaway workspace): samples for learning
     /// without a human.
-    Rollout(rollout::RolloutArgs),
+    Rollout(metaclaw_bench::rollout::RolloutArgs),
     /// MetaClaw-Bench with any model: the days run through a built-in
     /// agent in arms (direct, skills, learn, rl), scored strictly, with a
     /// report (docs/bench.md).
     #[command(subcommand)]
-    Bench(bench::BenchCommand),
+    Bench(metaclaw_bench::BenchCommand),
     /// `rollout`'s sandbox: runs one command confined (internal).
     #[command(name = "sandbox-exec", hide = true)]
-    SandboxExec(rollout::SandboxExecArgs),
+    SandboxExec(metaclaw_bench::rollout::SandboxExecArgs),
     /// Training from the student's judged turns (rl/auto): a step now,
     /// the queue and the steps so far.
     Train(TrainArgs),
@@ -297,8 +282,8 @@ pub enum SessionsCommand {
         #[arg(long, default_value_t = 50)]
         limit: u32,
         /// Only this agent's (its X-Agent-Id, or OpenClaw's agent id).
-        #[arg(long, value_name = "ID", value_parser = crate::agent_id::AgentId::parse)]
-        agent: Option<crate::agent_id::AgentId>,
+        #[arg(long, value_name = "ID", value_parser = metaclaw_core::agent_id::AgentId::parse)]
+        agent: Option<metaclaw_core::agent_id::AgentId>,
     },
     /// One session and its turns (by id, or by the agent's session id).
     Show {
@@ -321,8 +306,8 @@ pub enum ExperimentsCommand {
     List {
         /// Only this agent's own: its skills' (`@ID/NAME`) and its own
         /// run's weights (`agents.<id>`).
-        #[arg(long, value_name = "ID", value_parser = crate::agent_id::AgentId::parse)]
-        agent: Option<crate::agent_id::AgentId>,
+        #[arg(long, value_name = "ID", value_parser = metaclaw_core::agent_id::AgentId::parse)]
+        agent: Option<metaclaw_core::agent_id::AgentId>,
         #[arg(long)]
         json: bool,
         /// At most this many.
@@ -368,16 +353,16 @@ pub enum LearnCommand {
         session: Option<String>,
         /// Only this agent's sessions (with a session: it must be the
         /// agent's).
-        #[arg(long, value_name = "ID", value_parser = crate::agent_id::AgentId::parse)]
-        agent: Option<crate::agent_id::AgentId>,
+        #[arg(long, value_name = "ID", value_parser = metaclaw_core::agent_id::AgentId::parse)]
+        agent: Option<metaclaw_core::agent_id::AgentId>,
         #[arg(long)]
         json: bool,
     },
     /// Learning jobs: queued, running, failed and done.
     Status {
         /// Only the jobs of this agent's sessions.
-        #[arg(long, value_name = "ID", value_parser = crate::agent_id::AgentId::parse)]
-        agent: Option<crate::agent_id::AgentId>,
+        #[arg(long, value_name = "ID", value_parser = metaclaw_core::agent_id::AgentId::parse)]
+        agent: Option<metaclaw_core::agent_id::AgentId>,
         #[arg(long)]
         json: bool,
         /// At most this many, newest first.
@@ -396,8 +381,8 @@ pub enum SchedulerCommand {
 #[derive(clap::Args, Debug)]
 pub struct TrainArgs {
     /// The agent's own run (`agents.<id>` in the config), not the shared one.
-    #[arg(long, global = true, value_name = "ID", value_parser = crate::agent_id::AgentId::parse)]
-    pub agent: Option<crate::agent_id::AgentId>,
+    #[arg(long, global = true, value_name = "ID", value_parser = metaclaw_core::agent_id::AgentId::parse)]
+    pub agent: Option<metaclaw_core::agent_id::AgentId>,
     #[command(subcommand)]
     pub command: TrainCommand,
 }
@@ -493,8 +478,8 @@ pub enum SkillsCommand {
         /// Only what this agent's turns see: the shared skills and its own
         /// layer's (`@AGENT/NAME`), its own in place of a shared one of the
         /// same name.
-        #[arg(long, value_name = "ID", value_parser = crate::agent_id::AgentId::parse)]
-        agent: Option<crate::agent_id::AgentId>,
+        #[arg(long, value_name = "ID", value_parser = metaclaw_core::agent_id::AgentId::parse)]
+        agent: Option<metaclaw_core::agent_id::AgentId>,
         #[arg(long)]
         json: bool,
     },
@@ -512,8 +497,8 @@ pub enum SkillsCommand {
         name: Option<String>,
         /// Only this agent's sessions' turns, of the skills it sees
         /// (retrieval ranks by every agent's).
-        #[arg(long, value_name = "ID", value_parser = crate::agent_id::AgentId::parse)]
-        agent: Option<crate::agent_id::AgentId>,
+        #[arg(long, value_name = "ID", value_parser = metaclaw_core::agent_id::AgentId::parse)]
+        agent: Option<metaclaw_core::agent_id::AgentId>,
         #[arg(long)]
         json: bool,
     },
@@ -522,8 +507,8 @@ pub enum SkillsCommand {
         query: String,
         /// As a turn of this agent would get them (its own skills in place
         /// of the shared ones of the same name); default: `default`.
-        #[arg(long, value_name = "ID", value_parser = crate::agent_id::AgentId::parse)]
-        agent: Option<crate::agent_id::AgentId>,
+        #[arg(long, value_name = "ID", value_parser = metaclaw_core::agent_id::AgentId::parse)]
+        agent: Option<metaclaw_core::agent_id::AgentId>,
         #[arg(long)]
         json: bool,
     },
@@ -561,8 +546,8 @@ pub enum SkillsCommand {
         names: Vec<String>,
         /// The skills this agent's turns see (its own layer's in place of
         /// the shared ones of the same name); default: the shared ones.
-        #[arg(long, value_name = "ID", value_parser = crate::agent_id::AgentId::parse)]
-        agent: Option<crate::agent_id::AgentId>,
+        #[arg(long, value_name = "ID", value_parser = metaclaw_core::agent_id::AgentId::parse)]
+        agent: Option<metaclaw_core::agent_id::AgentId>,
         /// Also remove what metaclaw exported there earlier that the
         /// library no longer has live (retired, removed), unless edited.
         #[arg(long)]
@@ -647,12 +632,12 @@ pub enum PluginsCommand {
         /// (`plugins.grants.NAME`) and the lock does not pin this file yet.
         /// Only the named file is pinned under that name; repeatable.
         #[arg(value_name = "NAME@sha256:HEX")]
-        pins: Vec<crate::config::FilePin>,
+        pins: Vec<metaclaw_core::config::FilePin>,
         /// Let the drop-in called NAME replace the first-party plugin of
         /// that name (pins that exact file; NAME@sha256:HEX when several
         /// files claim it); repeatable.
         #[arg(long = "override", value_name = "NAME[@sha256:HEX]")]
-        overrides: Vec<crate::config::FileRef>,
+        overrides: Vec<metaclaw_core::config::FileRef>,
     },
     /// Compare the plugin files with the lock; exits non-zero on any difference.
     Verify,
@@ -695,15 +680,6 @@ pub enum DevCommand {
     },
 }
 
-pub fn emit(args: std::fmt::Arguments<'_>) {
-    use std::io::Write;
-    let mut out = std::io::stdout().lock();
-    if out.write_fmt(args).and_then(|()| out.flush()).is_err() {
-        // 128 + SIGPIPE: what a shell reports for a tool cut off by a pipe.
-        std::process::exit(141);
-    }
-}
-
 /// Exit codes: 0 success, 1 failure, 2 usage (clap), 3 `status`: not running.
 pub fn run(cli: Cli) -> ExitCode {
     match dispatch(cli) {
@@ -719,7 +695,7 @@ fn dispatch(cli: Cli) -> Result<ExitCode> {
     let command = match cli.command {
         // Before anything else: it runs with an empty environment, and
         // alone (unshare needs a single-threaded process).
-        Command::SandboxExec(args) => return Ok(rollout::sandbox_exec(args)),
+        Command::SandboxExec(args) => return Ok(metaclaw_bench::rollout::sandbox_exec(args)),
         command => command,
     };
     let home = Home::resolve()?;
@@ -740,9 +716,9 @@ fn dispatch(cli: Cli) -> Result<ExitCode> {
         Command::Feedback(args) => feedback_cmd::run(&home, &config_path, args),
         Command::Experiments(cmd) => experiments_cmd::run(&home, &config_path, cmd),
         Command::Tinker(cmd) => tinker_cmd::run(&home, &config_path, cmd),
-        Command::Rollout(args) => rollout::run(&home, &config_path, args),
-        Command::SandboxExec(args) => Ok(rollout::sandbox_exec(args)),
-        Command::Bench(cmd) => bench::run(&config_path, cmd),
+        Command::Rollout(args) => metaclaw_bench::rollout::run(&home, &config_path, args),
+        Command::SandboxExec(args) => Ok(metaclaw_bench::rollout::sandbox_exec(args)),
+        Command::Bench(cmd) => metaclaw_bench::run(&config_path, cmd),
         Command::Train(cmd) => train_cmd::run(&home, &config_path, cmd),
         Command::Scheduler(SchedulerCommand::Status(args)) => {
             scheduler_cmd::status(&home, &config_path, args.json)
@@ -754,11 +730,14 @@ fn dispatch(cli: Cli) -> Result<ExitCode> {
                     serde_json::json!({
                         "name": "metaclaw",
                         "version": env!("CARGO_PKG_VERSION"),
-                        "plugins": crate::plugins::embedded::versions_json(),
+                        "plugins": metaclaw_core::plugins::embedded::versions_json(),
                     })
                 );
             } else {
-                say!("metaclaw {}", crate::plugins::embedded::LONG_VERSION);
+                say!(
+                    "metaclaw {}",
+                    metaclaw_core::plugins::embedded::LONG_VERSION
+                );
             }
             Ok(ExitCode::SUCCESS)
         }
@@ -774,17 +753,11 @@ fn dispatch(cli: Cli) -> Result<ExitCode> {
 
 /// Loads the config and prints its warnings (unknown keys) to stderr.
 fn load_config(path: &std::path::Path) -> Result<Loaded> {
-    let loaded = config::load(path)?;
-    for warning in &loaded.warnings {
-        eprintln!("warning: {warning}");
-    }
-    Ok(loaded)
+    Ok(config::load_warned(path)?)
 }
 
 fn runtime() -> Result<tokio::runtime::Runtime> {
-    Ok(tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()?)
+    Ok(metaclaw_core::term::runtime()?)
 }
 
 #[cfg(feature = "dev-tools")]
@@ -795,7 +768,7 @@ fn dev_upstream(
     teacher_tokenizer: Option<std::path::PathBuf>,
 ) -> Result<ExitCode> {
     use metaclaw_mock_upstream::Dummy;
-    crate::logging::init("info");
+    metaclaw_core::logging::init("info");
     let tokenizer = match teacher_tokenizer {
         None => None,
         Some(dir) => {
@@ -830,12 +803,12 @@ fn dev_upstream(
     _require_key: Option<String>,
     _teacher_tokenizer: Option<std::path::PathBuf>,
 ) -> Result<ExitCode> {
-    anyhow::bail!("{}", crate::daemon::NO_DUMMY_UPSTREAM)
+    anyhow::bail!("{}", metaclaw_core::daemon::NO_DUMMY_UPSTREAM)
 }
 
 #[cfg(feature = "dev-tools")]
 fn dev_tinker(host: &str, port: u16) -> Result<ExitCode> {
-    crate::logging::init("info");
+    metaclaw_core::logging::init("info");
     let rt = runtime()?;
     rt.block_on(async {
         let listener = tokio::net::TcpListener::bind((host, port)).await?;

@@ -8,13 +8,13 @@ use std::sync::Arc;
 use anyhow::{Context, Result, bail};
 use serde_json::{Value, json};
 
-use super::admin::AdminClient;
 use super::{PluginsCommand, load_config, runtime};
-use crate::config::Loaded as LoadedConfig;
-use crate::digest::sha256_hex;
-use crate::home::Home;
-use crate::plugins::pinning::{self, Choice};
-use crate::plugins::{
+use metaclaw_core::admin::AdminClient;
+use metaclaw_core::config::Loaded as LoadedConfig;
+use metaclaw_core::digest::sha256_hex;
+use metaclaw_core::home::Home;
+use metaclaw_core::plugins::pinning::{self, Choice};
+use metaclaw_core::plugins::{
     ArtifactState, BuiltinSource, Kind, Loaded, LockFile, PluginHost, PluginInfo, RegistryView,
     Settings, Source, artifact_limit, files, types, view,
 };
@@ -269,7 +269,7 @@ fn add(home: &Home, config: &LoadedConfig, file: &Path, force: bool) -> Result<E
     }
     let bytes =
         files::read_named(file, settings.max_file_bytes).map_err(|e| anyhow::anyhow!("{e}"))?;
-    crate::home::write_private(&dest, &bytes)?;
+    metaclaw_core::home::write_private(&dest, &bytes)?;
     say!(
         "added {} ({}) as {}",
         plugin.label(),
@@ -436,7 +436,7 @@ fn verify(home: &Home, config: &LoadedConfig) -> Result<ExitCode> {
     // as a pinned file's does.
     if let Some(cache) = host.engine.cache() {
         let embedded: &[_] = if host.settings.builtin == BuiltinSource::Embedded {
-            crate::plugins::embedded::EMBEDDED
+            metaclaw_core::plugins::embedded::EMBEDDED
         } else {
             &[]
         };
@@ -550,7 +550,7 @@ fn parse<T: serde::de::DeserializeOwned>(v: &Value) -> Result<T> {
 /// `{drafts, library}`; a skill `{context}`.
 fn call(home: &Home, config: &LoadedConfig, spec: &str, input: &str) -> Result<ExitCode> {
     // What the plugin logs (and why a call failed) on stderr, for its author.
-    crate::logging::init("warn,metaclaw::plugin=debug");
+    metaclaw_core::logging::init("warn,metaclaw::plugin=debug");
     let text = if input == "-" {
         std::io::read_to_string(std::io::stdin())?
     } else if Path::new(input).is_file() {
@@ -578,11 +578,11 @@ fn call(home: &Home, config: &LoadedConfig, spec: &str, input: &str) -> Result<E
             let skills: Arc<Vec<types::Skill>> = Arc::new(parse(&value["skills"])?);
             let context: types::TurnContext = parse(&value["context"])?;
             let k = value["k"].as_u64().unwrap_or(5) as u32;
-            let outcomes: Option<Arc<dyn crate::plugins::OutcomeSource>> =
+            let outcomes: Option<Arc<dyn metaclaw_core::plugins::OutcomeSource>> =
                 match value.get("outcomes") {
                     None | Some(Value::Null) => None,
                     Some(given) => Some(Arc::new(
-                        parse::<HashMap<String, crate::plugins::outcomes::SkillOutcome>>(given)
+                        parse::<HashMap<String, metaclaw_core::plugins::outcomes::SkillOutcome>>(given)
                             .context("outcomes: a map from skill id to {version, injected, judged, mean, sd, low, high, flagged}")?,
                     )),
                 };
@@ -599,7 +599,7 @@ fn call(home: &Home, config: &LoadedConfig, spec: &str, input: &str) -> Result<E
         Kind::Skill => {
             let context: types::TurnContext = parse(&value["context"])?;
             let (applies, render) = engine.block_on(async {
-                Ok::<_, crate::plugins::CallError>((
+                Ok::<_, metaclaw_core::plugins::CallError>((
                     plugin.applies(&context).await?,
                     plugin.render(&context).await?,
                 ))

@@ -11,21 +11,21 @@ use serde_json::json;
 
 use super::sessions_cmd::store_file;
 use super::{load_config, local_time, runtime};
-use crate::clock::LastActivity;
-use crate::home::Home;
-use crate::scheduler::{gate, idle};
-use crate::store::{self, scheduler as stored};
+use metaclaw_core::clock::LastActivity;
+use metaclaw_core::home::Home;
+use metaclaw_core::scheduler::{gate, idle};
+use metaclaw_core::store::{self, scheduler as stored};
 
 pub fn status(home: &Home, config_path: &Path, json: bool) -> Result<ExitCode> {
     let config = load_config(config_path)?.config;
     let gated = gate::gates(&config);
     let gating = match (gated, &config.mode) {
-        (true, crate::config::Mode::Auto) => "mode auto: training steps wait for windows",
+        (true, metaclaw_core::config::Mode::Auto) => "mode auto: training steps wait for windows",
         (true, _) => "scheduler.enabled: training steps wait for windows",
         (false, _) if config.rl.manual_train_trigger => {
             "rl.manual_train_trigger: steps run only when asked (`metaclaw train step`), windows or not"
         }
-        (false, crate::config::Mode::SkillsOnly) if !config.rl.enabled => {
+        (false, metaclaw_core::config::Mode::SkillsOnly) if !config.rl.enabled => {
             "mode skills_only: nothing trains"
         }
         (false, _) => "mode rl without scheduler.enabled: steps run whenever a batch is ready",
@@ -46,7 +46,7 @@ pub fn status(home: &Home, config_path: &Path, json: bool) -> Result<ExitCode> {
         Err(e) => Err(e),
         Ok(parts) => {
             let inputs = gate::Inputs {
-                clock: Arc::new(crate::clock::SystemClock),
+                clock: Arc::new(metaclaw_core::clock::SystemClock),
                 idle: Arc::new(idle::PlatformIdle),
                 activity: LastActivity::since(last_main.unwrap_or(0)),
             };

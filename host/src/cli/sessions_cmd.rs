@@ -8,24 +8,26 @@ use anyhow::{Result, bail};
 use serde_json::json;
 
 use super::{SessionsCommand, load_config, local_time};
-use crate::home::Home;
-use crate::store::learning::{self, DraftOutcome};
-use crate::store::{self, SessionRow, TurnRow};
+use metaclaw_core::home::Home;
+use metaclaw_core::store::learning::{self, DraftOutcome};
+use metaclaw_core::store::{self, SessionRow, TurnRow};
 use std::collections::HashMap;
 
 pub fn db_path(home: &Home, config_path: &Path) -> PathBuf {
-    let config = crate::config::load(config_path).ok().map(|l| l.config);
+    let config = metaclaw_core::config::load(config_path)
+        .ok()
+        .map(|l| l.config);
     store_file(home, config.as_ref())
 }
 
 /// The store the commands read: while `start --demo` runs, the demo's own;
 /// else `store.path` (default `<home>/metaclaw.db`).
-pub fn store_file(home: &Home, config: Option<&crate::config::Config>) -> PathBuf {
+pub fn store_file(home: &Home, config: Option<&metaclaw_core::config::Config>) -> PathBuf {
     if home.demo_running() {
         return home.demo_db_file();
     }
     config
-        .map(|c| crate::skills::paths(home, c).1)
+        .map(|c| metaclaw_core::skills::paths(home, c).1)
         .unwrap_or_else(|| home.db_file())
 }
 

@@ -11,8 +11,8 @@ use dialoguer::{Confirm, Input, Password, Select};
 use serde_json::Value;
 
 use super::SetupArgs;
-use crate::config::{self, ClawType, Config, Mode, Provider, presets};
-use crate::home::Home;
+use metaclaw_core::config::{self, ClawType, Config, Mode, Provider, presets};
+use metaclaw_core::home::Home;
 
 const CLAWS: &[&str] = &[
     "openclaw", "hermes", "copaw", "ironclaw", "zeroclaw", "picoclaw", "nanoclaw", "nemoclaw",

@@ -7,15 +7,15 @@ use anyhow::{Context, Result, bail};
 use serde_json::json;
 
 use super::{ReviewAction, SkillsCommand, load_config, local_time};
-use crate::config::Loaded as LoadedConfig;
-use crate::home::Home;
-use crate::home::expand_home;
-use crate::learn::review;
-use crate::plugins::{PluginHost, Settings as PluginSettings};
-use crate::skills::library::Library;
-use crate::skills::skill::{self, Category};
-use crate::skills::{Query, Retrieval, Settings as SkillSettings, Skills, builtin, import};
-use crate::store::skills::{Attribution, history};
+use metaclaw_core::config::Loaded as LoadedConfig;
+use metaclaw_core::home::Home;
+use metaclaw_core::home::expand_home;
+use metaclaw_core::learn::review;
+use metaclaw_core::plugins::{PluginHost, Settings as PluginSettings};
+use metaclaw_core::skills::library::Library;
+use metaclaw_core::skills::skill::{self, Category};
+use metaclaw_core::skills::{Query, Retrieval, Settings as SkillSettings, Skills, builtin, import};
+use metaclaw_core::store::skills::{Attribution, history};
 
 use super::skills_stats as stats;
 
@@ -24,8 +24,8 @@ use super::skills_stats as stats;
 /// changed. A failure is a warning: the proxy works without skills.
 /// Then, once per store, the library is moved into the Agent Skills layout
 /// (`skills::upgrade`), whatever `install_builtin` says.
-pub(super) fn install_builtin_on(home: &Home, config: &crate::config::Config, why: &str) {
-    let (dir, db) = crate::skills::paths(home, config);
+pub(super) fn install_builtin_on(home: &Home, config: &metaclaw_core::config::Config, why: &str) {
+    let (dir, db) = metaclaw_core::skills::paths(home, config);
     if config.skills.install_builtin {
         match builtin::install_recorded(&dir, &db, why, builtin::Missing::New) {
             Ok(report) => {
@@ -39,7 +39,7 @@ pub(super) fn install_builtin_on(home: &Home, config: &crate::config::Config, wh
             ),
         }
     }
-    match crate::skills::upgrade::once(&dir, &db, &home.root.join("backups")) {
+    match metaclaw_core::skills::upgrade::once(&dir, &db, &home.root.join("backups")) {
         Ok(Some(upgraded)) => {
             if let Some(line) = upgraded.summary(&dir) {
                 say!("{line}");
@@ -59,14 +59,14 @@ fn skills_dir(home: &Home, config: &LoadedConfig) -> PathBuf {
     if home.demo_running() {
         return home.demo_skills_dir();
     }
-    crate::skills::paths(home, &config.config).0
+    metaclaw_core::skills::paths(home, &config.config).0
 }
 
 /// The refusals among `findings`, on one line.
-fn spec_summary(findings: &[crate::skills::spec::Finding]) -> String {
+fn spec_summary(findings: &[metaclaw_core::skills::spec::Finding]) -> String {
     findings
         .iter()
-        .filter(|f| f.severity == crate::skills::spec::Severity::Refused)
+        .filter(|f| f.severity == metaclaw_core::skills::spec::Severity::Refused)
         .map(|f| format!("{}: {}", f.field, f.message))
         .collect::<Vec<_>>()
         .join("; ")
@@ -74,7 +74,7 @@ fn spec_summary(findings: &[crate::skills::spec::Finding]) -> String {
 
 /// `skills check`: every SKILL.md at or under `root` against the spec.
 fn check(root: PathBuf, json: bool) -> Result<ExitCode> {
-    use crate::skills::spec::{self, Finding, Severity};
+    use metaclaw_core::skills::spec::{self, Finding, Severity};
     let files: Vec<PathBuf> = if root.is_file() {
         vec![root.clone()]
     } else {
@@ -165,7 +165,7 @@ pub fn run(home: &Home, config_path: &Path, command: SkillsCommand) -> Result<Ex
     let new_library = |dir: PathBuf, db: PathBuf| {
         let library = Library::new(dir, db);
         if canary.skills && canary.user_skills {
-            library.test_user_changes(canary.share, crate::canary::Live::new());
+            library.test_user_changes(canary.share, metaclaw_core::canary::Live::new());
         }
         library
     };
@@ -176,17 +176,17 @@ pub fn run(home: &Home, config_path: &Path, command: SkillsCommand) -> Result<Ex
     };
     // Skills from other tools and the guard's verdicts, as the daemon reads
     // them (the daemon asks the guard; these commands only read).
-    let untrusted = crate::skills::untrusted::Untrusted::new(
+    let untrusted = metaclaw_core::skills::untrusted::Untrusted::new(
         config.config.skills.untrusted.clone(),
         db.clone(),
     );
     // ...and the skills offered to OpenClaw's Skill Workshop.
-    let delivery = crate::skills::workshop::Delivery::new(
+    let delivery = metaclaw_core::skills::workshop::Delivery::new(
         config.config.skills.deliver,
         config.config.skills.workshop.clone(),
         db.clone(),
     );
-    let hold = |s: &crate::skills::skill::Skill| {
+    let hold = |s: &metaclaw_core::skills::skill::Skill| {
         untrusted
             .hold(s)
             .map(|h| h.label())
@@ -225,7 +225,7 @@ pub fn run(home: &Home, config_path: &Path, command: SkillsCommand) -> Result<Ex
                     serde_json::to_string_pretty(&json!({
                         "generation": snapshot.generation,
                         "skills": skills.iter().map(|s| json!({
-                            "id": s.id, "agent": crate::skills::layer::split(&s.id).0,
+                            "id": s.id, "agent": metaclaw_core::skills::layer::split(&s.id).0,
                             "name": s.name, "description": s.description, "category": s.category.as_str(),
                             "tags": s.tags, "version": s.version.to_string(), "created_by": s.created_by,
                             "component": s.component, "content_hash": s.content_hash,
@@ -520,7 +520,7 @@ pub fn run(home: &Home, config_path: &Path, command: SkillsCommand) -> Result<Ex
                             if *replaced {
                                 notes.push("replaced the library's".into());
                             }
-                            if crate::skills::spec::refused(spec) {
+                            if metaclaw_core::skills::spec::refused(spec) {
                                 notes.push(format!(
                                     "as it came, an agent applying the Agent Skills spec would refuse it: {}",
                                     spec_summary(spec)
@@ -560,21 +560,21 @@ pub fn run(home: &Home, config_path: &Path, command: SkillsCommand) -> Result<Ex
             json,
         } => {
             let agent = agent.unwrap_or_default();
-            let target = crate::skills::export::Target::parse(&to);
+            let target = metaclaw_core::skills::export::Target::parse(&to);
             let Some(home) = std::env::var_os("HOME") else {
                 bail!("HOME is not set: give --to a folder");
             };
             let into = target.dir(Path::new(&home), |name| std::env::var_os(name));
             let library = open_library(dir.clone(), db.clone());
             let snapshot = library.snapshot();
-            let conn = crate::store::open_side_writer(&db)?;
+            let conn = metaclaw_core::store::open_side_writer(&db)?;
             let visible: Vec<_> = snapshot
                 .skills
                 .iter()
                 .filter(|s| snapshot.visible_to(&s.id, &agent))
                 .cloned()
                 .collect();
-            let done = crate::skills::export::export(
+            let done = metaclaw_core::skills::export::export(
                 &dir, &visible, &hold, &names, &into, &conn, sync, dry_run,
             )?;
             if json {
@@ -597,7 +597,8 @@ pub fn run(home: &Home, config_path: &Path, command: SkillsCommand) -> Result<Ex
             }
         }
         SkillsCommand::Remove { name } => {
-            if !crate::skills::layer::valid_id(&name) || !dir.join(&name).join("SKILL.md").exists()
+            if !metaclaw_core::skills::layer::valid_id(&name)
+                || !dir.join(&name).join("SKILL.md").exists()
             {
                 bail!("no skill {name:?} in {}", dir.display());
             }
@@ -611,7 +612,7 @@ pub fn run(home: &Home, config_path: &Path, command: SkillsCommand) -> Result<Ex
             say!("removed {name}");
         }
         SkillsCommand::Share { id } => {
-            let (Some(agent), name) = crate::skills::layer::split(&id) else {
+            let (Some(agent), name) = metaclaw_core::skills::layer::split(&id) else {
                 bail!(
                     "{id} is shared already; an agent's skill is @AGENT/NAME (see `metaclaw skills list`)"
                 );
@@ -662,17 +663,19 @@ pub fn run(home: &Home, config_path: &Path, command: SkillsCommand) -> Result<Ex
             };
             let why = why.clone();
             let held = library.lock_changes();
-            if let Some(refused) = crate::learn::retire::set_retired(&dir, found, None)? {
+            if let Some(refused) = metaclaw_core::learn::retire::set_retired(&dir, found, None)? {
                 bail!("{name} was not restored: {refused}; try again");
             }
             library.rescan_holding(
                 &held,
-                Some(&Attribution::new("user", crate::learn::retire::RESTORED).skill(&name)),
+                Some(
+                    &Attribution::new("user", metaclaw_core::learn::retire::RESTORED).skill(&name),
+                ),
             );
             say!("restored {name} (it was retired: {why}); this version will not be retired again");
         }
         SkillsCommand::History { name, json } => {
-            let conn = crate::store::open_side_writer(&db)?;
+            let conn = metaclaw_core::store::open_side_writer(&db)?;
             let changes = history(&conn, &name)?;
             if changes.is_empty() {
                 bail!("no recorded history for {name:?}");

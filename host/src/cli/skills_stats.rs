@@ -1,9 +1,9 @@
 //! `metaclaw skills stats` (and the outcomes part of `skills show`),
 //! printed: the rows are `skills::stats`'s.
 
-use crate::skills::outcomes::Board;
-use crate::skills::stats::Row;
-pub use crate::skills::stats::rows;
+use metaclaw_core::skills::outcomes::Board;
+use metaclaw_core::skills::stats::Row;
+pub use metaclaw_core::skills::stats::rows;
 
 pub fn print(board: &Board, rows: &[Row]) {
     say!(

@@ -12,10 +12,10 @@ use serde_json::json;
 
 use super::sessions_cmd::store_file;
 use super::{TinkerCommand, load_config, local_time, runtime};
-use crate::home::Home;
-use crate::store;
-use crate::tinker::types::{Datum, LossFn};
-use crate::tinker::{self, AdamParams, Service, TrainingRun};
+use metaclaw_core::home::Home;
+use metaclaw_core::store;
+use metaclaw_core::tinker::types::{Datum, LossFn};
+use metaclaw_core::tinker::{self, AdamParams, Service, TrainingRun};
 
 pub fn run(home: &Home, config_path: &Path, command: TinkerCommand) -> Result<ExitCode> {
     let loaded = load_config(config_path)?;

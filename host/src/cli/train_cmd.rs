@@ -8,11 +8,11 @@ use std::process::ExitCode;
 use anyhow::Result;
 use serde_json::json;
 
-use super::admin::AdminClient;
 use super::sessions_cmd::store_file;
 use super::{TrainArgs, TrainCommand, load_config, local_time, runtime};
-use crate::home::Home;
-use crate::store::{self, train_queue, training};
+use metaclaw_core::admin::AdminClient;
+use metaclaw_core::home::Home;
+use metaclaw_core::store::{self, train_queue, training};
 
 /// A step waits this long (a cold CPU server compiles for a while).
 const STEP_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(1800);
@@ -59,22 +59,22 @@ impl Run {
     }
 }
 
-use crate::learn::rl::checkpoint_step as step_of;
+use metaclaw_core::learn::rl::checkpoint_step as step_of;
 
 fn checkpoints(
     home: &Home,
-    config: &crate::config::Config,
+    config: &metaclaw_core::config::Config,
     run_of: &Run,
     json: bool,
 ) -> Result<ExitCode> {
     let env = |k: &str| std::env::var(k).ok();
-    let settings = crate::tinker::configured::settings(config, &env);
+    let settings = metaclaw_core::tinker::configured::settings(config, &env);
     let conn = store::open_read_only(&store_file(home, Some(config)))?;
-    let base = crate::tinker::configured::base_model(config);
+    let base = metaclaw_core::tinker::configured::base_model(config);
     let list = runtime()?.block_on(async {
-        let service = crate::tinker::Service::connect(&settings).await?;
+        let service = metaclaw_core::tinker::Service::connect(&settings).await?;
         let Some(run) = training::active(&conn, service.url(), &base, &run_of.0).map_err(|e| {
-            crate::tinker::Error::Client(format!("the training run's record: {e:#}"))
+            metaclaw_core::tinker::Error::Client(format!("the training run's record: {e:#}"))
         })?
         else {
             return Ok(None);
@@ -87,7 +87,7 @@ fn checkpoints(
             .attach(&model_id, run.last_seq)
             .checkpoints()
             .await?;
-        Ok::<_, crate::tinker::Error>(Some((run, list)))
+        Ok::<_, metaclaw_core::tinker::Error>(Some((run, list)))
     })?;
     let Some((run, list)) = list else {
         say!("no training run of {base} on {} yet", settings.base_url);
@@ -196,7 +196,7 @@ fn step(home: &Home, run: &Run, json: bool) -> Result<ExitCode> {
 
 fn status(
     home: &Home,
-    config: &crate::config::Config,
+    config: &metaclaw_core::config::Config,
     run_of: &Run,
     json: bool,
 ) -> Result<ExitCode> {
@@ -214,12 +214,14 @@ fn status(
         Some(run) => training::steps(&conn, &run.id, 10)?,
         None => Vec::new(),
     };
-    let rule = crate::learn::rl::health::Rule {
+    let rule = metaclaw_core::learn::rl::health::Rule {
         window: config.rl.health_window as usize,
         ..Default::default()
     };
     let health = match runs.first() {
-        Some(run) => Some(crate::learn::rl::health::of_run(&conn, &run.id, &rule)?),
+        Some(run) => Some(metaclaw_core::learn::rl::health::of_run(
+            &conn, &run.id, &rule,
+        )?),
         None => None,
     };
     let every = i64::from(config.rl.save_every);
@@ -344,11 +346,11 @@ fn status(
 
 /// Whether the training service answers (connecting as the trainer does,
 /// for at most a few seconds).
-async fn service_health(config: &crate::config::Config) -> serde_json::Value {
+async fn service_health(config: &metaclaw_core::config::Config) -> serde_json::Value {
     let env = |k: &str| std::env::var(k).ok();
-    let settings = crate::tinker::configured::settings(config, &env);
+    let settings = metaclaw_core::tinker::configured::settings(config, &env);
     let url = settings.service_url().to_string();
-    let connect = crate::tinker::Service::connect(&settings);
+    let connect = metaclaw_core::tinker::Service::connect(&settings);
     match tokio::time::timeout(std::time::Duration::from_secs(10), connect).await {
         Ok(Ok(_)) => json!({"url": url, "reachable": true}),
         Ok(Err(e)) => json!({"url": url, "reachable": false, "error": e.to_string()}),

@@ -7,7 +7,7 @@ use std::process::{Command, ExitCode, Stdio};
 use anyhow::{Result, bail};
 
 use super::{UiArgs, load_config};
-use crate::home::Home;
+use metaclaw_core::home::Home;
 
 pub fn run(home: &Home, config_path: &Path, args: UiArgs) -> Result<ExitCode> {
     let config = load_config(config_path)?;

@@ -406,7 +406,7 @@ pub fn fixture(name: &str) -> Value {
 /// `dir` (written if it is not there with these bytes).
 pub fn embedded_plugin_file_in(dir: &Path, file: &str) -> PathBuf {
     let name = file.trim_end_matches(".wasm");
-    let plugin = metaclaw::plugins::embedded::EMBEDDED
+    let plugin = metaclaw_core::plugins::embedded::EMBEDDED
         .iter()
         .find(|p| p.name == name)
         .unwrap_or_else(|| panic!("no first-party plugin {name:?}"));
@@ -429,7 +429,7 @@ fn embedded_plugin_file(file: &str) -> PathBuf {
 
 /// Where scripts/build-plugins put the plugins, next to the binary's folder.
 pub fn built_plugin(rel: &str) -> PathBuf {
-    // The first-party ones are embedded in metaclaw (built by host/build.rs):
+    // The first-party ones are embedded in metaclaw (built by host/core/build.rs):
     // written out as files for the tests that need one; the examples and
     // attackers are built into the target dir by scripts/build-plugins.
     let path = match rel.strip_prefix("builtin/") {
@@ -453,35 +453,35 @@ pub fn built_plugin(rel: &str) -> PathBuf {
 /// A built plugin loaded through metaclaw's own host code (compile cache,
 /// sandbox, budget), with `grants` and `limits` for every plugin.
 pub fn load_built(
-    engine: &std::sync::Arc<metaclaw::plugins::PluginEngine>,
+    engine: &std::sync::Arc<metaclaw_core::plugins::PluginEngine>,
     rel: &str,
-    grants: metaclaw::plugins::Grants,
-    embedder: Option<std::sync::Arc<dyn metaclaw::plugins::Embedder>>,
-    limits: metaclaw::plugins::Limits,
-) -> std::sync::Arc<metaclaw::plugins::Loaded> {
-    let ledger = metaclaw::plugins::EmbedLedger::new(Default::default());
+    grants: metaclaw_core::plugins::Grants,
+    embedder: Option<std::sync::Arc<dyn metaclaw_core::plugins::Embedder>>,
+    limits: metaclaw_core::plugins::Limits,
+) -> std::sync::Arc<metaclaw_core::plugins::Loaded> {
+    let ledger = metaclaw_core::plugins::EmbedLedger::new(Default::default());
     load_built_on(engine, rel, grants, embedder, limits, &ledger)
 }
 
 /// [`load_built`], its embedding spend charged to `ledger`.
 pub fn load_built_on(
-    engine: &std::sync::Arc<metaclaw::plugins::PluginEngine>,
+    engine: &std::sync::Arc<metaclaw_core::plugins::PluginEngine>,
     rel: &str,
-    grants: metaclaw::plugins::Grants,
-    embedder: Option<std::sync::Arc<dyn metaclaw::plugins::Embedder>>,
-    limits: metaclaw::plugins::Limits,
-    ledger: &std::sync::Arc<metaclaw::plugins::EmbedLedger>,
-) -> std::sync::Arc<metaclaw::plugins::Loaded> {
+    grants: metaclaw_core::plugins::Grants,
+    embedder: Option<std::sync::Arc<dyn metaclaw_core::plugins::Embedder>>,
+    limits: metaclaw_core::plugins::Limits,
+    ledger: &std::sync::Arc<metaclaw_core::plugins::EmbedLedger>,
+) -> std::sync::Arc<metaclaw_core::plugins::Loaded> {
     let path = built_plugin(rel);
     let bytes = std::fs::read(&path).unwrap();
-    let sha = metaclaw::digest::sha256_hex(&bytes);
-    let probed = metaclaw::plugins::Loaded::probe(
+    let sha = metaclaw_core::digest::sha256_hex(&bytes);
+    let probed = metaclaw_core::plugins::Loaded::probe(
         engine,
         path,
         &bytes,
         sha,
-        metaclaw::plugins::Source::Builtin,
-        &|_: metaclaw::plugins::Kind| limits.clone(),
+        metaclaw_core::plugins::Source::Builtin,
+        &|_: metaclaw_core::plugins::Kind| limits.clone(),
     )
     .unwrap();
     std::sync::Arc::new(probed.ready_on(grants, embedder, ledger))
@@ -504,9 +504,11 @@ pub fn hostile_home(config: &str) -> tempfile::TempDir {
 }
 
 /// A plugin engine with a compile cache in `dir` (its key beside it).
-pub fn engine_with_cache(dir: &std::path::Path) -> std::sync::Arc<metaclaw::plugins::PluginEngine> {
-    metaclaw::plugins::PluginEngine::new(metaclaw::plugins::EngineOptions {
-        cache: Some(metaclaw::plugins::CacheOptions {
+pub fn engine_with_cache(
+    dir: &std::path::Path,
+) -> std::sync::Arc<metaclaw_core::plugins::PluginEngine> {
+    metaclaw_core::plugins::PluginEngine::new(metaclaw_core::plugins::EngineOptions {
+        cache: Some(metaclaw_core::plugins::CacheOptions {
             dir: dir.join("cache"),
             key_file: dir.join("cache.key"),
         }),
@@ -664,12 +666,12 @@ pub fn skills_ready(status: &Value, skills: u64) -> bool {
 /// Skills over `library` (a folder) behind the real retriever plugins, as
 /// the daemon sets them up for `config`, indexed before returning.
 pub fn skills_over(
-    home: &metaclaw::home::Home,
+    home: &metaclaw_core::home::Home,
     library: PathBuf,
-    config: &metaclaw::config::Config,
-) -> std::sync::Arc<metaclaw::skills::Skills> {
-    use metaclaw::plugins::{PluginHost, Settings as PluginSettings};
-    use metaclaw::skills::{Retrieval, Settings, Skills, library::Library};
+    config: &metaclaw_core::config::Config,
+) -> std::sync::Arc<metaclaw_core::skills::Skills> {
+    use metaclaw_core::plugins::{PluginHost, Settings as PluginSettings};
+    use metaclaw_core::skills::{Retrieval, Settings, Skills, library::Library};
     let db = home.db_file();
     let (retrieval, embedder) = Retrieval::from_config(config, &db);
     assert_eq!(retrieval.problem, None);

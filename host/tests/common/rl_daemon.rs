@@ -428,14 +428,14 @@ impl World {
 
     /// The store, read only.
     pub fn db(&self) -> rusqlite::Connection {
-        let db = metaclaw::home::Home::at(self.home.path()).db_file();
-        metaclaw::store::open_read_only(&db).unwrap()
+        let db = metaclaw_core::home::Home::at(self.home.path()).db_file();
+        metaclaw_core::store::open_read_only(&db).unwrap()
     }
 
     /// The session's samples in the store, in turn order.
     pub fn samples(&self, session: &str) -> Vec<Sample> {
-        let db = metaclaw::home::Home::at(self.home.path()).db_file();
-        let Ok(conn) = metaclaw::store::open_read_only(&db) else {
+        let db = metaclaw_core::home::Home::at(self.home.path()).db_file();
+        let Ok(conn) = metaclaw_core::store::open_read_only(&db) else {
             return Vec::new();
         };
         let mut stmt = conn

@@ -6,7 +6,7 @@
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use metaclaw::plugins::{Grants, Kind, Limits, Loaded, PluginEngine, Probed, Source};
+use metaclaw_core::plugins::{Grants, Kind, Limits, Loaded, PluginEngine, Probed, Source};
 
 /// The text of `wit/plugin.wit`.
 pub fn current_wit() -> String {
@@ -113,7 +113,7 @@ pub fn probe_bytes(
     bytes: &[u8],
     limits: Limits,
 ) -> Result<Probed, String> {
-    let sha = metaclaw::digest::sha256_hex(bytes);
+    let sha = metaclaw_core::digest::sha256_hex(bytes);
     Loaded::probe(
         engine,
         PathBuf::from("wat.wasm"),

@@ -1,7 +1,7 @@
 //! The WIT records the in-process plugin tests pass to plugins.
 #![allow(dead_code)]
 
-use metaclaw::plugins::types::{FinishedTurn, Message, Skill, TurnContext};
+use metaclaw_core::plugins::types::{FinishedTurn, Message, Skill, TurnContext};
 
 pub fn message(role: &str, content: &str) -> Message {
     Message {

@@ -198,7 +198,7 @@ fn the_small_sets_failure_feedback_teaches_its_rounds_rules_mostly() {
 fn every_small_file_check_round_has_a_script_whose_rules_its_command_needs() {
     let root = concat!(
         env!("CARGO_MANIFEST_DIR"),
-        "/../bench-data/metaclaw-bench-small/workspaces/shared"
+        "/../bench/data/metaclaw-bench-small/workspaces/shared"
     );
     assert_eq!(scripts().len(), 36);
     for r in small_fc() {

@@ -3,10 +3,10 @@
 
 use super::report::{Report, Verdict};
 use crate::cli::runtime;
-use crate::config::{self, Loaded};
-use crate::home::Home;
-use crate::untrusted::log_line;
 use anyhow::Result;
+use metaclaw_core::config::{self, Loaded};
+use metaclaw_core::home::Home;
+use metaclaw_core::untrusted::log_line;
 use serde_json::Value;
 use std::fs;
 use std::io::Write;
@@ -170,7 +170,7 @@ pub(super) fn check_disk(report: &mut Report, home: &Home) {
 }
 
 pub(super) fn check_store(report: &mut Report, home: &Home, loaded: &Loaded) {
-    let path = crate::skills::paths(home, &loaded.config).1;
+    let path = metaclaw_core::skills::paths(home, &loaded.config).1;
     let fix_path =
         "set store.path to a file in a writable folder (`metaclaw config set store.path PATH`)";
     match fs::metadata(&path) {
@@ -184,7 +184,7 @@ pub(super) fn check_store(report: &mut Report, home: &Home, loaded: &Loaded) {
                 format!("move the folder away, or {fix_path}"),
             );
         }
-        Ok(_) => match crate::store::probe_write(&path) {
+        Ok(_) => match metaclaw_core::store::probe_write(&path) {
             Ok(()) => report.ok("store", format!("{} takes writes", path.display())),
             Err(e) => report.error(
                 "store",
@@ -213,7 +213,7 @@ pub(super) fn check_port(report: &mut Report, home: &Home, loaded: &Loaded) -> R
     let fix_port = "stop it, or give metaclaw another port: `metaclaw config set proxy.port N`";
     // A home that cannot be read is reported by the home check.
     if let Some(info) = home.running().ok().flatten() {
-        if runtime()?.block_on(crate::cli::admin::healthy(&info.url)) {
+        if runtime()?.block_on(metaclaw_core::admin::healthy(&info.url)) {
             let note = if port != 0 && info.port != port {
                 format!(" (proxy.port says {port}: it was started with another)")
             } else {
@@ -259,7 +259,10 @@ pub(super) fn check_port(report: &mut Report, home: &Home, loaded: &Loaded) -> R
             report.ok("port", format!("{address} is free"));
         }
         Err(e) if e.kind() == std::io::ErrorKind::AddrInUse => {
-            let url = format!("http://{}:{port}", crate::http::url_host(&ip.to_string()));
+            let url = format!(
+                "http://{}:{port}",
+                metaclaw_core::http::url_host(&ip.to_string())
+            );
             match runtime()?.block_on(metaclaw_at(&url)) {
                 Some(version) => report.error(
                     "port",
@@ -287,7 +290,7 @@ pub(super) fn check_port(report: &mut Report, home: &Home, loaded: &Loaded) -> R
 
 /// The version of the metaclaw answering `/healthz` at `url`, if it is one.
 async fn metaclaw_at(url: &str) -> Option<String> {
-    let admin = crate::cli::admin::AdminClient::at(url).ok()?;
+    let admin = metaclaw_core::admin::AdminClient::at(url).ok()?;
     let body = admin.timeout(Duration::from_secs(2)).health().await.ok()?;
     // metaclaw's /healthz names its version and mode.
     match (&body["version"], &body["mode"]) {

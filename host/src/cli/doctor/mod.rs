@@ -16,9 +16,9 @@ mod skills;
 mod wiring;
 
 use super::DoctorArgs;
-use crate::home::Home;
 use anyhow::Result;
 use machine::{check_disk, check_home, check_port, check_store};
+use metaclaw_core::home::Home;
 use online::check_upstream_online;
 use plugins::{check_evolution, check_plugins, check_retrieval};
 use report::{Report, Verdict, print};

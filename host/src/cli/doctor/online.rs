@@ -3,9 +3,9 @@
 
 use super::report::Report;
 use crate::cli::runtime;
-use crate::config::{Loaded, Provider};
-use crate::untrusted::log_line;
 use anyhow::Result;
+use metaclaw_core::config::{Loaded, Provider};
+use metaclaw_core::untrusted::log_line;
 use serde_json::Value;
 use std::time::Duration;
 
@@ -16,11 +16,11 @@ const ONLINE_TIMEOUT: Duration = Duration::from_secs(5);
 /// models to anyone, so there it is `GET /key`, which needs a valid one).
 pub(super) fn check_upstream_online(report: &mut Report, loaded: &Loaded) -> Result<()> {
     let base = loaded.api_base();
-    let upstream = match crate::proxy::upstream::Upstream::new(loaded, base.clone()) {
+    let upstream = match metaclaw_core::proxy::upstream::Upstream::new(loaded, base.clone()) {
         Ok(u) => u,
         Err(e) => {
-            match e.downcast_ref::<crate::http::ClientError>() {
-                Some(crate::http::ClientError::NoCaCertificates { problem, fix }) => {
+            match e.downcast_ref::<metaclaw_core::http::ClientError>() {
+                Some(metaclaw_core::http::ClientError::NoCaCertificates { problem, fix }) => {
                     report.error("online", problem.clone(), fix.clone());
                 }
                 _ => report.error(
@@ -42,14 +42,14 @@ pub(super) fn check_upstream_online(report: &mut Report, loaded: &Loaded) -> Res
             let response = upstream.get_within(path, ONLINE_TIMEOUT).await?;
             let status = response.status();
             let body = response.bytes().await.unwrap_or_default();
-            Ok::<_, crate::error::ApiError>((status, body))
+            Ok::<_, metaclaw_core::error::ApiError>((status, body))
         })
         .await
     });
     let url = format!("{base}{path}");
     let key_configured = loaded.config.llm.api_key.is_some();
     let (status, body) = match answer {
-        Err(_) | Ok(Err(crate::error::ApiError::UpstreamTimeout { .. })) => {
+        Err(_) | Ok(Err(metaclaw_core::error::ApiError::UpstreamTimeout { .. })) => {
             report.error(
                 "online",
                 format!(

@@ -2,11 +2,11 @@
 //! it pins, and the retrievers and evolver the config names.
 
 use super::report::Report;
-use crate::config::Loaded;
-use crate::digest::sha256_hex;
-use crate::home::Home;
-use crate::plugins::{FIRST_PARTY, LockFile, PluginHost, Settings, Source, files};
-use crate::untrusted::log_line;
+use metaclaw_core::config::Loaded;
+use metaclaw_core::digest::sha256_hex;
+use metaclaw_core::home::Home;
+use metaclaw_core::plugins::{FIRST_PARTY, LockFile, PluginHost, Settings, Source, files};
+use metaclaw_core::untrusted::log_line;
 use std::path::PathBuf;
 use std::sync::Arc;
 
@@ -174,7 +174,7 @@ pub(super) fn check_retrieval(report: &mut Report, plugins: Option<&PluginHost>,
         report.ok("retrieval", "skills are off (skills.enabled: false)");
         return;
     }
-    match crate::skills::answering(plugins, config.plugins.builtin) {
+    match metaclaw_core::skills::answering(plugins, config.plugins.builtin) {
         Ok(list) => report.ok("retrieval", format!("answered by {}", list.join(", then "))),
         Err(why) => report.error(
             "retrieval",
@@ -187,7 +187,7 @@ pub(super) fn check_retrieval(report: &mut Report, plugins: Option<&PluginHost>,
 pub(super) fn check_evolution(report: &mut Report, plugins: Option<&PluginHost>, loaded: &Loaded) {
     let config = &loaded.config;
     if !config.learning.enabled {
-        report.ok("evolution", crate::learn::OFF);
+        report.ok("evolution", metaclaw_core::learn::OFF);
         return;
     }
     if !config.skills.enabled || !config.skills.auto_evolve {
@@ -197,8 +197,8 @@ pub(super) fn check_evolution(report: &mut Report, plugins: Option<&PluginHost>,
         );
         return;
     }
-    match crate::learn::evolver_chain(plugins) {
-        Ok(chain) if let Some(why) = crate::learn::evolution_unguarded(&chain) => report.warning(
+    match metaclaw_core::learn::evolver_chain(plugins) {
+        Ok(chain) if let Some(why) = metaclaw_core::learn::evolution_unguarded(&chain) => report.warning(
             "evolution",
             why,
             "add guard to plugins.evolvers (or remove the key: every loaded evolver runs, guard first)",

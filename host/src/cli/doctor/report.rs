@@ -1,8 +1,8 @@
 //! The report: each check's verdict, message and fix, printed for a
 //! person or as JSON (`--json`), and the exit status it makes.
 
-use crate::home::Home;
 use anyhow::Result;
+use metaclaw_core::home::Home;
 use serde::Serialize;
 use serde_json::json;
 use std::path::Path;

@@ -2,7 +2,7 @@
 //! contacting anyone.
 
 use super::report::Report;
-use crate::config::{self, Loaded, presets};
+use metaclaw_core::config::{self, Loaded, presets};
 use std::path::Path;
 
 pub(super) fn check_config(report: &mut Report, path: &Path) -> Option<Loaded> {

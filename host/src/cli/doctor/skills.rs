@@ -2,9 +2,9 @@
 
 use super::machine::is_missing;
 use super::report::Report;
-use crate::config::Loaded;
-use crate::home::Home;
-use crate::untrusted::log_line;
+use metaclaw_core::config::Loaded;
+use metaclaw_core::home::Home;
+use metaclaw_core::untrusted::log_line;
 use std::fs;
 
 pub(super) fn check_skills(report: &mut Report, home: &Home, loaded: &Loaded) {
@@ -12,7 +12,7 @@ pub(super) fn check_skills(report: &mut Report, home: &Home, loaded: &Loaded) {
         report.ok("skills", "skills are off (skills.enabled: false)");
         return;
     }
-    let dir = crate::skills::paths(home, &loaded.config).0;
+    let dir = metaclaw_core::skills::paths(home, &loaded.config).0;
     let install = "`metaclaw skills install-builtin` installs the built-in skills";
     match fs::read_dir(&dir) {
         Err(e) if is_missing(&e) => {
@@ -33,7 +33,7 @@ pub(super) fn check_skills(report: &mut Report, home: &Home, loaded: &Loaded) {
         }
         Ok(_) => {}
     }
-    let (skills, problems) = crate::skills::library::scan(&dir);
+    let (skills, problems) = metaclaw_core::skills::library::scan(&dir);
     if skills.is_empty() {
         report.warning(
             "skills",

@@ -2,9 +2,9 @@
 //! proxy.
 
 use super::report::Report;
-use crate::claws::{self, Finding};
-use crate::config::{ClawType, Loaded};
-use crate::home::Home;
+use metaclaw_core::claws::{self, Finding};
+use metaclaw_core::config::{ClawType, Loaded};
+use metaclaw_core::home::Home;
 use std::path::PathBuf;
 
 pub(super) fn check_wiring(report: &mut Report, home: &Home, loaded: &Loaded) {
