@@ -556,7 +556,7 @@ fn a_run_records_what_measured_it_and_a_resume_by_another_binary_or_bank_is_refu
 /// `skills` passes exactly the rounds `direct` passes, and `learn` more.
 #[test]
 fn the_oracle_learns_only_what_it_is_told_and_the_scores_follow() {
-    use metaclaw_mock_upstream::bench::{self, Rules, Set};
+    use metaclaw_bench::oracle::{self as bench, Rules, Set};
 
     let upstream = dummy();
     let home = tempfile::tempdir().unwrap();

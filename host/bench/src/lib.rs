@@ -17,6 +17,8 @@
 //! | [`run`] | the arms in order, records, resuming, progress |
 //! | [`report`] | Markdown, SVG and JSON from the records |
 //! | [`rollout`] | the rollout agent: tasks run in a sandbox against a running metaclaw |
+//! | `oracle` | the bench's scripted models for the dummy upstream (feature `test-servers`) |
+//! | [`test_servers`] | what only tests run: the fake training service, the dummy upstream's bench models |
 
 // `say!` and `say_raw!`: lines to a stdout that may be a closed pipe.
 #[macro_use]
@@ -29,11 +31,14 @@ mod data;
 mod day;
 mod model;
 mod openclaw;
+#[cfg(feature = "test-servers")]
+pub mod oracle;
 mod provenance;
 mod report;
 pub mod rollout;
 mod run;
 mod score;
+pub mod test_servers;
 
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;

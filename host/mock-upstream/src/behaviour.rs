@@ -2,7 +2,7 @@
 
 use axum::http::StatusCode;
 
-use crate::{bench, learning};
+use crate::{Dummy, learning};
 
 #[derive(Debug, Clone, PartialEq)]
 pub(crate) enum Behaviour {
@@ -10,7 +10,10 @@ pub(crate) enum Behaviour {
     EchoSystem,
     EchoRequest,
     Slow(u64),
-    Stream { n: u32, ms: u64 },
+    Stream {
+        n: u32,
+        ms: u64,
+    },
     ToolCall(u32),
     Agent,
     Error(u16),
@@ -24,8 +27,8 @@ pub(crate) enum Behaviour {
     Evolver(learning::Evolver),
     EvolverSlow(u64),
     EvolverBad,
-    Bench(bench::Model),
-    BenchEvolver,
+    /// A model registered by this name ([`Dummy::with_scripted`]).
+    Scripted(String),
 }
 
 pub(crate) const BEHAVIOURS: &[&str] = &[
@@ -51,13 +54,25 @@ pub(crate) const BEHAVIOURS: &[&str] = &[
     "evolver-bad",
     "evolver-nothing",
     "evolver-slow-<ms>",
-    "bench-oracle",
-    "bench-oracle-all",
-    "bench-null",
-    "bench-all-options",
-    "bench-planter",
-    "bench-evolver",
 ];
+
+/// The behaviour `model` picks on `dummy`: a registered model of that name
+/// first, else a built-in one.
+pub(crate) fn of(dummy: &Dummy, model: &str) -> Option<Behaviour> {
+    let name = model.rsplit('/').next().unwrap_or(model);
+    if dummy.scripted.contains_key(name) {
+        return Some(Behaviour::Scripted(name.to_string()));
+    }
+    behaviour(model)
+}
+
+/// Every model name `dummy` answers: the built-in ones, then those
+/// registered, by name.
+pub(crate) fn names(dummy: &Dummy) -> Vec<&str> {
+    let mut registered: Vec<&str> = dummy.scripted.keys().map(String::as_str).collect();
+    registered.sort_unstable();
+    BEHAVIOURS.iter().copied().chain(registered).collect()
+}
 
 pub(crate) fn behaviour(model: &str) -> Option<Behaviour> {
     let name = model.rsplit('/').next().unwrap_or(model);
@@ -78,12 +93,6 @@ pub(crate) fn behaviour(model: &str) -> Option<Behaviour> {
         "evolver-revise" => Behaviour::Evolver(learning::Evolver::Revise),
         "evolver-bad" => Behaviour::EvolverBad,
         "evolver-nothing" => Behaviour::Evolver(learning::Evolver::Nothing),
-        "bench-oracle" => Behaviour::Bench(bench::Model::Oracle),
-        "bench-oracle-all" => Behaviour::Bench(bench::Model::OracleAll),
-        "bench-null" => Behaviour::Bench(bench::Model::Null),
-        "bench-all-options" => Behaviour::Bench(bench::Model::AllOptions),
-        "bench-planter" => Behaviour::Bench(bench::Model::Planter),
-        "bench-evolver" => Behaviour::BenchEvolver,
         _ => {
             if let Some(ms) = name.strip_prefix("slow-") {
                 Behaviour::Slow(ms.parse().ok()?)
@@ -128,11 +137,33 @@ mod tests {
         assert_eq!(behaviour("error-99"), None);
         assert_eq!(behaviour("reset"), Some(Behaviour::Reset));
         assert_eq!(behaviour("reset-after-3"), Some(Behaviour::ResetAfter(3)));
-        assert_eq!(
-            behaviour("metaclaw/bench-oracle"),
-            Some(Behaviour::Bench(bench::Model::Oracle))
-        );
-        assert_eq!(behaviour("bench-evolver"), Some(Behaviour::BenchEvolver));
         assert_eq!(behaviour("gpt-4o"), None);
+    }
+
+    struct Fixed;
+
+    impl crate::Scripted for Fixed {
+        fn reply(&self, _: &crate::ScriptedRequest<'_>) -> crate::ScriptedReply {
+            crate::ScriptedReply::Text("fixed".into())
+        }
+    }
+
+    #[test]
+    fn a_registered_model_is_picked_by_its_name_before_a_built_in_one() {
+        let dummy = Dummy::default()
+            .with_scripted("oracle", std::sync::Arc::new(Fixed))
+            .with_scripted("echo", std::sync::Arc::new(Fixed));
+        assert_eq!(
+            of(&dummy, "metaclaw/oracle"),
+            Some(Behaviour::Scripted("oracle".into()))
+        );
+        assert_eq!(of(&dummy, "echo"), Some(Behaviour::Scripted("echo".into())));
+        assert_eq!(of(&dummy, "judge"), Some(Behaviour::Judge));
+        assert_eq!(of(&Dummy::default(), "oracle"), None);
+        assert!(
+            names(&dummy)
+                .join(", ")
+                .ends_with("evolver-slow-<ms>, echo, oracle")
+        );
     }
 }

@@ -11,13 +11,13 @@ use axum::response::Response;
 use serde_json::{Value, json};
 
 use crate::answer::{Answer, Part};
-use crate::behaviour::{BEHAVIOURS, Behaviour, behaviour};
+use crate::behaviour::{self, Behaviour};
 use crate::request::{
     last_message_role, last_message_text, last_user_text, names_a_tool_call, system_text,
     tool_calls, tool_names, words,
 };
 use crate::routes::error;
-use crate::{Dummy, bench, faults, learning, receive};
+use crate::{Dummy, ScriptedReply, ScriptedRequest, faults, learning, receive};
 
 pub(crate) async fn chat(
     State(dummy): State<Arc<Dummy>>,
@@ -39,12 +39,12 @@ pub(crate) async fn answer(
     body_len: usize,
 ) -> Response {
     let model = request["model"].as_str().unwrap_or("").to_string();
-    let Some(behaviour) = behaviour(&model) else {
+    let Some(behaviour) = behaviour::of(&dummy, &model) else {
         return error(
             StatusCode::NOT_FOUND,
             format!(
                 "unknown dummy model {model:?}; try one of: {}",
-                BEHAVIOURS.join(", ")
+                behaviour::names(&dummy).join(", ")
             ),
         );
     };
@@ -166,36 +166,34 @@ pub(crate) async fn answer(
             let text = learning::evolver_reply(&last_user_text(&request), learning::Evolver::Plain);
             (vec![Part::Text(text)], 0, "stop")
         }
-        Behaviour::Bench(model) => {
+        Behaviour::Scripted(name) => {
+            let Some(scripted) = dummy.scripted.get(&name) else {
+                return error(StatusCode::NOT_FOUND, format!("no model {name:?}"));
+            };
             let messages = request["messages"]
                 .as_array()
                 .map(Vec::as_slice)
                 .unwrap_or(&[]);
-            match bench::reply(model, messages) {
-                bench::Reply::Text(text) => (vec![Part::Text(text)], 0, "stop"),
-                bench::Reply::Calls { text, calls } => (
+            let reply = scripted.reply(&ScriptedRequest {
+                messages,
+                tools: tool_names(&request),
+                last_user_text: last_user_text(&request),
+            });
+            match reply {
+                ScriptedReply::Text(text) => (vec![Part::Text(text)], 0, "stop"),
+                ScriptedReply::Calls { text, calls } => (
                     std::iter::once(Part::Text(text))
-                        .chain(
-                            bench::for_tools(calls, &tool_names(&request))
-                                .into_iter()
-                                .enumerate()
-                                .map(|(i, call)| Part::Tool {
-                                    id: format!("call_{seq}_{i}"),
-                                    name: call.name,
-                                    arguments: call.arguments.to_string(),
-                                }),
-                        )
+                        .chain(calls.into_iter().enumerate().map(|(i, call)| Part::Tool {
+                            id: format!("call_{seq}_{i}"),
+                            name: call.name,
+                            arguments: call.arguments.to_string(),
+                        }))
                         .collect(),
                     0,
                     "tool_calls",
                 ),
             }
         }
-        Behaviour::BenchEvolver => (
-            vec![Part::Text(bench::evolver_reply(&last_user_text(&request)))],
-            0,
-            "stop",
-        ),
         Behaviour::EvolverBad => (
             vec![Part::Text(
                 "Sorry, I would rather not write skills today.".into(),

@@ -21,8 +21,9 @@ const STOP_WORDS: &[&str] = &[
     "that", "please", "about", "tell", "me", "to", "of", "a", "an", "in", "on", "it", "my",
 ];
 
-/// The text after a `## heading` line, up to the next `## ` heading.
-pub(crate) fn section<'a>(prompt: &'a str, heading: &str) -> &'a str {
+/// The text after a `## heading` line, up to the next `## ` heading (of
+/// a judge's or an evolver's prompt).
+pub fn section<'a>(prompt: &'a str, heading: &str) -> &'a str {
     let Some(start) = prompt.find(&format!("## {heading}\n")) else {
         return "";
     };

@@ -25,12 +25,7 @@
 //! | `evolver-nothing` | no draft (`{"skills": []}`): a session with nothing to learn |
 //! | `evolver-bad` | a reply with no JSON in it |
 //! | `evolver-slow-<ms>` | waits `ms`, then answers like `evolver` |
-//! | `bench-oracle` | MetaClaw-Bench's scripted oracle: follows the bench's hidden rules once a skill or feedback has told them ([`bench`]) |
-//! | `bench-oracle-all` | the same, knowing all five rules from the start |
-//! | `bench-null` | "I cannot help with that." to everything |
-//! | `bench-all-options` | every option of a bench multi_choice round; text only otherwise |
-//! | `bench-planter` | plants `glob.py`, `json.py`, `re.py`, `sitecustomize.py`, a user site's `.pth` … in each file_check round (an agent gaming the checks); "I cannot help with that." otherwise |
-//! | `bench-evolver` | one skill per bench rule the transcript's feedback taught |
+//! | a name given to [`Dummy::with_scripted`] | that model's answer ([`Scripted`]): MetaClaw-Bench's oracle, null, all-options, planter and evolver models are registered so by metaclaw-bench for the tests that use them |
 //!
 //! `GET /v1/dummy/requests?model=NAME` lists the bodies of the last
 //! requests for that model (what a judge or evolver was shown).
@@ -68,12 +63,11 @@
 //! | `answer` | an answer as chat-completions JSON or SSE frames |
 //! | `faults` | connections cut before or mid-answer |
 //! | `learning` | the judge and the evolver |
-//! | `bench` | MetaClaw-Bench's oracle models and evolver |
+//! | `scripted` | models registered by name from outside |
 
 mod answer;
 mod anthropic;
 mod behaviour;
-pub mod bench;
 mod chat;
 mod completions;
 mod embeddings;
@@ -81,6 +75,7 @@ mod faults;
 mod learning;
 mod request;
 mod routes;
+mod scripted;
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -92,7 +87,9 @@ use serde_json::Value;
 
 pub use completions::teacher_logprob;
 pub use embeddings::{EMBEDDING_DIM, hashed_embedding};
+pub use learning::section;
 pub use routes::{router, serve};
+pub use scripted::{Scripted, ScriptedCall, ScriptedReply, ScriptedRequest};
 
 /// What the dummy served (`GET /v1/dummy/stats`).
 #[derive(Default)]
@@ -122,6 +119,8 @@ pub struct Dummy {
     required_key: Option<String>,
     /// How the `teacher` reads text (`/v1/completions`).
     pub(crate) tokenizer: Option<Arc<metaclaw_chat::render::Renderer>>,
+    /// Models registered by name ([`Dummy::with_scripted`]).
+    pub(crate) scripted: HashMap<String, Arc<dyn Scripted>>,
 }
 
 impl Dummy {
@@ -136,6 +135,13 @@ impl Dummy {
     /// The `teacher` reads text with `tokenizer`.
     pub fn with_tokenizer(mut self, tokenizer: Arc<metaclaw_chat::render::Renderer>) -> Self {
         self.tokenizer = Some(tokenizer);
+        self
+    }
+
+    /// `name` (a model name, as requested without its `provider/` prefix)
+    /// is answered by `model`, before any built-in behaviour of that name.
+    pub fn with_scripted(mut self, name: impl Into<String>, model: Arc<dyn Scripted>) -> Self {
+        self.scripted.insert(name.into(), model);
         self
     }
 

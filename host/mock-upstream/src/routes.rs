@@ -14,7 +14,6 @@ use serde_json::{Value, json};
 
 use crate::Dummy;
 use crate::anthropic::anthropic_messages;
-use crate::behaviour::BEHAVIOURS;
 use crate::chat::chat;
 use crate::completions::completions;
 use crate::embeddings::embeddings;
@@ -80,9 +79,9 @@ pub async fn serve(listener: tokio::net::TcpListener, dummy: Arc<Dummy>) -> std:
     axum::serve(listener, router(dummy)).await
 }
 
-async fn models() -> Response {
-    let data: Vec<Value> = BEHAVIOURS
-        .iter()
+async fn models(State(dummy): State<Arc<Dummy>>) -> Response {
+    let data: Vec<Value> = crate::behaviour::names(&dummy)
+        .into_iter()
         .map(|b| json!({ "id": b, "object": "model", "created": 0, "owned_by": "metaclaw-dummy" }))
         .collect();
     axum::Json(json!({ "object": "list", "data": data })).into_response()

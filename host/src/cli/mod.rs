@@ -790,6 +790,8 @@ fn dev_upstream(
         if let Some(tokenizer) = tokenizer {
             dummy = dummy.with_tokenizer(tokenizer);
         }
+        // The bench's scripted models, in a build with `test-servers`.
+        let dummy = metaclaw_bench::test_servers::with_bench_models(dummy);
         metaclaw_mock_upstream::serve(listener, std::sync::Arc::new(dummy)).await?;
         anyhow::Ok(())
     })?;
@@ -806,25 +808,23 @@ fn dev_upstream(
     anyhow::bail!("{}", metaclaw_core::daemon::NO_DUMMY_UPSTREAM)
 }
 
-#[cfg(feature = "dev-tools")]
+/// The fake training service: only in a build with `test-servers`.
 fn dev_tinker(host: &str, port: u16) -> Result<ExitCode> {
+    if !metaclaw_bench::test_servers::BUILT {
+        anyhow::bail!(
+            "`metaclaw dev tinker`: {}",
+            metaclaw_bench::test_servers::NOT_BUILT
+        );
+    }
     metaclaw_core::logging::init("info");
     let rt = runtime()?;
     rt.block_on(async {
         let listener = tokio::net::TcpListener::bind((host, port)).await?;
         let addr = listener.local_addr()?;
         say!("fake tinker listening on http://{addr}");
-        metaclaw_mock_tinker::serve(listener).await?;
-        anyhow::Ok(())
+        metaclaw_bench::test_servers::serve_fake_tinker(listener).await
     })?;
     Ok(ExitCode::SUCCESS)
-}
-
-#[cfg(not(feature = "dev-tools"))]
-fn dev_tinker(_host: &str, _port: u16) -> Result<ExitCode> {
-    anyhow::bail!(
-        "this metaclaw was built without the `dev-tools` feature: `metaclaw dev tinker` is not in it (cargo install --path host --features dev-tools)"
-    )
 }
 
 /// Local time, for people.

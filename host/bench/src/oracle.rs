@@ -2,7 +2,9 @@
 //! bench's five hidden rules only once it has been told them, the models
 //! that bound it (`bench-null`, `bench-all-options`), an agent that only
 //! plants files to game the checks (`bench-planter`), and an evolver that
-//! turns the feedback that taught a rule into a skill.
+//! turns the feedback that taught a rule into a skill — served by the
+//! dummy upstream under their model names once [`register`]ed (the tests,
+//! the benches and `metaclaw dev upstream` in a build with `test-servers`).
 //!
 //! **What the oracle knows (K).** [`taught`] reads the rules a text states
 //! by marker: P1 `+08:00`; P2 `YYYYMMDD` or a word starting with eight
@@ -39,7 +41,9 @@ use metaclaw_wire::agent::openclaw;
 use metaclaw_wire::text::value_text;
 use serde_json::{Map, Value, json};
 
-use crate::learning::section;
+use metaclaw_mock_upstream::{
+    Dummy, Scripted, ScriptedCall, ScriptedReply, ScriptedRequest, section,
+};
 
 // ---------------------------------------------------------------- rules
 
@@ -261,7 +265,7 @@ pub struct Round {
 
 macro_rules! days {
     ($set:literal: $($day:literal),*) => {
-        &[$((stringify!($day), include_str!(concat!("../../bench/data/", $set, "/eval/day", stringify!($day), "/questions.json")))),*]
+        &[$((stringify!($day), include_str!(concat!("../data/", $set, "/eval/day", stringify!($day), "/questions.json")))),*]
     };
 }
 
@@ -272,12 +276,12 @@ const FULL_DAYS: &[(&str, &str)] = days!("metaclaw-bench":
     16, 17, 18, 19, 20, 21, 22, 23, 24, 25, 26, 27, 28, 29, 30);
 
 /// The scripts of the small set's file_check rounds.
-const SCRIPTS: &str = include_str!("bench/small.json");
+const SCRIPTS: &str = include_str!("oracle/small.json");
 
 /// Input files an edit keeps (`{{original}}`), by path in the workspace.
 const ORIGINALS: &[(&str, &str)] = &[(
     "day07/api_docs.md",
-    include_str!("../../bench/data/metaclaw-bench-small/workspaces/shared/day07/api_docs.md"),
+    include_str!("../data/metaclaw-bench-small/workspaces/shared/day07/api_docs.md"),
 )];
 
 /// Rounds that can never pass: their command gives `check_done_log.py` an
@@ -1179,6 +1183,52 @@ fn sentences(text: &str) -> Vec<String> {
         }
     }
     out
+}
+
+// ---------------------------------------------------------------- served
+
+/// The bench's models by name, as the dummy upstream serves them.
+pub const MODELS: &[(&str, Model)] = &[
+    ("bench-oracle", Model::Oracle),
+    ("bench-oracle-all", Model::OracleAll),
+    ("bench-null", Model::Null),
+    ("bench-all-options", Model::AllOptions),
+    ("bench-planter", Model::Planter),
+];
+
+/// `dummy` with the bench's models and `bench-evolver` registered.
+pub fn register(dummy: Dummy) -> Dummy {
+    let dummy = MODELS.iter().fold(dummy, |dummy, (name, model)| {
+        dummy.with_scripted(*name, std::sync::Arc::new(*model))
+    });
+    dummy.with_scripted("bench-evolver", std::sync::Arc::new(Evolver))
+}
+
+impl Scripted for Model {
+    fn reply(&self, request: &ScriptedRequest<'_>) -> ScriptedReply {
+        match reply(*self, request.messages) {
+            Reply::Text(text) => ScriptedReply::Text(text),
+            Reply::Calls { text, calls } => ScriptedReply::Calls {
+                text,
+                calls: for_tools(calls, &request.tools)
+                    .into_iter()
+                    .map(|call| ScriptedCall {
+                        name: call.name,
+                        arguments: call.arguments,
+                    })
+                    .collect(),
+            },
+        }
+    }
+}
+
+/// `bench-evolver` ([`evolver_reply`]).
+struct Evolver;
+
+impl Scripted for Evolver {
+    fn reply(&self, request: &ScriptedRequest<'_>) -> ScriptedReply {
+        ScriptedReply::Text(evolver_reply(&request.last_user_text))
+    }
 }
 
 #[cfg(test)]

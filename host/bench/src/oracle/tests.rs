@@ -198,7 +198,7 @@ fn the_small_sets_failure_feedback_teaches_its_rounds_rules_mostly() {
 fn every_small_file_check_round_has_a_script_whose_rules_its_command_needs() {
     let root = concat!(
         env!("CARGO_MANIFEST_DIR"),
-        "/../bench/data/metaclaw-bench-small/workspaces/shared"
+        "/data/metaclaw-bench-small/workspaces/shared"
     );
     assert_eq!(scripts().len(), 36);
     for r in small_fc() {
@@ -591,7 +591,9 @@ async fn the_models_answer_over_http() {
     use axum::body::Body;
     use std::sync::Arc;
     use tower::ServiceExt;
-    let app = crate::router(Arc::new(crate::Dummy::default()));
+    let app = metaclaw_mock_upstream::router(Arc::new(register(
+        metaclaw_mock_upstream::Dummy::default(),
+    )));
     let post = |model: &str, messages: Value| {
         let body = json!({"model": model, "messages": messages}).to_string();
         let app = app.clone();
