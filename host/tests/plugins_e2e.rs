@@ -507,6 +507,67 @@ async fn a_hostile_scorer_is_cut_off_disabled_and_never_stalls_the_proxy() {
     assert!(refusals["calls"].as_u64().unwrap() >= 3);
 }
 
+/// A plugin call made for a turn logs inside that turn's span: its log
+/// line names the turn's id (the plugin runs on the plugin runtime, another
+/// thread pool than the turn's).
+#[tokio::test]
+async fn a_plugin_calls_log_line_carries_its_turns_id() {
+    let up = dummy();
+    let mc = Metaclaw::start(
+        &up.url,
+        &format!("{WATCHING}  retriever: [hostile-retriever]\n"),
+    );
+    drop_in(&mc, "testing/hostile-retriever.wasm", "hostile-retriever");
+    // A skill to retrieve (an empty library asks no retriever).
+    let skill = mc.home.path().join("skills/traced");
+    std::fs::create_dir_all(&skill).unwrap();
+    std::fs::write(
+        skill.join("SKILL.md"),
+        "---\nname: traced\ndescription: A skill to retrieve.\n---\nBe traced.\n",
+    )
+    .unwrap();
+    poll_json(mc.home.path(), &["status", "--json"], |v| {
+        skills_ready(v, 1) && retriever_ready(v, "hostile-retriever")
+    });
+    let base = format!("{}/v1", mc.url());
+    // Every second retrieve() of an instance traps: the pool logs the
+    // failed call. Turns go on until one did (each instance traps on its
+    // second call, so a handful at most).
+    let mut ids = Vec::new();
+    let failed = |log: &str| {
+        log.lines()
+            .find(|l| l.contains("plugin call failed"))
+            .map(str::to_string)
+    };
+    for i in 0..20 {
+        let r = post_chat(
+            &base,
+            &chat("echo", "hostile:trap-every-second please", false),
+            &[("x-session-id", &format!("traced-{i}"))],
+        )
+        .await;
+        assert_eq!(r.status(), 200);
+        ids.push(
+            r.headers()["x-metaclaw-turn-id"]
+                .to_str()
+                .unwrap()
+                .to_string(),
+        );
+        if failed(&mc.log()).is_some() {
+            break;
+        }
+    }
+    let log = mc.log();
+    let Some(line) = failed(&log) else {
+        panic!("no plugin call failed in 20 turns; the log:\n{log}");
+    };
+    assert!(
+        ids.iter()
+            .any(|id| line.contains(&format!("turn{{id={id}"))),
+        "the failed call's line names none of the turns {ids:?}: {line}"
+    );
+}
+
 #[test]
 fn inspect_add_and_remove() {
     let home = tempfile::tempdir().unwrap();

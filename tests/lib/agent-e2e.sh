@@ -35,6 +35,10 @@ skills_indexed() {
 
 # Sets `bin`: $METACLAW_BIN, else $CARGO_TARGET_DIR/debug/metaclaw, else
 # target/debug/metaclaw (built when missing), with its plugins beside it.
+# With `test-servers` as its argument (a script that needs the bench's
+# scripted models or the fake training service), that build is made with
+# them (`--features test-servers`) whenever METACLAW_BIN is not given: the
+# binary there may be an install-like build from an earlier script.
 find_metaclaw() {
   if [ -n "${METACLAW_BIN:-}" ]; then
     bin="$METACLAW_BIN"
@@ -43,7 +47,10 @@ find_metaclaw() {
   else
     bin="$root/target/debug/metaclaw"
   fi
-  if [ ! -x "$bin" ]; then
+  if [ "${1:-}" = test-servers ] && [ -z "${METACLAW_BIN:-}" ]; then
+    step "build metaclaw with the test servers"
+    cargo build --locked -q -p metaclaw --features test-servers
+  elif [ ! -x "$bin" ]; then
     step "build metaclaw ($bin is missing)"
     cargo build --locked -q -p metaclaw
   fi
@@ -60,7 +67,8 @@ find_metaclaw() {
 }
 
 # Starts `metaclaw dev upstream` on a free port (logs in $work/upstream.log);
-# sets upstream_port, upstream_pid and upstream.
+# sets upstream_port, upstream_pid and upstream. With `bench-models`, fails
+# unless it serves the bench's scripted models.
 start_dummy_upstream() {
   step "dummy upstream"
   upstream_port="$(free_port)"
@@ -68,6 +76,10 @@ start_dummy_upstream() {
   upstream_pid=$!
   upstream="http://127.0.0.1:$upstream_port"
   wait_for 30 "the dummy upstream on $upstream" curl -sf "$upstream/healthz"
+  if [ "${1:-}" = bench-models ]; then
+    curl -sf "$upstream/v1/models" | grep -q '"bench-oracle"' ||
+      die "$bin serves no bench models (bench-oracle): it was built without the test servers; build it with cargo build -p metaclaw --features test-servers, or unset METACLAW_BIN"
+  fi
 }
 dummy_requests() { curl -sf --max-time 10 "$upstream/v1/dummy/requests?model=agent"; }
 

@@ -18,8 +18,9 @@
 # in no file of the run.
 #
 # Usage: tests/openclaw/bench.sh     (KEEP_WORK=1 keeps the scratch folder)
-# Env:   METACLAW_BIN (else $CARGO_TARGET_DIR/debug/metaclaw, else
-#        target/debug/metaclaw; built when missing), METACLAW_CACHE (node and
+# Env:   METACLAW_BIN (a build with `--features test-servers`: the bench's
+#        scripted models; else $CARGO_TARGET_DIR/debug/metaclaw, else
+#        target/debug/metaclaw, built so), METACLAW_CACHE (node and
 #        openclaw), BENCH_E2E_DAYS (days to run, default 2).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -53,8 +54,8 @@ trap cleanup EXIT
 trap 'exit 130' INT TERM
 
 use_openclaw
-find_metaclaw
-start_dummy_upstream
+find_metaclaw test-servers
+start_dummy_upstream bench-models
 
 # The bench keeps each arm's metaclaw under its run folder; the user's own
 # home and config are an empty one here.

@@ -14,6 +14,7 @@ use anyhow::{Context, Result};
 use tokio::sync::{Semaphore, broadcast, mpsc, oneshot};
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
+use tracing::Instrument;
 
 use super::judge::Judge;
 use super::llm::ChatModel;
@@ -284,8 +285,20 @@ impl Learner {
         }
     }
 
-    /// Runs one claimed job to its end and records the outcome.
+    /// Runs one claimed job to its end and records the outcome, in a span
+    /// of its own that every log of the job (its stages, the judge, the
+    /// evolver's plugins) carries.
     async fn execute(self: &Arc<Self>, job: Job) {
+        let span = tracing::info_span!(
+            "learning_job",
+            session = %job.session_id,
+            round = job.round,
+            attempt = job.attempts
+        );
+        self.execute_job(job).instrument(span).await
+    }
+
+    async fn execute_job(self: &Arc<Self>, job: Job) {
         let session = job.session_id.clone();
         tracing::info!(session = %session, round = job.round, attempt = job.attempts, "learning from session");
         let outcome = match self.run_stages(&job).await {

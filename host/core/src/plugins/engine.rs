@@ -20,6 +20,7 @@ use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
 use anyhow::Result;
+use tracing::Instrument;
 use wasmtime::component::{Component, HasSelf, Linker};
 use wasmtime::{Config, Engine};
 
@@ -320,13 +321,14 @@ impl PluginEngine {
     }
 
     /// Runs `future` on the plugin runtime. Dropping what this returns
-    /// cancels it (a turn whose client left stops its plugin calls).
+    /// cancels it (a turn whose client left stops its plugin calls). It runs
+    /// in the caller's span: a turn's plugin calls log with its id.
     pub fn spawn<F>(&self, future: F) -> Spawned<F::Output>
     where
         F: Future + Send + 'static,
         F::Output: Send + 'static,
     {
-        Spawned(self.handle.spawn(future))
+        Spawned(self.handle.spawn(future.in_current_span()))
     }
 
     /// The threads that run plugin calls (`plugins.threads`).
@@ -340,7 +342,7 @@ impl PluginEngine {
     where
         F: Future<Output = ()> + Send + 'static,
     {
-        drop(self.handle.spawn(future));
+        drop(self.handle.spawn(future.in_current_span()));
     }
 
     /// Runs `future` to completion on this thread, with the plugin runtime

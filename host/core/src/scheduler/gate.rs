@@ -368,7 +368,9 @@ impl Gate {
         gate
     }
 
-    /// Reads the signals, decides, and moves the machine.
+    /// Reads the signals, decides, and moves the machine (in a `schedule`
+    /// span that records the decision).
+    #[tracing::instrument(name = "schedule", skip_all, fields(open = tracing::field::Empty, reason = tracing::field::Empty))]
     pub async fn tick(&self) -> Report {
         self.seeded.call_once(|| {
             let recorded = crate::store::open_read_only(&self.db)
@@ -384,6 +386,9 @@ impl Gate {
             reason: report.reason.clone(),
             until: report.until,
         };
+        let span = tracing::Span::current();
+        span.record("open", decision.open);
+        span.record("reason", decision.reason.as_str());
         let moved = self
             .machine
             .lock()

@@ -908,7 +908,9 @@ impl Trainer {
 
     /// A step over at least `min` ready samples (`rl.batch_size` at most).
     /// With a `gate`, the step counts as started in its window once there
-    /// is a batch to train (before that nothing has started).
+    /// is a batch to train (before that nothing has started). Every log of
+    /// it carries the run's agent (a `train_step` span).
+    #[tracing::instrument(name = "train_step", skip_all, fields(agent = %self.settings.spec.agent, min))]
     async fn step(
         &mut self,
         min: usize,
