@@ -42,6 +42,10 @@ CARGO_TARGET_DIR="${METACLAW_INSTALL_TARGET:-$HOME/.cache/metaclaw/target}" \
 echo "   installed in $(( $(date +%s) - started ))s: $(du -h "$bin" | cut -f1) binary"
 version="$("$bin" --version)"
 echo "$version" | grep -q "guard 0" || fail "--version does not list the embedded plugins: $version"
+# An install carries nothing only tests use: no fake training service, no
+# bench oracle; asked for one, it says how to build it.
+if tinker="$("$bin" dev tinker --port 0 2>&1)"; then fail "an install serves the fake training service: $tinker"; fi
+echo "$tinker" | grep -q -- "--features test-servers" || fail "dev tinker does not say how to build it: $tinker"
 
 step "the dummy upstream"
 "$bin" dev upstream --port 0 >"$work/upstream.out" 2>&1 &
@@ -53,6 +57,8 @@ for _ in $(seq 200); do
 done
 upstream="$(grep -o 'http://127.0.0.1:[0-9]*/v1' "$work/upstream.out" | head -1)"
 [ -n "$upstream" ] || fail "no upstream URL: $(cat "$work/upstream.out")"
+models="$(curl -sf "$upstream/models")" || fail "the dummy upstream lists no models"
+if echo "$models" | grep -q bench-oracle; then fail "an install serves the bench's oracle: $models"; fi
 
 step "metaclaw setup (flags)"
 out="$("$bin" setup --non-interactive --provider custom --api-base "$upstream" --model echo --claw none 2>&1)" ||
