@@ -57,7 +57,7 @@ pub fn status(home: &Home, config_path: &Path, json: bool) -> Result<ExitCode> {
     if json {
         let (report, error) = match &report {
             Ok(r) => (Some(r), None),
-            Err(e) => (None, Some(e)),
+            Err(e) => (None, Some(e.to_string())),
         };
         say!(
             "{}",

@@ -314,7 +314,12 @@ impl App {
 /// The scheduler's gate, made once for every trainer that waits for its
 /// windows (one machine, one set of windows, one record of them).
 #[derive(Default)]
-struct GateSlot(Option<(Option<Arc<crate::scheduler::gate::Gate>>, Option<String>)>);
+struct GateSlot(
+    Option<(
+        Option<Arc<crate::scheduler::gate::Gate>>,
+        Option<crate::scheduler::gate::ConfigError>,
+    )>,
+);
 
 #[allow(clippy::too_many_arguments)]
 fn start_trainer(

@@ -181,7 +181,7 @@ fn student_json(policy: &crate::policy::Policy) -> serde_json::Value {
 /// the machine's state and the last decision.
 fn scheduler_json(train: &crate::learn::rl::trainer::TrainerHandle) -> serde_json::Value {
     match (&train.gate, &train.gate_error) {
-        (_, Some(error)) => json!({ "gated": true, "error": error }),
+        (_, Some(error)) => json!({ "gated": true, "error": error.to_string() }),
         (None, None) => json!({ "gated": false }),
         (Some(gate), None) => {
             let last = gate.last();

@@ -66,13 +66,51 @@ impl Prop {
     }
 }
 
+/// What makes a calendar, or one of its events, unreadable.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum CalendarError {
+    #[error("not an iCalendar file: {0}")]
+    NotICalendar(String),
+    #[error("no DTSTART")]
+    NoStart,
+    #[error("{prop}: {value:?} is not a date")]
+    NotADate { prop: String, value: String },
+    #[error("{prop}: {value:?} is not a date-time")]
+    NotADateTime { prop: String, value: String },
+    #[error("{prop}: unknown time zone {zone:?}")]
+    UnknownZone { prop: String, zone: String },
+    #[error("{prop}: {value:?} does not exist in its zone")]
+    NotInZone { prop: String, value: String },
+    #[error("midnight of {0} does not exist in the zone")]
+    NoMidnight(NaiveDate),
+    #[error("DURATION: {0:?} is not a duration (for example PT1H30M)")]
+    NotADuration(String),
+    #[error("its recurrence: {0}")]
+    Recurrence(String),
+}
+
+/// Why a configured calendar cannot be read now (training windows stay
+/// shut): its text cannot be had, or it is not a calendar.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum Unreadable {
+    #[error(transparent)]
+    Source(#[from] super::source::SourceError),
+    #[error(transparent)]
+    Calendar(#[from] CalendarError),
+}
+
 /// The busy intervals of `ics` that overlap [`from`, `to`); `zone` is
 /// where all-day and floating times are read. An unreadable file is an
 /// error (the caller keeps windows shut: fail closed).
-pub fn busy(ics: &str, zone: Zone, from: DateTime<Utc>, to: DateTime<Utc>) -> Result<Busy, String> {
+pub fn busy(
+    ics: &str,
+    zone: Zone,
+    from: DateTime<Utc>,
+    to: DateTime<Utc>,
+) -> Result<Busy, CalendarError> {
     let unfolded = icalendar::parser::unfold(ics);
     let calendar = icalendar::parser::read_calendar(&unfolded)
-        .map_err(|e| format!("not an iCalendar file: {}", e.lines().next().unwrap_or("")))?;
+        .map_err(|e| CalendarError::NotICalendar(e.lines().next().unwrap_or("").to_string()))?;
     let mut out = Busy::default();
     for component in &calendar.components {
         if !component.name.as_str().eq_ignore_ascii_case("VEVENT") {
@@ -123,9 +161,9 @@ fn event(
     zone: Zone,
     from: DateTime<Utc>,
     to: DateTime<Utc>,
-) -> Result<Vec<Interval>, String> {
+) -> Result<Vec<Interval>, CalendarError> {
     let get = |name: &str| props.iter().find(|p| p.name == name);
-    let start_prop = get("DTSTART").ok_or("no DTSTART")?;
+    let start_prop = get("DTSTART").ok_or(CalendarError::NoStart)?;
     let all_day = start_prop
         .param("VALUE")
         .is_some_and(|v| v.eq_ignore_ascii_case("DATE"))
@@ -151,10 +189,10 @@ fn event(
                 .filter(|p| matches!(p.name.as_str(), "DTSTART" | "RRULE" | "RDATE" | "EXDATE"))
                 .map(Prop::line)
                 .collect();
-            let set: rrule::RRuleSet = text
+            let set = text
                 .join("\n")
-                .parse()
-                .map_err(|e| format!("its recurrence: {e}"))?;
+                .parse::<rrule::RRuleSet>()
+                .map_err(|e| CalendarError::Recurrence(e.to_string()))?;
             let after = (from - length).with_timezone(&rrule::Tz::UTC);
             let before = to.with_timezone(&rrule::Tz::UTC);
             let occurrences = set.after(after).before(before).all(10_000);
@@ -178,38 +216,39 @@ fn event(
 
 /// A DTSTART / DTEND value as an instant: UTC (`…Z`), in its TZID, a date
 /// (midnight in `zone`), or floating (in `zone`).
-fn instant(prop: &Prop, zone: Zone) -> Result<DateTime<Utc>, String> {
+fn instant(prop: &Prop, zone: Zone) -> Result<DateTime<Utc>, CalendarError> {
     let value = prop.value.as_str();
+    let of = |make: fn(String, String) -> CalendarError| make(prop.name.clone(), value.to_string());
     if value.len() == 8 {
         let date = NaiveDate::parse_from_str(value, "%Y%m%d")
-            .map_err(|_| format!("{}: {value:?} is not a date", prop.name))?;
+            .map_err(|_| of(|prop, value| CalendarError::NotADate { prop, value }))?;
         return midnight(date, zone);
     }
+    let not_a_date_time = |_| of(|prop, value| CalendarError::NotADateTime { prop, value });
     if let Some(utc) = value.strip_suffix('Z') {
-        let t = NaiveDateTime::parse_from_str(utc, "%Y%m%dT%H%M%S")
-            .map_err(|_| format!("{}: {value:?} is not a date-time", prop.name))?;
+        let t = NaiveDateTime::parse_from_str(utc, "%Y%m%dT%H%M%S").map_err(not_a_date_time)?;
         return Ok(Utc.from_utc_datetime(&t));
     }
-    let t = NaiveDateTime::parse_from_str(value, "%Y%m%dT%H%M%S")
-        .map_err(|_| format!("{}: {value:?} is not a date-time", prop.name))?;
+    let t = NaiveDateTime::parse_from_str(value, "%Y%m%dT%H%M%S").map_err(not_a_date_time)?;
     let zone = match prop.param("TZID") {
-        Some(name) => {
-            Zone::parse(name).map_err(|_| format!("{}: unknown time zone {name:?}", prop.name))?
-        }
+        Some(name) => Zone::parse(name).map_err(|_| CalendarError::UnknownZone {
+            prop: prop.name.clone(),
+            zone: name.to_string(),
+        })?,
         None => zone,
     };
     zone.instant(t.date(), t.time())
-        .ok_or_else(|| format!("{}: {value:?} does not exist in its zone", prop.name))
+        .ok_or_else(|| of(|prop, value| CalendarError::NotInZone { prop, value }))
 }
 
-fn midnight(date: NaiveDate, zone: Zone) -> Result<DateTime<Utc>, String> {
+fn midnight(date: NaiveDate, zone: Zone) -> Result<DateTime<Utc>, CalendarError> {
     zone.instant(date, chrono::NaiveTime::MIN)
-        .ok_or_else(|| format!("midnight of {date} does not exist in the zone"))
+        .ok_or(CalendarError::NoMidnight(date))
 }
 
 /// An iCalendar DURATION (`PT1H30M`, `P1D`, `P2W`, `-PT5M` is refused).
-fn duration(text: &str) -> Result<Duration, String> {
-    let bad = || format!("DURATION: {text:?} is not a duration (for example PT1H30M)");
+fn duration(text: &str) -> Result<Duration, CalendarError> {
+    let bad = || CalendarError::NotADuration(text.to_string());
     let rest = text.trim().strip_prefix('+').unwrap_or(text.trim());
     let rest = rest.strip_prefix('P').ok_or_else(bad)?;
     let (mut total, mut number, mut in_time) = (Duration::zero(), String::new(), false);

@@ -13,7 +13,7 @@ use chrono::{DateTime, Duration, Utc};
 use serde::Serialize;
 
 use super::calendar;
-use super::idle::{IdleProbe, SystemIdle};
+use super::idle::{IdleProbe, SourceFailed, SystemIdle};
 use super::machine::{Machine, State};
 use super::rule::{self, CalendarNow, Decision, Settings, Signals};
 use super::sleep::{Sleep, SleepWindow, Zone};
@@ -38,12 +38,27 @@ pub struct Parts {
     pub calendar: Option<CalendarSource>,
 }
 
+/// A scheduler setting that is not one: each names its key.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum ConfigError {
+    #[error("scheduler.timezone: {0}")]
+    Timezone(super::sleep::UnknownZone),
+    #[error(transparent)]
+    Sleep(#[from] super::sleep::WindowError),
+    #[error(
+        "scheduler.force: {0:?} is not `open` or `shut` (leave it empty to let the signals decide)"
+    )]
+    Force(String),
+    #[error("scheduler.calendar.ics_url: {0}")]
+    Calendar(super::source::SourceError),
+}
+
 impl Parts {
     /// From the config; a bad value is an error naming the key (the caller
     /// keeps training shut and says why).
-    pub fn from_config(config: &Config, home: &crate::home::Home) -> Result<Self, String> {
+    pub fn from_config(config: &Config, home: &crate::home::Home) -> Result<Self, ConfigError> {
         let s = &config.scheduler;
-        let zone = Zone::parse(&s.timezone).map_err(|e| format!("scheduler.timezone: {e}"))?;
+        let zone = Zone::parse(&s.timezone).map_err(ConfigError::Timezone)?;
         let sleep = match s.sleep_start.trim() {
             "" => None,
             start => Some(SleepWindow::parse(start, &s.sleep_end, &s.timezone)?),
@@ -52,11 +67,7 @@ impl Parts {
             "" => None,
             "open" => Some(Force::Open),
             "shut" => Some(Force::Shut),
-            other => {
-                return Err(format!(
-                    "scheduler.force: {other:?} is not `open` or `shut` (leave it empty to let the signals decide)"
-                ));
-            }
+            other => return Err(ConfigError::Force(other.to_string())),
         };
         let calendar = match s.calendar.ics_url.as_deref().map(str::trim) {
             None | Some("") => None,
@@ -68,7 +79,7 @@ impl Parts {
                         u64::from(s.calendar.refresh_minutes.max(1)) * 60,
                     ),
                 )
-                .map_err(|e| format!("scheduler.calendar.ics_url: {e}"))?,
+                .map_err(ConfigError::Calendar)?,
             ),
         };
         Ok(Self {
@@ -125,10 +136,7 @@ pub async fn assess(parts: &Parts, inputs: &Inputs) -> Report {
     let idle = inputs.idle.clone();
     let system = tokio::task::spawn_blocking(move || idle.read())
         .await
-        .unwrap_or_else(|e| SystemIdle {
-            idle: Err(format!("the idle probe failed: {e}")),
-            source: "none".into(),
-        });
+        .unwrap_or_else(|e| SystemIdle::none(vec![SourceFailed::ProbeFailed(e.to_string())]));
     let last_activity = inputs.activity.at_ms();
     let agent_idle = match last_activity {
         Some(ms) => {
@@ -223,7 +231,7 @@ async fn read_calendar(
     parts: &Parts,
     now: DateTime<Utc>,
 ) -> (
-    Option<Result<CalendarNow, String>>,
+    Option<Result<CalendarNow, calendar::Unreadable>>,
     Option<calendar::Busy>,
     SignalReport,
 ) {
@@ -239,14 +247,15 @@ async fn read_calendar(
         );
     };
     let busy = match source.text(now).await {
-        Err(why) => Err(why),
+        Err(why) => Err(calendar::Unreadable::from(why)),
         Ok(fetched) => calendar::busy(
             &fetched.ics,
             parts.zone,
             now - Duration::days(1),
             now + Duration::days(8),
         )
-        .map(|busy| (busy, fetched)),
+        .map(|busy| (busy, fetched))
+        .map_err(calendar::Unreadable::from),
     };
     match busy {
         Err(why) => (
@@ -474,10 +483,16 @@ impl Gate {
 mod tests {
     #![allow(clippy::unwrap_used)]
 
+    use super::super::idle::NoIdleSource;
     use super::*;
     use crate::clock::{FakeClock, utc};
 
-    struct FakeIdle(Result<Duration, String>);
+    struct FakeIdle(Result<Duration, NoIdleSource>);
+
+    /// A machine with no idle source.
+    fn no_source() -> NoIdleSource {
+        NoIdleSource(vec![SourceFailed::NoDisplay])
+    }
 
     impl IdleProbe for FakeIdle {
         fn read(&self) -> SystemIdle {
@@ -498,7 +513,7 @@ mod tests {
         db: PathBuf,
     }
 
-    fn setup(yaml: &str, ics: Option<&str>, idle: Result<Duration, String>) -> Setup {
+    fn setup(yaml: &str, ics: Option<&str>, idle: Result<Duration, NoIdleSource>) -> Setup {
         let dir = tempfile::tempdir().unwrap();
         let home = crate::home::Home::at(dir.path().join("home"));
         let path = dir.path().join("config.yaml");
@@ -533,7 +548,7 @@ mod tests {
 
     #[tokio::test]
     async fn a_recurring_calendar_event_keeps_the_sleep_window_shut_until_it_ends() {
-        let s = setup(BERLIN, Some(ICS), Err("none here".into()));
+        let s = setup(BERLIN, Some(ICS), Err(no_source()));
         // Tuesday 24 November, 23:45 in Berlin (22:45 UTC): in the sleep
         // window, and in the weekly call.
         s.clock.set(utc("2026-11-24T22:45:00Z"));
@@ -585,7 +600,7 @@ mod tests {
         assert!(r.reason.contains("scheduler.force: shut"), "{}", r.reason);
         assert_eq!(r.next_opening, None);
 
-        let open = setup(BERLIN, None, Err("none here".into()));
+        let open = setup(BERLIN, None, Err(no_source()));
         open.clock.set(utc("2026-11-25T01:00:00Z"));
         assert!(open.gate.tick().await.open);
         assert!(open.gate.step_started());
@@ -617,7 +632,7 @@ mod tests {
 
     #[tokio::test]
     async fn between_back_to_back_steps_a_recent_look_stands_and_an_old_one_is_renewed() {
-        let s = setup(BERLIN, None, Err("none here".into()));
+        let s = setup(BERLIN, None, Err(no_source()));
         s.clock.set(utc("2026-11-25T01:00:00Z"));
         let first = s.gate.tick().await.now;
         s.clock.advance(Duration::seconds(4));
@@ -640,11 +655,12 @@ mod tests {
         let s = setup(yaml, None, Ok(Duration::minutes(45)));
         // No main turn recorded: the agent is idle.
         assert!(s.gate.tick().await.open);
-        let unknown = setup(yaml, None, Err("no idle source".into()));
+        let unknown = setup(yaml, None, Err(no_source()));
         let r = unknown.gate.tick().await;
         assert!(!r.open);
         assert!(
-            r.reason.contains("unknown (no idle source)"),
+            r.reason
+                .contains("unknown (no idle source: X11: DISPLAY is not set)"),
             "{}",
             r.reason
         );

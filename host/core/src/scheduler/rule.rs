@@ -17,11 +17,11 @@ pub struct Signals {
     /// `None`: no sleep window configured.
     pub sleep: Option<Sleep>,
     /// How long the machine has been idle; `Err`: not available here (why).
-    pub system_idle: Result<Duration, String>,
+    pub system_idle: Result<Duration, super::idle::NoIdleSource>,
     /// How long since the agent's last main turn.
     pub agent_idle: Duration,
     /// `None`: no calendar configured; `Err`: configured, unreadable.
-    pub calendar: Option<Result<CalendarNow, String>>,
+    pub calendar: Option<Result<CalendarNow, super::calendar::Unreadable>>,
 }
 
 /// What the calendar says at `now`.
@@ -138,7 +138,7 @@ mod tests {
         Signals {
             now: utc("2026-11-24T23:00:00Z"),
             sleep: None,
-            system_idle: Err("no idle source".into()),
+            system_idle: Err(super::super::idle::NoIdleSource(Vec::new())),
             agent_idle: Duration::minutes(0),
             calendar: None,
         }
@@ -172,7 +172,9 @@ mod tests {
         s.agent_idle = Duration::minutes(40);
         assert!(decide(&s, SETTINGS).open);
         // The machine's idle time unknown: not idle, and said so.
-        s.system_idle = Err("no X11, Wayland or logind idle source".into());
+        s.system_idle = Err(super::super::idle::NoIdleSource(vec![
+            super::super::idle::SourceFailed::Wayland,
+        ]));
         let d = decide(&s, SETTINGS);
         assert!(!d.open && d.reason.contains("unknown"), "{d:?}");
     }
@@ -198,7 +200,9 @@ mod tests {
             decide(&s, SETTINGS).until,
             Some(utc("2026-11-25T01:00:00Z"))
         );
-        s.calendar = Some(Err("HTTP 404".into()));
+        s.calendar = Some(Err(super::super::calendar::Unreadable::Source(
+            super::super::source::SourceError::Status(reqwest::StatusCode::NOT_FOUND),
+        )));
         let d = decide(&s, SETTINGS);
         assert!(!d.open && d.reason.contains("cannot be read"), "{d:?}");
     }

@@ -19,14 +19,31 @@ pub enum Zone {
     Local,
 }
 
+/// A time zone name that is not one.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+#[error("{0:?} is not an IANA time zone (for example Europe/Berlin or America/New_York)")]
+pub struct UnknownZone(pub String);
+
+/// Why a sleep window's settings are not one.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum WindowError {
+    #[error("scheduler.{key}: {text:?} is not a time of day as HH:MM (for example 23:00)")]
+    NotATime { key: &'static str, text: String },
+    #[error("scheduler.sleep_start and sleep_end are the same time: the window would be empty")]
+    Empty,
+    #[error(transparent)]
+    Zone(#[from] UnknownZone),
+}
+
 impl Zone {
     /// An IANA name, or empty for the machine's zone.
-    pub fn parse(name: &str) -> Result<Self, String> {
+    pub fn parse(name: &str) -> Result<Self, UnknownZone> {
         match name.trim() {
             "" => Ok(Self::Local),
-            name => name.parse::<chrono_tz::Tz>().map(Self::Named).map_err(|_| {
-                format!("{name:?} is not an IANA time zone (for example Europe/Berlin or America/New_York)")
-            }),
+            name => name
+                .parse::<chrono_tz::Tz>()
+                .map(Self::Named)
+                .map_err(|_| UnknownZone(name.to_string())),
         }
     }
 
@@ -80,20 +97,16 @@ pub enum Sleep {
 
 impl SleepWindow {
     /// `HH:MM` times and a zone name (empty: the machine's zone).
-    pub fn parse(start: &str, end: &str, zone: &str) -> Result<Self, String> {
-        let time = |key: &str, text: &str| {
-            NaiveTime::parse_from_str(text.trim(), "%H:%M").map_err(|_| {
-                format!(
-                    "scheduler.{key}: {text:?} is not a time of day as HH:MM (for example 23:00)"
-                )
+    pub fn parse(start: &str, end: &str, zone: &str) -> Result<Self, WindowError> {
+        let time = |key: &'static str, text: &str| {
+            NaiveTime::parse_from_str(text.trim(), "%H:%M").map_err(|_| WindowError::NotATime {
+                key,
+                text: text.to_string(),
             })
         };
         let (start, end) = (time("sleep_start", start)?, time("sleep_end", end)?);
         if start == end {
-            return Err(
-                "scheduler.sleep_start and sleep_end are the same time: the window would be empty"
-                    .into(),
-            );
+            return Err(WindowError::Empty);
         }
         Ok(Self {
             start,
@@ -248,15 +261,19 @@ mod tests {
 
     #[test]
     fn bad_settings_say_what_to_write() {
-        let e = SleepWindow::parse("11pm", "07:00", "").unwrap_err();
+        let e = SleepWindow::parse("11pm", "07:00", "")
+            .unwrap_err()
+            .to_string();
         assert!(
             e.contains("scheduler.sleep_start") && e.contains("HH:MM"),
             "{e}"
         );
         let e = SleepWindow::parse("07:00", "07:00", "").unwrap_err();
-        assert!(e.contains("empty"), "{e}");
+        assert_eq!(e, WindowError::Empty);
+        assert!(e.to_string().contains("empty"), "{e}");
         let e = SleepWindow::parse("23:00", "07:00", "Mars/Olympus").unwrap_err();
-        assert!(e.contains("IANA"), "{e}");
+        assert_eq!(e, WindowError::Zone(UnknownZone("Mars/Olympus".into())));
+        assert!(e.to_string().contains("IANA"), "{e}");
         assert_eq!(Zone::parse("").unwrap(), Zone::Local);
     }
 }

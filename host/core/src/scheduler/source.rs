@@ -73,6 +73,63 @@ struct Meta {
 const USAGE: &str = "a calendar location is an https://, http://, webcal:// or file:// address, \
      or an absolute path or ~/path to an .ics file";
 
+/// Why the calendar's text cannot be had: a location that is not one, a
+/// file that cannot be read, an address that cannot be fetched with no
+/// usable copy. No variant names an address (it may hold a secret key).
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum SourceError {
+    #[error("the calendar location is empty: {USAGE}")]
+    Empty,
+    #[error("the calendar refresh interval is too long")]
+    RefreshTooLong,
+    #[error("a file:// calendar location must name an absolute path (file:///…)")]
+    FileUrlNotAbsolute,
+    #[error("the calendar location's scheme {0}:// is not supported: {USAGE}")]
+    Scheme(String),
+    #[error("the calendar location is not an absolute path: {USAGE}")]
+    NotAbsolute,
+    #[error("the calendar address is not a valid URL ({0})")]
+    NotAUrl(String),
+    #[error("the calendar address has no host")]
+    NoHost,
+    /// The HTTP client for it cannot be built.
+    #[error("{0}")]
+    Client(String),
+    #[error("cannot read the calendar {path}: {error}")]
+    Read { path: PathBuf, error: String },
+    #[error("the calendar {0} is not iCalendar (no BEGIN:VCALENDAR)")]
+    FileNotICalendar(PathBuf),
+    /// The request failed (connection, timeout …), described without its URL.
+    #[error("{0}")]
+    Transport(String),
+    #[error("the server answered {0}")]
+    Status(reqwest::StatusCode),
+    #[error("the answer is larger than {} MiB", MAX_BYTES >> 20)]
+    TooLarge,
+    #[error("the answer is not UTF-8 text")]
+    NotUtf8,
+    #[error("the answer is not iCalendar (no BEGIN:VCALENDAR)")]
+    NotICalendar,
+    #[error(
+        "cannot fetch the calendar from {whence} ({why}), and the cached copy fetched at {at} is not less than 24 h old"
+    )]
+    StaleCopy {
+        whence: String,
+        why: Box<SourceError>,
+        at: String,
+    },
+    #[error("cannot fetch the calendar from {whence} ({why}), and there is no cached copy")]
+    NoCopy {
+        whence: String,
+        why: Box<SourceError>,
+    },
+    #[error("the calendar read was interrupted: {0}")]
+    Interrupted(String),
+    /// The cached copy cannot be written.
+    #[error("{0}")]
+    Cache(String),
+}
+
 impl CalendarSource {
     /// `location`: an `https://`, `http://` or `webcal://` address, a
     /// `file:///abs/path`, or a path (absolute, or `~/…`). `cache_dir`
@@ -82,13 +139,12 @@ impl CalendarSource {
         location: &str,
         cache_dir: &Path,
         refresh: std::time::Duration,
-    ) -> Result<Self, String> {
+    ) -> Result<Self, SourceError> {
         let location = location.trim();
         if location.is_empty() {
-            return Err(format!("the calendar location is empty: {USAGE}"));
+            return Err(SourceError::Empty);
         }
-        let refresh = Duration::from_std(refresh)
-            .map_err(|_| "the calendar refresh interval is too long".to_string())?;
+        let refresh = Duration::from_std(refresh).map_err(|_| SourceError::RefreshTooLong)?;
         let scheme = location
             .split_once("://")
             .map(|(scheme, _)| scheme.to_ascii_lowercase());
@@ -98,24 +154,17 @@ impl CalendarSource {
                 let path = reqwest::Url::parse(location)
                     .ok()
                     .and_then(|url| url.to_file_path().ok())
-                    .ok_or_else(|| {
-                        "a file:// calendar location must name an absolute path (file:///…)"
-                            .to_string()
-                    })?;
+                    .ok_or(SourceError::FileUrlNotAbsolute)?;
                 Kind::File(path)
             }
             Some(other) if !other.contains('/') => {
-                return Err(format!(
-                    "the calendar location's scheme {other}:// is not supported: {USAGE}"
-                ));
+                return Err(SourceError::Scheme(other.to_string()));
             }
             _ => {
                 let path = crate::home::expand_home(location);
                 // Not echoed: it may be an address typed without its scheme.
                 if !path.is_absolute() {
-                    return Err(format!(
-                        "the calendar location is not an absolute path: {USAGE}"
-                    ));
+                    return Err(SourceError::NotAbsolute);
                 }
                 Kind::File(path)
             }
@@ -144,7 +193,7 @@ impl CalendarSource {
     /// missing); when that fails, a cached copy less than 24 h old stands
     /// in (with a note saying so), else it is an error: the caller keeps
     /// training windows shut.
-    pub async fn text(&self, now: DateTime<Utc>) -> Result<Fetched, String> {
+    pub async fn text(&self, now: DateTime<Utc>) -> Result<Fetched, SourceError> {
         let (url, client) = match &self.kind {
             Kind::File(path) => {
                 let path = path.clone();
@@ -200,14 +249,15 @@ impl CalendarSource {
                             ..copy
                         })
                     }
-                    Some(copy) => Err(format!(
-                        "cannot fetch the calendar from {whence} ({why}), and the cached copy \
-                         fetched at {} is not less than 24 h old",
-                        stamp(copy.fetched_at)
-                    )),
-                    None => Err(format!(
-                        "cannot fetch the calendar from {whence} ({why}), and there is no cached copy"
-                    )),
+                    Some(copy) => Err(SourceError::StaleCopy {
+                        whence,
+                        why: Box::new(why),
+                        at: stamp(copy.fetched_at),
+                    }),
+                    None => Err(SourceError::NoCopy {
+                        whence,
+                        why: Box::new(why),
+                    }),
                 }
             }
         }
@@ -242,7 +292,7 @@ impl CalendarSource {
 }
 
 /// An address: parsed, named for messages, and a client to fetch it.
-fn url_kind(location: &str) -> Result<Kind, String> {
+fn url_kind(location: &str) -> Result<Kind, SourceError> {
     let (scheme, rest) = location.split_once("://").unwrap_or(("https", location));
     let fetched_scheme = match scheme.to_ascii_lowercase().as_str() {
         "http" => "http",
@@ -250,8 +300,8 @@ fn url_kind(location: &str) -> Result<Kind, String> {
     };
     // The parser's errors do not repeat the input; ours must not either.
     let url = reqwest::Url::parse(&format!("{fetched_scheme}://{rest}"))
-        .map_err(|e| format!("the calendar address is not a valid URL ({e})"))?;
-    let host = url.host_str().ok_or("the calendar address has no host")?;
+        .map_err(|e| SourceError::NotAUrl(e.to_string()))?;
+    let host = url.host_str().ok_or(SourceError::NoHost)?;
     let port = url.port().map(|p| format!(":{p}")).unwrap_or_default();
     let shown = format!(
         "{}://{host}{port}/… (private address)",
@@ -262,14 +312,15 @@ fn url_kind(location: &str) -> Result<Kind, String> {
     let client = ClientSpec::new(Purpose::Calendar)
         .only_calls([shown.as_str()])
         .build()
-        .map_err(|e| e.to_string())?;
+        .map_err(|e| SourceError::Client(e.to_string()))?;
     Ok(Kind::Url { url, shown, client })
 }
 
 /// Fetches the calendar; an answer that is not iCalendar is a failure.
 /// Errors never name the address.
-async fn fetch(client: &reqwest::Client, url: &reqwest::Url) -> Result<String, String> {
-    let describe = |e: reqwest::Error| crate::http::describe(&e.without_url());
+async fn fetch(client: &reqwest::Client, url: &reqwest::Url) -> Result<String, SourceError> {
+    let describe =
+        |e: reqwest::Error| SourceError::Transport(crate::http::describe(&e.without_url()));
     let mut response = client
         .get(url.clone())
         .timeout(FETCH_TIMEOUT)
@@ -279,18 +330,18 @@ async fn fetch(client: &reqwest::Client, url: &reqwest::Url) -> Result<String, S
         .map_err(describe)?;
     let status = response.status();
     if !status.is_success() {
-        return Err(format!("the server answered {status}"));
+        return Err(SourceError::Status(status));
     }
     let mut body = Vec::new();
     while let Some(chunk) = response.chunk().await.map_err(describe)? {
         if body.len() + chunk.len() > MAX_BYTES {
-            return Err(format!("the answer is larger than {} MiB", MAX_BYTES >> 20));
+            return Err(SourceError::TooLarge);
         }
         body.extend_from_slice(&chunk);
     }
-    let text = String::from_utf8(body).map_err(|_| "the answer is not UTF-8 text".to_string())?;
+    let text = String::from_utf8(body).map_err(|_| SourceError::NotUtf8)?;
     if !looks_like_icalendar(&text) {
-        return Err("the answer is not iCalendar (no BEGIN:VCALENDAR)".into());
+        return Err(SourceError::NotICalendar);
     }
     Ok(text)
 }
@@ -301,14 +352,13 @@ fn looks_like_icalendar(text: &str) -> bool {
         .any(|l| l.trim().eq_ignore_ascii_case("BEGIN:VCALENDAR"))
 }
 
-fn read_file(path: &Path) -> Result<String, String> {
-    let text = std::fs::read_to_string(path)
-        .map_err(|e| format!("cannot read the calendar {}: {e}", path.display()))?;
+fn read_file(path: &Path) -> Result<String, SourceError> {
+    let text = std::fs::read_to_string(path).map_err(|e| SourceError::Read {
+        path: path.to_path_buf(),
+        error: e.to_string(),
+    })?;
     if !looks_like_icalendar(&text) {
-        return Err(format!(
-            "the calendar {} is not iCalendar (no BEGIN:VCALENDAR)",
-            path.display()
-        ));
+        return Err(SourceError::FileNotICalendar(path.to_path_buf()));
     }
     Ok(text)
 }
@@ -348,17 +398,20 @@ fn load(paths: &CachePaths, source: &str) -> Option<Fetched> {
 
 /// Writes the text, then its stamp, each atomically and owner-only (the
 /// calendar is private).
-fn store(paths: &CachePaths, ics: &str, meta: &Meta) -> Result<(), String> {
-    let json = serde_json::to_vec_pretty(meta).map_err(|e| e.to_string())?;
-    crate::home::write_private(&paths.ics, ics.as_bytes()).map_err(|e| format!("{e:#}"))?;
-    crate::home::write_private(&paths.meta, &json).map_err(|e| format!("{e:#}"))
+fn store(paths: &CachePaths, ics: &str, meta: &Meta) -> Result<(), SourceError> {
+    let cache = |e: &dyn std::fmt::Display| SourceError::Cache(format!("{e:#}"));
+    let json = serde_json::to_vec_pretty(meta).map_err(|e| cache(&e))?;
+    crate::home::write_private(&paths.ics, ics.as_bytes()).map_err(|e| cache(&e))?;
+    crate::home::write_private(&paths.meta, &json).map_err(|e| cache(&e))
 }
 
 /// Runs file I/O off the async threads.
-async fn blocking<T: Send + 'static>(f: impl FnOnce() -> T + Send + 'static) -> Result<T, String> {
+async fn blocking<T: Send + 'static>(
+    f: impl FnOnce() -> T + Send + 'static,
+) -> Result<T, SourceError> {
     tokio::task::spawn_blocking(f)
         .await
-        .map_err(|e| format!("the calendar read was interrupted: {e}"))
+        .map_err(|e| SourceError::Interrupted(e.to_string()))
 }
 
 #[cfg(test)]
@@ -478,7 +531,11 @@ mod tests {
         assert!(!note.contains(SECRET), "{note}");
 
         // More than a day old: fail closed.
-        let e = source.text(t0() + Duration::hours(25)).await.unwrap_err();
+        let e = source
+            .text(t0() + Duration::hours(25))
+            .await
+            .unwrap_err()
+            .to_string();
         assert_eq!(server.requests(), 3);
         assert!(e.contains("24 h"), "{e}");
         assert!(e.contains("(private address)"), "{e}");
@@ -491,7 +548,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let source = CalendarSource::new(&server.url, dir.path(), HOUR).unwrap();
         server.set(HTML);
-        let e = source.text(t0()).await.unwrap_err();
+        let e = source.text(t0()).await.unwrap_err().to_string();
         assert!(e.contains("BEGIN:VCALENDAR"), "{e}");
         assert!(e.contains("no cached copy"), "{e}");
         assert!(source.cached().is_none());
@@ -555,7 +612,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let url = format!("http://127.0.0.1:{port}/published/2/{SECRET}");
         let source = CalendarSource::new(&url, dir.path(), HOUR).unwrap();
-        let e = source.text(t0()).await.unwrap_err();
+        let e = source.text(t0()).await.unwrap_err().to_string();
         assert!(e.contains("no cached copy"), "{e}");
         assert!(!e.contains(SECRET) && !e.contains("/published"), "{e}");
     }
@@ -589,10 +646,18 @@ mod tests {
                 .text(t0())
                 .await
                 .unwrap_err()
+                .to_string()
                 .contains("not iCalendar")
         );
         std::fs::remove_file(&path).unwrap();
-        assert!(source.text(t0()).await.unwrap_err().contains("cannot read"));
+        assert!(
+            source
+                .text(t0())
+                .await
+                .unwrap_err()
+                .to_string()
+                .contains("cannot read")
+        );
     }
 
     #[test]
@@ -612,7 +677,8 @@ mod tests {
         }
         let e = CalendarSource::new("ftp://example.com/secret-token.ics", dir.path(), HOUR)
             .err()
-            .unwrap();
+            .unwrap()
+            .to_string();
         assert!(!e.contains("secret-token"), "{e}");
         assert!(CalendarSource::new("file://relative", dir.path(), HOUR).is_err());
         if let Some(home) = std::env::var_os("HOME").filter(|h| !h.is_empty()) {

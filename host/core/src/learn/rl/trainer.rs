@@ -73,7 +73,7 @@ pub struct Settings {
     pub gate: Option<Arc<crate::scheduler::gate::Gate>>,
     /// Why steps never start on their own (the scheduler's config is
     /// wrong): shown in `status`.
-    pub gate_error: Option<String>,
+    pub gate_error: Option<crate::scheduler::gate::ConfigError>,
     /// The learning-health verdict's thresholds (`rl.health_window`).
     pub health: health::Rule,
     /// What a "collapsing" verdict does.
@@ -189,7 +189,7 @@ pub struct TrainerHandle {
     /// The scheduler steps wait for (none: they do not wait).
     pub gate: Option<Arc<crate::scheduler::gate::Gate>>,
     /// Why steps never start on their own (a bad `scheduler.*` value).
-    pub gate_error: Option<String>,
+    pub gate_error: Option<crate::scheduler::gate::ConfigError>,
     /// The learning-health verdict's thresholds (`rl.health_window`).
     pub health_rule: health::Rule,
     /// Why no step runs ([`Settings::steps_off`]).
