@@ -13,7 +13,8 @@ pub use auth::{
 };
 pub use client::{ClientError, ClientSpec, Purpose};
 pub use retry::{
-    Attempt, Backoff, answer_text, is_transient, parse_retry_after, retry_after, until_deadline,
+    Attempt, Backoff, GaveUp, answer_text, is_transient, parse_retry_after, retry_after,
+    until_deadline,
 };
 
 /// A host as written in a URL: an IPv6 literal in brackets.

@@ -106,6 +106,19 @@ pub async fn answer_text(
     Ok((headers, text))
 }
 
+/// Why [`until_deadline`] stopped trying.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum GaveUp {
+    #[error("no time left (the limit is {0:.0?})")]
+    NoTimeLeft(Duration),
+    /// A try failed in a way another try would not mend.
+    #[error("{0}")]
+    Fatal(String),
+    /// The last try's failure; another would have passed the deadline.
+    #[error("{why}; gave up after {after:.0?}")]
+    Deadline { why: String, after: Duration },
+}
+
 /// Calls `attempt` (given the time left) until it succeeds, fails for good,
 /// or waiting for another try would pass `deadline`; the error says why
 /// the last try failed. `what` names the call in the debug log.
@@ -114,7 +127,7 @@ pub async fn until_deadline<T, F, Fut>(
     mut backoff: Backoff,
     what: &str,
     mut attempt: F,
-) -> Result<T, String>
+) -> Result<T, GaveUp>
 where
     F: FnMut(Duration) -> Fut,
     Fut: Future<Output = Result<T, Attempt>>,
@@ -123,15 +136,18 @@ where
     loop {
         let left = deadline.saturating_sub(started.elapsed());
         if left.is_zero() {
-            return Err(format!("no time left (the limit is {deadline:.0?})"));
+            return Err(GaveUp::NoTimeLeft(deadline));
         }
         match attempt(left).await {
             Ok(done) => return Ok(done),
-            Err(Attempt::Fatal(why)) => return Err(why),
+            Err(Attempt::Fatal(why)) => return Err(GaveUp::Fatal(why)),
             Err(Attempt::Retry { after, why }) => {
                 let wait = backoff.wait(after);
                 if started.elapsed() + wait >= deadline {
-                    return Err(format!("{why}; gave up after {:.0?}", started.elapsed()));
+                    return Err(GaveUp::Deadline {
+                        why,
+                        after: started.elapsed(),
+                    });
                 }
                 tracing::debug!("{what}: {why}; retrying in {wait:?}");
                 tokio::time::sleep(wait).await;
@@ -236,7 +252,7 @@ mod tests {
         for (hint, step) in [(None, HOUR), (Some(2 * SEC), Duration::ZERO)] {
             let mut calls = 0;
             let started = Instant::now();
-            let got: Result<(), String> =
+            let got: Result<(), GaveUp> =
                 until_deadline(SEC, Backoff::new(step, HOUR), "test", |left| {
                     calls += 1;
                     assert!(left <= SEC);
@@ -250,17 +266,24 @@ mod tests {
                 .await;
             assert_eq!(calls, 1);
             let e = got.unwrap_err();
-            assert!(e.starts_with("HTTP 503: down; gave up after"), "{e}");
+            assert!(matches!(e, GaveUp::Deadline { .. }), "{e}");
+            assert!(
+                e.to_string().starts_with("HTTP 503: down; gave up after"),
+                "{e}"
+            );
             assert!(started.elapsed() < SEC);
         }
 
         // A final error is not retried.
         let mut calls = 0;
-        let got: Result<(), String> = until_deadline(HOUR, Backoff::new(SEC, SEC), "test", |_| {
+        let got: Result<(), GaveUp> = until_deadline(HOUR, Backoff::new(SEC, SEC), "test", |_| {
             calls += 1;
             async { Err(Attempt::Fatal("HTTP 401: bad key".into())) }
         })
         .await;
-        assert_eq!((calls, got), (1, Err("HTTP 401: bad key".to_string())));
+        assert_eq!(
+            (calls, got),
+            (1, Err(GaveUp::Fatal("HTTP 401: bad key".to_string())))
+        );
     }
 }

@@ -81,7 +81,7 @@ pub enum LlmError {
     Failed {
         model: String,
         url: String,
-        reason: String,
+        reason: crate::http::GaveUp,
     },
 }
 
@@ -169,7 +169,7 @@ impl ChatModel {
         .map_err(|reason| self.error(reason))
     }
 
-    fn error(&self, reason: String) -> LlmError {
+    fn error(&self, reason: crate::http::GaveUp) -> LlmError {
         LlmError::Failed {
             model: self.model.clone(),
             url: self.url.clone(),
