@@ -58,7 +58,7 @@ pub async fn run(policy: Arc<Policy>, cancel: CancellationToken) {
                 tracing::warn!("the trainable model cannot answer yet: {why}");
                 policy.update_health(|h| {
                     h.state = "down";
-                    h.reason = Some(why);
+                    h.reason = Some(why.to_string());
                     h.since_ms = now_ms();
                 });
                 tokio::select! {
@@ -74,8 +74,42 @@ pub async fn run(policy: Arc<Policy>, cancel: CancellationToken) {
     }
 }
 
+/// Why the trainable model cannot answer yet (`status` shows it; the
+/// connection is tried again).
+#[derive(Debug, thiserror::Error)]
+pub enum ConnectError {
+    #[error(transparent)]
+    Files(#[from] super::files::FilesError),
+    /// The chat template or tokenizer cannot be loaded.
+    #[error("{0}")]
+    Format(String),
+    #[error("{0}")]
+    Service(#[from] crate::tinker::Error),
+    #[error(
+        "the saved weights of step {step} ({path}) are gone from the training service ({error}); {}",
+        match .reloads {
+            true => "the trainer is loading them again",
+            false => "nothing loads them again: the trainer did not start (see the log)",
+        }
+    )]
+    WeightsGone {
+        step: i64,
+        path: String,
+        error: crate::tinker::Error,
+        reloads: bool,
+    },
+    #[error("the saved weights of step {step} ({path}) cannot be sampled: {error}")]
+    WeightsUnsampled {
+        step: i64,
+        path: String,
+        error: crate::tinker::Error,
+    },
+    #[error("the base model cannot be sampled: {0}")]
+    BaseUnsampled(crate::tinker::Error),
+}
+
 /// The renderer, from files found (or fetched) by `files::locate`.
-async fn load_format(policy: &Policy) -> Result<(), String> {
+async fn load_format(policy: &Policy) -> Result<(), ConnectError> {
     let settings = &policy.settings;
     let env = |k: &str| std::env::var(k).ok();
     let lookup = Lookup {
@@ -92,8 +126,8 @@ async fn load_format(policy: &Policy) -> Result<(), String> {
             ModelFiles::from_dir(&dir).and_then(|files| Renderer::new(&files))
         })
         .await
-        .map_err(|e| e.to_string())?
-        .map_err(|e| e.to_string())?
+        .map_err(|e| ConnectError::Format(e.to_string()))?
+        .map_err(|e| ConnectError::Format(e.to_string()))?
     };
     let format = ChatFormat::new(renderer, settings, dir.clone());
     tracing::info!(
@@ -119,12 +153,10 @@ async fn load_format(policy: &Policy) -> Result<(), String> {
 /// the service no longer holds (skyrl unloads a dead process's models) are
 /// never replaced by the base model: the trainer loads them again
 /// ([`Policy::weights_lost`]) and this connects to what it saved.
-async fn connect(policy: &Policy) -> Result<Arc<Session>, String> {
+async fn connect(policy: &Policy) -> Result<Arc<Session>, ConnectError> {
     let settings = &policy.settings;
-    let service = Service::connect(&settings.tinker)
-        .await
-        .map_err(|e| e.to_string())?;
-    let session = Arc::new(service.create_session().await.map_err(|e| e.to_string())?);
+    let service = Service::connect(&settings.tinker).await?;
+    let session = Arc::new(service.create_session().await?);
     let (sampler, name, version) = match latest_sampler(policy, service.url()) {
         Some((path, step)) => {
             let sampled = match session.sampler(None, Some(&path)).await {
@@ -135,19 +167,19 @@ async fn connect(policy: &Policy) -> Result<Arc<Session>, String> {
                 Ok(sampler) => (sampler, path, step),
                 Err(e) if super::weights_gone(&e) => {
                     policy.lose_weights(&path);
-                    return Err(format!(
-                        "the saved weights of step {step} ({path}) are gone from the training service ({e}); {}",
-                        match policy.reloads_weights() {
-                            true => "the trainer is loading them again",
-                            false =>
-                                "nothing loads them again: the trainer did not start (see the log)",
-                        }
-                    ));
+                    return Err(ConnectError::WeightsGone {
+                        step,
+                        path,
+                        error: e,
+                        reloads: policy.reloads_weights(),
+                    });
                 }
                 Err(e) => {
-                    return Err(format!(
-                        "the saved weights of step {step} ({path}) cannot be sampled: {e}"
-                    ));
+                    return Err(ConnectError::WeightsUnsampled {
+                        step,
+                        path,
+                        error: e,
+                    });
                 }
             }
         }
@@ -155,7 +187,7 @@ async fn connect(policy: &Policy) -> Result<Arc<Session>, String> {
             let (sampler, name, version) = base_sampler(&session, &settings.base_model).await?;
             probe(policy, &sampler)
                 .await
-                .map_err(|e| format!("the base model cannot be sampled: {e}"))?;
+                .map_err(ConnectError::BaseUnsampled)?;
             (sampler, name, version)
         }
     };
@@ -231,11 +263,8 @@ async fn probe(policy: &Policy, sampler: &Sampler) -> Result<(), crate::tinker::
 async fn base_sampler(
     session: &Session,
     base_model: &str,
-) -> Result<(crate::tinker::Sampler, String, i64), String> {
-    let sampler = session
-        .sampler(Some(base_model), None)
-        .await
-        .map_err(|e| e.to_string())?;
+) -> Result<(crate::tinker::Sampler, String, i64), ConnectError> {
+    let sampler = session.sampler(Some(base_model), None).await?;
     Ok((sampler, "base".into(), 0))
 }
 

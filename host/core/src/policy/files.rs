@@ -24,33 +24,76 @@ pub struct Lookup<'a> {
     pub env: &'a (dyn Fn(&str) -> Option<String> + Sync),
 }
 
+/// Why the model's tokenizer files cannot be had.
+#[derive(Debug, thiserror::Error)]
+pub enum FilesError {
+    #[error(
+        "rl.tokenizer_path {} lacks {}: point it at the folder of the model's tokenizer files",
+        .dir.display(),
+        .missing.join(" and ")
+    )]
+    TokenizerPathIncomplete {
+        dir: PathBuf,
+        missing: Vec<&'static str>,
+    },
+    #[error("the model folder {} (rl.model) lacks {}", .dir.display(), .missing.join(" and "))]
+    ModelFolderIncomplete {
+        dir: PathBuf,
+        missing: Vec<&'static str>,
+    },
+    #[error(
+        "no tokenizer files for {model} (tokenizer.json, tokenizer_config.json): not a folder, not in the Hugging Face cache, not in {}; set rl.tokenizer_path to the model's folder, or rl.download_tokenizer: true to fetch them from Hugging Face",
+        .download_dir.display()
+    )]
+    NotFound {
+        model: String,
+        download_dir: PathBuf,
+    },
+    #[error(transparent)]
+    Client(#[from] crate::http::ClientError),
+    #[error("cannot create {}: {error}", .dir.display())]
+    CannotCreate { dir: PathBuf, error: std::io::Error },
+    #[error("cannot download {url}: {error}")]
+    Download { url: String, error: reqwest::Error },
+    #[error(
+        "cannot download {url}: HTTP {status} (a gated model needs HF_TOKEN; or set rl.tokenizer_path)"
+    )]
+    DownloadStatus {
+        url: String,
+        status: reqwest::StatusCode,
+    },
+    #[error("cannot write {}: {error}", .path.display())]
+    Write {
+        path: PathBuf,
+        error: std::io::Error,
+    },
+}
+
 /// Has the files a renderer needs.
 fn complete(dir: &Path) -> bool {
     ModelFiles::REQUIRED.iter().all(|f| dir.join(f).is_file())
 }
 
 /// The folder holding the model's tokenizer files, without downloading.
-pub fn find_local(lookup: &Lookup<'_>) -> Result<Option<PathBuf>, String> {
+pub fn find_local(lookup: &Lookup<'_>) -> Result<Option<PathBuf>, FilesError> {
     if !lookup.tokenizer_path.is_empty() {
         let dir = PathBuf::from(lookup.tokenizer_path);
         return match complete(&dir) {
             true => Ok(Some(dir)),
-            false => Err(format!(
-                "rl.tokenizer_path {} lacks {}: point it at the folder of the model's tokenizer files",
-                dir.display(),
-                missing(&dir).join(" and ")
-            )),
+            false => Err(FilesError::TokenizerPathIncomplete {
+                missing: missing(&dir),
+                dir,
+            }),
         };
     }
     let as_dir = Path::new(lookup.model);
     if as_dir.is_dir() {
         return match complete(as_dir) {
             true => Ok(Some(as_dir.to_path_buf())),
-            false => Err(format!(
-                "the model folder {} (rl.model) lacks {}",
-                as_dir.display(),
-                missing(as_dir).join(" and ")
-            )),
+            false => Err(FilesError::ModelFolderIncomplete {
+                dir: as_dir.to_path_buf(),
+                missing: missing(as_dir),
+            }),
         };
     }
     if let Some(dir) = hf_cache_snapshot(lookup) {
@@ -102,16 +145,15 @@ fn hf_cache_snapshot(lookup: &Lookup<'_>) -> Option<PathBuf> {
 
 /// The folder with the model's tokenizer files: found locally, or
 /// downloaded into `download_dir` when allowed.
-pub async fn locate(lookup: &Lookup<'_>) -> Result<PathBuf, String> {
+pub async fn locate(lookup: &Lookup<'_>) -> Result<PathBuf, FilesError> {
     if let Some(dir) = find_local(lookup)? {
         return Ok(dir);
     }
     if !lookup.download {
-        return Err(format!(
-            "no tokenizer files for {} (tokenizer.json, tokenizer_config.json): not a folder, not in the Hugging Face cache, not in {}; set rl.tokenizer_path to the model's folder, or rl.download_tokenizer: true to fetch them from Hugging Face",
-            lookup.model,
-            lookup.download_dir.display()
-        ));
+        return Err(FilesError::NotFound {
+            model: lookup.model.to_string(),
+            download_dir: lookup.download_dir.clone(),
+        });
     }
     download(lookup).await
 }
@@ -119,17 +161,19 @@ pub async fn locate(lookup: &Lookup<'_>) -> Result<PathBuf, String> {
 /// Fetches the files from the hub (`$HF_ENDPOINT`, default
 /// `https://huggingface.co`) into `download_dir/org--name`, each written
 /// whole before it is renamed into place.
-async fn download(lookup: &Lookup<'_>) -> Result<PathBuf, String> {
+async fn download(lookup: &Lookup<'_>) -> Result<PathBuf, FilesError> {
     let endpoint = (lookup.env)("HF_ENDPOINT")
         .unwrap_or_else(|| "https://huggingface.co".into())
         .trim_end_matches('/')
         .to_string();
     let client = ClientSpec::new(Purpose::Training)
         .connect_timeout(Duration::from_secs(10))
-        .build()
-        .map_err(|e| e.to_string())?;
+        .build()?;
     let dir = lookup.download_dir.join(folder_name(lookup.model));
-    std::fs::create_dir_all(&dir).map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
+    std::fs::create_dir_all(&dir).map_err(|error| FilesError::CannotCreate {
+        dir: dir.clone(),
+        error,
+    })?;
     let token = (lookup.env)("HF_TOKEN");
     let files = ModelFiles::REQUIRED
         .iter()
@@ -141,27 +185,30 @@ async fn download(lookup: &Lookup<'_>) -> Result<PathBuf, String> {
         if let Some(token) = &token {
             request = request.bearer_auth(token);
         }
-        let response = request
-            .send()
-            .await
-            .map_err(|e| format!("cannot download {url}: {e}"))?;
+        let response = match request.send().await {
+            Ok(response) => response,
+            Err(error) => return Err(FilesError::Download { url, error }),
+        };
         if !response.status().is_success() {
             if required {
-                return Err(format!(
-                    "cannot download {url}: HTTP {} (a gated model needs HF_TOKEN; or set rl.tokenizer_path)",
-                    response.status()
-                ));
+                return Err(FilesError::DownloadStatus {
+                    url,
+                    status: response.status(),
+                });
             }
             continue;
         }
-        let bytes = response
-            .bytes()
-            .await
-            .map_err(|e| format!("cannot download {url}: {e}"))?;
+        let bytes = match response.bytes().await {
+            Ok(bytes) => bytes,
+            Err(error) => return Err(FilesError::Download { url, error }),
+        };
         let part = dir.join(format!("{file}.part"));
         std::fs::write(&part, &bytes)
             .and_then(|()| std::fs::rename(&part, dir.join(file)))
-            .map_err(|e| format!("cannot write {}: {e}", dir.join(file).display()))?;
+            .map_err(|error| FilesError::Write {
+                path: dir.join(file),
+                error,
+            })?;
     }
     tracing::info!(model = lookup.model, dir = %dir.display(), "tokenizer files downloaded");
     Ok(dir)
@@ -208,7 +255,9 @@ mod tests {
             Some(own.clone())
         );
         std::fs::remove_file(own.join("tokenizer_config.json")).unwrap();
-        let e = find_local(&lookup("Qwen/Qwen3-4B", dir, tmp.path(), &no_env)).unwrap_err();
+        let e = find_local(&lookup("Qwen/Qwen3-4B", dir, tmp.path(), &no_env))
+            .unwrap_err()
+            .to_string();
         assert!(
             e.contains("tokenizer_config.json") && e.contains("rl.tokenizer_path"),
             "{e}"
@@ -248,6 +297,8 @@ mod tests {
         let e = locate(&lookup("Org/Model", "", tmp.path(), &no_env))
             .await
             .unwrap_err();
+        assert!(matches!(e, FilesError::NotFound { .. }), "{e}");
+        let e = e.to_string();
         assert!(
             e.contains("rl.tokenizer_path") && e.contains("rl.download_tokenizer"),
             "{e}"

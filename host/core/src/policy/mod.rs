@@ -41,6 +41,15 @@ use crate::tinker::{self, Sampler, SamplingParams, Session, Stop};
 /// Tries of one call to the training service on the serving path.
 const SERVING_TRIES: u32 = 2;
 
+/// Why saved weights cannot be served.
+#[derive(Debug, thiserror::Error)]
+pub enum SamplerError {
+    #[error("not connected to the training service")]
+    NotConnected,
+    #[error("{0}")]
+    Service(#[from] crate::tinker::Error),
+}
+
 /// What serving from the student is configured to do.
 #[derive(Clone)]
 pub struct Settings {
@@ -356,7 +365,7 @@ impl Policy {
         version: i64,
         experiment: i64,
         share: f64,
-    ) -> Result<(), String> {
+    ) -> Result<(), SamplerError> {
         let (session, sampler) = self.sampler_of(sampler_path).await?;
         let candidate = Candidate {
             experiment,
@@ -621,7 +630,7 @@ impl Policy {
     /// Serves `sampler_path` (saved sampler weights of training step
     /// `version`) from now on; turns in flight finish on the sampler they
     /// started with. The hot swap of W2-F.
-    pub async fn swap(&self, sampler_path: &str, version: i64) -> Result<(), String> {
+    pub async fn swap(&self, sampler_path: &str, version: i64) -> Result<(), SamplerError> {
         let (session, sampler) = self.sampler_of(sampler_path).await?;
         self.install(Serving {
             session,
@@ -634,15 +643,14 @@ impl Policy {
 
     /// A sampler of the saved weights at `sampler_path`, on the session
     /// serving now.
-    async fn sampler_of(&self, sampler_path: &str) -> Result<(Arc<Session>, Sampler), String> {
+    async fn sampler_of(
+        &self,
+        sampler_path: &str,
+    ) -> Result<(Arc<Session>, Sampler), SamplerError> {
         let Some(current) = self.serving() else {
-            return Err("not connected to the training service".into());
+            return Err(SamplerError::NotConnected);
         };
-        let sampler = current
-            .session
-            .sampler(None, Some(sampler_path))
-            .await
-            .map_err(|e| e.to_string())?;
+        let sampler = current.session.sampler(None, Some(sampler_path)).await?;
         Ok((current.session.clone(), sampler))
     }
 

@@ -1636,7 +1636,10 @@ async fn test_candidate(
 ) -> Result<(), String> {
     let (path, version) = (detail.candidate_sampler.clone(), detail.candidate_version);
     on_serving(serving, policy, move |policy| async move {
-        policy.test_candidate(&path, version, id, share).await
+        policy
+            .test_candidate(&path, version, id, share)
+            .await
+            .map_err(|e| e.to_string())
     })
     .await
 }
@@ -1689,7 +1692,7 @@ async fn swap(
 ) -> Result<(), String> {
     let path = path.to_string();
     on_serving(serving, policy, move |policy| async move {
-        policy.swap(&path, version).await
+        policy.swap(&path, version).await.map_err(|e| e.to_string())
     })
     .await
 }
