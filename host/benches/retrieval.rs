@@ -48,7 +48,11 @@ struct Hashing {
 }
 
 impl Embedder for Hashing {
-    fn embed(&self, texts: &[String], purpose: EmbedPurpose) -> Result<Vec<Vec<f32>>, String> {
+    fn embed(
+        &self,
+        texts: &[String],
+        purpose: EmbedPurpose,
+    ) -> Result<Vec<Vec<f32>>, metaclaw_core::plugins::EmbedFailed> {
         let start = Instant::now();
         let out = texts
             .iter()

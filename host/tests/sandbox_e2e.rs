@@ -898,7 +898,11 @@ struct SlowEmbedder {
 }
 
 impl Embedder for SlowEmbedder {
-    fn embed(&self, texts: &[String], _: EmbedPurpose) -> Result<Vec<Vec<f32>>, String> {
+    fn embed(
+        &self,
+        texts: &[String],
+        _: EmbedPurpose,
+    ) -> Result<Vec<Vec<f32>>, metaclaw_core::plugins::EmbedFailed> {
         self.calls.fetch_add(1, Ordering::SeqCst);
         std::thread::sleep(self.delay);
         Ok(texts.iter().map(|_| vec![1.0, 0.0]).collect())

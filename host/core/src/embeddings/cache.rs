@@ -12,7 +12,7 @@ use sha2::{Digest, Sha256};
 
 use super::{Backend, EmbedError};
 use crate::http::Backoff;
-use crate::plugins::{EmbedPurpose, Embedder, Spend, Unmetered};
+use crate::plugins::{EmbedFailed, EmbedPurpose, Embedder, Spend, Unmetered};
 
 type Key = [u8; 32];
 
@@ -108,17 +108,16 @@ impl Cached {
 
     /// Embeds what no cache has, unless the backend failed recently or
     /// `spend` does not allow it (charged before the first request).
-    fn compute(&self, texts: &[&String], spend: &dyn Spend) -> Result<Vec<Vec<f32>>, String> {
+    fn compute(&self, texts: &[&String], spend: &dyn Spend) -> Result<Vec<Vec<f32>>, EmbedFailed> {
         if let Ok(b) = self.breaker.lock()
             && let Some(at) = b.retry_at
         {
             let now = Instant::now();
             if now < at {
-                return Err(format!(
-                    "{} (not retried for another {}s)",
-                    b.last_error,
-                    (at - now).as_secs() + 1
-                ));
+                return Err(EmbedFailed::Resting {
+                    last: b.last_error.clone(),
+                    secs: (at - now).as_secs() + 1,
+                });
             }
         }
         let requests = texts.len().div_ceil(BATCH) as u64;
@@ -139,7 +138,7 @@ impl Cached {
                 }
             }
         }
-        outcome.map_err(|e| e.message)
+        Ok(outcome?)
     }
 
     /// `BATCH` texts per backend call.
@@ -166,7 +165,11 @@ impl Cached {
         Ok(out)
     }
 
-    fn embed_indexed(&self, texts: &[String], spend: &dyn Spend) -> Result<Vec<Vec<f32>>, String> {
+    fn embed_indexed(
+        &self,
+        texts: &[String],
+        spend: &dyn Spend,
+    ) -> Result<Vec<Vec<f32>>, EmbedFailed> {
         let keys: Vec<Key> = texts.iter().map(|t| self.key(t)).collect();
         let mut found: Vec<Option<Arc<[f32]>>> = match self.indexed.lock() {
             Ok(mem) => keys.iter().map(|k| mem.get(k).cloned()).collect(),
@@ -217,7 +220,11 @@ impl Cached {
             .collect())
     }
 
-    fn embed_queries(&self, texts: &[String], spend: &dyn Spend) -> Result<Vec<Vec<f32>>, String> {
+    fn embed_queries(
+        &self,
+        texts: &[String],
+        spend: &dyn Spend,
+    ) -> Result<Vec<Vec<f32>>, EmbedFailed> {
         let keys: Vec<Key> = texts.iter().map(|t| self.key(t)).collect();
         let mut found: Vec<Option<Arc<[f32]>>> = match self.queries.lock() {
             Ok(q) => keys.iter().map(|k| q.map.get(k).cloned()).collect(),
@@ -257,7 +264,7 @@ impl Cached {
 /// file or another retriever costs no request; only what goes upstream is
 /// charged to the plugin asking.
 impl Embedder for Cached {
-    fn embed(&self, texts: &[String], purpose: EmbedPurpose) -> Result<Vec<Vec<f32>>, String> {
+    fn embed(&self, texts: &[String], purpose: EmbedPurpose) -> Result<Vec<Vec<f32>>, EmbedFailed> {
         self.embed_within(texts, purpose, &Unmetered)
     }
 
@@ -266,7 +273,7 @@ impl Embedder for Cached {
         texts: &[String],
         purpose: EmbedPurpose,
         spend: &dyn Spend,
-    ) -> Result<Vec<Vec<f32>>, String> {
+    ) -> Result<Vec<Vec<f32>>, EmbedFailed> {
         match purpose {
             EmbedPurpose::Index => self.embed_indexed(texts, spend),
             EmbedPurpose::Query => self.embed_queries(texts, spend),
@@ -394,12 +401,15 @@ mod tests {
         let cache = Cached::new(backend.clone(), &tmp.path().join("metaclaw.db")).unwrap();
         let first = cache
             .embed(&texts(&["a"]), EmbedPurpose::Query)
-            .unwrap_err();
+            .unwrap_err()
+            .to_string();
         assert!(first.contains("connection refused"), "{first}");
         for _ in 0..5 {
             let again = cache
                 .embed(&texts(&["b"]), EmbedPurpose::Index)
                 .unwrap_err();
+            assert!(matches!(again, EmbedFailed::Resting { .. }), "{again}");
+            let again = again.to_string();
             assert!(again.contains("connection refused") && again.contains("not retried"));
         }
         assert_eq!(
@@ -444,7 +454,8 @@ mod tests {
         let cache = Cached::new(Arc::new(Limited), &tmp.path().join("metaclaw.db")).unwrap();
         let e = cache
             .embed(&texts(&["a"]), EmbedPurpose::Query)
-            .unwrap_err();
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("429"), "{e}");
         assert_eq!(
             cache.breaker.lock().unwrap().wait,
@@ -498,10 +509,10 @@ mod tests {
     }
 
     impl Spend for Meter {
-        fn charge(&self, requests: u64, bytes: u64) -> Result<(), String> {
+        fn charge(&self, requests: u64, bytes: u64) -> Result<(), EmbedFailed> {
             let mut c = self.charged.lock().unwrap();
             if c.iter().map(|(r, _)| r).sum::<u64>() + requests > self.limit {
-                return Err("budget spent".into());
+                return Err(EmbedFailed::LedgerUnavailable);
             }
             c.push((requests, bytes));
             Ok(())
@@ -562,7 +573,8 @@ mod tests {
         let cache = Cached::new(Arc::new(Short), &tmp.path().join("m.db")).unwrap();
         let err = cache
             .embed(&texts(&["a", "b"]), EmbedPurpose::Index)
-            .unwrap_err();
+            .unwrap_err()
+            .to_string();
         assert!(err.contains("1 vectors for 2 texts"), "{err}");
     }
 }

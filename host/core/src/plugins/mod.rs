@@ -40,8 +40,8 @@ pub use loaded::{
 pub use lock::{LockEntry, LockFile};
 pub use registry::{BuiltinSource, PluginHost, PluginSpec, Problem, Registry, Settings};
 pub use sandbox::{
-    Account, Charge, EmbedAllowance, EmbedBudget, EmbedLedger, EmbedPurpose, Embedder, Grants,
-    MemoryPool, OutcomeSource, Spend, Unmetered,
+    Account, Charge, EmbedAllowance, EmbedBudget, EmbedFailed, EmbedLedger, EmbedPurpose, Embedder,
+    Grants, MemoryPool, OutcomeSource, Spend, Unmetered,
 };
 pub use trust::{FIRST_PARTY, FileRef, Trust};
 pub use view::{PluginView, RegistryView, view};

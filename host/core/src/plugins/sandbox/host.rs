@@ -98,7 +98,11 @@ impl embed::Host for PluginState {
                 .map_err(|_| "the embedding backend is shutting down".to_string())?;
             tokio::task::spawn_blocking(move || {
                 let _slot = slot;
-                embedder.embed_within(&texts, purpose, &*account)
+                // The plugin gets the host's failure in words (WIT's
+                // `result<_, string>`).
+                embedder
+                    .embed_within(&texts, purpose, &*account)
+                    .map_err(|e| e.to_string())
             })
             .await
             .map_err(|e| format!("the embedding backend failed: {e}"))?

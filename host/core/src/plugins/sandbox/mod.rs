@@ -30,11 +30,36 @@ pub use spend::{Account, EmbedAllowance, EmbedLedger, Spend, Unmetered};
 /// Capabilities granted to one plugin: parsed with the config.
 pub use crate::config::Grants;
 
+/// Why an `embed` call for a plugin got no vectors (the plugin is handed
+/// its text).
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum EmbedFailed {
+    #[error("the embedding ledger is unavailable")]
+    LedgerUnavailable,
+    #[error(
+        "this plugin's embedding budget is spent: {requests} requests and {} KiB of text to the backend in the last {window_min} min (at most {max_requests} and {} KiB: plugins.embed_requests_per_hour, plugins.embed_mb_per_hour); what the cache holds is still served",
+        .bytes >> 10,
+        .max_bytes >> 10
+    )]
+    BudgetSpent {
+        requests: u64,
+        bytes: u64,
+        window_min: u64,
+        max_requests: u64,
+        max_bytes: u64,
+    },
+    /// The backend failed lately and is left alone for a while.
+    #[error("{last} (not retried for another {secs}s)")]
+    Resting { last: String, secs: u64 },
+    #[error(transparent)]
+    Backend(#[from] crate::embeddings::EmbedError),
+}
+
 /// Embeddings for plugins that are granted `embed` (the host's embedding
 /// backend, `crate::embeddings`).
 pub trait Embedder: Send + Sync {
     /// One L2-normalised vector per text.
-    fn embed(&self, texts: &[String], purpose: EmbedPurpose) -> Result<Vec<Vec<f32>>, String>;
+    fn embed(&self, texts: &[String], purpose: EmbedPurpose) -> Result<Vec<Vec<f32>>, EmbedFailed>;
 
     /// [`Embedder::embed`], with what goes to the backend approved by
     /// `spend` first. A backend with a cache charges only for what it does
@@ -45,7 +70,7 @@ pub trait Embedder: Send + Sync {
         texts: &[String],
         purpose: EmbedPurpose,
         spend: &dyn Spend,
-    ) -> Result<Vec<Vec<f32>>, String> {
+    ) -> Result<Vec<Vec<f32>>, EmbedFailed> {
         spend.charge(1, texts.iter().map(|t| t.len() as u64).sum())?;
         self.embed(texts, purpose)
     }

@@ -8,6 +8,8 @@ use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use super::EmbedFailed;
+
 /// Upstream embedding spend one plugin file may make per rolling window.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct EmbedAllowance {
@@ -41,14 +43,14 @@ impl Default for EmbedAllowance {
 pub trait Spend: Send + Sync {
     /// Takes `requests` and `bytes` from what is left, all or nothing; the
     /// error says why not.
-    fn charge(&self, requests: u64, bytes: u64) -> Result<(), String>;
+    fn charge(&self, requests: u64, bytes: u64) -> Result<(), EmbedFailed>;
 }
 
 /// Approves everything (a host with no per-plugin budget: `plugins call`).
 pub struct Unmetered;
 
 impl Spend for Unmetered {
-    fn charge(&self, _: u64, _: u64) -> Result<(), String> {
+    fn charge(&self, _: u64, _: u64) -> Result<(), EmbedFailed> {
         Ok(())
     }
 }
@@ -105,7 +107,7 @@ impl EmbedLedger {
         requests: u64,
         bytes: u64,
         now: Instant,
-    ) -> Result<(), String> {
+    ) -> Result<(), EmbedFailed> {
         if requests == 0 && bytes == 0 {
             return Ok(());
         }
@@ -113,20 +115,19 @@ impl EmbedLedger {
         let mut by_file = self
             .by_file
             .lock()
-            .map_err(|_| "the embedding ledger is unavailable".to_string())?;
+            .map_err(|_| EmbedFailed::LedgerUnavailable)?;
         let window = by_file.entry(file.to_string()).or_default();
         window.forget_before(now.checked_sub(a.window));
         let over_requests = window.requests + requests.max(1) > a.requests;
         let over_bytes = window.bytes + bytes > a.bytes;
         if over_requests || over_bytes {
-            return Err(format!(
-                "this plugin's embedding budget is spent: {} requests and {} KiB of text to the backend in the last {} min (at most {} and {} KiB: plugins.embed_requests_per_hour, plugins.embed_mb_per_hour); what the cache holds is still served",
-                window.requests,
-                window.bytes >> 10,
-                a.window.as_secs() / 60,
-                a.requests,
-                a.bytes >> 10
-            ));
+            return Err(EmbedFailed::BudgetSpent {
+                requests: window.requests,
+                bytes: window.bytes,
+                window_min: a.window.as_secs() / 60,
+                max_requests: a.requests,
+                max_bytes: a.bytes,
+            });
         }
         window.charges.push_back((now, requests.max(1), bytes));
         window.requests += requests.max(1);
@@ -154,7 +155,7 @@ pub struct Account {
 }
 
 impl Spend for Account {
-    fn charge(&self, requests: u64, bytes: u64) -> Result<(), String> {
+    fn charge(&self, requests: u64, bytes: u64) -> Result<(), EmbedFailed> {
         self.ledger
             .charge_at(&self.file, requests, bytes, Instant::now())
     }
@@ -183,6 +184,11 @@ mod tests {
         let e = l
             .charge_at("a", 1, 10, t0 + Duration::from_secs(60))
             .unwrap_err();
+        assert!(
+            matches!(e, EmbedFailed::BudgetSpent { requests: 10, .. }),
+            "{e}"
+        );
+        let e = e.to_string();
         assert!(e.contains("10 requests") && e.contains("plugins.embed_requests_per_hour"));
         // All or nothing: a charge that does not fit takes nothing.
         assert!(
