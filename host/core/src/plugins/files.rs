@@ -51,12 +51,37 @@ pub fn stamp_of(path: &Path) -> Option<Stamp> {
     fs::metadata(path).ok().map(|m| Stamp::of(&m))
 }
 
+/// Why a plugin file is not read, or not loaded as read.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum FileRefused {
+    #[error("cannot stat: {0}")]
+    Stat(String),
+    #[error("a symbolic link that leads nowhere: refused")]
+    LinkNowhere,
+    #[error("a symbolic link leading out of the plugins folder: refused (its target was not read)")]
+    LinkOutside,
+    #[error("not a regular file: refused")]
+    NotAFile,
+    #[error(
+        "{:.1} MiB, over plugins.max_file_mb ({} MiB): not read",
+        *.size as f64 / f64::from(1 << 20),
+        .max >> 20
+    )]
+    TooLarge { size: u64, max: u64 },
+    #[error("larger than plugins.max_file_mb ({} MiB): not read", .0 >> 20)]
+    GrewTooLarge(u64),
+    #[error("cannot read: {0}")]
+    Read(String),
+    #[error("changed while being read; it is read again once it settles")]
+    Changed,
+}
+
 /// One `.wasm` entry of a plugin folder.
 #[derive(Debug, Clone)]
 pub struct Entry {
     pub path: PathBuf,
     /// `Err`: refused before reading, with why.
-    pub stamp: Result<Stamp, String>,
+    pub stamp: Result<Stamp, FileRefused>,
 }
 
 /// The `.wasm` entries of `dir`, sorted, each checked without being read.
@@ -78,19 +103,16 @@ pub fn list(dir: &Path, max_bytes: u64) -> Vec<Entry> {
     out
 }
 
-fn check(path: &Path, real_dir: &Path, max_bytes: u64) -> Result<Stamp, String> {
-    let link = fs::symlink_metadata(path).map_err(|e| format!("cannot stat: {e}"))?;
+fn check(path: &Path, real_dir: &Path, max_bytes: u64) -> Result<Stamp, FileRefused> {
+    let stat = |e: std::io::Error| FileRefused::Stat(e.to_string());
+    let link = fs::symlink_metadata(path).map_err(stat)?;
     let target = if link.file_type().is_symlink() {
         // Where it leads, from names alone: the target is not opened.
-        let real = fs::canonicalize(path)
-            .map_err(|_| "a symbolic link that leads nowhere: refused".to_string())?;
+        let real = fs::canonicalize(path).map_err(|_| FileRefused::LinkNowhere)?;
         if !real.starts_with(real_dir) {
-            return Err(
-                "a symbolic link leading out of the plugins folder: refused (its target was not read)"
-                    .into(),
-            );
+            return Err(FileRefused::LinkOutside);
         }
-        fs::metadata(&real).map_err(|e| format!("cannot stat: {e}"))?
+        fs::metadata(&real).map_err(stat)?
     } else {
         link
     };
@@ -98,51 +120,48 @@ fn check(path: &Path, real_dir: &Path, max_bytes: u64) -> Result<Stamp, String> 
 }
 
 /// A regular file no larger than `max_bytes`, judged from its metadata.
-fn loadable(m: &fs::Metadata, max_bytes: u64) -> Result<Stamp, String> {
+fn loadable(m: &fs::Metadata, max_bytes: u64) -> Result<Stamp, FileRefused> {
     if !m.file_type().is_file() {
-        return Err("not a regular file: refused".into());
+        return Err(FileRefused::NotAFile);
     }
     if m.len() > max_bytes {
-        return Err(format!(
-            "{:.1} MiB, over plugins.max_file_mb ({} MiB): not read",
-            m.len() as f64 / f64::from(1 << 20),
-            max_bytes >> 20
-        ));
+        return Err(FileRefused::TooLarge {
+            size: m.len(),
+            max: max_bytes,
+        });
     }
     Ok(Stamp::of(m))
 }
 
 /// Reads a plugin file named on the command line (`plugins inspect`,
 /// `plugins add`): the same limits, without a folder to stay inside.
-pub fn read_named(path: &Path, max_bytes: u64) -> Result<Vec<u8>, String> {
-    let m = fs::metadata(path).map_err(|e| format!("cannot read: {e}"))?;
+pub fn read_named(path: &Path, max_bytes: u64) -> Result<Vec<u8>, FileRefused> {
+    let m = fs::metadata(path).map_err(|e| FileRefused::Read(e.to_string()))?;
     read(path, &loadable(&m, max_bytes)?, max_bytes)
 }
 
 /// Reads a file `list` accepted, if it still is what `stamp` says: never
 /// more than `max_bytes`, never through a FIFO or a swapped-in link.
-pub fn read(path: &Path, stamp: &Stamp, max_bytes: u64) -> Result<Vec<u8>, String> {
-    let real = fs::canonicalize(path).map_err(|e| format!("cannot read: {e}"))?;
+pub fn read(path: &Path, stamp: &Stamp, max_bytes: u64) -> Result<Vec<u8>, FileRefused> {
+    let unread = |e: std::io::Error| FileRefused::Read(e.to_string());
+    let real = fs::canonicalize(path).map_err(unread)?;
     let file: File = OpenOptions::new()
         .read(true)
         // Not a FIFO's open that waits for a writer; not a link swapped in
         // since `list` looked.
         .custom_flags((rustix::fs::OFlags::NONBLOCK | rustix::fs::OFlags::NOFOLLOW).bits() as i32)
         .open(&real)
-        .map_err(|e| format!("cannot read: {e}"))?;
-    let m = file.metadata().map_err(|e| format!("cannot read: {e}"))?;
+        .map_err(unread)?;
+    let m = file.metadata().map_err(unread)?;
     if !m.file_type().is_file() || Stamp::of(&m) != *stamp {
-        return Err("changed while being read; it is read again once it settles".into());
+        return Err(FileRefused::Changed);
     }
     let mut bytes = Vec::with_capacity(m.len() as usize);
     file.take(max_bytes + 1)
         .read_to_end(&mut bytes)
-        .map_err(|e| format!("cannot read: {e}"))?;
+        .map_err(unread)?;
     if bytes.len() as u64 > max_bytes {
-        return Err(format!(
-            "larger than plugins.max_file_mb ({} MiB): not read",
-            max_bytes >> 20
-        ));
+        return Err(FileRefused::GrewTooLarge(max_bytes));
     }
     Ok(bytes)
 }
@@ -190,9 +209,13 @@ mod tests {
                 .stamp
                 .clone()
         };
-        assert!(by("big.wasm").unwrap_err().contains("max_file_mb"));
-        assert!(by("fifo.wasm").unwrap_err().contains("not a regular file"));
+        let big = by("big.wasm").unwrap_err();
+        assert!(matches!(big, FileRefused::TooLarge { .. }), "{big}");
+        assert!(big.to_string().contains("max_file_mb"));
+        assert_eq!(by("fifo.wasm").unwrap_err(), FileRefused::NotAFile);
         let out = by("out.wasm").unwrap_err();
+        assert_eq!(out, FileRefused::LinkOutside);
+        let out = out.to_string();
         assert!(out.contains("out of the plugins folder") && !out.contains("hunter2"));
         let stamp = by("in.wasm").unwrap();
         assert_eq!(

@@ -122,7 +122,7 @@ impl PluginHost {
                 Err(error) => {
                     registry.problems.push(Problem {
                         path: entry.path,
-                        error,
+                        error: error.to_string(),
                     });
                     continue;
                 }
@@ -141,7 +141,7 @@ impl PluginHost {
                     Err(error) => {
                         registry.problems.push(Problem {
                             path: entry.path,
-                            error,
+                            error: error.to_string(),
                         });
                         continue;
                     }
@@ -356,7 +356,7 @@ impl PluginHost {
                 match files::read(&c.path, &c.record.stamp, self.settings.max_file_bytes) {
                     Ok(bytes) if sha256_hex(&bytes) == c.record.sha256 => Cow::Owned(bytes),
                     Ok(_) => return ProbeState::Failed("changed while being read".into()),
-                    Err(e) => return ProbeState::Failed(e),
+                    Err(e) => return ProbeState::Failed(e.to_string()),
                 }
             }
         };
