@@ -160,6 +160,14 @@ fn a_later_release_loads_unless_it_imports_what_this_host_lacks() {
         panic!("a plugin importing an interface this host lacks was loaded");
     };
     assert!(
+        matches!(
+            refused,
+            metaclaw_core::plugins::LoadRefused::MissingImport { .. }
+        ),
+        "{refused}"
+    );
+    let refused = refused.to_string();
+    assert!(
         refused.contains(&format!("imports metaclaw:plugin/weather@{version}"))
             && refused.contains("upgrade metaclaw"),
         "{refused}"

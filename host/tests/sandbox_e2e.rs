@@ -1403,6 +1403,14 @@ fn a_plugin_that_does_not_fit_in_the_total_is_refused_at_load() {
         .err()
         .unwrap();
     assert!(
+        matches!(
+            err,
+            metaclaw_core::plugins::LoadRefused::CodeTooLarge { .. }
+        ),
+        "{err}"
+    );
+    let err = err.to_string();
+    assert!(
         err.contains("compiled code") && err.contains("plugins.total_memory_mb"),
         "{err}"
     );
@@ -1416,7 +1424,14 @@ fn a_plugin_that_does_not_fit_in_the_total_is_refused_at_load() {
     let err = probe_bytes(&tight, &table, Limits::default())
         .err()
         .unwrap();
-    assert!(err.contains("plugins.total_memory_mb"), "{err}");
+    assert!(
+        matches!(
+            err,
+            metaclaw_core::plugins::LoadRefused::InstanceTooLarge { .. }
+        ),
+        "{err}"
+    );
+    assert!(err.to_string().contains("plugins.total_memory_mb"), "{err}");
     assert_eq!(tight.memory().used(), 0, "nothing is left charged");
     // With room for both it loads, and holds only its code between calls.
     let enough = engine_with_total(table_code + (9 << 20));

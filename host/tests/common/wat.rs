@@ -112,7 +112,7 @@ pub fn probe_bytes(
     engine: &Arc<PluginEngine>,
     bytes: &[u8],
     limits: Limits,
-) -> Result<Probed, String> {
+) -> Result<Probed, metaclaw_core::plugins::LoadRefused> {
     let sha = metaclaw_core::digest::sha256_hex(bytes);
     Loaded::probe(
         engine,

@@ -22,6 +22,7 @@ pub mod files;
 mod loaded;
 mod lock;
 pub mod pinning;
+mod refused;
 mod registry;
 mod sandbox;
 mod trust;
@@ -38,6 +39,7 @@ pub use loaded::{
     Source, compatible,
 };
 pub use lock::{LockEntry, LockFile};
+pub use refused::LoadRefused;
 pub use registry::{BuiltinSource, PluginHost, PluginSpec, Problem, Registry, Settings};
 pub use sandbox::{
     Account, Charge, EmbedAllowance, EmbedBudget, EmbedFailed, EmbedLedger, EmbedPurpose, Embedder,

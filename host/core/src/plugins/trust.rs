@@ -16,6 +16,7 @@
 //!   first-party `embedding` retriever gets `embed` in embedding mode as a
 //!   first-party plugin, not for its name).
 
+use crate::plugins::LoadRefused;
 use std::collections::{BTreeMap, BTreeSet};
 
 use super::loaded::{PluginInfo, Source};
@@ -85,18 +86,17 @@ impl Trust {
         info: &PluginInfo,
         lock: Option<&LockFile>,
         reserved: &BTreeSet<String>,
-    ) -> Result<(), String> {
+    ) -> Result<(), LoadRefused> {
         if info.source == Source::Builtin
             || !reserved.contains(&info.name)
             || self.overrides(info, lock)
         {
             return Ok(());
         }
-        Err(format!(
-            "refused: it calls itself {name:?}, the name of a first-party plugin. A drop-in replaces one only if the deployment names that file: plugins.overrides: [\"{name}@sha256:{sha}\"] in the config, or `metaclaw plugins lock --override {name}`",
-            name = info.name,
-            sha = info.sha256
-        ))
+        Err(LoadRefused::FirstPartyName {
+            name: info.name.clone(),
+            sha256: info.sha256.clone(),
+        })
     }
 
     /// Whether `info` is a drop-in explicitly allowed to replace a
@@ -262,7 +262,10 @@ mod tests {
     fn a_drop_in_cannot_take_a_first_party_name_unless_that_file_is_named() {
         let trust = Trust::default();
         let fake = info("guard", SHA_A, Source::User);
-        let err = trust.may_use_name(&fake, None, &reserved()).unwrap_err();
+        let err = trust
+            .may_use_name(&fake, None, &reserved())
+            .unwrap_err()
+            .to_string();
         assert!(
             err.contains("plugins.overrides") && err.contains(SHA_A),
             "{err}"

@@ -2,6 +2,7 @@
 //! for (read from the component's exports), its budgets, and what `plugins
 //! inspect` shows of it.
 
+use crate::plugins::LoadRefused;
 use std::path::PathBuf;
 use std::time::Duration;
 
@@ -154,7 +155,7 @@ impl PluginInfo {
 pub fn detect(
     engine: &wasmtime::Engine,
     component: &Component,
-) -> Result<(Kind, Version, Vec<String>), String> {
+) -> Result<(Kind, Version, Vec<String>), LoadRefused> {
     let ty = component.component_type();
     let exports: Vec<String> = ty
         .exports(engine)
@@ -172,29 +173,20 @@ pub fn detect(
         let (iface, version) = rest.split_once('@').unwrap_or((rest, ""));
         if let Some(kind) = Kind::ALL.into_iter().find(|k| k.api() == iface) {
             let version = Version::parse(version).map_err(|_| {
-                format!(
-                    "it exports {}, whose package version is not semver",
-                    crate::untrusted::log_line(name, 200)
-                )
+                LoadRefused::PackageNotSemver(crate::untrusted::log_line(name, 200))
             })?;
             found = Some((kind, version));
         }
     }
     let Some((kind, version)) = found else {
-        return Err(format!(
-            "not a metaclaw plugin: it exports none of {PACKAGE}/{{retriever,scorer,evolver,skill}}-api (exports: {})",
-            if exports.is_empty() {
-                "nothing".to_string()
-            } else {
-                crate::untrusted::log_line(&exports.join(", "), 500)
-            }
-        ));
+        return Err(LoadRefused::NotAPlugin(if exports.is_empty() {
+            "nothing".to_string()
+        } else {
+            crate::untrusted::log_line(&exports.join(", "), 500)
+        }));
     };
     if !compatible(&version) {
-        return Err(format!(
-            "built for {PACKAGE}@{version}; this metaclaw loads plugins built for {PACKAGE}@{}.{}.x",
-            PACKAGE_VERSION.major, PACKAGE_VERSION.minor
-        ));
+        return Err(LoadRefused::Incompatible { version });
     }
     // A plugin of a later release of the line loads if it only imports what
     // this host has; otherwise say so, rather than wasmtime's link error.
@@ -203,18 +195,16 @@ pub fn detect(
             .map(|rest| rest.split_once('@').map_or(rest, |(iface, _)| iface))
             .is_some_and(|iface| !crate::plugins::engine::HOST_INTERFACES.contains(&iface))
     }) {
-        return Err(format!(
-            "built for {PACKAGE}@{version}, it imports {}, which this metaclaw ({PACKAGE}@{PACKAGE_VERSION}) does not have; upgrade metaclaw, or build the plugin for {PACKAGE}@{PACKAGE_VERSION}",
-            crate::untrusted::log_line(missing, 200)
-        ));
+        return Err(LoadRefused::MissingImport {
+            version,
+            missing: crate::untrusted::log_line(missing, 200),
+        });
     }
     if !exports
         .iter()
         .any(|e| e.starts_with(&format!("{PACKAGE}/plugin@")))
     {
-        return Err(format!(
-            "it does not export {PACKAGE}/plugin (its metadata)"
-        ));
+        return Err(LoadRefused::NoMetadata);
     }
     Ok((kind, version, imports))
 }

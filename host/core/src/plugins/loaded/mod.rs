@@ -21,6 +21,7 @@ mod index;
 mod info;
 mod pool;
 
+use crate::plugins::LoadRefused;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -90,44 +91,32 @@ impl Loaded {
         sha256: String,
         source: Source,
         limits_for: &dyn Fn(Kind) -> Limits,
-    ) -> Result<Probed, String> {
+    ) -> Result<Probed, LoadRefused> {
         let (component, flavor) = engine.compile(bytes, &sha256).map_err(|e| {
             if let Some(late) = e.downcast_ref::<CompileTimedOut>() {
-                return format!("refused: {late}");
+                return LoadRefused::CompileTimedOut(late.to_string());
             }
-            format!(
-                "not a valid component: {}",
-                crate::untrusted::log_line(&format!("{e:#}"), 1000)
-            )
+            LoadRefused::NotAComponent(crate::untrusted::log_line(&format!("{e:#}"), 1000))
         })?;
         // Compiled code is host memory: charged to the plugins' total
         // before anything of the plugin runs.
         let total = engine.memory();
         let code = Arc::new(total.charge(code_bytes(&component)).ok_or_else(|| {
-            format!(
-                "refused: its compiled code ({}) does not fit in plugins.total_memory_mb ({} of {} held by the plugins loaded)",
-                mib(code_bytes(&component)),
-                mib(total.used()),
-                mib(total.limit())
-            )
+            LoadRefused::CodeTooLarge {
+                code: mib(code_bytes(&component)),
+                used: mib(total.used()),
+                limit: mib(total.limit()),
+            }
         })?);
         let (kind, package, imports) = detect(&engine.flavor(flavor).engine, &component)?;
         let instance_pre = engine
             .flavor(flavor)
             .linker
             .instantiate_pre(&component)
-            .map_err(|e| {
-                format!(
-                    "cannot link: {}",
-                    crate::untrusted::log_line(&e.to_string(), 500)
-                )
-            })?;
-        let link_err = |e: wasmtime::Error| {
-            format!(
-                "cannot link as a {}: {}",
-                kind.as_str(),
-                crate::untrusted::log_line(&e.to_string(), 500)
-            )
+            .map_err(|e| LoadRefused::Link(crate::untrusted::log_line(&e.to_string(), 500)))?;
+        let link_err = |e: wasmtime::Error| LoadRefused::LinkAs {
+            kind: kind.as_str(),
+            error: crate::untrusted::log_line(&e.to_string(), 500),
         };
         let pre = match kind {
             Kind::Retriever => {
@@ -176,18 +165,17 @@ impl Loaded {
         );
         let meta = engine
             .block_on(probe.metadata())
-            .map_err(|e| format!("metadata() failed: {e}"))?;
+            .map_err(|e| LoadRefused::MetadataFailed(e.to_string()))?;
         // What one instance needs (its memories and tables as instantiated,
         // and what metadata() grew): with its code, it must fit in what the
         // other plugins leave, or it could never run.
         let one_instance = probe.shared.memory.peak();
         let declared = Kind::from(meta.kind);
         if declared != kind {
-            return Err(format!(
-                "its metadata says {} but it implements the {} world",
-                declared.as_str(),
-                kind.as_str()
-            ));
+            return Err(LoadRefused::WrongWorld {
+                declared: declared.as_str(),
+                world: kind.as_str(),
+            });
         }
         let name = meta.name.trim().to_string();
         if name.is_empty()
@@ -196,26 +184,21 @@ impl Loaded {
                 .chars()
                 .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_')
         {
-            return Err(format!(
-                "invalid plugin name {:?} (1 to 64 letters, digits, - and _)",
-                crate::untrusted::log_line(&name, 80)
-            ));
+            return Err(LoadRefused::BadName(crate::untrusted::log_line(&name, 80)));
         }
-        let version = Version::parse(meta.version.trim()).map_err(|e| {
-            format!(
-                "version {:?} is not semver: {e}",
-                crate::untrusted::log_line(&meta.version, 80)
-            )
-        })?;
+        let version =
+            Version::parse(meta.version.trim()).map_err(|e| LoadRefused::VersionNotSemver {
+                version: crate::untrusted::log_line(&meta.version, 80),
+                error: e.to_string(),
+            })?;
         let Self { mut info, pre, .. } = probe;
         if one_instance > total.available() {
-            return Err(format!(
-                "refused: its compiled code ({}) and one instance ({}) do not fit in plugins.total_memory_mb ({} of {} held by the plugins loaded)",
-                mib(code.bytes()),
-                mib(one_instance),
-                mib(total.used()),
-                mib(total.limit())
-            ));
+            return Err(LoadRefused::InstanceTooLarge {
+                code: mib(code.bytes()),
+                instance: mib(one_instance),
+                used: mib(total.used()),
+                limit: mib(total.limit()),
+            });
         }
         info.name = name;
         info.version = version;

@@ -3,6 +3,7 @@
 //! metadata is read, files probed a few at a time, and what changed since
 //! the last scan.
 
+use crate::plugins::LoadRefused;
 use std::borrow::Cow;
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
@@ -252,7 +253,7 @@ impl PluginHost {
             if let Err(error) = self.admit(&plugin, lock, &registry.reserved) {
                 registry.problems.push(Problem {
                     path: c.path,
-                    error,
+                    error: error.to_string(),
                 });
                 continue;
             }
@@ -369,7 +370,7 @@ impl PluginHost {
             &|kind| self.settings.limits_for(kind),
         ) {
             Ok(probed) => ProbeState::Ready(Arc::new(self.ready(probed))),
-            Err(e) => ProbeState::Failed(e),
+            Err(e) => ProbeState::Failed(e.to_string()),
         }
     }
 
@@ -384,17 +385,15 @@ impl PluginHost {
         plugin: &Loaded,
         lock: Option<&LockFile>,
         reserved: &BTreeSet<String>,
-    ) -> Result<(), String> {
+    ) -> Result<(), LoadRefused> {
         let info = &plugin.info;
         if let Some(entry) = lock.and_then(|l| l.by_hash(&info.sha256))
             && (entry.name != info.name || entry.version != info.version.to_string())
         {
-            return Err(format!(
-                "refused: metaclaw.lock pins this file as {}@{}, but it now calls itself {}",
-                entry.name,
-                entry.version,
-                plugin.label()
-            ));
+            return Err(LoadRefused::PinnedAsOther {
+                pinned: format!("{}@{}", entry.name, entry.version),
+                calls_itself: plugin.label().to_string(),
+            });
         }
         self.settings.trust.may_use_name(info, lock, reserved)
     }
