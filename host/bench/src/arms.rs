@@ -191,7 +191,7 @@ async fn train_night(train: &metaclaw_core::learn::rl::trainer::TrainerHandle) -
                 break;
             }
             Err(e) => {
-                last = Some(json!({ "error": e }));
+                last = Some(json!({ "error": e.to_string() }));
                 break;
             }
         }

@@ -417,7 +417,7 @@ async fn admin_train_step(
     match train.step().await {
         Ok(outcome) => axum::Json(json!(outcome)).into_response(),
         // In the service's own words: a refusal is not an outage.
-        Err(e) => ApiError::TrainingFailed(e).into_response(),
+        Err(e) => ApiError::from(e).into_response(),
     }
 }
 
@@ -490,7 +490,7 @@ async fn admin_train_resume(
     };
     match train.resume().await {
         Ok(was) => axum::Json(json!({ "resumed": true, "was_paused": was })).into_response(),
-        Err(e) => ApiError::Conflict(e).into_response(),
+        Err(e) => ApiError::from(e).into_response(),
     }
 }
 

@@ -313,7 +313,7 @@ pub fn decide_experiment(app: &App, id: i64, promote: bool, why: &str) -> Result
         })?;
         let decided = tokio::runtime::Handle::current()
             .block_on(train.decide(id, promote, why))
-            .map_err(ApiError::Conflict)?;
+            .map_err(ApiError::from)?;
         return Ok(json!({ "experiment": decided }));
     }
     let Some(skills) = app.proxy.skills.as_ref() else {

@@ -6,6 +6,7 @@
 pub mod advantage;
 pub mod batch;
 pub mod canary;
+pub mod error;
 pub mod health;
 pub mod opd;
 pub mod trainer;

@@ -17,6 +17,7 @@
 //! went), and again before a step until it passes: nothing trains until it
 //! does. Its per-token terms join every batch's advantages (`opd.rs`).
 
+use super::error::TrainError;
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -170,14 +171,14 @@ pub enum Outcome {
 }
 
 enum Command {
-    Step(oneshot::Sender<Result<Outcome, String>>),
-    Resume(oneshot::Sender<Result<String, String>>),
-    Serve(String, oneshot::Sender<Result<(String, i64), String>>),
+    Step(oneshot::Sender<Result<Outcome, TrainError>>),
+    Resume(oneshot::Sender<Result<String, TrainError>>),
+    Serve(String, oneshot::Sender<Result<(String, i64), TrainError>>),
     Decide(
         i64,
         bool,
         String,
-        oneshot::Sender<Result<Experiment, String>>,
+        oneshot::Sender<Result<Experiment, TrainError>>,
     ),
 }
 
@@ -204,47 +205,48 @@ impl TrainerHandle {
 
     /// Training paused by a "collapsing" verdict goes on; the verdict
     /// judges only the steps from now on. Answers what was paused.
-    pub async fn resume(&self) -> Result<String, String> {
+    pub async fn resume(&self) -> Result<String, TrainError> {
         let (tx, rx) = oneshot::channel();
         self.tx
             .send(Command::Resume(tx))
-            .map_err(|_| "the trainer is not running".to_string())?;
-        rx.await
-            .map_err(|_| "the trainer stopped before answering".to_string())?
+            .map_err(|_| TrainError::NotRunning)?;
+        rx.await.map_err(|_| TrainError::NoAnswer)?
     }
 
     /// Serves the earlier sampler weights at `sampler` (a rollback):
     /// through a model of their own, loaded from the training state saved
     /// with them, where there is one, so the training model's weights are
     /// never touched. Answers the path served and its policy version.
-    pub async fn serve(&self, sampler: &str) -> Result<(String, i64), String> {
+    pub async fn serve(&self, sampler: &str) -> Result<(String, i64), TrainError> {
         let (tx, rx) = oneshot::channel();
         self.tx
             .send(Command::Serve(sampler.to_string(), tx))
-            .map_err(|_| "the trainer is not running".to_string())?;
-        rx.await
-            .map_err(|_| "the trainer stopped before answering".to_string())?
+            .map_err(|_| TrainError::NotRunning)?;
+        rx.await.map_err(|_| TrainError::NoAnswer)?
     }
 
     /// The user's decision on the weights under test: promoted or rolled
     /// back at once, whatever the test says so far.
-    pub async fn decide(&self, id: i64, promote: bool, why: &str) -> Result<Experiment, String> {
+    pub async fn decide(
+        &self,
+        id: i64,
+        promote: bool,
+        why: &str,
+    ) -> Result<Experiment, TrainError> {
         let (tx, rx) = oneshot::channel();
         self.tx
             .send(Command::Decide(id, promote, why.to_string(), tx))
-            .map_err(|_| "the trainer is not running".to_string())?;
-        rx.await
-            .map_err(|_| "the trainer stopped before answering".to_string())?
+            .map_err(|_| TrainError::NotRunning)?;
+        rx.await.map_err(|_| TrainError::NoAnswer)?
     }
 
     /// One step now with whatever is ready (at least one sample).
-    pub async fn step(&self) -> Result<Outcome, String> {
+    pub async fn step(&self) -> Result<Outcome, TrainError> {
         let (tx, rx) = oneshot::channel();
         self.tx
             .send(Command::Step(tx))
-            .map_err(|_| "the trainer is not running".to_string())?;
-        rx.await
-            .map_err(|_| "the trainer stopped before answering".to_string())?
+            .map_err(|_| TrainError::NotRunning)?;
+        rx.await.map_err(|_| TrainError::NoAnswer)?
     }
 }
 
@@ -311,7 +313,7 @@ pub fn spawn(
     };
     // A pause survives a restart; so does the verdict it came from.
     match crate::store::open_read_only(&settings.db)
-        .map_err(|e| format!("{e:#}"))
+        .map_err(TrainError::store)
         .and_then(|c| {
             let run = crate::store::training::active(
                 &c,
@@ -319,11 +321,11 @@ pub fn spawn(
                 &settings.spec.base_model,
                 &settings.spec.agent,
             )
-            .map_err(|e| format!("{e:#}"))?;
+            .map_err(TrainError::store)?;
             let Some(run) = run else { return Ok(None) };
             health::of_run(&c, &run.id, &settings.health)
                 .map(Some)
-                .map_err(|e| format!("{e:#}"))
+                .map_err(TrainError::store)
         }) {
         Ok(Some((mark, verdict))) => set(&state, |s| {
             s.paused = mark.paused;
@@ -362,19 +364,19 @@ pub fn spawn(
 /// Before the run is opened: the samples of steps after the active run's
 /// last saved state (or of another run) back to the queue, as opening it
 /// does.
-fn rewind_to_saved_state(settings: &Settings) -> Result<usize, String> {
-    let conn = crate::store::open_side_writer(&settings.db).map_err(|e| format!("{e:#}"))?;
+fn rewind_to_saved_state(settings: &Settings) -> Result<usize, TrainError> {
+    let conn = crate::store::open_side_writer(&settings.db).map_err(TrainError::store)?;
     let run = crate::store::training::active(
         &conn,
         settings.tinker.service_url(),
         &settings.spec.base_model,
         &settings.spec.agent,
     )
-    .map_err(|e| format!("the training run's record: {e:#}"))?;
+    .map_err(TrainError::record("the training run's record"))?;
     // No run yet: no sample is in a saved state.
     let (id, saved) = run.map_or((String::new(), 0), |r| (r.id, r.state_step.unwrap_or(0)));
     train_queue::rewind(&conn, &settings.spec.agent, &id, saved)
-        .map_err(|e| format!("the training queue: {e}"))
+        .map_err(TrainError::record("the training queue"))
 }
 
 fn set(state: &Mutex<TrainerState>, change: impl FnOnce(&mut TrainerState)) {
@@ -449,10 +451,8 @@ impl Trainer {
                     None => return,
                     Some(Command::Step(reply)) => {
                         let outcome = match (self.settings.steps_off.as_deref(), self.paused()) {
-                            (Some(why), _) => Err(format!("nothing trains: {why}")),
-                            (None, Some(why)) => Err(format!(
-                                "training is paused: {why}; `metaclaw train resume` goes on"
-                            )),
+                            (Some(why), _) => Err(TrainError::NothingTrains(why.to_string())),
+                            (None, Some(why)) => Err(TrainError::Paused(why)),
                             (None, None) => self.step(1, None).await,
                         };
                         self.note(&outcome);
@@ -495,7 +495,7 @@ impl Trainer {
     /// one) has a window open; `None`: none ran, and none was due. While
     /// the step runs the scheduler keeps looking, so a window that closes
     /// meanwhile is seen (and the step still finishes).
-    async fn step_in_window(&mut self) -> Option<Result<Outcome, String>> {
+    async fn step_in_window(&mut self) -> Option<Result<Outcome, TrainError>> {
         let size = self.settings.batch_size;
         if self.settings.gate_error.is_some() || self.paused().is_some() || self.test.is_some() {
             return None;
@@ -510,7 +510,7 @@ impl Trainer {
             // Queued for the next window; classified now, so `status`
             // counts them ready.
             let classified = crate::store::open_side_writer(&self.settings.db)
-                .map_err(|e| format!("{e:#}"))
+                .map_err(TrainError::store)
                 .and_then(|conn| self.classify(&conn));
             if let Err(e) = classified {
                 tracing::warn!("{e}");
@@ -545,17 +545,16 @@ impl Trainer {
     /// adapter held since (the rollback served the newest weights under
     /// the old name). So the training state saved with them is loaded into
     /// a model of their own, which only serves.
-    async fn serve_earlier(&mut self, sampler: &str) -> Result<(String, i64), String> {
+    async fn serve_earlier(&mut self, sampler: &str) -> Result<(String, i64), TrainError> {
         let version = super::checkpoint_step(sampler).unwrap_or(0);
-        let conn =
-            crate::store::open_side_writer(&self.settings.db).map_err(|e| format!("{e:#}"))?;
+        let conn = crate::store::open_side_writer(&self.settings.db).map_err(TrainError::store)?;
         let record = crate::store::training::active(
             &conn,
             self.settings.tinker.service_url(),
             &self.settings.spec.base_model,
             &self.settings.spec.agent,
         )
-        .map_err(|e| format!("the training run's record: {e:#}"))?;
+        .map_err(TrainError::record("the training run's record"))?;
         let state = match &record {
             Some(run) => state_of(&conn, &run.id, sampler)?,
             None => None,
@@ -563,15 +562,20 @@ impl Trainer {
         let path = match state {
             Some(state) => {
                 let run = self.open_run().await?;
-                run.serving_copy(&state, version).await.map_err(|e| {
-                    format!("cannot load the training state saved with {sampler}: {e}")
-                })?
+                run.serving_copy(&state, version)
+                    .await
+                    .map_err(TrainError::about(format!(
+                        "cannot load the training state saved with {sampler}"
+                    )))?
             }
             None => sampler.to_string(),
         };
         swap(&self.serving, &self.policy, &path, version)
             .await
-            .map_err(|e| format!("cannot serve {path}: {e}"))?;
+            .map_err(|e| TrainError::Serving {
+                what: format!("cannot serve {path}"),
+                error: e.to_string(),
+            })?;
         if let Some(run) = record
             && let Err(e) = crate::store::training::serve(
                 &conn,
@@ -622,20 +626,19 @@ impl Trainer {
             let state_of_earlier = match (earlier, record.sampler_path.as_deref()) {
                 (Some(_), Some(sampler)) => {
                     let conn = crate::store::open_read_only(&self.settings.db)
-                        .map_err(|e| format!("{e:#}"))?;
+                        .map_err(TrainError::store)?;
                     state_of(&conn, &record.id, sampler)?
                 }
                 _ => None,
             };
-            let run = self.run.as_mut().ok_or("no training run")?;
+            let run = self.run.as_mut().ok_or(TrainError::NoRun)?;
             match (earlier, state_of_earlier) {
                 (Some(step), Some(state)) => {
                     let path = run
                         .serving_copy(&state, step)
-                        .await
-                        .map_err(|e| e.to_string())?;
+                        .await?;
                     let conn = crate::store::open_side_writer(&self.settings.db)
-                        .map_err(|e| format!("{e:#}"))?;
+                        .map_err(TrainError::store)?;
                     crate::store::training::serve(
                         &conn,
                         &record.id,
@@ -643,8 +646,8 @@ impl Trainer {
                         step,
                         crate::clock::now_ms(),
                     )
-                    .map_err(|e| format!("the training run's record: {e:#}"))?;
-                    Ok::<_, String>((path, step))
+                    .map_err(TrainError::record("the training run's record"))?;
+                    Ok::<_, TrainError>((path, step))
                 }
                 (earlier, _) => {
                     if let Some(step) = earlier {
@@ -653,7 +656,7 @@ impl Trainer {
                             record.step
                         );
                     }
-                    let path = run.save_sampler().await.map_err(|e| e.to_string())?;
+                    let path = run.save_sampler().await?;
                     Ok((path, record.step))
                 }
             }
@@ -688,26 +691,25 @@ impl Trainer {
     }
 
     /// Clears a pause; the verdict judges only later steps.
-    fn resume(&mut self) -> Result<String, String> {
+    fn resume(&mut self) -> Result<String, TrainError> {
         let Some(why) = self.paused() else {
-            return Err("training is not paused".into());
+            return Err(TrainError::NotPaused);
         };
-        let conn =
-            crate::store::open_side_writer(&self.settings.db).map_err(|e| format!("{e:#}"))?;
+        let conn = crate::store::open_side_writer(&self.settings.db).map_err(TrainError::store)?;
         let run = crate::store::training::active(
             &conn,
             self.settings.tinker.service_url(),
             &self.settings.spec.base_model,
             &self.settings.spec.agent,
         )
-        .map_err(|e| format!("the training run's record: {e:#}"))?;
+        .map_err(TrainError::record("the training run's record"))?;
         if let Some(run) = run {
             let mark = crate::store::training::HealthMark {
                 since_step: run.step,
                 paused: None,
             };
             crate::store::training::set_health_mark(&conn, &run.id, &mark)
-                .map_err(|e| format!("the training run's record: {e:#}"))?;
+                .map_err(TrainError::record("the training run's record"))?;
             set(&self.state, |s| {
                 s.health = Some(health::judge(&[], &self.settings.health));
             });
@@ -830,7 +832,7 @@ impl Trainer {
         steps: &[crate::store::training::Step],
         before_fall: i64,
         last: i64,
-    ) -> Result<String, String> {
+    ) -> Result<String, TrainError> {
         let target = steps
             .iter()
             .rev()
@@ -843,15 +845,14 @@ impl Trainer {
                     ours["sampler"].as_str()?.to_string(),
                 ))
             })
-            .ok_or_else(|| {
-                format!(
-                    "no step up to {before_fall} saved both its training state and its sampler (rl.save_every)"
-                )
-            })?;
+            .ok_or(TrainError::NothingSavedBefore(before_fall))?;
         let (step, state, sampler) = target;
         swap(&self.serving, &self.policy, &sampler, step)
             .await
-            .map_err(|e| format!("cannot serve {sampler}: {e}"))?;
+            .map_err(|e| TrainError::Serving {
+                what: format!("cannot serve {sampler}"),
+                error: e.to_string(),
+            })?;
         let now = crate::clock::now_ms();
         crate::store::training::serve(conn, run_id, &sampler, step, now)
             .and_then(|()| crate::store::training::go_back_to(conn, run_id, &state, last, now))
@@ -865,7 +866,7 @@ impl Trainer {
                     },
                 )
             })
-            .map_err(|e| format!("the training run's record: {e:#}"))?;
+            .map_err(TrainError::record("the training run's record"))?;
         // Opened again before the next step, from that state.
         self.run = None;
         Ok(format!(
@@ -875,35 +876,33 @@ impl Trainer {
     }
 
     /// Keeps a step's failure for `status` (a step that runs clears it).
-    fn note(&self, outcome: &Result<Outcome, String>) {
+    fn note(&self, outcome: &Result<Outcome, TrainError>) {
         set(&self.state, |s| {
-            s.last_error = outcome.as_ref().err().cloned();
+            s.last_error = outcome.as_ref().err().map(ToString::to_string);
         });
     }
 
     /// The teacher, once it has passed its check; checked now (with the
     /// teacher's retries) until it has (fail closed: until it passes, no
     /// step runs).
-    async fn teacher(&mut self) -> Result<Option<&Teacher>, String> {
+    async fn teacher(&mut self) -> Result<Option<&Teacher>, TrainError> {
         let Some((teacher, passed)) = &self.teacher else {
             return Ok(None);
         };
         if !passed.load(Ordering::Acquire) {
-            let format = self.policy.format().ok_or(
-                "opd: the student's tokenizer is not loaded yet, so the teacher cannot be checked",
-            )?;
+            let format = self.policy.format().ok_or(TrainError::TeacherUnchecked)?;
             let result = teacher.check(&format.renderer, None).await;
             checked(teacher, passed, &self.state, &result);
-            result.map_err(|why| format!("opd: nothing trains: {why}"))?;
+            result.map_err(TrainError::TeacherRefused)?;
         }
         Ok(Some(teacher))
     }
 
     /// The queue's waiting samples classified (ready or skipped, why).
-    fn classify(&self, conn: &rusqlite::Connection) -> Result<(), String> {
+    fn classify(&self, conn: &rusqlite::Connection) -> Result<(), TrainError> {
         train_queue::classify(conn, self.teacher.is_some())
             .map(drop)
-            .map_err(|e| format!("the training queue: {e}"))
+            .map_err(TrainError::record("the training queue"))
     }
 
     /// A step over at least `min` ready samples (`rl.batch_size` at most).
@@ -915,7 +914,7 @@ impl Trainer {
         &mut self,
         min: usize,
         gate: Option<&crate::scheduler::gate::Gate>,
-    ) -> Result<Outcome, String> {
+    ) -> Result<Outcome, TrainError> {
         if let Some(test) = &self.test {
             return Ok(Outcome::UnderTest {
                 experiment: test.id,
@@ -923,9 +922,9 @@ impl Trainer {
             });
         }
         let db = self.settings.db.clone();
-        let mut conn = crate::store::open_side_writer(&db).map_err(|e| format!("{e:#}"))?;
+        let mut conn = crate::store::open_side_writer(&db).map_err(TrainError::store)?;
         self.classify(&conn)?;
-        let err = |e: rusqlite::Error| format!("the training queue: {e}");
+        let err = TrainError::record::<rusqlite::Error>("the training queue");
         let opd = self.teacher.is_some();
         let ready = train_queue::ready(&conn, opd, &self.settings.spec.agent).map_err(err)?;
         let size = self.settings.batch_size.max(1);
@@ -947,7 +946,7 @@ impl Trainer {
         let (terms, opd) = match self.teacher().await? {
             None => Default::default(),
             Some(teacher) => {
-                let distilled = teacher.terms(&chains).await?;
+                let distilled = teacher.terms(&chains).await.map_err(TrainError::Teacher)?;
                 let report = OpdReport {
                     teacher: teacher.describe(),
                     tokens: distilled.tokens,
@@ -1004,16 +1003,15 @@ impl Trainer {
         let run = self.open_run().await?;
         // Under a canary, the state this step starts from is saved (the
         // first step's too): a rollback trains on from it.
-        let trained_from =
-            match canary {
-                false => None,
-                true => match (&run.record().state_path, run.record().state_step) {
-                    (Some(path), Some(at)) if at == run.record().step => Some(path.clone()),
-                    _ => Some(run.save_state().await.map_err(|e| {
-                        format!("cannot save the state a canary goes back to: {e}")
-                    })?),
-                },
-            };
+        let trained_from = match canary {
+            false => None,
+            true => match (&run.record().state_path, run.record().state_step) {
+                (Some(path), Some(at)) if at == run.record().step => Some(path.clone()),
+                _ => Some(run.save_state().await.map_err(TrainError::about(
+                    "cannot save the state a canary goes back to",
+                ))?),
+            },
+        };
         let run_id = run.record().id.clone();
         let step = run.record().step + 1;
         train_queue::assign(&mut conn, &run_id, step, &batch.samples).map_err(err)?;
@@ -1032,7 +1030,7 @@ impl Trainer {
                 let saved = run.record().state_step.unwrap_or(0);
                 self.run = None;
                 train_queue::rewind(&conn, &run_agent, &run_id, saved).map_err(err)?;
-                return Err(e.to_string());
+                return Err(e.into());
             }
         };
         if report.saved.is_some() {
@@ -1062,7 +1060,7 @@ impl Trainer {
         {
             tracing::warn!("step {}: its metrics were not stored: {e:#}", report.step);
         }
-        let sampler_path = run.save_sampler().await.map_err(|e| e.to_string())?;
+        let sampler_path = run.save_sampler().await?;
         let tested = match trained_from {
             None => None,
             Some(from) => {
@@ -1090,7 +1088,10 @@ impl Trainer {
         if tested.is_none() {
             swap(&serving, &policy, &sampler_path, report.step)
                 .await
-                .map_err(|e| format!("trained step {} but cannot serve it: {e}", report.step))?;
+                .map_err(|e| TrainError::Serving {
+                    what: format!("trained step {} but cannot serve it", report.step),
+                    error: e.to_string(),
+                })?;
         }
         // When the step's weights began to serve everyone (the dashboard's
         // swaps); under test, only its sampler (a promotion adds the time).
@@ -1130,30 +1131,25 @@ impl Trainer {
 
     /// The training run, opened once (restored from its last saved state;
     /// samples of later steps go back to the queue).
-    async fn open_run(&mut self) -> Result<&mut TrainingRun, String> {
+    async fn open_run(&mut self) -> Result<&mut TrainingRun, TrainError> {
         if self.run.is_none() {
-            let service = Service::connect(&self.settings.tinker)
-                .await
-                .map_err(|e| e.to_string())?;
+            let service = Service::connect(&self.settings.tinker).await?;
             let (run, opened) = TrainingRun::open(
                 &service,
                 &self.settings.db,
                 self.settings.spec.clone(),
                 false,
             )
-            .await
-            .map_err(|e| e.to_string())?;
+            .await?;
             tracing::info!(run = %run.record().id, ?opened, "training run open");
             let conn =
-                crate::store::open_side_writer(&self.settings.db).map_err(|e| format!("{e:#}"))?;
+                crate::store::open_side_writer(&self.settings.db).map_err(TrainError::store)?;
             let saved = run.record().state_step.unwrap_or(0);
             train_queue::rewind(&conn, &self.settings.spec.agent, &run.record().id, saved)
-                .map_err(|e| format!("the training queue: {e}"))?;
+                .map_err(TrainError::record("the training queue"))?;
             self.run = Some(run);
         }
-        self.run
-            .as_mut()
-            .ok_or_else(|| "no training run".to_string())
+        self.run.as_mut().ok_or(TrainError::NoRun)
     }
 }
 
@@ -1227,21 +1223,11 @@ impl Trainer {
         &mut self,
         conn: &rusqlite::Connection,
         candidate: Candidate,
-    ) -> Result<i64, String> {
-        let settings = self
-            .settings
-            .canary
-            .clone()
-            .ok_or("canary.weights is off")?;
-        let state = candidate
-            .state
-            .clone()
-            .ok_or("the step saved no training state")?;
-        let (served, version) = self
-            .policy
-            .served()
-            .ok_or("the student is not serving (not connected)")?;
-        let run = self.run.as_mut().ok_or("no training run")?;
+    ) -> Result<i64, TrainError> {
+        let settings = self.settings.canary.clone().ok_or(TrainError::CanaryOff)?;
+        let state = candidate.state.clone().ok_or(TrainError::NoSavedState)?;
+        let (served, version) = self.policy.served().ok_or(TrainError::NotServing)?;
+        let run = self.run.as_mut().ok_or(TrainError::NoRun)?;
         let own = format!("tinker://{}/", run.model().model_id);
         let (incumbent, incumbent_state) = match (served.as_str(), version) {
             ("base", 0) => {
@@ -1249,17 +1235,16 @@ impl Trainer {
                 let copy = run
                     .serving_copy(&candidate.trained_from, 0)
                     .await
-                    .map_err(|e| format!("cannot serve the base weights beside it: {e}"))?;
+                    .map_err(TrainError::about("cannot serve the base weights beside it"))?;
                 (copy, candidate.trained_from.clone())
             }
             (path, _) if path.starts_with(&own) => {
-                let state = state_of(conn, &candidate.run, path)?.ok_or_else(|| {
-                    format!("the served weights ({path}) were not saved as a training state")
-                })?;
+                let state = state_of(conn, &candidate.run, path)?
+                    .ok_or_else(|| TrainError::NotSavedAsState(path.to_string()))?;
                 let copy = run
                     .serving_copy(&state, version)
                     .await
-                    .map_err(|e| format!("cannot serve the incumbent beside it: {e}"))?;
+                    .map_err(TrainError::about("cannot serve the incumbent beside it"))?;
                 (copy, state)
             }
             (path, _) => {
@@ -1289,12 +1274,12 @@ impl Trainer {
                     .map_err(|e| rusqlite::Error::ToSqlConversionFailure(e.into()))?;
                 Ok(id)
             })
-            .map_err(|e| format!("the experiment's record: {e}"))?;
+            .map_err(TrainError::record("the experiment's record"))?;
         if let Err(e) =
             test_candidate(&self.serving, &self.policy, &detail, id, settings.share).await
         {
-            let why = format!("the candidate cannot be sampled: {e}");
-            let _ = experiments::decide(conn, id, "abandoned", "test", &why, now);
+            let why = TrainError::CandidateUnsampled(e.to_string());
+            let _ = experiments::decide(conn, id, "abandoned", "test", &why.to_string(), now);
             let _ = crate::store::training::serve(
                 conn,
                 &candidate.run,
@@ -1322,15 +1307,15 @@ impl Trainer {
         };
         self.serve_candidate(settings.share).await;
         let looked = crate::store::open_read_only(&self.settings.db)
-            .map_err(|e| format!("{e:#}"))
+            .map_err(TrainError::store)
             .and_then(|conn| {
+                let record = TrainError::record::<rusqlite::Error>("the experiment's record");
                 let e = experiments::get(&conn, test.id)
-                    .map_err(|e| e.to_string())?
-                    .ok_or("its record is gone")?;
-                let (candidate, control) = experiments::arm_answers(&conn, test.id, &test.detail)
-                    .map_err(|e| e.to_string())?;
-                let (rc, rk) =
-                    experiments::arm_rewards(&conn, test.id).map_err(|e| e.to_string())?;
+                    .map_err(record)?
+                    .ok_or(TrainError::TestRecordGone)?;
+                let (candidate, control) =
+                    experiments::arm_answers(&conn, test.id, &test.detail).map_err(record)?;
+                let (rc, rk) = experiments::arm_rewards(&conn, test.id).map_err(record)?;
                 if let Some(why) = super::canary::collapse(&candidate, &control, (&rc, &rk)) {
                     return Ok(Some(("rolled_back", "collapse", why)));
                 }
@@ -1363,11 +1348,15 @@ impl Trainer {
     /// trains on from it; rolled back, the incumbent serves everyone, the
     /// run trains on from the state the candidate's step started from, and
     /// the samples the candidate drew are not trained. What was done.
-    async fn end_test(&mut self, promote: bool, by: &str, reason: &str) -> Result<String, String> {
-        let test = self.test.clone().ok_or("no weights are under test")?;
+    async fn end_test(
+        &mut self,
+        promote: bool,
+        by: &str,
+        reason: &str,
+    ) -> Result<String, TrainError> {
+        let test = self.test.clone().ok_or(TrainError::NoTest)?;
         let d = &test.detail;
-        let conn =
-            crate::store::open_side_writer(&self.settings.db).map_err(|e| format!("{e:#}"))?;
+        let conn = crate::store::open_side_writer(&self.settings.db).map_err(TrainError::store)?;
         let now = crate::clock::now_ms();
         let (state, said) = match promote {
             true => (
@@ -1438,7 +1427,7 @@ impl Trainer {
                 experiments::decide(&tx, test.id, state, by, reason, now)?;
                 tx.commit()
             })
-            .map_err(|e| format!("the canary's decision was not recorded: {e}"));
+            .map_err(TrainError::record("the canary's decision was not recorded"));
         self.test = None;
         if !promote {
             // Opened again before the next step, from the state before.
@@ -1472,20 +1461,20 @@ impl Trainer {
         id: i64,
         promote: bool,
         why: &str,
-    ) -> Result<Experiment, String> {
+    ) -> Result<Experiment, TrainError> {
         match &self.test {
             Some(test) if test.id == id => {}
-            _ => return Err(format!("experiment {id} is not the weights under test")),
+            _ => return Err(TrainError::NotUnderTest(id)),
         }
         let reason = match promote {
             true => format!("promoted by hand: {why}"),
             false => format!("rolled back by hand: {why}"),
         };
         self.end_test(promote, "user", &reason).await?;
-        let conn = crate::store::open_read_only(&self.settings.db).map_err(|e| format!("{e:#}"))?;
+        let conn = crate::store::open_read_only(&self.settings.db).map_err(TrainError::store)?;
         experiments::get(&conn, id)
-            .map_err(|e| e.to_string())?
-            .ok_or_else(|| format!("experiment {id} is gone"))
+            .map_err(TrainError::record("the experiment's record"))?
+            .ok_or(TrainError::ExperimentGone(id))
     }
 
     /// Weights under test when the last process stopped: tested on, the
@@ -1494,9 +1483,10 @@ impl Trainer {
     /// off now (untested weights are never promoted by a restart).
     async fn resume_test(&mut self) {
         let open = crate::store::open_read_only(&self.settings.db)
-            .map_err(|e| format!("{e:#}"))
+            .map_err(TrainError::store)
             .and_then(|conn| {
-                let open = experiments::testing(&conn, "weights").map_err(|e| e.to_string())?;
+                let open = experiments::testing(&conn, "weights")
+                    .map_err(TrainError::record("the experiment's record"))?;
                 // This trainer's run's tests alone (another agent's run has
                 // its own trainer).
                 let agent = &self.settings.spec.agent;
@@ -1538,7 +1528,7 @@ impl Trainer {
                 detail: detail.clone(),
             });
             let resumed = match &self.settings.canary {
-                None => Err("canary.weights is off since".to_string()),
+                None => Err(TrainError::CanaryOffSince),
                 Some(settings) => self.test_again(id, detail, settings.share).await,
             };
             if let Err(why) = resumed {
@@ -1555,30 +1545,23 @@ impl Trainer {
         id: i64,
         mut detail: WeightsTest,
         share: f64,
-    ) -> Result<(), String> {
+    ) -> Result<(), TrainError> {
         let run = self.open_run().await?;
         if run.record().id != detail.run
             || run.record().state_step != Some(detail.candidate_version)
         {
-            return Err(format!(
-                "the run's training state is no longer step {}'s",
-                detail.candidate_version
-            ));
+            return Err(TrainError::StateMoved(detail.candidate_version));
         }
         // What the record serves: the incumbent, loaded again by this
         // process (`reload_saved_weights`).
         let incumbent = match (&run.record().sampler_path, run.record().sampler_step) {
             (Some(path), Some(version)) if version == detail.incumbent_version => path.clone(),
             _ => {
-                return Err(format!(
-                    "the run no longer serves step {}'s weights",
-                    detail.incumbent_version
-                ));
+                return Err(TrainError::NoLongerServes(detail.incumbent_version));
             }
         };
-        let sampler = run.save_sampler().await.map_err(|e| e.to_string())?;
-        let conn =
-            crate::store::open_side_writer(&self.settings.db).map_err(|e| format!("{e:#}"))?;
+        let sampler = run.save_sampler().await?;
+        let conn = crate::store::open_side_writer(&self.settings.db).map_err(TrainError::store)?;
         let now = crate::clock::now_ms();
         crate::store::training::serve(
             &conn,
@@ -1587,10 +1570,11 @@ impl Trainer {
             detail.incumbent_version,
             now,
         )
-        .map_err(|e| format!("{e:#}"))?;
+        .map_err(TrainError::store)?;
         detail.candidate_sampler = sampler;
         detail.incumbent_sampler = incumbent;
-        experiments::set_weights_test(&conn, id, &detail).map_err(|e| e.to_string())?;
+        experiments::set_weights_test(&conn, id, &detail)
+            .map_err(TrainError::record("the experiment's record"))?;
         tracing::info!(
             experiment = id,
             "canary: step {}'s weights tested on after a restart",
@@ -1633,13 +1617,13 @@ async fn test_candidate(
     detail: &WeightsTest,
     id: i64,
     share: f64,
-) -> Result<(), String> {
+) -> Result<(), TrainError> {
     let (path, version) = (detail.candidate_sampler.clone(), detail.candidate_version);
     on_serving(serving, policy, move |policy| async move {
         policy
             .test_candidate(&path, version, id, share)
             .await
-            .map_err(|e| e.to_string())
+            .map_err(TrainError::from)
     })
     .await
 }
@@ -1650,15 +1634,15 @@ async fn on_serving<F, Fut>(
     serving: &tokio::runtime::Handle,
     policy: &Arc<Policy>,
     work: F,
-) -> Result<(), String>
+) -> Result<(), TrainError>
 where
     F: FnOnce(Arc<Policy>) -> Fut,
-    Fut: std::future::Future<Output = Result<(), String>> + Send + 'static,
+    Fut: std::future::Future<Output = Result<(), TrainError>> + Send + 'static,
 {
     serving
         .spawn(work(policy.clone()))
         .await
-        .map_err(|e| format!("the swap stopped: {e}"))?
+        .map_err(|e| TrainError::SwapStopped(e.to_string()))?
 }
 
 /// The training state the sampler weights at `sampler` were saved with or
@@ -1668,11 +1652,12 @@ fn state_of(
     conn: &rusqlite::Connection,
     run: &str,
     sampler: &str,
-) -> Result<Option<String>, String> {
+) -> Result<Option<String>, TrainError> {
     if let Some(state) = state_saved_with(conn, run, sampler)? {
         return Ok(Some(state));
     }
-    let tests = experiments::testing(conn, "weights").map_err(|e| e.to_string())?;
+    let tests = experiments::testing(conn, "weights")
+        .map_err(TrainError::record("the experiment's record"))?;
     Ok(tests.iter().find_map(|e| {
         experiments::weights_test(conn, e.id)
             .ok()
@@ -1689,10 +1674,10 @@ async fn swap(
     policy: &Arc<Policy>,
     path: &str,
     version: i64,
-) -> Result<(), String> {
+) -> Result<(), TrainError> {
     let path = path.to_string();
     on_serving(serving, policy, move |policy| async move {
-        policy.swap(&path, version).await.map_err(|e| e.to_string())
+        policy.swap(&path, version).await.map_err(TrainError::from)
     })
     .await
 }
@@ -1703,9 +1688,9 @@ fn state_saved_with(
     conn: &rusqlite::Connection,
     run: &str,
     sampler: &str,
-) -> Result<Option<String>, String> {
+) -> Result<Option<String>, TrainError> {
     let steps = crate::store::training::steps(conn, run, 10_000)
-        .map_err(|e| format!("the training run's record: {e:#}"))?;
+        .map_err(TrainError::record("the training run's record"))?;
     Ok(steps.iter().find_map(|s| {
         let ours = &s.metrics["metaclaw"];
         (ours["sampler"].as_str() == Some(sampler))
