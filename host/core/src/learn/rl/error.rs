@@ -15,16 +15,16 @@ pub enum TrainError {
     NothingTrains(String),
     /// Distillation's teacher cannot be used: why.
     #[error("opd: nothing trains: {0}")]
-    TeacherRefused(String),
+    TeacherRefused(super::opd::TeacherError),
     #[error("training is not paused")]
     NotPaused,
     #[error("training is paused: {0}; `metaclaw train resume` goes on")]
     Paused(String),
     #[error("opd: the student's tokenizer is not loaded yet, so the teacher cannot be checked")]
     TeacherUnchecked,
-    /// Distillation's teacher failed (its own words).
-    #[error("{0}")]
-    Teacher(String),
+    /// Distillation's teacher failed.
+    #[error(transparent)]
+    Teacher(super::opd::TeacherError),
     #[error("no step up to {0} saved both its training state and its sampler (rl.save_every)")]
     NothingSavedBefore(i64),
     #[error("no training run")]

@@ -67,13 +67,59 @@ pub struct Distilled {
 
 /// The echoed sequence: per token its text and its logprob under the
 /// teacher (the first has none).
+/// Why distillation's teacher cannot be used (or was not reached).
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum TeacherError {
+    /// Its HTTP client cannot be built.
+    #[error("{0}")]
+    Client(String),
+    /// The student's tokenizer failed on the probe.
+    #[error("the student's tokenizer: {0}")]
+    Tokenizer(String),
+    /// The teacher did not answer usefully: which teacher, and why.
+    #[error("{teacher}: {why}")]
+    Unanswered {
+        teacher: String,
+        why: crate::http::GaveUp,
+    },
+    #[error("{teacher}: {why}")]
+    BadReply { teacher: String, why: BadEcho },
+    #[error("the teacher echoed {echoed} tokens of a {sent}-token sequence")]
+    ShortEcho { echoed: usize, sent: usize },
+    #[error("the teacher's logprobs do not cover the answer")]
+    Uncovered,
+    #[error(
+        "the teacher's tokenizer is not the student's: a probe string is {teacher} tokens for the teacher and {student} for the student (opd needs the same tokenizer: choose a teacher of the student's model family)"
+    )]
+    TokenCount { teacher: usize, student: usize },
+    #[error(
+        "the teacher's tokenizer is not the student's: token {at} of a probe string is {teacher:?} for the teacher and {student:?} for the student (opd needs the same tokenizer: choose a teacher of the student's model family)"
+    )]
+    TokenDiffers {
+        at: usize,
+        teacher: String,
+        student: String,
+    },
+}
+
+/// What is wrong with a completions reply as an echo with logprobs.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum BadEcho {
+    #[error(
+        "its reply has no choices[0].logprobs.tokens / token_logprobs (does it support echo with logprobs?)"
+    )]
+    NoLogprobs,
+    #[error("its echoed tokens and logprobs do not match")]
+    Mismatch,
+}
+
 struct Echo {
     tokens: Vec<String>,
     logprobs: Vec<Option<f64>>,
 }
 
 impl Teacher {
-    pub fn new(config: &OpdConfig) -> Result<Self, String> {
+    pub fn new(config: &OpdConfig) -> Result<Self, TeacherError> {
         let base = config.teacher_url.trim().trim_end_matches('/');
         let url = match base.ends_with("/completions") {
             true => base.to_string(),
@@ -82,7 +128,7 @@ impl Teacher {
         let client = crate::http::ClientSpec::new(crate::http::Purpose::Training)
             .only_calls([url.as_str()])
             .build()
-            .map_err(|e| e.to_string())?;
+            .map_err(|e| TeacherError::Client(e.to_string()))?;
         Ok(Self {
             client,
             url,
@@ -105,8 +151,8 @@ impl Teacher {
         &self,
         student: &dyn Tokenizer,
         within: Option<Duration>,
-    ) -> Result<(), String> {
-        let ids = student.encode(PROBE)?;
+    ) -> Result<(), TeacherError> {
+        let ids = student.encode(PROBE).map_err(TeacherError::Tokenizer)?;
         let echo = self.echo(json!(PROBE), within.unwrap_or(DEADLINE)).await?;
         compare(student, &ids, &echo.tokens)
     }
@@ -115,7 +161,7 @@ impl Teacher {
     /// sibling answer by [`sibling_key`]), the distillation term, with what
     /// they add up to. One teacher call per chain (the last turn's prompt
     /// holds every turn before it) and one per sibling answer.
-    pub async fn terms(&self, chains: &Chains<'_>) -> Result<Distilled, String> {
+    pub async fn terms(&self, chains: &Chains<'_>) -> Result<Distilled, TeacherError> {
         let mut out = Distilled::default();
         let mut gap = 0.0;
         let mut add = |key: String, teacher: &[Option<f64>], student: &[f32]| {
@@ -161,28 +207,29 @@ impl Teacher {
     /// The teacher's logprob of each token of `prompt` followed by `answer`
     /// (the first has none). Servers that add a start token to a token-id
     /// prompt put it first: aligned on the end.
-    async fn logprobs(&self, prompt: &[i32], answer: &[i32]) -> Result<Vec<Option<f64>>, String> {
+    async fn logprobs(
+        &self,
+        prompt: &[i32],
+        answer: &[i32],
+    ) -> Result<Vec<Option<f64>>, TeacherError> {
         let mut sequence = prompt.to_vec();
         sequence.extend_from_slice(answer);
         let mut echo = self.echo(json!(sequence), DEADLINE).await?;
-        let extra = echo
-            .logprobs
-            .len()
-            .checked_sub(sequence.len())
-            .ok_or_else(|| {
-                format!(
-                    "the teacher echoed {} tokens of a {}-token sequence",
-                    echo.logprobs.len(),
-                    sequence.len()
-                )
-            })?;
+        let extra =
+            echo.logprobs
+                .len()
+                .checked_sub(sequence.len())
+                .ok_or(TeacherError::ShortEcho {
+                    echoed: echo.logprobs.len(),
+                    sent: sequence.len(),
+                })?;
         echo.logprobs.drain(..extra);
         Ok(echo.logprobs)
     }
 
     /// The teacher's echo of `prompt` (text or token ids) with logprobs,
     /// retried until `deadline`.
-    async fn echo(&self, prompt: Value, deadline: Duration) -> Result<Echo, String> {
+    async fn echo(&self, prompt: Value, deadline: Duration) -> Result<Echo, TeacherError> {
         // max_tokens 1: every server takes it (0 is not universal); the
         // generated token is not read.
         let body = json!({
@@ -197,8 +244,11 @@ impl Teacher {
             |left| self.attempt(&body, left),
         )
         .await
-        .map_err(|why| format!("{what}: {why}"))?;
-        parse_echo(&reply).map_err(|why| format!("{what}: {why}"))
+        .map_err(|why| TeacherError::Unanswered {
+            teacher: what.clone(),
+            why,
+        })?;
+        parse_echo(&reply).map_err(|why| TeacherError::BadReply { teacher: what, why })
     }
 
     async fn attempt(&self, body: &Value, left: Duration) -> Result<Value, Attempt> {
@@ -225,27 +275,26 @@ impl Teacher {
 }
 
 /// The logprobs of an answer of `len` tokens after a prompt of `at`.
-fn answer_span(teacher: &[Option<f64>], at: usize, len: usize) -> Result<&[Option<f64>], String> {
-    teacher
-        .get(at..at + len)
-        .ok_or_else(|| "the teacher's logprobs do not cover the answer".to_string())
+fn answer_span(
+    teacher: &[Option<f64>],
+    at: usize,
+    len: usize,
+) -> Result<&[Option<f64>], TeacherError> {
+    teacher.get(at..at + len).ok_or(TeacherError::Uncovered)
 }
 
 /// `choices[0].logprobs` of a completions reply (the prompt echoed, then
 /// the one generated token, which is dropped).
-fn parse_echo(reply: &Value) -> Result<Echo, String> {
+fn parse_echo(reply: &Value) -> Result<Echo, BadEcho> {
     let logprobs = &reply["choices"][0]["logprobs"];
     let (Some(tokens), Some(values)) = (
         logprobs["tokens"].as_array(),
         logprobs["token_logprobs"].as_array(),
     ) else {
-        return Err(
-            "its reply has no choices[0].logprobs.tokens / token_logprobs (does it support echo with logprobs?)"
-                .into(),
-        );
+        return Err(BadEcho::NoLogprobs);
     };
     if tokens.len() != values.len() || tokens.is_empty() {
-        return Err("its echoed tokens and logprobs do not match".into());
+        return Err(BadEcho::Mismatch);
     }
     let keep = tokens.len() - 1;
     Ok(Echo {
@@ -260,28 +309,29 @@ fn parse_echo(reply: &Value) -> Result<Echo, String> {
 /// The teacher's echoed token texts against the student's ids for the
 /// same text: the same count and the same piece at each position (a start
 /// token the teacher adds in front is allowed).
-fn compare(student: &dyn Tokenizer, ids: &[i32], teacher: &[String]) -> Result<(), String> {
+fn compare(student: &dyn Tokenizer, ids: &[i32], teacher: &[String]) -> Result<(), TeacherError> {
     let mine: Vec<String> = ids
         .iter()
         .map(|&id| student.decode_one(id))
-        .collect::<Result<_, _>>()?;
+        .collect::<Result<_, _>>()
+        .map_err(TeacherError::Tokenizer)?;
     let teacher = match teacher.len() == mine.len() + 1 {
         true => &teacher[1..],
         false => teacher,
     };
     if teacher.len() != mine.len() {
-        return Err(format!(
-            "the teacher's tokenizer is not the student's: a probe string is {} tokens for the teacher and {} for the student (opd needs the same tokenizer: choose a teacher of the student's model family)",
-            teacher.len(),
-            mine.len()
-        ));
+        return Err(TeacherError::TokenCount {
+            teacher: teacher.len(),
+            student: mine.len(),
+        });
     }
     match mine.iter().zip(teacher).position(|(a, b)| a != b) {
         None => Ok(()),
-        Some(i) => Err(format!(
-            "the teacher's tokenizer is not the student's: token {i} of a probe string is {:?} for the teacher and {:?} for the student (opd needs the same tokenizer: choose a teacher of the student's model family)",
-            teacher[i], mine[i]
-        )),
+        Some(i) => Err(TeacherError::TokenDiffers {
+            at: i,
+            teacher: teacher[i].clone(),
+            student: mine[i].clone(),
+        }),
     }
 }
 
@@ -319,8 +369,20 @@ mod tests {
         assert!(compare(&Chars, &ids, &with_bos).is_ok());
         let merged = vec!["ab".to_string(), " ".into(), "c".into()];
         let e = compare(&Chars, &ids, &merged).unwrap_err();
-        assert!(e.contains("3 tokens for the teacher and 4"), "{e}");
-        let e = compare(&Chars, &ids, &pieces("ab d")).unwrap_err();
+        assert_eq!(
+            e,
+            TeacherError::TokenCount {
+                teacher: 3,
+                student: 4
+            }
+        );
+        assert!(
+            e.to_string().contains("3 tokens for the teacher and 4"),
+            "{e}"
+        );
+        let e = compare(&Chars, &ids, &pieces("ab d"))
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("token 3") && e.contains("\"d\""), "{e}");
     }
 

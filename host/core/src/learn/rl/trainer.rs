@@ -31,7 +31,7 @@ use tokio_util::sync::CancellationToken;
 use super::advantage::Baselines;
 use super::batch;
 use super::health::{self, State, Verdict};
-use super::opd::Teacher;
+use super::opd::{Teacher, TeacherError};
 use crate::config::{CanaryConfig, OnCollapse};
 use crate::policy::Policy;
 use crate::store::experiments::{self, Experiment, WeightsTest};
@@ -1188,7 +1188,7 @@ fn checked(
     teacher: &Teacher,
     passed: &AtomicBool,
     state: &Mutex<TrainerState>,
-    result: &Result<(), String>,
+    result: &Result<(), TeacherError>,
 ) {
     let line = match result {
         Ok(()) => format!("{}: checked (same tokenizer)", teacher.describe()),
