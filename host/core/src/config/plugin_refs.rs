@@ -13,6 +13,32 @@ use serde::{Deserialize, Serialize};
 
 /// `name` or `name@<semver requirement>` (e.g. `tool-error@^0.1`): a plugin
 /// for a role (`plugins.retriever`, `plugins.scorers`, …).
+/// Why a plugin reference or grant in the config is not one (the loader
+/// names the key it came from).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum RefError {
+    #[error("{0:?}: a plugin name is required (name or name@version-requirement)")]
+    NoName(String),
+    #[error("{text:?}: {error} (e.g. tool-error@^0.1)")]
+    BadRequirement { text: String, error: String },
+    #[error(
+        "{0:?}: write NAME or NAME@sha256:<hex> (the file's sha256, as `metaclaw plugins list` shows it)"
+    )]
+    NotAFileRef(String),
+    #[error("{0:?}: a sha256 is 64 hexadecimal digits")]
+    BadSha256(String),
+    #[error("{0:?}: a plugin name is required")]
+    NoFileName(String),
+    #[error(
+        "{0:?} must name the file by its sha256 (NAME@sha256:<hex>): a name alone is what any file can claim"
+    )]
+    Unpinned(String),
+    #[error(
+        "unknown capability {0:?} (use embed, clock, kv, outcomes, network, env:NAME or fs:/dir)"
+    )]
+    UnknownCapability(String),
+}
+
 #[derive(Debug, Clone, PartialEq)]
 pub struct PluginSpec {
     pub name: String,
@@ -20,18 +46,18 @@ pub struct PluginSpec {
 }
 
 impl PluginSpec {
-    pub fn parse(text: &str) -> Result<Self, String> {
+    pub fn parse(text: &str) -> Result<Self, RefError> {
         let (name, req) = match text.split_once('@') {
             Some((n, r)) => (n.trim(), r.trim()),
             None => (text.trim(), "*"),
         };
         if name.is_empty() {
-            return Err(format!(
-                "{text:?}: a plugin name is required (name or name@version-requirement)"
-            ));
+            return Err(RefError::NoName(text.to_string()));
         }
-        let req =
-            VersionReq::parse(req).map_err(|e| format!("{text:?}: {e} (e.g. tool-error@^0.1)"))?;
+        let req = VersionReq::parse(req).map_err(|e| RefError::BadRequirement {
+            text: text.to_string(),
+            error: e.to_string(),
+        })?;
         Ok(Self {
             name: name.to_string(),
             req,
@@ -48,8 +74,8 @@ impl PluginSpec {
 }
 
 impl FromStr for PluginSpec {
-    type Err = String;
-    fn from_str(text: &str) -> Result<Self, String> {
+    type Err = RefError;
+    fn from_str(text: &str) -> Result<Self, RefError> {
         Self::parse(text)
     }
 }
@@ -74,17 +100,15 @@ pub struct FileRef {
 }
 
 impl FileRef {
-    pub fn parse(text: &str) -> Result<Self, String> {
+    pub fn parse(text: &str) -> Result<Self, RefError> {
         let (name, sha) = match text.split_once('@') {
             Some((name, rest)) => {
                 let Some(hex) = rest.strip_prefix("sha256:") else {
-                    return Err(format!(
-                        "{text:?}: write NAME or NAME@sha256:<hex> (the file's sha256, as `metaclaw plugins list` shows it)"
-                    ));
+                    return Err(RefError::NotAFileRef(text.to_string()));
                 };
                 let hex = hex.to_ascii_lowercase();
                 if hex.len() != 64 || !hex.bytes().all(|b| b.is_ascii_hexdigit()) {
-                    return Err(format!("{text:?}: a sha256 is 64 hexadecimal digits"));
+                    return Err(RefError::BadSha256(text.to_string()));
                 }
                 (name, Some(hex))
             }
@@ -92,7 +116,7 @@ impl FileRef {
         };
         let name = name.trim();
         if name.is_empty() {
-            return Err(format!("{text:?}: a plugin name is required"));
+            return Err(RefError::NoFileName(text.to_string()));
         }
         Ok(Self {
             name: name.to_string(),
@@ -102,8 +126,8 @@ impl FileRef {
 }
 
 impl FromStr for FileRef {
-    type Err = String;
-    fn from_str(text: &str) -> Result<Self, String> {
+    type Err = RefError;
+    fn from_str(text: &str) -> Result<Self, RefError> {
         Self::parse(text)
     }
 }
@@ -127,17 +151,15 @@ pub struct FilePin {
 }
 
 impl FromStr for FilePin {
-    type Err = String;
-    fn from_str(text: &str) -> Result<Self, String> {
+    type Err = RefError;
+    fn from_str(text: &str) -> Result<Self, RefError> {
         let file = FileRef::parse(text)?;
         match file.sha256 {
             Some(sha256) => Ok(Self {
                 name: file.name,
                 sha256,
             }),
-            None => Err(format!(
-                "{text:?} must name the file by its sha256 (NAME@sha256:<hex>): a name alone is what any file can claim"
-            )),
+            None => Err(RefError::Unpinned(text.to_string())),
         }
     }
 }
@@ -164,14 +186,14 @@ pub struct Grants {
 }
 
 impl Grants {
-    pub fn parse(items: &[String]) -> Result<Self, String> {
+    pub fn parse(items: &[String]) -> Result<Self, RefError> {
         let mut g = Grants::default();
         g.add(items)?;
         Ok(g)
     }
 
     /// Adds `items` to what is granted.
-    pub fn add(&mut self, items: &[String]) -> Result<(), String> {
+    pub fn add(&mut self, items: &[String]) -> Result<(), RefError> {
         for item in items {
             match item.as_str() {
                 "embed" => self.embed = true,
@@ -190,9 +212,7 @@ impl Grants {
                             self.read_dirs.push(dir);
                         }
                     } else {
-                        return Err(format!(
-                            "unknown capability {other:?} (use embed, clock, kv, outcomes, network, env:NAME or fs:/dir)"
-                        ));
+                        return Err(RefError::UnknownCapability(other.to_string()));
                     }
                 }
             }
@@ -272,6 +292,7 @@ mod tests {
         assert!(
             PluginSpec::parse("x@not-a-req")
                 .unwrap_err()
+                .to_string()
                 .contains("tool-error@^0.1")
         );
         assert!(PluginSpec::parse("@1").is_err());
@@ -284,13 +305,19 @@ mod tests {
         assert_eq!(r.sha256.as_deref(), Some("a".repeat(64).as_str()));
         assert_eq!(r.to_string(), format!("guard@sha256:{}", "a".repeat(64)));
         assert_eq!("notes".parse::<FileRef>().unwrap().sha256, None);
-        assert!("x@sha256:12".parse::<FileRef>().unwrap_err().contains("64"));
+        assert_eq!(
+            "x@sha256:12".parse::<FileRef>().unwrap_err(),
+            RefError::BadSha256("x@sha256:12".into())
+        );
         assert!("x@1.0".parse::<FileRef>().is_err());
         assert!("@sha256:".parse::<FileRef>().is_err());
         let pin: FilePin = format!("guard@sha256:{sha}").parse().unwrap();
         assert_eq!(pin.sha256, "a".repeat(64));
         // A name alone is what any file can claim.
-        assert!("guard".parse::<FilePin>().unwrap_err().contains("sha256"));
+        assert_eq!(
+            "guard".parse::<FilePin>().unwrap_err(),
+            RefError::Unpinned("guard".into())
+        );
     }
 
     #[test]
@@ -303,10 +330,9 @@ mod tests {
         assert!(g.clock && g.network && !g.embed);
         assert_eq!(g.env, vec!["HOME"]);
         assert_eq!(g.names(), vec!["clock", "network", "env:HOME", "fs:/tmp/x"]);
-        assert!(
-            Grants::parse(&["root".to_string()])
-                .unwrap_err()
-                .contains("unknown capability")
+        assert_eq!(
+            Grants::parse(&["root".to_string()]).unwrap_err(),
+            RefError::UnknownCapability("root".into())
         );
         let mut more = Grants::parse(&["kv".into(), "env:HOME".into(), "env:LANG".into()]).unwrap();
         more.merge(&g);
