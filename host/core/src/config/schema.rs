@@ -104,6 +104,17 @@ pub struct Config {
     pub agents: std::collections::BTreeMap<String, AgentConfig>,
 }
 
+/// Why an agent's own settings (`agents.<id>`) cannot be applied.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum AgentConfigError {
+    #[error("`agents.{agent}.rl.{key}`: set once, at the top level (`rl.{key}`), for every agent")]
+    TopLevelOnly { agent: String, key: String },
+    #[error("`agents.{agent}.rl.{key}` is not an `rl` key")]
+    NotAnRlKey { agent: String, key: String },
+    #[error("`agents.{agent}.rl`: {error}")]
+    Invalid { agent: String, error: String },
+}
+
 /// `agents.<id>`.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Default)]
 #[serde(default)]
@@ -146,7 +157,7 @@ impl Config {
     /// The config `agent`'s turns are served and trained under: the top
     /// level with the agent's own `mode` and `rl` keys over it (`None`: the
     /// agent is not listed, and shares the top level's).
-    pub fn for_agent(&self, agent: &str) -> Result<Option<Config>, String> {
+    pub fn for_agent(&self, agent: &str) -> Result<Option<Config>, AgentConfigError> {
         match self.agents.get(agent) {
             Some(own) => self.with_agent(agent, own).map(Some),
             None => Ok(None),
@@ -155,35 +166,42 @@ impl Config {
 
     /// Each listed agent with the config its turns are served and trained
     /// under (`for_agent`).
-    pub fn agent_configs(&self) -> Result<Vec<(&str, Config)>, String> {
+    pub fn agent_configs(&self) -> Result<Vec<(&str, Config)>, AgentConfigError> {
         self.agents
             .iter()
             .map(|(agent, own)| Ok((agent.as_str(), self.with_agent(agent, own)?)))
             .collect()
     }
 
-    fn with_agent(&self, agent: &str, own: &AgentConfig) -> Result<Config, String> {
+    fn with_agent(&self, agent: &str, own: &AgentConfig) -> Result<Config, AgentConfigError> {
         let mut config = self.clone();
         if let Some(mode) = &own.mode {
             config.mode = mode.clone();
         }
         if !own.rl.is_empty() {
-            let mut rl = serde_json::to_value(&self.rl).map_err(|e| e.to_string())?;
+            let invalid = |error: serde_json::Error| AgentConfigError::Invalid {
+                agent: agent.to_string(),
+                error: error.to_string(),
+            };
+            let mut rl = serde_json::to_value(&self.rl).map_err(invalid)?;
             for (key, value) in &own.rl {
                 if AGENT_RL_TOP_LEVEL_ONLY.contains(&key.as_str()) {
-                    return Err(format!(
-                        "`agents.{agent}.rl.{key}`: set once, at the top level (`rl.{key}`), for every agent"
-                    ));
+                    return Err(AgentConfigError::TopLevelOnly {
+                        agent: agent.to_string(),
+                        key: key.clone(),
+                    });
                 }
                 match rl.get_mut(key) {
                     Some(slot) => *slot = value.clone(),
                     None => {
-                        return Err(format!("`agents.{agent}.rl.{key}` is not an `rl` key"));
+                        return Err(AgentConfigError::NotAnRlKey {
+                            agent: agent.to_string(),
+                            key: key.clone(),
+                        });
                     }
                 }
             }
-            config.rl =
-                serde_json::from_value(rl).map_err(|e| format!("`agents.{agent}.rl`: {e}"))?;
+            config.rl = serde_json::from_value(rl).map_err(invalid)?;
         }
         // The agent's mode alone decides whether the trainable model serves
         // it: `rl.enabled` (the original's switch) counts as `mode: rl` for

@@ -66,7 +66,7 @@ pub fn validate(config: &Config) -> Result<(), ConfigError> {
         }
         config
             .for_agent(agent)
-            .map_err(|message| invalid(&key, message))?;
+            .map_err(|e| invalid(&key, e.to_string()))?;
     }
     if parse_host(&config.proxy.host).is_none() {
         return Err(invalid(
