@@ -292,7 +292,7 @@ pub fn run(home: &Home, config_path: &Path, command: SkillsCommand) -> Result<Ex
                         json!({"skill": s, "path": folder.join("SKILL.md"), "files": files, "links": bundled.links})
                     }
                     Err(e) => {
-                        json!({"error": e, "path": folder.join("SKILL.md"), "files": files, "links": bundled.links})
+                        json!({"error": e.to_string(), "path": folder.join("SKILL.md"), "files": files, "links": bundled.links})
                     }
                 };
                 let mut value = value;

@@ -134,7 +134,9 @@ pub fn import(root: &Path, dir: &Path, force: bool) -> Vec<Item> {
             })
         };
         let outcome = match prepare(&source) {
-            Err(why) => Outcome::Refused { why },
+            Err(why) => Outcome::Refused {
+                why: why.to_string(),
+            },
             Ok(prepared) => match taken_here(&prepared.name) {
                 Some(first) => Outcome::Skipped {
                     why: format!(
@@ -162,22 +164,34 @@ struct Prepared {
     spec: Vec<super::spec::Finding>,
 }
 
-fn prepare(source: &Path) -> Result<Prepared, String> {
+/// Why a skill folder is not imported.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ImportRefused {
+    #[error(transparent)]
+    Skill(#[from] skill::SkillError),
+    #[error("SKILL.md is a symbolic link; not followed")]
+    Link,
+    #[error("its frontmatter could not be given created_by: imported")]
+    NoCreatedBy,
+    #[error("cannot list its files: {0}")]
+    Unlisted(String),
+    #[error("it brings {0} files; at most {MAX_BUNDLED_FILES}")]
+    TooManyFiles(usize),
+    #[error("its files take {0} bytes; at most {MAX_BUNDLED_BYTES}")]
+    TooManyBytes(u64),
+}
+
+fn prepare(source: &Path) -> Result<Prepared, ImportRefused> {
     let file = source.join("SKILL.md");
-    let meta =
-        std::fs::symlink_metadata(&file).map_err(|e| format!("cannot read SKILL.md: {e}"))?;
+    let unreadable = |e: std::io::Error| skill::SkillError::Unreadable(e.to_string());
+    let meta = std::fs::symlink_metadata(&file).map_err(unreadable)?;
     if !meta.is_file() {
-        return Err("SKILL.md is a symbolic link; not followed".into());
+        return Err(ImportRefused::Link);
     }
     if meta.len() > skill::MAX_FILE {
-        return Err(format!(
-            "SKILL.md is {} bytes; at most {}",
-            meta.len(),
-            skill::MAX_FILE
-        ));
+        return Err(skill::SkillError::LargeFile(meta.len()).into());
     }
-    let original =
-        std::fs::read_to_string(&file).map_err(|e| format!("cannot read SKILL.md: {e}"))?;
+    let original = std::fs::read_to_string(&file).map_err(unreadable)?;
     let parsed = skill::parse_text(&original)?;
     let origin = std::fs::canonicalize(source).unwrap_or_else(|_| source.to_path_buf());
     let (text, rendered) = with_created_by(&original, &format!("{IMPORTED}{}", origin.display()))?;
@@ -190,20 +204,15 @@ fn prepare(source: &Path) -> Result<Prepared, String> {
         || check.version != parsed.version
         || (!rendered && check.extra != parsed.extra)
     {
-        return Err("its frontmatter could not be given created_by: imported".into());
+        return Err(ImportRefused::NoCreatedBy);
     }
-    let bundled = bundled(source).map_err(|e| format!("cannot list its files: {e}"))?;
+    let bundled = bundled(source).map_err(|e| ImportRefused::Unlisted(e.to_string()))?;
     if bundled.files.len() > MAX_BUNDLED_FILES {
-        return Err(format!(
-            "it brings {} files; at most {MAX_BUNDLED_FILES}",
-            bundled.files.len()
-        ));
+        return Err(ImportRefused::TooManyFiles(bundled.files.len()));
     }
     let bytes: u64 = bundled.files.iter().map(|(_, size)| size).sum();
     if bytes > MAX_BUNDLED_BYTES {
-        return Err(format!(
-            "its files take {bytes} bytes; at most {MAX_BUNDLED_BYTES}"
-        ));
+        return Err(ImportRefused::TooManyBytes(bytes));
     }
     let spec = super::spec::check(&original, source.file_name().and_then(|n| n.to_str()));
     Ok(Prepared {
@@ -221,7 +230,7 @@ fn prepare(source: &Path) -> Result<Prepared, String> {
 /// added before the closing `---` if it has none). Any other layout (the
 /// original MetaClaw's, metaclaw's keys at the top level, `metadata` in
 /// flow style) is written in the Agent Skills layout ([`skill::render`]).
-fn with_created_by(text: &str, value: &str) -> Result<(String, bool), String> {
+fn with_created_by(text: &str, value: &str) -> Result<(String, bool), skill::SkillError> {
     if let Some(out) = under_metadata(text, "created_by", value) {
         return Ok((out, false));
     }

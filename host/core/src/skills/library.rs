@@ -153,7 +153,7 @@ fn scan_layer(
             Err(error) => problems.push(SkillProblem {
                 id,
                 path: path.join("SKILL.md"),
-                error,
+                error: error.to_string(),
             }),
         }
     }

@@ -138,27 +138,77 @@ pub fn valid_name(name: &str) -> bool {
         && !name.ends_with('-')
 }
 
+/// What is wrong with a SKILL.md (the library lists it as a problem;
+/// `skills check` and the importer say it).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum SkillError {
+    #[error("name {name:?} must equal its folder name {folder:?}")]
+    NameNotFolder { name: String, folder: String },
+    #[error("must start with a `---` line opening the YAML frontmatter")]
+    NoFrontmatter,
+    #[error("the frontmatter is not closed by a `---` line")]
+    Unclosed,
+    #[error("frontmatter: must be `key: value` lines")]
+    NotAMapping,
+    #[error("frontmatter is not valid YAML: {0}")]
+    Yaml(String),
+    #[error("{0}: must be text")]
+    NotText(String),
+    #[error("name: required (2-64 lowercase letters, digits and dashes, e.g. git-rebase-safely)")]
+    NoName,
+    #[error("name {0:?}: use 2-64 lowercase letters, digits and dashes")]
+    BadName(String),
+    #[error("description: required (one sentence saying when the skill applies)")]
+    NoDescription,
+    #[error("description: at most {MAX_DESCRIPTION} characters")]
+    LongDescription,
+    #[error("category {0:?}: use general, task-specific or common-mistakes")]
+    BadCategory(String),
+    #[error("version {version:?}: {error} (e.g. 1.0.0)")]
+    BadVersion { version: String, error: String },
+    #[error("created_by {0:?}: use builtin, user, evolved:<session id> or imported:<source>")]
+    BadOrigin(String),
+    #[error("{0}: a list of words")]
+    NotWords(String),
+    #[error("tags: {0:?} must be 1-40 characters")]
+    BadTag(String),
+    #[error("component: {0}")]
+    BadComponent(crate::config::plugin_refs::RefError),
+    #[error("provenance: {0}")]
+    BadProvenance(String),
+    #[error("the body (the instructions, after the frontmatter) is empty")]
+    EmptyBody,
+    #[error("the body is {0} bytes; at most {MAX_BODY}")]
+    LongBody(usize),
+    #[error("the folder name is not UTF-8")]
+    FolderNotUtf8,
+    #[error("cannot read SKILL.md: {0}")]
+    Unreadable(String),
+    #[error("SKILL.md is {0} bytes; at most {MAX_FILE}")]
+    LargeFile(u64),
+}
+
 /// Parses the text of `<id>/SKILL.md`: its `name` must be `id`.
-pub fn parse(id: &str, text: &str) -> Result<Skill, String> {
+pub fn parse(id: &str, text: &str) -> Result<Skill, SkillError> {
     let skill = parse_text(text)?;
     if skill.name != id {
-        return Err(format!(
-            "name {:?} must equal its folder name {id:?}",
-            skill.name
-        ));
+        return Err(SkillError::NameNotFolder {
+            name: skill.name,
+            folder: id.to_string(),
+        });
     }
     Ok(skill)
 }
 
 /// A SKILL.md's YAML frontmatter and its body (past the closing `---`
 /// line, trimmed), or what is wrong with its frame.
-pub fn split(text: &str) -> Result<(&str, &str), String> {
+pub fn split(text: &str) -> Result<(&str, &str), SkillError> {
     let text = text.strip_prefix('\u{feff}').unwrap_or(text);
     let Some(rest) = text
         .strip_prefix("---\n")
         .or_else(|| text.strip_prefix("---\r\n"))
     else {
-        return Err("must start with a `---` line opening the YAML frontmatter".into());
+        return Err(SkillError::NoFrontmatter);
     };
     let Some(end) = rest
         .find("\n---\n")
@@ -169,7 +219,7 @@ pub fn split(text: &str) -> Result<(&str, &str), String> {
                 .or_else(|| rest.strip_suffix("\n---\n").map(|r| r.len()))
         })
     else {
-        return Err("the frontmatter is not closed by a `---` line".into());
+        return Err(SkillError::Unclosed);
     };
     let yaml = &rest[..end];
     // Past the closing `---` line only: a body may itself start with one.
@@ -180,13 +230,13 @@ pub fn split(text: &str) -> Result<(&str, &str), String> {
 }
 
 /// Parses a SKILL.md wherever it is: its id is its `name`.
-pub fn parse_text(text: &str) -> Result<Skill, String> {
+pub fn parse_text(text: &str) -> Result<Skill, SkillError> {
     let text = text.strip_prefix('\u{feff}').unwrap_or(text);
     let (yaml, body) = split(text)?;
     let mut extra = match serde_saphyr::from_str::<Value>(yaml) {
         Ok(Value::Object(map)) => map,
         Ok(Value::Null) => Map::new(),
-        Ok(_) => return Err("frontmatter: must be `key: value` lines".into()),
+        Ok(_) => return Err(SkillError::NotAMapping),
         Err(e) => original_lines(yaml).ok_or_else(|| {
             // The first line says where and what; the rest is a snippet.
             let e = e.to_string();
@@ -195,7 +245,7 @@ pub fn parse_text(text: &str) -> Result<Skill, String> {
                 .next()
                 .unwrap_or_default()
                 .trim_start_matches("error: ");
-            format!("frontmatter is not valid YAML: {e}")
+            SkillError::Yaml(e.to_string())
         })?,
     };
     // The keys metaclaw reads (`name`, `description` and its own); any
@@ -219,44 +269,41 @@ pub fn parse_text(text: &str) -> Result<Skill, String> {
             extra.shift_remove("metadata");
         }
     }
-    let text_of = |key: &str| -> Result<Option<String>, String> {
+    let text_of = |key: &str| -> Result<Option<String>, SkillError> {
         match known.get(key) {
             None | Some(Value::Null) => Ok(None),
             Some(Value::String(s)) => Ok(Some(s.clone())),
             Some(Value::Number(n)) => Ok(Some(n.to_string())),
             Some(Value::Bool(b)) => Ok(Some(b.to_string())),
-            Some(_) => Err(format!("{key}: must be text")),
+            Some(_) => Err(SkillError::NotText(key.to_string())),
         }
     };
     let name = text_of("name")?
         .map(|n| n.trim().to_string())
         .filter(|n| !n.is_empty())
-        .ok_or(
-            "name: required (2-64 lowercase letters, digits and dashes, e.g. git-rebase-safely)",
-        )?;
+        .ok_or(SkillError::NoName)?;
     if !valid_name(&name) {
-        return Err(format!(
-            "name {name:?}: use 2-64 lowercase letters, digits and dashes"
-        ));
+        return Err(SkillError::BadName(name));
     }
     let description = text_of("description")?
         .map(|d| d.trim().to_string())
         .unwrap_or_default();
     if description.is_empty() {
-        return Err("description: required (one sentence saying when the skill applies)".into());
+        return Err(SkillError::NoDescription);
     }
     if description.chars().count() > MAX_DESCRIPTION {
-        return Err(format!("description: at most {MAX_DESCRIPTION} characters"));
+        return Err(SkillError::LongDescription);
     }
     let category = match text_of("category")? {
         None => Category::General,
-        Some(c) => Category::parse(&c).ok_or_else(|| {
-            format!("category {c:?}: use general, task-specific or common-mistakes")
-        })?,
+        Some(c) => Category::parse(&c).ok_or(SkillError::BadCategory(c))?,
     };
     let version = match text_of("version")? {
         None => semver::Version::new(1, 0, 0),
-        Some(v) => parse_version(&v).map_err(|e| format!("version {v:?}: {e} (e.g. 1.0.0)"))?,
+        Some(v) => parse_version(&v).map_err(|e| SkillError::BadVersion {
+            error: e.to_string(),
+            version: v,
+        })?,
     };
     let created_by = text_of("created_by")?
         .map(|c| c.trim().to_string())
@@ -269,15 +316,13 @@ pub fn parse_text(text: &str) -> Result<Skill, String> {
                 .is_some_and(|s| !s.is_empty())
         });
     if !known_origin {
-        return Err(format!(
-            "created_by {created_by:?}: use builtin, user, evolved:<session id> or imported:<source>"
-        ));
+        return Err(SkillError::BadOrigin(created_by));
     }
     let mut tags = Vec::new();
     for tag in words(known.get("tags"), "tags")? {
         let tag = tag.trim().to_lowercase();
         if tag.is_empty() || tag.len() > 40 {
-            return Err(format!("tags: {tag:?} must be 1-40 characters"));
+            return Err(SkillError::BadTag(tag));
         }
         if !tags.contains(&tag) {
             tags.push(tag);
@@ -300,26 +345,25 @@ pub fn parse_text(text: &str) -> Result<Skill, String> {
         .map(|r| r.trim().to_string())
         .filter(|r| !r.is_empty());
     if let Some(component) = &component {
-        crate::plugins::PluginSpec::parse(component).map_err(|e| format!("component: {e}"))?;
+        crate::plugins::PluginSpec::parse(component).map_err(SkillError::BadComponent)?;
     }
     let provenance = match known.remove("provenance") {
         None | Some(Value::Null) => None,
         // Under `metadata` it is JSON text.
         Some(Value::String(json)) => Some(
-            serde_json::from_str::<Provenance>(&json).map_err(|e| format!("provenance: {e}"))?,
+            serde_json::from_str::<Provenance>(&json)
+                .map_err(|e| SkillError::BadProvenance(e.to_string()))?,
         ),
-        Some(v) => {
-            Some(serde_json::from_value::<Provenance>(v).map_err(|e| format!("provenance: {e}"))?)
-        }
+        Some(v) => Some(
+            serde_json::from_value::<Provenance>(v)
+                .map_err(|e| SkillError::BadProvenance(e.to_string()))?,
+        ),
     };
     if body.is_empty() && component.is_none() {
-        return Err("the body (the instructions, after the frontmatter) is empty".into());
+        return Err(SkillError::EmptyBody);
     }
     if body.len() > MAX_BODY {
-        return Err(format!(
-            "the body is {} bytes; at most {MAX_BODY}",
-            body.len()
-        ));
+        return Err(SkillError::LongBody(body.len()));
     }
     Ok(Skill {
         id: name.clone(),
@@ -368,7 +412,7 @@ fn original_lines(yaml: &str) -> Option<Map<String, Value>> {
 }
 
 /// A list of words: a YAML list of scalars, or one comma-separated string.
-fn words(value: Option<&Value>, key: &str) -> Result<Vec<String>, String> {
+fn words(value: Option<&Value>, key: &str) -> Result<Vec<String>, SkillError> {
     let scalar = |v: &Value| match v {
         Value::String(s) => Some(s.clone()),
         Value::Number(n) => Some(n.to_string()),
@@ -380,9 +424,9 @@ fn words(value: Option<&Value>, key: &str) -> Result<Vec<String>, String> {
         Some(Value::String(s)) => Ok(s.split(',').map(str::to_string).collect()),
         Some(Value::Array(items)) => items
             .iter()
-            .map(|v| scalar(v).ok_or_else(|| format!("{key}: a list of words")))
+            .map(|v| scalar(v).ok_or_else(|| SkillError::NotWords(key.to_string())))
             .collect(),
-        Some(_) => Err(format!("{key}: a list of words")),
+        Some(_) => Err(SkillError::NotWords(key.to_string())),
     }
 }
 
@@ -402,19 +446,18 @@ fn parse_version(text: &str) -> Result<semver::Version, semver::Error> {
 }
 
 /// Reads and parses `<dir>/SKILL.md`.
-pub fn load(dir: &Path) -> Result<Skill, String> {
+pub fn load(dir: &Path) -> Result<Skill, SkillError> {
     let id = dir
         .file_name()
         .and_then(|n| n.to_str())
-        .ok_or_else(|| "the folder name is not UTF-8".to_string())?;
+        .ok_or(SkillError::FolderNotUtf8)?;
     let file = dir.join("SKILL.md");
-    let size = std::fs::metadata(&file)
-        .map_err(|e| format!("cannot read SKILL.md: {e}"))?
-        .len();
+    let unreadable = |e: std::io::Error| SkillError::Unreadable(e.to_string());
+    let size = std::fs::metadata(&file).map_err(unreadable)?.len();
     if size > MAX_FILE {
-        return Err(format!("SKILL.md is {size} bytes; at most {MAX_FILE}"));
+        return Err(SkillError::LargeFile(size));
     }
-    let text = std::fs::read_to_string(&file).map_err(|e| format!("cannot read SKILL.md: {e}"))?;
+    let text = std::fs::read_to_string(&file).map_err(unreadable)?;
     parse(id, &text)
 }
 
@@ -624,7 +667,7 @@ mod tests {
             ("ab", "---\nname: ab\ndescription: d.\n---\n\n", "body"),
         ];
         for (id, text, needle) in cases {
-            let err = parse(id, text).unwrap_err();
+            let err = parse(id, text).unwrap_err().to_string();
             assert!(err.contains(needle), "{text:?}: {err}");
         }
     }

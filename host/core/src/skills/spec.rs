@@ -89,7 +89,7 @@ pub fn check(text: &str, folder: Option<&str>) -> Vec<Finding> {
     let mut out = Vec::new();
     let (yaml, body) = match super::skill::split(text) {
         Ok(parts) => parts,
-        Err(e) => return vec![Finding::refused("frontmatter", e)],
+        Err(e) => return vec![Finding::refused("frontmatter", e.to_string())],
     };
     let map = match serde_saphyr::from_str::<Value>(yaml) {
         Ok(Value::Object(map)) => map,

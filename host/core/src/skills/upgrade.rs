@@ -88,7 +88,7 @@ pub fn once(dir: &Path, db: &Path, backups: &Path) -> Result<Option<Upgraded>> {
                 s.id.clone(),
                 "it would not load as the same skill in the new layout".into(),
             )),
-            Err(e) => upgraded.left.push((s.id.clone(), e)),
+            Err(e) => upgraded.left.push((s.id.clone(), e.to_string())),
         }
     }
     if !writes.is_empty() {
