@@ -21,8 +21,15 @@ pub const MAX_LEN: usize = 64;
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct AgentId(Arc<str>);
 
+/// Text that is not an agent id (as the user wrote it, cut to a safe line).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error(
+    "agent id {0:?} is not valid: 1 to {MAX_LEN} of a-z, 0-9, '-' and '_', starting with a letter or a digit"
+)]
+pub struct BadAgentId(pub String);
+
 impl AgentId {
-    pub fn parse(text: &str) -> Result<Self, String> {
+    pub fn parse(text: &str) -> Result<Self, BadAgentId> {
         let id = text.trim().to_ascii_lowercase();
         let valid = !id.is_empty()
             && id.len() <= MAX_LEN
@@ -33,10 +40,7 @@ impl AgentId {
         if valid {
             Ok(Self(id.into()))
         } else {
-            Err(format!(
-                "agent id {:?} is not valid: 1 to {MAX_LEN} of a-z, 0-9, '-' and '_', starting with a letter or a digit",
-                crate::untrusted::log_line(text, 80)
-            ))
+            Err(BadAgentId(crate::untrusted::log_line(text, 80)))
         }
     }
 

@@ -501,7 +501,8 @@ fn trainer(
     agent: Option<&str>,
 ) -> Result<crate::learn::rl::trainer::TrainerHandle, ApiError> {
     if let Some(agent) = agent {
-        let id = crate::agent_id::AgentId::parse(agent).map_err(ApiError::BadRequest)?;
+        let id = crate::agent_id::AgentId::parse(agent)
+            .map_err(|e| ApiError::BadRequest(e.to_string()))?;
         if let Some(train) = app.agent_trains.get(&id) {
             return Ok(train.clone());
         }
@@ -542,7 +543,7 @@ async fn admin_train_rollback(
     let agent = match run.agent.as_deref().map(crate::agent_id::AgentId::parse) {
         None => None,
         Some(Ok(id)) => Some(id),
-        Some(Err(e)) => return ApiError::BadRequest(e).into_response(),
+        Some(Err(e)) => return ApiError::BadRequest(e.to_string()).into_response(),
     };
     let sampler = match serde_json::from_slice::<serde_json::Value>(&body) {
         Ok(v) => match v["sampler"].as_str() {
@@ -583,7 +584,7 @@ async fn admin_learn_now(State(app): State<SharedApp>, body: axum::body::Bytes) 
                     serde_json::Value::Null => None,
                     serde_json::Value::String(a) => match crate::agent_id::AgentId::parse(a) {
                         Ok(id) => Some(id),
-                        Err(e) => return ApiError::BadRequest(e).into_response(),
+                        Err(e) => return ApiError::BadRequest(e.to_string()).into_response(),
                     },
                     _ => {
                         return ApiError::BadRequest("\"agent\" must be an agent id".into())

@@ -26,15 +26,33 @@ impl Dur {
 /// are mistakes, and the text written for them would not read back.
 const MAX_SECS: u64 = 1_000_000_000_000;
 
+/// Why text is not a duration.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum DurationError {
+    #[error("empty duration")]
+    Empty,
+    #[error("duration out of range: {0:?}")]
+    OutOfRange(String),
+    #[error("expected a number in {0:?}")]
+    NoNumber(String),
+    #[error("bad number in {0:?}")]
+    BadNumber(String),
+    #[error("missing unit in {0:?} (use ms, s, m, h or d)")]
+    NoUnit(String),
+    #[error("unknown unit {unit:?} in {text:?} (use ms, s, m, h or d)")]
+    UnknownUnit { unit: String, text: String },
+}
+
 /// Parses `"1m30s"`-style text. Errors say what was wrong.
-pub fn parse_duration(text: &str) -> Result<Duration, String> {
+pub fn parse_duration(text: &str) -> Result<Duration, DurationError> {
     let text = text.trim();
+    let out_of_range = || DurationError::OutOfRange(text.to_string());
     if text.is_empty() {
-        return Err("empty duration".into());
+        return Err(DurationError::Empty);
     }
     if let Ok(secs) = text.parse::<u64>() {
         if secs > MAX_SECS {
-            return Err(format!("duration out of range: {text:?}"));
+            return Err(out_of_range());
         }
         return Ok(Duration::from_secs(secs));
     }
@@ -45,11 +63,11 @@ pub fn parse_duration(text: &str) -> Result<Duration, String> {
             .find(|c: char| !c.is_ascii_digit() && c != '.')
             .unwrap_or(rest.len());
         if digits == 0 {
-            return Err(format!("expected a number in {text:?}"));
+            return Err(DurationError::NoNumber(text.to_string()));
         }
         let number: f64 = rest[..digits]
             .parse()
-            .map_err(|_| format!("bad number in {text:?}"))?;
+            .map_err(|_| DurationError::BadNumber(text.to_string()))?;
         rest = &rest[digits..];
         let unit_len = rest
             .find(|c: char| c.is_ascii_digit())
@@ -62,21 +80,22 @@ pub fn parse_duration(text: &str) -> Result<Duration, String> {
             "m" | "min" | "mins" => 60.0,
             "h" | "hr" | "hours" => 3600.0,
             "d" | "day" | "days" => 86_400.0,
-            "" => return Err(format!("missing unit in {text:?} (use ms, s, m, h or d)")),
+            "" => return Err(DurationError::NoUnit(text.to_string())),
             other => {
-                return Err(format!(
-                    "unknown unit {other:?} in {text:?} (use ms, s, m, h or d)"
-                ));
+                return Err(DurationError::UnknownUnit {
+                    unit: other.to_string(),
+                    text: text.to_string(),
+                });
             }
         };
         let secs = number * scale;
         if !secs.is_finite() || !(0.0..=1e12).contains(&secs) {
-            return Err(format!("duration out of range: {text:?}"));
+            return Err(out_of_range());
         }
         total += to_millis(secs);
         // The sum too, or the text written for it would not read back.
         if total > Duration::from_secs(MAX_SECS) {
-            return Err(format!("duration out of range: {text:?}"));
+            return Err(out_of_range());
         }
     }
     Ok(total)
@@ -175,10 +194,14 @@ mod tests {
     #[test]
     fn rejects_nonsense_with_a_reason() {
         assert!(parse_duration("").is_err());
-        assert!(parse_duration("ten").unwrap_err().contains("number"));
+        assert_eq!(
+            parse_duration("ten").unwrap_err(),
+            DurationError::NoNumber("ten".into())
+        );
         assert!(
             parse_duration("5 fortnights")
                 .unwrap_err()
+                .to_string()
                 .contains("unknown unit")
         );
         assert!(parse_duration("5").is_ok());

@@ -17,6 +17,17 @@ pub enum HostName {
 
 /// A host the daemon answers to: `name`, `name:port`, an IP address, or
 /// `[v6]:port`. `port: None` means no port, or the port it listens on.
+/// Text that is not a host entry or an origin.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum HostError {
+    #[error(
+        "{0:?} is not a host name or host:port (examples: host.docker.internal, host.docker.internal:30000, 10.0.0.2)"
+    )]
+    NotAHost(String),
+    #[error("{0:?} is not an origin: scheme, host and port only (example: http://localhost:3000)")]
+    NotAnOrigin(String),
+}
+
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct HostEntry {
     pub name: HostName,
@@ -24,8 +35,8 @@ pub struct HostEntry {
 }
 
 impl FromStr for HostEntry {
-    type Err = String;
-    fn from_str(text: &str) -> Result<Self, String> {
+    type Err = HostError;
+    fn from_str(text: &str) -> Result<Self, HostError> {
         let trimmed = text.trim();
         // A bare IPv6 address has colons that are not a port.
         if let Ok(ip) = trimmed.parse::<Ipv6Addr>() {
@@ -36,12 +47,7 @@ impl FromStr for HostEntry {
         }
         parse_authority(trimmed)
             .map(|(name, port)| Self { name, port })
-            .ok_or_else(|| {
-                format!(
-                    "{text:?} is not a host name or host:port (examples: host.docker.internal, \
-                     host.docker.internal:30000, 10.0.0.2)"
-                )
-            })
+            .ok_or_else(|| HostError::NotAHost(text.to_string()))
     }
 }
 
@@ -69,14 +75,11 @@ impl Origin {
 }
 
 impl FromStr for Origin {
-    type Err = String;
-    fn from_str(text: &str) -> Result<Self, String> {
-        parse_origin(text).map(Origin).ok_or_else(|| {
-            format!(
-                "{text:?} is not an origin: scheme, host and port only (example: \
-                 http://localhost:3000)"
-            )
-        })
+    type Err = HostError;
+    fn from_str(text: &str) -> Result<Self, HostError> {
+        parse_origin(text)
+            .map(Origin)
+            .ok_or_else(|| HostError::NotAnOrigin(text.to_string()))
     }
 }
 
@@ -172,7 +175,7 @@ mod tests {
         }
         for bad in ["http://x", "x/y", "*", "", "x:y", "[::1", "a b"] {
             let e = bad.parse::<HostEntry>().unwrap_err();
-            assert!(e.contains("host.docker.internal"), "{bad}: {e}");
+            assert!(e.to_string().contains("host.docker.internal"), "{bad}: {e}");
         }
         assert_eq!(
             parse_origin("HTTP://LocalHost:80").as_deref(),

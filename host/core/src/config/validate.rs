@@ -48,7 +48,7 @@ pub fn validate(config: &Config) -> Result<(), ConfigError> {
         ));
     }
     if let Err(e) = crate::agent_id::AgentId::parse(&config.skills.workshop.agent) {
-        return Err(invalid("skills.workshop.agent", e));
+        return Err(invalid("skills.workshop.agent", e.to_string()));
     }
     http_url("rl.prm_url", &config.rl.prm_url, true)?;
     http_url("rl.evolver_api_base", &config.rl.evolver_api_base, true)?;
@@ -62,7 +62,7 @@ pub fn validate(config: &Config) -> Result<(), ConfigError> {
                     format!("agent ids are lowercase: write `{id}`"),
                 ));
             }
-            Err(e) => return Err(invalid(&key, e)),
+            Err(e) => return Err(invalid(&key, e.to_string())),
         }
         config
             .for_agent(agent)
