@@ -32,6 +32,33 @@ use crate::store::skills::SkillChange;
 /// quiet machine).
 const COMMAND_TIMEOUT: Duration = Duration::from_secs(180);
 
+/// Why an offer could not be made to, or read back from, OpenClaw's
+/// Skill Workshop.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum WorkshopError {
+    #[error("the offered SKILL.md does not parse: {0}")]
+    OfferUnparsed(super::skill::SkillError),
+    #[error("cannot write the proposal: {0}")]
+    Unwritten(String),
+    #[error("OpenClaw's answer has no record id and status: {0}")]
+    NoRecord(String),
+    #[error("`{0}` took over {COMMAND_TIMEOUT:?}")]
+    TimedOut(String),
+    #[error("cannot run `{command}` (skills.workshop.command): {error}")]
+    CannotRun { command: String, error: String },
+    /// OpenClaw answered `{"ok": false, "error": {"message"}}`.
+    #[error("`{command}`: {message}")]
+    Refused { command: String, message: String },
+    #[error("`{command}` exited {status}: {stderr}")]
+    Failed {
+        command: String,
+        status: String,
+        stderr: String,
+    },
+    #[error("{0}")]
+    Store(String),
+}
+
 /// OpenClaw's states that end a proposal.
 const DECIDED: &[&str] = &["applied", "rejected", "quarantined", "stale"];
 
@@ -190,7 +217,7 @@ impl Delivery {
         let waiting: Vec<Proposal> = match self.offers_in(&["to_offer"]) {
             Ok(all) => all,
             Err(e) => {
-                self.set_error(Some(e));
+                self.set_error(Some(e.to_string()));
                 return false;
             }
         };
@@ -213,7 +240,7 @@ impl Delivery {
                     Ok(())
                 }
                 Err(why) => {
-                    let state = proposals::failed_try(conn, &offer.sha256, why, at)?;
+                    let state = proposals::failed_try(conn, &offer.sha256, &why.to_string(), at)?;
                     if state == "failed" {
                         note(
                             conn,
@@ -226,7 +253,7 @@ impl Delivery {
                 }
             });
             match (&result, recorded) {
-                (_, Err(e)) => self.set_error(Some(e)),
+                (_, Err(e)) => self.set_error(Some(e.to_string())),
                 (Ok((id, _)), Ok(())) => {
                     moved = true;
                     tracing::info!(skill = %offer.skill_id, proposal = %id, "offered to OpenClaw's Skill Workshop");
@@ -235,7 +262,7 @@ impl Delivery {
                 (Err(why), Ok(())) => {
                     moved = true;
                     tracing::warn!(skill = %offer.skill_id, "OpenClaw's Skill Workshop did not take the proposal: {why}");
-                    self.set_error(Some(why.clone()));
+                    self.set_error(Some(why.to_string()));
                 }
             }
         }
@@ -244,10 +271,10 @@ impl Delivery {
 
     /// One `propose-create` (or `propose-update`, when an earlier text was
     /// applied there): OpenClaw's proposal id and state.
-    async fn propose(&self, offer: &Proposal) -> Result<(String, String), String> {
+    async fn propose(&self, offer: &Proposal) -> Result<(String, String), WorkshopError> {
         let (_, name) = super::layer::split(&offer.skill_id);
-        let parsed = super::skill::parse_text(&offer.content)
-            .map_err(|e| format!("the offered SKILL.md does not parse: {e}"))?;
+        let parsed =
+            super::skill::parse_text(&offer.content).map_err(WorkshopError::OfferUnparsed)?;
         let update = self
             .with_store(|c| {
                 Ok(proposals::applied_before(
@@ -262,10 +289,10 @@ impl Delivery {
             std::process::id(),
             &offer.sha256[..16]
         ));
-        std::fs::create_dir_all(&folder).map_err(|e| format!("cannot write the proposal: {e}"))?;
+        let unwritten = |e: std::io::Error| WorkshopError::Unwritten(e.to_string());
+        std::fs::create_dir_all(&folder).map_err(unwritten)?;
         let file = folder.join("PROPOSAL.md");
-        std::fs::write(&file, &offer.content)
-            .map_err(|e| format!("cannot write the proposal: {e}"))?;
+        std::fs::write(&file, &offer.content).map_err(unwritten)?;
         let file_arg = file.to_string_lossy().into_owned();
         let mut args: Vec<String> = vec!["skills".into(), "workshop".into()];
         if update {
@@ -294,10 +321,10 @@ impl Delivery {
         let record = &json["record"];
         match (record["id"].as_str(), record["status"].as_str()) {
             (Some(id), Some(state)) => Ok((id.to_string(), state.to_string())),
-            _ => Err(format!(
-                "OpenClaw's answer has no record id and status: {}",
-                crate::untrusted::log_line(&json.to_string(), 300)
-            )),
+            _ => Err(WorkshopError::NoRecord(crate::untrusted::log_line(
+                &json.to_string(),
+                300,
+            ))),
         }
     }
 
@@ -307,7 +334,7 @@ impl Delivery {
         let pending = match self.offers_in(&["pending"]) {
             Ok(p) => p,
             Err(e) => {
-                self.set_error(Some(e));
+                self.set_error(Some(e.to_string()));
                 return 0;
             }
         };
@@ -320,7 +347,7 @@ impl Delivery {
             let listed = match self.openclaw(&args).await {
                 Ok(json) => json,
                 Err(why) => {
-                    self.set_error(Some(why));
+                    self.set_error(Some(why.to_string()));
                     continue;
                 }
             };
@@ -370,7 +397,7 @@ impl Delivery {
                         decided += 1;
                         tracing::info!(skill = %offer.skill_id, proposal = %id, "{why}");
                     }
-                    Err(e) => self.set_error(Some(e)),
+                    Err(e) => self.set_error(Some(e.to_string())),
                 }
             }
         }
@@ -391,7 +418,7 @@ impl Delivery {
 
     /// Runs OpenClaw's CLI with `args`; its JSON answer, or why there is
     /// none (OpenClaw's own `{"ok": false, "error": {"message"}}` read).
-    async fn openclaw(&self, args: &[String]) -> Result<serde_json::Value, String> {
+    async fn openclaw(&self, args: &[String]) -> Result<serde_json::Value, WorkshopError> {
         let mut command = tokio::process::Command::new(&self.settings.command);
         command
             .args(args)
@@ -404,24 +431,30 @@ impl Delivery {
         let shown = format!("{} {}", self.settings.command, args[..3].join(" "));
         let out = tokio::time::timeout(COMMAND_TIMEOUT, command.output())
             .await
-            .map_err(|_| format!("`{shown}` took over {COMMAND_TIMEOUT:?}"))?
-            .map_err(|e| format!("cannot run `{shown}` (skills.workshop.command): {e}"))?;
+            .map_err(|_| WorkshopError::TimedOut(shown.clone()))?
+            .map_err(|e| WorkshopError::CannotRun {
+                command: shown.clone(),
+                error: e.to_string(),
+            })?;
         let json: Option<serde_json::Value> = serde_json::from_slice(&out.stdout).ok();
         match json {
             Some(json) if out.status.success() && json.get("ok") != Some(&false.into()) => Ok(json),
-            Some(json) if json["error"]["message"].is_string() => Err(format!(
-                "`{shown}`: {}",
-                crate::untrusted::log_line(json["error"]["message"].as_str().unwrap_or(""), 300)
-            )),
-            _ => Err(format!(
-                "`{shown}` exited {}: {}",
-                out.status,
-                crate::untrusted::log_line(&String::from_utf8_lossy(&out.stderr), 300)
-            )),
+            Some(json) if json["error"]["message"].is_string() => Err(WorkshopError::Refused {
+                command: shown,
+                message: crate::untrusted::log_line(
+                    json["error"]["message"].as_str().unwrap_or(""),
+                    300,
+                ),
+            }),
+            _ => Err(WorkshopError::Failed {
+                command: shown,
+                status: out.status.to_string(),
+                stderr: crate::untrusted::log_line(&String::from_utf8_lossy(&out.stderr), 300),
+            }),
         }
     }
 
-    fn offers_in(&self, states: &[&str]) -> Result<Vec<Proposal>, String> {
+    fn offers_in(&self, states: &[&str]) -> Result<Vec<Proposal>, WorkshopError> {
         self.with_store(|c| {
             Ok(proposals::all(c)?
                 .into_iter()
@@ -433,9 +466,10 @@ impl Delivery {
     fn with_store<T>(
         &self,
         f: impl FnOnce(&rusqlite::Connection) -> anyhow::Result<T>,
-    ) -> Result<T, String> {
-        let conn = crate::store::open_side_writer(&self.db).map_err(|e| format!("{e:#}"))?;
-        f(&conn).map_err(|e| format!("{e:#}"))
+    ) -> Result<T, WorkshopError> {
+        let store = |e: anyhow::Error| WorkshopError::Store(format!("{e:#}"));
+        let conn = crate::store::open_side_writer(&self.db).map_err(store)?;
+        f(&conn).map_err(store)
     }
 
     fn set_error(&self, error: Option<String>) {
