@@ -44,7 +44,7 @@ pub fn status_json(app: &App) -> Result<Value, String> {
             // What answers a turn now: `mode` is only what is configured.
             let (answering, none_answers) = match skills.answering() {
                 Ok(list) => (list, None),
-                Err(why) => (Vec::new(), Some(why)),
+                Err(why) => (Vec::new(), Some(why.to_string())),
             };
             retrieval["answering"] = json!(answering);
             retrieval["none_answers"] = json!(none_answers);

@@ -39,15 +39,20 @@ pub fn valid_id(id: &str) -> bool {
         && agent.is_none_or(|a| matches!(folder_agent(&format!("{MARK}{a}")), Some(Ok(_))))
 }
 
+/// A folder named like a layer (`@…`) that is not one.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error(
+    "{0:?} is not an agent's layer: after '{MARK}', 1 to {max} of a-z, 0-9, '-' and '_'",
+    max = crate::agent_id::MAX_LEN
+)]
+pub struct NotALayer(pub String);
+
 /// The agent of a layer folder's name (`@work` → `work`), if it is one.
-pub fn folder_agent(folder: &str) -> Option<Result<AgentId, String>> {
+pub fn folder_agent(folder: &str) -> Option<Result<AgentId, NotALayer>> {
     let agent = folder.strip_prefix(MARK)?;
     Some(match AgentId::parse(agent) {
         Ok(id) if id.as_str() == agent => Ok(id),
-        Ok(_) | Err(_) => Err(format!(
-            "{folder:?} is not an agent's layer: after '{MARK}', 1 to {} of a-z, 0-9, '-' and '_'",
-            crate::agent_id::MAX_LEN
-        )),
+        Ok(_) | Err(_) => Err(NotALayer(folder.to_string())),
     })
 }
 

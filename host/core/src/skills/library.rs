@@ -132,7 +132,11 @@ fn scan_layer(
         {
             match layer {
                 Ok(agent) => scan_layer(&path, Some(&agent), skills, problems),
-                Err(error) => problems.push(SkillProblem { id, path, error }),
+                Err(error) => problems.push(SkillProblem {
+                    id,
+                    path,
+                    error: error.to_string(),
+                }),
             }
             continue;
         }

@@ -198,12 +198,25 @@ pub struct Selection {
     pub arms: Vec<crate::store::experiments::ArmRecord>,
 }
 
+/// Why no retriever answers a turn (then no skill is injected).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum NoRetriever {
+    #[error("the plugin host did not start (see the log)")]
+    NoHost,
+    #[error("the plugins are still loading")]
+    Loading,
+    #[error("no {0} plugin is loaded and enabled (see `metaclaw plugins list`)")]
+    NotLoaded(String),
+    #[error("plugins.builtin is false and no drop-in {0} retriever is loaded")]
+    NoDropIn(String),
+}
+
 /// The retrievers a turn asks now (`name@version`, in order), or why none
 /// would answer (then no skill is injected): for `status` and `doctor`.
 /// `builtin` is `plugins.builtin`.
-pub fn answering(plugins: Option<&PluginHost>, builtin: bool) -> Result<Vec<String>, String> {
+pub fn answering(plugins: Option<&PluginHost>, builtin: bool) -> Result<Vec<String>, NoRetriever> {
     let Some(host) = plugins else {
-        return Err("the plugin host did not start (see the log)".into());
+        return Err(NoRetriever::NoHost);
     };
     let loaded: Vec<String> = host
         .retrievers()
@@ -214,7 +227,7 @@ pub fn answering(plugins: Option<&PluginHost>, builtin: bool) -> Result<Vec<Stri
         return Ok(loaded);
     }
     if host.current().generation == 0 {
-        return Err("the plugins are still loading".into());
+        return Err(NoRetriever::Loading);
     }
     let wanted: Vec<&str> = host
         .settings
@@ -224,9 +237,9 @@ pub fn answering(plugins: Option<&PluginHost>, builtin: bool) -> Result<Vec<Stri
         .collect();
     let wanted = wanted.join(" or ");
     Err(if builtin {
-        format!("no {wanted} plugin is loaded and enabled (see `metaclaw plugins list`)")
+        NoRetriever::NotLoaded(wanted)
     } else {
-        format!("plugins.builtin is false and no drop-in {wanted} retriever is loaded")
+        NoRetriever::NoDropIn(wanted)
     })
 }
 
@@ -408,7 +421,7 @@ impl Skills {
     }
 
     /// [`answering`] for this library's plugins.
-    pub fn answering(&self) -> Result<Vec<String>, String> {
+    pub fn answering(&self) -> Result<Vec<String>, NoRetriever> {
         answering(self.plugins.as_deref(), self.settings.builtin_plugins)
     }
 

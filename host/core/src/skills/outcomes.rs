@@ -201,6 +201,19 @@ pub fn effect(with: &Sums, all: &Sums) -> Effect {
     }
 }
 
+/// Why the skills' outcomes could not be read from the store.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum OutcomesUnread {
+    #[error("{0}")]
+    Store(String),
+    #[error("reading {whose} outcomes from {}: {error}", .db.display())]
+    Read {
+        whose: String,
+        db: std::path::PathBuf,
+        error: String,
+    },
+}
+
 /// The outcomes as retrieval reads them: a snapshot of the store's sums,
 /// replaced whole after each learning job that judged turns (retrieval
 /// never touches the store).
@@ -258,28 +271,33 @@ impl Board {
     }
 
     /// The outcomes in the store at `db` (a store not made yet has none).
-    pub fn read(db: &std::path::Path) -> Result<Self, String> {
+    pub fn read(db: &std::path::Path) -> Result<Self, OutcomesUnread> {
         if !db.exists() {
             return Ok(Self::default());
         }
-        let conn = crate::store::open_read_only(db).map_err(|e| format!("{e:#}"))?;
-        let rows = crate::store::outcomes::all(&conn)
-            .map_err(|e| format!("reading the skills' outcomes from {}: {e}", db.display()))?;
+        let conn = crate::store::open_read_only(db)
+            .map_err(|e| OutcomesUnread::Store(format!("{e:#}")))?;
+        let rows = crate::store::outcomes::all(&conn).map_err(|e| OutcomesUnread::Read {
+            whose: "the skills'".into(),
+            db: db.to_path_buf(),
+            error: e.to_string(),
+        })?;
         Ok(Self::new(rows))
     }
 
     /// The board of one agent's turns only (`skills stats --agent`).
-    pub fn read_of_agent(db: &std::path::Path, agent: &str) -> Result<Self, String> {
+    pub fn read_of_agent(db: &std::path::Path, agent: &str) -> Result<Self, OutcomesUnread> {
         if !db.exists() {
             return Ok(Self::default());
         }
-        let conn = crate::store::open_read_only(db).map_err(|e| format!("{e:#}"))?;
-        let rows = crate::store::outcomes::of_agent(&conn, agent).map_err(|e| {
-            format!(
-                "reading agent {agent}'s outcomes from {}: {e}",
-                db.display()
-            )
-        })?;
+        let conn = crate::store::open_read_only(db)
+            .map_err(|e| OutcomesUnread::Store(format!("{e:#}")))?;
+        let rows =
+            crate::store::outcomes::of_agent(&conn, agent).map_err(|e| OutcomesUnread::Read {
+                whose: format!("agent {agent}'s"),
+                db: db.to_path_buf(),
+                error: e.to_string(),
+            })?;
         Ok(Self::new(rows))
     }
 

@@ -190,7 +190,7 @@ impl Untrusted {
         let guard = match guard_of(plugins) {
             Ok(guard) => guard,
             Err(why) => {
-                self.set_blocked(Some(why));
+                self.set_blocked(Some(why.to_string()));
                 return true;
             }
         };
@@ -280,25 +280,35 @@ impl Untrusted {
     }
 }
 
+/// Why there is no guard to ask: skills from other tools stay held.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum NoGuard {
+    #[error("no guard evolver: plugins are off (see the log at start)")]
+    PluginsOff,
+    #[error("the plugins are still loading")]
+    Loading,
+    #[error("plugins.evolvers leaves out guard, and only guard clears a skill from another tool")]
+    LeftOut,
+    #[error("guard is not loaded or is disabled (see `metaclaw plugins list`)")]
+    NotLoaded,
+}
+
 /// The loaded, enabled `guard` evolver, or why there is none. Unlike
 /// evolution, a deployment that leaves guard out of `plugins.evolvers` gets
 /// no exception: nothing else could clear these skills.
-fn guard_of(plugins: Option<&PluginHost>) -> Result<Arc<Loaded>, String> {
+fn guard_of(plugins: Option<&PluginHost>) -> Result<Arc<Loaded>, NoGuard> {
     let Some(host) = plugins else {
-        return Err("no guard evolver: plugins are off (see the log at start)".into());
+        return Err(NoGuard::PluginsOff);
     };
     if let Some(guard) = host.evolvers().into_iter().find(|p| p.info.name == GUARD) {
         return Ok(guard);
     }
     if host.current().generation == 0 {
-        return Err("the plugins are still loading".into());
+        return Err(NoGuard::Loading);
     }
     Err(match &host.settings.evolvers {
-        Some(list) if !list.iter().any(|s| s.name == GUARD) => {
-            "plugins.evolvers leaves out guard, and only guard clears a skill from another tool"
-                .into()
-        }
-        _ => "guard is not loaded or is disabled (see `metaclaw plugins list`)".into(),
+        Some(list) if !list.iter().any(|s| s.name == GUARD) => NoGuard::LeftOut,
+        _ => NoGuard::NotLoaded,
     })
 }
 
