@@ -358,7 +358,7 @@ async fn admin_status(State(app): State<SharedApp>) -> Response {
     // It reads the store: off the async workers.
     match tokio::task::spawn_blocking(move || crate::app::status_json(&app)).await {
         Ok(Ok(status)) => axum::Json(status).into_response(),
-        Ok(Err(e)) => ApiError::Internal(e).into_response(),
+        Ok(Err(e)) => ApiError::Internal(e.to_string()).into_response(),
         Err(_) => ApiError::Internal("cannot read the store".into()).into_response(),
     }
 }

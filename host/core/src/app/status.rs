@@ -9,12 +9,17 @@ use super::App;
 /// health, mode, upstream, the store, skills, learning, training, the
 /// student and the plugins. It reads the store: call it off the async
 /// workers.
-pub fn status_json(app: &App) -> Result<Value, String> {
+/// The store could not be read for `status`.
+#[derive(Debug, thiserror::Error)]
+#[error("cannot read the store: {0}")]
+pub struct StatusUnread(String);
+
+pub fn status_json(app: &App) -> Result<Value, StatusUnread> {
     let (sessions, turns) = app
         .proxy
         .store
         .counts()
-        .map_err(|e| format!("cannot read the store: {e:#}"))?;
+        .map_err(|e| StatusUnread(format!("{e:#}")))?;
     // The learning job's own check, once (with learning on).
     let chain = app
         .learn

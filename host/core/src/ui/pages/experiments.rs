@@ -10,7 +10,7 @@ use axum::http::StatusCode;
 use axum::response::Response;
 use minijinja::context;
 
-use super::{data, frame, read, store_conn};
+use super::{PageError, data, frame, read, store_conn};
 use crate::app::SharedApp;
 use crate::ui::Dashboard;
 use crate::ui::auth::Login;
@@ -36,11 +36,11 @@ pub async fn page(
     let shown = read(move || {
         let conn = store_conn(&reader)?;
         crate::store::experiments::list(&conn, LATEST)
-            .map_err(|e| e.to_string())?
+            .map_err(PageError::read("the experiments"))?
             .into_iter()
             .map(|e| crate::learn::canary::shown(&conn, e, &settings))
             .collect::<anyhow::Result<Vec<_>>>()
-            .map_err(|e| format!("{e:#}"))
+            .map_err(PageError::store)
     })
     .await;
     match shown {

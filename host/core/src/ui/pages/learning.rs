@@ -11,7 +11,7 @@ use axum::response::Response;
 use minijinja::context;
 use serde::{Deserialize, Serialize};
 
-use super::{data, frame, nonempty, read, store_conn};
+use super::{PageError, data, frame, nonempty, read, store_conn};
 use crate::app::SharedApp;
 use crate::store::jobs::{self, Job, JobState, StageDone};
 use crate::store::learning::{self, DraftRow};
@@ -62,7 +62,7 @@ pub async fn page(
     let reader = app.clone();
     let shown = read(move || {
         let conn = store_conn(&reader)?;
-        let err = |e: anyhow::Error| format!("{e:#}");
+        let err = PageError::store::<anyhow::Error>;
         let jobs = jobs::list_in(&conn, state, LATEST as usize)
             .map_err(err)?
             .into_iter()
@@ -72,7 +72,7 @@ pub async fn page(
             })
             .collect::<anyhow::Result<_>>()
             .map_err(err)?;
-        let sql = |e: rusqlite::Error| e.to_string();
+        let sql = PageError::store::<rusqlite::Error>;
         let (pending, pending_total) = learning::review_groups(&conn, LATEST).map_err(sql)?;
         Ok(Shown {
             jobs,

@@ -37,8 +37,32 @@ pub(super) fn frame(nav: &str, login: &Login, dashboard: &Dashboard) -> Value {
 }
 
 /// Runs `read` on a blocking thread; a failure is a page saying so.
+/// Why a page could not read what it shows (the page says so, 500).
+#[derive(Debug, thiserror::Error)]
+pub(super) enum PageError {
+    /// The store cannot be opened, or a read failed with causes.
+    #[error("{0}")]
+    Store(String),
+    /// One read: of what, and why.
+    #[error("{what}: {error}")]
+    Read { what: &'static str, error: String },
+}
+
+impl PageError {
+    pub(super) fn store<E: std::fmt::Display>(e: E) -> Self {
+        Self::Store(format!("{e:#}"))
+    }
+
+    pub(super) fn read<E: std::fmt::Display>(what: &'static str) -> impl Fn(E) -> Self + Copy {
+        move |e| Self::Read {
+            what,
+            error: format!("{e:#}"),
+        }
+    }
+}
+
 pub(super) async fn read<T: Send + 'static>(
-    read: impl FnOnce() -> Result<T, String> + Send + 'static,
+    read: impl FnOnce() -> Result<T, PageError> + Send + 'static,
 ) -> Result<T, Response> {
     match tokio::task::spawn_blocking(read).await {
         Ok(Ok(value)) => Ok(value),
@@ -56,8 +80,8 @@ pub(super) async fn read<T: Send + 'static>(
     }
 }
 
-pub(super) fn store_conn(app: &SharedApp) -> Result<rusqlite::Connection, String> {
-    crate::store::open_read_only(app.proxy.store.path()).map_err(|e| format!("{e:#}"))
+pub(super) fn store_conn(app: &SharedApp) -> Result<rusqlite::Connection, PageError> {
+    crate::store::open_read_only(app.proxy.store.path()).map_err(PageError::store)
 }
 
 /// A serializable value as the templates read it.

@@ -13,7 +13,7 @@ use minijinja::context;
 
 use serde::Serialize;
 
-use super::{data, frame, read, store_conn};
+use super::{PageError, data, frame, read, store_conn};
 use crate::app::SharedApp;
 use crate::store::learning::{DayRewards, RecentChange};
 use crate::ui::Dashboard;
@@ -33,10 +33,11 @@ pub async fn page(
     };
     let turns_per_minute = metrics.turns_last_minute.count();
     let reader = app.clone();
-    let status = match read(move || crate::app::status_json(&reader)).await {
-        Ok(status) => status,
-        Err(page) => return page,
-    };
+    let status =
+        match read(move || crate::app::status_json(&reader).map_err(PageError::store)).await {
+            Ok(status) => status,
+            Err(page) => return page,
+        };
     let reader = app.clone();
     let learned = match read(move || learned(&reader, crate::clock::now_ms())).await {
         Ok(learned) => learned,
@@ -91,12 +92,12 @@ struct ChangeEffect {
     effect: Option<crate::skills::outcomes::Effect>,
 }
 
-fn learned(app: &SharedApp, now_ms: i64) -> Result<Learned, String> {
+fn learned(app: &SharedApp, now_ms: i64) -> Result<Learned, PageError> {
     let conn = store_conn(app)?;
     let since = now_ms - DAYS * DAY_MS;
     let (changes, counts) = crate::store::learning::recent_changes(&conn, since, CHANGES)
-        .map_err(|e| format!("the skills' history: {e}"))?;
-    let sums = crate::store::outcomes::all(&conn).map_err(|e| format!("the outcomes: {e}"))?;
+        .map_err(PageError::read("the skills' history"))?;
+    let sums = crate::store::outcomes::all(&conn).map_err(PageError::read("the outcomes"))?;
     let all = sums
         .get(&(
             crate::store::outcomes::ALL.to_string(),
@@ -119,7 +120,7 @@ fn learned(app: &SharedApp, now_ms: i64) -> Result<Learned, String> {
         })
         .collect();
     let days = crate::store::learning::reward_trend(&conn, since)
-        .map_err(|e| format!("the judged turns: {e}"))?;
+        .map_err(PageError::read("the judged turns"))?;
     let side = |n: i64, sum: f64| Side {
         judged: n,
         mean: (n > 0).then(|| sum / n as f64),

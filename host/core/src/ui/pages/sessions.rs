@@ -9,7 +9,7 @@ use axum::response::Response;
 use minijinja::context;
 use serde::Deserialize;
 
-use super::{data, frame, nonempty, read, store_conn};
+use super::{PageError, data, frame, nonempty, read, store_conn};
 use crate::app::SharedApp;
 use crate::store::browse::{self, Cursor, SessionFilter};
 use crate::ui::Dashboard;
@@ -38,37 +38,57 @@ pub struct SessionsQuery {
 }
 
 /// Local midnight of `YYYY-MM-DD` (plus `days`), as Unix ms.
-fn day_ms(text: &str, days: i64) -> Result<i64, String> {
+/// A filter of the sessions list that is not one (the page says so and
+/// lists everything).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+enum FilterError {
+    #[error("{0:?} is not a date (YYYY-MM-DD)")]
+    NotADate(String),
+    #[error("no such day")]
+    NoSuchDay,
+    #[error("{0} has no local midnight")]
+    NoMidnight(String),
+    #[error("the {which} reward {text:?} is not a number")]
+    NotANumber { which: &'static str, text: String },
+    #[error("status {0:?} is neither active nor ended")]
+    Status(String),
+}
+
+fn day_ms(text: &str, days: i64) -> Result<i64, FilterError> {
     use chrono::TimeZone;
     let date = chrono::NaiveDate::parse_from_str(text, "%Y-%m-%d")
-        .map_err(|_| format!("{text:?} is not a date (YYYY-MM-DD)"))?;
+        .map_err(|_| FilterError::NotADate(text.to_string()))?;
     let midnight = (date + chrono::Duration::days(days))
         .and_hms_opt(0, 0, 0)
-        .ok_or("no such day")?;
+        .ok_or(FilterError::NoSuchDay)?;
     chrono::Local
         .from_local_datetime(&midnight)
         .earliest()
         .map(|t| t.timestamp_millis())
-        .ok_or_else(|| format!("{text} has no local midnight"))
+        .ok_or_else(|| FilterError::NoMidnight(text.to_string()))
 }
 
 impl SessionsQuery {
-    fn filter(&self) -> Result<SessionFilter, String> {
-        let reward = |v: &Option<String>, what: &str| -> Result<Option<f64>, String> {
-            nonempty(v)
-                .map(|s| {
-                    s.parse::<f64>()
-                        .ok()
-                        .filter(|r| r.is_finite())
-                        .ok_or(format!("the {what} reward {s:?} is not a number"))
-                })
-                .transpose()
-        };
+    fn filter(&self) -> Result<SessionFilter, FilterError> {
+        let reward =
+            |v: &Option<String>, which: &'static str| -> Result<Option<f64>, FilterError> {
+                nonempty(v)
+                    .map(|s| {
+                        s.parse::<f64>()
+                            .ok()
+                            .filter(|r| r.is_finite())
+                            .ok_or_else(|| FilterError::NotANumber {
+                                which,
+                                text: s.to_string(),
+                            })
+                    })
+                    .transpose()
+            };
         Ok(SessionFilter {
             status: match nonempty(&self.status) {
                 None => None,
                 Some(s @ ("active" | "ended")) => Some(s.to_string()),
-                Some(other) => return Err(format!("status {other:?} is neither active nor ended")),
+                Some(other) => return Err(FilterError::Status(other.to_string())),
             },
             since_ms: nonempty(&self.since).map(|d| day_ms(d, 0)).transpose()?,
             until_ms: nonempty(&self.until).map(|d| day_ms(d, 1)).transpose()?,
@@ -111,7 +131,7 @@ pub async fn list(
     };
     let (filter, error) = match query.filter() {
         Ok(f) => (f, None),
-        Err(e) => (SessionFilter::default(), Some(e)),
+        Err(e) => (SessionFilter::default(), Some(e.to_string())),
     };
     let after = nonempty(&query.after).and_then(Cursor::parse);
     let page = {
@@ -122,7 +142,7 @@ pub async fn list(
             let agents =
                 browse::agents(&conn).and_then(|clients| Ok((clients, browse::agent_ids(&conn)?)));
             page.and_then(|page| Ok((page, agents?)))
-                .map_err(|e| e.to_string())
+                .map_err(PageError::read("the sessions"))
         })
         .await
     };
@@ -170,7 +190,7 @@ pub async fn show(
     let wanted = id.clone();
     let view = read(move || {
         let conn = store_conn(&app)?;
-        browse::session_view(&conn, &wanted, false).map_err(|e| format!("{e:#}"))
+        browse::session_view(&conn, &wanted, false).map_err(PageError::store)
     })
     .await;
     match view {

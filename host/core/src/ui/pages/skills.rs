@@ -11,7 +11,7 @@ use axum::response::Response;
 use minijinja::context;
 use serde::Serialize;
 
-use super::{data, frame, read, store_conn};
+use super::{PageError, data, frame, read, store_conn};
 use crate::app::SharedApp;
 use crate::learn::review::unified_diff;
 use crate::skills::library::Snapshot;
@@ -59,8 +59,7 @@ pub async fn list(
     };
     let db = app.proxy.store.path().to_path_buf();
     let listed = read(move || {
-        let (board, rows) =
-            stats::rows(&db, &snapshot, None, None).map_err(|e| format!("{e:#}"))?;
+        let (board, rows) = stats::rows(&db, &snapshot, None, None).map_err(PageError::store)?;
         let listed: Vec<Listed> = rows
             .into_iter()
             .filter_map(|row| {
@@ -218,9 +217,9 @@ pub async fn show(
     let shown = read(move || {
         let db = app.proxy.store.path();
         let (_, versions) =
-            stats::rows(db, &snapshot, Some(&wanted), None).map_err(|e| format!("{e:#}"))?;
+            stats::rows(db, &snapshot, Some(&wanted), None).map_err(PageError::store)?;
         let conn = store_conn(&app)?;
-        let sql = |e: rusqlite::Error| e.to_string();
+        let sql = PageError::store::<rusqlite::Error>;
         Ok(Shown {
             skill: snapshot.get(&wanted).map(|s| (**s).clone()),
             changes: changes(&conn, &wanted).map_err(sql)?,

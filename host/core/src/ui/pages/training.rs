@@ -12,7 +12,7 @@ use minijinja::context;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use super::{data, frame, nonempty, read, store_conn};
+use super::{PageError, data, frame, nonempty, read, store_conn};
 use crate::app::SharedApp;
 use crate::store::scheduler::Transition;
 use crate::store::training::{self, Run, Step};
@@ -207,7 +207,7 @@ pub async fn page(
     let reader = app.clone();
     let shown = read(move || {
         let conn = store_conn(&reader)?;
-        let err = |e: anyhow::Error| format!("{e:#}");
+        let err = PageError::store::<anyhow::Error>;
         let runs = training::list(&conn, RUNS).map_err(err)?;
         let run = match &wanted {
             Some(id) => training::get(&conn, id).map_err(err)?,
