@@ -45,7 +45,7 @@ fn default_act() -> String {
 pub struct MiniLm {
     dir: PathBuf,
     id: String,
-    model: OnceLock<Result<Loaded, String>>,
+    model: OnceLock<Result<Loaded, EmbedError>>,
 }
 
 struct Loaded {
@@ -95,11 +95,11 @@ impl MiniLm {
         })
     }
 
-    fn loaded(&self) -> Result<&Loaded, String> {
+    fn loaded(&self) -> Result<&Loaded, EmbedError> {
         self.model
             .get_or_init(|| {
                 let started = std::time::Instant::now();
-                let loaded = load(&self.dir).map_err(|e| format!("{e:#}"));
+                let loaded = load(&self.dir).map_err(|e| EmbedError::from(format!("{e:#}")));
                 match &loaded {
                     Ok(_) => tracing::info!(
                         "loaded the embedding model from {} in {} ms",

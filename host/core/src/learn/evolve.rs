@@ -105,17 +105,17 @@ pub fn parse_drafts(
     reply: &str,
     max: usize,
     library: &HashSet<String>,
-) -> Result<(Vec<SkillDraft>, Vec<Rejected>), String> {
-    let value = extract_json(reply)
-        .ok_or_else(|| format!("the reply has no JSON: {}", clip(reply.trim(), 200)))?;
+) -> Result<(Vec<SkillDraft>, Vec<Rejected>), ReplyRejected> {
+    let value =
+        extract_json(reply).ok_or_else(|| ReplyRejected::NoJson(clip(reply.trim(), 200)))?;
     let items = match &value {
         Value::Array(items) => items.clone(),
         Value::Object(o) => match o.get("skills").or_else(|| o.get("drafts")) {
             Some(Value::Array(items)) => items.clone(),
             _ if o.contains_key("name") => vec![value.clone()],
-            _ => return Err("the reply's JSON has no \"skills\" list".into()),
+            _ => return Err(ReplyRejected::NoSkillsList),
         },
-        _ => return Err("the reply's JSON is neither a list nor an object".into()),
+        _ => return Err(ReplyRejected::NotListOrObject),
     };
     let mut drafts: Vec<SkillDraft> = Vec::new();
     let mut rejected = Vec::new();
@@ -136,25 +136,51 @@ pub fn parse_drafts(
             Ok(d) => drafts.push(d),
             Err(reason) => rejected.push(Rejected {
                 name: name_hint,
-                reason,
+                reason: reason.to_string(),
             }),
         }
     }
     Ok((drafts, rejected))
 }
 
-fn check_draft(item: &Value, library: &HashSet<String>) -> Result<SkillDraft, String> {
+/// Why an evolver's reply gave no drafts at all.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ReplyRejected {
+    #[error("the reply has no JSON: {0}")]
+    NoJson(String),
+    #[error("the reply's JSON has no \"skills\" list")]
+    NoSkillsList,
+    #[error("the reply's JSON is neither a list nor an object")]
+    NotListOrObject,
+}
+
+/// Why one draft of a reply is not taken.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum DraftRejected {
+    #[error("not a JSON object")]
+    NotAnObject,
+    #[error("no name")]
+    NoName,
+    #[error("name {0:?}: 2-64 lowercase letters, digits and dashes")]
+    BadName(String),
+    #[error("no description")]
+    NoDescription,
+    #[error("no body")]
+    NoBody,
+    #[error("the body is {0} bytes; at most {MAX_BODY}")]
+    LongBody(usize),
+}
+
+fn check_draft(item: &Value, library: &HashSet<String>) -> Result<SkillDraft, DraftRejected> {
     if !item.is_object() {
-        return Err("not a JSON object".into());
+        return Err(DraftRejected::NotAnObject);
     }
     let text = |key: &str| item[key].as_str().map(str::trim).filter(|s| !s.is_empty());
-    let name = slug(text("name").ok_or("no name")?);
+    let name = slug(text("name").ok_or(DraftRejected::NoName)?);
     if !valid_name(&name) {
-        return Err(format!(
-            "name {name:?}: 2-64 lowercase letters, digits and dashes"
-        ));
+        return Err(DraftRejected::BadName(name));
     }
-    let description = text("description").ok_or("no description")?;
+    let description = text("description").ok_or(DraftRejected::NoDescription)?;
     let description = clip(
         &description.split_whitespace().collect::<Vec<_>>().join(" "),
         MAX_DRAFT_DESCRIPTION - 1,
@@ -162,13 +188,10 @@ fn check_draft(item: &Value, library: &HashSet<String>) -> Result<SkillDraft, St
     // The original's drafts call the body "content".
     let body = text("body")
         .or_else(|| text("content"))
-        .ok_or("no body")?
+        .ok_or(DraftRejected::NoBody)?
         .to_string();
     if body.len() > MAX_BODY {
-        return Err(format!(
-            "the body is {} bytes; at most {MAX_BODY}",
-            body.len()
-        ));
+        return Err(DraftRejected::LongBody(body.len()));
     }
     let category = text("category")
         .and_then(|c| {

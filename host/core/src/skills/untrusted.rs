@@ -207,7 +207,7 @@ impl Untrusted {
                     }
                 }
                 Err(why) => {
-                    self.set_blocked(Some(why));
+                    self.set_blocked(Some(why.to_string()));
                     return true;
                 }
             }
@@ -222,7 +222,7 @@ impl Untrusted {
         guard: &Arc<Loaded>,
         plugins: Option<&PluginHost>,
         skill: &Skill,
-    ) -> Result<Check, String> {
+    ) -> Result<Check, GuardFailed> {
         let draft = types::SkillDraft {
             name: skill.name.clone(),
             description: skill.description.clone(),
@@ -241,16 +241,19 @@ impl Untrusted {
                 .engine
                 .spawn(call)
                 .await
-                .ok_or_else(|| "the guard's call was cancelled".to_string())?,
+                .ok_or(GuardFailed::Cancelled)?,
             None => call.await,
         }
-        .map_err(|e| format!("the guard failed on {}: {e}", skill.id))?;
+        .map_err(|e| GuardFailed::Failed {
+            skill: skill.id.clone(),
+            error: e.to_string(),
+        })?;
         let (passed, reason) = match outcomes.into_iter().next() {
             Some(types::DraftOutcome::Keep(_)) => (true, None),
             Some(types::DraftOutcome::Reject(why)) => {
                 (false, Some(crate::untrusted::log_line(&why, 1000)))
             }
-            None => return Err(format!("the guard returned no verdict on {}", skill.id)),
+            None => return Err(GuardFailed::NoVerdict(skill.id.clone())),
         };
         let check = Check {
             sha256: skill.content_hash.clone(),
@@ -260,10 +263,9 @@ impl Untrusted {
             checker: guard.label().to_string(),
             at_ms: crate::clock::now_ms(),
         };
-        let conn = crate::store::open_side_writer(&self.db)
-            .map_err(|e| format!("cannot record the guard's verdict: {e:#}"))?;
-        skill_checks::record(&conn, &check)
-            .map_err(|e| format!("cannot record the guard's verdict: {e}"))?;
+        let unrecorded = |e: &dyn std::fmt::Display| GuardFailed::Unrecorded(format!("{e:#}"));
+        let conn = crate::store::open_side_writer(&self.db).map_err(|e| unrecorded(&e))?;
+        skill_checks::record(&conn, &check).map_err(|e| unrecorded(&e))?;
         Ok(check)
     }
 
@@ -278,6 +280,19 @@ impl Untrusted {
             *blocked = why;
         }
     }
+}
+
+/// Why the guard gave no verdict that was recorded.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum GuardFailed {
+    #[error("the guard's call was cancelled")]
+    Cancelled,
+    #[error("the guard failed on {skill}: {error}")]
+    Failed { skill: String, error: String },
+    #[error("the guard returned no verdict on {0}")]
+    NoVerdict(String),
+    #[error("cannot record the guard's verdict: {0}")]
+    Unrecorded(String),
 }
 
 /// Why there is no guard to ask: skills from other tools stay held.

@@ -147,7 +147,7 @@ pub async fn run(parts: &Parts, job: &Job) -> Result<Evolved> {
                 Vec::new(),
                 vec![Rejected {
                     name: "(reply)".into(),
-                    reason,
+                    reason: reason.to_string(),
                 }],
             )
         }
