@@ -245,7 +245,9 @@ impl Checks {
     }
 
     fn run(&self, dir: &TaskDir, text: &str) -> Result<SplitOutput, Unchecked> {
-        self.sandbox.run_split(dir, text).map_err(Unchecked)
+        self.sandbox
+            .run_split(dir, text)
+            .map_err(|e| Unchecked(e.to_string()))
     }
 }
 

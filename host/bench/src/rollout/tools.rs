@@ -166,7 +166,8 @@ pub fn execute(call: &Call, workspace: &Workspace, dir: &TaskDir, sandbox: &Sand
         Call::MoveFile { from, to } => workspace.move_file(from, to).map_err(|e| e.to_string()),
         Call::Run { command } => sandbox
             .run(dir, command)
-            .map(|out| sandbox::result_text(&out, sandbox.timeout())),
+            .map(|out| sandbox::result_text(&out, sandbox.timeout()))
+            .map_err(|e| e.to_string()),
     };
     let text = match result {
         Ok(text) => text,

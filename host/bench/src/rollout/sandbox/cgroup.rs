@@ -32,24 +32,71 @@ pub struct Cgroup {
     pids: PathBuf,
 }
 
+/// Why no cgroup was made for a run (the run goes without, said so).
+#[derive(Debug, thiserror::Error)]
+pub enum CgroupError {
+    #[error("cannot read {}: {error}", .path.display())]
+    Read {
+        path: PathBuf,
+        error: std::io::Error,
+    },
+    /// This process is in no cgroup of that kind (v2, or a v1 controller).
+    #[error("this process is in no {0} cgroup")]
+    NotIn(String),
+    #[error("not mounted")]
+    NotMounted,
+    #[error("no {0} hierarchy mounted")]
+    NoHierarchy(String),
+    #[error("no {needed} controller at {}", .at.display())]
+    NoController { needed: &'static str, at: PathBuf },
+    #[error("cannot enable memory and pids in {}: {error}", .path.display())]
+    NotDelegated {
+        path: PathBuf,
+        error: std::io::Error,
+    },
+    #[error("{path} is outside the mounted {root}")]
+    Outside { path: String, root: String },
+    #[error("{} is not there", .0.display())]
+    Missing(PathBuf),
+    #[error("cannot create {}: {error}", .dir.display())]
+    Create { dir: PathBuf, error: std::io::Error },
+    #[error("cannot write {}: {error}", .path.display())]
+    Write {
+        path: PathBuf,
+        error: std::io::Error,
+    },
+    /// Neither version could be used: why not, each.
+    #[error("cgroup v2: {v2}; cgroup v1: {v1}")]
+    Neither {
+        v2: Box<CgroupError>,
+        v1: Box<CgroupError>,
+    },
+}
+
+fn read(path: &str) -> Result<String, CgroupError> {
+    std::fs::read_to_string(path).map_err(|error| CgroupError::Read {
+        path: path.into(),
+        error,
+    })
+}
+
 impl Cgroup {
     /// A new cgroup named `name` under this process's own, with `limits`
     /// written; `Err` says why there is none.
-    pub fn create(name: &str, limits: &Limits) -> Result<Self, String> {
-        let own = std::fs::read_to_string("/proc/self/cgroup")
-            .map_err(|e| format!("cannot read /proc/self/cgroup: {e}"))?;
-        let mounts = std::fs::read_to_string("/proc/self/mountinfo")
-            .map_err(|e| format!("cannot read /proc/self/mountinfo: {e}"))?;
-        let mut why = Vec::new();
-        match v2(&own, &mounts, name, limits) {
+    pub fn create(name: &str, limits: &Limits) -> Result<Self, CgroupError> {
+        let own = read("/proc/self/cgroup")?;
+        let mounts = read("/proc/self/mountinfo")?;
+        let v2 = match v2(&own, &mounts, name, limits) {
             Ok(cgroup) => return Ok(cgroup),
-            Err(e) => why.push(format!("cgroup v2: {e}")),
-        }
+            Err(e) => e,
+        };
         match v1(&own, &mounts, name, limits) {
-            Ok(cgroup) => return Ok(cgroup),
-            Err(e) => why.push(format!("cgroup v1: {e}")),
+            Ok(cgroup) => Ok(cgroup),
+            Err(v1) => Err(CgroupError::Neither {
+                v2: Box::new(v2),
+                v1: Box::new(v1),
+            }),
         }
-        Err(why.join("; "))
     }
 
     /// The folders the helper joins (`--cgroup`).
@@ -125,18 +172,23 @@ fn counter(file: &Path, key: &str) -> u64 {
 
 /// The unified hierarchy, where it has the memory and pids controllers
 /// for a child of this process's cgroup.
-fn v2(own: &str, mounts: &str, name: &str, limits: &Limits) -> Result<Cgroup, String> {
+fn v2(own: &str, mounts: &str, name: &str, limits: &Limits) -> Result<Cgroup, CgroupError> {
     let path = own
         .lines()
         .find_map(|l| l.strip_prefix("0::"))
-        .ok_or("this process is in no v2 cgroup")?;
-    let (root, mount) = mount_of(mounts, "cgroup2", None).ok_or("not mounted")?;
+        .ok_or_else(|| CgroupError::NotIn("v2".into()))?;
+    let (root, mount) = mount_of(mounts, "cgroup2", None).ok_or(CgroupError::NotMounted)?;
     let parent = under(&mount, &root, path)?;
-    let controllers = std::fs::read_to_string(parent.join("cgroup.controllers"))
-        .map_err(|e| format!("cannot read {}: {e}", parent.display()))?;
+    let controllers =
+        std::fs::read_to_string(parent.join("cgroup.controllers")).map_err(|error| {
+            CgroupError::Read {
+                path: parent.clone(),
+                error,
+            }
+        })?;
     for needed in ["memory", "pids"] {
         if !controllers.split_whitespace().any(|c| c == needed) {
-            return Err(format!("no {needed} controller at {}", parent.display()));
+            return Err(CgroupError::NoController { needed, at: parent });
         }
     }
     // Enabled for children (refused where this cgroup holds processes and
@@ -147,11 +199,9 @@ fn v2(own: &str, mounts: &str, name: &str, limits: &Limits) -> Result<Cgroup, St
         .iter()
         .all(|c| enabled.split_whitespace().any(|e| e == *c))
     {
-        std::fs::write(&subtree, "+memory +pids").map_err(|e| {
-            format!(
-                "cannot enable memory and pids in {}: {e}",
-                subtree.display()
-            )
+        std::fs::write(&subtree, "+memory +pids").map_err(|error| CgroupError::NotDelegated {
+            path: subtree.clone(),
+            error,
         })?;
     }
     let dir = make(&parent, name)?;
@@ -172,8 +222,8 @@ fn v2(own: &str, mounts: &str, name: &str, limits: &Limits) -> Result<Cgroup, St
 }
 
 /// The v1 memory and pids hierarchies.
-fn v1(own: &str, mounts: &str, name: &str, limits: &Limits) -> Result<Cgroup, String> {
-    let dir_of = |controller: &str| -> Result<PathBuf, String> {
+fn v1(own: &str, mounts: &str, name: &str, limits: &Limits) -> Result<Cgroup, CgroupError> {
+    let dir_of = |controller: &str| -> Result<PathBuf, CgroupError> {
         let path = own
             .lines()
             .find_map(|l| {
@@ -181,9 +231,9 @@ fn v1(own: &str, mounts: &str, name: &str, limits: &Limits) -> Result<Cgroup, St
                 let (_, list, path) = (parts.next()?, parts.next()?, parts.next()?);
                 list.split(',').any(|c| c == controller).then_some(path)
             })
-            .ok_or_else(|| format!("this process is in no {controller} cgroup"))?;
+            .ok_or_else(|| CgroupError::NotIn(controller.to_string()))?;
         let (root, mount) = mount_of(mounts, "cgroup", Some(controller))
-            .ok_or_else(|| format!("no {controller} hierarchy mounted"))?;
+            .ok_or_else(|| CgroupError::NoHierarchy(controller.to_string()))?;
         under(&mount, &root, path)
     };
     let memory_parent = dir_of("memory")?;
@@ -243,28 +293,35 @@ fn mount_of(mounts: &str, fstype: &str, controller: Option<&str>) -> Option<(Str
 }
 
 /// `path` (as /proc/self/cgroup shows it) as a folder under the mount.
-fn under(mount: &Path, root: &str, path: &str) -> Result<PathBuf, String> {
+fn under(mount: &Path, root: &str, path: &str) -> Result<PathBuf, CgroupError> {
     let rel = path
         .strip_prefix(root.trim_end_matches('/'))
-        .ok_or_else(|| format!("{path} is outside the mounted {root}"))?;
+        .ok_or_else(|| CgroupError::Outside {
+            path: path.to_string(),
+            root: root.to_string(),
+        })?;
     let dir = mount.join(rel.trim_start_matches('/'));
     if dir.is_dir() {
         Ok(dir)
     } else {
-        Err(format!("{} is not there", dir.display()))
+        Err(CgroupError::Missing(dir))
     }
 }
 
-fn make(parent: &Path, name: &str) -> Result<PathBuf, String> {
+fn make(parent: &Path, name: &str) -> Result<PathBuf, CgroupError> {
     let dir = parent.join(name);
-    std::fs::create_dir(&dir).map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
-    Ok(dir)
+    match std::fs::create_dir(&dir) {
+        Ok(()) => Ok(dir),
+        Err(error) => Err(CgroupError::Create { dir, error }),
+    }
 }
 
-fn write(dir: &Path, file: &str, value: u64) -> Result<(), String> {
+fn write(dir: &Path, file: &str, value: u64) -> Result<(), CgroupError> {
     let path = dir.join(file);
-    std::fs::write(&path, value.to_string())
-        .map_err(|e| format!("cannot write {}: {e}", path.display()))
+    match std::fs::write(&path, value.to_string()) {
+        Ok(()) => Ok(()),
+        Err(error) => Err(CgroupError::Write { path, error }),
+    }
 }
 
 #[cfg(test)]

@@ -126,6 +126,22 @@ pub enum Purpose {
     Check,
 }
 
+/// Why a command did not run in the sandbox.
+#[derive(Debug, thiserror::Error)]
+pub enum NotRun {
+    /// The probe at start found the sandbox unusable here.
+    #[error("{what} is disabled: {why}")]
+    Disabled { what: &'static str, why: String },
+    #[error("cannot start the sandbox: {0}")]
+    CannotStart(std::io::Error),
+    #[error("lost the sandbox: {0}")]
+    Lost(std::io::Error),
+    /// The helper could not set up the confinement (and, where there is
+    /// none, why there is no cgroup).
+    #[error("metaclaw-sandbox: cannot confine the command: {0}")]
+    Unconfined(String),
+}
+
 /// The `run` tool's sandbox for one rollout (or the bench's checks'):
 /// probed once, then used for every call, or disabled with the reason.
 #[derive(Debug, Clone)]
@@ -232,7 +248,7 @@ impl Sandbox {
                         describe(&out.ended),
                         out.stdout.trim()
                     )),
-                    Err(why) => State::Disabled(why),
+                    Err(why) => State::Disabled(why.to_string()),
                 }
             }
         };
@@ -272,10 +288,13 @@ impl Sandbox {
     }
 
     /// Runs `command` confined to `dir`'s workspace; `Err` says why it did
-    /// not run.
-    pub fn run(&self, dir: &TaskDir, command: &str) -> Result<RunOutput, String> {
+    /// not run ([`NotRun`]).
+    pub fn run(&self, dir: &TaskDir, command: &str) -> Result<RunOutput, NotRun> {
         if let State::Disabled(why) = &self.state {
-            return Err(format!("the run tool is disabled: {why}"));
+            return Err(NotRun::Disabled {
+                what: "the run tool",
+                why: why.to_string(),
+            });
         }
         let out = self.spawn(dir, Some(command), false, &nonce())?;
         Ok(RunOutput {
@@ -287,9 +306,12 @@ impl Sandbox {
 
     /// Runs `command` confined to `dir`'s workspace, its stdout and stderr
     /// kept apart; `Err` says why it did not run.
-    pub fn run_split(&self, dir: &TaskDir, command: &str) -> Result<SplitOutput, String> {
+    pub fn run_split(&self, dir: &TaskDir, command: &str) -> Result<SplitOutput, NotRun> {
         if let State::Disabled(why) = &self.state {
-            return Err(format!("the sandbox is disabled: {why}"));
+            return Err(NotRun::Disabled {
+                what: "the sandbox",
+                why: why.to_string(),
+            });
         }
         self.spawn(dir, Some(command), true, &nonce())
     }
@@ -302,8 +324,8 @@ impl Sandbox {
         command: Option<&str>,
         split: bool,
         nonce: &str,
-    ) -> Result<SplitOutput, String> {
-        let failed = |e: std::io::Error| format!("cannot start the sandbox: {e}");
+    ) -> Result<SplitOutput, NotRun> {
+        let failed = NotRun::CannotStart;
         let (reader, writer) = std::io::pipe().map_err(failed)?;
         let (err_reader, err_writer) = if split {
             let (r, w) = std::io::pipe().map_err(failed)?;
@@ -414,7 +436,7 @@ impl Sandbox {
             }
             None => Vec::new(),
         };
-        let status = status.map_err(|e| format!("lost the sandbox: {e}"))?;
+        let status = status.map_err(NotRun::Lost)?;
         // The helper's own timeout status, after the deadline: killed.
         if status.code() == Some(i32::from(enter::TIMEOUT_EXIT))
             && started.elapsed() >= self.timeout
@@ -440,10 +462,10 @@ impl Sandbox {
                 let cgroup = no_cgroup
                     .map(|why| format!(" (no cgroup: {why})"))
                     .unwrap_or_default();
-                return Err(format!(
-                    "metaclaw-sandbox: cannot confine the command: {}{cgroup}",
+                return Err(NotRun::Unconfined(format!(
+                    "{}{cgroup}",
                     &line[marker.len()..]
-                ));
+                )));
             }
         }
         let ended = if timed_out {
