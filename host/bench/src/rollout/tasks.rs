@@ -87,39 +87,55 @@ pub fn read_dir(dir: &Path) -> Result<Vec<Task>> {
     Ok(tasks)
 }
 
+/// What is wrong with a line of a tasks file.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum BadLine {
+    #[error("not a JSON object: {0}")]
+    NotJson(String),
+    #[error("not a JSON object: {{\"task_id\": \"...\", \"instruction\": \"...\"}}")]
+    NotAnObject,
+    #[error("\"{0}\" must be a string")]
+    NotAString(&'static str),
+    #[error("no \"{0}\"")]
+    Missing(&'static str),
+    #[error("\"instruction\" is empty")]
+    EmptyInstruction,
+    #[error(
+        "task_id {0:?} must be 1 to {MAX_ID_LEN} letters, digits, '.', '_' or '-', starting with a letter or digit (it becomes part of the session id)"
+    )]
+    BadId(String),
+}
+
 /// `(task_id, instruction)` of one line, or what is wrong with it.
-fn parse_line(line: &str) -> Result<(String, String), String> {
-    let value: Value = serde_json::from_str(line).map_err(|e| format!("not a JSON object: {e}"))?;
+fn parse_line(line: &str) -> Result<(String, String), BadLine> {
+    let value: Value = serde_json::from_str(line).map_err(|e| BadLine::NotJson(e.to_string()))?;
     let Value::Object(object) = value else {
-        return Err("not a JSON object: {\"task_id\": \"...\", \"instruction\": \"...\"}".into());
+        return Err(BadLine::NotAnObject);
     };
     let id = match object.get("task_id") {
         Some(Value::String(s)) => s.clone(),
         Some(Value::Number(n)) => n.to_string(),
-        Some(_) => return Err("\"task_id\" must be a string".into()),
-        None => return Err("no \"task_id\"".into()),
+        Some(_) => return Err(BadLine::NotAString("task_id")),
+        None => return Err(BadLine::Missing("task_id")),
     };
     check_id(&id)?;
     let instruction = match object.get("instruction") {
         Some(Value::String(s)) if !s.trim().is_empty() => s.clone(),
-        Some(Value::String(_)) => return Err("\"instruction\" is empty".into()),
-        Some(_) => return Err("\"instruction\" must be a string".into()),
-        None => return Err("no \"instruction\"".into()),
+        Some(Value::String(_)) => return Err(BadLine::EmptyInstruction),
+        Some(_) => return Err(BadLine::NotAString("instruction")),
+        None => return Err(BadLine::Missing("instruction")),
     };
     Ok((id, instruction))
 }
 
 /// Letters, digits, `.`, `_` and `-`, starting with a letter or digit.
-fn check_id(id: &str) -> Result<(), String> {
+fn check_id(id: &str) -> Result<(), BadLine> {
     let valid_chars = id
         .chars()
         .all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-'));
     let starts_well = id.chars().next().is_some_and(|c| c.is_ascii_alphanumeric());
     if id.is_empty() || id.len() > MAX_ID_LEN || !valid_chars || !starts_well {
-        return Err(format!(
-            "task_id {id:?} must be 1 to {MAX_ID_LEN} letters, digits, '.', '_' or '-', \
-             starting with a letter or digit (it becomes part of the session id)"
-        ));
+        return Err(BadLine::BadId(id.to_string()));
     }
     Ok(())
 }

@@ -93,11 +93,28 @@ pub enum Call {
     Run { command: String },
 }
 
+/// What is wrong with a tool call the model made (it is told so).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum BadCall {
+    #[error("the arguments are not JSON: {0}")]
+    NotJson(String),
+    #[error("the arguments must be a JSON object")]
+    NotAnObject,
+    #[error("{tool} needs \"{key}\"")]
+    Missing { tool: String, key: &'static str },
+    #[error("\"{0}\" must be a string")]
+    NotAString(&'static str),
+    #[error(
+        "no tool {0:?}: the tools are read_file, write_file, list_dir, copy_file, move_file and run"
+    )]
+    NoTool(String),
+}
+
 impl Call {
     /// The call `name(arguments)`; `arguments` is the JSON text the model
     /// wrote (or an object, from an upstream that sends one). Unknown
     /// argument names are ignored.
-    pub fn parse(name: &str, arguments: &Value) -> Result<Self, String> {
+    pub fn parse(name: &str, arguments: &Value) -> Result<Self, BadCall> {
         let parsed;
         let args = match arguments {
             Value::String(text) if text.trim().is_empty() => {
@@ -106,19 +123,22 @@ impl Call {
             }
             Value::String(text) => {
                 parsed = serde_json::from_str::<Value>(text)
-                    .map_err(|e| format!("the arguments are not JSON: {e}"))?;
+                    .map_err(|e| BadCall::NotJson(e.to_string()))?;
                 &parsed
             }
             other => other,
         };
         if !args.is_object() {
-            return Err("the arguments must be a JSON object".into());
+            return Err(BadCall::NotAnObject);
         }
-        let text = |key: &str| -> Result<String, String> {
+        let text = |key: &'static str| -> Result<String, BadCall> {
             match &args[key] {
                 Value::String(s) => Ok(s.clone()),
-                Value::Null => Err(format!("{name} needs \"{key}\"")),
-                _ => Err(format!("\"{key}\" must be a string")),
+                Value::Null => Err(BadCall::Missing {
+                    tool: name.to_string(),
+                    key,
+                }),
+                _ => Err(BadCall::NotAString(key)),
             }
         };
         Ok(match name {
@@ -144,10 +164,7 @@ impl Call {
                 command: text("command")?,
             },
             other => {
-                return Err(format!(
-                    "no tool {other:?}: the tools are read_file, write_file, list_dir, copy_file, \
-                     move_file and run"
-                ));
+                return Err(BadCall::NoTool(other.to_string()));
             }
         })
     }
@@ -213,22 +230,26 @@ mod tests {
             Call::ListDir { path: ".".into() }
         );
         assert_eq!(
-            Call::parse("write_file", &json!("{\"path\": \"a\"}")).unwrap_err(),
+            Call::parse("write_file", &json!("{\"path\": \"a\"}"))
+                .unwrap_err()
+                .to_string(),
             "write_file needs \"content\""
         );
         assert!(
             Call::parse("run", &json!("{not json"))
                 .unwrap_err()
+                .to_string()
                 .starts_with("the arguments are not JSON")
         );
         assert!(
             Call::parse("exec", &json!("{}"))
                 .unwrap_err()
+                .to_string()
                 .contains("the tools are read_file")
         );
         assert_eq!(
             Call::parse("run", &json!("[1]")).unwrap_err(),
-            "the arguments must be a JSON object"
+            BadCall::NotAnObject
         );
     }
 
