@@ -915,18 +915,24 @@ fn resolve(cwd: &Path, path: &str) -> Option<PathBuf> {
 
 /// `open(path, encoding='utf-8').read()`: strict UTF-8, `\r\n` and `\r`
 /// read as `\n`.
-fn read_text(cwd: &Path, path: &str) -> Result<String, String> {
-    let full =
-        resolve(cwd, path).ok_or_else(|| "[Errno 2] No such file or directory: ''".to_string())?;
-    let bytes = std::fs::read(&full).map_err(|e| format!("{e}: {}", py_str_repr(path)))?;
-    let text = String::from_utf8(bytes).map_err(|e| format!("{path}: not UTF-8: {e}"))?;
+/// A check's failure in the words Python's would use (the report quotes
+/// it as the check's output).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub struct PyError(String);
+
+fn read_text(cwd: &Path, path: &str) -> Result<String, PyError> {
+    let full = resolve(cwd, path)
+        .ok_or_else(|| PyError("[Errno 2] No such file or directory: ''".to_string()))?;
+    let bytes = std::fs::read(&full).map_err(|e| PyError(format!("{e}: {}", py_str_repr(path))))?;
+    let text = String::from_utf8(bytes).map_err(|e| PyError(format!("{path}: not UTF-8: {e}")))?;
     Ok(text.replace("\r\n", "\n").replace('\r', "\n"))
 }
 
 /// `json.loads`: JSON plus the `NaN`, `Infinity` and `-Infinity` that
 /// Python writes and reads. Those become strings here, which every check
 /// treats as it treats the float: not empty, not a timestamp, not a status.
-fn py_json(text: &str) -> Result<Value, String> {
+fn py_json(text: &str) -> Result<Value, PyError> {
     let first = match serde_json::from_str(text) {
         Ok(value) => return Ok(value),
         Err(e) => e,
@@ -953,9 +959,9 @@ fn py_json(text: &str) -> Result<Value, String> {
         rest = rest.get(c.len_utf8()..).unwrap_or("");
     }
     if !replaced {
-        return Err(first.to_string());
+        return Err(PyError(first.to_string()));
     }
-    serde_json::from_str(&out).map_err(|_| first.to_string())
+    serde_json::from_str(&out).map_err(|_| PyError(first.to_string()))
 }
 
 /// `str.isspace()`: Unicode White_Space plus the four separators

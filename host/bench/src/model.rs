@@ -17,6 +17,14 @@ use metaclaw_core::http::{Attempt, Backoff, ClientSpec, Purpose};
 const DEADLINE: Duration = Duration::from_secs(600);
 const BACKOFF: Backoff = Backoff::new(Duration::from_millis(500), Duration::from_secs(30));
 
+/// A model call that got no usable answer: where, and why.
+#[derive(Debug, Clone, thiserror::Error)]
+#[error("{url}: {why}")]
+pub struct ModelFailed {
+    pub url: String,
+    pub why: metaclaw_core::http::GaveUp,
+}
+
 /// An API the agent can call.
 #[derive(Clone)]
 pub struct Endpoint {
@@ -63,13 +71,20 @@ impl Endpoint {
     }
 
     /// One chat-completions request (`body`), answered.
-    pub async fn complete(&self, body: &Value, session: Option<&str>) -> Result<Reply, String> {
+    pub async fn complete(
+        &self,
+        body: &Value,
+        session: Option<&str>,
+    ) -> Result<Reply, ModelFailed> {
         let what = format!("model call to {}", self.url);
         metaclaw_core::http::until_deadline(DEADLINE, BACKOFF, &what, |left| {
             self.attempt(body, session, left)
         })
         .await
-        .map_err(|why| format!("{}: {why}", self.url))
+        .map_err(|why| ModelFailed {
+            url: self.url.clone(),
+            why,
+        })
     }
 
     async fn attempt(

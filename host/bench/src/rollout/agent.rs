@@ -65,6 +65,29 @@ impl Finished {
     }
 }
 
+/// Why a call to the proxy under test got no answer to use.
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum ProxyFailed {
+    #[error("the model call failed: {0}")]
+    Call(String),
+    #[error("the model's answer was cut: {0}")]
+    Cut(String),
+    #[error("the proxy answered {status}: {message}")]
+    Status {
+        status: reqwest::StatusCode,
+        message: String,
+    },
+    #[error("the answer has no choices[0].message")]
+    NoMessage,
+    #[error("{0}")]
+    Unreached(String),
+    #[error("{status}: {text}")]
+    Refused {
+        status: reqwest::StatusCode,
+        text: String,
+    },
+}
+
 /// One task's outcome: a `--json` line.
 #[derive(Debug, Clone, Serialize)]
 pub struct Summary {
@@ -164,7 +187,7 @@ impl Agent {
                 Ok(message) => message,
                 Err(e) => {
                     summary.finished = Finished::Error;
-                    summary.error = Some(e);
+                    summary.error = Some(e.to_string());
                     return;
                 }
             };
@@ -214,7 +237,7 @@ impl Agent {
     }
 
     /// One model call through the proxy: the answer's message.
-    async fn complete(&self, session: &str, messages: &[Value]) -> Result<Value, String> {
+    async fn complete(&self, session: &str, messages: &[Value]) -> Result<Value, ProxyFailed> {
         let body = json!({
             "model": self.model,
             "messages": messages,
@@ -229,52 +252,45 @@ impl Agent {
             .timeout(CALL_TIMEOUT)
             .send()
             .await
-            .map_err(|e| {
-                format!(
-                    "the model call failed: {}",
-                    metaclaw_core::http::describe(&e)
-                )
-            })?;
+            .map_err(|e| ProxyFailed::Call(metaclaw_core::http::describe(&e)))?;
         let status = response.status();
-        let bytes = response.bytes().await.map_err(|e| {
-            format!(
-                "the model's answer was cut: {}",
-                metaclaw_core::http::describe(&e)
-            )
-        })?;
+        let bytes = response
+            .bytes()
+            .await
+            .map_err(|e| ProxyFailed::Cut(metaclaw_core::http::describe(&e)))?;
         let answer: Value = serde_json::from_slice(&bytes).unwrap_or(Value::Null);
         if !status.is_success() {
             let message = answer["error"]["message"]
                 .as_str()
                 .map(str::to_string)
                 .unwrap_or_else(|| String::from_utf8_lossy(&bytes).chars().take(300).collect());
-            return Err(format!("the proxy answered {status}: {message}"));
+            return Err(ProxyFailed::Status { status, message });
         }
         match &answer["choices"][0]["message"] {
             message @ Value::Object(_) => Ok(message.clone()),
-            _ => Err("the answer has no choices[0].message".into()),
+            _ => Err(ProxyFailed::NoMessage),
         }
     }
 
     /// Ends the session, so learning judges it now rather than after the
     /// idle timeout. A session the proxy never saw (the first call failed
     /// before it) has nothing to end.
-    async fn end(&self, session: &str) -> Result<(), String> {
+    async fn end(&self, session: &str) -> Result<(), ProxyFailed> {
         let response = self
             .post(&format!("/v1/sessions/{session}/end"))
             .timeout(Duration::from_secs(30))
             .send()
             .await
-            .map_err(|e| metaclaw_core::http::describe(&e))?;
+            .map_err(|e| ProxyFailed::Unreached(metaclaw_core::http::describe(&e)))?;
         let status = response.status();
         if status.is_success() || status == reqwest::StatusCode::NOT_FOUND {
             return Ok(());
         }
         let text = response.text().await.unwrap_or_default();
-        Err(format!(
-            "{status}: {}",
-            text.chars().take(300).collect::<String>()
-        ))
+        Err(ProxyFailed::Refused {
+            status,
+            text: text.chars().take(300).collect(),
+        })
     }
 
     fn post(&self, path: &str) -> reqwest::RequestBuilder {

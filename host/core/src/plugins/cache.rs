@@ -37,6 +37,22 @@ pub struct CompileCache {
     key: Vec<u8>,
 }
 
+/// Why a cached compiled plugin is not used (it is deleted and the plugin
+/// compiled again).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ArtifactRefused {
+    #[error("cannot open it: {0}")]
+    Unopened(String),
+    #[error("{0}")]
+    Unread(String),
+    #[error("{0} bytes, more than any artifact of this plugin")]
+    TooLarge(u64),
+    #[error("no MAC: {0}")]
+    NoMac(String),
+    #[error("its MAC does not verify: it was not written by this metaclaw home")]
+    BadMac,
+}
+
 /// What `verify` found for one plugin's artifact.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum ArtifactState {
@@ -113,7 +129,7 @@ impl CompileCache {
         sha256: &str,
         compat: &str,
         max_bytes: u64,
-    ) -> Result<Option<Vec<u8>>, String> {
+    ) -> Result<Option<Vec<u8>>, ArtifactRefused> {
         let (artifact, mac_file) = self.paths(sha256, compat);
         let file = match OpenOptions::new()
             .read(true)
@@ -122,24 +138,26 @@ impl CompileCache {
         {
             Ok(f) => f,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
-            Err(e) => return Err(format!("cannot open it: {e}")),
+            Err(e) => return Err(ArtifactRefused::Unopened(e.to_string())),
         };
-        let len = file.metadata().map_err(|e| e.to_string())?.len();
+        let unread = |e: std::io::Error| ArtifactRefused::Unread(e.to_string());
+        let len = file.metadata().map_err(unread)?.len();
         if len > max_bytes {
-            return Err(format!(
-                "{len} bytes, more than any artifact of this plugin"
-            ));
+            return Err(ArtifactRefused::TooLarge(len));
         }
-        let expected = fs::read_to_string(&mac_file).map_err(|e| format!("no MAC: {e}"))?;
+        let expected =
+            fs::read_to_string(&mac_file).map_err(|e| ArtifactRefused::NoMac(e.to_string()))?;
         let mut code = Vec::with_capacity(len as usize);
         file.take(max_bytes + 1)
             .read_to_end(&mut code)
-            .map_err(|e| e.to_string())?;
-        let actual = hex(&self.mac(sha256, compat, &code).map_err(|e| e.to_string())?);
-        if bool::from(actual.as_bytes().ct_eq(expected.trim().as_bytes())) {
+            .map_err(unread)?;
+        let mac = self
+            .mac(sha256, compat, &code)
+            .map_err(|e| ArtifactRefused::Unread(e.to_string()))?;
+        if bool::from(hex(&mac).as_bytes().ct_eq(expected.trim().as_bytes())) {
             Ok(Some(code))
         } else {
-            Err("its MAC does not verify: it was not written by this metaclaw home".into())
+            Err(ArtifactRefused::BadMac)
         }
     }
 
@@ -165,7 +183,7 @@ impl CompileCache {
             match self.read_verified(sha256, compat, max_bytes) {
                 Ok(Some(_)) => state = ArtifactState::Valid,
                 Ok(None) => {}
-                Err(reason) => return ArtifactState::Refused(reason),
+                Err(reason) => return ArtifactState::Refused(reason.to_string()),
             }
         }
         state
