@@ -37,7 +37,16 @@ pub fn run(home: &Home, config_path: &Path, args: UiArgs) -> Result<ExitCode> {
 }
 
 /// Opens `url` with the desktop's browser.
-fn open(url: &str) -> Result<(), String> {
+/// Why the browser was not opened.
+#[derive(Debug, thiserror::Error)]
+enum NotOpened {
+    #[error("{0}")]
+    NoOpener(std::io::Error),
+    #[error("the opener exited with {0}")]
+    Exited(std::process::ExitStatus),
+}
+
+fn open(url: &str) -> Result<(), NotOpened> {
     let mut command = if cfg!(target_os = "macos") {
         Command::new("open")
     } else if cfg!(windows) {
@@ -53,10 +62,10 @@ fn open(url: &str) -> Result<(), String> {
         .stdout(Stdio::null())
         .stderr(Stdio::null())
         .status()
-        .map_err(|e| e.to_string())?;
+        .map_err(NotOpened::NoOpener)?;
     if status.success() {
         Ok(())
     } else {
-        Err(format!("the opener exited with {status}"))
+        Err(NotOpened::Exited(status))
     }
 }

@@ -12,6 +12,14 @@ use anyhow::Result;
 use rusqlite::{Connection, OptionalExtension, TransactionBehavior, params};
 use serde::{Deserialize, Serialize};
 
+/// Text in a column of a [`text_enum!`] that is none of its values.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{text:?} is not one of {}", .allowed.join(", "))]
+pub struct UnknownText {
+    pub text: String,
+    pub allowed: &'static [&'static str],
+}
+
 /// A fieldless enum kept in a text column. `as_str` and `FromStr` are the
 /// column's strings (those of databases written before the enum existed:
 /// they must not change); serde and rusqlite go through them, so the JSON
@@ -38,14 +46,14 @@ macro_rules! text_enum {
         }
 
         impl std::str::FromStr for $name {
-            type Err = String;
-            fn from_str(text: &str) -> Result<Self, String> {
+            type Err = $crate::store::jobs::UnknownText;
+            fn from_str(text: &str) -> Result<Self, $crate::store::jobs::UnknownText> {
                 match text {
                     $($text => Ok(Self::$variant),)+
-                    other => Err(format!(
-                        "{other:?} is not one of {}",
-                        [$($text),+].join(", ")
-                    )),
+                    other => Err($crate::store::jobs::UnknownText {
+                        text: other.to_string(),
+                        allowed: &[$($text),+],
+                    }),
                 }
             }
         }
@@ -83,7 +91,9 @@ macro_rules! text_enum {
                 value
                     .as_str()?
                     .parse()
-                    .map_err(|e: String| rusqlite::types::FromSqlError::Other(e.into()))
+                    .map_err(|e: $crate::store::jobs::UnknownText| {
+                        rusqlite::types::FromSqlError::Other(Box::new(e))
+                    })
             }
         }
     };

@@ -11,7 +11,7 @@ use serde_json::Value;
 use std::fs;
 use std::io::Write;
 use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 /// Free space under the home below which doctor warns, and errs.
@@ -48,24 +48,35 @@ fn existing_ancestor(path: &Path) -> Option<&Path> {
 
 /// Whether the missing `path` could be created: the nearest folder above
 /// it takes a new file. `Err` says why not.
-fn creatable(path: &Path) -> Result<(), String> {
+/// Why a missing path could not be created.
+#[derive(Debug, thiserror::Error)]
+enum NotCreatable {
+    #[error("{} cannot be created: no folder above it exists", .0.display())]
+    NoFolderAbove(PathBuf),
+    #[error("{} cannot be created: {}: it is not a folder", .path.display(), .parent.display())]
+    NotAFolder { path: PathBuf, parent: PathBuf },
+    #[error("{} cannot be created: {}: {error}", .path.display(), .parent.display())]
+    Refused {
+        path: PathBuf,
+        parent: PathBuf,
+        error: std::io::Error,
+    },
+}
+
+fn creatable(path: &Path) -> Result<(), NotCreatable> {
     let Some(parent) = existing_ancestor(path) else {
-        return Err(format!(
-            "{} cannot be created: no folder above it exists",
-            path.display()
-        ));
+        return Err(NotCreatable::NoFolderAbove(path.to_path_buf()));
     };
-    let usable = if parent.is_dir() {
-        probe_dir(parent).map_err(|e| e.to_string())
-    } else {
-        Err("it is not a folder".to_string())
-    };
-    usable.map_err(|why| {
-        format!(
-            "{} cannot be created: {}: {why}",
-            path.display(),
-            parent.display()
-        )
+    if !parent.is_dir() {
+        return Err(NotCreatable::NotAFolder {
+            path: path.to_path_buf(),
+            parent: parent.to_path_buf(),
+        });
+    }
+    probe_dir(parent).map_err(|error| NotCreatable::Refused {
+        path: path.to_path_buf(),
+        parent: parent.to_path_buf(),
+        error,
     })
 }
 
@@ -105,7 +116,7 @@ pub(super) fn check_home(report: &mut Report, home: &Home) {
                     root.display()
                 ),
             ),
-            Err(why) => report.error("home", why, fix_folder),
+            Err(why) => report.error("home", why.to_string(), fix_folder),
         },
         Err(e) => report.error("home", format!("{}: {e}", root.display()), fix_folder),
     }
@@ -201,7 +212,7 @@ pub(super) fn check_store(report: &mut Report, home: &Home, loaded: &Loaded) {
                     path.display()
                 ),
             ),
-            Err(why) => report.error("store", why, fix_path),
+            Err(why) => report.error("store", why.to_string(), fix_path),
         },
         Err(e) => report.error("store", format!("{}: {e}", path.display()), fix_path),
     }

@@ -52,14 +52,27 @@ pub fn open_real(path: &Path) -> std::io::Result<OwnedFd> {
 }
 
 /// Makes the folder behind `real` hold what `copy` holds.
-pub fn mirror(copy: &Path, real: BorrowedFd<'_>) -> Result<(), String> {
-    let copy_root = open_real(copy).map_err(|e| format!("{}: {e}", copy.display()))?;
+/// A folder of the copy that could not be mirrored: which, and why.
+#[derive(Debug, thiserror::Error)]
+#[error("{}: {error}", .path.display())]
+pub struct MirrorFailed {
+    pub path: PathBuf,
+    pub error: std::io::Error,
+}
+
+pub fn mirror(copy: &Path, real: BorrowedFd<'_>) -> Result<(), MirrorFailed> {
+    let copy_root = open_real(copy).map_err(|error| MirrorFailed {
+        path: copy.to_path_buf(),
+        error,
+    })?;
     // Folders still to mirror: a loop, so a deep tree cannot exhaust the
     // stack.
     let mut folders = vec![PathBuf::new()];
     while let Some(rel) = folders.pop() {
-        let shown = |e: std::io::Error| format!("{}: {e}", Path::new("/work").join(&rel).display());
-        sync(copy_root.as_fd(), real, &rel, &mut folders).map_err(shown)?;
+        sync(copy_root.as_fd(), real, &rel, &mut folders).map_err(|error| MirrorFailed {
+            path: Path::new("/work").join(&rel),
+            error,
+        })?;
     }
     Ok(())
 }

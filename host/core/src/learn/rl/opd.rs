@@ -38,19 +38,26 @@ pub struct Teacher {
     coef: f64,
 }
 
+/// The student's tokenizer failed (its words).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub struct TokenizerFailed(pub String);
+
 /// The student's tokenizer, as the check needs it.
 pub trait Tokenizer {
-    fn encode(&self, text: &str) -> Result<Vec<i32>, String>;
-    fn decode_one(&self, id: i32) -> Result<String, String>;
+    fn encode(&self, text: &str) -> Result<Vec<i32>, TokenizerFailed>;
+    fn decode_one(&self, id: i32) -> Result<String, TokenizerFailed>;
 }
 
 impl Tokenizer for metaclaw_chat::render::Renderer {
-    fn encode(&self, text: &str) -> Result<Vec<i32>, String> {
-        metaclaw_chat::render::Renderer::encode(self, text).map_err(|e| e.to_string())
+    fn encode(&self, text: &str) -> Result<Vec<i32>, TokenizerFailed> {
+        metaclaw_chat::render::Renderer::encode(self, text)
+            .map_err(|e| TokenizerFailed(e.to_string()))
     }
 
-    fn decode_one(&self, id: i32) -> Result<String, String> {
-        self.decode(&[id], false).map_err(|e| e.to_string())
+    fn decode_one(&self, id: i32) -> Result<String, TokenizerFailed> {
+        self.decode(&[id], false)
+            .map_err(|e| TokenizerFailed(e.to_string()))
     }
 }
 
@@ -75,7 +82,7 @@ pub enum TeacherError {
     Client(String),
     /// The student's tokenizer failed on the probe.
     #[error("the student's tokenizer: {0}")]
-    Tokenizer(String),
+    Tokenizer(TokenizerFailed),
     /// The teacher did not answer usefully: which teacher, and why.
     #[error("{teacher}: {why}")]
     Unanswered {
@@ -345,13 +352,13 @@ mod tests {
     struct Chars;
 
     impl Tokenizer for Chars {
-        fn encode(&self, text: &str) -> Result<Vec<i32>, String> {
+        fn encode(&self, text: &str) -> Result<Vec<i32>, TokenizerFailed> {
             Ok(text.chars().map(|c| c as i32).collect())
         }
-        fn decode_one(&self, id: i32) -> Result<String, String> {
+        fn decode_one(&self, id: i32) -> Result<String, TokenizerFailed> {
             char::from_u32(id as u32)
                 .map(String::from)
-                .ok_or_else(|| "bad id".into())
+                .ok_or_else(|| TokenizerFailed("bad id".into()))
         }
     }
 
