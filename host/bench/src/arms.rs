@@ -151,10 +151,13 @@ pub fn arm_config(user: &Loaded, arm: Arm, model: &str, helpers: &Helpers) -> Re
 /// Fails at once when the student is down for want of its chat format
 /// (the tokenizer: no retry finds it), or after [`DOWN_FOR`] when the
 /// service does not answer; says what is missing and which key to set.
-fn student_down(student: &Value, since: &mut Option<Instant>) -> Result<()> {
-    let why = student["reason"].as_str().unwrap_or("no reason given");
+fn student_down(
+    student: &metaclaw_core::policy::Health,
+    since: &mut Option<Instant>,
+) -> Result<()> {
+    let why = student.reason.as_deref().unwrap_or("no reason given");
     let first = *since.get_or_insert_with(Instant::now);
-    if student["rendering"].is_null() {
+    if student.rendering.is_none() {
         bail!(
             "the rl arm's student cannot load its chat format: {why} (see docs/rl.md, \"Where the tokenizer comes from\")"
         );
@@ -340,16 +343,19 @@ impl Instance {
                     ));
                 }
             }
-            if app.proxy.policy.is_some() {
-                let status = metaclaw_core::app::status_json(app).unwrap_or_default();
-                let student = &status["student"];
-                if student["state"] == "down" {
-                    student_down(student, &mut down_since)?;
+            if let Some(policy) = &app.proxy.policy {
+                let student = policy.health();
+                if student.state == "down" {
+                    student_down(&student, &mut down_since)?;
                 } else {
                     down_since = None;
                 }
-                if student["state"] != "ready" {
-                    waiting.push(format!("the student serving ({student})"));
+                if student.state != "ready" {
+                    waiting.push(format!(
+                        "the student serving ({}: {})",
+                        student.state,
+                        student.reason.as_deref().unwrap_or("no reason given")
+                    ));
                 }
             }
             if waiting.is_empty() {
