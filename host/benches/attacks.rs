@@ -1074,7 +1074,9 @@ mod reindex {
     use metaclaw_core::config::Config;
     use metaclaw_core::embeddings::{Backend, Cached, EmbedError};
     use metaclaw_core::plugins::types::{Skill, TurnContext};
-    use metaclaw_core::plugins::{CallError, Embedder, Grants, PluginHost, Settings};
+    use metaclaw_core::plugins::{
+        CallError, Embedder, Grants, HostSettings as Settings, PluginHost,
+    };
 
     const LIBRARY: usize = 40;
     const TURNS: usize = 120;

@@ -261,8 +261,9 @@ fn rerank(
     let snapshot = snapshot_of(skills);
     let board = board_of(skills);
     // The default floors; the weight is the variable.
-    let mut settings =
-        metaclaw_core::skills::Settings::from_config(&metaclaw_core::config::Config::default());
+    let mut settings = metaclaw_core::skills::SelectionSettings::from_config(
+        &metaclaw_core::config::Config::default(),
+    );
     let (mut plain, mut weighted) = (Vec::with_capacity(n), Vec::with_capacity(n));
     let mut relevant = 0usize;
     for i in 0..(n + 50) {

@@ -20,8 +20,8 @@ use metaclaw_core::config::Config;
 use metaclaw_core::home::Home;
 use metaclaw_core::plugins::types::{FinishedTurn, Skill, SkillDraft};
 use metaclaw_core::plugins::{
-    CallError, EmbedPurpose, Embedder, Grants, Limits, LockEntry, LockFile, PluginHost, Settings,
-    Source,
+    CallError, EmbedPurpose, Embedder, Grants, HostSettings as Settings, Limits, LockEntry,
+    LockFile, PluginHost, Source,
 };
 
 use common::wat::{load_bytes, probe_bytes, wat_scorer};
@@ -1143,7 +1143,7 @@ fn a_file_the_lock_does_not_list_is_never_compiled() {
 fn relevance_and_text_from_plugins_are_made_safe() {
     use metaclaw_core::skills::inject::{self, BEGIN, END};
     use metaclaw_core::skills::library::Library;
-    use metaclaw_core::skills::{Query, Retrieval, Settings as SkillSettings, Skills};
+    use metaclaw_core::skills::{Query, Retrieval, SelectionSettings as SkillSettings, Skills};
 
     let (home, host) = host_with(
         &[

@@ -32,7 +32,7 @@ use metaclaw_core::server::{self, Guard};
 use metaclaw_core::store::samples::SampleRecord;
 use metaclaw_core::store::{TurnRow, session_turns};
 use metaclaw_core::tinker::types::{Datum, LossFn, Sequence, StopReason};
-use metaclaw_core::tinker::{SamplingParams, Service, Settings};
+use metaclaw_core::tinker::{SamplingParams, Service, ServiceSettings as Settings};
 use metaclaw_wire::stream::sse::parse_all;
 use serde_json::{Value, json};
 use tower::ServiceExt;

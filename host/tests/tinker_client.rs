@@ -12,7 +12,8 @@ use std::time::{Duration, Instant};
 
 use metaclaw_core::tinker::types::{Datum, LossFn, StopReason};
 use metaclaw_core::tinker::{
-    AdamParams, Dialect, Error, LoraConfig, SamplingParams, Service, Settings, Stop,
+    AdamParams, Dialect, Error, LoraConfig, SamplingParams, Service, ServiceSettings as Settings,
+    Stop,
 };
 use metaclaw_mock_tinker::{Options, Seen};
 

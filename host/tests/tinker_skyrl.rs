@@ -19,7 +19,8 @@ use std::time::Instant;
 
 use metaclaw_core::tinker::types::{Datum, LossFn, Sampled};
 use metaclaw_core::tinker::{
-    AdamParams, Dialect, LoraConfig, SamplingParams, Service, Settings, TrainingModel,
+    AdamParams, Dialect, LoraConfig, SamplingParams, Service, ServiceSettings as Settings,
+    TrainingModel,
 };
 
 fn phase<T>(timings: &mut Vec<(String, f64)>, name: &str, started: Instant, value: T) -> T {

@@ -226,7 +226,7 @@ pub fn run(config_path: &Path, cmd: BenchCommand) -> Result<ExitCode> {
     }
 }
 
-fn read_settings(dir: &Path) -> Result<run::Settings> {
+fn read_settings(dir: &Path) -> Result<run::RunSettings> {
     let file = dir.join("run.json");
     let text = std::fs::read_to_string(&file).map_err(|e| {
         anyhow::anyhow!(
@@ -317,7 +317,7 @@ fn run_bench(config_path: &Path, args: RunArgs) -> Result<ExitCode> {
         }
         None => None,
     };
-    let settings = run::Settings {
+    let settings = run::RunSettings {
         set: args.set,
         model: model.clone(),
         arms,

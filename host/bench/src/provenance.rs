@@ -16,7 +16,7 @@ use std::path::Path;
 use serde::{Deserialize, Serialize};
 
 use super::arms::Arm;
-use super::run::Settings;
+use super::run::RunSettings;
 use metaclaw_core::config::Loaded;
 use metaclaw_core::digest::sha256_hex;
 
@@ -176,7 +176,7 @@ impl ArmRecord {
     /// The record of `arm` started with `config` (its metaclaw's; `None`
     /// for `direct`) and the library `bank` it starts from.
     pub fn new(
-        settings: &Settings,
+        settings: &RunSettings,
         (arm, repeat): (Arm, u32),
         config: Option<&Loaded>,
         bank: Option<Bank>,

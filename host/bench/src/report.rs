@@ -20,7 +20,7 @@ use super::arms::Arm;
 use super::data::Bench;
 use super::day::RoundRecord;
 use super::provenance::{ArmRecord, Bank};
-use super::run::{AgentKind, Records, Settings};
+use super::run::{AgentKind, Records, RunSettings};
 use metaclaw_core::ui::chart::{Chart, Series, XAxis};
 
 /// The five rules, as the report names them.
@@ -167,7 +167,7 @@ pub struct ArmSummary {
 }
 
 /// The days held out of learning (`--split`).
-fn held_out_days(settings: &Settings) -> BTreeSet<String> {
+fn held_out_days(settings: &RunSettings) -> BTreeSet<String> {
     settings
         .bench()
         .map(|b| {
@@ -181,7 +181,7 @@ fn held_out_days(settings: &Settings) -> BTreeSet<String> {
         .unwrap_or_default()
 }
 
-pub fn summarise(settings: &Settings, records: &Records) -> Vec<ArmSummary> {
+pub fn summarise(settings: &RunSettings, records: &Records) -> Vec<ArmSummary> {
     let held = held_out_days(settings);
     settings
         .arms
@@ -236,7 +236,7 @@ fn spread(s: &ArmSummary, f: impl Fn(&Metrics) -> f64) -> String {
 
 /// Writes `report.md`, `report.svg` and `report.json` into `dir`; the
 /// Markdown's text.
-pub fn write(dir: &Path, settings: &Settings, records: &Records) -> Result<String> {
+pub fn write(dir: &Path, settings: &RunSettings, records: &Records) -> Result<String> {
     let bench = settings.bench()?;
     let summary = summarise(settings, records);
     let arms = measured(settings, records);
@@ -263,7 +263,7 @@ pub fn write(dir: &Path, settings: &Settings, records: &Records) -> Result<Strin
 
 fn markdown(
     bench: &Bench,
-    settings: &Settings,
+    settings: &RunSettings,
     records: &Records,
     summary: &[ArmSummary],
     arms: &[ArmMeasured],
@@ -550,7 +550,7 @@ pub struct Training {
     pub samples: Value,
 }
 
-fn measured(settings: &Settings, records: &Records) -> Vec<ArmMeasured> {
+fn measured(settings: &RunSettings, records: &Records) -> Vec<ArmMeasured> {
     let mut out = Vec::new();
     for &arm in &settings.arms {
         for repeat in 1..=settings.repeat {

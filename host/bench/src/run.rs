@@ -38,7 +38,7 @@ use metaclaw_core::home::Home;
 
 /// What a run is, fixed when it starts.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct Settings {
+pub struct RunSettings {
     pub set: Set,
     pub model: String,
     pub arms: Vec<Arm>,
@@ -69,7 +69,7 @@ pub struct Settings {
     pub split: bool,
 }
 
-impl Settings {
+impl RunSettings {
     /// The set, cut to the run's days.
     pub fn bench(&self) -> Result<Bench> {
         Ok(Bench::load(self.set)?.first_days(self.days))
@@ -114,7 +114,7 @@ pub struct NightRecord {
 #[derive(Debug, Serialize, Deserialize)]
 struct RunFile {
     #[serde(flatten)]
-    settings: Settings,
+    settings: RunSettings,
     /// Absent in runs started before runs recorded it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     measured_by: Option<Measured>,
@@ -206,7 +206,7 @@ fn append(file: &Path, value: &impl Serialize) -> Result<()> {
 /// Opens (or starts) the run in `dir`, measured by `measured`: a folder
 /// holding another run's settings, or a run measured by another binary or
 /// skill bank, is refused rather than mixed.
-pub fn open(dir: &Path, settings: &Settings, measured: &Measured) -> Result<()> {
+pub fn open(dir: &Path, settings: &RunSettings, measured: &Measured) -> Result<()> {
     std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
     let file = dir.join("run.json");
     match std::fs::read_to_string(&file) {
@@ -259,7 +259,7 @@ pub struct RunContext {
 }
 
 /// Runs every arm and repeat not finished yet.
-pub async fn run(settings: &Settings, ctx: &RunContext) -> Result<()> {
+pub async fn run(settings: &RunSettings, ctx: &RunContext) -> Result<()> {
     let bench = settings.bench()?;
     let openclaw = match settings.agent {
         AgentKind::Builtin => None,
@@ -378,7 +378,7 @@ pub async fn run(settings: &Settings, ctx: &RunContext) -> Result<()> {
 
 #[allow(clippy::too_many_arguments)]
 async fn run_arm(
-    settings: &Settings,
+    settings: &RunSettings,
     bench: &Bench,
     agent: &Agent,
     instance: Option<&Instance>,

@@ -26,7 +26,7 @@ const START_TIMEOUT: Duration = Duration::from_secs(30);
 /// the compile cache and skip this.
 fn precompile_plugins(home: &Home, config: &metaclaw_core::config::Config) {
     use std::io::{IsTerminal, Write};
-    let settings = metaclaw_core::plugins::Settings::from_config(config, home);
+    let settings = metaclaw_core::plugins::HostSettings::from_config(config, home);
     let terminal = std::io::stderr().is_terminal();
     let started = Instant::now();
     let mut progress = |done: usize, total: usize, name: &str| {

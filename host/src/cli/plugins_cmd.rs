@@ -15,8 +15,8 @@ use metaclaw_core::digest::sha256_hex;
 use metaclaw_core::home::Home;
 use metaclaw_core::plugins::pinning::{self, Choice};
 use metaclaw_core::plugins::{
-    ArtifactState, BuiltinSource, Kind, Loaded, LockFile, PluginHost, PluginInfo, RegistryView,
-    Settings, Source, artifact_limit, files, types, view,
+    ArtifactState, BuiltinSource, HostSettings as Settings, Kind, Loaded, LockFile, PluginHost,
+    PluginInfo, RegistryView, Source, artifact_limit, files, types, view,
 };
 
 fn local_host(home: &Home, config: &LoadedConfig, ignore_lock: bool) -> Result<Arc<PluginHost>> {

@@ -11,10 +11,12 @@ use metaclaw_core::config::Loaded as LoadedConfig;
 use metaclaw_core::home::Home;
 use metaclaw_core::home::expand_home;
 use metaclaw_core::learn::review;
-use metaclaw_core::plugins::{PluginHost, Settings as PluginSettings};
+use metaclaw_core::plugins::{HostSettings as PluginSettings, PluginHost};
 use metaclaw_core::skills::library::Library;
 use metaclaw_core::skills::skill::{self, Category};
-use metaclaw_core::skills::{Query, Retrieval, Settings as SkillSettings, Skills, builtin, import};
+use metaclaw_core::skills::{
+    Query, Retrieval, SelectionSettings as SkillSettings, Skills, builtin, import,
+};
 use metaclaw_core::store::skills::{Attribution, history};
 
 use super::skills_stats as stats;

@@ -670,8 +670,10 @@ pub fn skills_over(
     library: PathBuf,
     config: &metaclaw_core::config::Config,
 ) -> std::sync::Arc<metaclaw_core::skills::Skills> {
-    use metaclaw_core::plugins::{PluginHost, Settings as PluginSettings};
-    use metaclaw_core::skills::{Retrieval, Settings, Skills, library::Library};
+    use metaclaw_core::plugins::{HostSettings as PluginSettings, PluginHost};
+    use metaclaw_core::skills::{
+        Retrieval, SelectionSettings as Settings, Skills, library::Library,
+    };
     let db = home.db_file();
     let (retrieval, embedder) = Retrieval::from_config(config, &db);
     assert_eq!(retrieval.problem, None);

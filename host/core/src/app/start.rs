@@ -27,14 +27,14 @@ use crate::learn::judge::Judge;
 use crate::learn::llm::{ChatModel, Role};
 use crate::learn::{Learner, Scoring};
 use crate::metrics::Metrics;
-use crate::plugins::{PluginHost, Settings as PluginSettings};
-use crate::policy::{self, Policy, Settings as PolicySettings};
+use crate::plugins::{HostSettings as PluginSettings, PluginHost};
+use crate::policy::{self, Policy, StudentSettings as PolicySettings};
 use crate::proxy::upstream::Upstream;
 use crate::proxy::{Limits, Proxy};
 use crate::redact::Redactor;
 use crate::sessions::Tracker;
 use crate::skills::library::Library;
-use crate::skills::{Retrieval, Settings as SkillSettings, Skills};
+use crate::skills::{Retrieval, SelectionSettings as SkillSettings, Skills};
 use crate::store::{Store, StoreOptions};
 
 pub struct StartOptions<'a> {
@@ -364,7 +364,7 @@ fn start_trainer(
             config.rl.save_every
         );
     }
-    let settings = trainer::Settings {
+    let settings = trainer::TrainerSettings {
         tinker: crate::tinker::configured::settings(config, &env),
         // Under a weights canary every step saves its training state: a
         // rollback trains on from the state before the candidate's step.

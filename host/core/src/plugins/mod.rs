@@ -40,7 +40,7 @@ pub use loaded::{
 };
 pub use lock::{LockEntry, LockFile};
 pub use refused::LoadRefused;
-pub use registry::{BuiltinSource, PluginHost, PluginSpec, Problem, Registry, Settings};
+pub use registry::{BuiltinSource, HostSettings, PluginHost, PluginSpec, Problem, Registry};
 pub use sandbox::{
     Account, Charge, EmbedAllowance, EmbedBudget, EmbedFailed, EmbedLedger, EmbedPurpose, Embedder,
     Grants, MemoryPool, OutcomeSource, Spend, Unmetered,

@@ -52,10 +52,10 @@ pub enum SamplerError {
 
 /// What serving from the student is configured to do.
 #[derive(Clone)]
-pub struct Settings {
+pub struct StudentSettings {
     /// The training service's base model (`rl.model`).
     pub base_model: String,
-    pub tinker: tinker::Settings,
+    pub tinker: tinker::ServiceSettings,
     pub fallback_to_llm: bool,
     pub serve_side_turns: bool,
     pub tool_call_format: ToolCallFormat,
@@ -77,7 +77,7 @@ pub struct Settings {
     pub run_agent: String,
 }
 
-impl Settings {
+impl StudentSettings {
     /// The settings of the shared run's policy (`run_agent` ''), or of an
     /// agent's own (`config` is then `Config::for_agent`'s).
     pub fn from_config(
@@ -129,7 +129,7 @@ pub struct ChatFormat {
 }
 
 impl ChatFormat {
-    fn new(renderer: Renderer, settings: &Settings, dir: PathBuf) -> Self {
+    fn new(renderer: Renderer, settings: &StudentSettings, dir: PathBuf) -> Self {
         let family = match settings.tool_call_format {
             ToolCallFormat::Auto => Family::detect(renderer.template()),
             ToolCallFormat::Hermes => Some(Family::Hermes),
@@ -195,7 +195,7 @@ pub struct Health {
 
 /// The served policy: shared by every turn, kept up by [`connect::run`].
 pub struct Policy {
-    pub settings: Settings,
+    pub settings: StudentSettings,
     format: RwLock<Option<Arc<ChatFormat>>>,
     serving: RwLock<Option<Arc<Serving>>>,
     health: Mutex<Health>,
@@ -265,7 +265,7 @@ pub struct Answer {
 pub struct Unavailable(pub String);
 
 impl Policy {
-    pub fn new(settings: Settings) -> Arc<Self> {
+    pub fn new(settings: StudentSettings) -> Arc<Self> {
         Arc::new(Self {
             settings,
             format: RwLock::new(None),

@@ -15,7 +15,7 @@ use serde::Serialize;
 use super::calendar;
 use super::idle::{IdleProbe, SourceFailed, SystemIdle};
 use super::machine::{Machine, State};
-use super::rule::{self, CalendarNow, Decision, Settings, Signals};
+use super::rule::{self, CalendarNow, Decision, Signals, WindowRule};
 use super::sleep::{Sleep, SleepWindow, Zone};
 use super::source::CalendarSource;
 use crate::clock::{Clock, LastActivity};
@@ -31,7 +31,7 @@ pub enum Force {
 
 /// What the scheduler is built from (`scheduler.*`), checked.
 pub struct Parts {
-    pub settings: Settings,
+    pub settings: WindowRule,
     pub zone: Zone,
     pub sleep: Option<SleepWindow>,
     pub force: Option<Force>,
@@ -83,7 +83,7 @@ impl Parts {
             ),
         };
         Ok(Self {
-            settings: Settings {
+            settings: WindowRule {
                 idle_threshold: Duration::minutes(i64::from(s.idle_threshold_minutes)),
                 min_window: Duration::minutes(i64::from(s.min_window_minutes)),
             },

@@ -32,7 +32,7 @@ pub struct CalendarNow {
 }
 
 #[derive(Debug, Clone, Copy)]
-pub struct Settings {
+pub struct WindowRule {
     pub idle_threshold: Duration,
     pub min_window: Duration,
 }
@@ -50,7 +50,7 @@ fn minutes(d: Duration) -> i64 {
     d.num_minutes()
 }
 
-pub fn decide(s: &Signals, settings: Settings) -> Decision {
+pub fn decide(s: &Signals, settings: WindowRule) -> Decision {
     let shut = |reason: String| Decision {
         open: false,
         reason,
@@ -129,7 +129,7 @@ mod tests {
     use super::*;
     use crate::clock::utc;
 
-    const SETTINGS: Settings = Settings {
+    const SETTINGS: WindowRule = WindowRule {
         idle_threshold: Duration::minutes(30),
         min_window: Duration::minutes(20),
     };

@@ -68,7 +68,7 @@ use metaclaw_wire::request::{ChatRequest, Role};
 use skill::{Category, Skill};
 
 #[derive(Debug, Clone)]
-pub struct Settings {
+pub struct SelectionSettings {
     pub enabled: bool,
     pub top_k: usize,
     pub task_specific_top_k: usize,
@@ -97,7 +97,7 @@ pub struct Settings {
     pub workshop: crate::config::WorkshopConfig,
 }
 
-impl Settings {
+impl SelectionSettings {
     pub fn from_config(config: &crate::config::Config) -> Self {
         let s = &config.skills;
         Self {
@@ -290,7 +290,7 @@ impl Retrieval {
 pub struct Skills {
     pub library: Arc<Library>,
     pub plugins: Option<Arc<PluginHost>>,
-    pub settings: Settings,
+    pub settings: SelectionSettings,
     pub retrieval: Retrieval,
     /// The retriever that answered the last turn (`name@version`).
     last_retriever: std::sync::Mutex<Option<String>>,
@@ -326,7 +326,7 @@ impl Skills {
     pub fn new(
         library: Arc<Library>,
         plugins: Option<Arc<PluginHost>>,
-        settings: Settings,
+        settings: SelectionSettings,
         retrieval: Retrieval,
     ) -> Arc<Self> {
         let outcomes = Arc::new(outcomes::Outcomes::load(library.db()));
@@ -678,7 +678,7 @@ impl Skills {
 /// Stable: equal ranks keep the retriever's order.
 pub fn rank_relevant<'a>(
     ranked: &'a [(String, f32)],
-    settings: &Settings,
+    settings: &SelectionSettings,
     snapshot: &Snapshot,
     board: &outcomes::Board,
 ) -> Vec<&'a (String, f32)> {

@@ -8,7 +8,7 @@ use serde::Serialize;
 use serde_json::Value;
 
 use super::Error;
-use super::session::{Dialect, Service, Settings};
+use super::session::{Dialect, Service, ServiceSettings};
 
 /// What the check found.
 #[derive(Debug, Clone, Serialize)]
@@ -66,7 +66,7 @@ impl Report {
 }
 
 /// An error of the check, turned into what the user should change.
-pub fn advice(settings: &Settings, error: &Error) -> String {
+pub fn advice(settings: &ServiceSettings, error: &Error) -> String {
     let url = &settings.base_url;
     match error {
         Error::Service {
@@ -97,7 +97,7 @@ pub fn advice(settings: &Settings, error: &Error) -> String {
 }
 
 /// Connects to the service and checks it can train `model`.
-pub async fn check(settings: &Settings, model: &str) -> Result<Report, Error> {
+pub async fn check(settings: &ServiceSettings, model: &str) -> Result<Report, Error> {
     // Connected as `auto` would be, so the report says what the service
     // reads even where rl.tinker_dialect fixes it.
     let mut auto = settings.clone();

@@ -4,7 +4,7 @@
 //! `rl.tinker_dialect`.
 
 use super::run::RunSpec;
-use super::session::{Dialect, Settings};
+use super::session::{Dialect, ServiceSettings};
 use super::types::LoraConfig;
 use crate::config::{Config, TinkerDialect};
 
@@ -27,8 +27,9 @@ pub fn base_url(config: &Config, env: &dyn Fn(&str) -> Option<String>) -> String
 
 /// The client's settings (the key comes from the config, where
 /// `$TINKER_API_KEY` has already put it).
-pub fn settings(config: &Config, env: &dyn Fn(&str) -> Option<String>) -> Settings {
-    let mut settings = Settings::new(&base_url(config, env), config.rl.tinker_api_key.clone());
+pub fn settings(config: &Config, env: &dyn Fn(&str) -> Option<String>) -> ServiceSettings {
+    let mut settings =
+        ServiceSettings::new(&base_url(config, env), config.rl.tinker_api_key.clone());
     settings.dialect = match config.rl.tinker_dialect {
         TinkerDialect::Auto => None,
         TinkerDialect::Protobuf => Some(Dialect::Protobuf),

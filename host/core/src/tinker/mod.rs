@@ -27,7 +27,7 @@ pub use metaclaw_tinker::types;
 pub use metaclaw_tinker::types::{LoraConfig, ModelInfo, Stop, WeightsInfo};
 pub use model::{AdamParams, Checkpoint, Sampler, SamplingParams, TrainingModel};
 pub use run::{Opened, RunSpec, StepReport, TrainingRun};
-pub use session::{Dialect, Service, Session, Settings};
+pub use session::{Dialect, Service, ServiceSettings, Session};
 
 /// What a call to the training service can end in.
 #[derive(Debug, thiserror::Error)]

@@ -68,7 +68,7 @@ impl KnownDialect {
 
 /// Where the service is and how to reach it.
 #[derive(Clone)]
-pub struct Settings {
+pub struct ServiceSettings {
     /// Without `/api/v1`; a trailing `/` is ignored.
     pub base_url: String,
     /// Sent as `X-API-Key`; never logged.
@@ -94,9 +94,9 @@ pub struct Settings {
 
 /// The key is never printed: a `{:?}` of the settings (a log, an error)
 /// says only whether there is one.
-impl std::fmt::Debug for Settings {
+impl std::fmt::Debug for ServiceSettings {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Settings")
+        f.debug_struct("ServiceSettings")
             .field("base_url", &self.base_url)
             .field("api_key", &self.api_key.as_ref().map(|_| "<redacted>"))
             .field("dialect", &self.dialect)
@@ -109,7 +109,7 @@ impl std::fmt::Debug for Settings {
     }
 }
 
-impl Settings {
+impl ServiceSettings {
     /// The service's URL as a connected [`Service`] names it (and training
     /// runs are recorded under it).
     pub fn service_url(&self) -> &str {
@@ -146,7 +146,7 @@ pub struct Service {
 impl Service {
     /// Connects: reads the server's client config (a 404 means defaults),
     /// which says how `forward_backward` bodies are sent.
-    pub async fn connect(settings: &Settings) -> Result<Self, Error> {
+    pub async fn connect(settings: &ServiceSettings) -> Result<Self, Error> {
         let base = settings.service_url().to_string();
         let http = ClientSpec::new(Purpose::Training)
             .only_calls([base.as_str()])

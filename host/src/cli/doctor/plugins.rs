@@ -5,7 +5,9 @@ use super::report::Report;
 use metaclaw_core::config::Loaded;
 use metaclaw_core::digest::sha256_hex;
 use metaclaw_core::home::Home;
-use metaclaw_core::plugins::{FIRST_PARTY, LockFile, PluginHost, Settings, Source, files};
+use metaclaw_core::plugins::{
+    FIRST_PARTY, HostSettings as Settings, LockFile, PluginHost, Source, files,
+};
 use metaclaw_core::untrusted::log_line;
 use std::path::PathBuf;
 use std::sync::Arc;

@@ -53,8 +53,8 @@ const TOKENIZER_POLL: Duration = Duration::from_millis(100);
 
 /// What the trainer is configured to do.
 #[derive(Clone)]
-pub struct Settings {
-    pub tinker: crate::tinker::Settings,
+pub struct TrainerSettings {
+    pub tinker: crate::tinker::ServiceSettings,
     pub spec: RunSpec,
     pub batch_size: usize,
     pub loss: LossFn,
@@ -193,7 +193,7 @@ pub struct TrainerHandle {
     pub gate_error: Option<crate::scheduler::gate::ConfigError>,
     /// The learning-health verdict's thresholds (`rl.health_window`).
     pub health_rule: health::Rule,
-    /// Why no step runs ([`Settings::steps_off`]).
+    /// Why no step runs ([`TrainerSettings::steps_off`]).
     pub steps_off: Option<String>,
 }
 
@@ -251,7 +251,7 @@ impl TrainerHandle {
 }
 
 struct Trainer {
-    settings: Settings,
+    settings: TrainerSettings,
     policy: Arc<Policy>,
     /// The serving runtime: the swap runs there, on the policy's session.
     serving: tokio::runtime::Handle,
@@ -274,7 +274,7 @@ struct Test {
 
 /// Starts the trainer's thread.
 pub fn spawn(
-    settings: Settings,
+    settings: TrainerSettings,
     policy: Arc<Policy>,
     cancel: CancellationToken,
 ) -> std::io::Result<(TrainerHandle, std::thread::JoinHandle<()>)> {
@@ -364,7 +364,7 @@ pub fn spawn(
 /// Before the run is opened: the samples of steps after the active run's
 /// last saved state (or of another run) back to the queue, as opening it
 /// does.
-fn rewind_to_saved_state(settings: &Settings) -> Result<usize, TrainError> {
+fn rewind_to_saved_state(settings: &TrainerSettings) -> Result<usize, TrainError> {
     let conn = crate::store::open_side_writer(&settings.db).map_err(TrainError::store)?;
     let run = crate::store::training::active(
         &conn,

@@ -40,7 +40,7 @@ use super::sandbox::{EmbedLedger, Embedder, MemoryPool};
 
 pub use crate::config::PluginSpec;
 use scan::{FileRecord, report_changes};
-pub use settings::{BuiltinSource, Settings};
+pub use settings::{BuiltinSource, HostSettings};
 
 /// A file that could not be loaded (or something worth knowing about one),
 /// and why.
@@ -129,7 +129,7 @@ impl Registry {
 
 pub struct PluginHost {
     pub engine: Arc<PluginEngine>,
-    pub settings: Settings,
+    pub settings: HostSettings,
     embedder: Option<Arc<dyn Embedder>>,
     /// Each plugin file's embedding spend over time: here, so that no
     /// instance, re-index or reload of the file starts it afresh.
@@ -144,7 +144,7 @@ pub struct PluginHost {
 
 impl PluginHost {
     pub fn new(
-        settings: Settings,
+        settings: HostSettings,
         embedder: Option<Arc<dyn Embedder>>,
     ) -> anyhow::Result<Arc<Self>> {
         let engine = PluginEngine::new(settings.engine_options())?;
@@ -164,7 +164,7 @@ impl PluginHost {
     /// upgrade), calling `progress(done, total, name)` before each; the
     /// daemon then loads them from the cache. Returns how many it compiled.
     pub fn precompile_embedded(
-        settings: &Settings,
+        settings: &HostSettings,
         progress: &mut dyn FnMut(usize, usize, &str),
     ) -> anyhow::Result<usize> {
         if settings.builtin != BuiltinSource::Embedded {

@@ -26,7 +26,7 @@ pub enum BuiltinSource {
 
 /// Everything the host needs to know from the config.
 #[derive(Debug, Clone)]
-pub struct Settings {
+pub struct HostSettings {
     pub builtin: BuiltinSource,
     pub user_dir: PathBuf,
     pub lock_path: PathBuf,
@@ -65,7 +65,7 @@ pub struct Settings {
     pub pinning: bool,
 }
 
-impl Settings {
+impl HostSettings {
     pub fn from_config(config: &crate::config::Config, home: &crate::home::Home) -> Self {
         let p = &config.plugins;
         let builtin = match (&p.builtin, p.builtin_dir.as_deref()) {
