@@ -1074,9 +1074,7 @@ mod reindex {
     use metaclaw_core::config::Config;
     use metaclaw_core::embeddings::{Backend, Cached, EmbedError};
     use metaclaw_core::plugins::types::{Skill, TurnContext};
-    use metaclaw_core::plugins::{
-        CallError, Embedder, Grants, HostSettings as Settings, PluginHost,
-    };
+    use metaclaw_core::plugins::{CallError, Embedder, Grants, HostSettings, PluginHost};
 
     const LIBRARY: usize = 40;
     const TURNS: usize = 120;
@@ -1119,7 +1117,8 @@ mod reindex {
         let upstream = Arc::new(Upstream::default());
         let db = home.path().join("metaclaw.db");
         let embedder: Arc<dyn Embedder> = Arc::new(Cached::new(upstream.clone(), &db).unwrap());
-        let settings = Settings::from_config(&config, &metaclaw_core::home::Home::at(home.path()));
+        let settings =
+            HostSettings::from_config(&config, &metaclaw_core::home::Home::at(home.path()));
         let host = PluginHost::new(settings, Some(embedder)).unwrap();
         let plugin = host.reload().find("hostile-retriever", None).unwrap();
         let text = |id: String| Skill {

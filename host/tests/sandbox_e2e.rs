@@ -20,8 +20,8 @@ use metaclaw_core::config::Config;
 use metaclaw_core::home::Home;
 use metaclaw_core::plugins::types::{FinishedTurn, Skill, SkillDraft};
 use metaclaw_core::plugins::{
-    CallError, EmbedPurpose, Embedder, Grants, HostSettings as Settings, Limits, LockEntry,
-    LockFile, PluginHost, Source,
+    CallError, EmbedPurpose, Embedder, Grants, HostSettings, Limits, LockEntry, LockFile,
+    PluginHost, Source,
 };
 
 use common::wat::{load_bytes, probe_bytes, wat_scorer};
@@ -46,7 +46,7 @@ fn host_with(
     let mut config = Config::default();
     configure(&mut config);
     let h = Home::at(home.path());
-    let host = PluginHost::new(Settings::from_config(&config, &h), None).unwrap();
+    let host = PluginHost::new(HostSettings::from_config(&config, &h), None).unwrap();
     (home, host)
 }
 
@@ -1143,7 +1143,7 @@ fn a_file_the_lock_does_not_list_is_never_compiled() {
 fn relevance_and_text_from_plugins_are_made_safe() {
     use metaclaw_core::skills::inject::{self, BEGIN, END};
     use metaclaw_core::skills::library::Library;
-    use metaclaw_core::skills::{Query, Retrieval, SelectionSettings as SkillSettings, Skills};
+    use metaclaw_core::skills::{Query, Retrieval, SelectionSettings, Skills};
 
     let (home, host) = host_with(
         &[
@@ -1167,7 +1167,7 @@ fn relevance_and_text_from_plugins_are_made_safe() {
     let skills = Skills::new(
         library,
         Some(host),
-        SkillSettings::from_config(&Config::default()),
+        SelectionSettings::from_config(&Config::default()),
         Retrieval::default(),
     );
     engine.block_on(skills.index_now());
@@ -1245,7 +1245,7 @@ fn embedding_host(
             .unwrap();
     let embedder: Arc<dyn Embedder> = Arc::new(cache);
     let h = Home::at(home.path());
-    let host = PluginHost::new(Settings::from_config(&config, &h), Some(embedder)).unwrap();
+    let host = PluginHost::new(HostSettings::from_config(&config, &h), Some(embedder)).unwrap();
     host.reload();
     (home, host)
 }

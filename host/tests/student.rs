@@ -32,7 +32,7 @@ use metaclaw_core::server::{self, Guard};
 use metaclaw_core::store::samples::SampleRecord;
 use metaclaw_core::store::{TurnRow, session_turns};
 use metaclaw_core::tinker::types::{Datum, LossFn, Sequence, StopReason};
-use metaclaw_core::tinker::{SamplingParams, Service, ServiceSettings as Settings};
+use metaclaw_core::tinker::{SamplingParams, Service, ServiceSettings};
 use metaclaw_wire::stream::sse::parse_all;
 use serde_json::{Value, json};
 use tower::ServiceExt;
@@ -398,7 +398,7 @@ async fn a_plain_answer_is_served_from_the_student_and_recorded_token_for_token(
     assert_eq!(sample.prompt_tokens, expected.tokens);
 
     // The service, asked to score prompt + sample, gives the same logprobs.
-    let service = Service::connect(&Settings::new(&p.tinker, None))
+    let service = Service::connect(&ServiceSettings::new(&p.tinker, None))
         .await
         .unwrap();
     let session = service.create_session().await.unwrap();
@@ -940,9 +940,12 @@ async fn against_skyrl_the_student_answers_openclaw_with_the_exact_tokens() {
     }
 
     // The server scores each recorded sequence again.
-    let service = Service::connect(&Settings::new(&server.proc.url, Some("tml-dummy".into())))
-        .await
-        .unwrap();
+    let service = Service::connect(&ServiceSettings::new(
+        &server.proc.url,
+        Some("tml-dummy".into()),
+    ))
+    .await
+    .unwrap();
     let session = service.create_session().await.unwrap();
     let base = model.display().to_string();
     let trainer = session

@@ -12,29 +12,28 @@ use std::time::{Duration, Instant};
 
 use metaclaw_core::tinker::types::{Datum, LossFn, StopReason};
 use metaclaw_core::tinker::{
-    AdamParams, Dialect, Error, LoraConfig, SamplingParams, Service, ServiceSettings as Settings,
-    Stop,
+    AdamParams, Dialect, Error, LoraConfig, SamplingParams, Service, ServiceSettings, Stop,
 };
 use metaclaw_mock_tinker::{Options, Seen};
 
 /// The fake on a free port, and settings for it (short waits).
-async fn fake() -> Settings {
+async fn fake() -> ServiceSettings {
     fake_with(Options::default()).await
 }
 
 /// [`fake`], configured with `options`.
-async fn fake_with(options: Options) -> Settings {
+async fn fake_with(options: Options) -> ServiceSettings {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let url = format!("http://{}", listener.local_addr().unwrap());
     tokio::spawn(metaclaw_mock_tinker::serve_with(listener, options));
-    let mut settings = Settings::new(&url, Some("tml-dummy".into()));
+    let mut settings = ServiceSettings::new(&url, Some("tml-dummy".into()));
     settings.first_retry_wait = Duration::from_millis(5);
     settings.billing_wait = Duration::from_millis(5);
     settings
 }
 
 /// What the fake saw.
-async fn seen(settings: &Settings) -> Seen {
+async fn seen(settings: &ServiceSettings) -> Seen {
     reqwest::get(format!("{}/api/v1/fake/seen", settings.base_url))
         .await
         .unwrap()
@@ -52,7 +51,7 @@ fn greedy() -> SamplingParams {
 }
 
 /// The loop RL runs.
-async fn train_once(settings: &Settings, base_model: &str) {
+async fn train_once(settings: &ServiceSettings, base_model: &str) {
     let service = Service::connect(settings).await.unwrap();
     let session = service.create_session().await.unwrap();
     let model = session
@@ -123,7 +122,7 @@ async fn train_once(settings: &Settings, base_model: &str) {
 }
 
 /// [`train_once`] within a time limit: a lost `seq_id` would hang it.
-async fn train_in_time(settings: &Settings, base_model: &str) {
+async fn train_in_time(settings: &ServiceSettings, base_model: &str) {
     tokio::time::timeout(Duration::from_secs(60), train_once(settings, base_model))
         .await
         .expect("the loop hung");
@@ -151,7 +150,7 @@ async fn the_loop_survives_every_fault_the_protocol_names() {
 /// A new model of `base_model` on the service at `settings`, with the
 /// service and session it lives in.
 async fn model_on(
-    settings: &Settings,
+    settings: &ServiceSettings,
     base_model: &str,
     lora: &LoraConfig,
 ) -> (
@@ -387,7 +386,7 @@ async fn a_session_the_service_ended_refuses_further_calls() {
 
 #[test]
 fn the_key_is_never_printed() {
-    let settings = Settings::new("http://127.0.0.1:1", Some("tml-secret-4471".into()));
+    let settings = ServiceSettings::new("http://127.0.0.1:1", Some("tml-secret-4471".into()));
     let printed = format!("{settings:?}");
     assert!(!printed.contains("tml-secret-4471"), "{printed}");
     assert!(printed.contains("<redacted>"), "{printed}");

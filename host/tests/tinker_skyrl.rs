@@ -19,8 +19,7 @@ use std::time::Instant;
 
 use metaclaw_core::tinker::types::{Datum, LossFn, Sampled};
 use metaclaw_core::tinker::{
-    AdamParams, Dialect, LoraConfig, SamplingParams, Service, ServiceSettings as Settings,
-    TrainingModel,
+    AdamParams, Dialect, LoraConfig, SamplingParams, Service, ServiceSettings, TrainingModel,
 };
 
 fn phase<T>(timings: &mut Vec<(String, f64)>, name: &str, started: Instant, value: T) -> T {
@@ -86,7 +85,7 @@ async fn the_rl_loop_runs_against_skyrl_on_cpu() {
         return;
     };
     let mut timings = Vec::new();
-    let settings = Settings::new(&server.proc.url, Some("tml-dummy".into()));
+    let settings = ServiceSettings::new(&server.proc.url, Some("tml-dummy".into()));
 
     let t = Instant::now();
     let service = Service::connect(&settings).await.unwrap();

@@ -15,12 +15,12 @@ use metaclaw_core::digest::sha256_hex;
 use metaclaw_core::home::Home;
 use metaclaw_core::plugins::pinning::{self, Choice};
 use metaclaw_core::plugins::{
-    ArtifactState, BuiltinSource, HostSettings as Settings, Kind, Loaded, LockFile, PluginHost,
-    PluginInfo, RegistryView, Source, artifact_limit, files, types, view,
+    ArtifactState, BuiltinSource, HostSettings, Kind, Loaded, LockFile, PluginHost, PluginInfo,
+    RegistryView, Source, artifact_limit, files, types, view,
 };
 
 fn local_host(home: &Home, config: &LoadedConfig, ignore_lock: bool) -> Result<Arc<PluginHost>> {
-    let mut settings = Settings::from_config(&config.config, home);
+    let mut settings = HostSettings::from_config(&config.config, home);
     if ignore_lock {
         settings.lock_path = home.root.join(".no-lock-for-this-scan");
     }
@@ -328,7 +328,7 @@ fn remove(home: &Home, config: &LoadedConfig, spec: &str) -> Result<ExitCode> {
 }
 
 fn lock(home: &Home, config: &LoadedConfig, choice: Choice) -> Result<ExitCode> {
-    let mut settings = Settings::from_config(&config.config, home);
+    let mut settings = HostSettings::from_config(&config.config, home);
     settings.lock_path = home.root.join(".no-lock-for-this-scan");
     settings.pinning = true;
     settings

@@ -11,12 +11,10 @@ use metaclaw_core::config::Loaded as LoadedConfig;
 use metaclaw_core::home::Home;
 use metaclaw_core::home::expand_home;
 use metaclaw_core::learn::review;
-use metaclaw_core::plugins::{HostSettings as PluginSettings, PluginHost};
+use metaclaw_core::plugins::{HostSettings, PluginHost};
 use metaclaw_core::skills::library::Library;
 use metaclaw_core::skills::skill::{self, Category};
-use metaclaw_core::skills::{
-    Query, Retrieval, SelectionSettings as SkillSettings, Skills, builtin, import,
-};
+use metaclaw_core::skills::{Query, Retrieval, SelectionSettings, Skills, builtin, import};
 use metaclaw_core::store::skills::{Attribution, history};
 
 use super::skills_stats as stats;
@@ -361,13 +359,13 @@ pub fn run(home: &Home, config_path: &Path, command: SkillsCommand) -> Result<Ex
             }
             let library = open_library(dir, db);
             let plugins =
-                PluginHost::new(PluginSettings::from_config(&config.config, home), embedder)?;
+                PluginHost::new(HostSettings::from_config(&config.config, home), embedder)?;
             plugins.reload();
             let engine = plugins.engine.clone();
             let skills = Skills::new(
                 library,
                 Some(plugins),
-                SkillSettings::from_config(&config.config),
+                SelectionSettings::from_config(&config.config),
                 retrieval,
             );
             let q = Query {

@@ -670,14 +670,12 @@ pub fn skills_over(
     library: PathBuf,
     config: &metaclaw_core::config::Config,
 ) -> std::sync::Arc<metaclaw_core::skills::Skills> {
-    use metaclaw_core::plugins::{HostSettings as PluginSettings, PluginHost};
-    use metaclaw_core::skills::{
-        Retrieval, SelectionSettings as Settings, Skills, library::Library,
-    };
+    use metaclaw_core::plugins::{HostSettings, PluginHost};
+    use metaclaw_core::skills::{Retrieval, SelectionSettings, Skills, library::Library};
     let db = home.db_file();
     let (retrieval, embedder) = Retrieval::from_config(config, &db);
     assert_eq!(retrieval.problem, None);
-    let plugins = PluginHost::new(PluginSettings::from_config(config, home), embedder).unwrap();
+    let plugins = PluginHost::new(HostSettings::from_config(config, home), embedder).unwrap();
     let registry = plugins.reload();
     assert!(registry.problems.is_empty(), "{:?}", registry.problems);
     let library = Library::open(library, db);
@@ -685,7 +683,7 @@ pub fn skills_over(
     let skills = Skills::new(
         library,
         Some(plugins),
-        Settings::from_config(config),
+        SelectionSettings::from_config(config),
         retrieval,
     );
     engine.block_on(skills.index_now());

@@ -27,14 +27,14 @@ use crate::learn::judge::Judge;
 use crate::learn::llm::{ChatModel, Role};
 use crate::learn::{Learner, Scoring};
 use crate::metrics::Metrics;
-use crate::plugins::{HostSettings as PluginSettings, PluginHost};
-use crate::policy::{self, Policy, StudentSettings as PolicySettings};
+use crate::plugins::{HostSettings, PluginHost};
+use crate::policy::{self, Policy, StudentSettings};
 use crate::proxy::upstream::Upstream;
 use crate::proxy::{Limits, Proxy};
 use crate::redact::Redactor;
 use crate::sessions::Tracker;
 use crate::skills::library::Library;
-use crate::skills::{Retrieval, SelectionSettings as SkillSettings, Skills};
+use crate::skills::{Retrieval, SelectionSettings, Skills};
 use crate::store::{Store, StoreOptions};
 
 pub struct StartOptions<'a> {
@@ -102,7 +102,7 @@ impl App {
         // large component takes seconds and must not delay start-up. Until
         // then each role falls back to its built-in behaviour.
         let (retrieval, embedder) = Retrieval::from_config(config, store.path());
-        let mut plugin_settings = PluginSettings::from_config(config, home);
+        let mut plugin_settings = HostSettings::from_config(config, home);
         // The daemon sees every plugin in use: it may clean the compile cache.
         plugin_settings.evict_after = Some(Duration::from_secs(7 * 24 * 3600));
         let plugins = match PluginHost::new(plugin_settings, embedder) {
@@ -121,7 +121,7 @@ impl App {
             Skills::new(
                 library,
                 plugins.clone(),
-                SkillSettings::from_config(config),
+                SelectionSettings::from_config(config),
                 retrieval,
             )
         });
@@ -173,7 +173,7 @@ impl App {
         let db = store.path().to_path_buf();
         let mut serve = |config: &Config, run_agent: &str| {
             let env = |k: &str| std::env::var(k).ok();
-            let settings = PolicySettings::from_config(config, run_agent, home, db.clone(), &env);
+            let settings = StudentSettings::from_config(config, run_agent, home, db.clone(), &env);
             let policy = Policy::new(settings);
             spawn_until(
                 &mut tasks,

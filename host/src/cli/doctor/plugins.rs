@@ -5,9 +5,7 @@ use super::report::Report;
 use metaclaw_core::config::Loaded;
 use metaclaw_core::digest::sha256_hex;
 use metaclaw_core::home::Home;
-use metaclaw_core::plugins::{
-    FIRST_PARTY, HostSettings as Settings, LockFile, PluginHost, Source, files,
-};
+use metaclaw_core::plugins::{FIRST_PARTY, HostSettings, LockFile, PluginHost, Source, files};
 use metaclaw_core::untrusted::log_line;
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -19,7 +17,7 @@ pub(super) fn check_plugins(
     home: &Home,
     loaded: &Loaded,
 ) -> Option<Arc<PluginHost>> {
-    let mut settings = Settings::from_config(&loaded.config, home);
+    let mut settings = HostSettings::from_config(&loaded.config, home);
     // Doctor leaves a missing home missing: it compiles without the cache
     // (which lives in the home) rather than create it.
     if !home.root.is_dir() {
