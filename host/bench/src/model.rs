@@ -11,7 +11,7 @@ use axum::http::HeaderMap;
 use serde_json::Value;
 
 use metaclaw_core::config::ApiFormat;
-use metaclaw_core::http::{Attempt, Backoff, ClientSpec, Purpose};
+use metaclaw_core::http::{Backoff, ClientSpec, Purpose, TryFailed};
 
 /// One model call, retries included.
 const DEADLINE: Duration = Duration::from_secs(600);
@@ -92,11 +92,11 @@ impl Endpoint {
         body: &Value,
         session: Option<&str>,
         left: Duration,
-    ) -> Result<Reply, Attempt> {
+    ) -> Result<Reply, TryFailed> {
         let body = match self.format {
             ApiFormat::Openai => body.clone(),
             ApiFormat::Anthropic => metaclaw_wire::request::anthropic::from_chat(body)
-                .map_err(|e| Attempt::Fatal(e.to_string()))?,
+                .map_err(|e| TryFailed::Fatal(e.to_string()))?,
         };
         let mut request = self
             .client
@@ -107,11 +107,14 @@ impl Endpoint {
         if let Some(session) = session {
             request = request.header("x-session-id", session);
         }
-        let response = request.send().await.map_err(|e| Attempt::unanswered(&e))?;
+        let response = request
+            .send()
+            .await
+            .map_err(|e| TryFailed::unanswered(&e))?;
         let (headers, text) =
             metaclaw_core::http::answer_text(response, super::command::clip).await?;
         let reply: Value = serde_json::from_str(&text).map_err(|_| {
-            Attempt::Fatal(format!(
+            TryFailed::Fatal(format!(
                 "the reply is not JSON: {}",
                 super::command::clip(&text)
             ))
@@ -123,7 +126,7 @@ impl Endpoint {
         let message = match &reply["choices"][0]["message"] {
             message @ Value::Object(_) => message.clone(),
             _ => {
-                return Err(Attempt::Fatal(format!(
+                return Err(TryFailed::Fatal(format!(
                     "the reply has no choices[0].message: {}",
                     super::command::clip(&text)
                 )));

@@ -13,7 +13,7 @@ pub use auth::{
 };
 pub use client::{ClientError, ClientSpec, Purpose};
 pub use retry::{
-    Attempt, Backoff, GaveUp, answer_text, is_transient, parse_retry_after, retry_after,
+    Backoff, GaveUp, TryFailed, answer_text, is_transient, parse_retry_after, retry_after,
     until_deadline,
 };
 

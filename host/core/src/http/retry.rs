@@ -53,7 +53,7 @@ impl Backoff {
 
 /// One try's failure: whether another can help, and how soon.
 #[derive(Debug)]
-pub enum Attempt {
+pub enum TryFailed {
     Retry {
         /// The server's `Retry-After`.
         after: Option<Duration>,
@@ -62,7 +62,7 @@ pub enum Attempt {
     Fatal(String),
 }
 
-impl Attempt {
+impl TryFailed {
     /// A request that got no response (refused, timed out, cut): another
     /// try may get one.
     pub fn unanswered(e: &reqwest::Error) -> Self {
@@ -93,15 +93,15 @@ impl Attempt {
 pub async fn answer_text(
     response: reqwest::Response,
     clip: impl Fn(&str) -> String,
-) -> Result<(HeaderMap, String), Attempt> {
+) -> Result<(HeaderMap, String), TryFailed> {
     let status = response.status();
     let headers = response.headers().clone();
-    let text = response.text().await.map_err(|e| Attempt::Retry {
+    let text = response.text().await.map_err(|e| TryFailed::Retry {
         after: None,
         why: format!("reading the reply: {}", super::describe(&e)),
     })?;
     if !status.is_success() {
-        return Err(Attempt::status(status, &headers, &clip(&text)));
+        return Err(TryFailed::status(status, &headers, &clip(&text)));
     }
     Ok((headers, text))
 }
@@ -130,7 +130,7 @@ pub async fn until_deadline<T, F, Fut>(
 ) -> Result<T, GaveUp>
 where
     F: FnMut(Duration) -> Fut,
-    Fut: Future<Output = Result<T, Attempt>>,
+    Fut: Future<Output = Result<T, TryFailed>>,
 {
     let started = Instant::now();
     loop {
@@ -140,8 +140,8 @@ where
         }
         match attempt(left).await {
             Ok(done) => return Ok(done),
-            Err(Attempt::Fatal(why)) => return Err(GaveUp::Fatal(why)),
-            Err(Attempt::Retry { after, why }) => {
+            Err(TryFailed::Fatal(why)) => return Err(GaveUp::Fatal(why)),
+            Err(TryFailed::Retry { after, why }) => {
                 let wait = backoff.wait(after);
                 if started.elapsed() + wait >= deadline {
                     return Err(GaveUp::Deadline {
@@ -220,8 +220,12 @@ mod tests {
         ] {
             let status = StatusCode::from_u16(code).unwrap();
             assert_eq!(is_transient(status), retried, "{code}");
-            let attempt = Attempt::status(status, &HeaderMap::new(), "body");
-            assert_eq!(matches!(attempt, Attempt::Retry { .. }), retried, "{code}");
+            let attempt = TryFailed::status(status, &HeaderMap::new(), "body");
+            assert_eq!(
+                matches!(attempt, TryFailed::Retry { .. }),
+                retried,
+                "{code}"
+            );
         }
     }
 
@@ -236,7 +240,7 @@ mod tests {
             let n = calls;
             async move {
                 match n {
-                    1 | 2 => Err(Attempt::Retry {
+                    1 | 2 => Err(TryFailed::Retry {
                         after: Some(Duration::ZERO),
                         why: "HTTP 429".into(),
                     }),
@@ -257,7 +261,7 @@ mod tests {
                     calls += 1;
                     assert!(left <= SEC);
                     async move {
-                        Err(Attempt::Retry {
+                        Err(TryFailed::Retry {
                             after: hint,
                             why: "HTTP 503: down".into(),
                         })
@@ -278,7 +282,7 @@ mod tests {
         let mut calls = 0;
         let got: Result<(), GaveUp> = until_deadline(HOUR, Backoff::new(SEC, SEC), "test", |_| {
             calls += 1;
-            async { Err(Attempt::Fatal("HTTP 401: bad key".into())) }
+            async { Err(TryFailed::Fatal("HTTP 401: bad key".into())) }
         })
         .await;
         assert_eq!(

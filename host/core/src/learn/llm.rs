@@ -9,7 +9,7 @@ use axum::http::HeaderMap;
 use serde_json::{Value, json};
 
 use crate::config::{ApiFormat, Config};
-use crate::http::{Attempt, Backoff, ClientSpec, Purpose};
+use crate::http::{Backoff, ClientSpec, Purpose, TryFailed};
 
 /// A versioned prompt from `host/core/prompts/`: a system part and a user part,
 /// split by a `<!-- user -->` line, with `{{name}}` placeholders.
@@ -177,10 +177,10 @@ impl ChatModel {
         }
     }
 
-    async fn attempt(&self, body: &Value, left: Duration) -> Result<String, Attempt> {
+    async fn attempt(&self, body: &Value, left: Duration) -> Result<String, TryFailed> {
         let body = if self.anthropic {
             metaclaw_wire::request::anthropic::from_chat(body)
-                .map_err(|e| Attempt::Fatal(e.to_string()))?
+                .map_err(|e| TryFailed::Fatal(e.to_string()))?
         } else {
             body.clone()
         };
@@ -192,10 +192,11 @@ impl ChatModel {
             .timeout(left)
             .send()
             .await
-            .map_err(|e| Attempt::unanswered(&e))?;
+            .map_err(|e| TryFailed::unanswered(&e))?;
         let (_, text) = crate::http::answer_text(response, |t| clip(t, 300)).await?;
-        let reply: Value = serde_json::from_str(&text)
-            .map_err(|_| Attempt::Fatal(format!("the reply is not JSON: {}", clip(&text, 200))))?;
+        let reply: Value = serde_json::from_str(&text).map_err(|_| {
+            TryFailed::Fatal(format!("the reply is not JSON: {}", clip(&text, 200)))
+        })?;
         let reply = if self.anthropic {
             metaclaw_wire::response::anthropic::to_chat(&reply)
         } else {
@@ -205,7 +206,7 @@ impl ChatModel {
             .as_str()
             .map(str::to_string)
             .ok_or_else(|| {
-                Attempt::Fatal(format!(
+                TryFailed::Fatal(format!(
                     "the reply has no choices[0].message.content: {}",
                     clip(&text, 200)
                 ))

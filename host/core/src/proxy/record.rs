@@ -10,7 +10,7 @@ use metaclaw_wire::Front;
 use metaclaw_wire::request::ChatRequest;
 
 use super::{Proxy, capture};
-use crate::sessions::{Attempt, EndReason, TurnType};
+use crate::sessions::{EndReason, TurnAttempt, TurnType};
 use crate::store::{
     Admission, Capture, InjectedSkill, RecordedRequest, ServedBy, SessionInfo, TurnRecord,
     TurnStatus,
@@ -33,7 +33,7 @@ pub(super) struct TurnCtx {
     /// The turn's span, entered again wherever the turn goes on after its
     /// handler returned (the streamed answer).
     pub(super) span: tracing::Span,
-    pub(super) attempt: Attempt,
+    pub(super) attempt: TurnAttempt,
     /// What the user said last, in their own words.
     pub(super) user_text: Option<String>,
     pub(super) session: SessionInfo,
@@ -72,7 +72,7 @@ impl TurnCtx {
         request: &ChatRequest,
         session: SessionInfo,
         turn_type: TurnType,
-        attempt: Attempt,
+        attempt: TurnAttempt,
         upstream_model: String,
     ) -> Self {
         Self {

@@ -16,7 +16,7 @@ use super::Limits;
 use super::upstream::Upstream;
 use crate::agent_id::AgentId;
 use crate::error::ApiError;
-use crate::sessions::{Attempt, Hints, TurnType};
+use crate::sessions::{Hints, TurnAttempt, TurnType};
 use crate::store::SessionSource;
 
 /// How much of an oversized request body is read and dropped before the 413.
@@ -222,7 +222,7 @@ pub fn ends_session(headers: &HeaderMap, request: &ChatRequest) -> bool {
 
 /// What identifies a main turn among its resends.
 pub fn attempt_key(request: &ChatRequest) -> u64 {
-    Attempt::key(
+    TurnAttempt::key(
         request.model.as_deref(),
         request.message_count,
         request.last_user_text.as_deref(),

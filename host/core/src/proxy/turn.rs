@@ -36,7 +36,7 @@ use super::student;
 use crate::clock::now_ms;
 use crate::error::ApiError;
 use crate::policy::Unavailable;
-use crate::sessions::{Attempt, TurnType};
+use crate::sessions::{TurnAttempt, TurnType};
 use crate::skills::{Query, Skills, inject};
 use crate::store::{Capture, InjectedSkill, ServedBy, TurnStatus};
 
@@ -131,7 +131,7 @@ async fn turn(
             let key = request::attempt_key(&request);
             proxy.sessions.attempt(&session, key, &arrival.id)
         }
-        TurnType::Side | TurnType::Retried => Attempt::FIRST,
+        TurnType::Side | TurnType::Retried => TurnAttempt::FIRST,
     };
     // From here on the turn is tracked: if the client goes away at any
     // await below, dropping `ctx` records it and releases its session.

@@ -109,7 +109,7 @@ struct Live {
 
 /// The latest main turn of a live session.
 struct LastMain {
-    /// [`Attempt::key`] of its request.
+    /// [`TurnAttempt::key`] of its request.
     key: u64,
     /// Its id, and the id of the turn's first attempt.
     id: Arc<str>,
@@ -123,14 +123,14 @@ struct LastMain {
 /// answer failed (OpenClaw up to 8 times over ~2 minutes after a 500), and
 /// each resend is the same turn again, not the user speaking again.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Attempt {
+pub struct TurnAttempt {
     /// 1 for a new turn.
     pub number: u32,
     /// The first attempt's turn id, for a retry.
     pub retry_of: Option<Arc<str>>,
 }
 
-impl Attempt {
+impl TurnAttempt {
     pub const FIRST: Self = Self {
         number: 1,
         retry_of: None,
@@ -341,24 +341,24 @@ impl Tracker {
 
     /// Which attempt main turn `turn_id` of `session` is: a retry when the
     /// session's previous main turn was the same request (`key`, see
-    /// [`Attempt::key`]) and failed.
-    pub fn attempt(&self, session: &SessionInfo, key: u64, turn_id: &str) -> Attempt {
+    /// [`TurnAttempt::key`]) and failed.
+    pub fn attempt(&self, session: &SessionInfo, key: u64, turn_id: &str) -> TurnAttempt {
         let Ok(mut live) = self.live.lock() else {
-            return Attempt::FIRST;
+            return TurnAttempt::FIRST;
         };
         let Some(entry) = live
             .get_mut(&session.base_key)
             .filter(|e| e.current.id == session.id)
         else {
-            return Attempt::FIRST;
+            return TurnAttempt::FIRST;
         };
         let id: Arc<str> = turn_id.into();
         let attempt = match &entry.last_main {
-            Some(last) if last.key == key && last.failed => Attempt {
+            Some(last) if last.key == key && last.failed => TurnAttempt {
                 number: last.number + 1,
                 retry_of: Some(last.first.clone()),
             },
-            _ => Attempt::FIRST,
+            _ => TurnAttempt::FIRST,
         };
         entry.last_main = Some(LastMain {
             key,
@@ -711,8 +711,8 @@ mod tests {
         let s = t
             .resolve(&hints(Some("retry:0"), None, 3), TurnType::Main)
             .unwrap();
-        let key = Attempt::key(Some("m"), 3, Some("fix the build"));
-        assert_eq!(t.attempt(&s, key, "t1"), Attempt::FIRST);
+        let key = TurnAttempt::key(Some("m"), 3, Some("fix the build"));
+        assert_eq!(t.attempt(&s, key, "t1"), TurnAttempt::FIRST);
         t.finished(&s, TurnType::Main, "t1", true);
         // The same request again, twice, after failures: attempts 2 and 3
         // of turn t1.
@@ -726,11 +726,11 @@ mod tests {
         assert_eq!((third.number, third.retry_of.as_deref()), (3, Some("t1")));
         t.finished(&s, TurnType::Main, "t3", false);
         // Answered: the same words again are the user asking again.
-        assert_eq!(t.attempt(&s, key, "t4"), Attempt::FIRST);
+        assert_eq!(t.attempt(&s, key, "t4"), TurnAttempt::FIRST);
         t.finished(&s, TurnType::Main, "t4", true);
         // A different request after a failure is a new turn.
-        let other = Attempt::key(Some("m"), 5, Some("fix the build"));
-        assert_eq!(t.attempt(&s, other, "t5"), Attempt::FIRST);
+        let other = TurnAttempt::key(Some("m"), 5, Some("fix the build"));
+        assert_eq!(t.attempt(&s, other, "t5"), TurnAttempt::FIRST);
     }
 
     #[tokio::test]

@@ -17,7 +17,7 @@ use std::time::Duration;
 use serde_json::{Value, json};
 
 use crate::config::OpdConfig;
-use crate::http::{Attempt, Backoff};
+use crate::http::{Backoff, TryFailed};
 
 use super::batch::{Chains, sibling_key};
 
@@ -258,7 +258,7 @@ impl Teacher {
         parse_echo(&reply).map_err(|why| TeacherError::BadReply { teacher: what, why })
     }
 
-    async fn attempt(&self, body: &Value, left: Duration) -> Result<Value, Attempt> {
+    async fn attempt(&self, body: &Value, left: Duration) -> Result<Value, TryFailed> {
         let mut request = self
             .client
             .post(&self.url)
@@ -268,16 +268,22 @@ impl Teacher {
         if let Some(key) = &self.api_key {
             request = request.bearer_auth(key);
         }
-        let response = request.send().await.map_err(|e| Attempt::unanswered(&e))?;
+        let response = request
+            .send()
+            .await
+            .map_err(|e| TryFailed::unanswered(&e))?;
         let status = response.status();
         let headers = response.headers().clone();
-        let text = response.text().await.map_err(|e| Attempt::unanswered(&e))?;
+        let text = response
+            .text()
+            .await
+            .map_err(|e| TryFailed::unanswered(&e))?;
         if !status.is_success() {
             let start: String = text.chars().take(300).collect();
-            return Err(Attempt::status(status, &headers, &start));
+            return Err(TryFailed::status(status, &headers, &start));
         }
         serde_json::from_str(&text)
-            .map_err(|e| Attempt::Fatal(format!("not a completions reply ({e})")))
+            .map_err(|e| TryFailed::Fatal(format!("not a completions reply ({e})")))
     }
 }
 
