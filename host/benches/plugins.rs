@@ -26,9 +26,9 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use metaclaw_core::plugins::types::{FinishedTurn, Message};
-use metaclaw_core::plugins::{Grants, Limits, Loaded, PluginEngine};
+use metaclaw_core::plugins::{Grants, Limits, LoadedPlugin, PluginEngine};
 
-fn load(engine: &Arc<PluginEngine>, rel: &str, pool_size: usize) -> Arc<Loaded> {
+fn load(engine: &Arc<PluginEngine>, rel: &str, pool_size: usize) -> Arc<LoadedPlugin> {
     let limits = Limits {
         pool_size,
         timeout: Duration::from_secs(5),
@@ -64,11 +64,11 @@ fn us(d: Duration) -> f64 {
 }
 
 /// Latencies of `n` sequential calls.
-fn timed(plugin: &Loaded, n: usize) -> Vec<Duration> {
+fn timed(plugin: &LoadedPlugin, n: usize) -> Vec<Duration> {
     timed_on(plugin, &turn(), n)
 }
 
-fn timed_on(plugin: &Loaded, t: &FinishedTurn, n: usize) -> Vec<Duration> {
+fn timed_on(plugin: &LoadedPlugin, t: &FinishedTurn, n: usize) -> Vec<Duration> {
     let mut out = Vec::with_capacity(n);
     for _ in 0..n {
         let start = Instant::now();
@@ -254,7 +254,7 @@ fn scorers(engine: &Arc<PluginEngine>, quick: bool) {
             timeout: Duration::from_secs(5),
             ..Limits::default()
         };
-        let old = metaclaw_core::plugins::Loaded::probe(
+        let old = metaclaw_core::plugins::LoadedPlugin::probe(
             engine,
             path,
             &bytes,

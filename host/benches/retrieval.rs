@@ -36,7 +36,7 @@ use metaclaw_core::plugins::types::{Skill, TurnContext};
 use skillgen::{builtin_bank, generated, queries};
 
 use metaclaw_core::plugins::{
-    EmbedAllowance, EmbedLedger, EmbedPurpose, Embedder, Grants, Limits, Loaded, PluginEngine,
+    EmbedAllowance, EmbedLedger, EmbedPurpose, Embedder, Grants, Limits, LoadedPlugin, PluginEngine,
 };
 
 const DIM: usize = 384;
@@ -66,7 +66,7 @@ impl Embedder for Hashing {
     }
 }
 
-fn load(engine: &Arc<PluginEngine>, rel: &str, embedder: Arc<Hashing>) -> Arc<Loaded> {
+fn load(engine: &Arc<PluginEngine>, rel: &str, embedder: Arc<Hashing>) -> Arc<LoadedPlugin> {
     // The host's defaults (pool of 4) but a deadline that a slow
     // moment on a shared machine cannot trip, and no recycling mid-run.
     let limits = Limits {
@@ -114,7 +114,7 @@ struct Row {
 /// Latency of `retrieve(k = 24)` (what the host asks for with top_k 6),
 /// minus the time the embedder spent on the query.
 fn measure(
-    plugin: &Arc<Loaded>,
+    plugin: &Arc<LoadedPlugin>,
     embedder: &Hashing,
     skills: &Arc<Vec<Skill>>,
     generation: u64,
@@ -159,7 +159,7 @@ fn measure(
 }
 
 /// The cost of the call itself: an empty query returns at once.
-fn floor(plugin: &Arc<Loaded>, skills: &Arc<Vec<Skill>>, generation: u64, n: usize) -> Row {
+fn floor(plugin: &Arc<LoadedPlugin>, skills: &Arc<Vec<Skill>>, generation: u64, n: usize) -> Row {
     let mut times = Vec::with_capacity(n);
     let ctx = context("");
     for _ in 0..n {
@@ -237,7 +237,7 @@ fn board_of(skills: &[Skill]) -> metaclaw_core::skills::outcomes::Board {
 /// The re-ranking of BM25's answers (k = 24) over `skills`, with and
 /// without outcomes, interleaved; the added p99.
 fn rerank(
-    plugin: &Arc<Loaded>,
+    plugin: &Arc<LoadedPlugin>,
     skills: &Arc<Vec<Skill>>,
     generation: u64,
     queries: &[String],

@@ -14,13 +14,15 @@ use std::sync::Arc;
 
 use metaclaw_core::plugins::outcomes::SkillOutcome;
 use metaclaw_core::plugins::types::{Skill, ToolCall};
-use metaclaw_core::plugins::{CallError, Grants, Limits, Loaded, OutcomeSource, PluginEngine};
+use metaclaw_core::plugins::{
+    CallError, Grants, Limits, LoadedPlugin, OutcomeSource, PluginEngine,
+};
 
 use common::wat::{current_wit, probe_bytes, wat_scorer_for};
 use common::wit::{context, finished_turn, message, skill};
 use common::{engine_with_cache, load_built};
 
-fn load(engine: &Arc<PluginEngine>, rel: &str, grants: Grants) -> Arc<Loaded> {
+fn load(engine: &Arc<PluginEngine>, rel: &str, grants: Grants) -> Arc<LoadedPlugin> {
     load_built(engine, rel, grants, None, Limits::default())
 }
 
@@ -77,7 +79,7 @@ fn plugins_built_for_the_first_release_load_and_answer_as_their_current_builds()
         "docker is eating my disk",
         "set up a python venv",
     ] {
-        let ranked = |p: &Arc<Loaded>| {
+        let ranked = |p: &Arc<LoadedPlugin>| {
             engine
                 .block_on(async {
                     p.warm(&skills, 1).await?;
@@ -196,7 +198,7 @@ fn a_retriever_reads_outcomes_only_when_granted() {
         ("git-rebase".to_string(), outcome("1.0.0", 0.2)),
         ("python-venv".to_string(), outcome("1.0.0", 0.9)),
     ]));
-    let retrieve = |p: &Arc<Loaded>, source: Option<Arc<dyn OutcomeSource>>| {
+    let retrieve = |p: &Arc<LoadedPlugin>, source: Option<Arc<dyn OutcomeSource>>| {
         engine.block_on(async {
             p.warm(&skills, 1).await?;
             p.retrieve(&skills, 1, &context("hostile:outcomes"), 3, source)

@@ -60,7 +60,7 @@ fn skill(id: &str) -> Skill {
     wit::skill(id, &format!("about {id}"), "Do it well.")
 }
 
-fn plugin(host: &PluginHost, name: &str) -> Arc<metaclaw_core::plugins::Loaded> {
+fn plugin(host: &PluginHost, name: &str) -> Arc<metaclaw_core::plugins::LoadedPlugin> {
     let registry = host.current();
     registry
         .find(name, None)

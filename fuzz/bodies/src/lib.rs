@@ -408,7 +408,7 @@ pub fn config(data: &[u8]) {
     assert_eq!(again, parsed, "YAML round trip changed the config:\n{yaml}");
     config::validate(&again).unwrap();
     // `config show`.
-    let loaded = config::Loaded {
+    let loaded = config::LoadedConfig {
         config: parsed,
         path: path.to_path_buf(),
         file_exists: true,

@@ -25,7 +25,7 @@ use serde_json::{Value, json};
 use tokio::net::TcpListener;
 
 use metaclaw_core::app::{App, AppHandle, StartOptions};
-use metaclaw_core::config::{Loaded, Mode};
+use metaclaw_core::config::{LoadedConfig, Mode};
 use metaclaw_core::home::Home;
 
 /// How long a fresh metaclaw may take to have its skills indexed.
@@ -96,8 +96,13 @@ pub struct Helpers {
 
 /// The config an arm's metaclaw runs with: the user's, with the arm's
 /// settings on top (nothing of the user's own home is touched).
-pub fn arm_config(user: &Loaded, arm: Arm, model: &str, helpers: &Helpers) -> Result<Loaded> {
-    let mut loaded = Loaded {
+pub fn arm_config(
+    user: &LoadedConfig,
+    arm: Arm,
+    model: &str,
+    helpers: &Helpers,
+) -> Result<LoadedConfig> {
+    let mut loaded = LoadedConfig {
         config: user.config.clone(),
         path: user.path.clone(),
         file_exists: user.file_exists,
@@ -210,7 +215,7 @@ async fn train_night(train: &metaclaw_core::learn::rl::trainer::TrainerHandle) -
 /// back the same, and the original's keys that do nothing here would each
 /// warn). Secrets are left out: they stay where the user keeps them (the
 /// environment, the user's own config).
-fn keep_config(home: &Home, loaded: &Loaded) -> Result<()> {
+fn keep_config(home: &Home, loaded: &LoadedConfig) -> Result<()> {
     let mut tree = serde_json::to_value(&loaded.config)?;
     let defaults = serde_json::to_value(metaclaw_core::config::Config::default())?;
     drop_defaults(&mut tree, &defaults);
@@ -269,7 +274,7 @@ impl Instance {
     /// Starts metaclaw in `home` (made if missing; the built-in skills
     /// installed into a library that has none) and waits until its skills
     /// are indexed.
-    pub async fn start(home: &Path, loaded: &Loaded) -> Result<Self> {
+    pub async fn start(home: &Path, loaded: &LoadedConfig) -> Result<Self> {
         let home = Home::at(home);
         home.ensure()?;
         keep_config(&home, loaded)?;

@@ -17,7 +17,7 @@ use serde::{Deserialize, Serialize};
 
 use super::arms::Arm;
 use super::run::RunSettings;
-use metaclaw_core::config::Loaded;
+use metaclaw_core::config::LoadedConfig;
 use metaclaw_core::digest::sha256_hex;
 
 /// The commit this binary was built from (host/bench/build.rs), or `unknown`.
@@ -178,7 +178,7 @@ impl ArmRecord {
     pub fn new(
         settings: &RunSettings,
         (arm, repeat): (Arm, u32),
-        config: Option<&Loaded>,
+        config: Option<&LoadedConfig>,
         bank: Option<Bank>,
     ) -> Self {
         let upstream = ModelAt {

@@ -33,7 +33,7 @@ use super::model::Endpoint;
 use super::openclaw::{self, ClawDay, OpenClaw, Provider};
 use super::provenance::{ArmRecord, Bank, Measured};
 use crate::rollout::sandbox::{Limits, Sandbox};
-use metaclaw_core::config::{ApiFormat, Loaded};
+use metaclaw_core::config::{ApiFormat, LoadedConfig};
 use metaclaw_core::home::Home;
 
 /// What a run is, fixed when it starts.
@@ -250,7 +250,7 @@ pub fn open(dir: &Path, settings: &RunSettings, measured: &Measured) -> Result<(
 /// What the run needs besides its settings.
 pub struct RunContext {
     pub dir: PathBuf,
-    pub user: Loaded,
+    pub user: LoadedConfig,
     /// The model's key (never written down).
     pub api_key: Option<String>,
     pub run_timeout: Duration,

@@ -8,7 +8,7 @@ use anyhow::{Context, Result, bail};
 use tokio::net::TcpListener;
 
 use crate::app::{App, StartOptions};
-use crate::config::{self, Loaded};
+use crate::config::{self, LoadedConfig};
 use crate::home::{Home, PidInfo};
 use crate::server;
 
@@ -20,13 +20,13 @@ pub const NO_DUMMY_UPSTREAM: &str = "this metaclaw was built without the dummy u
 
 pub struct DaemonOptions {
     pub home: Home,
-    pub loaded: Loaded,
+    pub loaded: LoadedConfig,
     /// Serve against a built-in dummy upstream (no API key needed).
     pub demo: bool,
 }
 
 /// Checks that the config can serve, before anything is started.
-pub fn check_servable(loaded: &Loaded, demo: bool) -> Result<()> {
+pub fn check_servable(loaded: &LoadedConfig, demo: bool) -> Result<()> {
     let config = &loaded.config;
     let host = config::parse_host(&config.proxy.host)
         .with_context(|| format!("proxy.host {:?} is not an IP address", config.proxy.host))?;
@@ -252,7 +252,7 @@ mod tests {
     /// without it says what is missing and how to get it.
     #[test]
     fn the_demo_needs_the_dummy_upstream_built_in() {
-        let loaded = Loaded {
+        let loaded = LoadedConfig {
             config: config::Config::default(),
             path: "config.yaml".into(),
             file_exists: false,

@@ -634,7 +634,7 @@ mod tests {
 
     use super::*;
     use crate::app::{App, RuntimeInfo};
-    use crate::config::{Config, Loaded, ProxyConfig};
+    use crate::config::{Config, LoadedConfig, ProxyConfig};
     use crate::metrics::Metrics;
     use crate::proxy::upstream::Upstream;
     use crate::proxy::{Limits, Proxy};
@@ -667,7 +667,7 @@ mod tests {
             ..Config::default()
         };
         config.llm.api_base = "http://127.0.0.1:9/v1".into();
-        let loaded = Loaded {
+        let loaded = LoadedConfig {
             config,
             path: dir.path().join("config.yaml"),
             file_exists: false,

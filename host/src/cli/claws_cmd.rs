@@ -6,11 +6,11 @@ use anyhow::Result;
 use serde_json::{Value, json};
 
 use metaclaw_core::claws::{self, Env, LOCAL_KEY, Target};
-use metaclaw_core::config::{ClawType, Loaded};
+use metaclaw_core::config::{ClawType, LoadedConfig};
 use metaclaw_core::home::Home;
 
 /// The target `start` wires, or why it wires nothing (`Err(None)`: silently).
-fn target_for(loaded: &Loaded, url: &str, demo: bool) -> Result<Target, Option<String>> {
+fn target_for(loaded: &LoadedConfig, url: &str, demo: bool) -> Result<Target, Option<String>> {
     let config = &loaded.config;
     if config.claw_type == ClawType::None || !config.configure_openclaw {
         return Err(None);
@@ -47,7 +47,7 @@ fn target_for(loaded: &Loaded, url: &str, demo: bool) -> Result<Target, Option<S
 
 /// Wires `claw_type` to the running daemon at `url` and prints one line per
 /// file. `Err` only when wiring was attempted and failed (files put back).
-pub fn wire_after_start(home: &Home, loaded: &Loaded, url: &str, demo: bool) -> Result<()> {
+pub fn wire_after_start(home: &Home, loaded: &LoadedConfig, url: &str, demo: bool) -> Result<()> {
     for line in wire_lines(home, loaded, url, demo)? {
         say!("{line}");
     }
@@ -55,7 +55,7 @@ pub fn wire_after_start(home: &Home, loaded: &Loaded, url: &str, demo: bool) -> 
 }
 
 /// What wiring did, one line per file and note.
-fn wire_lines(home: &Home, loaded: &Loaded, url: &str, demo: bool) -> Result<Vec<String>> {
+fn wire_lines(home: &Home, loaded: &LoadedConfig, url: &str, demo: bool) -> Result<Vec<String>> {
     let target = match target_for(loaded, url, demo) {
         Ok(t) => t,
         Err(Some(why)) => return Ok(vec![why]),
@@ -68,7 +68,7 @@ fn wire_lines(home: &Home, loaded: &Loaded, url: &str, demo: bool) -> Result<Vec
 
 /// `start --foreground`: waits (on its own thread) until this process
 /// answers `/healthz`, then wires, so serving is never held up.
-pub fn wire_when_healthy(home: Home, loaded: Loaded, demo: bool) {
+pub fn wire_when_healthy(home: Home, loaded: LoadedConfig, demo: bool) {
     if target_for(&loaded, "http://127.0.0.1:0", demo) == Err(None) {
         return;
     }

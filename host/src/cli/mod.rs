@@ -24,7 +24,7 @@ use std::process::ExitCode;
 use anyhow::Result;
 use clap::{Args, Parser, Subcommand, ValueEnum};
 
-use metaclaw_core::config::{self, Loaded};
+use metaclaw_core::config::{self, LoadedConfig};
 use metaclaw_core::home::Home;
 
 #[derive(Parser, Debug)]
@@ -605,7 +605,7 @@ pub enum ReviewAction {
 
 #[derive(Subcommand, Debug)]
 pub enum PluginsCommand {
-    /// Loaded plugins: name, version, kind, hash, status, grants.
+    /// LoadedConfig plugins: name, version, kind, hash, status, grants.
     List {
         #[arg(long)]
         json: bool,
@@ -752,7 +752,7 @@ fn dispatch(cli: Cli) -> Result<ExitCode> {
 }
 
 /// Loads the config and prints its warnings (unknown keys) to stderr.
-fn load_config(path: &std::path::Path) -> Result<Loaded> {
+fn load_config(path: &std::path::Path) -> Result<LoadedConfig> {
     Ok(config::load_warned(path)?)
 }
 

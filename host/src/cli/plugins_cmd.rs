@@ -10,13 +10,13 @@ use serde_json::{Value, json};
 
 use super::{PluginsCommand, load_config, runtime};
 use metaclaw_core::admin::AdminClient;
-use metaclaw_core::config::Loaded as LoadedConfig;
+use metaclaw_core::config::LoadedConfig;
 use metaclaw_core::digest::sha256_hex;
 use metaclaw_core::home::Home;
 use metaclaw_core::plugins::pinning::{self, Choice};
 use metaclaw_core::plugins::{
-    ArtifactState, BuiltinSource, HostSettings, Kind, Loaded, LockFile, PluginHost, PluginInfo,
-    RegistryView, Source, artifact_limit, files, types, view,
+    ArtifactState, BuiltinSource, HostSettings, Kind, LoadedPlugin, LockFile, PluginHost,
+    PluginInfo, RegistryView, Source, artifact_limit, files, types, view,
 };
 
 fn local_host(home: &Home, config: &LoadedConfig, ignore_lock: bool) -> Result<Arc<PluginHost>> {
@@ -128,12 +128,12 @@ fn list(home: &Home, config: &LoadedConfig, json: bool) -> Result<ExitCode> {
 /// Loads one file the way the host would (size, compile, check, metadata
 /// under the load deadline), with what the deployment would grant it as a
 /// drop-in, and the grants written for its name that would not apply.
-fn load_file(host: &PluginHost, home: &Home, file: &Path) -> Result<(Loaded, Vec<String>)> {
+fn load_file(host: &PluginHost, home: &Home, file: &Path) -> Result<(LoadedPlugin, Vec<String>)> {
     let settings = &host.settings;
     let bytes = files::read_named(file, settings.max_file_bytes)
         .map_err(|e| anyhow::anyhow!("{}: {e}", file.display()))?;
     let sha = sha256_hex(&bytes);
-    let probed = Loaded::probe(
+    let probed = LoadedPlugin::probe(
         &host.engine,
         file.to_path_buf(),
         &bytes,
@@ -297,7 +297,7 @@ fn remove(home: &Home, config: &LoadedConfig, spec: &str) -> Result<ExitCode> {
     };
     let host = local_host(home, config, true)?;
     let registry = host.reload();
-    let matching: Vec<&Arc<Loaded>> = registry
+    let matching: Vec<&Arc<LoadedPlugin>> = registry
         .plugins
         .iter()
         .filter(|p| p.info.name == name && version.as_ref().is_none_or(|v| *v == p.info.version))

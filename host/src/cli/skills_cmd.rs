@@ -7,7 +7,7 @@ use anyhow::{Context, Result, bail};
 use serde_json::json;
 
 use super::{ReviewAction, SkillsCommand, load_config, local_time};
-use metaclaw_core::config::Loaded as LoadedConfig;
+use metaclaw_core::config::LoadedConfig;
 use metaclaw_core::home::Home;
 use metaclaw_core::home::expand_home;
 use metaclaw_core::learn::review;

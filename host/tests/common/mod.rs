@@ -458,7 +458,7 @@ pub fn load_built(
     grants: metaclaw_core::plugins::Grants,
     embedder: Option<std::sync::Arc<dyn metaclaw_core::plugins::Embedder>>,
     limits: metaclaw_core::plugins::Limits,
-) -> std::sync::Arc<metaclaw_core::plugins::Loaded> {
+) -> std::sync::Arc<metaclaw_core::plugins::LoadedPlugin> {
     let ledger = metaclaw_core::plugins::EmbedLedger::new(Default::default());
     load_built_on(engine, rel, grants, embedder, limits, &ledger)
 }
@@ -471,11 +471,11 @@ pub fn load_built_on(
     embedder: Option<std::sync::Arc<dyn metaclaw_core::plugins::Embedder>>,
     limits: metaclaw_core::plugins::Limits,
     ledger: &std::sync::Arc<metaclaw_core::plugins::EmbedLedger>,
-) -> std::sync::Arc<metaclaw_core::plugins::Loaded> {
+) -> std::sync::Arc<metaclaw_core::plugins::LoadedPlugin> {
     let path = built_plugin(rel);
     let bytes = std::fs::read(&path).unwrap();
     let sha = metaclaw_core::digest::sha256_hex(&bytes);
-    let probed = metaclaw_core::plugins::Loaded::probe(
+    let probed = metaclaw_core::plugins::LoadedPlugin::probe(
         engine,
         path,
         &bytes,

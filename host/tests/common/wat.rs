@@ -6,7 +6,7 @@
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use metaclaw_core::plugins::{Grants, Kind, Limits, Loaded, PluginEngine, Probed, Source};
+use metaclaw_core::plugins::{Grants, Kind, Limits, LoadedPlugin, PluginEngine, Probed, Source};
 
 /// The text of `wit/plugin.wit`.
 pub fn current_wit() -> String {
@@ -114,7 +114,7 @@ pub fn probe_bytes(
     limits: Limits,
 ) -> Result<Probed, metaclaw_core::plugins::LoadRefused> {
     let sha = metaclaw_core::digest::sha256_hex(bytes);
-    Loaded::probe(
+    LoadedPlugin::probe(
         engine,
         PathBuf::from("wat.wasm"),
         bytes,
@@ -125,7 +125,7 @@ pub fn probe_bytes(
 }
 
 /// `bytes` loaded as a drop-in with no grant.
-pub fn load_bytes(engine: &Arc<PluginEngine>, bytes: &[u8], limits: Limits) -> Arc<Loaded> {
+pub fn load_bytes(engine: &Arc<PluginEngine>, bytes: &[u8], limits: Limits) -> Arc<LoadedPlugin> {
     Arc::new(
         probe_bytes(engine, bytes, limits)
             .unwrap()

@@ -21,7 +21,7 @@ use tokio_util::sync::CancellationToken;
 use super::{App, AppHandle, RuntimeInfo};
 use crate::agent_id::AgentId;
 use crate::clock::now_ms;
-use crate::config::{Config, Loaded};
+use crate::config::{Config, LoadedConfig};
 use crate::home::Home;
 use crate::learn::judge::Judge;
 use crate::learn::llm::{ChatModel, Role};
@@ -39,7 +39,7 @@ use crate::store::{Store, StoreOptions};
 
 pub struct StartOptions<'a> {
     pub home: &'a Home,
-    pub loaded: &'a Loaded,
+    pub loaded: &'a LoadedConfig,
     /// Serving the demo (a dummy upstream; said in `status`).
     pub demo: bool,
     /// Where the server listens (for `status`).

@@ -18,7 +18,7 @@ use std::path::Path;
 
 use serde_json::Value;
 
-use super::{Config, Loaded, Mode, get_path};
+use super::{Config, LoadedConfig, Mode, get_path};
 
 const GOOGLE_CALENDAR: &str = "the original's Google Calendar sign-in files; metaclaw reads a calendar from its iCalendar address (scheduler.calendar.ics_url) instead";
 const MEMORY: &str =
@@ -273,7 +273,7 @@ pub fn why_inert(key: &str) -> Option<&'static str> {
 }
 
 /// Sets the mode for this run (`start --mode`).
-pub fn override_mode(loaded: &mut Loaded, mode: Mode) {
+pub fn override_mode(loaded: &mut LoadedConfig, mode: Mode) {
     loaded.config.mode = mode;
 }
 

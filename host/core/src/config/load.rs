@@ -13,7 +13,7 @@ use super::{Config, ConfigError, LlmConfig, SECRET_ENV, inert, presets, validate
 
 /// A loaded configuration and what was learned while loading it.
 #[derive(Debug, Clone)]
-pub struct Loaded {
+pub struct LoadedConfig {
     pub config: Config,
     pub path: PathBuf,
     pub file_exists: bool,
@@ -24,7 +24,7 @@ pub struct Loaded {
     pub secret_sources: BTreeMap<String, String>,
 }
 
-impl Loaded {
+impl LoadedConfig {
     /// The upstream base URL: `llm.api_base`, else the provider's preset.
     pub fn api_base(&self) -> String {
         effective_api_base(&self.config.llm)
@@ -42,7 +42,7 @@ pub fn effective_api_base(llm: &LlmConfig) -> String {
 }
 
 /// [`load`] for a command: each warning printed to stderr as `warning: …`.
-pub fn load_warned(path: &Path) -> Result<Loaded, ConfigError> {
+pub fn load_warned(path: &Path) -> Result<LoadedConfig, ConfigError> {
     let loaded = load(path)?;
     for warning in &loaded.warnings {
         eprintln!("warning: {warning}");
@@ -52,7 +52,7 @@ pub fn load_warned(path: &Path) -> Result<Loaded, ConfigError> {
 
 /// Loads `path` (a missing file is an empty config), overlays secrets from
 /// the environment and validates.
-pub fn load(path: &Path) -> Result<Loaded, ConfigError> {
+pub fn load(path: &Path) -> Result<LoadedConfig, ConfigError> {
     load_with_env(path, &|var: &str| std::env::var(var).ok())
 }
 
@@ -61,7 +61,7 @@ pub fn load(path: &Path) -> Result<Loaded, ConfigError> {
 pub fn load_with_env(
     path: &Path,
     env: &dyn Fn(&str) -> Option<String>,
-) -> Result<Loaded, ConfigError> {
+) -> Result<LoadedConfig, ConfigError> {
     let (raw, file_exists) = read_raw(path)?;
     let (mut config, unknown) = parse_tree(&raw, path)?;
     let mut warnings: Vec<String> = unknown
@@ -90,7 +90,7 @@ pub fn load_with_env(
             "plugins.evolvers does not list guard: evolved skills are written without the poisoning guard, as configured (add guard to the list to check them)".into(),
         );
     }
-    Ok(Loaded {
+    Ok(LoadedConfig {
         config,
         path: path.to_path_buf(),
         file_exists,

@@ -60,7 +60,8 @@ pub use edit::{set_key, set_many, to_yaml};
 pub use hosts::{HostEntry, HostName, Origin, parse_authority, parse_host, parse_origin};
 pub use keys::{get_path, known_keys};
 pub use load::{
-    Loaded, effective_api_base, load, load_warned, load_with_env, parse_raw, parse_tree, read_raw,
+    LoadedConfig, effective_api_base, load, load_warned, load_with_env, parse_raw, parse_tree,
+    read_raw,
 };
 pub use plugin_refs::{FilePin, FileRef, Grants, PluginSpec};
 pub use schema::*;

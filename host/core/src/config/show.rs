@@ -5,10 +5,10 @@
 use serde_json::Value;
 
 use super::keys::set_path;
-use super::{EmbeddingBackend, Loaded, SECRET_KEYS, get_path};
+use super::{EmbeddingBackend, LoadedConfig, SECRET_KEYS, get_path};
 
 /// The effective config as a tree, secrets masked (and their source named).
-pub fn masked_tree(loaded: &Loaded) -> Value {
+pub fn masked_tree(loaded: &LoadedConfig) -> Value {
     let mut tree = serde_json::to_value(&loaded.config).unwrap_or(Value::Null);
     for key in SECRET_KEYS {
         if let Some(Value::String(_)) = get_path(&tree, key) {
@@ -39,7 +39,7 @@ pub fn masked_tree(loaded: &Loaded) -> Value {
 /// The effective config as a tree (secrets masked): values left empty in
 /// the file show what is used instead. Also returns, for each such key,
 /// where its value comes from (`preset openai`, `default: llm.api_base`).
-pub fn effective_tree(loaded: &Loaded) -> (Value, Vec<(&'static str, String)>) {
+pub fn effective_tree(loaded: &LoadedConfig) -> (Value, Vec<(&'static str, String)>) {
     let mut tree = masked_tree(loaded);
     let mut origins = Vec::new();
     let config = &loaded.config;

@@ -45,10 +45,10 @@ fn default_act() -> String {
 pub struct MiniLm {
     dir: PathBuf,
     id: String,
-    model: OnceLock<Result<Loaded, EmbedError>>,
+    model: OnceLock<Result<Model, EmbedError>>,
 }
 
-struct Loaded {
+struct Model {
     bert: Bert,
     tokenizer: Tokenizer,
 }
@@ -95,7 +95,7 @@ impl MiniLm {
         })
     }
 
-    fn loaded(&self) -> Result<&Loaded, EmbedError> {
+    fn loaded(&self) -> Result<&Model, EmbedError> {
         self.model
             .get_or_init(|| {
                 let started = std::time::Instant::now();
@@ -128,7 +128,7 @@ impl Backend for MiniLm {
     }
 }
 
-fn load(dir: &Path) -> Result<Loaded> {
+fn load(dir: &Path) -> Result<Model> {
     let config: BertConfig =
         serde_json::from_str(&std::fs::read_to_string(dir.join("config.json"))?)?;
     let mut tokenizer = Tokenizer::from_file(dir.join("tokenizer.json"))
@@ -148,10 +148,10 @@ fn load(dir: &Path) -> Result<Loaded> {
     let vb = VarBuilder::from_buffered_safetensors(weights, DType::F32, &Device::Cpu)
         .context("model.safetensors")?;
     let bert = Bert::new(&config, vb).context("model.safetensors does not fit config.json")?;
-    Ok(Loaded { bert, tokenizer })
+    Ok(Model { bert, tokenizer })
 }
 
-impl Loaded {
+impl Model {
     fn embed(&self, texts: &[String]) -> Result<Vec<Vec<f32>>> {
         let encodings = self
             .tokenizer

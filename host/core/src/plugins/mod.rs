@@ -35,8 +35,8 @@ pub use engine::{
     CompileTimedOut, EngineOptions, PluginEngine, Spawned, artifact_limit, code_bytes,
 };
 pub use loaded::{
-    CallError, IndexState, Kind, Limits, Loaded, PACKAGE, PACKAGE_VERSION, PluginInfo, Probed,
-    Source, compatible,
+    CallError, IndexState, Kind, Limits, LoadedPlugin, PACKAGE, PACKAGE_VERSION, PluginInfo,
+    Probed, Source, compatible,
 };
 pub use lock::{LockEntry, LockFile};
 pub use refused::LoadRefused;

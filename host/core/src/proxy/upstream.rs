@@ -6,7 +6,7 @@ use std::time::Duration;
 use axum::http::{HeaderMap, HeaderName, HeaderValue, header};
 use bytes::Bytes;
 
-use crate::config::{ApiFormat, Loaded, Provider};
+use crate::config::{ApiFormat, LoadedConfig, Provider};
 use crate::error::ApiError;
 use crate::http::{Backoff, ClientSpec, Credential, Purpose};
 
@@ -91,7 +91,7 @@ const DROP_RESPONSE_HEADERS: &[&str] = &[
 ];
 
 impl Upstream {
-    pub fn new(loaded: &Loaded, base: String) -> anyhow::Result<Self> {
+    pub fn new(loaded: &LoadedConfig, base: String) -> anyhow::Result<Self> {
         let config = &loaded.config;
         let timeouts = &config.proxy.timeouts;
         let format = config.llm.api_format;

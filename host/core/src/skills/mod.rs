@@ -61,7 +61,7 @@ use std::sync::{Arc, RwLock};
 use std::sync::atomic::Ordering;
 
 use crate::plugins::turn::TurnBudget;
-use crate::plugins::{Loaded, PluginHost, types};
+use crate::plugins::{LoadedPlugin, PluginHost, types};
 use inject::{Chosen, Injected};
 use library::{Library, Snapshot};
 use metaclaw_wire::request::{ChatRequest, Role};
@@ -619,7 +619,7 @@ impl Skills {
 
         // Executable skills decide for themselves, all at once, in what is
         // left of the budget (none is asked when retrieval filled top_k).
-        let plugins: Vec<Arc<Loaded>> = match &self.plugins {
+        let plugins: Vec<Arc<LoadedPlugin>> = match &self.plugins {
             Some(host) if chosen.len() < self.settings.top_k => host.skills(),
             _ => Vec::new(),
         };
@@ -722,7 +722,7 @@ enum Answer {
 /// each skill's mean call time, those cut before last), so that slow skills
 /// cannot crowd quick ones out of every turn.
 async fn ask_skills(
-    plugins: &[Arc<Loaded>],
+    plugins: &[Arc<LoadedPlugin>],
     context: &types::TurnContext,
     threshold: f32,
     budget: &TurnBudget,
@@ -757,7 +757,7 @@ async fn ask_skills(
     answered.into_iter().map(|(_, a)| a).collect()
 }
 
-async fn ask_skill(plugin: &Loaded, context: &types::TurnContext, threshold: f32) -> Answer {
+async fn ask_skill(plugin: &LoadedPlugin, context: &types::TurnContext, threshold: f32) -> Answer {
     let applies = match plugin.applies(context).await {
         Ok(score) => score,
         Err(e) => {
@@ -780,12 +780,12 @@ async fn ask_skill(plugin: &Loaded, context: &types::TurnContext, threshold: f32
 }
 
 /// Counts a call the turn's budget cut off, and names its plugin.
-fn cut_off(plugin: &Loaded, cut: &mut Vec<String>) {
+fn cut_off(plugin: &LoadedPlugin, cut: &mut Vec<String>) {
     plugin.stats.turn_cuts.fetch_add(1, Ordering::Relaxed);
     cut.push(plugin.label().to_string());
 }
 
-async fn index(retriever: &crate::plugins::Loaded, skills: &[types::Skill], generation: u64) {
+async fn index(retriever: &crate::plugins::LoadedPlugin, skills: &[types::Skill], generation: u64) {
     match retriever.warm(skills, generation).await {
         Ok(()) => tracing::debug!(
             retriever = retriever.label(),

@@ -20,7 +20,7 @@ use std::time::Duration;
 
 use super::library::{Library, Snapshot};
 use super::skill::Skill;
-use crate::plugins::{Loaded, PluginHost, types};
+use crate::plugins::{LoadedPlugin, PluginHost, types};
 use crate::store::skill_checks::{self, Check};
 
 /// The evolver plugin whose verdict clears a skill.
@@ -219,7 +219,7 @@ impl Untrusted {
     /// The guard's verdict on `skill`'s text, recorded in the store.
     async fn ask(
         &self,
-        guard: &Arc<Loaded>,
+        guard: &Arc<LoadedPlugin>,
         plugins: Option<&PluginHost>,
         skill: &Skill,
     ) -> Result<Check, GuardFailed> {
@@ -311,7 +311,7 @@ pub enum NoGuard {
 /// The loaded, enabled `guard` evolver, or why there is none. Unlike
 /// evolution, a deployment that leaves guard out of `plugins.evolvers` gets
 /// no exception: nothing else could clear these skills.
-fn guard_of(plugins: Option<&PluginHost>) -> Result<Arc<Loaded>, NoGuard> {
+fn guard_of(plugins: Option<&PluginHost>) -> Result<Arc<LoadedPlugin>, NoGuard> {
     let Some(host) = plugins else {
         return Err(NoGuard::PluginsOff);
     };

@@ -4,7 +4,7 @@
 use super::report::{Report, Verdict};
 use crate::cli::runtime;
 use anyhow::Result;
-use metaclaw_core::config::{self, Loaded};
+use metaclaw_core::config::{self, LoadedConfig};
 use metaclaw_core::home::Home;
 use metaclaw_core::untrusted::log_line;
 use serde_json::Value;
@@ -180,7 +180,7 @@ pub(super) fn check_disk(report: &mut Report, home: &Home) {
     }
 }
 
-pub(super) fn check_store(report: &mut Report, home: &Home, loaded: &Loaded) {
+pub(super) fn check_store(report: &mut Report, home: &Home, loaded: &LoadedConfig) {
     let path = metaclaw_core::skills::paths(home, &loaded.config).1;
     let fix_path =
         "set store.path to a file in a writable folder (`metaclaw config set store.path PATH`)";
@@ -218,7 +218,7 @@ pub(super) fn check_store(report: &mut Report, home: &Home, loaded: &Loaded) {
     }
 }
 
-pub(super) fn check_port(report: &mut Report, home: &Home, loaded: &Loaded) -> Result<()> {
+pub(super) fn check_port(report: &mut Report, home: &Home, loaded: &LoadedConfig) -> Result<()> {
     let proxy = &loaded.config.proxy;
     let port = proxy.port;
     let fix_port = "stop it, or give metaclaw another port: `metaclaw config set proxy.port N`";

@@ -4,7 +4,7 @@
 use super::report::Report;
 use crate::cli::runtime;
 use anyhow::Result;
-use metaclaw_core::config::{Loaded, Provider};
+use metaclaw_core::config::{LoadedConfig, Provider};
 use metaclaw_core::untrusted::log_line;
 use serde_json::Value;
 use std::time::Duration;
@@ -14,7 +14,7 @@ const ONLINE_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// One small request with the key: `GET /models` (OpenRouter lists its
 /// models to anyone, so there it is `GET /key`, which needs a valid one).
-pub(super) fn check_upstream_online(report: &mut Report, loaded: &Loaded) -> Result<()> {
+pub(super) fn check_upstream_online(report: &mut Report, loaded: &LoadedConfig) -> Result<()> {
     let base = loaded.api_base();
     let upstream = match metaclaw_core::proxy::upstream::Upstream::new(loaded, base.clone()) {
         Ok(u) => u,

@@ -2,7 +2,7 @@
 //! it pins, and the retrievers and evolver the config names.
 
 use super::report::Report;
-use metaclaw_core::config::Loaded;
+use metaclaw_core::config::LoadedConfig;
 use metaclaw_core::digest::sha256_hex;
 use metaclaw_core::home::Home;
 use metaclaw_core::plugins::{FIRST_PARTY, HostSettings, LockFile, PluginHost, Source, files};
@@ -15,7 +15,7 @@ use std::sync::Arc;
 pub(super) fn check_plugins(
     report: &mut Report,
     home: &Home,
-    loaded: &Loaded,
+    loaded: &LoadedConfig,
 ) -> Option<Arc<PluginHost>> {
     let mut settings = HostSettings::from_config(&loaded.config, home);
     // Doctor leaves a missing home missing: it compiles without the cache
@@ -168,7 +168,11 @@ pub(super) fn check_plugins(
     Some(host)
 }
 
-pub(super) fn check_retrieval(report: &mut Report, plugins: Option<&PluginHost>, loaded: &Loaded) {
+pub(super) fn check_retrieval(
+    report: &mut Report,
+    plugins: Option<&PluginHost>,
+    loaded: &LoadedConfig,
+) {
     let config = &loaded.config;
     if !config.skills.enabled {
         report.ok("retrieval", "skills are off (skills.enabled: false)");
@@ -184,7 +188,11 @@ pub(super) fn check_retrieval(report: &mut Report, plugins: Option<&PluginHost>,
     }
 }
 
-pub(super) fn check_evolution(report: &mut Report, plugins: Option<&PluginHost>, loaded: &Loaded) {
+pub(super) fn check_evolution(
+    report: &mut Report,
+    plugins: Option<&PluginHost>,
+    loaded: &LoadedConfig,
+) {
     let config = &loaded.config;
     if !config.learning.enabled {
         report.ok("evolution", metaclaw_core::learn::OFF);

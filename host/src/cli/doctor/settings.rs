@@ -2,10 +2,10 @@
 //! contacting anyone.
 
 use super::report::Report;
-use metaclaw_core::config::{self, Loaded, presets};
+use metaclaw_core::config::{self, LoadedConfig, presets};
 use std::path::Path;
 
-pub(super) fn check_config(report: &mut Report, path: &Path) -> Option<Loaded> {
+pub(super) fn check_config(report: &mut Report, path: &Path) -> Option<LoadedConfig> {
     match config::load(path) {
         Err(e) => {
             let shown = path.display().to_string();
@@ -50,7 +50,7 @@ pub(super) fn check_config(report: &mut Report, path: &Path) -> Option<Loaded> {
 
 /// The upstream's base URL, model and key source, without contacting it.
 /// `false` when there is nothing to contact.
-pub(super) fn check_upstream_settings(report: &mut Report, loaded: &Loaded) -> bool {
+pub(super) fn check_upstream_settings(report: &mut Report, loaded: &LoadedConfig) -> bool {
     let config = &loaded.config;
     let llm = &config.llm;
     let provider = crate::cli::setup::config_name(&llm.provider);

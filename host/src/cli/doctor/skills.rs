@@ -2,12 +2,12 @@
 
 use super::machine::is_missing;
 use super::report::Report;
-use metaclaw_core::config::Loaded;
+use metaclaw_core::config::LoadedConfig;
 use metaclaw_core::home::Home;
 use metaclaw_core::untrusted::log_line;
 use std::fs;
 
-pub(super) fn check_skills(report: &mut Report, home: &Home, loaded: &Loaded) {
+pub(super) fn check_skills(report: &mut Report, home: &Home, loaded: &LoadedConfig) {
     if !loaded.config.skills.enabled {
         report.ok("skills", "skills are off (skills.enabled: false)");
         return;

@@ -3,11 +3,11 @@
 
 use super::report::Report;
 use metaclaw_core::claws::{self, Finding};
-use metaclaw_core::config::{ClawType, Loaded};
+use metaclaw_core::config::{ClawType, LoadedConfig};
 use metaclaw_core::home::Home;
 use std::path::PathBuf;
 
-pub(super) fn check_wiring(report: &mut Report, home: &Home, loaded: &Loaded) {
+pub(super) fn check_wiring(report: &mut Report, home: &Home, loaded: &LoadedConfig) {
     let config = &loaded.config;
     let claw = claws::claw_name(&config.claw_type);
     let state = match claws::State::load(home) {

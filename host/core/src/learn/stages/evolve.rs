@@ -15,7 +15,7 @@ use crate::clock::now_ms;
 use crate::learn::evolve::{self, Rejected};
 use crate::learn::finished;
 use crate::plugins::types::{self, SkillDraft};
-use crate::plugins::{Loaded, PluginHost};
+use crate::plugins::{LoadedPlugin, PluginHost};
 use crate::redact::Redactor;
 use crate::skills::skill::{self, Category, Provenance, Skill};
 use crate::store::jobs::Job;
@@ -416,7 +416,7 @@ fn to_row(
 /// loading, or gets fixed, counts; `status` and `doctor` show the reason).
 /// The one exception is a deployment that lists its chain in
 /// `plugins.evolvers` and leaves guard out: it said so, and `status` says it.
-pub fn evolver_chain(plugins: Option<&PluginHost>) -> Result<Vec<Arc<Loaded>>> {
+pub fn evolver_chain(plugins: Option<&PluginHost>) -> Result<Vec<Arc<LoadedPlugin>>> {
     let Some(plugins) = plugins else {
         return Err(Blocked(
             "no guard evolver is loaded: plugins are off (see the log at start); skills are not evolved unchecked".into(),
@@ -445,7 +445,7 @@ pub fn evolver_chain(plugins: Option<&PluginHost>) -> Result<Vec<Arc<Loaded>>> {
         ))
         .into());
     }
-    let rank = |p: &Arc<Loaded>| match p.info.name.as_str() {
+    let rank = |p: &Arc<LoadedPlugin>| match p.info.name.as_str() {
         GUARD => 1,
         "redact" => 2,
         "dedup" => 3,
@@ -458,7 +458,7 @@ pub fn evolver_chain(plugins: Option<&PluginHost>) -> Result<Vec<Arc<Loaded>>> {
 /// Why evolved skills are written without guard, if they are: `chain` (an
 /// [`evolver_chain`] that was allowed to run) has none because the config's
 /// `plugins.evolvers` leaves it out.
-pub fn evolution_unguarded(chain: &[Arc<Loaded>]) -> Option<String> {
+pub fn evolution_unguarded(chain: &[Arc<LoadedPlugin>]) -> Option<String> {
     (!chain.iter().any(|p| p.info.name == GUARD)).then(|| {
         "plugins.evolvers leaves out guard: evolved skills are written without the poisoning check (as configured)".to_string()
     })
@@ -467,7 +467,7 @@ pub fn evolution_unguarded(chain: &[Arc<Loaded>]) -> Option<String> {
 /// The drafts through each evolver plugin in turn. A plugin that fails
 /// fails the stage (the job is retried): a draft never skips a check.
 async fn run_chain(
-    chain: &[Arc<Loaded>],
+    chain: &[Arc<LoadedPlugin>],
     mut drafts: Vec<SkillDraft>,
     library: &[types::Skill],
 ) -> Result<(Vec<SkillDraft>, Vec<Rejected>)> {

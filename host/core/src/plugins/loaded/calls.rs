@@ -4,12 +4,12 @@
 
 use wasmtime::Store;
 
-use super::Loaded;
+use super::LoadedPlugin;
 use super::pool::{Bindings, CallError, Instance, Want};
 use crate::plugins::bindings::types;
 use crate::plugins::sandbox::{EmbedPurpose, PluginState};
 
-impl Loaded {
+impl LoadedPlugin {
     /// One export called on any instance under the call's deadline: `f`
     /// picks it from the bindings (`None`: this plugin is of another kind).
     async fn call_export<R>(

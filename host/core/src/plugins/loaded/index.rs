@@ -6,7 +6,7 @@
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
-use super::Loaded;
+use super::LoadedPlugin;
 use super::pool::{Bindings, CallError, Instance, Want};
 use crate::plugins::bindings::types;
 use crate::plugins::sandbox::{EmbedPurpose, OutcomeSource};
@@ -26,7 +26,7 @@ pub enum IndexState {
     NotStarted,
 }
 
-impl Loaded {
+impl LoadedPlugin {
     /// The newest library generation one of its instances has indexed: a
     /// retriever answers turns once it has one.
     pub fn indexed_generation(&self) -> Option<u64> {

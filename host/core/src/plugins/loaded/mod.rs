@@ -39,7 +39,7 @@ pub use info::{Kind, Limits, PACKAGE, PACKAGE_VERSION, PluginInfo, Source, compa
 pub use pool::{CallError, Stats};
 use pool::{Instance, Pre};
 
-pub struct Loaded {
+pub struct LoadedPlugin {
     pub info: PluginInfo,
     pub limits: Limits,
     pub stats: Stats,
@@ -79,7 +79,7 @@ pub struct Probed {
     code: Arc<Charge>,
 }
 
-impl Loaded {
+impl LoadedPlugin {
     /// Compiles (or loads from the cache), checks the component's world,
     /// and reads its metadata under the deny-all sandbox within
     /// `limits.load_timeout`. Blocks: call it from a thread of its own (the
@@ -339,8 +339,8 @@ impl Loaded {
     /// The same compiled plugin with other grants, and none of this one's
     /// state (instances, statistics) but its embedding spend, which is its
     /// file's.
-    pub fn regranted(&self, grants: Grants, embedder: Option<Arc<dyn Embedder>>) -> Loaded {
-        Loaded::new(
+    pub fn regranted(&self, grants: Grants, embedder: Option<Arc<dyn Embedder>>) -> LoadedPlugin {
+        LoadedPlugin::new(
             self.info.clone(),
             self.limits.clone(),
             self.engine.clone(),
@@ -358,7 +358,7 @@ impl Loaded {
 impl Probed {
     /// The plugin ready to be called, with what it is granted, its
     /// embedding spend in a ledger of its own (`plugins call`, tests).
-    pub fn ready(self, grants: Grants, embedder: Option<Arc<dyn Embedder>>) -> Loaded {
+    pub fn ready(self, grants: Grants, embedder: Option<Arc<dyn Embedder>>) -> LoadedPlugin {
         let ledger = EmbedLedger::new(EmbedAllowance::DEFAULT);
         self.ready_on(grants, embedder, &ledger)
     }
@@ -370,13 +370,13 @@ impl Probed {
         grants: Grants,
         embedder: Option<Arc<dyn Embedder>>,
         ledger: &Arc<EmbedLedger>,
-    ) -> Loaded {
+    ) -> LoadedPlugin {
         let label = format!("{}@{}", self.info.name, self.info.version);
         let account = Arc::new(Account {
             ledger: ledger.clone(),
             file: self.info.sha256.as_str().into(),
         });
-        Loaded::new(
+        LoadedPlugin::new(
             self.info,
             self.limits,
             self.engine,

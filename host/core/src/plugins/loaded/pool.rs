@@ -11,7 +11,7 @@ use std::time::Duration;
 use serde::Serialize;
 use wasmtime::{Store, UpdateDeadline};
 
-use super::Loaded;
+use super::LoadedPlugin;
 use crate::plugins::bindings::{evolver, retriever, scorer, skill};
 use crate::plugins::sandbox::{Deadline, EmbedPurpose, PluginState};
 
@@ -173,7 +173,7 @@ impl FailureWindow {
     }
 }
 
-impl Loaded {
+impl LoadedPlugin {
     async fn instantiate(
         &self,
         deadline: &Arc<Deadline>,

@@ -35,7 +35,7 @@ use serde::Serialize;
 use super::embedded::{self, EmbeddedPlugin};
 use super::engine::PluginEngine;
 use super::files::Stamp;
-use super::loaded::{Kind, Loaded, Source};
+use super::loaded::{Kind, LoadedPlugin, Source};
 use super::sandbox::{EmbedLedger, Embedder, MemoryPool};
 
 pub use crate::config::PluginSpec;
@@ -53,9 +53,9 @@ pub struct Problem {
 /// One scan's result.
 #[derive(Default)]
 pub struct Registry {
-    pub plugins: Vec<Arc<Loaded>>,
+    pub plugins: Vec<Arc<LoadedPlugin>>,
     pub problems: Vec<Problem>,
-    /// Loaded, but not quite as configured (a grant that does not apply, a
+    /// LoadedPlugin, but not quite as configured (a grant that does not apply, a
     /// first-party plugin replaced).
     pub notices: Vec<Problem>,
     pub locked: bool,
@@ -89,7 +89,7 @@ impl Registry {
         kind: Kind,
         spec: &PluginSpec,
         include_disabled: bool,
-    ) -> Option<Arc<Loaded>> {
+    ) -> Option<Arc<LoadedPlugin>> {
         self.plugins
             .iter()
             .filter(|p| {
@@ -101,8 +101,8 @@ impl Registry {
     }
 
     /// The highest version of every plugin of `kind`, by name.
-    fn latest_of(&self, kind: Kind) -> Vec<Arc<Loaded>> {
-        let mut by_name: BTreeMap<&str, &Arc<Loaded>> = BTreeMap::new();
+    fn latest_of(&self, kind: Kind) -> Vec<Arc<LoadedPlugin>> {
+        let mut by_name: BTreeMap<&str, &Arc<LoadedPlugin>> = BTreeMap::new();
         for p in self
             .plugins
             .iter()
@@ -118,7 +118,7 @@ impl Registry {
         by_name.into_values().cloned().collect()
     }
 
-    pub fn find(&self, name: &str, version: Option<&Version>) -> Option<Arc<Loaded>> {
+    pub fn find(&self, name: &str, version: Option<&Version>) -> Option<Arc<LoadedPlugin>> {
         self.plugins
             .iter()
             .filter(|p| p.info.name == name && version.is_none_or(|v| *v == p.info.version))
@@ -272,26 +272,26 @@ impl PluginHost {
     }
 
     /// The scorers that run on finished turns.
-    pub fn scorers(&self) -> Vec<Arc<Loaded>> {
+    pub fn scorers(&self) -> Vec<Arc<LoadedPlugin>> {
         self.role(Kind::Scorer, self.settings.scorers.as_deref())
     }
 
     /// The evolver post-processors, in order.
-    pub fn evolvers(&self) -> Vec<Arc<Loaded>> {
+    pub fn evolvers(&self) -> Vec<Arc<LoadedPlugin>> {
         self.role(Kind::Evolver, self.settings.evolvers.as_deref())
     }
 
     /// Executable skills.
-    pub fn skills(&self) -> Vec<Arc<Loaded>> {
+    pub fn skills(&self) -> Vec<Arc<LoadedPlugin>> {
         self.role(Kind::Skill, self.settings.skills.as_deref())
     }
 
     /// Retrievers in the order to try them (the next one is the fallback).
-    pub fn retrievers(&self) -> Vec<Arc<Loaded>> {
+    pub fn retrievers(&self) -> Vec<Arc<LoadedPlugin>> {
         self.role(Kind::Retriever, Some(&self.settings.retriever))
     }
 
-    fn role(&self, kind: Kind, specs: Option<&[PluginSpec]>) -> Vec<Arc<Loaded>> {
+    fn role(&self, kind: Kind, specs: Option<&[PluginSpec]>) -> Vec<Arc<LoadedPlugin>> {
         let registry = self.current();
         match specs {
             None => registry.latest_of(kind),

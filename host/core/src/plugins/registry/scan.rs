@@ -14,7 +14,7 @@ use crate::digest::sha256_hex;
 use crate::plugins::FIRST_PARTY;
 use crate::plugins::embedded::{self, EmbeddedPlugin};
 use crate::plugins::files::{self, Stamp};
-use crate::plugins::loaded::{Loaded, Probed, Source};
+use crate::plugins::loaded::{LoadedPlugin, Probed, Source};
 use crate::plugins::lock::LockFile;
 use crate::plugins::sandbox::Grants;
 
@@ -30,7 +30,7 @@ pub(super) struct FileRecord {
 #[derive(Clone)]
 pub(super) enum ProbeState {
     /// Compiled and probed (loaded, or refused for what it is).
-    Ready(Arc<Loaded>),
+    Ready(Arc<LoadedPlugin>),
     Failed(String),
     /// Refused before compiling (the lock does not list it).
     NotYet,
@@ -236,7 +236,7 @@ impl PluginHost {
                     }),
             )
             .collect();
-        let mut accepted: Vec<Arc<Loaded>> = Vec::new();
+        let mut accepted: Vec<Arc<LoadedPlugin>> = Vec::new();
         for c in admitted {
             registry.files.insert(c.path.clone(), c.record.clone());
             let plugin = match &c.record.probe {
@@ -261,7 +261,7 @@ impl PluginHost {
         }
 
         // One name, one file — unless the deployment said otherwise.
-        let mut by_name: BTreeMap<String, Vec<Arc<Loaded>>> = BTreeMap::new();
+        let mut by_name: BTreeMap<String, Vec<Arc<LoadedPlugin>>> = BTreeMap::new();
         for p in accepted {
             by_name.entry(p.info.name.clone()).or_default().push(p);
         }
@@ -361,7 +361,7 @@ impl PluginHost {
                 }
             }
         };
-        match Loaded::probe(
+        match LoadedPlugin::probe(
             &self.engine,
             c.path.clone(),
             &bytes,
@@ -375,14 +375,14 @@ impl PluginHost {
     }
 
     /// A probed plugin with no grants yet (`granted` decides them).
-    fn ready(&self, probed: Probed) -> Loaded {
+    fn ready(&self, probed: Probed) -> LoadedPlugin {
         probed.ready_on(Grants::default(), self.embedder.clone(), &self.embed_ledger)
     }
 
     /// Whether `plugin` may be loaded as what it says it is.
     fn admit(
         &self,
-        plugin: &Loaded,
+        plugin: &LoadedPlugin,
         lock: Option<&LockFile>,
         reserved: &BTreeSet<String>,
     ) -> Result<(), LoadRefused> {
@@ -402,10 +402,10 @@ impl PluginHost {
     /// that has not changed (keeping its pool, statistics, a disabled flag).
     fn granted(
         &self,
-        plugin: Arc<Loaded>,
+        plugin: Arc<LoadedPlugin>,
         lock: Option<&LockFile>,
         registry: &mut Registry,
-    ) -> Arc<Loaded> {
+    ) -> Arc<LoadedPlugin> {
         let (grants, notes) = self.settings.trust.grants_for(&plugin.info, lock);
         for error in notes {
             registry.notices.push(Problem {
