@@ -272,13 +272,31 @@ done
 echo "gateway listening on 127.0.0.1:$gateway_port after $(($(date +%s) - deadline + 120))s"
 
 turn_no=0
-turn() { # <message> [agent]: one headless turn through the gateway; JSON in $work/turn-N.json
-  turn_no=$((turn_no + 1))
-  local t0 rc=0
+upstream_seen() { curl -sf --max-time 10 "$upstream/v1/dummy/stats" | python3 -c 'import json,sys; print(json.load(sys.stdin)["requests"])'; } # every request the upstream ever got
+turn_once() { # <message> <agent>: one attempt; sets rc
+  local t0
+  rc=0
   t0=$(date +%s)
-  timeout -k 10 240 openclaw agent --agent "${2:-main}" --message "$1" --json \
+  timeout -k 10 240 openclaw agent --agent "$2" --message "$1" --json \
     >"$work/turn-$turn_no.json" 2>"$work/turn-$turn_no.err" || rc=$?
   echo "turn $turn_no: exit $rc in $(($(date +%s) - t0))s"
+}
+turn() { # <message> [agent]: one headless turn through the gateway; JSON in $work/turn-N.json
+  turn_no=$((turn_no + 1))
+  local seen
+  seen="$(upstream_seen)" || die "the dummy upstream did not list its requests"
+  turn_once "$1" "${2:-main}"
+  # OpenClaw 2026.9.6 can fail a turn inside its own per-agent SQLite database
+  # (its idle cleanup racing its maintenance planner on a loaded machine:
+  # "Agent database cleanup failed") before any request leaves it. That is an
+  # infrastructure fault of the agent, not of metaclaw: retried once, and only
+  # when the upstream provably saw nothing from the failed attempt.
+  if [ "$rc" -ne 0 ] && grep -qE 'Agent database|SQLite' "$work/turn-$turn_no.err" &&
+    [ "$(upstream_seen)" = "$seen" ]; then
+    echo "INFRA: OpenClaw's own agent database failed turn $turn_no before any request reached metaclaw ($(grep -m1 -oE 'Agent database[^"]*|SQLite[^"]*' "$work/turn-$turn_no.err")); retrying it once"
+    mv "$work/turn-$turn_no.err" "$work/turn-$turn_no.infra.err"
+    turn_once "$1" "${2:-main}"
+  fi
   [ "$rc" -eq 0 ] || die "openclaw agent (turn $turn_no) exited $rc: $(tail -n 5 "$work/turn-$turn_no.err")"
 }
 turn_field() { # <n> <python expression over d = the turn's JSON>
