@@ -41,6 +41,7 @@
     clippy::panic,
     clippy::print_stdout
 )]
+#![allow(clippy::disallowed_methods)] // tests own and join their threads and servers
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};

@@ -18,6 +18,7 @@
     clippy::panic,
     clippy::print_stdout
 )]
+#![allow(clippy::disallowed_methods)] // tests own and join their threads and servers
 
 #[path = "../tests/common/mod.rs"]
 mod common;

@@ -4,6 +4,7 @@
 //! skills, judge and evolver. The models are scripted, so every number the
 //! report gives follows from the script and is asserted exactly.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+#![allow(clippy::disallowed_methods)] // tests own and join their threads and servers
 
 mod common;
 

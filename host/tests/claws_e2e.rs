@@ -3,6 +3,7 @@
 //! original bytes back. `HOME` is a temporary directory holding the agent's
 //! files; `PATH` is empty, so no real agent command can run.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+#![allow(clippy::disallowed_methods)] // tests own and join their threads and servers
 
 mod common;
 

@@ -5,6 +5,7 @@
 //! intact, and every learning job queued or running at the kill is
 //! finished after the restart.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+#![allow(clippy::disallowed_methods)] // tests own and join their threads and servers
 
 mod common;
 

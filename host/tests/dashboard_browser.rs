@@ -15,6 +15,7 @@
 //! With `METACLAW_DASHBOARD_SCREENSHOTS=DIR`, each page visited is saved as
 //! `DIR/<page>.png` (the screenshots of docs/dashboard.md).
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+#![allow(clippy::disallowed_methods)] // tests own and join their threads and servers
 
 #[path = "common/browser.rs"]
 mod browser;

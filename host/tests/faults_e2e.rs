@@ -4,6 +4,7 @@
 //! client's API, or a stream that ends in `[DONE]` or an error event), keep
 //! serving everyone else, record the turn, and keep its memory bounded.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+#![allow(clippy::disallowed_methods)] // tests own and join their threads and servers
 
 mod common;
 

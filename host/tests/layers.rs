@@ -24,6 +24,7 @@ const LAYERS: &[&[&str]] = &[
         "redact",
         "term",
         "untrusted",
+        "work",
     ],
     &["config"],
     &["store", "plugins", "tinker"],

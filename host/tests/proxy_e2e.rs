@@ -1,5 +1,6 @@
 //! The proxy, end to end: real binary, real dummy upstream, real HTTP.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+#![allow(clippy::disallowed_methods)] // tests own and join their threads and servers
 
 mod common;
 

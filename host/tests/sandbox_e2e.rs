@@ -8,6 +8,7 @@
 //! (the CLI, the log). Under load, against a running metaclaw:
 //! `cargo bench -p metaclaw --bench attacks`.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+#![allow(clippy::disallowed_methods)] // tests own and join their threads and servers
 
 mod common;
 

@@ -10,6 +10,7 @@
 //!   session's answered turns are judged as usual; a fallback's answer is
 //!   judged as the fallback model's.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+#![allow(clippy::disallowed_methods)] // tests own and join their threads and servers
 
 mod common;
 

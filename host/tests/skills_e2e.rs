@@ -2,6 +2,7 @@
 //! first-party wasm retriever, injection into what the upstream receives,
 //! and what is recorded.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+#![allow(clippy::disallowed_methods)] // tests own and join their threads and servers
 
 mod common;
 

@@ -13,6 +13,7 @@
 //! history breaks it.
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+#![allow(clippy::disallowed_methods)] // tests own and join their threads and servers
 
 mod common;
 

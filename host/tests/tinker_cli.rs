@@ -14,6 +14,7 @@
 //! have had.
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+#![allow(clippy::disallowed_methods)] // tests own and join their threads and servers
 
 use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader};

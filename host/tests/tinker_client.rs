@@ -6,6 +6,7 @@
 //! `weights_info` tell, and sampling's stops and prompt logprobs.
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+#![allow(clippy::disallowed_methods)] // tests own and join their threads and servers
 
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};

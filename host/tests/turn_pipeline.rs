@@ -7,6 +7,7 @@
 //! the client's own API shape.
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+#![allow(clippy::disallowed_methods)] // tests own and join their threads and servers
 
 use std::net::{IpAddr, Ipv4Addr};
 use std::sync::Arc;

@@ -267,7 +267,8 @@ pub struct Instance {
     /// `http://127.0.0.1:PORT/v1`.
     pub base: String,
     stop: Option<tokio::sync::oneshot::Sender<()>>,
-    server: tokio::task::JoinHandle<()>,
+    /// The serving task, aborted if the instance is dropped unstopped.
+    server: tokio::task::JoinSet<()>,
 }
 
 impl Instance {
@@ -309,7 +310,8 @@ impl Instance {
             config.proxy.shutdown_grace.get(),
             config.proxy.timeouts.client_header.get(),
         );
-        let server = tokio::spawn(async move {
+        let mut server = tokio::task::JoinSet::new();
+        server.spawn(async move {
             let shutdown = async {
                 let _ = stopped.await;
             };
@@ -469,7 +471,7 @@ impl Instance {
         if let Some(stop) = self.stop.take() {
             let _ = stop.send(());
         }
-        let _ = (&mut self.server).await;
+        let _ = self.server.join_next().await;
         self.handle.shutdown().await;
     }
 }

@@ -20,11 +20,16 @@
 //! | `oracle` | the bench's scripted models for the dummy upstream (feature `test-servers`) |
 //! | [`test_servers`] | what only tests run: the fake training service, the dummy upstream's bench models |
 
+// Tests start threads and servers of their own and join them (or end with
+// the test); product code starts its work through `metaclaw_core::work`.
+#![cfg_attr(test, allow(clippy::disallowed_methods))]
+
 // `say!` and `say_raw!`: lines to a stdout that may be a closed pipe.
 #[macro_use]
 extern crate metaclaw_core;
 
 mod arms;
+
 pub mod checks;
 mod command;
 mod data;

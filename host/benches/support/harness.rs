@@ -2,6 +2,7 @@
 //! their CPU time and memory from `/proc`, free ports, health polling and
 //! percentiles.
 #![allow(dead_code)]
+#![allow(clippy::disallowed_methods)] // tests own and join their threads and servers
 
 use std::io::{BufRead, BufReader};
 use std::process::{Child, Command, Stdio};

@@ -74,26 +74,48 @@ pub fn check_servable(loaded: &LoadedConfig, demo: bool) -> Result<()> {
     Ok(())
 }
 
-/// The demo's upstream: a dummy in this process, serving until it exits.
-/// Its base URL.
+/// The demo's upstream: a dummy in this process, serving while the task
+/// returned with its base URL is held.
 #[cfg(feature = "dev-tools")]
-async fn start_demo_upstream() -> Result<String> {
+async fn start_demo_upstream() -> Result<(String, crate::work::OwnedTask)> {
     let listener = TcpListener::bind("127.0.0.1:0")
         .await
         .context("cannot start the demo upstream")?;
     let addr = listener.local_addr()?;
     let dummy = std::sync::Arc::new(metaclaw_mock_upstream::Dummy::default());
-    tokio::spawn(async move {
+    let serving = crate::work::OwnedTask::start(async move {
         if let Err(e) = metaclaw_mock_upstream::serve(listener, dummy).await {
             tracing::error!("demo upstream stopped: {e}");
         }
     });
-    Ok(format!("http://{addr}/v1"))
+    Ok((format!("http://{addr}/v1"), serving))
 }
 
 #[cfg(not(feature = "dev-tools"))]
-async fn start_demo_upstream() -> Result<String> {
+async fn start_demo_upstream() -> Result<(String, crate::work::OwnedTask)> {
     bail!("--demo answers from the dummy upstream, and {NO_DUMMY_UPSTREAM}")
+}
+
+/// Points the config at an in-process dummy upstream (and the demo's
+/// data); the dummy serves while the returned task is held.
+async fn start_demo(home: &Home, loaded: &mut LoadedConfig) -> Result<crate::work::OwnedTask> {
+    let (api_base, serving) = start_demo_upstream().await?;
+    let llm = &mut loaded.config.llm;
+    llm.api_base = api_base;
+    llm.api_key = None;
+    llm.force_model = false;
+    llm.model_id = "echo".into();
+    llm.provider = config::Provider::Custom;
+    llm.api_format = config::ApiFormat::Openai;
+    llm.fallbacks.clear();
+    // The dummy plays the judge and the evolver too, so the demo learns.
+    let rl = &mut loaded.config.rl;
+    rl.prm_url.clear();
+    rl.prm_model = "judge".into();
+    rl.evolver_api_base.clear();
+    rl.evolver_model = "evolver".into();
+    use_demo_data(home, &mut loaded.config)?;
+    Ok(serving)
 }
 
 pub async fn run(options: DaemonOptions) -> Result<()> {
@@ -121,25 +143,12 @@ pub async fn run(options: DaemonOptions) -> Result<()> {
         tracing::warn!("{warning}");
     }
 
-    // The demo answers from a dummy upstream inside this process.
-    if demo {
-        let api_base = start_demo_upstream().await?;
-        let llm = &mut loaded.config.llm;
-        llm.api_base = api_base;
-        llm.api_key = None;
-        llm.force_model = false;
-        llm.model_id = "echo".into();
-        llm.provider = config::Provider::Custom;
-        llm.api_format = config::ApiFormat::Openai;
-        llm.fallbacks.clear();
-        // The dummy plays the judge and the evolver too, so the demo learns.
-        let rl = &mut loaded.config.rl;
-        rl.prm_url.clear();
-        rl.prm_model = "judge".into();
-        rl.evolver_api_base.clear();
-        rl.evolver_model = "evolver".into();
-        use_demo_data(&home, &mut loaded.config)?;
-    }
+    // The demo answers from a dummy upstream inside this process, served
+    // until this returns.
+    let _demo_upstream = match demo {
+        true => Some(start_demo(&home, &mut loaded).await?),
+        false => None,
+    };
 
     let config = &loaded.config;
     let host = config::parse_host(&config.proxy.host).context("proxy.host")?;

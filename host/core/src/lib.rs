@@ -22,6 +22,11 @@
 //! | [`embeddings`] | host-side embedding backends for plugins |
 //! | [`home`], [`clock`], [`digest`] | leaf helpers: home paths, wall-clock time, hex digests |
 //! | [`untrusted`] | text from plugins and skills, made safe for logs and prompts |
+//! | [`work`] | who owns each thread and task: every one starts there |
+
+// Tests start threads and servers of their own and join them (or end with
+// the test); product code starts its work through `crate::work`.
+#![cfg_attr(test, allow(clippy::disallowed_methods))]
 
 pub mod admin;
 pub mod agent_id;
@@ -52,3 +57,4 @@ pub mod term;
 pub mod tinker;
 pub mod ui;
 pub mod untrusted;
+pub mod work;

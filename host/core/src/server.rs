@@ -140,6 +140,9 @@ pub async fn serve(
         .header_read_timeout(header_timeout);
     let graceful = GracefulShutdown::new();
     let mut shutdown = std::pin::pin!(shutdown);
+    // Each connection's task; those still open after the grace period are
+    // aborted when this set is dropped.
+    let mut connections = tokio::task::JoinSet::new();
     loop {
         // `accept` rides out errors itself (a full fd table: it logs and
         // waits a second rather than spinning).
@@ -151,7 +154,8 @@ pub async fn serve(
             .serve_connection(TokioIo::new(io), TowerToHyperService::new(router.clone()))
             .into_owned();
         let connection = graceful.watch(connection);
-        tokio::spawn(async move {
+        while connections.try_join_next().is_some() {}
+        connections.spawn(async move {
             if let Err(e) = connection.await {
                 tracing::trace!("connection ended: {e}");
             }
@@ -676,6 +680,7 @@ mod tests {
         };
         let proxy = &loaded.config.proxy;
         let app = Arc::new(App {
+            work: Default::default(),
             proxy: Arc::new(Proxy {
                 upstream: Upstream::new(&loaded, loaded.api_base()).unwrap(),
                 sessions: Tracker::new(store.clone(), metrics.clone(), Duration::from_secs(600)),

@@ -106,7 +106,10 @@ pub(crate) async fn anthropic_messages(
         .into_response()
 }
 
-/// A body fed by a task through a small channel.
+/// A body fed by a task through a small channel. The task ends at its
+/// first send after the client has gone (the body, and so the channel's
+/// receiver, is dropped with the connection).
+#[allow(clippy::disallowed_methods)] // this crate is the test double, not metaclaw_core
 fn async_stream_events<F, Fut>(produce: F) -> impl Stream<Item = Result<Bytes, std::io::Error>>
 where
     F: FnOnce(tokio::sync::mpsc::Sender<Result<Bytes, std::io::Error>>) -> Fut,

@@ -72,40 +72,39 @@ pub fn wire_when_healthy(home: Home, loaded: LoadedConfig, demo: bool) {
     if target_for(&loaded, "http://127.0.0.1:0", demo) == Err(None) {
         return;
     }
-    let spawned = std::thread::Builder::new()
-        .name("metaclaw-wire".into())
-        .spawn(move || {
-            let Ok(rt) = tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build()
-            else {
-                return;
-            };
-            let deadline = Instant::now() + Duration::from_secs(60);
-            let url = loop {
-                if let Some(info) = home.read_pid_file().filter(|p| p.pid == std::process::id())
-                    && rt.block_on(metaclaw_core::admin::healthy(&info.url))
-                {
-                    break info.url;
-                }
-                if Instant::now() > deadline {
-                    eprintln!("warning: metaclaw did not become healthy; the agent is not wired");
-                    return;
-                }
-                std::thread::sleep(Duration::from_millis(50));
-            };
-            // Not `say!`: a closed stdout must not take the daemon down.
-            match wire_lines(&home, &loaded, &url, demo) {
-                Ok(lines) => {
-                    use std::io::Write;
-                    let mut out = std::io::stdout().lock();
-                    for line in lines {
-                        let _ = writeln!(out, "{line}");
-                    }
-                }
-                Err(e) => eprintln!("error: {e:#}"),
+    // Ends once wired, or at its 60 s deadline.
+    let spawned = metaclaw_core::work::unjoined("metaclaw-wire", move || {
+        let Ok(rt) = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+        else {
+            return;
+        };
+        let deadline = Instant::now() + Duration::from_secs(60);
+        let url = loop {
+            if let Some(info) = home.read_pid_file().filter(|p| p.pid == std::process::id())
+                && rt.block_on(metaclaw_core::admin::healthy(&info.url))
+            {
+                break info.url;
             }
-        });
+            if Instant::now() > deadline {
+                eprintln!("warning: metaclaw did not become healthy; the agent is not wired");
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        };
+        // Not `say!`: a closed stdout must not take the daemon down.
+        match wire_lines(&home, &loaded, &url, demo) {
+            Ok(lines) => {
+                use std::io::Write;
+                let mut out = std::io::stdout().lock();
+                for line in lines {
+                    let _ = writeln!(out, "{line}");
+                }
+            }
+            Err(e) => eprintln!("error: {e:#}"),
+        }
+    });
     if let Err(e) = spawned {
         eprintln!("error: cannot start the wiring thread: {e}; the agent is not wired");
     }

@@ -12,6 +12,7 @@
 //! group. Every wait polls with a deadline; nothing sleeps for a guessed
 //! time. A missing browser fails the test: it never skips.
 #![allow(dead_code, clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+#![allow(clippy::disallowed_methods)] // tests own and join their threads and servers
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{SocketAddr, TcpStream};

@@ -1,6 +1,7 @@
 //! Test harness: the real `metaclaw` binary, started on port 0 against the
 //! dummy upstream (also the real binary), talked to over loopback HTTP.
 #![allow(dead_code, clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+#![allow(clippy::disallowed_methods)] // tests own and join their threads and servers
 
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};

@@ -7,6 +7,7 @@
 //! tests what they ask of it: the CLI (`--json`), student turns scripted on
 //! the fake, the fake's view of its models and checkpoints, and the
 //! training queue as the store holds it ([`Sample`]).
+#![allow(clippy::disallowed_methods)] // tests own and join their threads and servers
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};

@@ -15,9 +15,6 @@ mod status;
 use std::sync::Arc;
 use std::time::Instant;
 
-use tokio::task::JoinSet;
-use tokio_util::sync::CancellationToken;
-
 use crate::learn::LearnHandle;
 use crate::plugins::PluginHost;
 use crate::proxy::Proxy;
@@ -28,6 +25,9 @@ pub use status::status_json;
 /// What the routes share: the turn pipeline's state and what the admin
 /// routes report on.
 pub struct App {
+    /// The background work: what a route starts beside its answer (the
+    /// dashboard's "learn now") is started here, so shutdown stops it.
+    pub work: crate::work::Work,
     /// What a turn needs (the proxy routes get only this).
     pub proxy: Arc<Proxy>,
     /// `None` when the plugin host could not start (the proxy still serves).
@@ -67,14 +67,16 @@ pub struct RuntimeInfo {
 
 pub type SharedApp = Arc<App>;
 
+/// How long shutdown waits for the background work before it leaves what
+/// still runs (a training step, a compile) to end with the process.
+const SHUTDOWN_GRACE: std::time::Duration = std::time::Duration::from_secs(5);
+
 /// The running product: the shared state and everything running beside the
 /// routes.
 pub struct AppHandle {
     app: SharedApp,
-    /// Cancelled on shutdown: every background task stops on it.
-    cancel: CancellationToken,
-    /// The session sweeper and the other background tasks.
-    tasks: JoinSet<()>,
+    /// Every background task and thread but the three below: stopped first.
+    work: crate::work::Work,
     /// The store's writer thread: joined after its queue is drained.
     writer: std::thread::JoinHandle<()>,
     /// Per-turn scoring's thread: it ends after the writer (which feeds it).
@@ -95,14 +97,12 @@ impl AppHandle {
     pub async fn shutdown(self) {
         let Self {
             app,
-            cancel,
-            mut tasks,
+            work,
             writer,
             scoring,
             learner,
         } = self;
-        cancel.cancel();
-        while tasks.join_next().await.is_some() {}
+        work.stop(SHUTDOWN_GRACE).await;
         tracing::info!("draining the store queue");
         app.proxy.store.shutdown().await;
         // The last handles to the store and the learning runner.

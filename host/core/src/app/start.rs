@@ -14,9 +14,8 @@ use std::net::IpAddr;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use crate::work::Work;
 use anyhow::Result;
-use tokio::task::JoinSet;
-use tokio_util::sync::CancellationToken;
 
 use super::{App, AppHandle, RuntimeInfo};
 use crate::agent_id::AgentId;
@@ -61,8 +60,9 @@ impl App {
             port,
         } = options;
         let config = &loaded.config;
-        let cancel = CancellationToken::new();
-        let mut tasks = JoinSet::new();
+        // Every thread and task started here is owned by this: shutdown
+        // stops them.
+        let work = Work::new();
         let metrics = Arc::new(Metrics::new());
 
         // Secrets never reach the store or a learning LLM.
@@ -152,7 +152,7 @@ impl App {
                 config.learning.clone(),
                 config.skills.auto_evolve,
             );
-            Some(learner.spawn(sessions.subscribe(), cancel.clone())?)
+            Some(learner.spawn(sessions.subscribe(), work.token())?)
         } else {
             None
         };
@@ -171,14 +171,13 @@ impl App {
         // The shared run's, for every agent without a mode of its own; and
         // each listed agent's own (`agents.<id>`), when its mode serves it.
         let db = store.path().to_path_buf();
-        let mut serve = |config: &Config, run_agent: &str| {
+        let serve = |config: &Config, run_agent: &str| {
             let env = |k: &str| std::env::var(k).ok();
             let settings = StudentSettings::from_config(config, run_agent, home, db.clone(), &env);
             let policy = Policy::new(settings);
-            spawn_until(
-                &mut tasks,
-                &cancel,
-                policy::connect::run(policy.clone(), cancel.clone()),
+            work.task(
+                "the student's connection",
+                policy::connect::run(policy.clone(), work.token()),
             );
             policy
         };
@@ -233,7 +232,7 @@ impl App {
                 proxy.sessions.activity(),
                 steps_off.clone(),
                 &mut gate,
-                &cancel,
+                &work,
             )
         };
         let train = proxy
@@ -248,6 +247,7 @@ impl App {
             })
             .collect();
         let app = Arc::new(App {
+            work: work.clone(),
             proxy: proxy.clone(),
             plugins: plugins.clone(),
             learn,
@@ -272,7 +272,7 @@ impl App {
         // Idle sessions end (and are learned from) without a client's word.
         let every = (proxy.sessions.idle_timeout() / 4)
             .clamp(Duration::from_millis(50), Duration::from_secs(15));
-        spawn_until(&mut tasks, &cancel, async move {
+        work.task("the idle-session sweeper", async move {
             let mut tick = tokio::time::interval(every);
             loop {
                 tick.tick().await;
@@ -281,9 +281,8 @@ impl App {
         });
         if let Some(skills) = skills {
             // Skills from other tools wait for the guard's verdict.
-            spawn_until(
-                &mut tasks,
-                &cancel,
+            work.task(
+                "the guard of skills from other tools",
                 skills
                     .untrusted
                     .clone()
@@ -291,16 +290,18 @@ impl App {
             );
             // Evolved skills offered to OpenClaw's Skill Workshop, and
             // the owner's verdicts read back (`skills.deliver`).
-            spawn_until(&mut tasks, &cancel, skills.delivery.clone().run());
-            load_skills(skills, plugins.as_deref());
+            work.task(
+                "the Skill Workshop's delivery",
+                skills.delivery.clone().run(),
+            );
+            load_skills(&work, skills, plugins.as_deref());
         }
         if let Some(host) = plugins {
-            load_plugins(host);
+            load_plugins(&work, host);
         }
         Ok(AppHandle {
             app,
-            cancel,
-            tasks,
+            work,
             writer,
             scoring,
             learner,
@@ -309,8 +310,8 @@ impl App {
 }
 
 /// The trainer's thread (`learn::rl::trainer`); `None`, logged, if it
-/// cannot start. A step cut short by shutdown is redone from the last
-/// saved state next time, so the thread is not waited for.
+/// cannot start. Shutdown waits for it only briefly: a step cut short is
+/// redone from the last saved state next time.
 /// The scheduler's gate, made once for every trainer that waits for its
 /// windows (one machine, one set of windows, one record of them).
 #[derive(Default)]
@@ -331,7 +332,7 @@ fn start_trainer(
     activity: crate::clock::LastActivity,
     steps_off: Option<String>,
     gates: &mut GateSlot,
-    cancel: &CancellationToken,
+    work: &Work,
 ) -> Option<crate::learn::rl::trainer::TrainerHandle> {
     use crate::learn::rl::trainer;
     use crate::scheduler::gate;
@@ -394,8 +395,11 @@ fn start_trainer(
         canary: config.canary.weights.then(|| config.canary.clone()),
         steps_off,
     };
-    match trainer::spawn(settings, policy, cancel.clone()) {
-        Ok((handle, _thread)) => Some(handle),
+    match trainer::spawn(settings, policy, work.token()) {
+        Ok((handle, thread)) => {
+            work.adopt(thread);
+            Some(handle)
+        }
         Err(e) => {
             tracing::error!("nothing trains: cannot start the trainer's thread: {e}");
             None
@@ -403,46 +407,30 @@ fn start_trainer(
     }
 }
 
-/// Runs `work` until it ends or `cancel` is cancelled.
-fn spawn_until(
-    tasks: &mut JoinSet<()>,
-    cancel: &CancellationToken,
-    work: impl Future<Output = ()> + Send + 'static,
-) {
-    let cancel = cancel.clone();
-    tasks.spawn(async move {
-        tokio::select! {
-            () = cancel.cancelled() => {}
-            () = work => {}
-        }
-    });
-}
-
 /// Watches the library and reads it, on its own thread; every change (and
 /// every plugin reload) re-indexes it for the retrievers.
-fn load_skills(skills: Arc<Skills>, plugins: Option<&PluginHost>) {
+fn load_skills(work: &Work, skills: Arc<Skills>, plugins: Option<&PluginHost>) {
     if let Some(host) = plugins {
         let s = skills.clone();
         host.on_reload(move || s.warm());
     }
-    let spawned = std::thread::Builder::new()
-        .name("metaclaw-skills-load".into())
-        .spawn(move || {
-            // Watching first, then reading: a skill written between the two
-            // is either read or reported, never missed.
-            let s = skills.clone();
-            skills
-                .library
-                .watch(Duration::from_millis(200), move |_| s.warm());
-            let snapshot = skills.library.rescan(None);
-            tracing::info!(
-                "{} skill(s) loaded, {} problem(s), generation {}",
-                snapshot.skills.len(),
-                snapshot.problems.len(),
-                snapshot.generation
-            );
-            skills.warm();
-        });
+    let watcher = work.clone();
+    let spawned = work.thread("metaclaw-skills-load", move || {
+        // Watching first, then reading: a skill written between the two
+        // is either read or reported, never missed.
+        let s = skills.clone();
+        skills
+            .library
+            .watch(&watcher, Duration::from_millis(200), move |_| s.warm());
+        let snapshot = skills.library.rescan(None);
+        tracing::info!(
+            "{} skill(s) loaded, {} problem(s), generation {}",
+            snapshot.skills.len(),
+            snapshot.problems.len(),
+            snapshot.generation
+        );
+        skills.warm();
+    });
     if let Err(e) = spawned {
         tracing::error!("cannot load the skill library: {e}");
     }
@@ -450,18 +438,17 @@ fn load_skills(skills: Arc<Skills>, plugins: Option<&PluginHost>) {
 
 /// Loads (compiling if needed) the configured plugins on their own thread,
 /// then watches their folders.
-fn load_plugins(host: Arc<PluginHost>) {
-    let spawned = std::thread::Builder::new()
-        .name("metaclaw-plugin-load".into())
-        .spawn(move || {
-            let registry = host.reload();
-            tracing::info!(
-                "{} plugin(s) loaded, {} problem(s)",
-                registry.plugins.len(),
-                registry.problems.len()
-            );
-            host.watch();
-        });
+fn load_plugins(work: &Work, host: Arc<PluginHost>) {
+    let watcher = work.clone();
+    let spawned = work.thread("metaclaw-plugin-load", move || {
+        let registry = host.reload();
+        tracing::info!(
+            "{} plugin(s) loaded, {} problem(s)",
+            registry.plugins.len(),
+            registry.problems.len()
+        );
+        host.watch(&watcher);
+    });
     if let Err(e) = spawned {
         tracing::error!("cannot load plugins: {e}");
     }

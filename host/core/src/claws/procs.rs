@@ -138,12 +138,14 @@ pub fn run(env: &Env, argv: &[String], timeout: Duration) -> Outcome {
     ]
     .into_iter()
     .flatten()
-    .map(|mut pipe| {
-        std::thread::spawn(move || {
+    .filter_map(|mut pipe| {
+        // Joined below; a reader that cannot start leaves its output out.
+        crate::work::thread("metaclaw-claw-pipe", move || {
             let mut text = Vec::new();
             let _ = pipe.by_ref().take(64 << 10).read_to_end(&mut text);
             String::from_utf8_lossy(&text).into_owned()
         })
+        .ok()
     })
     .collect();
     let deadline = Instant::now() + timeout;

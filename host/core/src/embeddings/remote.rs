@@ -64,18 +64,16 @@ impl Remote {
             .context("cannot start the embedding client's runtime")?;
         let (tx, mut rx) = mpsc::unbounded_channel::<Job>();
         let model_name = model.to_string();
-        std::thread::Builder::new()
-            .name("metaclaw-embed".into())
-            .spawn(move || {
-                runtime.block_on(async move {
-                    while let Some(job) = rx.recv().await {
-                        let result =
-                            request(&client, &url, &headers, &model_name, &job.texts).await;
-                        let _ = job.reply.send(result);
-                    }
-                });
-            })
-            .context("cannot start the embedding client thread")?;
+        // Ends when `jobs`, the sender, is dropped with this client.
+        crate::work::unjoined("metaclaw-embed", move || {
+            runtime.block_on(async move {
+                while let Some(job) = rx.recv().await {
+                    let result = request(&client, &url, &headers, &model_name, &job.texts).await;
+                    let _ = job.reply.send(result);
+                }
+            });
+        })
+        .context("cannot start the embedding client thread")?;
         Ok(Self {
             id: format!("openai:{base}:{model}"),
             jobs: tx,

@@ -52,18 +52,16 @@ where
     F: FnOnce() -> Fut + Send + 'static,
     Fut: std::future::Future<Output = ()>,
 {
-    std::thread::Builder::new()
-        .name(name.into())
-        .spawn(move || {
-            crate::store::lower_priority();
-            match tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build()
-            {
-                Ok(runtime) => runtime.block_on(work()),
-                Err(e) => tracing::error!("{what} is off: cannot start its runtime: {e}"),
-            }
-        })
+    crate::work::thread(name, move || {
+        crate::store::lower_priority();
+        match tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+        {
+            Ok(runtime) => runtime.block_on(work()),
+            Err(e) => tracing::error!("{what} is off: cannot start its runtime: {e}"),
+        }
+    })
 }
 
 /// `"learning"` in `/admin/status` and a session end's answer.

@@ -72,16 +72,14 @@ impl Scoring {
             pending: HashMap::new(),
             plugins,
         };
-        std::thread::Builder::new()
-            .name("metaclaw-score".into())
-            .spawn(move || {
-                for event in committed {
-                    match event {
-                        Committed::Turn(turn) => scoring.on_recorded(turn),
-                        Committed::SessionEnd(session) => scoring.on_session_end(session),
-                    }
+        crate::work::thread("metaclaw-score", move || {
+            for event in committed {
+                match event {
+                    Committed::Turn(turn) => scoring.on_recorded(turn),
+                    Committed::SessionEnd(session) => scoring.on_session_end(session),
                 }
-            })
+            }
+        })
     }
 
     /// Whether any scorer is loaded now (`plugins.scorers: []` has none; a

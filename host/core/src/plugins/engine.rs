@@ -284,15 +284,15 @@ impl PluginEngine {
         };
         let (tx, rx) = std::sync::mpsc::sync_channel(1);
         let (engine, bytes) = (engine.clone(), bytes.to_vec());
-        std::thread::Builder::new()
-            .name("metaclaw-compile".into())
-            .spawn(move || {
-                // Held until the compile ends, whether or not anyone still
-                // waits for it.
-                let _slot = slot;
-                let _ = tx.send(compile(&engine, &bytes));
-            })
-            .map_err(|e| anyhow::anyhow!("cannot start a compile thread: {e}"))?;
+        // Not joined: a compile cannot be cut short, and one past its
+        // deadline runs to its end holding its slot, which bounds them.
+        crate::work::unjoined("metaclaw-compile", move || {
+            // Held until the compile ends, whether or not anyone still
+            // waits for it.
+            let _slot = slot;
+            let _ = tx.send(compile(&engine, &bytes));
+        })
+        .map_err(|e| anyhow::anyhow!("cannot start a compile thread: {e}"))?;
         let started = Instant::now();
         match rx.recv_timeout(limit) {
             Ok(result) => result,
@@ -480,35 +480,33 @@ impl Ticker {
             ticks: AtomicU64::new(0),
         });
         let t = ticker.clone();
-        let spawned = std::thread::Builder::new()
-            .name("metaclaw-epoch".into())
-            .spawn(move || {
-                let mut quiet = IDLE_AFTER_TICKS;
-                while !t.stop.load(Ordering::Relaxed) {
-                    if quiet >= IDLE_AFTER_TICKS {
-                        let Ok(mut guard) = t.wake.lock() else { return };
-                        t.idle.store(true, Ordering::SeqCst);
-                        while t.active.load(Ordering::SeqCst) == 0
-                            && !t.stop.load(Ordering::Relaxed)
-                        {
-                            guard = match t.signal.wait(guard) {
-                                Ok(g) => g,
-                                Err(_) => return,
-                            };
-                        }
-                        t.idle.store(false, Ordering::SeqCst);
-                        quiet = 0;
+        // Ended by `stop`, which the engine sets when dropped (never
+        // joined: an engine may be dropped in async code).
+        let spawned = crate::work::unjoined("metaclaw-epoch", move || {
+            let mut quiet = IDLE_AFTER_TICKS;
+            while !t.stop.load(Ordering::Relaxed) {
+                if quiet >= IDLE_AFTER_TICKS {
+                    let Ok(mut guard) = t.wake.lock() else { return };
+                    t.idle.store(true, Ordering::SeqCst);
+                    while t.active.load(Ordering::SeqCst) == 0 && !t.stop.load(Ordering::Relaxed) {
+                        guard = match t.signal.wait(guard) {
+                            Ok(g) => g,
+                            Err(_) => return,
+                        };
                     }
-                    std::thread::sleep(TICK);
-                    engine.increment_epoch();
-                    t.ticks.fetch_add(1, Ordering::Relaxed);
-                    if t.active.load(Ordering::SeqCst) == 0 {
-                        quiet += 1;
-                    } else {
-                        quiet = 0;
-                    }
+                    t.idle.store(false, Ordering::SeqCst);
+                    quiet = 0;
                 }
-            });
+                std::thread::sleep(TICK);
+                engine.increment_epoch();
+                t.ticks.fetch_add(1, Ordering::Relaxed);
+                if t.active.load(Ordering::SeqCst) == 0 {
+                    quiet += 1;
+                } else {
+                    quiet = 0;
+                }
+            }
+        });
         if let Err(e) = spawned {
             // Deadlines still hold (the waiter drops the call), but a guest
             // spinning in a loop would hold its worker until then.

@@ -393,7 +393,9 @@ fn run_with_timeout(
     ] {
         let Some(mut pipe) = pipe else { continue };
         let tx = tx.clone();
-        std::thread::spawn(move || {
+        // Ends when the pipe closes; not joined, since a grandchild may hold
+        // it open past the deadline (a pipe not read is reported empty).
+        let _ = crate::work::unjoined("metaclaw-idle-pipe", move || {
             let mut bytes = Vec::new();
             let _ = pipe.by_ref().take(1 << 20).read_to_end(&mut bytes);
             let _ = tx.send((which, String::from_utf8_lossy(&bytes).into_owned()));

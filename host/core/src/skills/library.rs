@@ -358,8 +358,10 @@ impl Library {
 
     /// Watches the folder; after a burst of changes settles (`debounce`), the
     /// library is re-read and `on_change` told when the generation moved.
+    /// The watching thread belongs to `work` and ends when it stops.
     pub fn watch(
         self: &Arc<Self>,
+        work: &crate::work::Work,
         debounce: Duration,
         on_change: impl Fn(Arc<Snapshot>) + Send + 'static,
     ) {
@@ -398,28 +400,34 @@ impl Library {
             *slot = Some(watcher);
         }
         let library = Arc::downgrade(self);
-        let spawned = std::thread::Builder::new()
-            .name("metaclaw-skills".into())
-            .spawn(move || {
-                while rx.recv().is_ok() {
-                    loop {
-                        // Let a burst (an editor's save, a copy of many folders) finish.
-                        while rx.recv_timeout(debounce).is_ok() {}
-                        let Some(library) = library.upgrade() else {
-                            return;
-                        };
-                        let before = library.snapshot().generation;
-                        let after = library.rescan(None);
-                        if after.generation == before {
-                            break;
-                        }
-                        on_change(after);
-                        // Files written into a folder created moments ago can
-                        // land before inotify watches that folder, and then
-                        // nothing reports them: look again until nothing moves.
+        let stop = work.token();
+        let spawned = work.thread("metaclaw-skills", move || {
+            loop {
+                match rx.recv_timeout(crate::work::STOP_CHECK) {
+                    Ok(()) => {}
+                    Err(std::sync::mpsc::RecvTimeoutError::Timeout) if !stop.is_cancelled() => {
+                        continue;
                     }
+                    Err(_) => return,
                 }
-            });
+                loop {
+                    // Let a burst (an editor's save, a copy of many folders) finish.
+                    while rx.recv_timeout(debounce).is_ok() {}
+                    let Some(library) = library.upgrade() else {
+                        return;
+                    };
+                    let before = library.snapshot().generation;
+                    let after = library.rescan(None);
+                    if after.generation == before {
+                        break;
+                    }
+                    on_change(after);
+                    // Files written into a folder created moments ago can
+                    // land before inotify watches that folder, and then
+                    // nothing reports them: look again until nothing moves.
+                }
+            }
+        });
         if let Err(e) = spawned {
             tracing::error!("cannot start the skills watcher: {e}");
         }
@@ -812,8 +820,9 @@ mod tests {
         }
         let a = Library::open(dir.clone(), home.path().join("a.db"));
         let b = Library::open(dir.clone(), home.path().join("b.db"));
-        a.watch(Duration::from_millis(20), |_| {});
-        b.watch(Duration::from_millis(20), |_| {});
+        let work = crate::work::Work::new();
+        a.watch(&work, Duration::from_millis(20), |_| {});
+        b.watch(&work, Duration::from_millis(20), |_| {});
         // Each reads the whole folder, as a rescan does.
         a.rescan(None);
         b.rescan(None);

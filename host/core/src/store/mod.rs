@@ -357,9 +357,7 @@ impl Store {
             options.on_recorded,
             options.queue_learning,
         );
-        let handle = std::thread::Builder::new()
-            .name("metaclaw-store".into())
-            .spawn(move || writer.run(rx))
+        let handle = crate::work::thread("metaclaw-store", move || writer.run(rx))
             .context("cannot start the store writer thread")?;
         Ok((
             Self {

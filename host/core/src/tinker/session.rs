@@ -9,8 +9,8 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
 
+use crate::work::OwnedTask;
 use serde_json::{Value, json};
-use tokio::task::JoinHandle;
 
 use metaclaw_tinker::types::{LoraConfig, WeightsInfo};
 
@@ -257,7 +257,7 @@ impl Service {
             next_model: AtomicU64::new(0),
             next_sampler: AtomicU64::new(0),
         });
-        let heartbeat = tokio::spawn(heartbeat(
+        let heartbeat = OwnedTask::start(heartbeat(
             self.transport.clone(),
             state.clone(),
             self.heartbeat,
@@ -266,7 +266,7 @@ impl Service {
             transport: self.transport.clone(),
             dialect: self.dialect.clone(),
             state,
-            heartbeat,
+            _heartbeat: heartbeat,
         })
     }
 }
@@ -349,13 +349,8 @@ pub struct Session {
     transport: Arc<Transport>,
     dialect: KnownDialect,
     pub(super) state: Arc<SessionState>,
-    heartbeat: JoinHandle<()>,
-}
-
-impl Drop for Session {
-    fn drop(&mut self) {
-        self.heartbeat.abort();
-    }
+    /// Aborted when the session is dropped.
+    _heartbeat: OwnedTask,
 }
 
 async fn heartbeat(transport: Arc<Transport>, state: Arc<SessionState>, every: Duration) {

@@ -125,7 +125,8 @@ pub async fn learn_now(
     }
     // The jobs may take minutes (judge and evolver calls): the page does
     // not wait for them; the learning page shows them as they go.
-    tokio::spawn(async move {
+    let work = app.work.clone();
+    work.task("learning now (from the dashboard)", async move {
         if let Err(e) = actions::learn_now(&app, None, None).await {
             tracing::warn!("learning now (from the dashboard) failed: {e}");
         }

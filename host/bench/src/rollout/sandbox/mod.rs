@@ -387,13 +387,15 @@ impl Sandbox {
         // readers see the end when the helper and the command are gone.
         drop(cmd);
         let cap = self.max_output;
+        // The readers end when the pipes close (above); not joined, so a
+        // pipe held open past the deadline cannot hold this call.
         let (tx, rx) = mpsc::channel();
-        std::thread::spawn(move || {
+        let _ = metaclaw_core::work::unjoined("metaclaw-sandbox-out", move || {
             let _ = tx.send(read_capped(reader, cap));
         });
         let (err_tx, err_rx) = mpsc::channel();
         if let Some(err_reader) = err_reader {
-            std::thread::spawn(move || {
+            let _ = metaclaw_core::work::unjoined("metaclaw-sandbox-err", move || {
                 let _ = err_tx.send(read_capped(err_reader, cap));
             });
         } else {

@@ -243,29 +243,28 @@ impl PluginHost {
     /// Watches the folders (and the lock file) from a background thread.
     /// A change is loaded once the files have stopped changing for one
     /// interval, so a plugin being copied in is not read half-written.
-    pub fn watch(self: &Arc<Self>) {
+    /// The thread belongs to `work` and ends when it stops.
+    pub fn watch(self: &Arc<Self>, work: &crate::work::Work) {
         let host = Arc::downgrade(self);
         let interval = self.settings.watch_interval;
-        let spawned = std::thread::Builder::new()
-            .name("metaclaw-plugins".into())
-            .spawn(move || {
-                let mut pending: Option<Vec<(PathBuf, Option<Stamp>)>> = None;
-                loop {
-                    std::thread::sleep(interval);
-                    let Some(host) = host.upgrade() else { return };
-                    let now = host.fingerprint();
-                    if now == host.current().fingerprint {
-                        pending = None;
-                        continue;
-                    }
-                    if pending.as_ref() == Some(&now) {
-                        host.reload();
-                        pending = None;
-                    } else {
-                        pending = Some(now);
-                    }
+        let stop = work.token();
+        let spawned = work.thread("metaclaw-plugins", move || {
+            let mut pending: Option<Vec<(PathBuf, Option<Stamp>)>> = None;
+            while crate::work::nap(&stop, interval) {
+                let Some(host) = host.upgrade() else { return };
+                let now = host.fingerprint();
+                if now == host.current().fingerprint {
+                    pending = None;
+                    continue;
                 }
-            });
+                if pending.as_ref() == Some(&now) {
+                    host.reload();
+                    pending = None;
+                } else {
+                    pending = Some(now);
+                }
+            }
+        });
         if let Err(e) = spawned {
             tracing::error!("cannot watch the plugin folders ({e}); restart to pick up changes");
         }
