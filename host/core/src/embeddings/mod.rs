@@ -15,7 +15,6 @@ mod remote;
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::time::Duration;
 
 use anyhow::{Result, bail};
 
@@ -31,29 +30,9 @@ pub trait Backend: Send + Sync {
     fn embed(&self, texts: &[String]) -> Result<Vec<Vec<f32>>, EmbedError>;
 }
 
-/// Why a backend could not embed.
-#[derive(Debug, Clone, PartialEq, thiserror::Error)]
-#[error("{message}")]
-pub struct EmbedError {
-    pub message: String,
-    /// How long the server asked to be left alone (its `Retry-After`).
-    pub retry_after: Option<Duration>,
-}
-
-impl From<String> for EmbedError {
-    fn from(message: String) -> Self {
-        Self {
-            message,
-            retry_after: None,
-        }
-    }
-}
-
-impl From<&str> for EmbedError {
-    fn from(message: &str) -> Self {
-        message.to_string().into()
-    }
-}
+/// Why a backend could not embed (defined beside the plugins' `Embedder`,
+/// which carries it to a plugin's `embed` call).
+pub use crate::plugins::EmbedError;
 
 /// Whether this build can run a model in-process.
 pub const LOCAL_AVAILABLE: bool = cfg!(feature = "local-embeddings");

@@ -42,8 +42,8 @@ pub use lock::{LockEntry, LockFile};
 pub use refused::LoadRefused;
 pub use registry::{BuiltinSource, HostSettings, PluginHost, PluginSpec, Problem, Registry};
 pub use sandbox::{
-    Account, Charge, EmbedAllowance, EmbedBudget, EmbedFailed, EmbedLedger, EmbedPurpose, Embedder,
-    Grants, MemoryPool, OutcomeSource, Spend, Unmetered,
+    Account, Charge, EmbedAllowance, EmbedBudget, EmbedError, EmbedFailed, EmbedLedger,
+    EmbedPurpose, Embedder, Grants, MemoryPool, OutcomeSource, Spend, Unmetered,
 };
 pub use trust::{FIRST_PARTY, FileRef, Trust};
 pub use view::{PluginView, RegistryView, view};

@@ -52,7 +52,31 @@ pub enum EmbedFailed {
     #[error("{last} (not retried for another {secs}s)")]
     Resting { last: String, secs: u64 },
     #[error(transparent)]
-    Backend(#[from] crate::embeddings::EmbedError),
+    Backend(#[from] EmbedError),
+}
+
+/// Why a backend could not embed.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+#[error("{message}")]
+pub struct EmbedError {
+    pub message: String,
+    /// How long the server asked to be left alone (its `Retry-After`).
+    pub retry_after: Option<std::time::Duration>,
+}
+
+impl From<String> for EmbedError {
+    fn from(message: String) -> Self {
+        Self {
+            message,
+            retry_after: None,
+        }
+    }
+}
+
+impl From<&str> for EmbedError {
+    fn from(message: &str) -> Self {
+        message.to_string().into()
+    }
 }
 
 /// Embeddings for plugins that are granted `embed` (the host's embedding
