@@ -1116,7 +1116,7 @@ mod reindex {
         );
         tune(&mut config);
         let upstream = Arc::new(Upstream::default());
-        let db = home.path().join("metaclaw.db");
+        let db = metaclaw_core::store::Db::at(home.path().join("metaclaw.db"));
         let embedder: Arc<dyn Embedder> = Arc::new(Cached::new(upstream.clone(), &db).unwrap());
         let settings =
             HostSettings::from_config(&config, &metaclaw_core::home::Home::at(home.path()));

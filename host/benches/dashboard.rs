@@ -158,7 +158,7 @@ const SKILLS: [&str; 20] = [
 /// history before it.
 fn fill(path: &Path, sessions: u32, turns: u32) -> Filled {
     let started = Instant::now();
-    let mut conn = metaclaw_core::store::open_side_writer(path).unwrap();
+    let mut conn = metaclaw_core::store::Db::at(path).side_writer().unwrap();
     let mut rng = Rng(0x6d65_7461_636c_6177);
     let now = chrono::Utc::now().timestamp_millis();
     let span_ms: i64 = 100 * 24 * 3600 * 1000;
@@ -749,7 +749,7 @@ fn main() {
             let (kind, after) = &lists[i];
             let filter = kind.filter();
             let started = Instant::now();
-            let conn = metaclaw_core::store::open_read_only(&db).unwrap();
+            let conn = metaclaw_core::store::Db::at(&db).read().unwrap();
             let (page, _) = browse::sessions_page(&conn, &filter, after.as_ref(), PAGE).unwrap();
             let agents = browse::agents(&conn).unwrap();
             drop(conn);

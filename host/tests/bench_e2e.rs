@@ -971,7 +971,7 @@ fn with_split_the_learning_arms_learn_from_the_training_days_only() {
     }
     for arm in ["learn", "rl"] {
         let db = dir.join(format!("{arm}-1/home/metaclaw.db"));
-        let conn = metaclaw_core::store::open_read_only(&db).unwrap();
+        let conn = metaclaw_core::store::Db::at(&db).read().unwrap();
         let strings = |sql: &str| -> Vec<String> {
             let mut stmt = conn.prepare(sql).unwrap();
             stmt.query_map([], |r| r.get(0))

@@ -497,8 +497,9 @@ fn version_and_sessions_on_an_empty_home() {
 fn learn_status_counts_every_job_in_the_store_not_only_the_page_it_lists() {
     use metaclaw_core::store::jobs;
     let home = tempfile::tempdir().unwrap();
-    let mut conn =
-        metaclaw_core::store::open_side_writer(&home.path().join("metaclaw.db")).unwrap();
+    let mut conn = metaclaw_core::store::Db::at(home.path().join("metaclaw.db"))
+        .side_writer()
+        .unwrap();
     for (i, id) in ["s1", "s2", "s3", "s4"].iter().enumerate() {
         conn.execute(
             "INSERT INTO sessions (id, base_key, source, started_at_ms, last_activity_ms)

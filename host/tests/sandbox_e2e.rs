@@ -1163,7 +1163,10 @@ fn relevance_and_text_from_plugins_are_made_safe() {
         )
         .unwrap();
     }
-    let library = Library::open(dir, home.path().join("metaclaw.db"));
+    let library = Library::open(
+        dir,
+        metaclaw_core::store::Db::at(home.path().join("metaclaw.db")),
+    );
     let engine = host.engine.clone();
     let skills = Skills::new(
         library,
@@ -1241,9 +1244,11 @@ fn embedding_host(
         Grants::parse(&["embed".to_string()]).unwrap(),
     );
     configure(&mut config);
-    let cache =
-        metaclaw_core::embeddings::Cached::new(upstream.clone(), &home.path().join("metaclaw.db"))
-            .unwrap();
+    let cache = metaclaw_core::embeddings::Cached::new(
+        upstream.clone(),
+        &metaclaw_core::store::Db::at(home.path().join("metaclaw.db")),
+    )
+    .unwrap();
     let embedder: Arc<dyn Embedder> = Arc::new(cache);
     let h = Home::at(home.path());
     let host = PluginHost::new(HostSettings::from_config(&config, &h), Some(embedder)).unwrap();

@@ -65,7 +65,7 @@ fn setup_with(
         .unwrap();
     }
     let db = home.db_file();
-    drop(metaclaw_core::store::open_side_writer(&db).unwrap());
+    drop(metaclaw_core::store::Db::at(&db).side_writer().unwrap());
     let mut config = Config::default();
     config.skills.top_k = top_k;
     config.skills.outcome_weight = weight;
@@ -76,7 +76,7 @@ fn setup_with(
 /// `plus` turns judged +1 and `minus` judged −1 for `name` 1.0.0, and the
 /// same turns in every main turn's row, as learning leaves them.
 fn judged(db: &Path, name: &str, plus: i64, minus: i64) {
-    let conn = metaclaw_core::store::open_side_writer(db).unwrap();
+    let conn = metaclaw_core::store::Db::at(db).side_writer().unwrap();
     let (n, sum) = (plus + minus, (plus - minus) as f64);
     for (id, version) in [(name, "1.0.0"), ("", "")] {
         conn.execute(
@@ -113,7 +113,7 @@ fn injected_for(skills: &Skills, text: &str) -> (Vec<String>, Vec<String>) {
 }
 
 fn refresh(skills: &Skills, db: &Path) {
-    let conn = metaclaw_core::store::open_read_only(db).unwrap();
+    let conn = metaclaw_core::store::Db::at(db).read().unwrap();
     skills.outcomes.refresh(&conn).unwrap();
 }
 

@@ -293,14 +293,14 @@ impl Product {
     async fn turns(&self, session: &str) -> Vec<TurnRow> {
         let store = &self.handle.app().proxy.store;
         store.flush().await;
-        let conn = metaclaw_core::store::open_read_only(store.path()).unwrap();
+        let conn = store.db().read().unwrap();
         session_turns(&conn, session).unwrap()
     }
 
     async fn sample_of(&self, turn: &str) -> SampleRecord {
         let store = &self.handle.app().proxy.store;
         store.flush().await;
-        let conn = metaclaw_core::store::open_read_only(store.path()).unwrap();
+        let conn = store.db().read().unwrap();
         metaclaw_core::store::samples::for_turn(&conn, turn)
             .unwrap()
             .expect("the turn has a sample")
@@ -1161,7 +1161,7 @@ async fn judged_turns_train_a_step_whose_weights_serve_the_next_turn() {
     assert_eq!(rolled_back.policy_version, 1);
     assert_eq!(rolled_back.logprobs, step1.logprobs);
     // A restart serves it too; the run's training state is untouched.
-    let conn = metaclaw_core::store::open_read_only(p.handle.app().proxy.store.path()).unwrap();
+    let conn = p.handle.app().proxy.store.db().read().unwrap();
     let run = &metaclaw_core::store::training::list(&conn, 1).unwrap()[0];
     assert_eq!(run.sampler_path.as_deref(), Some(served));
     assert_eq!((run.step, run.pending.as_deref()), (2, None));
@@ -1170,7 +1170,7 @@ async fn judged_turns_train_a_step_whose_weights_serve_the_next_turn() {
     let (_, body) = p.admin_post("/admin/train/step", &json!({})).await;
     assert_eq!(json_of(&body)["outcome"], "waiting");
     let store = &p.handle.app().proxy.store;
-    let conn = metaclaw_core::store::open_read_only(store.path()).unwrap();
+    let conn = store.db().read().unwrap();
     let counts = metaclaw_core::store::train_queue::counts(&conn, None).unwrap();
     assert_eq!(
         (counts.trained, counts.ready, counts.in_step),
@@ -1397,7 +1397,7 @@ async fn a_group_is_sampled_in_one_call_served_once_and_trained_centred() {
         .await;
     assert_eq!(status, StatusCode::OK, "{}", String::from_utf8_lossy(&body));
     let turn = p.turns("g-1").await.remove(0);
-    let conn = metaclaw_core::store::open_read_only(p.handle.app().proxy.store.path()).unwrap();
+    let conn = p.handle.app().proxy.store.db().read().unwrap();
     let siblings = metaclaw_core::store::samples::siblings(&conn, &turn.id).unwrap();
     let contents: Vec<&str> = siblings
         .iter()
@@ -1573,7 +1573,7 @@ async fn a_collapse_rolls_back_to_the_weights_before_the_fall() {
         (served.sampler.as_str(), served.policy_version),
         (samplers[2].as_str(), 3)
     );
-    let conn = metaclaw_core::store::open_read_only(p.handle.app().proxy.store.path()).unwrap();
+    let conn = p.handle.app().proxy.store.db().read().unwrap();
     let run = &metaclaw_core::store::training::list(&conn, 1).unwrap()[0];
     assert!(
         run.state_path
@@ -1642,7 +1642,7 @@ async fn an_answer_sampled_at_another_temperature_is_served_but_never_trained() 
         "{}",
         String::from_utf8_lossy(&body)
     );
-    let conn = metaclaw_core::store::open_read_only(p.handle.app().proxy.store.path()).unwrap();
+    let conn = p.handle.app().proxy.store.db().read().unwrap();
     let skipped = metaclaw_core::store::train_queue::skipped_by_reason(&conn, "").unwrap();
     let reasons: Vec<&str> = skipped.iter().map(|(why, _)| why.as_str()).collect();
     assert_eq!(
@@ -1682,8 +1682,7 @@ impl Product {
         assert_eq!(status, StatusCode::OK, "{}", String::from_utf8_lossy(&body));
         let stepped = json_of(&body);
         if stepped["outcome"] != "stepped" {
-            let conn =
-                metaclaw_core::store::open_read_only(self.handle.app().proxy.store.path()).unwrap();
+            let conn = self.handle.app().proxy.store.db().read().unwrap();
             let notes: Vec<(String, Option<String>, Option<f64>)> = conn
                 .prepare(
                     "SELECT s.train_state, s.train_note, t.reward FROM turn_samples s \
@@ -1763,7 +1762,7 @@ async fn against_skyrl_a_rollback_serves_earlier_weights_and_training_goes_on_fr
     // and is served.
     assert_eq!(step3["step"], 3);
     assert_eq!(p.status().await["student"]["policy_version"], 3);
-    let conn = metaclaw_core::store::open_read_only(p.handle.app().proxy.store.path()).unwrap();
+    let conn = p.handle.app().proxy.store.db().read().unwrap();
     let run = step3["run"].as_str().unwrap();
     let steps: Vec<(i64, i64)> = metaclaw_core::store::training::steps(&conn, run, 10)
         .unwrap()
@@ -1978,7 +1977,7 @@ async fn each_agent_is_served_and_trained_by_its_own_mode_and_run() {
     // In the store: each sample with its run, two runs of their own.
     let store = &p.handle.app().proxy.store;
     store.flush().await;
-    let conn = metaclaw_core::store::open_read_only(store.path()).unwrap();
+    let conn = store.db().read().unwrap();
     let mut samples: Vec<(String, String, String)> = conn
         .prepare(
             "SELECT t.session_id, s.run_agent, r.agent FROM turn_samples s

@@ -90,7 +90,7 @@ impl Product {
     async fn turns(&self, session: &str) -> Vec<TurnRow> {
         let store = &self.handle.app().proxy.store;
         store.flush().await;
-        let conn = metaclaw_core::store::open_read_only(store.path()).unwrap();
+        let conn = store.db().read().unwrap();
         // An `X-Session-Id` is the session's id.
         session_turns(&conn, session).unwrap()
     }
@@ -171,7 +171,7 @@ async fn one_read_of_the_request_feeds_the_upstream_body_and_the_record() {
         json!({"model": "echo", "temperature": 0.25})
     );
     let store = &p.handle.app().proxy.store;
-    let conn = metaclaw_core::store::open_read_only(store.path()).unwrap();
+    let conn = store.db().read().unwrap();
     let messages = metaclaw_core::store::load_messages(&conn, &turn.message_hashes).unwrap();
     assert_eq!(
         messages,
@@ -330,7 +330,7 @@ async fn an_agents_resend_after_a_failure_is_an_attempt_of_the_same_turn() {
     );
     assert_eq!((turns[1].turn_type.as_str(), turns[1].attempt), ("main", 2));
     assert_eq!(turns[1].retry_of.as_deref(), Some(turns[0].id.as_str()));
-    let conn = metaclaw_core::store::open_read_only(p.handle.app().proxy.store.path()).unwrap();
+    let conn = p.handle.app().proxy.store.db().read().unwrap();
     let session = metaclaw_core::store::session_detail(&conn, "s-retry")
         .unwrap()
         .unwrap();

@@ -478,7 +478,7 @@ async fn run_arm(
 /// reasons (an error is recorded as such, not as an empty queue).
 fn sample_queue(store: &metaclaw_core::store::Store) -> Value {
     let read = || -> Result<Value> {
-        let conn = metaclaw_core::store::open_read_only(store.path())?;
+        let conn = store.db().read()?;
         let counts = metaclaw_core::store::train_queue::counts(&conn, None)?;
         let skipped = metaclaw_core::store::train_queue::skipped_by_reason(&conn, "")?;
         let mut value = serde_json::to_value(counts)?;

@@ -34,8 +34,10 @@ pub fn repo() -> &'static Path {
 
 pub fn builtin_bank() -> Vec<Skill> {
     let tmp = tempfile::tempdir().unwrap();
-    let library =
-        metaclaw_core::skills::library::Library::open(repo().join("skills"), tmp.path().join("db"));
+    let library = metaclaw_core::skills::library::Library::open(
+        repo().join("skills"),
+        metaclaw_core::store::Db::at(tmp.path().join("db")),
+    );
     library
         .snapshot()
         .skills

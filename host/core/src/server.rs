@@ -942,7 +942,7 @@ mod tests {
         assert_eq!(status, 200, "{reply}");
         assert_eq!(reply["feedback"]["session_id"], id);
         assert_eq!(reply["feedback"]["value"], -1.0);
-        let conn = crate::store::open_read_only(app.proxy.store.path()).unwrap();
+        let conn = app.proxy.store.db().read().unwrap();
         let stored = crate::store::feedback::list(&conn, id).unwrap();
         assert_eq!(stored.len(), 1);
         let comment = stored[0].comment.as_deref().unwrap();

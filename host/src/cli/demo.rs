@@ -8,7 +8,6 @@
 //! similar question in a new session that gets the skill just evolved.
 //! Every wait is for something the daemon reports, and bounded.
 
-use std::path::Path;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
@@ -73,7 +72,7 @@ pub(super) async fn run(home: &Home, info: &PidInfo, proxy_token: Option<&str>) 
     say!("1. You ask: \"{QUESTION}\"");
     let mut messages = vec![json!({"role": "user", "content": QUESTION})];
     let (turn, answer) = daemon.ask(&first, &messages).await?;
-    let injected = injected_into(Path::new(&store_path), &first, &turn).await?;
+    let injected = injected_into(&store::Db::at(&store_path), &first, &turn).await?;
     if injected.is_empty() {
         bail!("no built-in skill was injected into the question (see `metaclaw status`)");
     }
@@ -106,7 +105,7 @@ pub(super) async fn run(home: &Home, info: &PidInfo, proxy_token: Option<&str>) 
             job.detail()
         );
     }
-    let conn = store::open_read_only(Path::new(&store_path))?;
+    let conn = store::Db::at(&store_path).read()?;
     let turns = store::session_turns(&conn, &first)?;
     let judgments = learning::judgments(&conn, &first)?;
     let verdicts: Vec<String> = turns
@@ -168,7 +167,7 @@ pub(super) async fn run(home: &Home, info: &PidInfo, proxy_token: Option<&str>) 
     say!("5. You ask again, in a new session: \"{SIMILAR}\"");
     let messages = [json!({"role": "user", "content": SIMILAR})];
     let (turn, _) = daemon.ask(&second, &messages).await?;
-    let injected = injected_into(Path::new(&store_path), &second, &turn).await?;
+    let injected = injected_into(&store::Db::at(&store_path), &second, &turn).await?;
     say!("   skills injected: {}", list(&injected, Some(&evolved)));
     if !injected.iter().any(|s| s.id == evolved) {
         bail!("the evolved skill {evolved} was not injected into the similar question");
@@ -234,10 +233,10 @@ fn list(skills: &[Injected], evolved: Option<&str>) -> String {
 
 /// The skills injected into `turn`, read from the store once the turn is
 /// recorded (the proxy answers first and records right after).
-async fn injected_into(db: &Path, session: &str, turn: &str) -> Result<Vec<Injected>> {
+async fn injected_into(db: &store::Db, session: &str, turn: &str) -> Result<Vec<Injected>> {
     let deadline = Instant::now() + STEP_TIMEOUT;
     loop {
-        let conn = store::open_read_only(db)?;
+        let conn = db.read()?;
         let row = store::session_turns(&conn, session)?
             .into_iter()
             .find(|t| t.id == turn);

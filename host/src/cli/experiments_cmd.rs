@@ -15,7 +15,7 @@ use super::sessions_cmd::db_path;
 use super::{ExperimentsCommand, load_config, local_time, runtime};
 use metaclaw_core::admin::AdminClient;
 use metaclaw_core::home::Home;
-use metaclaw_core::store::{self, experiments};
+use metaclaw_core::store::experiments;
 
 pub fn run(home: &Home, config_path: &Path, command: ExperimentsCommand) -> Result<ExitCode> {
     let decision = match &command {
@@ -84,7 +84,7 @@ pub fn run(home: &Home, config_path: &Path, command: ExperimentsCommand) -> Resu
         }
         return Ok(ExitCode::SUCCESS);
     }
-    let conn = store::open_read_only(&path)?;
+    let conn = path.read()?;
     let view = |e: &experiments::Experiment| {
         metaclaw_core::learn::canary::shown(&conn, e.clone(), &settings)
     };

@@ -76,7 +76,7 @@ fn status(
     }
     let path = db_path(home, config_path);
     let (jobs, counts) = if path.exists() {
-        let conn = store::open_read_only(&path)?;
+        let conn = path.read()?;
         (
             store::jobs::list_of(&conn, None, agent.as_ref().map(|a| a.as_str()), limit)?,
             store::jobs::counts(&conn, agent.as_ref().map(|a| a.as_str()))?,

@@ -613,7 +613,7 @@ fn print_student(s: &serde_json::Map<String, serde_json::Value>) {
 
 fn db_counts(home: &Home, config_path: &Path) -> (Option<u64>, Option<u64>) {
     let path = super::sessions_cmd::db_path(home, config_path);
-    let Ok(conn) = metaclaw_core::store::open_read_only(&path) else {
+    let Ok(conn) = path.read() else {
         return (None, None);
     };
     let count = |sql: &str| {

@@ -14,7 +14,7 @@ use super::{load_config, local_time, runtime};
 use metaclaw_core::clock::LastActivity;
 use metaclaw_core::home::Home;
 use metaclaw_core::scheduler::{gate, idle};
-use metaclaw_core::store::{self, scheduler as stored};
+use metaclaw_core::store::scheduler as stored;
 
 pub fn status(home: &Home, config_path: &Path, json: bool) -> Result<ExitCode> {
     let config = load_config(config_path)?.config;
@@ -30,7 +30,7 @@ pub fn status(home: &Home, config_path: &Path, json: bool) -> Result<ExitCode> {
         }
         (false, _) => "mode rl without scheduler.enabled: steps run whenever a batch is ready",
     };
-    let conn = store::open_read_only(&store_file(home, Some(&config))).ok();
+    let conn = store_file(home, Some(&config)).read().ok();
     let last_main = conn
         .as_ref()
         .and_then(|c| stored::last_main_turn_ms(c).ok().flatten());

@@ -1,7 +1,7 @@
 //! `sessions list | show`: read straight from the database (read-only, so it
 //! works beside a running daemon and when none runs).
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::ExitCode;
 
 use anyhow::{Result, bail};
@@ -13,7 +13,7 @@ use metaclaw_core::store::learning::{self, DraftOutcome};
 use metaclaw_core::store::{self, SessionRow, TurnRow};
 use std::collections::HashMap;
 
-pub fn db_path(home: &Home, config_path: &Path) -> PathBuf {
+pub fn db_path(home: &Home, config_path: &Path) -> metaclaw_core::store::Db {
     let config = metaclaw_core::config::load(config_path)
         .ok()
         .map(|l| l.config);
@@ -22,13 +22,16 @@ pub fn db_path(home: &Home, config_path: &Path) -> PathBuf {
 
 /// The store the commands read: while `start --demo` runs, the demo's own;
 /// else `store.path` (default `<home>/metaclaw.db`).
-pub fn store_file(home: &Home, config: Option<&metaclaw_core::config::Config>) -> PathBuf {
+pub fn store_file(
+    home: &Home,
+    config: Option<&metaclaw_core::config::Config>,
+) -> metaclaw_core::store::Db {
     if home.demo_running() {
-        return home.demo_db_file();
+        return metaclaw_core::store::Db::at(home.demo_db_file());
     }
     config
         .map(|c| metaclaw_core::skills::paths(home, c).1)
-        .unwrap_or_else(|| home.db_file())
+        .unwrap_or_else(|| metaclaw_core::store::Db::at(home.db_file()))
 }
 
 pub fn run(home: &Home, config_path: &Path, command: SessionsCommand) -> Result<ExitCode> {
@@ -45,7 +48,7 @@ pub fn run(home: &Home, config_path: &Path, command: SessionsCommand) -> Result<
         }
         return Ok(ExitCode::SUCCESS);
     }
-    let conn = store::open_read_only(&path)?;
+    let conn = path.read()?;
     match command {
         SessionsCommand::List { json, limit, agent } => {
             let rows = store::list_sessions(&conn, limit, agent.as_ref().map(|a| a.as_str()))?;

@@ -151,7 +151,7 @@ fn check(root: PathBuf, json: bool) -> Result<ExitCode> {
     })
 }
 
-fn db(home: &Home, config: &LoadedConfig) -> PathBuf {
+fn db(home: &Home, config: &LoadedConfig) -> metaclaw_core::store::Db {
     super::sessions_cmd::store_file(home, Some(&config.config))
 }
 
@@ -162,14 +162,14 @@ pub fn run(home: &Home, config_path: &Path, command: SkillsCommand) -> Result<Ex
     // The library as the daemon keeps it: with `canary.user_skills`, a
     // skill written by these commands (or found edited) is tested too.
     let canary = config.config.canary.clone();
-    let new_library = |dir: PathBuf, db: PathBuf| {
+    let new_library = |dir: PathBuf, db: metaclaw_core::store::Db| {
         let library = Library::new(dir, db);
         if canary.skills && canary.user_skills {
             library.test_user_changes(canary.share, metaclaw_core::canary::Live::new());
         }
         library
     };
-    let open_library = |dir: PathBuf, db: PathBuf| {
+    let open_library = |dir: PathBuf, db: metaclaw_core::store::Db| {
         let library = new_library(dir, db);
         library.rescan(None);
         library
@@ -567,7 +567,7 @@ pub fn run(home: &Home, config_path: &Path, command: SkillsCommand) -> Result<Ex
             let into = target.dir(Path::new(&home), |name| std::env::var_os(name));
             let library = open_library(dir.clone(), db.clone());
             let snapshot = library.snapshot();
-            let conn = metaclaw_core::store::open_side_writer(&db)?;
+            let conn = db.side_writer()?;
             let visible: Vec<_> = snapshot
                 .skills
                 .iter()
@@ -675,7 +675,7 @@ pub fn run(home: &Home, config_path: &Path, command: SkillsCommand) -> Result<Ex
             say!("restored {name} (it was retired: {why}); this version will not be retired again");
         }
         SkillsCommand::History { name, json } => {
-            let conn = metaclaw_core::store::open_side_writer(&db)?;
+            let conn = db.side_writer()?;
             let changes = history(&conn, &name)?;
             if changes.is_empty() {
                 bail!("no recorded history for {name:?}");

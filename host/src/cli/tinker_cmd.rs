@@ -161,7 +161,7 @@ pub fn run(home: &Home, config_path: &Path, command: TinkerCommand) -> Result<Ex
         TinkerCommand::Status { json, steps } => {
             let path = store_file(home, Some(&config));
             let runs = if path.exists() {
-                let conn = store::open_read_only(&path)?;
+                let conn = path.read()?;
                 store::training::list(&conn, 20)?
                     .into_iter()
                     .map(|r| {

@@ -12,7 +12,7 @@ use super::sessions_cmd::store_file;
 use super::{TrainArgs, TrainCommand, load_config, local_time, runtime};
 use metaclaw_core::admin::AdminClient;
 use metaclaw_core::home::Home;
-use metaclaw_core::store::{self, train_queue, training};
+use metaclaw_core::store::{train_queue, training};
 
 /// A step waits this long (a cold CPU server compiles for a while).
 const STEP_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(1800);
@@ -69,7 +69,7 @@ fn checkpoints(
 ) -> Result<ExitCode> {
     let env = |k: &str| std::env::var(k).ok();
     let settings = metaclaw_core::tinker::configured::settings(config, &env);
-    let conn = store::open_read_only(&store_file(home, Some(config)))?;
+    let conn = store_file(home, Some(config)).read()?;
     let base = metaclaw_core::tinker::configured::base_model(config);
     let list = runtime()?.block_on(async {
         let service = metaclaw_core::tinker::Service::connect(&settings).await?;
@@ -201,7 +201,7 @@ fn status(
     json: bool,
 ) -> Result<ExitCode> {
     let path = store_file(home, Some(config));
-    let conn = store::open_read_only(&path)?;
+    let conn = path.read()?;
     let queue = train_queue::counts(&conn, Some(&run_of.0))?;
     let skipped = train_queue::skipped_by_reason(&conn, &run_of.0)?;
     // The newest run of this agent (or the shared one).

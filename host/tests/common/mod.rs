@@ -673,7 +673,7 @@ pub fn skills_over(
 ) -> std::sync::Arc<metaclaw_core::skills::Skills> {
     use metaclaw_core::plugins::{HostSettings, PluginHost};
     use metaclaw_core::skills::{Retrieval, SelectionSettings, Skills, library::Library};
-    let db = home.db_file();
+    let db = metaclaw_core::store::Db::at(home.db_file());
     let (retrieval, embedder) = Retrieval::from_config(config, &db);
     assert_eq!(retrieval.problem, None);
     let plugins = PluginHost::new(HostSettings::from_config(config, home), embedder).unwrap();

@@ -430,13 +430,13 @@ impl World {
     /// The store, read only.
     pub fn db(&self) -> rusqlite::Connection {
         let db = metaclaw_core::home::Home::at(self.home.path()).db_file();
-        metaclaw_core::store::open_read_only(&db).unwrap()
+        metaclaw_core::store::Db::at(db).read().unwrap()
     }
 
     /// The session's samples in the store, in turn order.
     pub fn samples(&self, session: &str) -> Vec<Sample> {
         let db = metaclaw_core::home::Home::at(self.home.path()).db_file();
-        let Ok(conn) = metaclaw_core::store::open_read_only(&db) else {
+        let Ok(conn) = metaclaw_core::store::Db::at(db).read() else {
             return Vec::new();
         };
         let mut stmt = conn

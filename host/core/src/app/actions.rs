@@ -34,7 +34,11 @@ pub async fn learn_now(
         // A session named must be the agent's (its turns are in the store
         // once it is flushed).
         app.proxy.store.flush().await;
-        let conn = crate::store::open_read_only(app.proxy.store.path())
+        let conn = app
+            .proxy
+            .store
+            .db()
+            .read()
             .map_err(|e| ApiError::Internal(format!("cannot open the store: {e:#}")))?;
         let owner = crate::store::learning::session_agent(&conn, id)
             .map_err(|e| ApiError::Internal(e.to_string()))?;
@@ -92,7 +96,7 @@ pub async fn rollback(
         return Err(ApiError::BadRequest(format!("cannot serve {sampler}: {e}")));
     }
     // Restarts serve it too: the active run's record names it.
-    let recorded = crate::store::open_side_writer(app.proxy.store.path()).and_then(|conn| {
+    let recorded = app.proxy.store.db().side_writer().and_then(|conn| {
         let service = policy.settings.tinker.service_url();
         match crate::store::training::active(
             &conn,
@@ -186,7 +190,8 @@ pub fn review_skill(app: &App, skill: &str, accept: bool) -> Result<String, ApiE
         ));
     };
     let (db, dir) = (skills.library.db(), &skills.library.dir);
-    let waiting: Vec<crate::store::learning::DraftRow> = crate::store::open_read_only(db)
+    let waiting: Vec<crate::store::learning::DraftRow> = db
+        .read()
         .and_then(|c| Ok(crate::store::learning::pending_reviews(&c)?))
         .map_err(|e| ApiError::Internal(format!("{e:#}")))?
         .into_iter()
@@ -259,7 +264,11 @@ pub fn start_experiment(app: &App, name: &str) -> Result<Value, ApiError> {
             "{name} is an executable skill: its component chooses it, so there is nothing to withhold"
         )));
     }
-    let conn = crate::store::open_side_writer(app.proxy.store.path())
+    let conn = app
+        .proxy
+        .store
+        .db()
+        .side_writer()
         .map_err(|e| ApiError::Internal(format!("cannot open the store: {e:#}")))?;
     let version = skill.version.to_string();
     let running = crate::store::experiments::testing(&conn, "skill")
@@ -285,7 +294,11 @@ pub fn start_experiment(app: &App, name: &str) -> Result<Value, ApiError> {
 /// dashboard). Blocking: a rollback writes the SKILL.md and rescans.
 pub fn decide_experiment(app: &App, id: i64, promote: bool, why: &str) -> Result<Value, ApiError> {
     use crate::learn::canary::{UserDecision, decide_by_user};
-    let conn = crate::store::open_read_only(app.proxy.store.path())
+    let conn = app
+        .proxy
+        .store
+        .db()
+        .read()
         .map_err(|e| ApiError::Internal(format!("cannot open the store: {e:#}")))?;
     let experiment =
         crate::store::experiments::get(&conn, id).map_err(|e| ApiError::Internal(e.to_string()))?;
@@ -321,7 +334,11 @@ pub fn decide_experiment(app: &App, id: i64, promote: bool, why: &str) -> Result
             "skills are off (skills.enabled: false)".into(),
         ));
     };
-    let conn = crate::store::open_side_writer(app.proxy.store.path())
+    let conn = app
+        .proxy
+        .store
+        .db()
+        .side_writer()
         .map_err(|e| ApiError::Internal(format!("cannot open the store: {e:#}")))?;
     match decide_by_user(skills, &conn, id, promote, why) {
         Ok(experiment) => Ok(json!({ "experiment": experiment })),

@@ -97,9 +97,10 @@ pub fn checked(
     })
 }
 
-/// Stores checked feedback in the store at `path` (blocking).
-pub fn store(path: &std::path::Path, new: &NewFeedback) -> Result<Recorded, ApiError> {
-    let mut conn = crate::store::open_side_writer(path)
+/// Stores checked feedback in the store (blocking).
+pub fn store(db: &crate::store::Db, new: &NewFeedback) -> Result<Recorded, ApiError> {
+    let mut conn = db
+        .side_writer()
         .map_err(|e| ApiError::Internal(format!("cannot open the store: {e:#}")))?;
     feedback::record(&mut conn, new).map_err(|e| match e {
         FeedbackError::NoTarget | FeedbackError::WrongSession { .. } => {
@@ -121,8 +122,8 @@ pub async fn record(
     let new = checked(request, &app.redactor, source)?;
     // A turn just answered may still be in the writer's queue.
     app.proxy.store.flush().await;
-    let path = app.proxy.store.path().to_path_buf();
-    let recorded = tokio::task::spawn_blocking(move || store(&path, &new))
+    let db = app.proxy.store.db().clone();
+    let recorded = tokio::task::spawn_blocking(move || store(&db, &new))
         .await
         .map_err(|e| ApiError::Internal(e.to_string()))??;
     tracing::info!(

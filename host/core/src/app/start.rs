@@ -70,12 +70,7 @@ impl App {
 
         // The store: turns are recorded off the hot path by its writer
         // thread, which reports each recorded turn to learning.
-        let db_path = config
-            .store
-            .path
-            .as_deref()
-            .map(crate::home::expand_home)
-            .unwrap_or_else(|| home.db_file());
+        let db_path = crate::skills::paths(home, config).1.path().to_path_buf();
         let (recorded_tx, recorded) = std::sync::mpsc::channel();
         let (store, writer) = Store::open(
             StoreOptions {
@@ -101,7 +96,7 @@ impl App {
         // Plugins load in the background once the proxy is up: compiling a
         // large component takes seconds and must not delay start-up. Until
         // then each role falls back to its built-in behaviour.
-        let (retrieval, embedder) = Retrieval::from_config(config, store.path());
+        let (retrieval, embedder) = Retrieval::from_config(config, store.db());
         let mut plugin_settings = HostSettings::from_config(config, home);
         // The daemon sees every plugin in use: it may clean the compile cache.
         plugin_settings.evict_after = Some(Duration::from_secs(7 * 24 * 3600));
@@ -117,7 +112,7 @@ impl App {
         // a while to read); until then no skill is injected.
         let skills = config.skills.enabled.then(|| {
             let (dir, _) = crate::skills::paths(home, config);
-            let library = Library::new(dir, store.path().to_path_buf());
+            let library = Library::new(dir, store.db().clone());
             Skills::new(
                 library,
                 plugins.clone(),
@@ -170,7 +165,7 @@ impl App {
         // up in the background; until it is, turns go to llm.
         // The shared run's, for every agent without a mode of its own; and
         // each listed agent's own (`agents.<id>`), when its mode serves it.
-        let db = store.path().to_path_buf();
+        let db = store.db().clone();
         let serve = |config: &Config, run_agent: &str| {
             let env = |k: &str| std::env::var(k).ok();
             let settings = StudentSettings::from_config(config, run_agent, home, db.clone(), &env);
@@ -227,7 +222,7 @@ impl App {
                 config,
                 run_agent,
                 home,
-                proxy.store.path().to_path_buf(),
+                proxy.store.db().clone(),
                 policy.clone(),
                 proxy.sessions.activity(),
                 steps_off.clone(),
@@ -327,7 +322,7 @@ fn start_trainer(
     config: &Config,
     run_agent: &str,
     home: &crate::home::Home,
-    db: std::path::PathBuf,
+    db: crate::store::Db,
     policy: Arc<Policy>,
     activity: crate::clock::LastActivity,
     steps_off: Option<String>,

@@ -149,7 +149,11 @@ fn training_json(
     run_agent: &str,
     train: Option<&crate::learn::rl::trainer::TrainerHandle>,
 ) -> serde_json::Value {
-    let queue = crate::store::open_read_only(app.proxy.store.path())
+    let queue = app
+        .proxy
+        .store
+        .db()
+        .read()
         .ok()
         .and_then(|c| crate::store::train_queue::counts(&c, Some(run_agent)).ok());
     let state = train.map(|t| t.state()).unwrap_or_default();

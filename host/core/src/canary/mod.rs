@@ -82,10 +82,10 @@ impl Live {
     /// The skills under test as the store at `db` has them (none if it
     /// cannot be read: then every skill is served as usual, and the log
     /// says why).
-    pub fn load(db: &std::path::Path) -> Arc<Self> {
+    pub fn load(db: &crate::store::Db) -> Arc<Self> {
         let live = Self::new();
         if db.exists() {
-            match crate::store::open_read_only(db).and_then(|c| Ok(live.reload(&c)?)) {
+            match db.read().and_then(|c| Ok(live.reload(&c)?)) {
                 Ok(()) => {}
                 Err(e) => tracing::warn!("the canaries under test were not read: {e:#}"),
             }

@@ -2,7 +2,6 @@
 //! content hash) and in memory; recent queries in memory only.
 
 use std::collections::{HashMap, VecDeque};
-use std::path::Path;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -70,8 +69,8 @@ struct Fifo {
 }
 
 impl Cached {
-    pub fn new(backend: Arc<dyn Backend>, db: &Path) -> Result<Self> {
-        let conn = match crate::store::open_side_writer(db) {
+    pub fn new(backend: Arc<dyn Backend>, db: &crate::store::Db) -> Result<Self> {
+        let conn = match db.side_writer() {
             Ok(conn) => {
                 let cutoff = crate::clock::now_ms() - KEEP_UNUSED_MS;
                 if let Err(e) = conn.execute("DELETE FROM embeddings WHERE used_ms < ?1", [cutoff])
@@ -362,7 +361,7 @@ mod tests {
     #[test]
     fn indexed_texts_are_embedded_once_even_across_restarts() {
         let tmp = tempfile::tempdir().unwrap();
-        let db = tmp.path().join("metaclaw.db");
+        let db = crate::store::Db::at(tmp.path().join("metaclaw.db"));
         let backend = Arc::new(Counting(AtomicUsize::new(0)));
         let first = Cached::new(backend.clone(), &db).unwrap();
         let v = first
@@ -398,7 +397,11 @@ mod tests {
         }
         let tmp = tempfile::tempdir().unwrap();
         let backend = Arc::new(Down(AtomicUsize::new(0)));
-        let cache = Cached::new(backend.clone(), &tmp.path().join("metaclaw.db")).unwrap();
+        let cache = Cached::new(
+            backend.clone(),
+            &crate::store::Db::at(tmp.path().join("metaclaw.db")),
+        )
+        .unwrap();
         let first = cache
             .embed(&texts(&["a"]), EmbedPurpose::Query)
             .unwrap_err()
@@ -451,7 +454,11 @@ mod tests {
             }
         }
         let tmp = tempfile::tempdir().unwrap();
-        let cache = Cached::new(Arc::new(Limited), &tmp.path().join("metaclaw.db")).unwrap();
+        let cache = Cached::new(
+            Arc::new(Limited),
+            &crate::store::Db::at(tmp.path().join("metaclaw.db")),
+        )
+        .unwrap();
         let e = cache
             .embed(&texts(&["a"]), EmbedPurpose::Query)
             .unwrap_err()
@@ -467,7 +474,7 @@ mod tests {
     #[test]
     fn queries_stay_in_memory_and_models_never_mix() {
         let tmp = tempfile::tempdir().unwrap();
-        let db = tmp.path().join("metaclaw.db");
+        let db = crate::store::Db::at(tmp.path().join("metaclaw.db"));
         let backend = Arc::new(Counting(AtomicUsize::new(0)));
         let cache = Cached::new(backend.clone(), &db).unwrap();
         cache
@@ -477,7 +484,7 @@ mod tests {
             .embed(&texts(&["how do I rebase"]), EmbedPurpose::Query)
             .unwrap();
         assert_eq!(backend.0.load(Ordering::SeqCst), 1);
-        let conn = crate::store::open_side_writer(&db).unwrap();
+        let conn = db.side_writer().unwrap();
         let rows: i64 = conn
             .query_row("SELECT count(*) FROM embeddings", [], |r| r.get(0))
             .unwrap();
@@ -523,7 +530,11 @@ mod tests {
     fn only_what_goes_upstream_is_charged_and_a_refusal_sends_nothing() {
         let tmp = tempfile::tempdir().unwrap();
         let backend = Arc::new(Counting(AtomicUsize::new(0)));
-        let cache = Cached::new(backend.clone(), &tmp.path().join("m.db")).unwrap();
+        let cache = Cached::new(
+            backend.clone(),
+            &crate::store::Db::at(tmp.path().join("m.db")),
+        )
+        .unwrap();
         let meter = Meter {
             charged: Mutex::new(Vec::new()),
             limit: 4,
@@ -570,7 +581,11 @@ mod tests {
             }
         }
         let tmp = tempfile::tempdir().unwrap();
-        let cache = Cached::new(Arc::new(Short), &tmp.path().join("m.db")).unwrap();
+        let cache = Cached::new(
+            Arc::new(Short),
+            &crate::store::Db::at(tmp.path().join("m.db")),
+        )
+        .unwrap();
         let err = cache
             .embed(&texts(&["a", "b"]), EmbedPurpose::Index)
             .unwrap_err()

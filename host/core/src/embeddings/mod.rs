@@ -40,7 +40,7 @@ pub const LOCAL_AVAILABLE: bool = cfg!(feature = "local-embeddings");
 /// The embedding backend the config asks for, wrapped in the cache, or
 /// `None` when nothing needs embeddings (no embedding retrieval and no
 /// plugin granted `embed`).
-pub fn from_config(config: &Config, db: &Path) -> Result<Option<Arc<Cached>>> {
+pub fn from_config(config: &Config, db: &crate::store::Db) -> Result<Option<Arc<Cached>>> {
     let wanted =
         config.skills.embedding_retrieval() || config.plugins.grants.values().any(|g| g.embed);
     if !wanted {

@@ -344,7 +344,9 @@ mod tests {
 
     fn tally(runs: u64, means: (f64, f64), settings: &CanaryConfig) -> Tally {
         let dir = tempfile::tempdir().unwrap();
-        let mut conn = crate::store::open_side_writer(&dir.path().join("metaclaw.db")).unwrap();
+        let mut conn = crate::store::Db::at(dir.path().join("metaclaw.db"))
+            .side_writer()
+            .unwrap();
         // A simulation's store needs no durability.
         conn.execute_batch("PRAGMA synchronous = OFF").unwrap();
         let (mut promoted, mut rolled_back, mut by_timeout, mut rolled_back_by_timeout) =

@@ -22,8 +22,8 @@ pub const WHO: &str = "retired:outcomes";
 pub const RESTORED: &str = "restored to retrieval (metaclaw skills restore)";
 
 /// Whether the user restored this version of `id`.
-fn restored(db: &Path, id: &str, version: &str) -> bool {
-    crate::store::open_read_only(db)
+fn restored(db: &crate::store::Db, id: &str, version: &str) -> bool {
+    db.read()
         .ok()
         .and_then(|c| crate::store::skills::history(&c, id).ok())
         .is_some_and(|h| {

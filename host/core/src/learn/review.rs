@@ -37,8 +37,8 @@ pub struct Pending {
 }
 
 /// Every revision waiting for review, oldest first.
-pub fn pending(db: &Path, dir: &Path) -> Result<Vec<Pending>> {
-    let conn = crate::store::open_side_writer(db)?;
+pub fn pending(db: &crate::store::Db, dir: &Path) -> Result<Vec<Pending>> {
+    let conn = db.side_writer()?;
     let mut out = Vec::new();
     for row in learning::pending_reviews(&conn)? {
         let (Some(id), Some(content)) = (&row.skill_id, &row.content) else {
@@ -104,10 +104,10 @@ fn reviewable(s: &Skill) -> String {
 /// Writes revision `id` into the library — refused when the skill changed
 /// on disk since the revision was drafted — and records the change as the
 /// session's, like an evolved update. Returns the revision.
-pub fn accept(db: &Path, dir: &Path, id: i64) -> Result<DraftRow> {
-    let library = Library::new(dir.to_path_buf(), db.to_path_buf());
+pub fn accept(db: &crate::store::Db, dir: &Path, id: i64) -> Result<DraftRow> {
+    let library = Library::new(dir.to_path_buf(), db.clone());
     let lock = library.lock_changes();
-    let conn = crate::store::open_side_writer(db)?;
+    let conn = db.side_writer()?;
     let row = held(&conn, id)?;
     let (Some(skill_id), Some(content)) = (&row.skill_id, &row.content) else {
         bail!("revision {id} has no SKILL.md to write; reject it");
@@ -142,8 +142,8 @@ pub fn accept(db: &Path, dir: &Path, id: i64) -> Result<DraftRow> {
 }
 
 /// Drops revision `id`; `reason` is kept with it.
-pub fn reject(db: &Path, id: i64, reason: Option<&str>) -> Result<DraftRow> {
-    let conn = crate::store::open_side_writer(db)?;
+pub fn reject(db: &crate::store::Db, id: i64, reason: Option<&str>) -> Result<DraftRow> {
+    let conn = db.side_writer()?;
     let row = held(&conn, id)?;
     let why = match reason.map(str::trim).filter(|r| !r.is_empty()) {
         Some(r) => format!("rejected in review: {r}"),
@@ -332,8 +332,8 @@ mod tests {
     const BASE: &str = "---\nname: tidy\ndescription: Keep it tidy.\ncreated_by: builtin\nversion: 1.1.0\n---\nPut things back.\n";
 
     /// A store with one revision of `tidy` held, and the skills folder.
-    fn held_revision(home: &Path) -> (std::path::PathBuf, std::path::PathBuf, i64) {
-        let db = home.join("m.db");
+    fn held_revision(home: &Path) -> (crate::store::Db, std::path::PathBuf, i64) {
+        let db = crate::store::Db::at(home.join("m.db"));
         let dir = home.join("skills");
         std::fs::create_dir_all(dir.join("tidy")).unwrap();
         std::fs::write(dir.join("tidy/SKILL.md"), BASE).unwrap();
@@ -344,7 +344,7 @@ mod tests {
             body: "Put things back.\nLabel the shelves.".into(),
             ..base.clone()
         };
-        let conn = crate::store::open_side_writer(&db).unwrap();
+        let conn = db.side_writer().unwrap();
         let row = DraftRow {
             id: 0,
             session_id: "s1".into(),
@@ -391,7 +391,7 @@ mod tests {
         assert_eq!(now.version, semver::Version::new(1, 2, 0));
         assert_eq!(now.created_by, "builtin");
         assert!(pending(&db, &dir).unwrap().is_empty());
-        let conn = crate::store::open_side_writer(&db).unwrap();
+        let conn = db.side_writer().unwrap();
         let history = crate::store::skills::history(&conn, "tidy").unwrap();
         let last = history.last().unwrap();
         assert_eq!(
@@ -434,7 +434,7 @@ mod tests {
             "the user's edit was overwritten"
         );
         reject(&db, id, Some("  not what I want ")).unwrap();
-        let conn = crate::store::open_side_writer(&db).unwrap();
+        let conn = db.side_writer().unwrap();
         let row = learning::draft(&conn, id).unwrap().unwrap();
         assert_eq!(row.outcome, DraftOutcome::Rejected);
         assert_eq!(
@@ -451,7 +451,7 @@ mod tests {
     fn waiting_revisions_are_grouped_per_skill() {
         let home = tempfile::tempdir().unwrap();
         let (db, _dir, first) = held_revision(home.path());
-        let conn = crate::store::open_side_writer(&db).unwrap();
+        let conn = db.side_writer().unwrap();
         let template = learning::draft(&conn, first).unwrap().unwrap();
         for i in 0..299 {
             let skill = if i % 2 == 0 { "tidy" } else { "other" };

@@ -18,7 +18,7 @@ use tracing::Instrument;
 
 use super::judge::Judge;
 use super::llm::ChatModel;
-use super::stages::{self, Blocked, Db, Output, Parts, Stage, blocking};
+use super::stages::{self, Blocked, LearnerConn, Output, Parts, Stage, blocking};
 use crate::clock::now_ms;
 use crate::config::schema::LearningConfig;
 use crate::plugins::PluginHost;
@@ -102,7 +102,7 @@ impl Learner {
         settings: LearningConfig,
         auto_evolve: bool,
     ) -> Self {
-        let db = Db::new(store.path().to_path_buf());
+        let db = LearnerConn::new(store.db().clone());
         Self {
             parts: Parts {
                 store,
@@ -465,7 +465,7 @@ mod tests {
 
     /// A temporary store with session `s` ended, its job queued for an hour
     /// from now (so only `learn now` runs it).
-    fn store() -> (tempfile::TempDir, Store, Db) {
+    fn store() -> (tempfile::TempDir, Store, LearnerConn) {
         let dir = tempfile::tempdir().unwrap();
         let (store, _writer) = Store::open(
             StoreOptions {
@@ -479,7 +479,7 @@ mod tests {
             Arc::new(Metrics::new()),
         )
         .unwrap();
-        let db = Db::new(store.path().to_path_buf());
+        let db = LearnerConn::new(store.db().clone());
         db.call_blocking(|c| {
             c.execute(
                 "INSERT INTO sessions (id, base_key, source, started_at_ms, last_activity_ms)
@@ -515,7 +515,7 @@ mod tests {
 
     /// The stages the job's round recorded, in the order they ran, with
     /// their summaries.
-    fn summaries(db: &Db) -> Vec<(Stage, String)> {
+    fn summaries(db: &LearnerConn) -> Vec<(Stage, String)> {
         let mut done: Vec<(i64, Stage, String)> = db
             .call_blocking(|c| {
                 let mut stmt = c.prepare(
@@ -566,7 +566,7 @@ mod tests {
     #[tokio::test]
     async fn learn_now_runs_the_job_when_the_store_was_busy_past_its_timeout() {
         let (_dir, store, db) = store();
-        let path = store.path().to_path_buf();
+        let path = store.db().clone();
         let (handle, cancel) = spawn(store);
         // Past its start-up (whose recovery write would otherwise spend
         // part of the wait) once it answers: only then is the lock taken.
@@ -576,7 +576,7 @@ mod tests {
         ));
         let (locked_tx, locked) = std::sync::mpsc::channel();
         let holder = std::thread::spawn(move || {
-            let mut conn = crate::store::open_side_writer(&path).unwrap();
+            let mut conn = path.side_writer().unwrap();
             let tx = conn
                 .transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)
                 .unwrap();

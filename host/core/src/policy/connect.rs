@@ -270,7 +270,7 @@ async fn base_sampler(
 
 /// The active training run's last saved sampler weights and their step.
 fn latest_sampler(policy: &Policy, service: &str) -> Option<(String, i64)> {
-    let conn = crate::store::open_read_only(&policy.settings.db).ok()?;
+    let conn = policy.settings.db.read().ok()?;
     let run = crate::store::training::active(
         &conn,
         service,

@@ -68,7 +68,7 @@ pub struct StudentSettings {
     /// Where downloaded tokenizer files go (`<home>/models`).
     pub download_dir: PathBuf,
     /// The store, read for the active training run's latest sampler.
-    pub db: PathBuf,
+    pub db: crate::store::Db,
     /// Answers sampled per main turn (`rl.group_size`): one is served, the
     /// others are kept to be judged with it as a group.
     pub group_size: u32,
@@ -84,7 +84,7 @@ impl StudentSettings {
         config: &Config,
         run_agent: &str,
         home: &crate::home::Home,
-        db: PathBuf,
+        db: crate::store::Db,
         env: &dyn Fn(&str) -> Option<String>,
     ) -> Self {
         let rl = &config.rl;

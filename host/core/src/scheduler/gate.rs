@@ -6,7 +6,6 @@
 //! Nothing here runs on the serving side: the proxy only bumps
 //! [`LastActivity`] on main turns.
 
-use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 
 use chrono::{DateTime, Duration, Utc};
@@ -346,7 +345,7 @@ fn next_opening(
 pub struct Gate {
     parts: Parts,
     inputs: Inputs,
-    db: PathBuf,
+    db: crate::store::Db,
     machine: Mutex<Machine>,
     last: Mutex<Option<Report>>,
     /// The store's last main turn joins the activity once, at the first
@@ -357,11 +356,9 @@ pub struct Gate {
 impl Gate {
     /// Restores the machine from the store (a window left open by a
     /// process that stopped is closed, and says so).
-    pub fn new(parts: Parts, inputs: Inputs, db: PathBuf) -> Arc<Self> {
+    pub fn new(parts: Parts, inputs: Inputs, db: crate::store::Db) -> Arc<Self> {
         let now = inputs.clock.now();
-        let last = crate::store::open_read_only(&db)
-            .ok()
-            .and_then(|c| stored::last(&c).ok().flatten());
+        let last = db.read().ok().and_then(|c| stored::last(&c).ok().flatten());
         let (machine, closed) = Machine::restore(last.as_ref(), now);
         let gate = Arc::new(Self {
             parts,
@@ -382,7 +379,9 @@ impl Gate {
     #[tracing::instrument(name = "schedule", skip_all, fields(open = tracing::field::Empty, reason = tracing::field::Empty))]
     pub async fn tick(&self) -> Report {
         self.seeded.call_once(|| {
-            let recorded = crate::store::open_read_only(&self.db)
+            let recorded = self
+                .db
+                .read()
                 .ok()
                 .and_then(|c| stored::last_main_turn_ms(&c).ok().flatten());
             if let Some(ms) = recorded {
@@ -470,7 +469,9 @@ impl Gate {
     /// (the machine goes on: serving and the step do not depend on it).
     fn keep(&self, t: &Transition) {
         tracing::info!(from = %t.from, to = %t.to, "training scheduler: {}", t.reason);
-        let stored = crate::store::open_side_writer(&self.db)
+        let stored = self
+            .db
+            .side_writer()
             .map_err(|e| format!("{e:#}"))
             .and_then(|c| stored::record(&c, t).map_err(|e| format!("{e:#}")));
         if let Err(e) = stored {
@@ -510,7 +511,7 @@ mod tests {
         _dir: tempfile::TempDir,
         clock: Arc<FakeClock>,
         gate: Arc<Gate>,
-        db: PathBuf,
+        db: crate::store::Db,
     }
 
     fn setup(yaml: &str, ics: Option<&str>, idle: Result<Duration, NoIdleSource>) -> Setup {
@@ -533,8 +534,8 @@ mod tests {
             idle: Arc::new(FakeIdle(idle)),
             activity: LastActivity::default(),
         };
-        let db = dir.path().join("metaclaw.db");
-        drop(crate::store::open_side_writer(&db).unwrap());
+        let db = crate::store::Db::at(dir.path().join("metaclaw.db"));
+        drop(db.side_writer().unwrap());
         let gate = Gate::new(parts, inputs, db.clone());
         Setup {
             _dir: dir,
@@ -610,7 +611,7 @@ mod tests {
         assert_eq!(open.gate.state(), State::Closing);
         assert!(!open.gate.may_step());
         open.gate.step_ended("step 1");
-        let conn = crate::store::open_read_only(&open.db).unwrap();
+        let conn = open.db.read().unwrap();
         let kept: Vec<(String, String)> = stored::recent(&conn, 10)
             .unwrap()
             .into_iter()

@@ -57,14 +57,14 @@ pub enum Missing {
 /// `Missing::New` becomes `All` when `dir` holds no skill yet.
 pub fn install_recorded(
     dir: &Path,
-    db: &Path,
+    db: &crate::store::Db,
     why: &str,
     missing: Missing,
 ) -> anyhow::Result<Installed> {
-    let library = super::library::Library::new(dir.to_path_buf(), db.to_path_buf());
+    let library = super::library::Library::new(dir.to_path_buf(), db.clone());
     let held = library.lock_changes();
     let empty = super::library::scan(dir).0.is_empty();
-    let conn = crate::store::open_side_writer(db)?;
+    let conn = db.side_writer()?;
     let recorded = |name: &str| -> bool {
         crate::store::skills::history(&conn, name).is_ok_and(|h| !h.is_empty())
     };
@@ -181,7 +181,10 @@ mod tests {
     #[test]
     fn recorded_installs_respect_removals_and_edits() {
         let home = tempfile::tempdir().unwrap();
-        let (dir, db) = (home.path().join("skills"), home.path().join("m.db"));
+        let (dir, db) = (
+            home.path().join("skills"),
+            crate::store::Db::at(home.path().join("m.db")),
+        );
         let first = install_recorded(&dir, &db, "test", Missing::New).unwrap();
         assert_eq!(first.added.len(), BUILTIN.len());
         assert!(first.summary(&dir).unwrap().contains("added"));
@@ -192,7 +195,7 @@ mod tests {
         std::fs::remove_dir_all(dir.join(removed)).unwrap();
         // As if `new` were a skill this version brings: never recorded.
         std::fs::remove_dir_all(dir.join(new)).unwrap();
-        let conn = crate::store::open_side_writer(&db).unwrap();
+        let conn = db.side_writer().unwrap();
         conn.execute("DELETE FROM skill_changes WHERE skill_id = ?1", [new])
             .unwrap();
         drop(conn);
@@ -241,7 +244,10 @@ mod tests {
     #[test]
     fn the_tuned_file_skills_are_upgraded_unless_edited() {
         let home = tempfile::tempdir().unwrap();
-        let (dir, db) = (home.path().join("skills"), home.path().join("m.db"));
+        let (dir, db) = (
+            home.path().join("skills"),
+            crate::store::Db::at(home.path().join("m.db")),
+        );
         install_recorded(&dir, &db, "setup", Missing::New).unwrap();
         // As a binary with the 1.2.0 bank installed them.
         for (name, text) in TUNED {

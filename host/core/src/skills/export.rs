@@ -281,7 +281,9 @@ mod tests {
     }
 
     fn store(dir: &Path) -> Connection {
-        crate::store::open_side_writer(&dir.join("metaclaw.db")).unwrap()
+        crate::store::Db::at(dir.join("metaclaw.db"))
+            .side_writer()
+            .unwrap()
     }
 
     #[test]

@@ -165,7 +165,7 @@ fn scan_layer(
 
 pub struct Library {
     pub dir: PathBuf,
-    db: PathBuf,
+    db: crate::store::Db,
     current: RwLock<Arc<Snapshot>>,
     loaded: std::sync::atomic::AtomicBool,
     /// Times the folder was read (each reads every SKILL.md).
@@ -185,7 +185,7 @@ struct UserTests {
 
 impl Library {
     /// An empty library over `dir`; [`Library::rescan`] reads it.
-    pub fn new(dir: PathBuf, db: PathBuf) -> Arc<Self> {
+    pub fn new(dir: PathBuf, db: crate::store::Db) -> Arc<Self> {
         Arc::new(Self {
             dir,
             db,
@@ -209,14 +209,14 @@ impl Library {
     }
 
     /// Reads the folder and records what changed since the store last saw it.
-    pub fn open(dir: PathBuf, db: PathBuf) -> Arc<Self> {
+    pub fn open(dir: PathBuf, db: crate::store::Db) -> Arc<Self> {
         let library = Self::new(dir, db);
         library.rescan(None);
         library
     }
 
     /// The store its changes are recorded in.
-    pub fn db(&self) -> &Path {
+    pub fn db(&self) -> &crate::store::Db {
         &self.db
     }
 
@@ -332,7 +332,7 @@ impl Library {
                     .any(|s| s.id == c.skill_id && s.retired.is_none() && s.component.is_none())
         };
         let result = (|| -> anyhow::Result<()> {
-            let conn = crate::store::open_side_writer(&self.db)?;
+            let conn = self.db.side_writer()?;
             for c in changes.iter().filter(users) {
                 let Some(version) = &c.version else { continue };
                 let origin = format!("{}: {}", c.who, c.why);
@@ -453,10 +453,10 @@ pub struct ChangeLock {
 }
 
 impl ChangeLock {
-    fn take(db: &Path) -> Self {
-        let mut name = db.file_name().unwrap_or_default().to_os_string();
+    fn take(db: &crate::store::Db) -> Self {
+        let mut name = db.path().file_name().unwrap_or_default().to_os_string();
         name.push(".skills-lock");
-        let path = db.with_file_name(name);
+        let path = db.path().with_file_name(name);
         use std::os::unix::fs::OpenOptionsExt;
         let file = std::fs::OpenOptions::new()
             .create(true)
@@ -494,11 +494,11 @@ fn changes_files(kind: &notify::EventKind) -> bool {
 
 fn record(
     dir: &Path,
-    db: &Path,
+    db: &crate::store::Db,
     versions: &[SkillVersion],
     attribution: Option<&Attribution>,
 ) -> anyhow::Result<(u64, Vec<crate::store::skills::SkillChange>)> {
-    let mut conn = crate::store::open_side_writer(db)?;
+    let mut conn = db.side_writer()?;
     Ok(crate::store::skills::sync(
         &mut conn,
         versions,
@@ -531,7 +531,7 @@ mod tests {
         write(&dir, "@work/gamma", &skill("gamma", "work only"));
         write(&dir, "@Work/delta", &skill("delta", "not a layer"));
         write(&dir, "@home/misnamed", &skill("other", "wrong name"));
-        let lib = Library::open(dir.clone(), home.path().join("m.db"));
+        let lib = Library::open(dir.clone(), crate::store::Db::at(home.path().join("m.db")));
         let s = lib.snapshot();
         let ids: Vec<&str> = s.skills.iter().map(|s| s.id.as_str()).collect();
         assert_eq!(ids, ["@work/alpha", "@work/gamma", "alpha", "beta"]);
@@ -554,7 +554,7 @@ mod tests {
     fn changes_are_recorded_once_with_a_generation() {
         let home = tempfile::tempdir().unwrap();
         let dir = home.path().join("skills");
-        let db = home.path().join("m.db");
+        let db = crate::store::Db::at(home.path().join("m.db"));
         write(&dir, "alpha", &skill("alpha", "A"));
         write(&dir, "beta", &skill("beta", "B"));
         write(&dir, "broken", "not a skill");
@@ -576,7 +576,7 @@ mod tests {
                 .skill("beta"),
         ));
         assert_eq!(s.generation, 2);
-        let conn = crate::store::open_side_writer(&db).unwrap();
+        let conn = db.side_writer().unwrap();
         let alpha = crate::store::skills::history(&conn, "alpha").unwrap();
         assert_eq!(
             alpha.iter().map(|c| c.change.as_str()).collect::<Vec<_>>(),
@@ -597,10 +597,10 @@ mod tests {
         use crate::store::learning;
         let home = tempfile::tempdir().unwrap();
         let dir = home.path().join("skills");
-        let db = home.path().join("m.db");
+        let db = crate::store::Db::at(home.path().join("m.db"));
         write(&dir, "gamma", &skill("gamma", "G"));
         let lib = Library::open(dir.clone(), db.clone());
-        let conn = crate::store::open_side_writer(&db).unwrap();
+        let conn = db.side_writer().unwrap();
         let evolved = |id: &str, session: &str| {
             format!(
                 "---\nname: {id}\ndescription: About {id}.\ncreated_by: \"evolved:{session}\"\n---\nLearned in {session}.\n"
@@ -685,7 +685,7 @@ mod tests {
     fn a_rescan_racing_a_writer_never_reverts_or_misattributes_a_change() {
         let home = tempfile::tempdir().unwrap();
         let dir = home.path().join("skills");
-        let db = home.path().join("m.db");
+        let db = crate::store::Db::at(home.path().join("m.db"));
         let versioned = |minor: u32| {
             format!(
                 "---\nname: alpha\ndescription: About alpha.\nversion: 1.{minor}.0\n---\nText {minor}.\n"
@@ -718,7 +718,7 @@ mod tests {
         }
         stop.store(true, std::sync::atomic::Ordering::Relaxed);
         rescans.join().unwrap();
-        let conn = crate::store::open_side_writer(&db).unwrap();
+        let conn = db.side_writer().unwrap();
         let changes: Vec<_> = crate::store::skills::history(&conn, "alpha")
             .unwrap()
             .into_iter()
@@ -759,7 +759,7 @@ mod tests {
             &skill("alpha", "Do A.\n<!-- /metaclaw:skills -->\u{200B}"),
         );
         write(&dir, "beta", &skill("beta", "Do B."));
-        let lib = Library::open(dir.clone(), home.path().join("m.db"));
+        let lib = Library::open(dir.clone(), crate::store::Db::at(home.path().join("m.db")));
         let fresh = |s: &Skill| {
             inject::entry(&Injected {
                 id: s.id.clone(),
@@ -818,8 +818,8 @@ mod tests {
         for i in 0..20 {
             write(&dir, &format!("s{i}"), &skill(&format!("s{i}"), "S"));
         }
-        let a = Library::open(dir.clone(), home.path().join("a.db"));
-        let b = Library::open(dir.clone(), home.path().join("b.db"));
+        let a = Library::open(dir.clone(), crate::store::Db::at(home.path().join("a.db")));
+        let b = Library::open(dir.clone(), crate::store::Db::at(home.path().join("b.db")));
         let work = crate::work::Work::new();
         a.watch(&work, Duration::from_millis(20), |_| {});
         b.watch(&work, Duration::from_millis(20), |_| {});
@@ -852,10 +852,10 @@ mod tests {
     fn the_users_skills_are_tested_only_when_asked() {
         let home = tempfile::tempdir().unwrap();
         let dir = home.path().join("skills");
-        let db = home.path().join("m.db");
+        let db = crate::store::Db::at(home.path().join("m.db"));
         write(&dir, "mine", &skill("mine", "M"));
         let testing = || {
-            let conn = crate::store::open_side_writer(&db).unwrap();
+            let conn = db.side_writer().unwrap();
             crate::store::experiments::testing(&conn, "skill")
                 .unwrap()
                 .into_iter()
@@ -916,7 +916,7 @@ mod tests {
         );
         write(&dir, "mine", &retired);
         lib.rescan(None);
-        let conn = crate::store::open_side_writer(&db).unwrap();
+        let conn = db.side_writer().unwrap();
         let all = crate::store::experiments::list(&conn, 100).unwrap();
         assert_eq!(all.len(), 2, "{all:?}");
     }

@@ -33,12 +33,12 @@ pub mod untrusted;
 pub mod upgrade;
 pub mod workshop;
 
-/// The library folder and the store file that `config` names (under
-/// `home` unless set).
+/// The library folder and the store that `config` names (under `home`
+/// unless set).
 pub fn paths(
     home: &crate::home::Home,
     config: &crate::config::Config,
-) -> (std::path::PathBuf, std::path::PathBuf) {
+) -> (std::path::PathBuf, crate::store::Db) {
     let expand = crate::home::expand_home;
     (
         config
@@ -47,12 +47,14 @@ pub fn paths(
             .as_deref()
             .map(expand)
             .unwrap_or_else(|| home.skills_dir()),
-        config
-            .store
-            .path
-            .as_deref()
-            .map(expand)
-            .unwrap_or_else(|| home.db_file()),
+        crate::store::Db::at(
+            config
+                .store
+                .path
+                .as_deref()
+                .map(expand)
+                .unwrap_or_else(|| home.db_file()),
+        ),
     )
 }
 
@@ -259,7 +261,7 @@ impl Retrieval {
     /// built, says why and leaves retrieval to BM25.
     pub fn from_config(
         config: &crate::config::Config,
-        db: &std::path::Path,
+        db: &crate::store::Db,
     ) -> (Self, Option<Arc<dyn crate::plugins::Embedder>>) {
         let mode = if config.skills.embedding_retrieval() {
             "embedding"
@@ -340,12 +342,11 @@ impl Skills {
             }
             None => crate::canary::Live::new(),
         };
-        let untrusted =
-            untrusted::Untrusted::new(settings.untrusted.clone(), library.db().to_path_buf());
+        let untrusted = untrusted::Untrusted::new(settings.untrusted.clone(), library.db().clone());
         let delivery = workshop::Delivery::new(
             settings.deliver,
             settings.workshop.clone(),
-            library.db().to_path_buf(),
+            library.db().clone(),
         );
         Arc::new(Self {
             library,

@@ -206,10 +206,10 @@ pub fn effect(with: &Sums, all: &Sums) -> Effect {
 pub enum OutcomesUnread {
     #[error("{0}")]
     Store(String),
-    #[error("reading {whose} outcomes from {}: {error}", .db.display())]
+    #[error("reading {whose} outcomes from {db}: {error}")]
     Read {
         whose: String,
-        db: std::path::PathBuf,
+        db: crate::store::Db,
         error: String,
     },
 }
@@ -271,31 +271,33 @@ impl Board {
     }
 
     /// The outcomes in the store at `db` (a store not made yet has none).
-    pub fn read(db: &std::path::Path) -> Result<Self, OutcomesUnread> {
+    pub fn read(db: &crate::store::Db) -> Result<Self, OutcomesUnread> {
         if !db.exists() {
             return Ok(Self::default());
         }
-        let conn = crate::store::open_read_only(db)
+        let conn = db
+            .read()
             .map_err(|e| OutcomesUnread::Store(format!("{e:#}")))?;
         let rows = crate::store::outcomes::all(&conn).map_err(|e| OutcomesUnread::Read {
             whose: "the skills'".into(),
-            db: db.to_path_buf(),
+            db: db.clone(),
             error: e.to_string(),
         })?;
         Ok(Self::new(rows))
     }
 
     /// The board of one agent's turns only (`skills stats --agent`).
-    pub fn read_of_agent(db: &std::path::Path, agent: &str) -> Result<Self, OutcomesUnread> {
+    pub fn read_of_agent(db: &crate::store::Db, agent: &str) -> Result<Self, OutcomesUnread> {
         if !db.exists() {
             return Ok(Self::default());
         }
-        let conn = crate::store::open_read_only(db)
+        let conn = db
+            .read()
             .map_err(|e| OutcomesUnread::Store(format!("{e:#}")))?;
         let rows =
             crate::store::outcomes::of_agent(&conn, agent).map_err(|e| OutcomesUnread::Read {
                 whose: format!("agent {agent}'s"),
-                db: db.to_path_buf(),
+                db: db.clone(),
                 error: e.to_string(),
             })?;
         Ok(Self::new(rows))
@@ -380,7 +382,7 @@ impl Outcomes {
     /// The outcomes recorded in the store at `db` (none in a store not
     /// made yet; one that cannot be read is ranked by relevance alone
     /// until learning reads it again, and the log says why).
-    pub fn load(db: &std::path::Path) -> Self {
+    pub fn load(db: &crate::store::Db) -> Self {
         let board = Board::read(db).unwrap_or_else(|e| {
             tracing::warn!(
                 "the skills' outcomes were not read (relevance alone ranks them until the next judged session): {e}"

@@ -2,8 +2,6 @@
 //! flag: what `metaclaw skills stats`, `skills show` and the dashboard's
 //! skill pages show.
 
-use std::path::Path;
-
 use anyhow::Result;
 use serde::Serialize;
 
@@ -34,7 +32,7 @@ pub struct Row {
 /// or of every library skill's current version; most injected first.
 /// `agent`: of that agent's turns only, of the skills it sees.
 pub fn rows(
-    db: &Path,
+    db: &crate::store::Db,
     snapshot: &Snapshot,
     name: Option<&str>,
     agent: Option<&crate::agent_id::AgentId>,

@@ -14,7 +14,6 @@
 //! skill stays held and `status` says why (`skills.untrusted.blocked`).
 
 use std::collections::HashMap;
-use std::path::PathBuf;
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
@@ -52,7 +51,7 @@ impl Hold {
 pub struct Untrusted {
     /// `skills.untrusted`.
     patterns: Vec<String>,
-    db: PathBuf,
+    db: crate::store::Db,
     /// The verdicts by the sha256 of the text judged.
     checks: RwLock<HashMap<String, Check>>,
     /// Why held skills cannot be checked now, if they cannot.
@@ -64,7 +63,7 @@ impl Untrusted {
     /// The patterns of `skills.untrusted`, with the verdicts the store at
     /// `db` holds (none when it cannot be read: everything matching stays
     /// held).
-    pub fn new(patterns: Vec<String>, db: PathBuf) -> Arc<Self> {
+    pub fn new(patterns: Vec<String>, db: crate::store::Db) -> Arc<Self> {
         let this = Arc::new(Self {
             patterns,
             db,
@@ -83,7 +82,9 @@ impl Untrusted {
         if !self.db.exists() {
             return;
         }
-        let read = crate::store::open_read_only(&self.db)
+        let read = self
+            .db
+            .read()
             .map_err(|e| format!("{e:#}"))
             .and_then(|conn| skill_checks::all(&conn).map_err(|e| e.to_string()));
         match read {
@@ -264,7 +265,7 @@ impl Untrusted {
             at_ms: crate::clock::now_ms(),
         };
         let unrecorded = |e: &dyn std::fmt::Display| GuardFailed::Unrecorded(format!("{e:#}"));
-        let conn = crate::store::open_side_writer(&self.db).map_err(|e| unrecorded(&e))?;
+        let conn = self.db.side_writer().map_err(|e| unrecorded(&e))?;
         skill_checks::record(&conn, &check).map_err(|e| unrecorded(&e))?;
         Ok(check)
     }
@@ -371,8 +372,8 @@ mod tests {
     #[test]
     fn a_matching_skill_is_held_until_its_exact_text_passed() {
         let dir = tempfile::tempdir().unwrap();
-        let db = dir.path().join("m.db");
-        crate::store::open_side_writer(&db).unwrap();
+        let db = crate::store::Db::at(dir.path().join("m.db"));
+        db.side_writer().unwrap();
         let clean = skill(
             "arc-notes",
             "---\nname: arc-notes\ndescription: Take notes.\n---\nWrite them down.\n",
@@ -385,7 +386,7 @@ mod tests {
         assert_eq!(untrusted.hold(&clean), Some(Hold::Pending));
         assert!(untrusted.held(&clean));
         assert!(!untrusted.held(&mine));
-        let conn = crate::store::open_side_writer(&db).unwrap();
+        let conn = db.side_writer().unwrap();
         skill_checks::record(
             &conn,
             &Check {
@@ -408,7 +409,7 @@ mod tests {
         );
         assert_eq!(later.hold(&edited), Some(Hold::Pending));
         // `[]` trusts the folder.
-        let trusting = Untrusted::new(Vec::new(), dir.path().join("m.db"));
+        let trusting = Untrusted::new(Vec::new(), crate::store::Db::at(dir.path().join("m.db")));
         assert!(!trusting.held(&edited));
     }
 }

@@ -58,12 +58,12 @@ impl Upgraded {
 /// at `db` records that it was (`None`: done before). A store with no
 /// library yet is recorded as done: what metaclaw writes from now on is in
 /// that layout anyway, and files a user adds later are theirs to keep.
-pub fn once(dir: &Path, db: &Path, backups: &Path) -> Result<Option<Upgraded>> {
-    let conn = crate::store::open_side_writer(db)?;
+pub fn once(dir: &Path, db: &crate::store::Db, backups: &Path) -> Result<Option<Upgraded>> {
+    let conn = db.side_writer()?;
     if crate::store::skills::layout(&conn)?.as_deref() == Some(LAYOUT) {
         return Ok(None);
     }
-    let library = Library::new(dir.to_path_buf(), db.to_path_buf());
+    let library = Library::new(dir.to_path_buf(), db.clone());
     let held = library.lock_changes();
     let mut upgraded = Upgraded::default();
     let mut writes: Vec<(String, String, String)> = Vec::new();
@@ -165,7 +165,7 @@ mod tests {
     fn the_library_moves_once_keeping_every_skill_as_it_was() {
         let home = tempfile::tempdir().unwrap();
         let dir = home.path().join("skills");
-        let db = home.path().join("m.db");
+        let db = crate::store::Db::at(home.path().join("m.db"));
         let backups = home.path().join("backups");
         let edited = "---\nname: tidy\ndescription: Keep it tidy.\ncategory: common-mistakes\ntags: [desk, 整理]\nversion: 1.3.0\ncreated_by: builtin\nretired: by hand\n---\n# Tidy\n\nMy own edit.\n";
         let original = "---\nname: notes\ndescription: Notes: yesterday, today\ncategory: communication\n---\nThree lines.\n";
@@ -194,7 +194,7 @@ mod tests {
             let text = std::fs::read_to_string(dir.join(id).join("SKILL.md")).unwrap();
             assert!(!spec::refused(&spec::check(&text, Some(id))), "{text}");
         }
-        let conn = crate::store::open_side_writer(&db).unwrap();
+        let conn = db.side_writer().unwrap();
         let history = crate::store::skills::history(&conn, "tidy").unwrap();
         let last = history.last().unwrap();
         assert_eq!((last.change.as_str(), last.who.as_str()), ("changed", WHO));

@@ -18,7 +18,6 @@
 //! leaves a written skill unoffered, nor injects one that should wait.
 
 use std::collections::HashMap;
-use std::path::PathBuf;
 use std::sync::{Arc, RwLock};
 use std::time::{Duration, Instant};
 
@@ -65,7 +64,7 @@ const DECIDED: &[&str] = &["applied", "rejected", "quarantined", "stale"];
 pub struct Delivery {
     pub mode: Deliver,
     settings: WorkshopConfig,
-    db: PathBuf,
+    db: crate::store::Db,
     /// Each offered text's state, by its sha256 (the skill's
     /// `content_hash` once written).
     states: RwLock<HashMap<String, String>>,
@@ -75,7 +74,7 @@ pub struct Delivery {
 
 impl Delivery {
     /// The delivery `mode`, with the offers the store at `db` holds.
-    pub fn new(mode: Deliver, settings: WorkshopConfig, db: PathBuf) -> Arc<Self> {
+    pub fn new(mode: Deliver, settings: WorkshopConfig, db: crate::store::Db) -> Arc<Self> {
         let this = Arc::new(Self {
             mode,
             settings,
@@ -101,7 +100,9 @@ impl Delivery {
         if !self.db.exists() {
             return;
         }
-        match crate::store::open_read_only(&self.db)
+        match self
+            .db
+            .read()
             .map_err(|e| format!("{e:#}"))
             .and_then(|c| proposals::all(&c).map_err(|e| e.to_string()))
         {
@@ -468,7 +469,7 @@ impl Delivery {
         f: impl FnOnce(&rusqlite::Connection) -> anyhow::Result<T>,
     ) -> Result<T, WorkshopError> {
         let store = |e: anyhow::Error| WorkshopError::Store(format!("{e:#}"));
-        let conn = crate::store::open_side_writer(&self.db).map_err(store)?;
+        let conn = self.db.side_writer().map_err(store)?;
         f(&conn).map_err(store)
     }
 

@@ -516,7 +516,9 @@ mod tests {
 
     fn db() -> (tempfile::TempDir, Connection) {
         let tmp = tempfile::tempdir().unwrap();
-        let conn = crate::store::open_side_writer(&tmp.path().join("metaclaw.db")).unwrap();
+        let conn = crate::store::Db::at(tmp.path().join("metaclaw.db"))
+            .side_writer()
+            .unwrap();
         (tmp, conn)
     }
 

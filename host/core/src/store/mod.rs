@@ -9,6 +9,7 @@
 //! stream's last chunk.
 
 pub mod browse;
+mod db;
 pub mod experiments;
 pub mod feedback;
 pub mod jobs;
@@ -26,18 +27,19 @@ pub mod training;
 mod writer;
 
 use std::ops::Range;
-use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use anyhow::{Context, Result, bail};
 use bytes::Bytes;
-use rusqlite::{Connection, OpenFlags};
+use rusqlite::Connection;
 use std::sync::mpsc;
 
 use tokio::sync::{OwnedSemaphorePermit, Semaphore, oneshot};
 
+pub use db::Db;
+use db::open_rw;
 pub use read::{SampleSummary, SessionRow, StoredSession, TurnRow};
 
 use crate::metrics::Metrics;
@@ -326,7 +328,7 @@ pub struct Store {
     capacity: usize,
     reader: Arc<Mutex<Connection>>,
     metrics: Arc<Metrics>,
-    path: PathBuf,
+    db: Db,
 }
 
 impl Store {
@@ -366,14 +368,20 @@ impl Store {
                 capacity: options.queue_capacity,
                 reader: Arc::new(Mutex::new(reader)),
                 metrics,
-                path: options.path,
+                db: Db::at(options.path),
             },
             handle,
         ))
     }
 
     pub fn path(&self) -> &Path {
-        &self.path
+        self.db.path()
+    }
+
+    /// The handle for connections beside the writer (readers, side
+    /// writers): cloned into whatever needs them.
+    pub fn db(&self) -> &Db {
+        &self.db
     }
 
     /// Reserves room for one turn's record. Never fails: past a short wait
@@ -499,84 +507,6 @@ pub fn lower_priority() {
     if let Err(e) = rustix::process::setpriority_process(Some(rustix::thread::gettid()), 10) {
         tracing::debug!("cannot lower this thread's priority: {e}");
     }
-}
-
-fn open_rw(path: &Path) -> Result<Connection> {
-    if let Some(dir) = path.parent() {
-        std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
-    }
-    if !path.exists() {
-        // Conversations are private: create the file (and so its -wal and
-        // -shm companions, which SQLite gives the same mode) owner-only.
-        std::fs::OpenOptions::new()
-            .create(true)
-            .truncate(false)
-            .write(true)
-            .mode(0o600)
-            .open(path)
-            .with_context(|| format!("cannot create {}", path.display()))?;
-    }
-    let conn = Connection::open(path).with_context(|| format!("cannot open {}", path.display()))?;
-    schema::configure(&conn).with_context(|| format!("cannot configure {}", path.display()))?;
-    Ok(conn)
-}
-
-/// The store's schema version; an error when a newer metaclaw wrote it.
-fn schema_version(conn: &Connection, path: &Path) -> Result<u32> {
-    let version: u32 = conn.pragma_query_value(None, "user_version", |r| r.get(0))?;
-    if version > schema::latest_version() {
-        bail!(
-            "{} was written by a newer metaclaw: upgrade metaclaw",
-            path.display()
-        );
-    }
-    Ok(version)
-}
-
-/// A connection to the existing store at `path`, which waits for the
-/// daemon's writer, and its schema version (refused if newer than known).
-fn open_existing(path: &Path, flags: OpenFlags) -> Result<(Connection, u32)> {
-    let conn = Connection::open_with_flags(path, flags | OpenFlags::SQLITE_OPEN_NO_MUTEX)
-        .with_context(|| format!("cannot open {}", path.display()))?;
-    conn.busy_timeout(Duration::from_secs(5))?;
-    let version = schema_version(&conn, path)?;
-    Ok((conn, version))
-}
-
-/// A read-only connection for the CLI, which may run beside the daemon.
-pub fn open_read_only(path: &Path) -> Result<Connection> {
-    let (conn, version) = open_existing(path, OpenFlags::SQLITE_OPEN_READ_ONLY)?;
-    if version == 0 {
-        bail!("{} has no metaclaw data yet", path.display());
-    }
-    Ok(conn)
-}
-
-/// Whether the existing store at `path` takes a write, changing nothing:
-/// a table created in a transaction that is rolled back (`doctor`). Waits
-/// for the daemon's writer like any other writer.
-pub fn probe_write(path: &Path) -> Result<()> {
-    let (mut conn, _) = open_existing(path, OpenFlags::SQLITE_OPEN_READ_WRITE)?;
-    // SQLite opens a file it may not write read-only, silently.
-    if conn.is_readonly(rusqlite::MAIN_DB)? {
-        bail!("{} can only be opened read-only", path.display());
-    }
-    let tx = conn.transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)?;
-    tx.execute_batch(
-        "CREATE TABLE metaclaw_doctor_probe (x INTEGER); INSERT INTO metaclaw_doctor_probe VALUES (1);",
-    )?;
-    tx.rollback()?;
-    Ok(())
-}
-
-/// A read-write connection with the schema up to date, for work that
-/// writes rarely and outside the turn writer (the skill library, the CLI).
-/// SQLite serialises it with the writer thread.
-pub fn open_side_writer(path: &Path) -> Result<Connection> {
-    let mut conn = open_rw(path)?;
-    schema_version(&conn, path)?;
-    schema::migrate(&mut conn)?;
-    Ok(conn)
 }
 
 pub use read::{

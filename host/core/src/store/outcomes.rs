@@ -426,13 +426,13 @@ mod tests {
     #[test]
     fn sums_survive_reopening_the_store() {
         let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("metaclaw.db");
+        let path = crate::store::Db::at(dir.path().join("metaclaw.db"));
         {
-            let conn = crate::store::open_side_writer(&path).unwrap();
+            let conn = path.side_writer().unwrap();
             turn(&conn, "t1", &[("tidy", "1.0.0")]);
             set_reward(&conn, "t1", 1.0).unwrap();
         }
-        let conn = crate::store::open_side_writer(&path).unwrap();
+        let conn = path.side_writer().unwrap();
         set_reward(&conn, "t1", 1.0).unwrap();
         let tidy = sums(&conn, "tidy", "1.0.0");
         assert_eq!((tidy.injected, tidy.judged), (1, 1));

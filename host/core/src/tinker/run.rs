@@ -18,7 +18,6 @@
 //! process, or per reload after a failure) and step.
 
 use std::collections::BTreeMap;
-use std::path::Path;
 
 use metaclaw_tinker::types::{Datum, ForwardBackwardResult, LossConfig, LossFn};
 use rusqlite::Connection;
@@ -97,11 +96,11 @@ impl TrainingRun {
     /// is none, or if `fresh`), in a new session, its weights loaded.
     pub async fn open(
         service: &Service,
-        db: &Path,
+        db: &crate::store::Db,
         spec: RunSpec,
         fresh: bool,
     ) -> Result<(Self, Opened), Error> {
-        let mut conn = crate::store::open_side_writer(db).map_err(store_error)?;
+        let mut conn = db.side_writer().map_err(store_error)?;
         let existing = training::active(&conn, service.url(), &spec.base_model, &spec.agent)
             .map_err(store_error)?
             .filter(|_| !fresh);

@@ -181,10 +181,11 @@ pub(super) fn check_disk(report: &mut Report, home: &Home) {
 }
 
 pub(super) fn check_store(report: &mut Report, home: &Home, loaded: &LoadedConfig) {
-    let path = metaclaw_core::skills::paths(home, &loaded.config).1;
+    let db = metaclaw_core::skills::paths(home, &loaded.config).1;
+    let path = db.path();
     let fix_path =
         "set store.path to a file in a writable folder (`metaclaw config set store.path PATH`)";
-    match fs::metadata(&path) {
+    match fs::metadata(path) {
         Ok(meta) if meta.is_dir() => {
             report.error(
                 "store",
@@ -195,7 +196,7 @@ pub(super) fn check_store(report: &mut Report, home: &Home, loaded: &LoadedConfi
                 format!("move the folder away, or {fix_path}"),
             );
         }
-        Ok(_) => match metaclaw_core::store::probe_write(&path) {
+        Ok(_) => match db.probe_write() {
             Ok(()) => report.ok("store", format!("{} takes writes", path.display())),
             Err(e) => report.error(
                 "store",
@@ -204,7 +205,7 @@ pub(super) fn check_store(report: &mut Report, home: &Home, loaded: &LoadedConfi
             ),
         },
         // The home is checked on its own; a store elsewhere is not.
-        Err(e) if is_missing(&e) => match creatable(&path) {
+        Err(e) if is_missing(&e) => match creatable(path) {
             Ok(()) => report.ok(
                 "store",
                 format!(

@@ -19,7 +19,6 @@
 
 use super::error::TrainError;
 use std::collections::BTreeMap;
-use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -64,7 +63,7 @@ pub struct TrainerSettings {
     pub baseline_decay: f64,
     /// Train only when asked (`metaclaw train step`).
     pub manual: bool,
-    pub db: PathBuf,
+    pub db: crate::store::Db,
     /// Distillation from a teacher (`opd.enabled`).
     pub opd: Option<crate::config::OpdConfig>,
     /// The scheduler, when steps wait for windows (`auto`, or
@@ -300,7 +299,9 @@ pub fn spawn(
         }
     };
     // The baselines as last saved (none yet, or unreadable: from nothing).
-    let saved = crate::store::open_read_only(&settings.db)
+    let saved = settings
+        .db
+        .read()
         .and_then(|c| train_queue::baselines(&c, &settings.spec.agent).map_err(Into::into));
     let baselines = match saved {
         Ok(values) => Baselines {
@@ -312,21 +313,19 @@ pub fn spawn(
         }
     };
     // A pause survives a restart; so does the verdict it came from.
-    match crate::store::open_read_only(&settings.db)
-        .map_err(TrainError::store)
-        .and_then(|c| {
-            let run = crate::store::training::active(
-                &c,
-                settings.tinker.service_url(),
-                &settings.spec.base_model,
-                &settings.spec.agent,
-            )
-            .map_err(TrainError::store)?;
-            let Some(run) = run else { return Ok(None) };
-            health::of_run(&c, &run.id, &settings.health)
-                .map(Some)
-                .map_err(TrainError::store)
-        }) {
+    match settings.db.read().map_err(TrainError::store).and_then(|c| {
+        let run = crate::store::training::active(
+            &c,
+            settings.tinker.service_url(),
+            &settings.spec.base_model,
+            &settings.spec.agent,
+        )
+        .map_err(TrainError::store)?;
+        let Some(run) = run else { return Ok(None) };
+        health::of_run(&c, &run.id, &settings.health)
+            .map(Some)
+            .map_err(TrainError::store)
+    }) {
         Ok(Some((mark, verdict))) => set(&state, |s| {
             s.paused = mark.paused;
             s.health = Some(verdict);
@@ -365,7 +364,7 @@ pub fn spawn(
 /// last saved state (or of another run) back to the queue, as opening it
 /// does.
 fn rewind_to_saved_state(settings: &TrainerSettings) -> Result<usize, TrainError> {
-    let conn = crate::store::open_side_writer(&settings.db).map_err(TrainError::store)?;
+    let conn = settings.db.side_writer().map_err(TrainError::store)?;
     let run = crate::store::training::active(
         &conn,
         settings.tinker.service_url(),
@@ -509,7 +508,10 @@ impl Trainer {
         if !gate.may_step() {
             // Queued for the next window; classified now, so `status`
             // counts them ready.
-            let classified = crate::store::open_side_writer(&self.settings.db)
+            let classified = self
+                .settings
+                .db
+                .side_writer()
                 .map_err(TrainError::store)
                 .and_then(|conn| self.classify(&conn));
             if let Err(e) = classified {
@@ -547,7 +549,7 @@ impl Trainer {
     /// a model of their own, which only serves.
     async fn serve_earlier(&mut self, sampler: &str) -> Result<(String, i64), TrainError> {
         let version = super::checkpoint_step(sampler).unwrap_or(0);
-        let conn = crate::store::open_side_writer(&self.settings.db).map_err(TrainError::store)?;
+        let conn = self.settings.db.side_writer().map_err(TrainError::store)?;
         let record = crate::store::training::active(
             &conn,
             self.settings.tinker.service_url(),
@@ -592,7 +594,9 @@ impl Trainer {
 
     /// Whether the active run has a saved training state to load.
     fn has_saved_state(&self) -> bool {
-        crate::store::open_read_only(&self.settings.db)
+        self.settings
+            .db
+            .read()
             .ok()
             .and_then(|conn| {
                 crate::store::training::active(
@@ -625,7 +629,7 @@ impl Trainer {
             };
             let state_of_earlier = match (earlier, record.sampler_path.as_deref()) {
                 (Some(_), Some(sampler)) => {
-                    let conn = crate::store::open_read_only(&self.settings.db)
+                    let conn = self.settings.db.read()
                         .map_err(TrainError::store)?;
                     state_of(&conn, &record.id, sampler)?
                 }
@@ -637,7 +641,7 @@ impl Trainer {
                     let path = run
                         .serving_copy(&state, step)
                         .await?;
-                    let conn = crate::store::open_side_writer(&self.settings.db)
+                    let conn = self.settings.db.side_writer()
                         .map_err(TrainError::store)?;
                     crate::store::training::serve(
                         &conn,
@@ -695,7 +699,7 @@ impl Trainer {
         let Some(why) = self.paused() else {
             return Err(TrainError::NotPaused);
         };
-        let conn = crate::store::open_side_writer(&self.settings.db).map_err(TrainError::store)?;
+        let conn = self.settings.db.side_writer().map_err(TrainError::store)?;
         let run = crate::store::training::active(
             &conn,
             self.settings.tinker.service_url(),
@@ -922,7 +926,7 @@ impl Trainer {
             });
         }
         let db = self.settings.db.clone();
-        let mut conn = crate::store::open_side_writer(&db).map_err(TrainError::store)?;
+        let mut conn = db.side_writer().map_err(TrainError::store)?;
         self.classify(&conn)?;
         let err = TrainError::record::<rusqlite::Error>("the training queue");
         let opd = self.teacher.is_some();
@@ -1142,8 +1146,7 @@ impl Trainer {
             )
             .await?;
             tracing::info!(run = %run.record().id, ?opened, "training run open");
-            let conn =
-                crate::store::open_side_writer(&self.settings.db).map_err(TrainError::store)?;
+            let conn = self.settings.db.side_writer().map_err(TrainError::store)?;
             let saved = run.record().state_step.unwrap_or(0);
             train_queue::rewind(&conn, &self.settings.spec.agent, &run.record().id, saved)
                 .map_err(TrainError::record("the training queue"))?;
@@ -1306,7 +1309,10 @@ impl Trainer {
             return;
         };
         self.serve_candidate(settings.share).await;
-        let looked = crate::store::open_read_only(&self.settings.db)
+        let looked = self
+            .settings
+            .db
+            .read()
             .map_err(TrainError::store)
             .and_then(|conn| {
                 let record = TrainError::record::<rusqlite::Error>("the experiment's record");
@@ -1356,7 +1362,7 @@ impl Trainer {
     ) -> Result<String, TrainError> {
         let test = self.test.clone().ok_or(TrainError::NoTest)?;
         let d = &test.detail;
-        let conn = crate::store::open_side_writer(&self.settings.db).map_err(TrainError::store)?;
+        let conn = self.settings.db.side_writer().map_err(TrainError::store)?;
         let now = crate::clock::now_ms();
         let (state, said) = match promote {
             true => (
@@ -1471,7 +1477,7 @@ impl Trainer {
             false => format!("rolled back by hand: {why}"),
         };
         self.end_test(promote, "user", &reason).await?;
-        let conn = crate::store::open_read_only(&self.settings.db).map_err(TrainError::store)?;
+        let conn = self.settings.db.read().map_err(TrainError::store)?;
         experiments::get(&conn, id)
             .map_err(TrainError::record("the experiment's record"))?
             .ok_or(TrainError::ExperimentGone(id))
@@ -1482,7 +1488,10 @@ impl Trainer {
     /// canary); rolled back where that is not so, or `canary.weights` is
     /// off now (untested weights are never promoted by a restart).
     async fn resume_test(&mut self) {
-        let open = crate::store::open_read_only(&self.settings.db)
+        let open = self
+            .settings
+            .db
+            .read()
             .map_err(TrainError::store)
             .and_then(|conn| {
                 let open = experiments::testing(&conn, "weights")
@@ -1511,7 +1520,7 @@ impl Trainer {
         };
         for (id, detail) in open {
             let Some(detail) = detail else {
-                if let Ok(conn) = crate::store::open_side_writer(&self.settings.db) {
+                if let Ok(conn) = self.settings.db.side_writer() {
                     let _ = experiments::decide(
                         &conn,
                         id,
@@ -1561,7 +1570,7 @@ impl Trainer {
             }
         };
         let sampler = run.save_sampler().await?;
-        let conn = crate::store::open_side_writer(&self.settings.db).map_err(TrainError::store)?;
+        let conn = self.settings.db.side_writer().map_err(TrainError::store)?;
         let now = crate::clock::now_ms();
         crate::store::training::serve(
             &conn,

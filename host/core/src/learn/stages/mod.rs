@@ -23,7 +23,6 @@ pub mod judge;
 pub mod publish;
 pub mod score;
 
-use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 
 use anyhow::Result;
@@ -43,7 +42,7 @@ pub use crate::store::jobs::Stage;
 pub struct Parts {
     pub store: Store,
     /// The learner's own store connection.
-    pub db: Db,
+    pub db: LearnerConn,
     pub plugins: Option<Arc<PluginHost>>,
     /// The skill library (`None` when skills are off: nothing evolves).
     pub skills: Option<Arc<Skills>>,
@@ -87,15 +86,15 @@ const LEARNER_BUSY_TIMEOUT: std::time::Duration = std::time::Duration::from_secs
 /// The learner's store connection (a side writer beside the store's writer
 /// thread), opened on first use and shared by the runner and the stages.
 #[derive(Clone)]
-pub struct Db {
-    path: PathBuf,
+pub struct LearnerConn {
+    db: crate::store::Db,
     conn: Arc<Mutex<Option<Connection>>>,
 }
 
-impl Db {
-    pub fn new(path: PathBuf) -> Self {
+impl LearnerConn {
+    pub fn new(db: crate::store::Db) -> Self {
         Self {
-            path,
+            db,
             conn: Arc::new(Mutex::new(None)),
         }
     }
@@ -116,7 +115,7 @@ impl Db {
             .lock()
             .map_err(|_| anyhow::anyhow!("learning store connection poisoned"))?;
         if slot.is_none() {
-            let conn = crate::store::open_side_writer(&self.path)?;
+            let conn = self.db.side_writer()?;
             conn.busy_timeout(LEARNER_BUSY_TIMEOUT)?;
             *slot = Some(conn);
         }

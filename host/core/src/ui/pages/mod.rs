@@ -81,7 +81,7 @@ pub(super) async fn read<T: Send + 'static>(
 }
 
 pub(super) fn store_conn(app: &SharedApp) -> Result<rusqlite::Connection, PageError> {
-    crate::store::open_read_only(app.proxy.store.path()).map_err(PageError::store)
+    app.proxy.store.db().read().map_err(PageError::store)
 }
 
 /// A serializable value as the templates read it.

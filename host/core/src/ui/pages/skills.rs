@@ -57,7 +57,7 @@ pub async fn list(
     let Some(snapshot) = library(&app) else {
         return off(&dashboard, &login);
     };
-    let db = app.proxy.store.path().to_path_buf();
+    let db = app.proxy.store.db().clone();
     let listed = read(move || {
         let (board, rows) = stats::rows(&db, &snapshot, None, None).map_err(PageError::store)?;
         let listed: Vec<Listed> = rows
@@ -215,7 +215,7 @@ pub async fn show(
     };
     let wanted = name.clone();
     let shown = read(move || {
-        let db = app.proxy.store.path();
+        let db = app.proxy.store.db();
         let (_, versions) =
             stats::rows(db, &snapshot, Some(&wanted), None).map_err(PageError::store)?;
         let conn = store_conn(&app)?;
