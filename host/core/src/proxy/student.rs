@@ -33,26 +33,20 @@ pub(super) async fn sample(
     ctx: &mut TurnCtx,
 ) -> Result<Answer, Unavailable> {
     let body = request.outgoing(None, block);
-    let chat: Value = serde_json::from_slice(&body)
-        .map_err(|e| Unavailable(format!("the request is not JSON: {e}")))?;
-    if chat["n"].as_u64().is_some_and(|n| n > 1) {
+    let chat: Sampling = serde_json::from_slice(&body)
+        .map_err(|e| Unavailable(format!("the request cannot be sampled: {e}")))?;
+    if chat.n.is_some_and(|n| n > 1) {
         return Err(Unavailable(
             "the request asks for n > 1 answers; the student gives one".into(),
         ));
     }
-    let messages = chat["messages"].as_array().cloned().unwrap_or_default();
-    let tools = chat["tools"].as_array().filter(|t| !t.is_empty());
-    let stop = match &chat["stop"] {
-        Value::String(s) => vec![s.clone()],
-        Value::Array(items) => items
-            .iter()
-            .filter_map(|s| s.as_str().map(str::to_string))
-            .collect(),
-        _ => Vec::new(),
+    let tools = chat.tools.as_deref().filter(|t| !t.is_empty());
+    let stop = match chat.stop {
+        Some(Stop::One(s)) => vec![s],
+        Some(Stop::Many(items)) => items,
+        None => Vec::new(),
     };
-    let max_tokens = chat["max_completion_tokens"]
-        .as_u64()
-        .or_else(|| chat["max_tokens"].as_u64());
+    let max_tokens = chat.max_completion_tokens.or(chat.max_tokens);
     let skill_generation = ctx
         .proxy
         .skills
@@ -60,12 +54,12 @@ pub(super) async fn sample(
         .map_or(0, |s| s.library.snapshot().generation);
     ctx.upstream_started = Some(Instant::now());
     let input = TurnInput {
-        messages: &messages,
-        tools: tools.map(Vec::as_slice),
+        messages: &chat.messages,
+        tools,
         max_tokens,
-        temperature: chat["temperature"].as_f64().map(|t| t as f32),
-        top_p: chat["top_p"].as_f64().map(|t| t as f32),
-        seed: chat["seed"].as_u64(),
+        temperature: chat.temperature.map(|t| t as f32),
+        top_p: chat.top_p.map(|t| t as f32),
+        seed: chat.seed,
         stop,
         session: &ctx.session.id,
         turn_id: &ctx.id,
@@ -73,6 +67,40 @@ pub(super) async fn sample(
         skill_generation,
     };
     policy.answer(input).await
+}
+
+/// What the student reads of a chat request (as it would go upstream,
+/// skills block included), typed. A field of the wrong type is refused, and
+/// `llm` answers (its upstream says what is wrong).
+#[derive(serde::Deserialize)]
+struct Sampling {
+    #[serde(default)]
+    n: Option<u64>,
+    /// Rendered by the model's chat template, as sent.
+    #[serde(default)]
+    messages: Vec<Value>,
+    #[serde(default)]
+    tools: Option<Vec<Value>>,
+    #[serde(default)]
+    stop: Option<Stop>,
+    #[serde(default)]
+    max_completion_tokens: Option<u64>,
+    #[serde(default)]
+    max_tokens: Option<u64>,
+    #[serde(default)]
+    temperature: Option<f64>,
+    #[serde(default)]
+    top_p: Option<f64>,
+    #[serde(default)]
+    seed: Option<u64>,
+}
+
+/// `stop`: one string or several.
+#[derive(serde::Deserialize)]
+#[serde(untagged)]
+enum Stop {
+    One(String),
+    Many(Vec<String>),
 }
 
 /// The student's answer in the client's API, recorded with its sample.
