@@ -6,10 +6,19 @@ use super::{Config, ConfigError, parse_host};
 
 /// Checks a parsed config; the error names the key to fix.
 pub fn validate(config: &Config) -> Result<(), ConfigError> {
-    let invalid = |key: &str, message: String| ConfigError::Invalid {
-        key: key.into(),
-        message,
-    };
+    urls_and_skills(config)?;
+    agents(config)?;
+    serving(config)?;
+    plugins(config)?;
+    learning(config)?;
+    canary(config)?;
+    training(config)?;
+    store_and_auth(config)?;
+    Ok(())
+}
+
+/// Base URLs and the skills' settings.
+fn urls_and_skills(config: &Config) -> Result<(), ConfigError> {
     // Base URLs stay strings (an empty one means "the default", and the
     // code joins paths to them as text) but must be http(s) URLs.
     http_url("llm.api_base", &config.llm.api_base, true)?;
@@ -52,6 +61,11 @@ pub fn validate(config: &Config) -> Result<(), ConfigError> {
     }
     http_url("rl.prm_url", &config.rl.prm_url, true)?;
     http_url("rl.evolver_api_base", &config.rl.evolver_api_base, true)?;
+    Ok(())
+}
+
+/// Each agent's own settings (`agents.<id>`).
+fn agents(config: &Config) -> Result<(), ConfigError> {
     for agent in config.agents.keys() {
         let key = format!("agents.{agent}");
         match crate::agent_id::AgentId::parse(agent) {
@@ -68,6 +82,11 @@ pub fn validate(config: &Config) -> Result<(), ConfigError> {
             .for_agent(agent)
             .map_err(|e| invalid(&key, e.to_string()))?;
     }
+    Ok(())
+}
+
+/// Where and how the proxy serves: its address, logs, bodies, timeouts.
+fn serving(config: &Config) -> Result<(), ConfigError> {
     if parse_host(&config.proxy.host).is_none() {
         return Err(invalid(
             "proxy.host",
@@ -102,6 +121,11 @@ pub fn validate(config: &Config) -> Result<(), ConfigError> {
             return Err(invalid(key, "must be longer than zero".into()));
         }
     }
+    Ok(())
+}
+
+/// The plugin host's timeouts, budgets and limits.
+fn plugins(config: &Config) -> Result<(), ConfigError> {
     for (key, d) in [
         (
             "plugins.timeouts.retriever",
@@ -183,6 +207,11 @@ pub fn validate(config: &Config) -> Result<(), ConfigError> {
             ));
         }
     }
+    Ok(())
+}
+
+/// Learning: jobs, the judge, the evolver.
+fn learning(config: &Config) -> Result<(), ConfigError> {
     let learning = &config.learning;
     if !(1..=64).contains(&learning.concurrency) {
         return Err(invalid(
@@ -214,6 +243,11 @@ pub fn validate(config: &Config) -> Result<(), ConfigError> {
             "must be longer than zero".into(),
         ));
     }
+    Ok(())
+}
+
+/// The canaries' sequential test.
+fn canary(config: &Config) -> Result<(), ConfigError> {
     let canary = &config.canary;
     if !(canary.share > 0.0 && canary.share <= 0.5) {
         return Err(invalid(
@@ -240,6 +274,11 @@ pub fn validate(config: &Config) -> Result<(), ConfigError> {
             "must be longer than zero".into(),
         ));
     }
+    Ok(())
+}
+
+/// Training (rl) and distillation (opd).
+fn training(config: &Config) -> Result<(), ConfigError> {
     if config.rl.prm_m > 15 {
         return Err(invalid("rl.prm_m", "at most 15 votes per turn".into()));
     }
@@ -310,6 +349,11 @@ pub fn validate(config: &Config) -> Result<(), ConfigError> {
     if config.rl.max_new_tokens == 0 {
         return Err(invalid("rl.max_new_tokens", "must be at least 1".into()));
     }
+    Ok(())
+}
+
+/// The store's queue and the proxy's key.
+fn store_and_auth(config: &Config) -> Result<(), ConfigError> {
     if config.store.queue_capacity < 16 {
         return Err(invalid(
             "store.queue_capacity",
@@ -325,6 +369,14 @@ pub fn validate(config: &Config) -> Result<(), ConfigError> {
         ));
     }
     Ok(())
+}
+
+/// The error for `key`.
+fn invalid(key: &str, message: String) -> ConfigError {
+    ConfigError::Invalid {
+        key: key.into(),
+        message,
+    }
 }
 
 /// `text` is an http(s) URL with a host; empty is fine where `may_be_empty`
