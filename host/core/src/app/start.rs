@@ -68,21 +68,7 @@ impl App {
         // Secrets never reach the store or a learning LLM.
         let secrets = config.secrets();
 
-        // The store: turns are recorded off the hot path by its writer
-        // thread, which reports each recorded turn to learning.
-        let db_path = crate::skills::paths(home, config).1.path().to_path_buf();
-        let (recorded_tx, recorded) = std::sync::mpsc::channel();
-        let (store, writer) = Store::open(
-            StoreOptions {
-                path: db_path,
-                commit_interval: config.store.commit_interval.get(),
-                queue_capacity: config.store.queue_capacity,
-                redactor: Redactor::new(secrets.clone()),
-                on_recorded: Some(recorded_tx),
-                queue_learning: config.learning.enabled,
-            },
-            metrics.clone(),
-        )?;
+        let (store, writer, recorded) = open_store(config, home, &secrets, &metrics)?;
 
         let sessions = Tracker::new(
             store.clone(),
@@ -93,63 +79,17 @@ impl App {
         let upstream_base = loaded.api_base();
         let upstream = Upstream::new(loaded, upstream_base.clone())?;
 
-        // Plugins load in the background once the proxy is up: compiling a
-        // large component takes seconds and must not delay start-up. Until
-        // then each role falls back to its built-in behaviour.
-        let (retrieval, embedder) = Retrieval::from_config(config, store.db());
-        let mut plugin_settings = HostSettings::from_config(config, home);
-        // The daemon sees every plugin in use: it may clean the compile cache.
-        plugin_settings.evict_after = Some(Duration::from_secs(7 * 24 * 3600));
-        let plugins = match PluginHost::new(plugin_settings, embedder) {
-            Ok(host) => Some(host),
-            Err(e) => {
-                tracing::error!("plugins are off: {e:#}");
-                None
-            }
-        };
-
-        // The skill library also loads in the background (a large one takes
-        // a while to read); until then no skill is injected.
-        let skills = config.skills.enabled.then(|| {
-            let (dir, _) = crate::skills::paths(home, config);
-            let library = Library::new(dir, store.db().clone());
-            Skills::new(
-                library,
-                plugins.clone(),
-                SelectionSettings::from_config(config),
-                retrieval,
-            )
-        });
+        let (plugins, skills) = plugins_and_skills(config, home, &store);
 
         // Learning, per session: one job per ended session, on its own
         // low-priority thread.
         let redactor = Arc::new(Redactor::new(secrets));
-        let learner = if config.learning.enabled {
-            let judge = match config.learning.judge {
-                true => ChatModel::from_config(config, &upstream_base, Role::Judge)?.map(|model| {
-                    Judge {
-                        model,
-                        votes: config.rl.prm_m.max(1),
-                        temperature: config.learning.judge_temperature,
-                        redactor: redactor.clone(),
-                    }
-                }),
-                false => None,
-            };
-            let evolver = ChatModel::from_config(config, &upstream_base, Role::Evolver)?;
-            let learner = Learner::new(
-                store.clone(),
-                plugins.clone(),
-                skills.clone(),
-                judge,
-                evolver,
-                redactor.clone(),
-                config.learning.clone(),
-                config.skills.auto_evolve,
-            );
-            Some(learner.spawn(sessions.subscribe(), work.token())?)
-        } else {
-            None
+        let learner = match config.learning.enabled {
+            true => Some(
+                learner(config, &upstream_base, &store, &plugins, &skills, &redactor)?
+                    .spawn(sessions.subscribe(), work.token())?,
+            ),
+            false => None,
         };
         // Learning, per turn: each recorded main turn is scored by the
         // scorer plugins once its successor (or its session's end) is known.
@@ -161,28 +101,7 @@ impl App {
             }
         };
 
-        // Serving from the trainable model (rl/auto): its sampler is kept
-        // up in the background; until it is, turns go to llm.
-        // The shared run's, for every agent without a mode of its own; and
-        // each listed agent's own (`agents.<id>`), when its mode serves it.
-        let db = store.db().clone();
-        let serve = |config: &Config, run_agent: &str| {
-            let env = |k: &str| std::env::var(k).ok();
-            let settings = StudentSettings::from_config(config, run_agent, home, db.clone(), &env);
-            let policy = Policy::new(settings);
-            work.task(
-                "the student's connection",
-                policy::connect::run(policy.clone(), work.token()),
-            );
-            policy
-        };
-        let policy = config.serves_student().then(|| serve(config, ""));
-        let mut agents = Vec::new();
-        for (agent, own) in config.agent_configs().map_err(anyhow::Error::msg)? {
-            let id = AgentId::parse(agent).map_err(anyhow::Error::msg)?;
-            let policy = own.serves_student().then(|| serve(&own, agent));
-            agents.push((id, own, policy));
-        }
+        let (policy, agents) = students(config, home, store.db(), &work)?;
         let agent_policies = agents
             .iter()
             .map(|(id, _, policy)| (id.clone(), policy.clone()))
@@ -202,45 +121,7 @@ impl App {
             },
         });
         let (learn, learner) = learner.unzip();
-        // Training from the student's judged turns: its own thread; it
-        // needs the rewards learning gives.
-        // Without learning nothing trains, but the trainer still keeps the
-        // run's saved weights loaded in this process (the service drops a
-        // dead process's models): the student serves them after a restart.
-        let steps_off = (!config.learning.enabled).then(|| {
-            "training needs the rewards of learning jobs (learning.enabled: false)".to_string()
-        });
-        if steps_off.is_some() && (proxy.policy.is_some() || agents.iter().any(|a| a.2.is_some())) {
-            tracing::warn!(
-                "nothing trains: training needs the rewards of learning jobs (learning.enabled: false); the saved weights are served"
-            );
-        }
-        // One scheduler for every trainer whose steps wait for windows.
-        let mut gate = GateSlot::default();
-        let mut trainer = |config: &Config, run_agent: &str, policy: &Arc<Policy>| {
-            start_trainer(
-                config,
-                run_agent,
-                home,
-                proxy.store.db().clone(),
-                policy.clone(),
-                proxy.sessions.activity(),
-                steps_off.clone(),
-                &mut gate,
-                &work,
-            )
-        };
-        let train = proxy
-            .policy
-            .as_ref()
-            .and_then(|policy| trainer(config, "", policy));
-        let agent_trains = agents
-            .iter()
-            .filter_map(|(id, own, policy)| {
-                let policy = policy.as_ref()?;
-                Some((id.clone(), trainer(own, id.as_str(), policy)?))
-            })
-            .collect();
+        let (train, agent_trains) = trainers(config, home, &proxy, &agents, &work);
         let app = Arc::new(App {
             work: work.clone(),
             proxy: proxy.clone(),
@@ -264,36 +145,7 @@ impl App {
             },
         });
 
-        // Idle sessions end (and are learned from) without a client's word.
-        let every = (proxy.sessions.idle_timeout() / 4)
-            .clamp(Duration::from_millis(50), Duration::from_secs(15));
-        work.task("the idle-session sweeper", async move {
-            let mut tick = tokio::time::interval(every);
-            loop {
-                tick.tick().await;
-                proxy.sessions.sweep_idle();
-            }
-        });
-        if let Some(skills) = skills {
-            // Skills from other tools wait for the guard's verdict.
-            work.task(
-                "the guard of skills from other tools",
-                skills
-                    .untrusted
-                    .clone()
-                    .run(skills.library.clone(), plugins.clone()),
-            );
-            // Evolved skills offered to OpenClaw's Skill Workshop, and
-            // the owner's verdicts read back (`skills.deliver`).
-            work.task(
-                "the Skill Workshop's delivery",
-                skills.delivery.clone().run(),
-            );
-            load_skills(&work, skills, plugins.as_deref());
-        }
-        if let Some(host) = plugins {
-            load_plugins(&work, host);
-        }
+        start_background(&work, proxy, skills, plugins);
         Ok(AppHandle {
             app,
             work,
@@ -304,9 +156,235 @@ impl App {
     }
 }
 
-/// The trainer's thread (`learn::rl::trainer`); `None`, logged, if it
-/// cannot start. Shutdown waits for it only briefly: a step cut short is
-/// redone from the last saved state next time.
+/// The store: turns are recorded off the hot path by its writer thread
+/// (returned, to be joined), which reports each recorded turn and session
+/// end on the returned channel (to per-turn scoring).
+fn open_store(
+    config: &Config,
+    home: &Home,
+    secrets: &[String],
+    metrics: &Arc<Metrics>,
+) -> Result<(
+    Store,
+    std::thread::JoinHandle<()>,
+    std::sync::mpsc::Receiver<crate::store::Committed>,
+)> {
+    let db_path = crate::skills::paths(home, config).1.path().to_path_buf();
+    let (recorded_tx, recorded) = std::sync::mpsc::channel();
+    let (store, writer) = Store::open(
+        StoreOptions {
+            path: db_path,
+            commit_interval: config.store.commit_interval.get(),
+            queue_capacity: config.store.queue_capacity,
+            redactor: Redactor::new(secrets.to_vec()),
+            on_recorded: Some(recorded_tx),
+            queue_learning: config.learning.enabled,
+        },
+        metrics.clone(),
+    )?;
+    Ok((store, writer, recorded))
+}
+
+/// Who an agent is, its own config, and the student serving it (if its
+/// mode serves one).
+type Agents = Vec<(AgentId, Config, Option<Arc<Policy>>)>;
+
+/// The students (rl/auto): the shared run's and each listed agent's, each
+/// with its connection to the training service kept up by `work`.
+fn students(
+    config: &Config,
+    home: &Home,
+    db: &crate::store::Db,
+    work: &Work,
+) -> Result<(Option<Arc<Policy>>, Agents)> {
+    // Serving from the trainable model (rl/auto): its sampler is kept
+    // up in the background; until it is, turns go to llm.
+    // The shared run's, for every agent without a mode of its own; and
+    // each listed agent's own (`agents.<id>`), when its mode serves it.
+    let serve = |config: &Config, run_agent: &str| {
+        let env = |k: &str| std::env::var(k).ok();
+        let settings = StudentSettings::from_config(config, run_agent, home, db.clone(), &env);
+        let policy = Policy::new(settings);
+        work.task(
+            "the student's connection",
+            policy::connect::run(policy.clone(), work.token()),
+        );
+        policy
+    };
+    let policy = config.serves_student().then(|| serve(config, ""));
+    let mut agents = Vec::new();
+    for (agent, own) in config.agent_configs().map_err(anyhow::Error::msg)? {
+        let id = AgentId::parse(agent).map_err(anyhow::Error::msg)?;
+        let policy = own.serves_student().then(|| serve(&own, agent));
+        agents.push((id, own, policy));
+    }
+    Ok((policy, agents))
+}
+
+/// The trainers of the shared run and of each agent's own run, one thread
+/// each; without learning they only keep the saved weights loaded.
+fn trainers(
+    config: &Config,
+    home: &Home,
+    proxy: &Proxy,
+    agents: &Agents,
+    work: &Work,
+) -> (
+    Option<crate::learn::rl::trainer::TrainerHandle>,
+    std::collections::BTreeMap<AgentId, crate::learn::rl::trainer::TrainerHandle>,
+) {
+    // Training from the student's judged turns: its own thread; it
+    // needs the rewards learning gives.
+    // Without learning nothing trains, but the trainer still keeps the
+    // run's saved weights loaded in this process (the service drops a
+    // dead process's models): the student serves them after a restart.
+    let steps_off = (!config.learning.enabled).then(|| {
+        "training needs the rewards of learning jobs (learning.enabled: false)".to_string()
+    });
+    if steps_off.is_some() && (proxy.policy.is_some() || agents.iter().any(|a| a.2.is_some())) {
+        tracing::warn!(
+            "nothing trains: training needs the rewards of learning jobs (learning.enabled: false); the saved weights are served"
+        );
+    }
+    // One scheduler for every trainer whose steps wait for windows.
+    let mut gate = GateSlot::default();
+    let mut trainer = |config: &Config, run_agent: &str, policy: &Arc<Policy>| {
+        start_trainer(
+            config,
+            run_agent,
+            home,
+            proxy.store.db().clone(),
+            policy.clone(),
+            proxy.sessions.activity(),
+            steps_off.clone(),
+            &mut gate,
+            work,
+        )
+    };
+    let train = proxy
+        .policy
+        .as_ref()
+        .and_then(|policy| trainer(config, "", policy));
+    let agent_trains = agents
+        .iter()
+        .filter_map(|(id, own, policy)| {
+            let policy = policy.as_ref()?;
+            Some((id.clone(), trainer(own, id.as_str(), policy)?))
+        })
+        .collect();
+    (train, agent_trains)
+}
+
+/// The plugin host and the skill library, both loading in the background
+/// once started ([`load_plugins`], [`load_skills`]).
+fn plugins_and_skills(
+    config: &Config,
+    home: &Home,
+    store: &Store,
+) -> (Option<Arc<PluginHost>>, Option<Arc<Skills>>) {
+    // Plugins load in the background once the proxy is up: compiling a
+    // large component takes seconds and must not delay start-up. Until
+    // then each role falls back to its built-in behaviour.
+    let (retrieval, embedder) = Retrieval::from_config(config, store.db());
+    let mut plugin_settings = HostSettings::from_config(config, home);
+    // The daemon sees every plugin in use: it may clean the compile cache.
+    plugin_settings.evict_after = Some(Duration::from_secs(7 * 24 * 3600));
+    let plugins = match PluginHost::new(plugin_settings, embedder) {
+        Ok(host) => Some(host),
+        Err(e) => {
+            tracing::error!("plugins are off: {e:#}");
+            None
+        }
+    };
+
+    // The skill library also loads in the background (a large one takes
+    // a while to read); until then no skill is injected.
+    let skills = config.skills.enabled.then(|| {
+        let (dir, _) = crate::skills::paths(home, config);
+        let library = Library::new(dir, store.db().clone());
+        Skills::new(
+            library,
+            plugins.clone(),
+            SelectionSettings::from_config(config),
+            retrieval,
+        )
+    });
+    (plugins, skills)
+}
+
+/// The learning runner (judge, evolver and the stages between), not yet
+/// started.
+fn learner(
+    config: &Config,
+    upstream_base: &str,
+    store: &Store,
+    plugins: &Option<Arc<PluginHost>>,
+    skills: &Option<Arc<Skills>>,
+    redactor: &Arc<Redactor>,
+) -> Result<Learner> {
+    let judge = match config.learning.judge {
+        true => ChatModel::from_config(config, upstream_base, Role::Judge)?.map(|model| Judge {
+            model,
+            votes: config.rl.prm_m.max(1),
+            temperature: config.learning.judge_temperature,
+            redactor: redactor.clone(),
+        }),
+        false => None,
+    };
+    let evolver = ChatModel::from_config(config, upstream_base, Role::Evolver)?;
+    Ok(Learner::new(
+        store.clone(),
+        plugins.clone(),
+        skills.clone(),
+        judge,
+        evolver,
+        redactor.clone(),
+        config.learning.clone(),
+        config.skills.auto_evolve,
+    ))
+}
+
+/// The background work beside the routes: the idle-session sweeper, the
+/// guard of skills from other tools, the Skill Workshop's delivery, and the
+/// plugin and skill loaders.
+fn start_background(
+    work: &Work,
+    proxy: Arc<Proxy>,
+    skills: Option<Arc<Skills>>,
+    plugins: Option<Arc<PluginHost>>,
+) {
+    // Idle sessions end (and are learned from) without a client's word.
+    let every = (proxy.sessions.idle_timeout() / 4)
+        .clamp(Duration::from_millis(50), Duration::from_secs(15));
+    work.task("the idle-session sweeper", async move {
+        let mut tick = tokio::time::interval(every);
+        loop {
+            tick.tick().await;
+            proxy.sessions.sweep_idle();
+        }
+    });
+    if let Some(skills) = skills {
+        // Skills from other tools wait for the guard's verdict.
+        work.task(
+            "the guard of skills from other tools",
+            skills
+                .untrusted
+                .clone()
+                .run(skills.library.clone(), plugins.clone()),
+        );
+        // Evolved skills offered to OpenClaw's Skill Workshop, and
+        // the owner's verdicts read back (`skills.deliver`).
+        work.task(
+            "the Skill Workshop's delivery",
+            skills.delivery.clone().run(),
+        );
+        load_skills(work, skills, plugins.as_deref());
+    }
+    if let Some(host) = plugins {
+        load_plugins(work, host);
+    }
+}
+
 /// The scheduler's gate, made once for every trainer that waits for its
 /// windows (one machine, one set of windows, one record of them).
 #[derive(Default)]
@@ -317,6 +395,9 @@ struct GateSlot(
     )>,
 );
 
+/// The trainer's thread (`learn::rl::trainer`); `None`, logged, if it
+/// cannot start. Shutdown waits for it only briefly: a step cut short is
+/// redone from the last saved state next time.
 #[allow(clippy::too_many_arguments)]
 fn start_trainer(
     config: &Config,
