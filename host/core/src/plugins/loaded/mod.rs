@@ -163,9 +163,17 @@ impl LoadedPlugin {
                 file: "".into(),
             }),
         );
-        let meta = engine
-            .block_on(probe.metadata())
-            .map_err(|e| LoadRefused::MetadataFailed(e.to_string()))?;
+        let meta = engine.block_on(probe.metadata()).map_err(|e| match e {
+            // Its first instance did not fit beside the other plugins: the
+            // same refusal as an instance measured too large below.
+            CallError::TotalMemory(_) => LoadRefused::InstanceTooLarge {
+                code: mib(code.bytes()),
+                instance: format!("more than {}", mib(probe.shared.memory.peak())),
+                used: mib(total.used()),
+                limit: mib(total.limit()),
+            },
+            e => LoadRefused::MetadataFailed(e.to_string()),
+        })?;
         // What one instance needs (its memories and tables as instantiated,
         // and what metadata() grew): with its code, it must fit in what the
         // other plugins leave, or it could never run.
