@@ -102,13 +102,7 @@ impl Work {
     /// left to end with the process.
     pub async fn stop(&self, grace: Duration) {
         self.inner.cancel.cancel();
-        let tasks = self
-            .inner
-            .tasks
-            .lock()
-            .map(|mut t| std::mem::take(&mut *t))
-            .unwrap_or_default();
-        let mut tasks = tasks;
+        let mut tasks = take(&self.inner.tasks);
         let deadline = Instant::now() + grace;
         while !tasks.is_empty() {
             let left = deadline.saturating_duration_since(Instant::now());
@@ -123,13 +117,7 @@ impl Work {
                 }
             }
         }
-        let threads = self
-            .inner
-            .threads
-            .lock()
-            .map(|mut t| std::mem::take(&mut *t))
-            .unwrap_or_default();
-        for handle in threads {
+        for handle in take(&self.inner.threads) {
             while !handle.is_finished() && Instant::now() < deadline {
                 tokio::time::sleep(Duration::from_millis(10)).await;
             }
@@ -144,6 +132,14 @@ impl Work {
             }
         }
     }
+}
+
+/// What `held` holds, leaving it empty (nothing, if its lock is poisoned:
+/// a panic while starting work left nothing worth waiting for).
+fn take<T: Default>(held: &Mutex<T>) -> T {
+    held.lock()
+        .map(|mut t| std::mem::take(&mut *t))
+        .unwrap_or_default()
 }
 
 /// Sleeps `d` on a thread, waking every [`STOP_CHECK`] to look at `token`;
