@@ -6,9 +6,10 @@
 
 use std::time::Duration;
 
-use serde_json::{Value, json};
+use serde_json::json;
 
 use super::Error;
+use super::replies::{Accepted, Polled};
 use super::transport::{Body, Reply, Transport, retry_hint, service_error};
 
 /// Each poll's own limit; servers hold a poll open for up to minutes.
@@ -101,16 +102,10 @@ async fn post(transport: &Transport, path: &str, body: &Body) -> Result<String, 
     let reply = transport
         .call(reqwest::Method::POST, path, Some(body.clone()))
         .await?;
-    request_id(&reply.json()?)
-}
-
-/// A submitted request's future id (a string; some servers send a number).
-fn request_id(v: &Value) -> Result<String, Error> {
-    match &v["request_id"] {
-        Value::String(s) => Ok(s.clone()),
-        Value::Number(n) => Ok(n.to_string()),
-        _ => Err(Error::Protocol(format!("no request_id in {v}"))),
-    }
+    Ok(reply
+        .decode::<Accepted>(&format!("{path}'s future"))?
+        .request_id
+        .into_string())
 }
 
 /// Polls `request_id` to its result. `resubmit` sends the original
@@ -173,16 +168,16 @@ where
         match reply.status.as_u16() {
             200 if reply.protobuf => return Ok(reply),
             200 => {
-                let v = reply.json()?;
-                if v["type"] == "try_again" {
+                let polled: Polled = reply.decode("retrieve_future")?;
+                if polled.try_again() {
                     tokio::time::sleep(not_yet.wait(None)).await;
                     continue;
                 }
-                if v["status"] == "complete_metadata" {
+                if polled.metadata_only() {
                     allow_metadata_only = false;
                     continue;
                 }
-                if v.get("error").is_some_and(|e| !e.is_null()) || v["type"] == "request_failed" {
+                if polled.failed() {
                     return Err(service_error("retrieve_future", &reply));
                 }
                 return Ok(reply);

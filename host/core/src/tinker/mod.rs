@@ -19,6 +19,7 @@ pub mod check;
 pub mod configured;
 mod future;
 mod model;
+mod replies;
 mod run;
 mod session;
 mod transport;

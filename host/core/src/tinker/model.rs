@@ -15,6 +15,7 @@ use serde_json::{Value, json};
 
 use super::Error;
 use super::future::{self, Kind, Submitted, submit_and_wait};
+use super::replies::{Checkpoints, OptimStepped, SamplerCreated, Saved};
 use super::session::{Dialect, KnownDialect, SessionState};
 use super::transport::{Body, Reply, Transport};
 
@@ -275,12 +276,9 @@ impl TrainingModel {
         let reply = self
             .snapshot(json!({ "sampling_session_seq_id": sampler_seq }))
             .await?;
-        let id = reply.json()?["sampling_session_id"]
-            .as_str()
-            .ok_or_else(|| {
-                Error::Protocol("save_weights_for_sampler gave no sampling session".into())
-            })?
-            .to_string();
+        let id = reply
+            .decode::<SamplerCreated>("save_weights_for_sampler")?
+            .sampling_session_id;
         Ok(Sampler::new(
             self.transport.clone(),
             self.session.clone(),
@@ -317,18 +315,14 @@ impl TrainingModel {
             .transport
             .call(reqwest::Method::GET, &path, None)
             .await?;
-        let v = reply.json()?;
-        Ok(v["checkpoints"]
-            .as_array()
+        let listed: Checkpoints = reply.decode("checkpoints")?;
+        Ok(listed
+            .checkpoints
             .into_iter()
-            .flatten()
             .map(|c| Checkpoint {
-                id: c["checkpoint_id"].as_str().unwrap_or_default().to_string(),
-                kind: c["checkpoint_type"]
-                    .as_str()
-                    .unwrap_or_default()
-                    .to_string(),
-                path: c["tinker_path"].as_str().unwrap_or_default().to_string(),
+                id: c.checkpoint_id,
+                kind: c.checkpoint_type,
+                path: c.tinker_path,
             })
             .collect())
     }
@@ -340,21 +334,12 @@ fn seq_i32(seq: i64) -> Result<i32, Error> {
 }
 
 fn path_of(reply: &Reply) -> Result<String, Error> {
-    reply.json()?["path"]
-        .as_str()
-        .map(str::to_string)
-        .ok_or_else(|| Error::Protocol("a save answered without a path".into()))
+    Ok(reply.decode::<Saved>("a save")?.path)
 }
 
 /// An `optim_step`'s metrics.
 fn optim_metrics(reply: &Reply) -> Result<BTreeMap<String, f64>, Error> {
-    let v = reply.json()?;
-    Ok(v["metrics"]
-        .as_object()
-        .into_iter()
-        .flatten()
-        .map(|(k, v)| (k.clone(), v.as_f64().unwrap_or(f64::NAN)))
-        .collect())
+    Ok(reply.decode::<OptimStepped>("optim_step")?.metrics())
 }
 
 fn forward_backward_result(reply: &Reply) -> Result<ForwardBackwardResult, Error> {

@@ -10,6 +10,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
 
 use crate::work::OwnedTask;
+use serde::Deserialize;
 use serde_json::{Value, json};
 
 use metaclaw_tinker::types::{LoraConfig, WeightsInfo};
@@ -17,6 +18,7 @@ use metaclaw_tinker::types::{LoraConfig, WeightsInfo};
 use super::Error;
 use super::future::{Kind, submit_and_wait};
 use super::model::{Sampler, TrainingModel};
+use super::replies::{Capabilities, ClientConfig, ModelCreated, SamplerCreated, SessionCreated};
 use super::transport::{Body, Transport};
 use crate::http::{ClientSpec, Purpose};
 
@@ -171,9 +173,12 @@ impl Service {
             Err(Error::Service { status: 404, .. }) => Value::Object(Default::default()),
             Err(e) => return Err(e),
         };
-        transport.compress = config["proto_compress_fwdbwd"] == true;
+        // Kept whole for `tinker check`; read through its type.
+        let wants = ClientConfig::deserialize(&config)
+            .map_err(|e| Error::Protocol(format!("client/config: {e}")))?;
+        transport.compress = wants.proto_compress_fwdbwd;
         // SDKs 0.23–0.24 sent JSON bodies to a server that said so.
-        let legacy_json = config["proto_write_fwdbwd"] == false;
+        let legacy_json = !wants.proto_write_fwdbwd;
         let (dialect, dialect_evidence) = match (settings.dialect, legacy_json) {
             (Some(d), _) => (Some(d), "as configured".to_string()),
             (None, true) => (
@@ -224,15 +229,11 @@ impl Service {
             .transport
             .call(reqwest::Method::GET, "get_server_capabilities", None)
             .await?;
-        let v = reply.json()?;
-        Ok(v["supported_models"]
-            .as_array()
-            .into_iter()
-            .flatten()
-            .filter_map(|m| {
-                let name = m["model_name"].as_str().or(m["model_id"].as_str())?;
-                Some((name.to_string(), m["trainable"].as_bool().unwrap_or(true)))
-            })
+        let offered: Capabilities = reply.decode("get_server_capabilities")?;
+        Ok(offered
+            .supported_models
+            .iter()
+            .filter_map(|m| Some((m.name()?.to_string(), m.trainable)))
             .collect())
     }
 
@@ -247,10 +248,7 @@ impl Service {
             .transport
             .call(reqwest::Method::POST, "create_session", Some(body))
             .await?;
-        let id = reply.json()?["session_id"]
-            .as_str()
-            .ok_or_else(|| Error::Protocol("create_session answered without a session_id".into()))?
-            .to_string();
+        let id = reply.decode::<SessionCreated>("create_session")?.session_id;
         let state = Arc::new(SessionState {
             id: id.clone(),
             ended: AtomicBool::new(false),
@@ -402,10 +400,7 @@ impl Session {
         }));
         let reply =
             submit_and_wait(&self.transport, "create_model", body, Kind::CreateModel).await?;
-        let model_id = reply.json()?["model_id"]
-            .as_str()
-            .ok_or_else(|| Error::Protocol("create_model's result has no model_id".into()))?
-            .to_string();
+        let model_id = reply.decode::<ModelCreated>("create_model")?.model_id;
         Ok(TrainingModel::new(
             self.transport.clone(),
             self.dialect.clone(),
@@ -452,12 +447,9 @@ impl Session {
                 Some(Body::Json(body)),
             )
             .await?;
-        let id = reply.json()?["sampling_session_id"]
-            .as_str()
-            .ok_or_else(|| {
-                Error::Protocol("create_sampling_session answered without an id".into())
-            })?
-            .to_string();
+        let id = reply
+            .decode::<SamplerCreated>("create_sampling_session")?
+            .sampling_session_id;
         Ok(Sampler::new(self.transport.clone(), self.state.clone(), id))
     }
 }

@@ -13,6 +13,7 @@ use bytes::Bytes;
 use serde_json::Value;
 
 use super::Error;
+use super::replies::Failure;
 use crate::http::{Backoff, retry_after};
 
 /// How many times one request is sent before its failure is final (the
@@ -219,8 +220,8 @@ pub fn retry_hint(headers: &HeaderMap) -> Option<Duration> {
 /// The server's error, in its words: FastAPI's `{"detail"}` (a string or
 /// validation errors) or a future's `{"error", "category"}`.
 pub fn service_error(path: &str, reply: &Reply) -> Error {
-    let body: Value = serde_json::from_slice(&reply.bytes).unwrap_or(Value::Null);
-    let message = match (&body["detail"], &body["error"]) {
+    let body: Failure = serde_json::from_slice(&reply.bytes).unwrap_or_default();
+    let message = match (&body.detail, &body.error) {
         (Value::String(s), _) | (_, Value::String(s)) => s.clone(),
         (Value::Null, Value::Null) => String::from_utf8_lossy(&reply.bytes)
             .chars()
@@ -232,6 +233,6 @@ pub fn service_error(path: &str, reply: &Reply) -> Error {
         status: reply.status.as_u16(),
         call: path.to_string(),
         message,
-        users_fault: body["category"] == "user",
+        users_fault: body.category.as_deref() == Some("user"),
     }
 }
