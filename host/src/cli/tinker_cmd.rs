@@ -4,7 +4,7 @@
 //! in the store, so `status` reads it whether or not anything runs.
 
 use std::collections::BTreeMap;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use anyhow::{Context, Result, bail};
@@ -17,57 +17,25 @@ use metaclaw_core::store;
 use metaclaw_core::tinker::types::{Datum, LossFn};
 use metaclaw_core::tinker::{self, AdamParams, Service, TrainingRun};
 
+/// What every `tinker` subcommand works with.
+struct Cx<'a> {
+    home: &'a Home,
+    config: metaclaw_core::config::Config,
+    settings: tinker::ServiceSettings,
+}
+
 pub fn run(home: &Home, config_path: &Path, command: TinkerCommand) -> Result<ExitCode> {
     let loaded = load_config(config_path)?;
     let config = loaded.config;
     let env = |k: &str| std::env::var(k).ok();
     let settings = tinker::configured::settings(&config, &env);
+    let cx = Cx {
+        home,
+        config,
+        settings,
+    };
     match command {
-        TinkerCommand::Check { json } => {
-            let model = tinker::configured::base_model(&config);
-            let report = runtime()?
-                .block_on(tinker::check::check(&settings, &model))
-                .map_err(|e| anyhow::anyhow!(tinker::check::advice(&settings, &e)))?;
-            let problem = report.problem();
-            if json {
-                let mut v = serde_json::to_value(&report)?;
-                v["problem"] = json!(problem);
-                say!("{}", serde_json::to_string_pretty(&v)?);
-            } else {
-                say!(
-                    "service   {} (key {})",
-                    report.url,
-                    if report.key_set { "set" } else { "not set" }
-                );
-                say!(
-                    "dialect   {}: {}{}",
-                    report.dialect.map(|d| d.as_str()).unwrap_or("unknown"),
-                    report.dialect_evidence,
-                    report
-                        .configured_dialect
-                        .map(|d| format!(" (rl.tinker_dialect: {})", d.as_str()))
-                        .unwrap_or_default()
-                );
-                say!("flags     {}", report.flags);
-                for (name, trainable) in &report.models {
-                    let what = if *trainable {
-                        "trainable"
-                    } else {
-                        "sampling only"
-                    };
-                    say!("model     {name} ({what})");
-                }
-                match &problem {
-                    None => say!("ok: rl.model `{}` can be trained here", report.model),
-                    Some(p) => say!("problem: {p}"),
-                }
-            }
-            Ok(if problem.is_none() {
-                ExitCode::SUCCESS
-            } else {
-                ExitCode::FAILURE
-            })
-        }
+        TinkerCommand::Check { json } => run_check(&cx, json),
         TinkerCommand::Train {
             data,
             steps,
@@ -77,146 +45,220 @@ pub fn run(home: &Home, config_path: &Path, command: TinkerCommand) -> Result<Ex
             save_every,
             fresh,
             json,
-        } => {
-            let datums = read_datums(&data)?;
-            let batch = batch.unwrap_or(config.rl.batch_size as usize).max(1);
-            let loss_name = loss.unwrap_or_else(|| config.rl.loss_fn.clone());
-            let loss: LossFn = serde_json::from_value(json!(loss_name)).map_err(|_| {
-                anyhow::anyhow!(
-                    "unknown loss `{loss_name}`: use cross_entropy, importance_sampling, ppo or cispo"
-                )
-            })?;
-            let adam = AdamParams {
-                learning_rate: learning_rate.unwrap_or(config.rl.learning_rate),
-                ..AdamParams::default()
+        } => run_train(
+            &cx,
+            data,
+            steps,
+            batch,
+            loss,
+            learning_rate,
+            save_every,
+            fresh,
+            json,
+        ),
+        TinkerCommand::Status { json, steps } => run_status(&cx, json, steps),
+    }
+}
+
+/// `tinker check`.
+fn run_check(cx: &Cx, json: bool) -> Result<ExitCode> {
+    let model = tinker::configured::base_model(&cx.config);
+    let report = runtime()?
+        .block_on(tinker::check::check(&cx.settings, &model))
+        .map_err(|e| anyhow::anyhow!(tinker::check::advice(&cx.settings, &e)))?;
+    let problem = report.problem();
+    if json {
+        let mut v = serde_json::to_value(&report)?;
+        v["problem"] = json!(problem);
+        say!("{}", serde_json::to_string_pretty(&v)?);
+    } else {
+        say!(
+            "service   {} (key {})",
+            report.url,
+            if report.key_set { "set" } else { "not set" }
+        );
+        say!(
+            "dialect   {}: {}{}",
+            report.dialect.map(|d| d.as_str()).unwrap_or("unknown"),
+            report.dialect_evidence,
+            report
+                .configured_dialect
+                .map(|d| format!(" (rl.tinker_dialect: {})", d.as_str()))
+                .unwrap_or_default()
+        );
+        say!("flags     {}", report.flags);
+        for (name, trainable) in &report.models {
+            let what = if *trainable {
+                "trainable"
+            } else {
+                "sampling only"
             };
-            let spec = tinker::configured::run_spec(&config, "", save_every);
-            let db = store_file(home, Some(&config));
-            runtime()?.block_on(async {
-                let service = Service::connect(&settings)
-                    .await
-                    .map_err(|e| anyhow::anyhow!(tinker::check::advice(&settings, &e)))?;
-                let (mut run, opened) = TrainingRun::open(&service, &db, spec, fresh).await?;
-                let record = run.record().clone();
-                if json {
-                    let mut v = serde_json::to_value(&opened)?;
-                    v["event"] = json!("opened");
-                    v["run"] = json!(record.id);
-                    v["model_id"] = json!(record.model_id);
-                    v["step"] = json!(record.step);
-                    say!("{v}");
-                } else {
-                    say!(
-                        "run {} on {}: model {} at step {} ({})",
-                        record.id,
-                        record.service,
-                        record.model_id.as_deref().unwrap_or("-"),
-                        record.step,
-                        describe_opened(&opened)
-                    );
-                }
-                for _ in 0..steps {
-                    let start = (run.record().step as usize * batch) % datums.len();
-                    let chunk: Vec<Datum> = (0..batch)
-                        .map(|i| datums[(start + i) % datums.len()].clone())
-                        .collect();
-                    let report = run.step(&chunk, loss, &BTreeMap::new(), adam).await?;
-                    if json {
-                        let mut v = serde_json::to_value(&report)?;
-                        v["event"] = json!("step");
-                        say!("{v}");
-                    } else {
-                        let loss = report
-                            .loss
-                            .map(|l| format!("{l:.4}"))
-                            .unwrap_or_else(|| "-".into());
-                        say!(
-                            "step {}: {} datums, loss {loss}{}",
-                            report.step,
-                            report.samples,
-                            report
-                                .saved
-                                .as_deref()
-                                .map(|p| format!(", saved {p}"))
-                                .unwrap_or_default()
-                        );
-                    }
-                }
-                // The run ends saved, so the next start loses nothing.
-                if run.record().state_step != Some(run.record().step) {
-                    let path = run.save_state().await?;
-                    if json {
-                        say!(
-                            "{}",
-                            json!({"event": "saved", "path": path, "step": run.record().step})
-                        );
-                    } else {
-                        say!("saved {path}");
-                    }
-                }
-                anyhow::Ok(())
-            })?;
-            Ok(ExitCode::SUCCESS)
+            say!("model     {name} ({what})");
         }
-        TinkerCommand::Status { json, steps } => {
-            let path = store_file(home, Some(&config));
-            let runs = if path.exists() {
-                let conn = path.read()?;
-                store::training::list(&conn, 20)?
-                    .into_iter()
-                    .map(|r| {
-                        let steps = store::training::steps(&conn, &r.id, steps)?;
-                        anyhow::Ok((r, steps))
-                    })
-                    .collect::<Result<Vec<_>>>()?
-            } else {
-                Vec::new()
-            };
-            if json {
-                let v: Vec<_> = runs
-                    .iter()
-                    .map(|(r, s)| {
-                        let mut v = serde_json::to_value(r).unwrap_or_default();
-                        v["steps"] = serde_json::to_value(s).unwrap_or_default();
-                        v
-                    })
-                    .collect();
-                say!("{}", serde_json::to_string_pretty(&v)?);
-            } else if runs.is_empty() {
-                say!("no training runs yet (`metaclaw tinker train` starts one)");
-            } else {
-                for (r, s) in &runs {
-                    say!(
-                        "{} ({}) {} rank {} on {}: step {}, model {}, saved {}{}",
-                        r.id,
-                        r.status,
-                        r.base_model,
-                        r.lora_rank,
-                        r.service,
-                        r.step,
-                        r.model_id.as_deref().unwrap_or("-"),
-                        r.state_path.as_deref().unwrap_or("never"),
-                        r.pending
-                            .as_deref()
-                            .map(|p| format!(", interrupted during {p}"))
-                            .unwrap_or_default()
-                    );
-                    for step in s {
-                        say!(
-                            "  step {} at {}: {} datums, loss {}",
-                            step.step,
-                            local_time(step.at_ms),
-                            step.samples,
-                            step.loss
-                                .map(|l| format!("{l:.4}"))
-                                .unwrap_or_else(|| "-".into())
-                        );
-                    }
-                }
-            }
-            Ok(ExitCode::SUCCESS)
+        match &problem {
+            None => say!("ok: rl.model `{}` can be trained here", report.model),
+            Some(p) => say!("problem: {p}"),
         }
     }
+    Ok(if problem.is_none() {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    })
+}
+
+/// `tinker train`.
+#[allow(clippy::too_many_arguments)] // one per flag of the subcommand
+fn run_train(
+    cx: &Cx,
+    data: PathBuf,
+    steps: u32,
+    batch: Option<usize>,
+    loss: Option<String>,
+    learning_rate: Option<f64>,
+    save_every: u32,
+    fresh: bool,
+    json: bool,
+) -> Result<ExitCode> {
+    let datums = read_datums(&data)?;
+    let batch = batch.unwrap_or(cx.config.rl.batch_size as usize).max(1);
+    let loss_name = loss.unwrap_or_else(|| cx.config.rl.loss_fn.clone());
+    let loss: LossFn = serde_json::from_value(json!(loss_name)).map_err(|_| {
+        anyhow::anyhow!(
+            "unknown loss `{loss_name}`: use cross_entropy, importance_sampling, ppo or cispo"
+        )
+    })?;
+    let adam = AdamParams {
+        learning_rate: learning_rate.unwrap_or(cx.config.rl.learning_rate),
+        ..AdamParams::default()
+    };
+    let spec = tinker::configured::run_spec(&cx.config, "", save_every);
+    let db = store_file(cx.home, Some(&cx.config));
+    runtime()?.block_on(async {
+        let service = Service::connect(&cx.settings)
+            .await
+            .map_err(|e| anyhow::anyhow!(tinker::check::advice(&cx.settings, &e)))?;
+        let (mut run, opened) = TrainingRun::open(&service, &db, spec, fresh).await?;
+        let record = run.record().clone();
+        if json {
+            let mut v = serde_json::to_value(&opened)?;
+            v["event"] = json!("opened");
+            v["run"] = json!(record.id);
+            v["model_id"] = json!(record.model_id);
+            v["step"] = json!(record.step);
+            say!("{v}");
+        } else {
+            say!(
+                "run {} on {}: model {} at step {} ({})",
+                record.id,
+                record.service,
+                record.model_id.as_deref().unwrap_or("-"),
+                record.step,
+                describe_opened(&opened)
+            );
+        }
+        for _ in 0..steps {
+            let start = (run.record().step as usize * batch) % datums.len();
+            let chunk: Vec<Datum> = (0..batch)
+                .map(|i| datums[(start + i) % datums.len()].clone())
+                .collect();
+            let report = run.step(&chunk, loss, &BTreeMap::new(), adam).await?;
+            if json {
+                let mut v = serde_json::to_value(&report)?;
+                v["event"] = json!("step");
+                say!("{v}");
+            } else {
+                let loss = report
+                    .loss
+                    .map(|l| format!("{l:.4}"))
+                    .unwrap_or_else(|| "-".into());
+                say!(
+                    "step {}: {} datums, loss {loss}{}",
+                    report.step,
+                    report.samples,
+                    report
+                        .saved
+                        .as_deref()
+                        .map(|p| format!(", saved {p}"))
+                        .unwrap_or_default()
+                );
+            }
+        }
+        // The run ends saved, so the next start loses nothing.
+        if run.record().state_step != Some(run.record().step) {
+            let path = run.save_state().await?;
+            if json {
+                say!(
+                    "{}",
+                    json!({"event": "saved", "path": path, "step": run.record().step})
+                );
+            } else {
+                say!("saved {path}");
+            }
+        }
+        anyhow::Ok(())
+    })?;
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `tinker status`.
+fn run_status(cx: &Cx, json: bool, steps: usize) -> Result<ExitCode> {
+    let path = store_file(cx.home, Some(&cx.config));
+    let runs = if path.exists() {
+        let conn = path.read()?;
+        store::training::list(&conn, 20)?
+            .into_iter()
+            .map(|r| {
+                let steps = store::training::steps(&conn, &r.id, steps)?;
+                anyhow::Ok((r, steps))
+            })
+            .collect::<Result<Vec<_>>>()?
+    } else {
+        Vec::new()
+    };
+    if json {
+        let v: Vec<_> = runs
+            .iter()
+            .map(|(r, s)| {
+                let mut v = serde_json::to_value(r).unwrap_or_default();
+                v["steps"] = serde_json::to_value(s).unwrap_or_default();
+                v
+            })
+            .collect();
+        say!("{}", serde_json::to_string_pretty(&v)?);
+    } else if runs.is_empty() {
+        say!("no training runs yet (`metaclaw tinker train` starts one)");
+    } else {
+        for (r, s) in &runs {
+            say!(
+                "{} ({}) {} rank {} on {}: step {}, model {}, saved {}{}",
+                r.id,
+                r.status,
+                r.base_model,
+                r.lora_rank,
+                r.service,
+                r.step,
+                r.model_id.as_deref().unwrap_or("-"),
+                r.state_path.as_deref().unwrap_or("never"),
+                r.pending
+                    .as_deref()
+                    .map(|p| format!(", interrupted during {p}"))
+                    .unwrap_or_default()
+            );
+            for step in s {
+                say!(
+                    "  step {} at {}: {} datums, loss {}",
+                    step.step,
+                    local_time(step.at_ms),
+                    step.samples,
+                    step.loss
+                        .map(|l| format!("{l:.4}"))
+                        .unwrap_or_else(|| "-".into())
+                );
+            }
+        }
+    }
+    Ok(ExitCode::SUCCESS)
 }
 
 fn describe_opened(opened: &tinker::Opened) -> String {
