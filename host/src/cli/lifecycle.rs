@@ -425,98 +425,10 @@ pub fn status(home: &Home, config_path: &Path, args: JsonFlag) -> Result<ExitCod
     );
     say!("  turns:     {}", report["turns"]);
     if let Some(s) = report["skills"].as_object() {
-        say!(
-            "  skills:    {} loaded (generation {}) from {}",
-            s["loaded"],
-            s["generation"],
-            s["dir"].as_str().unwrap_or("?")
-        );
-        if let Some(r) = s["retrieval"].as_object() {
-            let mode = r["mode"].as_str().unwrap_or("?");
-            let mut line = match r["none_answers"].as_str() {
-                Some(why) => {
-                    format!("  retrieval: none answers ({mode} configured, not loaded: {why})")
-                }
-                None => format!("  retrieval: {mode}"),
-            };
-            if let Some(model) = r["embeddings"].as_str() {
-                line.push_str(&format!(" ({model})"));
-            }
-            if let Some(last) = s["last_retriever"].as_str() {
-                line.push_str(&format!(", last answered by {last}"));
-            }
-            say!("{line}");
-            let indexes: Vec<String> = s["retrievers"]
-                .as_array()
-                .into_iter()
-                .flatten()
-                .map(|r| {
-                    let state = r["index"].as_str().unwrap_or("?").replace('_', " ");
-                    format!("{} {state}", r["name"].as_str().unwrap_or("?"))
-                })
-                .collect();
-            if !indexes.is_empty() {
-                say!("  indexes:   {}", indexes.join(", "));
-            }
-            if let Some(problem) = r["problem"].as_str() {
-                say!("  warning:   embeddings are off, BM25 retrieves instead: {problem}");
-            }
-        }
-        for problem in s["problems"].as_array().into_iter().flatten() {
-            say!(
-                "  warning:   skill {} skipped: {}",
-                problem["path"].as_str().unwrap_or("?"),
-                problem["error"].as_str().unwrap_or("?")
-            );
-        }
+        print_skills(s);
     }
     if let Some(p) = report["plugins"].as_object() {
-        let problems = p["problems"].as_u64().unwrap_or(0) + p["notices"].as_u64().unwrap_or(0);
-        say!(
-            "  plugins:   {} loaded{}{}{}",
-            p["loaded"],
-            if p["loading"] == true {
-                " (still loading: more to come)"
-            } else {
-                ""
-            },
-            if p["locked"] == true {
-                ", pinned by metaclaw.lock"
-            } else {
-                ""
-            },
-            if problems > 0 {
-                format!(", {problems} problem(s) or notice(s): see `metaclaw plugins list`")
-            } else {
-                String::new()
-            }
-        );
-        for why in p["pin_conflicts"].as_array().into_iter().flatten() {
-            say!("  warning:   {}", why.as_str().unwrap_or("?"));
-        }
-        for d in p["disabled"].as_array().into_iter().flatten() {
-            say!(
-                "  warning:   plugin {} is {}",
-                d["plugin"].as_str().unwrap_or("?"),
-                d["why"].as_str().unwrap_or("disabled")
-            );
-        }
-        if let Some(m) = p["memory"].as_object() {
-            let mib = |v: &serde_json::Value| v.as_u64().unwrap_or(0) as f64 / f64::from(1 << 20);
-            say!(
-                "  plugin memory: {:.1} MiB of {:.0} MiB (plugins.total_memory_mb), peak {:.1} MiB",
-                mib(&m["used"]),
-                mib(&m["limit"]),
-                mib(&m["peak"])
-            );
-        }
-        for problem in p["refused_for_resources"].as_array().into_iter().flatten() {
-            say!(
-                "  warning:   plugin {} {}",
-                problem["path"].as_str().unwrap_or("?"),
-                problem["error"].as_str().unwrap_or("?")
-            );
-        }
+        print_plugins(p);
     }
     if let Some(note) = report["learning"]["note"].as_str() {
         say!("  learning:  {note}");
@@ -525,24 +437,7 @@ pub fn status(home: &Home, config_path: &Path, args: JsonFlag) -> Result<ExitCod
         print_student(student);
     }
     if let Some(training) = report["training"].as_object() {
-        let q = &training["queue"];
-        match training["note"].as_str() {
-            Some(note) => say!("  training:  {note}"),
-            None => say!(
-                "  training:  {} ready, {} waiting for judging, {} trained, {} skipped (`metaclaw train status`)",
-                q["ready"],
-                q["waiting"],
-                q["trained"],
-                q["skipped"]
-            ),
-        }
-        print_scheduler(&training["scheduler"]);
-        if let Some(opd) = training["opd"].as_str() {
-            say!("  distill:   teacher {opd}");
-        }
-        if let Some(error) = training["last_error"].as_str() {
-            say!("  warning:   the last training step failed: {error}");
-        }
+        print_training(training);
     }
     for key in ["evolution_blocked", "evolution_unguarded"] {
         if let Some(why) = report[key].as_str() {
@@ -552,6 +447,126 @@ pub fn status(home: &Home, config_path: &Path, args: JsonFlag) -> Result<ExitCod
     super::claws_cmd::print_wiring(home);
     say!("  home:      {}", home.root.display());
     Ok(ExitCode::SUCCESS)
+}
+
+/// `status`: the skill library and retrieval.
+fn print_skills(s: &serde_json::Map<String, serde_json::Value>) {
+    say!(
+        "  skills:    {} loaded (generation {}) from {}",
+        s["loaded"],
+        s["generation"],
+        s["dir"].as_str().unwrap_or("?")
+    );
+    if let Some(r) = s["retrieval"].as_object() {
+        let mode = r["mode"].as_str().unwrap_or("?");
+        let mut line = match r["none_answers"].as_str() {
+            Some(why) => {
+                format!("  retrieval: none answers ({mode} configured, not loaded: {why})")
+            }
+            None => format!("  retrieval: {mode}"),
+        };
+        if let Some(model) = r["embeddings"].as_str() {
+            line.push_str(&format!(" ({model})"));
+        }
+        if let Some(last) = s["last_retriever"].as_str() {
+            line.push_str(&format!(", last answered by {last}"));
+        }
+        say!("{line}");
+        let indexes: Vec<String> = s["retrievers"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .map(|r| {
+                let state = r["index"].as_str().unwrap_or("?").replace('_', " ");
+                format!("{} {state}", r["name"].as_str().unwrap_or("?"))
+            })
+            .collect();
+        if !indexes.is_empty() {
+            say!("  indexes:   {}", indexes.join(", "));
+        }
+        if let Some(problem) = r["problem"].as_str() {
+            say!("  warning:   embeddings are off, BM25 retrieves instead: {problem}");
+        }
+    }
+    for problem in s["problems"].as_array().into_iter().flatten() {
+        say!(
+            "  warning:   skill {} skipped: {}",
+            problem["path"].as_str().unwrap_or("?"),
+            problem["error"].as_str().unwrap_or("?")
+        );
+    }
+}
+
+/// `status`: the plugins, their memory and what was refused.
+fn print_plugins(p: &serde_json::Map<String, serde_json::Value>) {
+    let problems = p["problems"].as_u64().unwrap_or(0) + p["notices"].as_u64().unwrap_or(0);
+    say!(
+        "  plugins:   {} loaded{}{}{}",
+        p["loaded"],
+        if p["loading"] == true {
+            " (still loading: more to come)"
+        } else {
+            ""
+        },
+        if p["locked"] == true {
+            ", pinned by metaclaw.lock"
+        } else {
+            ""
+        },
+        if problems > 0 {
+            format!(", {problems} problem(s) or notice(s): see `metaclaw plugins list`")
+        } else {
+            String::new()
+        }
+    );
+    for why in p["pin_conflicts"].as_array().into_iter().flatten() {
+        say!("  warning:   {}", why.as_str().unwrap_or("?"));
+    }
+    for d in p["disabled"].as_array().into_iter().flatten() {
+        say!(
+            "  warning:   plugin {} is {}",
+            d["plugin"].as_str().unwrap_or("?"),
+            d["why"].as_str().unwrap_or("disabled")
+        );
+    }
+    if let Some(m) = p["memory"].as_object() {
+        let mib = |v: &serde_json::Value| v.as_u64().unwrap_or(0) as f64 / f64::from(1 << 20);
+        say!(
+            "  plugin memory: {:.1} MiB of {:.0} MiB (plugins.total_memory_mb), peak {:.1} MiB",
+            mib(&m["used"]),
+            mib(&m["limit"]),
+            mib(&m["peak"])
+        );
+    }
+    for problem in p["refused_for_resources"].as_array().into_iter().flatten() {
+        say!(
+            "  warning:   plugin {} {}",
+            problem["path"].as_str().unwrap_or("?"),
+            problem["error"].as_str().unwrap_or("?")
+        );
+    }
+}
+
+/// `status`: training's queue, scheduler, distillation and last error.
+fn print_training(training: &serde_json::Map<String, serde_json::Value>) {
+    let q = &training["queue"];
+    match training["note"].as_str() {
+        Some(note) => say!("  training:  {note}"),
+        None => say!(
+            "  training:  {} ready, {} waiting for judging, {} trained, {} skipped (`metaclaw train status`)",
+            q["ready"],
+            q["waiting"],
+            q["trained"],
+            q["skipped"]
+        ),
+    }
+    print_scheduler(&training["scheduler"]);
+    if let Some(opd) = training["opd"].as_str() {
+        say!("  distill:   teacher {opd}");
+    }
+    if let Some(error) = training["last_error"].as_str() {
+        say!("  warning:   the last training step failed: {error}");
+    }
 }
 
 /// The training scheduler's line: whether steps wait for windows, and
