@@ -76,32 +76,7 @@ pub fn start(home: &Home, config_path: &Path, args: StartArgs) -> Result<ExitCod
     let log_config = loaded.config.log.clone();
     let max_log_bytes = log_config.max_mb.saturating_mul(1 << 20);
     if args.foreground {
-        match &args.log_file {
-            Some(path) => match RotatingLog::open(path, max_log_bytes, log_config.keep) {
-                Ok(log) => metaclaw_core::logging::init_file(&log_config.level, log),
-                Err(e) => {
-                    metaclaw_core::logging::init(&log_config.level);
-                    tracing::warn!("cannot open {}: {e}; logging to stderr", path.display());
-                }
-            },
-            None => metaclaw_core::logging::init(&log_config.level),
-        }
-        if !args.no_builtin_skills && !args.demo {
-            super::skills_cmd::install_builtin_on(home, &loaded.config, "metaclaw start");
-        }
-        if !args.no_wire {
-            super::claws_cmd::wire_when_healthy(home.clone(), loaded.clone(), args.demo);
-        }
-        let rt = runtime()?;
-        rt.block_on(daemon::run(DaemonOptions {
-            home: home.clone(),
-            loaded,
-            demo: args.demo,
-        }))?;
-        if !args.no_wire {
-            super::claws_cmd::note_still_wired(home);
-        }
-        return Ok(ExitCode::SUCCESS);
+        return run_foreground(home, loaded, &args, max_log_bytes);
     }
 
     if let Some(info) = home.running()? {
@@ -138,62 +113,11 @@ pub fn start(home: &Home, config_path: &Path, args: StartArgs) -> Result<ExitCod
     let log = metaclaw_core::logging::open_log(&log_path)
         .with_context(|| format!("cannot open {}", log_path.display()))?;
     let log_start = log.metadata().map(|m| m.len()).unwrap_or(0);
-    let exe = std::env::current_exe().context("cannot find the metaclaw executable")?;
-    let mut command = Command::new(exe);
-    command
-        .arg("--config")
-        .arg(config_path)
-        .arg("start")
-        .arg("--foreground")
-        // This process wires, once the daemon answers, and reports on the terminal.
-        .arg("--no-wire")
-        .arg("--no-builtin-skills")
-        .arg("--log-file")
-        .arg(&log_path);
-    if let Some(port) = args.port {
-        command.arg("--port").arg(port.to_string());
-    }
-    if let Some(mode) = args.mode {
-        command.arg("--mode").arg(mode.as_str().replace('_', "-"));
-    }
-    if args.demo {
-        command.arg("--demo");
-    }
-    let mut child = command
-        .env("METACLAW_HOME", &home.root)
-        .stdin(Stdio::null())
-        .stdout(log.try_clone()?)
-        .stderr(log)
-        .process_group(0)
-        .spawn()
-        .context("cannot start the daemon")?;
+    let mut child = spawn_daemon(home, config_path, &args, &log_path, log)?;
 
     let started = Instant::now();
     let rt = runtime()?;
-    let info = loop {
-        if let Some(status) = child.try_wait()? {
-            let tail = log_tail(&log_path, log_start);
-            bail!(
-                "the daemon exited during start-up ({status}). Its log ({}):\n{tail}",
-                log_path.display()
-            );
-        }
-        if let Some(info) = home.read_pid_file().filter(|p| p.pid == child.id())
-            && rt.block_on(metaclaw_core::admin::healthy(&info.url))
-        {
-            break info;
-        }
-        if started.elapsed() > START_TIMEOUT {
-            let _ = child.kill();
-            bail!(
-                "the daemon did not become healthy within {}s. Its log ({}):\n{}",
-                START_TIMEOUT.as_secs(),
-                log_path.display(),
-                log_tail(&log_path, log_start)
-            );
-        }
-        std::thread::sleep(Duration::from_millis(10));
-    };
+    let info = wait_healthy(&mut child, home, &rt, &log_path, log_start)?;
     let ms = started.elapsed().as_millis();
     say!(
         "metaclaw is running at {} (pid {}, mode {}; healthy in {ms} ms)",
@@ -234,6 +158,119 @@ pub fn start(home: &Home, config_path: &Path, args: StartArgs) -> Result<ExitCod
     } else {
         ExitCode::FAILURE
     })
+}
+
+/// `start --foreground`: the daemon in this process, logging to the
+/// terminal or to `--log-file`.
+fn run_foreground(
+    home: &Home,
+    loaded: metaclaw_core::config::LoadedConfig,
+    args: &StartArgs,
+    max_log_bytes: u64,
+) -> Result<ExitCode> {
+    let log_config = loaded.config.log.clone();
+    match &args.log_file {
+        Some(path) => match RotatingLog::open(path, max_log_bytes, log_config.keep) {
+            Ok(log) => metaclaw_core::logging::init_file(&log_config.level, log),
+            Err(e) => {
+                metaclaw_core::logging::init(&log_config.level);
+                tracing::warn!("cannot open {}: {e}; logging to stderr", path.display());
+            }
+        },
+        None => metaclaw_core::logging::init(&log_config.level),
+    }
+    if !args.no_builtin_skills && !args.demo {
+        super::skills_cmd::install_builtin_on(home, &loaded.config, "metaclaw start");
+    }
+    if !args.no_wire {
+        super::claws_cmd::wire_when_healthy(home.clone(), loaded.clone(), args.demo);
+    }
+    let rt = runtime()?;
+    rt.block_on(daemon::run(DaemonOptions {
+        home: home.clone(),
+        loaded,
+        demo: args.demo,
+    }))?;
+    if !args.no_wire {
+        super::claws_cmd::note_still_wired(home);
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// This binary again, as `start --foreground`, detached from the terminal
+/// (its own process group) with its output in `log`.
+fn spawn_daemon(
+    home: &Home,
+    config_path: &Path,
+    args: &StartArgs,
+    log_path: &Path,
+    log: std::fs::File,
+) -> Result<std::process::Child> {
+    let exe = std::env::current_exe().context("cannot find the metaclaw executable")?;
+    let mut command = Command::new(exe);
+    command
+        .arg("--config")
+        .arg(config_path)
+        .arg("start")
+        .arg("--foreground")
+        // This process wires, once the daemon answers, and reports on the terminal.
+        .arg("--no-wire")
+        .arg("--no-builtin-skills")
+        .arg("--log-file")
+        .arg(log_path);
+    if let Some(port) = args.port {
+        command.arg("--port").arg(port.to_string());
+    }
+    if let Some(mode) = args.mode {
+        command.arg("--mode").arg(mode.as_str().replace('_', "-"));
+    }
+    if args.demo {
+        command.arg("--demo");
+    }
+    command
+        .env("METACLAW_HOME", &home.root)
+        .stdin(Stdio::null())
+        .stdout(log.try_clone()?)
+        .stderr(log)
+        .process_group(0)
+        .spawn()
+        .context("cannot start the daemon")
+}
+
+/// Waits until the daemon `child` answers `/healthz` as the pid file says,
+/// or fails with its log's tail if it exits or takes too long.
+fn wait_healthy(
+    child: &mut std::process::Child,
+    home: &Home,
+    rt: &tokio::runtime::Runtime,
+    log_path: &Path,
+    log_start: u64,
+) -> Result<metaclaw_core::home::PidInfo> {
+    let started = Instant::now();
+    loop {
+        if let Some(status) = child.try_wait()? {
+            let tail = log_tail(log_path, log_start);
+            bail!(
+                "the daemon exited during start-up ({status}). Its log ({}):\n{tail}",
+                log_path.display()
+            );
+        }
+        if let Some(info) = home.read_pid_file().filter(|p| p.pid == child.id())
+            && rt.block_on(metaclaw_core::admin::healthy(&info.url))
+        {
+            return Ok(info);
+        }
+        if started.elapsed() > START_TIMEOUT {
+            let _ = child.kill();
+            bail!(
+                "the daemon did not become healthy within {}s. Its log ({}):\n{}",
+                START_TIMEOUT.as_secs(),
+                log_path.display(),
+                log_tail(log_path, log_start)
+            );
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
 }
 
 /// The last lines the daemon wrote since `from`.
