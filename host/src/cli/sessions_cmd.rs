@@ -241,148 +241,166 @@ fn print_session(s: &SessionRow, turns: &[TurnRow], learned: &Learned) {
     say!("  started:       {}", local_time(s.started_at_ms));
     say!("  turns:         {} ({} main)", s.turns, s.main_turns);
     for t in turns {
-        let http = t
-            .http_status
-            .map(|s| s.to_string())
-            .unwrap_or_else(|| "-".into());
-        let tokens = match &t.usage {
-            Some(u) => format!(
-                " · tokens {}→{}",
-                u["prompt_tokens"], u["completion_tokens"]
-            ),
-            None => String::new(),
-        };
-        let timing = format!(
-            "total {:.0} ms{}{}",
-            t.total_ms,
-            t.upstream_ms
-                .map(|u| format!(" · upstream {u:.0} ms"))
-                .unwrap_or_default(),
-            t.ttft_ms
-                .map(|f| format!(" · first byte {f:.0} ms"))
-                .unwrap_or_default(),
-        );
-        say!();
-        say!(
-            "  #{} {}  {}  {} {}  {}{}  {}{tokens}",
-            t.seq,
-            local_time(t.started_at_ms),
-            t.turn_type,
-            t.status,
-            http,
-            if t.stream { "stream " } else { "" },
-            t.model.as_deref().unwrap_or("-"),
-            timing,
-        );
-        if let Some(first) = &t.retry_of {
-            say!(
-                "     attempt {} of the turn first sent as {first} (a resend after a failure)",
-                t.attempt
-            );
-        }
-        if let Some(user) = &t.user {
-            say!("     user:      {user}");
-        }
-        if let Some(reply) = &t.response_summary {
-            say!("     assistant: {reply}");
-        }
-        if let Some(err) = &t.error {
-            say!("     error:     {err}");
-        }
-        if let Some(sample) = &t.sample {
-            print_sample(sample);
-        }
-        if let Some(why) = &t.fallback_reason {
-            say!("     student:   did not answer, llm did (not trainable): {why}");
-        }
-        if let Some(skills) = t.injected_skills.as_ref().and_then(|v| v.as_array()) {
-            let names: Vec<String> = skills
-                .iter()
-                .map(|s| {
-                    format!(
-                        "{}@{} ({:.2})",
-                        s["id"].as_str().unwrap_or("?"),
-                        s["version"].as_str().unwrap_or("?"),
-                        s["score"].as_f64().unwrap_or(0.0)
-                    )
-                })
-                .collect();
-            say!("     skills:    {}", names.join(", "));
-        }
-        if let Some(arms) = t.arms.as_ref().and_then(|v| v.as_array()) {
-            let arms: Vec<String> = arms
-                .iter()
-                .map(|a| {
-                    format!(
-                        "experiment {} ({})",
-                        a["experiment"],
-                        a["arm"].as_str().unwrap_or("?")
-                    )
-                })
-                .collect();
-            say!(
-                "     canaries:  {} (metaclaw experiments show ID)",
-                arms.join(", ")
-            );
-        }
-        if let Some(j) = learned.judgments.get(&t.id) {
-            let votes: Vec<String> = j
-                .votes
-                .iter()
-                .map(|v| {
-                    v.score
-                        .map(|s| format!("{s:+}"))
-                        .unwrap_or_else(|| "?".into())
-                })
-                .collect();
-            let answer = j
-                .answer_model
-                .as_deref()
-                .map(|m| format!("; the answer of {m}"))
-                .unwrap_or_default();
-            say!(
-                "     judge:     {:+} (votes {}; saw {}; {} {}{answer}): {}",
-                j.value,
-                votes.join(" "),
-                j.evidence,
-                j.model,
-                j.prompt_version,
-                j.rationale
-            );
-        }
-        for r in learned.rewards.get(&t.id).into_iter().flatten() {
-            say!(
-                "     scorer:    {:+.2} {} ({}): {}",
-                r.value,
-                r.label,
-                r.source,
-                r.rationale
-            );
-        }
-        for f in learned
-            .feedback
-            .iter()
-            .filter(|f| f.turn_id.as_deref() == Some(t.id.as_str()))
-        {
-            say!("     feedback:  {}", feedback_line(f));
-        }
-        let judged = learned.judgments.contains_key(&t.id);
-        let overrides = learned
-            .feedback
-            .iter()
-            .any(|f| f.turn_id.is_none() || f.turn_id.as_deref() == Some(t.id.as_str()));
-        match (
-            t.reward,
-            learning::no_reward(t, judged, learned.job.as_ref()),
-        ) {
-            (Some(reward), _) if overrides && t.turn_type == "main" => {
-                say!("     reward:    {reward:+.2} (your feedback, ahead of the judge)")
-            }
-            (Some(reward), _) => say!("     reward:    {reward:+.2} (combined)"),
-            (None, Some(why)) => say!("     reward:    none — {why}"),
-            (None, None) => {}
-        }
+        print_turn(t);
+        print_turn_learning(t, learned);
     }
+    print_session_learning(learned);
+}
+
+/// One turn of `sessions show`: what was asked and answered, how, and what
+/// it was served with.
+fn print_turn(t: &TurnRow) {
+    let http = t
+        .http_status
+        .map(|s| s.to_string())
+        .unwrap_or_else(|| "-".into());
+    let tokens = match &t.usage {
+        Some(u) => format!(
+            " · tokens {}→{}",
+            u["prompt_tokens"], u["completion_tokens"]
+        ),
+        None => String::new(),
+    };
+    let timing = format!(
+        "total {:.0} ms{}{}",
+        t.total_ms,
+        t.upstream_ms
+            .map(|u| format!(" · upstream {u:.0} ms"))
+            .unwrap_or_default(),
+        t.ttft_ms
+            .map(|f| format!(" · first byte {f:.0} ms"))
+            .unwrap_or_default(),
+    );
+    say!();
+    say!(
+        "  #{} {}  {}  {} {}  {}{}  {}{tokens}",
+        t.seq,
+        local_time(t.started_at_ms),
+        t.turn_type,
+        t.status,
+        http,
+        if t.stream { "stream " } else { "" },
+        t.model.as_deref().unwrap_or("-"),
+        timing,
+    );
+    if let Some(first) = &t.retry_of {
+        say!(
+            "     attempt {} of the turn first sent as {first} (a resend after a failure)",
+            t.attempt
+        );
+    }
+    if let Some(user) = &t.user {
+        say!("     user:      {user}");
+    }
+    if let Some(reply) = &t.response_summary {
+        say!("     assistant: {reply}");
+    }
+    if let Some(err) = &t.error {
+        say!("     error:     {err}");
+    }
+    if let Some(sample) = &t.sample {
+        print_sample(sample);
+    }
+    if let Some(why) = &t.fallback_reason {
+        say!("     student:   did not answer, llm did (not trainable): {why}");
+    }
+    if let Some(skills) = t.injected_skills.as_ref().and_then(|v| v.as_array()) {
+        let names: Vec<String> = skills
+            .iter()
+            .map(|s| {
+                format!(
+                    "{}@{} ({:.2})",
+                    s["id"].as_str().unwrap_or("?"),
+                    s["version"].as_str().unwrap_or("?"),
+                    s["score"].as_f64().unwrap_or(0.0)
+                )
+            })
+            .collect();
+        say!("     skills:    {}", names.join(", "));
+    }
+    if let Some(arms) = t.arms.as_ref().and_then(|v| v.as_array()) {
+        let arms: Vec<String> = arms
+            .iter()
+            .map(|a| {
+                format!(
+                    "experiment {} ({})",
+                    a["experiment"],
+                    a["arm"].as_str().unwrap_or("?")
+                )
+            })
+            .collect();
+        say!(
+            "     canaries:  {} (metaclaw experiments show ID)",
+            arms.join(", ")
+        );
+    }
+}
+
+/// What learning made of one turn: the judge's votes, the scorers, the
+/// user's feedback and the reward that came of them.
+fn print_turn_learning(t: &TurnRow, learned: &Learned) {
+    if let Some(j) = learned.judgments.get(&t.id) {
+        let votes: Vec<String> = j
+            .votes
+            .iter()
+            .map(|v| {
+                v.score
+                    .map(|s| format!("{s:+}"))
+                    .unwrap_or_else(|| "?".into())
+            })
+            .collect();
+        let answer = j
+            .answer_model
+            .as_deref()
+            .map(|m| format!("; the answer of {m}"))
+            .unwrap_or_default();
+        say!(
+            "     judge:     {:+} (votes {}; saw {}; {} {}{answer}): {}",
+            j.value,
+            votes.join(" "),
+            j.evidence,
+            j.model,
+            j.prompt_version,
+            j.rationale
+        );
+    }
+    for r in learned.rewards.get(&t.id).into_iter().flatten() {
+        say!(
+            "     scorer:    {:+.2} {} ({}): {}",
+            r.value,
+            r.label,
+            r.source,
+            r.rationale
+        );
+    }
+    for f in learned
+        .feedback
+        .iter()
+        .filter(|f| f.turn_id.as_deref() == Some(t.id.as_str()))
+    {
+        say!("     feedback:  {}", feedback_line(f));
+    }
+    let judged = learned.judgments.contains_key(&t.id);
+    let overrides = learned
+        .feedback
+        .iter()
+        .any(|f| f.turn_id.is_none() || f.turn_id.as_deref() == Some(t.id.as_str()));
+    match (
+        t.reward,
+        learning::no_reward(t, judged, learned.job.as_ref()),
+    ) {
+        (Some(reward), _) if overrides && t.turn_type == "main" => {
+            say!("     reward:    {reward:+.2} (your feedback, ahead of the judge)")
+        }
+        (Some(reward), _) => say!("     reward:    {reward:+.2} (combined)"),
+        (None, Some(why)) => say!("     reward:    none — {why}"),
+        (None, None) => {}
+    }
+}
+
+/// What learning made of the whole session: feedback on it, its job, and
+/// the skills evolved from it.
+fn print_session_learning(learned: &Learned) {
     let whole: Vec<_> = learned
         .feedback
         .iter()
