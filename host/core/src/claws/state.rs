@@ -136,32 +136,7 @@ pub(super) fn wire(
         ..Report::default()
     };
     // Work out every new content before anything is written.
-    let mut pending = Vec::new();
-    for file in plan.files {
-        let path = resolve(&file.path)?;
-        let before = read_opt(&path)?;
-        let after = (file.edit)(before.as_deref())
-            .with_context(|| format!("cannot wire {claw} in {}", path.display()))?;
-        let mode = match &before {
-            Some(_) => Some(
-                fs::metadata(&path)
-                    .with_context(|| format!("cannot read {}", path.display()))?
-                    .permissions()
-                    .mode()
-                    & 0o7777,
-            ),
-            None => None,
-        };
-        let created_dirs = path.parent().map(missing_dirs).unwrap_or_default();
-        pending.push(Pending {
-            path,
-            before,
-            mode,
-            after,
-            owned: file.owned,
-            created_dirs,
-        });
-    }
+    let pending = contents(claw, plan.files)?;
 
     let previous = State::load(home)?;
     let mut state = previous.clone().unwrap_or(State {
@@ -231,21 +206,7 @@ pub(super) fn wire(
         }
         let backup = match &p.before {
             Some(bytes) => {
-                let name = p
-                    .path
-                    .file_name()
-                    .map(|n| n.to_string_lossy().into_owned())
-                    .unwrap_or_else(|| "file".into());
-                let dir = backups_dir(home).join(claw);
-                ensure_private_dir(&backups_dir(home))?;
-                let mut backup = dir.join(format!("{}-{name}", stamp()));
-                let mut n = 2;
-                while backup.exists() {
-                    backup = dir.join(format!("{}-{n}-{name}", stamp()));
-                    n += 1;
-                }
-                write_private(&backup, bytes)
-                    .with_context(|| format!("cannot back up {}", p.path.display()))?;
+                let backup = back_up(home, claw, &p.path, bytes)?;
                 new_backups.push(backup.clone());
                 Some(backup)
             }
@@ -288,26 +249,7 @@ pub(super) fn wire(
     }
 
     // Write; on any failure put back what this call wrote.
-    let mut done: Vec<&Pending> = Vec::new();
-    let mut failure = None;
-    for p in &to_write {
-        let Some(after) = &p.after else { continue };
-        let step = (|| -> Result<()> {
-            if let Some(parent) = p.path.parent() {
-                fs::create_dir_all(parent)
-                    .with_context(|| format!("cannot create {}", parent.display()))?;
-            }
-            // The file now holds a key for the proxy: owner only.
-            write_atomic(&p.path, after, 0o600)
-        })();
-        match step {
-            Ok(()) => done.push(p),
-            Err(e) => {
-                failure = Some(e);
-                break;
-            }
-        }
-    }
+    let (done, failure) = write_all(&to_write);
     if let Some(e) = failure {
         rollback(home, &done, previous, &new_backups);
         return Err(e.context(format!("wiring {claw} failed; its files are as they were")));
@@ -351,6 +293,78 @@ pub(super) fn wire(
         ));
     }
     Ok(report)
+}
+
+/// Each planned file with its content now, the content wiring gives it
+/// (`None`: already right), its mode and the folders writing it creates.
+fn contents(claw: &str, files: Vec<super::PlannedFile>) -> Result<Vec<Pending>> {
+    let mut pending = Vec::new();
+    for file in files {
+        let path = resolve(&file.path)?;
+        let before = read_opt(&path)?;
+        let after = (file.edit)(before.as_deref())
+            .with_context(|| format!("cannot wire {claw} in {}", path.display()))?;
+        let mode = match &before {
+            Some(_) => Some(
+                fs::metadata(&path)
+                    .with_context(|| format!("cannot read {}", path.display()))?
+                    .permissions()
+                    .mode()
+                    & 0o7777,
+            ),
+            None => None,
+        };
+        let created_dirs = path.parent().map(missing_dirs).unwrap_or_default();
+        pending.push(Pending {
+            path,
+            before,
+            mode,
+            after,
+            owned: file.owned,
+            created_dirs,
+        });
+    }
+    Ok(pending)
+}
+
+/// A private copy of `bytes`, the agent's own version of `path`, in the
+/// home's backups (a new name each time).
+fn back_up(home: &Home, claw: &str, path: &Path, bytes: &[u8]) -> Result<PathBuf> {
+    let name = path
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_else(|| "file".into());
+    let dir = backups_dir(home).join(claw);
+    ensure_private_dir(&backups_dir(home))?;
+    let mut backup = dir.join(format!("{}-{name}", stamp()));
+    let mut n = 2;
+    while backup.exists() {
+        backup = dir.join(format!("{}-{n}-{name}", stamp()));
+        n += 1;
+    }
+    write_private(&backup, bytes).with_context(|| format!("cannot back up {}", path.display()))?;
+    Ok(backup)
+}
+
+/// Writes each file's new content (owner only: it now holds a key for the
+/// proxy), stopping at the first failure: what was written, and it.
+fn write_all<'a>(to_write: &[&'a Pending]) -> (Vec<&'a Pending>, Option<anyhow::Error>) {
+    let mut done = Vec::new();
+    for p in to_write {
+        let Some(after) = &p.after else { continue };
+        let step = (|| -> Result<()> {
+            if let Some(parent) = p.path.parent() {
+                fs::create_dir_all(parent)
+                    .with_context(|| format!("cannot create {}", parent.display()))?;
+            }
+            write_atomic(&p.path, after, 0o600)
+        })();
+        if let Err(e) = step {
+            return (done, Some(e));
+        }
+        done.push(*p);
+    }
+    (done, None)
 }
 
 fn rollback(home: &Home, done: &[&Pending], previous: Option<State>, new_backups: &[PathBuf]) {
