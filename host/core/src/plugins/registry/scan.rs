@@ -115,6 +115,45 @@ impl PluginHost {
             registry.pin_conflicts.push(why.clone());
         }
 
+        let candidates = self.candidates(entries, previous, only, &mut registry);
+
+        let mut admitted = self.pinned(candidates, lock, &ambiguous, &mut registry);
+
+        // Compile and read metadata, a few files at once.
+        self.probe_all(&mut admitted);
+
+        // What each one is, and whether it may be what it says.
+        registry.reserved = FIRST_PARTY
+            .iter()
+            .map(|s| s.to_string())
+            .chain(
+                admitted
+                    .iter()
+                    .filter(|c| c.source == Source::Builtin)
+                    .filter_map(|c| match &c.record.probe {
+                        ProbeState::Ready(p) => Some(p.info.name.clone()),
+                        _ => None,
+                    }),
+            )
+            .collect();
+        let accepted = self.accepted(admitted, lock, &mut registry);
+
+        self.one_per_name(accepted, lock, &mut registry);
+        registry
+            .plugins
+            .sort_by(|a, b| a.info.path.cmp(&b.info.path));
+        registry
+    }
+
+    /// The files to consider: refused unread, reused unchanged, or read
+    /// and hashed; and the first-party plugins compiled into the binary.
+    fn candidates(
+        &self,
+        entries: Vec<(Source, files::Entry)>,
+        previous: &Registry,
+        only: Option<Source>,
+        registry: &mut Registry,
+    ) -> Vec<Candidate> {
         // Files: refused unread, reused unchanged, or read and hashed.
         let mut candidates = Vec::new();
         for (source, entry) in entries {
@@ -181,7 +220,18 @@ impl PluginHost {
                 }
             }));
         }
+        candidates
+    }
 
+    /// The candidates the lock lets through, before any code is compiled
+    /// or run (the first-party plugins are not the lock's to check).
+    fn pinned(
+        &self,
+        candidates: Vec<Candidate>,
+        lock: Option<&LockFile>,
+        ambiguous: &BTreeMap<&str, String>,
+        registry: &mut Registry,
+    ) -> Vec<Candidate> {
         // The lock, before any code is compiled or run.
         let mut admitted = Vec::new();
         for c in candidates {
@@ -218,24 +268,16 @@ impl PluginHost {
             }
             admitted.push(c);
         }
+        admitted
+    }
 
-        // Compile and read metadata, a few files at once.
-        self.probe_all(&mut admitted);
-
-        // What each one is, and whether it may be what it says.
-        registry.reserved = FIRST_PARTY
-            .iter()
-            .map(|s| s.to_string())
-            .chain(
-                admitted
-                    .iter()
-                    .filter(|c| c.source == Source::Builtin)
-                    .filter_map(|c| match &c.record.probe {
-                        ProbeState::Ready(p) => Some(p.info.name.clone()),
-                        _ => None,
-                    }),
-            )
-            .collect();
+    /// The probed plugins that may be what they say they are.
+    fn accepted(
+        &self,
+        admitted: Vec<Candidate>,
+        lock: Option<&LockFile>,
+        registry: &mut Registry,
+    ) -> Vec<Arc<LoadedPlugin>> {
         let mut accepted: Vec<Arc<LoadedPlugin>> = Vec::new();
         for c in admitted {
             registry.files.insert(c.path.clone(), c.record.clone());
@@ -259,8 +301,17 @@ impl PluginHost {
             }
             accepted.push(plugin);
         }
+        accepted
+    }
 
-        // One name, one file — unless the deployment said otherwise.
+    /// One name, one file — unless the deployment said otherwise: the
+    /// plugins loaded, with what they are granted.
+    fn one_per_name(
+        &self,
+        accepted: Vec<Arc<LoadedPlugin>>,
+        lock: Option<&LockFile>,
+        registry: &mut Registry,
+    ) {
         let mut by_name: BTreeMap<String, Vec<Arc<LoadedPlugin>>> = BTreeMap::new();
         for p in accepted {
             by_name.entry(p.info.name.clone()).or_default().push(p);
@@ -320,14 +371,10 @@ impl PluginHost {
                 }
             }
             for p in claimants {
-                let plugin = self.granted(p, lock, &mut registry);
+                let plugin = self.granted(p, lock, registry);
                 registry.plugins.push(plugin);
             }
         }
-        registry
-            .plugins
-            .sort_by(|a, b| a.info.path.cmp(&b.info.path));
-        registry
     }
 
     /// Compiles and probes every candidate not probed before, a few at a
