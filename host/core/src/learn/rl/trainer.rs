@@ -947,18 +947,7 @@ impl Trainer {
                 batch_size: size,
             });
         }
-        let (terms, opd) = match self.teacher().await? {
-            None => Default::default(),
-            Some(teacher) => {
-                let distilled = teacher.terms(&chains).await.map_err(TrainError::Teacher)?;
-                let report = OpdReport {
-                    teacher: teacher.describe(),
-                    tokens: distilled.tokens,
-                    reverse_kl: distilled.reverse_kl,
-                };
-                (distilled.per_token, Some(report))
-            }
-        };
+        let (terms, opd) = self.distill(&chains).await?;
         let batch = batch::assemble(
             &chains,
             &mut self.baselines,
@@ -984,24 +973,7 @@ impl Trainer {
         let (loss, learning_rate) = (self.settings.loss, self.settings.learning_rate);
         let loss_config = self.settings.loss_config.clone();
         let policy = self.policy.clone();
-        let serving = self.serving.clone();
-        // Serving an earlier checkpoint of the training model (a rollback)
-        // may have changed its weights (skyrl samples a checkpoint by
-        // loading it into its model's adapter): the run is opened again
-        // from its last saved state, which is what it records training
-        // from.
-        if let Some(run) = &self.run
-            && let Some((served, _)) = policy.served()
-            && served.starts_with(&format!("tinker://{}/", run.model().model_id))
-            && run.record().sampler_path.as_deref() != Some(served.as_str())
-        {
-            tracing::info!(
-                run = %run.record().id,
-                served = %served,
-                "serving other weights than the run's last: it trains on from its last saved state"
-            );
-            self.run = None;
-        }
+        self.reopen_if_serving_other(&policy);
         let canary = self.settings.canary.is_some();
         let run_agent = self.settings.spec.agent.clone();
         let run = self.open_run().await?;
@@ -1041,23 +1013,17 @@ impl Trainer {
             train_queue::checkpointed(&conn, &run_id, report.step).map_err(err)?;
         }
         let (kl, entropy) = learner_metrics(&batch.data, &report.outputs);
-        let answers = batch.answer_tokens.len().max(1) as f64;
         let skipped_total = train_queue::counts(&conn, Some(&run_agent))
             .map(|c| c.skipped)
             .ok();
-        // What only the trainer knows, kept with the step (`train status`,
-        // the learning-health verdict).
-        let ours = serde_json::json!({
-            "mean_reward": batch.mean_reward, "reward_sd": spread(&batch.rewards),
-            "rewarded": batch.rewards.len(),
-            "kl_sampler_learner": kl, "entropy": entropy,
-            "tokens": batch.tokens, "siblings": batch.siblings,
-            "answer_tokens": batch.answer_tokens.iter().sum::<usize>() as f64 / answers,
-            "truncated_share": batch.truncated as f64 / answers,
-            "skipped_total": skipped_total,
-            "opd_reverse_kl": opd.as_ref().map(|o| o.reverse_kl),
-            "checkpoint": report.saved,
-        });
+        let ours = trainer_metrics(
+            &batch,
+            kl,
+            entropy,
+            skipped_total,
+            opd.as_ref(),
+            &report.saved,
+        );
         let incarnation = run.record().incarnation;
         if let Err(e) =
             crate::store::training::annotate_step(&conn, &run_id, report.step, incarnation, &ours)
@@ -1065,54 +1031,16 @@ impl Trainer {
             tracing::warn!("step {}: its metrics were not stored: {e:#}", report.step);
         }
         let sampler_path = run.save_sampler().await?;
-        let tested = match trained_from {
-            None => None,
-            Some(from) => {
-                let candidate = Candidate {
-                    run: run_id.clone(),
-                    sampler: sampler_path.clone(),
-                    version: report.step,
-                    state: report.saved.clone(),
-                    trained_from: from,
-                };
-                match self.start_test(&conn, candidate).await {
-                    Ok(id) => Some(id),
-                    Err(why) => {
-                        let said = format!(
-                            "step {}'s weights serve every session untested: {why}",
-                            report.step
-                        );
-                        tracing::warn!("canary: {said}");
-                        set(&self.state, |s| s.canary = Some(said));
-                        None
-                    }
-                }
-            }
-        };
-        if tested.is_none() {
-            swap(&serving, &policy, &sampler_path, report.step)
-                .await
-                .map_err(|e| TrainError::Serving {
-                    what: format!("trained step {} but cannot serve it", report.step),
-                    error: e.to_string(),
-                })?;
-        }
-        // When the step's weights began to serve everyone (the dashboard's
-        // swaps); under test, only its sampler (a promotion adds the time).
-        let served = match tested {
-            None => serde_json::json!({
-                "served_at_ms": crate::clock::now_ms(), "sampler": sampler_path,
-            }),
-            Some(id) => serde_json::json!({ "sampler": sampler_path, "canary": id }),
-        };
-        if let Err(e) =
-            crate::store::training::annotate_step(&conn, &run_id, report.step, incarnation, &served)
-        {
-            tracing::warn!(
-                "step {}: when it began to serve was not stored: {e:#}",
-                report.step
-            );
-        }
+        let tested = self
+            .serve_or_test(
+                &conn,
+                &run_id,
+                incarnation,
+                &report,
+                sampler_path.clone(),
+                trained_from,
+            )
+            .await?;
         self.judge_health(&conn, &run_id).await;
         Ok(Outcome::Stepped(Box::new(Stepped {
             run: run_id,
@@ -1131,6 +1059,114 @@ impl Trainer {
             under_test: tested,
             opd,
         })))
+    }
+
+    /// The step's weights: under a weights canary, a test against the
+    /// incumbent (or, if one cannot start, served untested, and said so);
+    /// else served to everyone now. Which experiment tests them, if any.
+    async fn serve_or_test(
+        &mut self,
+        conn: &rusqlite::Connection,
+        run_id: &str,
+        incarnation: i64,
+        report: &crate::tinker::StepReport,
+        sampler_path: String,
+        trained_from: Option<String>,
+    ) -> Result<Option<i64>, TrainError> {
+        let tested = match trained_from {
+            None => None,
+            Some(from) => {
+                let candidate = Candidate {
+                    run: run_id.to_string(),
+                    sampler: sampler_path.clone(),
+                    version: report.step,
+                    state: report.saved.clone(),
+                    trained_from: from,
+                };
+                match self.start_test(conn, candidate).await {
+                    Ok(id) => Some(id),
+                    Err(why) => {
+                        let said = format!(
+                            "step {}'s weights serve every session untested: {why}",
+                            report.step
+                        );
+                        tracing::warn!("canary: {said}");
+                        set(&self.state, |s| s.canary = Some(said));
+                        None
+                    }
+                }
+            }
+        };
+        if tested.is_none() {
+            swap(&self.serving, &self.policy, &sampler_path, report.step)
+                .await
+                .map_err(|e| TrainError::Serving {
+                    what: format!("trained step {} but cannot serve it", report.step),
+                    error: e.to_string(),
+                })?;
+        }
+        // When the step's weights began to serve everyone (the dashboard's
+        // swaps); under test, only its sampler (a promotion adds the time).
+        let served = match tested {
+            None => serde_json::json!({
+                "served_at_ms": crate::clock::now_ms(), "sampler": sampler_path,
+            }),
+            Some(id) => serde_json::json!({ "sampler": sampler_path, "canary": id }),
+        };
+        if let Err(e) =
+            crate::store::training::annotate_step(conn, run_id, report.step, incarnation, &served)
+        {
+            tracing::warn!(
+                "step {}: when it began to serve was not stored: {e:#}",
+                report.step
+            );
+        }
+        Ok(tested)
+    }
+
+    /// Distillation's per-token terms for the batch, and its report
+    /// (nothing without a teacher).
+    async fn distill(
+        &mut self,
+        chains: &batch::Chains<'_>,
+    ) -> Result<
+        (
+            std::collections::HashMap<String, Vec<f32>>,
+            Option<OpdReport>,
+        ),
+        TrainError,
+    > {
+        Ok(match self.teacher().await? {
+            None => Default::default(),
+            Some(teacher) => {
+                let distilled = teacher.terms(chains).await.map_err(TrainError::Teacher)?;
+                let report = OpdReport {
+                    teacher: teacher.describe(),
+                    tokens: distilled.tokens,
+                    reverse_kl: distilled.reverse_kl,
+                };
+                (distilled.per_token, Some(report))
+            }
+        })
+    }
+
+    /// Serving an earlier checkpoint of the training model (a rollback)
+    /// may have changed its weights (skyrl samples a checkpoint by loading
+    /// it into its model's adapter): the run is opened again from its last
+    /// saved state, which is what it records training from.
+    fn reopen_if_serving_other(&mut self, policy: &Policy) {
+        if let Some(run) = &self.run
+            && let Some((served, _)) = policy.served()
+            && served.starts_with(&format!("tinker://{}/", run.model().model_id))
+            && run.record().sampler_path.as_deref() != Some(served.as_str())
+        {
+            tracing::info!(
+                run = %run.record().id,
+                served = %served,
+                "serving other weights than the run's last: it trains on from its last saved state"
+            );
+            self.run = None;
+        }
     }
 
     /// The training run, opened once (restored from its last saved state;
@@ -1199,6 +1235,30 @@ fn checked(
     };
     set(state, |s| s.opd = Some(line));
     passed.store(result.is_ok(), Ordering::Release);
+}
+
+/// What only the trainer knows of a step, kept with it (`train status`,
+/// the learning-health verdict).
+fn trainer_metrics(
+    batch: &batch::Batch,
+    kl: Option<f64>,
+    entropy: Option<f64>,
+    skipped_total: Option<u64>,
+    opd: Option<&OpdReport>,
+    checkpoint: &Option<String>,
+) -> serde_json::Value {
+    let answers = batch.answer_tokens.len().max(1) as f64;
+    serde_json::json!({
+        "mean_reward": batch.mean_reward, "reward_sd": spread(&batch.rewards),
+        "rewarded": batch.rewards.len(),
+        "kl_sampler_learner": kl, "entropy": entropy,
+        "tokens": batch.tokens, "siblings": batch.siblings,
+        "answer_tokens": batch.answer_tokens.iter().sum::<usize>() as f64 / answers,
+        "truncated_share": batch.truncated as f64 / answers,
+        "skipped_total": skipped_total,
+        "opd_reverse_kl": opd.map(|o| o.reverse_kl),
+        "checkpoint": checkpoint,
+    })
 }
 
 /// A step's new weights, as a canary tests them.
