@@ -466,28 +466,11 @@ impl Skills {
             return selection;
         }
         let snapshot = self.library.snapshot();
-        let context = types::TurnContext {
-            session_id: query.session_id.clone(),
-            turn_type: "main".into(),
-            model: query.model.clone(),
-            system_prompt: query.system_prompt.clone(),
-            messages: query
-                .recent
-                .iter()
-                .map(|(role, text)| types::Message {
-                    role: role.clone(),
-                    content: text.clone(),
-                    tool_call_id: None,
-                    tool_calls: Vec::new(),
-                })
-                .collect(),
-            query: query.text.clone(),
-        };
+        let context = turn_context(query);
         let mut chosen: Vec<(Chosen, Category)> = Vec::new();
         let budget = TurnBudget::start(self.settings.turn_budget);
 
         if !query.text.trim().is_empty() && !snapshot.skills.is_empty() {
-            let skills = self.wit_skills(&snapshot);
             let want = (self.settings.top_k * 4).max(8) as u32;
             let board = self.outcomes.board();
             // A retriever whose index of this library is ready answers
@@ -497,136 +480,193 @@ impl Skills {
             retrievers.sort_by_key(|r| {
                 r.index_state(snapshot.generation) != crate::plugins::IndexState::Ready
             });
-            for retriever in retrievers {
-                // Only a retriever granted them sees the outcomes (the same
-                // board the re-rank below uses).
-                let view = retriever.grants().outcomes.then(|| {
-                    Arc::new(outcomes::View {
-                        board: board.clone(),
-                        snapshot: snapshot.clone(),
-                    }) as Arc<dyn crate::plugins::OutcomeSource>
-                });
-                // The budget, like the call's deadline, stands still while
-                // the host embeds the query.
-                let retrieved = budget
-                    .bound_host_paused(retriever.retrieve(
-                        &skills,
-                        snapshot.generation,
-                        &context,
-                        want,
-                        view,
-                    ))
-                    .await;
-                let Some(retrieved) = retrieved else {
-                    // As at its own deadline, but no fallback has time left.
-                    cut_off(&retriever, &mut selection.cut);
-                    break;
-                };
-                match retrieved {
-                    Ok(ranked) => {
-                        selection.retriever = Some(retriever.label().to_string());
-                        if let Ok(mut last) = self.last_retriever.lock()
-                            && last.as_deref() != Some(retriever.label())
-                        {
-                            *last = Some(retriever.label().to_string());
-                        }
-                        // A NaN or infinite relevance is no relevance: it
-                        // would pass every floor, or raise it past all others.
-                        // A held skill is not a candidate at all
-                        // ([`Skills::usable`]; retrievers index it: an
-                        // index is per library generation, and a verdict
-                        // is no new generation).
-                        selection.ranked = ranked
-                            .iter()
-                            .filter(|r| r.score.is_finite())
-                            .filter(|r| snapshot.get(&r.id).is_none_or(|s| self.usable(s)))
-                            .map(|r| (r.id.clone(), r.score))
-                            .collect();
-                        // By the score the floors and `skills search` use:
-                        // a retriever may rank by something else (BM25 by
-                        // its raw score, `embedding` by fused rank). Stable,
-                        // so ties keep the retriever's order.
-                        selection.ranked.sort_by(|a, b| b.1.total_cmp(&a.1));
-                        break;
-                    }
-                    // Expected while the library is being indexed, in a
-                    // burst of turns or on a busy machine; not worth a
-                    // warning per turn (the plugin's stats count them).
-                    Err(e)
-                        if matches!(e, crate::plugins::CallError::Indexing)
-                            || e.not_the_plugins() =>
-                    {
-                        tracing::debug!(
-                            retriever = retriever.label(),
-                            "{e}; trying the next retriever"
-                        )
-                    }
-                    Err(e) => tracing::warn!(
-                        retriever = retriever.label(),
-                        "retrieval failed, trying the next: {e}"
-                    ),
-                }
-            }
-            let mut task_specific = 0;
-            let relevant = rank_relevant(&selection.ranked, &self.settings, &snapshot, &board);
-            for (id, score) in relevant {
-                if chosen.len() >= self.settings.top_k {
-                    continue;
-                }
-                let Some(skill) = snapshot.get(id) else {
-                    continue;
-                };
-                if !snapshot.visible_to(id, &query.agent) {
-                    continue;
-                }
-                if skill.component.is_some()
-                    || skill.retired.is_some()
-                    || chosen.iter().any(|(c, _)| c.id == skill.id)
-                {
-                    continue;
-                }
-                // A candidate under test: its arm says whether this session
-                // gets it; withheld, the next relevant skill may take its
-                // place, as if it were not in the library.
-                if let Some((experiment, arm)) =
-                    self.canaries
-                        .skill_arm(&skill.id, &skill.version, &query.session_id)
-                {
-                    if arm != crate::canary::Arm::Outside
-                        && !selection.arms.iter().any(|a| a.experiment == experiment)
-                    {
-                        selection.arms.push(crate::store::experiments::ArmRecord {
-                            experiment,
-                            arm: arm.as_str(),
-                        });
-                    }
-                    if arm != crate::canary::Arm::Candidate {
-                        continue;
-                    }
-                }
-                if skill.category == Category::TaskSpecific {
-                    if task_specific >= self.settings.task_specific_top_k {
-                        continue;
-                    }
-                    task_specific += 1;
-                }
-                let Some(entry) = snapshot.entry(id) else {
-                    continue;
-                };
-                let item = Chosen::cached(injected(skill, skill.body.clone(), *score), entry);
-                chosen.push((item, skill.category));
-            }
+            self.retrieve(
+                &snapshot,
+                &context,
+                &budget,
+                &board,
+                want,
+                retrievers,
+                &mut selection,
+            )
+            .await;
+            self.choose_relevant(&snapshot, &board, query, &mut selection, &mut chosen);
         }
 
-        // Executable skills decide for themselves, all at once, in what is
-        // left of the budget (none is asked when retrieval filled top_k).
+        self.ask_executable(&snapshot, &context, &budget, &mut selection, &mut chosen)
+            .await;
+
+        let mut skills: Vec<Chosen> = chosen.into_iter().map(|(i, _)| i).collect();
+        skills.sort_by(|a, b| a.id.cmp(&b.id));
+        selection.skills = skills;
+        selection
+    }
+
+    /// Asks the retrievers in turn until one answers within the budget:
+    /// its ranking (finite scores, usable skills, best first) and name go
+    /// into `selection`; one cut off by the budget is noted there.
+    #[allow(clippy::too_many_arguments)]
+    async fn retrieve(
+        &self,
+        snapshot: &Arc<library::Snapshot>,
+        context: &types::TurnContext,
+        budget: &TurnBudget,
+        board: &Arc<outcomes::Board>,
+        want: u32,
+        retrievers: Vec<Arc<LoadedPlugin>>,
+        selection: &mut Selection,
+    ) {
+        let skills = self.wit_skills(snapshot);
+        for retriever in retrievers {
+            // Only a retriever granted them sees the outcomes (the same
+            // board the re-rank below uses).
+            let view = retriever.grants().outcomes.then(|| {
+                Arc::new(outcomes::View {
+                    board: board.clone(),
+                    snapshot: snapshot.clone(),
+                }) as Arc<dyn crate::plugins::OutcomeSource>
+            });
+            // The budget, like the call's deadline, stands still while
+            // the host embeds the query.
+            let retrieved = budget
+                .bound_host_paused(retriever.retrieve(
+                    &skills,
+                    snapshot.generation,
+                    context,
+                    want,
+                    view,
+                ))
+                .await;
+            let Some(retrieved) = retrieved else {
+                // As at its own deadline, but no fallback has time left.
+                cut_off(&retriever, &mut selection.cut);
+                break;
+            };
+            match retrieved {
+                Ok(ranked) => {
+                    selection.retriever = Some(retriever.label().to_string());
+                    if let Ok(mut last) = self.last_retriever.lock()
+                        && last.as_deref() != Some(retriever.label())
+                    {
+                        *last = Some(retriever.label().to_string());
+                    }
+                    // A NaN or infinite relevance is no relevance: it
+                    // would pass every floor, or raise it past all others.
+                    // A held skill is not a candidate at all
+                    // ([`Skills::usable`]; retrievers index it: an
+                    // index is per library generation, and a verdict
+                    // is no new generation).
+                    selection.ranked = ranked
+                        .iter()
+                        .filter(|r| r.score.is_finite())
+                        .filter(|r| snapshot.get(&r.id).is_none_or(|s| self.usable(s)))
+                        .map(|r| (r.id.clone(), r.score))
+                        .collect();
+                    // By the score the floors and `skills search` use:
+                    // a retriever may rank by something else (BM25 by
+                    // its raw score, `embedding` by fused rank). Stable,
+                    // so ties keep the retriever's order.
+                    selection.ranked.sort_by(|a, b| b.1.total_cmp(&a.1));
+                    break;
+                }
+                // Expected while the library is being indexed, in a
+                // burst of turns or on a busy machine; not worth a
+                // warning per turn (the plugin's stats count them).
+                Err(e)
+                    if matches!(e, crate::plugins::CallError::Indexing) || e.not_the_plugins() =>
+                {
+                    tracing::debug!(
+                        retriever = retriever.label(),
+                        "{e}; trying the next retriever"
+                    )
+                }
+                Err(e) => tracing::warn!(
+                    retriever = retriever.label(),
+                    "retrieval failed, trying the next: {e}"
+                ),
+            }
+        }
+    }
+
+    /// The relevant skills this turn may get, best first, up to `top_k`:
+    /// visible to its agent, not executable, not retired, within
+    /// `task_specific_top_k`, and in the candidate arm of any canary.
+    fn choose_relevant(
+        &self,
+        snapshot: &library::Snapshot,
+        board: &outcomes::Board,
+        query: &Query,
+        selection: &mut Selection,
+        chosen: &mut Vec<(Chosen, Category)>,
+    ) {
+        let mut task_specific = 0;
+        let relevant = rank_relevant(&selection.ranked, &self.settings, snapshot, board);
+        for (id, score) in relevant {
+            if chosen.len() >= self.settings.top_k {
+                continue;
+            }
+            let Some(skill) = snapshot.get(id) else {
+                continue;
+            };
+            if !snapshot.visible_to(id, &query.agent) {
+                continue;
+            }
+            if skill.component.is_some()
+                || skill.retired.is_some()
+                || chosen.iter().any(|(c, _)| c.id == skill.id)
+            {
+                continue;
+            }
+            // A candidate under test: its arm says whether this session
+            // gets it; withheld, the next relevant skill may take its
+            // place, as if it were not in the library.
+            if let Some((experiment, arm)) =
+                self.canaries
+                    .skill_arm(&skill.id, &skill.version, &query.session_id)
+            {
+                if arm != crate::canary::Arm::Outside
+                    && !selection.arms.iter().any(|a| a.experiment == experiment)
+                {
+                    selection.arms.push(crate::store::experiments::ArmRecord {
+                        experiment,
+                        arm: arm.as_str(),
+                    });
+                }
+                if arm != crate::canary::Arm::Candidate {
+                    continue;
+                }
+            }
+            if skill.category == Category::TaskSpecific {
+                if task_specific >= self.settings.task_specific_top_k {
+                    continue;
+                }
+                task_specific += 1;
+            }
+            let Some(entry) = snapshot.entry(id) else {
+                continue;
+            };
+            let item = Chosen::cached(injected(skill, skill.body.clone(), *score), entry);
+            chosen.push((item, skill.category));
+        }
+    }
+
+    /// Executable skills decide for themselves, all at once, in what is
+    /// left of the budget (none is asked when retrieval filled top_k).
+    async fn ask_executable(
+        &self,
+        snapshot: &library::Snapshot,
+        context: &types::TurnContext,
+        budget: &TurnBudget,
+        selection: &mut Selection,
+        chosen: &mut Vec<(Chosen, Category)>,
+    ) {
         let plugins: Vec<Arc<LoadedPlugin>> = match &self.plugins {
             Some(host) if chosen.len() < self.settings.top_k => host.skills(),
             _ => Vec::new(),
         };
         let threads = self.plugins.as_ref().map_or(1, |p| p.engine.threads());
         let threshold = self.settings.component_threshold;
-        let answers = ask_skills(&plugins, &context, threshold, &budget, threads).await;
+        let answers = ask_skills(&plugins, context, threshold, budget, threads).await;
         for (plugin, answer) in plugins.iter().zip(answers) {
             let (applies, text) = match answer {
                 Answer::Cut => {
@@ -663,11 +703,27 @@ impl Skills {
                 chosen.push((item, Category::TaskSpecific));
             }
         }
+    }
+}
 
-        let mut skills: Vec<Chosen> = chosen.into_iter().map(|(i, _)| i).collect();
-        skills.sort_by(|a, b| a.id.cmp(&b.id));
-        selection.skills = skills;
-        selection
+/// What a retriever or an executable skill is told of the turn.
+fn turn_context(query: &Query) -> types::TurnContext {
+    types::TurnContext {
+        session_id: query.session_id.clone(),
+        turn_type: "main".into(),
+        model: query.model.clone(),
+        system_prompt: query.system_prompt.clone(),
+        messages: query
+            .recent
+            .iter()
+            .map(|(role, text)| types::Message {
+                role: role.clone(),
+                content: text.clone(),
+                tool_call_id: None,
+                tool_calls: Vec::new(),
+            })
+            .collect(),
+        query: query.text.clone(),
     }
 }
 
