@@ -4,7 +4,8 @@
 //! pass through the evolver plugin chain (guard → redact → dedup), and the
 //! kept ones become SKILL.md texts in the store, for the publish stage.
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
+
 use std::sync::Arc;
 
 use anyhow::Result;
@@ -20,6 +21,9 @@ use crate::redact::Redactor;
 use crate::skills::skill::{self, Category, Provenance, Skill};
 use crate::store::jobs::Job;
 use crate::store::learning::{self, DraftOutcome, DraftRow};
+
+/// The judge's verdicts of a session's turns, by turn id.
+type Judgments = HashMap<String, learning::Judgment>;
 
 /// The evolver plugin every chain must hold.
 const GUARD: &str = "guard";
@@ -45,20 +49,7 @@ pub async fn run(parts: &Parts, job: &Job) -> Result<Evolved> {
             ))
         })
         .await?;
-    let failed = judgments.values().any(|j| j.value < 0);
-    let skip = match (&parts.skills, &parts.evolver) {
-        (None, _) => Some("off: skills are disabled"),
-        (_, None) => Some("off: no evolver model (set rl.evolver_model or llm.model_id)"),
-        _ if !parts.settings.evolve => Some("off: learning.evolve is false"),
-        _ if turns.is_empty() => Some("skipped: the session has no main turn"),
-        _ if turns.iter().all(|t| t.failed.is_some()) => {
-            Some("skipped: the upstream failed on every main turn")
-        }
-        _ if !failed && !parts.auto_evolve => {
-            Some("skipped: no judged failure and skills.auto_evolve is off")
-        }
-        _ => None,
-    };
+    let skip = skip_reason(parts, &turns, &judgments);
     let (Some(skills), Some(evolver), None) = (&parts.skills, &parts.evolver, skip) else {
         return Ok(Evolved {
             rows: Vec::new(),
@@ -85,23 +76,7 @@ pub async fn run(parts: &Parts, job: &Job) -> Result<Evolved> {
         parts.settings.transcript_chars as usize,
         &parts.redactor,
     );
-    let mut judged = String::new();
-    for (i, turn) in turns.iter().enumerate() {
-        let verdict = match (judgments.get(&turn.id), &turn.failed) {
-            (_, Some(why)) => format!("not judged: {why}"),
-            (Some(j), None) => format!("judge {:+}: {}", j.value, j.rationale),
-            (None, None) => "not judged".to_string(),
-        };
-        let total = totals
-            .get(&turn.id)
-            .map(|r| format!("; reward {r:+.2}"))
-            .unwrap_or_default();
-        judged.push_str(
-            &parts
-                .redactor
-                .redact_str(&format!("- turn {}: {verdict}{total}\n", i + 1)),
-        );
-    }
+    let judged = judged_lines(&turns, &judgments, &totals, &parts.redactor);
     let snapshot = skills.library.snapshot();
     // What the session's agent sees: the shared skills and its own layer's
     // (the evolver names them by name; what it learns goes to that layer).
@@ -109,19 +84,7 @@ pub async fn run(parts: &Parts, job: &Job) -> Result<Evolved> {
     // Skills whose turns went clearly worse than the others are named as
     // such: revising one ("updates") starts a new version.
     let board = skills.outcomes.board();
-    let listed = evolve::library_list(visible.skills.iter().map(|s| {
-        let note = match (&s.retired, board.flag(&s.id, &s.version.to_string())) {
-            (Some(why), _) => Some(format!(
-                "retired from retrieval: {why}; revise it if this session shows how"
-            )),
-            (None, Some(f)) => Some(format!(
-                "did badly: {}; revise it if this session shows how",
-                f.reason
-            )),
-            (None, None) => None,
-        };
-        (s.name.as_str(), s.description.as_str(), note)
-    }));
+    let listed = listing(&visible, &board);
     // Before the evolver model is paid for: without guard nothing it
     // drafts could be kept.
     let chain = evolver_chain(parts.plugins.as_deref())?;
@@ -169,25 +132,7 @@ pub async fn run(parts: &Parts, job: &Job) -> Result<Evolved> {
     };
     rejected.extend(more);
 
-    // Provenance: the turns that failed (else all), with their scores.
-    let mut taught: Vec<(String, Option<i8>)> = turns
-        .iter()
-        .map(|t| (t.id.clone(), judgments.get(&t.id).map(|j| j.value)))
-        .filter(|(id, score)| *score == Some(-1) || totals.get(id).is_some_and(|r| *r < 0.0))
-        .collect();
-    if taught.is_empty() {
-        taught = turns
-            .iter()
-            .map(|t| (t.id.clone(), judgments.get(&t.id).map(|j| j.value)))
-            .collect();
-    }
-    taught.truncate(20);
-    let provenance = Provenance {
-        session: job.session_id.clone(),
-        turns: taught.iter().map(|(id, _)| id.clone()).collect(),
-        judge_scores: taught.iter().map(|(_, s)| *s).collect(),
-        model: evolver.model.clone(),
-    };
+    let provenance = provenance(job, &turns, &judgments, &totals, &evolver.model);
     let at = now_ms();
     let mut rows = Vec::new();
     for draft in kept {
@@ -222,6 +167,99 @@ pub async fn run(parts: &Parts, job: &Job) -> Result<Evolved> {
         rows,
         skipped: None,
     })
+}
+
+/// The skills the evolver is shown, each with a note when it was retired
+/// or did clearly worse than the others (revising it starts a version).
+fn listing(visible: &Visible, board: &crate::skills::outcomes::Board) -> String {
+    evolve::library_list(visible.skills.iter().map(|s| {
+        let note = match (&s.retired, board.flag(&s.id, &s.version.to_string())) {
+            (Some(why), _) => Some(format!(
+                "retired from retrieval: {why}; revise it if this session shows how"
+            )),
+            (None, Some(f)) => Some(format!(
+                "did badly: {}; revise it if this session shows how",
+                f.reason
+            )),
+            (None, None) => None,
+        };
+        (s.name.as_str(), s.description.as_str(), note)
+    }))
+}
+
+/// Why the evolver is not asked for this session, if it is not.
+fn skip_reason(
+    parts: &Parts,
+    turns: &[learning::MainTurn],
+    judgments: &Judgments,
+) -> Option<&'static str> {
+    let failed = judgments.values().any(|j| j.value < 0);
+    match (&parts.skills, &parts.evolver) {
+        (None, _) => Some("off: skills are disabled"),
+        (_, None) => Some("off: no evolver model (set rl.evolver_model or llm.model_id)"),
+        _ if !parts.settings.evolve => Some("off: learning.evolve is false"),
+        _ if turns.is_empty() => Some("skipped: the session has no main turn"),
+        _ if turns.iter().all(|t| t.failed.is_some()) => {
+            Some("skipped: the upstream failed on every main turn")
+        }
+        _ if !failed && !parts.auto_evolve => {
+            Some("skipped: no judged failure and skills.auto_evolve is off")
+        }
+        _ => None,
+    }
+}
+
+/// One line per main turn: the judge's verdict (or why there is none)
+/// and its reward, redacted.
+fn judged_lines(
+    turns: &[learning::MainTurn],
+    judgments: &Judgments,
+    totals: &HashMap<String, f64>,
+    redactor: &Redactor,
+) -> String {
+    let mut judged = String::new();
+    for (i, turn) in turns.iter().enumerate() {
+        let verdict = match (judgments.get(&turn.id), &turn.failed) {
+            (_, Some(why)) => format!("not judged: {why}"),
+            (Some(j), None) => format!("judge {:+}: {}", j.value, j.rationale),
+            (None, None) => "not judged".to_string(),
+        };
+        let total = totals
+            .get(&turn.id)
+            .map(|r| format!("; reward {r:+.2}"))
+            .unwrap_or_default();
+        judged.push_str(&redactor.redact_str(&format!("- turn {}: {verdict}{total}\n", i + 1)));
+    }
+    judged
+}
+
+/// What a draft was learned from: the turns that failed (else all, at
+/// most 20), with their scores, and the evolver model.
+fn provenance(
+    job: &Job,
+    turns: &[learning::MainTurn],
+    judgments: &Judgments,
+    totals: &HashMap<String, f64>,
+    model: &str,
+) -> Provenance {
+    let mut taught: Vec<(String, Option<i8>)> = turns
+        .iter()
+        .map(|t| (t.id.clone(), judgments.get(&t.id).map(|j| j.value)))
+        .filter(|(id, score)| *score == Some(-1) || totals.get(id).is_some_and(|r| *r < 0.0))
+        .collect();
+    if taught.is_empty() {
+        taught = turns
+            .iter()
+            .map(|t| (t.id.clone(), judgments.get(&t.id).map(|j| j.value)))
+            .collect();
+    }
+    taught.truncate(20);
+    Provenance {
+        session: job.session_id.clone(),
+        turns: taught.iter().map(|(id, _)| id.clone()).collect(),
+        judge_scores: taught.iter().map(|(_, s)| *s).collect(),
+        model: model.to_string(),
+    }
 }
 
 impl Output for Evolved {
