@@ -429,47 +429,7 @@ impl Policy {
             return Err(Unavailable("the messages render to no tokens".into()));
         }
         let thinking_open = rendered.text.trim_end().ends_with("<think>");
-        let mut max_tokens = input
-            .max_tokens
-            .map_or(self.settings.max_new_tokens, |m| {
-                m.min(u64::from(self.settings.max_new_tokens)) as u32
-            })
-            .max(1);
-        if let Some(context) = format.context {
-            let room = (context as usize).saturating_sub(rendered.tokens.len());
-            if room == 0 {
-                return Err(Unavailable(format!(
-                    "the prompt has {} tokens; the model's context window is {context}",
-                    rendered.tokens.len()
-                )));
-            }
-            max_tokens = max_tokens.min(room as u32);
-        }
-        let stop_ids = format.renderer.stop_token_ids().to_vec();
-        // Tinker takes stop tokens or stop strings, never both: with the
-        // request's strings, the end-of-turn tokens go as their text.
-        let stop = match input.stop.is_empty() {
-            true => Stop::Tokens(stop_ids.clone()),
-            false => {
-                let mut strings = input.stop.clone();
-                for id in &stop_ids {
-                    if let Ok(text) = format.renderer.decode(&[*id], false)
-                        && !text.is_empty()
-                    {
-                        strings.push(text);
-                    }
-                }
-                Stop::Strings(strings)
-            }
-        };
-        let params = SamplingParams {
-            max_tokens,
-            temperature: input.temperature,
-            top_p: input.top_p,
-            seed: input.seed,
-            stop: Some(stop),
-            ..SamplingParams::default()
-        };
+        let (params, stop_ids) = self.sampling_params(&format, &input, rendered.tokens.len())?;
         // A group for main turns: the first answer is served.
         let group = match input.main {
             true => self.settings.group_size.max(1),
@@ -487,22 +447,7 @@ impl Policy {
                     self.settings.sample_timeout.as_secs_f64()
                 )));
             }
-            Ok(Err(e)) => {
-                let why = format!("sampling failed: {e}");
-                if weights_gone(&e) {
-                    self.lost(&serving, &why);
-                    if serving.version > 0 {
-                        self.lose_weights(&serving.sampler_name);
-                    }
-                } else if matches!(
-                    e,
-                    tinker::Error::Unavailable(_) | tinker::Error::SessionEnded(_)
-                ) || serving.session.ended()
-                {
-                    self.lost(&serving, &why);
-                }
-                return Err(Unavailable(why));
-            }
+            Ok(Err(e)) => return Err(self.sample_failed(&serving, e)),
             Ok(Ok(sampled)) => sampled,
         };
         let mut sequences = sampled.sequences.into_iter();
@@ -567,6 +512,77 @@ impl Policy {
             sample,
             arm,
         })
+    }
+
+    /// How to sample this turn: its `max_tokens` within `rl.max_new_tokens`
+    /// and the context window, its settings, and the stop tokens or
+    /// strings; and the template's end-of-turn tokens.
+    fn sampling_params(
+        &self,
+        format: &ChatFormat,
+        input: &TurnInput<'_>,
+        prompt_tokens: usize,
+    ) -> Result<(SamplingParams, Vec<i32>), Unavailable> {
+        let mut max_tokens = input
+            .max_tokens
+            .map_or(self.settings.max_new_tokens, |m| {
+                m.min(u64::from(self.settings.max_new_tokens)) as u32
+            })
+            .max(1);
+        if let Some(context) = format.context {
+            let room = (context as usize).saturating_sub(prompt_tokens);
+            if room == 0 {
+                return Err(Unavailable(format!(
+                    "the prompt has {prompt_tokens} tokens; the model's context window is {context}"
+                )));
+            }
+            max_tokens = max_tokens.min(room as u32);
+        }
+        let stop_ids = format.renderer.stop_token_ids().to_vec();
+        // Tinker takes stop tokens or stop strings, never both: with the
+        // request's strings, the end-of-turn tokens go as their text.
+        let stop = match input.stop.is_empty() {
+            true => Stop::Tokens(stop_ids.clone()),
+            false => {
+                let mut strings = input.stop.clone();
+                for id in &stop_ids {
+                    if let Ok(text) = format.renderer.decode(&[*id], false)
+                        && !text.is_empty()
+                    {
+                        strings.push(text);
+                    }
+                }
+                Stop::Strings(strings)
+            }
+        };
+        let params = SamplingParams {
+            max_tokens,
+            temperature: input.temperature,
+            top_p: input.top_p,
+            seed: input.seed,
+            stop: Some(stop),
+            ..SamplingParams::default()
+        };
+        Ok((params, stop_ids))
+    }
+
+    /// Why a sample failed, and what it says of the serving weights: gone
+    /// (the service unloaded them), or the session lost.
+    fn sample_failed(&self, serving: &Arc<Serving>, e: tinker::Error) -> Unavailable {
+        let why = format!("sampling failed: {e}");
+        if weights_gone(&e) {
+            self.lost(serving, &why);
+            if serving.version > 0 {
+                self.lose_weights(&serving.sampler_name);
+            }
+        } else if matches!(
+            e,
+            tinker::Error::Unavailable(_) | tinker::Error::SessionEnded(_)
+        ) || serving.session.ended()
+        {
+            self.lost(serving, &why);
+        }
+        Unavailable(why)
     }
 
     /// Resolves when the served saved weights were found gone from the
