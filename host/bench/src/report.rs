@@ -314,6 +314,17 @@ fn markdown(
     if settings.split {
         held_out_markdown(&mut md, bench, summary, &held);
     }
+    summary_table(&mut md, settings, summary, total);
+    compliance_table(&mut md, summary);
+    arc_table(&mut md, bench, summary);
+    day_table(&mut md, bench, summary, &held);
+    nights_table(&mut md, records);
+    paper_note(&mut md, settings);
+    md
+}
+
+/// The summary: each arm's strict, file-check, multiple-choice and lenient scores, calls and tokens.
+fn summary_table(md: &mut String, settings: &RunSettings, summary: &[ArmSummary], total: usize) {
     let _ = writeln!(
         md,
         "## Summary\n\n| arm | strict accuracy | file checks passed | multiple choice exact | lenient (reference `Accuracy`, partial credit) | rounds done | model calls | tokens in / out |\n|---|---|---|---|---|---|---|---|"
@@ -351,6 +362,10 @@ fn markdown(
          scores about 24% on the small set and 21% on the full one. Read the strict column. Model \
          calls and tokens are the agent's (per repeat; tokens as the API reported them).\n"
     );
+}
+
+/// The share of each rule's checker calls that passed, per arm.
+fn compliance_table(md: &mut String, summary: &[ArmSummary]) {
     let _ = writeln!(
         md,
         "## Compliance per rule\n\nThe share of each rule's checker calls (in the file-check \
@@ -366,6 +381,10 @@ fn markdown(
             .collect();
         let _ = writeln!(md, "| {} | {} |", s.arm.as_str(), cells.join(" | "));
     }
+}
+
+/// Strict accuracy per arc, per arm.
+fn arc_table(md: &mut String, bench: &Bench, summary: &[ArmSummary]) {
     let arcs: BTreeSet<&String> = bench.days.iter().map(|d| &d.arc).collect();
     let _ = writeln!(
         md,
@@ -389,6 +408,10 @@ fn markdown(
             .collect();
         let _ = writeln!(md, "| {} | {} |", s.arm.as_str(), cells.join(" | "));
     }
+}
+
+/// Strict accuracy per day (held-out days marked H), per arm.
+fn day_table(md: &mut String, bench: &Bench, summary: &[ArmSummary], held: &BTreeSet<String>) {
     let _ = writeln!(
         md,
         "\n## Strict accuracy per day\n\n![accuracy per day and compliance per rule](report.svg)\n\n| day | arc | rules | {} |\n|---|---|---|{}",
@@ -420,6 +443,10 @@ fn markdown(
             cells.join(" | ")
         );
     }
+}
+
+/// The skills each arm evolved each night.
+fn nights_table(md: &mut String, records: &Records) {
     let nights: Vec<_> = records
         .nights
         .iter()
@@ -445,6 +472,10 @@ fn markdown(
             );
         }
     }
+}
+
+/// How this run compares with the paper's numbers and protocol.
+fn paper_note(md: &mut String, settings: &RunSettings) {
     let _ = writeln!(
         md,
         "\n## Compared with the paper\n\nThe MetaClaw paper reports Kimi-K2.5 going from 21.4% \
@@ -468,7 +499,6 @@ fn markdown(
                       scores those apart).",
         }
     );
-    md
 }
 
 /// The held-out days' scores (`--split`): per arm, the held-out and the
