@@ -194,6 +194,71 @@ fn step(home: &Home, run: &Run, json: bool) -> Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
+/// `train status`: the run, its health and its last steps.
+fn print_run(
+    run: Option<&training::Run>,
+    next_checkpoint: Option<i64>,
+    health: Option<&(
+        training::HealthMark,
+        metaclaw_core::learn::rl::health::Verdict,
+    )>,
+    steps: &[training::Step],
+    on_collapse: &str,
+) {
+    match run {
+        None => say!("no training run yet"),
+        Some(run) => {
+            say!(
+                "run {} on {} ({}): step {}, policy version served {}, last saved state at step {}{}",
+                run.id,
+                run.base_model,
+                run.service,
+                run.step,
+                run.sampler_step.unwrap_or(0),
+                run.state_step
+                    .map_or_else(|| "none".to_string(), |s| s.to_string()),
+                next_checkpoint
+                    .map(|n| format!(", next at step {n}"))
+                    .unwrap_or_default()
+            );
+            if let Some((mark, verdict)) = health {
+                say!(
+                    "learning health: {} ({}); on collapse: {}",
+                    verdict.state.as_str(),
+                    verdict.why,
+                    on_collapse
+                );
+                if let Some(why) = &mark.paused {
+                    say!("training is paused: {why}; `metaclaw train resume` goes on");
+                }
+            }
+            let num = |v: &serde_json::Value, digits: usize| {
+                v.as_f64()
+                    .map_or_else(|| "-".into(), |x| format!("{x:.digits$}"))
+            };
+            for s in steps {
+                let ours = &s.metrics["metaclaw"];
+                say!(
+                    "  step {:>4}  {}  {} sample(s)  loss {}  mean reward {}  KL {}  entropy {}  answer {} tokens  cut off {}",
+                    s.step,
+                    local_time(s.at_ms),
+                    s.samples,
+                    s.loss.map_or_else(|| "-".into(), |l| format!("{l:.4}")),
+                    ours["mean_reward"]
+                        .as_f64()
+                        .map_or_else(|| "-".into(), |r| format!("{r:+.3}")),
+                    num(&ours["kl_sampler_learner"], 4),
+                    num(&ours["entropy"], 2),
+                    num(&ours["answer_tokens"], 0),
+                    ours["truncated_share"]
+                        .as_f64()
+                        .map_or_else(|| "-".into(), |t| format!("{:.0}%", t * 100.0)),
+                );
+            }
+        }
+    }
+}
+
 fn status(
     home: &Home,
     config: &metaclaw_core::config::Config,
@@ -289,58 +354,13 @@ fn status(
             }
         }
     }
-    match runs.first() {
-        None => say!("no training run yet"),
-        Some(run) => {
-            say!(
-                "run {} on {} ({}): step {}, policy version served {}, last saved state at step {}{}",
-                run.id,
-                run.base_model,
-                run.service,
-                run.step,
-                run.sampler_step.unwrap_or(0),
-                run.state_step
-                    .map_or_else(|| "none".to_string(), |s| s.to_string()),
-                next_checkpoint
-                    .map(|n| format!(", next at step {n}"))
-                    .unwrap_or_default()
-            );
-            if let Some((mark, verdict)) = &health {
-                say!(
-                    "learning health: {} ({}); on collapse: {}",
-                    verdict.state.as_str(),
-                    verdict.why,
-                    config.rl.on_collapse.as_str()
-                );
-                if let Some(why) = &mark.paused {
-                    say!("training is paused: {why}; `metaclaw train resume` goes on");
-                }
-            }
-            let num = |v: &serde_json::Value, digits: usize| {
-                v.as_f64()
-                    .map_or_else(|| "-".into(), |x| format!("{x:.digits$}"))
-            };
-            for s in &steps {
-                let ours = &s.metrics["metaclaw"];
-                say!(
-                    "  step {:>4}  {}  {} sample(s)  loss {}  mean reward {}  KL {}  entropy {}  answer {} tokens  cut off {}",
-                    s.step,
-                    local_time(s.at_ms),
-                    s.samples,
-                    s.loss.map_or_else(|| "-".into(), |l| format!("{l:.4}")),
-                    ours["mean_reward"]
-                        .as_f64()
-                        .map_or_else(|| "-".into(), |r| format!("{r:+.3}")),
-                    num(&ours["kl_sampler_learner"], 4),
-                    num(&ours["entropy"], 2),
-                    num(&ours["answer_tokens"], 0),
-                    ours["truncated_share"]
-                        .as_f64()
-                        .map_or_else(|| "-".into(), |t| format!("{:.0}%", t * 100.0)),
-                );
-            }
-        }
-    }
+    print_run(
+        runs.first(),
+        next_checkpoint,
+        health.as_ref(),
+        &steps,
+        config.rl.on_collapse.as_str(),
+    );
     Ok(ExitCode::SUCCESS)
 }
 
