@@ -346,7 +346,12 @@ impl Instance {
                     waiting.push(format!(
                         "skills indexed ({} loaded; retrievers: {})",
                         snapshot.skills.len(),
-                        skills.retriever_indexes(snapshot.generation)
+                        skills
+                            .retriever_indexes(snapshot.generation)
+                            .iter()
+                            .map(ToString::to_string)
+                            .collect::<Vec<_>>()
+                            .join(", ")
                     ));
                 }
             }

@@ -36,6 +36,17 @@ pub enum AdminError {
     Refused { status: StatusCode, message: String },
     #[error("metaclaw's answer to {path} is not JSON: {detail}")]
     NotJson { path: String, detail: String },
+    /// A daemon of another version answered in a shape this one does not
+    /// read.
+    #[error(
+        "metaclaw's answer to {path} is not what this metaclaw ({ours}) reads: {detail}; if the \
+         running daemon is another version, restart it (`metaclaw stop`, then `metaclaw start`)"
+    )]
+    Unreadable {
+        path: String,
+        ours: &'static str,
+        detail: String,
+    },
     #[error(transparent)]
     Client(#[from] ClientError),
     #[error(transparent)]
@@ -120,6 +131,29 @@ impl AdminClient {
             .await
     }
 
+    /// The daemon's [`crate::app::Status`].
+    pub async fn status(&self) -> Result<crate::app::Status, AdminError> {
+        self.get_as("/admin/status").await
+    }
+
+    /// A route's answer, read into the type the daemon wrote it from.
+    pub async fn get_as<T: serde::de::DeserializeOwned>(
+        &self,
+        path: &str,
+    ) -> Result<T, AdminError> {
+        read_as(path, self.get_json(path).await?)
+    }
+
+    /// [`AdminClient::post_json`], read into the type the daemon wrote
+    /// its answer from.
+    pub async fn post_as<T: serde::de::DeserializeOwned>(
+        &self,
+        path: &str,
+        body: &Value,
+    ) -> Result<T, AdminError> {
+        read_as(path, self.post_json(path, body).await?)
+    }
+
     pub async fn post_json(&self, path: &str, body: &Value) -> Result<Value, AdminError> {
         let request = self
             .client
@@ -184,6 +218,14 @@ pub async fn healthy(url: &str) -> bool {
         Ok(admin) => admin.timeout(Duration::from_secs(2)).healthy().await,
         Err(_) => false,
     }
+}
+
+fn read_as<T: serde::de::DeserializeOwned>(path: &str, answer: Value) -> Result<T, AdminError> {
+    serde_json::from_value(answer).map_err(|e| AdminError::Unreadable {
+        path: path.into(),
+        ours: env!("CARGO_PKG_VERSION"),
+        detail: e.to_string(),
+    })
 }
 
 #[cfg(test)]

@@ -303,7 +303,7 @@ async fn models(State(app): State<SharedApp>) -> Response {
 async fn end_session(State(app): State<SharedApp>, Path(id): Path<String>) -> Response {
     // Whether the end queues a learning job, so a client is not left
     // waiting for one that learning.enabled: false never runs.
-    let learning = crate::learn::state_json(app.learn.is_some());
+    let learning = crate::learn::LearningState::of(app.learn.is_some());
     match app.proxy.sessions.end(&id, EndReason::Api) {
         outcome @ (EndOutcome::Ended | EndOutcome::AlreadyEnded) => axum::Json(json!({
             "id": id,
@@ -360,7 +360,7 @@ async fn metrics(State(app): State<SharedApp>) -> Response {
 
 async fn admin_status(State(app): State<SharedApp>) -> Response {
     // It reads the store: off the async workers.
-    match tokio::task::spawn_blocking(move || crate::app::status_json(&app)).await {
+    match tokio::task::spawn_blocking(move || crate::app::status(&app)).await {
         Ok(Ok(status)) => axum::Json(status).into_response(),
         Ok(Err(e)) => ApiError::Internal(e.to_string()).into_response(),
         Err(_) => ApiError::Internal("cannot read the store".into()).into_response(),
@@ -493,7 +493,11 @@ async fn admin_train_resume(
         Err(e) => return e.into_response(),
     };
     match train.resume().await {
-        Ok(was) => axum::Json(json!({ "resumed": true, "was_paused": was })).into_response(),
+        Ok(was) => axum::Json(crate::app::actions::Resumed {
+            resumed: true,
+            was_paused: was,
+        })
+        .into_response(),
         Err(e) => ApiError::from(e).into_response(),
     }
 }
@@ -549,8 +553,12 @@ async fn admin_train_rollback(
         Some(Ok(id)) => Some(id),
         Some(Err(e)) => return ApiError::BadRequest(e.to_string()).into_response(),
     };
-    let sampler = match serde_json::from_slice::<serde_json::Value>(&body) {
-        Ok(v) => match v["sampler"].as_str() {
+    #[derive(serde::Deserialize)]
+    struct Rollback {
+        sampler: Option<serde_json::Value>,
+    }
+    let sampler = match serde_json::from_slice::<Rollback>(&body) {
+        Ok(v) => match v.sampler.as_ref().and_then(|s| s.as_str()) {
             Some(s) if !s.trim().is_empty() => s.trim().to_string(),
             _ => {
                 return ApiError::BadRequest(

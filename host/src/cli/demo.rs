@@ -14,6 +14,7 @@ use anyhow::{Context, Result, bail};
 use serde_json::{Value, json};
 
 use metaclaw_core::admin::AdminClient;
+use metaclaw_core::app::Status;
 use metaclaw_core::home::{Home, PidInfo};
 use metaclaw_core::store;
 use metaclaw_core::store::jobs::{Job, JobState};
@@ -37,8 +38,10 @@ struct Daemon {
 }
 
 /// A skill injected into a turn, with its retrieval score.
+#[derive(serde::Deserialize)]
 struct Injected {
     id: String,
+    #[serde(default)]
     score: f64,
 }
 
@@ -54,16 +57,17 @@ pub(super) async fn run(home: &Home, info: &PidInfo, proxy_token: Option<&str>) 
          model answers; a rule-based judge and evolver learn): no API key, nothing leaves this machine."
     );
     let status = daemon.until_indexed(None).await?;
-    let store_path = status["store"]["path"]
-        .as_str()
-        .context("the daemon did not say where its store is")?
-        .to_string();
-    let skills_dir = status["skills"]["dir"].as_str().unwrap_or_default();
+    let store_path = status.store.path.clone();
+    let library = status
+        .skills
+        .as_ref()
+        .context("skills are off in this daemon")?;
+    let skills_dir = library.dir.clone();
     say!(
         "  demo data: {} (its own store and skill library, started afresh with {} built-in skills; \
          yours are not touched)",
         home.demo_dir().display(),
-        status["skills"]["loaded"]
+        library.loaded
     );
 
     // 1-2: a question, and a correction in the same session.
@@ -123,10 +127,12 @@ pub(super) async fn run(home: &Home, info: &PidInfo, proxy_token: Option<&str>) 
     say!("   judge: {}", verdicts.join("; "));
     let drafts = learning::drafts(&conn, &first)?;
     drop(conn);
-    let chain: Vec<&str> = status["evolver_chain"]
-        .as_array()
-        .map(|c| c.iter().filter_map(Value::as_str).collect())
-        .unwrap_or_default();
+    let chain: Vec<&str> = status
+        .evolver_chain
+        .iter()
+        .flatten()
+        .map(String::as_str)
+        .collect();
     say!(
         "   evolver: {} draft(s), each checked by {}:",
         drafts.len(),
@@ -146,8 +152,9 @@ pub(super) async fn run(home: &Home, info: &PidInfo, proxy_token: Option<&str>) 
             ),
             outcome => {
                 say!(
-                    "     ✓ {name} {outcome} (v{}) in {skills_dir}",
-                    d.version.as_deref().unwrap_or("?")
+                    "     ✓ {name} {outcome} (v{}) in {}",
+                    d.version.as_deref().unwrap_or("?"),
+                    skills_dir.display()
                 );
                 if outcome == DraftOutcome::Created && d.written_ms.is_some() {
                     evolved = d.skill_id.clone();
@@ -161,7 +168,7 @@ pub(super) async fn run(home: &Home, info: &PidInfo, proxy_token: Option<&str>) 
 
     // 5: the library changed; once it is indexed, a similar question in a
     // new session retrieves the new skill.
-    let generation = status["skills"]["generation"].as_u64().unwrap_or(0);
+    let generation = library.generation;
     daemon.until_indexed(Some(generation)).await?;
     let second = new_session_id();
     say!("5. You ask again, in a new session: \"{SIMILAR}\"");
@@ -243,16 +250,9 @@ async fn injected_into(db: &store::Db, session: &str, turn: &str) -> Result<Vec<
         if let Some(row) = row {
             let skills = row
                 .injected_skills
-                .as_ref()
-                .and_then(Value::as_array)
-                .map(|list| {
-                    list.iter()
-                        .map(|s| Injected {
-                            id: s["id"].as_str().unwrap_or("?").to_string(),
-                            score: s["score"].as_f64().unwrap_or(0.0),
-                        })
-                        .collect()
-                })
+                .map(serde_json::from_value::<Vec<Injected>>)
+                .transpose()
+                .context("the turn's injected skills are not as recorded")?
                 .unwrap_or_default();
             return Ok(skills);
         }
@@ -281,40 +281,36 @@ impl Daemon {
         }
     }
 
-    async fn status(&self) -> Result<Value> {
-        Ok(self.admin.get_json("/admin/status").await?)
+    async fn status(&self) -> Result<Status> {
+        Ok(self.admin.status().await?)
     }
 
     /// Waits until the library is read (a generation after `after`, if
     /// given) and a retriever has indexed it: a turn never waits for an
     /// index, so a question asked before would get no skills.
-    async fn until_indexed(&self, after: Option<u64>) -> Result<Value> {
+    async fn until_indexed(&self, after: Option<u64>) -> Result<Status> {
         let deadline = Instant::now() + STEP_TIMEOUT;
         loop {
             let status = self.status().await?;
-            let skills = &status["skills"];
-            if skills.is_null() {
+            let Some(skills) = &status.skills else {
                 bail!("skills are off in this daemon");
-            }
-            let generation = skills["generation"].as_u64().unwrap_or(0);
-            let ready = skills["loaded"].as_u64().unwrap_or(0) > 0
-                && after.is_none_or(|g| generation > g)
-                && skills["indexed_by"]
-                    .as_array()
-                    .is_some_and(|r| !r.is_empty());
+            };
+            let ready = skills.loaded > 0
+                && after.is_none_or(|g| skills.generation > g)
+                && !skills.indexed_by.is_empty();
             if ready {
                 return Ok(status);
             }
             if Instant::now() > deadline {
-                let blocked = match &status["evolution_blocked"] {
-                    Value::String(s) => format!("; skills would not evolve either: {s}"),
-                    _ => String::new(),
+                let blocked = match &status.evolution_blocked {
+                    Some(s) => format!("; skills would not evolve either: {s}"),
+                    None => String::new(),
                 };
                 bail!(
                     "no retriever indexed the demo's skill library within {}s ({} plugin(s) \
                      loaded; see `metaclaw plugins list` and the log){blocked}",
                     STEP_TIMEOUT.as_secs(),
-                    status["plugins"]["loaded"].as_u64().unwrap_or(0)
+                    status.plugins.as_ref().map_or(0, |p| p.loaded)
                 );
             }
             tokio::time::sleep(POLL).await;
@@ -371,9 +367,14 @@ impl Daemon {
             .post_json("/admin/learn/now", &json!({ "session": session }))
             .await
             .context("learn now failed")?;
-        let jobs: Vec<Job> = serde_json::from_value(reply["jobs"].clone())
-            .context("learn now answered without its job")?;
-        jobs.into_iter()
+        #[derive(serde::Deserialize)]
+        struct Ran {
+            jobs: Vec<Job>,
+        }
+        let ran: Ran =
+            serde_json::from_value(reply).context("learn now answered without its job")?;
+        ran.jobs
+            .into_iter()
             .next()
             .context("learn now ran no job for the demo's session")
     }

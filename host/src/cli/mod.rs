@@ -14,6 +14,7 @@ mod sessions_cmd;
 mod setup;
 mod skills_cmd;
 mod skills_stats;
+mod status_cmd;
 mod tinker_cmd;
 mod train_cmd;
 mod ui_cmd;
@@ -430,32 +431,7 @@ pub enum TinkerCommand {
     /// Train the LoRA of rl.model on Tinker datums (one JSON object per
     /// line: model_input, loss_fn_inputs), continuing the active run: a
     /// restart continues from the run's last saved state.
-    Train {
-        /// The datums (JSON lines); steps take them in order, wrapping.
-        #[arg(long, value_name = "FILE")]
-        data: PathBuf,
-        /// Steps to train in this call.
-        #[arg(long, default_value_t = 1)]
-        steps: u32,
-        /// Datums per step (default: rl.batch_size).
-        #[arg(long)]
-        batch: Option<usize>,
-        /// cross_entropy, importance_sampling, ppo or cispo (default: rl.loss_fn).
-        #[arg(long)]
-        loss: Option<String>,
-        /// Adam's learning rate (default: rl.learning_rate).
-        #[arg(long)]
-        learning_rate: Option<f64>,
-        /// Save the training state every this many steps (0: only at the end).
-        #[arg(long, default_value_t = 1)]
-        save_every: u32,
-        /// Start a new run instead of continuing the active one.
-        #[arg(long)]
-        fresh: bool,
-        /// One JSON object per line.
-        #[arg(long)]
-        json: bool,
-    },
+    Train(TinkerTrainArgs),
     /// Training runs and their last steps.
     Status {
         #[arg(long)]
@@ -464,6 +440,35 @@ pub enum TinkerCommand {
         #[arg(long, default_value_t = 5)]
         steps: usize,
     },
+}
+
+/// `metaclaw tinker train`: its flags, handed to the command whole.
+#[derive(Args, Debug, Clone)]
+pub struct TinkerTrainArgs {
+    /// The datums (JSON lines); steps take them in order, wrapping.
+    #[arg(long, value_name = "FILE")]
+    data: PathBuf,
+    /// Steps to train in this call.
+    #[arg(long, default_value_t = 1)]
+    steps: u32,
+    /// Datums per step (default: rl.batch_size).
+    #[arg(long)]
+    batch: Option<usize>,
+    /// cross_entropy, importance_sampling, ppo or cispo (default: rl.loss_fn).
+    #[arg(long)]
+    loss: Option<String>,
+    /// Adam's learning rate (default: rl.learning_rate).
+    #[arg(long)]
+    learning_rate: Option<f64>,
+    /// Save the training state every this many steps (0: only at the end).
+    #[arg(long, default_value_t = 1)]
+    save_every: u32,
+    /// Start a new run instead of continuing the active one.
+    #[arg(long)]
+    fresh: bool,
+    /// One JSON object per line.
+    #[arg(long)]
+    json: bool,
 }
 
 #[derive(Subcommand, Debug)]
@@ -705,7 +710,7 @@ fn dispatch(cli: Cli) -> Result<ExitCode> {
         Command::Start(args) => lifecycle::start(&home, &config_path, args),
         Command::Stop(args) => lifecycle::stop(&home, args),
         Command::Uninstall(args) => lifecycle::uninstall(&home, &config_path, args),
-        Command::Status(args) => lifecycle::status(&home, &config_path, args),
+        Command::Status(args) => status_cmd::status(&home, &config_path, args),
         Command::Doctor(args) => doctor::run(&home, &config_path, args),
         Command::Ui(args) => ui_cmd::run(&home, &config_path, args),
         Command::Config(cmd) => config_cmd::run(&config_path, cmd),

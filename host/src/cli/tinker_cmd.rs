@@ -4,14 +4,14 @@
 //! in the store, so `status` reads it whether or not anything runs.
 
 use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::ExitCode;
 
 use anyhow::{Context, Result, bail};
 use serde_json::json;
 
 use super::sessions_cmd::store_file;
-use super::{TinkerCommand, load_config, local_time, runtime};
+use super::{TinkerCommand, TinkerTrainArgs, load_config, local_time, runtime};
 use metaclaw_core::home::Home;
 use metaclaw_core::store;
 use metaclaw_core::tinker::types::{Datum, LossFn};
@@ -36,26 +36,7 @@ pub fn run(home: &Home, config_path: &Path, command: TinkerCommand) -> Result<Ex
     };
     match command {
         TinkerCommand::Check { json } => run_check(&cx, json),
-        TinkerCommand::Train {
-            data,
-            steps,
-            batch,
-            loss,
-            learning_rate,
-            save_every,
-            fresh,
-            json,
-        } => run_train(
-            &cx,
-            data,
-            steps,
-            batch,
-            loss,
-            learning_rate,
-            save_every,
-            fresh,
-            json,
-        ),
+        TinkerCommand::Train(args) => run_train(&cx, args),
         TinkerCommand::Status { json, steps } => run_status(&cx, json, steps),
     }
 }
@@ -107,19 +88,41 @@ fn run_check(cx: &Cx, json: bool) -> Result<ExitCode> {
     })
 }
 
+/// A `tinker train --json` line: what happened, and its report.
+#[derive(serde::Serialize)]
+struct Event<'a, T: serde::Serialize> {
+    event: &'static str,
+    #[serde(flatten)]
+    body: &'a T,
+}
+
+/// The first `tinker train --json` line: the run opened, from which
+/// weights (`new` or `restored`, `from` where, `lost` steps not in them),
+/// and at which step it goes on.
+#[derive(serde::Serialize)]
+struct OpenedLine<'a> {
+    event: &'static str,
+    weights: &'static str,
+    from: Option<&'a str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    lost: Option<i64>,
+    run: &'a str,
+    model_id: Option<&'a str>,
+    step: i64,
+}
+
 /// `tinker train`.
-#[allow(clippy::too_many_arguments)] // one per flag of the subcommand
-fn run_train(
-    cx: &Cx,
-    data: PathBuf,
-    steps: u32,
-    batch: Option<usize>,
-    loss: Option<String>,
-    learning_rate: Option<f64>,
-    save_every: u32,
-    fresh: bool,
-    json: bool,
-) -> Result<ExitCode> {
+fn run_train(cx: &Cx, args: TinkerTrainArgs) -> Result<ExitCode> {
+    let TinkerTrainArgs {
+        data,
+        steps,
+        batch,
+        loss,
+        learning_rate,
+        save_every,
+        fresh,
+        json,
+    } = args;
     let datums = read_datums(&data)?;
     let batch = batch.unwrap_or(cx.config.rl.batch_size as usize).max(1);
     let loss_name = loss.unwrap_or_else(|| cx.config.rl.loss_fn.clone());
@@ -141,12 +144,22 @@ fn run_train(
         let (mut run, opened) = TrainingRun::open(&service, &db, spec, fresh).await?;
         let record = run.record().clone();
         if json {
-            let mut v = serde_json::to_value(&opened)?;
-            v["event"] = json!("opened");
-            v["run"] = json!(record.id);
-            v["model_id"] = json!(record.model_id);
-            v["step"] = json!(record.step);
-            say!("{v}");
+            let (weights, from, lost) = match &opened {
+                tinker::Opened::New { from } => ("new", from.as_deref(), None),
+                tinker::Opened::Restored { from, lost, .. } => {
+                    ("restored", Some(from.as_str()), Some(*lost))
+                }
+            };
+            let opened = OpenedLine {
+                event: "opened",
+                weights,
+                from,
+                lost,
+                run: &record.id,
+                model_id: record.model_id.as_deref(),
+                step: record.step,
+            };
+            say!("{}", serde_json::to_string(&opened)?);
         } else {
             say!(
                 "run {} on {}: model {} at step {} ({})",
@@ -164,9 +177,11 @@ fn run_train(
                 .collect();
             let report = run.step(&chunk, loss, &BTreeMap::new(), adam).await?;
             if json {
-                let mut v = serde_json::to_value(&report)?;
-                v["event"] = json!("step");
-                say!("{v}");
+                let step = Event {
+                    event: "step",
+                    body: &report,
+                };
+                say!("{}", serde_json::to_string(&step)?);
             } else {
                 let loss = report
                     .loss

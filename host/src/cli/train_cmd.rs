@@ -5,13 +5,16 @@
 use std::path::Path;
 use std::process::ExitCode;
 
-use anyhow::Result;
+use anyhow::{Context, Result};
 use serde_json::json;
 
 use super::sessions_cmd::store_file;
 use super::{TrainArgs, TrainCommand, load_config, local_time, runtime};
 use metaclaw_core::admin::AdminClient;
+use metaclaw_core::app::actions::{Resumed, RolledBack};
+use metaclaw_core::app::status::TrainingStatus;
 use metaclaw_core::home::Home;
+use metaclaw_core::learn::rl::trainer::Outcome;
 use metaclaw_core::store::{train_queue, training};
 
 /// A step waits this long (a cold CPU server compiles for a while).
@@ -124,22 +127,23 @@ fn checkpoints(
 fn rollback(home: &Home, run: &Run, path: &str) -> Result<ExitCode> {
     let admin = AdminClient::connect(home)?.timeout(STEP_TIMEOUT);
     let route = run.route("/admin/train/rollback");
-    let reply = runtime()?.block_on(admin.post_json(&route, &json!({ "sampler": path })))?;
+    let reply: RolledBack =
+        runtime()?.block_on(admin.post_as(&route, &json!({ "sampler": path })))?;
     say!(
         "serving {} (policy version {})",
-        reply["sampler"].as_str().unwrap_or(path),
-        reply["policy_version"]
+        reply.sampler,
+        reply.policy_version
     );
     Ok(ExitCode::SUCCESS)
 }
 
 fn resume(home: &Home, run: &Run) -> Result<ExitCode> {
     let admin = AdminClient::connect(home)?;
-    let reply =
-        runtime()?.block_on(admin.post_json(&run.route("/admin/train/resume"), &json!({})))?;
+    let reply: Resumed =
+        runtime()?.block_on(admin.post_as(&run.route("/admin/train/resume"), &json!({})))?;
     say!(
         "training resumed (it was paused: {}); learning health is judged afresh from the next step",
-        reply["was_paused"].as_str().unwrap_or("?")
+        reply.was_paused
     );
     Ok(ExitCode::SUCCESS)
 }
@@ -152,46 +156,50 @@ fn step(home: &Home, run: &Run, json: bool) -> Result<ExitCode> {
         say!("{}", serde_json::to_string_pretty(&reply)?);
         return Ok(ExitCode::SUCCESS);
     }
-    match reply["outcome"].as_str() {
-        Some("stepped") => say!(
+    let outcome: Outcome = serde_json::from_value(reply)
+        .context("the daemon's step answer is not what this metaclaw reads (restart it if it is another version)")?;
+    print_outcome(&outcome);
+    Ok(ExitCode::SUCCESS)
+}
+
+/// A step's outcome, in a sentence.
+fn print_outcome(outcome: &Outcome) {
+    let shown = |v: Option<f64>| v.map_or_else(|| "null".into(), |x| x.to_string());
+    match outcome {
+        Outcome::Stepped(s) => say!(
             "step {} of {}: {} sample(s) in {} datum(s), {} token(s); loss {}, mean reward {:+.3}, KL(sampler‖learner) {}, entropy {}; {} policy version {}{}",
-            reply["step"],
-            reply["run"].as_str().unwrap_or("?"),
-            reply["samples"],
-            reply["datums"],
-            reply["tokens"],
-            reply["loss"],
-            reply["mean_reward"].as_f64().unwrap_or(0.0),
-            reply["kl_sampler_learner"],
-            reply["entropy"],
-            match reply["under_test"].as_i64() {
+            s.step,
+            s.run,
+            s.samples,
+            s.datums,
+            s.tokens,
+            shown(s.loss),
+            s.mean_reward,
+            shown(s.kl_sampler_learner),
+            shown(s.entropy),
+            match s.under_test {
                 Some(id) => format!("testing (experiment {id}: its candidate arm gets it)"),
                 None => "serving".to_string(),
             },
-            reply["policy_version"],
-            reply["checkpoint"]
-                .as_str()
+            s.policy_version,
+            s.checkpoint
+                .as_deref()
                 .map(|c| format!("; checkpoint {c}"))
                 .unwrap_or_default()
         ),
-        Some("waiting") => say!(
-            "no step: {} sample(s) ready (a step needs at least one; rl.batch_size {})",
-            reply["ready"],
-            reply["batch_size"]
+        Outcome::Waiting { ready, batch_size } => say!(
+            "no step: {ready} sample(s) ready (a step needs at least one; rl.batch_size {batch_size})"
         ),
-        Some("under_test") => say!(
-            "no step: step {}'s weights are under test (experiment {}); training goes on once it is decided (`metaclaw experiments show {}`)",
-            reply["policy_version"],
-            reply["experiment"],
-            reply["experiment"]
+        Outcome::UnderTest {
+            experiment,
+            policy_version,
+        } => say!(
+            "no step: step {policy_version}'s weights are under test (experiment {experiment}); training goes on once it is decided (`metaclaw experiments show {experiment}`)"
         ),
-        Some("no_signal") => say!(
-            "no step: the {} ready sample(s) had no signal (every advantage zero) and were skipped",
-            reply["skipped"]
+        Outcome::NoSignal { skipped } => say!(
+            "no step: the {skipped} ready sample(s) had no signal (every advantage zero) and were skipped"
         ),
-        _ => say!("{reply}"),
     }
-    Ok(ExitCode::SUCCESS)
 }
 
 /// `train status`: the run, its health and its last steps.
@@ -332,24 +340,18 @@ fn status(
     for (why, n) in &skipped {
         say!("  skipped {n:>5}: {why}");
     }
-    match service["reachable"].as_bool() {
-        Some(true) => say!(
-            "training service: {} reachable",
-            service["url"].as_str().unwrap_or("?")
-        ),
-        _ => say!(
-            "training service: {} not reachable: {}",
-            service["url"].as_str().unwrap_or("?"),
-            service["error"].as_str().unwrap_or("?")
-        ),
+    match &service.error {
+        None => say!("training service: {} reachable", service.url),
+        Some(error) => say!("training service: {} not reachable: {error}", service.url),
     }
     match &daemon {
         None => say!("trainer: the daemon is not running (`metaclaw start`)"),
-        Some(d) => {
-            if let Some(e) = d["last_error"].as_str() {
+        Some(None) => {}
+        Some(Some(d)) => {
+            if let Some(e) = &d.last_error {
                 say!("trainer: the last step failed: {e}");
             }
-            if let Some(opd) = d["opd"].as_str() {
+            if let Some(opd) = &d.opd {
                 say!("distillation: teacher {opd}");
             }
         }
@@ -365,26 +367,42 @@ fn status(
 }
 
 /// Whether the training service answers (connecting as the trainer does,
+/// Whether the training service answers, and why not.
+#[derive(serde::Serialize)]
+struct ServiceHealth {
+    url: String,
+    reachable: bool,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    error: Option<String>,
+}
+
+/// Whether the training service answers (connecting as the trainer does,
 /// for at most a few seconds).
-async fn service_health(config: &metaclaw_core::config::Config) -> serde_json::Value {
+async fn service_health(config: &metaclaw_core::config::Config) -> ServiceHealth {
     let env = |k: &str| std::env::var(k).ok();
     let settings = metaclaw_core::tinker::configured::settings(config, &env);
     let url = settings.service_url().to_string();
     let connect = metaclaw_core::tinker::Service::connect(&settings);
-    match tokio::time::timeout(std::time::Duration::from_secs(10), connect).await {
-        Ok(Ok(_)) => json!({"url": url, "reachable": true}),
-        Ok(Err(e)) => json!({"url": url, "reachable": false, "error": e.to_string()}),
-        Err(_) => json!({"url": url, "reachable": false, "error": "no answer within 10 s"}),
+    let error = match tokio::time::timeout(std::time::Duration::from_secs(10), connect).await {
+        Ok(Ok(_)) => None,
+        Ok(Err(e)) => Some(e.to_string()),
+        Err(_) => Some("no answer within 10 s".to_string()),
+    };
+    ServiceHealth {
+        url,
+        reachable: error.is_none(),
+        error,
     }
 }
 
-/// The running daemon's trainer: its last error and distillation state
-/// (`None`: no daemon).
-async fn daemon_training(home: &Home, run: &Run) -> Option<serde_json::Value> {
+/// The running daemon's trainer of this run: its last error and
+/// distillation state (`None`: no daemon; `Some(None)`: it does not train
+/// this run).
+async fn daemon_training(home: &Home, run: &Run) -> Option<Option<TrainingStatus>> {
     let admin = AdminClient::connect(home).ok()?;
-    let status = admin.get_json("/admin/status").await.ok()?;
+    let mut status = admin.status().await.ok()?;
     Some(match run.0.as_str() {
-        "" => status["training"].clone(),
-        agent => status["agents"][agent]["training"].clone(),
+        "" => status.training,
+        agent => status.agents.remove(agent).and_then(|a| a.training),
     })
 }

@@ -114,6 +114,27 @@ pub struct TrajectoryStep<'a> {
     pub token_advantages: &'a [f32],
 }
 
+/// Why turns do not form one trajectory example.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum TrajectoryError {
+    #[error("turn {turn}: {logprobs} logprobs for {sampled} sampled tokens")]
+    Logprobs {
+        turn: usize,
+        logprobs: usize,
+        sampled: usize,
+    },
+    #[error("turn {turn}: {advantages} per-token advantages for {sampled} sampled tokens")]
+    Advantages {
+        turn: usize,
+        advantages: usize,
+        sampled: usize,
+    },
+    #[error("turn {turn}'s prompt does not extend turn {}'s prompt and answer", turn - 1)]
+    NotExtending { turn: usize },
+    #[error("a trajectory needs at least two tokens")]
+    TooShort,
+}
+
 impl Datum {
     /// A sampled answer as one policy-gradient example: the prompt and the
     /// exact tokens sampled (never re-tokenised), each answer token with
@@ -144,39 +165,36 @@ impl Datum {
     /// the tokens the model sampled carry their logprob, their turn's
     /// advantage and weight 1; everything else (prompts, tool results,
     /// the user's next message) 0.
-    pub fn from_trajectory(steps: &[TrajectoryStep<'_>]) -> Result<Self, String> {
+    pub fn from_trajectory(steps: &[TrajectoryStep<'_>]) -> Result<Self, TrajectoryError> {
         let mut covered = 0;
-        for (i, step) in steps.iter().enumerate() {
-            if step.logprobs.len() != step.tokens.len() {
-                return Err(format!(
-                    "turn {i}: {} logprobs for {} sampled tokens",
-                    step.logprobs.len(),
-                    step.tokens.len()
-                ));
+        for (turn, step) in steps.iter().enumerate() {
+            let sampled = step.tokens.len();
+            if step.logprobs.len() != sampled {
+                return Err(TrajectoryError::Logprobs {
+                    turn,
+                    logprobs: step.logprobs.len(),
+                    sampled,
+                });
             }
-            if !step.token_advantages.is_empty() && step.token_advantages.len() != step.tokens.len()
-            {
-                return Err(format!(
-                    "turn {i}: {} per-token advantages for {} sampled tokens",
-                    step.token_advantages.len(),
-                    step.tokens.len()
-                ));
+            if !step.token_advantages.is_empty() && step.token_advantages.len() != sampled {
+                return Err(TrajectoryError::Advantages {
+                    turn,
+                    advantages: step.token_advantages.len(),
+                    sampled,
+                });
             }
-            if i > 0 {
-                let before = &steps[i - 1];
+            if turn > 0 {
+                let before = &steps[turn - 1];
                 let extends = step.prompt.starts_with(before.prompt)
                     && step.prompt[before.prompt.len()..].starts_with(before.tokens);
                 if !extends {
-                    return Err(format!(
-                        "turn {i}'s prompt does not extend turn {}'s prompt and answer",
-                        i - 1
-                    ));
+                    return Err(TrajectoryError::NotExtending { turn });
                 }
             }
             covered = step.prompt.len() + step.tokens.len();
         }
         if covered < 2 {
-            return Err("a trajectory needs at least two tokens".into());
+            return Err(TrajectoryError::TooShort);
         }
         Ok(Self::build(steps))
     }

@@ -6,7 +6,8 @@
 use serde_json::Value;
 
 use super::{
-    CallIds, Family, ToolCall, ToolCallParser, add_error, arguments_json, json_prefix, kind,
+    CallIds, Family, Malformed, ToolCall, ToolCallParser, add_error, arguments_json, json_prefix,
+    kind,
 };
 
 pub(crate) const OPEN: &str = "<tool_call>";
@@ -72,7 +73,7 @@ impl ToolCallParser for HermesParser {
 
 /// The block whose body starts at `body`: its name, arguments and end, or
 /// the end of its text (to keep in the content) and why it is malformed.
-fn block(text: &str, body: usize) -> Result<(String, String, usize), (usize, String)> {
+fn block(text: &str, body: usize) -> Result<(String, String, usize), (usize, Malformed)> {
     let rest = &text[body..];
     // A malformed block runs to its `</tool_call>`, or, when another block
     // opens first or none closes it (the sample was cut off), up to there.
@@ -82,20 +83,18 @@ fn block(text: &str, body: usize) -> Result<(String, String, usize), (usize, Str
     let closed_end = rest[..next_open.unwrap_or(rest.len())]
         .find(CLOSE)
         .map(|close| body + close + CLOSE.len());
-    let unclosed = |why: &str| match closed_end {
-        Some(end) => (end, why.to_owned()),
+    let unclosed = |why: Malformed| match closed_end {
+        Some(end) => (end, why),
         None => (
             body + next_open.unwrap_or(rest.len()),
-            format!("no {CLOSE} (cut off?)"),
+            Malformed::Unclosed(CLOSE),
         ),
     };
-    let (value, used) = json_prefix(rest).map_err(|why| unclosed(&why))?;
+    let (value, used) = json_prefix(rest).map_err(unclosed)?;
     let after = rest.get(used..).unwrap_or_default();
     let after_trimmed = after.trim_start();
     if !after_trimmed.starts_with(CLOSE) {
-        return Err(unclosed(&format!(
-            "text after the JSON object, not {CLOSE}"
-        )));
+        return Err(unclosed(Malformed::TextAfter("the JSON object", CLOSE)));
     }
     let end = body + used + (after.len() - after_trimmed.len()) + CLOSE.len();
     call(value)
@@ -104,15 +103,15 @@ fn block(text: &str, body: usize) -> Result<(String, String, usize), (usize, Str
 }
 
 /// A block's JSON as a call: `name` and `arguments` (or `parameters`).
-fn call(value: Value) -> Result<(String, String), String> {
+fn call(value: Value) -> Result<(String, String), Malformed> {
     let Value::Object(object) = value else {
-        return Err(format!("{}, not a JSON object", kind(&value)));
+        return Err(Malformed::NotAnObject(kind(&value)));
     };
     let name = match object.get("name") {
         Some(Value::String(name)) if !name.trim().is_empty() => name.clone(),
-        Some(Value::String(_)) => return Err("empty \"name\"".to_owned()),
-        Some(other) => return Err(format!("\"name\" is {}, not a string", kind(other))),
-        None => return Err("no \"name\"".to_owned()),
+        Some(Value::String(_)) => return Err(Malformed::EmptyName),
+        Some(other) => return Err(Malformed::NameNotText(kind(other))),
+        None => return Err(Malformed::NoName),
     };
     let arguments = arguments_json(object.get("arguments").or_else(|| object.get("parameters")))?;
     Ok((name, arguments))

@@ -7,7 +7,9 @@
 //! As vLLM's `kimi_k2` parser, this also reads the section markers'
 //! singular spelling and a name without `functions.`.
 
-use super::{CallIds, Family, ToolCall, ToolCallParser, add_error, arguments_json, json_prefix};
+use super::{
+    CallIds, Family, Malformed, ToolCall, ToolCallParser, add_error, arguments_json, json_prefix,
+};
 
 pub(crate) const SECTION_BEGIN: &str = "<|tool_calls_section_begin|>";
 pub(crate) const SECTION_BEGIN_SINGULAR: &str = "<|tool_call_section_begin|>";
@@ -130,7 +132,7 @@ struct Call<'a> {
 
 /// The call whose header (its id) starts at `start`; or the end of its
 /// text (to keep in the content) and why it is malformed.
-fn call(text: &str, start: usize) -> Result<Call<'_>, (usize, String)> {
+fn call(text: &str, start: usize) -> Result<Call<'_>, (usize, Malformed)> {
     let rest = &text[start..];
     // A malformed call runs to its `<|tool_call_end|>`, or, when another
     // call or the section's end comes first or nothing ends it (the sample
@@ -141,13 +143,13 @@ fn call(text: &str, start: usize) -> Result<Call<'_>, (usize, String)> {
         Some(end) => start + end + CALL_END.len(),
         None => start + stop.unwrap_or(rest.len()),
     };
-    let bad = |why: String| match ended {
+    let bad = |why: Malformed| match ended {
         Some(_) => (bad_end, why),
-        None => (bad_end, format!("no {CALL_END} (cut off?)")),
+        None => (bad_end, Malformed::Unclosed(CALL_END)),
     };
     let limit = ended.or(stop).unwrap_or(rest.len());
     let Some(argument_begin) = rest[..limit].find(ARGUMENT_BEGIN) else {
-        return Err(bad(format!("no {ARGUMENT_BEGIN}")));
+        return Err(bad(Malformed::Missing(ARGUMENT_BEGIN)));
     };
     let (name, own_id) = header(rest[..argument_begin].trim()).map_err(bad)?;
     let arguments_start = start + argument_begin + ARGUMENT_BEGIN.len();
@@ -166,7 +168,7 @@ fn call(text: &str, start: usize) -> Result<Call<'_>, (usize, String)> {
     let after = arguments_text.get(used..).unwrap_or_default();
     let after_trimmed = after.trim_start();
     if !after_trimmed.starts_with(CALL_END) {
-        return Err(bad(format!("text after the arguments, not {CALL_END}")));
+        return Err(bad(Malformed::TextAfter("the arguments", CALL_END)));
     }
     let end = arguments_start + used + (after.len() - after_trimmed.len()) + CALL_END.len();
     let arguments = arguments_json(Some(&value)).map_err(|why| (end, why))?;
@@ -180,7 +182,7 @@ fn call(text: &str, start: usize) -> Result<Call<'_>, (usize, String)> {
 
 /// A call's header, `functions.NAME:IDX`: the name, and the header itself
 /// as the call's id when it has the index (the model's own id).
-fn header(header: &str) -> Result<(&str, Option<&str>), String> {
+fn header(header: &str) -> Result<(&str, Option<&str>), Malformed> {
     let (base, indexed) = match header.rsplit_once(':') {
         Some((base, index)) if !index.is_empty() && index.bytes().all(|b| b.is_ascii_digit()) => {
             (base, true)
@@ -189,7 +191,7 @@ fn header(header: &str) -> Result<(&str, Option<&str>), String> {
     };
     let name = base.strip_prefix(PREFIX).unwrap_or(base);
     if name.is_empty() || name.contains(|c: char| c.is_whitespace() || c == '<' || c == '>') {
-        return Err(format!("no function name in {header:?}"));
+        return Err(Malformed::NoFunctionName(header.to_owned()));
     }
     Ok((name, indexed.then_some(header)))
 }

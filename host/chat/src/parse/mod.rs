@@ -241,17 +241,52 @@ fn splitmix64(state: &mut u64) -> u64 {
 /// null arguments are `{}` (a call of a tool without parameters), and a
 /// JSON string holding an object is that object: Qwen2.5's template
 /// renders OpenAI's string arguments that way, and models copy it.
-pub(crate) fn arguments_json(value: Option<&Value>) -> Result<String, String> {
+pub(crate) fn arguments_json(value: Option<&Value>) -> Result<String, Malformed> {
     match value {
         None | Some(Value::Null) => Ok("{}".to_owned()),
         Some(object @ Value::Object(_)) => Ok(object.to_string()),
         Some(Value::String(text)) => match serde_json::from_str::<Value>(text) {
             Ok(object @ Value::Object(_)) => Ok(object.to_string()),
-            Ok(_) => Err("arguments are a string that is not a JSON object".to_owned()),
-            Err(e) => Err(format!("arguments are a string that is not JSON: {e}")),
+            Ok(_) => Err(Malformed::ArgumentsTextNotObject),
+            Err(e) => Err(Malformed::ArgumentsTextNotJson(e.to_string())),
         },
-        Some(other) => Err(format!("arguments are {}, not an object", kind(other))),
+        Some(other) => Err(Malformed::ArgumentsNotObject(kind(other))),
     }
+}
+
+/// Why a tool call in a sample is malformed (recorded with the sample as
+/// its parse error).
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub(crate) enum Malformed {
+    #[error("arguments are a string that is not a JSON object")]
+    ArgumentsTextNotObject,
+    #[error("arguments are a string that is not JSON: {0}")]
+    ArgumentsTextNotJson(String),
+    #[error("arguments are {0}, not an object")]
+    ArgumentsNotObject(&'static str),
+    #[error("invalid JSON: {0}")]
+    InvalidJson(String),
+    #[error("no JSON")]
+    NoJson,
+    #[error("{0}, not a JSON object")]
+    NotAnObject(&'static str),
+    #[error("empty \"name\"")]
+    EmptyName,
+    #[error("\"name\" is {0}, not a string")]
+    NameNotText(&'static str),
+    #[error("no \"name\"")]
+    NoName,
+    #[error("no function name in {0:?}")]
+    NoFunctionName(String),
+    /// A marker the call needs is missing.
+    #[error("no {0}")]
+    Missing(&'static str),
+    /// Nothing ends the call: the sample was cut off.
+    #[error("no {0} (cut off?)")]
+    Unclosed(&'static str),
+    /// Text after what (the JSON object, the arguments), not the marker.
+    #[error("text after {0}, not {1}")]
+    TextAfter(&'static str, &'static str),
 }
 
 /// What a JSON value is, for error messages.
@@ -270,12 +305,12 @@ pub(crate) fn kind(value: &Value) -> &'static str {
 /// offset just past it. Parsing the value itself, rather than cutting at
 /// the next closing marker, keeps a string argument that contains the
 /// marker (a file being written about tool calls) intact.
-pub(crate) fn json_prefix(text: &str) -> Result<(Value, usize), String> {
+pub(crate) fn json_prefix(text: &str) -> Result<(Value, usize), Malformed> {
     let mut values = serde_json::Deserializer::from_str(text).into_iter::<Value>();
     match values.next() {
         Some(Ok(value)) => Ok((value, values.byte_offset())),
-        Some(Err(e)) => Err(format!("invalid JSON: {e}")),
-        None => Err("no JSON".to_owned()),
+        Some(Err(e)) => Err(Malformed::InvalidJson(e.to_string())),
+        None => Err(Malformed::NoJson),
     }
 }
 

@@ -70,7 +70,7 @@ pub async fn rollback(
     app: &App,
     agent: Option<&crate::agent_id::AgentId>,
     sampler: &str,
-) -> Result<Value, ApiError> {
+) -> Result<RolledBack, ApiError> {
     let (policy, train) = match agent {
         None => (app.proxy.policy.clone(), app.train.as_ref()),
         Some(id) => (
@@ -89,7 +89,11 @@ pub async fn rollback(
             .serve(sampler)
             .await
             .map_err(|e| ApiError::BadRequest(format!("cannot serve {sampler}: {e}")))?;
-        return Ok(json!({ "sampler": path, "policy_version": version, "requested": sampler }));
+        return Ok(RolledBack {
+            sampler: path,
+            policy_version: version,
+            requested: Some(sampler.to_string()),
+        });
     }
     let version = crate::learn::rl::checkpoint_step(sampler).unwrap_or(0);
     if let Err(e) = policy.swap(sampler, version).await {
@@ -117,7 +121,29 @@ pub async fn rollback(
     if let Err(e) = recorded {
         tracing::warn!("rolled back to {sampler}, but a restart will not know: {e:#}");
     }
-    Ok(json!({ "sampler": sampler, "policy_version": version }))
+    Ok(RolledBack {
+        sampler: sampler.to_string(),
+        policy_version: version,
+        requested: None,
+    })
+}
+
+/// What a rollback serves now: the sampler weights (as the trainer saved
+/// them) and their policy version; `requested`: the path asked for, when
+/// a trainer resolved it.
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
+pub struct RolledBack {
+    pub sampler: String,
+    pub policy_version: i64,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub requested: Option<String>,
+}
+
+/// What `POST /admin/train/resume` answers: the pause it ended.
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
+pub struct Resumed {
+    pub resumed: bool,
+    pub was_paused: String,
 }
 
 /// Disables a loaded plugin (its calls fail over to the next, as when it

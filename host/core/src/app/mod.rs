@@ -10,7 +10,7 @@
 pub mod actions;
 pub mod feedback;
 mod start;
-mod status;
+pub mod status;
 
 use std::sync::Arc;
 use std::time::Instant;
@@ -20,7 +20,7 @@ use crate::plugins::PluginHost;
 use crate::proxy::Proxy;
 
 pub use start::StartOptions;
-pub use status::status_json;
+pub use status::{Status, status};
 
 /// What the routes share: the turn pipeline's state and what the admin
 /// routes report on.

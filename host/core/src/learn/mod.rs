@@ -64,11 +64,20 @@ where
     })
 }
 
-/// `"learning"` in `/admin/status` and a session end's answer.
-pub fn state_json(enabled: bool) -> serde_json::Value {
-    if enabled {
-        serde_json::json!({ "enabled": true })
-    } else {
-        serde_json::json!({ "enabled": false, "note": OFF })
+/// `"learning"` in `/admin/status` and a session end's answer: whether
+/// learning jobs run, and what to do when they do not.
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
+pub struct LearningState {
+    pub enabled: bool,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub note: Option<String>,
+}
+
+impl LearningState {
+    pub fn of(enabled: bool) -> Self {
+        Self {
+            enabled,
+            note: (!enabled).then(|| OFF.to_string()),
+        }
     }
 }

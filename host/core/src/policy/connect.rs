@@ -57,7 +57,7 @@ pub async fn run(policy: Arc<Policy>, cancel: CancellationToken) {
             Err(why) => {
                 tracing::warn!("the trainable model cannot answer yet: {why}");
                 policy.update_health(|h| {
-                    h.state = "down";
+                    h.state = "down".into();
                     h.reason = Some(why.to_string());
                     h.since_ms = now_ms();
                 });
@@ -139,7 +139,7 @@ async fn load_format(policy: &Policy) -> Result<(), ConnectError> {
     policy.update_health(|h| {
         h.rendering = Some(format.renderer.id().to_string());
         h.tokenizer_dir = Some(dir.display().to_string());
-        h.tool_call_format = Some(format.family.map_or("none", |f| f.name()));
+        h.tool_call_format = Some(format.family.map_or("none", |f| f.name()).into());
     });
     if let Ok(mut slot) = policy.format.write() {
         *slot = Some(Arc::new(format));

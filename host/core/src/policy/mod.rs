@@ -21,6 +21,7 @@ pub mod connect;
 pub mod files;
 mod trajectory;
 
+use std::borrow::Cow;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::Duration;
@@ -173,10 +174,10 @@ pub struct Serving {
 }
 
 /// Why the student is or is not answering, for `status`.
-#[derive(Debug, Clone, Default, serde::Serialize)]
+#[derive(Debug, Clone, Default, serde::Serialize, serde::Deserialize)]
 pub struct Health {
     /// `starting`, `ready` or `down`.
-    pub state: &'static str,
+    pub state: Cow<'static, str>,
     /// Why it is not ready, or why the last turn fell back.
     pub reason: Option<String>,
     pub since_ms: i64,
@@ -186,7 +187,7 @@ pub struct Health {
     /// The rendering in use (template + tokenizer hash) and where its files are.
     pub rendering: Option<String>,
     pub tokenizer_dir: Option<String>,
-    pub tool_call_format: Option<&'static str>,
+    pub tool_call_format: Option<Cow<'static, str>>,
     pub samples: u64,
     pub parse_errors: u64,
     pub fallbacks: u64,
@@ -223,7 +224,7 @@ pub struct Candidate {
 }
 
 /// What `status` says of weights under test.
-#[derive(Debug, Clone, serde::Serialize)]
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
 pub struct CandidateShown {
     pub experiment: i64,
     pub sampler: String,
@@ -271,7 +272,7 @@ impl Policy {
             format: RwLock::new(None),
             serving: RwLock::new(None),
             health: Mutex::new(Health {
-                state: "starting",
+                state: "starting".into(),
                 since_ms: now_ms(),
                 ..Health::default()
             }),
@@ -634,7 +635,7 @@ impl Policy {
             *current = None;
         }
         self.update_health(|h| {
-            h.state = "down";
+            h.state = "down".into();
             h.reason = Some(why.to_string());
             h.since_ms = now_ms();
             h.sampler = None;
@@ -680,7 +681,7 @@ impl Policy {
             *current = Some(serving);
         }
         self.update_health(|h| {
-            h.state = "ready";
+            h.state = "ready".into();
             h.reason = None;
             h.since_ms = now_ms();
             h.sampler = Some(name);

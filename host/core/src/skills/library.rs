@@ -14,7 +14,7 @@ use super::skill::{self, Skill};
 use crate::clock::now_ms;
 use crate::store::skills::{Attribution, SkillVersion};
 
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, serde::Deserialize)]
 pub struct SkillProblem {
     pub id: String,
     pub path: PathBuf,

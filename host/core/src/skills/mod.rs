@@ -245,8 +245,21 @@ pub fn answering(plugins: Option<&PluginHost>, builtin: bool) -> Result<Vec<Stri
     })
 }
 
+/// A retriever (`bm25@0.1.0`) and where its index of the library stands.
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
+pub struct RetrieverIndex {
+    pub name: String,
+    pub index: crate::plugins::IndexState,
+}
+
+impl std::fmt::Display for RetrieverIndex {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{} {}", self.name, self.index)
+    }
+}
+
 /// How skills are retrieved, for `status`.
-#[derive(Debug, Clone, Default, serde::Serialize)]
+#[derive(Debug, Clone, Default, serde::Serialize, serde::Deserialize)]
 pub struct Retrieval {
     /// `bm25` or `embedding`.
     pub mode: String,
@@ -411,14 +424,15 @@ impl Skills {
     }
 
     /// Each loaded retriever and where its index of library `generation`
-    /// stands: `[{"name": "bm25@0.1.0", "index": "ready"}, …]`.
-    pub fn retriever_indexes(&self, generation: u64) -> serde_json::Value {
+    /// stands.
+    pub fn retriever_indexes(&self, generation: u64) -> Vec<RetrieverIndex> {
         let retrievers = self.plugins.iter().flat_map(|p| p.retrievers());
-        serde_json::Value::Array(
-            retrievers
-                .map(|r| serde_json::json!({ "name": r.label(), "index": r.index_state(generation) }))
-                .collect(),
-        )
+        retrievers
+            .map(|r| RetrieverIndex {
+                name: r.label().to_string(),
+                index: r.index_state(generation),
+            })
+            .collect()
     }
 
     /// [`answering`] for this library's plugins.

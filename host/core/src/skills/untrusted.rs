@@ -59,6 +59,24 @@ pub struct Untrusted {
     wake: tokio::sync::Notify,
 }
 
+/// Skills from other tools in `status`: the patterns, how many matching
+/// skills passed, are held or were refused, and why checking is blocked.
+#[derive(Debug, Clone, Default, serde::Serialize, serde::Deserialize)]
+pub struct UntrustedStatus {
+    pub patterns: Vec<String>,
+    pub passed: usize,
+    pub held: usize,
+    pub refused: Vec<RefusedSkill>,
+    pub blocked: Option<String>,
+}
+
+/// A skill the guard refused, and why.
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
+pub struct RefusedSkill {
+    pub id: String,
+    pub reason: String,
+}
+
 impl Untrusted {
     /// The patterns of `skills.untrusted`, with the verdicts the store at
     /// `db` holds (none when it cannot be read: everything matching stays
@@ -134,25 +152,26 @@ impl Untrusted {
 
     /// For `status`: the patterns, how many matching skills passed, are
     /// held or were refused, and why checking is blocked, if it is.
-    pub fn status(&self, snapshot: &Snapshot) -> serde_json::Value {
+    pub fn status(&self, snapshot: &Snapshot) -> UntrustedStatus {
         let (mut passed, mut pending, mut refused) = (0, 0, Vec::new());
         for skill in &snapshot.skills {
             match self.matches(&skill.name).then(|| self.hold(skill)) {
                 None => {}
                 Some(None) => passed += 1,
                 Some(Some(Hold::Pending)) => pending += 1,
-                Some(Some(Hold::Refused(why))) => {
-                    refused.push(serde_json::json!({ "id": skill.id, "reason": why }))
-                }
+                Some(Some(Hold::Refused(why))) => refused.push(RefusedSkill {
+                    id: skill.id.clone(),
+                    reason: why,
+                }),
             }
         }
-        serde_json::json!({
-            "patterns": self.patterns,
-            "passed": passed,
-            "held": pending + refused.len(),
-            "refused": refused,
-            "blocked": self.blocked.read().ok().and_then(|b| b.clone()),
-        })
+        UntrustedStatus {
+            patterns: self.patterns.clone(),
+            passed,
+            held: pending + refused.len(),
+            refused,
+            blocked: self.blocked.read().ok().and_then(|b| b.clone()),
+        }
     }
 
     /// Checks held skills until `cancel`led: at once, whenever woken

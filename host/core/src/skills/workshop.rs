@@ -72,6 +72,16 @@ pub struct Delivery {
     wake: tokio::sync::Notify,
 }
 
+/// `skills.deliver` in `status`: the mode, the offers by state, the last
+/// error.
+#[derive(Debug, Clone, Default, serde::Serialize, serde::Deserialize)]
+pub struct DeliveryStatus {
+    pub mode: String,
+    pub workshop_agent: Option<String>,
+    pub proposals: Option<std::collections::BTreeMap<String, u64>>,
+    pub last_error: Option<String>,
+}
+
 impl Delivery {
     /// The delivery `mode`, with the offers the store at `db` holds.
     pub fn new(mode: Deliver, settings: WorkshopConfig, db: crate::store::Db) -> Arc<Self> {
@@ -166,9 +176,11 @@ impl Delivery {
     }
 
     /// For `status`: the mode, the offers by state, the last error.
-    pub fn status(&self) -> serde_json::Value {
-        let mut counts: std::collections::BTreeMap<&str, u64> =
-            proposals::STATES.iter().map(|s| (*s, 0)).collect();
+    pub fn status(&self) -> DeliveryStatus {
+        let mut counts: std::collections::BTreeMap<String, u64> = proposals::STATES
+            .iter()
+            .map(|s| (s.to_string(), 0))
+            .collect();
         if let Ok(states) = self.states.read() {
             for state in states.values() {
                 if let Some(n) = counts.get_mut(state.as_str()) {
@@ -176,12 +188,12 @@ impl Delivery {
                 }
             }
         }
-        serde_json::json!({
-            "mode": self.mode.as_str(),
-            "workshop_agent": self.offers().then_some(&self.settings.agent),
-            "proposals": self.offers().then_some(counts),
-            "last_error": self.last_error.read().ok().and_then(|e| e.clone()),
-        })
+        DeliveryStatus {
+            mode: self.mode.as_str().to_string(),
+            workshop_agent: self.offers().then(|| self.settings.agent.clone()),
+            proposals: self.offers().then_some(counts),
+            last_error: self.last_error.read().ok().and_then(|e| e.clone()),
+        }
     }
 
     /// Proposes what waits and reads the owner's verdicts, until

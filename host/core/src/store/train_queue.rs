@@ -71,7 +71,7 @@ pub struct Group {
 }
 
 /// What the queue holds, by state.
-#[derive(Debug, Clone, Default, PartialEq, serde::Serialize)]
+#[derive(Debug, Clone, Default, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct Counts {
     pub waiting: u64,
     pub ready: u64,

@@ -321,7 +321,7 @@ pub async fn rollback(
             StatusCode::OK,
             &format!(
                 "Serving {sampler} (policy version {}) now, and after restarts.",
-                done["policy_version"]
+                done.policy_version
             ),
             ("/ui/training", "Back to training"),
         ),

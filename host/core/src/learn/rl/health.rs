@@ -18,7 +18,7 @@
 //! - **learning** when the reward rose (t ≥ `t_change`);
 //! - **flat** otherwise.
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 /// What one step recorded that the verdict reads (`training_steps.metrics`,
@@ -94,7 +94,7 @@ impl Default for Rule {
     }
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum State {
     NotEnoughData,
@@ -114,7 +114,7 @@ impl State {
     }
 }
 
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Verdict {
     pub state: State,
     /// In words, with the numbers behind it.

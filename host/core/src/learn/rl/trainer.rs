@@ -23,7 +23,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use tokio::sync::{mpsc, oneshot};
 use tokio_util::sync::CancellationToken;
 
@@ -110,7 +110,7 @@ pub struct TrainerState {
 }
 
 /// One step's outcome, as `metaclaw train step` prints it.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Stepped {
     pub run: String,
     pub step: i64,
@@ -137,7 +137,7 @@ pub struct Stepped {
 }
 
 /// What distillation added to a step.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct OpdReport {
     pub teacher: String,
     /// Sampled tokens the teacher scored.
@@ -148,7 +148,7 @@ pub struct OpdReport {
 }
 
 /// Why no step ran, or what it ran.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(tag = "outcome", rename_all = "snake_case")]
 pub enum Outcome {
     Stepped(Box<Stepped>),

@@ -12,7 +12,7 @@ use crate::plugins::bindings::types;
 use crate::plugins::sandbox::{EmbedPurpose, OutcomeSource};
 
 /// A retriever's index of the current skill library, as `status` shows it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum IndexState {
     /// Turns are answered from it.
@@ -24,6 +24,18 @@ pub enum IndexState {
     /// Not started for this library yet (it starts with the next turn or
     /// change).
     NotStarted,
+}
+
+impl std::fmt::Display for IndexState {
+    /// In words: `ready`, `indexing`, `failed`, `not started`.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Self::Ready => "ready",
+            Self::Indexing => "indexing",
+            Self::Failed => "failed",
+            Self::NotStarted => "not started",
+        })
+    }
 }
 
 impl LoadedPlugin {

@@ -92,7 +92,7 @@ pub async fn page(
         context! {
             frame => frame("learning", &login, &dashboard),
             on => app.learn.is_some(),
-            runner => data(&crate::learn::state_json(app.learn.is_some())),
+            runner => data(&crate::learn::LearningState::of(app.learn.is_some())),
             state => state.map(|s| s.as_str()),
             states => JobState::ALL.iter().map(|s| s.as_str()).collect::<Vec<_>>(),
             shown => data(&shown),

@@ -33,11 +33,10 @@ pub async fn page(
     };
     let turns_per_minute = metrics.turns_last_minute.count();
     let reader = app.clone();
-    let status =
-        match read(move || crate::app::status_json(&reader).map_err(PageError::store)).await {
-            Ok(status) => status,
-            Err(page) => return page,
-        };
+    let status = match read(move || crate::app::status(&reader).map_err(PageError::store)).await {
+        Ok(status) => status,
+        Err(page) => return page,
+    };
     let reader = app.clone();
     let learned = match read(move || learned(&reader, crate::clock::now_ms())).await {
         Ok(learned) => learned,

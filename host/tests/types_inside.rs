@@ -1,0 +1,266 @@
+//! W3-F's "types inside", counted in the product's code (every package the
+//! binary is built from; test modules and files excluded):
+//! - a `Result<_, String>` only where an API asks for a `String` error;
+//! - nothing opens the SQLite database but the store's `Db`;
+//! - `serde_json::Value` fields looked up by key (`v["key"]`,
+//!   `.pointer(…)`) only where the table below says, file by file. The
+//!   table is the work left: a file may only go down, and when it does,
+//!   its row goes down with it (the test says so), so the table stays
+//!   true. (`.get("key")` is not counted: maps and headers share it.)
+
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use regex::Regex;
+
+/// The packages of the binary (the test servers, `mock-*`, are not).
+const ROOTS: &[&str] = &[
+    "core/src",
+    "bench/src",
+    "src",
+    "wire/src",
+    "chat/src",
+    "tinker/src",
+];
+
+/// `Result<_, String>` kept, and why: the API on the other side asks for
+/// a `String`.
+const STRING_ERRORS: &[(&str, usize, &str)] = &[
+    (
+        "core/src/plugins/sandbox/host.rs",
+        2,
+        "WIT host calls: the plugin ABI's result<_, string>",
+    ),
+    (
+        "core/src/store/jobs.rs",
+        1,
+        "a job's failure, stored as text",
+    ),
+    ("src/cli/setup.rs", 1, "dialoguer's validator"),
+];
+
+/// Key lookups on `Value` left, by file. Most of the wire crate is the
+/// client's JSON passed through (a body forwarded as sent, a stream
+/// relayed); its Anthropic and Responses request fronts are still to be
+/// parsed into typed requests. The claws' files edit the agents' own
+/// config files, whose keys metaclaw does not own.
+const KEY_LOOKUPS: &[(&str, usize)] = &[
+    ("bench/src/arms.rs", 5),
+    ("bench/src/checks.rs", 4),
+    ("bench/src/data.rs", 21),
+    ("bench/src/day.rs", 6),
+    ("bench/src/model.rs", 5),
+    ("bench/src/openclaw.rs", 39),
+    ("bench/src/oracle.rs", 23),
+    ("bench/src/report.rs", 9),
+    ("bench/src/rollout/agent.rs", 11),
+    ("bench/src/run.rs", 2),
+    ("core/src/admin.rs", 2),
+    ("core/src/claws/copaw.rs", 12),
+    ("core/src/claws/picoclaw.rs", 1),
+    ("core/src/config/show.rs", 4),
+    ("core/src/learn/evolve.rs", 2),
+    ("core/src/learn/finished.rs", 13),
+    ("core/src/learn/llm.rs", 3),
+    ("core/src/learn/rl/health.rs", 3),
+    ("core/src/learn/rl/opd.rs", 4),
+    ("core/src/learn/rl/trainer.rs", 6),
+    ("core/src/policy/mod.rs", 1),
+    ("core/src/server.rs", 4),
+    ("core/src/skills/workshop.rs", 12),
+    ("core/src/store/browse.rs", 5),
+    ("core/src/store/writer.rs", 10),
+    ("core/src/tinker/model.rs", 2),
+    ("core/src/tinker/session.rs", 2),
+    ("core/src/ui/actions.rs", 4),
+    ("src/cli/demo.rs", 3),
+    ("src/cli/doctor/machine.rs", 2),
+    ("src/cli/doctor/online.rs", 5),
+    ("src/cli/learn_cmd.rs", 2),
+    ("src/cli/plugins_cmd.rs", 6),
+    ("src/cli/sessions_cmd.rs", 10),
+    ("src/cli/skills_cmd.rs", 1),
+    ("src/cli/tinker_cmd.rs", 2),
+    ("src/cli/train_cmd.rs", 6),
+    ("wire/src/request/anthropic.rs", 56),
+    ("wire/src/request/chat.rs", 20),
+    ("wire/src/request/responses.rs", 22),
+    ("wire/src/response/anthropic.rs", 27),
+    ("wire/src/response/error_body.rs", 9),
+    ("wire/src/response/responses.rs", 21),
+    ("wire/src/stream/anthropic.rs", 40),
+    ("wire/src/stream/mod.rs", 2),
+    ("wire/src/stream/replay.rs", 18),
+    ("wire/src/stream/responses.rs", 22),
+    ("wire/src/text.rs", 1),
+];
+
+fn rust_files(dir: &Path, out: &mut Vec<PathBuf>) {
+    for entry in std::fs::read_dir(dir).unwrap() {
+        let path = entry.unwrap().path();
+        if path.is_dir() {
+            rust_files(&path, out);
+        } else if path.extension().is_some_and(|e| e == "rs")
+            && path.file_name().is_some_and(|n| n != "tests.rs")
+        {
+            out.push(path);
+        }
+    }
+}
+
+/// `text` without the items under `#[cfg(test)]` (a module to its
+/// closing brace, or an item to its `;`) and without comments.
+fn product_code(text: &str) -> String {
+    let bytes = text.as_bytes();
+    let mut kept = String::new();
+    let mut at = 0;
+    while let Some(found) = text[at..].find("#[cfg(test)]") {
+        let start = at + found;
+        kept.push_str(&text[at..start]);
+        let after = start + "#[cfg(test)]".len();
+        let brace = text[after..].find('{').map(|i| after + i);
+        let semi = text[after..].find(';').map(|i| after + i);
+        at = match (brace, semi) {
+            (_, Some(s)) if brace.is_none_or(|b| s < b) => s + 1,
+            (Some(b), _) => {
+                let (mut depth, mut i) = (0usize, b);
+                while i < bytes.len() {
+                    match bytes[i] {
+                        b'"' => {
+                            i += 1;
+                            while i < bytes.len() && bytes[i] != b'"' {
+                                i += if bytes[i] == b'\\' { 2 } else { 1 };
+                            }
+                        }
+                        b'{' => depth += 1,
+                        b'}' => {
+                            depth -= 1;
+                            if depth == 0 {
+                                break;
+                            }
+                        }
+                        _ => {}
+                    }
+                    i += 1;
+                }
+                i + 1
+            }
+            _ => text.len(),
+        }
+        .min(text.len());
+    }
+    kept.push_str(&text[at..]);
+    kept.lines()
+        .map(|l| match l.trim_start().starts_with("//") {
+            true => "",
+            false => l.split("//").next().unwrap_or(""),
+        })
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+/// How often `pattern` occurs in each product file's code (files with
+/// none left out), by path relative to `host/`.
+fn counts(pattern: &str) -> BTreeMap<String, usize> {
+    let host = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let re = Regex::new(pattern).unwrap();
+    let mut found = BTreeMap::new();
+    for root in ROOTS {
+        let mut files = Vec::new();
+        rust_files(&host.join(root), &mut files);
+        for file in files {
+            let code = product_code(&std::fs::read_to_string(&file).unwrap());
+            // A key lookup indexes an expression (`v["k"]`, `f()["k"]`,
+            // `v[0]["k"]`); `(["a"])` is an array.
+            let n = re
+                .find_iter(&code)
+                .filter(|m| {
+                    !m.as_str().starts_with('[')
+                        || code[..m.start()]
+                            .chars()
+                            .next_back()
+                            .is_some_and(|c| c.is_alphanumeric() || "_)]".contains(c))
+                })
+                .count();
+            if n > 0 {
+                let name = file.strip_prefix(host).unwrap().display().to_string();
+                found.insert(name, n);
+            }
+        }
+    }
+    found
+}
+
+/// Where `found` differs from `allowed`, in words.
+fn differences(found: &BTreeMap<String, usize>, allowed: &[(&str, usize)]) -> Vec<String> {
+    let allowed: BTreeMap<&str, usize> = allowed.iter().copied().collect();
+    let mut wrong = Vec::new();
+    for (file, &n) in found {
+        match allowed.get(file.as_str()) {
+            None => wrong.push(format!("{file}: {n}, where none is allowed")),
+            Some(&max) if n > max => wrong.push(format!("{file}: {n}, more than its {max}")),
+            Some(&max) if n < max => wrong.push(format!(
+                "{file}: {n}, fewer than the table's {max}: lower its row (the work left)"
+            )),
+            Some(_) => {}
+        }
+    }
+    for (file, max) in allowed {
+        if !found.contains_key(file) {
+            wrong.push(format!("{file}: none left: remove its row ({max})"));
+        }
+    }
+    wrong
+}
+
+#[test]
+fn string_errors_only_where_an_api_asks_for_one() {
+    let found = counts(r"Result<[^;{=]*?,\s*String>");
+    let allowed: Vec<(&str, usize)> = STRING_ERRORS.iter().map(|(f, n, _)| (*f, *n)).collect();
+    let wrong = differences(&found, &allowed);
+    assert!(
+        wrong.is_empty(),
+        "Result<_, String> in product code (give the module an error enum):\n{}",
+        wrong.join("\n")
+    );
+}
+
+#[test]
+fn only_the_store_opens_the_database() {
+    let found = counts(r"Connection::open");
+    let wrong = differences(&found, &[("core/src/store/db.rs", 2)]);
+    assert!(
+        wrong.is_empty(),
+        "SQLite opened outside the store (ask store::Db for a reader or a side writer):\n{}",
+        wrong.join("\n")
+    );
+}
+
+#[test]
+fn value_lookups_by_key_only_go_down() {
+    let found = counts(r#"\[\s*"[A-Za-z_0-9]+"\s*\]|\.pointer\("#);
+    let wrong = differences(&found, KEY_LOOKUPS);
+    let total: usize = found.values().sum();
+    assert!(
+        wrong.is_empty(),
+        "serde_json::Value looked up by key ({total} in all; read it into a type instead):\n{}",
+        wrong.join("\n")
+    );
+}
+
+/// The scanner itself: test items are left out, code after them is not.
+#[test]
+fn test_items_are_left_out_and_code_after_them_counted() {
+    let text = "fn a() { v[\"x\"]; }\n#[cfg(test)]\nmod tests { fn t() { v[\"y\"]; let s = \"}\"; } }\n#[cfg(test)]\nuse foo;\nfn b() { w[\"z\"]; } // u[\"c\"]\n";
+    let code = product_code(text);
+    assert!(
+        code.contains(r#"v["x"]"#) && code.contains(r#"w["z"]"#),
+        "{code}"
+    );
+    assert!(
+        !code.contains(r#"v["y"]"#) && !code.contains("use foo") && !code.contains(r#"u["c"]"#),
+        "{code}"
+    );
+}
