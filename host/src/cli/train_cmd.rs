@@ -240,26 +240,23 @@ fn print_run(
                     say!("training is paused: {why}; `metaclaw train resume` goes on");
                 }
             }
-            let num = |v: &serde_json::Value, digits: usize| {
-                v.as_f64()
-                    .map_or_else(|| "-".into(), |x| format!("{x:.digits$}"))
+            let num = |v: Option<f64>, digits: usize| {
+                v.map_or_else(|| "-".into(), |x| format!("{x:.digits$}"))
             };
             for s in steps {
-                let ours = &s.metrics["metaclaw"];
+                let ours = s.ours();
                 say!(
                     "  step {:>4}  {}  {} sample(s)  loss {}  mean reward {}  KL {}  entropy {}  answer {} tokens  cut off {}",
                     s.step,
                     local_time(s.at_ms),
                     s.samples,
                     s.loss.map_or_else(|| "-".into(), |l| format!("{l:.4}")),
-                    ours["mean_reward"]
-                        .as_f64()
+                    ours.mean_reward
                         .map_or_else(|| "-".into(), |r| format!("{r:+.3}")),
-                    num(&ours["kl_sampler_learner"], 4),
-                    num(&ours["entropy"], 2),
-                    num(&ours["answer_tokens"], 0),
-                    ours["truncated_share"]
-                        .as_f64()
+                    num(ours.kl_sampler_learner, 4),
+                    num(ours.entropy, 2),
+                    num(ours.answer_tokens, 0),
+                    ours.truncated_share
                         .map_or_else(|| "-".into(), |t| format!("{:.0}%", t * 100.0)),
                 );
             }

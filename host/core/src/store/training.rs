@@ -8,7 +8,7 @@
 
 use anyhow::Result;
 use rusqlite::{Connection, OptionalExtension, params};
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 /// A run's row.
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -51,9 +51,73 @@ pub struct Step {
     pub model_id: String,
     pub samples: i64,
     pub loss: Option<f64>,
-    /// The forward/backward's and the optimiser's metrics (JSON object).
+    /// The forward/backward's and the optimiser's metrics (JSON object,
+    /// the service's own keys), and the trainer's under `metaclaw`.
     pub metrics: serde_json::Value,
     pub at_ms: i64,
+}
+
+impl Step {
+    /// What the trainer kept of this step (`metrics.metaclaw`); nothing,
+    /// where the row holds none or not in this shape.
+    pub fn ours(&self) -> TrainerMetrics {
+        #[derive(serde::Deserialize)]
+        struct Metrics {
+            #[serde(default)]
+            metaclaw: TrainerMetrics,
+        }
+        Metrics::deserialize(&self.metrics)
+            .map(|m| m.metaclaw)
+            .unwrap_or_default()
+    }
+}
+
+/// What only the trainer knows of a step, kept with its row under
+/// `metrics.metaclaw` ([`annotate_step`] adds what it sets): `train
+/// status`, the learning-health verdict, the dashboard, rollbacks.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, serde::Deserialize)]
+#[serde(default)]
+pub struct TrainerMetrics {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub mean_reward: Option<f64>,
+    /// The spread of the rewards (population standard deviation).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub reward_sd: Option<f64>,
+    /// Served samples with a reward trained.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub rewarded: Option<u64>,
+    /// Mean over the trained tokens of log p_sampler − log p_learner.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub kl_sampler_learner: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub entropy: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tokens: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub siblings: Option<u64>,
+    /// Mean sampled tokens of a served answer.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub answer_tokens: Option<f64>,
+    /// Share of served answers cut off at the length limit.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub truncated_share: Option<f64>,
+    /// Samples the queue had skipped when the step ran, in all.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub skipped_total: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub opd_reverse_kl: Option<f64>,
+    /// The training state saved with the step.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub checkpoint: Option<String>,
+    /// The sampler weights it served (a rollback may serve them again).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub sampler: Option<String>,
+    /// When its weights began to serve everyone.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub served_at_ms: Option<i64>,
+    /// The canary that tested them.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub canary: Option<i64>,
 }
 
 const COLUMNS: &str = "id, service, base_model, lora_rank, model_id, last_seq, step, incarnation, \
@@ -229,7 +293,7 @@ pub fn annotate_step(
     id: &str,
     step: i64,
     incarnation: i64,
-    ours: &serde_json::Value,
+    ours: &TrainerMetrics,
 ) -> Result<()> {
     conn.execute(
         "UPDATE training_steps SET metrics = json_patch(metrics, ?4) \

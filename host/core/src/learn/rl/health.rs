@@ -19,7 +19,6 @@
 //! - **flat** otherwise.
 
 use serde::{Deserialize, Serialize};
-use serde_json::Value;
 
 /// What one step recorded that the verdict reads (`training_steps.metrics`,
 /// its `metaclaw` part).
@@ -46,21 +45,19 @@ impl StepHealth {
     /// From a stored step: its `metaclaw` metrics (`datums`, the step's
     /// own count, stands in for the rewarded samples where a step before
     /// this version did not record them).
-    pub fn from_metrics(step: i64, datums: i64, metrics: &Value) -> Self {
-        let ours = &metrics["metaclaw"];
-        let f = |k: &str| ours[k].as_f64().filter(|v| v.is_finite());
+    pub fn of(step: &crate::store::training::Step) -> Self {
+        let ours = step.ours();
+        let finite = |v: Option<f64>| v.filter(|v| v.is_finite());
         Self {
-            step,
-            samples: ours["rewarded"]
-                .as_u64()
-                .unwrap_or_else(|| datums.max(0) as u64),
-            mean_reward: f("mean_reward"),
-            reward_sd: f("reward_sd"),
-            kl: f("kl_sampler_learner"),
-            entropy: f("entropy"),
-            answer_tokens: f("answer_tokens"),
-            truncated: f("truncated_share"),
-            skipped_total: ours["skipped_total"].as_u64(),
+            step: step.step,
+            samples: ours.rewarded.unwrap_or_else(|| step.samples.max(0) as u64),
+            mean_reward: finite(ours.mean_reward),
+            reward_sd: finite(ours.reward_sd),
+            kl: finite(ours.kl_sampler_learner),
+            entropy: finite(ours.entropy),
+            answer_tokens: finite(ours.answer_tokens),
+            truncated: finite(ours.truncated_share),
+            skipped_total: ours.skipped_total,
         }
     }
 }
@@ -133,10 +130,7 @@ pub struct Verdict {
 
 /// The verdict over stored steps (oldest first).
 pub fn judge(steps: &[crate::store::training::Step], rule: &Rule) -> Verdict {
-    let steps: Vec<StepHealth> = steps
-        .iter()
-        .map(|s| StepHealth::from_metrics(s.step, s.samples, &s.metrics))
-        .collect();
+    let steps: Vec<StepHealth> = steps.iter().map(StepHealth::of).collect();
     verdict(&steps, rule)
 }
 
@@ -440,7 +434,15 @@ mod tests {
             "mean_reward": 0.25, "reward_sd": 0.5, "kl_sampler_learner": 0.01,
             "entropy": 2.5, "answer_tokens": 31.5, "rewarded": 16, "truncated_share": 0.125, "skipped_total": 3
         }});
-        let h = StepHealth::from_metrics(7, 3, &metrics);
+        let h = StepHealth::of(&crate::store::training::Step {
+            step: 7,
+            incarnation: 0,
+            model_id: "m".into(),
+            samples: 3,
+            loss: None,
+            metrics,
+            at_ms: 0,
+        });
         assert_eq!(
             h,
             StepHealth {

@@ -35,6 +35,7 @@ use crate::config::{CanaryConfig, OnCollapse};
 use crate::policy::Policy;
 use crate::store::experiments::{self, Experiment, WeightsTest};
 use crate::store::train_queue;
+use crate::store::training::TrainerMetrics;
 use crate::tinker::types::{LossConfig, LossFn, TensorData};
 use crate::tinker::{AdamParams, RunSpec, Service, TrainingRun};
 
@@ -842,12 +843,8 @@ impl Trainer {
             .rev()
             .filter(|s| s.step <= before_fall)
             .find_map(|s| {
-                let ours = &s.metrics["metaclaw"];
-                Some((
-                    s.step,
-                    ours["checkpoint"].as_str()?.to_string(),
-                    ours["sampler"].as_str()?.to_string(),
-                ))
+                let ours = s.ours();
+                Some((s.step, ours.checkpoint?, ours.sampler?))
             })
             .ok_or(TrainError::NothingSavedBefore(before_fall))?;
         let (step, state, sampler) = target;
@@ -1107,11 +1104,11 @@ impl Trainer {
         }
         // When the step's weights began to serve everyone (the dashboard's
         // swaps); under test, only its sampler (a promotion adds the time).
-        let served = match tested {
-            None => serde_json::json!({
-                "served_at_ms": crate::clock::now_ms(), "sampler": sampler_path,
-            }),
-            Some(id) => serde_json::json!({ "sampler": sampler_path, "canary": id }),
+        let served = TrainerMetrics {
+            sampler: Some(sampler_path.clone()),
+            served_at_ms: tested.is_none().then(crate::clock::now_ms),
+            canary: tested,
+            ..TrainerMetrics::default()
         };
         if let Err(e) =
             crate::store::training::annotate_step(conn, run_id, report.step, incarnation, &served)
@@ -1246,19 +1243,23 @@ fn trainer_metrics(
     skipped_total: Option<u64>,
     opd: Option<&OpdReport>,
     checkpoint: &Option<String>,
-) -> serde_json::Value {
+) -> TrainerMetrics {
     let answers = batch.answer_tokens.len().max(1) as f64;
-    serde_json::json!({
-        "mean_reward": batch.mean_reward, "reward_sd": spread(&batch.rewards),
-        "rewarded": batch.rewards.len(),
-        "kl_sampler_learner": kl, "entropy": entropy,
-        "tokens": batch.tokens, "siblings": batch.siblings,
-        "answer_tokens": batch.answer_tokens.iter().sum::<usize>() as f64 / answers,
-        "truncated_share": batch.truncated as f64 / answers,
-        "skipped_total": skipped_total,
-        "opd_reverse_kl": opd.map(|o| o.reverse_kl),
-        "checkpoint": checkpoint,
-    })
+    TrainerMetrics {
+        mean_reward: Some(batch.mean_reward),
+        reward_sd: spread(&batch.rewards),
+        rewarded: Some(batch.rewards.len() as u64),
+        kl_sampler_learner: kl,
+        entropy,
+        tokens: Some(batch.tokens as u64),
+        siblings: Some(batch.siblings as u64),
+        answer_tokens: Some(batch.answer_tokens.iter().sum::<usize>() as f64 / answers),
+        truncated_share: Some(batch.truncated as f64 / answers),
+        skipped_total,
+        opd_reverse_kl: opd.map(|o| o.reverse_kl),
+        checkpoint: checkpoint.clone(),
+        ..TrainerMetrics::default()
+    }
 }
 
 /// A step's new weights, as a canary tests them.
@@ -1500,7 +1501,10 @@ impl Trainer {
             self.run = None;
         }
         if promote && let Some(run) = &self.run {
-            let served = serde_json::json!({"served_at_ms": now});
+            let served = TrainerMetrics {
+                served_at_ms: Some(now),
+                ..TrainerMetrics::default()
+            };
             let incarnation = run.record().incarnation;
             if let Err(e) = crate::store::training::annotate_step(
                 &conn,
@@ -1761,9 +1765,9 @@ fn state_saved_with(
     let steps = crate::store::training::steps(conn, run, 10_000)
         .map_err(TrainError::record("the training run's record"))?;
     Ok(steps.iter().find_map(|s| {
-        let ours = &s.metrics["metaclaw"];
-        (ours["sampler"].as_str() == Some(sampler))
-            .then(|| ours["checkpoint"].as_str().map(str::to_string))
+        let ours = s.ours();
+        (ours.sampler.as_deref() == Some(sampler))
+            .then_some(ours.checkpoint)
             .flatten()
     }))
 }

@@ -10,7 +10,6 @@ use axum::http::StatusCode;
 use axum::response::Response;
 use minijinja::context;
 use serde::{Deserialize, Serialize};
-use serde_json::Value;
 
 use super::{PageError, data, frame, nonempty, read, store_conn};
 use crate::app::SharedApp;
@@ -51,28 +50,21 @@ struct StepRow {
     at_ms: i64,
 }
 
-fn ours<'a>(step: &'a Step, key: &str) -> Option<&'a Value> {
-    step.metrics.get("metaclaw").and_then(|m| m.get(key))
-}
-
 impl StepRow {
     fn of(step: &Step) -> Self {
+        let ours = step.ours();
         Self {
             step: step.step,
             samples: step.samples,
             loss: step.loss,
-            mean_reward: ours(step, "mean_reward").and_then(Value::as_f64),
-            kl: ours(step, "kl_sampler_learner").and_then(Value::as_f64),
-            entropy: ours(step, "entropy").and_then(Value::as_f64),
-            answer_tokens: ours(step, "answer_tokens").and_then(Value::as_f64),
-            truncated: ours(step, "truncated_share").and_then(Value::as_f64),
-            checkpoint: ours(step, "checkpoint")
-                .and_then(Value::as_str)
-                .map(str::to_string),
-            served_at_ms: ours(step, "served_at_ms").and_then(Value::as_i64),
-            sampler: ours(step, "sampler")
-                .and_then(Value::as_str)
-                .map(str::to_string),
+            mean_reward: ours.mean_reward,
+            kl: ours.kl_sampler_learner,
+            entropy: ours.entropy,
+            answer_tokens: ours.answer_tokens,
+            truncated: ours.truncated_share,
+            checkpoint: ours.checkpoint,
+            served_at_ms: ours.served_at_ms,
+            sampler: ours.sampler,
             at_ms: step.at_ms,
         }
     }
