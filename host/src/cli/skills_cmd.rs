@@ -655,16 +655,16 @@ fn run_export(
         .filter(|s| snapshot.visible_to(&s.id, &agent))
         .cloned()
         .collect();
-    let done = metaclaw_core::skills::export::export(
-        &cx.dir,
-        &visible,
-        &|s: &metaclaw_core::skills::skill::Skill| cx.hold(s),
-        &names,
-        &into,
-        &conn,
+    let export = metaclaw_core::skills::export::Export {
+        library_dir: &cx.dir,
+        skills: &visible,
+        held: &|s: &metaclaw_core::skills::skill::Skill| cx.hold(s),
+        only: &names,
+        dir: &into,
         sync,
         dry_run,
-    )?;
+    };
+    let done = metaclaw_core::skills::export::export(&export, &conn)?;
     if json {
         say!("{}", serde_json::to_string_pretty(&done)?);
     } else {

@@ -95,22 +95,33 @@ pub struct Exported {
     pub skipped: Vec<(String, String)>,
 }
 
-/// Exports the live skills of `library` (the folder `library_dir`; `only`:
-/// just these names) into `dir`, recording what it wrote in `conn`.
+/// An export of the live skills of a library (the folder `library_dir`;
+/// `only`: just these names) into `dir`.
 /// `dry_run`: says what it would do, writes nothing. `held` says why a
 /// skill may not leave metaclaw now (one from another tool the guard has
 /// not passed): it is skipped, and what an earlier export wrote of it stays.
-#[allow(clippy::too_many_arguments)]
-pub fn export(
-    library_dir: &Path,
-    skills: &[Arc<Skill>],
-    held: &dyn Fn(&Skill) -> Option<String>,
-    only: &[String],
-    dir: &Path,
-    conn: &Connection,
-    sync: bool,
-    dry_run: bool,
-) -> Result<Exported> {
+pub struct Export<'a> {
+    pub library_dir: &'a Path,
+    pub skills: &'a [Arc<Skill>],
+    pub held: &'a dyn Fn(&Skill) -> Option<String>,
+    pub only: &'a [String],
+    pub dir: &'a Path,
+    /// Also removes what an earlier export wrote of skills no longer live.
+    pub sync: bool,
+    pub dry_run: bool,
+}
+
+/// Runs `export`, recording what it wrote in `conn`.
+pub fn export(export: &Export<'_>, conn: &Connection) -> Result<Exported> {
+    let &Export {
+        library_dir,
+        skills,
+        held,
+        only,
+        dir,
+        sync,
+        dry_run,
+    } = export;
     for name in only {
         if !skills.iter().any(|s| &s.name == name || &s.id == name) {
             bail!(
@@ -305,14 +316,16 @@ mod tests {
         let into = tmp.path().join("agent");
         let conn = store(tmp.path());
         let done = export(
-            &lib,
-            &all,
-            &|_| None,
-            &["@work/beta".into()],
-            &into,
+            &Export {
+                library_dir: &lib,
+                skills: &all,
+                held: &|_| None,
+                only: &["@work/beta".into()],
+                dir: &into,
+                sync: false,
+                dry_run: false,
+            },
             &conn,
-            false,
-            false,
         )
         .unwrap();
         assert_eq!(done.written.len(), 1, "{done:?}");
@@ -379,14 +392,16 @@ mod tests {
             ],
         );
         let first = export(
-            lib.path(),
-            &skills,
-            &|_| None,
-            &[],
-            agent.path(),
+            &Export {
+                library_dir: lib.path(),
+                skills: &skills,
+                held: &|_| None,
+                only: &[],
+                dir: agent.path(),
+                sync: false,
+                dry_run: false,
+            },
             &conn,
-            false,
-            false,
         )
         .unwrap();
         assert_eq!(first.written, ["retry-flaky", "cite-sources"]);
@@ -407,14 +422,16 @@ mod tests {
         .unwrap();
         let skills = library(lib.path(), &[("retry-flaky", "v2"), ("cite-sources", "v2")]);
         let again = export(
-            lib.path(),
-            &skills,
-            &|_| None,
-            &[],
-            agent.path(),
+            &Export {
+                library_dir: lib.path(),
+                skills: &skills,
+                held: &|_| None,
+                only: &[],
+                dir: agent.path(),
+                sync: false,
+                dry_run: false,
+            },
             &conn,
-            false,
-            false,
         )
         .unwrap();
         assert_eq!(again.updated, ["retry-flaky"]);
@@ -434,27 +451,31 @@ mod tests {
         retired.retired = Some("canary".into());
         skills[0] = Arc::new(retired);
         let dry = export(
-            lib.path(),
-            &skills,
-            &|_| None,
-            &[],
-            agent.path(),
+            &Export {
+                library_dir: lib.path(),
+                skills: &skills,
+                held: &|_| None,
+                only: &[],
+                dir: agent.path(),
+                sync: true,
+                dry_run: true,
+            },
             &conn,
-            true,
-            true,
         )
         .unwrap();
         assert_eq!(dry.removed, ["retry-flaky"]);
         assert!(agent.path().join("retry-flaky/SKILL.md").exists());
         let synced = export(
-            lib.path(),
-            &skills,
-            &|_| None,
-            &[],
-            agent.path(),
+            &Export {
+                library_dir: lib.path(),
+                skills: &skills,
+                held: &|_| None,
+                only: &[],
+                dir: agent.path(),
+                sync: true,
+                dry_run: false,
+            },
             &conn,
-            true,
-            false,
         )
         .unwrap();
         assert_eq!(synced.removed, ["retry-flaky"]);
