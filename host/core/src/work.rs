@@ -16,16 +16,12 @@
 //! log carries the turn, job or step that started them.
 
 use std::future::Future;
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
-
-/// How often a thread that waits on something else (a channel, a sleep)
-/// looks at [`Work::token`]: the most a stop waits for it.
-pub const STOP_CHECK: Duration = Duration::from_millis(250);
 
 /// The daemon's background work: cloned into whatever starts more of it.
 #[derive(Clone, Default)]
@@ -38,6 +34,12 @@ struct Inner {
     cancel: CancellationToken,
     tasks: Mutex<JoinSet<()>>,
     threads: Mutex<Vec<std::thread::JoinHandle<()>>>,
+    /// Set with the token, for threads asleep in [`Work::nap`].
+    stopped: Mutex<bool>,
+    wake: Condvar,
+    /// What a stop runs: each closes what a thread of this work waits on
+    /// (a channel), so no thread polls for the stop.
+    on_stop: Mutex<Vec<Box<dyn FnOnce() + Send>>>,
 }
 
 impl Work {
@@ -96,12 +98,47 @@ impl Work {
         }
     }
 
+    /// Sleeps `d` on a thread of this work; `false` when the work stopped
+    /// meanwhile (a stop wakes it at once).
+    pub fn nap(&self, d: Duration) -> bool {
+        let Ok(stopped) = self.inner.stopped.lock() else {
+            return false;
+        };
+        match self.inner.wake.wait_timeout_while(stopped, d, |s| !*s) {
+            Ok((stopped, _)) => !*stopped,
+            Err(_) => false,
+        }
+    }
+
+    /// Runs `hook` when the work stops (at once, if it has): it closes or
+    /// signals what one of its threads waits on, so that the thread ends.
+    pub fn on_stop(&self, hook: impl FnOnce() + Send + 'static) {
+        let Ok(mut hooks) = self.inner.on_stop.lock() else {
+            return;
+        };
+        match self.is_stopping() {
+            true => {
+                drop(hooks);
+                hook();
+            }
+            false => hooks.push(Box::new(hook)),
+        }
+    }
+
     /// Stops the work: cancels the token, waits for every task, then for
     /// every thread until `grace` has passed. A thread still running then
     /// (blocked in a call that cannot be cut short) is named in the log and
     /// left to end with the process.
     pub async fn stop(&self, grace: Duration) {
+        // The token first: a hook's signal finds it cancelled.
         self.inner.cancel.cancel();
+        if let Ok(mut stopped) = self.inner.stopped.lock() {
+            *stopped = true;
+        }
+        self.inner.wake.notify_all();
+        for hook in take(&self.inner.on_stop) {
+            hook();
+        }
         let mut tasks = take(&self.inner.tasks);
         let deadline = Instant::now() + grace;
         while !tasks.is_empty() {
@@ -140,22 +177,6 @@ fn take<T: Default>(held: &Mutex<T>) -> T {
     held.lock()
         .map(|mut t| std::mem::take(&mut *t))
         .unwrap_or_default()
-}
-
-/// Sleeps `d` on a thread, waking every [`STOP_CHECK`] to look at `token`;
-/// `false` when the work stopped meanwhile.
-pub fn nap(token: &CancellationToken, d: Duration) -> bool {
-    let until = Instant::now() + d;
-    loop {
-        if token.is_cancelled() {
-            return false;
-        }
-        let left = until.saturating_duration_since(Instant::now());
-        if left.is_zero() {
-            return true;
-        }
-        std::thread::sleep(left.min(STOP_CHECK));
-    }
 }
 
 /// A named thread in the caller's span; the caller owns the handle and
@@ -232,6 +253,42 @@ mod tests {
         assert!(
             thread_ended.load(Ordering::SeqCst),
             "the thread was not joined"
+        );
+    }
+
+    #[tokio::test]
+    async fn a_stop_wakes_a_napping_thread_and_runs_its_hooks() {
+        let work = Work::new();
+        let (napped, woke) = std::sync::mpsc::channel();
+        let sleeper = work.clone();
+        work.thread("metaclaw-test-nap", move || {
+            let _ = napped.send(sleeper.nap(Duration::from_secs(3600)));
+        })
+        .unwrap();
+        let (closed, waiting) = std::sync::mpsc::channel::<()>();
+        let ended = Arc::new(AtomicBool::new(false));
+        let flag = ended.clone();
+        work.thread("metaclaw-test-channel", move || {
+            let _ = waiting.recv();
+            flag.store(true, Ordering::SeqCst);
+        })
+        .unwrap();
+        work.on_stop(move || drop(closed));
+        work.stop(Duration::from_secs(30)).await;
+        // Both ended within the grace (an hour's nap and a wait on a channel
+        // nobody writes to would not): the nap woken by the stop (false:
+        // stopped), the channel closed by its hook.
+        assert_eq!(woke.try_recv(), Ok(false));
+        assert!(
+            ended.load(Ordering::SeqCst),
+            "the hook did not end the wait"
+        );
+        let late = Arc::new(AtomicBool::new(false));
+        let ran = late.clone();
+        work.on_stop(move || ran.store(true, Ordering::SeqCst));
+        assert!(
+            late.load(Ordering::SeqCst),
+            "a hook added after the stop runs at once"
         );
     }
 

@@ -374,6 +374,7 @@ impl Library {
             return;
         }
         let (tx, rx) = std::sync::mpsc::channel::<()>();
+        let tx_stop = tx.clone();
         let watcher = notify::recommended_watcher(move |event: notify::Result<notify::Event>| {
             if event.is_ok_and(|e| changes_files(&e.kind)) {
                 let _ = tx.send(());
@@ -401,18 +402,19 @@ impl Library {
         }
         let library = Arc::downgrade(self);
         let stop = work.token();
+        // A stop sends one more message: the thread then finds the token
+        // cancelled and ends (no polling for it).
+        work.on_stop(move || {
+            let _ = tx_stop.send(());
+        });
         let spawned = work.thread("metaclaw-skills", move || {
-            loop {
-                match rx.recv_timeout(crate::work::STOP_CHECK) {
-                    Ok(()) => {}
-                    Err(std::sync::mpsc::RecvTimeoutError::Timeout) if !stop.is_cancelled() => {
-                        continue;
-                    }
-                    Err(_) => return,
-                }
+            while rx.recv().is_ok() && !stop.is_cancelled() {
                 loop {
                     // Let a burst (an editor's save, a copy of many folders) finish.
                     while rx.recv_timeout(debounce).is_ok() {}
+                    if stop.is_cancelled() {
+                        return;
+                    }
                     let Some(library) = library.upgrade() else {
                         return;
                     };

@@ -247,10 +247,10 @@ impl PluginHost {
     pub fn watch(self: &Arc<Self>, work: &crate::work::Work) {
         let host = Arc::downgrade(self);
         let interval = self.settings.watch_interval;
-        let stop = work.token();
+        let sleeper = work.clone();
         let spawned = work.thread("metaclaw-plugins", move || {
             let mut pending: Option<Vec<(PathBuf, Option<Stamp>)>> = None;
-            while crate::work::nap(&stop, interval) {
+            while sleeper.nap(interval) {
                 let Some(host) = host.upgrade() else { return };
                 let now = host.fingerprint();
                 if now == host.current().fingerprint {
