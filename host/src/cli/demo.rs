@@ -337,8 +337,9 @@ impl Daemon {
         let (true, Some(turn)) = (status.is_success(), turn) else {
             bail!("the demo's question failed ({status}): {answer}");
         };
-        let text = answer["choices"][0]["message"]["content"]
-            .as_str()
+        let text = metaclaw_wire::recorded::Completion::read(&answer)
+            .message()
+            .and_then(|m| m.content.as_str())
             .unwrap_or_default()
             .to_string();
         Ok((turn, text))

@@ -5,6 +5,7 @@ use std::path::Path;
 use std::process::ExitCode;
 
 use anyhow::{Result, bail};
+use serde::Deserialize;
 use serde_json::json;
 
 use super::{SessionsCommand, load_config, local_time};
@@ -247,6 +248,24 @@ fn print_session(s: &SessionRow, turns: &[TurnRow], learned: &Learned) {
     print_session_learning(learned);
 }
 
+/// A turn's token counts, as the upstream reported them.
+#[derive(serde::Deserialize)]
+struct Usage {
+    prompt_tokens: Option<u64>,
+    completion_tokens: Option<u64>,
+}
+
+/// A turn's arm of an experiment, as recorded.
+#[derive(serde::Deserialize)]
+struct Arm {
+    experiment: i64,
+    arm: String,
+}
+
+fn shown(n: Option<u64>) -> String {
+    n.map_or_else(|| "null".into(), |n| n.to_string())
+}
+
 /// One turn of `sessions show`: what was asked and answered, how, and what
 /// it was served with.
 fn print_turn(t: &TurnRow) {
@@ -254,12 +273,13 @@ fn print_turn(t: &TurnRow) {
         .http_status
         .map(|s| s.to_string())
         .unwrap_or_else(|| "-".into());
-    let tokens = match &t.usage {
-        Some(u) => format!(
+    let tokens = match t.usage.as_ref().map(Usage::deserialize) {
+        Some(Ok(u)) => format!(
             " · tokens {}→{}",
-            u["prompt_tokens"], u["completion_tokens"]
+            shown(u.prompt_tokens),
+            shown(u.completion_tokens)
         ),
-        None => String::new(),
+        _ => String::new(),
     };
     let timing = format!(
         "total {:.0} ms{}{}",
@@ -304,30 +324,21 @@ fn print_turn(t: &TurnRow) {
     if let Some(why) = &t.fallback_reason {
         say!("     student:   did not answer, llm did (not trainable): {why}");
     }
-    if let Some(skills) = t.injected_skills.as_ref().and_then(|v| v.as_array()) {
+    if let Some(Ok(skills)) = t
+        .injected_skills
+        .as_ref()
+        .map(Vec::<store::InjectedSkill>::deserialize)
+    {
         let names: Vec<String> = skills
             .iter()
-            .map(|s| {
-                format!(
-                    "{}@{} ({:.2})",
-                    s["id"].as_str().unwrap_or("?"),
-                    s["version"].as_str().unwrap_or("?"),
-                    s["score"].as_f64().unwrap_or(0.0)
-                )
-            })
+            .map(|s| format!("{}@{} ({:.2})", s.id, s.version, s.score))
             .collect();
         say!("     skills:    {}", names.join(", "));
     }
-    if let Some(arms) = t.arms.as_ref().and_then(|v| v.as_array()) {
+    if let Some(Ok(arms)) = t.arms.as_ref().map(Vec::<Arm>::deserialize) {
         let arms: Vec<String> = arms
             .iter()
-            .map(|a| {
-                format!(
-                    "experiment {} ({})",
-                    a["experiment"],
-                    a["arm"].as_str().unwrap_or("?")
-                )
-            })
+            .map(|a| format!("experiment {} ({})", a.experiment, a.arm))
             .collect();
         say!(
             "     canaries:  {} (metaclaw experiments show ID)",

@@ -218,10 +218,10 @@ fn print_training(training: &TrainingStatus) {
     if let Some(scheduler) = &training.scheduler {
         print_scheduler(scheduler);
     }
-    if let Some(opd) = &training.opd {
+    if let Some(opd) = &training.trainer.opd {
         say!("  distill:   teacher {opd}");
     }
-    if let Some(error) = &training.last_error {
+    if let Some(error) = &training.trainer.last_error {
         say!("  warning:   the last training step failed: {error}");
     }
 }

@@ -345,10 +345,10 @@ fn status(
         None => say!("trainer: the daemon is not running (`metaclaw start`)"),
         Some(None) => {}
         Some(Some(d)) => {
-            if let Some(e) = &d.last_error {
+            if let Some(e) = &d.trainer.last_error {
                 say!("trainer: the last step failed: {e}");
             }
-            if let Some(opd) = &d.opd {
+            if let Some(opd) = &d.trainer.opd {
                 say!("distillation: teacher {opd}");
             }
         }

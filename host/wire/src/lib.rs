@@ -7,6 +7,7 @@
 //! - [`stream`]: the SSE parser, stream transcoders, and the assembly of a
 //!   stream into one answer;
 //! - [`text`]: the text of a message;
+//! - [`recorded`]: a recorded chat message and completion, read into types;
 //! - [`agent`]: agents' request quirks (OpenClaw's);
 //! - [`api`]: which API a client or an upstream speaks;
 //! - [`error`]: what the translators and parsers refuse.
@@ -14,6 +15,7 @@
 pub mod agent;
 pub mod api;
 pub mod error;
+pub mod recorded;
 pub mod request;
 pub mod response;
 pub mod stream;

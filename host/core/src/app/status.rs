@@ -11,7 +11,7 @@ use serde::{Deserialize, Serialize};
 
 use super::App;
 use crate::learn::LearningState;
-use crate::learn::rl::health::Verdict;
+use crate::learn::rl::trainer::TrainerState;
 use crate::plugins::Problem;
 use crate::policy::{CandidateShown, Health};
 use crate::skills::library::SkillProblem;
@@ -111,15 +111,10 @@ pub struct RetrievalStatus {
 pub struct TrainingStatus {
     pub running: bool,
     pub queue: Option<Counts>,
-    pub last_error: Option<String>,
-    pub opd: Option<String>,
-    /// Is it working? (learn::rl::health)
-    pub health: Option<Verdict>,
-    pub paused: Option<String>,
-    pub on_collapse: Option<String>,
-    /// canary.weights: what became of the last weights under test, or why
-    /// a step's weights serve untested.
-    pub canary: Option<String>,
+    /// Its last error, distillation, health verdict, pause, and the last
+    /// weights under test.
+    #[serde(flatten)]
+    pub trainer: TrainerState,
     pub scheduler: Option<SchedulerStatus>,
     pub note: Option<String>,
 }
@@ -346,16 +341,10 @@ fn training_status(
         .read()
         .ok()
         .and_then(|c| crate::store::train_queue::counts(&c, Some(run_agent)).ok());
-    let state = train.map(|t| t.state()).unwrap_or_default();
     TrainingStatus {
         running: train.is_some_and(|t| t.steps_off.is_none()),
         queue,
-        last_error: state.last_error,
-        opd: state.opd,
-        health: state.health,
-        paused: state.paused,
-        on_collapse: state.on_collapse,
-        canary: state.canary,
+        trainer: train.map(|t| t.state()).unwrap_or_default(),
         scheduler: train.map(scheduler_status),
         note: app.learn.is_none().then(|| {
             "nothing trains: training needs the rewards of learning jobs (learning.enabled: false); the run's saved weights are served".to_string()

@@ -4,6 +4,7 @@
 //! agent's metadata (OpenClaw's timestamp prefix and runtime line) is
 //! neither judged nor learned from, nor named in an evolved skill.
 
+use metaclaw_wire::recorded::{Completion, Message as Recorded};
 use metaclaw_wire::text::{user_words, value_text};
 use serde_json::Value;
 
@@ -16,9 +17,10 @@ pub fn finished_turn(turn: &ScoringInput, next: Option<&ScoringInput>) -> Finish
     let response = turn
         .response
         .as_ref()
-        .map(|r| &r["choices"][0]["message"])
-        .filter(|m| m.is_object())
-        .map(to_message)
+        .map(Completion::read)
+        .and_then(|c| c.choices.into_iter().next())
+        .and_then(|c| c.message)
+        .map(|m| to_message(&m))
         .unwrap_or_else(|| Message {
             role: "assistant".into(),
             content: String::new(),
@@ -32,7 +34,11 @@ pub fn finished_turn(turn: &ScoringInput, next: Option<&ScoringInput>) -> Finish
     FinishedTurn {
         session_id: turn.session_id.clone(),
         turn_id: turn.turn_id.clone(),
-        request: turn.messages.iter().map(to_message).collect(),
+        request: turn
+            .messages
+            .iter()
+            .map(|m| to_message(&Recorded::read(m)))
+            .collect(),
         response,
         tool_results,
         next_user_message,
@@ -43,9 +49,10 @@ pub fn finished_turn(turn: &ScoringInput, next: Option<&ScoringInput>) -> Finish
 /// What follows the last assistant message of the next request: tool
 /// results, and the user's next message if it ends with one.
 fn next_state(messages: &[Value]) -> (Vec<Message>, Option<String>) {
+    let messages: Vec<Recorded> = messages.iter().map(Recorded::read).collect();
     let after = messages
         .iter()
-        .rposition(|m| m["role"] == "assistant")
+        .rposition(|m| m.role() == "assistant")
         .map(|i| i + 1)
         .unwrap_or(0);
     let tail: Vec<Message> = messages[after..].iter().map(to_message).collect();
@@ -58,34 +65,27 @@ fn next_state(messages: &[Value]) -> (Vec<Message>, Option<String>) {
     (tools, user)
 }
 
-/// A stored OpenAI-shaped message as a WIT `message` (a user message's
+/// A recorded OpenAI-shaped message as a WIT `message` (a user message's
 /// content is the user's words).
-pub fn to_message(m: &Value) -> Message {
-    let role = m["role"].as_str().unwrap_or("");
+pub fn to_message(m: &Recorded) -> Message {
+    let role = m.role();
     let content = match role {
-        "user" => user_words(&value_text(&m["content"])),
-        _ => value_text(&m["content"]),
+        "user" => user_words(&value_text(&m.content)),
+        _ => value_text(&m.content),
     };
-    let tool_calls = m["tool_calls"]
-        .as_array()
-        .map(|calls| {
-            calls
-                .iter()
-                .map(|c| ToolCall {
-                    id: c["id"].as_str().unwrap_or("").to_string(),
-                    name: c["function"]["name"].as_str().unwrap_or("").to_string(),
-                    arguments: c["function"]["arguments"]
-                        .as_str()
-                        .unwrap_or("")
-                        .to_string(),
-                })
-                .collect()
+    let tool_calls = m
+        .tool_calls
+        .iter()
+        .map(|c| ToolCall {
+            id: c.id.clone().unwrap_or_default(),
+            name: c.function.name.clone().unwrap_or_default(),
+            arguments: c.function.arguments.clone().unwrap_or_default(),
         })
-        .unwrap_or_default();
+        .collect();
     Message {
         role: role.to_string(),
         content,
-        tool_call_id: m["tool_call_id"].as_str().map(str::to_string),
+        tool_call_id: m.tool_call_id.clone(),
         tool_calls,
     }
 }

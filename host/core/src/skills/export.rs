@@ -391,19 +391,20 @@ mod tests {
                 ("cite-sources", "v1"),
             ],
         );
-        let first = export(
-            &Export {
+        // The whole library into the agent's folder.
+        let every = |skills: &[Arc<Skill>], sync: bool, dry_run: bool| {
+            let export = Export {
                 library_dir: lib.path(),
-                skills: &skills,
+                skills,
                 held: &|_| None,
                 only: &[],
                 dir: agent.path(),
-                sync: false,
-                dry_run: false,
-            },
-            &conn,
-        )
-        .unwrap();
+                sync,
+                dry_run,
+            };
+            super::export(&export, &conn).unwrap()
+        };
+        let first = every(&skills, false, false);
         assert_eq!(first.written, ["retry-flaky", "cite-sources"]);
         assert_eq!(first.kept.len(), 1, "{:?}", first.kept);
         let mine = std::fs::read_to_string(agent.path().join("git-hygiene/SKILL.md")).unwrap();
@@ -421,19 +422,7 @@ mod tests {
         )
         .unwrap();
         let skills = library(lib.path(), &[("retry-flaky", "v2"), ("cite-sources", "v2")]);
-        let again = export(
-            &Export {
-                library_dir: lib.path(),
-                skills: &skills,
-                held: &|_| None,
-                only: &[],
-                dir: agent.path(),
-                sync: false,
-                dry_run: false,
-            },
-            &conn,
-        )
-        .unwrap();
+        let again = every(&skills, false, false);
         assert_eq!(again.updated, ["retry-flaky"]);
         assert_eq!(again.kept[0].0, "cite-sources");
         let updated = std::fs::read_to_string(agent.path().join("retry-flaky/SKILL.md")).unwrap();
@@ -450,34 +439,10 @@ mod tests {
         let mut retired = (*skills[0]).clone();
         retired.retired = Some("canary".into());
         skills[0] = Arc::new(retired);
-        let dry = export(
-            &Export {
-                library_dir: lib.path(),
-                skills: &skills,
-                held: &|_| None,
-                only: &[],
-                dir: agent.path(),
-                sync: true,
-                dry_run: true,
-            },
-            &conn,
-        )
-        .unwrap();
+        let dry = every(&skills, true, true);
         assert_eq!(dry.removed, ["retry-flaky"]);
         assert!(agent.path().join("retry-flaky/SKILL.md").exists());
-        let synced = export(
-            &Export {
-                library_dir: lib.path(),
-                skills: &skills,
-                held: &|_| None,
-                only: &[],
-                dir: agent.path(),
-                sync: true,
-                dry_run: false,
-            },
-            &conn,
-        )
-        .unwrap();
+        let synced = every(&skills, true, false);
         assert_eq!(synced.removed, ["retry-flaky"]);
         assert!(!agent.path().join("retry-flaky").exists());
         assert!(agent.path().join("git-hygiene/SKILL.md").exists());

@@ -244,7 +244,7 @@ pub const SCORER_TAIL: usize = 32;
 
 /// A skill injected into a turn, as recorded (`[{"id", "version",
 /// "score"}]` in `turns.injected_skills`).
-#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct InjectedSkill {
     pub id: String,
     pub version: String,

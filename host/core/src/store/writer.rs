@@ -10,6 +10,7 @@ use std::sync::mpsc::{Receiver, RecvTimeoutError};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
+use metaclaw_wire::recorded::Completion;
 use rusqlite::{Connection, Transaction, params};
 use serde_json::{Map, Value};
 
@@ -283,9 +284,7 @@ impl Writer {
             Capture::None => None,
             Capture::Answer { bytes, read } => {
                 let (value, done) = read(bytes);
-                let finished = value["choices"]
-                    .as_array()
-                    .is_some_and(|c| c.iter().any(|c| !c["finish_reason"].is_null()));
+                let finished = Completion::read(&value).finished();
                 if status == TurnStatus::Ok && !done && !finished {
                     status = TurnStatus::Incomplete;
                 }
@@ -602,12 +601,16 @@ fn insert_end(
 }
 
 fn summarize_response(response: &Value) -> String {
-    let message = &response["choices"][0]["message"];
-    let mut out = message["content"].as_str().unwrap_or("").to_string();
-    if let Some(calls) = message["tool_calls"].as_array() {
-        let names: Vec<&str> = calls
+    let completion = Completion::read(response);
+    let mut out = String::new();
+    if let Some(message) = completion.message() {
+        if let Value::String(text) = &message.content {
+            out.push_str(text);
+        }
+        let names: Vec<&str> = message
+            .tool_calls
             .iter()
-            .filter_map(|c| c["function"]["name"].as_str())
+            .filter_map(|c| c.function.name.as_deref())
             .collect();
         if !names.is_empty() {
             if !out.is_empty() {
@@ -617,7 +620,7 @@ fn summarize_response(response: &Value) -> String {
         }
     }
     if out.is_empty()
-        && let Some(err) = response["error"]["message"].as_str()
+        && let Some(err) = completion.error.as_ref().and_then(|e| e.message.as_deref())
     {
         out = format!("[error: {err}]");
     }

@@ -4,23 +4,165 @@
 //! chat). Also where the skills block goes in a passed-through Anthropic
 //! request.
 
-use serde_json::{Map, Value, json};
+use serde::Deserialize;
+use serde_json::{Map, Number, Value, json};
 
-use super::copy_control_fields;
+use super::{ChatPart, Controls, Lenient, Obj};
 use crate::error::{Error, Result};
-use crate::response::anthropic::{assistant_blocks, assistant_message};
+use crate::response::anthropic::assistant_blocks;
 use crate::text::value_text;
 
 /// Anthropic requires `max_tokens`; a chat request may leave it out.
 const DEFAULT_MAX_TOKENS: u64 = 4096;
 
+/// An Anthropic Messages request, as the translation to chat reads it.
+/// Optional fields of the wrong shape are dropped, never refused (as the
+/// key lookups did); `messages` and `system` are checked after.
+#[derive(Deserialize, Default)]
+#[serde(default)]
+struct AnthropicRequest {
+    /// Copied as sent, whatever it is: the chat parse judges it.
+    #[serde(deserialize_with = "super::given")]
+    model: Option<Value>,
+    messages: Lenient<Vec<Obj<AnthropicMessage>>>,
+    system: Lenient<Option<System>>,
+    max_tokens: Lenient<u64>,
+    temperature: Lenient<Number>,
+    top_p: Lenient<Number>,
+    stop_sequences: Lenient<Vec<Value>>,
+    metadata: Obj<Metadata>,
+    tools: Lenient<Vec<Obj<Tool>>>,
+    tool_choice: Obj<ToolChoice>,
+    stream: Lenient<bool>,
+    #[serde(flatten)]
+    controls: Controls,
+}
+
+/// A message; one that is not an object or has another role reads as none.
+#[derive(Deserialize)]
+#[serde(tag = "role", rename_all = "snake_case")]
+enum AnthropicMessage {
+    User {
+        #[serde(default)]
+        content: Lenient<Content>,
+    },
+    Assistant {
+        #[serde(default)]
+        content: Lenient<Content>,
+    },
+}
+
+#[derive(Deserialize)]
+#[serde(untagged)]
+enum Content {
+    Text(String),
+    Blocks(Vec<Obj<Block>>),
+}
+
+/// A content block; fields are read leniently so that a block of a known
+/// type is never demoted to [`Block::Other`] by one of its fields.
+#[derive(Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+enum Block {
+    Text {
+        /// As sent: a user's text part is forwarded whatever it holds.
+        #[serde(default)]
+        text: Value,
+    },
+    Image {
+        #[serde(default)]
+        source: Obj<Source>,
+    },
+    ToolResult {
+        #[serde(default)]
+        tool_use_id: Value,
+        /// Tool output, read for its text.
+        #[serde(default)]
+        content: Value,
+        #[serde(default)]
+        is_error: Lenient<bool>,
+    },
+    Document {
+        #[serde(default)]
+        source: Obj<Source>,
+    },
+    ToolUse {
+        #[serde(default)]
+        id: Value,
+        #[serde(default)]
+        name: Value,
+        /// The call's arguments, forwarded as JSON text.
+        #[serde(default, deserialize_with = "super::given")]
+        input: Option<Value>,
+    },
+    /// Thinking, server tools… nothing a chat upstream takes back.
+    #[serde(other)]
+    Other,
+}
+
+/// An image's or a document's `source`.
+#[derive(Deserialize, Default)]
+#[serde(default)]
+struct Source {
+    #[serde(rename = "type")]
+    kind: Lenient<String>,
+    media_type: Lenient<String>,
+    data: Lenient<String>,
+    url: Lenient<String>,
+}
+
+#[derive(Deserialize)]
+#[serde(untagged)]
+enum System {
+    Text(String),
+    Blocks(Vec<Obj<SystemBlock>>),
+}
+
+#[derive(Deserialize, Default)]
+#[serde(default)]
+struct SystemBlock {
+    text: Lenient<String>,
+}
+
+#[derive(Deserialize, Default)]
+#[serde(default)]
+struct Metadata {
+    user_id: Lenient<String>,
+}
+
+/// A tool; its schema and description are forwarded as sent.
+#[derive(Deserialize, Default)]
+#[serde(default)]
+struct Tool {
+    name: Value,
+    #[serde(deserialize_with = "super::given")]
+    description: Option<Value>,
+    #[serde(deserialize_with = "super::given")]
+    input_schema: Option<Value>,
+}
+
+#[derive(Deserialize, Default)]
+#[serde(default)]
+struct ToolChoice {
+    /// Matched as a string: any other `type` is `auto`.
+    #[serde(rename = "type")]
+    kind: Lenient<String>,
+    name: Value,
+    disable_parallel_tool_use: Lenient<bool>,
+}
+
 /// An Anthropic Messages request as a chat-completions request.
 pub fn to_chat(request: &Value) -> Result<Value> {
-    let obj = request.as_object().ok_or(Error::NotAnObject)?;
-    let messages = match obj.get("messages") {
-        Some(Value::Array(m)) => m,
-        Some(_) => return Err(Error::bad_field("`messages`", "a list of {role, content}")),
-        None => {
+    if !request.is_object() {
+        return Err(Error::NotAnObject);
+    }
+    // Every field is lenient, so an object always reads.
+    let request =
+        AnthropicRequest::deserialize(request).map_err(|e| Error::Shape(e.to_string()))?;
+    let messages = match request.messages {
+        Lenient::Read(m) => m,
+        Lenient::Wrong => return Err(Error::bad_field("`messages`", "a list of {role, content}")),
+        Lenient::Absent => {
             return Err(Error::Missing {
                 field: "messages",
                 expected: "a list of {role, content}",
@@ -28,27 +170,28 @@ pub fn to_chat(request: &Value) -> Result<Value> {
         }
     };
     let mut chat = Vec::with_capacity(messages.len() + 1);
-    match obj.get("system") {
-        None | Some(Value::Null) => {}
-        Some(system @ (Value::String(_) | Value::Array(_))) => {
+    match request.system {
+        Lenient::Absent | Lenient::Read(None) => {}
+        Lenient::Read(Some(system)) => {
             let text = system_text(system);
             if !text.is_empty() {
                 chat.push(json!({"role": "system", "content": text}));
             }
         }
-        Some(_) => {
+        Lenient::Wrong => {
             return Err(Error::bad_field(
                 "`system`",
                 "a string or a list of text blocks",
             ));
         }
     }
-    for (i, message) in messages.iter().enumerate() {
-        let content = &message["content"];
-        match message["role"].as_str() {
-            Some("user") => user_to_chat(content, i, &mut chat)?,
-            Some("assistant") => chat.push(assistant_to_chat(content, i)?),
-            _ => {
+    for (i, Obj(message)) in messages.into_iter().enumerate() {
+        match message {
+            Some(AnthropicMessage::User { content }) => user_to_chat(content, i, &mut chat)?,
+            Some(AnthropicMessage::Assistant { content }) => {
+                chat.push(assistant_to_chat(content, i)?);
+            }
+            None => {
                 return Err(Error::bad_field(
                     format!("messages[{i}].role"),
                     "\"user\" or \"assistant\"",
@@ -57,152 +200,189 @@ pub fn to_chat(request: &Value) -> Result<Value> {
         }
     }
     let mut out = Map::new();
-    if let Some(model) = obj.get("model") {
-        out.insert("model".into(), model.clone());
+    if let Some(model) = request.model {
+        out.insert("model".into(), model);
     }
     out.insert("messages".into(), Value::Array(chat));
-    if let Some(n) = obj.get("max_tokens").filter(|v| v.is_u64()) {
-        out.insert("max_tokens".into(), n.clone());
+    if let Some(n) = request.max_tokens.read() {
+        out.insert("max_tokens".into(), json!(n));
     }
-    for key in ["temperature", "top_p"] {
-        if let Some(v) = obj.get(key).filter(|v| v.is_number()) {
-            out.insert(key.into(), v.clone());
+    for (key, v) in [
+        ("temperature", request.temperature),
+        ("top_p", request.top_p),
+    ] {
+        if let Some(v) = v.read() {
+            out.insert(key.into(), Value::Number(v));
         }
     }
-    if let Some(stop) = obj.get("stop_sequences").filter(|v| v.is_array()) {
-        out.insert("stop".into(), stop.clone());
+    if let Some(stop) = request.stop_sequences.read() {
+        out.insert("stop".into(), Value::Array(stop));
     }
-    if let Some(user) = request["metadata"]["user_id"].as_str() {
+    if let Some(user) = request.metadata.0.and_then(|m| m.user_id.read()) {
         out.insert("user".into(), json!(user));
     }
-    if let Some(tools) = obj.get("tools").and_then(Value::as_array) {
-        // Server tools (web search…) have no schema and no OpenAI form.
-        let tools: Vec<Value> = tools
-            .iter()
-            .filter(|t| t.get("input_schema").is_some())
-            .map(|t| {
-                let mut function = Map::new();
-                function.insert("name".into(), t["name"].clone());
-                if let Some(d) = t.get("description") {
-                    function.insert("description".into(), d.clone());
-                }
-                function.insert("parameters".into(), t["input_schema"].clone());
-                json!({"type": "function", "function": function})
-            })
-            .collect();
-        if !tools.is_empty() {
-            out.insert("tools".into(), Value::Array(tools));
-        }
+    if let Some(tools) = request.tools.read().and_then(tools_to_chat) {
+        out.insert("tools".into(), tools);
     }
-    if let Some(choice) = obj.get("tool_choice").filter(|v| v.is_object()) {
-        let mapped = match choice["type"].as_str() {
-            Some("any") => json!("required"),
-            Some("none") => json!("none"),
-            Some("tool") => json!({"type": "function", "function": {"name": choice["name"]}}),
-            _ => json!("auto"),
-        };
-        out.insert("tool_choice".into(), mapped);
-        if choice["disable_parallel_tool_use"] == true {
-            out.insert("parallel_tool_calls".into(), json!(false));
-        }
+    if let Obj(Some(choice)) = request.tool_choice {
+        tool_choice_to_chat(choice, &mut out);
     }
-    if obj.get("stream") == Some(&Value::Bool(true)) {
+    if request.stream.read() == Some(true) {
         out.insert("stream".into(), json!(true));
         out.insert("stream_options".into(), json!({"include_usage": true}));
     }
-    copy_control_fields(request, &mut out);
+    request.controls.copy_into(&mut out);
     Ok(Value::Object(out))
 }
 
-fn system_text(system: &Value) -> String {
+fn system_text(system: System) -> String {
     match system {
-        Value::String(s) => s.clone(),
-        Value::Array(blocks) => blocks
-            .iter()
-            .filter_map(|b| b["text"].as_str())
+        System::Text(s) => s,
+        System::Blocks(blocks) => blocks
+            .into_iter()
+            .filter_map(|Obj(b)| b.and_then(|b| b.text.read()))
             .collect::<Vec<_>>()
             .join("\n\n"),
-        _ => String::new(),
     }
+}
+
+/// The tools in chat form; none when no tool has one.
+fn tools_to_chat(tools: Vec<Obj<Tool>>) -> Option<Value> {
+    // Server tools (web search…) have no schema and no OpenAI form.
+    let tools: Vec<Value> = tools
+        .into_iter()
+        .filter_map(|Obj(t)| {
+            let t = t?;
+            let schema = t.input_schema?;
+            let mut function = Map::new();
+            function.insert("name".into(), t.name);
+            if let Some(d) = t.description {
+                function.insert("description".into(), d);
+            }
+            function.insert("parameters".into(), schema);
+            Some(json!({"type": "function", "function": function}))
+        })
+        .collect();
+    (!tools.is_empty()).then_some(Value::Array(tools))
+}
+
+fn tool_choice_to_chat(choice: ToolChoice, out: &mut Map<String, Value>) {
+    let mapped = match choice.kind.read().as_deref() {
+        Some("any") => json!("required"),
+        Some("none") => json!("none"),
+        Some("tool") => json!({"type": "function", "function": {"name": choice.name}}),
+        _ => json!("auto"),
+    };
+    out.insert("tool_choice".into(), mapped);
+    if choice.disable_parallel_tool_use.read() == Some(true) {
+        out.insert("parallel_tool_calls".into(), json!(false));
+    }
+}
+
+fn bad_content(i: usize) -> Error {
+    Error::bad_field(
+        format!("messages[{i}].content"),
+        "a string or a list of blocks",
+    )
 }
 
 /// A user turn: tool results become `tool` messages (first: OpenAI wants
 /// them right after the assistant's calls), the rest one user message.
-fn user_to_chat(content: &Value, i: usize, chat: &mut Vec<Value>) -> Result<()> {
+fn user_to_chat(content: Lenient<Content>, i: usize, chat: &mut Vec<Value>) -> Result<()> {
     let blocks = match content {
-        Value::String(s) => {
+        Lenient::Read(Content::Blocks(blocks)) => blocks,
+        Lenient::Read(Content::Text(s)) => {
             chat.push(json!({"role": "user", "content": s}));
             return Ok(());
         }
-        Value::Array(blocks) => blocks,
-        _ => {
-            return Err(Error::bad_field(
-                format!("messages[{i}].content"),
-                "a string or a list of blocks",
-            ));
-        }
+        Lenient::Absent | Lenient::Wrong => return Err(bad_content(i)),
     };
     let mut parts = Vec::new();
-    for block in blocks {
-        match block["type"].as_str() {
-            Some("text") => parts.push(json!({"type": "text", "text": block["text"]})),
-            Some("image") => {
-                let source = &block["source"];
-                let url = match source["type"].as_str() {
-                    Some("base64") => format!(
-                        "data:{};base64,{}",
-                        source["media_type"].as_str().unwrap_or("image/png"),
-                        source["data"].as_str().unwrap_or("")
-                    ),
-                    _ => source["url"].as_str().unwrap_or("").to_string(),
-                };
-                parts.push(json!({"type": "image_url", "image_url": {"url": url}}));
+    for Obj(block) in blocks {
+        match block {
+            Some(Block::Text { text }) => parts.push(ChatPart::Text(text)),
+            Some(Block::Image { source }) => {
+                parts.push(ChatPart::Image(source.0.map(image_url).unwrap_or_default()));
             }
-            Some("tool_result") => {
-                let mut text = value_text(&block["content"]);
-                if block["is_error"] == true && !text.starts_with("Error") {
+            Some(Block::ToolResult {
+                tool_use_id,
+                content,
+                is_error,
+            }) => {
+                let mut text = value_text(&content);
+                if is_error.read() == Some(true) && !text.starts_with("Error") {
                     text = format!("Error: {text}");
                 }
                 chat.push(json!({
                     "role": "tool",
-                    "tool_call_id": block["tool_use_id"],
+                    "tool_call_id": tool_use_id,
                     "content": text,
                 }));
             }
-            Some("document") => {
-                if let Some(text) = block["source"]["data"].as_str() {
-                    parts.push(json!({"type": "text", "text": text}));
+            Some(Block::Document { source }) => {
+                if let Some(text) = source.0.and_then(|s| s.data.read()) {
+                    parts.push(ChatPart::Text(json!(text)));
                 }
             }
-            _ => {}
+            Some(Block::ToolUse { .. } | Block::Other) | None => {}
         }
     }
-    if parts.is_empty() {
-        return Ok(());
-    }
-    let all_text = parts.iter().all(|p| p["type"] == "text");
-    let content = if all_text && parts.len() == 1 {
-        parts[0]["text"].clone()
-    } else {
-        Value::Array(parts)
+    let content = match parts.as_mut_slice() {
+        [] => return Ok(()),
+        [ChatPart::Text(text)] => text.take(),
+        _ => Value::Array(parts.into_iter().map(ChatPart::into_value).collect()),
     };
     chat.push(json!({"role": "user", "content": content}));
     Ok(())
 }
 
-fn assistant_to_chat(content: &Value, i: usize) -> Result<Value> {
+/// An image source as a URL: base64 data as a `data:` URL.
+fn image_url(source: Source) -> String {
+    match source.kind.read().as_deref() {
+        Some("base64") => format!(
+            "data:{};base64,{}",
+            source.media_type.read().as_deref().unwrap_or("image/png"),
+            source.data.read().unwrap_or_default()
+        ),
+        _ => source.url.read().unwrap_or_default(),
+    }
+}
+
+/// An assistant turn: its text, and its tool uses as tool calls.
+fn assistant_to_chat(content: Lenient<Content>, i: usize) -> Result<Value> {
     let blocks = match content {
-        Value::String(s) => return Ok(json!({"role": "assistant", "content": s})),
-        Value::Array(blocks) => blocks,
-        _ => {
-            return Err(Error::bad_field(
-                format!("messages[{i}].content"),
-                "a string or a list of blocks",
-            ));
-        }
+        Lenient::Read(Content::Blocks(blocks)) => blocks,
+        Lenient::Read(Content::Text(s)) => return Ok(json!({"role": "assistant", "content": s})),
+        Lenient::Absent | Lenient::Wrong => return Err(bad_content(i)),
     };
+    let mut text = String::new();
+    let mut calls = Vec::new();
     // Thinking blocks are the model's own; they are not sent back upstream.
-    let (message, _thinking) = assistant_message(blocks);
+    for Obj(block) in blocks {
+        match block {
+            Some(Block::Text { text: t }) => text.push_str(t.as_str().unwrap_or("")),
+            Some(Block::ToolUse { id, name, input }) => calls.push(json!({
+                "id": id,
+                "type": "function",
+                "function": {
+                    "name": name,
+                    "arguments": input.map_or_else(|| "{}".into(), |v| v.to_string()),
+                },
+            })),
+            _ => {}
+        }
+    }
+    let mut message = Map::new();
+    message.insert("role".into(), json!("assistant"));
+    let content = if text.is_empty() && !calls.is_empty() {
+        Value::Null
+    } else {
+        json!(text)
+    };
+    message.insert("content".into(), content);
+    if !calls.is_empty() {
+        message.insert("tool_calls".into(), Value::Array(calls));
+    }
     Ok(Value::Object(message))
 }
 

@@ -91,7 +91,7 @@ pub struct TrainerSettings {
 }
 
 /// What the trainer last ran into, for `status`.
-#[derive(Debug, Clone, Default, Serialize)]
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
 pub struct TrainerState {
     /// The last step's failure; cleared by a step that runs.
     pub last_error: Option<String>,
