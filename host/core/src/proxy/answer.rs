@@ -16,11 +16,11 @@ use metaclaw_wire::{ApiFormat, Front};
 use serde_json::Value;
 
 use super::capture;
-use super::record::TurnCtx;
+use super::record::{Outcome, TurnCtx};
 use super::stream::TeeStream;
 use super::upstream::Upstream;
 use crate::error::ApiError;
-use crate::store::{Capture, TurnStatus};
+use crate::store::Capture;
 
 /// The largest non-streamed upstream answer accepted.
 const WHOLE_BODY_LIMIT: usize = 64 << 20;
@@ -174,8 +174,11 @@ pub async fn answer(
     let bytes = match read_whole(response, &ctx.proxy.upstream, WHOLE_BODY_LIMIT).await {
         Ok(bytes) => bytes,
         Err(e) => {
-            let error = Some(e.to_string());
-            ctx.finish(TurnStatus::Incomplete, Some(status), Capture::None, error);
+            ctx.finish(Outcome::Incomplete {
+                http_status: Some(status),
+                capture: Capture::None,
+                why: e.to_string(),
+            });
             return Err(e);
         }
     };
@@ -185,7 +188,10 @@ pub async fn answer(
     let capture = capture::whole(dialects.upstream, bytes);
     match answer {
         Ok(answer) => {
-            ctx.finish(TurnStatus::Ok, Some(status), capture, None);
+            ctx.finish(Outcome::Answered {
+                http_status: status,
+                capture,
+            });
             headers.insert(
                 header::CONTENT_TYPE,
                 HeaderValue::from_static("application/json"),
@@ -193,8 +199,11 @@ pub async fn answer(
             Ok((status, headers, answer).into_response())
         }
         Err(e) => {
-            let error = Some(e.to_string());
-            ctx.finish(TurnStatus::Error, Some(status), capture, error);
+            ctx.finish(Outcome::Failed {
+                http_status: Some(status),
+                capture,
+                error: e.to_string(),
+            });
             Err(e)
         }
     }
@@ -224,12 +233,11 @@ async fn error(
         ApiFormat::Openai => body,
     };
     let error = ApiError::UpstreamStatus { status, body };
-    ctx.finish(
-        TurnStatus::Error,
-        Some(status),
-        capture::error(error.body()),
-        Some(error.to_string()),
-    );
+    ctx.finish(Outcome::Failed {
+        http_status: Some(status),
+        capture: capture::error(error.body()),
+        error: error.to_string(),
+    });
     ctx.proxy.metrics.errors.inc(&[error.kind()]);
     let body = own.unwrap_or_else(|| error.body_for(dialects.client));
     let mut response = error.into_response_with(body);

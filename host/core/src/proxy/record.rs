@@ -27,6 +27,59 @@ pub(super) struct Arrival {
     pub(super) started_at_ms: i64,
 }
 
+/// How a turn ended: what [`TurnCtx::finish`] records.
+pub(super) enum Outcome {
+    /// Answered (`capture`: the answer as it went to the client).
+    Answered {
+        http_status: StatusCode,
+        capture: Capture,
+    },
+    /// Failed, with metaclaw's or the upstream's error (`http_status`: the
+    /// status the upstream or the student path answered with, if any).
+    Failed {
+        http_status: Option<StatusCode>,
+        capture: Capture,
+        error: String,
+    },
+    /// Cut off: the client left, or the answer broke off or stalled.
+    Incomplete {
+        http_status: Option<StatusCode>,
+        capture: Capture,
+        why: String,
+    },
+}
+
+impl Outcome {
+    /// An error before any answer: nothing captured.
+    pub(super) fn failed(http_status: Option<StatusCode>, error: impl ToString) -> Self {
+        Self::Failed {
+            http_status,
+            capture: Capture::None,
+            error: error.to_string(),
+        }
+    }
+
+    /// As the store records it: status, HTTP status, answer, error.
+    fn parts(self) -> (TurnStatus, Option<StatusCode>, Capture, Option<String>) {
+        match self {
+            Self::Answered {
+                http_status,
+                capture,
+            } => (TurnStatus::Ok, Some(http_status), capture, None),
+            Self::Failed {
+                http_status,
+                capture,
+                error,
+            } => (TurnStatus::Error, http_status, capture, Some(error)),
+            Self::Incomplete {
+                http_status,
+                capture,
+                why,
+            } => (TurnStatus::Incomplete, http_status, capture, Some(why)),
+        }
+    }
+}
+
 pub(super) struct TurnCtx {
     pub(super) proxy: Arc<Proxy>,
     pub(super) id: String,
@@ -135,16 +188,13 @@ impl TurnCtx {
         }
     }
 
-    pub(super) fn finish(
-        &mut self,
-        status: TurnStatus,
-        http_status: Option<StatusCode>,
-        response: Capture,
-        error: Option<String>,
-    ) {
+    /// Records the turn as it ended (once: a later call does nothing) and
+    /// tells its session.
+    pub(super) fn finish(&mut self, outcome: Outcome) {
         if self.finished {
             return;
         }
+        let (status, http_status, response, error) = outcome.parts();
         self.finished = true;
         let now = Instant::now();
         let total = now.duration_since(self.started);
@@ -212,12 +262,11 @@ impl Drop for TurnCtx {
     fn drop(&mut self) {
         if !self.finished {
             self.proxy.metrics.errors.inc(&["client_disconnected"]);
-            self.finish(
-                TurnStatus::Incomplete,
-                None,
-                Capture::None,
-                Some("client disconnected".into()),
-            );
+            self.finish(Outcome::Incomplete {
+                http_status: None,
+                capture: Capture::None,
+                why: "client disconnected".into(),
+            });
         }
     }
 }

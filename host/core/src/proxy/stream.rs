@@ -15,8 +15,8 @@ use metaclaw_wire::stream::{Chain, encode};
 use tokio::time::Sleep;
 
 use super::capture;
-use super::record::TurnCtx;
-use crate::store::{Capture, TurnStatus};
+use super::record::{Outcome, TurnCtx};
+use crate::store::Capture;
 
 /// The most of one answer kept for the record; the client still gets all.
 const CAPTURE_LIMIT: usize = 32 << 20;
@@ -82,26 +82,31 @@ impl TeeStream {
         (!out.is_empty()).then(|| Bytes::from(out))
     }
 
-    fn end(&mut self, status: TurnStatus, error: Option<(&'static str, String)>) -> Option<Bytes> {
+    /// The stream ended: whole (`broke`: none), or broken off (the error's
+    /// kind and message, also sent to the client as the stream's last
+    /// event).
+    fn end(&mut self, broke: Option<(&'static str, String)>) -> Option<Bytes> {
         self.ended = true;
-        let captured = self.capture();
+        let capture = self.capture();
         let ctx = self.ctx.as_mut()?;
-        if status == TurnStatus::Ok {
+        let http_status = StatusCode::OK;
+        let Some((kind, why)) = broke else {
             ctx.upstream_done = Some(Instant::now());
-        }
-        let event = error.as_ref().map(|(kind, message)| {
-            ctx.proxy.metrics.errors.inc(&[kind]);
-            let mut out = Vec::new();
-            encode(&ctx.front.stream_error(kind, message), &mut out);
-            Bytes::from(out)
+            ctx.finish(Outcome::Answered {
+                http_status,
+                capture,
+            });
+            return None;
+        };
+        ctx.proxy.metrics.errors.inc(&[kind]);
+        let mut event = Vec::new();
+        encode(&ctx.front.stream_error(kind, &why), &mut event);
+        ctx.finish(Outcome::Incomplete {
+            http_status: Some(http_status),
+            capture,
+            why,
         });
-        ctx.finish(
-            status,
-            Some(StatusCode::OK),
-            captured,
-            error.map(|(_, m)| m),
-        );
-        event
+        Some(Bytes::from(event))
     }
 }
 
@@ -131,17 +136,11 @@ impl Stream for TeeStream {
                 }
                 Poll::Ready(Some(Err(e))) => {
                     let message = format!("the upstream stream failed: {e}");
-                    return Poll::Ready(
-                        this.end(
-                            TurnStatus::Incomplete,
-                            Some(("upstream_stream_error", message)),
-                        )
-                        .map(Ok),
-                    );
+                    return Poll::Ready(this.end(Some(("upstream_stream_error", message))).map(Ok));
                 }
                 Poll::Ready(None) => {
                     let tail = this.translate(Bytes::new(), true);
-                    this.end(TurnStatus::Ok, None);
+                    this.end(None);
                     return Poll::Ready(tail.map(Ok));
                 }
                 Poll::Pending => {
@@ -150,10 +149,7 @@ impl Stream for TeeStream {
                             "the upstream sent nothing for {} s (proxy.timeouts.between_chunks)",
                             this.idle_timeout.as_secs_f64()
                         );
-                        return Poll::Ready(
-                            this.end(TurnStatus::Incomplete, Some(("stream_stalled", message)))
-                                .map(Ok),
-                        );
+                        return Poll::Ready(this.end(Some(("stream_stalled", message))).map(Ok));
                     }
                     return Poll::Pending;
                 }
@@ -171,12 +167,11 @@ impl Drop for TeeStream {
             let captured = self.capture();
             if let Some(mut ctx) = self.ctx.take() {
                 ctx.proxy.metrics.errors.inc(&["client_disconnected"]);
-                ctx.finish(
-                    TurnStatus::Incomplete,
-                    Some(StatusCode::OK),
-                    captured,
-                    Some("client disconnected".into()),
-                );
+                ctx.finish(Outcome::Incomplete {
+                    http_status: Some(StatusCode::OK),
+                    capture: captured,
+                    why: "client disconnected".into(),
+                });
             }
         }
     }

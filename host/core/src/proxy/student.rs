@@ -19,10 +19,10 @@ use serde_json::{Value, json};
 
 use super::answer::Dialects;
 use super::capture;
-use super::record::TurnCtx;
+use super::record::{Outcome, TurnCtx};
 use crate::error::ApiError;
 use crate::policy::{Answer, Policy, TurnInput, Unavailable};
-use crate::store::{Capture, ServedBy, TurnStatus};
+use crate::store::ServedBy;
 
 /// Samples the student for this turn: `Err` says why `llm` must answer
 /// instead.
@@ -134,7 +134,10 @@ pub(super) fn respond(
         for event in &events {
             encode(event, &mut bytes);
         }
-        ctx.finish(TurnStatus::Ok, Some(StatusCode::OK), capture, None);
+        ctx.finish(Outcome::Answered {
+            http_status: StatusCode::OK,
+            capture,
+        });
         headers.insert(
             header::CONTENT_TYPE,
             HeaderValue::from_static("text/event-stream"),
@@ -144,7 +147,10 @@ pub(super) fn respond(
     }
     match dialects.whole_answer(&whole, client) {
         Ok(body) => {
-            ctx.finish(TurnStatus::Ok, Some(StatusCode::OK), capture, None);
+            ctx.finish(Outcome::Answered {
+                http_status: StatusCode::OK,
+                capture,
+            });
             headers.insert(
                 header::CONTENT_TYPE,
                 HeaderValue::from_static("application/json"),
@@ -152,12 +158,7 @@ pub(super) fn respond(
             Ok((StatusCode::OK, headers, body).into_response())
         }
         Err(e) => {
-            ctx.finish(
-                TurnStatus::Error,
-                Some(StatusCode::OK),
-                Capture::None,
-                Some(e.to_string()),
-            );
+            ctx.finish(Outcome::failed(Some(StatusCode::OK), &e));
             Err(e)
         }
     }

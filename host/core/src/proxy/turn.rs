@@ -30,7 +30,7 @@ use tracing::Instrument;
 
 use super::Proxy;
 use super::answer::{self, Dialects};
-use super::record::{Arrival, TurnCtx};
+use super::record::{Arrival, Outcome, TurnCtx};
 use super::request::{self, Incoming};
 use super::student;
 use crate::clock::now_ms;
@@ -38,7 +38,7 @@ use crate::error::ApiError;
 use crate::policy::Unavailable;
 use crate::sessions::{TurnAttempt, TurnType};
 use crate::skills::{Query, Skills, inject};
-use crate::store::{Capture, InjectedSkill, ServedBy, TurnStatus};
+use crate::store::{InjectedSkill, ServedBy};
 
 /// `POST /v1/chat/completions`
 pub async fn chat_completions(State(proxy): State<Arc<Proxy>>, request: Request) -> Response {
@@ -165,12 +165,7 @@ async fn turn(
             Err(Unavailable(why)) => {
                 policy.fell_back(&why);
                 let e = ApiError::StudentUnavailable(why);
-                ctx.finish(
-                    TurnStatus::Error,
-                    Some(e.status()),
-                    Capture::None,
-                    Some(e.to_string()),
-                );
+                ctx.finish(Outcome::failed(Some(e.status()), &e));
                 return Err(e);
             }
         }
@@ -182,7 +177,7 @@ async fn turn(
     let outgoing = match dialects.outgoing(&request, client.as_ref(), model, block.as_deref()) {
         Ok(outgoing) => outgoing,
         Err(e) => {
-            ctx.finish(TurnStatus::Error, None, Capture::None, Some(e.to_string()));
+            ctx.finish(Outcome::failed(None, &e));
             return Err(e);
         }
     };
@@ -196,7 +191,7 @@ async fn turn(
     {
         Ok(sent) => sent,
         Err(e) => {
-            ctx.finish(TurnStatus::Error, None, Capture::None, Some(e.to_string()));
+            ctx.finish(Outcome::failed(None, &e));
             return Err(e);
         }
     };
