@@ -200,7 +200,8 @@ impl AdminClient {
         if !status.is_success() {
             let message = body
                 .ok()
-                .and_then(|b| b["error"]["message"].as_str().map(str::to_string))
+                .and_then(|b| metaclaw_wire::recorded::Completion::read(&b).error)
+                .and_then(|e| e.message)
                 .unwrap_or_else(|| format!("{path} answered {status}"));
             return Err(AdminError::Refused { status, message });
         }

@@ -431,11 +431,18 @@ async fn admin_decide_experiment(
     Path(id): Path<i64>,
     body: axum::body::Bytes,
 ) -> Response {
-    let request = match serde_json::from_slice::<serde_json::Value>(&body) {
+    /// `{"decision": "promote" or "rollback", "reason": TEXT}`; a field of
+    /// another shape reads as absent.
+    #[derive(serde::Deserialize)]
+    struct Decision {
+        decision: Option<serde_json::Value>,
+        reason: Option<serde_json::Value>,
+    }
+    let request = match serde_json::from_slice::<Decision>(&body) {
         Ok(v) => v,
         Err(e) => return ApiError::InvalidJson(e.to_string()).into_response(),
     };
-    let promote = match request["decision"].as_str() {
+    let promote = match request.decision.as_ref().and_then(|d| d.as_str()) {
         Some("promote") => true,
         Some("rollback") => false,
         _ => {
@@ -445,8 +452,10 @@ async fn admin_decide_experiment(
             .into_response();
         }
     };
-    let why = request["reason"]
-        .as_str()
+    let why = request
+        .reason
+        .as_ref()
+        .and_then(|r| r.as_str())
         .map(str::trim)
         .filter(|r| !r.is_empty())
         .unwrap_or("no reason given")
@@ -582,9 +591,19 @@ async fn admin_learn_now(State(app): State<SharedApp>, body: axum::body::Bytes) 
     let (session, agent) = if body.iter().all(u8::is_ascii_whitespace) {
         (None, None)
     } else {
-        match serde_json::from_slice::<serde_json::Value>(&body) {
-            Ok(v) if v.is_object() => {
-                let session = match &v["session"] {
+        /// `{"session": ID}`, `{"agent": ID}` or `{}`: each checked below.
+        #[derive(serde::Deserialize)]
+        struct Ask {
+            #[serde(default)]
+            session: serde_json::Value,
+            #[serde(default)]
+            agent: serde_json::Value,
+        }
+        match serde_json::from_slice::<serde_json::Value>(&body)
+            .map(|v| (v.is_object(), serde_json::from_value::<Ask>(v)))
+        {
+            Ok((true, Ok(v))) => {
+                let session = match &v.session {
                     serde_json::Value::Null => None,
                     serde_json::Value::String(s) if !s.is_empty() => Some(s.clone()),
                     _ => {
@@ -592,7 +611,7 @@ async fn admin_learn_now(State(app): State<SharedApp>, body: axum::body::Bytes) 
                             .into_response();
                     }
                 };
-                let agent = match &v["agent"] {
+                let agent = match &v.agent {
                     serde_json::Value::Null => None,
                     serde_json::Value::String(a) => match crate::agent_id::AgentId::parse(a) {
                         Ok(id) => Some(id),

@@ -8,6 +8,7 @@
 //! similar question in a new session that gets the skill just evolved.
 //! Every wait is for something the daemon reports, and bounded.
 
+use std::path::Path;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
@@ -18,7 +19,7 @@ use metaclaw_core::app::Status;
 use metaclaw_core::home::{Home, PidInfo};
 use metaclaw_core::store;
 use metaclaw_core::store::jobs::{Job, JobState};
-use metaclaw_core::store::learning::{self, DraftOutcome};
+use metaclaw_core::store::learning::{self, DraftOutcome, DraftRow};
 use metaclaw_core::untrusted::log_line;
 
 /// The longest the demo waits for any one step.
@@ -45,6 +46,8 @@ struct Injected {
     score: f64,
 }
 
+/// Runs the demo's steps against the started daemon, reporting each; an
+/// error names the step that did not happen as it should.
 pub(super) async fn run(home: &Home, info: &PidInfo, proxy_token: Option<&str>) -> Result<()> {
     let started = Instant::now();
     let daemon = Daemon {
@@ -62,7 +65,6 @@ pub(super) async fn run(home: &Home, info: &PidInfo, proxy_token: Option<&str>) 
         .skills
         .as_ref()
         .context("skills are off in this daemon")?;
-    let skills_dir = library.dir.clone();
     say!(
         "  demo data: {} (its own store and skill library, started afresh with {} built-in skills; \
          yours are not touched)",
@@ -70,13 +72,24 @@ pub(super) async fn run(home: &Home, info: &PidInfo, proxy_token: Option<&str>) 
         library.loaded
     );
 
-    // 1-2: a question, and a correction in the same session.
+    let first = ask_and_correct(&daemon, &store_path).await?;
+    let job = end_and_learn(&daemon, &first).await?;
+    let evolved = judge_and_evolve(&store_path, &first, &status, &library.dir, &job)?;
+    ask_again(&daemon, &store_path, library.generation, &evolved).await?;
+    say!("   (demo done in {:.1} s)", started.elapsed().as_secs_f64());
+    try_it_yourself(info, proxy_token, &first, &evolved);
+    Ok(())
+}
+
+/// Steps 1-2: a question that gets built-in skills, and a correction in
+/// the same session. Returns the session's id.
+async fn ask_and_correct(daemon: &Daemon, store_path: &Path) -> Result<String> {
     let first = new_session_id();
     say!();
     say!("1. You ask: \"{QUESTION}\"");
     let mut messages = vec![json!({"role": "user", "content": QUESTION})];
     let (turn, answer) = daemon.ask(&first, &messages).await?;
-    let injected = injected_into(&store::Db::at(&store_path), &first, &turn).await?;
+    let injected = injected_into(&store::Db::at(store_path), &first, &turn).await?;
     if injected.is_empty() {
         bail!("no built-in skill was injected into the question (see `metaclaw status`)");
     }
@@ -89,18 +102,22 @@ pub(super) async fn run(home: &Home, info: &PidInfo, proxy_token: Option<&str>) 
     messages.push(json!({"role": "assistant", "content": answer}));
     messages.push(json!({"role": "user", "content": CORRECTION}));
     daemon.ask(&first, &messages).await?;
+    Ok(first)
+}
 
-    // 3-4: the session ends; its learning job judges and evolves.
-    daemon.end(&first).await?;
-    say!("3. The session ends (POST /v1/sessions/{first}/end): a learning job is queued.");
-    say!("4. Learning from it (what `metaclaw learn now {first}` runs):");
-    let mut job = daemon.learn_now(&first).await?;
+/// Step 3 and the start of 4: the session ends and its learning job runs
+/// now. Returns the job once it is done.
+async fn end_and_learn(daemon: &Daemon, session: &str) -> Result<Job> {
+    daemon.end(session).await?;
+    say!("3. The session ends (POST /v1/sessions/{session}/end): a learning job is queued.");
+    say!("4. Learning from it (what `metaclaw learn now {session}` runs):");
+    let mut job = daemon.learn_now(session).await?;
     // The runner may have claimed it first: `learn now` then waits for it,
     // and asking again returns it as it ended.
     let asked = Instant::now();
     while job.state == JobState::Running && asked.elapsed() < STEP_TIMEOUT {
         tokio::time::sleep(Duration::from_millis(100)).await;
-        job = daemon.learn_now(&first).await?;
+        job = daemon.learn_now(session).await?;
     }
     if job.state != JobState::Done {
         bail!(
@@ -109,9 +126,21 @@ pub(super) async fn run(home: &Home, info: &PidInfo, proxy_token: Option<&str>) 
             job.detail()
         );
     }
-    let conn = store::Db::at(&store_path).read()?;
-    let turns = store::session_turns(&conn, &first)?;
-    let judgments = learning::judgments(&conn, &first)?;
+    Ok(job)
+}
+
+/// Step 4's outcome, as the store recorded it: the judge's verdict on each
+/// turn and the evolver's drafts. Returns the skill the job created.
+fn judge_and_evolve(
+    store_path: &Path,
+    session: &str,
+    status: &Status,
+    skills_dir: &Path,
+    job: &Job,
+) -> Result<String> {
+    let conn = store::Db::at(store_path).read()?;
+    let turns = store::session_turns(&conn, session)?;
+    let judgments = learning::judgments(&conn, session)?;
     let verdicts: Vec<String> = turns
         .iter()
         .map(|t| match judgments.get(&t.id) {
@@ -125,8 +154,17 @@ pub(super) async fn run(home: &Home, info: &PidInfo, proxy_token: Option<&str>) 
         })
         .collect();
     say!("   judge: {}", verdicts.join("; "));
-    let drafts = learning::drafts(&conn, &first)?;
+    let drafts = learning::drafts(&conn, session)?;
     drop(conn);
+    let Some(evolved) = show_drafts(&drafts, status, skills_dir) else {
+        bail!("the learning job evolved no skill ({})", job.detail());
+    };
+    Ok(evolved)
+}
+
+/// The evolver's drafts, each as its chain of evolvers left it; the id of
+/// the skill created and written, if any.
+fn show_drafts(drafts: &[DraftRow], status: &Status, skills_dir: &Path) -> Option<String> {
     let chain: Vec<&str> = status
         .evolver_chain
         .iter()
@@ -143,7 +181,7 @@ pub(super) async fn run(home: &Home, info: &PidInfo, proxy_token: Option<&str>) 
         }
     );
     let mut evolved = None;
-    for d in &drafts {
+    for d in drafts {
         let name = log_line(d.skill_id.as_deref().unwrap_or(&d.name), 60);
         match d.outcome {
             DraftOutcome::Rejected => say!(
@@ -162,25 +200,32 @@ pub(super) async fn run(home: &Home, info: &PidInfo, proxy_token: Option<&str>) 
             }
         }
     }
-    let Some(evolved) = evolved else {
-        bail!("the learning job evolved no skill ({})", job.detail());
-    };
+    evolved
+}
 
-    // 5: the library changed; once it is indexed, a similar question in a
-    // new session retrieves the new skill.
-    let generation = library.generation;
+/// Step 5: the library changed; once it is indexed (past `generation`), a
+/// similar question in a new session must retrieve the `evolved` skill.
+async fn ask_again(
+    daemon: &Daemon,
+    store_path: &Path,
+    generation: u64,
+    evolved: &str,
+) -> Result<()> {
     daemon.until_indexed(Some(generation)).await?;
     let second = new_session_id();
     say!("5. You ask again, in a new session: \"{SIMILAR}\"");
     let messages = [json!({"role": "user", "content": SIMILAR})];
     let (turn, _) = daemon.ask(&second, &messages).await?;
-    let injected = injected_into(&store::Db::at(&store_path), &second, &turn).await?;
-    say!("   skills injected: {}", list(&injected, Some(&evolved)));
+    let injected = injected_into(&store::Db::at(store_path), &second, &turn).await?;
+    say!("   skills injected: {}", list(&injected, Some(evolved)));
     if !injected.iter().any(|s| s.id == evolved) {
         bail!("the evolved skill {evolved} was not injected into the similar question");
     }
-    say!("   (demo done in {:.1} s)", started.elapsed().as_secs_f64());
+    Ok(())
+}
 
+/// The summary: commands to look at what the demo did, and to go on.
+fn try_it_yourself(info: &PidInfo, proxy_token: Option<&str>, first: &str, evolved: &str) {
     let auth = proxy_token
         .map(|t| format!(" -H 'authorization: Bearer {t}'"))
         .unwrap_or_default();
@@ -197,7 +242,6 @@ pub(super) async fn run(home: &Home, info: &PidInfo, proxy_token: Option<&str>) 
     say!("  metaclaw skills search \"squash my commits before a merge\"");
     say!("  metaclaw status");
     say!("  metaclaw stop       # then `metaclaw setup` and `metaclaw start` for your own agent");
-    Ok(())
 }
 
 /// A reply's JSON body (`null` if it has none).

@@ -16,7 +16,8 @@ use metaclaw_core::home::Home;
 use metaclaw_core::plugins::pinning::{self, Choice};
 use metaclaw_core::plugins::{
     ArtifactState, BuiltinSource, HostSettings, Kind, LoadedPlugin, LockFile, PluginHost,
-    PluginInfo, RegistryView, Source, artifact_limit, files, types, view,
+    PluginInfo, PluginView, Registry, RegistryView, Source, Trust, artifact_limit, files, types,
+    view,
 };
 
 fn local_host(home: &Home, config: &LoadedConfig, ignore_lock: bool) -> Result<Arc<PluginHost>> {
@@ -73,38 +74,7 @@ fn list(home: &Home, config: &LoadedConfig, json: bool) -> Result<ExitCode> {
         say!("no plugins loaded");
     }
     if !view.plugins.is_empty() {
-        say!(
-            "{:<14} {:<9} {:<9} {:<13} {:<8} {:<12} {}",
-            "NAME",
-            "VERSION",
-            "KIND",
-            "SHA256",
-            "SOURCE",
-            "GRANTED",
-            "STATUS"
-        );
-        for p in &view.plugins {
-            let granted = if p.granted.is_empty() {
-                "-".to_string()
-            } else {
-                p.granted.join(",")
-            };
-            // Legal but slow: left out of turns by plugins.turn_budget.
-            let status = match p.turn_cuts {
-                0 => p.status.clone(),
-                n => format!("{} (cut from {n} turns by plugins.turn_budget)", p.status),
-            };
-            say!(
-                "{:<14} {:<9} {:<9} {:<13} {:<8} {:<12} {}",
-                p.name,
-                p.version,
-                p.kind,
-                &p.sha256[..12.min(p.sha256.len())],
-                p.source,
-                granted,
-                status
-            );
-        }
+        print_table(&view.plugins);
     }
     if view.total_memory_limit > 0 {
         say!(
@@ -123,6 +93,43 @@ fn list(home: &Home, config: &LoadedConfig, json: bool) -> Result<ExitCode> {
         say!("notice:  {}: {}", notice.path.display(), notice.error);
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// The plugins as a table: one row each, with what it is granted and how
+/// it is doing.
+fn print_table(plugins: &[PluginView]) {
+    say!(
+        "{:<14} {:<9} {:<9} {:<13} {:<8} {:<12} {}",
+        "NAME",
+        "VERSION",
+        "KIND",
+        "SHA256",
+        "SOURCE",
+        "GRANTED",
+        "STATUS"
+    );
+    for p in plugins {
+        let granted = if p.granted.is_empty() {
+            "-".to_string()
+        } else {
+            p.granted.join(",")
+        };
+        // Legal but slow: left out of turns by plugins.turn_budget.
+        let status = match p.turn_cuts {
+            0 => p.status.clone(),
+            n => format!("{} (cut from {n} turns by plugins.turn_budget)", p.status),
+        };
+        say!(
+            "{:<14} {:<9} {:<9} {:<13} {:<8} {:<12} {}",
+            p.name,
+            p.version,
+            p.kind,
+            &p.sha256[..12.min(p.sha256.len())],
+            p.source,
+            granted,
+            status
+        );
+    }
 }
 
 /// Loads one file the way the host would (size, compile, check, metadata
@@ -380,8 +387,26 @@ fn lock(home: &Home, config: &LoadedConfig, choice: Choice) -> Result<ExitCode> 
     let lock = plan.lock;
     home.ensure()?;
     lock.write(&path)?;
+    print_pinned(&lock, &host.settings.trust);
+    let embedded = registry
+        .plugins
+        .iter()
+        .filter(|p| p.info.embedded())
+        .count();
+    say!(
+        "wrote {} ({} plugins; the {embedded} first-party plugins compiled into metaclaw {} are not pinned: they change only with the binary)",
+        path.display(),
+        lock.plugins.len(),
+        env!("CARGO_PKG_VERSION")
+    );
+    Ok(ExitCode::SUCCESS)
+}
+
+/// One line for each plugin the new lock pins, with what replacing a
+/// first-party plugin or a grant by name gives it.
+fn print_pinned(lock: &LockFile, trust: &Trust) {
     for e in &lock.plugins {
-        let granted = host.settings.trust.granted_by_name(&e.name);
+        let granted = trust.granted_by_name(&e.name);
         say!(
             "pinned {}@{} ({}) sha256 {}{}{}",
             e.name,
@@ -398,20 +423,10 @@ fn lock(home: &Home, config: &LoadedConfig, choice: Choice) -> Result<ExitCode> 
                 .unwrap_or_default()
         );
     }
-    let embedded = registry
-        .plugins
-        .iter()
-        .filter(|p| p.info.embedded())
-        .count();
-    say!(
-        "wrote {} ({} plugins; the {embedded} first-party plugins compiled into metaclaw {} are not pinned: they change only with the binary)",
-        path.display(),
-        lock.plugins.len(),
-        env!("CARGO_PKG_VERSION")
-    );
-    Ok(ExitCode::SUCCESS)
 }
 
+/// `plugins verify`: the lock against the files, the cache and the scan;
+/// one line per problem, and failure if there is any.
 fn verify(home: &Home, config: &LoadedConfig) -> Result<ExitCode> {
     let path = home.plugin_lock_file();
     let Some(lock) = LockFile::read(&path)? else {
@@ -421,15 +436,45 @@ fn verify(home: &Home, config: &LoadedConfig) -> Result<ExitCode> {
         );
     };
     let host = local_host(home, config, true)?;
+    let mut bad = ambiguous_pins(&host, &lock) + refused_artifacts(&host, &lock);
+    let registry = host.reload();
+    bad += pins_not_loaded(&registry, &lock) + unpinned(&registry, &lock);
+    for problem in &registry.problems {
+        say!("BROKEN   {}: {}", problem.path.display(), problem.error);
+        bad += 1;
+    }
+    if bad == 0 {
+        say!(
+            "ok: {} plugins match {}",
+            lock.plugins.len(),
+            path.display()
+        );
+        Ok(ExitCode::SUCCESS)
+    } else {
+        say!("{bad} problem(s) against {}", path.display());
+        Ok(ExitCode::FAILURE)
+    }
+}
+
+/// Names the lock pins more than one file under (each is refused to every
+/// file a grant names it by); how many.
+fn ambiguous_pins(host: &PluginHost, lock: &LockFile) -> usize {
     let mut bad = 0;
     let names: std::collections::BTreeSet<&str> =
         lock.plugins.iter().map(|e| e.name.as_str()).collect();
     for name in names {
-        if let Some(why) = host.settings.trust.ambiguous_pin(name, &lock) {
+        if let Some(why) = host.settings.trust.ambiguous_pin(name, lock) {
             say!("AMBIGUOUS {why}");
             bad += 1;
         }
     }
+    bad
+}
+
+/// Compiled code in the cache that does not verify, for the pinned files
+/// and the embedded plugins: each is reported and deleted; how many.
+fn refused_artifacts(host: &PluginHost, lock: &LockFile) -> usize {
+    let mut bad = 0;
     // Compiled code is what actually runs: an artifact that does not verify
     // is reported (and deleted) before loading would recompile it quietly.
     // The embedded plugins' compiled code is checked too: it runs as much
@@ -464,7 +509,13 @@ fn verify(home: &Home, config: &LoadedConfig) -> Result<ExitCode> {
             }
         }
     }
-    let registry = host.reload();
+    bad
+}
+
+/// Lock entries no loaded plugin matches by hash: a file changed or gone
+/// (an entry for a plugin now embedded is only noted); how many.
+fn pins_not_loaded(registry: &Registry, lock: &LockFile) -> usize {
+    let mut bad = 0;
     for entry in &lock.plugins {
         if !registry
             .plugins
@@ -508,6 +559,13 @@ fn verify(home: &Home, config: &LoadedConfig) -> Result<ExitCode> {
             bad += 1;
         }
     }
+    bad
+}
+
+/// Loaded files the lock does not pin, by hash or by name and version;
+/// how many.
+fn unpinned(registry: &Registry, lock: &LockFile) -> usize {
+    let mut bad = 0;
     for p in registry.plugins.iter().filter(|p| !p.info.embedded()) {
         if lock.by_hash(&p.info.sha256).is_none()
             && lock
@@ -523,21 +581,7 @@ fn verify(home: &Home, config: &LoadedConfig) -> Result<ExitCode> {
             bad += 1;
         }
     }
-    for problem in &registry.problems {
-        say!("BROKEN   {}: {}", problem.path.display(), problem.error);
-        bad += 1;
-    }
-    if bad == 0 {
-        say!(
-            "ok: {} plugins match {}",
-            lock.plugins.len(),
-            path.display()
-        );
-        Ok(ExitCode::SUCCESS)
-    } else {
-        say!("{bad} problem(s) against {}", path.display());
-        Ok(ExitCode::FAILURE)
-    }
+    bad
 }
 
 fn parse<T: serde::de::DeserializeOwned>(v: &Value) -> Result<T> {

@@ -11,6 +11,7 @@ use dialoguer::{Confirm, Input, Password, Select};
 use serde_json::Value;
 
 use super::SetupArgs;
+use metaclaw_core::config::presets::Preset;
 use metaclaw_core::config::{self, ClawType, Config, Mode, Provider, presets};
 use metaclaw_core::home::Home;
 
@@ -157,10 +158,29 @@ fn from_flags(current: &Config, args: &SetupArgs) -> Result<Vec<(String, Value)>
     Ok(pairs)
 }
 
+/// The interactive setup: asks for each setting in turn, then whether to
+/// write them; the pairs to set, in config.yaml's keys.
 fn wizard(current: &Config) -> Result<Vec<(String, Value)>> {
     let mut pairs: Vec<(String, Value)> = Vec::new();
     eprintln!("metaclaw setup: the upstream LLM, its key, your agent. Other settings are kept.\n");
+    let preset = ask_upstream(current, &mut pairs)?;
+    ask_key_source(current, preset.as_ref(), &mut pairs)?;
+    ask_agent(current, &mut pairs)?;
+    if !Confirm::new()
+        .with_prompt("Write the config?")
+        .default(true)
+        .interact()
+        .context("setup cancelled")?
+    {
+        bail!("nothing written");
+    }
+    Ok(pairs)
+}
 
+/// The upstream: its provider, base URL and model, defaulting to what the
+/// config has or the provider's preset. Returns that preset, if any, for
+/// the key's default variable.
+fn ask_upstream(current: &Config, pairs: &mut Vec<(String, Value)>) -> Result<Option<Preset>> {
     let names: Vec<&str> = presets::SETUP_PROVIDERS.iter().map(|(n, _)| *n).collect();
     let default = presets::SETUP_PROVIDERS
         .iter()
@@ -212,7 +232,16 @@ fn wizard(current: &Config) -> Result<Vec<(String, Value)>> {
         .interact_text()
         .context("setup cancelled")?;
     pairs.push(("llm.model_id".into(), Value::String(model)));
+    Ok(preset)
+}
 
+/// Where the upstream's key comes from: a variable (named), pasted into the
+/// config, or the agent's own key passed through.
+fn ask_key_source(
+    current: &Config,
+    preset: Option<&Preset>,
+    pairs: &mut Vec<(String, Value)>,
+) -> Result<()> {
     let ways = [
         "from an environment variable (recommended: the key never touches disk)",
         "paste it now (stored in config.yaml, readable by you only)",
@@ -230,7 +259,7 @@ fn wizard(current: &Config) -> Result<Vec<(String, Value)>> {
                 .llm
                 .api_key_env
                 .clone()
-                .or_else(|| preset.as_ref().map(|p| p.key_env.to_string()))
+                .or_else(|| preset.map(|p| p.key_env.to_string()))
                 .unwrap_or_else(|| "OPENAI_API_KEY".into());
             let var: String = Input::new()
                 .with_prompt("Variable name")
@@ -248,7 +277,11 @@ fn wizard(current: &Config) -> Result<Vec<(String, Value)>> {
         }
         _ => {}
     }
+    Ok(())
+}
 
+/// The agent in front of metaclaw, and the port its proxy listens on.
+fn ask_agent(current: &Config, pairs: &mut Vec<(String, Value)>) -> Result<()> {
     let claw_default = CLAWS
         .iter()
         .position(|c| {
@@ -269,14 +302,5 @@ fn wizard(current: &Config) -> Result<Vec<(String, Value)>> {
         .interact_text()
         .context("setup cancelled")?;
     pairs.push(("proxy.port".into(), Value::from(port)));
-
-    if !Confirm::new()
-        .with_prompt("Write the config?")
-        .default(true)
-        .interact()
-        .context("setup cancelled")?
-    {
-        bail!("nothing written");
-    }
-    Ok(pairs)
+    Ok(())
 }

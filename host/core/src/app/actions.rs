@@ -318,7 +318,18 @@ pub fn start_experiment(app: &App, name: &str) -> Result<Value, ApiError> {
 /// Promotes a canary's candidate or rolls it back by hand, whatever its
 /// test says so far (the CLI's `experiments promote|rollback`, the
 /// dashboard). Blocking: a rollback writes the SKILL.md and rescans.
-pub fn decide_experiment(app: &App, id: i64, promote: bool, why: &str) -> Result<Value, ApiError> {
+/// What deciding a canary by hand answers: the experiment as decided.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct Decided {
+    pub experiment: crate::store::experiments::Experiment,
+}
+
+pub fn decide_experiment(
+    app: &App,
+    id: i64,
+    promote: bool,
+    why: &str,
+) -> Result<Decided, ApiError> {
     use crate::learn::canary::{UserDecision, decide_by_user};
     let conn = app
         .proxy
@@ -353,7 +364,9 @@ pub fn decide_experiment(app: &App, id: i64, promote: bool, why: &str) -> Result
         let decided = tokio::runtime::Handle::current()
             .block_on(train.decide(id, promote, why))
             .map_err(ApiError::from)?;
-        return Ok(json!({ "experiment": decided }));
+        return Ok(Decided {
+            experiment: decided,
+        });
     }
     let Some(skills) = app.proxy.skills.as_ref() else {
         return Err(ApiError::NotFound(
@@ -367,7 +380,7 @@ pub fn decide_experiment(app: &App, id: i64, promote: bool, why: &str) -> Result
         .side_writer()
         .map_err(|e| ApiError::Internal(format!("cannot open the store: {e:#}")))?;
     match decide_by_user(skills, &conn, id, promote, why) {
-        Ok(experiment) => Ok(json!({ "experiment": experiment })),
+        Ok(experiment) => Ok(Decided { experiment }),
         Err(e @ UserDecision::Unknown(_)) => Err(ApiError::NotFound(e.to_string())),
         Err(e @ UserDecision::Decided(..)) => Err(ApiError::Conflict(e.to_string())),
         Err(UserDecision::Failed(e)) => Err(ApiError::Internal(e)),

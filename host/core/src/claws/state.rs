@@ -102,6 +102,29 @@ impl State {
         write_private(&state_file(home), &json)
     }
 
+    /// The record of `claw`, if it has one.
+    fn agent_mut(&mut self, claw: &str) -> Option<&mut AgentRecord> {
+        self.agents.iter_mut().find(|a| a.claw == claw)
+    }
+
+    /// Adds a record for `claw` when it has none, wired now to `target`
+    /// (its fingerprint left empty until its commands have run).
+    fn add_agent(&mut self, claw: &str, target: &Target, now: &str) {
+        if self.agents.iter().any(|a| a.claw == claw) {
+            return;
+        }
+        self.agents.push(AgentRecord {
+            claw: claw.to_string(),
+            wired_at: now.to_string(),
+            updated_at: now.to_string(),
+            base_url: target.base_url.clone(),
+            model: target.model.clone(),
+            target_sha256: String::new(),
+            files: Vec::new(),
+            commands: Vec::new(),
+        });
+    }
+
     fn file_mut(&mut self, path: &Path) -> Option<&mut FileRecord> {
         self.agents
             .iter_mut()
@@ -122,6 +145,13 @@ struct Pending {
     owned: bool,
     /// Directories writing it would create, outermost first.
     created_dirs: Vec<PathBuf>,
+}
+
+/// What recording the files leaves to do: the files to write, and the
+/// backups made for them (removed again if writing fails).
+struct Recorded<'a> {
+    to_write: Vec<&'a Pending>,
+    new_backups: Vec<PathBuf>,
 }
 
 pub(super) fn wire(
@@ -145,18 +175,7 @@ pub(super) fn wire(
     });
     let now = now_rfc3339();
     let fingerprint = target.fingerprint();
-    if !state.agents.iter().any(|a| a.claw == claw) {
-        state.agents.push(AgentRecord {
-            claw: claw.to_string(),
-            wired_at: now.clone(),
-            updated_at: now.clone(),
-            base_url: target.base_url.clone(),
-            model: target.model.clone(),
-            target_sha256: String::new(),
-            files: Vec::new(),
-            commands: Vec::new(),
-        });
-    }
+    state.add_agent(claw, target, &now);
     let run_commands = state
         .agents
         .iter()
@@ -166,9 +185,59 @@ pub(super) fn wire(
 
     // Back up first, and record the backups before touching the agent's
     // files: a crash in between leaves a state that restore understands.
-    let mut new_backups = Vec::new();
-    let mut to_write = Vec::new();
-    for p in &pending {
+    let recorded = record_files(home, claw, &pending, &mut state, &mut report)?;
+    if !recorded.to_write.is_empty() || run_commands {
+        if let Some(agent) = state.agent_mut(claw) {
+            agent.updated_at = now.clone();
+            agent.base_url = target.base_url.clone();
+            agent.model = target.model.clone();
+        }
+        state.save(home)?;
+    }
+
+    // Write; on any failure put back what this call wrote.
+    let (done, failure) = write_all(&recorded.to_write);
+    if let Some(e) = failure {
+        rollback(home, &done, previous, &recorded.new_backups);
+        return Err(e.context(format!("wiring {claw} failed; its files are as they were")));
+    }
+
+    let (ran_any, all_ran) = if run_commands {
+        run_planned(env, claw, &plan.commands, &mut state, &mut report)
+    } else {
+        (false, true)
+    };
+    // A failed command is tried again on the next start.
+    if all_ran && let Some(agent) = state.agent_mut(claw) {
+        agent.target_sha256 = fingerprint;
+    }
+    settle(home, &mut state)?;
+
+    if (!done.is_empty() || ran_any)
+        && let Some(service) = plan.service
+    {
+        report.notes.push(format!(
+            "{claw}: {}",
+            procs::restart_if_running(env, &service)
+        ));
+    }
+    Ok(report)
+}
+
+/// Backs up and records each file wiring changes (a file wired before
+/// keeps its first backup), and reports every file: what is left to write.
+fn record_files<'a>(
+    home: &Home,
+    claw: &str,
+    pending: &'a [Pending],
+    state: &mut State,
+    report: &mut Report,
+) -> Result<Recorded<'a>> {
+    let mut recorded = Recorded {
+        to_write: Vec::new(),
+        new_backups: Vec::new(),
+    };
+    for p in pending {
         let Some(after) = &p.after else {
             report.files.push(FileOutcome {
                 claw: claw.to_string(),
@@ -180,119 +249,124 @@ pub(super) fn wire(
             continue;
         };
         let written = sha256_hex(after);
-        if let Some(record) = state.file_mut(&p.path) {
-            // Re-wiring (new port or model): the original backup stays. A
-            // version metaclaw did not write is kept beside the file first.
-            let aside = match &p.before {
-                Some(b) if sha256_hex(b) != record.written_sha256 && !record.owned => {
-                    Some(set_aside(&p.path, b)?)
+        let outcome = match state.file_mut(&p.path) {
+            Some(record) => rewire_file(claw, p, record, written)?,
+            None => {
+                let (record, outcome) = first_wire(home, claw, p, written)?;
+                recorded.new_backups.extend(record.backup.clone());
+                if let Some(agent) = state.agent_mut(claw) {
+                    agent.files.push(record);
                 }
-                _ => None,
-            };
-            record.written_sha256 = written;
-            report.files.push(FileOutcome {
-                claw: claw.to_string(),
-                path: p.path.clone(),
-                action: if record.existed {
-                    Action::Updated
-                } else {
-                    Action::Created
-                },
-                backup: record.backup.clone(),
-                set_aside: aside,
-            });
-            to_write.push(p);
-            continue;
-        }
-        let backup = match &p.before {
-            Some(bytes) => {
-                let backup = back_up(home, claw, &p.path, bytes)?;
-                new_backups.push(backup.clone());
-                Some(backup)
+                outcome
             }
-            None => None,
         };
-        let record = FileRecord {
-            path: p.path.clone(),
-            existed: p.before.is_some(),
-            backup: backup.clone(),
-            original_sha256: p.before.as_deref().map(sha256_hex),
-            mode: p.mode,
-            written_sha256: written,
-            created_dirs: p.created_dirs.clone(),
-            owned: p.owned,
-        };
-        if let Some(agent) = state.agents.iter_mut().find(|a| a.claw == claw) {
-            agent.files.push(record);
+        report.files.push(outcome);
+        recorded.to_write.push(p);
+    }
+    Ok(recorded)
+}
+
+/// Re-wiring a file already recorded (new port or model): the original
+/// backup stays, and a version metaclaw did not write is kept beside it.
+fn rewire_file(
+    claw: &str,
+    p: &Pending,
+    record: &mut FileRecord,
+    written: String,
+) -> Result<FileOutcome> {
+    let aside = match &p.before {
+        Some(b) if sha256_hex(b) != record.written_sha256 && !record.owned => {
+            Some(set_aside(&p.path, b)?)
         }
-        report.files.push(FileOutcome {
-            claw: claw.to_string(),
-            path: p.path.clone(),
-            action: if p.before.is_some() {
-                Action::Updated
-            } else {
-                Action::Created
-            },
-            backup,
-            set_aside: None,
-        });
-        to_write.push(p);
-    }
+        _ => None,
+    };
+    record.written_sha256 = written;
+    Ok(FileOutcome {
+        claw: claw.to_string(),
+        path: p.path.clone(),
+        action: if record.existed {
+            Action::Updated
+        } else {
+            Action::Created
+        },
+        backup: record.backup.clone(),
+        set_aside: aside,
+    })
+}
 
-    if !to_write.is_empty() || run_commands {
-        if let Some(agent) = state.agents.iter_mut().find(|a| a.claw == claw) {
-            agent.updated_at = now.clone();
-            agent.base_url = target.base_url.clone();
-            agent.model = target.model.clone();
-        }
-        state.save(home)?;
-    }
+/// Wiring a file for the first time: backs up its own version, if any,
+/// and makes its record.
+fn first_wire(
+    home: &Home,
+    claw: &str,
+    p: &Pending,
+    written: String,
+) -> Result<(FileRecord, FileOutcome)> {
+    let backup = match &p.before {
+        Some(bytes) => Some(back_up(home, claw, &p.path, bytes)?),
+        None => None,
+    };
+    let record = FileRecord {
+        path: p.path.clone(),
+        existed: p.before.is_some(),
+        backup: backup.clone(),
+        original_sha256: p.before.as_deref().map(sha256_hex),
+        mode: p.mode,
+        written_sha256: written,
+        created_dirs: p.created_dirs.clone(),
+        owned: p.owned,
+    };
+    let outcome = FileOutcome {
+        claw: claw.to_string(),
+        path: p.path.clone(),
+        action: if p.before.is_some() {
+            Action::Updated
+        } else {
+            Action::Created
+        },
+        backup,
+        set_aside: None,
+    };
+    Ok((record, outcome))
+}
 
-    // Write; on any failure put back what this call wrote.
-    let (done, failure) = write_all(&to_write);
-    if let Some(e) = failure {
-        rollback(home, &done, previous, &new_backups);
-        return Err(e.context(format!("wiring {claw} failed; its files are as they were")));
-    }
-
+/// Runs the planned commands, noting each and recording them on the
+/// agent: whether any ran, and whether all did.
+fn run_planned(
+    env: &Env,
+    claw: &str,
+    commands: &[PlannedCommand],
+    state: &mut State,
+    report: &mut Report,
+) -> (bool, bool) {
     let mut ran_any = false;
     let mut all_ran = true;
-    if run_commands {
-        let mut records = Vec::new();
-        for command in &plan.commands {
-            let (record, note) = run_command(env, command);
-            ran_any |= record.ok;
-            all_ran &= record.ok;
-            report.notes.push(note);
-            records.push(record);
-        }
-        if let Some(agent) = state.agents.iter_mut().find(|a| a.claw == claw) {
-            agent.commands = records;
-        }
+    let mut records = Vec::new();
+    for command in commands {
+        let (record, note) = run_command(env, command);
+        ran_any |= record.ok;
+        all_ran &= record.ok;
+        report.notes.push(note);
+        records.push(record);
     }
-    // A failed command is tried again on the next start.
-    if all_ran && let Some(agent) = state.agents.iter_mut().find(|a| a.claw == claw) {
-        agent.target_sha256 = fingerprint;
+    if let Some(agent) = state.agent_mut(claw) {
+        agent.commands = records;
     }
-    // Drop an agent entry that wired nothing (all files already right).
+    (ran_any, all_ran)
+}
+
+/// Saves the state without agent entries that wired nothing (all files
+/// already right); with none left, forgets the wiring.
+fn settle(home: &Home, state: &mut State) -> Result<()> {
     state
         .agents
         .retain(|a| !a.files.is_empty() || !a.commands.is_empty());
     if state.agents.is_empty() {
         clear(home);
+        Ok(())
     } else {
-        state.save(home)?;
+        state.save(home)
     }
-
-    if (!done.is_empty() || ran_any)
-        && let Some(service) = plan.service
-    {
-        report.notes.push(format!(
-            "{claw}: {}",
-            procs::restart_if_running(env, &service)
-        ));
-    }
-    Ok(report)
 }
 
 /// Each planned file with its content now, the content wiring gives it

@@ -202,8 +202,9 @@ impl ChatModel {
         } else {
             reply
         };
-        reply["choices"][0]["message"]["content"]
-            .as_str()
+        metaclaw_wire::recorded::Completion::read(&reply)
+            .message()
+            .and_then(|m| m.content.as_str())
             .map(str::to_string)
             .ok_or_else(|| {
                 TryFailed::Fatal(format!(

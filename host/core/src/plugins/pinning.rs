@@ -97,8 +97,54 @@ pub fn plan(
     reserved: &BTreeSet<String>,
     current: Option<&LockFile>,
 ) -> Result<Plan, Vec<String>> {
+    let mut errors = unknown_pins(files, choice, reserved, current);
+    errors.extend(unloadable_overrides(files, choice));
+
+    let mut by_name: BTreeMap<&str, Vec<&PluginInfo>> = BTreeMap::new();
+    for f in files {
+        by_name.entry(f.name.as_str()).or_default().push(f);
+    }
+    let inputs = Inputs {
+        choice,
+        trust,
+        current,
+    };
+    let mut plugins = Vec::new();
+    let mut left_out = Vec::new();
+    for (name, claimants) in by_name {
+        let Some(chosen) = inputs.choose(name, claimants, &mut left_out, &mut errors) else {
+            continue;
+        };
+        plugins.extend(chosen.into_iter().map(|f| LockEntry {
+            name: f.name.clone(),
+            version: f.version.to_string(),
+            kind: f.kind.as_str().into(),
+            sha256: f.sha256.clone(),
+            file: f.path.display().to_string(),
+            first_party_override: choice.overrides(f),
+        }));
+    }
+    if !errors.is_empty() {
+        return Err(errors);
+    }
+    Ok(Plan {
+        lock: LockFile {
+            version: 1,
+            plugins,
+        },
+        left_out,
+    })
+}
+
+/// Each file named by hash (as a pin or an override) that is not one that
+/// can be pinned, with what can be.
+fn unknown_pins(
+    files: &[&PluginInfo],
+    choice: &Choice,
+    reserved: &BTreeSet<String>,
+    current: Option<&LockFile>,
+) -> Vec<String> {
     let mut errors = Vec::new();
-    // Every file named must be one that can be pinned.
     let named = choice
         .pins
         .iter()
@@ -125,47 +171,60 @@ pub fn plan(
             ));
         }
     }
-    for o in choice.overrides.iter().filter(|o| o.sha256.is_none()) {
-        if !files
-            .iter()
-            .any(|f| f.name == o.name && f.source == Source::User)
-        {
-            errors.push(format!(
+    errors
+}
+
+/// Each `--override NAME` (without a hash) that no loadable drop-in takes.
+fn unloadable_overrides(files: &[&PluginInfo], choice: &Choice) -> Vec<String> {
+    choice
+        .overrides
+        .iter()
+        .filter(|o| o.sha256.is_none())
+        .filter(|o| {
+            !files
+                .iter()
+                .any(|f| f.name == o.name && f.source == Source::User)
+        })
+        .map(|o| {
+            format!(
                 "--override {}: no drop-in plugin called {:?} is loadable",
                 o.name, o.name
-            ));
-        }
-    }
-
-    let mut by_name: BTreeMap<&str, Vec<&PluginInfo>> = BTreeMap::new();
-    for f in files {
-        by_name.entry(f.name.as_str()).or_default().push(f);
-    }
-    let mut plugins = Vec::new();
-    let mut left_out = Vec::new();
-    for (name, claimants) in by_name {
-        let shas: BTreeSet<&str> = claimants.iter().map(|f| f.sha256.as_str()).collect();
-        // A first-party plugin's grants by name are its own, not the lock's
-        // to give (with a folder of first-party builds, those are files).
-        let granted = trust
-            .granted_by_name(name)
-            .filter(|_| claimants.iter().any(|f| f.source == Source::User));
-        let granted_words = granted.as_ref().map(|g| {
-            format!(
-                ", which plugins.grants.{name} grants {} by name",
-                g.names().join(", ")
             )
-        });
-        let named = choice.named(name);
-        let chosen: Vec<&PluginInfo> = if !named.is_empty() {
-            if granted.is_some() && named.len() > 1 {
+        })
+        .collect()
+}
+
+/// What the files to pin under each name are chosen by: the user's
+/// choice, the grants, and the lock being replaced.
+struct Inputs<'a> {
+    choice: &'a Choice,
+    trust: &'a Trust,
+    current: Option<&'a LockFile>,
+}
+
+impl Inputs<'_> {
+    /// The files to pin under `name` (the others claiming it go in
+    /// `left_out` when some are named); `None`, with the choice still to
+    /// be made in `errors`, when the user must choose first.
+    fn choose<'f>(
+        &self,
+        name: &str,
+        claimants: Vec<&'f PluginInfo>,
+        left_out: &mut Vec<String>,
+        errors: &mut Vec<String>,
+    ) -> Option<Vec<&'f PluginInfo>> {
+        let granted_words = self.granted_words(name, &claimants);
+        let granted = granted_words.is_some();
+        let words = granted_words.as_deref().unwrap_or_default();
+        let named = self.choice.named(name);
+        if !named.is_empty() {
+            if granted && named.len() > 1 {
                 errors.push(format!(
-                    "{} files are named under {name:?}{}: a name granted by name has exactly one pinned file. Name one: {}",
+                    "{} files are named under {name:?}{words}: a name granted by name has exactly one pinned file. Name one: {}",
                     named.len(),
-                    granted_words.unwrap_or_default(),
-                    choices(name, &claimants, choice, current)
+                    choices(name, &claimants, self.choice, self.current)
                 ));
-                continue;
+                return None;
             }
             let (chosen, others): (Vec<_>, Vec<_>) = claimants
                 .iter()
@@ -180,55 +239,52 @@ pub fn plan(
                     f.sha256
                 )
             }));
-            chosen
-        } else if shas.len() > 1 {
+            return Some(chosen);
+        }
+        let shas: BTreeSet<&str> = claimants.iter().map(|f| f.sha256.as_str()).collect();
+        if shas.len() > 1 {
             errors.push(format!(
-                "{n} files claim the name {name:?}{}: which one is meant cannot be told, so none is pinned. Name the one to trust{}, or remove the others: {}",
-                granted_words.as_deref().unwrap_or_default(),
-                if granted.is_some() {
+                "{n} files claim the name {name:?}{words}: which one is meant cannot be told, so none is pinned. Name the one to trust{}, or remove the others: {}",
+                if granted {
                     ""
                 } else {
                     " (to keep several side by side, name each)"
                 },
-                choices(name, &claimants, choice, current),
+                choices(name, &claimants, self.choice, self.current),
                 n = shas.len(),
             ));
-            continue;
-        } else {
-            let sha = claimants[0].sha256.as_str();
-            let pinned_now = current
-                .and_then(|l| l.sole_pin(name))
-                .is_some_and(|e| e.sha256 == sha);
-            let overridden = choice.overrides.iter().any(|o| o.name == name);
-            if granted.is_some() && !pinned_now && !overridden {
-                errors.push(format!(
-                    "{name:?}{}, and metaclaw.lock does not pin this file under that name yet: pinning it would give it those grants. If it is the file to trust: {}",
-                    granted_words.as_deref().unwrap_or_default(),
-                    choices(name, &claimants, choice, current)
-                ));
-                continue;
-            }
-            claimants
-        };
-        plugins.extend(chosen.into_iter().map(|f| LockEntry {
-            name: f.name.clone(),
-            version: f.version.to_string(),
-            kind: f.kind.as_str().into(),
-            sha256: f.sha256.clone(),
-            file: f.path.display().to_string(),
-            first_party_override: choice.overrides(f),
-        }));
+            return None;
+        }
+        let sha = claimants[0].sha256.as_str();
+        let pinned_now = self
+            .current
+            .and_then(|l| l.sole_pin(name))
+            .is_some_and(|e| e.sha256 == sha);
+        let overridden = self.choice.overrides.iter().any(|o| o.name == name);
+        if granted && !pinned_now && !overridden {
+            errors.push(format!(
+                "{name:?}{words}, and metaclaw.lock does not pin this file under that name yet: pinning it would give it those grants. If it is the file to trust: {}",
+                choices(name, &claimants, self.choice, self.current)
+            ));
+            return None;
+        }
+        Some(claimants)
     }
-    if !errors.is_empty() {
-        return Err(errors);
+
+    /// `, which plugins.grants.NAME grants ... by name` when `name` is
+    /// granted by name to a drop-in claiming it. A first-party plugin's
+    /// grants by name are its own, not the lock's to give (with a folder
+    /// of first-party builds, those are files).
+    fn granted_words(&self, name: &str, claimants: &[&PluginInfo]) -> Option<String> {
+        let granted = self
+            .trust
+            .granted_by_name(name)
+            .filter(|_| claimants.iter().any(|f| f.source == Source::User))?;
+        Some(format!(
+            ", which plugins.grants.{name} grants {} by name",
+            granted.names().join(", ")
+        ))
     }
-    Ok(Plan {
-        lock: LockFile {
-            version: 1,
-            plugins,
-        },
-        left_out,
-    })
 }
 
 /// Each file claiming `name`, with the command that names it.

@@ -147,10 +147,15 @@ impl ChatFormat {
                 "rl.thinking is set, but the chat template has no enable_thinking switch: it renders as it always does"
             );
         }
+        /// The model's `config.json`, for its context length.
+        #[derive(serde::Deserialize)]
+        struct ModelConfig {
+            max_position_embeddings: Option<u64>,
+        }
         let context = std::fs::read(dir.join("config.json"))
             .ok()
-            .and_then(|bytes| serde_json::from_slice::<Value>(&bytes).ok())
-            .and_then(|c| c["max_position_embeddings"].as_u64())
+            .and_then(|bytes| serde_json::from_slice::<ModelConfig>(&bytes).ok())
+            .and_then(|c| c.max_position_embeddings)
             .and_then(|n| u32::try_from(n).ok());
         Self {
             renderer,

@@ -113,34 +113,25 @@ pub struct Export<'a> {
 
 /// Runs `export`, recording what it wrote in `conn`.
 pub fn export(export: &Export<'_>, conn: &Connection) -> Result<Exported> {
-    let &Export {
-        library_dir,
-        skills,
-        held,
-        only,
-        dir,
-        sync,
-        dry_run,
-    } = export;
-    for name in only {
-        if !skills.iter().any(|s| &s.name == name || &s.id == name) {
-            bail!(
-                "no skill {name:?} in {} (see `metaclaw skills list`)",
-                library_dir.display()
-            );
-        }
-    }
-    if !dry_run {
+    check_only(export)?;
+    let dir = export.dir;
+    if !export.dry_run {
         std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
     }
     let dir = dir.canonicalize().unwrap_or_else(|_| dir.to_path_buf());
-    let target = dir.to_string_lossy().into_owned();
+    let run = Run {
+        export,
+        conn,
+        target: dir.to_string_lossy().into_owned(),
+        dir,
+    };
     let mut out = Exported {
-        dir: dir.clone(),
+        dir: run.dir.clone(),
         ..Exported::default()
     };
+    let only = export.only;
     let mut live = Vec::new();
-    for skill in skills {
+    for skill in export.skills {
         if !(only.is_empty() || only.contains(&skill.name) || only.contains(&skill.id)) {
             continue;
         }
@@ -148,79 +139,108 @@ pub fn export(export: &Export<'_>, conn: &Connection) -> Result<Exported> {
             continue;
         }
         live.push(skill.name.clone());
-        if let Some(why) = held(skill) {
-            out.skipped.push((skill.name.clone(), why));
-            continue;
+        run.export_skill(skill, &mut out)?;
+    }
+    if export.sync {
+        run.remove_stale(&live, &mut out)?;
+    }
+    Ok(out)
+}
+
+/// Refuses names in `only` that the library does not have.
+fn check_only(export: &Export<'_>) -> Result<()> {
+    for name in export.only {
+        if !export
+            .skills
+            .iter()
+            .any(|s| &s.name == name || &s.id == name)
+        {
+            bail!(
+                "no skill {name:?} in {} (see `metaclaw skills list`)",
+                export.library_dir.display()
+            );
         }
-        if skill.component.is_some() {
-            out.skipped.push((
-                skill.name.clone(),
-                "an executable skill: it runs in metaclaw's sandbox, not in an agent".into(),
-            ));
-            continue;
-        }
-        let Some(text) = exportable_text(library_dir, skill) else {
-            out.skipped.push((
-                skill.name.clone(),
-                "an agent would refuse it: see `metaclaw skills check`".into(),
-            ));
-            continue;
+    }
+    Ok(())
+}
+
+/// An export under way: what was asked, the store that records it, and
+/// the folder resolved, with its name as the store keys it.
+struct Run<'a> {
+    export: &'a Export<'a>,
+    conn: &'a Connection,
+    dir: PathBuf,
+    target: String,
+}
+
+impl Run<'_> {
+    /// Exports one live skill, or notes why it is skipped or kept.
+    fn export_skill(&self, skill: &Skill, out: &mut Exported) -> Result<()> {
+        let Some(text) = self.exportable(skill, out) else {
+            return Ok(());
         };
-        let written = records::export_of(conn, &target, &skill.name)?;
-        let folder = dir.join(&skill.name);
+        let written = records::export_of(self.conn, &self.target, &skill.name)?;
+        let folder = self.dir.join(&skill.name);
         let file = folder.join("SKILL.md");
         let on_disk = std::fs::read(&file).ok().map(sha256_hex);
         let new_hash = sha256_hex(&text);
-        let outcome = match (&on_disk, &written) {
-            (None, _) if folder.exists() => {
-                out.kept.push((
-                    skill.name.clone(),
-                    "a folder of that name is there without a SKILL.md metaclaw wrote".into(),
-                ));
-                continue;
-            }
-            (None, _) => &mut out.written,
-            (Some(now), _) if *now == new_hash => &mut out.unchanged,
-            (Some(now), Some(ours)) if *now == ours.sha256 => &mut out.updated,
-            (Some(_), Some(_)) => {
-                out.kept.push((
-                    skill.name.clone(),
-                    "changed since metaclaw wrote it (by you or the agent): kept".into(),
-                ));
-                continue;
-            }
-            (Some(_), None) => {
-                out.kept.push((
-                    skill.name.clone(),
-                    "the agent's own skill of that name: never overwritten".into(),
-                ));
-                continue;
-            }
+        let seen = Seen {
+            folder: &folder,
+            on_disk: on_disk.as_deref(),
+            written: written.as_ref(),
+            new_hash: &new_hash,
         };
-        outcome.push(skill.name.clone());
-        if dry_run {
-            continue;
+        match seen.list_in(out) {
+            Ok(list) => list.push(skill.name.clone()),
+            Err(why) => {
+                out.kept.push((skill.name.clone(), why.into()));
+                return Ok(());
+            }
+        }
+        if self.export.dry_run {
+            return Ok(());
         }
         if on_disk.as_deref() != Some(new_hash.as_str()) {
             write_atomically(&folder, &file, &text)?;
         }
         records::set_export(
-            conn,
+            self.conn,
             &records::Export {
-                target: target.clone(),
+                target: self.target.clone(),
                 name: skill.name.clone(),
                 sha256: new_hash,
                 version: skill.version.to_string(),
                 at_ms: now_ms(),
             },
         )?;
+        Ok(())
     }
-    if sync {
-        for ours in records::exports_to(conn, &target)? {
+
+    /// The text to export for `skill`; `None`, noted in `out.skipped`
+    /// with why, for one held, executable, or that an agent would refuse.
+    fn exportable(&self, skill: &Skill, out: &mut Exported) -> Option<String> {
+        let why = if let Some(why) = (self.export.held)(skill) {
+            why
+        } else if skill.component.is_some() {
+            "an executable skill: it runs in metaclaw's sandbox, not in an agent".into()
+        } else if let Some(text) = exportable_text(self.export.library_dir, skill) {
+            return Some(text);
+        } else {
+            "an agent would refuse it: see `metaclaw skills check`".into()
+        };
+        out.skipped.push((skill.name.clone(), why));
+        None
+    }
+
+    /// `--sync`: removes what an earlier export wrote of skills no longer
+    /// `live`, unless changed since.
+    fn remove_stale(&self, live: &[String], out: &mut Exported) -> Result<()> {
+        let (only, dry_run) = (self.export.only, self.export.dry_run);
+        for ours in records::exports_to(self.conn, &self.target)? {
             if live.contains(&ours.name) || (!only.is_empty() && !only.contains(&ours.name)) {
                 continue;
             }
-            let folder = dir.join(&ours.name);
+            let folder = self.dir.join(&ours.name);
             let file = folder.join("SKILL.md");
             match std::fs::read(&file).ok().map(sha256_hex) {
                 None => {}
@@ -245,11 +265,39 @@ pub fn export(export: &Export<'_>, conn: &Connection) -> Result<Exported> {
                 }
             }
             if !dry_run {
-                records::drop_export(conn, &target, &ours.name)?;
+                records::drop_export(self.conn, &self.target, &ours.name)?;
             }
         }
+        Ok(())
     }
-    Ok(out)
+}
+
+/// What a skill's folder holds now, against what metaclaw last wrote
+/// there and what it would write.
+struct Seen<'a> {
+    folder: &'a Path,
+    on_disk: Option<&'a str>,
+    written: Option<&'a records::Export>,
+    new_hash: &'a str,
+}
+
+impl Seen<'_> {
+    /// The list of `out` the skill goes in, or why its folder is kept as
+    /// it is.
+    fn list_in<'o>(&self, out: &'o mut Exported) -> Result<&'o mut Vec<String>, &'static str> {
+        match (self.on_disk, self.written) {
+            (None, _) if self.folder.exists() => {
+                Err("a folder of that name is there without a SKILL.md metaclaw wrote")
+            }
+            (None, _) => Ok(&mut out.written),
+            (Some(now), _) if now == self.new_hash => Ok(&mut out.unchanged),
+            (Some(now), Some(ours)) if now == ours.sha256 => Ok(&mut out.updated),
+            (Some(_), Some(_)) => {
+                Err("changed since metaclaw wrote it (by you or the agent): kept")
+            }
+            (Some(_), None) => Err("the agent's own skill of that name: never overwritten"),
+        }
+    }
 }
 
 /// The library's own file when an agent takes it as it is, else the skill

@@ -233,132 +233,39 @@ pub fn split(text: &str) -> Result<(&str, &str), SkillError> {
 pub fn parse_text(text: &str) -> Result<Skill, SkillError> {
     let text = text.strip_prefix('\u{feff}').unwrap_or(text);
     let (yaml, body) = split(text)?;
-    let mut extra = match serde_saphyr::from_str::<Value>(yaml) {
-        Ok(Value::Object(map)) => map,
-        Ok(Value::Null) => Map::new(),
-        Ok(_) => return Err(SkillError::NotAMapping),
-        Err(e) => original_lines(yaml).ok_or_else(|| {
-            // The first line says where and what; the rest is a snippet.
-            let e = e.to_string();
-            let e = e
-                .lines()
-                .next()
-                .unwrap_or_default()
-                .trim_start_matches("error: ");
-            SkillError::Yaml(e.to_string())
-        })?,
-    };
-    // The keys metaclaw reads (`name`, `description` and its own); any
-    // other key is kept in `extra`.
-    let mut known: HashMap<&str, Value> = HashMap::new();
-    for key in ["name", "description"].into_iter().chain(METADATA_KEYS) {
-        if let Some(value) = extra.shift_remove(key) {
-            known.insert(key, value);
-        }
-    }
-    // The Agent Skills layout: metaclaw's own keys under `metadata` (as
-    // text). The older layout has them at the top level, which wins where
-    // a file has both; what else `metadata` holds stays as it was.
-    if let Some(Value::Object(metadata)) = extra.get_mut("metadata") {
-        for key in METADATA_KEYS {
-            if let Some(value) = metadata.shift_remove(key) {
-                known.entry(key).or_insert(value);
-            }
-        }
-        if metadata.is_empty() {
-            extra.shift_remove("metadata");
-        }
-    }
-    let text_of = |key: &str| -> Result<Option<String>, SkillError> {
-        match known.get(key) {
-            None | Some(Value::Null) => Ok(None),
-            Some(Value::String(s)) => Ok(Some(s.clone())),
-            Some(Value::Number(n)) => Ok(Some(n.to_string())),
-            Some(Value::Bool(b)) => Ok(Some(b.to_string())),
-            Some(_) => Err(SkillError::NotText(key.to_string())),
-        }
-    };
-    let name = text_of("name")?
+    let mut extra = frontmatter(yaml)?;
+    let mut known = Known::take(&mut extra);
+    let name = known
+        .text("name")?
         .map(|n| n.trim().to_string())
         .filter(|n| !n.is_empty())
         .ok_or(SkillError::NoName)?;
     if !valid_name(&name) {
         return Err(SkillError::BadName(name));
     }
-    let description = text_of("description")?
-        .map(|d| d.trim().to_string())
-        .unwrap_or_default();
-    if description.is_empty() {
-        return Err(SkillError::NoDescription);
-    }
-    if description.chars().count() > MAX_DESCRIPTION {
-        return Err(SkillError::LongDescription);
-    }
-    let category = match text_of("category")? {
+    let description = known.description()?;
+    let category = match known.text("category")? {
         None => Category::General,
         Some(c) => Category::parse(&c).ok_or(SkillError::BadCategory(c))?,
     };
-    let version = match text_of("version")? {
+    let version = match known.text("version")? {
         None => semver::Version::new(1, 0, 0),
         Some(v) => parse_version(&v).map_err(|e| SkillError::BadVersion {
             error: e.to_string(),
             version: v,
         })?,
     };
-    let created_by = text_of("created_by")?
-        .map(|c| c.trim().to_string())
-        .unwrap_or_else(|| "user".into());
-    let known_origin = created_by == "builtin"
-        || created_by == "user"
-        || ["evolved:", IMPORTED].iter().any(|prefix| {
-            created_by
-                .strip_prefix(prefix)
-                .is_some_and(|s| !s.is_empty())
-        });
-    if !known_origin {
-        return Err(SkillError::BadOrigin(created_by));
-    }
-    let mut tags = Vec::new();
-    for tag in words(known.get("tags"), "tags")? {
-        let tag = tag.trim().to_lowercase();
-        if tag.is_empty() || tag.len() > 40 {
-            return Err(SkillError::BadTag(tag));
-        }
-        if !tags.contains(&tag) {
-            tags.push(tag);
-        }
-    }
-    // Other formats' keywords feed retrieval as tags do; the key itself is
-    // kept as it was, and a keyword that would not make a tag is left out
-    // rather than refusing the skill.
-    let keywords = extra
-        .get("keywords")
-        .or_else(|| extra.get("metadata").and_then(|m| m.get("keywords")));
-    for keyword in words(keywords, "keywords").unwrap_or_default() {
-        let keyword = keyword.trim().to_lowercase();
-        if (1..=40).contains(&keyword.len()) && !tags.contains(&keyword) {
-            tags.push(keyword);
-        }
-    }
-    let component = text_of("component")?.map(|c| c.trim().to_string());
-    let retired = text_of("retired")?
+    let created_by = known.origin()?;
+    let tags = known.tags(&extra)?;
+    let component = known.text("component")?.map(|c| c.trim().to_string());
+    let retired = known
+        .text("retired")?
         .map(|r| r.trim().to_string())
         .filter(|r| !r.is_empty());
     if let Some(component) = &component {
         crate::plugins::PluginSpec::parse(component).map_err(SkillError::BadComponent)?;
     }
-    let provenance = match known.remove("provenance") {
-        None | Some(Value::Null) => None,
-        // Under `metadata` it is JSON text.
-        Some(Value::String(json)) => Some(
-            serde_json::from_str::<Provenance>(&json)
-                .map_err(|e| SkillError::BadProvenance(e.to_string()))?,
-        ),
-        Some(v) => Some(
-            serde_json::from_value::<Provenance>(v)
-                .map_err(|e| SkillError::BadProvenance(e.to_string()))?,
-        ),
-    };
+    let provenance = known.provenance()?;
     if body.is_empty() && component.is_none() {
         return Err(SkillError::EmptyBody);
     }
@@ -380,6 +287,140 @@ pub fn parse_text(text: &str) -> Result<Skill, SkillError> {
         body: body.to_string(),
         content_hash: sha256_hex(text.as_bytes()),
     })
+}
+
+/// The frontmatter's keys and values: YAML, or else the original
+/// MetaClaw's `key: value` lines.
+fn frontmatter(yaml: &str) -> Result<Map<String, Value>, SkillError> {
+    match serde_saphyr::from_str::<Value>(yaml) {
+        Ok(Value::Object(map)) => Ok(map),
+        Ok(Value::Null) => Ok(Map::new()),
+        Ok(_) => Err(SkillError::NotAMapping),
+        Err(e) => original_lines(yaml).ok_or_else(|| {
+            // The first line says where and what; the rest is a snippet.
+            let e = e.to_string();
+            let e = e
+                .lines()
+                .next()
+                .unwrap_or_default()
+                .trim_start_matches("error: ");
+            SkillError::Yaml(e.to_string())
+        }),
+    }
+}
+
+/// The frontmatter keys metaclaw reads (`name`, `description` and its
+/// own), taken out of the rest.
+struct Known(HashMap<&'static str, Value>);
+
+impl Known {
+    /// Takes metaclaw's keys out of `extra`, which keeps any other key.
+    /// The Agent Skills layout has metaclaw's own keys under `metadata`
+    /// (as text); the older layout has them at the top level, which wins
+    /// where a file has both; what else `metadata` holds stays as it was.
+    fn take(extra: &mut Map<String, Value>) -> Self {
+        let mut known: HashMap<&'static str, Value> = HashMap::new();
+        for key in ["name", "description"].into_iter().chain(METADATA_KEYS) {
+            if let Some(value) = extra.shift_remove(key) {
+                known.insert(key, value);
+            }
+        }
+        if let Some(Value::Object(metadata)) = extra.get_mut("metadata") {
+            for key in METADATA_KEYS {
+                if let Some(value) = metadata.shift_remove(key) {
+                    known.entry(key).or_insert(value);
+                }
+            }
+            if metadata.is_empty() {
+                extra.shift_remove("metadata");
+            }
+        }
+        Self(known)
+    }
+
+    /// The value of `key` as text (a number or a boolean reads as one).
+    fn text(&self, key: &str) -> Result<Option<String>, SkillError> {
+        match self.0.get(key) {
+            None | Some(Value::Null) => Ok(None),
+            Some(Value::String(s)) => Ok(Some(s.clone())),
+            Some(Value::Number(n)) => Ok(Some(n.to_string())),
+            Some(Value::Bool(b)) => Ok(Some(b.to_string())),
+            Some(_) => Err(SkillError::NotText(key.to_string())),
+        }
+    }
+
+    /// `description`: required, and within the Agent Skills format's limit.
+    fn description(&self) -> Result<String, SkillError> {
+        let description = self
+            .text("description")?
+            .map(|d| d.trim().to_string())
+            .unwrap_or_default();
+        if description.is_empty() {
+            return Err(SkillError::NoDescription);
+        }
+        if description.chars().count() > MAX_DESCRIPTION {
+            return Err(SkillError::LongDescription);
+        }
+        Ok(description)
+    }
+
+    /// `created_by` (by default `user`), one of the origins metaclaw knows.
+    fn origin(&self) -> Result<String, SkillError> {
+        let created_by = self
+            .text("created_by")?
+            .map(|c| c.trim().to_string())
+            .unwrap_or_else(|| "user".into());
+        let known_origin = created_by == "builtin"
+            || created_by == "user"
+            || ["evolved:", IMPORTED].iter().any(|prefix| {
+                created_by
+                    .strip_prefix(prefix)
+                    .is_some_and(|s| !s.is_empty())
+            });
+        if !known_origin {
+            return Err(SkillError::BadOrigin(created_by));
+        }
+        Ok(created_by)
+    }
+
+    /// `tags`, lowercase and without repeats, then the other formats'
+    /// `keywords` (from `extra`), which feed retrieval as tags do.
+    fn tags(&self, extra: &Map<String, Value>) -> Result<Vec<String>, SkillError> {
+        let mut tags = Vec::new();
+        for tag in words(self.0.get("tags"), "tags")? {
+            let tag = tag.trim().to_lowercase();
+            if tag.is_empty() || tag.len() > 40 {
+                return Err(SkillError::BadTag(tag));
+            }
+            if !tags.contains(&tag) {
+                tags.push(tag);
+            }
+        }
+        // The key itself is kept as it was, and a keyword that would not
+        // make a tag is left out rather than refusing the skill.
+        let keywords = extra
+            .get("keywords")
+            .or_else(|| extra.get("metadata").and_then(|m| m.get("keywords")));
+        for keyword in words(keywords, "keywords").unwrap_or_default() {
+            let keyword = keyword.trim().to_lowercase();
+            if (1..=40).contains(&keyword.len()) && !tags.contains(&keyword) {
+                tags.push(keyword);
+            }
+        }
+        Ok(tags)
+    }
+
+    /// `provenance`: a mapping, or JSON text under `metadata`.
+    fn provenance(&mut self) -> Result<Option<Provenance>, SkillError> {
+        let provenance = match self.0.remove("provenance") {
+            None | Some(Value::Null) => None,
+            Some(Value::String(json)) => Some(serde_json::from_str::<Provenance>(&json)),
+            Some(v) => Some(serde_json::from_value::<Provenance>(v)),
+        };
+        provenance
+            .transpose()
+            .map_err(|e| SkillError::BadProvenance(e.to_string()))
+    }
 }
 
 /// The original MetaClaw's frontmatter, which it reads line by line, not

@@ -374,11 +374,8 @@ pub async fn experiment(
             StatusCode::OK,
             &format!(
                 "Experiment {id} is {}: {}",
-                v["experiment"]["state"]
-                    .as_str()
-                    .unwrap_or("decided")
-                    .replace('_', " "),
-                v["experiment"]["reason"].as_str().unwrap_or("")
+                v.experiment.state.replace('_', " "),
+                v.experiment.reason.as_deref().unwrap_or("")
             ),
             ("/ui/experiments", "Back to the experiments"),
         ),

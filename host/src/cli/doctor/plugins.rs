@@ -5,7 +5,9 @@ use super::report::Report;
 use metaclaw_core::config::LoadedConfig;
 use metaclaw_core::digest::sha256_hex;
 use metaclaw_core::home::Home;
-use metaclaw_core::plugins::{FIRST_PARTY, HostSettings, LockFile, PluginHost, Source, files};
+use metaclaw_core::plugins::{
+    FIRST_PARTY, HostSettings, LockFile, PluginHost, Registry, Source, files,
+};
 use metaclaw_core::untrusted::log_line;
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -17,27 +19,41 @@ pub(super) fn check_plugins(
     home: &Home,
     loaded: &LoadedConfig,
 ) -> Option<Arc<PluginHost>> {
+    let host = start_host(report, home, loaded)?;
+    let registry = host.reload();
+    let reported = check_pins(report, home, &host, registry.locked);
+    report_loaded(report, &registry, loaded.config.plugins.builtin);
+    report_problems(report, &registry, &reported);
+    Some(host)
+}
+
+/// The plugin host as the daemon would start it, or `None` (reported) if it
+/// cannot start.
+fn start_host(report: &mut Report, home: &Home, loaded: &LoadedConfig) -> Option<Arc<PluginHost>> {
     let mut settings = HostSettings::from_config(&loaded.config, home);
     // Doctor leaves a missing home missing: it compiles without the cache
     // (which lives in the home) rather than create it.
     if !home.root.is_dir() {
         settings.cache = None;
     }
-    let host = match PluginHost::new(settings, None) {
-        Ok(host) => host,
+    match PluginHost::new(settings, None) {
+        Ok(host) => Some(host),
         Err(e) => {
             report.error(
                 "plugins",
                 format!("the plugin host cannot start: {e:#}"),
                 "see `metaclaw plugins list`",
             );
-            return None;
+            None
         }
-    };
-    let registry = host.reload();
+    }
+}
+
+/// The lock against the files it pins: one line for each pinned file whose
+/// bytes changed (or are gone). Returns those files, so that the host's own
+/// "refused" problem for the same file is not repeated.
+fn check_pins(report: &mut Report, home: &Home, host: &PluginHost, locked: bool) -> Vec<PathBuf> {
     let lock_path = home.plugin_lock_file();
-    // Pinned files whose bytes changed (or are gone): one line each, and
-    // the host's own "refused" problem for the same file is not repeated.
     let mut reported: Vec<PathBuf> = Vec::new();
     if let Ok(Some(lock)) = LockFile::read(&lock_path) {
         let mut changed = 0;
@@ -87,21 +103,26 @@ pub(super) fn check_plugins(
                 ),
             );
         }
-    } else if !registry.locked {
+    } else if !locked {
         report.ok(
             "plugin pins",
             "no metaclaw.lock: any plugin in the folders loads (`metaclaw plugins lock` pins them by sha256)",
         );
     }
     // A lock that cannot be read is among the host's problems.
+    reported
+}
 
+/// How many plugins loaded, of which kind, and any first-party plugin that
+/// should have (with `plugins.builtin` on) but did not.
+fn report_loaded(report: &mut Report, registry: &Registry, builtin_on: bool) {
     let builtin = registry
         .plugins
         .iter()
         .filter(|p| p.info.source == Source::Builtin)
         .count();
     let drop_ins = registry.plugins.len() - builtin;
-    let missing: Vec<&str> = if loaded.config.plugins.builtin {
+    let missing: Vec<&str> = if builtin_on {
         FIRST_PARTY
             .iter()
             .copied()
@@ -120,7 +141,7 @@ pub(super) fn check_plugins(
         }
     );
     if missing.is_empty() {
-        let off = if loaded.config.plugins.builtin {
+        let off = if builtin_on {
             ""
         } else {
             " (plugins.builtin: false)"
@@ -136,6 +157,11 @@ pub(super) fn check_plugins(
             "`metaclaw plugins list` shows what was found and why a file was refused",
         );
     }
+}
+
+/// The files the host refused (less those `reported` already) and its
+/// notices about the ones it loaded.
+fn report_problems(report: &mut Report, registry: &Registry, reported: &[PathBuf]) {
     for problem in &registry.problems {
         if reported.contains(&problem.path) {
             continue;
@@ -165,7 +191,6 @@ pub(super) fn check_plugins(
             "see `metaclaw plugins list`; docs/plugins.md explains grants and overrides",
         );
     }
-    Some(host)
 }
 
 pub(super) fn check_retrieval(
