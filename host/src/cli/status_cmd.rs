@@ -10,7 +10,7 @@ use serde::Serialize;
 use serde_json::json;
 
 use super::{JsonFlag, human_duration, runtime};
-use metaclaw_core::admin::AdminClient;
+use metaclaw_core::admin::{AdminClient, AdminError};
 use metaclaw_core::app::Status;
 use metaclaw_core::app::status::{
     PluginsStatus, SchedulerStatus, SkillsStatus, StudentStatus, TrainingStatus,
@@ -56,8 +56,13 @@ pub fn status(home: &Home, config_path: &Path, args: JsonFlag) -> Result<ExitCod
             if args.json {
                 say!("{report}");
             } else {
+                // A daemon of another version answers, in another shape.
+                let what = match e {
+                    AdminError::Unreadable { .. } => "its status cannot be read",
+                    _ => "not answering",
+                };
                 say!(
-                    "metaclaw is running (pid {}) but not answering on {}: {e:#}",
+                    "metaclaw is running (pid {}) but {what} on {}: {e:#}",
                     info.pid,
                     info.url
                 );
