@@ -111,6 +111,39 @@ struct OpenedLine<'a> {
     step: i64,
 }
 
+/// The run just opened: where its weights came from and at which step it
+/// goes on (`--json`: the first line).
+fn print_opened(opened: &tinker::Opened, record: &store::training::Run, json: bool) -> Result<()> {
+    if !json {
+        say!(
+            "run {} on {}: model {} at step {} ({})",
+            record.id,
+            record.service,
+            record.model_id.as_deref().unwrap_or("-"),
+            record.step,
+            describe_opened(opened)
+        );
+        return Ok(());
+    }
+    let (weights, from, lost) = match opened {
+        tinker::Opened::New { from } => ("new", from.as_deref(), None),
+        tinker::Opened::Restored { from, lost, .. } => {
+            ("restored", Some(from.as_str()), Some(*lost))
+        }
+    };
+    let line = OpenedLine {
+        event: "opened",
+        weights,
+        from,
+        lost,
+        run: &record.id,
+        model_id: record.model_id.as_deref(),
+        step: record.step,
+    };
+    say!("{}", serde_json::to_string(&line)?);
+    Ok(())
+}
+
 /// `tinker train`.
 fn run_train(cx: &Cx, args: TinkerTrainArgs) -> Result<ExitCode> {
     let TinkerTrainArgs {
@@ -142,34 +175,7 @@ fn run_train(cx: &Cx, args: TinkerTrainArgs) -> Result<ExitCode> {
             .await
             .map_err(|e| anyhow::anyhow!(tinker::check::advice(&cx.settings, &e)))?;
         let (mut run, opened) = TrainingRun::open(&service, &db, spec, fresh).await?;
-        let record = run.record().clone();
-        if json {
-            let (weights, from, lost) = match &opened {
-                tinker::Opened::New { from } => ("new", from.as_deref(), None),
-                tinker::Opened::Restored { from, lost, .. } => {
-                    ("restored", Some(from.as_str()), Some(*lost))
-                }
-            };
-            let opened = OpenedLine {
-                event: "opened",
-                weights,
-                from,
-                lost,
-                run: &record.id,
-                model_id: record.model_id.as_deref(),
-                step: record.step,
-            };
-            say!("{}", serde_json::to_string(&opened)?);
-        } else {
-            say!(
-                "run {} on {}: model {} at step {} ({})",
-                record.id,
-                record.service,
-                record.model_id.as_deref().unwrap_or("-"),
-                record.step,
-                describe_opened(&opened)
-            );
-        }
+        print_opened(&opened, run.record(), json)?;
         for _ in 0..steps {
             let start = (run.record().step as usize * batch) % datums.len();
             let chunk: Vec<Datum> = (0..batch)
