@@ -8,6 +8,8 @@ use serde::Deserialize;
 use serde::de::{DeserializeOwned, Deserializer};
 use serde_json::Value;
 
+use crate::request::Lenient;
+
 /// A chat completion (`{"choices": [{"message": …, "finish_reason": …}]}`)
 /// or an error body (`{"error": {"message": …}}`).
 #[derive(Debug, Clone, Default, Deserialize)]
@@ -94,10 +96,10 @@ pub struct Function {
     pub arguments: Option<String>,
 }
 
-/// The field as `T`, or `T`'s default where it has another shape.
+/// The field as `T`, or `T`'s default where it has another shape (the
+/// request fronts' [`Lenient`], with the default filled in).
 fn lenient<'de, D: Deserializer<'de>, T: DeserializeOwned + Default>(d: D) -> Result<T, D::Error> {
-    let value = Value::deserialize(d)?;
-    Ok(T::deserialize(value).unwrap_or_default())
+    Ok(Lenient::<T>::deserialize(d)?.read().unwrap_or_default())
 }
 
 /// A list, each element read leniently; not a list: empty.

@@ -18,7 +18,7 @@ pub use chat::{CONTROL_FIELDS, ChatRequest, Field, Message, Role, truthy};
 /// decides what a wrong shape means (dropped, or its own [`crate::Error`])
 /// and no serde message reaches the client.
 #[derive(Default)]
-enum Lenient<T> {
+pub(crate) enum Lenient<T> {
     #[default]
     Absent,
     Read(T),
@@ -27,7 +27,7 @@ enum Lenient<T> {
 
 impl<T> Lenient<T> {
     /// The value when it was read as `T`; absent and wrong alike are none.
-    fn read(self) -> Option<T> {
+    pub(crate) fn read(self) -> Option<T> {
         match self {
             Self::Read(v) => Some(v),
             Self::Absent | Self::Wrong => None,
