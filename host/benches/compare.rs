@@ -746,6 +746,19 @@ fn main() {
         "# {} generated skills (SKILL.md folders) for the skill sides; added = side - direct at that percentile; x = side / direct",
         opts.skills
     );
+    // A baseline built otherwise differs by more than its code: the
+    // `local-embeddings` feature alone adds ~35 MiB with 10,000 skills.
+    if let Some(baseline) = &opts.baseline {
+        println!(
+            "# baseline {}: built by whoever ran this (for a fair memory row, with the features of this side: {})",
+            baseline.display(),
+            if cfg!(feature = "local-embeddings") {
+                "--release --features local-embeddings"
+            } else {
+                "--release"
+            }
+        );
+    }
 
     // Start-up: the default configuration (the 44 built-in skills, the
     // first-party plugins), a fresh home and a restart.

@@ -139,39 +139,7 @@ fn main() {
         );
     }
 
-    // Concurrent calls into one plugin: the pool hands each thread its own
-    // instance. Throughput against one thread, same run.
-    println!("\n# concurrent calls into one Rust plugin (pool of 4), calls per second");
-    println!(
-        "{:<10} {:>14} {:>10} {:>12}",
-        "threads", "calls/s", "p99 us", "vs 1 thread"
-    );
-    let plugin = Arc::new(load(&engine, "builtin/tool-error.wasm", 4));
-    let per_thread = if quick { 2_000 } else { 40_000 };
-    let mut single = 0.0;
-    for threads in [1usize, 2, 4, 8] {
-        let start = Instant::now();
-        let handles: Vec<_> = (0..threads)
-            .map(|_| {
-                let p = plugin.clone();
-                std::thread::spawn(move || timed(&p, per_thread))
-            })
-            .collect();
-        let mut all: Vec<Duration> = handles
-            .into_iter()
-            .flat_map(|h| h.join().unwrap())
-            .collect();
-        let rate = (threads * per_thread) as f64 / start.elapsed().as_secs_f64();
-        all.sort();
-        if threads == 1 {
-            single = rate;
-        }
-        println!(
-            "{threads:<10} {rate:>14.0} {:>10.1} {:>11.2}x",
-            us(percentile(&all, 99.0)),
-            rate / single
-        );
-    }
+    concurrency(&engine, quick);
     scorers(&engine, quick);
     println!(
         "\n# {} CPUs",
@@ -179,6 +147,88 @@ fn main() {
             .map(|n| n.get())
             .unwrap_or(0)
     );
+}
+
+/// Concurrent calls into one Rust plugin, throughput against one caller in
+/// the same run, three ways: callers as threads blocking on the call (how
+/// the scoring and learning threads call) with the default pool of 4, the
+/// same with a pool as large as the callers (`plugins.pool_size`), and
+/// callers as tasks on the plugin runtime (how a turn's retrieval calls:
+/// `PluginEngine::spawn`), pools of 4 and 8.
+fn concurrency(engine: &Arc<PluginEngine>, quick: bool) {
+    let per_caller = if quick { 2_000 } else { 40_000 };
+    println!("\n# concurrent calls into one Rust plugin, calls per second");
+    println!(
+        "{:<20} {:>8} {:>12} {:>10} {:>12}",
+        "callers", "n", "calls/s", "p99 us", "vs 1 caller"
+    );
+    let pool4 = load(engine, "builtin/tool-error.wasm", 4);
+    let pool8 = load(engine, "builtin/tool-error.wasm", 8);
+    let rows: [(&str, &Arc<LoadedPlugin>, bool, &[usize]); 4] = [
+        ("threads, pool of 4", &pool4, false, &[1, 2, 4, 8]),
+        ("threads, pool of 8", &pool8, false, &[1, 8]),
+        ("tasks, pool of 4", &pool4, true, &[1, 2, 4, 8]),
+        ("tasks, pool of 8", &pool8, true, &[1, 8]),
+    ];
+    for (label, plugin, tasks, counts) in rows {
+        timed(plugin, 200); // warm
+        let mut single = 0.0;
+        for &n in counts {
+            let start = Instant::now();
+            let mut all = if tasks {
+                on_tasks(plugin, n, per_caller)
+            } else {
+                on_threads(plugin, n, per_caller)
+            };
+            let rate = (n * per_caller) as f64 / start.elapsed().as_secs_f64();
+            all.sort();
+            if n == 1 {
+                single = rate;
+            }
+            println!(
+                "{label:<20} {n:>8} {rate:>12.0} {:>10.1} {:>11.2}x",
+                us(percentile(&all, 99.0)),
+                rate / single
+            );
+        }
+    }
+}
+
+fn on_threads(plugin: &Arc<LoadedPlugin>, n: usize, calls: usize) -> Vec<Duration> {
+    let handles: Vec<_> = (0..n)
+        .map(|_| {
+            let p = plugin.clone();
+            std::thread::spawn(move || timed(&p, calls))
+        })
+        .collect();
+    handles
+        .into_iter()
+        .flat_map(|h| h.join().unwrap())
+        .collect()
+}
+
+fn on_tasks(plugin: &Arc<LoadedPlugin>, n: usize, calls: usize) -> Vec<Duration> {
+    let engine = plugin.engine().clone();
+    let tasks: Vec<_> = (0..n)
+        .map(|_| {
+            let p = plugin.clone();
+            engine.spawn(async move {
+                let t = turn();
+                let mut out = Vec::with_capacity(calls);
+                for _ in 0..calls {
+                    let start = Instant::now();
+                    std::hint::black_box(p.score(&t).await.unwrap());
+                    out.push(start.elapsed());
+                }
+                out
+            })
+        })
+        .collect();
+    engine
+        .block_on(futures_util::future::join_all(tasks))
+        .into_iter()
+        .flat_map(|r| r.unwrap())
+        .collect()
 }
 
 /// A turn like OpenClaw's: its fixture's system prompt (~49 KB) and user
