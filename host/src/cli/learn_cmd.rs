@@ -6,6 +6,8 @@ use std::path::Path;
 use std::process::ExitCode;
 
 use anyhow::Result;
+use metaclaw_wire::Obj;
+use serde::Deserialize;
 
 use super::sessions_cmd::db_path;
 use super::{LearnCommand, load_config, local_time, runtime};
@@ -32,6 +34,14 @@ pub fn run(home: &Home, config_path: &Path, command: LearnCommand) -> Result<Exi
     }
 }
 
+/// `/admin/learn/now`'s answer: its jobs, printed as the daemon sent them
+/// (`--json`), read where this version can.
+#[derive(Deserialize, Default)]
+#[serde(default)]
+struct Queued {
+    jobs: serde_json::Value,
+}
+
 fn now(
     home: &Home,
     session: Option<String>,
@@ -42,9 +52,10 @@ fn now(
     let admin = AdminClient::connect(home)?.timeout(NOW_TIMEOUT);
     let body = serde_json::json!({ "session": session, "agent": agent.map(|a| a.to_string()) });
     let reply = runtime()?.block_on(admin.post_json("/admin/learn/now", &body))?;
-    let jobs: Vec<Job> = serde_json::from_value(reply["jobs"].clone()).unwrap_or_default();
+    let queued = Obj::<Queued>::read(&reply).unwrap_or_default();
+    let jobs: Vec<Job> = Vec::deserialize(&queued.jobs).unwrap_or_default();
     if json {
-        say!("{}", serde_json::to_string_pretty(&reply["jobs"])?);
+        say!("{}", serde_json::to_string_pretty(&queued.jobs)?);
     } else if jobs.is_empty() {
         say!("no learning job was queued");
     } else {

@@ -588,6 +588,29 @@ fn parse<T: serde::de::DeserializeOwned>(v: &Value) -> Result<T> {
     serde_json::from_value(v.clone()).map_err(|e| anyhow::anyhow!("input: {e}"))
 }
 
+/// The parts of a `plugins call` input, by kind (see [`call`]): each part
+/// null when absent, and read into its type on its own, so that an error
+/// names what that part should be.
+#[derive(serde::Deserialize, Default)]
+#[serde(default)]
+struct Input {
+    skills: Value,
+    context: Value,
+    /// 5 unless a whole number.
+    #[serde(deserialize_with = "metaclaw_wire::recorded::lenient")]
+    k: Option<u64>,
+    outcomes: Value,
+    drafts: Value,
+    library: Value,
+}
+
+impl Input {
+    /// `value`'s parts; none of them when it is not an object.
+    fn of(value: &Value) -> Self {
+        metaclaw_wire::Obj::read(value).unwrap_or_default()
+    }
+}
+
 /// Calls a plugin with JSON input (for plugin authors): a scorer takes a
 /// finished turn; a retriever `{skills, context, k, outcomes}` (`outcomes`,
 /// optional: what its `outcomes()` answers, by skill id); an evolver
@@ -619,13 +642,14 @@ fn call(home: &Home, config: &LoadedConfig, spec: &str, input: &str) -> Result<E
             json!(engine.block_on(plugin.score(&turn))?)
         }
         Kind::Retriever => {
-            let skills: Arc<Vec<types::Skill>> = Arc::new(parse(&value["skills"])?);
-            let context: types::TurnContext = parse(&value["context"])?;
-            let k = value["k"].as_u64().unwrap_or(5) as u32;
+            let input = Input::of(&value);
+            let skills: Arc<Vec<types::Skill>> = Arc::new(parse(&input.skills)?);
+            let context: types::TurnContext = parse(&input.context)?;
+            let k = input.k.unwrap_or(5) as u32;
             let outcomes: Option<Arc<dyn metaclaw_core::plugins::OutcomeSource>> =
-                match value.get("outcomes") {
-                    None | Some(Value::Null) => None,
-                    Some(given) => Some(Arc::new(
+                match &input.outcomes {
+                    Value::Null => None,
+                    given => Some(Arc::new(
                         parse::<HashMap<String, metaclaw_core::plugins::outcomes::SkillOutcome>>(given)
                             .context("outcomes: a map from skill id to {version, injected, judged, mean, sd, low, high, flagged}")?,
                     )),
@@ -636,12 +660,13 @@ fn call(home: &Home, config: &LoadedConfig, spec: &str, input: &str) -> Result<E
             })?)
         }
         Kind::Evolver => {
-            let drafts: Vec<types::SkillDraft> = parse(&value["drafts"])?;
-            let library: Vec<types::Skill> = parse(&value["library"])?;
+            let input = Input::of(&value);
+            let drafts: Vec<types::SkillDraft> = parse(&input.drafts)?;
+            let library: Vec<types::Skill> = parse(&input.library)?;
             json!(engine.block_on(plugin.process(&drafts, &library))?)
         }
         Kind::Skill => {
-            let context: types::TurnContext = parse(&value["context"])?;
+            let context: types::TurnContext = parse(&Input::of(&value).context)?;
             let (applies, render) = engine.block_on(async {
                 Ok::<_, metaclaw_core::plugins::CallError>((
                     plugin.applies(&context).await?,

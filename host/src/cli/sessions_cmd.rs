@@ -6,7 +6,6 @@ use std::process::ExitCode;
 
 use anyhow::{Result, bail};
 use serde::Deserialize;
-use serde_json::json;
 
 use super::{SessionsCommand, load_config, local_time};
 use metaclaw_core::home::Home;
@@ -69,22 +68,10 @@ pub fn run(home: &Home, config_path: &Path, command: SessionsCommand) -> Result<
                 bail!("no session {id:?} (see `metaclaw sessions list`)");
             };
             if json {
-                let Some(mut view) = store::browse::session_view(&conn, &session.id, messages)?
-                else {
+                let detail = store::browse::Detail { messages, tokens };
+                let Some(view) = store::browse::session_view(&conn, &session.id, detail)? else {
                     bail!("no session {id:?} (see `metaclaw sessions list`)");
                 };
-                if tokens && let Some(turns) = view["turns"].as_array_mut() {
-                    for v in turns {
-                        let id = v["id"].as_str().unwrap_or_default().to_string();
-                        if let Some(sample) = store::samples::for_turn(&conn, &id)? {
-                            v["tokens"] = json!({
-                                "prompt": sample.prompt_tokens,
-                                "sampled": sample.tokens,
-                                "logprobs": sample.logprobs,
-                            });
-                        }
-                    }
-                }
                 say!("{}", serde_json::to_string_pretty(&view)?);
             } else {
                 let turns = store::session_turns(&conn, &session.id)?;

@@ -327,6 +327,20 @@ fn run_list(
     Ok(ExitCode::SUCCESS)
 }
 
+/// `skills show --json`: the skill, or why its file does not parse.
+#[derive(serde::Serialize)]
+struct Shown<'a> {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    skill: Option<&'a skill::Skill>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    error: Option<String>,
+    path: PathBuf,
+    files: Vec<serde_json::Value>,
+    links: &'a [PathBuf],
+    #[serde(skip_serializing_if = "Option::is_none")]
+    outcomes: Option<&'a [metaclaw_core::skills::stats::Row]>,
+}
+
 /// `skills show`.
 fn run_show(cx: &Cx, name: String, json: bool) -> Result<ExitCode> {
     let folder = cx.dir.join(&name);
@@ -345,19 +359,15 @@ fn run_show(cx: &Cx, name: String, json: bool) -> Result<ExitCode> {
             .iter()
             .map(|(path, bytes)| json!({"path": path, "bytes": bytes}))
             .collect();
-        let value = match &parsed {
-            Ok(s) => {
-                json!({"skill": s, "path": folder.join("SKILL.md"), "files": files, "links": bundled.links})
-            }
-            Err(e) => {
-                json!({"error": e.to_string(), "path": folder.join("SKILL.md"), "files": files, "links": bundled.links})
-            }
+        let shown = Shown {
+            skill: parsed.as_ref().ok(),
+            error: parsed.as_ref().err().map(|e| e.to_string()),
+            path: folder.join("SKILL.md"),
+            files,
+            links: &bundled.links,
+            outcomes: outcomes.as_ref().ok().map(|(_, rows)| rows.as_slice()),
         };
-        let mut value = value;
-        if let Ok((_, rows)) = &outcomes {
-            value["outcomes"] = json!(rows);
-        }
-        say!("{}", serde_json::to_string_pretty(&value)?);
+        say!("{}", serde_json::to_string_pretty(&shown)?);
     } else {
         say_raw!("{text}");
         match outcomes {

@@ -49,9 +49,18 @@ fn run_check(cx: &Cx, json: bool) -> Result<ExitCode> {
         .map_err(|e| anyhow::anyhow!(tinker::check::advice(&cx.settings, &e)))?;
     let problem = report.problem();
     if json {
-        let mut v = serde_json::to_value(&report)?;
-        v["problem"] = json!(problem);
-        say!("{}", serde_json::to_string_pretty(&v)?);
+        /// The report, and what is wrong, if anything.
+        #[derive(serde::Serialize)]
+        struct Checked<'a> {
+            #[serde(flatten)]
+            report: &'a tinker::check::Report,
+            problem: &'a Option<String>,
+        }
+        let checked = Checked {
+            report: &report,
+            problem: &problem,
+        };
+        say!("{}", serde_json::to_string_pretty(&checked)?);
     } else {
         say!(
             "service   {} (key {})",
@@ -238,13 +247,16 @@ fn run_status(cx: &Cx, json: bool, steps: usize) -> Result<ExitCode> {
         Vec::new()
     };
     if json {
+        /// A run with its latest steps.
+        #[derive(serde::Serialize)]
+        struct RunSteps<'a> {
+            #[serde(flatten)]
+            run: &'a store::training::Run,
+            steps: &'a [store::training::Step],
+        }
         let v: Vec<_> = runs
             .iter()
-            .map(|(r, s)| {
-                let mut v = serde_json::to_value(r).unwrap_or_default();
-                v["steps"] = serde_json::to_value(s).unwrap_or_default();
-                v
-            })
+            .map(|(run, steps)| RunSteps { run, steps })
             .collect();
         say!("{}", serde_json::to_string_pretty(&v)?);
     } else if runs.is_empty() {

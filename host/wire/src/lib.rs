@@ -23,6 +23,8 @@ pub mod text;
 
 pub use api::{ApiFormat, Front};
 pub use error::{Error, Result};
+/// Readers of JSON that is not metaclaw's own, for the host's types too.
+pub use request::{Lenient, Obj};
 
 /// The captured OpenClaw requests (`tests/fixtures/openclaw/`), for tests.
 #[cfg(test)]

@@ -98,12 +98,14 @@ pub struct Function {
 
 /// The field as `T`, or `T`'s default where it has another shape (the
 /// request fronts' [`Lenient`], with the default filled in).
-fn lenient<'de, D: Deserializer<'de>, T: DeserializeOwned + Default>(d: D) -> Result<T, D::Error> {
+pub fn lenient<'de, D: Deserializer<'de>, T: DeserializeOwned + Default>(
+    d: D,
+) -> Result<T, D::Error> {
     Ok(Lenient::<T>::deserialize(d)?.read().unwrap_or_default())
 }
 
 /// A list, each element read leniently; not a list: empty.
-fn each<'de, D: Deserializer<'de>, T: DeserializeOwned + Default>(
+pub fn each<'de, D: Deserializer<'de>, T: DeserializeOwned + Default>(
     d: D,
 ) -> Result<Vec<T>, D::Error> {
     Ok(match Value::deserialize(d)? {

@@ -13,6 +13,9 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use anyhow::{Context, Result};
+use metaclaw_wire::Obj;
+use metaclaw_wire::recorded::lenient;
+use serde::{Deserialize, Deserializer};
 use serde_json::{Value, json};
 
 use super::{Env, Located, Plan, PlannedFile, Service, Target, pretty_json, procs, text_of};
@@ -35,6 +38,8 @@ fn dirs(env: &Env) -> (PathBuf, PathBuf) {
     (working, secret)
 }
 
+/// The provider file metaclaw writes; `meta` carries the key's hash (see
+/// [`edit_provider`]).
 pub(super) fn provider(target: &Target) -> Value {
     json!({
         "id": "metaclaw",
@@ -60,7 +65,7 @@ pub(super) fn provider(target: &Target) -> Value {
         "support_model_discovery": false,
         "support_connection_check": false,
         "generate_kwargs": {},
-        "meta": {},
+        "meta": {"metaclaw_key_sha256": crate::digest::sha256_hex(target.api_key.as_bytes())},
     })
 }
 
@@ -78,13 +83,12 @@ pub(super) fn plan(target: &Target, env: &Env) -> Result<Located> {
     let active_file = providers.join("active_model.json");
     let wanted = provider(target);
     let active = json!({"provider_id": "metaclaw", "model": target.model});
-    let target_key = target.api_key.clone();
     let (pf, af) = (provider_file.clone(), active_file.clone());
     Ok(Located::Plan(Plan {
         files: vec![
             PlannedFile {
                 path: provider_file,
-                edit: Box::new(move |current| edit_provider(current, &wanted, &target_key, &pf)),
+                edit: Box::new(move |current| edit_provider(current, &wanted, &pf)),
                 owned: true,
             },
             PlannedFile {
@@ -103,23 +107,53 @@ pub(super) fn plan(target: &Target, env: &Env) -> Result<Located> {
 /// at the same URL, model and key. CoPaw re-saves it with the key encrypted
 /// (`ENC:…`) and probe results filled in, so the key is recognised by the
 /// hash metaclaw leaves in `meta` (a free-form field CoPaw keeps).
-fn edit_provider(
-    current: Option<&[u8]>,
-    wanted: &Value,
-    key: &str,
-    path: &Path,
-) -> Result<Option<Vec<u8>>> {
-    let mut out = wanted.clone();
-    out["meta"]["metaclaw_key_sha256"] = json!(crate::digest::sha256_hex(key.as_bytes()));
+fn edit_provider(current: Option<&[u8]>, wanted: &Value, path: &Path) -> Result<Option<Vec<u8>>> {
     if let Some(text) = text_of(current, path)?
         && let Ok(existing) = serde_json::from_str::<Value>(&text)
-        && existing["base_url"] == out["base_url"]
-        && existing["models"][0]["id"] == out["models"][0]["id"]
-        && existing["meta"]["metaclaw_key_sha256"] == out["meta"]["metaclaw_key_sha256"]
+        && Obj::<Pointing>::read(&existing).is_some_and(|p| Obj::read(wanted) == Some(p))
     {
         return Ok(None);
     }
-    Ok(Some(pretty_json(&out)?))
+    Ok(Some(pretty_json(wanted)?))
+}
+
+/// Where a provider file points: what [`edit_provider`] compares, each
+/// field none when absent or of another shape (the rest is CoPaw's).
+#[derive(Deserialize, Default, PartialEq)]
+#[serde(default)]
+struct Pointing {
+    #[serde(deserialize_with = "lenient")]
+    base_url: Option<String>,
+    /// `models[0].id`.
+    #[serde(rename = "models", deserialize_with = "first_model_id")]
+    model: Option<String>,
+    /// `meta.metaclaw_key_sha256`.
+    #[serde(rename = "meta", deserialize_with = "key_hash")]
+    key_sha256: Option<String>,
+}
+
+#[derive(Deserialize, Default)]
+#[serde(default)]
+struct ModelId {
+    #[serde(deserialize_with = "lenient")]
+    id: Option<String>,
+}
+
+#[derive(Deserialize, Default)]
+#[serde(default)]
+struct Meta {
+    #[serde(deserialize_with = "lenient")]
+    metaclaw_key_sha256: Option<String>,
+}
+
+fn first_model_id<'de, D: Deserializer<'de>>(d: D) -> Result<Option<String>, D::Error> {
+    let models: Vec<Obj<ModelId>> = lenient(d)?;
+    Ok(models.into_iter().next().and_then(|m| m.0?.id))
+}
+
+fn key_hash<'de, D: Deserializer<'de>>(d: D) -> Result<Option<String>, D::Error> {
+    let meta: Obj<Meta> = Obj::deserialize(d)?;
+    Ok(meta.0.and_then(|m| m.metaclaw_key_sha256))
 }
 
 fn edit_active(current: Option<&[u8]>, wanted: &Value, path: &Path) -> Result<Option<Vec<u8>>> {

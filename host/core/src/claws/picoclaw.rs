@@ -9,6 +9,9 @@ use std::path::Path;
 use std::time::Duration;
 
 use anyhow::{Context, Result, bail};
+use metaclaw_wire::Obj;
+use metaclaw_wire::recorded::lenient;
+use serde::Deserialize;
 use serde_json::{Value, json};
 
 use super::{
@@ -62,7 +65,7 @@ fn edit(current: Option<&[u8]>, entry: &Value, path: &Path) -> Result<Option<Vec
             path.display()
         );
     };
-    match list.iter_mut().find(|m| m["model_name"] == "metaclaw") {
+    match list.iter_mut().find(|m| is_metaclaws(m)) {
         Some(existing) => *existing = entry.clone(),
         None => list.push(entry.clone()),
     }
@@ -76,6 +79,22 @@ fn edit(current: Option<&[u8]>, entry: &Value, path: &Path) -> Result<Option<Vec
         return Ok(None);
     }
     Ok(Some(pretty_json(&after)?))
+}
+
+/// Whether a `model_list` entry is metaclaw's. Only read into a type: the
+/// file is PicoClaw's, edited in place as a `Value` so that every key the
+/// user wrote stays, in its order.
+fn is_metaclaws(entry: &Value) -> bool {
+    #[derive(Deserialize, Default)]
+    #[serde(default)]
+    struct Entry {
+        #[serde(deserialize_with = "lenient")]
+        model_name: Option<String>,
+    }
+    Obj::<Entry>::read(entry)
+        .and_then(|e| e.model_name)
+        .as_deref()
+        == Some("metaclaw")
 }
 
 fn is_gateway(argv: &[String]) -> bool {

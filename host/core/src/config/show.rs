@@ -9,31 +9,33 @@ use super::{EmbeddingBackend, LoadedConfig, SECRET_KEYS, get_path};
 
 /// The effective config as a tree, secrets masked (and their source named).
 pub fn masked_tree(loaded: &LoadedConfig) -> Value {
-    let mut tree = serde_json::to_value(&loaded.config).unwrap_or(Value::Null);
+    let mut config = loaded.config.clone();
+    for (i, fallback) in config.llm.fallbacks.iter_mut().enumerate() {
+        if let Some(key) = &mut fallback.api_key {
+            *key = mask(
+                loaded
+                    .secret_sources
+                    .get(&format!("llm.fallbacks.{i}.api_key")),
+            );
+        }
+    }
+    let mut tree = serde_json::to_value(&config).unwrap_or(Value::Null);
     for key in SECRET_KEYS {
         if let Some(Value::String(_)) = get_path(&tree, key) {
-            let mask = match loaded.secret_sources.get(*key) {
-                Some(var) => format!("******** (from ${var})"),
-                None => "********".to_string(),
-            };
+            let mask = mask(loaded.secret_sources.get(*key));
             set_path(&mut tree, key, Value::String(mask));
         }
     }
-    if let Some(list) = tree["llm"]["fallbacks"].as_array_mut() {
-        for (i, fallback) in list.iter_mut().enumerate() {
-            if fallback["api_key"].is_string() {
-                let mask = match loaded
-                    .secret_sources
-                    .get(&format!("llm.fallbacks.{i}.api_key"))
-                {
-                    Some(var) => format!("******** (from ${var})"),
-                    None => "********".to_string(),
-                };
-                fallback["api_key"] = Value::String(mask);
-            }
-        }
-    }
     tree
+}
+
+/// What a secret shows instead of itself: its environment variable, if
+/// it came from one.
+fn mask(var: Option<&String>) -> String {
+    match var {
+        Some(var) => format!("******** (from ${var})"),
+        None => "********".to_string(),
+    }
 }
 
 /// The effective config as a tree (secrets masked): values left empty in

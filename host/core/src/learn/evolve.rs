@@ -6,6 +6,9 @@
 
 use std::collections::HashSet;
 
+use metaclaw_wire::Obj;
+use metaclaw_wire::recorded::{each, lenient};
+use serde::Deserialize;
 use serde_json::Value;
 
 use super::llm::{Prompt, clip};
@@ -120,7 +123,12 @@ pub fn parse_drafts(
     let mut drafts: Vec<SkillDraft> = Vec::new();
     let mut rejected = Vec::new();
     for item in items {
-        let name_hint = item["name"].as_str().unwrap_or("(unnamed)").to_string();
+        let item = Obj::<Draft>::read(&item);
+        let name_hint = item
+            .as_ref()
+            .and_then(|d| d.name.as_deref())
+            .unwrap_or("(unnamed)")
+            .to_string();
         if drafts.len() == max {
             rejected.push(Rejected {
                 name: name_hint,
@@ -128,7 +136,7 @@ pub fn parse_drafts(
             });
             continue;
         }
-        match check_draft(&item, library) {
+        match check_draft(item.as_ref(), library) {
             Ok(d) if drafts.iter().any(|k| k.name == d.name) => rejected.push(Rejected {
                 name: d.name,
                 reason: "the same name twice in one reply".into(),
@@ -171,45 +179,74 @@ pub enum DraftRejected {
     LongBody(usize),
 }
 
-fn check_draft(item: &Value, library: &HashSet<String>) -> Result<SkillDraft, DraftRejected> {
-    if !item.is_object() {
+/// A draft as the evolver wrote it: each field none when absent or of
+/// another shape (as good as missing, which [`check_draft`] judges).
+#[derive(Deserialize, Default)]
+#[serde(default)]
+struct Draft {
+    #[serde(deserialize_with = "lenient")]
+    name: Option<String>,
+    #[serde(deserialize_with = "lenient")]
+    description: Option<String>,
+    #[serde(deserialize_with = "lenient")]
+    body: Option<String>,
+    /// The original's drafts call the body "content".
+    #[serde(deserialize_with = "lenient")]
+    content: Option<String>,
+    #[serde(deserialize_with = "lenient")]
+    category: Option<String>,
+    /// Each tag none unless a string.
+    #[serde(deserialize_with = "each")]
+    tags: Vec<Option<String>>,
+    #[serde(deserialize_with = "lenient")]
+    updates: Option<String>,
+}
+
+/// The text of a field, trimmed; none when blank.
+fn text(field: Option<&str>) -> Option<&str> {
+    field.map(str::trim).filter(|s| !s.is_empty())
+}
+
+/// `item`: none when the reply's item is not a JSON object.
+fn check_draft(
+    item: Option<&Draft>,
+    library: &HashSet<String>,
+) -> Result<SkillDraft, DraftRejected> {
+    let Some(item) = item else {
         return Err(DraftRejected::NotAnObject);
-    }
-    let text = |key: &str| item[key].as_str().map(str::trim).filter(|s| !s.is_empty());
-    let name = slug(text("name").ok_or(DraftRejected::NoName)?);
+    };
+    let name = slug(text(item.name.as_deref()).ok_or(DraftRejected::NoName)?);
     if !valid_name(&name) {
         return Err(DraftRejected::BadName(name));
     }
-    let description = text("description").ok_or(DraftRejected::NoDescription)?;
+    let description = text(item.description.as_deref()).ok_or(DraftRejected::NoDescription)?;
     let description = clip(
         &description.split_whitespace().collect::<Vec<_>>().join(" "),
         MAX_DRAFT_DESCRIPTION - 1,
     );
-    // The original's drafts call the body "content".
-    let body = text("body")
-        .or_else(|| text("content"))
+    let body = text(item.body.as_deref())
+        .or_else(|| text(item.content.as_deref()))
         .ok_or(DraftRejected::NoBody)?
         .to_string();
     if body.len() > MAX_BODY {
         return Err(DraftRejected::LongBody(body.len()));
     }
-    let category = text("category")
+    let category = text(item.category.as_deref())
         .and_then(|c| {
             let c = c.to_ascii_lowercase().replace('_', "-");
             Category::ALL.into_iter().find(|k| k.as_str() == c)
         })
         .unwrap_or(Category::General);
     let mut tags: Vec<String> = Vec::new();
-    for tag in item["tags"].as_array().into_iter().flatten() {
-        if let Some(t) = tag.as_str().map(|t| t.trim().to_lowercase())
-            && (1..=40).contains(&t.len())
-            && !tags.contains(&t)
-            && tags.len() < MAX_TAGS
-        {
+    for tag in item.tags.iter().flatten() {
+        let t = tag.trim().to_lowercase();
+        if (1..=40).contains(&t.len()) && !tags.contains(&t) && tags.len() < MAX_TAGS {
             tags.push(t);
         }
     }
-    let updates = text("updates").map(slug).filter(|u| library.contains(u));
+    let updates = text(item.updates.as_deref())
+        .map(slug)
+        .filter(|u| library.contains(u));
     Ok(SkillDraft {
         name,
         description,

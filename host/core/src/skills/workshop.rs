@@ -21,6 +21,11 @@ use std::collections::HashMap;
 use std::sync::{Arc, RwLock};
 use std::time::{Duration, Instant};
 
+use metaclaw_wire::Obj;
+use metaclaw_wire::recorded::{ErrorBody, lenient};
+use serde::Deserialize;
+use serde_json::Value;
+
 use super::skill::Skill;
 use crate::clock::now_ms;
 use crate::config::{Deliver, WorkshopConfig};
@@ -331,9 +336,12 @@ impl Delivery {
         let out = self.openclaw(&args).await;
         let _ = std::fs::remove_dir_all(&folder);
         let json = out?;
-        let record = &json["record"];
-        match (record["id"].as_str(), record["status"].as_str()) {
-            (Some(id), Some(state)) => Ok((id.to_string(), state.to_string())),
+        match Record::of(&json) {
+            Record {
+                id: Some(id),
+                status: Some(state),
+                ..
+            } => Ok((id, state)),
             _ => Err(WorkshopError::NoRecord(crate::untrusted::log_line(
                 &json.to_string(),
                 300,
@@ -364,17 +372,19 @@ impl Delivery {
                     continue;
                 }
             };
-            let states: HashMap<&str, &str> = listed["proposals"]
-                .as_array()
+            let states: HashMap<String, String> = Listed::of(&listed)
+                .proposals
                 .into_iter()
-                .flatten()
-                .filter_map(|p| Some((p["id"].as_str()?, p["status"].as_str()?)))
+                .filter_map(|p| {
+                    let record = p.0?;
+                    Some((record.id?, record.status?))
+                })
                 .collect();
             for offer in pending.iter().filter(|p| p.openclaw_agent == agent) {
                 let Some(id) = offer.proposal_id.as_deref() else {
                     continue;
                 };
-                let Some(&state) = states.get(id) else {
+                let Some(state) = states.get(id).map(String::as_str) else {
                     continue;
                 };
                 if !DECIDED.contains(&state) {
@@ -424,14 +434,14 @@ impl Delivery {
         ]
         .map(String::from);
         let json = self.openclaw(&args).await.ok()?;
-        json["record"]["statusReason"]
-            .as_str()
-            .map(|r| crate::untrusted::log_line(r, 500))
+        Record::of(&json)
+            .status_reason
+            .map(|r| crate::untrusted::log_line(&r, 500))
     }
 
     /// Runs OpenClaw's CLI with `args`; its JSON answer, or why there is
     /// none (OpenClaw's own `{"ok": false, "error": {"message"}}` read).
-    async fn openclaw(&self, args: &[String]) -> Result<serde_json::Value, WorkshopError> {
+    async fn openclaw(&self, args: &[String]) -> Result<Value, WorkshopError> {
         let mut command = tokio::process::Command::new(&self.settings.command);
         command
             .args(args)
@@ -449,15 +459,17 @@ impl Delivery {
                 command: shown.clone(),
                 error: e.to_string(),
             })?;
-        let json: Option<serde_json::Value> = serde_json::from_slice(&out.stdout).ok();
-        match json {
-            Some(json) if out.status.success() && json.get("ok") != Some(&false.into()) => Ok(json),
-            Some(json) if json["error"]["message"].is_string() => Err(WorkshopError::Refused {
+        let json: Option<Value> = serde_json::from_slice(&out.stdout).ok();
+        let said = json
+            .as_ref()
+            .and_then(Obj::<Said>::read)
+            .unwrap_or_default();
+        let refused = said.error.0.and_then(|e| e.message);
+        match (json, refused) {
+            (Some(json), _) if out.status.success() && said.ok != Some(false) => Ok(json),
+            (Some(_), Some(message)) => Err(WorkshopError::Refused {
                 command: shown,
-                message: crate::untrusted::log_line(
-                    json["error"]["message"].as_str().unwrap_or(""),
-                    300,
-                ),
+                message: crate::untrusted::log_line(&message, 300),
             }),
             _ => Err(WorkshopError::Failed {
                 command: shown,
@@ -512,4 +524,120 @@ fn note(
             at_ms: now_ms(),
         },
     )
+}
+
+/// What metaclaw reads of an OpenClaw `--json` answer: whether it says
+/// it failed (`ok: false`), and why.
+#[derive(Deserialize, Default)]
+#[serde(default)]
+struct Said {
+    #[serde(deserialize_with = "lenient")]
+    ok: Option<bool>,
+    error: Obj<ErrorBody>,
+}
+
+/// A proposal's record (`propose-* --json`, `inspect --json`): each field
+/// none when absent or not a string.
+#[derive(Deserialize, Default)]
+#[serde(default)]
+struct Record {
+    #[serde(deserialize_with = "lenient")]
+    id: Option<String>,
+    #[serde(deserialize_with = "lenient")]
+    status: Option<String>,
+    #[serde(rename = "statusReason", deserialize_with = "lenient")]
+    status_reason: Option<String>,
+}
+
+impl Record {
+    /// `answer.record`.
+    fn of(answer: &Value) -> Self {
+        #[derive(Deserialize, Default)]
+        #[serde(default)]
+        struct Answer {
+            record: Obj<Record>,
+        }
+        Obj::<Answer>::read(answer)
+            .and_then(|a| a.record.0)
+            .unwrap_or_default()
+    }
+}
+
+/// `list --json`: the agent's proposals (one that is not an object: none).
+#[derive(Deserialize, Default)]
+#[serde(default)]
+struct Listed {
+    #[serde(deserialize_with = "lenient")]
+    proposals: Vec<Obj<Record>>,
+}
+
+impl Listed {
+    fn of(answer: &Value) -> Self {
+        Obj::read(answer).unwrap_or_default()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn openclaw_answers_are_read_as_the_key_lookups_read_them() {
+        let r = Record::of(
+            &json!({"record": {"id": "p1", "status": "pending", "statusReason": "dup"}}),
+        );
+        assert_eq!(
+            (
+                r.id.as_deref(),
+                r.status.as_deref(),
+                r.status_reason.as_deref()
+            ),
+            (Some("p1"), Some("pending"), Some("dup"))
+        );
+        // A field of another shape is none, the others still read.
+        let odd = Record::of(&json!({"record": {"id": 7, "status": "applied"}}));
+        assert_eq!((odd.id, odd.status.as_deref()), (None, Some("applied")));
+        // A list is not a record, nor is a list of them an answer.
+        assert!(
+            Record::of(&json!({"record": ["p1", "pending"]}))
+                .status
+                .is_none()
+        );
+        assert!(Record::of(&json!([{"record": {"id": "p1"}}])).id.is_none());
+
+        let listed = Listed::of(
+            &json!({"proposals": [{"id": "a", "status": "applied"}, 3, ["b", "x"], {"id": "c"}]}),
+        );
+        let read: Vec<(Option<String>, Option<String>)> = listed
+            .proposals
+            .into_iter()
+            .map(|p| p.0.map_or((None, None), |r| (r.id, r.status)))
+            .collect();
+        assert_eq!(
+            read,
+            [
+                (Some("a".into()), Some("applied".into())),
+                (None, None),
+                (None, None),
+                (Some("c".into()), None)
+            ]
+        );
+        assert!(
+            Listed::of(&json!({"proposals": {"id": "a"}}))
+                .proposals
+                .is_empty()
+        );
+
+        let said = Obj::<Said>::read(&json!({"ok": false, "error": {"message": "no such agent"}}))
+            .unwrap_or_default();
+        assert_eq!(said.ok, Some(false));
+        assert_eq!(
+            said.error.0.and_then(|e| e.message).as_deref(),
+            Some("no such agent")
+        );
+        let said = Obj::<Said>::read(&json!({"ok": "false", "error": "x"})).unwrap_or_default();
+        assert_eq!(said.ok, None);
+        assert!(said.error.0.is_none());
+    }
 }

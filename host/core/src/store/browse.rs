@@ -2,6 +2,8 @@
 //! list walks an index from a cursor (keyset pagination), so a page costs
 //! about the same with a hundred sessions as with a hundred thousand.
 
+use std::collections::HashMap;
+
 use rusqlite::{Connection, params_from_iter, types::Value as Sql};
 use serde::Serialize;
 use serde_json::{Value, json};
@@ -252,49 +254,111 @@ pub fn agents(conn: &Connection) -> rusqlite::Result<Vec<String>> {
     .collect()
 }
 
+/// What a session view adds to each turn besides what learning made of
+/// it.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Detail {
+    /// The turn's request messages.
+    pub messages: bool,
+    /// The tokens the student sampled, with their logprobs, when it
+    /// answered the turn.
+    pub tokens: bool,
+}
+
 /// A session with its turns and what learning made of them, as
 /// `sessions show --json` prints it and the dashboard shows it.
-/// `messages`: each turn's request messages too.
-pub fn session_view(conn: &Connection, id: &str, messages: bool) -> anyhow::Result<Option<Value>> {
+pub fn session_view(conn: &Connection, id: &str, detail: Detail) -> anyhow::Result<Option<Value>> {
     let Some(session) = read::session_detail(conn, id)? else {
         return Ok(None);
     };
     let turns = read::session_turns(conn, &session.id)?;
-    let rewards = read::turn_rewards(conn, &session.id)?;
-    let judgments = super::learning::judgments(conn, &session.id)?;
-    let job = super::jobs::get(conn, &session.id)?;
-    let feedback = super::feedback::list(conn, &session.id)?;
-    let turns: Vec<Value> = turns
+    let learned = Learned {
+        rewards: read::turn_rewards(conn, &session.id)?,
+        judgments: super::learning::judgments(conn, &session.id)?,
+        job: super::jobs::get(conn, &session.id)?,
+        feedback: super::feedback::list(conn, &session.id)?,
+    };
+    let turns = turns
         .iter()
-        .map(|t| -> anyhow::Result<Value> {
-            let mut v = serde_json::to_value(t)?;
-            v["rewards"] = json!(rewards.get(&t.id).cloned().unwrap_or_default());
-            v["judgment"] = json!(judgments.get(&t.id));
-            v["feedback"] = json!(
-                feedback
-                    .iter()
-                    .filter(|f| f.turn_id.as_deref() == Some(t.id.as_str()))
-                    .collect::<Vec<_>>()
-            );
-            v["no_reward"] = json!(super::learning::no_reward(
-                t,
-                judgments.contains_key(&t.id),
-                job.as_ref()
-            ));
-            if messages {
-                v["messages"] = Value::Array(read::load_messages(conn, &t.message_hashes)?);
-            }
-            Ok(v)
-        })
-        .collect::<anyhow::Result<_>>()?;
+        .map(|t| turn_view(conn, t, &learned, detail))
+        .collect::<anyhow::Result<Vec<_>>>()?;
+    let turns = serde_json::to_value(turns)?;
     Ok(Some(json!({
         "session": session,
         "turns": turns,
-        "learning": job,
+        "learning": learned.job,
         "evolved": super::learning::drafts(conn, &session.id)?,
         // All of it; each turn's own is also under the turn.
-        "feedback": feedback,
+        "feedback": learned.feedback,
     })))
+}
+
+/// What learning made of a session's turns, by turn id.
+struct Learned {
+    rewards: HashMap<String, Vec<read::RewardRow>>,
+    judgments: HashMap<String, super::learning::Judgment>,
+    job: Option<super::jobs::Job>,
+    feedback: Vec<super::feedback::Feedback>,
+}
+
+/// A turn in a session view: its row, then what learning made of it.
+#[derive(Serialize)]
+struct TurnView<'a> {
+    #[serde(flatten)]
+    turn: &'a read::TurnRow,
+    rewards: &'a [read::RewardRow],
+    judgment: Option<&'a super::learning::Judgment>,
+    feedback: Vec<&'a super::feedback::Feedback>,
+    no_reward: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    messages: Option<Vec<Value>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    tokens: Option<Tokens>,
+}
+
+/// What the student sampled for a turn.
+#[derive(Serialize)]
+struct Tokens {
+    prompt: Vec<i32>,
+    sampled: Vec<i32>,
+    logprobs: Vec<f32>,
+}
+
+fn turn_view<'a>(
+    conn: &Connection,
+    t: &'a read::TurnRow,
+    learned: &'a Learned,
+    detail: Detail,
+) -> anyhow::Result<TurnView<'a>> {
+    let messages = match detail.messages {
+        true => Some(read::load_messages(conn, &t.message_hashes)?),
+        false => None,
+    };
+    let tokens = match detail.tokens {
+        true => super::samples::for_turn(conn, &t.id)?.map(|sample| Tokens {
+            prompt: sample.prompt_tokens,
+            sampled: sample.tokens,
+            logprobs: sample.logprobs,
+        }),
+        false => None,
+    };
+    Ok(TurnView {
+        turn: t,
+        rewards: learned.rewards.get(&t.id).map_or(&[][..], Vec::as_slice),
+        judgment: learned.judgments.get(&t.id),
+        feedback: learned
+            .feedback
+            .iter()
+            .filter(|f| f.turn_id.as_deref() == Some(t.id.as_str()))
+            .collect(),
+        no_reward: super::learning::no_reward(
+            t,
+            learned.judgments.contains_key(&t.id),
+            learned.job.as_ref(),
+        ),
+        messages,
+        tokens,
+    })
 }
 
 #[cfg(test)]

@@ -11,6 +11,7 @@ use metaclaw_tinker::convert;
 use metaclaw_tinker::types::{
     Datum, ForwardBackwardResult, LossConfig, LossFn, ModelInfo, ModelInput, Sampled, Stop,
 };
+use serde::Serialize;
 use serde_json::{Value, json};
 
 use super::Error;
@@ -207,10 +208,11 @@ impl TrainingModel {
         loss: LossFn,
         config: &BTreeMap<String, LossConfig>,
     ) -> Result<Submitted, Error> {
-        let mut input = json!({"data": data, "loss_fn": loss.as_str()});
-        if !config.is_empty() {
-            input["loss_fn_config"] = json!(config);
-        }
+        let input = ForwardBackwardInput {
+            data,
+            loss_fn: loss.as_str(),
+            loss_fn_config: config,
+        };
         let body = json!({
             "model_id": self.model_id, "seq_id": seq, "forward_backward_input": input, "type": "forward_backward",
         });
@@ -386,6 +388,15 @@ impl Sampler {
     }
 }
 
+/// `forward_backward_input`: `loss_fn_config` only when there is one.
+#[derive(Serialize)]
+struct ForwardBackwardInput<'a> {
+    data: &'a [Datum],
+    loss_fn: &'a str,
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    loss_fn_config: &'a BTreeMap<String, LossConfig>,
+}
+
 /// An `asample` request. Defaults are left out: some servers (tuft) refuse
 /// any field they do not know.
 fn sample_body(
@@ -395,27 +406,56 @@ fn sample_body(
     params: &SamplingParams,
     num_samples: u32,
 ) -> Value {
-    let mut sampling = json!({"max_tokens": params.max_tokens});
-    let optional: [(&str, Option<Value>); 5] = [
-        ("temperature", params.temperature.map(|v| json!(v))),
-        ("top_p", params.top_p.map(|v| json!(v))),
-        ("top_k", params.top_k.map(|v| json!(v))),
-        ("seed", params.seed.map(|v| json!(v))),
-        ("stop", params.stop.as_ref().map(|v| json!(v))),
-    ];
-    for (key, value) in optional {
-        if let Some(value) = value {
-            sampling[key] = value;
-        }
-    }
-    let mut body = json!({
-        "sampling_session_id": sampler, "seq_id": seq, "num_samples": num_samples,
-        "prompt": ModelInput::tokens(prompt.to_vec()), "sampling_params": sampling, "type": "sample",
-    });
-    if params.prompt_logprobs {
-        body["prompt_logprobs"] = json!(true);
-    }
-    body
+    json!(SampleBody {
+        sampling_session_id: sampler,
+        seq_id: seq,
+        num_samples,
+        prompt: ModelInput::tokens(prompt.to_vec()),
+        sampling_params: Sampling {
+            max_tokens: params.max_tokens,
+            temperature: params.temperature,
+            top_p: params.top_p,
+            top_k: params.top_k,
+            seed: params.seed,
+            stop: params.stop.as_ref(),
+        },
+        kind: "sample",
+        prompt_logprobs: params.prompt_logprobs,
+    })
+}
+
+#[derive(Serialize)]
+struct SampleBody<'a> {
+    sampling_session_id: &'a str,
+    seq_id: i64,
+    num_samples: u32,
+    prompt: ModelInput,
+    sampling_params: Sampling<'a>,
+    #[serde(rename = "type")]
+    kind: &'static str,
+    /// Sent only when asked for.
+    #[serde(skip_serializing_if = "is_false")]
+    prompt_logprobs: bool,
+}
+
+/// `sampling_params`: what is not the service's default.
+#[derive(Serialize)]
+struct Sampling<'a> {
+    max_tokens: u32,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    temperature: Option<f32>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    top_p: Option<f32>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    top_k: Option<i32>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    seed: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    stop: Option<&'a Stop>,
+}
+
+fn is_false(b: &bool) -> bool {
+    !b
 }
 
 #[cfg(test)]

@@ -10,7 +10,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
 
 use crate::work::OwnedTask;
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
 use metaclaw_tinker::types::{LoraConfig, WeightsInfo};
@@ -430,15 +430,13 @@ impl Session {
     ) -> Result<Sampler, Error> {
         self.state.check()?;
         let seq = self.state.next_sampler.fetch_add(1, Ordering::Relaxed);
-        let mut body = json!({
-            "session_id": self.state.id, "sampling_session_seq_id": seq, "type": "create_sampling_session",
+        let body = json!(CreateSampler {
+            session_id: &self.state.id,
+            sampling_session_seq_id: seq,
+            kind: "create_sampling_session",
+            base_model,
+            model_path,
         });
-        if let Some(base) = base_model {
-            body["base_model"] = json!(base);
-        }
-        if let Some(path) = model_path {
-            body["model_path"] = json!(path);
-        }
         let reply = self
             .transport
             .call(
@@ -452,6 +450,19 @@ impl Session {
             .sampling_session_id;
         Ok(Sampler::new(self.transport.clone(), self.state.clone(), id))
     }
+}
+
+/// `create_sampling_session`: on the base model, or on saved weights.
+#[derive(Serialize)]
+struct CreateSampler<'a> {
+    session_id: &'a str,
+    sampling_session_seq_id: u64,
+    #[serde(rename = "type")]
+    kind: &'static str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    base_model: Option<&'a str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    model_path: Option<&'a str>,
 }
 
 #[cfg(test)]

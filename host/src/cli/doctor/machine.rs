@@ -7,7 +7,9 @@ use anyhow::Result;
 use metaclaw_core::config::{self, LoadedConfig};
 use metaclaw_core::home::Home;
 use metaclaw_core::untrusted::log_line;
-use serde_json::Value;
+use metaclaw_wire::Obj;
+use metaclaw_wire::recorded::lenient;
+use serde::Deserialize;
 use std::fs;
 use std::io::Write;
 use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
@@ -305,10 +307,23 @@ async fn metaclaw_at(url: &str) -> Option<String> {
     let admin = metaclaw_core::admin::AdminClient::at(url).ok()?;
     let body = admin.timeout(Duration::from_secs(2)).health().await.ok()?;
     // metaclaw's /healthz names its version and mode.
-    match (&body["version"], &body["mode"]) {
-        (Value::String(v), Value::String(_)) => Some(format!("version {}", log_line(v, 40))),
+    match Obj::<Healthz>::read(&body)? {
+        Healthz {
+            version: Some(v),
+            mode: Some(_),
+        } => Some(format!("version {}", log_line(&v, 40))),
         _ => None,
     }
+}
+
+/// `/healthz`'s answer, each field none unless a string.
+#[derive(Deserialize, Default)]
+#[serde(default)]
+struct Healthz {
+    #[serde(deserialize_with = "lenient")]
+    version: Option<String>,
+    #[serde(deserialize_with = "lenient")]
+    mode: Option<String>,
 }
 
 #[cfg(test)]

@@ -6,6 +6,9 @@ use crate::cli::runtime;
 use anyhow::Result;
 use metaclaw_core::config::{LoadedConfig, Provider};
 use metaclaw_core::untrusted::log_line;
+use metaclaw_wire::Obj;
+use metaclaw_wire::recorded::{ErrorBody, lenient};
+use serde::Deserialize;
 use serde_json::Value;
 use std::time::Duration;
 
@@ -123,14 +126,20 @@ pub(super) fn check_upstream_online(report: &mut Report, loaded: &LoadedConfig) 
 
 /// `: message` from an OpenAI- or Anthropic-style error body, if any.
 fn error_detail(body: &[u8]) -> String {
+    /// `{"error": {"message"}}`, or a bare `{"message"}`.
+    #[derive(Deserialize, Default)]
+    #[serde(default)]
+    struct Refusal {
+        error: Obj<ErrorBody>,
+        #[serde(deserialize_with = "lenient")]
+        message: Option<String>,
+    }
     let Ok(value) = serde_json::from_slice::<Value>(body) else {
         return String::new();
     };
-    let message = value["error"]["message"]
-        .as_str()
-        .or_else(|| value["message"].as_str());
-    match message {
-        Some(m) => format!(" ({})", log_line(m, 200)),
+    let refusal = Obj::<Refusal>::read(&value).unwrap_or_default();
+    match refusal.error.0.and_then(|e| e.message).or(refusal.message) {
+        Some(m) => format!(" ({})", log_line(&m, 200)),
         None => String::new(),
     }
 }
@@ -138,19 +147,32 @@ fn error_detail(body: &[u8]) -> String {
 /// Whether a model list (`{"data": [{"id": …}]}`) names `model`; `None`
 /// when the body is not such a list or no model is configured.
 fn model_listed(body: &[u8], model: &str) -> Option<bool> {
+    /// Each model none unless an object; its id none unless a string.
+    #[derive(Deserialize, Default)]
+    #[serde(default)]
+    struct ModelList {
+        #[serde(deserialize_with = "lenient")]
+        data: Option<Vec<Obj<Listed>>>,
+    }
+    #[derive(Deserialize, Default)]
+    #[serde(default)]
+    struct Listed {
+        #[serde(deserialize_with = "lenient")]
+        id: Option<String>,
+    }
     if model.is_empty() {
         return None;
     }
     let value: Value = serde_json::from_slice(body).ok()?;
-    let ids: Vec<&str> = value["data"]
-        .as_array()?
-        .iter()
-        .filter_map(|m| m["id"].as_str())
+    let ids: Vec<String> = Obj::<ModelList>::read(&value)?
+        .data?
+        .into_iter()
+        .filter_map(|m| m.0?.id)
         .collect();
     if ids.is_empty() {
         return None;
     }
-    Some(ids.contains(&model))
+    Some(ids.iter().any(|id| id == model))
 }
 
 #[cfg(test)]

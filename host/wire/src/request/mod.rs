@@ -18,7 +18,7 @@ pub use chat::{CONTROL_FIELDS, ChatRequest, Field, Message, Role, truthy};
 /// decides what a wrong shape means (dropped, or its own [`crate::Error`])
 /// and no serde message reaches the client.
 #[derive(Default)]
-pub(crate) enum Lenient<T> {
+pub enum Lenient<T> {
     #[default]
     Absent,
     Read(T),
@@ -27,7 +27,7 @@ pub(crate) enum Lenient<T> {
 
 impl<T> Lenient<T> {
     /// The value when it was read as `T`; absent and wrong alike are none.
-    pub(crate) fn read(self) -> Option<T> {
+    pub fn read(self) -> Option<T> {
         match self {
             Self::Read(v) => Some(v),
             Self::Absent | Self::Wrong => None,
@@ -51,7 +51,17 @@ fn given<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Value>, D::Error> {
 /// `T` read from a JSON object only: anything else, or an object `T`
 /// cannot read, is none (derived structs and tagged enums would also
 /// read a list, which the key lookups they replace never did).
-struct Obj<T>(Option<T>);
+pub struct Obj<T>(pub Option<T>);
+
+impl<T: DeserializeOwned> Obj<T> {
+    /// `value` read as `T` when it is an object `T` reads.
+    pub fn read(value: &Value) -> Option<T> {
+        match value {
+            Value::Object(_) => T::deserialize(value).ok(),
+            _ => None,
+        }
+    }
+}
 
 impl<T> Default for Obj<T> {
     fn default() -> Self {

@@ -14,6 +14,9 @@
 use std::collections::HashMap;
 use std::time::Duration;
 
+use metaclaw_wire::recorded::{each, lenient};
+use metaclaw_wire::{Lenient, Obj};
+use serde::Deserialize;
 use serde_json::{Value, json};
 
 use crate::config::OpdConfig;
@@ -296,14 +299,40 @@ fn answer_span(
     teacher.get(at..at + len).ok_or(TeacherError::Uncovered)
 }
 
+/// A completions reply, as far as the echo goes (`choices[0].logprobs`):
+/// a part absent or of another shape is none.
+#[derive(Deserialize, Default)]
+#[serde(default)]
+struct EchoReply {
+    #[serde(deserialize_with = "each")]
+    choices: Vec<Obj<EchoChoice>>,
+}
+
+#[derive(Deserialize, Default)]
+#[serde(default)]
+struct EchoChoice {
+    logprobs: Obj<EchoLogprobs>,
+}
+
+/// The lists, each item read on its own (a token that is not a string
+/// reads as "", a logprob that is not a number as none).
+#[derive(Deserialize, Default)]
+#[serde(default)]
+struct EchoLogprobs {
+    #[serde(deserialize_with = "lenient")]
+    tokens: Option<Vec<Lenient<String>>>,
+    #[serde(deserialize_with = "lenient")]
+    token_logprobs: Option<Vec<Lenient<f64>>>,
+}
+
 /// `choices[0].logprobs` of a completions reply (the prompt echoed, then
 /// the one generated token, which is dropped).
 fn parse_echo(reply: &Value) -> Result<Echo, BadEcho> {
-    let logprobs = &reply["choices"][0]["logprobs"];
-    let (Some(tokens), Some(values)) = (
-        logprobs["tokens"].as_array(),
-        logprobs["token_logprobs"].as_array(),
-    ) else {
+    let logprobs = Obj::<EchoReply>::read(reply)
+        .and_then(|r| r.choices.into_iter().next()?.0)
+        .and_then(|c| c.logprobs.0)
+        .unwrap_or_default();
+    let (Some(tokens), Some(values)) = (logprobs.tokens, logprobs.token_logprobs) else {
         return Err(BadEcho::NoLogprobs);
     };
     if tokens.len() != values.len() || tokens.is_empty() {
@@ -311,11 +340,12 @@ fn parse_echo(reply: &Value) -> Result<Echo, BadEcho> {
     }
     let keep = tokens.len() - 1;
     Ok(Echo {
-        tokens: tokens[..keep]
-            .iter()
-            .map(|t| t.as_str().unwrap_or_default().to_string())
+        tokens: tokens
+            .into_iter()
+            .take(keep)
+            .map(|t| t.read().unwrap_or_default())
             .collect(),
-        logprobs: values[..keep].iter().map(Value::as_f64).collect(),
+        logprobs: values.into_iter().take(keep).map(Lenient::read).collect(),
     })
 }
 

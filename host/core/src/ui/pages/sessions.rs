@@ -190,7 +190,7 @@ pub async fn show(
     let wanted = id.clone();
     let view = read(move || {
         let conn = store_conn(&app)?;
-        browse::session_view(&conn, &wanted, false).map_err(PageError::store)
+        browse::session_view(&conn, &wanted, browse::Detail::default()).map_err(PageError::store)
     })
     .await;
     match view {
