@@ -48,16 +48,7 @@ const STRING_ERRORS: &[(&str, usize, &str)] = &[
 /// claws' files edit the agents' own config files, whose keys metaclaw does
 /// not own; the bench reads OpenClaw's and its data's JSON.
 const KEY_LOOKUPS: &[(&str, usize)] = &[
-    ("bench/src/arms.rs", 5),
     ("bench/src/checks.rs", 4),
-    ("bench/src/data.rs", 21),
-    ("bench/src/day.rs", 6),
-    ("bench/src/model.rs", 5),
-    ("bench/src/openclaw.rs", 39),
-    ("bench/src/oracle.rs", 23),
-    ("bench/src/report.rs", 9),
-    ("bench/src/rollout/agent.rs", 11),
-    ("bench/src/run.rs", 2),
     ("core/src/claws/copaw.rs", 12),
     ("core/src/claws/picoclaw.rs", 1),
     ("core/src/config/show.rs", 4),
