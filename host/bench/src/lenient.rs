@@ -54,9 +54,3 @@ pub fn strings<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Vec<String>>, D
         _ => None,
     })
 }
-
-/// A field kept as sent when present, null included (a plain
-/// `Option<Value>` reads a null as absent).
-pub fn given<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Value>, D::Error> {
-    Value::deserialize(d).map(Some)
-}

@@ -507,8 +507,14 @@ struct FileEntry {
     path: Option<String>,
     #[serde(deserialize_with = "lenient::strings")]
     text: Option<Vec<String>>,
-    #[serde(deserialize_with = "lenient::given")]
+    #[serde(deserialize_with = "given")]
     json: Option<Value>,
+}
+
+/// A field kept as sent when present, null included (a plain
+/// `Option<Value>` reads a null as absent).
+fn given<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<Value>, D::Error> {
+    Value::deserialize(d).map(Some)
 }
 
 fn file_spec(v: &Value) -> Option<FileSpec> {
