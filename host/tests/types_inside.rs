@@ -3,10 +3,9 @@
 //! - a `Result<_, String>` only where an API asks for a `String` error;
 //! - nothing opens the SQLite database but the store's `Db`;
 //! - `serde_json::Value` fields looked up by key (`v["key"]`,
-//!   `.pointer(…)`) only where the table below says, file by file. The
-//!   table is the work left: a file may only go down, and when it does,
-//!   its row goes down with it (the test says so), so the table stays
-//!   true. (`.get("key")` is not counted: maps and headers share it.)
+//!   `.pointer(…)`) only in the wire crate's relays, file by file as the
+//!   table below says. (`.get("key")` is not counted: maps and headers
+//!   share it.)
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
@@ -41,33 +40,59 @@ const STRING_ERRORS: &[(&str, usize, &str)] = &[
     ("src/cli/setup.rs", 1, "dialoguer's validator"),
 ];
 
-/// Key lookups on `Value` left, by file. Most of the wire crate is JSON
-/// passed through or built (a body forwarded as sent, a stream relayed, a
-/// chat request translated to Anthropic's shape); the Anthropic and
-/// Responses request fronts read the client's request into types. The
-/// claws' files edit the agents' own config files, whose keys metaclaw does
-/// not own; the bench reads OpenClaw's and its data's JSON.
-const KEY_LOOKUPS: &[(&str, usize)] = &[
-    ("bench/src/arms.rs", 5),
-    ("bench/src/checks.rs", 4),
-    ("bench/src/data.rs", 21),
-    ("bench/src/day.rs", 6),
-    ("bench/src/model.rs", 5),
-    ("bench/src/openclaw.rs", 39),
-    ("bench/src/oracle.rs", 23),
-    ("bench/src/report.rs", 9),
-    ("bench/src/rollout/agent.rs", 11),
-    ("bench/src/run.rs", 2),
-    ("wire/src/request/anthropic.rs", 32),
-    ("wire/src/request/chat.rs", 20),
-    ("wire/src/response/anthropic.rs", 27),
-    ("wire/src/response/error_body.rs", 9),
-    ("wire/src/response/responses.rs", 21),
-    ("wire/src/stream/anthropic.rs", 40),
-    ("wire/src/stream/mod.rs", 2),
-    ("wire/src/stream/replay.rs", 18),
-    ("wire/src/stream/responses.rs", 22),
-    ("wire/src/text.rs", 1),
+/// Key lookups on `Value`: only in the wire crate, where JSON is relayed
+/// between APIs rather than read for metaclaw's own use (an answer or a
+/// stream passed on in the client's API shape, unknown fields kept), and
+/// only as many as each file's row says. A row may only go down, and when
+/// its file's count does, the row goes down with it (the test says so).
+/// Everywhere else — the core, the binary, the bench, the chat and Tinker
+/// crates, and the wire crate's request fronts — JSON is read into types.
+const WIRE_RELAYS: &[(&str, usize, &str)] = &[
+    (
+        "wire/src/request/anthropic.rs",
+        32,
+        "from_chat: the chat request, as the turn pipeline made it, relayed to an Anthropic upstream",
+    ),
+    (
+        "wire/src/response/anthropic.rs",
+        27,
+        "an Anthropic upstream's answer relayed as a chat completion, and back",
+    ),
+    (
+        "wire/src/response/error_body.rs",
+        9,
+        "an upstream's error body relayed in the client's API shape",
+    ),
+    (
+        "wire/src/response/responses.rs",
+        21,
+        "a chat completion relayed as a Responses answer",
+    ),
+    (
+        "wire/src/stream/anthropic.rs",
+        40,
+        "SSE events relayed between Anthropic's and chat's streams",
+    ),
+    (
+        "wire/src/stream/mod.rs",
+        2,
+        "a stream's error event relayed",
+    ),
+    (
+        "wire/src/stream/replay.rs",
+        18,
+        "a recorded answer replayed as the client's stream",
+    ),
+    (
+        "wire/src/stream/responses.rs",
+        22,
+        "SSE events relayed from chat's stream to Responses'",
+    ),
+    (
+        "wire/src/text.rs",
+        1,
+        "a content part's text, of whichever API relayed it",
+    ),
 ];
 
 fn rust_files(dir: &Path, out: &mut Vec<PathBuf>) {
@@ -101,12 +126,6 @@ fn product_code(text: &str) -> String {
                 let (mut depth, mut i) = (0usize, b);
                 while i < bytes.len() {
                     match bytes[i] {
-                        b'"' => {
-                            i += 1;
-                            while i < bytes.len() && bytes[i] != b'"' {
-                                i += if bytes[i] == b'\\' { 2 } else { 1 };
-                            }
-                        }
                         b'{' => depth += 1,
                         b'}' => {
                             depth -= 1;
@@ -116,7 +135,7 @@ fn product_code(text: &str) -> String {
                         }
                         _ => {}
                     }
-                    i += 1;
+                    i = past_literal(bytes, i).unwrap_or(i + 1);
                 }
                 i + 1
             }
@@ -132,6 +151,42 @@ fn product_code(text: &str) -> String {
         })
         .collect::<Vec<_>>()
         .join("\n")
+}
+
+/// Where a string, raw string, character literal or comment starting at
+/// `i` ends (the index after it); none if none starts there. Braces and
+/// quotes inside them are not code.
+fn past_literal(bytes: &[u8], i: usize) -> Option<usize> {
+    let at = |j: usize| bytes.get(j).copied();
+    let end_of = |from: usize, stop: &[u8]| {
+        (from..bytes.len())
+            .find(|&j| bytes[j..].starts_with(stop))
+            .map_or(bytes.len(), |j| j + stop.len())
+    };
+    match bytes[i] {
+        b'"' => {
+            let mut j = i + 1;
+            while j < bytes.len() && bytes[j] != b'"' {
+                j += if bytes[j] == b'\\' { 2 } else { 1 };
+            }
+            Some(j + 1)
+        }
+        // r"…", r#"…"#, br#"…"#.
+        b'r' => {
+            let hashes = bytes[i + 1..].iter().take_while(|&&c| c == b'#').count();
+            (at(i + 1 + hashes) == Some(b'"')).then(|| {
+                let mut stop = vec![b'"'];
+                stop.extend(std::iter::repeat_n(b'#', hashes));
+                end_of(i + 2 + hashes, &stop)
+            })
+        }
+        // '{', '\'', '"' (a lifetime `'a` has no closing quote two on).
+        b'\'' if at(i + 1) == Some(b'\\') => Some(end_of(i + 3, b"'")),
+        b'\'' if at(i + 2) == Some(b'\'') => Some(i + 3),
+        b'/' if at(i + 1) == Some(b'/') => Some(end_of(i, b"\n")),
+        b'/' if at(i + 1) == Some(b'*') => Some(end_of(i + 2, b"*/")),
+        _ => None,
+    }
 }
 
 /// How often `pattern` occurs in each product file's code (files with
@@ -212,9 +267,18 @@ fn only_the_store_opens_the_database() {
 }
 
 #[test]
-fn value_lookups_by_key_only_go_down() {
+fn value_lookups_by_key_only_in_the_wire_crates_relays() {
     let found = counts(r#"\[\s*"[A-Za-z_0-9]+"\s*\]|\.pointer\("#);
-    let wrong = differences(&found, KEY_LOOKUPS);
+    assert!(
+        WIRE_RELAYS
+            .iter()
+            .all(|(f, _, _)| f.starts_with("wire/src/")
+                && !f.starts_with("wire/src/request/chat")
+                && !f.contains("/request/responses")),
+        "a row outside the wire crate's relays"
+    );
+    let allowed: Vec<(&str, usize)> = WIRE_RELAYS.iter().map(|(f, n, _)| (*f, *n)).collect();
+    let wrong = differences(&found, &allowed);
     let total: usize = found.values().sum();
     assert!(
         wrong.is_empty(),
@@ -226,7 +290,7 @@ fn value_lookups_by_key_only_go_down() {
 /// The scanner itself: test items are left out, code after them is not.
 #[test]
 fn test_items_are_left_out_and_code_after_them_counted() {
-    let text = "fn a() { v[\"x\"]; }\n#[cfg(test)]\nmod tests { fn t() { v[\"y\"]; let s = \"}\"; } }\n#[cfg(test)]\nuse foo;\nfn b() { w[\"z\"]; } // u[\"c\"]\n";
+    let text = "fn a() { v[\"x\"]; }\n#[cfg(test)]\nmod tests { fn t() { v[\"y\"]; let s = \"}\"; let r = r#\"\\\"}\"#; let c = '}'; // }\n } }\n#[cfg(test)]\nuse foo;\nfn b() { w[\"z\"]; } // u[\"c\"]\n";
     let code = product_code(text);
     assert!(
         code.contains(r#"v["x"]"#) && code.contains(r#"w["z"]"#),

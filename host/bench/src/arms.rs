@@ -175,23 +175,56 @@ fn student_down(
     Ok(())
 }
 
+/// What a night did, a line of `nights.jsonl` (report.json, the e2e test
+/// and the report read it as before): each part absent where it did not
+/// happen.
+#[derive(Debug, Default, Serialize)]
+pub struct Night {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub held_out: Option<bool>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub session_ended: Option<bool>,
+    /// The learning jobs: `{state, detail}` each.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub jobs: Option<Vec<Value>>,
+    /// The last train step's outcome, or why none ran (`null`: none did).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub train: Option<Value>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub trained: Option<Trained>,
+    /// `name@version` of each skill new or changed that night.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub evolved: Option<Vec<String>>,
+    /// The student's sample queue after the night (`rl`; the run adds it).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub samples: Option<Value>,
+}
+
+/// What a night's train steps trained in all.
+#[derive(Debug, Default, Serialize)]
+pub struct Trained {
+    pub steps: usize,
+    pub samples: usize,
+    pub skipped_no_signal: usize,
+}
+
 /// A night's training: steps until none is ready (a batch without signal
 /// is skipped and the next one tried). The last step's outcome (or why
 /// none ran: the e2e test and the report read it as before), and what the
 /// night trained in all.
-async fn train_night(train: &metaclaw_core::learn::rl::trainer::TrainerHandle) -> (Value, Value) {
+async fn train_night(train: &metaclaw_core::learn::rl::trainer::TrainerHandle) -> (Value, Trained) {
     use metaclaw_core::learn::rl::trainer::Outcome;
-    let (mut steps, mut samples, mut no_signal) = (0usize, 0usize, 0usize);
+    let mut trained = Trained::default();
     let mut last: Option<Value> = None;
     for _ in 0..STEPS_A_NIGHT {
         match train.step().await {
             Ok(Outcome::Stepped(s)) => {
-                steps += 1;
-                samples += s.samples;
+                trained.steps += 1;
+                trained.samples += s.samples;
                 last = Some(json!(Outcome::Stepped(s)));
             }
             Ok(Outcome::NoSignal { skipped }) => {
-                no_signal += skipped;
+                trained.skipped_no_signal += skipped;
                 last = last.or(Some(json!(Outcome::NoSignal { skipped })));
             }
             Ok(waiting @ (Outcome::Waiting { .. } | Outcome::UnderTest { .. })) => {
@@ -204,7 +237,6 @@ async fn train_night(train: &metaclaw_core::learn::rl::trainer::TrainerHandle) -
             }
         }
     }
-    let trained = json!({ "steps": steps, "samples": samples, "skipped_no_signal": no_signal });
     (last.unwrap_or(Value::Null), trained)
 }
 
@@ -401,14 +433,20 @@ impl Instance {
     /// The day is over: its session ended and, when the arm learns, its
     /// learning job run to its end (the new skills indexed before this
     /// returns), then in `rl` a train step. What happened, for the report.
-    pub async fn night(&self, session: &str, arm: Arm) -> Result<Value> {
+    pub async fn night(&self, session: &str, arm: Arm) -> Result<Night> {
         let app = self.handle.app().clone();
         let before = self.library();
         let ended = app
             .proxy
             .sessions
             .end(session, metaclaw_core::sessions::EndReason::Api);
-        let mut night = json!({ "session_ended": !matches!(ended, metaclaw_core::sessions::EndOutcome::Unknown) });
+        let mut night = Night {
+            session_ended: Some(!matches!(
+                ended,
+                metaclaw_core::sessions::EndOutcome::Unknown
+            )),
+            ..Night::default()
+        };
         if arm.learns() {
             let Some(learn) = &app.learn else {
                 bail!("learning is off in the {} arm's metaclaw", arm.as_str());
@@ -417,10 +455,10 @@ impl Instance {
                 .now(Some(session.to_string()))
                 .await
                 .map_err(|e| anyhow::anyhow!("the learning job of {session}: {e}"))?;
-            night["jobs"] = json!(
+            night.jobs = Some(
                 jobs.iter()
                     .map(|j| json!({"state": j.state.as_str(), "detail": j.detail()}))
-                    .collect::<Vec<_>>()
+                    .collect(),
             );
             self.skills_ready().await?;
         }
@@ -428,11 +466,12 @@ impl Instance {
             match &app.train {
                 Some(train) => {
                     let (last, trained) = train_night(train).await;
-                    night["train"] = last;
-                    night["trained"] = trained;
+                    night.train = Some(last);
+                    night.trained = Some(trained);
                 }
                 None => {
-                    night["train"] = json!({ "error": "the trainer did not start (see the log)" });
+                    night.train =
+                        Some(json!({ "error": "the trainer did not start (see the log)" }));
                 }
             }
         }
@@ -442,24 +481,28 @@ impl Instance {
             .filter(|(name, version)| before.get(*name) != Some(version))
             .map(|(name, version)| format!("{name}@{version}"))
             .collect();
-        night["evolved"] = json!(evolved);
+        night.evolved = Some(evolved);
         Ok(night)
     }
 
     /// A held-out day's night (`--split`): its session ends held out of
     /// learning (no learning job: nothing evolves from it, none of its
     /// samples trains), and nothing else happens.
-    pub fn hold_out(&self, session: &str) -> Value {
+    pub fn hold_out(&self, session: &str) -> Night {
         let ended = self
             .handle
             .app()
             .proxy
             .sessions
             .end(session, metaclaw_core::sessions::EndReason::HeldOut);
-        json!({
-            "held_out": true,
-            "session_ended": !matches!(ended, metaclaw_core::sessions::EndOutcome::Unknown),
-        })
+        Night {
+            held_out: Some(true),
+            session_ended: Some(!matches!(
+                ended,
+                metaclaw_core::sessions::EndOutcome::Unknown
+            )),
+            ..Night::default()
+        }
     }
 
     /// The arm's metaclaw store (what its turns were served with).

@@ -18,6 +18,8 @@ use clap::ValueEnum;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
+use crate::lenient;
+
 mod embedded {
     include!(concat!(env!("OUT_DIR"), "/bench_data.rs"));
 }
@@ -127,41 +129,103 @@ fn json(set: Set, rel: &str) -> Result<Value> {
     serde_json::from_str(text(set, rel)?).with_context(|| format!("{rel} is not valid JSON"))
 }
 
-fn string(v: &Value, key: &str, what: &str) -> Result<String> {
-    v[key]
-        .as_str()
-        .map(str::to_string)
-        .ok_or_else(|| anyhow!("{what}: no \"{key}\" string"))
+/// `all_tests.json`: the days.
+#[derive(Deserialize, Default)]
+#[serde(default)]
+struct AllTests {
+    #[serde(deserialize_with = "lenient::field")]
+    test: Option<Vec<Value>>,
+}
+
+/// A day of `all_tests.json`.
+#[derive(Deserialize, Default)]
+#[serde(default)]
+struct TestEntry {
+    #[serde(deserialize_with = "lenient::field")]
+    id: Option<String>,
+    #[serde(deserialize_with = "lenient::field")]
+    session: Option<String>,
+    #[serde(deserialize_with = "lenient::field")]
+    arc: Option<String>,
+    #[serde(deserialize_with = "lenient::strings")]
+    preference_tags: Option<Vec<String>>,
+}
+
+/// `eval/dayNN/questions.json`: the day's rounds.
+#[derive(Deserialize, Default)]
+#[serde(default)]
+pub(crate) struct Questions {
+    #[serde(deserialize_with = "lenient::field")]
+    pub rounds: Option<Vec<Value>>,
+}
+
+/// A round of `questions.json` as written (the oracle reads it too).
+#[derive(Deserialize, Default)]
+#[serde(default)]
+pub(crate) struct RoundEntry {
+    #[serde(deserialize_with = "lenient::field")]
+    pub id: Option<String>,
+    #[serde(rename = "type", deserialize_with = "lenient::field")]
+    pub kind: Option<String>,
+    #[serde(deserialize_with = "lenient::field")]
+    pub question: Option<String>,
+    #[serde(deserialize_with = "lenient::obj")]
+    pub eval: Eval,
+    #[serde(deserialize_with = "lenient::obj")]
+    pub feedback: Feedback,
+}
+
+#[derive(Deserialize, Default)]
+#[serde(default)]
+pub(crate) struct Eval {
+    #[serde(deserialize_with = "lenient::field")]
+    pub command: Option<String>,
+    #[serde(deserialize_with = "lenient::field")]
+    pub expect_exit: Option<i64>,
+    #[serde(deserialize_with = "lenient::field")]
+    pub options: serde_json::Map<String, Value>,
+    #[serde(deserialize_with = "lenient::strings")]
+    pub answer: Option<Vec<String>>,
+}
+
+#[derive(Deserialize, Default)]
+#[serde(default)]
+pub(crate) struct Feedback {
+    #[serde(deserialize_with = "lenient::field")]
+    pub correct: Option<String>,
+    #[serde(deserialize_with = "lenient::field")]
+    pub incorrect: Option<String>,
+    #[serde(deserialize_with = "lenient::field")]
+    pub options: serde_json::Map<String, Value>,
+}
+
+/// A string field that must be there: `{what}: no "{key}" string`.
+fn need(value: Option<String>, key: &str, what: &str) -> Result<String> {
+    value.ok_or_else(|| anyhow!("{what}: no \"{key}\" string"))
 }
 
 impl Bench {
     /// Reads `set` from the embedded data.
     pub fn load(set: Set) -> Result<Self> {
-        let tests = json(set, "all_tests.json")?;
-        let Some(list) = tests["test"].as_array() else {
+        let tests: AllTests = lenient::object(&json(set, "all_tests.json")?);
+        let Some(list) = tests.test else {
             bail!("all_tests.json has no \"test\" list");
         };
         let mut days = Vec::with_capacity(list.len());
-        for test in list {
-            let id = string(test, "id", "all_tests.json")?;
-            let session = string(test, "session", &id)?;
-            let questions = json(set, &format!("eval/{id}/questions.json"))?;
-            let rounds = questions["rounds"]
-                .as_array()
+        for test in list.iter().map(lenient::object::<TestEntry>) {
+            let id = need(test.id, "id", "all_tests.json")?;
+            let session = need(test.session, "session", &id)?;
+            let questions: Questions =
+                lenient::object(&json(set, &format!("eval/{id}/questions.json"))?);
+            let rounds = questions
+                .rounds
                 .ok_or_else(|| anyhow!("{id}: questions.json has no rounds"))?
                 .iter()
-                .map(|r| read_round(r, &id))
+                .map(|r| read_round(lenient::object(r), &id))
                 .collect::<Result<Vec<_>>>()?;
             days.push(Day {
-                arc: string(test, "arc", &id)?,
-                tags: test["preference_tags"]
-                    .as_array()
-                    .map(|t| {
-                        t.iter()
-                            .filter_map(|s| s.as_str().map(str::to_string))
-                            .collect()
-                    })
-                    .unwrap_or_default(),
+                arc: need(test.arc, "arc", &id)?,
+                tags: test.preference_tags.unwrap_or_default(),
                 seed: read_seed(set, &session)?,
                 session,
                 rounds,
@@ -240,55 +304,76 @@ impl Bench {
     }
 }
 
-fn read_round(r: &Value, day: &str) -> Result<Round> {
-    let id = string(r, "id", day)?;
+fn read_round(r: RoundEntry, day: &str) -> Result<Round> {
+    let id = need(r.id, "id", day)?;
     let what = format!("{day} {id}");
-    let feedback = &r["feedback"];
-    let kind = match r["type"].as_str() {
+    let kind = match r.kind.as_deref() {
         Some("file_check") => Kind::FileCheck {
-            command: string(&r["eval"], "command", &what)?,
-            expect_exit: r["eval"]["expect_exit"].as_i64().unwrap_or(0) as i32,
+            command: need(r.eval.command, "command", &what)?,
+            expect_exit: r.eval.expect_exit.unwrap_or(0) as i32,
         },
         Some("multi_choice") => Kind::MultiChoice {
-            options: letters_map(&r["eval"]["options"]),
-            answer: r["eval"]["answer"]
-                .as_array()
-                .ok_or_else(|| anyhow!("{what}: no answer list"))?
-                .iter()
-                .filter_map(|a| a.as_str().map(str::to_string))
-                .collect(),
+            options: letters_map(&r.eval.options),
+            answer: r
+                .eval
+                .answer
+                .ok_or_else(|| anyhow!("{what}: no answer list"))?,
         },
         other => bail!("{what}: unknown round type {other:?}"),
     };
     Ok(Round {
-        question: string(r, "question", &what)?,
-        correct: feedback["correct"].as_str().unwrap_or("").to_string(),
-        incorrect: feedback["incorrect"].as_str().unwrap_or("").to_string(),
-        explanations: letters_map(&feedback["options"]),
+        question: need(r.question, "question", &what)?,
+        correct: r.feedback.correct.unwrap_or_default(),
+        incorrect: r.feedback.incorrect.unwrap_or_default(),
+        explanations: letters_map(&r.feedback.options),
         kind,
         id,
     })
 }
 
-fn letters_map(v: &Value) -> BTreeMap<String, String> {
-    v.as_object()
-        .map(|o| {
-            o.iter()
-                .map(|(k, v)| {
-                    let text = match v {
-                        Value::String(s) => s.clone(),
-                        other => other.to_string(),
-                    };
-                    (k.clone(), text)
-                })
-                .collect()
+fn letters_map(o: &serde_json::Map<String, Value>) -> BTreeMap<String, String> {
+    o.iter()
+        .map(|(k, v)| {
+            let text = match v {
+                Value::String(s) => s.clone(),
+                other => other.to_string(),
+            };
+            (k.clone(), text)
         })
-        .unwrap_or_default()
+        .collect()
 }
 
 /// Where a seeded session's transcript is in a set.
 fn session_file(session: &str) -> String {
     format!("openclaw_state/agents/metaclaw_agent/sessions/{session}.jsonl")
+}
+
+/// A line of a seeded OpenClaw transcript.
+#[derive(Deserialize, Default)]
+#[serde(default)]
+struct SeedEntry {
+    #[serde(rename = "type", deserialize_with = "lenient::field")]
+    kind: Option<String>,
+    #[serde(deserialize_with = "lenient::obj")]
+    message: SeedMessage,
+}
+
+#[derive(Deserialize, Default)]
+#[serde(default)]
+struct SeedMessage {
+    #[serde(deserialize_with = "lenient::field")]
+    role: Option<String>,
+    content: Value,
+}
+
+/// A content block of a transcript message.
+#[derive(Deserialize, Default)]
+#[serde(default)]
+struct Block {
+    #[serde(rename = "type", deserialize_with = "lenient::field")]
+    kind: Option<String>,
+    #[serde(deserialize_with = "lenient::field")]
+    text: Option<String>,
 }
 
 /// The user and assistant texts of a seeded OpenClaw transcript.
@@ -298,19 +383,20 @@ fn read_seed(set: Set, session: &str) -> Result<Vec<(String, String)>> {
     for line in text(set, &rel)?.lines().filter(|l| !l.trim().is_empty()) {
         let entry: Value =
             serde_json::from_str(line).with_context(|| format!("{rel}: a line is not JSON"))?;
-        if entry["type"] != "message" {
+        let entry: SeedEntry = lenient::object(&entry);
+        if entry.kind.as_deref() != Some("message") {
             continue;
         }
-        let message = &entry["message"];
-        let Some(role @ ("user" | "assistant")) = message["role"].as_str() else {
+        let Some(role @ ("user" | "assistant")) = entry.message.role.as_deref() else {
             continue;
         };
-        let text: String = match &message["content"] {
+        let text: String = match &entry.message.content {
             Value::String(s) => s.clone(),
             Value::Array(blocks) => blocks
                 .iter()
-                .filter(|b| b["type"] == "text")
-                .filter_map(|b| b["text"].as_str())
+                .map(lenient::object::<Block>)
+                .filter(|b| b.kind.as_deref() == Some("text"))
+                .filter_map(|b| b.text)
                 .collect::<Vec<_>>()
                 .join("\n"),
             _ => String::new(),

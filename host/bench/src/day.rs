@@ -26,6 +26,7 @@ use serde_json::{Value, json};
 
 use super::command::{self, Checks, PartResult};
 use super::data::{Bench, Day, Kind, Round};
+use super::lenient;
 use super::model::Endpoint;
 use super::openclaw::ClawDay;
 use super::score::{self, Score};
@@ -374,7 +375,8 @@ impl Agent {
             turn.tokens.output += reply.tokens.1;
             turn.served(reply.served_by, reply.skills);
             let (message, calls) = crate::rollout::agent::assistant(reply.message);
-            if let Some(text) = message["content"].as_str().filter(|t| !t.trim().is_empty()) {
+            let said: Said = lenient::object(&message);
+            if let Some(text) = said.content.as_str().filter(|t| !t.trim().is_empty()) {
                 texts.push(text.to_string());
             }
             messages.push(message);
@@ -416,9 +418,9 @@ impl Agent {
     ) -> Result<Turn> {
         let message = messages
             .last()
-            .and_then(|m| m["content"].as_str())
-            .unwrap_or_default()
-            .to_string();
+            .map(lenient::object::<Said>)
+            .and_then(|m| m.content.as_str().map(str::to_string))
+            .unwrap_or_default();
         let seen = self.recorded_turns(session).len();
         let mut turn = claw.ask(&message).await?;
         messages.push(json!({"role": "assistant", "content": turn.answer}));
@@ -457,7 +459,7 @@ impl Agent {
                 .and_then(Value::as_array)
                 .into_iter()
                 .flatten()
-                .filter_map(|s| s["id"].as_str().map(str::to_string));
+                .filter_map(|s| lenient::object::<SkillId>(s).id);
             let by = metaclaw_core::store::served_by_label(
                 row.served_by.as_deref().unwrap_or_default(),
                 row.sample.as_ref().map(|s| s.policy_version),
@@ -481,17 +483,37 @@ fn compact(messages: &[Value], this_round: usize) -> Vec<Value> {
         .iter()
         .enumerate()
         .map(|(i, m)| {
-            if i >= this_round || m["role"] != "tool" {
-                return m.clone();
-            }
-            let Some(text) = m["content"].as_str() else {
-                return m.clone();
+            let said: Said = lenient::object(m);
+            let text = match (i >= this_round, said.role.as_deref(), said.content) {
+                (false, Some("tool"), Value::String(text)) => text,
+                _ => return m.clone(),
             };
             let mut m = m.clone();
-            m["content"] = json!(tools::truncate(text.to_string(), OLD_TOOL_RESULT));
+            if let Value::Object(fields) = &mut m {
+                let cut = tools::truncate(text, OLD_TOOL_RESULT);
+                fields.insert("content".into(), json!(cut));
+            }
             m
         })
         .collect()
+}
+
+/// What the loop reads of a message in the conversation (the message
+/// itself goes on as sent).
+#[derive(Deserialize, Default)]
+#[serde(default)]
+struct Said {
+    #[serde(deserialize_with = "lenient::field")]
+    role: Option<String>,
+    content: Value,
+}
+
+/// A skill injected into a turn, as the store recorded it.
+#[derive(Deserialize, Default)]
+#[serde(default)]
+struct SkillId {
+    #[serde(deserialize_with = "lenient::field")]
+    id: Option<String>,
 }
 
 /// Each file under `root` (relative path) and a digest of its bytes.

@@ -9,6 +9,7 @@
 //! | [`checks`] | the five rule checkers, native (never in the workspace) |
 //! | [`command`] | a file check's command: its parts, run in the workspace |
 //! | [`score`] | strict and lenient scores, the feedback after a round |
+//! | [`lenient`] | JSON read into types, an odd field as its default |
 //! | [`model`] | the agent's model calls: the model's API or the arm's metaclaw |
 //! | [`day`] | one day's conversation: rounds through the agent loop |
 //! | [`openclaw`] | `--agent openclaw`: a day through a real OpenClaw |
@@ -34,6 +35,7 @@ pub mod checks;
 mod command;
 mod data;
 mod day;
+mod lenient;
 mod model;
 mod openclaw;
 #[cfg(feature = "test-servers")]

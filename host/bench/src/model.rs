@@ -10,6 +10,7 @@ use anyhow::Result;
 use axum::http::HeaderMap;
 use serde_json::Value;
 
+use crate::rollout::agent::Completion;
 use metaclaw_core::config::ApiFormat;
 use metaclaw_core::http::{Backoff, ClientSpec, Purpose, TryFailed};
 
@@ -123,14 +124,16 @@ impl Endpoint {
             ApiFormat::Openai => reply,
             ApiFormat::Anthropic => metaclaw_wire::response::anthropic::to_chat(&reply),
         };
-        let message = match &reply["choices"][0]["message"] {
-            message @ Value::Object(_) => message.clone(),
-            _ => {
-                return Err(TryFailed::Fatal(format!(
-                    "the reply has no choices[0].message: {}",
-                    super::command::clip(&text)
-                )));
-            }
+        let reply = Completion::read(&reply);
+        let tokens = (
+            reply.usage.prompt_tokens.unwrap_or(0),
+            reply.usage.completion_tokens.unwrap_or(0),
+        );
+        let Some(message) = reply.message() else {
+            return Err(TryFailed::Fatal(format!(
+                "the reply has no choices[0].message: {}",
+                super::command::clip(&text)
+            )));
         };
         let skills = headers
             .get("x-metaclaw-skills")
@@ -143,11 +146,6 @@ impl Endpoint {
                     .collect()
             })
             .unwrap_or_default();
-        let usage = &reply["usage"];
-        let tokens = (
-            usage["prompt_tokens"].as_u64().unwrap_or(0),
-            usage["completion_tokens"].as_u64().unwrap_or(0),
-        );
         let served_by = headers
             .get("x-metaclaw-served-by")
             .and_then(|v| v.to_str().ok())

@@ -21,10 +21,13 @@ use std::process::Stdio;
 use std::time::Duration;
 
 use anyhow::{Context, Result, anyhow, bail};
-use serde_json::{Value, json};
+use serde::{Deserialize, Serialize};
+use serde_json::{Map, Value, json};
 
 use super::data::{Bench, Day};
 use super::day::{Tokens, ToolUse, Turn};
+use super::lenient;
+use crate::rollout::agent::ErrorBody;
 use metaclaw_core::config::ApiFormat;
 
 /// The OpenClaw version the bench's end-to-end test runs.
@@ -215,10 +218,9 @@ impl ClawDay {
             .map_err(|_| anyhow!("importing the seeded session into OpenClaw timed out"))?
             .context("cannot run openclaw doctor")?;
         let stdout = String::from_utf8_lossy(&out.stdout);
-        let report: Option<Value> = json_object(&stdout);
-        let imported = report
-            .as_ref()
-            .and_then(|r| r["totals"]["importedEntries"].as_u64());
+        let imported = json_object(&stdout)
+            .map(|r| lenient::object::<ImportReport>(&r))
+            .and_then(|r| r.totals.imported_entries);
         if !out.status.success() || imported != Some(1) {
             bail!(
                 "OpenClaw {} did not import the seeded session {} (`openclaw doctor \
@@ -277,7 +279,7 @@ impl ClawDay {
         if !out.status.success() {
             let why = reply
                 .as_ref()
-                .and_then(|r| r["error"]["message"].as_str().map(str::to_string))
+                .and_then(|r| TurnReply::read(r).error.message)
                 .unwrap_or_else(|| tail(&stdout));
             bail!("exit {}: {why}", out.status);
         }
@@ -326,16 +328,64 @@ fn secret_like(name: &str) -> bool {
 /// workspace, no plugins (the reference's prompt logger is not part of the
 /// agent), no update check.
 pub fn config(bench: &Bench, provider: &Provider, work: &Path, agent_dir: &Path) -> Result<Value> {
-    let mut config = bench.openclaw_config(provider.session.is_some())?;
-    let providers = config["models"]["providers"]
-        .as_object_mut()
+    let mut config: ClawConfig =
+        serde_json::from_value(bench.openclaw_config(provider.session.is_some())?)
+            .context("the bench's OpenClaw config is not shaped as OpenClaw's")?;
+    let providers = config
+        .models
+        .providers
+        .as_mut()
         .ok_or_else(|| anyhow!("the bench's OpenClaw config has no models.providers"))?;
-    let (name, mut entry) = providers
+    let (name, entry) = providers
         .iter()
         .next()
-        .map(|(k, v)| (k.clone(), v.clone()))
+        .map(|(k, v)| (k.clone(), lenient::object::<ClawProvider>(v)))
         .ok_or_else(|| anyhow!("the bench's OpenClaw config has no provider"))?;
     providers.clear();
+    providers.insert(
+        name.clone(),
+        serde_json::to_value(fill_provider(entry, provider))?,
+    );
+    let primary = format!("{name}/{}", provider.model);
+    config
+        .agents
+        .defaults
+        .model
+        .insert("primary".into(), json!(primary));
+    let agent = config
+        .agents
+        .list
+        .as_mut()
+        .ok_or_else(|| anyhow!("the bench's OpenClaw config has no agents.list"))?
+        .iter_mut()
+        .find(|a| lenient::object::<AgentSeen>(a).id.as_deref() == Some(AGENT))
+        .and_then(Value::as_object_mut)
+        .ok_or_else(|| anyhow!("the bench's OpenClaw config has no agent {AGENT}"))?;
+    agent.insert("workspace".into(), json!(work.to_string_lossy()));
+    agent.insert("agentDir".into(), json!(agent_dir.to_string_lossy()));
+    config.rest.remove("plugins");
+    config
+        .rest
+        .insert("update".into(), json!({ "checkOnStart": false }));
+    // OpenClaw's file tools stay in the day's workspace (the run folder
+    // beside it holds other arms' conversations, feedback included).
+    // `exec` is OpenClaw's and unconfined, as in the reference harness.
+    config.tools.fs.insert("workspaceOnly".into(), json!(true));
+    let config = serde_json::to_value(config)?;
+    let text = config.to_string().replace(&format!("${{{KEY_VAR}}}"), "");
+    if let Some(at) = text.find("${") {
+        bail!(
+            "the bench's OpenClaw config still has a placeholder: {}",
+            &text[at..(at + 40).min(text.len())]
+        );
+    }
+    Ok(config)
+}
+
+/// The data's provider pointed at `provider`: its URL, API, key variable,
+/// the day's session header, and its first model (or a plain one) as the
+/// only one, under the model's name.
+fn fill_provider(mut entry: ClawProvider, provider: &Provider) -> ClawProvider {
     let (api, base_url) = match provider.format {
         ApiFormat::Openai => ("openai-completions", provider.base_url.clone()),
         // Anthropic's SDK adds `/v1` itself.
@@ -348,90 +398,214 @@ pub fn config(bench: &Bench, provider: &Provider, work: &Path, agent_dir: &Path)
                 .to_string(),
         ),
     };
-    entry["baseUrl"] = json!(base_url);
-    entry["api"] = json!(api);
-    entry["apiKey"] = json!(format!("${{{KEY_VAR}}}"));
+    entry.rest.insert("baseUrl".into(), json!(base_url));
+    entry.rest.insert("api".into(), json!(api));
+    entry
+        .rest
+        .insert("apiKey".into(), json!(format!("${{{KEY_VAR}}}")));
     if let Some(session) = &provider.session {
-        entry["headers"] = json!({ "x-session-id": session });
+        entry
+            .rest
+            .insert("headers".into(), json!({ "x-session-id": session }));
     }
-    let model = entry["models"][0].clone();
-    let mut model = if model.is_object() {
-        model
-    } else {
-        json!({ "name": "Benchmark model", "input": ["text"] })
+    let mut model = match entry.models.drain(..).next() {
+        Some(Value::Object(model)) => model,
+        _ => Map::from_iter([
+            ("name".to_string(), json!("Benchmark model")),
+            ("input".to_string(), json!(["text"])),
+        ]),
     };
-    model["id"] = json!(provider.model);
-    entry["models"] = json!([model]);
-    providers.insert(name.clone(), entry);
-    config["agents"]["defaults"]["model"]["primary"] = json!(format!("{name}/{}", provider.model));
-    let agents = config["agents"]["list"]
-        .as_array_mut()
-        .ok_or_else(|| anyhow!("the bench's OpenClaw config has no agents.list"))?;
-    let agent = agents
-        .iter_mut()
-        .find(|a| a["id"] == AGENT)
-        .ok_or_else(|| anyhow!("the bench's OpenClaw config has no agent {AGENT}"))?;
-    agent["workspace"] = json!(work.to_string_lossy());
-    agent["agentDir"] = json!(agent_dir.to_string_lossy());
-    if let Some(root) = config.as_object_mut() {
-        root.remove("plugins");
-        root.insert("update".into(), json!({ "checkOnStart": false }));
+    model.insert("id".into(), json!(provider.model));
+    entry.models = vec![Value::Object(model)];
+    entry
+}
+
+/// OpenClaw's own config (`openclaw.json`), typed where the harness edits
+/// it; every other key, at each level, kept as it was (`rest`: OpenClaw
+/// reads keys, not their order). A part the harness sets that is absent
+/// is created, as the assignments by key this replaced did.
+#[derive(Deserialize, Serialize)]
+struct ClawConfig {
+    #[serde(default)]
+    models: ClawModels,
+    #[serde(default)]
+    agents: ClawAgents,
+    #[serde(default)]
+    tools: ClawTools,
+    #[serde(flatten)]
+    rest: Map<String, Value>,
+}
+
+#[derive(Deserialize, Serialize, Default)]
+struct ClawModels {
+    /// None: absent or not an object (the config is refused).
+    #[serde(default, deserialize_with = "lenient::field")]
+    providers: Option<Map<String, Value>>,
+    #[serde(flatten)]
+    rest: Map<String, Value>,
+}
+
+/// A provider: its models read, the rest kept.
+#[derive(Deserialize, Serialize, Default)]
+struct ClawProvider {
+    #[serde(default, deserialize_with = "lenient::field")]
+    models: Vec<Value>,
+    #[serde(flatten)]
+    rest: Map<String, Value>,
+}
+
+#[derive(Deserialize, Serialize, Default)]
+struct ClawAgents {
+    #[serde(default)]
+    defaults: ClawDefaults,
+    /// None: absent or not a list (the config is refused).
+    #[serde(default, deserialize_with = "lenient::field")]
+    list: Option<Vec<Value>>,
+    #[serde(flatten)]
+    rest: Map<String, Value>,
+}
+
+#[derive(Deserialize, Serialize, Default)]
+struct ClawDefaults {
+    #[serde(default)]
+    model: Map<String, Value>,
+    #[serde(flatten)]
+    rest: Map<String, Value>,
+}
+
+#[derive(Deserialize, Serialize, Default)]
+struct ClawTools {
+    #[serde(default)]
+    fs: Map<String, Value>,
+    #[serde(flatten)]
+    rest: Map<String, Value>,
+}
+
+/// What the harness reads of an agent in the config's list.
+#[derive(Deserialize, Default)]
+#[serde(default)]
+struct AgentSeen {
+    #[serde(deserialize_with = "lenient::field")]
+    id: Option<String>,
+}
+
+/// `openclaw doctor --session-sqlite import --json`'s report.
+#[derive(Deserialize, Default)]
+#[serde(default)]
+struct ImportReport {
+    #[serde(deserialize_with = "lenient::obj")]
+    totals: ImportTotals,
+}
+
+#[derive(Deserialize, Default)]
+#[serde(default, rename_all = "camelCase")]
+struct ImportTotals {
+    #[serde(deserialize_with = "lenient::field")]
+    imported_entries: Option<u64>,
+}
+
+/// `openclaw agent --json`'s reply: `ok: false` with an error, or the
+/// turn's payloads and what the agent did.
+#[derive(Deserialize, Default)]
+#[serde(default)]
+struct TurnReply {
+    #[serde(deserialize_with = "lenient::field")]
+    ok: Option<bool>,
+    #[serde(deserialize_with = "lenient::obj")]
+    error: ErrorBody,
+    /// None: absent or not a list (no turn).
+    #[serde(deserialize_with = "lenient::field")]
+    payloads: Option<Vec<Value>>,
+    #[serde(deserialize_with = "lenient::obj")]
+    meta: TurnMeta,
+}
+
+impl TurnReply {
+    fn read(reply: &Value) -> Self {
+        lenient::object(reply)
     }
-    // OpenClaw's file tools stay in the day's workspace (the run folder
-    // beside it holds other arms' conversations, feedback included).
-    // `exec` is OpenClaw's and unconfined, as in the reference harness.
-    config["tools"]["fs"]["workspaceOnly"] = json!(true);
-    let text = config.to_string().replace(&format!("${{{KEY_VAR}}}"), "");
-    if let Some(at) = text.find("${") {
-        bail!(
-            "the bench's OpenClaw config still has a placeholder: {}",
-            &text[at..(at + 40).min(text.len())]
-        );
-    }
-    Ok(config)
+}
+
+#[derive(Deserialize, Default)]
+#[serde(default, rename_all = "camelCase")]
+struct TurnMeta {
+    #[serde(deserialize_with = "lenient::obj")]
+    agent_meta: AgentMeta,
+}
+
+#[derive(Deserialize, Default)]
+#[serde(default, rename_all = "camelCase")]
+struct AgentMeta {
+    #[serde(deserialize_with = "lenient::obj")]
+    terminal_receipt: Receipt,
+    #[serde(deserialize_with = "lenient::field")]
+    assistant_turns: Option<u64>,
+    #[serde(deserialize_with = "lenient::obj")]
+    usage: TurnUsage,
+}
+
+#[derive(Deserialize, Default)]
+#[serde(default, rename_all = "camelCase")]
+struct Receipt {
+    #[serde(deserialize_with = "lenient::strings")]
+    successful_tool_names: Option<Vec<String>>,
+}
+
+#[derive(Deserialize, Default)]
+#[serde(default)]
+struct TurnUsage {
+    #[serde(deserialize_with = "lenient::field")]
+    input: Option<u64>,
+    #[serde(deserialize_with = "lenient::field")]
+    output: Option<u64>,
+}
+
+#[derive(Deserialize, Default)]
+#[serde(default)]
+struct Payload {
+    #[serde(deserialize_with = "lenient::field")]
+    text: Option<String>,
 }
 
 /// The turn in `openclaw agent --json`'s reply: the text payloads, the
 /// tools it used, its model calls and tokens.
 pub fn parse_turn(reply: &Value) -> Result<Turn> {
-    if reply["ok"] == json!(false) {
+    let seen = TurnReply::read(reply);
+    if seen.ok == Some(false) {
         bail!(
             "OpenClaw said: {}",
-            reply["error"]["message"].as_str().unwrap_or("an error")
+            seen.error.message.as_deref().unwrap_or("an error")
         );
     }
-    let payloads = reply["payloads"]
-        .as_array()
+    let payloads = seen
+        .payloads
         .ok_or_else(|| anyhow!("the reply has no payloads: {}", tail(&reply.to_string())))?;
     let answer = payloads
         .iter()
-        .filter_map(|p| p["text"].as_str())
+        .filter_map(|p| lenient::object::<Payload>(p).text)
         .filter(|t| !t.trim().is_empty())
         .collect::<Vec<_>>()
         .join("\n");
-    let meta = &reply["meta"]["agentMeta"];
-    let tools = meta["terminalReceipt"]["successfulToolNames"]
-        .as_array()
-        .map(|names| {
-            names
-                .iter()
-                .filter_map(Value::as_str)
-                .map(|name| ToolUse {
-                    name: name.to_string(),
-                    arguments: String::new(),
-                    result: String::new(),
-                })
-                .collect()
+    let meta = seen.meta.agent_meta;
+    let tools = meta
+        .terminal_receipt
+        .successful_tool_names
+        .unwrap_or_default()
+        .into_iter()
+        .map(|name| ToolUse {
+            name,
+            arguments: String::new(),
+            result: String::new(),
         })
-        .unwrap_or_default();
+        .collect();
     // The skills and who served are metaclaw's to say (the arm's store).
     Ok(Turn {
         answer,
         tools,
-        steps: meta["assistantTurns"].as_u64().unwrap_or(1) as u32,
+        steps: meta.assistant_turns.unwrap_or(1) as u32,
         tokens: Tokens {
-            input: meta["usage"]["input"].as_u64().unwrap_or(0),
-            output: meta["usage"]["output"].as_u64().unwrap_or(0),
+            input: meta.usage.input.unwrap_or(0),
+            output: meta.usage.output.unwrap_or(0),
         },
         skills: Vec::new(),
         served_by: Vec::new(),

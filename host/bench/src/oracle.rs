@@ -38,8 +38,13 @@ use std::fmt;
 use std::sync::OnceLock;
 
 use metaclaw_wire::agent::openclaw;
+use metaclaw_wire::recorded::Message;
 use metaclaw_wire::text::value_text;
+use serde::Deserialize;
 use serde_json::{Map, Value, json};
+
+use crate::data::{Questions, RoundEntry};
+use crate::lenient;
 
 use metaclaw_mock_upstream::{
     Dummy, Scripted, ScriptedCall, ScriptedReply, ScriptedRequest, section,
@@ -299,8 +304,9 @@ pub fn rounds() -> &'static [Round] {
                 let Ok(v) = serde_json::from_str::<Value>(text) else {
                     continue;
                 };
-                for r in v["rounds"].as_array().into_iter().flatten() {
-                    if let Some(round) = parse_round(set, day, r) {
+                let questions: Questions = lenient::object(&v);
+                for r in questions.rounds.iter().flatten() {
+                    if let Some(round) = parse_round(set, day, lenient::object(r)) {
                         out.push(round);
                     }
                 }
@@ -310,41 +316,33 @@ pub fn rounds() -> &'static [Round] {
     })
 }
 
-fn parse_round(set: Set, day: u32, r: &Value) -> Option<Round> {
-    let s = |v: &Value| v.as_str().map(str::to_string);
-    let pairs = |v: &Value| -> Vec<(String, String)> {
-        let mut p: Vec<(String, String)> = v
-            .as_object()
-            .into_iter()
-            .flatten()
+fn parse_round(set: Set, day: u32, r: RoundEntry) -> Option<Round> {
+    let pairs = |o: &Map<String, Value>| -> Vec<(String, String)> {
+        let mut p: Vec<(String, String)> = o
+            .iter()
             .map(|(k, v)| (k.clone(), v.as_str().unwrap_or("").to_string()))
             .collect();
         p.sort();
         p
     };
-    let kind = match r["type"].as_str()? {
+    let kind = match r.kind.as_deref()? {
         "file_check" => Kind::FileCheck,
         "multi_choice" => Kind::MultiChoice,
         _ => return None,
     };
-    let mut gold: Vec<String> = r["eval"]["answer"]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .filter_map(s)
-        .collect();
+    let mut gold: Vec<String> = r.eval.answer.unwrap_or_default();
     gold.sort();
     Some(Round {
         set,
         day,
-        id: s(&r["id"])?,
+        id: r.id?,
         kind,
-        question: s(&r["question"])?,
-        feedback_correct: s(&r["feedback"]["correct"]).unwrap_or_default(),
-        feedback_incorrect: s(&r["feedback"]["incorrect"]),
-        command: s(&r["eval"]["command"]),
-        options: pairs(&r["eval"]["options"]),
-        explanations: pairs(&r["feedback"]["options"]),
+        question: r.question?,
+        feedback_correct: r.feedback.correct.unwrap_or_default(),
+        feedback_incorrect: r.feedback.incorrect,
+        command: r.eval.command,
+        options: pairs(&r.eval.options),
+        explanations: pairs(&r.feedback.options),
         gold,
     })
 }
@@ -461,25 +459,19 @@ pub fn scripts() -> &'static HashMap<(u32, String), Script> {
                 continue;
             };
             for (id, s) in day_rounds.as_object().into_iter().flatten() {
-                let text = |k: &str| s[k].as_str().unwrap_or("").to_string();
-                let specs = |k: &str| -> Vec<FileSpec> {
-                    s[k].as_array()
-                        .into_iter()
-                        .flatten()
-                        .filter_map(file_spec)
-                        .collect()
-                };
+                let s: ScriptEntry = lenient::object(s);
+                let specs = |list: Vec<Value>| list.iter().filter_map(file_spec).collect();
                 out.insert(
                     (day, id.clone()),
                     Script {
                         day,
                         id: id.clone(),
-                        task: text("task"),
-                        summary: text("summary"),
-                        at: text("at"),
-                        rules: Rules::parse(&text("rules")).unwrap_or(Rules::ALL),
-                        files: specs("files"),
-                        edits: specs("edits"),
+                        task: s.task.unwrap_or_default(),
+                        summary: s.summary.unwrap_or_default(),
+                        at: s.at.unwrap_or_default(),
+                        rules: Rules::parse(&s.rules.unwrap_or_default()).unwrap_or(Rules::ALL),
+                        files: specs(s.files),
+                        edits: specs(s.edits),
                     },
                 );
             }
@@ -488,13 +480,49 @@ pub fn scripts() -> &'static HashMap<(u32, String), Script> {
     })
 }
 
+/// A round's script in `bench/small.json`, as written.
+#[derive(Deserialize, Default)]
+#[serde(default)]
+struct ScriptEntry {
+    #[serde(deserialize_with = "lenient::field")]
+    task: Option<String>,
+    #[serde(deserialize_with = "lenient::field")]
+    summary: Option<String>,
+    #[serde(deserialize_with = "lenient::field")]
+    at: Option<String>,
+    #[serde(deserialize_with = "lenient::field")]
+    rules: Option<String>,
+    #[serde(deserialize_with = "lenient::field")]
+    files: Vec<Value>,
+    #[serde(deserialize_with = "lenient::field")]
+    edits: Vec<Value>,
+}
+
+/// A file of `bench/small.json`'s scripts: its path, and its lines of
+/// text or its JSON.
+#[derive(Deserialize, Default)]
+#[serde(default)]
+struct FileEntry {
+    #[serde(deserialize_with = "lenient::field")]
+    path: Option<String>,
+    #[serde(deserialize_with = "lenient::strings")]
+    text: Option<Vec<String>>,
+    #[serde(deserialize_with = "given")]
+    json: Option<Value>,
+}
+
+/// A field kept as sent when present, null included (a plain
+/// `Option<Value>` reads a null as absent).
+fn given<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<Value>, D::Error> {
+    Value::deserialize(d).map(Some)
+}
+
 fn file_spec(v: &Value) -> Option<FileSpec> {
-    let path = v["path"].as_str()?.to_string();
-    let body = if let Some(lines) = v["text"].as_array() {
-        let lines: Vec<&str> = lines.iter().filter_map(Value::as_str).collect();
-        Body::Text(lines.join("\n") + "\n")
-    } else {
-        Body::Json(v.get("json")?.clone())
+    let file: FileEntry = lenient::object(v);
+    let path = file.path?;
+    let body = match file.text {
+        Some(lines) => Body::Text(lines.join("\n") + "\n"),
+        None => Body::Json(file.json?),
     };
     Some(FileSpec { path, body })
 }
@@ -835,18 +863,34 @@ pub enum Reply {
     },
 }
 
-fn role(m: &Value) -> &str {
-    m["role"].as_str().unwrap_or("")
+/// A chat message of the request, read.
+fn said(m: &Value) -> Message {
+    lenient::object(m)
+}
+
+fn role(m: &Value) -> String {
+    said(m).role().to_string()
 }
 
 /// A message's text; a user message's without the wall-clock envelope
 /// OpenClaw puts before each one (`[Wed 2026-11-25 06:31 UTC] `).
 fn content(m: &Value) -> String {
-    let text = value_text(&m["content"]);
-    if role(m) == "user" {
+    let m = said(m);
+    let text = value_text(&m.content);
+    if m.role() == "user" {
         return openclaw::strip_time_envelope(&text).to_string();
     }
     text
+}
+
+/// A `copy_file` or `move_file` call's paths.
+#[derive(Deserialize, Default)]
+#[serde(default)]
+struct FromTo {
+    #[serde(deserialize_with = "lenient::field")]
+    from: Option<String>,
+    #[serde(deserialize_with = "lenient::field")]
+    to: Option<String>,
 }
 
 /// The oracle's calls in the names of the tools offered: the bench's own
@@ -866,14 +910,15 @@ pub fn for_tools(calls: Vec<ToolCall>, offered: &[String]) -> Vec<ToolCall> {
                 arguments: call.arguments,
             },
             "copy_file" | "move_file" if offers("exec") => {
+                let paths: FromTo = lenient::object(&call.arguments);
                 let (from, to) = (
-                    call.arguments["from"].as_str().unwrap_or(""),
-                    call.arguments["to"].as_str().unwrap_or(""),
+                    paths.from.unwrap_or_default(),
+                    paths.to.unwrap_or_default(),
                 );
                 let verb = if call.name == "copy_file" { "cp" } else { "mv" };
                 ToolCall {
                     name: "exec".into(),
-                    arguments: json!({ "command": format!("{verb} {} {}", quote(from), quote(to)) }),
+                    arguments: json!({ "command": format!("{verb} {} {}", quote(&from), quote(&to)) }),
                 }
             }
             _ => call,
@@ -905,7 +950,7 @@ pub fn skills_blocks(system: &str) -> Vec<&str> {
 pub fn known(messages: &[Value]) -> Rules {
     let mut k = Rules::NONE;
     for m in messages {
-        match role(m) {
+        match role(m).as_str() {
             "assistant" => {
                 if let Some(said) = knows_tag(&content(m)) {
                     k |= said;
@@ -932,7 +977,7 @@ pub fn reply(model: Model, messages: &[Value]) -> Reply {
     let messages: Vec<Value> = messages
         .iter()
         .filter(|m| {
-            !(role(m) == "user" && openclaw::is_internal_context(&value_text(&m["content"])))
+            !(role(m) == "user" && openclaw::is_internal_context(&value_text(&said(m).content)))
         })
         .cloned()
         .collect();

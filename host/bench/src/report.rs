@@ -13,14 +13,15 @@ use std::fmt::Write as _;
 use std::path::Path;
 
 use anyhow::{Context, Result};
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
 use super::arms::Arm;
 use super::data::Bench;
 use super::day::RoundRecord;
 use super::provenance::{ArmRecord, Bank};
-use super::run::{AgentKind, Records, RunSettings};
+use super::run::{AgentKind, NightRecord, Records, RunSettings};
+use crate::lenient;
 use metaclaw_core::ui::chart::{Chart, Series, XAxis};
 
 /// The five rules, as the report names them.
@@ -445,23 +446,57 @@ fn day_table(md: &mut String, bench: &Bench, summary: &[ArmSummary], held: &BTre
     }
 }
 
+/// What the report reads of a night's record (`nights.jsonl`, runs of
+/// before included: a part absent or of another shape reads as none).
+#[derive(Deserialize, Default)]
+#[serde(default)]
+struct NightSeen {
+    #[serde(deserialize_with = "lenient::field")]
+    evolved: Option<Vec<Value>>,
+    #[serde(deserialize_with = "lenient::obj")]
+    train: StepSeen,
+    #[serde(deserialize_with = "lenient::obj")]
+    trained: StepSeen,
+    samples: Value,
+}
+
+/// A train step's outcome (`train`), or what the night's steps trained
+/// (`trained`).
+#[derive(Deserialize, Default)]
+#[serde(default)]
+struct StepSeen {
+    #[serde(deserialize_with = "lenient::field")]
+    outcome: Option<String>,
+    #[serde(deserialize_with = "lenient::field")]
+    samples: Option<u64>,
+}
+
+impl NightSeen {
+    fn of(record: &NightRecord) -> Self {
+        lenient::object(&record.night)
+    }
+}
+
 /// The skills each arm evolved each night.
 fn nights_table(md: &mut String, records: &Records) {
     let nights: Vec<_> = records
         .nights
         .iter()
-        .filter(|n| n.night["evolved"].as_array().is_some_and(|e| !e.is_empty()))
+        .map(|n| (n, NightSeen::of(n)))
+        .filter(|(_, seen)| seen.evolved.as_ref().is_some_and(|e| !e.is_empty()))
         .collect();
     if !nights.is_empty() {
         let _ = writeln!(
             md,
             "\n## Skills evolved each night\n\n| arm | day | skills |\n|---|---|---|"
         );
-        for n in nights {
-            let skills: Vec<&str> = n.night["evolved"]
-                .as_array()
-                .map(|a| a.iter().filter_map(Value::as_str).collect())
-                .unwrap_or_default();
+        for (n, seen) in nights {
+            let skills: Vec<&str> = seen
+                .evolved
+                .iter()
+                .flatten()
+                .filter_map(Value::as_str)
+                .collect();
             let _ = writeln!(
                 md,
                 "| {}-{} | {} | {} |",
@@ -602,28 +637,25 @@ fn measured(settings: &RunSettings, records: &Records) -> Vec<ArmMeasured> {
                 .nights
                 .iter()
                 .filter(|n| mine(&n.arm, n.repeat))
+                .map(|n| (n, NightSeen::of(n)))
                 .collect();
             let training = arm.trains().then(|| {
                 let stepped: Vec<_> = nights
                     .iter()
-                    .filter(|n| n.night["train"]["outcome"] == "stepped")
+                    .filter(|(_, seen)| seen.train.outcome.as_deref() == Some("stepped"))
                     .collect();
                 Training {
                     nights: nights.len(),
-                    nights_trained: stepped.iter().map(|n| n.day.clone()).collect(),
+                    nights_trained: stepped.iter().map(|(n, _)| n.day.clone()).collect(),
                     // Every step of the night (`trained`), or the one
                     // step a record written before nights stepped on had.
                     samples_trained: stepped
                         .iter()
-                        .filter_map(|n| {
-                            n.night["trained"]["samples"]
-                                .as_u64()
-                                .or_else(|| n.night["train"]["samples"].as_u64())
-                        })
+                        .filter_map(|(_, seen)| seen.trained.samples.or(seen.train.samples))
                         .sum(),
                     samples: nights
                         .last()
-                        .map(|n| n.night["samples"].clone())
+                        .map(|(_, seen)| seen.samples.clone())
                         .unwrap_or(Value::Null),
                 }
             });

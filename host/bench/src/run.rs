@@ -25,7 +25,7 @@ use anyhow::{Context, Result, bail};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use super::arms::{self, Arm, Helpers, Instance};
+use super::arms::{self, Arm, Helpers, Instance, Night};
 use super::command::Checks;
 use super::data::{Bench, Set};
 use super::day::{self, Agent, DayDir, RoundRecord};
@@ -440,17 +440,19 @@ async fn run_arm(
             None => Vec::new(),
         };
         let night = match (instance, &session) {
-            (Some(instance), Some(session)) if held_out => instance.hold_out(session),
+            (Some(instance), Some(session)) if held_out => Some(instance.hold_out(session)),
             (Some(instance), Some(session)) => {
                 if arm.learns() {
                     progress.note(&format!("{}: learning from the day", day.id));
                 }
-                instance
-                    .night(session, arm)
-                    .await
-                    .with_context(|| stopped_at(arm, repeat, &day.id, "its night"))?
+                Some(
+                    instance
+                        .night(session, arm)
+                        .await
+                        .with_context(|| stopped_at(arm, repeat, &day.id, "its night"))?,
+                )
             }
-            _ => Value::Null,
+            _ => None,
         };
         let mut night = night;
         if let (true, Some(instance)) = (arm.trains(), instance) {
@@ -458,7 +460,7 @@ async fn run_arm(
             // many wait, how many were skipped (and why).
             let store = instance.store();
             store.flush().await;
-            night["samples"] = sample_queue(&store);
+            night.get_or_insert_with(Night::default).samples = Some(sample_queue(&store));
         }
         append(
             &run_dir.join("nights.jsonl"),
@@ -467,11 +469,20 @@ async fn run_arm(
                 repeat,
                 day: day.id.clone(),
                 closing_skills,
-                night,
+                night: serde_json::to_value(night)?,
             },
         )?;
     }
     Ok(())
+}
+
+/// The training queue of an arm's store: its counts by state, and the
+/// skipped ones' reasons.
+#[derive(Serialize)]
+struct Queue {
+    #[serde(flatten)]
+    counts: metaclaw_core::store::train_queue::Counts,
+    skipped_by_reason: serde_json::Map<String, Value>,
 }
 
 /// The training queue of an arm's store, by state, with the skipped ones'
@@ -481,13 +492,14 @@ fn sample_queue(store: &metaclaw_core::store::Store) -> Value {
         let conn = store.db().read()?;
         let counts = metaclaw_core::store::train_queue::counts(&conn, None)?;
         let skipped = metaclaw_core::store::train_queue::skipped_by_reason(&conn, "")?;
-        let mut value = serde_json::to_value(counts)?;
-        value["skipped_by_reason"] = skipped
+        let skipped_by_reason = skipped
             .into_iter()
             .map(|(why, n)| (why, Value::from(n)))
-            .collect::<serde_json::Map<_, _>>()
-            .into();
-        Ok(value)
+            .collect();
+        Ok(serde_json::to_value(Queue {
+            counts,
+            skipped_by_reason,
+        })?)
     };
     read().unwrap_or_else(|e| serde_json::json!({ "error": format!("{e:#}") }))
 }

@@ -15,14 +15,15 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-use serde::Serialize;
-use serde_json::{Value, json};
+use serde::{Deserialize, Serialize};
+use serde_json::{Map, Value, json};
 
 use super::sandbox::Sandbox;
 use super::taskdir::TaskDir;
 use super::tasks::Task;
 use super::tools::{self, Call};
 use super::workspace::Workspace;
+use crate::lenient;
 
 /// Tool calls run from one model answer, by default (`--max-tool-calls-per-step`).
 pub const MAX_CALLS_PER_STEP: u32 = tools::MAX_CALLS_PER_STEP;
@@ -259,17 +260,15 @@ impl Agent {
             .await
             .map_err(|e| ProxyFailed::Cut(metaclaw_core::http::describe(&e)))?;
         let answer: Value = serde_json::from_slice(&bytes).unwrap_or(Value::Null);
+        let answer = Completion::read(&answer);
         if !status.is_success() {
-            let message = answer["error"]["message"]
-                .as_str()
-                .map(str::to_string)
+            let message = answer
+                .error
+                .message
                 .unwrap_or_else(|| String::from_utf8_lossy(&bytes).chars().take(300).collect());
             return Err(ProxyFailed::Status { status, message });
         }
-        match &answer["choices"][0]["message"] {
-            message @ Value::Object(_) => Ok(message.clone()),
-            _ => Err(ProxyFailed::NoMessage),
-        }
+        answer.message().ok_or(ProxyFailed::NoMessage)
     }
 
     /// Ends the session, so learning judges it now rather than after the
@@ -305,28 +304,112 @@ impl Agent {
     }
 }
 
+/// A chat completion as the agents read it: the first choice's message
+/// (kept whole: it goes back into the conversation as sent), the tokens,
+/// an error body's message.
+#[derive(Deserialize, Default)]
+#[serde(default)]
+pub struct Completion {
+    #[serde(deserialize_with = "lenient::each")]
+    choices: Vec<Choice>,
+    #[serde(deserialize_with = "lenient::obj")]
+    pub usage: Usage,
+    #[serde(deserialize_with = "lenient::obj")]
+    pub error: ErrorBody,
+}
+
+#[derive(Deserialize, Default)]
+#[serde(default)]
+struct Choice {
+    #[serde(deserialize_with = "lenient::field")]
+    message: Option<Map<String, Value>>,
+}
+
+#[derive(Deserialize, Default)]
+#[serde(default)]
+pub struct Usage {
+    #[serde(deserialize_with = "lenient::field")]
+    pub prompt_tokens: Option<u64>,
+    #[serde(deserialize_with = "lenient::field")]
+    pub completion_tokens: Option<u64>,
+}
+
+#[derive(Deserialize, Default)]
+#[serde(default)]
+pub struct ErrorBody {
+    #[serde(deserialize_with = "lenient::field")]
+    pub message: Option<String>,
+}
+
+impl Completion {
+    pub fn read(answer: &Value) -> Self {
+        lenient::object(answer)
+    }
+
+    /// The first choice's message, when it is an object.
+    pub fn message(self) -> Option<Value> {
+        let first = self.choices.into_iter().next()?;
+        first.message.map(Value::Object)
+    }
+}
+
+/// What the loop reads of a tool call (`arguments` as sent: JSON text,
+/// or whatever the model put there).
+#[derive(Deserialize, Default)]
+#[serde(default)]
+struct CallSeen {
+    #[serde(deserialize_with = "lenient::field")]
+    id: Option<String>,
+    #[serde(deserialize_with = "lenient::obj")]
+    function: FunctionSeen,
+}
+
+#[derive(Deserialize, Default)]
+#[serde(default)]
+struct FunctionSeen {
+    #[serde(deserialize_with = "lenient::field")]
+    name: Option<String>,
+    arguments: Value,
+}
+
 /// The answer's message as it goes back into the conversation (every tool
 /// call given an id if the upstream left it out), and its calls as
 /// `(id, name, arguments)`.
-pub fn assistant(mut message: Value) -> (Value, Vec<(String, String, Value)>) {
-    message["role"] = json!("assistant");
+pub fn assistant(message: Value) -> (Value, Vec<(String, String, Value)>) {
+    let mut message = match message {
+        Value::Object(fields) => fields,
+        _ => Map::new(),
+    };
+    message.insert("role".into(), json!("assistant"));
     let mut calls = Vec::new();
     if let Some(list) = message.get_mut("tool_calls").and_then(Value::as_array_mut) {
         for (i, call) in list.iter_mut().enumerate() {
-            let id = match call["id"].as_str() {
-                Some(id) if !id.is_empty() => id.to_string(),
+            let seen: CallSeen = lenient::object(call);
+            let id = match seen.id {
+                Some(id) if !id.is_empty() => id,
                 _ => {
                     let id = format!("call_{i}");
-                    call["id"] = json!(id);
+                    give_id(call, &id);
                     id
                 }
             };
-            let name = call["function"]["name"].as_str().unwrap_or("").to_string();
-            let arguments = call["function"]["arguments"].clone();
-            calls.push((id, name, arguments));
+            let name = seen.function.name.unwrap_or_default();
+            calls.push((id, name, seen.function.arguments));
         }
     }
-    (message, calls)
+    (Value::Object(message), calls)
+}
+
+/// Sets a tool call's id in place (a null call becomes an object with
+/// it, as the assignment by key this replaced did).
+fn give_id(call: &mut Value, id: &str) {
+    match call {
+        Value::Object(fields) => {
+            fields.insert("id".into(), json!(id));
+        }
+        Value::Null => *call = json!({ "id": id }),
+        _ => {}
+    }
 }
 
 #[cfg(test)]
