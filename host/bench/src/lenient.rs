@@ -3,6 +3,7 @@
 //! of another shape reads as its default (none, empty), as the key lookups
 //! these types replaced did, and costs nothing else of the value.
 
+use metaclaw_wire::Obj;
 use serde::Deserialize;
 use serde::de::{DeserializeOwned, Deserializer};
 use serde_json::Value;
@@ -11,18 +12,12 @@ use serde_json::Value;
 /// an object `T` cannot read, is `T`'s default (a derived struct would
 /// also read a list, which a lookup by key never did).
 pub fn object<T: DeserializeOwned + Default>(value: &Value) -> T {
-    match value {
-        Value::Object(_) => T::deserialize(value).unwrap_or_default(),
-        _ => T::default(),
-    }
+    Obj::<T>::read(value).unwrap_or_default()
 }
 
-/// A field read as `T`, or `T`'s default where it has another shape.
-pub fn field<'de, D: Deserializer<'de>, T: DeserializeOwned + Default>(
-    d: D,
-) -> Result<T, D::Error> {
-    Ok(T::deserialize(Value::deserialize(d)?).unwrap_or_default())
-}
+/// A field read as `T`, or `T`'s default where it has another shape (the
+/// wire crate's reader for recorded messages).
+pub use metaclaw_wire::recorded::lenient as field;
 
 /// A struct field read by [`object`].
 pub fn obj<'de, D: Deserializer<'de>, T: DeserializeOwned + Default>(d: D) -> Result<T, D::Error> {
