@@ -813,71 +813,89 @@ fn parse(spec: &Spec, args: &[String]) -> Result<Parsed, Outcome> {
                 )));
             }
             Token::Option(opt, explicit) => {
-                let value = match explicit {
-                    Some(v) => v,
-                    None => match args.get(i) {
-                        Some(next)
-                            if next != "--" && matches!(spec.classify(next), Token::Positional) =>
-                        {
-                            i += 1;
-                            next.clone()
-                        }
-                        _ => {
-                            return Err(
-                                spec.error(format!("argument {}: expected one argument", opt.name))
-                            );
-                        }
-                    },
-                };
-                let value = match opt.kind {
-                    Kind::Str => Val::Str(value),
-                    Kind::Int => Val::Int(py_int(&value).ok_or_else(|| {
-                        spec.error(format!(
-                            "argument {}: invalid int value: {}",
-                            opt.name,
-                            py_str_repr(&value)
-                        ))
-                    })?),
-                    Kind::Choice(choices) => {
-                        if !choices.contains(&value.as_str()) {
-                            let shown: Vec<String> =
-                                choices.iter().map(|c| py_str_repr(c)).collect();
-                            return Err(spec.error(format!(
-                                "argument {}: invalid choice: {} (choose from {})",
-                                opt.name,
-                                py_str_repr(&value),
-                                shown.join(", ")
-                            )));
-                        }
-                        Val::Str(value)
-                    }
-                };
-                parsed.values.insert(opt.name, value);
+                let value = spec.option_value(opt, explicit, args, &mut i)?;
+                parsed.values.insert(opt.name, spec.convert(opt, value)?);
             }
         }
     }
-    let missing: Vec<&str> = spec
-        .positionals
-        .iter()
-        .skip(parsed.positionals.len())
-        .copied()
-        .chain(
-            spec.options
-                .iter()
-                .filter(|o| o.required && !parsed.values.contains_key(o.name))
-                .map(|o| o.name),
-        )
-        .collect();
-    if !missing.is_empty() {
-        return Err(spec.error(format!(
-            "the following arguments are required: {}",
-            missing.join(", ")
-        )));
-    }
-    if !extras.is_empty() {
-        return Err(spec.error(format!("unrecognized arguments: {}", extras.join(" "))));
-    }
+    spec.complete(&parsed, &extras)?;
     Ok(parsed)
+}
+
+impl Spec {
+    /// `opt`'s value: the one given with it (`--opt=V`), else the next
+    /// argument when that is no option (it is then consumed).
+    fn option_value(
+        &self,
+        opt: &Opt,
+        explicit: Option<String>,
+        args: &[String],
+        i: &mut usize,
+    ) -> Result<String, Outcome> {
+        match explicit {
+            Some(v) => Ok(v),
+            None => match args.get(*i) {
+                Some(next) if next != "--" && matches!(self.classify(next), Token::Positional) => {
+                    *i += 1;
+                    Ok(next.clone())
+                }
+                _ => Err(self.error(format!("argument {}: expected one argument", opt.name))),
+            },
+        }
+    }
+
+    /// `value` as `opt`'s kind: an int, or one of its choices.
+    fn convert(&self, opt: &Opt, value: String) -> Result<Val, Outcome> {
+        Ok(match opt.kind {
+            Kind::Str => Val::Str(value),
+            Kind::Int => Val::Int(py_int(&value).ok_or_else(|| {
+                self.error(format!(
+                    "argument {}: invalid int value: {}",
+                    opt.name,
+                    py_str_repr(&value)
+                ))
+            })?),
+            Kind::Choice(choices) => {
+                if !choices.contains(&value.as_str()) {
+                    let shown: Vec<String> = choices.iter().map(|c| py_str_repr(c)).collect();
+                    return Err(self.error(format!(
+                        "argument {}: invalid choice: {} (choose from {})",
+                        opt.name,
+                        py_str_repr(&value),
+                        shown.join(", ")
+                    )));
+                }
+                Val::Str(value)
+            }
+        })
+    }
+
+    /// argparse's last word: the required arguments missing, then the
+    /// arguments left over.
+    fn complete(&self, parsed: &Parsed, extras: &[&str]) -> Result<(), Outcome> {
+        let missing: Vec<&str> = self
+            .positionals
+            .iter()
+            .skip(parsed.positionals.len())
+            .copied()
+            .chain(
+                self.options
+                    .iter()
+                    .filter(|o| o.required && !parsed.values.contains_key(o.name))
+                    .map(|o| o.name),
+            )
+            .collect();
+        if !missing.is_empty() {
+            return Err(self.error(format!(
+                "the following arguments are required: {}",
+                missing.join(", ")
+            )));
+        }
+        if !extras.is_empty() {
+            return Err(self.error(format!("unrecognized arguments: {}", extras.join(" "))));
+        }
+        Ok(())
+    }
 }
 
 /// Python's `int(str)`: surrounding whitespace, a sign, `_` between digits.

@@ -56,7 +56,7 @@ use clap::{Args, Subcommand};
 
 pub use arms::Arm;
 pub use data::Set;
-use metaclaw_core::config::{ApiFormat, load_warned as load_config};
+use metaclaw_core::config::{ApiFormat, LoadedConfig, load_warned as load_config};
 use metaclaw_core::term::runtime;
 
 #[derive(Subcommand, Debug)]
@@ -248,6 +248,67 @@ fn read_settings(dir: &Path) -> Result<run::RunSettings> {
 
 fn run_bench(config_path: &Path, args: RunArgs) -> Result<ExitCode> {
     let mut user = load_config(config_path)?;
+    let model = bench_model(&args, &user)?;
+    let api = ModelApi::resolve(&args, &user)?;
+    // The arms' metaclaw calls the same model at the same API.
+    {
+        let llm = &mut user.config.llm;
+        llm.api_base = api.base.clone();
+        llm.api_format = api.format;
+        llm.api_key = api.key.clone();
+        llm.provider = metaclaw_core::config::Provider::Custom;
+        llm.fallbacks.clear();
+    }
+    let arms = distinct(&args.arms);
+    note_unused_flags(&args);
+    let days = days_limit(args.days, args.set)?;
+    let settings = run::RunSettings {
+        set: args.set,
+        model: model.clone(),
+        arms,
+        repeat: args.repeat,
+        temperature: args.temperature.unwrap_or(0.0),
+        rl_temperature: args.temperature.unwrap_or(1.0),
+        seed: args.seed.unwrap_or(0),
+        max_steps: args.max_steps.unwrap_or(16),
+        api_base: api.base,
+        api_format: api.format,
+        helpers: arms::Helpers {
+            judge: args.judge_model,
+            evolver: args.evolver_model,
+        },
+        agent: args.agent,
+        days,
+        split: args.split,
+    };
+    // The rl arm's requirements are checked before anything runs.
+    if let Some(&arm) = settings.arms.iter().find(|a| a.trains()) {
+        arms::arm_config(&user, arm, &model, &settings.helpers)?;
+    }
+    let dir = args
+        .out
+        .unwrap_or_else(|| default_out(settings.set, &model));
+    run::open(&dir, &settings, &provenance::Measured::this())?;
+    let ctx = run::RunContext {
+        dir: dir.clone(),
+        user,
+        api_key: api.key,
+        run_timeout: Duration::from_secs(args.run_timeout.unwrap_or(30)),
+        openclaw: args.openclaw,
+    };
+    let rt = runtime()?;
+    let outcome = rt.block_on(run::run(&settings, &ctx));
+    // The report covers what is recorded, finished or not.
+    let records = run::Records::read(&dir)?;
+    let md = report::write(&dir, &settings, &records)?;
+    outcome?;
+    say_raw!("{md}");
+    say!("wrote {}/report.{{md,svg,json}}", dir.display());
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `--model`, else `llm.model_id`; one there must be.
+fn bench_model(args: &RunArgs, user: &LoadedConfig) -> Result<String> {
     let model = args
         .model
         .clone()
@@ -256,43 +317,56 @@ fn run_bench(config_path: &Path, args: RunArgs) -> Result<ExitCode> {
     if model.is_empty() {
         bail!("no model to bench: pass --model, or set llm.model_id");
     }
-    let api_base = match &args.base_url {
-        Some(url) => url.trim().trim_end_matches('/').to_string(),
-        None => user.api_base(),
-    };
-    if api_base.is_empty() {
-        bail!(
-            "no model API: pass --base-url (e.g. https://api.openai.com/v1), or set llm.api_base \
-             or llm.provider"
-        );
-    }
-    let api_format = match args.api_format {
-        Some(ApiFormatArg::Openai) => ApiFormat::Openai,
-        Some(ApiFormatArg::Anthropic) => ApiFormat::Anthropic,
-        None => user.config.llm.api_format,
-    };
-    let api_key =
-        match &args.api_key_env {
+    Ok(model)
+}
+
+/// The model's API the run calls: the flags, else the config's.
+struct ModelApi {
+    base: String,
+    format: ApiFormat,
+    key: Option<String>,
+}
+
+impl ModelApi {
+    fn resolve(args: &RunArgs, user: &LoadedConfig) -> Result<Self> {
+        let base = match &args.base_url {
+            Some(url) => url.trim().trim_end_matches('/').to_string(),
+            None => user.api_base(),
+        };
+        if base.is_empty() {
+            bail!(
+                "no model API: pass --base-url (e.g. https://api.openai.com/v1), or set \
+                 llm.api_base or llm.provider"
+            );
+        }
+        let format = match args.api_format {
+            Some(ApiFormatArg::Openai) => ApiFormat::Openai,
+            Some(ApiFormatArg::Anthropic) => ApiFormat::Anthropic,
+            None => user.config.llm.api_format,
+        };
+        let key = match &args.api_key_env {
             Some(var) => Some(std::env::var(var).map_err(|_| {
                 anyhow::anyhow!("--api-key-env {var}: the environment has no {var}")
             })?),
             None => user.config.llm.api_key.clone(),
         };
-    // The arms' metaclaw calls the same model at the same API.
-    {
-        let llm = &mut user.config.llm;
-        llm.api_base = api_base.clone();
-        llm.api_format = api_format;
-        llm.api_key = api_key.clone();
-        llm.provider = metaclaw_core::config::Provider::Custom;
-        llm.fallbacks.clear();
+        Ok(Self { base, format, key })
     }
+}
+
+/// The arms in their first order, each once.
+fn distinct(given: &[Arm]) -> Vec<Arm> {
     let mut arms = Vec::new();
-    for arm in args.arms {
+    for &arm in given {
         if !arms.contains(&arm) {
             arms.push(arm);
         }
     }
+    arms
+}
+
+/// Says which flags do nothing with the chosen agent.
+fn note_unused_flags(args: &RunArgs) {
     if args.agent == run::AgentKind::Openclaw {
         let ignored: Vec<&str> = [
             ("--temperature", args.temperature.is_some()),
@@ -314,67 +388,33 @@ fn run_bench(config_path: &Path, args: RunArgs) -> Result<ExitCode> {
     } else if args.openclaw.is_some() {
         say!("note: --openclaw does nothing without --agent openclaw");
     }
-    let days = match args.days {
+}
+
+/// `--days N`, checked against the set.
+fn days_limit(days: Option<u64>, set: Set) -> Result<Option<usize>> {
+    match days {
         Some(n) => {
-            let all = data::Bench::load(args.set)?.days.len();
+            let all = data::Bench::load(set)?.days.len();
             if n as usize > all {
-                bail!("--days {n}: the {} set has {all} days", args.set.as_str());
+                bail!("--days {n}: the {} set has {all} days", set.as_str());
             }
-            Some(n as usize)
+            Ok(Some(n as usize))
         }
-        None => None,
-    };
-    let settings = run::RunSettings {
-        set: args.set,
-        model: model.clone(),
-        arms,
-        repeat: args.repeat,
-        temperature: args.temperature.unwrap_or(0.0),
-        rl_temperature: args.temperature.unwrap_or(1.0),
-        seed: args.seed.unwrap_or(0),
-        max_steps: args.max_steps.unwrap_or(16),
-        api_base,
-        api_format,
-        helpers: arms::Helpers {
-            judge: args.judge_model,
-            evolver: args.evolver_model,
-        },
-        agent: args.agent,
-        days,
-        split: args.split,
-    };
-    // The rl arm's requirements are checked before anything runs.
-    if let Some(&arm) = settings.arms.iter().find(|a| a.trains()) {
-        arms::arm_config(&user, arm, &model, &settings.helpers)?;
+        None => Ok(None),
     }
-    let dir = args.out.unwrap_or_else(|| {
-        let safe: String = model
-            .chars()
-            .map(|c| {
-                if c.is_ascii_alphanumeric() || c == '-' || c == '.' {
-                    c
-                } else {
-                    '_'
-                }
-            })
-            .collect();
-        PathBuf::from("bench-runs").join(format!("{}-{safe}", settings.set.as_str()))
-    });
-    run::open(&dir, &settings, &provenance::Measured::this())?;
-    let ctx = run::RunContext {
-        dir: dir.clone(),
-        user,
-        api_key,
-        run_timeout: Duration::from_secs(args.run_timeout.unwrap_or(30)),
-        openclaw: args.openclaw,
-    };
-    let rt = runtime()?;
-    let outcome = rt.block_on(run::run(&settings, &ctx));
-    // The report covers what is recorded, finished or not.
-    let records = run::Records::read(&dir)?;
-    let md = report::write(&dir, &settings, &records)?;
-    outcome?;
-    say_raw!("{md}");
-    say!("wrote {}/report.{{md,svg,json}}", dir.display());
-    Ok(ExitCode::SUCCESS)
+}
+
+/// `bench-runs/<set>-<model>`, the model's name made safe for a path.
+fn default_out(set: Set, model: &str) -> PathBuf {
+    let safe: String = model
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || c == '-' || c == '.' {
+                c
+            } else {
+                '_'
+            }
+        })
+        .collect();
+    PathBuf::from("bench-runs").join(format!("{}-{safe}", set.as_str()))
 }

@@ -263,18 +263,56 @@ pub async fn run(settings: &RunSettings, ctx: &RunContext) -> Result<()> {
     let bench = settings.bench()?;
     let openclaw = match settings.agent {
         AgentKind::Builtin => None,
-        AgentKind::Openclaw => {
-            let found = OpenClaw::find(ctx.openclaw.as_deref()).await?;
-            if found.version != openclaw::TESTED_VERSION {
-                eprintln!(
-                    "note: OpenClaw {} (the bench is tested with {})",
-                    found.version,
-                    openclaw::TESTED_VERSION
-                );
-            }
-            Some(found)
-        }
+        AgentKind::Openclaw => Some(find_openclaw(ctx).await?),
     };
+    let (checks, sandbox) = probe_confinement(ctx)?;
+    let records = Records::read(&ctx.dir)?;
+    let total = bench.rounds() * settings.arms.len() * settings.repeat as usize;
+    let mut progress = Progress::new(total, records.rounds.len());
+    let shared = Shared {
+        bench,
+        openclaw,
+        checks,
+        sandbox,
+        records,
+    };
+    for &arm in &settings.arms {
+        for repeat in 1..=settings.repeat {
+            run_repeat(settings, ctx, &shared, (arm, repeat), &mut progress).await?;
+        }
+    }
+    progress.finish();
+    Ok(())
+}
+
+/// What every arm and repeat of a run shares.
+struct Shared {
+    bench: Bench,
+    openclaw: Option<OpenClaw>,
+    checks: Arc<Checks>,
+    sandbox: Arc<Sandbox>,
+    /// What was recorded before this run started.
+    records: Records,
+}
+
+/// `--agent openclaw`'s program, noting a version the bench was not
+/// tested with.
+async fn find_openclaw(ctx: &RunContext) -> Result<OpenClaw> {
+    let found = OpenClaw::find(ctx.openclaw.as_deref()).await?;
+    if found.version != openclaw::TESTED_VERSION {
+        eprintln!(
+            "note: OpenClaw {} (the bench is tested with {})",
+            found.version,
+            openclaw::TESTED_VERSION
+        );
+    }
+    Ok(found)
+}
+
+/// The file checks' sandbox (required) and the agent's `run` tool's
+/// (off, with a note, where it cannot confine), probed in the run's
+/// scratch folder.
+fn probe_confinement(ctx: &RunContext) -> Result<(Arc<Checks>, Arc<Sandbox>)> {
     let scratch = ctx.dir.join(".scratch");
     std::fs::create_dir_all(&scratch)
         .with_context(|| format!("cannot create {}", scratch.display()))?;
@@ -292,88 +330,105 @@ pub async fn run(settings: &RunSettings, ctx: &RunContext) -> Result<()> {
     if let Some(why) = sandbox.disabled() {
         eprintln!("note: the agent's run tool is off (the file tools work): {why}");
     }
-    let records = Records::read(&ctx.dir)?;
-    let total = bench.rounds() * settings.arms.len() * settings.repeat as usize;
-    let mut progress = Progress::new(total, records.rounds.len());
-    for &arm in &settings.arms {
-        for repeat in 1..=settings.repeat {
-            let pending = bench
-                .days
-                .iter()
-                .any(|d| !records.night_done(arm, repeat, &d.id));
-            if !pending {
-                continue;
-            }
-            let arm_dir = ctx.dir.join(format!("{}-{repeat}", arm.as_str()));
-            let (instance, loaded) = match arm {
-                Arm::Direct => (None, None),
-                _ => {
-                    let loaded =
-                        arms::arm_config(&ctx.user, arm, &settings.model, &settings.helpers)?;
-                    progress.note(&format!("starting metaclaw for {}-{repeat}", arm.as_str()));
-                    let home = Instance::home_of(&arm_dir);
-                    let instance = Instance::start(&home, &loaded).await?;
-                    (Some(instance), Some(loaded))
-                }
-            };
-            if !records.arm_started(arm, repeat) {
-                // Before its first round, the library is the one it starts from.
-                let bank = instance
-                    .as_ref()
-                    .map(|_| Bank::library(&Home::at(Instance::home_of(&arm_dir)).skills_dir()));
-                let record = ArmRecord::new(settings, (arm, repeat), loaded.as_ref(), bank);
-                append(&ctx.dir.join("arms.jsonl"), &record)?;
-            }
-            // Where the agent's model calls go: the model's API, or the
-            // arm's metaclaw (which holds the key itself).
-            let (base, format, key) = match &instance {
-                None => (&settings.api_base, settings.api_format, ctx.api_key.clone()),
-                Some(instance) => (&instance.base, ApiFormat::Openai, None),
-            };
-            let claw = openclaw.as_ref().map(|openclaw| {
-                let provider = Provider {
-                    base_url: base.clone(),
-                    format,
-                    model: settings.model.clone(),
-                    api_key: key.clone(),
-                    session: None,
-                };
-                (openclaw, provider)
-            });
-            let agent = Agent {
-                endpoint: Endpoint::new(base, format, key.as_deref(), "the model's key")?,
-                model: settings.model.clone(),
-                temperature: match arm.trains() {
-                    true => settings.rl_temperature,
-                    false => settings.temperature,
-                },
-                seed: settings.seed,
-                max_steps: settings.max_steps,
-                sandbox: sandbox.clone(),
-                checks: checks.clone(),
-                recorded: instance.as_ref().map(Instance::store),
-            };
-            let result = run_arm(
-                settings,
-                &bench,
-                &agent,
-                instance.as_ref(),
-                claw,
-                (arm, repeat),
-                &arm_dir,
-                &ctx.dir,
-                &records,
-                &mut progress,
-            )
-            .await;
-            if let Some(instance) = instance {
-                instance.stop().await;
-            }
-            result?;
-        }
+    Ok((checks, sandbox))
+}
+
+/// One repeat of an arm, unless all its days are done: its metaclaw
+/// started (not for `direct`), its start recorded, its days run, its
+/// metaclaw stopped.
+async fn run_repeat(
+    settings: &RunSettings,
+    ctx: &RunContext,
+    shared: &Shared,
+    (arm, repeat): (Arm, u32),
+    progress: &mut Progress,
+) -> Result<()> {
+    let pending = shared
+        .bench
+        .days
+        .iter()
+        .any(|d| !shared.records.night_done(arm, repeat, &d.id));
+    if !pending {
+        return Ok(());
     }
-    progress.finish();
-    Ok(())
+    let arm_dir = ctx.dir.join(format!("{}-{repeat}", arm.as_str()));
+    let (instance, loaded) = match arm {
+        Arm::Direct => (None, None),
+        _ => {
+            let loaded = arms::arm_config(&ctx.user, arm, &settings.model, &settings.helpers)?;
+            progress.note(&format!("starting metaclaw for {}-{repeat}", arm.as_str()));
+            let home = Instance::home_of(&arm_dir);
+            let instance = Instance::start(&home, &loaded).await?;
+            (Some(instance), Some(loaded))
+        }
+    };
+    if !shared.records.arm_started(arm, repeat) {
+        // Before its first round, the library is the one it starts from.
+        let bank = instance
+            .as_ref()
+            .map(|_| Bank::library(&Home::at(Instance::home_of(&arm_dir)).skills_dir()));
+        let record = ArmRecord::new(settings, (arm, repeat), loaded.as_ref(), bank);
+        append(&ctx.dir.join("arms.jsonl"), &record)?;
+    }
+    let (agent, claw) = arm_agent(settings, ctx, shared, arm, instance.as_ref())?;
+    let result = run_arm(
+        settings,
+        &shared.bench,
+        &agent,
+        instance.as_ref(),
+        claw,
+        (arm, repeat),
+        &arm_dir,
+        &ctx.dir,
+        &shared.records,
+        progress,
+    )
+    .await;
+    if let Some(instance) = instance {
+        instance.stop().await;
+    }
+    result
+}
+
+/// The arm's agent, and its OpenClaw with the provider it calls (under
+/// `--agent openclaw`).
+fn arm_agent<'a>(
+    settings: &RunSettings,
+    ctx: &RunContext,
+    shared: &'a Shared,
+    arm: Arm,
+    instance: Option<&Instance>,
+) -> Result<(Agent, Option<(&'a OpenClaw, Provider)>)> {
+    // Where the agent's model calls go: the model's API, or the
+    // arm's metaclaw (which holds the key itself).
+    let (base, format, key) = match instance {
+        None => (&settings.api_base, settings.api_format, ctx.api_key.clone()),
+        Some(instance) => (&instance.base, ApiFormat::Openai, None),
+    };
+    let claw = shared.openclaw.as_ref().map(|openclaw| {
+        let provider = Provider {
+            base_url: base.clone(),
+            format,
+            model: settings.model.clone(),
+            api_key: key.clone(),
+            session: None,
+        };
+        (openclaw, provider)
+    });
+    let agent = Agent {
+        endpoint: Endpoint::new(base, format, key.as_deref(), "the model's key")?,
+        model: settings.model.clone(),
+        temperature: match arm.trains() {
+            true => settings.rl_temperature,
+            false => settings.temperature,
+        },
+        seed: settings.seed,
+        max_steps: settings.max_steps,
+        sandbox: shared.sandbox.clone(),
+        checks: shared.checks.clone(),
+        recorded: instance.map(Instance::store),
+    };
+    Ok((agent, claw))
 }
 
 #[allow(clippy::too_many_arguments)]

@@ -56,18 +56,7 @@ fn precompile_plugins(home: &Home, config: &metaclaw_core::config::Config) {
 }
 
 pub fn start(home: &Home, config_path: &Path, args: StartArgs) -> Result<ExitCode> {
-    let mut loaded = load_config(config_path)?;
-    if let Some(port) = args.port {
-        loaded.config.proxy.port = port;
-    }
-    if let Some(mode) = args.mode {
-        let mode = match mode.as_str() {
-            "rl" => Mode::Rl,
-            "auto" => Mode::Auto,
-            _ => Mode::SkillsOnly,
-        };
-        metaclaw_core::config::inert::override_mode(&mut loaded, mode);
-    }
+    let loaded = start_config(config_path, &args)?;
     daemon::check_servable(&loaded, args.demo)?;
     home.ensure()?;
 
@@ -77,18 +66,8 @@ pub fn start(home: &Home, config_path: &Path, args: StartArgs) -> Result<ExitCod
         return run_foreground(home, loaded, &args, max_log_bytes);
     }
 
-    if let Some(info) = home.running()? {
-        eprintln!(
-            "metaclaw is already running: {} (pid {}, home {})",
-            info.url,
-            info.pid,
-            home.root.display()
-        );
+    if already_running(home)? {
         return Ok(ExitCode::FAILURE);
-    }
-    if home.read_pid_file().is_some() {
-        home.remove_pid_file();
-        eprintln!("note: removed a stale pid file (its process is gone)");
     }
     // Here, so that the line is on the terminal; the daemon need not look.
     if !args.no_builtin_skills && !args.demo {
@@ -100,17 +79,7 @@ pub fn start(home: &Home, config_path: &Path, args: StartArgs) -> Result<ExitCod
     // The daemon is this binary in the foreground, detached from the
     // terminal (own process group) with its output in the log file.
     let log_path = home.log_file();
-    // The daemon rotates its log while it runs; one left over the limit by
-    // an earlier run is rotated here, before the offset of this start's
-    // lines is taken.
-    if std::fs::metadata(&log_path).is_ok_and(|m| m.len() >= max_log_bytes)
-        && let Err(e) = metaclaw_core::logging::rotate_files(&log_path, log_config.keep)
-    {
-        eprintln!("warning: cannot rotate {}: {e}", log_path.display());
-    }
-    let log = metaclaw_core::logging::open_log(&log_path)
-        .with_context(|| format!("cannot open {}", log_path.display()))?;
-    let log_start = log.metadata().map(|m| m.len()).unwrap_or(0);
+    let (log, log_start) = open_start_log(&log_path, max_log_bytes, log_config.keep)?;
     let mut child = spawn_daemon(home, config_path, &args, &log_path, log)?;
 
     let started = Instant::now();
@@ -127,17 +96,7 @@ pub fn start(home: &Home, config_path: &Path, args: StartArgs) -> Result<ExitCod
     say!("  logs: {}", log_path.display());
     // A wiring failure leaves the daemon serving and the agent's files as
     // they were; it still makes `start` fail so scripts notice.
-    let mut wired_ok = true;
-    if !args.no_wire
-        && let Err(e) = super::claws_cmd::wire_after_start(home, &loaded, &info.url, args.demo)
-    {
-        eprintln!("error: {e:#}");
-        eprintln!(
-            "metaclaw keeps running at {}; point the agent at {}/v1 yourself, or fix the file and run `metaclaw stop && metaclaw start`",
-            info.url, info.url
-        );
-        wired_ok = false;
-    }
+    let wired_ok = args.no_wire || wire_agent(home, &loaded, &info, args.demo);
     if args.demo
         && let Err(e) = rt.block_on(super::demo::run(
             home,
@@ -156,6 +115,80 @@ pub fn start(home: &Home, config_path: &Path, args: StartArgs) -> Result<ExitCod
     } else {
         ExitCode::FAILURE
     })
+}
+
+/// Whether a daemon already runs on `home` (said so); a stale pid file
+/// is removed.
+fn already_running(home: &Home) -> Result<bool> {
+    if let Some(info) = home.running()? {
+        eprintln!(
+            "metaclaw is already running: {} (pid {}, home {})",
+            info.url,
+            info.pid,
+            home.root.display()
+        );
+        return Ok(true);
+    }
+    if home.read_pid_file().is_some() {
+        home.remove_pid_file();
+        eprintln!("note: removed a stale pid file (its process is gone)");
+    }
+    Ok(false)
+}
+
+/// The config, with `start`'s `--port` and `--mode` over it.
+fn start_config(
+    config_path: &Path,
+    args: &StartArgs,
+) -> Result<metaclaw_core::config::LoadedConfig> {
+    let mut loaded = load_config(config_path)?;
+    if let Some(port) = args.port {
+        loaded.config.proxy.port = port;
+    }
+    if let Some(mode) = args.mode {
+        let mode = match mode.as_str() {
+            "rl" => Mode::Rl,
+            "auto" => Mode::Auto,
+            _ => Mode::SkillsOnly,
+        };
+        metaclaw_core::config::inert::override_mode(&mut loaded, mode);
+    }
+    Ok(loaded)
+}
+
+/// The daemon's log, opened for appending, and its length before this
+/// start's lines.
+fn open_start_log(log_path: &Path, max_log_bytes: u64, keep: u32) -> Result<(std::fs::File, u64)> {
+    // The daemon rotates its log while it runs; one left over the limit by
+    // an earlier run is rotated here, before the offset of this start's
+    // lines is taken.
+    if std::fs::metadata(log_path).is_ok_and(|m| m.len() >= max_log_bytes)
+        && let Err(e) = metaclaw_core::logging::rotate_files(log_path, keep)
+    {
+        eprintln!("warning: cannot rotate {}: {e}", log_path.display());
+    }
+    let log = metaclaw_core::logging::open_log(log_path)
+        .with_context(|| format!("cannot open {}", log_path.display()))?;
+    let log_start = log.metadata().map(|m| m.len()).unwrap_or(0);
+    Ok((log, log_start))
+}
+
+/// Points the agent at the running daemon; false when that failed.
+fn wire_agent(
+    home: &Home,
+    loaded: &metaclaw_core::config::LoadedConfig,
+    info: &metaclaw_core::home::PidInfo,
+    demo: bool,
+) -> bool {
+    let Err(e) = super::claws_cmd::wire_after_start(home, loaded, &info.url, demo) else {
+        return true;
+    };
+    eprintln!("error: {e:#}");
+    eprintln!(
+        "metaclaw keeps running at {}; point the agent at {}/v1 yourself, or fix the file and run `metaclaw stop && metaclaw start`",
+        info.url, info.url
+    );
+    false
 }
 
 /// `start --foreground`: the daemon in this process, logging to the

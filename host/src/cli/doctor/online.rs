@@ -19,21 +19,8 @@ const ONLINE_TIMEOUT: Duration = Duration::from_secs(5);
 /// models to anyone, so there it is `GET /key`, which needs a valid one).
 pub(super) fn check_upstream_online(report: &mut Report, loaded: &LoadedConfig) -> Result<()> {
     let base = loaded.api_base();
-    let upstream = match metaclaw_core::proxy::upstream::Upstream::new(loaded, base.clone()) {
-        Ok(u) => u,
-        Err(e) => {
-            match e.downcast_ref::<metaclaw_core::http::ClientError>() {
-                Some(metaclaw_core::http::ClientError::NoCaCertificates { problem, fix }) => {
-                    report.error("online", problem.clone(), fix.clone());
-                }
-                _ => report.error(
-                    "online",
-                    format!("{e:#}"),
-                    "correct the key (`metaclaw setup --api-key-env VAR`)",
-                ),
-            }
-            return Ok(());
-        }
+    let Some(upstream) = upstream_or_report(report, loaded, &base) else {
+        return Ok(());
     };
     let path = if loaded.config.llm.provider == Provider::Openrouter {
         "/key"
@@ -50,7 +37,6 @@ pub(super) fn check_upstream_online(report: &mut Report, loaded: &LoadedConfig) 
         .await
     });
     let url = format!("{base}{path}");
-    let key_configured = loaded.config.llm.api_key.is_some();
     let (status, body) = match answer {
         Err(_) | Ok(Err(metaclaw_core::error::ApiError::UpstreamTimeout { .. })) => {
             report.error(
@@ -73,55 +59,108 @@ pub(super) fn check_upstream_online(report: &mut Report, loaded: &LoadedConfig) 
         }
         Ok(Ok(answer)) => answer,
     };
-    let detail = error_detail(&body);
-    match status.as_u16() {
-        200..=299 => {
-            let listed = model_listed(&body, loaded.config.llm.model_id.trim());
-            match (path, listed) {
-                ("/models", Some(false)) => report.warning(
+    Answer {
+        url: &url,
+        path,
+        status,
+        body: &body,
+    }
+    .report(report, loaded);
+    Ok(())
+}
+
+/// The upstream client for `base`; `None`, reported, when it cannot be
+/// made (no CA certificates, say).
+fn upstream_or_report(
+    report: &mut Report,
+    loaded: &LoadedConfig,
+    base: &str,
+) -> Option<metaclaw_core::proxy::upstream::Upstream> {
+    match metaclaw_core::proxy::upstream::Upstream::new(loaded, base.to_string()) {
+        Ok(u) => Some(u),
+        Err(e) => {
+            match e.downcast_ref::<metaclaw_core::http::ClientError>() {
+                Some(metaclaw_core::http::ClientError::NoCaCertificates { problem, fix }) => {
+                    report.error("online", problem.clone(), fix.clone());
+                }
+                _ => report.error(
                     "online",
-                    format!(
-                        "{url} answered {status} with the key, but does not list model {}",
-                        loaded.config.llm.model_id.trim()
-                    ),
-                    format!(
-                        "pick a model the upstream lists (GET {url}) and `metaclaw config set llm.model_id ID`"
-                    ),
-                ),
-                _ => report.ok(
-                    "online",
-                    format!(
-                        "{url} answered {status}{}",
-                        if key_configured { " with the key" } else { "" }
-                    ),
+                    format!("{e:#}"),
+                    "correct the key (`metaclaw setup --api-key-env VAR`)",
                 ),
             }
+            None
         }
-        401 | 403 if key_configured => report.error(
-            "online",
-            format!("{url} refused the key: {status}{detail}"),
-            match loaded.secret_sources.get("llm.api_key") {
-                Some(var) => format!("put a valid key for this upstream in ${var}"),
-                None => "put a valid key for this upstream in llm.api_key, or better an environment variable (`metaclaw setup --api-key-env VAR`)".to_string(),
-            },
-        ),
-        401 | 403 => report.warning(
-            "online",
-            format!("{url} wants a key: {status}{detail}; none is configured, so only the agent's own key can work"),
-            "give metaclaw the key with `metaclaw setup --api-key-env VAR`",
-        ),
-        404 => report.warning(
-            "online",
-            format!("{url} answered {status}: the upstream is reachable, but the key was not checked"),
-            "check llm.api_base: it is the API's base URL, which usually ends in /v1",
-        ),
-        _ => report.error(
-            "online",
-            format!("{url} answered {status}{detail}"),
-            "check llm.api_base and the provider's status page",
-        ),
     }
-    Ok(())
+}
+
+/// The upstream's answer to `GET {url}`.
+struct Answer<'a> {
+    url: &'a str,
+    /// `/models` or `/key`.
+    path: &'a str,
+    status: reqwest::StatusCode,
+    body: &'a [u8],
+}
+
+impl Answer<'_> {
+    /// What the answer says of the key and the model, in `report`.
+    fn report(&self, report: &mut Report, loaded: &LoadedConfig) {
+        let Self { url, status, .. } = *self;
+        let key_configured = loaded.config.llm.api_key.is_some();
+        let detail = error_detail(self.body);
+        match status.as_u16() {
+            200..=299 => self.report_success(report, loaded, key_configured),
+            401 | 403 if key_configured => report.error(
+                "online",
+                format!("{url} refused the key: {status}{detail}"),
+                match loaded.secret_sources.get("llm.api_key") {
+                    Some(var) => format!("put a valid key for this upstream in ${var}"),
+                    None => "put a valid key for this upstream in llm.api_key, or better an environment variable (`metaclaw setup --api-key-env VAR`)".to_string(),
+                },
+            ),
+            401 | 403 => report.warning(
+                "online",
+                format!("{url} wants a key: {status}{detail}; none is configured, so only the agent's own key can work"),
+                "give metaclaw the key with `metaclaw setup --api-key-env VAR`",
+            ),
+            404 => report.warning(
+                "online",
+                format!("{url} answered {status}: the upstream is reachable, but the key was not checked"),
+                "check llm.api_base: it is the API's base URL, which usually ends in /v1",
+            ),
+            _ => report.error(
+                "online",
+                format!("{url} answered {status}{detail}"),
+                "check llm.api_base and the provider's status page",
+            ),
+        }
+    }
+
+    /// A 2xx: fine, unless the model list leaves out the configured model.
+    fn report_success(&self, report: &mut Report, loaded: &LoadedConfig, key_configured: bool) {
+        let Self { url, status, .. } = *self;
+        let listed = model_listed(self.body, loaded.config.llm.model_id.trim());
+        match (self.path, listed) {
+            ("/models", Some(false)) => report.warning(
+                "online",
+                format!(
+                    "{url} answered {status} with the key, but does not list model {}",
+                    loaded.config.llm.model_id.trim()
+                ),
+                format!(
+                    "pick a model the upstream lists (GET {url}) and `metaclaw config set llm.model_id ID`"
+                ),
+            ),
+            _ => report.ok(
+                "online",
+                format!(
+                    "{url} answered {status}{}",
+                    if key_configured { " with the key" } else { "" }
+                ),
+            ),
+        }
+    }
 }
 
 /// `: message` from an OpenAI- or Anthropic-style error body, if any.

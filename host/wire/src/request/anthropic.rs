@@ -392,59 +392,7 @@ pub fn from_chat(request: &Value) -> Result<Value> {
         field: "messages",
         expected: "a list of chat messages",
     })?;
-    let mut system = Vec::new();
-    let mut out_messages: Vec<Value> = Vec::new();
-    for m in messages {
-        match m["role"].as_str().unwrap_or("") {
-            "system" | "developer" => system.push(value_text(&m["content"])),
-            "assistant" => {
-                let blocks = assistant_blocks(m);
-                if !blocks.is_empty() {
-                    out_messages.push(json!({"role": "assistant", "content": blocks}));
-                }
-            }
-            "tool" => {
-                let block = json!({
-                    "type": "tool_result",
-                    "tool_use_id": m["tool_call_id"],
-                    "content": value_text(&m["content"]),
-                });
-                // Results of one round of calls share one user turn.
-                match out_messages.last_mut() {
-                    Some(last)
-                        if last["role"] == "user"
-                            && last["content"]
-                                .as_array()
-                                .is_some_and(|b| b.iter().all(|b| b["type"] == "tool_result")) =>
-                    {
-                        if let Some(blocks) = last["content"].as_array_mut() {
-                            blocks.push(block);
-                        }
-                    }
-                    _ => out_messages.push(json!({"role": "user", "content": [block]})),
-                }
-            }
-            _ => {
-                let content = match &m["content"] {
-                    Value::String(s) => json!(s),
-                    Value::Array(parts) => Value::Array(
-                        parts
-                            .iter()
-                            .filter_map(|p| match p["type"].as_str() {
-                                Some("text") => Some(json!({"type": "text", "text": p["text"]})),
-                                Some("image_url") => {
-                                    Some(image_block(p["image_url"]["url"].as_str().unwrap_or("")))
-                                }
-                                _ => None,
-                            })
-                            .collect(),
-                    ),
-                    _ => json!(""),
-                };
-                out_messages.push(json!({"role": "user", "content": content}));
-            }
-        }
-    }
+    let (system, out_messages) = messages_from_chat(messages);
     let mut out = Map::new();
     out.insert("model".into(), request["model"].clone());
     let max_tokens = request["max_completion_tokens"]
@@ -457,6 +405,98 @@ pub fn from_chat(request: &Value) -> Result<Value> {
         out.insert("system".into(), json!(system));
     }
     out.insert("messages".into(), Value::Array(out_messages));
+    sampling_from_chat(request, &mut out);
+    if let Some(tools) = request["tools"].as_array() {
+        let tools: Vec<Value> = tools
+            .iter()
+            .filter(|t| t["type"] == "function")
+            .map(|t| tool_from_chat(&t["function"]))
+            .collect();
+        if !tools.is_empty() {
+            out.insert("tools".into(), Value::Array(tools));
+        }
+    }
+    if let Some(choice) = tool_choice_from_chat(request, out.contains_key("tools")) {
+        out.insert("tool_choice".into(), choice);
+    }
+    if request["stream"] == true {
+        out.insert("stream".into(), json!(true));
+    }
+    Ok(Value::Object(out))
+}
+
+/// Chat messages as Anthropic's: the system and developer texts apart
+/// (in order), the rest as user and assistant turns.
+fn messages_from_chat(messages: &[Value]) -> (Vec<String>, Vec<Value>) {
+    let mut system = Vec::new();
+    let mut out_messages: Vec<Value> = Vec::new();
+    for m in messages {
+        match m["role"].as_str().unwrap_or("") {
+            "system" | "developer" => system.push(value_text(&m["content"])),
+            "assistant" => {
+                let blocks = assistant_blocks(m);
+                if !blocks.is_empty() {
+                    out_messages.push(json!({"role": "assistant", "content": blocks}));
+                }
+            }
+            "tool" => push_tool_result(&mut out_messages, m),
+            _ => {
+                let content = user_content(&m["content"]);
+                out_messages.push(json!({"role": "user", "content": content}));
+            }
+        }
+    }
+    (system, out_messages)
+}
+
+/// A tool message as a `tool_result` block, in the user turn of the
+/// round's other results when the last turn is that.
+fn push_tool_result(out_messages: &mut Vec<Value>, m: &Value) {
+    let block = json!({
+        "type": "tool_result",
+        "tool_use_id": m["tool_call_id"],
+        "content": value_text(&m["content"]),
+    });
+    // Results of one round of calls share one user turn.
+    match out_messages.last_mut() {
+        Some(last)
+            if last["role"] == "user"
+                && last["content"]
+                    .as_array()
+                    .is_some_and(|b| b.iter().all(|b| b["type"] == "tool_result")) =>
+        {
+            if let Some(blocks) = last["content"].as_array_mut() {
+                blocks.push(block);
+            }
+        }
+        _ => out_messages.push(json!({"role": "user", "content": [block]})),
+    }
+}
+
+/// A user message's content: its text, or its text and image parts as
+/// blocks.
+fn user_content(content: &Value) -> Value {
+    match content {
+        Value::String(s) => json!(s),
+        Value::Array(parts) => Value::Array(
+            parts
+                .iter()
+                .filter_map(|p| match p["type"].as_str() {
+                    Some("text") => Some(json!({"type": "text", "text": p["text"]})),
+                    Some("image_url") => {
+                        Some(image_block(p["image_url"]["url"].as_str().unwrap_or("")))
+                    }
+                    _ => None,
+                })
+                .collect(),
+        ),
+        _ => json!(""),
+    }
+}
+
+/// `temperature`, `top_p`, `stop` (as `stop_sequences`) and `user` (as
+/// `metadata.user_id`), each where the request has it.
+fn sampling_from_chat(request: &Value, out: &mut Map<String, Value>) {
     for key in ["temperature", "top_p"] {
         if request[key].is_number() {
             out.insert(key.into(), request[key].clone());
@@ -474,32 +514,29 @@ pub fn from_chat(request: &Value) -> Result<Value> {
     if let Some(user) = request["user"].as_str() {
         out.insert("metadata".into(), json!({"user_id": user}));
     }
-    if let Some(tools) = request["tools"].as_array() {
-        let tools: Vec<Value> = tools
-            .iter()
-            .filter(|t| t["type"] == "function")
-            .map(|t| {
-                let f = &t["function"];
-                let mut tool = Map::new();
-                tool.insert("name".into(), f["name"].clone());
-                if f["description"].is_string() {
-                    tool.insert("description".into(), f["description"].clone());
-                }
-                tool.insert(
-                    "input_schema".into(),
-                    if f["parameters"].is_object() {
-                        f["parameters"].clone()
-                    } else {
-                        json!({"type": "object"})
-                    },
-                );
-                Value::Object(tool)
-            })
-            .collect();
-        if !tools.is_empty() {
-            out.insert("tools".into(), Value::Array(tools));
-        }
+}
+
+/// A chat tool's function as an Anthropic tool.
+fn tool_from_chat(f: &Value) -> Value {
+    let mut tool = Map::new();
+    tool.insert("name".into(), f["name"].clone());
+    if f["description"].is_string() {
+        tool.insert("description".into(), f["description"].clone());
     }
+    tool.insert(
+        "input_schema".into(),
+        if f["parameters"].is_object() {
+            f["parameters"].clone()
+        } else {
+            json!({"type": "object"})
+        },
+    );
+    Value::Object(tool)
+}
+
+/// `tool_choice` (with `parallel_tool_calls: false`) as Anthropic's; sent
+/// only with tools.
+fn tool_choice_from_chat(request: &Value, has_tools: bool) -> Option<Value> {
     let mut choice = match &request["tool_choice"] {
         Value::String(s) if s == "required" => Some(json!({"type": "any"})),
         Value::String(s) if s == "none" => Some(json!({"type": "none"})),
@@ -509,19 +546,11 @@ pub fn from_chat(request: &Value) -> Result<Value> {
             .map(|f| json!({"type": "tool", "name": f["name"]})),
         _ => None,
     };
-    if request["parallel_tool_calls"] == false && out.contains_key("tools") {
+    if request["parallel_tool_calls"] == false && has_tools {
         let c = choice.get_or_insert_with(|| json!({"type": "auto"}));
         c["disable_parallel_tool_use"] = json!(true);
     }
-    if let Some(choice) = choice
-        && out.contains_key("tools")
-    {
-        out.insert("tool_choice".into(), choice);
-    }
-    if request["stream"] == true {
-        out.insert("stream".into(), json!(true));
-    }
-    Ok(Value::Object(out))
+    choice.filter(|_| has_tools)
 }
 
 fn image_block(url: &str) -> Value {

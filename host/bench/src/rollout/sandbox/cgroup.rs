@@ -134,6 +134,14 @@ impl Cgroup {
         hits
     }
 
+    /// The limits the command ran into ([`Self::hits`]), then the
+    /// folders removed ([`Self::remove`]).
+    pub fn finish(self, limits: &Limits) -> Vec<String> {
+        let hits = self.hits(limits);
+        self.remove();
+        hits
+    }
+
     /// Removes the folders, waiting briefly for the last processes to go.
     pub fn remove(self) {
         let until = Instant::now() + REMOVE_WAIT;

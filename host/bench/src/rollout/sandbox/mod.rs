@@ -326,20 +326,84 @@ impl Sandbox {
         nonce: &str,
     ) -> Result<SplitOutput, NotRun> {
         let failed = NotRun::CannotStart;
-        let (reader, writer) = std::io::pipe().map_err(failed)?;
-        let (err_reader, err_writer) = if split {
-            let (r, w) = std::io::pipe().map_err(failed)?;
-            (Some(r), w)
-        } else {
-            (None, writer.try_clone().map_err(failed)?)
+        let pipes = Pipes::open(split).map_err(failed)?;
+        let (cgroup, no_cgroup) = self.call_cgroup(nonce);
+        let limits = self.limits;
+        let mut cmd = self.helper_command(dir, command, nonce, cgroup.as_ref());
+        let spawned = cmd
+            .env_clear()
+            .stdin(Stdio::null())
+            .stdout(pipes.writer)
+            .stderr(pipes.err_writer)
+            .process_group(0)
+            .spawn();
+        let mut child = match spawned {
+            Ok(child) => child,
+            Err(e) => {
+                if let Some(cgroup) = cgroup {
+                    cgroup.remove();
+                }
+                return Err(failed(e));
+            }
         };
-        // A cgroup where one can be made; else the helper bounds the
-        // command with rlimits alone, or refuses it (limits.rs).
-        let (cgroup, no_cgroup) =
-            match cgroup::Cgroup::create(&format!("metaclaw-sandbox-{nonce}"), &self.limits) {
-                Ok(cgroup) => (Some(cgroup), None),
-                Err(why) => (None, Some(why)),
-            };
+        // The parent's copies of the pipes' write ends go with `cmd`: the
+        // readers see the end when the helper and the command are gone.
+        drop(cmd);
+        let (rx, err_rx) = read_output(pipes.reader, pipes.err_reader, self.max_output);
+
+        let pid = rustix::process::Pid::from_child(&child);
+        let started = Instant::now();
+        // The helper ends the command at its deadline; this is the
+        // backstop should the helper itself hang.
+        let mut timed_out = !wait_exited(pid, started + self.timeout + GRACE);
+        // Whatever is left in the group (the command's own processes die
+        // with the PID namespace when its first process ends).
+        let _ = rustix::process::kill_process_group(pid, rustix::process::Signal::KILL);
+        let status = child.wait();
+        let limits_hit = cgroup.map_or_else(Vec::new, |cgroup| cgroup.finish(&limits));
+        let status = status.map_err(NotRun::Lost)?;
+        // The helper's own timeout status, after the deadline: killed.
+        if status.code() == Some(i32::from(enter::TIMEOUT_EXIT))
+            && started.elapsed() >= self.timeout
+        {
+            timed_out = true;
+        }
+        let (stdout, stderr) = collect_output(&rx, &err_rx, split);
+        if let Some(unconfined) = setup_failure(status, nonce, &stdout, &stderr, no_cgroup) {
+            return Err(unconfined);
+        }
+        let ended = if timed_out {
+            Ended::TimedOut
+        } else {
+            Ended::Exited(exit_code(status))
+        };
+        Ok(SplitOutput {
+            stdout,
+            stderr,
+            ended,
+            limits_hit,
+        })
+    }
+
+    /// A cgroup where one can be made; else the helper bounds the
+    /// command with rlimits alone, or refuses it (limits.rs), and the
+    /// reason is kept for a setup failure's message.
+    fn call_cgroup(&self, nonce: &str) -> (Option<cgroup::Cgroup>, Option<cgroup::CgroupError>) {
+        match cgroup::Cgroup::create(&format!("metaclaw-sandbox-{nonce}"), &self.limits) {
+            Ok(cgroup) => (Some(cgroup), None),
+            Err(why) => (None, Some(why)),
+        }
+    }
+
+    /// `metaclaw sandbox-exec` with this sandbox's limits on `dir`, in
+    /// `cgroup`'s dirs, running `command` (or the probe).
+    fn helper_command(
+        &self,
+        dir: &TaskDir,
+        command: Option<&str>,
+        nonce: &str,
+        cgroup: Option<&cgroup::Cgroup>,
+    ) -> Command {
         let limits = self.limits;
         let mut cmd = Command::new(&self.exe);
         cmd.arg("sandbox-exec")
@@ -367,121 +431,128 @@ impl Sandbox {
             Some(command) => cmd.arg("--").arg(command),
             None => cmd.arg("--probe"),
         };
-        let spawned = cmd
-            .env_clear()
-            .stdin(Stdio::null())
-            .stdout(writer)
-            .stderr(err_writer)
-            .process_group(0)
-            .spawn();
-        let mut child = match spawned {
-            Ok(child) => child,
-            Err(e) => {
-                if let Some(cgroup) = cgroup {
-                    cgroup.remove();
-                }
-                return Err(failed(e));
-            }
-        };
-        // The parent's copies of the pipes' write ends go with `cmd`: the
-        // readers see the end when the helper and the command are gone.
-        drop(cmd);
-        let cap = self.max_output;
-        // The readers end when the pipes close (above); not joined, so a
-        // pipe held open past the deadline cannot hold this call.
-        let (tx, rx) = mpsc::channel();
-        let _ = metaclaw_core::work::unjoined("metaclaw-sandbox-out", move || {
-            let _ = tx.send(read_capped(reader, cap));
-        });
-        let (err_tx, err_rx) = mpsc::channel();
-        if let Some(err_reader) = err_reader {
-            let _ = metaclaw_core::work::unjoined("metaclaw-sandbox-err", move || {
-                let _ = err_tx.send(read_capped(err_reader, cap));
-            });
-        } else {
-            drop(err_tx);
-        }
+        cmd
+    }
+}
 
-        let pid = rustix::process::Pid::from_child(&child);
-        let started = Instant::now();
-        // The helper ends the command at its deadline; this is the
-        // backstop should the helper itself hang.
-        let deadline = started + self.timeout + GRACE;
-        let mut timed_out = false;
-        loop {
-            // Exited, but not reaped: its pid (and group id) cannot be
-            // reused while the group is killed below.
-            let exited = rustix::process::waitid(
-                rustix::process::WaitId::Pid(pid),
-                rustix::process::WaitIdOptions::EXITED
-                    | rustix::process::WaitIdOptions::NOHANG
-                    | rustix::process::WaitIdOptions::NOWAIT,
-            );
-            if !matches!(exited, Ok(None)) {
-                break;
-            }
-            if Instant::now() >= deadline {
-                timed_out = true;
-                break;
-            }
-            std::thread::sleep(POLL);
-        }
-        // Whatever is left in the group (the command's own processes die
-        // with the PID namespace when its first process ends).
-        let _ = rustix::process::kill_process_group(pid, rustix::process::Signal::KILL);
-        let status = child.wait();
-        let limits_hit = match cgroup {
-            Some(cgroup) => {
-                let hits = cgroup.hits(&limits);
-                cgroup.remove();
-                hits
-            }
-            None => Vec::new(),
-        };
-        let status = status.map_err(NotRun::Lost)?;
-        // The helper's own timeout status, after the deadline: killed.
-        if status.code() == Some(i32::from(enter::TIMEOUT_EXIT))
-            && started.elapsed() >= self.timeout
-        {
-            timed_out = true;
-        }
-        let lost = |_| "[output lost: still held open]".to_string();
-        let stdout = rx.recv_timeout(DRAIN).unwrap_or_else(lost);
-        let stderr = if split {
-            err_rx.recv_timeout(DRAIN).unwrap_or_else(lost)
+/// The helper's output pipes: stdout's, and stderr's apart when split
+/// (else stderr's write end is a copy of stdout's).
+struct Pipes {
+    reader: std::io::PipeReader,
+    writer: std::io::PipeWriter,
+    err_reader: Option<std::io::PipeReader>,
+    err_writer: std::io::PipeWriter,
+}
+
+impl Pipes {
+    fn open(split: bool) -> std::io::Result<Self> {
+        let (reader, writer) = std::io::pipe()?;
+        let (err_reader, err_writer) = if split {
+            let (r, w) = std::io::pipe()?;
+            (Some(r), w)
         } else {
-            String::new()
+            (None, writer.try_clone()?)
         };
-        // Only the helper knows the nonce: a command printing the same
-        // words is the command's output.
-        let marker = setup_failed_line(nonce, "");
-        if status.code() == Some(i32::from(SETUP_EXIT)) {
-            let line = stdout
-                .lines()
-                .chain(stderr.lines())
-                .find(|l| l.starts_with(&marker));
-            if let Some(line) = line {
-                let cgroup = no_cgroup
-                    .map(|why| format!(" (no cgroup: {why})"))
-                    .unwrap_or_default();
-                return Err(NotRun::Unconfined(format!(
-                    "{}{cgroup}",
-                    &line[marker.len()..]
-                )));
-            }
-        }
-        let ended = if timed_out {
-            Ended::TimedOut
-        } else {
-            Ended::Exited(exit_code(status))
-        };
-        Ok(SplitOutput {
-            stdout,
-            stderr,
-            ended,
-            limits_hit,
+        Ok(Self {
+            reader,
+            writer,
+            err_reader,
+            err_writer,
         })
     }
+}
+
+/// Reads the helper's stdout (and stderr, when apart), each up to `cap`
+/// bytes, on threads of their own; each text comes on its channel (none
+/// comes on stderr's without its reader).
+fn read_output(
+    reader: std::io::PipeReader,
+    err_reader: Option<std::io::PipeReader>,
+    cap: usize,
+) -> (mpsc::Receiver<String>, mpsc::Receiver<String>) {
+    // The readers end when the pipes close (the helper and the command
+    // gone); not joined, so a pipe held open past the deadline cannot hold
+    // the call.
+    let (tx, rx) = mpsc::channel();
+    let _ = metaclaw_core::work::unjoined("metaclaw-sandbox-out", move || {
+        let _ = tx.send(read_capped(reader, cap));
+    });
+    let (err_tx, err_rx) = mpsc::channel();
+    if let Some(err_reader) = err_reader {
+        let _ = metaclaw_core::work::unjoined("metaclaw-sandbox-err", move || {
+            let _ = err_tx.send(read_capped(err_reader, cap));
+        });
+    } else {
+        drop(err_tx);
+    }
+    (rx, err_rx)
+}
+
+/// The helper's stdout and stderr (empty unless `split`), each waited
+/// for [`DRAIN`] at most.
+fn collect_output(
+    rx: &mpsc::Receiver<String>,
+    err_rx: &mpsc::Receiver<String>,
+    split: bool,
+) -> (String, String) {
+    let lost = |_| "[output lost: still held open]".to_string();
+    let stdout = rx.recv_timeout(DRAIN).unwrap_or_else(lost);
+    let stderr = if split {
+        err_rx.recv_timeout(DRAIN).unwrap_or_else(lost)
+    } else {
+        String::new()
+    };
+    (stdout, stderr)
+}
+
+/// Polls until the helper `pid` has exited (true) or `deadline` passed
+/// (false).
+fn wait_exited(pid: rustix::process::Pid, deadline: Instant) -> bool {
+    loop {
+        // Exited, but not reaped: its pid (and group id) cannot be
+        // reused while the caller kills the group.
+        let exited = rustix::process::waitid(
+            rustix::process::WaitId::Pid(pid),
+            rustix::process::WaitIdOptions::EXITED
+                | rustix::process::WaitIdOptions::NOHANG
+                | rustix::process::WaitIdOptions::NOWAIT,
+        );
+        if !matches!(exited, Ok(None)) {
+            return true;
+        }
+        if Instant::now() >= deadline {
+            return false;
+        }
+        std::thread::sleep(POLL);
+    }
+}
+
+/// The helper's setup-failure line, when it exited with [`SETUP_EXIT`]
+/// and said so, as [`NotRun::Unconfined`] (with why there is no cgroup).
+fn setup_failure(
+    status: std::process::ExitStatus,
+    nonce: &str,
+    stdout: &str,
+    stderr: &str,
+    no_cgroup: Option<cgroup::CgroupError>,
+) -> Option<NotRun> {
+    // Only the helper knows the nonce: a command printing the same
+    // words is the command's output.
+    let marker = setup_failed_line(nonce, "");
+    if status.code() != Some(i32::from(SETUP_EXIT)) {
+        return None;
+    }
+    let line = stdout
+        .lines()
+        .chain(stderr.lines())
+        .find(|l| l.starts_with(&marker))?;
+    let cgroup = no_cgroup
+        .map(|why| format!(" (no cgroup: {why})"))
+        .unwrap_or_default();
+    Some(NotRun::Unconfined(format!(
+        "{}{cgroup}",
+        &line[marker.len()..]
+    )))
 }
 
 /// A fresh random token for one helper call.

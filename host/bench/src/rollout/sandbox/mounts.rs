@@ -46,6 +46,25 @@ const TMP_TMPFS: &CStr = c"mode=1777,size=64m";
 /// under the system folders).
 pub fn enter_root(dir: &TaskDir, purpose: Purpose, limits: &Limits) -> Result<String> {
     let root = dir.root();
+    mount_root(&root)?;
+    bind_system(&root)?;
+    // Before anything else is mounted in the root: only the system
+    // folders can hold the binary's path.
+    let hidden = hide_own_binary(&root)?;
+    synthetic_etc(&root)?;
+    bind_devices(&root)?;
+    mount_tmp(&root)?;
+
+    let work = root.join(relative(WORKDIR));
+    std::fs::create_dir(&work)?;
+    workspace_copy(&dir.work(), &work, limits)?;
+
+    pivot_into(&root, purpose)?;
+    confirm_hidden(hidden)
+}
+
+/// A private tmpfs on `root`, the new root's filesystem.
+fn mount_root(root: &Path) -> Result<()> {
     // Nothing done here may propagate back to the host's mounts.
     rustix::mount::mount_change(
         "/",
@@ -54,13 +73,16 @@ pub fn enter_root(dir: &TaskDir, purpose: Purpose, limits: &Limits) -> Result<St
     .context("cannot make the mounts private")?;
     rustix::mount::mount(
         "tmpfs",
-        &root,
+        root,
         "tmpfs",
         MountFlags::NOSUID | MountFlags::NODEV,
         ROOT_TMPFS,
     )
-    .context("cannot mount the sandbox's root (tmpfs)")?;
+    .context("cannot mount the sandbox's root (tmpfs)")
+}
 
+/// [`SYSTEM`]'s folders bound read-only in `root`, its symlinks copied.
+fn bind_system(root: &Path) -> Result<()> {
     for system in SYSTEM {
         let source = Path::new(system);
         let target = root.join(relative(system));
@@ -79,10 +101,12 @@ pub fn enter_root(dir: &TaskDir, purpose: Purpose, limits: &Limits) -> Result<St
             Ok(_) => continue,
         }
     }
-    // Before anything else is mounted in the root: only the system
-    // folders can hold the binary's path.
-    let hidden = hide_own_binary(&root)?;
+    Ok(())
+}
 
+/// `root`'s `/etc`: the sandbox's users and names, and [`ETC`] bound
+/// read-only.
+fn synthetic_etc(root: &Path) -> Result<()> {
     let etc = root.join("etc");
     std::fs::create_dir(&etc)?;
     std::fs::write(etc.join("passwd"), PASSWD)?;
@@ -99,7 +123,11 @@ pub fn enter_root(dir: &TaskDir, purpose: Purpose, limits: &Limits) -> Result<St
         }
         bind(source, &target, true)?;
     }
+    Ok(())
+}
 
+/// `root`'s `/dev`: the host's [`DEVICES`] that exist, bound.
+fn bind_devices(root: &Path) -> Result<()> {
     let dev = root.join("dev");
     std::fs::create_dir(&dev)?;
     for device in DEVICES {
@@ -112,7 +140,11 @@ pub fn enter_root(dir: &TaskDir, purpose: Purpose, limits: &Limits) -> Result<St
         rustix::mount::mount_bind(&source, &target)
             .with_context(|| format!("cannot bind {}", source.display()))?;
     }
+    Ok(())
+}
 
+/// `root`'s `/tmp`: a private tmpfs.
+fn mount_tmp(root: &Path) -> Result<()> {
     let tmp = root.join("tmp");
     std::fs::create_dir(&tmp)?;
     rustix::mount::mount(
@@ -122,14 +154,15 @@ pub fn enter_root(dir: &TaskDir, purpose: Purpose, limits: &Limits) -> Result<St
         MountFlags::NOSUID | MountFlags::NODEV,
         TMP_TMPFS,
     )
-    .context("cannot mount /tmp (tmpfs)")?;
+    .context("cannot mount /tmp (tmpfs)")
+}
 
-    let work = root.join(relative(WORKDIR));
-    std::fs::create_dir(&work)?;
-    workspace_copy(&dir.work(), &work, limits)?;
-
+/// Moves into `root` (for a check, adding the `python` wrappers), makes
+/// it read-only and sits in the workspace; fails if the host's `/proc`
+/// is still there.
+fn pivot_into(root: &Path, purpose: Purpose) -> Result<()> {
     // Into the new root; the old one is detached and unreachable.
-    rustix::process::chdir(&root).context("cannot enter the sandbox's root")?;
+    rustix::process::chdir(root).context("cannot enter the sandbox's root")?;
     rustix::process::pivot_root(".", ".").context("pivot_root failed")?;
     rustix::mount::unmount(".", UnmountFlags::DETACH).context("cannot detach the host's root")?;
     rustix::process::chdir("/")?;
@@ -147,6 +180,12 @@ pub fn enter_root(dir: &TaskDir, purpose: Purpose, limits: &Limits) -> Result<St
     if std::fs::metadata("/proc/self").is_ok() {
         bail!("the host's /proc is still visible");
     }
+    Ok(())
+}
+
+/// Inside the new root: fails if metaclaw's binary, `hidden`, can still
+/// be read; what [`enter_root`] says of it.
+fn confirm_hidden(hidden: Option<PathBuf>) -> Result<String> {
     match hidden {
         None => Ok(String::new()),
         Some(exe) => {
