@@ -412,28 +412,7 @@ impl Policy {
                 self.not_ready("not connected to the training service"),
             ));
         };
-        let options = RenderOptions {
-            add_generation_prompt: true,
-            enable_thinking: format.enable_thinking,
-        };
-        // Rendering a long prompt takes milliseconds of CPU (tokenizing
-        // most of it): on a blocking thread, not the serving runtime's.
-        let rendered = {
-            let format = format.clone();
-            let messages = input.messages.to_vec();
-            let tools = input.tools.map(<[Value]>::to_vec);
-            tokio::task::spawn_blocking(move || {
-                format
-                    .renderer
-                    .render(&messages, tools.as_deref(), &options)
-            })
-            .await
-            .map_err(|e| Unavailable(format!("the renderer stopped: {e}")))?
-            .map_err(|e| Unavailable(format!("cannot render the messages: {e}")))?
-        };
-        if rendered.tokens.is_empty() {
-            return Err(Unavailable("the messages render to no tokens".into()));
-        }
+        let rendered = render(&format, &input).await?;
         let thinking_open = rendered.text.trim_end().ends_with("<think>");
         let (params, stop_ids) = self.sampling_params(&format, &input, rendered.tokens.len())?;
         // A group for main turns: the first answer is served.
@@ -441,9 +420,52 @@ impl Policy {
             true => self.settings.group_size.max(1),
             false => 1,
         };
+        let sequences = self
+            .draw(&serving, &rendered.tokens, &params, group)
+            .await?;
+        let mut sequences = sequences.into_iter();
+        let Some(sequence) = sequences.next() else {
+            return Err(Unavailable(
+                "the training service sampled no sequence".into(),
+            ));
+        };
+        let decode = Decode {
+            format: &format,
+            stop_ids: &stop_ids,
+            params: &params,
+            thinking_open,
+        };
+        let (parsed, finish_reason) = decode.read(&sequence)?;
+        let siblings = decode.siblings(sequences);
+        let drawn = Drawn {
+            serving: &serving,
+            format: &format,
+            prompt: rendered.tokens,
+            sequence,
+            parse_error: parsed.error.clone(),
+            siblings,
+        };
+        let sample = self.sample_record(&input, drawn);
+        Ok(Answer {
+            parsed,
+            finish_reason,
+            sample,
+            arm,
+        })
+    }
+
+    /// The prompt sampled on the served weights, `group` answers, within
+    /// `rl.sample_timeout`.
+    async fn draw(
+        &self,
+        serving: &Arc<Serving>,
+        prompt: &[i32],
+        params: &SamplingParams,
+        group: u32,
+    ) -> Result<Vec<tinker::types::Sequence>, Unavailable> {
         let sampled = tokio::time::timeout(
             self.settings.sample_timeout,
-            serving.sampler.sample(&rendered.tokens, &params, group),
+            serving.sampler.sample(prompt, params, group),
         )
         .await;
         let sampled = match sampled {
@@ -453,55 +475,41 @@ impl Policy {
                     self.settings.sample_timeout.as_secs_f64()
                 )));
             }
-            Ok(Err(e)) => return Err(self.sample_failed(&serving, e)),
+            Ok(Err(e)) => return Err(self.sample_failed(serving, e)),
             Ok(Ok(sampled)) => sampled,
         };
-        let mut sequences = sampled.sequences.into_iter();
-        let Some(sequence) = sequences.next() else {
-            return Err(Unavailable(
-                "the training service sampled no sequence".into(),
-            ));
-        };
-        let read = |sequence: &tinker::types::Sequence| {
-            read_sequence(&format, &stop_ids, &params, thinking_open, sequence)
-        };
-        let (parsed, finish_reason) = read(&sequence)?;
-        let siblings = sequences
-            .filter_map(|sibling| {
-                // One that cannot be decoded is left out of the group.
-                let (parsed, finish_reason) = read(&sibling).ok()?;
-                Some(Sibling {
-                    message: message_json(&parsed),
-                    finish_reason: finish_reason.to_string(),
-                    parse_error: parsed.error,
-                    stop_reason: stop_reason(sibling.stop_reason).into(),
-                    logprobs: sibling.logprobs.unwrap_or_default(),
-                    tokens: sibling.tokens,
-                })
-            })
-            .collect();
+        Ok(sampled.sequences)
+    }
+
+    /// The turn's sample as recorded: its trajectory linked (main turns),
+    /// and counted in the policy's health.
+    fn sample_record(&self, input: &TurnInput<'_>, drawn: Drawn<'_>) -> SampleRecord {
+        let Drawn {
+            serving,
+            format,
+            prompt,
+            sequence,
+            parse_error,
+            siblings,
+        } = drawn;
         let (trajectory, extends) = match input.main {
-            true => self.trajectories.link(
-                input.session,
-                input.turn_id,
-                &rendered.tokens,
-                &sequence.tokens,
-            ),
+            true => self
+                .trajectories
+                .link(input.session, input.turn_id, &prompt, &sequence.tokens),
             false => (input.turn_id.to_string(), None),
         };
         let logprobs = sequence.logprobs.unwrap_or_default();
-        let parse_error = parsed.error.clone();
         self.update_health(|h| {
             h.samples += 1;
             h.parse_errors += u64::from(parse_error.is_some());
         });
-        let sample = SampleRecord {
+        SampleRecord {
             base_model: self.settings.base_model.clone(),
             sampler: serving.sampler_name.clone(),
             policy_version: serving.version,
             rendering: format.renderer.id().to_string(),
             skill_generation: input.skill_generation,
-            prompt_tokens: rendered.tokens,
+            prompt_tokens: prompt,
             tokens: sequence.tokens,
             logprobs,
             stop_reason: stop_reason(sequence.stop_reason).into(),
@@ -511,13 +519,7 @@ impl Policy {
             siblings,
             off_policy: off_policy(input.temperature, input.top_p),
             run_agent: self.settings.run_agent.clone(),
-        };
-        Ok(Answer {
-            parsed,
-            finish_reason,
-            sample,
-            arm,
-        })
+        }
     }
 
     /// How to sample this turn: its `max_tokens` within `rl.max_new_tokens`
@@ -706,6 +708,87 @@ pub fn weights_gone(e: &tinker::Error) -> bool {
         }
         _ => false,
     }
+}
+
+/// The turn's messages rendered to the prompt's tokens. Rendering a long
+/// prompt takes milliseconds of CPU (tokenizing most of it): on a
+/// blocking thread, not the serving runtime's.
+async fn render(
+    format: &Arc<ChatFormat>,
+    input: &TurnInput<'_>,
+) -> Result<metaclaw_chat::render::Rendered, Unavailable> {
+    let options = RenderOptions {
+        add_generation_prompt: true,
+        enable_thinking: format.enable_thinking,
+    };
+    let rendered = {
+        let format = format.clone();
+        let messages = input.messages.to_vec();
+        let tools = input.tools.map(<[Value]>::to_vec);
+        tokio::task::spawn_blocking(move || {
+            format
+                .renderer
+                .render(&messages, tools.as_deref(), &options)
+        })
+        .await
+        .map_err(|e| Unavailable(format!("the renderer stopped: {e}")))?
+        .map_err(|e| Unavailable(format!("cannot render the messages: {e}")))?
+    };
+    if rendered.tokens.is_empty() {
+        return Err(Unavailable("the messages render to no tokens".into()));
+    }
+    Ok(rendered)
+}
+
+/// How a turn's sampled sequences are read back into answers.
+struct Decode<'a> {
+    format: &'a ChatFormat,
+    stop_ids: &'a [i32],
+    params: &'a SamplingParams,
+    thinking_open: bool,
+}
+
+impl Decode<'_> {
+    fn read(
+        &self,
+        sequence: &tinker::types::Sequence,
+    ) -> Result<(Parsed, &'static str), Unavailable> {
+        read_sequence(
+            self.format,
+            self.stop_ids,
+            self.params,
+            self.thinking_open,
+            sequence,
+        )
+    }
+
+    /// The group's other answers, as kept beside the served one.
+    fn siblings(&self, rest: impl Iterator<Item = tinker::types::Sequence>) -> Vec<Sibling> {
+        rest.filter_map(|sibling| {
+            // One that cannot be decoded is left out of the group.
+            let (parsed, finish_reason) = self.read(&sibling).ok()?;
+            Some(Sibling {
+                message: message_json(&parsed),
+                finish_reason: finish_reason.to_string(),
+                parse_error: parsed.error,
+                stop_reason: stop_reason(sibling.stop_reason).into(),
+                logprobs: sibling.logprobs.unwrap_or_default(),
+                tokens: sibling.tokens,
+            })
+        })
+        .collect()
+    }
+}
+
+/// What a turn sampled, for its record.
+struct Drawn<'a> {
+    serving: &'a Serving,
+    format: &'a ChatFormat,
+    prompt: Vec<i32>,
+    /// The served answer.
+    sequence: tinker::types::Sequence,
+    parse_error: Option<String>,
+    siblings: Vec<Sibling>,
 }
 
 /// A sampled sequence as an answer: decoded (without the stop token, and

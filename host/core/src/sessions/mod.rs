@@ -234,22 +234,17 @@ impl Tracker {
     ) -> Result<SessionInfo, OtherAgent> {
         let owner = hints.agent.cloned().unwrap_or_else(AgentId::default_agent);
         let (base, source, agent_id, window) = derive(hints);
-        let base: Arc<str> = base.into();
+        let asked = Asked {
+            base: base.into(),
+            source,
+            agent_id,
+            window,
+            owner: &owner,
+        };
         let now = Instant::now();
         let mut ended = Vec::new();
 
-        let known = self
-            .live
-            .lock()
-            .map(|l| l.contains_key(&base))
-            .unwrap_or(false);
-        // First sight of this key since start: continue where the store left
-        // off (windows, message counts), outside the lock.
-        let stored = if known {
-            None
-        } else {
-            self.store.latest_for_base(&base).ok().flatten()
-        };
+        let stored = self.stored_unless_known(&asked.base);
         let other = |session: &str, theirs: &AgentId| OtherAgent {
             session: session.to_string(),
             owner: theirs.clone(),
@@ -262,67 +257,31 @@ impl Tracker {
         }
 
         // Without the live table (a poisoned lock): the session as asked.
-        let as_asked =
-            |agent_id| session_info(&base, source, agent_id, window.unwrap_or(0), &owner);
+        let as_asked = || asked.info(window.unwrap_or(0));
         let info = {
             let Ok(mut live) = self.live.lock() else {
-                return Ok(as_asked(agent_id));
+                return Ok(as_asked());
             };
-            if let Some(entry) = live.get(&base)
+            if let Some(entry) = live.get(&asked.base)
                 && entry.current.agent != owner
             {
                 return Err(other(&entry.current.id, &entry.current.agent));
             }
-            if !live.contains_key(&base) {
-                let (start_window, count) = stored
-                    .as_ref()
-                    .map(|s| (s.window, s.last_message_count))
-                    .unwrap_or((window.unwrap_or(0), 0));
-                live.insert(
-                    base.clone(),
-                    Live {
-                        current: session_info(
-                            &base,
-                            source,
-                            agent_id.clone(),
-                            start_window,
-                            &owner,
-                        ),
-                        last_activity: now,
-                        last_message_count: count,
-                        in_flight: 0,
-                        last_main: None,
-                        shrink_windows: window.is_none()
-                            && matches!(
-                                source,
-                                SessionSource::OpenclawRuntime | SessionSource::Fingerprint
-                            ),
-                    },
-                );
-                if stored.as_ref().is_none_or(|s| s.status != "active") {
-                    self.metrics.sessions_started.inc();
-                }
+            if !live.contains_key(&asked.base) {
+                self.first_sight(&mut live, &asked, stored.as_ref(), now);
             }
-            let Some(entry) = live.get_mut(&base) else {
-                return Ok(as_asked(agent_id));
+            let Some(entry) = live.get_mut(&asked.base) else {
+                return Ok(as_asked());
             };
-            let current_window = entry.current.window;
-            let next_window = match window {
-                // prompt_cache_key: the boundary count is the window.
-                Some(n) if n > current_window => Some(n),
+            let next_window = match next_window(entry, window, hints.message_count) {
                 // A late request from an older window: record it there.
-                Some(n) if n < current_window => {
-                    return Ok(session_info(&base, source, agent_id, n, &owner));
-                }
-                Some(_) => None,
-                None if entry.shrink_windows && hints.message_count < entry.last_message_count => {
-                    Some(current_window + 1)
-                }
-                None => None,
+                Window::Older(n) => return Ok(asked.info(n)),
+                Window::Next(n) => Some(n),
+                Window::Same => None,
             };
             if let Some(n) = next_window {
                 ended.push(entry.current.clone());
-                entry.current = session_info(&base, source, agent_id, n, &owner);
+                entry.current = asked.info(n);
                 self.metrics.sessions_started.inc();
             }
             entry.last_message_count = hints.message_count;
@@ -337,6 +296,53 @@ impl Tracker {
             self.publish_end(old, EndReason::Reset);
         }
         Ok(info)
+    }
+
+    /// First sight of this key since start: continue where the store left
+    /// off (windows, message counts), outside the lock.
+    fn stored_unless_known(&self, base: &str) -> Option<StoredSession> {
+        let known = self
+            .live
+            .lock()
+            .map(|l| l.contains_key(base))
+            .unwrap_or(false);
+        if known {
+            None
+        } else {
+            self.store.latest_for_base(base).ok().flatten()
+        }
+    }
+
+    /// A key's live state at first sight (under the live table's lock, the
+    /// caller's): from the store's latest session of it, if any.
+    fn first_sight(
+        &self,
+        live: &mut HashMap<Arc<str>, Live>,
+        asked: &Asked<'_>,
+        stored: Option<&StoredSession>,
+        now: Instant,
+    ) {
+        let (start_window, count) = stored
+            .map(|s| (s.window, s.last_message_count))
+            .unwrap_or((asked.window.unwrap_or(0), 0));
+        live.insert(
+            asked.base.clone(),
+            Live {
+                current: asked.info(start_window),
+                last_activity: now,
+                last_message_count: count,
+                in_flight: 0,
+                last_main: None,
+                shrink_windows: asked.window.is_none()
+                    && matches!(
+                        asked.source,
+                        SessionSource::OpenclawRuntime | SessionSource::Fingerprint
+                    ),
+            },
+        );
+        if stored.is_none_or(|s| s.status != "active") {
+            self.metrics.sessions_started.inc();
+        }
     }
 
     /// Which attempt main turn `turn_id` of `session` is: a retry when the
@@ -509,6 +515,55 @@ fn derive(hints: &Hints<'_>) -> (String, SessionSource, Option<Arc<str>>, Option
         None,
         None,
     )
+}
+
+/// What a turn's hints ask for: its conversation key, where it comes
+/// from, and its window when the hints say.
+struct Asked<'a> {
+    base: Arc<str>,
+    source: SessionSource,
+    agent_id: Option<Arc<str>>,
+    window: Option<u32>,
+    owner: &'a AgentId,
+}
+
+impl Asked<'_> {
+    /// The session of window `window` of the key asked for.
+    fn info(&self, window: u32) -> SessionInfo {
+        session_info(
+            &self.base,
+            self.source,
+            self.agent_id.clone(),
+            window,
+            self.owner,
+        )
+    }
+}
+
+/// Which window a turn goes to, against its key's current one.
+enum Window {
+    Same,
+    /// A new one: the current session ends.
+    Next(u32),
+    /// An older one (a late request).
+    Older(u32),
+}
+
+/// The window a turn with `message_count` messages goes to: the one its
+/// hints say, else a new one when windows are told by the history
+/// shrinking and it shrank.
+fn next_window(entry: &Live, window: Option<u32>, message_count: u32) -> Window {
+    let current_window = entry.current.window;
+    match window {
+        // prompt_cache_key: the boundary count is the window.
+        Some(n) if n > current_window => Window::Next(n),
+        Some(n) if n < current_window => Window::Older(n),
+        Some(_) => Window::Same,
+        None if entry.shrink_windows && message_count < entry.last_message_count => {
+            Window::Next(current_window + 1)
+        }
+        None => Window::Same,
+    }
 }
 
 fn session_info(

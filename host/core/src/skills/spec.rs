@@ -87,28 +87,53 @@ pub fn refusal(text: &str, folder: Option<&str>) -> Option<String> {
 /// the folder holding it, which `name` must equal. Empty: an agent takes it.
 pub fn check(text: &str, folder: Option<&str>) -> Vec<Finding> {
     let mut out = Vec::new();
+    let (map, body) = match frontmatter(text) {
+        Ok(parts) => parts,
+        Err(refused) => return vec![refused],
+    };
+    check_name(&map, folder, &mut out);
+    check_description(&map, &mut out);
+    check_texts(&map, &mut out);
+    check_metadata(&map, &mut out);
+    for key in map.keys().filter(|k| !TOP_LEVEL.contains(&k.as_str())) {
+        out.push(Finding::refused(
+            key,
+            "not a top-level key of the spec (name, description, license, compatibility, metadata, allowed-tools): move it under `metadata`",
+        ));
+    }
+    check_body(body, &mut out);
+    out
+}
+
+/// The frontmatter as a map, and the body; why not, where it is no map.
+fn frontmatter(text: &str) -> Result<(serde_json::Map<String, Value>, &str), Finding> {
     let (yaml, body) = match super::skill::split(text) {
         Ok(parts) => parts,
-        Err(e) => return vec![Finding::refused("frontmatter", e.to_string())],
+        Err(e) => return Err(Finding::refused("frontmatter", e.to_string())),
     };
     let map = match serde_saphyr::from_str::<Value>(yaml) {
         Ok(Value::Object(map)) => map,
         Ok(Value::Null) => serde_json::Map::new(),
         Ok(_) => {
-            return vec![Finding::refused(
+            return Err(Finding::refused(
                 "frontmatter",
                 "must be a YAML map of `key: value` lines",
-            )];
+            ));
         }
         Err(e) => {
             let e = e.to_string();
             let first = e.lines().next().unwrap_or_default().to_string();
-            return vec![Finding::refused(
+            return Err(Finding::refused(
                 "frontmatter",
                 format!("not valid YAML: {first}"),
-            )];
+            ));
         }
     };
+    Ok((map, body))
+}
+
+/// `name`: the spec's rule, and the folder's name.
+fn check_name(map: &serde_json::Map<String, Value>, folder: Option<&str>, out: &mut Vec<Finding>) {
     match map.get("name") {
         Some(Value::String(name)) => {
             if let Some(why) = bad_name(name) {
@@ -126,6 +151,10 @@ pub fn check(text: &str, folder: Option<&str>) -> Vec<Finding> {
         Some(_) => out.push(Finding::refused("name", "must be text")),
         None => out.push(Finding::refused("name", "required")),
     }
+}
+
+/// `description`: text, neither empty nor too long.
+fn check_description(map: &serde_json::Map<String, Value>, out: &mut Vec<Finding>) {
     match map.get("description") {
         Some(Value::String(d)) if d.trim().is_empty() => {
             out.push(Finding::refused("description", "must not be empty"));
@@ -143,6 +172,11 @@ pub fn check(text: &str, folder: Option<&str>) -> Vec<Finding> {
         Some(_) => out.push(Finding::refused("description", "must be text")),
         None => out.push(Finding::refused("description", "required")),
     }
+}
+
+/// The optional text keys: `license`, `compatibility` (not too long),
+/// `allowed-tools`.
+fn check_texts(map: &serde_json::Map<String, Value>, out: &mut Vec<Finding>) {
     match map.get("license") {
         None | Some(Value::String(_)) => {}
         Some(_) => out.push(Finding::refused("license", "must be text")),
@@ -167,6 +201,10 @@ pub fn check(text: &str, folder: Option<&str>) -> Vec<Finding> {
             "must be text (tool names separated by spaces)",
         )),
     }
+}
+
+/// `metadata`: a map of keys to strings.
+fn check_metadata(map: &serde_json::Map<String, Value>, out: &mut Vec<Finding>) {
     match map.get("metadata") {
         None => {}
         Some(Value::Object(entries)) => {
@@ -186,12 +224,10 @@ pub fn check(text: &str, folder: Option<&str>) -> Vec<Finding> {
             "must be a map of keys to strings",
         )),
     }
-    for key in map.keys().filter(|k| !TOP_LEVEL.contains(&k.as_str())) {
-        out.push(Finding::refused(
-            key,
-            "not a top-level key of the spec (name, description, license, compatibility, metadata, allowed-tools): move it under `metadata`",
-        ));
-    }
+}
+
+/// The body: advice when it is empty, or longer than the spec advises.
+fn check_body(body: &str, out: &mut Vec<Finding>) {
     if body.trim().is_empty() {
         out.push(Finding::advice("body", "empty: nothing to load when used"));
     }
@@ -210,7 +246,6 @@ pub fn check(text: &str, folder: Option<&str>) -> Vec<Finding> {
             format!("about {tokens} tokens; the spec advises under {ADVISED_BODY_TOKENS} (move detail to references/)"),
         ));
     }
-    out
 }
 
 /// Why `name` breaks the spec's rule, if it does: 1-64 lowercase letters,

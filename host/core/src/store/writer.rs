@@ -16,7 +16,7 @@ use serde_json::{Map, Value};
 
 use tokio::sync::OwnedSemaphorePermit;
 
-use super::{Capture, Op, ServedBy, TurnRecord, TurnStatus, TurnType};
+use super::{Capture, Op, RecordedRequest, ServedBy, TurnRecord, TurnStatus, TurnType};
 use crate::digest::sha256_hex;
 use crate::metrics::Metrics;
 use crate::redact::Redactor;
@@ -254,90 +254,12 @@ impl Writer {
 
     fn prepare(&mut self, turn: &TurnRecord) -> Prepared {
         let mut blobs = Vec::new();
-        let mut message_hashes = Vec::new();
-        let mut tools_blob = None;
-        let mut params = Map::new();
-        let request = &turn.request;
-        let body = &request.body;
-        let text = |range: &Range<usize>| {
-            body.get(range.clone())
-                .and_then(|b| std::str::from_utf8(b).ok())
-                .unwrap_or("null")
-        };
-        for message in &request.messages {
-            message_hashes.push(self.blob(body, text(message), &mut blobs));
-        }
-        if let Some(tools) = &request.tools {
-            tools_blob = Some(self.blob(body, text(tools), &mut blobs));
-        }
-        for (name, value) in &request.params {
-            params.insert(
-                name.clone(),
-                serde_json::from_str(text(value)).unwrap_or(Value::Null),
-            );
-        }
-        let mut params = Value::Object(params);
-        self.redactor.redact_json(&mut params);
-
-        let mut status = turn.status;
-        let response = match &turn.response {
-            Capture::None => None,
-            Capture::Answer { bytes, read } => {
-                let (value, done) = read(bytes);
-                let finished = Completion::read(&value).finished();
-                if status == TurnStatus::Ok && !done && !finished {
-                    status = TurnStatus::Incomplete;
-                }
-                Some(value)
-            }
-        };
-        let mut redacted_answer = false;
-        let response = response.map(|mut v| {
-            let before = matches!(turn.served_by, ServedBy::Student(_)).then(|| v.clone());
-            self.redactor.redact_json(&mut v);
-            redacted_answer = before.is_some_and(|b| b != v);
-            v
-        });
-        // Token ids cannot be redacted: a student turn whose prompt or
-        // answer held a secret keeps its sample's metadata but no tokens.
-        let withheld = match &turn.served_by {
-            ServedBy::Student(_) => {
-                let secret_in_prompt = request.messages.iter().any(|m| {
-                    let text = text(m);
-                    self.redactor.redact_str(text) != text
-                });
-                (secret_in_prompt || redacted_answer)
-                    .then(|| "a secret was redacted from the prompt or the answer".to_string())
-            }
-            _ => None,
-        };
-        let siblings = match (&turn.served_by, &withheld) {
-            (ServedBy::Student(sample), None) => sample
-                .siblings
-                .iter()
-                .enumerate()
-                .filter_map(|(i, sibling)| {
-                    let mut message = sibling.message.clone();
-                    self.redactor.redact_json(&mut message);
-                    (message == sibling.message).then_some((i, message))
-                })
-                .collect(),
-            _ => Vec::new(),
-        };
-        // Only main turns are scored, and only when someone listens.
-        let scoring = (self.on_recorded.is_some() && turn.turn_type == TurnType::Main).then(|| {
-            let messages = request
-                .scored
-                .iter()
-                .filter_map(|&i| request.messages.get(i))
-                .map(|range| {
-                    let mut value: Value = serde_json::from_str(text(range)).unwrap_or(Value::Null);
-                    self.redactor.redact_json(&mut value);
-                    value
-                })
-                .collect();
-            (messages, response.clone())
-        });
+        let (message_hashes, tools_blob) = self.request_blobs(&turn.request, &mut blobs);
+        let params = self.request_params(&turn.request);
+        let (status, response, redacted_answer) = self.read_response(turn);
+        let withheld = self.withheld(turn, redacted_answer);
+        let siblings = self.kept_siblings(turn, &withheld);
+        let scoring = self.scoring(turn, &response);
         let usage = response
             .as_ref()
             .and_then(|r| r.get("usage"))
@@ -365,6 +287,123 @@ impl Writer {
             withheld,
             siblings,
         }
+    }
+
+    /// The request's messages and tool list as blobs (new ones added to
+    /// `blobs`): the messages' hashes, and the tool list's.
+    fn request_blobs(
+        &mut self,
+        request: &RecordedRequest,
+        blobs: &mut Vec<(String, String)>,
+    ) -> (Vec<String>, Option<String>) {
+        let body = &request.body;
+        let mut message_hashes = Vec::new();
+        let mut tools_blob = None;
+        for message in &request.messages {
+            message_hashes.push(self.blob(body, json_at(body, message), blobs));
+        }
+        if let Some(tools) = &request.tools {
+            tools_blob = Some(self.blob(body, json_at(body, tools), blobs));
+        }
+        (message_hashes, tools_blob)
+    }
+
+    /// The request's other parameters, redacted.
+    fn request_params(&self, request: &RecordedRequest) -> Value {
+        let mut params = Map::new();
+        for (name, value) in &request.params {
+            params.insert(
+                name.clone(),
+                serde_json::from_str(json_at(&request.body, value)).unwrap_or(Value::Null),
+            );
+        }
+        let mut params = Value::Object(params);
+        self.redactor.redact_json(&mut params);
+        params
+    }
+
+    /// The answer as read (redacted), the turn's status (an answer that
+    /// did not finish makes an ok turn incomplete), and whether redaction
+    /// changed a student's answer.
+    fn read_response(&self, turn: &TurnRecord) -> (TurnStatus, Option<Value>, bool) {
+        let mut status = turn.status;
+        let response = match &turn.response {
+            Capture::None => None,
+            Capture::Answer { bytes, read } => {
+                let (value, done) = read(bytes);
+                let finished = Completion::read(&value).finished();
+                if status == TurnStatus::Ok && !done && !finished {
+                    status = TurnStatus::Incomplete;
+                }
+                Some(value)
+            }
+        };
+        let mut redacted_answer = false;
+        let response = response.map(|mut v| {
+            let before = matches!(turn.served_by, ServedBy::Student(_)).then(|| v.clone());
+            self.redactor.redact_json(&mut v);
+            redacted_answer = before.is_some_and(|b| b != v);
+            v
+        });
+        (status, response, redacted_answer)
+    }
+
+    /// Token ids cannot be redacted: a student turn whose prompt or
+    /// answer held a secret keeps its sample's metadata but no tokens.
+    fn withheld(&self, turn: &TurnRecord, redacted_answer: bool) -> Option<String> {
+        let request = &turn.request;
+        match &turn.served_by {
+            ServedBy::Student(_) => {
+                let secret_in_prompt = request.messages.iter().any(|m| {
+                    let text = json_at(&request.body, m);
+                    self.redactor.redact_str(text) != text
+                });
+                (secret_in_prompt || redacted_answer)
+                    .then(|| "a secret was redacted from the prompt or the answer".to_string())
+            }
+            _ => None,
+        }
+    }
+
+    /// A student turn's sibling answers that held no secret, by index
+    /// (none when its tokens are withheld).
+    fn kept_siblings(&self, turn: &TurnRecord, withheld: &Option<String>) -> Vec<(usize, Value)> {
+        match (&turn.served_by, withheld) {
+            (ServedBy::Student(sample), None) => sample
+                .siblings
+                .iter()
+                .enumerate()
+                .filter_map(|(i, sibling)| {
+                    let mut message = sibling.message.clone();
+                    self.redactor.redact_json(&mut message);
+                    (message == sibling.message).then_some((i, message))
+                })
+                .collect(),
+            _ => Vec::new(),
+        }
+    }
+
+    /// Only main turns are scored, and only when someone listens.
+    fn scoring(
+        &self,
+        turn: &TurnRecord,
+        response: &Option<Value>,
+    ) -> Option<(Vec<Value>, Option<Value>)> {
+        let request = &turn.request;
+        (self.on_recorded.is_some() && turn.turn_type == TurnType::Main).then(|| {
+            let messages = request
+                .scored
+                .iter()
+                .filter_map(|&i| request.messages.get(i))
+                .map(|range| {
+                    let mut value: Value =
+                        serde_json::from_str(json_at(&request.body, range)).unwrap_or(Value::Null);
+                    self.redactor.redact_json(&mut value);
+                    value
+                })
+                .collect();
+            (messages, response.clone())
+        })
     }
 
     /// The blob hash of a raw JSON value (sha256 of its bytes as the agent
@@ -429,6 +468,14 @@ impl RecentBlobs {
     }
 }
 
+/// The JSON text at `range` of a request's body (`null` where it is not
+/// text).
+fn json_at<'a>(body: &'a [u8], range: &Range<usize>) -> &'a str {
+    body.get(range.clone())
+        .and_then(|b| std::str::from_utf8(b).ok())
+        .unwrap_or("null")
+}
+
 fn insert_rewards(
     tx: &Transaction<'_>,
     turn_id: &str,
@@ -439,31 +486,47 @@ fn insert_rewards(
 }
 
 fn insert_turn(tx: &Transaction<'_>, t: &TurnRecord, p: &Prepared) -> rusqlite::Result<i64> {
-    {
-        let mut stmt =
-            tx.prepare_cached("INSERT OR IGNORE INTO blobs (hash, json) VALUES (?1, ?2)")?;
-        for (hash, json) in &p.blobs {
-            stmt.execute(params![hash, json])?;
-        }
-    }
+    insert_blobs(tx, &p.blobs)?;
     // A retry is the same turn again: it replaces the attempts before it.
     let main = i64::from(t.turn_type == TurnType::Main && t.retry_of.is_none());
     if let Some(first) = &t.retry_of {
-        super::outcomes::turns_replaced(tx, &t.session.id, first)?;
-        tx.prepare_cached(
-            "UPDATE turns SET turn_type = ?3
-             WHERE session_id = ?1 AND turn_type = ?4 AND (id = ?2 OR retry_of = ?2)",
-        )?
-        .execute(params![
-            &*t.session.id,
-            &**first,
-            TurnType::Retried.as_str(),
-            TurnType::Main.as_str()
-        ])?;
+        replace_attempts(tx, t, first)?;
     }
-    // A turn that started after its session ended reopens it (the agent came
-    // back to the conversation); one still in flight at the end does not.
-    let seq: i64 = tx.prepare_cached(
+    let seq = upsert_session(tx, t, main)?;
+    insert_turn_row(tx, t, p, seq)?;
+    record_turn_parts(tx, t, p)?;
+    Ok(seq)
+}
+
+fn insert_blobs(tx: &Transaction<'_>, blobs: &[(String, String)]) -> rusqlite::Result<()> {
+    let mut stmt = tx.prepare_cached("INSERT OR IGNORE INTO blobs (hash, json) VALUES (?1, ?2)")?;
+    for (hash, json) in blobs {
+        stmt.execute(params![hash, json])?;
+    }
+    Ok(())
+}
+
+/// The attempts before a retry (from its `first`) are no longer main turns.
+fn replace_attempts(tx: &Transaction<'_>, t: &TurnRecord, first: &str) -> rusqlite::Result<()> {
+    super::outcomes::turns_replaced(tx, &t.session.id, first)?;
+    tx.prepare_cached(
+        "UPDATE turns SET turn_type = ?3
+         WHERE session_id = ?1 AND turn_type = ?4 AND (id = ?2 OR retry_of = ?2)",
+    )?
+    .execute(params![
+        &*t.session.id,
+        first,
+        TurnType::Retried.as_str(),
+        TurnType::Main.as_str()
+    ])?;
+    Ok(())
+}
+
+/// The turn's session, created or updated; the turn's place in it.
+/// A turn that started after its session ended reopens it (the agent came
+/// back to the conversation); one still in flight at the end does not.
+fn upsert_session(tx: &Transaction<'_>, t: &TurnRecord, main: i64) -> rusqlite::Result<i64> {
+    tx.prepare_cached(
         "INSERT INTO sessions (id, base_key, agent_session_id, source, window_index, status,
                                started_at_ms, last_activity_ms, turn_count, main_turns, last_message_count,
                                agent, agent_id)
@@ -494,7 +557,16 @@ fn insert_turn(tx: &Transaction<'_>, t: &TurnRecord, p: &Prepared) -> rusqlite::
             t.session.agent.as_str(),
         ],
         |r| r.get(0),
-    )?;
+    )
+}
+
+/// The turn's row.
+fn insert_turn_row(
+    tx: &Transaction<'_>,
+    t: &TurnRecord,
+    p: &Prepared,
+    seq: i64,
+) -> rusqlite::Result<()> {
     let hashes = serde_json::to_string(&p.message_hashes).unwrap_or_else(|_| "[]".into());
     tx.prepare_cached(
         "INSERT INTO turns (id, session_id, seq, turn_type, api, model, upstream_model, stream, status,
@@ -539,6 +611,12 @@ fn insert_turn(tx: &Transaction<'_>, t: &TurnRecord, p: &Prepared) -> rusqlite::
         },
         super::experiments::arms_column(&t.arms),
     ])?;
+    Ok(())
+}
+
+/// What else a turn records: its arms, its injected skills and their
+/// outcomes, a student's sample.
+fn record_turn_parts(tx: &Transaction<'_>, t: &TurnRecord, p: &Prepared) -> rusqlite::Result<()> {
     if t.turn_type == TurnType::Main {
         super::experiments::record_arms(tx, &t.session.id, &t.arms, t.started_at_ms)?;
     }
@@ -563,7 +641,7 @@ fn insert_turn(tx: &Transaction<'_>, t: &TurnRecord, p: &Prepared) -> rusqlite::
             t.finished_at_ms,
         )?;
     }
-    Ok(seq)
+    Ok(())
 }
 
 fn insert_end(

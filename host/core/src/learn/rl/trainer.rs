@@ -929,44 +929,70 @@ impl Trainer {
         let opd = self.teacher.is_some();
         let ready = train_queue::ready(&conn, opd, &self.settings.spec.agent).map_err(err)?;
         let size = self.settings.batch_size.max(1);
+        let waiting = || Outcome::Waiting {
+            ready: ready.len(),
+            batch_size: size,
+        };
         let Some(chains) = batch::take(&ready, min.max(1), size) else {
-            return Ok(Outcome::Waiting {
-                ready: ready.len(),
-                batch_size: size,
-            });
+            return Ok(waiting());
         };
         if let Some(gate) = gate
             && !gate.step_started()
         {
             // The window closed since the trainer asked.
-            return Ok(Outcome::Waiting {
-                ready: ready.len(),
-                batch_size: size,
-            });
+            return Ok(waiting());
         }
         let (terms, opd) = self.distill(&chains).await?;
+        let batch = self.assemble(&mut conn, &chains, &terms)?;
+        if batch.data.is_empty() {
+            return skip_no_signal(&conn, &batch);
+        }
+        let trained = self.train(&mut conn, &batch, opd.as_ref()).await?;
+        let tested = self
+            .serve_or_test(
+                &conn,
+                &trained.run_id,
+                trained.incarnation,
+                &trained.report,
+                trained.sampler_path.clone(),
+                trained.trained_from.clone(),
+            )
+            .await?;
+        self.judge_health(&conn, &trained.run_id).await;
+        Ok(stepped(&batch, trained, tested, opd))
+    }
+
+    /// The batch of the chains taken, with their advantages (the baselines
+    /// move, and are saved).
+    fn assemble(
+        &mut self,
+        conn: &mut rusqlite::Connection,
+        chains: &batch::Chains<'_>,
+        terms: &std::collections::HashMap<String, Vec<f32>>,
+    ) -> Result<batch::Batch, TrainError> {
         let batch = batch::assemble(
-            &chains,
+            chains,
             &mut self.baselines,
             self.settings.baseline_decay,
-            &terms,
+            terms,
         );
         // Kept across restarts (a redone step moves them again: they are
         // running estimates, not counts).
         let values = self.baselines.values.iter().map(|(k, v)| (*k, *v));
-        train_queue::save_baselines(&mut conn, &self.settings.spec.agent, values).map_err(err)?;
-        if batch.data.is_empty() {
-            let turns: Vec<String> = batch.samples.iter().map(|(t, _)| t.clone()).collect();
-            train_queue::skip(
-                &conn,
-                &turns,
-                "no signal: every advantage in its batch was zero",
-            )
-            .map_err(err)?;
-            return Ok(Outcome::NoSignal {
-                skipped: turns.len(),
-            });
-        }
+        train_queue::save_baselines(conn, &self.settings.spec.agent, values)
+            .map_err(TrainError::record("the training queue"))?;
+        Ok(batch)
+    }
+
+    /// The batch trained on the run (opened first where it is not), its
+    /// metrics kept with the step, and its weights saved for sampling.
+    async fn train(
+        &mut self,
+        conn: &mut rusqlite::Connection,
+        batch: &batch::Batch,
+        opd: Option<&OpdReport>,
+    ) -> Result<Trained, TrainError> {
+        let err = TrainError::record::<rusqlite::Error>("the training queue");
         let (loss, learning_rate) = (self.settings.loss, self.settings.learning_rate);
         let loss_config = self.settings.loss_config.clone();
         let policy = self.policy.clone();
@@ -978,16 +1004,11 @@ impl Trainer {
         // first step's too): a rollback trains on from it.
         let trained_from = match canary {
             false => None,
-            true => match (&run.record().state_path, run.record().state_step) {
-                (Some(path), Some(at)) if at == run.record().step => Some(path.clone()),
-                _ => Some(run.save_state().await.map_err(TrainError::about(
-                    "cannot save the state a canary goes back to",
-                ))?),
-            },
+            true => Some(state_before_step(run).await?),
         };
         let run_id = run.record().id.clone();
         let step = run.record().step + 1;
-        train_queue::assign(&mut conn, &run_id, step, &batch.samples).map_err(err)?;
+        train_queue::assign(conn, &run_id, step, &batch.samples).map_err(err)?;
         let adam = AdamParams {
             learning_rate,
             ..AdamParams::default()
@@ -1002,60 +1023,32 @@ impl Trainer {
                 // step: trained on top of it, they would be in it twice.)
                 let saved = run.record().state_step.unwrap_or(0);
                 self.run = None;
-                train_queue::rewind(&conn, &run_agent, &run_id, saved).map_err(err)?;
+                train_queue::rewind(conn, &run_agent, &run_id, saved).map_err(err)?;
                 return Err(e.into());
             }
         };
-        if report.saved.is_some() {
-            train_queue::checkpointed(&conn, &run_id, report.step).map_err(err)?;
-        }
-        let (kl, entropy) = learner_metrics(&batch.data, &report.outputs);
-        let skipped_total = train_queue::counts(&conn, Some(&run_agent))
-            .map(|c| c.skipped)
-            .ok();
-        let ours = trainer_metrics(
-            &batch,
+        let incarnation = run.record().incarnation;
+        let (kl, entropy) = keep_metrics(
+            conn,
+            &run_agent,
+            batch,
+            StepOf {
+                run_id: &run_id,
+                incarnation,
+                report: &report,
+            },
+            opd,
+        )?;
+        let sampler_path = run.save_sampler().await?;
+        Ok(Trained {
+            run_id,
+            incarnation,
+            report,
+            trained_from,
             kl,
             entropy,
-            skipped_total,
-            opd.as_ref(),
-            &report.saved,
-        );
-        let incarnation = run.record().incarnation;
-        if let Err(e) =
-            crate::store::training::annotate_step(&conn, &run_id, report.step, incarnation, &ours)
-        {
-            tracing::warn!("step {}: its metrics were not stored: {e:#}", report.step);
-        }
-        let sampler_path = run.save_sampler().await?;
-        let tested = self
-            .serve_or_test(
-                &conn,
-                &run_id,
-                incarnation,
-                &report,
-                sampler_path.clone(),
-                trained_from,
-            )
-            .await?;
-        self.judge_health(&conn, &run_id).await;
-        Ok(Outcome::Stepped(Box::new(Stepped {
-            run: run_id,
-            step: report.step,
-            samples: batch.samples.len(),
-            siblings: batch.siblings,
-            datums: batch.data.len(),
-            tokens: batch.tokens,
-            loss: report.loss,
-            mean_reward: batch.mean_reward,
-            kl_sampler_learner: kl,
-            entropy,
             sampler_path,
-            policy_version: report.step,
-            checkpoint: report.saved,
-            under_test: tested,
-            opd,
-        })))
+        })
     }
 
     /// The step's weights: under a weights canary, a test against the
@@ -1262,6 +1255,242 @@ fn trainer_metrics(
     }
 }
 
+/// A step trained on the service, as the rest of the step serves and
+/// reports it.
+struct Trained {
+    run_id: String,
+    incarnation: i64,
+    report: crate::tinker::StepReport,
+    /// The state the step started from, saved under a canary (a rollback
+    /// trains on from it).
+    trained_from: Option<String>,
+    kl: Option<f64>,
+    entropy: Option<f64>,
+    sampler_path: String,
+}
+
+/// Which step of which run a report is of.
+struct StepOf<'a> {
+    run_id: &'a str,
+    incarnation: i64,
+    report: &'a crate::tinker::StepReport,
+}
+
+/// The state a step starts from, under a canary: the run's last saved
+/// one where it is of this step, else saved now.
+async fn state_before_step(run: &mut TrainingRun) -> Result<String, TrainError> {
+    match (&run.record().state_path, run.record().state_step) {
+        (Some(path), Some(at)) if at == run.record().step => Ok(path.clone()),
+        _ => run.save_state().await.map_err(TrainError::about(
+            "cannot save the state a canary goes back to",
+        )),
+    }
+}
+
+/// A batch whose advantages were all zero: its samples skipped.
+fn skip_no_signal(
+    conn: &rusqlite::Connection,
+    batch: &batch::Batch,
+) -> Result<Outcome, TrainError> {
+    let turns: Vec<String> = batch.samples.iter().map(|(t, _)| t.clone()).collect();
+    train_queue::skip(
+        conn,
+        &turns,
+        "no signal: every advantage in its batch was zero",
+    )
+    .map_err(TrainError::record("the training queue"))?;
+    Ok(Outcome::NoSignal {
+        skipped: turns.len(),
+    })
+}
+
+/// A trained step's metrics, kept with it (a failure to store them is
+/// only logged); the learner's KL and entropy.
+fn keep_metrics(
+    conn: &rusqlite::Connection,
+    agent: &str,
+    batch: &batch::Batch,
+    at: StepOf<'_>,
+    opd: Option<&OpdReport>,
+) -> Result<(Option<f64>, Option<f64>), TrainError> {
+    let report = at.report;
+    if report.saved.is_some() {
+        train_queue::checkpointed(conn, at.run_id, report.step)
+            .map_err(TrainError::record("the training queue"))?;
+    }
+    let (kl, entropy) = learner_metrics(&batch.data, &report.outputs);
+    let skipped_total = train_queue::counts(conn, Some(agent))
+        .map(|c| c.skipped)
+        .ok();
+    let ours = trainer_metrics(batch, kl, entropy, skipped_total, opd, &report.saved);
+    if let Err(e) =
+        crate::store::training::annotate_step(conn, at.run_id, report.step, at.incarnation, &ours)
+    {
+        tracing::warn!("step {}: its metrics were not stored: {e:#}", report.step);
+    }
+    Ok((kl, entropy))
+}
+
+/// What `metaclaw train step` prints of a step that trained.
+fn stepped(
+    batch: &batch::Batch,
+    trained: Trained,
+    tested: Option<i64>,
+    opd: Option<OpdReport>,
+) -> Outcome {
+    Outcome::Stepped(Box::new(Stepped {
+        run: trained.run_id,
+        step: trained.report.step,
+        samples: batch.samples.len(),
+        siblings: batch.siblings,
+        datums: batch.data.len(),
+        tokens: batch.tokens,
+        loss: trained.report.loss,
+        mean_reward: batch.mean_reward,
+        kl_sampler_learner: trained.kl,
+        entropy: trained.entropy,
+        sampler_path: trained.sampler_path,
+        policy_version: trained.report.step,
+        checkpoint: trained.report.saved,
+        under_test: tested,
+        opd,
+    }))
+}
+
+/// How a test ended, as recorded.
+struct Decision<'a> {
+    promote: bool,
+    /// The experiment's state: `promoted` or `rolled_back`.
+    state: &'static str,
+    by: &'a str,
+    reason: &'a str,
+    now: i64,
+}
+
+/// The experiment's state at the end of a test, and what was done.
+fn test_ending(promote: bool, d: &WeightsTest, reason: &str) -> (&'static str, String) {
+    match promote {
+        true => (
+            "promoted",
+            format!(
+                "step {}'s weights promoted: they serve every session ({reason})",
+                d.candidate_version
+            ),
+        ),
+        false => (
+            "rolled_back",
+            format!(
+                "step {}'s weights rolled back: step {}'s serve every session and training goes on from the state before ({reason})",
+                d.candidate_version, d.incumbent_version
+            ),
+        ),
+    }
+}
+
+/// A store error inside the decision's transaction.
+fn in_decision(r: anyhow::Result<()>) -> rusqlite::Result<()> {
+    r.map_err(|e| rusqlite::Error::ToSqlConversionFailure(e.into()))
+}
+
+/// The end of a test, in one transaction: what the run serves (and, when
+/// rolled back, where it trains on from), and the experiment's decision.
+fn record_decision(
+    conn: &rusqlite::Connection,
+    test: &Test,
+    agent: &str,
+    decision: &Decision<'_>,
+) -> Result<(), TrainError> {
+    let d = &test.detail;
+    let now = decision.now;
+    conn.unchecked_transaction()
+        .and_then(|tx| {
+            match decision.promote {
+                true => in_decision(crate::store::training::serve(
+                    &tx,
+                    &d.run,
+                    &d.candidate_sampler,
+                    d.candidate_version,
+                    now,
+                ))?,
+                false => roll_back_test(&tx, test, agent, now)?,
+            }
+            experiments::decide(
+                &tx,
+                test.id,
+                decision.state,
+                decision.by,
+                decision.reason,
+                now,
+            )?;
+            tx.commit()
+        })
+        .map_err(TrainError::record("the canary's decision was not recorded"))
+}
+
+/// A rollback's writes: the incumbent served, the run back to the state
+/// the candidate's step started from, the verdict judging only later
+/// steps (a pause stands), and the candidate's samples not trained.
+fn roll_back_test(
+    tx: &rusqlite::Connection,
+    test: &Test,
+    agent: &str,
+    now: i64,
+) -> rusqlite::Result<()> {
+    let d = &test.detail;
+    in_decision(crate::store::training::serve(
+        tx,
+        &d.run,
+        &d.incumbent_sampler,
+        d.incumbent_version,
+        now,
+    ))?;
+    in_decision(crate::store::training::go_back_to(
+        tx,
+        &d.run,
+        &d.trained_from,
+        d.candidate_version,
+        now,
+    ))?;
+    let paused = crate::store::training::health_mark(tx, &d.run)
+        .map(|m| m.paused)
+        .unwrap_or_default();
+    in_decision(crate::store::training::set_health_mark(
+        tx,
+        &d.run,
+        &crate::store::training::HealthMark {
+            since_step: d.candidate_version,
+            paused,
+        },
+    ))?;
+    let why = format!(
+        "sampled by weights a canary rolled back (experiment {})",
+        test.id
+    );
+    train_queue::skip_version(tx, agent, d.candidate_version, &why)?;
+    Ok(())
+}
+
+/// When promoted weights began to serve everyone, kept with their step
+/// (a failure is only logged).
+fn note_promoted_served(conn: &rusqlite::Connection, d: &WeightsTest, incarnation: i64, now: i64) {
+    let served = TrainerMetrics {
+        served_at_ms: Some(now),
+        ..TrainerMetrics::default()
+    };
+    if let Err(e) = crate::store::training::annotate_step(
+        conn,
+        &d.run,
+        d.candidate_version,
+        incarnation,
+        &served,
+    ) {
+        tracing::warn!(
+            "step {}: when it began to serve was not stored: {e:#}",
+            d.candidate_version
+        );
+    }
+}
+
 /// A step's new weights, as a canary tests them.
 struct Candidate {
     run: String,
@@ -1425,99 +1654,25 @@ impl Trainer {
         let d = &test.detail;
         let conn = self.settings.db.side_writer().map_err(TrainError::store)?;
         let now = crate::clock::now_ms();
-        let (state, said) = match promote {
-            true => (
-                "promoted",
-                format!(
-                    "step {}'s weights promoted: they serve every session ({reason})",
-                    d.candidate_version
-                ),
-            ),
-            false => (
-                "rolled_back",
-                format!(
-                    "step {}'s weights rolled back: step {}'s serve every session and training goes on from the state before ({reason})",
-                    d.candidate_version, d.incumbent_version
-                ),
-            ),
-        };
+        let (state, said) = test_ending(promote, d, reason);
         // Serving first (no turn waits on the store), then one transaction.
         self.policy.end_test(promote);
         let agent = self.settings.spec.agent.clone();
-        let written = conn
-            .unchecked_transaction()
-            .and_then(|tx| {
-                let record = |r: anyhow::Result<()>| {
-                    r.map_err(|e| rusqlite::Error::ToSqlConversionFailure(e.into()))
-                };
-                match promote {
-                    true => record(crate::store::training::serve(
-                        &tx,
-                        &d.run,
-                        &d.candidate_sampler,
-                        d.candidate_version,
-                        now,
-                    ))?,
-                    false => {
-                        record(crate::store::training::serve(
-                            &tx,
-                            &d.run,
-                            &d.incumbent_sampler,
-                            d.incumbent_version,
-                            now,
-                        ))?;
-                        record(crate::store::training::go_back_to(
-                            &tx,
-                            &d.run,
-                            &d.trained_from,
-                            d.candidate_version,
-                            now,
-                        ))?;
-                        let paused = crate::store::training::health_mark(&tx, &d.run)
-                            .map(|m| m.paused)
-                            .unwrap_or_default();
-                        record(crate::store::training::set_health_mark(
-                            &tx,
-                            &d.run,
-                            &crate::store::training::HealthMark {
-                                since_step: d.candidate_version,
-                                paused,
-                            },
-                        ))?;
-                        let why = format!(
-                            "sampled by weights a canary rolled back (experiment {})",
-                            test.id
-                        );
-                        train_queue::skip_version(&tx, &agent, d.candidate_version, &why)?;
-                    }
-                }
-                experiments::decide(&tx, test.id, state, by, reason, now)?;
-                tx.commit()
-            })
-            .map_err(TrainError::record("the canary's decision was not recorded"));
+        let decision = Decision {
+            promote,
+            state,
+            by,
+            reason,
+            now,
+        };
+        let written = record_decision(&conn, &test, &agent, &decision);
         self.test = None;
         if !promote {
             // Opened again before the next step, from the state before.
             self.run = None;
         }
         if promote && let Some(run) = &self.run {
-            let served = TrainerMetrics {
-                served_at_ms: Some(now),
-                ..TrainerMetrics::default()
-            };
-            let incarnation = run.record().incarnation;
-            if let Err(e) = crate::store::training::annotate_step(
-                &conn,
-                &d.run,
-                d.candidate_version,
-                incarnation,
-                &served,
-            ) {
-                tracing::warn!(
-                    "step {}: when it began to serve was not stored: {e:#}",
-                    d.candidate_version
-                );
-            }
+            note_promoted_served(&conn, d, run.record().incarnation, now);
         }
         written?;
         tracing::warn!(experiment = test.id, "canary {state}: {said}");

@@ -37,18 +37,12 @@ pub struct Evolved {
 
 /// Drafts skills from the job's session, if it calls for it.
 pub async fn run(parts: &Parts, job: &Job) -> Result<Evolved> {
-    let session = job.session_id.clone();
-    let (turns, judgments, totals, agent) = parts
-        .db
-        .call(move |c| {
-            Ok((
-                learning::main_turns(c, &session)?,
-                learning::judgments(c, &session)?,
-                learning::turn_reward_totals(c, &session)?,
-                learning::session_agent(c, &session)?.unwrap_or_default(),
-            ))
-        })
-        .await?;
+    let Session {
+        turns,
+        judgments,
+        totals,
+        agent,
+    } = read_session(parts, job).await?;
     let skip = skip_reason(parts, &turns, &judgments);
     let (Some(skills), Some(evolver), None) = (&parts.skills, &parts.evolver, skip) else {
         return Ok(Evolved {
@@ -57,25 +51,7 @@ pub async fn run(parts: &Parts, job: &Job) -> Result<Evolved> {
         });
     };
 
-    // The transcript: the last answered main turn's conversation and
-    // answer (a failed turn's error is no answer to learn from).
-    let last = turns
-        .iter()
-        .rfind(|t| t.failed.is_none())
-        .map(|t| t.id.clone())
-        .unwrap_or_default();
-    let (input, _) = inputs(&parts.store, last.clone(), None).await?;
-    let Some(input) = input else {
-        anyhow::bail!("turn {last} is not in the store");
-    };
-    let finished = finished::finished_turn(&input, None);
-    let mut messages = finished.request;
-    messages.push(finished.response);
-    let transcript = evolve::transcript(
-        &messages,
-        parts.settings.transcript_chars as usize,
-        &parts.redactor,
-    );
+    let transcript = transcript_of(parts, &turns).await?;
     let judged = judged_lines(&turns, &judgments, &totals, &parts.redactor);
     let snapshot = skills.library.snapshot();
     // What the session's agent sees: the shared skills and its own layer's
@@ -98,11 +74,82 @@ pub async fn run(parts: &Parts, job: &Job) -> Result<Evolved> {
     let reply = evolver.complete(&prompt, 0.4, evolve::MAX_TOKENS).await?;
 
     let ids: HashSet<String> = visible.skills.iter().map(|s| s.name.clone()).collect();
-    let (drafts, mut rejected) = match evolve::parse_drafts(
-        &reply,
-        parts.settings.max_drafts as usize,
-        &ids,
-    ) {
+    let (drafts, mut rejected) = parse_reply(parts, job, &reply, &ids);
+    let library: Vec<types::Skill> = visible
+        .skills
+        .iter()
+        .map(|s| crate::skills::to_wit(s))
+        .collect();
+    let (kept, more) = through_chain(parts, chain, drafts, library).await?;
+    rejected.extend(more);
+
+    let provenance = provenance(job, &turns, &judgments, &totals, &evolver.model);
+    let rows = draft_rows(&parts.redactor, job, &visible, &provenance, kept, rejected);
+    Ok(Evolved {
+        rows,
+        skipped: None,
+    })
+}
+
+/// What the stage reads of the job's session.
+struct Session {
+    turns: Vec<learning::MainTurn>,
+    judgments: Judgments,
+    totals: HashMap<String, f64>,
+    agent: crate::agent_id::AgentId,
+}
+
+async fn read_session(parts: &Parts, job: &Job) -> Result<Session> {
+    let session = job.session_id.clone();
+    let (turns, judgments, totals, agent) = parts
+        .db
+        .call(move |c| {
+            Ok((
+                learning::main_turns(c, &session)?,
+                learning::judgments(c, &session)?,
+                learning::turn_reward_totals(c, &session)?,
+                learning::session_agent(c, &session)?.unwrap_or_default(),
+            ))
+        })
+        .await?;
+    Ok(Session {
+        turns,
+        judgments,
+        totals,
+        agent,
+    })
+}
+
+/// The transcript: the last answered main turn's conversation and
+/// answer (a failed turn's error is no answer to learn from).
+async fn transcript_of(parts: &Parts, turns: &[learning::MainTurn]) -> Result<String> {
+    let last = turns
+        .iter()
+        .rfind(|t| t.failed.is_none())
+        .map(|t| t.id.clone())
+        .unwrap_or_default();
+    let (input, _) = inputs(&parts.store, last.clone(), None).await?;
+    let Some(input) = input else {
+        anyhow::bail!("turn {last} is not in the store");
+    };
+    let finished = finished::finished_turn(&input, None);
+    let mut messages = finished.request;
+    messages.push(finished.response);
+    Ok(evolve::transcript(
+        &messages,
+        parts.settings.transcript_chars as usize,
+        &parts.redactor,
+    ))
+}
+
+/// The evolver's drafts; a reply that is rejected whole is one rejection.
+fn parse_reply(
+    parts: &Parts,
+    job: &Job,
+    reply: &str,
+    ids: &HashSet<String>,
+) -> (Vec<SkillDraft>, Vec<Rejected>) {
+    match evolve::parse_drafts(reply, parts.settings.max_drafts as usize, ids) {
         Ok(parsed) => parsed,
         Err(reason) => {
             tracing::warn!(session = %job.session_id, "the evolver's reply was rejected: {reason}");
@@ -114,36 +161,42 @@ pub async fn run(parts: &Parts, job: &Job) -> Result<Evolved> {
                 }],
             )
         }
-    };
-    let library: Vec<types::Skill> = visible
-        .skills
-        .iter()
-        .map(|s| crate::skills::to_wit(s))
-        .collect();
+    }
+}
+
+/// The drafts through the evolver chain: kept, and rejected by it.
+async fn through_chain(
+    parts: &Parts,
+    chain: Vec<Arc<LoadedPlugin>>,
+    drafts: Vec<SkillDraft>,
+    library: Vec<types::Skill>,
+) -> Result<(Vec<SkillDraft>, Vec<Rejected>)> {
     // On the plugin runtime, each plugin under its deadline.
     let chained = async move { run_chain(&chain, drafts, &library).await };
-    let (kept, more) = match parts.plugins.as_ref() {
+    Ok(match parts.plugins.as_ref() {
         Some(plugins) => plugins
             .engine
             .spawn(chained)
             .await
             .ok_or_else(|| anyhow::anyhow!("the evolver chain was cancelled"))??,
         None => chained.await?,
-    };
-    rejected.extend(more);
+    })
+}
 
-    let provenance = provenance(job, &turns, &judgments, &totals, &evolver.model);
+/// The round's rows: the kept drafts as skills (revisions held for review
+/// said so), then the rejected ones with why.
+fn draft_rows(
+    redactor: &Redactor,
+    job: &Job,
+    visible: &Visible,
+    provenance: &Provenance,
+    kept: Vec<SkillDraft>,
+    rejected: Vec<Rejected>,
+) -> Vec<DraftRow> {
     let at = now_ms();
     let mut rows = Vec::new();
     for draft in kept {
-        rows.push(to_row(
-            &parts.redactor,
-            job,
-            draft,
-            &visible,
-            &provenance,
-            at,
-        ));
+        rows.push(to_row(redactor, job, draft, visible, provenance, at));
     }
     for row in rows
         .iter()
@@ -163,10 +216,7 @@ pub async fn run(parts: &Parts, job: &Job) -> Result<Evolved> {
             ..rejected_row(job, r.name, at)
         });
     }
-    Ok(Evolved {
-        rows,
-        skipped: None,
-    })
+    rows
 }
 
 /// The skills the evolver is shown, each with a note when it was retired

@@ -92,113 +92,35 @@ impl LoadedPlugin {
         source: Source,
         limits_for: &dyn Fn(Kind) -> Limits,
     ) -> Result<Probed, LoadRefused> {
-        let (component, flavor) = engine.compile(bytes, &sha256).map_err(|e| {
-            if let Some(late) = e.downcast_ref::<CompileTimedOut>() {
-                return LoadRefused::CompileTimedOut(late.to_string());
-            }
-            LoadRefused::NotAComponent(crate::untrusted::log_line(&format!("{e:#}"), 1000))
-        })?;
-        // Compiled code is host memory: charged to the plugins' total
-        // before anything of the plugin runs.
+        let (component, flavor, code) = compile_charged(engine, bytes, &sha256)?;
         let total = engine.memory();
-        let code = Arc::new(total.charge(code_bytes(&component)).ok_or_else(|| {
-            LoadRefused::CodeTooLarge {
-                code: mib(code_bytes(&component)),
-                used: mib(total.used()),
-                limit: mib(total.limit()),
-            }
-        })?);
         let (kind, package, imports) = detect(&engine.flavor(flavor).engine, &component)?;
-        let instance_pre = engine
-            .flavor(flavor)
-            .linker
-            .instantiate_pre(&component)
-            .map_err(|e| LoadRefused::Link(crate::untrusted::log_line(&e.to_string(), 500)))?;
-        let link_err = |e: wasmtime::Error| LoadRefused::LinkAs {
-            kind: kind.as_str(),
-            error: crate::untrusted::log_line(&e.to_string(), 500),
-        };
-        let pre = match kind {
-            Kind::Retriever => {
-                Pre::Retriever(retriever::RetrieverPre::new(instance_pre).map_err(link_err)?)
-            }
-            Kind::Scorer => Pre::Scorer(scorer::ScorerPre::new(instance_pre).map_err(link_err)?),
-            Kind::Evolver => {
-                Pre::Evolver(evolver::EvolverPre::new(instance_pre).map_err(link_err)?)
-            }
-            Kind::Skill => Pre::Skill(skill::SkillPre::new(instance_pre).map_err(link_err)?),
-        };
+        let pre = pre_of(engine, flavor, &component, kind)?;
         let limits = limits_for(kind);
         // Metadata is read under the deny-all sandbox: what a plugin is
         // granted depends on what it is, which is not known yet.
-        let probe = Self::new(
-            PluginInfo {
-                name: String::new(),
-                version: Version::new(0, 0, 0),
-                kind,
-                description: String::new(),
-                asks: Vec::new(),
-                package: format!("{PACKAGE}@{package}"),
-                imports,
-                sha256,
-                size: bytes.len() as u64,
-                path,
-                source,
-            },
-            Limits {
-                timeout: limits.load_timeout,
-                pool_size: 1,
-                max_failures: u32::MAX,
-                ..limits.clone()
-            },
-            engine.clone(),
-            flavor,
-            pre,
-            code.clone(),
-            "(loading)",
-            Grants::default(),
-            None,
-            Arc::new(Account {
-                ledger: EmbedLedger::new(EmbedAllowance::DEFAULT),
-                file: "".into(),
-            }),
-        );
-        let meta = engine.block_on(probe.metadata()).map_err(|e| match e {
-            // Its first instance did not fit beside the other plugins: the
-            // same refusal as an instance measured too large below.
-            CallError::TotalMemory(_) => LoadRefused::InstanceTooLarge {
-                code: mib(code.bytes()),
-                instance: format!("more than {}", mib(probe.shared.memory.peak())),
-                used: mib(total.used()),
-                limit: mib(total.limit()),
-            },
-            e => LoadRefused::MetadataFailed(e.to_string()),
-        })?;
+        let info = PluginInfo {
+            name: String::new(),
+            version: Version::new(0, 0, 0),
+            kind,
+            description: String::new(),
+            asks: Vec::new(),
+            package: format!("{PACKAGE}@{package}"),
+            imports,
+            sha256,
+            size: bytes.len() as u64,
+            path,
+            source,
+        };
+        let probe = Self::loading(info, &limits, engine, flavor, pre, &code);
+        let meta = engine
+            .block_on(probe.metadata())
+            .map_err(|e| metadata_refused(e, &probe, &code, total))?;
         // What one instance needs (its memories and tables as instantiated,
         // and what metadata() grew): with its code, it must fit in what the
         // other plugins leave, or it could never run.
         let one_instance = probe.shared.memory.peak();
-        let declared = Kind::from(meta.kind);
-        if declared != kind {
-            return Err(LoadRefused::WrongWorld {
-                declared: declared.as_str(),
-                world: kind.as_str(),
-            });
-        }
-        let name = meta.name.trim().to_string();
-        if name.is_empty()
-            || name.len() > 64
-            || !name
-                .chars()
-                .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_')
-        {
-            return Err(LoadRefused::BadName(crate::untrusted::log_line(&name, 80)));
-        }
-        let version =
-            Version::parse(meta.version.trim()).map_err(|e| LoadRefused::VersionNotSemver {
-                version: crate::untrusted::log_line(&meta.version, 80),
-                error: e.to_string(),
-            })?;
+        let (name, version) = identity(&meta, kind)?;
         let Self { mut info, pre, .. } = probe;
         if one_instance > total.available() {
             return Err(LoadRefused::InstanceTooLarge {
@@ -225,6 +147,38 @@ impl LoadedPlugin {
             pre,
             code,
         })
+    }
+
+    /// The plugin as its metadata is read: one instance, under the load
+    /// timeout, never retired for failures, granted nothing.
+    fn loading(
+        info: PluginInfo,
+        limits: &Limits,
+        engine: &Arc<PluginEngine>,
+        flavor: FlavorId,
+        pre: Pre,
+        code: &Arc<Charge>,
+    ) -> Self {
+        Self::new(
+            info,
+            Limits {
+                timeout: limits.load_timeout,
+                pool_size: 1,
+                max_failures: u32::MAX,
+                ..limits.clone()
+            },
+            engine.clone(),
+            flavor,
+            pre,
+            code.clone(),
+            "(loading)",
+            Grants::default(),
+            None,
+            Arc::new(Account {
+                ledger: EmbedLedger::new(EmbedAllowance::DEFAULT),
+                file: "".into(),
+            }),
+        )
     }
 
     #[allow(clippy::too_many_arguments)]
@@ -397,6 +351,108 @@ impl Probed {
             account,
         )
     }
+}
+
+/// The component compiled (or loaded from the cache), and its code
+/// charged to the plugins' total.
+fn compile_charged(
+    engine: &PluginEngine,
+    bytes: &[u8],
+    sha256: &str,
+) -> Result<(wasmtime::component::Component, FlavorId, Arc<Charge>), LoadRefused> {
+    let (component, flavor) = engine.compile(bytes, sha256).map_err(|e| {
+        if let Some(late) = e.downcast_ref::<CompileTimedOut>() {
+            return LoadRefused::CompileTimedOut(late.to_string());
+        }
+        LoadRefused::NotAComponent(crate::untrusted::log_line(&format!("{e:#}"), 1000))
+    })?;
+    // Compiled code is host memory: charged to the plugins' total
+    // before anything of the plugin runs.
+    let total = engine.memory();
+    let code = Arc::new(total.charge(code_bytes(&component)).ok_or_else(|| {
+        LoadRefused::CodeTooLarge {
+            code: mib(code_bytes(&component)),
+            used: mib(total.used()),
+            limit: mib(total.limit()),
+        }
+    })?);
+    Ok((component, flavor, code))
+}
+
+/// The component linked, and typed as the world it exports.
+fn pre_of(
+    engine: &PluginEngine,
+    flavor: FlavorId,
+    component: &wasmtime::component::Component,
+    kind: Kind,
+) -> Result<Pre, LoadRefused> {
+    let instance_pre = engine
+        .flavor(flavor)
+        .linker
+        .instantiate_pre(component)
+        .map_err(|e| LoadRefused::Link(crate::untrusted::log_line(&e.to_string(), 500)))?;
+    let link_err = |e: wasmtime::Error| LoadRefused::LinkAs {
+        kind: kind.as_str(),
+        error: crate::untrusted::log_line(&e.to_string(), 500),
+    };
+    Ok(match kind {
+        Kind::Retriever => {
+            Pre::Retriever(retriever::RetrieverPre::new(instance_pre).map_err(link_err)?)
+        }
+        Kind::Scorer => Pre::Scorer(scorer::ScorerPre::new(instance_pre).map_err(link_err)?),
+        Kind::Evolver => Pre::Evolver(evolver::EvolverPre::new(instance_pre).map_err(link_err)?),
+        Kind::Skill => Pre::Skill(skill::SkillPre::new(instance_pre).map_err(link_err)?),
+    })
+}
+
+/// Why reading a plugin's metadata refused it.
+fn metadata_refused(
+    e: CallError,
+    probe: &LoadedPlugin,
+    code: &Charge,
+    total: &MemoryPool,
+) -> LoadRefused {
+    match e {
+        // Its first instance did not fit beside the other plugins: the
+        // same refusal as an instance measured too large below.
+        CallError::TotalMemory(_) => LoadRefused::InstanceTooLarge {
+            code: mib(code.bytes()),
+            instance: format!("more than {}", mib(probe.shared.memory.peak())),
+            used: mib(total.used()),
+            limit: mib(total.limit()),
+        },
+        e => LoadRefused::MetadataFailed(e.to_string()),
+    }
+}
+
+/// The name and version the metadata gives, checked (and that it declares
+/// the world the component exports).
+fn identity(
+    meta: &crate::plugins::bindings::types::PluginMetadata,
+    kind: Kind,
+) -> Result<(String, Version), LoadRefused> {
+    let declared = Kind::from(meta.kind);
+    if declared != kind {
+        return Err(LoadRefused::WrongWorld {
+            declared: declared.as_str(),
+            world: kind.as_str(),
+        });
+    }
+    let name = meta.name.trim().to_string();
+    if name.is_empty()
+        || name.len() > 64
+        || !name
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_')
+    {
+        return Err(LoadRefused::BadName(crate::untrusted::log_line(&name, 80)));
+    }
+    let version =
+        Version::parse(meta.version.trim()).map_err(|e| LoadRefused::VersionNotSemver {
+            version: crate::untrusted::log_line(&meta.version, 80),
+            error: e.to_string(),
+        })?;
+    Ok((name, version))
 }
 
 /// `bytes` in MiB, for messages.
