@@ -418,7 +418,14 @@ fn runaway_plugins_are_cut_off_and_their_host_keeps_going() {
     let h = home.path();
     let started = Instant::now();
     let e = call(h, "hostile", &finished_turn("loop", None, "")).unwrap_err();
-    assert!(e.contains("deadline of 50ms exceeded"), "{e}");
+    // Cut off at its deadline; on a machine so loaded that the call ran
+    // less than half of its 50 ms in four times that on the clock, cut off
+    // all the same, and said to be the machine's fault, not the plugin's.
+    assert!(
+        e.contains("deadline of 50ms exceeded")
+            || (e.contains("starved: the machine gave the call only") && e.contains("of its 50ms")),
+        "{e}"
+    );
     // Uncut, the loop would never end; the bound leaves a loaded machine
     // room to start the CLI and compile the scorer.
     assert!(started.elapsed() < Duration::from_secs(60));
