@@ -80,7 +80,13 @@ pub fn generated(n: usize, bank: &[Skill]) -> Vec<Skill> {
 }
 
 /// Writes `skills` as a skill folder (`<dir>/<name>/SKILL.md`), the form
-/// metaclaw reads.
+/// metaclaw reads, in the Agent Skills layout (metaclaw's keys under
+/// `metadata`, as [`render`](metaclaw_core::skills::skill::render) writes
+/// them). In the older layout the first metaclaw started on the folder
+/// would rewrite every file on its start (`skills::upgrade::once`) and keep
+/// that work's freed heap resident (about 50–70 MiB with 10,000 skills),
+/// and a second binary started on the same folder would not: the sides of
+/// a comparison would differ by which started first.
 pub fn write_library(dir: &Path, skills: &[Skill]) {
     for (i, s) in skills.iter().enumerate() {
         // Names are lowercase ASCII, digits and dashes; the generated ones
@@ -96,19 +102,22 @@ pub fn write_library(dir: &Path, skills: &[Skill]) {
         let name = name.trim_end_matches('-');
         let folder = dir.join(name);
         std::fs::create_dir_all(&folder).unwrap();
-        std::fs::write(
-            folder.join("SKILL.md"),
-            format!(
-                "---\nname: {}\ndescription: {}\ncategory: {}\ntags: [{}]\nversion: {}\n---\n{}\n",
-                name,
-                s.description,
-                s.category,
-                s.tags.join(", "),
-                s.version,
-                s.body
-            ),
-        )
-        .unwrap();
+        let text = format!(
+            "---\nname: {}\ndescription: {}\ncategory: {}\ntags: [{}]\nversion: {}\n---\n{}\n",
+            name,
+            s.description,
+            s.category,
+            s.tags.join(", "),
+            s.version,
+            s.body
+        );
+        // A skill that does not parse (a tag YAML reads as a number, say)
+        // is written as it is: metaclaw skips it, and the upgrade too.
+        let text = match metaclaw_core::skills::skill::parse(name, &text) {
+            Ok(skill) => metaclaw_core::skills::skill::render(&skill),
+            Err(_) => text,
+        };
+        std::fs::write(folder.join("SKILL.md"), text).unwrap();
     }
 }
 
