@@ -18,6 +18,9 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value, json};
 
+/// An error body's `{message}`, read as metaclaw's recorder reads it.
+pub use metaclaw_wire::recorded::ErrorBody;
+
 use super::sandbox::Sandbox;
 use super::taskdir::TaskDir;
 use super::tasks::Task;
@@ -332,13 +335,6 @@ pub struct Usage {
     pub prompt_tokens: Option<u64>,
     #[serde(deserialize_with = "lenient::field")]
     pub completion_tokens: Option<u64>,
-}
-
-#[derive(Deserialize, Default)]
-#[serde(default)]
-pub struct ErrorBody {
-    #[serde(deserialize_with = "lenient::field")]
-    pub message: Option<String>,
 }
 
 impl Completion {
