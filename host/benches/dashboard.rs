@@ -39,7 +39,7 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use metaclaw_core::store::browse::{self, Cursor, SessionFilter};
-use rusqlite::params;
+use metaclaw_core::store::sql::params;
 use serde_json::json;
 
 #[path = "support/harness.rs"]
@@ -417,7 +417,9 @@ fn fill(path: &Path, sessions: u32, turns: u32) -> Filled {
     )
     .unwrap();
     tx.commit().unwrap();
-    conn.pragma_update(None, "wal_checkpoint", "TRUNCATE")
+    conn.sqlite()
+        .unwrap()
+        .pragma_update(None, "wal_checkpoint", "TRUNCATE")
         .unwrap();
     Filled {
         sessions: u64::from(sessions),

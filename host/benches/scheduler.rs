@@ -175,7 +175,7 @@ impl States {
             .prepare("SELECT at_ms, from_state, to_state FROM scheduler_transitions ORDER BY id")
             .unwrap();
         let rows = stmt
-            .query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))
+            .query_map((), |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))
             .unwrap()
             .filter_map(Result::ok)
             .collect();

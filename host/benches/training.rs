@@ -433,7 +433,7 @@ fn measure(opts: &Options, slow: u64, rt: &tokio::runtime::Runtime) -> bool {
             )
             .unwrap();
         let notes: Vec<(Option<String>, i64)> = stmt
-            .query_map([], |r| Ok((r.get(0)?, r.get(1)?)))
+            .query_map((), |r| Ok((r.get(0)?, r.get(1)?)))
             .unwrap()
             .filter_map(Result::ok)
             .collect();

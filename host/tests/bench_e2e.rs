@@ -974,9 +974,9 @@ fn with_split_the_learning_arms_learn_from_the_training_days_only() {
         let conn = metaclaw_core::store::Db::at(&db).read().unwrap();
         let strings = |sql: &str| -> Vec<String> {
             let mut stmt = conn.prepare(sql).unwrap();
-            stmt.query_map([], |r| r.get(0))
+            stmt.query_map((), |r| r.get(0))
                 .unwrap()
-                .collect::<rusqlite::Result<_>>()
+                .collect::<metaclaw_core::store::sql::Result<_>>()
                 .unwrap()
         };
         let of_held = |sessions: &[String]| {

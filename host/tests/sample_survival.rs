@@ -127,7 +127,7 @@ fn judged(world: &World) -> Vec<Judged> {
              WHERE t.reward IS NOT NULL ORDER BY t.started_at_ms, t.seq",
         )
         .unwrap();
-    stmt.query_map([], |r| {
+    stmt.query_map((), |r| {
         Ok(Judged {
             session: r.get(0)?,
             state: r.get(1)?,
@@ -138,7 +138,7 @@ fn judged(world: &World) -> Vec<Judged> {
         })
     })
     .unwrap()
-    .collect::<rusqlite::Result<_>>()
+    .collect::<metaclaw_core::store::sql::Result<_>>()
     .unwrap()
 }
 
@@ -154,7 +154,7 @@ fn injected(world: &World, session: &str) -> Vec<String> {
         .unwrap();
     stmt.query_map([session], |r| r.get(0))
         .unwrap()
-        .collect::<rusqlite::Result<_>>()
+        .collect::<metaclaw_core::store::sql::Result<_>>()
         .unwrap()
 }
 

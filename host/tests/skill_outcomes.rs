@@ -84,7 +84,7 @@ fn judged(db: &Path, name: &str, plus: i64, minus: i64) {
              VALUES (?1, ?2, ?3, ?3, ?4, ?3)
              ON CONFLICT (skill_id, version) DO UPDATE SET injected = injected + ?3,
                  judged = judged + ?3, reward_sum = reward_sum + ?4, reward_sq = reward_sq + ?3",
-            rusqlite::params![id, version, n, sum],
+            metaclaw_core::store::sql::params![id, version, n, sum],
         )
         .unwrap();
     }

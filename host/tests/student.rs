@@ -1984,7 +1984,7 @@ async fn each_agent_is_served_and_trained_by_its_own_mode_and_run() {
              JOIN turns t ON t.id = s.turn_id JOIN training_runs r ON r.id = s.run_id",
         )
         .unwrap()
-        .query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))
+        .query_map((), |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))
         .unwrap()
         .collect::<Result<_, _>>()
         .unwrap();
@@ -2002,7 +2002,7 @@ async fn each_agent_is_served_and_trained_by_its_own_mode_and_run() {
     let mut runs: Vec<(String, u32, Option<String>)> = conn
         .prepare("SELECT agent, lora_rank, model_id FROM training_runs")
         .unwrap()
-        .query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))
+        .query_map((), |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))
         .unwrap()
         .collect::<Result<_, _>>()
         .unwrap();

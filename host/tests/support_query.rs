@@ -169,9 +169,9 @@ async fn the_support_set_never_trains_and_an_older_generation_still_does() {
     let stepped: Vec<String> = conn
         .prepare("SELECT turn_id FROM turn_samples WHERE run_id IS NOT NULL OR train_step IS NOT NULL ORDER BY turn_id")
         .unwrap()
-        .query_map([], |r| r.get(0))
+        .query_map((), |r| r.get(0))
         .unwrap()
-        .collect::<rusqlite::Result<_>>()
+        .collect::<metaclaw_core::store::sql::Result<_>>()
         .unwrap();
     let mut expected: Vec<String> = b.iter().chain(&c).map(|s| s.turn.clone()).collect();
     expected.sort();

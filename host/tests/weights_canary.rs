@@ -167,9 +167,9 @@ async fn weights_judged_worse_are_rolled_back_without_a_failed_request() {
                  WHERE s.policy_version = 1 AND t.session_id LIKE 'c%'",
             )
             .unwrap();
-        stmt.query_map([], |r| Ok((r.get(0)?, r.get(1)?)))
+        stmt.query_map((), |r| Ok((r.get(0)?, r.get(1)?)))
             .unwrap()
-            .collect::<rusqlite::Result<_>>()
+            .collect::<metaclaw_core::store::sql::Result<_>>()
             .unwrap()
     };
     assert_eq!(skipped.len(), served[1]);
@@ -185,7 +185,7 @@ async fn weights_judged_worse_are_rolled_back_without_a_failed_request() {
         .db()
         .query_row(
             "SELECT state_step, state_path FROM training_runs",
-            [],
+            (),
             |r| Ok((r.get(0)?, r.get(1)?)),
         )
         .unwrap();

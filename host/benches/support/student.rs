@@ -338,9 +338,9 @@ impl Daemon {
     }
 
     /// The store, read-only (for what the daemon recorded).
-    pub fn store(&self, status: &Value) -> Option<rusqlite::Connection> {
+    pub fn store(&self, status: &Value) -> Option<metaclaw_core::store::sql::Conn> {
         let db = status["store"]["path"].as_str()?;
-        rusqlite::Connection::open_with_flags(db, rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY).ok()
+        metaclaw_core::store::Db::at(db).read().ok()
     }
 }
 

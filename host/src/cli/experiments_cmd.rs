@@ -111,7 +111,7 @@ fn decide(home: &Home, id: i64, decision: &str, reason: Option<String>) -> Resul
 
 /// The canaries as recorded, read straight from the store.
 struct Recorded {
-    conn: rusqlite::Connection,
+    conn: metaclaw_core::store::sql::Conn,
     settings: metaclaw_core::config::CanaryConfig,
 }
 

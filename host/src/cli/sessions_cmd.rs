@@ -164,7 +164,7 @@ fn print_sample(s: &store::SampleSummary) {
 }
 
 /// `--tokens`: each student turn's token ids and logprobs.
-fn print_tokens(conn: &rusqlite::Connection, turns: &[TurnRow]) -> Result<()> {
+fn print_tokens(conn: &metaclaw_core::store::sql::Conn, turns: &[TurnRow]) -> Result<()> {
     for t in turns.iter().filter(|t| t.sample.is_some()) {
         let Some(sample) = store::samples::for_turn(conn, &t.id)? else {
             continue;

@@ -295,7 +295,7 @@ fn db_counts(home: &Home, config_path: &Path) -> (Option<u64>, Option<u64>) {
         return (None, None);
     };
     let count = |sql: &str| {
-        conn.query_row(sql, [], |r| r.get::<_, i64>(0))
+        conn.query_row(sql, (), |r| r.get::<i64>(0))
             .ok()
             .map(|n| n.max(0) as u64)
     };

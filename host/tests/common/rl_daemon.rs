@@ -428,7 +428,7 @@ impl World {
     }
 
     /// The store, read only.
-    pub fn db(&self) -> rusqlite::Connection {
+    pub fn db(&self) -> metaclaw_core::store::sql::Conn {
         let db = metaclaw_core::home::Home::at(self.home.path()).db_file();
         metaclaw_core::store::Db::at(db).read().unwrap()
     }
@@ -459,7 +459,7 @@ impl World {
             })
         })
         .unwrap()
-        .collect::<rusqlite::Result<_>>()
+        .collect::<metaclaw_core::store::sql::Result<_>>()
         .unwrap()
     }
 
@@ -474,7 +474,7 @@ impl World {
             .unwrap();
         stmt.query_map([session], |r| Ok((r.get(0)?, r.get(1)?)))
             .unwrap()
-            .collect::<rusqlite::Result<_>>()
+            .collect::<metaclaw_core::store::sql::Result<_>>()
             .unwrap()
     }
 

@@ -94,7 +94,7 @@ impl Live {
     }
 
     /// Reads the skills under test again.
-    pub fn reload(&self, conn: &rusqlite::Connection) -> rusqlite::Result<()> {
+    pub fn reload(&self, conn: &crate::store::sql::Conn) -> crate::store::sql::Result<()> {
         let skills = crate::store::experiments::testing(conn, "skill")?
             .into_iter()
             .map(|e| SkillCandidate {

@@ -5,8 +5,8 @@ use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use crate::store::sql::{Conn, Optional, params};
 use anyhow::Result;
-use rusqlite::{Connection, OptionalExtension, params};
 use sha2::{Digest, Sha256};
 
 use super::{Backend, EmbedError};
@@ -35,7 +35,7 @@ pub struct Cached {
     backend: Arc<dyn Backend>,
     /// `None` when the store cannot be opened: embeddings still work, they
     /// are just not kept across restarts.
-    db: Mutex<Option<Connection>>,
+    db: Mutex<Option<Conn>>,
     indexed: Mutex<HashMap<Key, Arc<[f32]>>>,
     queries: Mutex<Fifo>,
     breaker: Mutex<Breaker>,
@@ -281,11 +281,11 @@ impl Embedder for Cached {
 }
 
 fn load(
-    conn: &mut Connection,
+    conn: &mut Conn,
     keys: &[Key],
     found: &mut [Option<Arc<[f32]>>],
     now: i64,
-) -> rusqlite::Result<()> {
+) -> crate::store::sql::Result<()> {
     let tx = conn.transaction()?;
     {
         let mut get = tx.prepare_cached("SELECT vector, used_ms FROM embeddings WHERE key = ?1")?;
@@ -309,11 +309,11 @@ fn load(
 }
 
 fn save(
-    conn: &mut Connection,
+    conn: &mut Conn,
     model: &str,
     rows: &[(Key, Arc<[f32]>)],
     now: i64,
-) -> rusqlite::Result<()> {
+) -> crate::store::sql::Result<()> {
     let tx = conn.transaction()?;
     {
         let mut put = tx.prepare_cached(
@@ -486,7 +486,7 @@ mod tests {
         assert_eq!(backend.0.load(Ordering::SeqCst), 1);
         let conn = db.side_writer().unwrap();
         let rows: i64 = conn
-            .query_row("SELECT count(*) FROM embeddings", [], |r| r.get(0))
+            .query_row("SELECT count(*) FROM embeddings", (), |r| r.get(0))
             .unwrap();
         assert_eq!(rows, 0, "queries are not written to the store");
 

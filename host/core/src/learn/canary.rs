@@ -6,8 +6,8 @@
 //! history; undecided past `canary.max_duration`, `canary.on_timeout`
 //! says which. The rule: `canary::decide`; docs/learning.md "Canaries".
 
+use crate::store::sql::Conn;
 use anyhow::Result;
-use rusqlite::Connection;
 
 use crate::canary::decide::{self, Evidence, Rule, Verdict};
 use crate::clock::now_ms;
@@ -23,7 +23,7 @@ pub const WHO: &str = "retired:canary";
 /// a version to test) and tells the turn path; its id.
 pub fn start(
     skills: &Skills,
-    conn: &Connection,
+    conn: &Conn,
     id: &str,
     version: Option<&str>,
     origin: &str,
@@ -38,7 +38,7 @@ pub fn start(
 }
 
 /// The skill was not written after all: its test ends unstarted.
-pub fn abandon(skills: &Skills, conn: &Connection, experiment: i64, why: &str) -> Result<()> {
+pub fn abandon(skills: &Skills, conn: &Conn, experiment: i64, why: &str) -> Result<()> {
     let why = format!("the skill was not written: {why}");
     experiments::decide(conn, experiment, "abandoned", "test", &why, now_ms())?;
     skills.canaries.reload(conn)?;
@@ -53,7 +53,7 @@ fn rule(settings: &CanaryConfig) -> Rule {
 }
 
 /// The test's evidence for one experiment, from the store.
-pub fn evidence(conn: &Connection, e: &Experiment, settings: &CanaryConfig) -> Result<Evidence> {
+pub fn evidence(conn: &Conn, e: &Experiment, settings: &CanaryConfig) -> Result<Evidence> {
     let (candidate, control) = experiments::arm_rewards(conn, e.id)?;
     Ok(evidence_of(&candidate, &control, settings))
 }
@@ -78,7 +78,7 @@ pub struct ArmSessions {
     pub control: i64,
 }
 
-pub fn shown(conn: &Connection, e: Experiment, settings: &CanaryConfig) -> Result<Shown> {
+pub fn shown(conn: &Conn, e: Experiment, settings: &CanaryConfig) -> Result<Shown> {
     let evidence = evidence(conn, &e, settings)?;
     let (candidate, control) = experiments::arm_sessions(conn, e.id)?;
     Ok(Shown {
@@ -101,7 +101,7 @@ pub struct Decided {
 /// Runs every skill candidate's test again and applies the decisions
 /// (blocking: it may write SKILL.md files). A candidate whose file cannot
 /// be retired stays under test (the next session tries again).
-pub fn decide_all(skills: &Skills, conn: &Connection) -> Result<Vec<Decided>> {
+pub fn decide_all(skills: &Skills, conn: &Conn) -> Result<Vec<Decided>> {
     let Some(settings) = &skills.settings.canary else {
         return Ok(Vec::new());
     };
@@ -171,7 +171,7 @@ pub fn verdict(
 /// say why not: no such test, or not under test any more.
 pub fn decide_by_user(
     skills: &Skills,
-    conn: &Connection,
+    conn: &Conn,
     id: i64,
     promote: bool,
     why: &str,
@@ -249,7 +249,7 @@ mod tests {
     use crate::canary::decide::sim::Rng;
     use crate::canary::{Arm, arm_for};
     use crate::store::experiments::ArmRecord;
-    use rusqlite::params;
+    use crate::store::sql::params;
 
     /// Time between the sessions a candidate is relevant to.
     const EVERY_MS: i64 = 30 * 60_000;
@@ -269,7 +269,7 @@ mod tests {
     /// the clock at that session (`verdict`, with `canary.max_duration`
     /// and `on_timeout`).
     fn simulate(
-        conn: &mut Connection,
+        conn: &mut Conn,
         seed: u64,
         (candidate, control): (f64, f64),
         settings: &CanaryConfig,

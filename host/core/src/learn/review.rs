@@ -6,8 +6,8 @@
 
 use std::path::Path;
 
+use crate::store::sql::Conn;
 use anyhow::{Context, Result, bail};
-use rusqlite::Connection;
 use serde::Serialize;
 
 use super::stages::publish::write_skill;
@@ -154,7 +154,7 @@ pub fn reject(db: &crate::store::Db, id: i64, reason: Option<&str>) -> Result<Dr
 }
 
 /// Revision `id`, if it is waiting for review.
-fn held(conn: &Connection, id: i64) -> Result<DraftRow> {
+fn held(conn: &Conn, id: i64) -> Result<DraftRow> {
     let Some(row) = learning::draft(conn, id)? else {
         bail!("no revision {id} (see `metaclaw skills review`)");
     };

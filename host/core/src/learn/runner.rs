@@ -411,7 +411,7 @@ impl Learner {
             // Immediate: a stage's output reads before it writes, and a
             // deferred transaction that another writer overtook in between
             // fails (SQLITE_BUSY_SNAPSHOT) instead of waiting its turn.
-            let tx = c.transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)?;
+            let tx = c.transaction_with_behavior(crate::store::sql::Behavior::Immediate)?;
             output.write(&tx)?;
             jobs::stage_done(&tx, &job, O::STAGE, &output.summary(), now_ms())?;
             tx.commit()?;
@@ -428,7 +428,7 @@ impl Learner {
     /// Runs `f` on the learner's store connection, on a blocking thread.
     async fn db<T: Send + 'static>(
         &self,
-        f: impl FnOnce(&mut rusqlite::Connection) -> Result<T> + Send + 'static,
+        f: impl FnOnce(&mut crate::store::sql::Conn) -> Result<T> + Send + 'static,
     ) -> Result<T> {
         self.parts.db.call(f).await
     }
@@ -484,7 +484,7 @@ mod tests {
             c.execute(
                 "INSERT INTO sessions (id, base_key, source, started_at_ms, last_activity_ms)
                  VALUES ('s', 's', 'header', 0, 0)",
-                [],
+                (),
             )?;
             Ok(jobs::enqueue(c, "s", now_ms() + 3_600_000)?)
         })
@@ -521,8 +521,8 @@ mod tests {
                 let mut stmt = c.prepare(
                     "SELECT done_ms, stage, summary FROM learning_stages WHERE session_id = 's'",
                 )?;
-                let rows = stmt.query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))?;
-                Ok(rows.collect::<rusqlite::Result<_>>()?)
+                let rows = stmt.query_map((), |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))?;
+                Ok(rows.collect::<crate::store::sql::Result<_>>()?)
             })
             .unwrap();
         // Stages done within one millisecond: in their order.
@@ -578,7 +578,7 @@ mod tests {
         let holder = std::thread::spawn(move || {
             let mut conn = path.side_writer().unwrap();
             let tx = conn
-                .transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)
+                .transaction_with_behavior(crate::store::sql::Behavior::Immediate)
                 .unwrap();
             locked_tx.send(()).unwrap();
             std::thread::sleep(Duration::from_secs(12));

@@ -15,8 +15,8 @@
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
+use crate::store::sql::Conn;
 use anyhow::{Context, Result, bail};
-use rusqlite::Connection;
 use serde::Serialize;
 
 use super::skill::{self, Skill};
@@ -112,7 +112,7 @@ pub struct Export<'a> {
 }
 
 /// Runs `export`, recording what it wrote in `conn`.
-pub fn export(export: &Export<'_>, conn: &Connection) -> Result<Exported> {
+pub fn export(export: &Export<'_>, conn: &Conn) -> Result<Exported> {
     check_only(export)?;
     let dir = export.dir;
     if !export.dry_run {
@@ -168,7 +168,7 @@ fn check_only(export: &Export<'_>) -> Result<()> {
 /// the folder resolved, with its name as the store keys it.
 struct Run<'a> {
     export: &'a Export<'a>,
-    conn: &'a Connection,
+    conn: &'a Conn,
     dir: PathBuf,
     target: String,
 }
@@ -339,7 +339,7 @@ mod tests {
             .collect()
     }
 
-    fn store(dir: &Path) -> Connection {
+    fn store(dir: &Path) -> Conn {
         crate::store::Db::at(dir.join("metaclaw.db"))
             .side_writer()
             .unwrap()

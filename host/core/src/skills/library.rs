@@ -611,19 +611,15 @@ mod tests {
         // A job's draft, its intent recorded, then its file renamed in.
         let draft = |id: &str, session: &str| {
             let text = evolved(id, session);
-            conn.execute(
-                "INSERT INTO evolved_drafts (session_id, round, name, outcome, skill_id, content, at_ms)
-                 VALUES (?1, 1, ?2, 'created', ?2, ?3, 0)",
-                rusqlite::params![session, id, text],
-            )
-            .unwrap();
-            learning::writing(
-                &conn,
-                conn.last_insert_rowid(),
-                &crate::digest::sha256_hex(text.as_bytes()),
-                1,
-            )
-            .unwrap();
+            let row: i64 = conn
+                .query_row(
+                    "INSERT INTO evolved_drafts (session_id, round, name, outcome, skill_id, content, at_ms)
+                     VALUES (?1, 1, ?2, 'created', ?2, ?3, 0) RETURNING id",
+                    crate::store::sql::params![session, id, text],
+                    |r| r.get(0),
+                )
+                .unwrap();
+            learning::writing(&conn, row, &crate::digest::sha256_hex(text.as_bytes()), 1).unwrap();
             write(&dir, id, &text);
             text
         };

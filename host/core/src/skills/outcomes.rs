@@ -397,7 +397,7 @@ impl Outcomes {
     }
 
     /// Reads the store's sums again (a table of one row per version).
-    pub fn refresh(&self, conn: &rusqlite::Connection) -> rusqlite::Result<()> {
+    pub fn refresh(&self, conn: &crate::store::sql::Conn) -> crate::store::sql::Result<()> {
         let board = Arc::new(Board::new(crate::store::outcomes::all(conn)?));
         if let Ok(mut b) = self.0.write() {
             *b = board;

@@ -490,7 +490,7 @@ impl Delivery {
 
     fn with_store<T>(
         &self,
-        f: impl FnOnce(&rusqlite::Connection) -> anyhow::Result<T>,
+        f: impl FnOnce(&crate::store::sql::Conn) -> anyhow::Result<T>,
     ) -> Result<T, WorkshopError> {
         let store = |e: anyhow::Error| WorkshopError::Store(format!("{e:#}"));
         let conn = self.db.side_writer().map_err(store)?;
@@ -506,11 +506,11 @@ impl Delivery {
 
 /// An entry in the skill's history (`skills history`).
 fn note(
-    conn: &rusqlite::Connection,
+    conn: &crate::store::sql::Conn,
     offer: &Proposal,
     change: &str,
     why: &str,
-) -> rusqlite::Result<()> {
+) -> crate::store::sql::Result<()> {
     crate::store::skills::note(
         conn,
         &SkillChange {

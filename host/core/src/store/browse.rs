@@ -4,7 +4,7 @@
 
 use std::collections::HashMap;
 
-use rusqlite::{Connection, params_from_iter, types::Value as Sql};
+use crate::store::sql::{Arg as Sql, Conn, params_from_iter};
 use serde::Serialize;
 use serde_json::{Value, json};
 
@@ -65,47 +65,56 @@ impl Cursor {
 /// Up to `limit` sessions, newest first, after `after`; and the cursor of
 /// the page after it, if there is one.
 pub fn sessions_page(
-    conn: &Connection,
+    conn: &Conn,
     filter: &SessionFilter,
     after: Option<&Cursor>,
     limit: u32,
-) -> rusqlite::Result<(Vec<SessionListRow>, Option<Cursor>)> {
+) -> crate::store::sql::Result<(Vec<SessionListRow>, Option<Cursor>)> {
     let mut conditions = Vec::new();
-    let mut args: Vec<Sql> = Vec::new();
-    let mut arg = |v: Sql| {
+    let mut args: Vec<Sql<'static>> = Vec::new();
+    let mut arg = |v: Sql<'static>| {
         args.push(v);
         format!("?{}", args.len())
     };
     if let Some(c) = after {
         let (ms, id) = (
-            arg(Sql::Integer(c.started_at_ms)),
-            arg(Sql::Text(c.id.clone())),
+            arg(Sql::Int(c.started_at_ms)),
+            arg(Sql::Text(c.id.clone().into())),
         );
         conditions.push(format!(
             "(s.started_at_ms < {ms} OR (s.started_at_ms = {ms} AND s.id < {id}))"
         ));
     }
     if let Some(status) = &filter.status {
-        conditions.push(format!("s.status = {}", arg(Sql::Text(status.clone()))));
+        conditions.push(format!(
+            "s.status = {}",
+            arg(Sql::Text(status.clone().into()))
+        ));
     }
     if let Some(agent) = &filter.agent {
-        conditions.push(format!("s.agent = {}", arg(Sql::Text(agent.clone()))));
+        conditions.push(format!(
+            "s.agent = {}",
+            arg(Sql::Text(agent.clone().into()))
+        ));
     }
     if let Some(agent_id) = &filter.agent_id {
-        conditions.push(format!("s.agent_id = {}", arg(Sql::Text(agent_id.clone()))));
+        conditions.push(format!(
+            "s.agent_id = {}",
+            arg(Sql::Text(agent_id.clone().into()))
+        ));
     }
     if let Some(ms) = filter.since_ms {
-        conditions.push(format!("s.started_at_ms >= {}", arg(Sql::Integer(ms))));
+        conditions.push(format!("s.started_at_ms >= {}", arg(Sql::Int(ms))));
     }
     if let Some(ms) = filter.until_ms {
-        conditions.push(format!("s.started_at_ms < {}", arg(Sql::Integer(ms))));
+        conditions.push(format!("s.started_at_ms < {}", arg(Sql::Int(ms))));
     }
     if let Some(prefix) = filter.id_prefix.as_deref().filter(|p| !p.is_empty()) {
         // A range, not LIKE: ids are compared as they are, and `%` or `_`
         // in the prefix mean themselves.
         let (low, high) = (
-            arg(Sql::Text(prefix.into())),
-            arg(Sql::Text(format!("{prefix}\u{10FFFF}"))),
+            arg(Sql::Text(prefix.to_owned().into())),
+            arg(Sql::Text(format!("{prefix}\u{10FFFF}").into())),
         );
         conditions.push(format!(
             "((s.id >= {low} AND s.id < {high}) OR (s.agent_session_id >= {low} AND s.agent_session_id < {high}))"
@@ -118,7 +127,7 @@ pub fn sessions_page(
     if let Some(max) = filter.max_reward {
         outer.push(format!("mean <= {}", arg(Sql::Real(max))));
     }
-    let limit_arg = arg(Sql::Integer(i64::from(limit) + 1));
+    let limit_arg = arg(Sql::Int(i64::from(limit) + 1));
     let clause = |word: &str, c: &[String]| {
         if c.is_empty() {
             String::new()
@@ -150,11 +159,11 @@ pub fn sessions_page(
         .query_map(params_from_iter(args.iter()), |row| {
             Ok(SessionListRow {
                 session: read::session_row(row)?,
-                judged: row.get::<_, i64>(13)?.max(0) as u64,
+                judged: row.get::<i64>(13)?.max(0) as u64,
                 mean_reward: row.get(14)?,
             })
         })?
-        .collect::<rusqlite::Result<_>>()?;
+        .collect::<crate::store::sql::Result<_>>()?;
     let next = (rows.len() > limit as usize).then(|| {
         rows.truncate(limit as usize);
         rows.last().map(|r| Cursor {
@@ -167,11 +176,11 @@ pub fn sessions_page(
 
 /// Indexes a turn under each skill injected into it, for the skill's page.
 pub(super) fn turn_injected(
-    conn: &Connection,
+    conn: &Conn,
     turn_id: &str,
     at_ms: i64,
     skills: &[super::InjectedSkill],
-) -> rusqlite::Result<()> {
+) -> crate::store::sql::Result<()> {
     if skills.is_empty() {
         return Ok(());
     }
@@ -179,7 +188,7 @@ pub(super) fn turn_injected(
         "INSERT OR IGNORE INTO turn_skills (skill_id, at_ms, turn_id, version) VALUES (?1, ?2, ?3, ?4)",
     )?;
     for s in skills {
-        stmt.execute(rusqlite::params![s.id, at_ms, turn_id, s.version])?;
+        stmt.execute(crate::store::sql::params![s.id, at_ms, turn_id, s.version])?;
     }
     Ok(())
 }
@@ -199,16 +208,16 @@ pub struct InjectedInto {
 
 /// The latest `limit` turns `skill_id` was injected into, newest first.
 pub fn injected_into(
-    conn: &Connection,
+    conn: &Conn,
     skill_id: &str,
     limit: u32,
-) -> rusqlite::Result<Vec<InjectedInto>> {
+) -> crate::store::sql::Result<Vec<InjectedInto>> {
     conn.prepare_cached(
         "SELECT ts.turn_id, ts.version, ts.at_ms, t.session_id, t.seq, t.turn_type, t.user_summary, t.reward
          FROM turn_skills ts JOIN turns t ON t.id = ts.turn_id
          WHERE ts.skill_id = ?1 ORDER BY ts.at_ms DESC, ts.turn_id DESC LIMIT ?2",
     )?
-    .query_map(rusqlite::params![skill_id, limit], |r| {
+    .query_map(crate::store::sql::params![skill_id, limit], |r| {
         Ok(InjectedInto {
             turn_id: r.get(0)?,
             version: r.get(1)?,
@@ -225,7 +234,7 @@ pub fn injected_into(
 
 /// The agents (namespaces) sessions belong to, for the list's filter: a
 /// skip-scan of sessions_by_agent_id.
-pub fn agent_ids(conn: &Connection) -> rusqlite::Result<Vec<String>> {
+pub fn agent_ids(conn: &Conn) -> crate::store::sql::Result<Vec<String>> {
     conn.prepare(
         "WITH RECURSIVE a(x) AS (
              SELECT (SELECT min(agent_id) FROM sessions)
@@ -234,12 +243,12 @@ pub fn agent_ids(conn: &Connection) -> rusqlite::Result<Vec<String>> {
              LIMIT 1000)
          SELECT x FROM a WHERE x IS NOT NULL",
     )?
-    .query_map([], |r| r.get(0))?
+    .query_map((), |r| r.get(0))?
     .collect()
 }
 
 /// The agents sessions were recorded from, for the list's filter.
-pub fn agents(conn: &Connection) -> rusqlite::Result<Vec<String>> {
+pub fn agents(conn: &Conn) -> crate::store::sql::Result<Vec<String>> {
     // A skip-scan of sessions_by_agent_name: one seek per agent, however
     // many sessions each has.
     conn.prepare(
@@ -250,7 +259,7 @@ pub fn agents(conn: &Connection) -> rusqlite::Result<Vec<String>> {
              LIMIT 100)
          SELECT x FROM a WHERE x IS NOT NULL",
     )?
-    .query_map([], |r| r.get(0))?
+    .query_map((), |r| r.get(0))?
     .collect()
 }
 
@@ -267,7 +276,7 @@ pub struct Detail {
 
 /// A session with its turns and what learning made of them, as
 /// `sessions show --json` prints it and the dashboard shows it.
-pub fn session_view(conn: &Connection, id: &str, detail: Detail) -> anyhow::Result<Option<Value>> {
+pub fn session_view(conn: &Conn, id: &str, detail: Detail) -> anyhow::Result<Option<Value>> {
     let Some(session) = read::session_detail(conn, id)? else {
         return Ok(None);
     };
@@ -325,7 +334,7 @@ struct Tokens {
 }
 
 fn turn_view<'a>(
-    conn: &Connection,
+    conn: &Conn,
     t: &'a read::TurnRow,
     learned: &'a Learned,
     detail: Detail,
@@ -371,13 +380,12 @@ mod tests {
     /// mean, and narrows to one agent's sessions.
     #[test]
     fn the_list_shows_and_filters_each_sessions_agent() {
-        let mut conn = Connection::open_in_memory().unwrap();
-        crate::store::schema::migrate(&mut conn).unwrap();
+        let conn = crate::store::memory();
         for (id, agent, at) in [("s1", "default", 1), ("s2", "coder", 2), ("s3", "coder", 3)] {
             conn.execute(
                 "INSERT INTO sessions (id, base_key, source, status, started_at_ms, last_activity_ms, agent_id)
                  VALUES (?1, ?1, 'header', 'ended', ?2, ?2, ?3)",
-                rusqlite::params![id, at, agent],
+                crate::store::sql::params![id, at, agent],
             )
             .unwrap();
         }
@@ -385,7 +393,7 @@ mod tests {
             "INSERT INTO turns (id, session_id, seq, turn_type, api, stream, status, request_messages,
                                 request_params, started_at_ms, finished_at_ms, total_ms, reward)
              VALUES ('t', 's2', 1, 'main', 'chat', 0, 'ok', '[]', '{}', 2, 2, 1.0, 0.5)",
-            [],
+            (),
         )
         .unwrap();
         let (all, _) = sessions_page(&conn, &SessionFilter::default(), None, 10).unwrap();

@@ -12,6 +12,7 @@ use anyhow::{Context, Result, bail};
 use rusqlite::{Connection, OpenFlags};
 
 use super::schema;
+use super::sql::Conn;
 
 /// Where the store is, and the way to its connections. Cheap to clone:
 /// handed to whatever reads or writes beside the writer thread.
@@ -46,15 +47,15 @@ impl Db {
 
     /// A read-only connection, which may run beside the daemon; refused
     /// when the store has no metaclaw data yet.
-    pub fn read(&self) -> Result<Connection> {
-        open_read_only(&self.path)
+    pub fn read(&self) -> Result<Conn> {
+        open_read_only(&self.path).map(Conn::from)
     }
 
     /// A read-write connection with the schema up to date, for work that
     /// writes rarely and outside the turn writer (the skill library, the
     /// trainer, the CLI). SQLite serialises it with the writer thread.
-    pub fn side_writer(&self) -> Result<Connection> {
-        open_side_writer(&self.path)
+    pub fn side_writer(&self) -> Result<Conn> {
+        open_side_writer(&self.path).map(Conn::from)
     }
 
     /// Whether the existing store takes a write, changing nothing: a table

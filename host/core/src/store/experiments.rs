@@ -2,7 +2,7 @@
 //! each session met it in, and how it was decided. The decision itself is
 //! `canary::decide`; the learner applies it (`learn/canary.rs`).
 
-use rusqlite::{Connection, OptionalExtension, params};
+use crate::store::sql::{Conn, Optional, params};
 use serde::Serialize;
 
 /// A turn's arm of one experiment, as recorded with the turn.
@@ -44,7 +44,7 @@ impl Experiment {
 const COLUMNS: &str =
     "id, kind, subject, version, share, state, started_ms, origin, decided_ms, decided_by, reason";
 
-fn row(r: &rusqlite::Row<'_>) -> rusqlite::Result<Experiment> {
+fn row(r: &crate::store::sql::Row) -> crate::store::sql::Result<Experiment> {
     Ok(Experiment {
         id: r.get(0)?,
         kind: r.get(1)?,
@@ -65,13 +65,13 @@ fn row(r: &rusqlite::Row<'_>) -> rusqlite::Result<Experiment> {
 /// again); a test of another version of it still running ends as
 /// `superseded` (its sessions met a text that is gone).
 pub fn start_skill(
-    conn: &Connection,
+    conn: &Conn,
     subject: &str,
     version: &str,
     share: f64,
     origin: &str,
     at_ms: i64,
-) -> rusqlite::Result<i64> {
+) -> crate::store::sql::Result<i64> {
     let running: Option<i64> = conn
         .prepare_cached(
             "SELECT id FROM experiments
@@ -90,22 +90,23 @@ pub fn start_skill(
     .execute(params![subject, at_ms])?;
     conn.prepare_cached(
         "INSERT INTO experiments (kind, subject, version, share, state, started_ms, origin)
-         VALUES ('skill', ?1, ?2, ?3, 'testing', ?4, ?5)",
+         VALUES ('skill', ?1, ?2, ?3, 'testing', ?4, ?5) RETURNING id",
     )?
-    .execute(params![subject, version, share, at_ms, origin])?;
-    Ok(conn.last_insert_rowid())
+    .query_row(params![subject, version, share, at_ms, origin], |r| {
+        r.get(0)
+    })
 }
 
 /// Starts testing the weights of step `version` of training run `run`
 /// (one weights test at a time of each agent's runs, and of the shared
 /// runs: one of theirs still running ends as `superseded`).
 pub fn start_weights(
-    conn: &Connection,
+    conn: &Conn,
     test: &WeightsTest,
     share: f64,
     origin: &str,
     at_ms: i64,
-) -> rusqlite::Result<i64> {
+) -> crate::store::sql::Result<i64> {
     conn.prepare_cached(
         "UPDATE experiments SET state = 'superseded', decided_ms = ?1, decided_by = 'test',
                 reason = 'newer weights are tested instead'
@@ -114,25 +115,28 @@ pub fn start_weights(
              = coalesce((SELECT agent FROM training_runs WHERE id = ?2), '')",
     )?
     .execute(params![at_ms, test.run])?;
-    conn.prepare_cached(
-        "INSERT INTO experiments (kind, subject, version, share, state, started_ms, origin)
-         VALUES ('weights', ?1, ?2, ?3, 'testing', ?4, ?5)",
-    )?
-    .execute(params![
-        test.run,
-        test.candidate_version.to_string(),
-        share,
-        at_ms,
-        origin
-    ])?;
-    let id = conn.last_insert_rowid();
+    let id: i64 = conn
+        .prepare_cached(
+            "INSERT INTO experiments (kind, subject, version, share, state, started_ms, origin)
+         VALUES ('weights', ?1, ?2, ?3, 'testing', ?4, ?5) RETURNING id",
+        )?
+        .query_row(
+            params![
+                test.run,
+                test.candidate_version.to_string(),
+                share,
+                at_ms,
+                origin
+            ],
+            |r| r.get(0),
+        )?;
     set_weights_test(conn, id, test)?;
     Ok(id)
 }
 
 /// Keeps what weights test `id` compares (again, after a restart saved the
 /// candidate's weights anew).
-pub fn set_weights_test(conn: &Connection, id: i64, test: &WeightsTest) -> rusqlite::Result<()> {
+pub fn set_weights_test(conn: &Conn, id: i64, test: &WeightsTest) -> crate::store::sql::Result<()> {
     conn.prepare_cached("INSERT OR REPLACE INTO meta (key, value) VALUES (?1, ?2)")?
         .execute(params![
             weights_key(id),
@@ -167,7 +171,7 @@ fn weights_key(id: i64) -> String {
 
 /// What weights test `id` compares (`None`: not a weights test, or its
 /// record is unreadable).
-pub fn weights_test(conn: &Connection, id: i64) -> rusqlite::Result<Option<WeightsTest>> {
+pub fn weights_test(conn: &Conn, id: i64) -> crate::store::sql::Result<Option<WeightsTest>> {
     let value: Option<String> = conn
         .prepare_cached("SELECT value FROM meta WHERE key = ?1")?
         .query_row([weights_key(id)], |r| r.get(0))
@@ -188,10 +192,10 @@ pub struct Answered {
 /// The student's answers in each arm of weights test `id`: the
 /// candidate's from its version, the control's from the incumbent's.
 pub fn arm_answers(
-    conn: &Connection,
+    conn: &Conn,
     id: i64,
     test: &WeightsTest,
-) -> rusqlite::Result<(Vec<Answered>, Vec<Answered>)> {
+) -> crate::store::sql::Result<(Vec<Answered>, Vec<Answered>)> {
     let mut stmt = conn.prepare_cached(
         "SELECT a.arm, s.policy_version, s.sampled_len, s.stop_reason, s.logprobs
          FROM session_arms a
@@ -201,11 +205,11 @@ pub fn arm_answers(
     )?;
     let rows = stmt.query_map([id], |r| {
         Ok((
-            r.get::<_, String>(0)?,
-            r.get::<_, i64>(1)?,
-            r.get::<_, i64>(2)?,
-            r.get::<_, String>(3)?,
-            r.get::<_, Vec<u8>>(4)?,
+            r.get::<String>(0)?,
+            r.get::<i64>(1)?,
+            r.get::<i64>(2)?,
+            r.get::<String>(3)?,
+            r.get::<Vec<u8>>(4)?,
         ))
     })?;
     let (mut candidate, mut control) = (Vec::new(), Vec::new());
@@ -233,13 +237,13 @@ pub fn arm_answers(
 /// Ends a test: `state` is `promoted`, `rolled_back` or `abandoned`. Only a
 /// test still running is ended; returns whether this one was.
 pub fn decide(
-    conn: &Connection,
+    conn: &Conn,
     id: i64,
     state: &str,
     by: &str,
     reason: &str,
     at_ms: i64,
-) -> rusqlite::Result<bool> {
+) -> crate::store::sql::Result<bool> {
     let n = conn
         .prepare_cached(
             "UPDATE experiments SET state = ?2, decided_by = ?3, reason = ?4, decided_ms = ?5
@@ -250,7 +254,7 @@ pub fn decide(
 }
 
 /// The experiments under test of a kind.
-pub fn testing(conn: &Connection, kind: &str) -> rusqlite::Result<Vec<Experiment>> {
+pub fn testing(conn: &Conn, kind: &str) -> crate::store::sql::Result<Vec<Experiment>> {
     conn.prepare_cached(&format!(
         "SELECT {COLUMNS} FROM experiments WHERE state = 'testing' AND kind = ?1 ORDER BY id"
     ))?
@@ -258,14 +262,14 @@ pub fn testing(conn: &Connection, kind: &str) -> rusqlite::Result<Vec<Experiment
     .collect()
 }
 
-pub fn get(conn: &Connection, id: i64) -> rusqlite::Result<Option<Experiment>> {
+pub fn get(conn: &Conn, id: i64) -> crate::store::sql::Result<Option<Experiment>> {
     conn.prepare_cached(&format!("SELECT {COLUMNS} FROM experiments WHERE id = ?1"))?
         .query_row([id], row)
         .optional()
 }
 
 /// The newest experiments first.
-pub fn list(conn: &Connection, limit: u32) -> rusqlite::Result<Vec<Experiment>> {
+pub fn list(conn: &Conn, limit: u32) -> crate::store::sql::Result<Vec<Experiment>> {
     conn.prepare_cached(&format!(
         "SELECT {COLUMNS} FROM experiments ORDER BY id DESC LIMIT ?1"
     ))?
@@ -276,10 +280,10 @@ pub fn list(conn: &Connection, limit: u32) -> rusqlite::Result<Vec<Experiment>> 
 /// [`list`], of `agent`'s own alone: the tests of skills in its layer
 /// (`@AGENT/NAME`) and of its own run's weights.
 pub fn list_of_agent(
-    conn: &Connection,
+    conn: &Conn,
     agent: &str,
     limit: u32,
-) -> rusqlite::Result<Vec<Experiment>> {
+) -> crate::store::sql::Result<Vec<Experiment>> {
     conn.prepare_cached(&format!(
         "SELECT {COLUMNS} FROM experiments
          WHERE (kind = 'skill' AND substr(subject, 1, length(?2) + 2) = '@' || ?2 || '/')
@@ -292,7 +296,7 @@ pub fn list_of_agent(
 
 /// The agent whose run a weights experiment tests ('' the shared run's);
 /// None for a skill's or an unknown experiment.
-pub fn run_agent(conn: &Connection, id: i64) -> rusqlite::Result<Option<String>> {
+pub fn run_agent(conn: &Conn, id: i64) -> crate::store::sql::Result<Option<String>> {
     conn.prepare_cached(
         "SELECT r.agent FROM experiments e JOIN training_runs r ON r.id = e.subject
          WHERE e.id = ?1 AND e.kind = 'weights'",
@@ -305,11 +309,11 @@ pub fn run_agent(conn: &Connection, id: i64) -> rusqlite::Result<Option<String>>
 /// session to meet an experiment fixes its arm; later ones agree, since
 /// the arm is a function of the session).
 pub fn record_arms(
-    tx: &Connection,
+    tx: &Conn,
     session: &str,
     arms: &[ArmRecord],
     at_ms: i64,
-) -> rusqlite::Result<()> {
+) -> crate::store::sql::Result<()> {
     let mut stmt = tx.prepare_cached(
         "INSERT OR IGNORE INTO session_arms (experiment_id, session_id, arm, at_ms)
          VALUES (?1, ?2, ?3, ?4)",
@@ -331,7 +335,7 @@ pub fn arms_column(arms: &[ArmRecord]) -> Option<String> {
 /// experiment: a session's reward is the mean final reward of its answered
 /// main turns (judge, scorers and the user's feedback, as learning
 /// combined them); sessions with none yet are left out.
-pub fn arm_rewards(conn: &Connection, id: i64) -> rusqlite::Result<(Vec<f64>, Vec<f64>)> {
+pub fn arm_rewards(conn: &Conn, id: i64) -> crate::store::sql::Result<(Vec<f64>, Vec<f64>)> {
     let mut stmt = conn.prepare_cached(
         "SELECT a.arm, avg(t.reward) FROM session_arms a
          JOIN turns t ON t.session_id = a.session_id
@@ -339,7 +343,7 @@ pub fn arm_rewards(conn: &Connection, id: i64) -> rusqlite::Result<(Vec<f64>, Ve
            AND t.reward IS NOT NULL
          GROUP BY a.session_id ORDER BY a.at_ms, a.session_id",
     )?;
-    let rows = stmt.query_map([id], |r| Ok((r.get::<_, String>(0)?, r.get::<_, f64>(1)?)))?;
+    let rows = stmt.query_map([id], |r| Ok((r.get::<String>(0)?, r.get::<f64>(1)?)))?;
     let (mut candidate, mut control) = (Vec::new(), Vec::new());
     for row in rows {
         let (arm, reward) = row?;
@@ -352,7 +356,7 @@ pub fn arm_rewards(conn: &Connection, id: i64) -> rusqlite::Result<(Vec<f64>, Ve
 }
 
 /// Sessions that met the experiment, per arm (judged or not).
-pub fn arm_sessions(conn: &Connection, id: i64) -> rusqlite::Result<(i64, i64)> {
+pub fn arm_sessions(conn: &Conn, id: i64) -> crate::store::sql::Result<(i64, i64)> {
     conn.prepare_cached(
         "SELECT coalesce(sum(arm = 'candidate'), 0), coalesce(sum(arm = 'control'), 0)
          FROM session_arms WHERE experiment_id = ?1",
@@ -364,15 +368,15 @@ pub fn arm_sessions(conn: &Connection, id: i64) -> rusqlite::Result<(i64, i64)> 
 mod tests {
     use super::*;
 
-    fn store() -> (tempfile::TempDir, Connection) {
+    fn store() -> (tempfile::TempDir, Conn) {
         let dir = tempfile::tempdir().unwrap();
         let mut conn = crate::store::open_rw(&dir.path().join("metaclaw.db")).unwrap();
         crate::store::schema::migrate(&mut conn).unwrap();
-        (dir, conn)
+        (dir, Conn::from(conn))
     }
 
     /// A session `id` with main turns rewarded `rewards` (`None`: not yet).
-    fn session(conn: &Connection, id: &str, rewards: &[Option<f64>]) {
+    fn session(conn: &Conn, id: &str, rewards: &[Option<f64>]) {
         conn.execute(
             "INSERT INTO sessions (id, base_key, source, started_at_ms, last_activity_ms)
              VALUES (?1, ?1, 'header', 0, 0)",

@@ -10,7 +10,7 @@
 //! rewards, so it wins whichever comes first. A thumbs-up is +1, a
 //! thumbs-down −1, a score any value in [−1, 1].
 
-use rusqlite::{Connection, OptionalExtension, TransactionBehavior, params};
+use crate::store::sql::{Behavior, Conn, Optional, params};
 use serde::Serialize;
 
 use super::learning;
@@ -52,7 +52,7 @@ pub enum FeedbackError {
         actual: String,
     },
     #[error(transparent)]
-    Store(#[from] rusqlite::Error),
+    Store(#[from] crate::store::sql::Error),
 }
 
 /// One stored piece of feedback.
@@ -77,8 +77,8 @@ pub struct Recorded {
 }
 
 /// Stores the feedback and applies the rule to its session's turns.
-pub fn record(conn: &mut Connection, f: &NewFeedback) -> Result<Recorded, FeedbackError> {
-    let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+pub fn record(conn: &mut Conn, f: &NewFeedback) -> Result<Recorded, FeedbackError> {
+    let tx = conn.transaction_with_behavior(Behavior::Immediate)?;
     let session_id = match (&f.turn_id, &f.session_id) {
         (None, None) => return Err(FeedbackError::NoTarget),
         (Some(turn), given) => {
@@ -112,14 +112,14 @@ pub fn record(conn: &mut Connection, f: &NewFeedback) -> Result<Recorded, Feedba
         }
     };
     let value = f.value.clamp(-1.0, 1.0);
-    tx.execute(
+    let id: i64 = tx.query_row(
         "INSERT INTO feedback (session_id, turn_id, value, rating, comment, source, at_ms)
-         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7) RETURNING id",
         params![
             session_id, f.turn_id, value, f.rating, f.comment, f.source, f.at_ms
         ],
+        |r| r.get(0),
     )?;
-    let id = tx.last_insert_rowid();
     let mut rewarded_turns = Vec::new();
     let overrides = overrides(&tx, &session_id)?;
     for turn in learning::main_turns(&tx, &session_id)? {
@@ -167,13 +167,13 @@ impl Overrides {
     }
 }
 
-pub fn overrides(conn: &Connection, session_id: &str) -> rusqlite::Result<Overrides> {
+pub fn overrides(conn: &Conn, session_id: &str) -> crate::store::sql::Result<Overrides> {
     let mut out = Overrides::default();
     // Oldest first: the newest of each target is the one left.
     let mut stmt = conn
         .prepare_cached("SELECT turn_id, value FROM feedback WHERE session_id = ?1 ORDER BY id")?;
     let rows = stmt.query_map([session_id], |r| {
-        Ok((r.get::<_, Option<String>>(0)?, r.get::<_, f64>(1)?))
+        Ok((r.get::<Option<String>>(0)?, r.get::<f64>(1)?))
     })?;
     for row in rows {
         match row? {
@@ -187,7 +187,7 @@ pub fn overrides(conn: &Connection, session_id: &str) -> rusqlite::Result<Overri
 }
 
 /// A session's feedback, oldest first.
-pub fn list(conn: &Connection, session_id: &str) -> rusqlite::Result<Vec<Feedback>> {
+pub fn list(conn: &Conn, session_id: &str) -> crate::store::sql::Result<Vec<Feedback>> {
     conn.prepare_cached(
         "SELECT id, session_id, turn_id, value, rating, comment, source, at_ms
          FROM feedback WHERE session_id = ?1 ORDER BY id",
@@ -213,11 +213,12 @@ mod tests {
 
     /// A store with one session of two main turns, the first judged +1
     /// with skill `tidy` injected, the second unjudged.
-    fn store() -> (tempfile::TempDir, Connection) {
+    fn store() -> (tempfile::TempDir, Conn) {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("metaclaw.db");
         let mut conn = crate::store::open_rw(&path).unwrap();
         crate::store::schema::migrate(&mut conn).unwrap();
+        let conn = Conn::from(conn);
         conn.execute_batch(
             "INSERT INTO sessions (id, base_key, source, started_at_ms, last_activity_ms)
              VALUES ('s', 's', 'header', 0, 0), ('other', 'o', 'header', 0, 0);
@@ -246,14 +247,14 @@ mod tests {
         }
     }
 
-    fn reward(conn: &Connection, turn: &str) -> Option<f64> {
+    fn reward(conn: &Conn, turn: &str) -> Option<f64> {
         conn.query_row("SELECT reward FROM turns WHERE id = ?1", [turn], |r| {
             r.get(0)
         })
         .unwrap()
     }
 
-    fn tidy(conn: &Connection) -> crate::store::outcomes::Sums {
+    fn tidy(conn: &Conn) -> crate::store::outcomes::Sums {
         crate::store::outcomes::all(conn).unwrap()[&("tidy".to_string(), "1.0.0".to_string())]
     }
 
@@ -310,7 +311,7 @@ mod tests {
             assert!(e.contains(want), "{e}");
         }
         let n: i64 = conn
-            .query_row("SELECT count(*) FROM feedback", [], |r| r.get(0))
+            .query_row("SELECT count(*) FROM feedback", (), |r| r.get(0))
             .unwrap();
         assert_eq!(n, 0);
         assert_eq!(reward(&conn, "t1"), Some(1.0));

@@ -8,8 +8,8 @@
 //! be running it — and goes back to the queue; it then skips the stages
 //! that have rows.
 
+use crate::store::sql::{Behavior, Conn, Optional, params};
 use anyhow::Result;
-use rusqlite::{Connection, OptionalExtension, TransactionBehavior, params};
 use serde::{Deserialize, Serialize};
 
 /// Text in a column of a [`text_enum!`] that is none of its values.
@@ -22,7 +22,7 @@ pub struct UnknownText {
 
 /// A fieldless enum kept in a text column. `as_str` and `FromStr` are the
 /// column's strings (those of databases written before the enum existed:
-/// they must not change); serde and rusqlite go through them, so the JSON
+/// they must not change); serde and the store's SQL go through them, so the JSON
 /// of `learn status` and `sessions show` is the same text too.
 macro_rules! text_enum {
     ($(#[$meta:meta])* pub enum $name:ident {
@@ -78,22 +78,17 @@ macro_rules! text_enum {
             }
         }
 
-        impl rusqlite::types::ToSql for $name {
-            fn to_sql(&self) -> rusqlite::Result<rusqlite::types::ToSqlOutput<'_>> {
-                Ok(self.as_str().into())
+        impl $crate::store::sql::ToArg for $name {
+            fn to_arg(&self) -> $crate::store::sql::Result<$crate::store::sql::Arg<'_>> {
+                Ok($crate::store::sql::Arg::Text(std::borrow::Cow::Borrowed(self.as_str())))
             }
         }
 
-        impl rusqlite::types::FromSql for $name {
-            fn column_result(
-                value: rusqlite::types::ValueRef<'_>,
-            ) -> rusqlite::types::FromSqlResult<Self> {
-                value
-                    .as_str()?
+        impl $crate::store::sql::FromCell for $name {
+            fn from_cell(cell: &$crate::store::sql::Cell) -> Result<Self, String> {
+                String::from_cell(cell)?
                     .parse()
-                    .map_err(|e: $crate::store::jobs::UnknownText| {
-                        rusqlite::types::FromSqlError::Other(Box::new(e))
-                    })
+                    .map_err(|e: $crate::store::jobs::UnknownText| e.to_string())
             }
         }
     };
@@ -172,7 +167,7 @@ pub const HELD_OUT: &str = "held_out";
 /// stays as it is (it reads the transcript when it runs); a finished one
 /// starts its next round (the session was reopened and ended again); a
 /// running one is marked to run again when it ends.
-pub fn enqueue(conn: &Connection, session_id: &str, at_ms: i64) -> rusqlite::Result<()> {
+pub fn enqueue(conn: &Conn, session_id: &str, at_ms: i64) -> crate::store::sql::Result<()> {
     conn.prepare_cached(
         "INSERT INTO learning_jobs (session_id, state, not_before_ms, enqueued_ms)
          VALUES (?1, 'queued', ?2, ?2)
@@ -190,7 +185,7 @@ pub fn enqueue(conn: &Connection, session_id: &str, at_ms: i64) -> rusqlite::Res
 
 /// At start: jobs left `running` by a process that is gone go back to the
 /// queue. Returns how many.
-pub fn recover(conn: &Connection, now_ms: i64) -> Result<usize> {
+pub fn recover(conn: &Conn, now_ms: i64) -> Result<usize> {
     Ok(conn.execute(
         "UPDATE learning_jobs SET state = 'queued', not_before_ms = ?1 WHERE state = 'running'",
         [now_ms],
@@ -199,8 +194,8 @@ pub fn recover(conn: &Connection, now_ms: i64) -> Result<usize> {
 
 /// Takes the next job that is due (or `only` that session's, if queued or
 /// failed: `learn now`), marking it running.
-pub fn claim(conn: &mut Connection, now_ms: i64, only: Option<&str>) -> Result<Option<Job>> {
-    let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+pub fn claim(conn: &mut Conn, now_ms: i64, only: Option<&str>) -> Result<Option<Job>> {
+    let tx = conn.transaction_with_behavior(Behavior::Immediate)?;
     let id: Option<String> = match only {
         Some(id) => tx
             .query_row(
@@ -239,7 +234,7 @@ pub fn claim(conn: &mut Connection, now_ms: i64, only: Option<&str>) -> Result<O
 /// stopped, or a done one's next round). A running job is left alone: the
 /// caller waits for it (the runner may claim it between a caller's check
 /// and this call).
-pub fn request_now(conn: &Connection, session_id: &str, now_ms: i64) -> Result<()> {
+pub fn request_now(conn: &Conn, session_id: &str, now_ms: i64) -> Result<()> {
     let state: Option<JobState> = conn
         .query_row(
             "SELECT state FROM learning_jobs WHERE session_id = ?1",
@@ -284,7 +279,7 @@ pub fn request_now(conn: &Connection, session_id: &str, now_ms: i64) -> Result<(
 
 /// `learn now`: every queued or failed job (of `agent`'s sessions, with
 /// one) is due now. Returns their ids.
-pub fn all_due_now(conn: &Connection, now_ms: i64, agent: Option<&str>) -> Result<Vec<String>> {
+pub fn all_due_now(conn: &Conn, now_ms: i64, agent: Option<&str>) -> Result<Vec<String>> {
     let mut stmt = conn.prepare(
         "UPDATE learning_jobs SET state = 'queued', attempts = CASE WHEN state = 'failed' THEN 0 ELSE attempts END,
                 not_before_ms = ?1
@@ -293,18 +288,18 @@ pub fn all_due_now(conn: &Connection, now_ms: i64, agent: Option<&str>) -> Resul
          RETURNING session_id",
     )?;
     let ids = stmt.query_map(params![now_ms, agent], |r| r.get(0))?;
-    Ok(ids.collect::<rusqlite::Result<_>>()?)
+    Ok(ids.collect::<crate::store::sql::Result<_>>()?)
 }
 
 /// Records that `stage` of the job's round is done, in the transaction that
 /// wrote the stage's results.
 pub fn stage_done(
-    conn: &Connection,
+    conn: &Conn,
     job: &Job,
     stage: Stage,
     summary: &str,
     at_ms: i64,
-) -> rusqlite::Result<()> {
+) -> crate::store::sql::Result<()> {
     conn.prepare_cached(
         "INSERT INTO learning_stages (session_id, round, stage, done_ms, summary)
          VALUES (?1, ?2, ?3, ?4, ?5)",
@@ -316,7 +311,7 @@ pub fn stage_done(
 /// The job ended: done, or failed and queued again after a backoff (or left
 /// `failed` after `MAX_ATTEMPTS`).
 pub fn finish(
-    conn: &Connection,
+    conn: &Conn,
     session_id: &str,
     outcome: Result<(), String>,
     now_ms: i64,
@@ -359,7 +354,7 @@ pub const BLOCKED_RECHECK_MS: i64 = 60_000;
 
 /// The job could not go on for a reason outside it (no `guard` evolver is
 /// loaded): it waits, queued, without using up an attempt, and says why.
-pub fn wait_blocked(conn: &Connection, session_id: &str, why: &str, now_ms: i64) -> Result<()> {
+pub fn wait_blocked(conn: &Conn, session_id: &str, why: &str, now_ms: i64) -> Result<()> {
     conn.execute(
         "UPDATE learning_jobs SET state = 'queued', attempts = MAX(attempts - 1, 0),
              not_before_ms = ?2, finished_ms = ?3, error = ?4
@@ -380,7 +375,7 @@ fn backoff_ms(attempts: i64) -> i64 {
     (BACKOFF_FIRST_MS << doublings).min(BACKOFF_MAX_MS)
 }
 
-fn read(conn: &Connection, session_id: &str) -> Result<Option<Job>> {
+fn read(conn: &Conn, session_id: &str) -> Result<Option<Job>> {
     let job = conn
         .query_row(
             "SELECT session_id, state, round, attempts, not_before_ms, enqueued_ms, started_ms,
@@ -396,13 +391,13 @@ fn read(conn: &Connection, session_id: &str) -> Result<Option<Job>> {
 }
 
 /// The session's job, if it has one.
-pub fn get(conn: &Connection, session_id: &str) -> Result<Option<Job>> {
+pub fn get(conn: &Conn, session_id: &str) -> Result<Option<Job>> {
     read(conn, session_id)
 }
 
 /// The stages a round of the session's job has done, in the order they
 /// were (stages done within the same millisecond: in their order).
-pub fn stages(conn: &Connection, session_id: &str, round: i64) -> Result<Vec<Stage>> {
+pub fn stages(conn: &Conn, session_id: &str, round: i64) -> Result<Vec<Stage>> {
     Ok(stages_done(conn, session_id, round)?
         .into_iter()
         .map(|s| s.stage)
@@ -419,7 +414,7 @@ pub struct StageDone {
 }
 
 /// The stages a job's round has done, in the order they were done.
-pub fn stages_done(conn: &Connection, session_id: &str, round: i64) -> Result<Vec<StageDone>> {
+pub fn stages_done(conn: &Conn, session_id: &str, round: i64) -> Result<Vec<StageDone>> {
     let mut stmt = conn.prepare_cached(
         "SELECT done_ms, stage, summary FROM learning_stages WHERE session_id = ?1 AND round = ?2",
     )?;
@@ -430,21 +425,21 @@ pub fn stages_done(conn: &Connection, session_id: &str, round: i64) -> Result<Ve
             summary: r.get(2)?,
         })
     })?;
-    let mut done = rows.collect::<rusqlite::Result<Vec<_>>>()?;
+    let mut done = rows.collect::<crate::store::sql::Result<Vec<_>>>()?;
     done.sort_by_key(|s| (s.done_ms, s.stage));
     Ok(done)
 }
 
 /// When the next queued job is due, if any.
-pub fn next_due(conn: &Connection) -> Result<Option<i64>> {
+pub fn next_due(conn: &Conn) -> Result<Option<i64>> {
     Ok(conn.query_row(
         "SELECT min(not_before_ms) FROM learning_jobs WHERE state = 'queued'",
-        [],
+        (),
         |r| r.get(0),
     )?)
 }
 
-fn row_to_job(r: &rusqlite::Row<'_>) -> rusqlite::Result<Job> {
+fn row_to_job(r: &crate::store::sql::Row) -> crate::store::sql::Result<Job> {
     Ok(Job {
         session_id: r.get(0)?,
         state: r.get(1)?,
@@ -460,14 +455,14 @@ fn row_to_job(r: &rusqlite::Row<'_>) -> rusqlite::Result<Job> {
 }
 
 /// Jobs, newest first (`learn status`).
-pub fn list(conn: &Connection, limit: usize) -> Result<Vec<Job>> {
+pub fn list(conn: &Conn, limit: usize) -> Result<Vec<Job>> {
     list_of(conn, None, None, limit)
 }
 
 /// How many jobs the store holds in each state, all of them (not only a
 /// listed page), or those of `agent`'s sessions: `learn status`'s summary.
 pub fn counts(
-    conn: &Connection,
+    conn: &Conn,
     agent: Option<&str>,
 ) -> Result<std::collections::BTreeMap<JobState, u64>> {
     let mut stmt = conn.prepare(
@@ -476,20 +471,20 @@ pub fn counts(
          GROUP BY state",
     )?;
     let rows = stmt.query_map(params![agent], |r| {
-        Ok((r.get::<_, JobState>(0)?, r.get::<_, i64>(1)? as u64))
+        Ok((r.get::<JobState>(0)?, r.get::<i64>(1)? as u64))
     })?;
-    Ok(rows.collect::<rusqlite::Result<_>>()?)
+    Ok(rows.collect::<crate::store::sql::Result<_>>()?)
 }
 
 /// Jobs in `state` (any, with `None`), newest first (the dashboard's
 /// learning page).
-pub fn list_in(conn: &Connection, state: Option<JobState>, limit: usize) -> Result<Vec<Job>> {
+pub fn list_in(conn: &Conn, state: Option<JobState>, limit: usize) -> Result<Vec<Job>> {
     list_of(conn, state, None, limit)
 }
 
 /// [`list_in`], of `agent`'s sessions alone (all, with `None`).
 pub fn list_of(
-    conn: &Connection,
+    conn: &Conn,
     state: Option<JobState>,
     agent: Option<&str>,
     limit: usize,
@@ -503,7 +498,7 @@ pub fn list_of(
     )?;
     let mut jobs: Vec<Job> = stmt
         .query_map(params![state, limit as i64, agent], row_to_job)?
-        .collect::<rusqlite::Result<_>>()?;
+        .collect::<crate::store::sql::Result<_>>()?;
     for job in &mut jobs {
         job.stages = stages(conn, &job.session_id, job.round)?;
     }
@@ -514,7 +509,7 @@ pub fn list_of(
 mod tests {
     use super::*;
 
-    fn db() -> (tempfile::TempDir, Connection) {
+    fn db() -> (tempfile::TempDir, Conn) {
         let tmp = tempfile::tempdir().unwrap();
         let conn = crate::store::Db::at(tmp.path().join("metaclaw.db"))
             .side_writer()
@@ -522,7 +517,7 @@ mod tests {
         (tmp, conn)
     }
 
-    fn session(conn: &Connection, id: &str) {
+    fn session(conn: &Conn, id: &str) {
         conn.execute(
             "INSERT INTO sessions (id, base_key, source, started_at_ms, last_activity_ms)
              VALUES (?1, ?1, 'header', 0, 0)",
@@ -574,7 +569,7 @@ mod tests {
         conn.execute(
             "INSERT INTO learning_stages (session_id, round, stage, done_ms, summary)
              VALUES ('s', 1, 'distill', 1, '')",
-            [],
+            (),
         )
         .unwrap();
         let e = format!("{:#}", get(&conn, "s").unwrap_err());
@@ -611,7 +606,7 @@ mod tests {
             [(JobState::Running, 1), (JobState::Done, 1)].into()
         );
         // One agent's (`learn status --agent`): b's session is agent w's.
-        conn.execute("UPDATE sessions SET agent_id = 'w' WHERE id = 'b'", [])
+        conn.execute("UPDATE sessions SET agent_id = 'w' WHERE id = 'b'", ())
             .unwrap();
         let of_w = list_of(&conn, None, Some("w"), 10).unwrap();
         assert_eq!(

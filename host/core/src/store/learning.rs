@@ -1,7 +1,7 @@
 //! What learning writes and reads: turn rewards (exactly once per turn),
 //! the judge's verdicts, combined rewards, and evolved skill drafts.
 
-use rusqlite::{Connection, OptionalExtension, params};
+use crate::store::sql::{Conn, Optional, params};
 use serde::Serialize;
 
 use super::RewardRecord;
@@ -12,11 +12,11 @@ use super::jobs::text_enum;
 /// or it failed (no real answer is rewarded).
 /// Returns whether these rewards were the ones kept.
 pub fn store_rewards(
-    conn: &Connection,
+    conn: &Conn,
     turn_id: &str,
     rewards: &[RewardRecord],
     at_ms: i64,
-) -> rusqlite::Result<bool> {
+) -> crate::store::sql::Result<bool> {
     let fresh = conn
         .prepare_cached(
             "UPDATE turns SET scored_at_ms = ?2
@@ -86,7 +86,7 @@ pub fn failure(status: &str, http_status: Option<i64>, error: Option<&str>) -> O
 
 /// Every main turn of a session, in order, failed ones included (they
 /// are the next state of the turn before them; they are not judged).
-pub fn main_turns(conn: &Connection, session_id: &str) -> rusqlite::Result<Vec<MainTurn>> {
+pub fn main_turns(conn: &Conn, session_id: &str) -> crate::store::sql::Result<Vec<MainTurn>> {
     conn.prepare_cached(
         "SELECT t.id, t.seq, t.scored_at_ms IS NOT NULL, j.turn_id IS NOT NULL,
                 t.upstream_model, t.status, t.http_status, t.error
@@ -133,7 +133,7 @@ pub struct Judgment {
     pub answer_model: Option<String>,
 }
 
-pub fn store_judgment(conn: &Connection, j: &Judgment) -> rusqlite::Result<()> {
+pub fn store_judgment(conn: &Conn, j: &Judgment) -> crate::store::sql::Result<()> {
     let votes = serde_json::to_string(&j.votes).unwrap_or_else(|_| "[]".into());
     conn.prepare_cached(
         "INSERT INTO turn_judgments (turn_id, value, votes, rationale, evidence, model, prompt_version, at_ms, answer_model)
@@ -157,9 +157,9 @@ pub fn store_judgment(conn: &Connection, j: &Judgment) -> rusqlite::Result<()> {
 
 /// The judgments of a session's turns, by turn id.
 pub fn judgments(
-    conn: &Connection,
+    conn: &Conn,
     session_id: &str,
-) -> rusqlite::Result<std::collections::HashMap<String, Judgment>> {
+) -> crate::store::sql::Result<std::collections::HashMap<String, Judgment>> {
     conn.prepare_cached(
         "SELECT j.turn_id, j.value, j.votes, j.rationale, j.evidence, j.model, j.prompt_version, j.at_ms,
                 j.answer_model
@@ -185,9 +185,9 @@ pub fn judgments(
 
 /// The combined rewards of a session's turns, by turn id.
 pub fn turn_reward_totals(
-    conn: &Connection,
+    conn: &Conn,
     session_id: &str,
-) -> rusqlite::Result<std::collections::HashMap<String, f64>> {
+) -> crate::store::sql::Result<std::collections::HashMap<String, f64>> {
     conn.prepare_cached(
         "SELECT id, reward FROM turns WHERE session_id = ?1 AND reward IS NOT NULL",
     )?
@@ -242,7 +242,7 @@ impl DraftOutcome {
     }
 }
 
-pub fn insert_draft(conn: &Connection, d: &DraftRow) -> rusqlite::Result<()> {
+pub fn insert_draft(conn: &Conn, d: &DraftRow) -> crate::store::sql::Result<()> {
     conn.prepare_cached(
         "INSERT INTO evolved_drafts (session_id, round, name, outcome, skill_id, version, reason,
                                      content, base_hash, base_version, written_ms, reviewed_ms, at_ms)
@@ -266,7 +266,7 @@ pub fn insert_draft(conn: &Connection, d: &DraftRow) -> rusqlite::Result<()> {
     Ok(())
 }
 
-fn draft_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<DraftRow> {
+fn draft_row(r: &crate::store::sql::Row) -> crate::store::sql::Result<DraftRow> {
     Ok(DraftRow {
         id: r.get(0)?,
         session_id: r.get(1)?,
@@ -288,7 +288,7 @@ fn draft_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<DraftRow> {
 const DRAFT_COLUMNS: &str = "id, session_id, round, name, outcome, skill_id, version, reason, content, base_hash, base_version, written_ms, reviewed_ms, at_ms";
 
 /// Every draft of a session, oldest first.
-pub fn drafts(conn: &Connection, session_id: &str) -> rusqlite::Result<Vec<DraftRow>> {
+pub fn drafts(conn: &Conn, session_id: &str) -> crate::store::sql::Result<Vec<DraftRow>> {
     conn.prepare_cached(&format!(
         "SELECT {DRAFT_COLUMNS} FROM evolved_drafts WHERE session_id = ?1 ORDER BY id"
     ))?
@@ -297,7 +297,7 @@ pub fn drafts(conn: &Connection, session_id: &str) -> rusqlite::Result<Vec<Draft
 }
 
 /// Kept drafts of a session not yet on disk (not those held for review).
-pub fn unwritten_drafts(conn: &Connection, session_id: &str) -> rusqlite::Result<Vec<DraftRow>> {
+pub fn unwritten_drafts(conn: &Conn, session_id: &str) -> crate::store::sql::Result<Vec<DraftRow>> {
     conn.prepare_cached(&format!(
         "SELECT {DRAFT_COLUMNS} FROM evolved_drafts
          WHERE session_id = ?1 AND outcome IN (?2, ?3) AND written_ms IS NULL ORDER BY id"
@@ -312,7 +312,12 @@ pub fn unwritten_drafts(conn: &Connection, session_id: &str) -> rusqlite::Result
 /// Draft `id` is about to be written as this exact text (its sha256):
 /// recorded before the file is renamed into place, so that whichever
 /// rescan finds the file credits this draft's session (`store::skills`).
-pub fn writing(conn: &Connection, id: i64, content_hash: &str, at_ms: i64) -> rusqlite::Result<()> {
+pub fn writing(
+    conn: &Conn,
+    id: i64,
+    content_hash: &str,
+    at_ms: i64,
+) -> crate::store::sql::Result<()> {
     conn.prepare_cached(
         "UPDATE evolved_drafts SET content_hash = ?2, writing_ms = ?3 WHERE id = ?1",
     )?
@@ -322,11 +327,11 @@ pub fn writing(conn: &Connection, id: i64, content_hash: &str, at_ms: i64) -> ru
 
 /// The draft is on disk (or, with `rejected`, could not be written).
 pub fn draft_written(
-    conn: &Connection,
+    conn: &Conn,
     id: i64,
     at_ms: i64,
     rejected: Option<&str>,
-) -> rusqlite::Result<()> {
+) -> crate::store::sql::Result<()> {
     match rejected {
         None => conn
             .prepare_cached("UPDATE evolved_drafts SET written_ms = ?2 WHERE id = ?1")?
@@ -341,7 +346,7 @@ pub fn draft_written(
 }
 
 /// The latest `limit` drafts of every session, newest first.
-pub fn recent_drafts(conn: &Connection, limit: u32) -> rusqlite::Result<Vec<DraftRow>> {
+pub fn recent_drafts(conn: &Conn, limit: u32) -> crate::store::sql::Result<Vec<DraftRow>> {
     conn.prepare_cached(&format!(
         "SELECT {DRAFT_COLUMNS} FROM evolved_drafts ORDER BY id DESC LIMIT ?1"
     ))?
@@ -351,7 +356,11 @@ pub fn recent_drafts(conn: &Connection, limit: u32) -> rusqlite::Result<Vec<Draf
 
 /// Every draft of a skill (by its id, or by its name where none was
 /// written), newest first.
-pub fn skill_drafts(conn: &Connection, skill: &str, limit: u32) -> rusqlite::Result<Vec<DraftRow>> {
+pub fn skill_drafts(
+    conn: &Conn,
+    skill: &str,
+    limit: u32,
+) -> crate::store::sql::Result<Vec<DraftRow>> {
     conn.prepare_cached(&format!(
         "SELECT {DRAFT_COLUMNS} FROM evolved_drafts WHERE skill_id = ?1 OR name = ?1
          ORDER BY id DESC LIMIT ?2"
@@ -361,7 +370,7 @@ pub fn skill_drafts(conn: &Connection, skill: &str, limit: u32) -> rusqlite::Res
 }
 
 /// Revisions held for review, oldest first.
-pub fn pending_reviews(conn: &Connection) -> rusqlite::Result<Vec<DraftRow>> {
+pub fn pending_reviews(conn: &Conn) -> crate::store::sql::Result<Vec<DraftRow>> {
     conn.prepare_cached(&format!(
         "SELECT {DRAFT_COLUMNS} FROM evolved_drafts WHERE outcome = ?1 ORDER BY id"
     ))?
@@ -382,7 +391,10 @@ pub struct ReviewGroup {
 /// [`ReviewGroup`]s, the most recently drafted first, at most `limit`; and
 /// how many revisions wait in all. A library whose evolver keeps drafting
 /// near-identical revisions lists one line per skill, not thousands.
-pub fn review_groups(conn: &Connection, limit: u32) -> rusqlite::Result<(Vec<ReviewGroup>, i64)> {
+pub fn review_groups(
+    conn: &Conn,
+    limit: u32,
+) -> crate::store::sql::Result<(Vec<ReviewGroup>, i64)> {
     let total: i64 = conn.query_row(
         "SELECT count(*) FROM evolved_drafts WHERE outcome = ?1",
         [DraftOutcome::PendingReview],
@@ -397,7 +409,7 @@ pub fn review_groups(conn: &Connection, limit: u32) -> rusqlite::Result<(Vec<Rev
         .query_map(params![DraftOutcome::PendingReview, limit], |r| {
             Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?))
         })?
-        .collect::<rusqlite::Result<_>>()?;
+        .collect::<crate::store::sql::Result<_>>()?;
     let mut groups = Vec::with_capacity(heads.len());
     for (skill, waiting, sessions, newest) in heads {
         if let Some(newest) = draft(conn, newest)? {
@@ -413,7 +425,7 @@ pub fn review_groups(conn: &Connection, limit: u32) -> rusqlite::Result<(Vec<Rev
 }
 
 /// One draft, by id.
-pub fn draft(conn: &Connection, id: i64) -> rusqlite::Result<Option<DraftRow>> {
+pub fn draft(conn: &Conn, id: i64) -> crate::store::sql::Result<Option<DraftRow>> {
     conn.query_row(
         &format!("SELECT {DRAFT_COLUMNS} FROM evolved_drafts WHERE id = ?1"),
         [id],
@@ -425,12 +437,12 @@ pub fn draft(conn: &Connection, id: i64) -> rusqlite::Result<Option<DraftRow>> {
 /// A held revision was accepted (and is on disk) or rejected. False when it
 /// was no longer held.
 pub fn reviewed(
-    conn: &Connection,
+    conn: &Conn,
     id: i64,
     accepted: bool,
     reason: Option<&str>,
     at_ms: i64,
-) -> rusqlite::Result<bool> {
+) -> crate::store::sql::Result<bool> {
     let held = DraftOutcome::PendingReview;
     let changed = if accepted {
         conn.execute(
@@ -451,9 +463,9 @@ pub fn reviewed(
 /// The agent a session belongs to (the default agent's when it is not in
 /// the store).
 pub fn session_agent(
-    conn: &Connection,
+    conn: &Conn,
     session_id: &str,
-) -> rusqlite::Result<Option<crate::agent_id::AgentId>> {
+) -> crate::store::sql::Result<Option<crate::agent_id::AgentId>> {
     conn.query_row(
         "SELECT agent_id FROM sessions WHERE id = ?1",
         [session_id],
@@ -463,7 +475,7 @@ pub fn session_agent(
 }
 
 /// The session's end reason, if it has ended.
-pub fn session_ended(conn: &Connection, session_id: &str) -> rusqlite::Result<Option<bool>> {
+pub fn session_ended(conn: &Conn, session_id: &str) -> crate::store::sql::Result<Option<bool>> {
     conn.query_row(
         "SELECT status = 'ended' FROM sessions WHERE id = ?1",
         [session_id],
@@ -532,10 +544,10 @@ pub type ChangeCounts = Vec<(String, i64)>;
 /// The newest skill changes since `since_ms` (at most `limit`), and how
 /// many of each kind there were.
 pub fn recent_changes(
-    conn: &Connection,
+    conn: &Conn,
     since_ms: i64,
     limit: u32,
-) -> rusqlite::Result<(Vec<RecentChange>, ChangeCounts)> {
+) -> crate::store::sql::Result<(Vec<RecentChange>, ChangeCounts)> {
     let mut stmt = conn.prepare(
         "SELECT skill_id, change, version, who, why, at_ms FROM skill_changes
          WHERE at_ms >= ?1 ORDER BY id DESC LIMIT ?2",
@@ -551,13 +563,13 @@ pub fn recent_changes(
                 at_ms: r.get(5)?,
             })
         })?
-        .collect::<rusqlite::Result<Vec<_>>>()?;
+        .collect::<crate::store::sql::Result<Vec<_>>>()?;
     let mut stmt = conn.prepare(
         "SELECT change, COUNT(*) FROM skill_changes WHERE at_ms >= ?1 GROUP BY change ORDER BY change",
     )?;
     let counts = stmt
         .query_map([since_ms], |r| Ok((r.get(0)?, r.get(1)?)))?
-        .collect::<rusqlite::Result<Vec<_>>>()?;
+        .collect::<crate::store::sql::Result<Vec<_>>>()?;
     Ok((changes, counts))
 }
 
@@ -574,7 +586,7 @@ pub struct DayRewards {
 
 /// Per day since `since_ms`, the judged main turns that carried skills and
 /// those that carried none, and their reward sums: the overview's trend.
-pub fn reward_trend(conn: &Connection, since_ms: i64) -> rusqlite::Result<Vec<DayRewards>> {
+pub fn reward_trend(conn: &Conn, since_ms: i64) -> crate::store::sql::Result<Vec<DayRewards>> {
     let mut stmt = conn.prepare(
         "SELECT started_at_ms / 86400000 AS day,
                 COALESCE(injected_skills, '[]') NOT IN ('[]', '') AS with_skills,
@@ -586,13 +598,13 @@ pub fn reward_trend(conn: &Connection, since_ms: i64) -> rusqlite::Result<Vec<Da
     let rows = stmt
         .query_map([since_ms], |r| {
             Ok((
-                r.get::<_, i64>(0)?,
-                r.get::<_, bool>(1)?,
-                r.get::<_, i64>(2)?,
-                r.get::<_, f64>(3)?,
+                r.get::<i64>(0)?,
+                r.get::<bool>(1)?,
+                r.get::<i64>(2)?,
+                r.get::<f64>(3)?,
             ))
         })?
-        .collect::<rusqlite::Result<Vec<_>>>()?;
+        .collect::<crate::store::sql::Result<Vec<_>>>()?;
     let mut days: Vec<DayRewards> = Vec::new();
     for (day, with, n, sum) in rows {
         if days.last().is_none_or(|d| d.day != day) {

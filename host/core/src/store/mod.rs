@@ -22,6 +22,7 @@ pub mod scheduler;
 mod schema;
 pub mod skill_checks;
 pub mod skills;
+pub mod sql;
 pub mod train_queue;
 pub mod training;
 mod writer;
@@ -31,14 +32,15 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use crate::store::sql::Conn;
 use anyhow::{Context, Result, bail};
 use bytes::Bytes;
-use rusqlite::Connection;
 use std::sync::mpsc;
 
 use tokio::sync::{OwnedSemaphorePermit, Semaphore, oneshot};
 
 pub use db::Db;
+
 use db::open_rw;
 pub use read::{SampleSummary, SessionRow, StoredSession, TurnRow};
 
@@ -326,7 +328,7 @@ pub struct Store {
     tx: mpsc::Sender<Op>,
     permits: Arc<Semaphore>,
     capacity: usize,
-    reader: Arc<Mutex<Connection>>,
+    reader: Arc<Mutex<Conn>>,
     metrics: Arc<Metrics>,
     db: Db,
 }
@@ -348,11 +350,11 @@ impl Store {
         }
         schema::migrate(&mut conn)
             .with_context(|| format!("cannot migrate {}", options.path.display()))?;
-        let reader = open_rw(&options.path)?;
+        let reader = Conn::from(open_rw(&options.path)?);
         let (tx, rx) = mpsc::channel();
         let permits = Arc::new(Semaphore::new(options.queue_capacity));
         let writer = writer::Writer::new(
-            conn,
+            Conn::from(conn),
             options.redactor,
             options.commit_interval,
             metrics.clone(),
@@ -453,7 +455,7 @@ impl Store {
         self.capacity - self.permits.available_permits()
     }
 
-    fn with_reader<T>(&self, f: impl FnOnce(&Connection) -> rusqlite::Result<T>) -> Result<T> {
+    fn with_reader<T>(&self, f: impl FnOnce(&Conn) -> crate::store::sql::Result<T>) -> Result<T> {
         let conn = self
             .reader
             .lock()
@@ -513,3 +515,12 @@ pub use read::{
     RewardRow, ScoringInput, list_sessions, load_messages, session_detail, session_turns,
     turn_rewards,
 };
+
+/// A migrated store in memory, for tests.
+#[cfg(test)]
+pub(crate) fn memory() -> Conn {
+    let mut conn = rusqlite::Connection::open_in_memory().unwrap();
+    schema::configure(&conn).unwrap();
+    schema::migrate(&mut conn).unwrap();
+    Conn::from(conn)
+}

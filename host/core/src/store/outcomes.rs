@@ -13,7 +13,7 @@
 
 use std::collections::HashMap;
 
-use rusqlite::{Connection, OptionalExtension, params};
+use crate::store::sql::{Conn, Optional, params};
 use serde::Serialize;
 
 /// The id (and version) of the row that sums every main turn.
@@ -85,7 +85,7 @@ impl Delta {
 
 /// Adds `delta` to each of `skills` (once each: a skill injected twice
 /// into one turn is one injection) and to the row of every main turn.
-fn apply(conn: &Connection, skills: &[Key], delta: Delta) -> rusqlite::Result<()> {
+fn apply(conn: &Conn, skills: &[Key], delta: Delta) -> crate::store::sql::Result<()> {
     if delta.is_zero() {
         return Ok(());
     }
@@ -130,14 +130,14 @@ fn keys(injected: Option<&str>) -> Vec<Key> {
 }
 
 /// A main turn was recorded with these skills (its reward comes later).
-pub fn turn_recorded(conn: &Connection, skills: &[Key]) -> rusqlite::Result<()> {
+pub fn turn_recorded(conn: &Conn, skills: &[Key]) -> crate::store::sql::Result<()> {
     apply(conn, skills, Delta::turn(None))
 }
 
 /// Sets a main turn's final reward, moving its skills' sums by the
 /// difference from the reward it had (none: it joins the judged). A
 /// failed turn (status not `ok`) gets none: it is no real answer.
-pub fn set_reward(conn: &Connection, turn_id: &str, reward: f64) -> rusqlite::Result<()> {
+pub fn set_reward(conn: &Conn, turn_id: &str, reward: f64) -> crate::store::sql::Result<()> {
     let before: Option<(Option<f64>, Option<String>, String)> = conn
         .prepare_cached(
             "SELECT reward, injected_skills, turn_type FROM turns WHERE id = ?1 AND status = 'ok'",
@@ -164,7 +164,7 @@ pub fn set_reward(conn: &Connection, turn_id: &str, reward: f64) -> rusqlite::Re
 
 /// These main turns stop being main (a retry replaces them): their
 /// injections and rewards leave the sums. Call before changing their type.
-pub fn turns_replaced(conn: &Connection, session_id: &str, first: &str) -> rusqlite::Result<()> {
+pub fn turns_replaced(conn: &Conn, session_id: &str, first: &str) -> crate::store::sql::Result<()> {
     let replaced: Vec<(Option<f64>, Option<String>)> = conn
         .prepare_cached(
             "SELECT reward, injected_skills FROM turns
@@ -172,7 +172,7 @@ pub fn turns_replaced(conn: &Connection, session_id: &str, first: &str) -> rusql
                AND (id = ?2 OR retry_of = ?2)",
         )?
         .query_map(params![session_id, first], |r| Ok((r.get(0)?, r.get(1)?)))?
-        .collect::<rusqlite::Result<_>>()?;
+        .collect::<crate::store::sql::Result<_>>()?;
     for (reward, injected) in replaced {
         apply(
             conn,
@@ -184,13 +184,13 @@ pub fn turns_replaced(conn: &Connection, session_id: &str, first: &str) -> rusql
 }
 
 /// Every row: per skill version, and every main turn's under (`ALL`, `ALL`).
-pub fn all(conn: &Connection) -> rusqlite::Result<HashMap<Key, Sums>> {
+pub fn all(conn: &Conn) -> crate::store::sql::Result<HashMap<Key, Sums>> {
     conn.prepare_cached(
         "SELECT skill_id, version, injected, judged, reward_sum, reward_sq FROM skill_outcomes",
     )?
-    .query_map([], |r| {
+    .query_map((), |r| {
         Ok((
-            (r.get::<_, String>(0)?, r.get::<_, String>(1)?),
+            (r.get::<String>(0)?, r.get::<String>(1)?),
             Sums {
                 injected: r.get(2)?,
                 judged: r.get(3)?,
@@ -205,14 +205,14 @@ pub fn all(conn: &Connection) -> rusqlite::Result<HashMap<Key, Sums>> {
 /// The sums of one agent's main turns only (its sessions'), read from the
 /// turns themselves: the running sums pool every agent, and this is for
 /// `skills stats --agent`, not a turn's path.
-pub fn of_agent(conn: &Connection, agent: &str) -> rusqlite::Result<HashMap<Key, Sums>> {
+pub fn of_agent(conn: &Conn, agent: &str) -> crate::store::sql::Result<HashMap<Key, Sums>> {
     let mut out: HashMap<Key, Sums> = HashMap::new();
     let mut stmt = conn.prepare(
         "SELECT t.reward, t.injected_skills FROM turns t JOIN sessions s ON s.id = t.session_id
          WHERE s.agent_id = ?1 AND t.turn_type = 'main' AND t.status = 'ok'",
     )?;
     let rows = stmt.query_map([agent], |r| {
-        Ok((r.get::<_, Option<f64>>(0)?, r.get::<_, Option<String>>(1)?))
+        Ok((r.get::<Option<f64>>(0)?, r.get::<Option<String>>(1)?))
     })?;
     for row in rows {
         let (reward, injected) = row?;
@@ -240,19 +240,16 @@ mod tests {
 
     use super::*;
 
-    fn db() -> Connection {
-        let mut conn = Connection::open_in_memory().unwrap();
-        crate::store::schema::configure(&conn).unwrap();
-        crate::store::schema::migrate(&mut conn).unwrap();
-        conn
+    fn db() -> Conn {
+        crate::store::memory()
     }
 
     /// A main turn row with these skills, recorded as the writer does.
-    fn turn(conn: &Connection, id: &str, skills: &[(&str, &str)]) {
+    fn turn(conn: &Conn, id: &str, skills: &[(&str, &str)]) {
         conn.execute(
             "INSERT OR IGNORE INTO sessions (id, base_key, source, started_at_ms, last_activity_ms)
              VALUES ('s', 's', 'test', 0, 0)",
-            [],
+            (),
         )
         .unwrap();
         let json: Vec<serde_json::Value> = skills
@@ -260,7 +257,7 @@ mod tests {
             .map(|(id, v)| serde_json::json!({"id": id, "version": v, "score": 1.0}))
             .collect();
         let seq: i64 = conn
-            .query_row("SELECT count(*) FROM turns", [], |r| r.get(0))
+            .query_row("SELECT count(*) FROM turns", (), |r| r.get(0))
             .unwrap();
         conn.execute(
             "INSERT INTO turns (id, session_id, seq, turn_type, api, stream, status, request_messages,
@@ -276,7 +273,7 @@ mod tests {
         turn_recorded(conn, &keys).unwrap();
     }
 
-    fn sums(conn: &Connection, id: &str, version: &str) -> Sums {
+    fn sums(conn: &Conn, id: &str, version: &str) -> Sums {
         all(conn)
             .unwrap()
             .get(&(id.to_string(), version.to_string()))
@@ -295,10 +292,10 @@ mod tests {
         conn.execute(
             "INSERT INTO sessions (id, base_key, source, started_at_ms, last_activity_ms, agent_id)
              VALUES ('w', 'w', 'test', 0, 0, 'work')",
-            [],
+            (),
         )
         .unwrap();
-        conn.execute("UPDATE turns SET session_id = 'w' WHERE id = 't2'", [])
+        conn.execute("UPDATE turns SET session_id = 'w' WHERE id = 't2'", ())
             .unwrap();
         let key = ("tidy".to_string(), "1.0.0".to_string());
         let work = of_agent(&conn, "work").unwrap();
@@ -325,7 +322,7 @@ mod tests {
         // t4 is not judged: not in the trend.
         conn.execute(
             "UPDATE turns SET started_at_ms = 86400000 + 5 WHERE id = 't3'",
-            [],
+            (),
         )
         .unwrap();
         let days = crate::store::learning::reward_trend(&conn, 0).unwrap();
@@ -384,7 +381,7 @@ mod tests {
         turn(&conn, "t1", &[("tidy", "1.0.0")]);
         set_reward(&conn, "t1", -1.0).unwrap();
         turns_replaced(&conn, "s", "t1").unwrap();
-        conn.execute("UPDATE turns SET turn_type = 'retried' WHERE id = 't1'", [])
+        conn.execute("UPDATE turns SET turn_type = 'retried' WHERE id = 't1'", ())
             .unwrap();
         assert_eq!(sums(&conn, "tidy", "1.0.0"), Sums::default());
         assert_eq!(sums(&conn, ALL, ALL), Sums::default());
@@ -405,14 +402,14 @@ mod tests {
                                 total_ms, injected_skills)
              VALUES ('t2', 's', 9, 'main', 'openai', 0, 'error', 500, '[]', '{}', 0, 0, 0,
                      '[{\"id\":\"tidy\",\"version\":\"1.0.0\",\"score\":1.0}]')",
-            [],
+            (),
         )
         .unwrap();
         set_reward(&conn, "t1", 1.0).unwrap();
         let before = (sums(&conn, "tidy", "1.0.0"), sums(&conn, ALL, ALL));
         set_reward(&conn, "t2", -1.0).unwrap();
         let reward: Option<f64> = conn
-            .query_row("SELECT reward FROM turns WHERE id = 't2'", [], |r| r.get(0))
+            .query_row("SELECT reward FROM turns WHERE id = 't2'", (), |r| r.get(0))
             .unwrap();
         assert_eq!(reward, None);
         turns_replaced(&conn, "s", "t2").unwrap();

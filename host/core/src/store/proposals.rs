@@ -2,7 +2,7 @@
 //! one row per SKILL.md text offered, from "to offer" through OpenClaw's
 //! proposal to the owner's verdict.
 
-use rusqlite::{Connection, OptionalExtension, params};
+use crate::store::sql::{Conn, Optional, params};
 use serde::Serialize;
 
 /// Where an offer stands. OpenClaw's own states, and two of metaclaw's:
@@ -39,14 +39,14 @@ pub struct Proposal {
 
 /// Records a skill text to offer (again: nothing changes).
 pub fn offer(
-    conn: &Connection,
+    conn: &Conn,
     sha256: &str,
     skill_id: &str,
     version: Option<&str>,
     content: &str,
     openclaw_agent: &str,
     at_ms: i64,
-) -> rusqlite::Result<()> {
+) -> crate::store::sql::Result<()> {
     conn.execute(
         "INSERT INTO skill_proposals (sha256, skill_id, version, content, openclaw_agent, state,
              created_at_ms, updated_at_ms)
@@ -58,7 +58,7 @@ pub fn offer(
 }
 
 /// The skill was not written after all: nothing to offer.
-pub fn withdraw(conn: &Connection, sha256: &str) -> rusqlite::Result<()> {
+pub fn withdraw(conn: &Conn, sha256: &str) -> crate::store::sql::Result<()> {
     conn.execute(
         "DELETE FROM skill_proposals WHERE sha256 = ?1 AND state = 'to_offer'",
         params![sha256],
@@ -69,13 +69,13 @@ pub fn withdraw(conn: &Connection, sha256: &str) -> rusqlite::Result<()> {
 /// Moves an offer to `state` (with OpenClaw's proposal id and the reason,
 /// where given); true if it was in another state before.
 pub fn set_state(
-    conn: &Connection,
+    conn: &Conn,
     sha256: &str,
     state: &str,
     proposal_id: Option<&str>,
     reason: Option<&str>,
     at_ms: i64,
-) -> rusqlite::Result<bool> {
+) -> crate::store::sql::Result<bool> {
     let n = conn.execute(
         "UPDATE skill_proposals SET state = ?2, proposal_id = COALESCE(?3, proposal_id),
              reason = ?4, updated_at_ms = ?5
@@ -88,11 +88,11 @@ pub fn set_state(
 /// One more failed try to propose it, with why; `failed` after
 /// [`MAX_ATTEMPTS`]. Returns the new state.
 pub fn failed_try(
-    conn: &Connection,
+    conn: &Conn,
     sha256: &str,
     why: &str,
     at_ms: i64,
-) -> rusqlite::Result<String> {
+) -> crate::store::sql::Result<String> {
     conn.execute(
         "UPDATE skill_proposals SET attempts = attempts + 1, reason = ?2, updated_at_ms = ?3,
              state = CASE WHEN attempts + 1 >= ?4 THEN 'failed' ELSE state END
@@ -107,13 +107,13 @@ pub fn failed_try(
 }
 
 /// Every offer, oldest first.
-pub fn all(conn: &Connection) -> rusqlite::Result<Vec<Proposal>> {
+pub fn all(conn: &Conn) -> crate::store::sql::Result<Vec<Proposal>> {
     conn.prepare(
         "SELECT sha256, skill_id, version, content, openclaw_agent, state, proposal_id, reason,
              attempts, created_at_ms, updated_at_ms
          FROM skill_proposals ORDER BY created_at_ms, sha256",
     )?
-    .query_map([], |r| {
+    .query_map((), |r| {
         Ok(Proposal {
             sha256: r.get(0)?,
             skill_id: r.get(1)?,
@@ -134,10 +134,10 @@ pub fn all(conn: &Connection) -> rusqlite::Result<Vec<Proposal>> {
 /// Whether an earlier text of `skill_id` was applied in `openclaw_agent`'s
 /// Workshop (the next one is proposed as an update of it).
 pub fn applied_before(
-    conn: &Connection,
+    conn: &Conn,
     skill_id: &str,
     openclaw_agent: &str,
-) -> rusqlite::Result<bool> {
+) -> crate::store::sql::Result<bool> {
     Ok(conn
         .query_row(
             "SELECT 1 FROM skill_proposals

@@ -1,6 +1,6 @@
 //! Queries: session continuity for the daemon, listings for the CLI.
 
-use rusqlite::{Connection, OptionalExtension, Row, params};
+use crate::store::sql::{Conn, Optional, Row, params};
 use serde::Serialize;
 use serde_json::Value;
 
@@ -20,7 +20,7 @@ pub struct StoredSession {
 
 const STORED_COLUMNS: &str = "id, base_key, agent_session_id, source, window_index, status, last_activity_ms, last_message_count, agent_id";
 
-fn stored(row: &Row<'_>) -> rusqlite::Result<StoredSession> {
+fn stored(row: &Row) -> crate::store::sql::Result<StoredSession> {
     Ok(StoredSession {
         id: row.get(0)?,
         base_key: row.get(1)?,
@@ -35,17 +35,18 @@ fn stored(row: &Row<'_>) -> rusqlite::Result<StoredSession> {
 }
 
 /// A stored agent id (written only from a parsed one).
-pub(crate) fn agent_column(row: &Row<'_>, i: usize) -> rusqlite::Result<crate::agent_id::AgentId> {
+pub(crate) fn agent_column(
+    row: &Row,
+    i: usize,
+) -> crate::store::sql::Result<crate::agent_id::AgentId> {
     let text: String = row.get(i)?;
-    crate::agent_id::AgentId::parse(&text).map_err(|e| {
-        rusqlite::Error::FromSqlConversionFailure(i, rusqlite::types::Type::Text, e.into())
-    })
+    crate::agent_id::AgentId::parse(&text).map_err(|e| crate::store::sql::Error::column(i, e))
 }
 
 pub fn latest_for_base(
-    conn: &Connection,
+    conn: &Conn,
     base_key: &str,
-) -> rusqlite::Result<Option<StoredSession>> {
+) -> crate::store::sql::Result<Option<StoredSession>> {
     conn.prepare_cached(&format!(
         "SELECT {STORED_COLUMNS} FROM sessions WHERE base_key = ?1 ORDER BY window_index DESC LIMIT 1"
     ))?
@@ -53,7 +54,7 @@ pub fn latest_for_base(
     .optional()
 }
 
-pub fn stored_session(conn: &Connection, id: &str) -> rusqlite::Result<Option<StoredSession>> {
+pub fn stored_session(conn: &Conn, id: &str) -> crate::store::sql::Result<Option<StoredSession>> {
     conn.prepare_cached(&format!(
         "SELECT {STORED_COLUMNS} FROM sessions WHERE id = ?1"
     ))?
@@ -61,17 +62,17 @@ pub fn stored_session(conn: &Connection, id: &str) -> rusqlite::Result<Option<St
     .optional()
 }
 
-pub fn active_sessions(conn: &Connection) -> rusqlite::Result<Vec<StoredSession>> {
+pub fn active_sessions(conn: &Conn) -> crate::store::sql::Result<Vec<StoredSession>> {
     conn.prepare_cached(&format!(
         "SELECT {STORED_COLUMNS} FROM sessions WHERE status = 'active'"
     ))?
-    .query_map([], stored)?
+    .query_map((), stored)?
     .collect()
 }
 
-pub fn counts(conn: &Connection) -> rusqlite::Result<(u64, u64)> {
-    let sessions: i64 = conn.query_row("SELECT count(*) FROM sessions", [], |r| r.get(0))?;
-    let turns: i64 = conn.query_row("SELECT count(*) FROM turns", [], |r| r.get(0))?;
+pub fn counts(conn: &Conn) -> crate::store::sql::Result<(u64, u64)> {
+    let sessions: i64 = conn.query_row("SELECT count(*) FROM sessions", (), |r| r.get(0))?;
+    let turns: i64 = conn.query_row("SELECT count(*) FROM turns", (), |r| r.get(0))?;
     Ok((sessions.max(0) as u64, turns.max(0) as u64))
 }
 
@@ -99,7 +100,7 @@ pub struct SessionRow {
 const ROW_COLUMNS: &str = "id, agent_session_id, source, window_index, status, started_at_ms, last_activity_ms, \
                            ended_at_ms, end_reason, turn_count, main_turns, agent, agent_id";
 
-pub(super) fn session_row(row: &Row<'_>) -> rusqlite::Result<SessionRow> {
+pub(super) fn session_row(row: &Row) -> crate::store::sql::Result<SessionRow> {
     Ok(SessionRow {
         id: row.get(0)?,
         agent_session_id: row.get(1)?,
@@ -110,8 +111,8 @@ pub(super) fn session_row(row: &Row<'_>) -> rusqlite::Result<SessionRow> {
         last_activity_ms: row.get(6)?,
         ended_at_ms: row.get(7)?,
         end_reason: row.get(8)?,
-        turns: row.get::<_, i64>(9)?.max(0) as u64,
-        main_turns: row.get::<_, i64>(10)?.max(0) as u64,
+        turns: row.get::<i64>(9)?.max(0) as u64,
+        main_turns: row.get::<i64>(10)?.max(0) as u64,
         agent: row.get(11)?,
         agent_id: row.get(12)?,
     })
@@ -119,10 +120,10 @@ pub(super) fn session_row(row: &Row<'_>) -> rusqlite::Result<SessionRow> {
 
 /// Newest sessions first; `agent`: only that agent's.
 pub fn list_sessions(
-    conn: &Connection,
+    conn: &Conn,
     limit: u32,
     agent: Option<&str>,
-) -> rusqlite::Result<Vec<SessionRow>> {
+) -> crate::store::sql::Result<Vec<SessionRow>> {
     conn.prepare(&format!(
         "SELECT {ROW_COLUMNS} FROM sessions WHERE ?2 IS NULL OR agent_id = ?2
          ORDER BY last_activity_ms DESC, id LIMIT ?1"
@@ -132,7 +133,7 @@ pub fn list_sessions(
 }
 
 /// A session by its id, or by the agent's own session id (newest window).
-pub fn session_detail(conn: &Connection, id: &str) -> rusqlite::Result<Option<SessionRow>> {
+pub fn session_detail(conn: &Conn, id: &str) -> crate::store::sql::Result<Option<SessionRow>> {
     let by_id = conn
         .prepare(&format!("SELECT {ROW_COLUMNS} FROM sessions WHERE id = ?1"))?
         .query_row(params![id], session_row)
@@ -206,7 +207,7 @@ pub struct TurnRow {
     pub arms: Option<Value>,
 }
 
-pub fn session_turns(conn: &Connection, session_id: &str) -> rusqlite::Result<Vec<TurnRow>> {
+pub fn session_turns(conn: &Conn, session_id: &str) -> crate::store::sql::Result<Vec<TurnRow>> {
     conn.prepare(
         "SELECT id, seq, turn_type, api, model, upstream_model, stream, status, http_status, error,
                 user_summary, response_summary, usage, started_at_ms, finished_at_ms, total_ms, upstream_ms,
@@ -219,9 +220,9 @@ pub fn session_turns(conn: &Connection, session_id: &str) -> rusqlite::Result<Ve
          WHERE session_id = ?1 ORDER BY seq",
     )?
     .query_map(params![session_id], |row| {
-        let json = |i: usize| -> rusqlite::Result<Option<Value>> {
+        let json = |i: usize| -> crate::store::sql::Result<Option<Value>> {
             Ok(row
-                .get::<_, Option<String>>(i)?
+                .get::<Option<String>>(i)?
                 .and_then(|s| serde_json::from_str(&s).ok()))
         };
         Ok(TurnRow {
@@ -255,20 +256,20 @@ pub fn session_turns(conn: &Connection, session_id: &str) -> rusqlite::Result<Ve
             served_by: row.get(25)?,
             fallback_reason: row.get(26)?,
             arms: json(38)?,
-            sample: match row.get::<_, Option<i64>>(27)? {
+            sample: match row.get::<Option<i64>>(27)? {
                 None => None,
                 Some(policy_version) => Some(SampleSummary {
                     policy_version,
                     sampler: row.get(28)?,
-                    prompt_len: row.get::<_, i64>(29)?.max(0) as u64,
-                    sampled_len: row.get::<_, i64>(30)?.max(0) as u64,
+                    prompt_len: row.get::<i64>(29)?.max(0) as u64,
+                    sampled_len: row.get::<i64>(30)?.max(0) as u64,
                     parse_error: row.get(31)?,
                     withheld: row.get(32)?,
                     trajectory: row.get(33)?,
                     extends: row.get(34)?,
                     stop_reason: row.get(35)?,
                     rendering: row.get(36)?,
-                    skill_generation: row.get::<_, i64>(37)?.max(0) as u64,
+                    skill_generation: row.get::<i64>(37)?.max(0) as u64,
                 }),
             },
         })
@@ -277,7 +278,7 @@ pub fn session_turns(conn: &Connection, session_id: &str) -> rusqlite::Result<Ve
 }
 
 /// The messages behind a turn's blob hashes, in order.
-pub fn load_messages(conn: &Connection, hashes: &[String]) -> rusqlite::Result<Vec<Value>> {
+pub fn load_messages(conn: &Conn, hashes: &[String]) -> crate::store::sql::Result<Vec<Value>> {
     let mut stmt = conn.prepare_cached("SELECT json FROM blobs WHERE hash = ?1")?;
     hashes
         .iter()
@@ -304,19 +305,22 @@ pub struct ScoringInput {
     pub response: Option<Value>,
 }
 
-pub fn scoring_input(conn: &Connection, turn_id: &str) -> rusqlite::Result<Option<ScoringInput>> {
+pub fn scoring_input(
+    conn: &Conn,
+    turn_id: &str,
+) -> crate::store::sql::Result<Option<ScoringInput>> {
     let row = conn
         .prepare_cached(
             "SELECT session_id, seq, status, turn_type, request_messages, response FROM turns WHERE id = ?1",
         )?
         .query_row(params![turn_id], |r| {
             Ok((
-                r.get::<_, String>(0)?,
-                r.get::<_, i64>(1)?,
-                r.get::<_, String>(2)?,
-                r.get::<_, String>(3)?,
-                r.get::<_, String>(4)?,
-                r.get::<_, Option<String>>(5)?,
+                r.get::<String>(0)?,
+                r.get::<i64>(1)?,
+                r.get::<String>(2)?,
+                r.get::<String>(3)?,
+                r.get::<String>(4)?,
+                r.get::<Option<String>>(5)?,
             ))
         })
         .optional()?;
@@ -338,10 +342,10 @@ pub fn scoring_input(conn: &Connection, turn_id: &str) -> rusqlite::Result<Optio
 /// The latest main turn of a session that has not been scored (and did
 /// not fail: a failed turn is never scored), before `before_seq` if given.
 pub fn unscored_main_turn(
-    conn: &Connection,
+    conn: &Conn,
     session_id: &str,
     before_seq: Option<i64>,
-) -> rusqlite::Result<Option<(String, i64)>> {
+) -> crate::store::sql::Result<Option<(String, i64)>> {
     conn.prepare_cached(
         "SELECT id, seq FROM turns
          WHERE session_id = ?1 AND turn_type = 'main' AND status = 'ok' AND scored_at_ms IS NULL
@@ -365,9 +369,9 @@ pub struct RewardRow {
 
 /// Rewards of a session's turns, by turn id.
 pub fn turn_rewards(
-    conn: &Connection,
+    conn: &Conn,
     session_id: &str,
-) -> rusqlite::Result<std::collections::HashMap<String, Vec<RewardRow>>> {
+) -> crate::store::sql::Result<std::collections::HashMap<String, Vec<RewardRow>>> {
     let mut out: std::collections::HashMap<String, Vec<RewardRow>> =
         std::collections::HashMap::new();
     let mut stmt = conn.prepare(
@@ -376,7 +380,7 @@ pub fn turn_rewards(
     )?;
     let rows = stmt.query_map(params![session_id], |r| {
         Ok((
-            r.get::<_, String>(0)?,
+            r.get::<String>(0)?,
             RewardRow {
                 source: r.get(1)?,
                 value: r.get(2)?,

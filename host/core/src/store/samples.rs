@@ -4,7 +4,7 @@
 //! Token ids and logprobs are packed little-endian (`i32`, `f32`) BLOBs:
 //! a long turn has tens of thousands of them.
 
-use rusqlite::{Connection, OptionalExtension, Transaction, params};
+use crate::store::sql::{Conn, Optional, Tx, params};
 
 /// One sampled answer, recorded with its turn.
 #[derive(Debug, Clone, PartialEq)]
@@ -82,13 +82,13 @@ pub fn unpack_f32(bytes: &[u8]) -> Vec<f32> {
 /// Stores a turn's sample; `siblings`: those of its siblings kept (by
 /// index), with their redacted messages.
 pub(super) fn insert(
-    tx: &Transaction<'_>,
+    tx: &Tx<'_>,
     turn_id: &str,
     s: &SampleRecord,
     withheld: Option<&str>,
     siblings: &[(usize, serde_json::Value)],
     at_ms: i64,
-) -> rusqlite::Result<()> {
+) -> crate::store::sql::Result<()> {
     for (idx, message) in siblings {
         let Some(sibling) = s.siblings.get(*idx) else {
             continue;
@@ -150,7 +150,7 @@ pub(super) fn insert(
 }
 
 /// The sample recorded with a turn, if the student answered it.
-pub fn for_turn(conn: &Connection, turn_id: &str) -> rusqlite::Result<Option<SampleRecord>> {
+pub fn for_turn(conn: &Conn, turn_id: &str) -> crate::store::sql::Result<Option<SampleRecord>> {
     conn.query_row(
         "SELECT base_model, sampler, policy_version, rendering, skill_generation, prompt_tokens,
                 sampled_tokens, logprobs, stop_reason, parse_error, trajectory_id, extends_turn,
@@ -163,10 +163,10 @@ pub fn for_turn(conn: &Connection, turn_id: &str) -> rusqlite::Result<Option<Sam
                 sampler: r.get(1)?,
                 policy_version: r.get(2)?,
                 rendering: r.get(3)?,
-                skill_generation: r.get::<_, i64>(4)?.max(0) as u64,
-                prompt_tokens: unpack_i32(&r.get::<_, Vec<u8>>(5)?),
-                tokens: unpack_i32(&r.get::<_, Vec<u8>>(6)?),
-                logprobs: unpack_f32(&r.get::<_, Vec<u8>>(7)?),
+                skill_generation: r.get::<i64>(4)?.max(0) as u64,
+                prompt_tokens: unpack_i32(&r.get::<Vec<u8>>(5)?),
+                tokens: unpack_i32(&r.get::<Vec<u8>>(6)?),
+                logprobs: unpack_f32(&r.get::<Vec<u8>>(7)?),
                 stop_reason: r.get(8)?,
                 parse_error: r.get(9)?,
                 trajectory: r.get(10)?,
@@ -193,7 +193,7 @@ pub struct StoredSibling {
 }
 
 /// The sibling answers kept with a turn, in order.
-pub fn siblings(conn: &Connection, turn_id: &str) -> rusqlite::Result<Vec<StoredSibling>> {
+pub fn siblings(conn: &Conn, turn_id: &str) -> crate::store::sql::Result<Vec<StoredSibling>> {
     conn.prepare_cached(
         "SELECT idx, tokens, logprobs, message, finish_reason, parse_error, reward
          FROM turn_siblings WHERE turn_id = ?1 ORDER BY idx",
@@ -201,9 +201,9 @@ pub fn siblings(conn: &Connection, turn_id: &str) -> rusqlite::Result<Vec<Stored
     .query_map(params![turn_id], |r| {
         Ok(StoredSibling {
             idx: r.get(0)?,
-            tokens: unpack_i32(&r.get::<_, Vec<u8>>(1)?),
-            logprobs: unpack_f32(&r.get::<_, Vec<u8>>(2)?),
-            message: serde_json::from_str(&r.get::<_, String>(3)?).unwrap_or_default(),
+            tokens: unpack_i32(&r.get::<Vec<u8>>(1)?),
+            logprobs: unpack_f32(&r.get::<Vec<u8>>(2)?),
+            message: serde_json::from_str(&r.get::<String>(3)?).unwrap_or_default(),
             finish_reason: r.get(4)?,
             parse_error: r.get(5)?,
             reward: r.get(6)?,
@@ -214,7 +214,7 @@ pub fn siblings(conn: &Connection, turn_id: &str) -> rusqlite::Result<Vec<Stored
 
 /// The main turns of a session whose group (served answer and siblings)
 /// is not judged yet.
-pub fn unjudged_groups(conn: &Connection, session: &str) -> rusqlite::Result<Vec<String>> {
+pub fn unjudged_groups(conn: &Conn, session: &str) -> crate::store::sql::Result<Vec<String>> {
     conn.prepare_cached(
         "SELECT s.turn_id FROM turn_samples s JOIN turns t ON t.id = s.turn_id
          WHERE t.session_id = ?1 AND t.turn_type = 'main' AND s.group_judged = 0
@@ -228,11 +228,11 @@ pub fn unjudged_groups(conn: &Connection, session: &str) -> rusqlite::Result<Vec
 /// A group's rewards, all judged alike: the served answer's and each
 /// sibling's (by index); `None` where nothing gave a reward.
 pub fn set_group_rewards(
-    conn: &Connection,
+    conn: &Conn,
     turn_id: &str,
     served: Option<f64>,
     siblings: &[(i64, Option<f64>)],
-) -> rusqlite::Result<()> {
+) -> crate::store::sql::Result<()> {
     conn.prepare_cached(
         "UPDATE turn_samples SET group_reward = ?2, group_judged = 1 WHERE turn_id = ?1",
     )?

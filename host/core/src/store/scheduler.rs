@@ -3,8 +3,8 @@
 //! looking: each transition with its reason, and for each window that
 //! closed, how many steps ran in it.
 
+use crate::store::sql::{Conn, Optional, params};
 use anyhow::Result;
-use rusqlite::{Connection, OptionalExtension, params};
 use serde::Serialize;
 
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -17,7 +17,7 @@ pub struct Transition {
     pub window_steps: Option<i64>,
 }
 
-pub fn record(conn: &Connection, t: &Transition) -> Result<()> {
+pub fn record(conn: &Conn, t: &Transition) -> Result<()> {
     conn.execute(
         "INSERT INTO scheduler_transitions (at_ms, from_state, to_state, reason, window_steps)
          VALUES (?1, ?2, ?3, ?4, ?5)",
@@ -26,7 +26,7 @@ pub fn record(conn: &Connection, t: &Transition) -> Result<()> {
     Ok(())
 }
 
-fn row(r: &rusqlite::Row<'_>) -> rusqlite::Result<Transition> {
+fn row(r: &crate::store::sql::Row) -> crate::store::sql::Result<Transition> {
     Ok(Transition {
         at_ms: r.get(0)?,
         from: r.get(1)?,
@@ -37,43 +37,43 @@ fn row(r: &rusqlite::Row<'_>) -> rusqlite::Result<Transition> {
 }
 
 /// The newest transitions, newest first.
-pub fn recent(conn: &Connection, limit: usize) -> Result<Vec<Transition>> {
+pub fn recent(conn: &Conn, limit: usize) -> Result<Vec<Transition>> {
     let mut stmt = conn.prepare(
         "SELECT at_ms, from_state, to_state, reason, window_steps FROM scheduler_transitions
          ORDER BY id DESC LIMIT ?1",
     )?;
     let rows = stmt.query_map([limit as i64], row)?;
-    Ok(rows.collect::<rusqlite::Result<_>>()?)
+    Ok(rows.collect::<crate::store::sql::Result<_>>()?)
 }
 
 /// The last transition (the state the scheduler was last in).
-pub fn last(conn: &Connection) -> Result<Option<Transition>> {
+pub fn last(conn: &Conn) -> Result<Option<Transition>> {
     Ok(conn
         .query_row(
             "SELECT at_ms, from_state, to_state, reason, window_steps FROM scheduler_transitions
              ORDER BY id DESC LIMIT 1",
-            [],
+            (),
             row,
         )
         .optional()?)
 }
 
 /// Windows that closed, and the steps run in them, over all time.
-pub fn window_totals(conn: &Connection) -> Result<(i64, i64)> {
+pub fn window_totals(conn: &Conn) -> Result<(i64, i64)> {
     Ok(conn.query_row(
         "SELECT COUNT(*), COALESCE(SUM(window_steps), 0) FROM scheduler_transitions
          WHERE window_steps IS NOT NULL",
-        [],
+        (),
         |r| Ok((r.get(0)?, r.get(1)?)),
     )?)
 }
 
 /// When the agent's last main turn started (side turns and heartbeats are
 /// not the user's activity).
-pub fn last_main_turn_ms(conn: &Connection) -> Result<Option<i64>> {
+pub fn last_main_turn_ms(conn: &Conn) -> Result<Option<i64>> {
     Ok(conn.query_row(
         "SELECT MAX(started_at_ms) FROM turns WHERE turn_type = 'main'",
-        [],
+        (),
         |r| r.get(0),
     )?)
 }

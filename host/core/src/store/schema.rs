@@ -607,10 +607,11 @@ mod tests {
         conn.execute(
             "INSERT INTO evolved_drafts (session_id, round, name, outcome, skill_id, version, content, base_hash, written_ms, at_ms)
              VALUES ('s', 1, 'tidy', 'updated', 'tidy', '1.2.0', 'text', 'abc', 7, 5)",
-            [],
+            (),
         )
         .unwrap();
         assert_eq!(migrate(&mut conn).unwrap(), latest_version());
+        let conn = crate::store::sql::Conn::from(conn);
         let drafts = crate::store::learning::drafts(&conn, "s").unwrap();
         assert_eq!(drafts.len(), 1);
         let d = &drafts[0];
@@ -637,6 +638,7 @@ mod tests {
         )
         .unwrap();
         assert_eq!(migrate(&mut conn).unwrap(), latest_version());
+        let conn = crate::store::sql::Conn::from(conn);
         let mut kept = crate::store::train_queue::baselines(&conn, "").unwrap();
         kept.sort_by_key(|(v, _)| *v);
         assert_eq!(kept, [(0, (-0.5, 2)), (1, (0.25, 1))]);
@@ -650,7 +652,7 @@ mod tests {
         conn.execute(
             "INSERT INTO sessions (id, base_key, source, started_at_ms, last_activity_ms)
              VALUES ('s', 's', 'test', 0, 0)",
-            [],
+            (),
         )
         .unwrap();
         let tidy = r#"[{"id":"tidy","version":"1.0.0","score":0.9}]"#;
@@ -675,6 +677,7 @@ mod tests {
             .unwrap();
         }
         assert_eq!(migrate(&mut conn).unwrap(), latest_version());
+        let conn = crate::store::sql::Conn::from(conn);
         let all = crate::store::outcomes::all(&conn).unwrap();
         let get = |id: &str, v: &str| all[&(id.to_string(), v.to_string())];
         let tidy = get("tidy", "1.0.0");

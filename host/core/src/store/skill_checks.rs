@@ -2,7 +2,7 @@
 //! (`skills.untrusted`, skills::untrusted): one row per exact SKILL.md
 //! text, by its sha256.
 
-use rusqlite::{Connection, params};
+use crate::store::sql::{Conn, params};
 
 /// The guard's verdict on one SKILL.md text.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -18,7 +18,7 @@ pub struct Check {
 }
 
 /// Records a verdict (a later one for the same text replaces it).
-pub fn record(conn: &Connection, check: &Check) -> rusqlite::Result<()> {
+pub fn record(conn: &Conn, check: &Check) -> crate::store::sql::Result<()> {
     conn.execute(
         "INSERT INTO skill_checks (sha256, skill_id, passed, reason, checker, at_ms)
          VALUES (?1, ?2, ?3, ?4, ?5, ?6)
@@ -37,10 +37,10 @@ pub fn record(conn: &Connection, check: &Check) -> rusqlite::Result<()> {
 }
 
 /// Every verdict recorded.
-pub fn all(conn: &Connection) -> rusqlite::Result<Vec<Check>> {
+pub fn all(conn: &Conn) -> crate::store::sql::Result<Vec<Check>> {
     let mut stmt =
         conn.prepare("SELECT sha256, skill_id, passed, reason, checker, at_ms FROM skill_checks")?;
-    let rows = stmt.query_map([], |r| {
+    let rows = stmt.query_map((), |r| {
         Ok(Check {
             sha256: r.get(0)?,
             skill_id: r.get(1)?,

@@ -7,7 +7,7 @@
 //! recorded before the file was renamed into place); else a user's edit on
 //! disk.
 
-use rusqlite::{Connection, OptionalExtension, TransactionBehavior, params};
+use crate::store::sql::{Behavior, Conn, Optional, params};
 use serde::Serialize;
 
 /// What a skill is now, as far as the library is concerned.
@@ -85,10 +85,10 @@ impl Attribution {
 /// The learning job whose draft is exactly this version of `skill_id`
 /// (recorded before its file was written): its session.
 fn drafted_by(
-    conn: &Connection,
+    conn: &Conn,
     skill_id: &str,
     content_hash: &str,
-) -> rusqlite::Result<Option<String>> {
+) -> crate::store::sql::Result<Option<String>> {
     conn.prepare_cached(
         "SELECT session_id FROM evolved_drafts
          WHERE skill_id = ?1 AND content_hash = ?2 AND writing_ms IS NOT NULL
@@ -102,12 +102,12 @@ fn drafted_by(
 /// Who made the change `change` of `skill` (its version now; `None` when
 /// removed) and why.
 fn credit(
-    conn: &Connection,
+    conn: &Conn,
     skill_id: &str,
     now: Option<&SkillVersion>,
     change: &str,
     attribution: Option<&Attribution>,
-) -> rusqlite::Result<(String, String)> {
+) -> crate::store::sql::Result<(String, String)> {
     let hash = now.map(|v| v.content_hash.as_str());
     if let (Some(a), Some(hash)) = (attribution, hash)
         && a.wrote_exactly(skill_id, hash)
@@ -154,11 +154,11 @@ pub struct SkillChange {
     pub at_ms: i64,
 }
 
-pub fn generation(conn: &Connection) -> rusqlite::Result<u64> {
+pub fn generation(conn: &Conn) -> crate::store::sql::Result<u64> {
     let value: Option<String> = conn
         .query_row(
             "SELECT value FROM meta WHERE key = 'skills.generation'",
-            [],
+            (),
             |r| r.get(0),
         )
         .optional()?;
@@ -171,22 +171,22 @@ pub fn generation(conn: &Connection) -> rusqlite::Result<u64> {
 /// version's, changed again since, is left for the next sync). Returns the
 /// generation and the changes recorded now.
 pub fn sync(
-    conn: &mut Connection,
+    conn: &mut Conn,
     current: &[SkillVersion],
     text_of: &dyn Fn(&SkillVersion) -> Option<String>,
     attribution: Option<&Attribution>,
     at_ms: i64,
-) -> rusqlite::Result<(u64, Vec<SkillChange>)> {
-    let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+) -> crate::store::sql::Result<(u64, Vec<SkillChange>)> {
+    let tx = conn.transaction_with_behavior(Behavior::Immediate)?;
     keep_texts(&tx, current, text_of)?;
     let mut stored: std::collections::HashMap<String, (String, String)> =
         std::collections::HashMap::new();
     {
         let mut stmt = tx.prepare("SELECT skill_id, version, content_hash FROM skill_state")?;
-        let rows = stmt.query_map([], |r| {
+        let rows = stmt.query_map((), |r| {
             Ok((
-                r.get::<_, String>(0)?,
-                (r.get::<_, String>(1)?, r.get::<_, String>(2)?),
+                r.get::<String>(0)?,
+                (r.get::<String>(1)?, r.get::<String>(2)?),
             ))
         })?;
         for row in rows {
@@ -265,10 +265,10 @@ pub fn sync(
 }
 
 fn keep_texts(
-    tx: &Connection,
+    tx: &Conn,
     current: &[SkillVersion],
     text_of: &dyn Fn(&SkillVersion) -> Option<String>,
-) -> rusqlite::Result<()> {
+) -> crate::store::sql::Result<()> {
     let mut kept = tx.prepare_cached("SELECT 1 FROM skill_texts WHERE content_hash = ?1")?;
     let mut keep = tx
         .prepare_cached("INSERT OR IGNORE INTO skill_texts (content_hash, text) VALUES (?1, ?2)")?;
@@ -286,7 +286,7 @@ fn keep_texts(
 }
 
 /// The SKILL.md of a version, by its sha256, if it was kept.
-pub fn text(conn: &Connection, content_hash: &str) -> rusqlite::Result<Option<String>> {
+pub fn text(conn: &Conn, content_hash: &str) -> crate::store::sql::Result<Option<String>> {
     conn.query_row(
         "SELECT text FROM skill_texts WHERE content_hash = ?1",
         params![content_hash],
@@ -296,7 +296,7 @@ pub fn text(conn: &Connection, content_hash: &str) -> rusqlite::Result<Option<St
 }
 
 /// Hashes of the versions of `skill_id` that metaclaw itself installed.
-pub fn builtin_hashes(conn: &Connection, skill_id: &str) -> rusqlite::Result<Vec<String>> {
+pub fn builtin_hashes(conn: &Conn, skill_id: &str) -> crate::store::sql::Result<Vec<String>> {
     conn.prepare("SELECT content_hash FROM skill_changes WHERE skill_id = ?1 AND who = 'builtin' AND content_hash IS NOT NULL")?
         .query_map(params![skill_id], |r| r.get(0))?
         .collect()
@@ -304,7 +304,7 @@ pub fn builtin_hashes(conn: &Connection, skill_id: &str) -> rusqlite::Result<Vec
 
 /// Adds an event to a skill's history that is no change of its text (what
 /// an agent's owner decided about it, say), at the current generation.
-pub fn note(conn: &Connection, change: &SkillChange) -> rusqlite::Result<()> {
+pub fn note(conn: &Conn, change: &SkillChange) -> crate::store::sql::Result<()> {
     let generation = generation(conn)?;
     conn.execute(
         "INSERT INTO skill_changes (skill_id, change, version, content_hash, who, why, generation, at_ms)
@@ -324,7 +324,7 @@ pub fn note(conn: &Connection, change: &SkillChange) -> rusqlite::Result<()> {
 }
 
 /// A skill's recorded history, oldest first.
-pub fn history(conn: &Connection, skill_id: &str) -> rusqlite::Result<Vec<SkillChange>> {
+pub fn history(conn: &Conn, skill_id: &str) -> crate::store::sql::Result<Vec<SkillChange>> {
     conn.prepare(
         "SELECT skill_id, change, version, content_hash, who, why, generation, at_ms
          FROM skill_changes WHERE skill_id = ?1 ORDER BY id",
@@ -337,7 +337,7 @@ pub fn history(conn: &Connection, skill_id: &str) -> rusqlite::Result<Vec<SkillC
             content_hash: r.get(3)?,
             who: r.get(4)?,
             why: r.get(5)?,
-            generation: r.get::<_, i64>(6)?.max(0) as u64,
+            generation: r.get::<i64>(6)?.max(0) as u64,
             at_ms: r.get(7)?,
         })
     })?
@@ -345,16 +345,16 @@ pub fn history(conn: &Connection, skill_id: &str) -> rusqlite::Result<Vec<SkillC
 }
 
 /// The layout the library was last rewritten to (`skills::upgrade`), if any.
-pub fn layout(conn: &Connection) -> rusqlite::Result<Option<String>> {
+pub fn layout(conn: &Conn) -> crate::store::sql::Result<Option<String>> {
     conn.query_row(
         "SELECT value FROM meta WHERE key = 'skills.layout'",
-        [],
+        (),
         |r| r.get(0),
     )
     .optional()
 }
 
-pub fn set_layout(conn: &Connection, layout: &str) -> rusqlite::Result<()> {
+pub fn set_layout(conn: &Conn, layout: &str) -> crate::store::sql::Result<()> {
     conn.execute(
         "INSERT INTO meta (key, value) VALUES ('skills.layout', ?1)
          ON CONFLICT (key) DO UPDATE SET value = excluded.value",
@@ -373,7 +373,7 @@ pub struct Export {
     pub at_ms: i64,
 }
 
-fn export_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<Export> {
+fn export_row(r: &crate::store::sql::Row) -> crate::store::sql::Result<Export> {
     Ok(Export {
         target: r.get(0)?,
         name: r.get(1)?,
@@ -383,7 +383,11 @@ fn export_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<Export> {
     })
 }
 
-pub fn export_of(conn: &Connection, target: &str, name: &str) -> rusqlite::Result<Option<Export>> {
+pub fn export_of(
+    conn: &Conn,
+    target: &str,
+    name: &str,
+) -> crate::store::sql::Result<Option<Export>> {
     conn.query_row(
         "SELECT target, name, sha256, version, at_ms FROM skill_exports
          WHERE target = ?1 AND name = ?2",
@@ -393,7 +397,7 @@ pub fn export_of(conn: &Connection, target: &str, name: &str) -> rusqlite::Resul
     .optional()
 }
 
-pub fn exports_to(conn: &Connection, target: &str) -> rusqlite::Result<Vec<Export>> {
+pub fn exports_to(conn: &Conn, target: &str) -> crate::store::sql::Result<Vec<Export>> {
     let mut stmt = conn.prepare(
         "SELECT target, name, sha256, version, at_ms FROM skill_exports
          WHERE target = ?1 ORDER BY name",
@@ -401,13 +405,13 @@ pub fn exports_to(conn: &Connection, target: &str) -> rusqlite::Result<Vec<Expor
     stmt.query_map([target], export_row)?.collect()
 }
 
-pub fn set_export(conn: &Connection, export: &Export) -> rusqlite::Result<()> {
+pub fn set_export(conn: &Conn, export: &Export) -> crate::store::sql::Result<()> {
     conn.execute(
         "INSERT INTO skill_exports (target, name, sha256, version, at_ms)
          VALUES (?1, ?2, ?3, ?4, ?5)
          ON CONFLICT (target, name) DO UPDATE SET
              sha256 = excluded.sha256, version = excluded.version, at_ms = excluded.at_ms",
-        rusqlite::params![
+        crate::store::sql::params![
             export.target,
             export.name,
             export.sha256,
@@ -418,7 +422,7 @@ pub fn set_export(conn: &Connection, export: &Export) -> rusqlite::Result<()> {
     Ok(())
 }
 
-pub fn drop_export(conn: &Connection, target: &str, name: &str) -> rusqlite::Result<()> {
+pub fn drop_export(conn: &Conn, target: &str, name: &str) -> crate::store::sql::Result<()> {
     conn.execute(
         "DELETE FROM skill_exports WHERE target = ?1 AND name = ?2",
         [target, name],

@@ -36,7 +36,7 @@
 //! whose own run it is, `agents.<id>.rl`), and the functions a trainer
 //! calls take that run's agent.
 
-use rusqlite::{Connection, params};
+use crate::store::sql::{Conn, params};
 
 use super::samples::{StoredSibling, unpack_f32, unpack_i32};
 
@@ -92,7 +92,7 @@ const STALE_WHY: &str = "stale: a skill injected into its turn changed after it 
 
 /// Decides the waiting samples whose session's learning job is done:
 /// skipped (with why) or ready. Returns how many became ready.
-pub fn classify(conn: &Connection, opd: bool) -> rusqlite::Result<usize> {
+pub fn classify(conn: &Conn, opd: bool) -> crate::store::sql::Result<usize> {
     // Only samples whose job has finished; each rule marks what it skips.
     // And only of an ended session: one that reopened after its job (the
     // agent came back to it) keeps the last round's job `done` until it
@@ -112,7 +112,7 @@ pub fn classify(conn: &Connection, opd: bool) -> rusqlite::Result<usize> {
          JOIN sessions s ON s.id = t.session_id
          WHERE q.train_state = 'waiting' AND j.state = 'done' AND s.status = 'ended'",
     )?
-    .execute([])?;
+    .execute(())?;
     const DONE: &str =
         "train_state = 'waiting' AND turn_id IN (SELECT turn_id FROM temp.decidable)";
     // With distillation on, a turn without a reward still has the
@@ -151,7 +151,7 @@ pub fn classify(conn: &Connection, opd: bool) -> rusqlite::Result<usize> {
         "UPDATE turn_samples SET train_state = 'skipped', train_note = 'off-policy: ' || off_policy
          WHERE {DONE} AND off_policy IS NOT NULL"
     ))?
-    .execute([])?;
+    .execute(())?;
     for (rule, why) in rules {
         let sql = format!(
             "UPDATE turn_samples SET train_state = 'skipped', train_note = ?1 WHERE {DONE} AND {rule}"
@@ -161,7 +161,7 @@ pub fn classify(conn: &Connection, opd: bool) -> rusqlite::Result<usize> {
     conn.prepare_cached(&format!(
         "UPDATE turn_samples SET train_state = 'ready' WHERE {DONE}"
     ))?
-    .execute([])
+    .execute(())
 }
 
 const NO_REWARD: &str = "no reward signal (neither the judge nor a scorer)";
@@ -170,7 +170,7 @@ const NO_REWARD: &str = "no reward signal (neither the judge nor a scorer)";
 /// oldest first (session, then turn order); those gone stale since they
 /// were made ready skipped, and without distillation (`opd`) those without
 /// a reward (made ready while it was on).
-pub fn ready(conn: &Connection, opd: bool, run_agent: &str) -> rusqlite::Result<Vec<Ready>> {
+pub fn ready(conn: &Conn, opd: bool, run_agent: &str) -> crate::store::sql::Result<Vec<Ready>> {
     conn.prepare_cached(&format!(
         "UPDATE turn_samples SET train_state = 'skipped', train_note = ?1
          WHERE train_state = 'ready' AND {STALE}"
@@ -199,13 +199,13 @@ pub fn ready(conn: &Connection, opd: bool, run_agent: &str) -> rusqlite::Result<
             trajectory: r.get(3)?,
             extends: r.get(4)?,
             reward: r.get(5)?,
-            skill_generation: r.get::<_, i64>(6)?.max(0) as u64,
+            skill_generation: r.get::<i64>(6)?.max(0) as u64,
             policy_version: r.get(7)?,
-            prompt_tokens: unpack_i32(&r.get::<_, Vec<u8>>(8)?),
-            tokens: unpack_i32(&r.get::<_, Vec<u8>>(9)?),
-            logprobs: unpack_f32(&r.get::<_, Vec<u8>>(10)?),
+            prompt_tokens: unpack_i32(&r.get::<Vec<u8>>(8)?),
+            tokens: unpack_i32(&r.get::<Vec<u8>>(9)?),
+            logprobs: unpack_f32(&r.get::<Vec<u8>>(10)?),
             group: r
-                .get::<_, bool>(11)?
+                .get::<bool>(11)?
                 .then(|| r.get(12))
                 .transpose()?
                 .map(|served| Group {
@@ -215,7 +215,7 @@ pub fn ready(conn: &Connection, opd: bool, run_agent: &str) -> rusqlite::Result<
             truncated: r.get(13)?,
         })
     })?
-    .collect::<rusqlite::Result<Vec<Ready>>>()
+    .collect::<crate::store::sql::Result<Vec<Ready>>>()
     .and_then(|mut ready| {
         for sample in &mut ready {
             if let Some(group) = &mut sample.group {
@@ -229,11 +229,11 @@ pub fn ready(conn: &Connection, opd: bool, run_agent: &str) -> rusqlite::Result<
 /// Marks samples as in a step of a run, each with its advantage (in one
 /// transaction with nothing else: the step itself is recorded by the run).
 pub fn assign(
-    conn: &mut Connection,
+    conn: &mut Conn,
     run_id: &str,
     step: i64,
     samples: &[(String, f64)],
-) -> rusqlite::Result<()> {
+) -> crate::store::sql::Result<()> {
     let tx = conn.transaction()?;
     {
         let mut stmt = tx.prepare_cached(
@@ -249,7 +249,7 @@ pub fn assign(
 
 /// Samples with no signal in their batch (every advantage zero): skipped,
 /// never trained as zeros.
-pub fn skip(conn: &Connection, turns: &[String], why: &str) -> rusqlite::Result<()> {
+pub fn skip(conn: &Conn, turns: &[String], why: &str) -> crate::store::sql::Result<()> {
     let mut stmt = conn.prepare_cached(
         "UPDATE turn_samples SET train_state = 'skipped', train_note = ?2 WHERE turn_id = ?1",
     )?;
@@ -264,11 +264,11 @@ pub fn skip(conn: &Connection, turns: &[String], why: &str) -> rusqlite::Result<
 /// (a run numbers its steps on through a rollback, so the version names
 /// those weights alone).
 pub fn skip_version(
-    conn: &Connection,
+    conn: &Conn,
     run_agent: &str,
     version: i64,
     why: &str,
-) -> rusqlite::Result<usize> {
+) -> crate::store::sql::Result<usize> {
     conn.prepare_cached(
         "UPDATE turn_samples SET train_state = 'skipped', train_note = ?2
          WHERE policy_version = ?1 AND run_agent = ?3 AND train_state IN ('waiting', 'ready')",
@@ -278,7 +278,7 @@ pub fn skip_version(
 
 /// A training state saved after step `step` of `run_id`: its samples (and
 /// those of earlier steps) are trained.
-pub fn checkpointed(conn: &Connection, run_id: &str, step: i64) -> rusqlite::Result<usize> {
+pub fn checkpointed(conn: &Conn, run_id: &str, step: i64) -> crate::store::sql::Result<usize> {
     conn.prepare_cached(
         "UPDATE turn_samples SET train_state = 'trained'
          WHERE train_state = 'in_step' AND run_id = ?1 AND train_step <= ?2",
@@ -291,11 +291,11 @@ pub fn checkpointed(conn: &Connection, run_id: &str, step: i64) -> rusqlite::Res
 /// agent's earlier runs left in a step (another agent's run is not this
 /// run's business).
 pub fn rewind(
-    conn: &Connection,
+    conn: &Conn,
     run_agent: &str,
     run_id: &str,
     step: i64,
-) -> rusqlite::Result<usize> {
+) -> crate::store::sql::Result<usize> {
     conn.prepare_cached(
         "UPDATE turn_samples SET train_state = 'ready', run_id = NULL, train_step = NULL, advantage = NULL
          WHERE train_state = 'in_step' AND run_agent = ?3 AND (run_id != ?1 OR train_step > ?2)",
@@ -308,12 +308,12 @@ pub fn rewind(
 pub type Baseline = (i64, (f64, u64));
 
 /// The running reward baselines of `run_agent`'s run as last saved.
-pub fn baselines(conn: &Connection, run_agent: &str) -> rusqlite::Result<Vec<Baseline>> {
+pub fn baselines(conn: &Conn, run_agent: &str) -> crate::store::sql::Result<Vec<Baseline>> {
     conn.prepare_cached(
         "SELECT policy_version, value, count FROM rl_run_baselines WHERE run_agent = ?1",
     )?
     .query_map(params![run_agent], |r| {
-        Ok((r.get(0)?, (r.get(1)?, r.get::<_, i64>(2)?.max(0) as u64)))
+        Ok((r.get(0)?, (r.get(1)?, r.get::<i64>(2)?.max(0) as u64)))
     })?
     .collect()
 }
@@ -321,10 +321,10 @@ pub fn baselines(conn: &Connection, run_agent: &str) -> rusqlite::Result<Vec<Bas
 /// Saves the running reward baselines (all of them, in one transaction), so
 /// that a restart goes on from them rather than from nothing.
 pub fn save_baselines(
-    conn: &mut Connection,
+    conn: &mut Conn,
     run_agent: &str,
     values: impl IntoIterator<Item = Baseline>,
-) -> rusqlite::Result<()> {
+) -> crate::store::sql::Result<()> {
     let tx = conn.transaction()?;
     {
         let mut stmt = tx.prepare_cached(
@@ -340,28 +340,28 @@ pub fn save_baselines(
 
 /// The skipped samples of `run_agent`'s run by why, most first.
 pub fn skipped_by_reason(
-    conn: &Connection,
+    conn: &Conn,
     run_agent: &str,
-) -> rusqlite::Result<Vec<(String, u64)>> {
+) -> crate::store::sql::Result<Vec<(String, u64)>> {
     conn.prepare_cached(
         "SELECT coalesce(train_note, '(no reason recorded)'), count(*) FROM turn_samples
          WHERE train_state = 'skipped' AND run_agent = ?1 GROUP BY 1 ORDER BY 2 DESC, 1",
     )?
     .query_map(params![run_agent], |r| {
-        Ok((r.get(0)?, r.get::<_, i64>(1)?.max(0) as u64))
+        Ok((r.get(0)?, r.get::<i64>(1)?.max(0) as u64))
     })?
     .collect()
 }
 
 /// The queue by state: of one run's samples (`Some(run_agent)`), or of all.
-pub fn counts(conn: &Connection, run_agent: Option<&str>) -> rusqlite::Result<Counts> {
+pub fn counts(conn: &Conn, run_agent: Option<&str>) -> crate::store::sql::Result<Counts> {
     let mut counts = Counts::default();
     let mut stmt = conn.prepare_cached(
         "SELECT train_state, count(*) FROM turn_samples
          WHERE ?1 IS NULL OR run_agent = ?1 GROUP BY train_state",
     )?;
     let rows = stmt.query_map(params![run_agent], |r| {
-        Ok((r.get::<_, String>(0)?, r.get::<_, i64>(1)?))
+        Ok((r.get::<String>(0)?, r.get::<i64>(1)?))
     })?;
     for row in rows {
         let (state, n) = row?;
@@ -381,20 +381,18 @@ pub fn counts(conn: &Connection, run_agent: Option<&str>) -> rusqlite::Result<Co
 mod tests {
     #![allow(clippy::unwrap_used)]
 
-    use rusqlite::Connection;
+    use crate::store::sql::Conn;
 
     use super::*;
     use crate::store::samples::pack_i32;
 
-    fn db() -> Connection {
-        let mut conn = Connection::open_in_memory().unwrap();
-        crate::store::schema::migrate(&mut conn).unwrap();
-        conn
+    fn db() -> Conn {
+        crate::store::memory()
     }
 
     /// A session with a finished (or not) learning job: ended, as a
     /// session with a job is (until it reopens).
-    fn session(conn: &Connection, id: &str, job: Option<&str>) {
+    fn session(conn: &Conn, id: &str, job: Option<&str>) {
         let status = if job.is_some() { "ended" } else { "active" };
         conn.execute(
             "INSERT INTO sessions (id, base_key, source, status, started_at_ms, last_activity_ms) VALUES (?1, ?1, 'header', ?2, 0, 0)",
@@ -413,7 +411,7 @@ mod tests {
     /// A student turn and its sample.
     #[allow(clippy::too_many_arguments)]
     fn turn(
-        conn: &Connection,
+        conn: &Conn,
         id: &str,
         session: &str,
         seq: i64,
@@ -440,7 +438,7 @@ mod tests {
     }
 
     /// The turn had these skills injected (`[{"id", "version", "score"}]`).
-    fn inject(conn: &Connection, turn: &str, skills: &[&str]) {
+    fn inject(conn: &Conn, turn: &str, skills: &[&str]) {
         let list: Vec<serde_json::Value> = skills
             .iter()
             .map(|id| serde_json::json!({"id": id, "version": "1.0.0", "score": 0.5}))
@@ -453,7 +451,7 @@ mod tests {
     }
 
     /// The library recorded a change of `skill` at `generation`.
-    fn changed(conn: &Connection, skill: &str, generation: i64) {
+    fn changed(conn: &Conn, skill: &str, generation: i64) {
         conn.execute(
             "INSERT INTO skill_changes (skill_id, change, who, why, generation, at_ms)
              VALUES (?1, 'changed', 'user', 'edited', ?2, 0)",
@@ -462,7 +460,7 @@ mod tests {
         .unwrap();
     }
 
-    fn state(conn: &Connection, turn: &str) -> (String, Option<String>) {
+    fn state(conn: &Conn, turn: &str) -> (String, Option<String>) {
         conn.query_row(
             "SELECT train_state, train_note FROM turn_samples WHERE turn_id = ?1",
             params![turn],
@@ -483,7 +481,7 @@ mod tests {
         session(&conn, "reopened", Some("done"));
         conn.execute(
             "UPDATE sessions SET status = 'active' WHERE id = 'reopened'",
-            [],
+            (),
         )
         .unwrap();
         turn(&conn, "good", "a", 1, "main", Some(1.0), None, 2);
@@ -511,7 +509,7 @@ mod tests {
         inject(&conn, "good", &["tidy"]);
         conn.execute(
             "UPDATE turns SET injected_skills = 'not json' WHERE id = 'odd'",
-            [],
+            (),
         )
         .unwrap();
         changed(&conn, "terse", 1);
@@ -523,7 +521,7 @@ mod tests {
         conn.execute(
             "INSERT INTO evolved_drafts (session_id, round, name, outcome, skill_id, written_ms, at_ms)
              VALUES ('support', 1, 'lesson', 'created', 'lesson', 5, 5)",
-            [],
+            (),
         )
         .unwrap();
         assert_eq!(classify(&conn, false).unwrap(), 3);
@@ -573,7 +571,7 @@ mod tests {
             turn(&conn, "fine", "a", 2, "main", Some(1.0), None, 0);
             conn.execute(
                 "UPDATE turns SET status = 'incomplete' WHERE id = 'cut'",
-                [],
+                (),
             )
             .unwrap();
             assert_eq!(classify(&conn, opd).unwrap(), 1);
@@ -652,7 +650,7 @@ mod tests {
         turn(&conn, "mine-too", "s", 2, "main", Some(1.0), None, 0);
         conn.execute(
             "UPDATE turn_samples SET run_agent = 'a' WHERE turn_id LIKE 'mine%'",
-            [],
+            (),
         )
         .unwrap();
         classify(&conn, false).unwrap();

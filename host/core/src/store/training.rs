@@ -6,8 +6,8 @@
 //! and optimiser) and what is in flight (`pending`), and each process that
 //! drives it counts one `incarnation`, so names it makes never repeat.
 
+use crate::store::sql::{Conn, Optional, params};
 use anyhow::Result;
-use rusqlite::{Connection, OptionalExtension, params};
 use serde::{Deserialize, Serialize};
 
 /// A run's row.
@@ -123,7 +123,7 @@ pub struct TrainerMetrics {
 const COLUMNS: &str = "id, service, base_model, lora_rank, model_id, last_seq, step, incarnation, \
     pending, state_path, state_step, sampler_path, sampler_step, started_from, status, created_ms, updated_ms, agent";
 
-fn row_to_run(r: &rusqlite::Row<'_>) -> rusqlite::Result<Run> {
+fn row_to_run(r: &crate::store::sql::Row) -> crate::store::sql::Result<Run> {
     Ok(Run {
         id: r.get(0)?,
         service: r.get(1)?,
@@ -148,12 +148,7 @@ fn row_to_run(r: &rusqlite::Row<'_>) -> rusqlite::Result<Run> {
 
 /// The active run of `base_model` on `service` of `agent` ('' the shared
 /// run).
-pub fn active(
-    conn: &Connection,
-    service: &str,
-    base_model: &str,
-    agent: &str,
-) -> Result<Option<Run>> {
+pub fn active(conn: &Conn, service: &str, base_model: &str, agent: &str) -> Result<Option<Run>> {
     let sql = format!(
         "SELECT {COLUMNS} FROM training_runs WHERE status = 'active' AND service = ?1 \
          AND base_model = ?2 AND agent = ?3 ORDER BY created_ms DESC LIMIT 1"
@@ -164,21 +159,21 @@ pub fn active(
 }
 
 /// Runs, newest first.
-pub fn list(conn: &Connection, limit: usize) -> Result<Vec<Run>> {
+pub fn list(conn: &Conn, limit: usize) -> Result<Vec<Run>> {
     let sql = format!("SELECT {COLUMNS} FROM training_runs ORDER BY created_ms DESC LIMIT ?1");
     let mut stmt = conn.prepare(&sql)?;
     let rows = stmt.query_map([limit as i64], row_to_run)?;
-    Ok(rows.collect::<rusqlite::Result<_>>()?)
+    Ok(rows.collect::<crate::store::sql::Result<_>>()?)
 }
 
-pub fn get(conn: &Connection, id: &str) -> Result<Option<Run>> {
+pub fn get(conn: &Conn, id: &str) -> Result<Option<Run>> {
     let sql = format!("SELECT {COLUMNS} FROM training_runs WHERE id = ?1");
     Ok(conn.query_row(&sql, [id], row_to_run).optional()?)
 }
 
 /// A new run; the service's other active run of the same base model and
 /// agent (if any) is finished in the same transaction.
-pub fn create(conn: &mut Connection, run: &Run) -> Result<()> {
+pub fn create(conn: &mut Conn, run: &Run) -> Result<()> {
     let tx = conn.transaction()?;
     tx.execute(
         "UPDATE training_runs SET status = 'finished', updated_ms = ?3 \
@@ -216,7 +211,7 @@ pub fn create(conn: &mut Connection, run: &Run) -> Result<()> {
 }
 
 /// A process takes the run over: a new incarnation, whose number it gets.
-pub fn next_incarnation(conn: &Connection, id: &str, now_ms: i64) -> Result<i64> {
+pub fn next_incarnation(conn: &Conn, id: &str, now_ms: i64) -> Result<i64> {
     Ok(conn.query_row(
         "UPDATE training_runs SET incarnation = incarnation + 1, updated_ms = ?2 WHERE id = ?1 \
          RETURNING incarnation",
@@ -228,7 +223,7 @@ pub fn next_incarnation(conn: &Connection, id: &str, now_ms: i64) -> Result<i64>
 /// The run's weights now live in `model_id`, at `step`, with nothing in
 /// flight.
 pub fn set_model(
-    conn: &Connection,
+    conn: &Conn,
     id: &str,
     model_id: &str,
     step: i64,
@@ -246,7 +241,7 @@ pub fn set_model(
 /// A training call is about to go out: from now until it is settled the
 /// model's state is unknown (`None`: it settled and changed no weights).
 pub fn set_pending(
-    conn: &Connection,
+    conn: &Conn,
     id: &str,
     what: Option<&str>,
     last_seq: i64,
@@ -261,7 +256,7 @@ pub fn set_pending(
 
 /// A step the service applied: its row, and the run's new step count, in
 /// one transaction.
-pub fn step_done(conn: &mut Connection, id: &str, step: &Step, last_seq: i64) -> Result<()> {
+pub fn step_done(conn: &mut Conn, id: &str, step: &Step, last_seq: i64) -> Result<()> {
     let tx = conn.transaction()?;
     tx.execute(
         "INSERT INTO training_steps (run_id, step, incarnation, model_id, samples, loss, metrics, at_ms) \
@@ -289,7 +284,7 @@ pub fn step_done(conn: &mut Connection, id: &str, step: &Step, last_seq: i64) ->
 /// Adds what the trainer knows of a step (mean reward, KL, entropy…) to
 /// its row's metrics, under `metaclaw`.
 pub fn annotate_step(
-    conn: &Connection,
+    conn: &Conn,
     id: &str,
     step: i64,
     incarnation: i64,
@@ -310,7 +305,7 @@ pub fn annotate_step(
 
 /// What was saved: a training state (`state`) or sampler weights.
 pub fn saved(
-    conn: &Connection,
+    conn: &Conn,
     id: &str,
     state: bool,
     path: &str,
@@ -333,7 +328,7 @@ pub fn saved(
 /// is that checkpoint, at the run's current step (the counter continues),
 /// and the run remembers it was started from it, so the next restart
 /// takes its own saves again.
-pub fn restart_from(conn: &Connection, id: &str, path: &str, step: i64, now_ms: i64) -> Result<()> {
+pub fn restart_from(conn: &Conn, id: &str, path: &str, step: i64, now_ms: i64) -> Result<()> {
     conn.execute(
         "UPDATE training_runs SET state_path = ?2, state_step = ?3, started_from = ?2, \
          pending = NULL, updated_ms = ?4 WHERE id = ?1",
@@ -346,7 +341,7 @@ pub fn restart_from(conn: &Connection, id: &str, path: &str, step: i64, now_ms: 
 /// collapse), its step counter at `step` (policy versions only go up);
 /// unlike [`restart_from`] the run's starting checkpoint is unchanged, so
 /// `rl.resume_from_ckpt` is not taken as changed.
-pub fn go_back_to(conn: &Connection, id: &str, path: &str, step: i64, now_ms: i64) -> Result<()> {
+pub fn go_back_to(conn: &Conn, id: &str, path: &str, step: i64, now_ms: i64) -> Result<()> {
     conn.execute(
         "UPDATE training_runs SET state_path = ?2, state_step = ?3, pending = NULL, updated_ms = ?4 \
          WHERE id = ?1",
@@ -357,7 +352,7 @@ pub fn go_back_to(conn: &Connection, id: &str, path: &str, step: i64, now_ms: i6
 
 /// The sampler weights to serve, chosen by hand (a rollback): only what is
 /// served changes, never the run's training state or its call in flight.
-pub fn serve(conn: &Connection, id: &str, path: &str, step: i64, now_ms: i64) -> Result<()> {
+pub fn serve(conn: &Conn, id: &str, path: &str, step: i64, now_ms: i64) -> Result<()> {
     conn.execute(
         "UPDATE training_runs SET sampler_path = ?2, sampler_step = ?3, updated_ms = ?4 WHERE id = ?1",
         params![id, path, step, now_ms],
@@ -380,7 +375,7 @@ fn health_key(run_id: &str) -> String {
     format!("rl.health.{run_id}")
 }
 
-pub fn health_mark(conn: &Connection, run_id: &str) -> Result<HealthMark> {
+pub fn health_mark(conn: &Conn, run_id: &str) -> Result<HealthMark> {
     let value: Option<String> = conn
         .query_row(
             "SELECT value FROM meta WHERE key = ?1",
@@ -393,7 +388,7 @@ pub fn health_mark(conn: &Connection, run_id: &str) -> Result<HealthMark> {
         .unwrap_or_default())
 }
 
-pub fn set_health_mark(conn: &Connection, run_id: &str, mark: &HealthMark) -> Result<()> {
+pub fn set_health_mark(conn: &Conn, run_id: &str, mark: &HealthMark) -> Result<()> {
     conn.execute(
         "INSERT INTO meta (key, value) VALUES (?1, ?2)
          ON CONFLICT (key) DO UPDATE SET value = excluded.value",
@@ -405,12 +400,7 @@ pub fn set_health_mark(conn: &Connection, run_id: &str, mark: &HealthMark) -> Re
 /// The run's steps judged by the health verdict, oldest first: after
 /// `since_step`, the newest record of each step (a step redone after a
 /// restart counts once, as it was last trained), at most `limit`.
-pub fn health_steps(
-    conn: &Connection,
-    id: &str,
-    since_step: i64,
-    limit: usize,
-) -> Result<Vec<Step>> {
+pub fn health_steps(conn: &Conn, id: &str, since_step: i64, limit: usize) -> Result<Vec<Step>> {
     let mut seen = std::collections::BTreeSet::new();
     let mut out: Vec<Step> = steps(conn, id, limit.saturating_mul(4).max(16))?
         .into_iter()
@@ -423,7 +413,7 @@ pub fn health_steps(
 }
 
 /// The run's steps, newest first.
-pub fn steps(conn: &Connection, id: &str, limit: usize) -> Result<Vec<Step>> {
+pub fn steps(conn: &Conn, id: &str, limit: usize) -> Result<Vec<Step>> {
     let mut stmt = conn.prepare(
         "SELECT step, incarnation, model_id, samples, loss, metrics, at_ms FROM training_steps \
          WHERE run_id = ?1 ORDER BY at_ms DESC, step DESC LIMIT ?2",
@@ -440,5 +430,5 @@ pub fn steps(conn: &Connection, id: &str, limit: usize) -> Result<Vec<Step>> {
             at_ms: r.get(6)?,
         })
     })?;
-    Ok(rows.collect::<rusqlite::Result<_>>()?)
+    Ok(rows.collect::<crate::store::sql::Result<_>>()?)
 }

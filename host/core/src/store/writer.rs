@@ -9,9 +9,9 @@ use std::sync::Arc;
 use std::sync::mpsc::{Receiver, RecvTimeoutError};
 use std::time::{Duration, Instant};
 
+use crate::store::sql::{Conn, Tx, params};
 use bytes::Bytes;
 use metaclaw_wire::recorded::Completion;
-use rusqlite::{Connection, Transaction, params};
 use serde_json::{Map, Value};
 
 use tokio::sync::OwnedSemaphorePermit;
@@ -26,7 +26,7 @@ const KNOWN_BLOBS_CAP: usize = 200_000;
 const SUMMARY_CHARS: usize = 200;
 
 pub struct Writer {
-    conn: Connection,
+    conn: Conn,
     redactor: Redactor,
     commit_interval: Duration,
     metrics: Arc<Metrics>,
@@ -63,7 +63,7 @@ struct Prepared {
 
 impl Writer {
     pub fn new(
-        conn: Connection,
+        conn: Conn,
         redactor: Redactor,
         commit_interval: Duration,
         metrics: Arc<Metrics>,
@@ -210,7 +210,9 @@ impl Writer {
             let _ = w.send(());
         }
         if let Some(done) = shutdown {
-            let _ = self.conn.pragma_update(None, "wal_checkpoint", "TRUNCATE");
+            if let Some(sqlite) = self.conn.sqlite() {
+                let _ = sqlite.pragma_update(None, "wal_checkpoint", "TRUNCATE");
+            }
             let _ = done.send(());
             return true;
         }
@@ -229,7 +231,7 @@ impl Writer {
         turns: &[(Box<TurnRecord>, Prepared)],
         ends: &[(super::SessionInfo, String, i64)],
         rewards: &[(String, Vec<super::RewardRecord>, i64)],
-    ) -> rusqlite::Result<Vec<Option<i64>>> {
+    ) -> crate::store::sql::Result<Vec<Option<i64>>> {
         let tx = self.conn.transaction()?;
         let mut seqs = Vec::with_capacity(turns.len());
         for (turn, prepared) in turns {
@@ -477,15 +479,15 @@ fn json_at<'a>(body: &'a [u8], range: &Range<usize>) -> &'a str {
 }
 
 fn insert_rewards(
-    tx: &Transaction<'_>,
+    tx: &Tx<'_>,
     turn_id: &str,
     rewards: &[super::RewardRecord],
     at_ms: i64,
-) -> rusqlite::Result<()> {
+) -> crate::store::sql::Result<()> {
     super::learning::store_rewards(tx, turn_id, rewards, at_ms).map(drop)
 }
 
-fn insert_turn(tx: &Transaction<'_>, t: &TurnRecord, p: &Prepared) -> rusqlite::Result<i64> {
+fn insert_turn(tx: &Tx<'_>, t: &TurnRecord, p: &Prepared) -> crate::store::sql::Result<i64> {
     insert_blobs(tx, &p.blobs)?;
     // A retry is the same turn again: it replaces the attempts before it.
     let main = i64::from(t.turn_type == TurnType::Main && t.retry_of.is_none());
@@ -498,7 +500,7 @@ fn insert_turn(tx: &Transaction<'_>, t: &TurnRecord, p: &Prepared) -> rusqlite::
     Ok(seq)
 }
 
-fn insert_blobs(tx: &Transaction<'_>, blobs: &[(String, String)]) -> rusqlite::Result<()> {
+fn insert_blobs(tx: &Tx<'_>, blobs: &[(String, String)]) -> crate::store::sql::Result<()> {
     let mut stmt = tx.prepare_cached("INSERT OR IGNORE INTO blobs (hash, json) VALUES (?1, ?2)")?;
     for (hash, json) in blobs {
         stmt.execute(params![hash, json])?;
@@ -507,7 +509,7 @@ fn insert_blobs(tx: &Transaction<'_>, blobs: &[(String, String)]) -> rusqlite::R
 }
 
 /// The attempts before a retry (from its `first`) are no longer main turns.
-fn replace_attempts(tx: &Transaction<'_>, t: &TurnRecord, first: &str) -> rusqlite::Result<()> {
+fn replace_attempts(tx: &Tx<'_>, t: &TurnRecord, first: &str) -> crate::store::sql::Result<()> {
     super::outcomes::turns_replaced(tx, &t.session.id, first)?;
     tx.prepare_cached(
         "UPDATE turns SET turn_type = ?3
@@ -525,7 +527,7 @@ fn replace_attempts(tx: &Transaction<'_>, t: &TurnRecord, first: &str) -> rusqli
 /// The turn's session, created or updated; the turn's place in it.
 /// A turn that started after its session ended reopens it (the agent came
 /// back to the conversation); one still in flight at the end does not.
-fn upsert_session(tx: &Transaction<'_>, t: &TurnRecord, main: i64) -> rusqlite::Result<i64> {
+fn upsert_session(tx: &Tx<'_>, t: &TurnRecord, main: i64) -> crate::store::sql::Result<i64> {
     tx.prepare_cached(
         "INSERT INTO sessions (id, base_key, agent_session_id, source, window_index, status,
                                started_at_ms, last_activity_ms, turn_count, main_turns, last_message_count,
@@ -562,11 +564,11 @@ fn upsert_session(tx: &Transaction<'_>, t: &TurnRecord, main: i64) -> rusqlite::
 
 /// The turn's row.
 fn insert_turn_row(
-    tx: &Transaction<'_>,
+    tx: &Tx<'_>,
     t: &TurnRecord,
     p: &Prepared,
     seq: i64,
-) -> rusqlite::Result<()> {
+) -> crate::store::sql::Result<()> {
     let hashes = serde_json::to_string(&p.message_hashes).unwrap_or_else(|_| "[]".into());
     tx.prepare_cached(
         "INSERT INTO turns (id, session_id, seq, turn_type, api, model, upstream_model, stream, status,
@@ -616,7 +618,7 @@ fn insert_turn_row(
 
 /// What else a turn records: its arms, its injected skills and their
 /// outcomes, a student's sample.
-fn record_turn_parts(tx: &Transaction<'_>, t: &TurnRecord, p: &Prepared) -> rusqlite::Result<()> {
+fn record_turn_parts(tx: &Tx<'_>, t: &TurnRecord, p: &Prepared) -> crate::store::sql::Result<()> {
     if t.turn_type == TurnType::Main {
         super::experiments::record_arms(tx, &t.session.id, &t.arms, t.started_at_ms)?;
     }
@@ -645,12 +647,12 @@ fn record_turn_parts(tx: &Transaction<'_>, t: &TurnRecord, p: &Prepared) -> rusq
 }
 
 fn insert_end(
-    tx: &Transaction<'_>,
+    tx: &Tx<'_>,
     s: &super::SessionInfo,
     reason: &str,
     at_ms: i64,
     queue_learning: bool,
-) -> rusqlite::Result<()> {
+) -> crate::store::sql::Result<()> {
     tx.prepare_cached(
         "INSERT INTO sessions (id, base_key, agent_session_id, source, window_index, status,
                                started_at_ms, last_activity_ms, ended_at_ms, end_reason)

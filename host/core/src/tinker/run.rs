@@ -19,8 +19,8 @@
 
 use std::collections::BTreeMap;
 
+use crate::store::sql::Conn;
 use metaclaw_tinker::types::{Datum, ForwardBackwardResult, LossConfig, LossFn};
-use rusqlite::Connection;
 use serde::Serialize;
 
 use super::Error;
@@ -76,7 +76,7 @@ pub struct StepReport {
 
 /// A run being driven by this process.
 pub struct TrainingRun {
-    db: Connection,
+    db: Conn,
     run: Run,
     session: Session,
     model: TrainingModel,
@@ -348,7 +348,7 @@ impl TrainingRun {
 /// A new incarnation of `run`: a new model in `session` with the run's
 /// weights (its last saved state, else its starting point, else fresh).
 async fn load(
-    db: &Connection,
+    db: &Conn,
     run: &mut Run,
     session: &Session,
     spec: &RunSpec,

@@ -137,7 +137,7 @@ pub fn judge(steps: &[crate::store::training::Step], rule: &Rule) -> Verdict {
 /// A run's verdict as the store has it: the steps since its health mark
 /// (a resume, a rollback), and whether training is paused.
 pub fn of_run(
-    conn: &rusqlite::Connection,
+    conn: &crate::store::sql::Conn,
     run_id: &str,
     rule: &Rule,
 ) -> anyhow::Result<(crate::store::training::HealthMark, Verdict)> {

@@ -728,7 +728,7 @@ impl Trainer {
 
     /// After a step: the verdict over the run's recent steps, logged when
     /// it changes, and acted on when it says "collapsing".
-    async fn judge_health(&mut self, conn: &rusqlite::Connection, run_id: &str) {
+    async fn judge_health(&mut self, conn: &crate::store::sql::Conn, run_id: &str) {
         let mark = match crate::store::training::health_mark(conn, run_id) {
             Ok(mark) => mark,
             Err(e) => {
@@ -811,7 +811,7 @@ impl Trainer {
     }
 
     /// Pauses training (kept across restarts).
-    fn pause(&self, conn: &rusqlite::Connection, run_id: &str, step: i64, why: &str) -> String {
+    fn pause(&self, conn: &crate::store::sql::Conn, run_id: &str, step: i64, why: &str) -> String {
         let reason = format!("collapsing at step {step}: {why}");
         let mark = crate::store::training::HealthMark {
             since_step: crate::store::training::health_mark(conn, run_id)
@@ -832,7 +832,7 @@ impl Trainer {
     /// only later steps.
     async fn roll_back(
         &mut self,
-        conn: &rusqlite::Connection,
+        conn: &crate::store::sql::Conn,
         run_id: &str,
         steps: &[crate::store::training::Step],
         before_fall: i64,
@@ -900,7 +900,7 @@ impl Trainer {
     }
 
     /// The queue's waiting samples classified (ready or skipped, why).
-    fn classify(&self, conn: &rusqlite::Connection) -> Result<(), TrainError> {
+    fn classify(&self, conn: &crate::store::sql::Conn) -> Result<(), TrainError> {
         train_queue::classify(conn, self.teacher.is_some())
             .map(drop)
             .map_err(TrainError::record("the training queue"))
@@ -925,7 +925,7 @@ impl Trainer {
         let db = self.settings.db.clone();
         let mut conn = db.side_writer().map_err(TrainError::store)?;
         self.classify(&conn)?;
-        let err = TrainError::record::<rusqlite::Error>("the training queue");
+        let err = TrainError::record::<crate::store::sql::Error>("the training queue");
         let opd = self.teacher.is_some();
         let ready = train_queue::ready(&conn, opd, &self.settings.spec.agent).map_err(err)?;
         let size = self.settings.batch_size.max(1);
@@ -966,7 +966,7 @@ impl Trainer {
     /// move, and are saved).
     fn assemble(
         &mut self,
-        conn: &mut rusqlite::Connection,
+        conn: &mut crate::store::sql::Conn,
         chains: &batch::Chains<'_>,
         terms: &std::collections::HashMap<String, Vec<f32>>,
     ) -> Result<batch::Batch, TrainError> {
@@ -988,11 +988,11 @@ impl Trainer {
     /// metrics kept with the step, and its weights saved for sampling.
     async fn train(
         &mut self,
-        conn: &mut rusqlite::Connection,
+        conn: &mut crate::store::sql::Conn,
         batch: &batch::Batch,
         opd: Option<&OpdReport>,
     ) -> Result<Trained, TrainError> {
-        let err = TrainError::record::<rusqlite::Error>("the training queue");
+        let err = TrainError::record::<crate::store::sql::Error>("the training queue");
         let (loss, learning_rate) = (self.settings.loss, self.settings.learning_rate);
         let loss_config = self.settings.loss_config.clone();
         let policy = self.policy.clone();
@@ -1056,7 +1056,7 @@ impl Trainer {
     /// else served to everyone now. Which experiment tests them, if any.
     async fn serve_or_test(
         &mut self,
-        conn: &rusqlite::Connection,
+        conn: &crate::store::sql::Conn,
         run_id: &str,
         incarnation: i64,
         report: &crate::tinker::StepReport,
@@ -1289,7 +1289,7 @@ async fn state_before_step(run: &mut TrainingRun) -> Result<String, TrainError> 
 
 /// A batch whose advantages were all zero: its samples skipped.
 fn skip_no_signal(
-    conn: &rusqlite::Connection,
+    conn: &crate::store::sql::Conn,
     batch: &batch::Batch,
 ) -> Result<Outcome, TrainError> {
     let turns: Vec<String> = batch.samples.iter().map(|(t, _)| t.clone()).collect();
@@ -1307,7 +1307,7 @@ fn skip_no_signal(
 /// A trained step's metrics, kept with it (a failure to store them is
 /// only logged); the learner's KL and entropy.
 fn keep_metrics(
-    conn: &rusqlite::Connection,
+    conn: &crate::store::sql::Conn,
     agent: &str,
     batch: &batch::Batch,
     at: StepOf<'_>,
@@ -1388,14 +1388,14 @@ fn test_ending(promote: bool, d: &WeightsTest, reason: &str) -> (&'static str, S
 }
 
 /// A store error inside the decision's transaction.
-fn in_decision(r: anyhow::Result<()>) -> rusqlite::Result<()> {
-    r.map_err(|e| rusqlite::Error::ToSqlConversionFailure(e.into()))
+fn in_decision(r: anyhow::Result<()>) -> crate::store::sql::Result<()> {
+    r.map_err(|e| crate::store::sql::Error::Arg(e.to_string()))
 }
 
 /// The end of a test, in one transaction: what the run serves (and, when
 /// rolled back, where it trains on from), and the experiment's decision.
 fn record_decision(
-    conn: &rusqlite::Connection,
+    conn: &crate::store::sql::Conn,
     test: &Test,
     agent: &str,
     decision: &Decision<'_>,
@@ -1431,11 +1431,11 @@ fn record_decision(
 /// the candidate's step started from, the verdict judging only later
 /// steps (a pause stands), and the candidate's samples not trained.
 fn roll_back_test(
-    tx: &rusqlite::Connection,
+    tx: &crate::store::sql::Conn,
     test: &Test,
     agent: &str,
     now: i64,
-) -> rusqlite::Result<()> {
+) -> crate::store::sql::Result<()> {
     let d = &test.detail;
     in_decision(crate::store::training::serve(
         tx,
@@ -1472,7 +1472,12 @@ fn roll_back_test(
 
 /// When promoted weights began to serve everyone, kept with their step
 /// (a failure is only logged).
-fn note_promoted_served(conn: &rusqlite::Connection, d: &WeightsTest, incarnation: i64, now: i64) {
+fn note_promoted_served(
+    conn: &crate::store::sql::Conn,
+    d: &WeightsTest,
+    incarnation: i64,
+    now: i64,
+) {
     let served = TrainerMetrics {
         served_at_ms: Some(now),
         ..TrainerMetrics::default()
@@ -1514,7 +1519,7 @@ impl Trainer {
     /// it), and the candidate serves its arm. The experiment's id.
     async fn start_test(
         &mut self,
-        conn: &rusqlite::Connection,
+        conn: &crate::store::sql::Conn,
         candidate: Candidate,
     ) -> Result<i64, TrainError> {
         let settings = self.settings.canary.clone().ok_or(TrainError::CanaryOff)?;
@@ -1564,7 +1569,7 @@ impl Trainer {
         let id = experiments::start_weights(conn, &detail, settings.share, &origin, now)
             .and_then(|id| {
                 crate::store::training::serve(conn, &candidate.run, &incumbent, version, now)
-                    .map_err(|e| rusqlite::Error::ToSqlConversionFailure(e.into()))?;
+                    .map_err(|e| crate::store::sql::Error::Arg(e.to_string()))?;
                 Ok(id)
             })
             .map_err(TrainError::record("the experiment's record"))?;
@@ -1605,7 +1610,8 @@ impl Trainer {
             .read()
             .map_err(TrainError::store)
             .and_then(|conn| {
-                let record = TrainError::record::<rusqlite::Error>("the experiment's record");
+                let record =
+                    TrainError::record::<crate::store::sql::Error>("the experiment's record");
                 let e = experiments::get(&conn, test.id)
                     .map_err(record)?
                     .ok_or(TrainError::TestRecordGone)?;
@@ -1877,7 +1883,7 @@ where
 /// loaded from: the step that saved them, else a weights test whose
 /// incumbent they are.
 fn state_of(
-    conn: &rusqlite::Connection,
+    conn: &crate::store::sql::Conn,
     run: &str,
     sampler: &str,
 ) -> Result<Option<String>, TrainError> {
@@ -1913,7 +1919,7 @@ async fn swap(
 /// The training state saved by the step whose sampler weights are
 /// `sampler` (`None`: that step saved none).
 fn state_saved_with(
-    conn: &rusqlite::Connection,
+    conn: &crate::store::sql::Conn,
     run: &str,
     sampler: &str,
 ) -> Result<Option<String>, TrainError> {

@@ -8,8 +8,8 @@ use std::collections::{HashMap, HashSet};
 
 use std::sync::Arc;
 
+use crate::store::sql::Conn;
 use anyhow::Result;
-use rusqlite::Connection;
 
 use super::{Blocked, Output, Parts, Stage, inputs};
 use crate::clock::now_ms;
@@ -334,7 +334,7 @@ impl Output for Evolved {
         }
     }
 
-    fn write(&self, tx: &Connection) -> Result<()> {
+    fn write(&self, tx: &Conn) -> Result<()> {
         for row in &self.rows {
             learning::insert_draft(tx, row)?;
         }

@@ -4,8 +4,8 @@
 //! A failed turn (`store::learning::failure`) is neither judged nor
 //! rewarded; it still is the next state of the turn before it.
 
+use crate::store::sql::Conn;
 use anyhow::Result;
-use rusqlite::Connection;
 
 use super::{Output, Parts, Stage, inputs};
 use crate::config::schema::RewardConfig;
@@ -80,7 +80,7 @@ impl Output for Judged {
     /// Every main turn's reward, from what is stored (verdicts of earlier
     /// attempts included): the user's feedback where there is some, else
     /// the judge's and scorers' combined.
-    fn write(&self, tx: &Connection) -> Result<()> {
+    fn write(&self, tx: &Conn) -> Result<()> {
         let session = &self.session_id;
         let turns = learning::main_turns(tx, session)?;
         let judgments = learning::judgments(tx, session)?;

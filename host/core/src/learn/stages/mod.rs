@@ -25,8 +25,8 @@ pub mod score;
 
 use std::sync::{Arc, Mutex};
 
+use crate::store::sql::Conn;
 use anyhow::Result;
-use rusqlite::Connection;
 
 use super::judge::Judge;
 use super::llm::ChatModel;
@@ -60,7 +60,7 @@ pub trait Output: Send + 'static {
     const STAGE: Stage;
     /// One line, kept with the stage's row.
     fn summary(&self) -> String;
-    fn write(&self, tx: &Connection) -> Result<()>;
+    fn write(&self, tx: &Conn) -> Result<()>;
 }
 
 /// A stage cannot run now for a reason outside the job (no `guard` for
@@ -88,7 +88,7 @@ const LEARNER_BUSY_TIMEOUT: std::time::Duration = std::time::Duration::from_secs
 #[derive(Clone)]
 pub struct LearnerConn {
     db: crate::store::Db,
-    conn: Arc<Mutex<Option<Connection>>>,
+    conn: Arc<Mutex<Option<Conn>>>,
 }
 
 impl LearnerConn {
@@ -102,14 +102,14 @@ impl LearnerConn {
     /// Runs `f` on the connection, on a blocking thread.
     pub async fn call<T: Send + 'static>(
         &self,
-        f: impl FnOnce(&mut Connection) -> Result<T> + Send + 'static,
+        f: impl FnOnce(&mut Conn) -> Result<T> + Send + 'static,
     ) -> Result<T> {
         let this = self.clone();
         blocking(move || this.call_blocking(f)).await
     }
 
     /// Runs `f` on the connection, on this thread.
-    pub fn call_blocking<T>(&self, f: impl FnOnce(&mut Connection) -> Result<T>) -> Result<T> {
+    pub fn call_blocking<T>(&self, f: impl FnOnce(&mut Conn) -> Result<T>) -> Result<T> {
         let mut slot = self
             .conn
             .lock()

@@ -4,8 +4,8 @@
 
 use std::path::PathBuf;
 
+use crate::store::sql::Conn;
 use anyhow::{Context, Result};
-use rusqlite::Connection;
 
 use super::{Output, Parts, Stage};
 use crate::clock::now_ms;
@@ -125,7 +125,7 @@ impl Output for Published {
     }
 
     /// Nothing more: each draft was marked as it was written.
-    fn write(&self, _tx: &Connection) -> Result<()> {
+    fn write(&self, _tx: &Conn) -> Result<()> {
         Ok(())
     }
 }

@@ -3,8 +3,8 @@
 //! successor is recorded; what is left here is the session's last turn, and
 //! any turn a crash or a restart left unscored.
 
+use crate::store::sql::Conn;
 use anyhow::Result;
-use rusqlite::Connection;
 
 use super::{Output, Parts, Stage};
 use crate::clock::now_ms;
@@ -53,7 +53,7 @@ impl Output for Scored {
 
     /// Per-turn scoring may have got to a turn meanwhile: the first rewards
     /// stored for a turn are kept.
-    fn write(&self, tx: &Connection) -> Result<()> {
+    fn write(&self, tx: &Conn) -> Result<()> {
         for (turn, rewards) in &self.turns {
             learning::store_rewards(tx, turn, rewards, self.at_ms)?;
         }

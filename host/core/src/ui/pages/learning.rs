@@ -72,7 +72,7 @@ pub async fn page(
             })
             .collect::<anyhow::Result<_>>()
             .map_err(err)?;
-        let sql = PageError::store::<rusqlite::Error>;
+        let sql = PageError::store::<crate::store::sql::Error>;
         let (pending, pending_total) = learning::review_groups(&conn, LATEST).map_err(sql)?;
         Ok(Shown {
             jobs,

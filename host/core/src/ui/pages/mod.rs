@@ -80,7 +80,7 @@ pub(super) async fn read<T: Send + 'static>(
     }
 }
 
-pub(super) fn store_conn(app: &SharedApp) -> Result<rusqlite::Connection, PageError> {
+pub(super) fn store_conn(app: &SharedApp) -> Result<crate::store::sql::Conn, PageError> {
     app.proxy.store.db().read().map_err(PageError::store)
 }
 

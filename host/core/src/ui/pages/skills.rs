@@ -151,7 +151,7 @@ fn diff_lines(diff: &str) -> Vec<DiffLine> {
 
 /// A skill's history, newest first, each version diffed against the one
 /// before it.
-fn changes(conn: &rusqlite::Connection, name: &str) -> rusqlite::Result<Vec<Change>> {
+fn changes(conn: &crate::store::sql::Conn, name: &str) -> crate::store::sql::Result<Vec<Change>> {
     let mut out = Vec::new();
     let mut before: Option<(String, Option<String>)> = None;
     for change in crate::store::skills::history(conn, name)? {
@@ -219,7 +219,7 @@ pub async fn show(
         let (_, versions) =
             stats::rows(db, &snapshot, Some(&wanted), None).map_err(PageError::store)?;
         let conn = store_conn(&app)?;
-        let sql = PageError::store::<rusqlite::Error>;
+        let sql = PageError::store::<crate::store::sql::Error>;
         Ok(Shown {
             skill: snapshot.get(&wanted).map(|s| (**s).clone()),
             changes: changes(&conn, &wanted).map_err(sql)?,
