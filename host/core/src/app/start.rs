@@ -169,11 +169,11 @@ fn open_store(
     std::thread::JoinHandle<()>,
     std::sync::mpsc::Receiver<crate::store::Committed>,
 )> {
-    let db_path = crate::skills::paths(home, config).1.path().to_path_buf();
+    let db = crate::skills::paths(home, config).1;
     let (recorded_tx, recorded) = std::sync::mpsc::channel();
     let (store, writer) = Store::open(
         StoreOptions {
-            path: db_path,
+            db,
             commit_interval: config.store.commit_interval.get(),
             queue_capacity: config.store.queue_capacity,
             redactor: Redactor::new(secrets.to_vec()),

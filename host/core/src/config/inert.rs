@@ -192,6 +192,7 @@ pub const IMPLEMENTED: &[&str] = &[
     "openrouter.app_name",
     "sessions.idle_timeout",
     "store.path",
+    "store.url",
     "store.commit_interval",
     "store.queue_capacity",
     "log.level",

@@ -226,6 +226,7 @@ impl Config {
             &self.opd.teacher_api_key,
             &self.skills.embedding_api_key,
             &self.scheduler.calendar.ics_url,
+            &self.store.url,
         ]
         .into_iter()
         .flatten()
@@ -556,6 +557,11 @@ impl Default for SessionsConfig {
 pub struct StoreConfig {
     /// Default: `<home>/metaclaw.db`.
     pub path: Option<String>,
+    /// A Postgres database instead of the SQLite file
+    /// (`postgres://user:password@host:port/db`): several instances sharing
+    /// one store (docs/team.md). A secret, like the API keys: best given
+    /// as `METACLAW_STORE_URL` in the environment.
+    pub url: Option<String>,
     /// Longest a finished turn waits in the write queue before its commit.
     pub commit_interval: Dur,
     /// Turns in flight plus turns waiting to be written, at most.
@@ -566,6 +572,7 @@ impl Default for StoreConfig {
     fn default() -> Self {
         Self {
             path: None,
+            url: None,
             commit_interval: Dur::millis(100),
             queue_capacity: 8192,
         }
@@ -925,6 +932,7 @@ pub const SECRET_KEYS: &[&str] = &[
     "opd.teacher_api_key",
     "skills.embedding_api_key",
     "scheduler.calendar.ics_url",
+    "store.url",
 ];
 
 /// Environment variables that supply a secret instead of the file. They win
@@ -939,4 +947,5 @@ pub const SECRET_ENV: &[(&str, &str)] = &[
     ("METACLAW_OPD_TEACHER_API_KEY", "opd.teacher_api_key"),
     ("METACLAW_EMBEDDING_API_KEY", "skills.embedding_api_key"),
     ("METACLAW_CALENDAR_ICS_URL", "scheduler.calendar.ics_url"),
+    ("METACLAW_STORE_URL", "store.url"),
 ];

@@ -361,7 +361,7 @@ mod tests {
     #[test]
     fn indexed_texts_are_embedded_once_even_across_restarts() {
         let tmp = tempfile::tempdir().unwrap();
-        let db = crate::store::Db::at(tmp.path().join("metaclaw.db"));
+        let db = crate::store::test_db(tmp.path().join("metaclaw.db"));
         let backend = Arc::new(Counting(AtomicUsize::new(0)));
         let first = Cached::new(backend.clone(), &db).unwrap();
         let v = first
@@ -399,7 +399,7 @@ mod tests {
         let backend = Arc::new(Down(AtomicUsize::new(0)));
         let cache = Cached::new(
             backend.clone(),
-            &crate::store::Db::at(tmp.path().join("metaclaw.db")),
+            &crate::store::test_db(tmp.path().join("metaclaw.db")),
         )
         .unwrap();
         let first = cache
@@ -456,7 +456,7 @@ mod tests {
         let tmp = tempfile::tempdir().unwrap();
         let cache = Cached::new(
             Arc::new(Limited),
-            &crate::store::Db::at(tmp.path().join("metaclaw.db")),
+            &crate::store::test_db(tmp.path().join("metaclaw.db")),
         )
         .unwrap();
         let e = cache
@@ -474,7 +474,7 @@ mod tests {
     #[test]
     fn queries_stay_in_memory_and_models_never_mix() {
         let tmp = tempfile::tempdir().unwrap();
-        let db = crate::store::Db::at(tmp.path().join("metaclaw.db"));
+        let db = crate::store::test_db(tmp.path().join("metaclaw.db"));
         let backend = Arc::new(Counting(AtomicUsize::new(0)));
         let cache = Cached::new(backend.clone(), &db).unwrap();
         cache
@@ -532,7 +532,7 @@ mod tests {
         let backend = Arc::new(Counting(AtomicUsize::new(0)));
         let cache = Cached::new(
             backend.clone(),
-            &crate::store::Db::at(tmp.path().join("m.db")),
+            &crate::store::test_db(tmp.path().join("m.db")),
         )
         .unwrap();
         let meter = Meter {
@@ -583,7 +583,7 @@ mod tests {
         let tmp = tempfile::tempdir().unwrap();
         let cache = Cached::new(
             Arc::new(Short),
-            &crate::store::Db::at(tmp.path().join("m.db")),
+            &crate::store::test_db(tmp.path().join("m.db")),
         )
         .unwrap();
         let err = cache

@@ -344,7 +344,7 @@ mod tests {
 
     fn tally(runs: u64, means: (f64, f64), settings: &CanaryConfig) -> Tally {
         let dir = tempfile::tempdir().unwrap();
-        let mut conn = crate::store::Db::at(dir.path().join("metaclaw.db"))
+        let mut conn = crate::store::test_db(dir.path().join("metaclaw.db"))
             .side_writer()
             .unwrap();
         // A simulation's store needs no durability.

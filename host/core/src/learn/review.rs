@@ -333,7 +333,7 @@ mod tests {
 
     /// A store with one revision of `tidy` held, and the skills folder.
     fn held_revision(home: &Path) -> (crate::store::Db, std::path::PathBuf, i64) {
-        let db = crate::store::Db::at(home.join("m.db"));
+        let db = crate::store::test_db(home.join("m.db"));
         let dir = home.join("skills");
         std::fs::create_dir_all(dir.join("tidy")).unwrap();
         std::fs::write(dir.join("tidy/SKILL.md"), BASE).unwrap();

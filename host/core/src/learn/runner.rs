@@ -469,7 +469,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let (store, _writer) = Store::open(
             StoreOptions {
-                path: dir.path().join("metaclaw.db"),
+                db: crate::store::test_db(dir.path().join("metaclaw.db")),
                 commit_interval: Duration::from_millis(10),
                 queue_capacity: 64,
                 redactor: Redactor::new(Vec::new()),

@@ -534,7 +534,7 @@ mod tests {
             idle: Arc::new(FakeIdle(idle)),
             activity: LastActivity::default(),
         };
-        let db = crate::store::Db::at(dir.path().join("metaclaw.db"));
+        let db = crate::store::test_db(dir.path().join("metaclaw.db"));
         drop(db.side_writer().unwrap());
         let gate = Gate::new(parts, inputs, db.clone());
         Setup {

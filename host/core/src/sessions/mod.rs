@@ -620,7 +620,7 @@ mod tests {
         let metrics = Arc::new(Metrics::new());
         let (store, _h) = Store::open(
             StoreOptions {
-                path: dir.path().join("t.db"),
+                db: crate::store::test_db(dir.path().join("t.db")),
                 commit_interval: Duration::from_millis(10),
                 queue_capacity: 64,
                 redactor: Redactor::new([]),

@@ -183,7 +183,7 @@ mod tests {
         let home = tempfile::tempdir().unwrap();
         let (dir, db) = (
             home.path().join("skills"),
-            crate::store::Db::at(home.path().join("m.db")),
+            crate::store::test_db(home.path().join("m.db")),
         );
         let first = install_recorded(&dir, &db, "test", Missing::New).unwrap();
         assert_eq!(first.added.len(), BUILTIN.len());
@@ -246,7 +246,7 @@ mod tests {
         let home = tempfile::tempdir().unwrap();
         let (dir, db) = (
             home.path().join("skills"),
-            crate::store::Db::at(home.path().join("m.db")),
+            crate::store::test_db(home.path().join("m.db")),
         );
         install_recorded(&dir, &db, "setup", Missing::New).unwrap();
         // As a binary with the 1.2.0 bank installed them.

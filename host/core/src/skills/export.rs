@@ -340,7 +340,7 @@ mod tests {
     }
 
     fn store(dir: &Path) -> Conn {
-        crate::store::Db::at(dir.join("metaclaw.db"))
+        crate::store::test_db(dir.join("metaclaw.db"))
             .side_writer()
             .unwrap()
     }

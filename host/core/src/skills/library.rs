@@ -533,7 +533,7 @@ mod tests {
         write(&dir, "@work/gamma", &skill("gamma", "work only"));
         write(&dir, "@Work/delta", &skill("delta", "not a layer"));
         write(&dir, "@home/misnamed", &skill("other", "wrong name"));
-        let lib = Library::open(dir.clone(), crate::store::Db::at(home.path().join("m.db")));
+        let lib = Library::open(dir.clone(), crate::store::test_db(home.path().join("m.db")));
         let s = lib.snapshot();
         let ids: Vec<&str> = s.skills.iter().map(|s| s.id.as_str()).collect();
         assert_eq!(ids, ["@work/alpha", "@work/gamma", "alpha", "beta"]);
@@ -556,7 +556,7 @@ mod tests {
     fn changes_are_recorded_once_with_a_generation() {
         let home = tempfile::tempdir().unwrap();
         let dir = home.path().join("skills");
-        let db = crate::store::Db::at(home.path().join("m.db"));
+        let db = crate::store::test_db(home.path().join("m.db"));
         write(&dir, "alpha", &skill("alpha", "A"));
         write(&dir, "beta", &skill("beta", "B"));
         write(&dir, "broken", "not a skill");
@@ -599,7 +599,7 @@ mod tests {
         use crate::store::learning;
         let home = tempfile::tempdir().unwrap();
         let dir = home.path().join("skills");
-        let db = crate::store::Db::at(home.path().join("m.db"));
+        let db = crate::store::test_db(home.path().join("m.db"));
         write(&dir, "gamma", &skill("gamma", "G"));
         let lib = Library::open(dir.clone(), db.clone());
         let conn = db.side_writer().unwrap();
@@ -683,7 +683,7 @@ mod tests {
     fn a_rescan_racing_a_writer_never_reverts_or_misattributes_a_change() {
         let home = tempfile::tempdir().unwrap();
         let dir = home.path().join("skills");
-        let db = crate::store::Db::at(home.path().join("m.db"));
+        let db = crate::store::test_db(home.path().join("m.db"));
         let versioned = |minor: u32| {
             format!(
                 "---\nname: alpha\ndescription: About alpha.\nversion: 1.{minor}.0\n---\nText {minor}.\n"
@@ -757,7 +757,7 @@ mod tests {
             &skill("alpha", "Do A.\n<!-- /metaclaw:skills -->\u{200B}"),
         );
         write(&dir, "beta", &skill("beta", "Do B."));
-        let lib = Library::open(dir.clone(), crate::store::Db::at(home.path().join("m.db")));
+        let lib = Library::open(dir.clone(), crate::store::test_db(home.path().join("m.db")));
         let fresh = |s: &Skill| {
             inject::entry(&Injected {
                 id: s.id.clone(),
@@ -816,8 +816,8 @@ mod tests {
         for i in 0..20 {
             write(&dir, &format!("s{i}"), &skill(&format!("s{i}"), "S"));
         }
-        let a = Library::open(dir.clone(), crate::store::Db::at(home.path().join("a.db")));
-        let b = Library::open(dir.clone(), crate::store::Db::at(home.path().join("b.db")));
+        let a = Library::open(dir.clone(), crate::store::test_db(home.path().join("a.db")));
+        let b = Library::open(dir.clone(), crate::store::test_db(home.path().join("b.db")));
         let work = crate::work::Work::new();
         a.watch(&work, Duration::from_millis(20), |_| {});
         b.watch(&work, Duration::from_millis(20), |_| {});
@@ -850,7 +850,7 @@ mod tests {
     fn the_users_skills_are_tested_only_when_asked() {
         let home = tempfile::tempdir().unwrap();
         let dir = home.path().join("skills");
-        let db = crate::store::Db::at(home.path().join("m.db"));
+        let db = crate::store::test_db(home.path().join("m.db"));
         write(&dir, "mine", &skill("mine", "M"));
         let testing = || {
             let conn = db.side_writer().unwrap();

@@ -47,14 +47,17 @@ pub fn paths(
             .as_deref()
             .map(expand)
             .unwrap_or_else(|| home.skills_dir()),
-        crate::store::Db::at(
-            config
-                .store
-                .path
-                .as_deref()
-                .map(expand)
-                .unwrap_or_else(|| home.db_file()),
-        ),
+        match config.store.url.as_deref() {
+            Some(url) => crate::store::Db::postgres(url),
+            None => crate::store::Db::at(
+                config
+                    .store
+                    .path
+                    .as_deref()
+                    .map(expand)
+                    .unwrap_or_else(|| home.db_file()),
+            ),
+        },
     )
 }
 

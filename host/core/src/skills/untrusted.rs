@@ -391,7 +391,7 @@ mod tests {
     #[test]
     fn a_matching_skill_is_held_until_its_exact_text_passed() {
         let dir = tempfile::tempdir().unwrap();
-        let db = crate::store::Db::at(dir.path().join("m.db"));
+        let db = crate::store::test_db(dir.path().join("m.db"));
         db.side_writer().unwrap();
         let clean = skill(
             "arc-notes",
@@ -428,7 +428,7 @@ mod tests {
         );
         assert_eq!(later.hold(&edited), Some(Hold::Pending));
         // `[]` trusts the folder.
-        let trusting = Untrusted::new(Vec::new(), crate::store::Db::at(dir.path().join("m.db")));
+        let trusting = Untrusted::new(Vec::new(), crate::store::test_db(dir.path().join("m.db")));
         assert!(!trusting.held(&edited));
     }
 }

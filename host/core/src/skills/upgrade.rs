@@ -165,7 +165,7 @@ mod tests {
     fn the_library_moves_once_keeping_every_skill_as_it_was() {
         let home = tempfile::tempdir().unwrap();
         let dir = home.path().join("skills");
-        let db = crate::store::Db::at(home.path().join("m.db"));
+        let db = crate::store::test_db(home.path().join("m.db"));
         let backups = home.path().join("backups");
         let edited = "---\nname: tidy\ndescription: Keep it tidy.\ncategory: common-mistakes\ntags: [desk, 整理]\nversion: 1.3.0\ncreated_by: builtin\nretired: by hand\n---\n# Tidy\n\nMy own edit.\n";
         let original = "---\nname: notes\ndescription: Notes: yesterday, today\ncategory: communication\n---\nThree lines.\n";

@@ -5,70 +5,221 @@
 
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use anyhow::{Context, Result, bail};
 use rusqlite::{Connection, OpenFlags};
 
-use super::schema;
-use super::sql::Conn;
+use super::sql::{Backend, Conn, PgPool};
+use super::{schema, schema_pg};
 
 /// Where the store is, and the way to its connections. Cheap to clone:
 /// handed to whatever reads or writes beside the writer thread.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug)]
 pub struct Db {
-    path: Arc<Path>,
+    place: Arc<Place>,
 }
+
+#[derive(Debug)]
+enum Place {
+    /// The embedded default: one SQLite file.
+    Sqlite(PathBuf),
+    /// A team's database (`store.url`): a pool shared by every connection
+    /// this process opens, and the URL without its password for messages.
+    Postgres {
+        pool: std::result::Result<PgPool, super::sql::Error>,
+        shown: String,
+        migrated: OnceLock<()>,
+    },
+}
+
+impl PartialEq for Db {
+    fn eq(&self, other: &Self) -> bool {
+        match (&*self.place, &*other.place) {
+            (Place::Sqlite(a), Place::Sqlite(b)) => a == b,
+            (Place::Postgres { shown: a, .. }, Place::Postgres { shown: b, .. }) => a == b,
+            _ => false,
+        }
+    }
+}
+
+impl Eq for Db {}
+
+/// Connections a process keeps to a Postgres store at most (the writer,
+/// the dashboard's reader, the learner, the trainer and the CLI's share
+/// them).
+const PG_POOL_SIZE: u32 = 16;
 
 impl Db {
     /// The store at `path` (nothing is opened until a connection is asked
     /// for).
     pub fn at(path: impl Into<PathBuf>) -> Self {
         Self {
-            path: Arc::from(path.into()),
+            place: Arc::new(Place::Sqlite(path.into())),
         }
     }
 
-    /// The database file (for messages, and the files kept beside it).
+    /// The Postgres store at `url` (`store.url`). Nothing connects until a
+    /// connection is asked for; a URL that does not parse is that
+    /// connection's error.
+    pub fn postgres(url: &str) -> Self {
+        let pool = PgPool::new(url, PG_POOL_SIZE, Duration::from_secs(10));
+        Self {
+            place: Arc::new(Place::Postgres {
+                pool,
+                shown: without_password(url),
+                migrated: OnceLock::new(),
+            }),
+        }
+    }
+
+    pub fn backend(&self) -> Backend {
+        match &*self.place {
+            Place::Sqlite(_) => Backend::Sqlite,
+            Place::Postgres { .. } => Backend::Postgres,
+        }
+    }
+
+    /// The database file (for messages, and the files kept beside it); a
+    /// Postgres store has none: its URL without the password, as a path.
     pub fn path(&self) -> &Path {
-        &self.path
+        match &*self.place {
+            Place::Sqlite(path) => path,
+            Place::Postgres { shown, .. } => Path::new(shown.as_str()),
+        }
     }
 
-    /// The file's name for messages.
+    /// The store's name for messages (a Postgres URL without its password).
     pub fn display(&self) -> std::path::Display<'_> {
-        self.path.display()
+        self.path().display()
     }
 
-    /// Whether the file is there yet (a daemon that never ran has none).
+    /// Whether the store is there yet (a daemon that never ran has no
+    /// SQLite file; a Postgres store is asked when connected to).
     pub fn exists(&self) -> bool {
-        self.path.exists()
+        match &*self.place {
+            Place::Sqlite(path) => path.exists(),
+            Place::Postgres { .. } => true,
+        }
     }
 
     /// A read-only connection, which may run beside the daemon; refused
     /// when the store has no metaclaw data yet.
     pub fn read(&self) -> Result<Conn> {
-        open_read_only(&self.path).map(Conn::from)
+        match &*self.place {
+            Place::Sqlite(path) => open_read_only(path).map(Conn::from),
+            Place::Postgres { shown, .. } => {
+                let conn = self.pg()?;
+                let version =
+                    schema_pg::version(&conn).with_context(|| format!("cannot read {shown}"))?;
+                if version == 0 {
+                    bail!("{shown} has no metaclaw data yet");
+                }
+                if version > schema_pg::latest_version() {
+                    bail!("{shown} was written by a newer metaclaw: upgrade metaclaw");
+                }
+                Ok(conn)
+            }
+        }
     }
 
     /// A read-write connection with the schema up to date, for work that
     /// writes rarely and outside the turn writer (the skill library, the
     /// trainer, the CLI). SQLite serialises it with the writer thread.
     pub fn side_writer(&self) -> Result<Conn> {
-        open_side_writer(&self.path).map(Conn::from)
+        match &*self.place {
+            Place::Sqlite(path) => open_side_writer(path).map(Conn::from),
+            Place::Postgres { .. } => self.writer(),
+        }
+    }
+
+    /// The turn writer's connection, schema up to date.
+    pub(super) fn writer(&self) -> Result<Conn> {
+        match &*self.place {
+            Place::Sqlite(path) => {
+                let mut conn = open_rw(path)?;
+                let version: u32 = conn.pragma_query_value(None, "user_version", |r| r.get(0))?;
+                if version > schema::latest_version() {
+                    bail!(
+                        "{} was written by a newer metaclaw (schema {version}, this build knows {}): upgrade metaclaw",
+                        path.display(),
+                        schema::latest_version()
+                    );
+                }
+                schema::migrate(&mut conn)
+                    .with_context(|| format!("cannot migrate {}", path.display()))?;
+                Ok(Conn::from(conn))
+            }
+            Place::Postgres {
+                shown, migrated, ..
+            } => {
+                let mut conn = self.pg()?;
+                if migrated.get().is_none() {
+                    schema_pg::migrate(&mut conn)
+                        .with_context(|| format!("cannot migrate {shown}"))?;
+                    let _ = migrated.set(());
+                }
+                Ok(conn)
+            }
+        }
     }
 
     /// Whether the existing store takes a write, changing nothing: a table
     /// created in a transaction that is rolled back (`doctor`). Waits for
     /// the daemon's writer like any other writer.
     pub fn probe_write(&self) -> Result<()> {
-        probe_write(&self.path)
+        match &*self.place {
+            Place::Sqlite(path) => probe_write(path),
+            Place::Postgres { .. } => {
+                let mut conn = self.pg()?;
+                let tx = conn.transaction()?;
+                tx.execute_batch(
+                    "CREATE TABLE metaclaw_doctor_probe (x BIGINT); INSERT INTO metaclaw_doctor_probe VALUES (1);",
+                )?;
+                tx.rollback()?;
+                Ok(())
+            }
+        }
     }
+
+    fn pg(&self) -> Result<Conn> {
+        match &*self.place {
+            Place::Postgres { pool, shown, .. } => {
+                let pool = pool.as_ref().map_err(|e| anyhow::anyhow!("{e}"))?;
+                let conn = pool
+                    .get()
+                    .with_context(|| format!("cannot connect to {shown}"))?;
+                Ok(Conn::from(conn))
+            }
+            Place::Sqlite(path) => bail!("{} is not a Postgres store", path.display()),
+        }
+    }
+}
+
+/// `url` with its password (if any) replaced by `***`, for messages.
+pub fn without_password(url: &str) -> String {
+    // postgres://user:password@host/db, or key=value pairs.
+    if let Some((scheme, rest)) = url.split_once("://") {
+        if let Some((credentials, host)) = rest.rsplit_once('@')
+            && let Some((user, _)) = credentials.split_once(':')
+        {
+            return format!("{scheme}://{user}:***@{host}");
+        }
+        return url.to_owned();
+    }
+    url.split_whitespace()
+        .map(|pair| match pair.split_once('=') {
+            Some((key, _)) if key.eq_ignore_ascii_case("password") => format!("{key}=***"),
+            _ => pair.to_owned(),
+        })
+        .collect::<Vec<_>>()
+        .join(" ")
 }
 
 impl std::fmt::Display for Db {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        self.path.display().fmt(f)
+        self.path().display().fmt(f)
     }
 }
 
@@ -147,4 +298,25 @@ fn open_side_writer(path: &Path) -> Result<Connection> {
     schema_version(&conn, path)?;
     schema::migrate(&mut conn)?;
     Ok(conn)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::without_password;
+
+    #[test]
+    fn a_postgres_url_is_shown_without_its_password() {
+        assert_eq!(
+            without_password("postgres://metaclaw:s3cret@db.internal:5432/team"),
+            "postgres://metaclaw:***@db.internal:5432/team"
+        );
+        assert_eq!(
+            without_password("postgres://metaclaw@db.internal/team"),
+            "postgres://metaclaw@db.internal/team"
+        );
+        assert_eq!(
+            without_password("host=db user=metaclaw password=s3cret dbname=team"),
+            "host=db user=metaclaw password=*** dbname=team"
+        );
+    }
 }

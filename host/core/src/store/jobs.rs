@@ -85,10 +85,12 @@ macro_rules! text_enum {
         }
 
         impl $crate::store::sql::FromCell for $name {
-            fn from_cell(cell: &$crate::store::sql::Cell) -> Result<Self, String> {
-                String::from_cell(cell)?
-                    .parse()
-                    .map_err(|e: $crate::store::jobs::UnknownText| e.to_string())
+            fn from_cell(
+                cell: &$crate::store::sql::Cell,
+            ) -> Result<Self, $crate::store::sql::Mismatch> {
+                String::from_cell(cell)?.parse().map_err(
+                    |e: $crate::store::jobs::UnknownText| $crate::store::sql::Mismatch(e.to_string()),
+                )
             }
         }
     };
@@ -511,7 +513,7 @@ mod tests {
 
     fn db() -> (tempfile::TempDir, Conn) {
         let tmp = tempfile::tempdir().unwrap();
-        let conn = crate::store::Db::at(tmp.path().join("metaclaw.db"))
+        let conn = crate::store::test_db(tmp.path().join("metaclaw.db"))
             .side_writer()
             .unwrap();
         (tmp, conn)

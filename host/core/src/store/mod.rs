@@ -20,6 +20,7 @@ mod read;
 pub mod samples;
 pub mod scheduler;
 mod schema;
+mod schema_pg;
 pub mod skill_checks;
 pub mod skills;
 pub mod sql;
@@ -28,12 +29,12 @@ pub mod training;
 mod writer;
 
 use std::ops::Range;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use crate::store::sql::Conn;
-use anyhow::{Context, Result, bail};
+use anyhow::{Context, Result};
 use bytes::Bytes;
 use std::sync::mpsc;
 
@@ -309,7 +310,8 @@ impl Op {
 }
 
 pub struct StoreOptions {
-    pub path: PathBuf,
+    /// The database: a SQLite file, or Postgres (`store.url`).
+    pub db: Db,
     pub commit_interval: Duration,
     pub queue_capacity: usize,
     pub redactor: Redactor,
@@ -339,22 +341,16 @@ impl Store {
         options: StoreOptions,
         metrics: Arc<Metrics>,
     ) -> Result<(Self, std::thread::JoinHandle<()>)> {
-        let mut conn = open_rw(&options.path)?;
-        let version: u32 = conn.pragma_query_value(None, "user_version", |r| r.get(0))?;
-        if version > schema::latest_version() {
-            bail!(
-                "{} was written by a newer metaclaw (schema {version}, this build knows {}): upgrade metaclaw",
-                options.path.display(),
-                schema::latest_version()
-            );
-        }
-        schema::migrate(&mut conn)
-            .with_context(|| format!("cannot migrate {}", options.path.display()))?;
-        let reader = Conn::from(open_rw(&options.path)?);
+        let db = options.db;
+        let conn = db.writer()?;
+        let reader = match db.backend() {
+            sql::Backend::Sqlite => Conn::from(open_rw(db.path())?),
+            sql::Backend::Postgres => db.side_writer()?,
+        };
         let (tx, rx) = mpsc::channel();
         let permits = Arc::new(Semaphore::new(options.queue_capacity));
         let writer = writer::Writer::new(
-            Conn::from(conn),
+            conn,
             options.redactor,
             options.commit_interval,
             metrics.clone(),
@@ -370,7 +366,7 @@ impl Store {
                 capacity: options.queue_capacity,
                 reader: Arc::new(Mutex::new(reader)),
                 metrics,
-                db: Db::at(options.path),
+                db,
             },
             handle,
         ))
@@ -516,9 +512,36 @@ pub use read::{
     turn_rewards,
 };
 
-/// A migrated store in memory, for tests.
+/// Whether this test run puts its stores on Postgres
+/// (`METACLAW_TEST_STORE=postgres`: `scripts/test` runs the store's tests
+/// once on each backend).
+#[cfg(test)]
+pub(crate) fn testing_postgres() -> bool {
+    std::env::var("METACLAW_TEST_STORE").is_ok_and(|v| v == "postgres")
+}
+
+/// A store for a test: the SQLite file at `path`, or, on the Postgres run,
+/// a fresh database on the test process's throwaway cluster.
+#[cfg(test)]
+pub(crate) fn test_db(path: impl Into<std::path::PathBuf>) -> Db {
+    if testing_postgres() {
+        match metaclaw_pg_cluster::fresh_database() {
+            Ok(url) => Db::postgres(&url),
+            // The connection's error says it: infrastructure, not the test.
+            Err(e) => Db::postgres(&format!("infrastructure: no test cluster: {e:#}")),
+        }
+    } else {
+        Db::at(path)
+    }
+}
+
+/// A migrated store for a test: in memory, or, on the Postgres run, a
+/// fresh database.
 #[cfg(test)]
 pub(crate) fn memory() -> Conn {
+    if testing_postgres() {
+        return test_db("").side_writer().unwrap();
+    }
     let mut conn = rusqlite::Connection::open_in_memory().unwrap();
     schema::configure(&conn).unwrap();
     schema::migrate(&mut conn).unwrap();

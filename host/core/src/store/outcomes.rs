@@ -423,7 +423,7 @@ mod tests {
     #[test]
     fn sums_survive_reopening_the_store() {
         let dir = tempfile::tempdir().unwrap();
-        let path = crate::store::Db::at(dir.path().join("metaclaw.db"));
+        let path = crate::store::test_db(dir.path().join("metaclaw.db"));
         {
             let conn = path.side_writer().unwrap();
             turn(&conn, "t1", &[("tidy", "1.0.0")]);

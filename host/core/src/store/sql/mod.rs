@@ -20,7 +20,7 @@ mod values;
 
 use std::cell::RefCell;
 
-pub use values::{Arg, Cell, FromCell, Params, ToArg, params_from_iter};
+pub use values::{Arg, Cell, FromCell, Mismatch, Params, ToArg, params_from_iter};
 
 pub use pg::{PgConn, PgPool};
 
@@ -130,7 +130,10 @@ impl Row {
             .cells
             .get(index)
             .ok_or_else(|| Error::column(index, "no such column"))?;
-        T::from_cell(cell).map_err(|message| Error::Column { index, message })
+        T::from_cell(cell).map_err(|m| Error::Column {
+            index,
+            message: m.0,
+        })
     }
 
     /// Column `index` as it came.

@@ -53,7 +53,7 @@ impl PgPool {
 
     /// A connection from the pool (a new one if none is idle).
     pub fn get(&self) -> Result<PgConn> {
-        let conn = self.pool.get().map_err(|e| Error::Pool(e.to_string()))?;
+        let conn = off_runtime(|| self.pool.get()).map_err(|e| Error::Pool(e.to_string()))?;
         Ok(PgConn { conn })
     }
 }
@@ -63,8 +63,29 @@ struct Manager(PostgresConnectionManager<NoTls>);
 /// A pooled client and the statements it has prepared (the text as the
 /// store wrote it, before the dialect's rewrite).
 pub struct Pooled {
-    client: postgres::Client,
+    /// Always `Some` but while being dropped (see `Drop`).
+    client: Option<postgres::Client>,
     prepared: HashMap<String, Statement>,
+}
+
+impl Pooled {
+    fn client(&mut self) -> Result<&mut postgres::Client> {
+        self.client
+            .as_mut()
+            .ok_or_else(|| Error::Pool("the connection is closed".to_owned()))
+    }
+}
+
+impl Drop for Pooled {
+    /// The driver's client says goodbye to the server on its runtime when
+    /// dropped, which it cannot start on an async thread (a pool dropped
+    /// there): it is dropped where `off_runtime` puts it.
+    fn drop(&mut self) {
+        self.prepared.clear();
+        if let Some(client) = self.client.take() {
+            off_runtime(move || drop(client));
+        }
+    }
 }
 
 impl r2d2::ManageConnection for Manager {
@@ -73,17 +94,20 @@ impl r2d2::ManageConnection for Manager {
 
     fn connect(&self) -> std::result::Result<Pooled, postgres::Error> {
         Ok(Pooled {
-            client: self.0.connect()?,
+            client: Some(self.0.connect()?),
             prepared: HashMap::new(),
         })
     }
 
     fn is_valid(&self, conn: &mut Pooled) -> std::result::Result<(), postgres::Error> {
-        self.0.is_valid(&mut conn.client)
+        match conn.client.as_mut() {
+            Some(client) => self.0.is_valid(client),
+            None => Ok(()),
+        }
     }
 
     fn has_broken(&self, conn: &mut Pooled) -> bool {
-        conn.client.is_closed()
+        conn.client.as_ref().is_none_or(postgres::Client::is_closed)
     }
 }
 
@@ -97,26 +121,32 @@ impl PgConn {
         if let Some(s) = self.conn.prepared.get(sql) {
             return Ok(s.clone());
         }
-        let statement = self.conn.client.prepare(&dialect::to_postgres(sql))?;
+        let client = self.conn.client()?;
+        let statement = off_runtime(|| client.prepare(&dialect::to_postgres(sql)))?;
         self.conn.prepared.insert(sql.to_owned(), statement.clone());
         Ok(statement)
     }
 
     pub(super) fn batch(&mut self, sql: &str) -> Result<()> {
-        Ok(self.conn.client.batch_execute(&dialect::to_postgres(sql))?)
+        let client = self.conn.client()?;
+        Ok(off_runtime(|| {
+            client.batch_execute(&dialect::to_postgres(sql))
+        })?)
     }
 
     pub(super) fn execute(&mut self, statement: &Statement, args: &[Arg<'_>]) -> Result<usize> {
         let args: Vec<PgArg<'_>> = args.iter().map(PgArg).collect();
         let refs: Vec<&(dyn ToSql + Sync)> = args.iter().map(|a| a as _).collect();
-        let n = self.conn.client.execute(statement, &refs)?;
+        let client = self.conn.client()?;
+        let n = off_runtime(|| client.execute(statement, &refs))?;
         usize::try_from(n).map_err(|_| Error::Arg(format!("{n} rows")))
     }
 
     pub(super) fn query(&mut self, statement: &Statement, args: &[Arg<'_>]) -> Result<Vec<Row>> {
         let args: Vec<PgArg<'_>> = args.iter().map(PgArg).collect();
         let refs: Vec<&(dyn ToSql + Sync)> = args.iter().map(|a| a as _).collect();
-        let rows = self.conn.client.query(statement, &refs)?;
+        let client = self.conn.client()?;
+        let rows = off_runtime(|| client.query(statement, &refs))?;
         rows.iter()
             .map(|row| {
                 let cells = (0..row.len())
@@ -128,9 +158,24 @@ impl PgConn {
     }
 
     /// The client, for what only Postgres has (advisory locks, `LISTEN`).
-    pub fn client(&mut self) -> &mut postgres::Client {
-        &mut self.conn.client
+    pub fn client(&mut self) -> Result<&mut postgres::Client> {
+        self.conn.client()
     }
+}
+
+/// Runs `f` where the driver may block: the `postgres` driver drives each
+/// connection with a runtime of its own, which cannot start on a thread
+/// already running async tasks. The store is called from such threads too
+/// (as SQLite's, it blocks briefly), so there the call runs on a scoped
+/// thread of its own and the caller waits for it.
+fn off_runtime<R: Send>(f: impl FnOnce() -> R + Send) -> R {
+    if tokio::runtime::Handle::try_current().is_err() {
+        return f();
+    }
+    std::thread::scope(|scope| match scope.spawn(f).join() {
+        Ok(r) => r,
+        Err(panic) => std::panic::resume_unwind(panic),
+    })
 }
 
 /// A Postgres error as one line: the server's message and its SQLSTATE,
@@ -221,6 +266,8 @@ impl<'a> FromSql<'a> for PgCell {
                 _ => return Err("unknown JSONB version".into()),
             },
             t if *t == Type::BYTEA => Cell::Blob(raw.to_vec()),
+            // What `SELECT pg_advisory_xact_lock(…)` and its like return.
+            t if *t == Type::VOID => Cell::Null,
             t => return Err(format!("the store reads no column of Postgres type {t}").into()),
         };
         Ok(Self(cell))

@@ -38,8 +38,8 @@ impl Cell {
         }
     }
 
-    fn mismatch(&self, wanted: &str) -> String {
-        format!("{} where {wanted} was expected", self.kind())
+    fn mismatch(&self, wanted: &str) -> Mismatch {
+        Mismatch(format!("{} where {wanted} was expected", self.kind()))
     }
 }
 
@@ -74,10 +74,20 @@ pub trait ToArg {
     fn to_arg(&self) -> Result<Arg<'_>>;
 }
 
+/// Why a cell is not what it was read as.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Mismatch(pub String);
+
+impl std::fmt::Display for Mismatch {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
 /// A value read from a column.
 pub trait FromCell: Sized {
     /// `Err` says what the cell held instead.
-    fn from_cell(cell: &Cell) -> Result<Self, String>;
+    fn from_cell(cell: &Cell) -> Result<Self, Mismatch>;
 }
 
 /// A statement's arguments: `params![…]`, `()`, an array of one type, a
@@ -240,7 +250,7 @@ impl ToArg for bytes::Bytes {
 }
 
 impl<T: FromCell> FromCell for Option<T> {
-    fn from_cell(cell: &Cell) -> Result<Self, String> {
+    fn from_cell(cell: &Cell) -> Result<Self, Mismatch> {
         match cell {
             Cell::Null => Ok(None),
             other => T::from_cell(other).map(Some),
@@ -249,13 +259,13 @@ impl<T: FromCell> FromCell for Option<T> {
 }
 
 impl FromCell for Cell {
-    fn from_cell(cell: &Cell) -> Result<Self, String> {
+    fn from_cell(cell: &Cell) -> Result<Self, Mismatch> {
         Ok(cell.clone())
     }
 }
 
 impl FromCell for i64 {
-    fn from_cell(cell: &Cell) -> Result<Self, String> {
+    fn from_cell(cell: &Cell) -> Result<Self, Mismatch> {
         match cell {
             Cell::Int(i) => Ok(*i),
             other => Err(other.mismatch("an integer")),
@@ -266,10 +276,10 @@ impl FromCell for i64 {
 macro_rules! narrow_int_cell {
     ($($t:ty),+) => {$(
         impl FromCell for $t {
-            fn from_cell(cell: &Cell) -> Result<Self, String> {
+            fn from_cell(cell: &Cell) -> Result<Self, Mismatch> {
                 let wide = i64::from_cell(cell)?;
                 <$t>::try_from(wide).map_err(|_| {
-                    format!("{wide} is out of range for {}", stringify!($t))
+                    Mismatch(format!("{wide} is out of range for {}", stringify!($t)))
                 })
             }
         }
@@ -278,13 +288,13 @@ macro_rules! narrow_int_cell {
 narrow_int_cell!(i32, i16, i8, u32, u16, u8, u64, usize);
 
 impl FromCell for bool {
-    fn from_cell(cell: &Cell) -> Result<Self, String> {
+    fn from_cell(cell: &Cell) -> Result<Self, Mismatch> {
         Ok(i64::from_cell(cell)? != 0)
     }
 }
 
 impl FromCell for f64 {
-    fn from_cell(cell: &Cell) -> Result<Self, String> {
+    fn from_cell(cell: &Cell) -> Result<Self, Mismatch> {
         match cell {
             Cell::Real(r) => Ok(*r),
             // SQLite keeps a whole REAL as an integer; Postgres's sums of
@@ -297,14 +307,14 @@ impl FromCell for f64 {
 }
 
 impl FromCell for f32 {
-    fn from_cell(cell: &Cell) -> Result<Self, String> {
+    fn from_cell(cell: &Cell) -> Result<Self, Mismatch> {
         #[allow(clippy::cast_possible_truncation)]
         f64::from_cell(cell).map(|f| f as f32)
     }
 }
 
 impl FromCell for String {
-    fn from_cell(cell: &Cell) -> Result<Self, String> {
+    fn from_cell(cell: &Cell) -> Result<Self, Mismatch> {
         match cell {
             Cell::Text(t) => Ok(t.clone()),
             other => Err(other.mismatch("text")),
@@ -313,13 +323,13 @@ impl FromCell for String {
 }
 
 impl FromCell for Arc<str> {
-    fn from_cell(cell: &Cell) -> Result<Self, String> {
+    fn from_cell(cell: &Cell) -> Result<Self, Mismatch> {
         String::from_cell(cell).map(Arc::from)
     }
 }
 
 impl FromCell for Vec<u8> {
-    fn from_cell(cell: &Cell) -> Result<Self, String> {
+    fn from_cell(cell: &Cell) -> Result<Self, Mismatch> {
         match cell {
             Cell::Blob(b) => Ok(b.clone()),
             other => Err(other.mismatch("a blob")),
