@@ -510,15 +510,17 @@ fn learn_status_counts_every_job_in_the_store_not_only_the_page_it_lists() {
         jobs::enqueue(&conn, id, i as i64).unwrap();
     }
     // s1 done, s2 failed for good, s3 running, s4 queued (the newest).
-    let first = jobs::claim(&mut conn, 10, None).unwrap().unwrap();
-    jobs::finish(&conn, &first.session_id, Ok(()), 11).unwrap();
+    let first = jobs::claim(&mut conn, 10, None, "test").unwrap().unwrap();
+    jobs::finish(&conn, &first, Ok(()), 11).unwrap();
     for _ in 0..jobs::MAX_ATTEMPTS {
-        jobs::claim(&mut conn, i64::MAX / 2, Some("s2"))
+        let s2 = jobs::claim(&mut conn, i64::MAX / 2, Some("s2"), "test")
             .unwrap()
             .unwrap();
-        jobs::finish(&conn, "s2", Err("judge: 429".into()), 12).unwrap();
+        jobs::finish(&conn, &s2, Err("judge: 429".into()), 12).unwrap();
     }
-    jobs::claim(&mut conn, 10, Some("s3")).unwrap().unwrap();
+    jobs::claim(&mut conn, 10, Some("s3"), "test")
+        .unwrap()
+        .unwrap();
     drop(conn);
 
     let out = cli_in(home.path(), &["learn", "status", "--limit", "1"]);

@@ -28,7 +28,14 @@ const LAYERS: &[&[&str]] = &[
     ],
     &["config"],
     &["store", "plugins", "tinker"],
-    &["sessions", "embeddings", "policy", "scheduler", "canary"],
+    &[
+        "sessions",
+        "embeddings",
+        "policy",
+        "scheduler",
+        "canary",
+        "team",
+    ],
     &["skills"],
     // The turn and learning.
     &["proxy", "learn"],

@@ -7,7 +7,8 @@
 //! |---|---|
 //! | [`proxy`] | the OpenAI-compatible routes; [`proxy::turn`] is one turn top to bottom |
 //! | [`sessions`] | which conversation a turn belongs to, and when it ends |
-//! | [`store`] | the SQLite file, written off the hot path |
+//! | [`store`] | the SQLite file (or a team's Postgres), written off the hot path |
+//! | [`team`] | this instance among others on a shared store: heartbeats, leases |
 //! | [`tinker`] | the client of a Tinker-compatible training service (RL) |
 //! | [`policy`] | the trainable model as served in rl/auto mode: render, sample, parse, capture |
 //! | [`server`] | routes, auth, serving |
@@ -53,6 +54,7 @@ pub mod server;
 pub mod sessions;
 pub mod skills;
 pub mod store;
+pub mod team;
 pub mod term;
 pub mod tinker;
 pub mod ui;

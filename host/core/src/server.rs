@@ -730,6 +730,7 @@ mod tests {
             redactor: Arc::new(crate::redact::Redactor::new(vec![
                 "sk-test-secret-0123456789".to_string(),
             ])),
+            team: crate::team::Team::solo(),
             info: RuntimeInfo {
                 started: Instant::now(),
                 started_at_ms: 0,

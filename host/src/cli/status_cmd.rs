@@ -98,6 +98,9 @@ pub fn status(home: &Home, config_path: &Path, args: JsonFlag) -> Result<ExitCod
         status.active_sessions
     );
     say!("  turns:     {}", status.turns);
+    if let Some(d) = &status.deployment {
+        print_deployment(d);
+    }
     if let Some(s) = &status.skills {
         print_skills(s);
     }
@@ -122,6 +125,42 @@ pub fn status(home: &Home, config_path: &Path, args: JsonFlag) -> Result<ExitCod
     super::claws_cmd::print_wiring(home);
     say!("  home:      {}", home.root.display());
     Ok(ExitCode::SUCCESS)
+}
+
+/// `status` on a shared store: the instances and who leads what.
+fn print_deployment(d: &metaclaw_core::app::status::DeploymentStatus) {
+    use metaclaw_core::app::status::DeploymentStatus;
+    let d = match d {
+        DeploymentStatus::Read(d) => d,
+        DeploymentStatus::Unread { error } => {
+            say!("  instances: cannot be read: {error}");
+            return;
+        }
+    };
+    let alive = d.instances.iter().filter(|i| i.alive).count();
+    say!(
+        "  instances: {alive} alive of {} on this store (this one: {})",
+        d.instances.len(),
+        d.this
+    );
+    for i in &d.instances {
+        let state = match (i.alive, i.instance.stopped_ms) {
+            (true, _) => format!("alive, beat {:.1}s ago", i.silent_s),
+            (false, Some(_)) => "stopped".to_string(),
+            (false, None) => format!("silent for {:.0}s", i.silent_s),
+        };
+        say!(
+            "    {}  {}  pid {}  v{}  {state}, clock {:+} ms",
+            i.instance.id,
+            i.instance.listen,
+            i.instance.pid,
+            i.instance.version,
+            i.instance.clock_offset_ms
+        );
+    }
+    for l in &d.leases {
+        say!("  leads:     {} → {} (epoch {})", l.name, l.holder, l.epoch);
+    }
 }
 
 /// `status`: the skill library and retrieval.

@@ -47,6 +47,8 @@ pub struct App {
     pub admin_token: String,
     /// Hides secrets in what the user sends outside a turn (feedback).
     pub redactor: Arc<crate::redact::Redactor>,
+    /// This instance among those sharing the store (alone on SQLite).
+    pub team: crate::team::Team,
     pub info: RuntimeInfo,
 }
 

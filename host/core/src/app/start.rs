@@ -35,6 +35,7 @@ use crate::sessions::Tracker;
 use crate::skills::library::Library;
 use crate::skills::{Retrieval, SelectionSettings, Skills};
 use crate::store::{Store, StoreOptions};
+use crate::team::Team;
 
 pub struct StartOptions<'a> {
     pub home: &'a Home,
@@ -69,6 +70,19 @@ impl App {
         let secrets = config.secrets();
 
         let (store, writer, recorded) = open_store(config, home, &secrets, &metrics)?;
+        // On a shared store (`store.url`) this instance joins the others:
+        // it beats, claims jobs as its own and leads what it holds a lease
+        // for. On SQLite's file it is alone.
+        let team = match store.db().backend() {
+            crate::store::sql::Backend::Postgres => {
+                let skills_dir = config
+                    .skills
+                    .enabled
+                    .then(|| crate::skills::paths(home, config).0.display().to_string());
+                Team::join(store.db(), format!("{host}:{port}"), skills_dir, &work)?
+            }
+            crate::store::sql::Backend::Sqlite => Team::solo(),
+        };
 
         let sessions = Tracker::new(
             store.clone(),
@@ -87,6 +101,7 @@ impl App {
         let learner = match config.learning.enabled {
             true => Some(
                 learner(config, &upstream_base, &store, &plugins, &skills, &redactor)?
+                    .in_team(team.clone())
                     .spawn(sessions.subscribe(), work.token())?,
             ),
             false => None,
@@ -121,7 +136,7 @@ impl App {
             },
         });
         let (learn, learner) = learner.unzip();
-        let (train, agent_trains) = trainers(config, home, &proxy, &agents, &work);
+        let (train, agent_trains) = trainers(config, home, &proxy, &agents, &team, &work);
         let app = Arc::new(App {
             work: work.clone(),
             proxy: proxy.clone(),
@@ -132,6 +147,7 @@ impl App {
             proxy_token: config.proxy.api_key.clone(),
             admin_token: home.admin_token()?,
             redactor,
+            team,
             info: RuntimeInfo {
                 started: Instant::now(),
                 started_at_ms: now_ms(),
@@ -228,6 +244,7 @@ fn trainers(
     home: &Home,
     proxy: &Proxy,
     agents: &Agents,
+    team: &Team,
     work: &Work,
 ) -> (
     Option<crate::learn::rl::trainer::TrainerHandle>,
@@ -258,6 +275,7 @@ fn trainers(
             proxy.sessions.activity(),
             steps_off.clone(),
             &mut gate,
+            team,
             work,
         )
     };
@@ -408,6 +426,7 @@ fn start_trainer(
     activity: crate::clock::LastActivity,
     steps_off: Option<String>,
     gates: &mut GateSlot,
+    team: &Team,
     work: &Work,
 ) -> Option<crate::learn::rl::trainer::TrainerHandle> {
     use crate::learn::rl::trainer;
@@ -470,6 +489,7 @@ fn start_trainer(
         on_collapse: config.rl.on_collapse,
         canary: config.canary.weights.then(|| config.canary.clone()),
         steps_off,
+        team: team.clone(),
     };
     match trainer::spawn(settings, policy, work.token()) {
         Ok((handle, thread)) => {
@@ -498,6 +518,12 @@ fn load_skills(work: &Work, skills: Arc<Skills>, plugins: Option<&PluginHost>) {
         skills
             .library
             .watch(&watcher, Duration::from_millis(200), move |_| s.warm());
+        if skills.library.db().backend() == crate::store::sql::Backend::Postgres {
+            let s = skills.clone();
+            skills
+                .library
+                .follow_store(&watcher, crate::team::HEARTBEAT, move |_| s.warm());
+        }
         let snapshot = skills.library.rescan(None);
         tracing::info!(
             "{} skill(s) loaded, {} problem(s), generation {}",

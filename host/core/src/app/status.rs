@@ -66,12 +66,28 @@ pub struct Status {
     /// The evolver plugins every skill draft goes through, in order.
     pub evolver_chain: Option<Vec<String>>,
     pub plugins: Option<PluginsStatus>,
+    /// On a shared store (Postgres): every instance and who leads what.
+    #[serde(default)]
+    pub deployment: Option<DeploymentStatus>,
+}
+
+/// The instances sharing the store, as the store says, or why that could
+/// not be read.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(untagged)]
+pub enum DeploymentStatus {
+    Read(crate::team::Deployment),
+    Unread { error: String },
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct StoreStatus {
+    /// The SQLite file, or the Postgres URL without its password.
     pub path: PathBuf,
     pub queue_depth: usize,
+    /// `sqlite` or `postgres`.
+    #[serde(default)]
+    pub backend: String,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -226,6 +242,7 @@ pub fn status(app: &App) -> Result<Status, StatusUnread> {
         store: StoreStatus {
             path: app.proxy.store.path().to_path_buf(),
             queue_depth: app.proxy.store.queue_depth(),
+            backend: app.proxy.store.db().backend().as_str().to_string(),
         },
         skills: app
             .proxy
@@ -265,6 +282,12 @@ pub fn status(app: &App) -> Result<Status, StatusUnread> {
             .plugins
             .as_ref()
             .map(|host| plugins_status(&host.current())),
+        deployment: app.team.deployment().map(|read| match read {
+            Ok(deployment) => DeploymentStatus::Read(deployment),
+            Err(e) => DeploymentStatus::Unread {
+                error: format!("{e:#}"),
+            },
+        }),
     })
 }
 

@@ -27,10 +27,13 @@ use crate::sessions::SessionEnded;
 use crate::skills::Skills;
 use crate::store::Store;
 use crate::store::jobs::{self, Job, JobState};
+use crate::team::{HEARTBEAT, TTL, Team};
 
 /// Runs the learning jobs.
 pub struct Learner {
     parts: Parts,
+    /// This instance: the owner of the jobs it claims.
+    team: Team,
 }
 
 enum Command {
@@ -115,7 +118,15 @@ impl Learner {
                 settings,
                 auto_evolve,
             },
+            team: Team::solo(),
         }
+    }
+
+    /// Runs as `team`'s instance (a shared store: its claims are its own,
+    /// and jobs queued by other instances are looked for every heartbeat).
+    pub fn in_team(mut self, team: Team) -> Self {
+        self.team = team;
+        self
     }
 
     /// Starts the runner on its own thread (nice 10, a single-threaded
@@ -145,7 +156,17 @@ impl Learner {
             () = self.wait_for_plugins() => {}
             () = cancel.cancelled() => return,
         }
-        match self.db(|c| jobs::recover(c, now_ms())).await {
+        // Alone on its store, every job left running was cut short here;
+        // on a shared store only a silent instance's are (the heartbeat
+        // thread hands them back, at start and every beat).
+        let recovered = match self.team.is_shared() {
+            false => self.db(|c| jobs::recover(c, now_ms())).await,
+            true => {
+                self.db(|c| jobs::recover_from_gone(c, TTL.as_millis() as i64))
+                    .await
+            }
+        };
+        match recovered {
             Ok(0) => {}
             Ok(n) => tracing::info!("{n} learning job(s) cut short last time: running them again"),
             Err(e) => tracing::error!("cannot recover learning jobs: {e:#}"),
@@ -159,6 +180,12 @@ impl Learner {
             let wait = match self.db(|c| jobs::next_due(c)).await {
                 Ok(Some(due)) => Duration::from_millis((due - now_ms()).clamp(10, 60_000) as u64),
                 _ => Duration::from_secs(3600),
+            };
+            // Other instances queue jobs (and hand back a dead one's)
+            // without telling this one: looked for every heartbeat.
+            let wait = match self.team.is_shared() {
+                true => wait.min(HEARTBEAT),
+                false => wait,
             };
             tokio::select! {
                 // Jobs cut short here are run again at the next start.
@@ -195,7 +222,8 @@ impl Learner {
             let Ok(permit) = slots.clone().try_acquire_owned() else {
                 return;
             };
-            let job = match self.db(|c| jobs::claim(c, now_ms(), None)).await {
+            let by = self.team.id().to_string();
+            let job = match self.db(move |c| jobs::claim(c, now_ms(), None, &by)).await {
                 Ok(Some(job)) => job,
                 Ok(None) => return,
                 Err(e) => {
@@ -255,10 +283,10 @@ impl Learner {
             let Ok(_permit) = slots.clone().acquire_owned().await else {
                 break;
             };
-            let s = id.clone();
+            let (s, by) = (id.clone(), self.team.id().to_string());
             // The runner may have started it meanwhile: then wait for it.
             let claimed = self
-                .db(move |c| jobs::claim(c, now_ms(), Some(&s)))
+                .db(move |c| jobs::claim(c, now_ms(), Some(&s), &by))
                 .await
                 .map_err(failed)?;
             match claimed {
@@ -304,9 +332,9 @@ impl Learner {
         let outcome = match self.run_stages(&job).await {
             Err(e) if e.downcast_ref::<Blocked>().is_some() => {
                 tracing::warn!(session = %session, "learning job waits: {e:#}");
-                let (s, why) = (session.clone(), format!("{e:#}"));
+                let (j, why) = (job.clone(), format!("{e:#}"));
                 if let Err(e) = self
-                    .db(move |c| jobs::wait_blocked(c, &s, &why, now_ms()))
+                    .db(move |c| jobs::wait_blocked(c, &j, &why, now_ms()))
                     .await
                 {
                     tracing::error!(session = %session, "cannot record the job's outcome: {e:#}");
@@ -321,9 +349,8 @@ impl Learner {
                 tracing::warn!(session = %session, "learning job failed (it will be retried): {e}")
             }
         }
-        let s = session.clone();
         if let Err(e) = self
-            .db(move |c| jobs::finish(c, &s, outcome, now_ms()))
+            .db(move |c| jobs::finish(c, &job, outcome, now_ms()))
             .await
         {
             tracing::error!(session = %session, "cannot record the job's outcome: {e:#}");
@@ -598,9 +625,9 @@ mod tests {
         // An attempt committed its score stage, then failed (and waits for
         // its backoff).
         db.call_blocking(|c| {
-            let job = jobs::claim(c, now_ms(), Some("s"))?.unwrap();
+            let job = jobs::claim(c, now_ms(), Some("s"), "an earlier process")?.unwrap();
             jobs::stage_done(c, &job, Stage::Score, "from the first attempt", now_ms())?;
-            jobs::finish(c, "s", Err("judge: 503".into()), now_ms())
+            jobs::finish(c, &job, Err("judge: 503".into()), now_ms())
         })
         .unwrap();
         let (handle, cancel) = spawn(store);

@@ -12,6 +12,13 @@
 //! reset, or after `sessions.idle_timeout` without a main turn. Each end is
 //! persisted (in order with the session's turns) and published on a
 //! broadcast channel that later stages (learning) subscribe to.
+//!
+//! Several instances on one shared store (Postgres) serve one session's
+//! turns as they come: the id is derived from the request alone, so every
+//! instance names the session alike; its turns are numbered in the store
+//! (its row's turn count, under the row's lock); an end is recorded once,
+//! whichever instance ends it first; and an idle end looks at the store's
+//! last activity, not only at the turns this instance served.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -24,6 +31,7 @@ use crate::clock::LastActivity;
 use crate::clock::now_ms;
 use crate::metrics::Metrics;
 pub use crate::store::TurnType;
+use crate::store::sql::Backend;
 use crate::store::{SessionInfo, SessionSource, Store, StoredSession};
 
 /// Why a session ended.
@@ -445,9 +453,63 @@ impl Tracker {
             }
             Err(_) => Vec::new(),
         };
-        for info in expired {
+        for info in self.idle_for_the_whole_deployment(expired) {
             self.publish_end(info, EndReason::Idle);
         }
+    }
+
+    /// On a shared store, a session silent here may be busy on another
+    /// instance: it ends only when the store's last activity is older than
+    /// the timeout too (else it is timed again from that activity), and
+    /// not again if another instance ended it. Alone on its store, every
+    /// turn passed through this instance: `expired` as it is.
+    fn idle_for_the_whole_deployment(&self, expired: Vec<SessionInfo>) -> Vec<SessionInfo> {
+        if expired.is_empty() || self.store.db().backend() != Backend::Postgres {
+            return expired;
+        }
+        let now = now_ms();
+        let mut ended = Vec::new();
+        for info in expired {
+            let stored = match self.store.session_by_id(&info.id) {
+                Ok(stored) => stored,
+                Err(e) => {
+                    // Unreadable now: ended as seen here (an end is
+                    // recorded once, whoever else ends it).
+                    tracing::warn!(session = %info.id, "cannot read the session's last activity: {e:#}");
+                    ended.push(info);
+                    continue;
+                }
+            };
+            let Some(stored) = stored else {
+                ended.push(info);
+                continue;
+            };
+            if stored.status != "active" {
+                continue;
+            }
+            let idle_ms = (now - stored.last_activity_ms).max(0) as u64;
+            if Duration::from_millis(idle_ms) >= self.idle_timeout {
+                ended.push(info);
+                continue;
+            }
+            let last_activity = Instant::now()
+                .checked_sub(Duration::from_millis(idle_ms))
+                .unwrap_or_else(Instant::now);
+            if let Ok(mut live) = self.live.lock() {
+                live.entry(info.base_key.clone()).or_insert(Live {
+                    shrink_windows: matches!(
+                        info.source,
+                        SessionSource::OpenclawRuntime | SessionSource::Fingerprint
+                    ),
+                    current: info,
+                    last_activity,
+                    last_message_count: stored.last_message_count,
+                    in_flight: 0,
+                    last_main: None,
+                });
+            }
+        }
+        ended
     }
 
     pub fn active_count(&self) -> usize {
@@ -757,6 +819,60 @@ mod tests {
             ..Hints::default()
         };
         assert_eq!(&*t.resolve(&h, TurnType::Main).unwrap().id, "mine");
+    }
+
+    /// Two instances on one store both end a session they served (each saw
+    /// the client's end, or a reset): it is ended once and learned from
+    /// once.
+    #[tokio::test]
+    async fn a_session_ended_by_two_instances_is_ended_and_queued_once() {
+        let dir = tempfile::tempdir().unwrap();
+        let db = crate::store::test_db(dir.path().join("t.db"));
+        let metrics = Arc::new(Metrics::new());
+        let open = || {
+            Store::open(
+                StoreOptions {
+                    db: db.clone(),
+                    commit_interval: Duration::from_millis(10),
+                    queue_capacity: 64,
+                    redactor: Redactor::new([]),
+                    on_recorded: None,
+                    queue_learning: true,
+                },
+                metrics.clone(),
+            )
+            .unwrap()
+            .0
+        };
+        let (a, b) = (open(), open());
+        let idle = Duration::from_secs(60);
+        let (ta, tb) = (
+            Tracker::new(a.clone(), metrics.clone(), idle),
+            Tracker::new(b.clone(), metrics.clone(), idle),
+        );
+        let h = hints(Some("shared:0"), None, 1);
+        let sa = ta.resolve(&h, TurnType::Main).unwrap();
+        let sb = tb.resolve(&h, TurnType::Main).unwrap();
+        assert_eq!(sa.id, sb.id, "both instances name the session alike");
+        assert_eq!(ta.end(&sa.id, EndReason::Api), EndOutcome::Ended);
+        a.flush().await;
+        assert_eq!(tb.end(&sb.id, EndReason::Api), EndOutcome::Ended);
+        b.flush().await;
+        let conn = db.read().unwrap();
+        let ends: i64 = conn
+            .query_row(
+                "SELECT count(*) FROM session_events WHERE session_id = ?1 AND kind = 'ended'",
+                [&*sa.id],
+                |r| r.get(0),
+            )
+            .unwrap();
+        assert_eq!(ends, 1, "the end is recorded once");
+        let job = crate::store::jobs::get(&conn, &sa.id).unwrap().unwrap();
+        assert_eq!(
+            (job.round, job.state),
+            (1, crate::store::jobs::JobState::Queued),
+            "one job, one round"
+        );
     }
 
     #[tokio::test]

@@ -436,6 +436,48 @@ impl Library {
     }
 }
 
+impl Library {
+    /// On a shared store: other instances change the library (an evolved
+    /// skill, a retirement, a user's edit through another instance), and a
+    /// shared folder's watch does not see another machine's writes. Every
+    /// `every` the store's generation is read; when it moved, the folder
+    /// is read again and `on_change` told. An instance injects what another
+    /// wrote within `every` plus a rescan.
+    pub fn follow_store(
+        self: &Arc<Self>,
+        work: &crate::work::Work,
+        every: Duration,
+        on_change: impl Fn(Arc<Snapshot>) + Send + 'static,
+    ) {
+        let library = Arc::downgrade(self);
+        let worker = work.clone();
+        let spawned = work.thread("metaclaw-skills-follow", move || {
+            while worker.nap(every) {
+                let Some(library) = library.upgrade() else {
+                    return;
+                };
+                let stored = library
+                    .db
+                    .read()
+                    .and_then(|c| Ok(crate::store::skills::generation(&c)?));
+                let stored = match stored {
+                    Ok(generation) => generation,
+                    Err(e) => {
+                        tracing::warn!("cannot read the skill library's generation: {e:#}");
+                        continue;
+                    }
+                };
+                if stored != library.snapshot().generation {
+                    on_change(library.rescan(None));
+                }
+            }
+        });
+        if let Err(e) = spawned {
+            tracing::error!("cannot follow the shared skill library: {e}");
+        }
+    }
+}
+
 /// Whether a change's author is the user (by hand, a CLI command, an
 /// import) rather than metaclaw (the built-in bank, learning, a retirement).
 fn written_by_user(who: &str) -> bool {
@@ -450,12 +492,56 @@ fn written_by_user(who: &str) -> bool {
 /// kernel lets go when the holder dies. If the lock file cannot be opened,
 /// changes are recorded unlocked and a warning says so: provenance may
 /// then be wrong under concurrency; nothing else depends on it.
+///
+/// On a shared store (Postgres) the instances may run on other machines:
+/// the lock is the database's (an advisory lock held by a connection of
+/// its own; the database lets go when the holder's connection dies).
 pub struct ChangeLock {
     _file: Option<std::fs::File>,
+    pg: Option<crate::store::sql::Conn>,
+}
+
+/// The advisory lock key of skill changes ("skills" in ASCII).
+const SKILLS_LOCK: i64 = 0x736b_696c_6c73;
+
+impl Drop for ChangeLock {
+    fn drop(&mut self) {
+        if let Some(conn) = self.pg.take()
+            && let Err(e) =
+                conn.query_row("SELECT pg_advisory_unlock(?1)", [SKILLS_LOCK], |_| Ok(()))
+        {
+            // The pooled connection keeps the lock: it is not handed out
+            // again holding it.
+            tracing::warn!("cannot let go of the skills lock: {e}");
+            conn.discard();
+        }
+    }
 }
 
 impl ChangeLock {
     fn take(db: &crate::store::Db) -> Self {
+        if db.backend() == crate::store::sql::Backend::Postgres {
+            let locked = db.side_writer().and_then(|conn| {
+                conn.query_row("SELECT pg_advisory_lock(?1)", [SKILLS_LOCK], |_| Ok(()))?;
+                Ok(conn)
+            });
+            return match locked {
+                Ok(conn) => Self {
+                    _file: None,
+                    pg: Some(conn),
+                },
+                Err(e) => {
+                    tracing::warn!(
+                        "cannot take the skills lock in {}: {e:#}; skill changes are recorded without it",
+                        db.display()
+                    );
+                    Self {
+                        _file: None,
+                        pg: None,
+                    }
+                }
+            };
+        }
         let mut name = db.path().file_name().unwrap_or_default().to_os_string();
         name.push(".skills-lock");
         let path = db.path().with_file_name(name);
@@ -468,13 +554,19 @@ impl ChangeLock {
             .open(&path)
             .and_then(|f| f.lock().map(|()| f));
         match file {
-            Ok(f) => Self { _file: Some(f) },
+            Ok(f) => Self {
+                _file: Some(f),
+                pg: None,
+            },
             Err(e) => {
                 tracing::warn!(
                     "cannot lock {}: {e}; skill changes are recorded without it (who made a change may be misread while two writers race)",
                     path.display()
                 );
-                Self { _file: None }
+                Self {
+                    _file: None,
+                    pg: None,
+                }
             }
         }
     }

@@ -8,7 +8,7 @@
 //! be running it — and goes back to the queue; it then skips the stages
 //! that have rows.
 
-use crate::store::sql::{Behavior, Conn, Optional, params};
+use crate::store::sql::{Backend, Behavior, Conn, Optional, params};
 use anyhow::Result;
 use serde::{Deserialize, Serialize};
 
@@ -142,6 +142,8 @@ pub struct Job {
     pub started_ms: Option<i64>,
     pub finished_ms: Option<i64>,
     pub error: Option<String>,
+    /// The instance running it (or that last ran it).
+    pub claimed_by: Option<String>,
     /// Stages done, in the order they were.
     pub stages: Vec<Stage>,
 }
@@ -174,44 +176,78 @@ pub fn enqueue(conn: &Conn, session_id: &str, at_ms: i64) -> crate::store::sql::
         "INSERT INTO learning_jobs (session_id, state, not_before_ms, enqueued_ms)
          VALUES (?1, 'queued', ?2, ?2)
          ON CONFLICT(session_id) DO UPDATE SET
-             again = CASE WHEN state = 'running' THEN 1 ELSE again END,
-             round = CASE WHEN state IN ('done', 'failed') THEN round + 1 ELSE round END,
-             attempts = CASE WHEN state IN ('done', 'failed') THEN 0 ELSE attempts END,
-             enqueued_ms = CASE WHEN state IN ('done', 'failed') THEN ?2 ELSE enqueued_ms END,
-             not_before_ms = CASE WHEN state IN ('done', 'failed') THEN ?2 ELSE not_before_ms END,
-             state = CASE WHEN state IN ('done', 'failed') THEN 'queued' ELSE state END",
+             again = CASE WHEN learning_jobs.state = 'running' THEN 1 ELSE learning_jobs.again END,
+             round = CASE WHEN learning_jobs.state IN ('done', 'failed') THEN learning_jobs.round + 1
+                          ELSE learning_jobs.round END,
+             attempts = CASE WHEN learning_jobs.state IN ('done', 'failed') THEN 0
+                             ELSE learning_jobs.attempts END,
+             enqueued_ms = CASE WHEN learning_jobs.state IN ('done', 'failed') THEN ?2
+                                ELSE learning_jobs.enqueued_ms END,
+             not_before_ms = CASE WHEN learning_jobs.state IN ('done', 'failed') THEN ?2
+                                  ELSE learning_jobs.not_before_ms END,
+             state = CASE WHEN learning_jobs.state IN ('done', 'failed') THEN 'queued'
+                          ELSE learning_jobs.state END",
     )?
     .execute(params![session_id, at_ms])?;
     Ok(())
 }
 
-/// At start: jobs left `running` by a process that is gone go back to the
-/// queue. Returns how many.
+/// At start on a store of its own (SQLite's file, one process at a time):
+/// jobs left `running` by a process that is gone go back to the queue.
+/// Returns how many.
 pub fn recover(conn: &Conn, now_ms: i64) -> Result<usize> {
     Ok(conn.execute(
-        "UPDATE learning_jobs SET state = 'queued', not_before_ms = ?1 WHERE state = 'running'",
+        "UPDATE learning_jobs SET state = 'queued', not_before_ms = ?1, claimed_by = NULL
+         WHERE state = 'running'",
         [now_ms],
     )?)
 }
 
-/// Takes the next job that is due (or `only` that session's, if queued or
-/// failed: `learn now`), marking it running.
-pub fn claim(conn: &mut Conn, now_ms: i64, only: Option<&str>) -> Result<Option<Job>> {
+/// On a shared store: jobs `running` on an instance that stopped beating
+/// for `ttl_ms` (database time; see `store::instances`) go back to the
+/// queue. The stages it committed stay done: whoever claims the job next
+/// resumes after them. Returns how many.
+pub fn recover_from_gone(conn: &Conn, ttl_ms: i64) -> Result<usize> {
+    let now = super::instances::db_now_ms(conn)?;
+    Ok(conn.execute(
+        "UPDATE learning_jobs SET state = 'queued', not_before_ms = ?1, claimed_by = NULL
+         WHERE state = 'running'
+           AND (claimed_by IS NULL OR claimed_by NOT IN (
+                SELECT id FROM instances WHERE stopped_ms IS NULL AND heartbeat_ms >= ?2))",
+        params![now, now - ttl_ms],
+    )?)
+}
+
+/// Instance `by` takes the next job that is due (or `only` that
+/// session's, if queued or failed: `learn now`), marking it running as
+/// its own. On Postgres the row is locked with `SKIP LOCKED`: instances
+/// claiming at once each get another job, none waits for another's, and
+/// no job is claimed twice.
+pub fn claim(conn: &mut Conn, now_ms: i64, only: Option<&str>, by: &str) -> Result<Option<Job>> {
     let tx = conn.transaction_with_behavior(Behavior::Immediate)?;
+    let lock = match tx.backend() {
+        Backend::Postgres => " FOR UPDATE SKIP LOCKED",
+        // A write transaction (IMMEDIATE) has the file to itself.
+        Backend::Sqlite => "",
+    };
     let id: Option<String> = match only {
         Some(id) => tx
             .query_row(
-                "SELECT session_id FROM learning_jobs
-                 WHERE session_id = ?1 AND state IN ('queued', 'failed')",
+                &format!(
+                    "SELECT session_id FROM learning_jobs
+                     WHERE session_id = ?1 AND state IN ('queued', 'failed'){lock}"
+                ),
                 [id],
                 |r| r.get(0),
             )
             .optional()?,
         None => tx
             .query_row(
-                "SELECT session_id FROM learning_jobs
-                 WHERE state = 'queued' AND not_before_ms <= ?1
-                 ORDER BY not_before_ms, enqueued_ms LIMIT 1",
+                &format!(
+                    "SELECT session_id FROM learning_jobs
+                     WHERE state = 'queued' AND not_before_ms <= ?1
+                     ORDER BY not_before_ms, enqueued_ms LIMIT 1{lock}"
+                ),
                 [now_ms],
                 |r| r.get(0),
             )
@@ -222,9 +258,9 @@ pub fn claim(conn: &mut Conn, now_ms: i64, only: Option<&str>) -> Result<Option<
     };
     tx.execute(
         "UPDATE learning_jobs SET state = 'running', attempts = attempts + 1,
-                started_ms = ?2, error = NULL
+                started_ms = ?2, error = NULL, claimed_by = ?3
          WHERE session_id = ?1",
-        params![id, now_ms],
+        params![id, now_ms, by],
     )?;
     let job = read(&tx, &id)?;
     tx.commit()?;
@@ -302,6 +338,7 @@ pub fn stage_done(
     summary: &str,
     at_ms: i64,
 ) -> crate::store::sql::Result<()> {
+    still_ours(conn, job)?;
     conn.prepare_cached(
         "INSERT INTO learning_stages (session_id, round, stage, done_ms, summary)
          VALUES (?1, ?2, ?3, ?4, ?5)",
@@ -310,14 +347,34 @@ pub fn stage_done(
     Ok(())
 }
 
+/// The fence of a job's commits: in the caller's transaction, the job is
+/// still running as this claim's, its row locked until the commit (on
+/// Postgres: another instance taking it back waits for this commit, then
+/// resumes after the stage it holds). A job taken back meanwhile (its
+/// instance was silent past the heartbeat TTL) is not written to.
+fn still_ours(conn: &Conn, job: &Job) -> crate::store::sql::Result<()> {
+    let n = conn
+        .prepare_cached(
+            "UPDATE learning_jobs SET claimed_by = claimed_by
+             WHERE session_id = ?1 AND round = ?2 AND state = 'running' AND claimed_by = ?3",
+        )?
+        .execute(params![job.session_id, job.round, job.claimed_by])?;
+    match n {
+        0 => Err(crate::store::sql::Error::Fenced(format!(
+            "the learning job of session {} is no longer this instance's (another took it back)",
+            job.session_id
+        ))),
+        _ => Ok(()),
+    }
+}
+
 /// The job ended: done, or failed and queued again after a backoff (or left
 /// `failed` after `MAX_ATTEMPTS`).
-pub fn finish(
-    conn: &Conn,
-    session_id: &str,
-    outcome: Result<(), String>,
-    now_ms: i64,
-) -> Result<()> {
+pub fn finish(conn: &Conn, job: &Job, outcome: Result<(), String>, now_ms: i64) -> Result<()> {
+    let tx = conn.unchecked_transaction()?;
+    let conn = &*tx;
+    still_ours(conn, job)?;
+    let session_id = job.session_id.as_str();
     match outcome {
         Ok(()) => {
             // Ended again while this round ran: the next round is due now.
@@ -348,6 +405,7 @@ pub fn finish(
             )?;
         }
     }
+    tx.commit()?;
     Ok(())
 }
 
@@ -356,7 +414,11 @@ pub const BLOCKED_RECHECK_MS: i64 = 60_000;
 
 /// The job could not go on for a reason outside it (no `guard` evolver is
 /// loaded): it waits, queued, without using up an attempt, and says why.
-pub fn wait_blocked(conn: &Conn, session_id: &str, why: &str, now_ms: i64) -> Result<()> {
+pub fn wait_blocked(conn: &Conn, job: &Job, why: &str, now_ms: i64) -> Result<()> {
+    let tx = conn.unchecked_transaction()?;
+    let conn = &*tx;
+    still_ours(conn, job)?;
+    let session_id = job.session_id.as_str();
     conn.execute(
         "UPDATE learning_jobs SET state = 'queued', attempts = MAX(attempts - 1, 0),
              not_before_ms = ?2, finished_ms = ?3, error = ?4
@@ -368,6 +430,7 @@ pub fn wait_blocked(conn: &Conn, session_id: &str, why: &str, now_ms: i64) -> Re
             format!("waiting: {why}")
         ],
     )?;
+    tx.commit()?;
     Ok(())
 }
 
@@ -381,7 +444,7 @@ fn read(conn: &Conn, session_id: &str) -> Result<Option<Job>> {
     let job = conn
         .query_row(
             "SELECT session_id, state, round, attempts, not_before_ms, enqueued_ms, started_ms,
-                    finished_ms, error
+                    finished_ms, error, claimed_by
              FROM learning_jobs WHERE session_id = ?1",
             [session_id],
             row_to_job,
@@ -452,6 +515,7 @@ fn row_to_job(r: &crate::store::sql::Row) -> crate::store::sql::Result<Job> {
         started_ms: r.get(6)?,
         finished_ms: r.get(7)?,
         error: r.get(8)?,
+        claimed_by: r.get(9)?,
         stages: Vec::new(),
     })
 }
@@ -493,7 +557,7 @@ pub fn list_of(
 ) -> Result<Vec<Job>> {
     let mut stmt = conn.prepare(
         "SELECT session_id, state, round, attempts, not_before_ms, enqueued_ms, started_ms,
-                finished_ms, error
+                finished_ms, error, claimed_by
          FROM learning_jobs WHERE (?1 IS NULL OR state = ?1)
            AND (?3 IS NULL OR session_id IN (SELECT id FROM sessions WHERE agent_id = ?3))
          ORDER BY enqueued_ms DESC LIMIT ?2",
@@ -510,6 +574,10 @@ pub fn list_of(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::store::instances;
+
+    /// The instance claiming in these tests.
+    const ME: &str = "me";
 
     fn db() -> (tempfile::TempDir, Conn) {
         let tmp = tempfile::tempdir().unwrap();
@@ -591,14 +659,17 @@ mod tests {
         enqueue(&conn, "a", 30).unwrap(); // ended again: still one job
         assert_eq!(list(&conn, 10).unwrap().len(), 2);
         assert_eq!(counts(&conn, None).unwrap(), [(JobState::Queued, 2)].into());
-        assert!(claim(&mut conn, 5, None).unwrap().is_none(), "none due yet");
-        let first = claim(&mut conn, 100, None).unwrap().unwrap();
+        assert!(
+            claim(&mut conn, 5, None, ME).unwrap().is_none(),
+            "none due yet"
+        );
+        let first = claim(&mut conn, 100, None, ME).unwrap().unwrap();
         assert_eq!((first.session_id.as_str(), first.attempts), ("a", 1));
         assert_eq!(first.state, JobState::Running);
-        let second = claim(&mut conn, 100, None).unwrap().unwrap();
+        let second = claim(&mut conn, 100, None, ME).unwrap().unwrap();
         assert_eq!(second.session_id, "b");
-        assert!(claim(&mut conn, 100, None).unwrap().is_none());
-        finish(&conn, "a", Ok(()), 120).unwrap();
+        assert!(claim(&mut conn, 100, None, ME).unwrap().is_none());
+        finish(&conn, &first, Ok(()), 120).unwrap();
         let a = read(&conn, "a").unwrap().unwrap();
         assert_eq!((a.state, a.finished_ms), (JobState::Done, Some(120)));
         // Counted over the whole store, whatever a page lists.
@@ -629,7 +700,7 @@ mod tests {
         // `learn now --agent`: that agent's failed or queued jobs alone.
         session(&conn, "c");
         enqueue(&conn, "c", 200).unwrap();
-        finish(&conn, "b", Err("judge down".into()), 130).unwrap();
+        finish(&conn, &second, Err("judge down".into()), 130).unwrap();
         assert_eq!(all_due_now(&conn, 140, Some("w")).unwrap(), ["b"]);
         assert_eq!(read(&conn, "c").unwrap().unwrap().not_before_ms, 200);
     }
@@ -641,15 +712,15 @@ mod tests {
         enqueue(&conn, "s", 0).unwrap();
         let mut now = 0;
         for attempt in 1..=MAX_ATTEMPTS {
-            let job = claim(&mut conn, now, None).unwrap().unwrap();
+            let job = claim(&mut conn, now, None, ME).unwrap().unwrap();
             assert_eq!(job.attempts, attempt);
-            finish(&conn, "s", Err("judge: 429".into()), now).unwrap();
+            finish(&conn, &job, Err("judge: 429".into()), now).unwrap();
             let job = read(&conn, "s").unwrap().unwrap();
             assert_eq!(job.error.as_deref(), Some("judge: 429"));
             if attempt < MAX_ATTEMPTS {
                 assert_eq!(job.state, JobState::Queued);
                 assert_eq!(job.not_before_ms - now, backoff_ms(attempt));
-                assert!(claim(&mut conn, now + 1, None).unwrap().is_none());
+                assert!(claim(&mut conn, now + 1, None, ME).unwrap().is_none());
                 now = job.not_before_ms;
             } else {
                 assert_eq!(job.state, JobState::Failed);
@@ -659,12 +730,12 @@ mod tests {
         assert_eq!(backoff_ms(2), 60_000);
         assert_eq!(backoff_ms(30), BACKOFF_MAX_MS);
         assert!(
-            claim(&mut conn, now + BACKOFF_MAX_MS, None)
+            claim(&mut conn, now + BACKOFF_MAX_MS, None, ME)
                 .unwrap()
                 .is_none()
         );
         // `learn now` takes a failed job.
-        let job = claim(&mut conn, now, Some("s")).unwrap().unwrap();
+        let job = claim(&mut conn, now, Some("s"), ME).unwrap().unwrap();
         assert_eq!(job.state, JobState::Running);
     }
 
@@ -673,7 +744,7 @@ mod tests {
         let (_tmp, mut conn) = db();
         session(&conn, "s");
         enqueue(&conn, "s", 0).unwrap();
-        let job = claim(&mut conn, 1, None).unwrap().unwrap();
+        let job = claim(&mut conn, 1, None, ME).unwrap().unwrap();
         // The judge stage committed; the process died during evolution.
         {
             let tx = conn.transaction().unwrap();
@@ -687,7 +758,7 @@ mod tests {
         }
         // Next start.
         assert_eq!(recover(&conn, 10).unwrap(), 1);
-        let job = claim(&mut conn, 10, None).unwrap().unwrap();
+        let job = claim(&mut conn, 10, None, ME).unwrap().unwrap();
         assert_eq!(job.attempts, 2);
         assert_eq!(job.stages, vec![Stage::Judge]);
         // A stage cannot be recorded twice.
@@ -699,24 +770,121 @@ mod tests {
         let (_tmp, mut conn) = db();
         session(&conn, "s");
         enqueue(&conn, "s", 0).unwrap();
-        let job = claim(&mut conn, 1, None).unwrap().unwrap();
+        let job = claim(&mut conn, 1, None, ME).unwrap().unwrap();
         stage_done(&conn, &job, Stage::Judge, "", 2).unwrap();
         // Reopened and ended while the job runs: a second round follows.
         enqueue(&conn, "s", 3).unwrap();
-        finish(&conn, "s", Ok(()), 4).unwrap();
-        let next = claim(&mut conn, 4, None).unwrap().unwrap();
+        finish(&conn, &job, Ok(()), 4).unwrap();
+        let next = claim(&mut conn, 4, None, ME).unwrap().unwrap();
         assert_eq!((next.round, next.attempts), (2, 1));
         assert!(
             next.stages.is_empty(),
             "a new round starts with no stage done"
         );
         stage_done(&conn, &next, Stage::Judge, "", 5).unwrap();
-        finish(&conn, "s", Ok(()), 6).unwrap();
+        finish(&conn, &next, Ok(()), 6).unwrap();
         assert_eq!(read(&conn, "s").unwrap().unwrap().state, JobState::Done);
         // Ended again after it finished: round 3.
         enqueue(&conn, "s", 7).unwrap();
         let third = read(&conn, "s").unwrap().unwrap();
         assert_eq!((third.state, third.round), (JobState::Queued, 3));
         assert_eq!(next_due(&conn).unwrap(), Some(7));
+    }
+
+    fn instance(id: &str) -> instances::Instance {
+        instances::Instance {
+            id: id.into(),
+            host: "h".into(),
+            pid: 1,
+            version: "0".into(),
+            listen: "127.0.0.1:1".into(),
+            skills_dir: None,
+            started_ms: 0,
+            heartbeat_ms: 0,
+            clock_offset_ms: 0,
+            stopped_ms: None,
+        }
+    }
+
+    #[test]
+    fn a_job_taken_back_from_a_silent_instance_is_written_by_its_new_owner_alone() {
+        let (_tmp, mut conn) = db();
+        for id in ["s", "t"] {
+            session(&conn, id);
+            enqueue(&conn, id, 0).unwrap();
+        }
+        instances::register(&conn, &instance("a"), 0).unwrap();
+        instances::register(&conn, &instance("b"), 0).unwrap();
+        let of_a = claim(&mut conn, 1, Some("s"), "a").unwrap().unwrap();
+        let of_b = claim(&mut conn, 1, Some("t"), "b").unwrap().unwrap();
+        assert_eq!(of_a.claimed_by.as_deref(), Some("a"));
+        stage_done(&conn, &of_a, Stage::Judge, "", 2).unwrap();
+        // Both beat: nothing is taken back.
+        assert_eq!(recover_from_gone(&conn, 60_000).unwrap(), 0);
+        // a falls silent (b beats): a's job alone goes back to the queue.
+        conn.execute("UPDATE instances SET heartbeat_ms = 0 WHERE id = 'a'", ())
+            .unwrap();
+        assert_eq!(recover_from_gone(&conn, 60_000).unwrap(), 1);
+        assert_eq!(read(&conn, "t").unwrap().unwrap().state, JobState::Running);
+        // Taken back now (database time): due at once.
+        let again = claim(&mut conn, i64::MAX / 2, None, "b").unwrap().unwrap();
+        assert_eq!(again.session_id, "s");
+        assert_eq!(again.stages, [Stage::Judge], "resumes after a's stage");
+        // a wakes up: none of its writes lands.
+        let fenced = stage_done(&conn, &of_a, Stage::Evolve, "", 4);
+        assert!(
+            matches!(fenced, Err(crate::store::sql::Error::Fenced(_))),
+            "{fenced:?}"
+        );
+        assert!(finish(&conn, &of_a, Ok(()), 4).is_err());
+        assert_eq!(read(&conn, "s").unwrap().unwrap().state, JobState::Running);
+        stage_done(&conn, &again, Stage::Evolve, "", 5).unwrap();
+        finish(&conn, &again, Ok(()), 6).unwrap();
+        finish(&conn, &of_b, Ok(()), 6).unwrap();
+        let s = read(&conn, "s").unwrap().unwrap();
+        assert_eq!(s.state, JobState::Done);
+        assert_eq!(s.stages, [Stage::Judge, Stage::Evolve], "each stage once");
+    }
+
+    /// Instances claiming at once on Postgres each get a job of their own:
+    /// every job is claimed exactly once.
+    #[test]
+    fn concurrent_claims_take_each_job_once() {
+        let tmp = tempfile::tempdir().unwrap();
+        let db = crate::store::test_db(tmp.path().join("metaclaw.db"));
+        let conn = db.side_writer().unwrap();
+        const JOBS: usize = 40;
+        for i in 0..JOBS {
+            let id = format!("s{i}");
+            session(&conn, &id);
+            enqueue(&conn, &id, i as i64).unwrap();
+        }
+        drop(conn);
+        let claimed: Vec<String> = std::thread::scope(|scope| {
+            let workers: Vec<_> = (0..4)
+                .map(|w| {
+                    let db = db.clone();
+                    scope.spawn(move || {
+                        let mut conn = db.side_writer().unwrap();
+                        conn.busy_timeout(std::time::Duration::from_secs(10))
+                            .unwrap();
+                        let mut mine = Vec::new();
+                        while let Some(job) =
+                            claim(&mut conn, 1_000, None, &format!("w{w}")).unwrap()
+                        {
+                            mine.push(job.session_id);
+                        }
+                        mine
+                    })
+                })
+                .collect();
+            workers
+                .into_iter()
+                .flat_map(|w| w.join().unwrap())
+                .collect()
+        });
+        let unique: std::collections::BTreeSet<_> = claimed.iter().collect();
+        assert_eq!(claimed.len(), JOBS, "{claimed:?}");
+        assert_eq!(unique.len(), JOBS, "a job claimed twice: {claimed:?}");
     }
 }

@@ -12,6 +12,7 @@ pub mod browse;
 mod db;
 pub mod experiments;
 pub mod feedback;
+pub mod instances;
 pub mod jobs;
 pub mod learning;
 pub mod outcomes;

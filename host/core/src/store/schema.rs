@@ -557,6 +557,36 @@ const MIGRATIONS: &[&str] = &[
     ) WITHOUT ROWID;
     CREATE INDEX skill_proposals_by_state ON skill_proposals(state, skill_id);
     "#,
+    // 26: several instances on one store (W3-G; on SQLite there is one).
+    // Each instance says it is alive (`instances.heartbeat_ms`, the
+    // database's clock); a learning job is claimed by one (`claimed_by`),
+    // and taken back only from one that stopped beating; the work that
+    // must run once per deployment is led through a lease (`leases`), its
+    // epoch rising with each new holder.
+    r#"
+    ALTER TABLE learning_jobs ADD COLUMN claimed_by TEXT;
+    CREATE TABLE instances (
+        id              TEXT PRIMARY KEY,
+        host            TEXT NOT NULL,
+        pid             INTEGER NOT NULL,
+        version         TEXT NOT NULL,
+        listen          TEXT NOT NULL,
+        -- the skill library's folder, shared by every instance
+        skills_dir      TEXT,
+        started_ms      INTEGER NOT NULL,
+        heartbeat_ms    INTEGER NOT NULL,
+        -- its clock minus the database's at the last heartbeat
+        clock_offset_ms INTEGER NOT NULL DEFAULT 0,
+        stopped_ms      INTEGER
+    ) WITHOUT ROWID;
+    CREATE TABLE leases (
+        name        TEXT PRIMARY KEY,
+        holder      TEXT NOT NULL,
+        epoch       INTEGER NOT NULL,
+        acquired_ms INTEGER NOT NULL,
+        expires_ms  INTEGER NOT NULL
+    ) WITHOUT ROWID;
+    "#,
 ];
 
 pub fn configure(conn: &Connection) -> rusqlite::Result<()> {

@@ -14,7 +14,31 @@ const BASE_VERSION: u32 = 25;
 const BASE: &str = include_str!("schema_pg.sql");
 
 /// Migrations after the base: version `BASE_VERSION + 1 + i`.
-const MIGRATIONS: &[&str] = &[];
+const MIGRATIONS: &[&str] = &[
+    // 26: several instances on one store (see SQLite's 26).
+    r#"
+    ALTER TABLE learning_jobs ADD COLUMN claimed_by TEXT COLLATE "C";
+    CREATE TABLE instances (
+        id              TEXT COLLATE "C" PRIMARY KEY,
+        host            TEXT COLLATE "C" NOT NULL,
+        pid             BIGINT NOT NULL,
+        version         TEXT COLLATE "C" NOT NULL,
+        listen          TEXT COLLATE "C" NOT NULL,
+        skills_dir      TEXT COLLATE "C",
+        started_ms      BIGINT NOT NULL,
+        heartbeat_ms    BIGINT NOT NULL,
+        clock_offset_ms BIGINT NOT NULL DEFAULT 0,
+        stopped_ms      BIGINT
+    );
+    CREATE TABLE leases (
+        name        TEXT COLLATE "C" PRIMARY KEY,
+        holder      TEXT COLLATE "C" NOT NULL,
+        epoch       BIGINT NOT NULL,
+        acquired_ms BIGINT NOT NULL,
+        expires_ms  BIGINT NOT NULL
+    );
+    "#,
+];
 
 /// The advisory lock key migrations hold ("metaclaw" in ASCII, truncated).
 const MIGRATION_LOCK: i64 = 0x6d65_7461_636c_6177;

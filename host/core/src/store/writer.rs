@@ -9,7 +9,7 @@ use std::sync::Arc;
 use std::sync::mpsc::{Receiver, RecvTimeoutError};
 use std::time::{Duration, Instant};
 
-use crate::store::sql::{Conn, Tx, params};
+use crate::store::sql::{Conn, Optional, Tx, params};
 use bytes::Bytes;
 use metaclaw_wire::recorded::Completion;
 use serde_json::{Map, Value};
@@ -152,7 +152,7 @@ impl Writer {
         loop {
             attempt += 1;
             match self.commit(&turns, &ends, &rewards) {
-                Ok(seqs) => {
+                Ok((seqs, ended)) => {
                     if let Some(tx) = &self.on_recorded {
                         for ((turn, prepared), seq) in turns.iter_mut().zip(seqs) {
                             if let Some(seq) = seq {
@@ -178,8 +178,10 @@ impl Writer {
                                 }));
                             }
                         }
-                        for (session, _, _) in &ends {
-                            let _ = tx.send(super::Committed::SessionEnd(session.id.clone()));
+                        for ((session, _, _), ended) in ends.iter().zip(ended) {
+                            if ended {
+                                let _ = tx.send(super::Committed::SessionEnd(session.id.clone()));
+                            }
                         }
                     }
                     for (_, p) in &turns {
@@ -231,27 +233,41 @@ impl Writer {
         turns: &[(Box<TurnRecord>, Prepared)],
         ends: &[(super::SessionInfo, String, i64)],
         rewards: &[(String, Vec<super::RewardRecord>, i64)],
-    ) -> crate::store::sql::Result<Vec<Option<i64>>> {
+    ) -> crate::store::sql::Result<(Vec<Option<i64>>, Vec<bool>)> {
         let tx = self.conn.transaction()?;
         let mut seqs = Vec::with_capacity(turns.len());
         for (turn, prepared) in turns {
+            // One bad record must not sink the batch: its rows are undone
+            // alone (Postgres aborts the whole transaction at an error
+            // unless it is rolled back to a savepoint).
+            tx.execute_batch("SAVEPOINT turn")?;
             match insert_turn(&tx, turn, prepared) {
-                Ok(seq) => seqs.push(Some(seq)),
+                Ok(seq) => {
+                    tx.execute_batch("RELEASE SAVEPOINT turn")?;
+                    seqs.push(Some(seq));
+                }
                 Err(e) => {
-                    // One bad record must not sink the batch.
+                    tx.execute_batch("ROLLBACK TO SAVEPOINT turn; RELEASE SAVEPOINT turn")?;
                     tracing::error!(turn = %turn.id, "cannot record turn: {e}");
                     seqs.push(None);
                 }
             }
         }
+        let mut ended = Vec::with_capacity(ends.len());
         for (session, reason, at_ms) in ends {
-            insert_end(&tx, session, reason, *at_ms, self.queue_learning)?;
+            ended.push(insert_end(
+                &tx,
+                session,
+                reason,
+                *at_ms,
+                self.queue_learning,
+            )?);
         }
         for (turn_id, list, at_ms) in rewards {
             insert_rewards(&tx, turn_id, list, *at_ms)?;
         }
         tx.commit()?;
-        Ok(seqs)
+        Ok((seqs, ended))
     }
 
     fn prepare(&mut self, turn: &TurnRecord) -> Prepared {
@@ -652,22 +668,35 @@ fn insert_end(
     reason: &str,
     at_ms: i64,
     queue_learning: bool,
-) -> crate::store::sql::Result<()> {
-    tx.prepare_cached(
-        "INSERT INTO sessions (id, base_key, agent_session_id, source, window_index, status,
-                               started_at_ms, last_activity_ms, ended_at_ms, end_reason)
-         VALUES (?1, ?2, ?3, ?4, ?5, 'ended', ?6, ?6, ?6, ?7)
-         ON CONFLICT(id) DO UPDATE SET status = 'ended', ended_at_ms = ?6, end_reason = ?7",
-    )?
-    .execute(params![
-        &*s.id,
-        &*s.base_key,
-        s.agent_session_id.as_deref(),
-        s.source.as_str(),
-        s.window,
-        at_ms,
-        reason
-    ])?;
+) -> crate::store::sql::Result<bool> {
+    // Ended once: an end of a session already ended (another instance
+    // sharing the store ended it too, or saw the same reset) changes
+    // nothing and queues no second job. A turn after the end reopens it.
+    let ended = tx
+        .prepare_cached(
+            "INSERT INTO sessions (id, base_key, agent_session_id, source, window_index, status,
+                                   started_at_ms, last_activity_ms, ended_at_ms, end_reason)
+             VALUES (?1, ?2, ?3, ?4, ?5, 'ended', ?6, ?6, ?6, ?7)
+             ON CONFLICT(id) DO UPDATE SET status = 'ended', ended_at_ms = ?6, end_reason = ?7
+             WHERE sessions.status <> 'ended'
+             RETURNING id",
+        )?
+        .query_row(
+            params![
+                &*s.id,
+                &*s.base_key,
+                s.agent_session_id.as_deref(),
+                s.source.as_str(),
+                s.window,
+                at_ms,
+                reason
+            ],
+            |r| r.get::<String>(0),
+        )
+        .optional()?;
+    if ended.is_none() {
+        return Ok(false);
+    }
     tx.prepare_cached(
         "INSERT INTO session_events (session_id, kind, reason, at_ms) VALUES (?1, 'ended', ?2, ?3)",
     )?
@@ -677,7 +706,7 @@ fn insert_end(
     if queue_learning && reason != super::jobs::HELD_OUT {
         super::jobs::enqueue(tx, &s.id, at_ms)?;
     }
-    Ok(())
+    Ok(true)
 }
 
 fn summarize_response(response: &Value) -> String {

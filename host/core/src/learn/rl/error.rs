@@ -18,6 +18,10 @@ pub enum TrainError {
     TeacherRefused(super::opd::TeacherError),
     #[error("training is not paused")]
     NotPaused,
+    /// Another instance sharing the store leads this run's training (its
+    /// id, if known): steps run there.
+    #[error("another instance leads this run's training ({0}): steps run there")]
+    NotLeader(String),
     #[error("training is paused: {0}; `metaclaw train resume` goes on")]
     Paused(String),
     #[error("opd: the student's tokenizer is not loaded yet, so the teacher cannot be checked")]
@@ -122,6 +126,7 @@ impl From<TrainError> for ApiError {
             TrainError::NotRunning
             | TrainError::NoAnswer
             | TrainError::NotPaused
+            | TrainError::NotLeader(_)
             | TrainError::Paused(_)
             | TrainError::TeacherUnchecked
             | TrainError::NothingSavedBefore(_)

@@ -88,6 +88,10 @@ pub struct TrainerSettings {
     /// after a restart, and whenever the service drops them, it loads the
     /// run's saved weights again into a model of this process.
     pub steps_off: Option<String>,
+    /// This instance among those sharing the store: only the holder of
+    /// the run's lease (`team::trainer_lease`) steps; the others serve the
+    /// weights it saves.
+    pub team: crate::team::Team,
 }
 
 /// What the trainer last ran into, for `status`.
@@ -263,6 +267,9 @@ struct Trainer {
     state: Arc<Mutex<TrainerState>>,
     /// The weights under test (`canary.weights`).
     test: Option<Test>,
+    /// Whether this instance leads the run's training (alone on its
+    /// store: always).
+    leading: bool,
 }
 
 /// Weights under test: the experiment and what it compares.
@@ -281,9 +288,17 @@ pub fn spawn(
     // A process killed during a step left its samples `in_step`, and the
     // run goes on from its last saved state: they are ready again now. (A
     // step counts only ready samples; left to the first step's
-    // `open_run`, they would wait for others to make up a batch.)
-    if let Err(e) = rewind_to_saved_state(&settings) {
-        tracing::warn!("{e}");
+    // `open_run`, they would wait for others to make up a batch.) On a
+    // shared store another instance may be stepping: that is done when
+    // this one takes the lead.
+    let leading = !settings.team.is_shared();
+    match leading {
+        true => {
+            if let Err(e) = rewind_to_saved_state(&settings) {
+                tracing::warn!("{e}");
+            }
+        }
+        false => settings.team.want(&lease_of(&settings)),
     }
     let (tx, rx) = mpsc::unbounded_channel();
     let serving = tokio::runtime::Handle::current();
@@ -346,6 +361,7 @@ pub fn spawn(
         teacher,
         state: state.clone(),
         test: None,
+        leading,
     };
     let thread = crate::learn::spawn_background("metaclaw-train", "training", move || {
         trainer.run(rx, cancel)
@@ -377,6 +393,11 @@ fn rewind_to_saved_state(settings: &TrainerSettings) -> Result<usize, TrainError
     let (id, saved) = run.map_or((String::new(), 0), |r| (r.id, r.state_step.unwrap_or(0)));
     train_queue::rewind(&conn, &settings.spec.agent, &id, saved)
         .map_err(TrainError::record("the training queue"))
+}
+
+/// The lease of the run's training.
+fn lease_of(settings: &TrainerSettings) -> String {
+    crate::team::trainer_lease(&settings.spec.agent)
 }
 
 fn set(state: &Mutex<TrainerState>, change: impl FnOnce(&mut TrainerState)) {
@@ -415,7 +436,7 @@ impl Trainer {
         // saved them, which the service unloads once that process is gone
         // (skyrl: 300 s after its last heartbeat): loaded again now into a
         // model of this process, and served from there.
-        if self.has_saved_state() {
+        if self.leading && self.has_saved_state() {
             tokio::select! {
                 () = cancel.cancelled() => return,
                 () = self.reload_saved_weights("a new process serves them") => {}
@@ -427,9 +448,13 @@ impl Trainer {
             () = self.resume_test() => {}
         }
         let policy = self.policy.clone();
+        let shared = self.settings.team.is_shared();
         loop {
             tokio::select! {
                 () = cancel.cancelled() => return,
+                () = tokio::time::sleep(crate::team::HEARTBEAT), if shared => {
+                    self.follow_the_lead().await;
+                }
                 () = tokio::time::sleep(CANARY_POLL), if self.test.is_some() => {
                     self.check_test().await;
                 }
@@ -439,8 +464,10 @@ impl Trainer {
                         .run
                         .as_ref()
                         .is_some_and(|run| run.record().sampler_path.as_deref() != Some(lost.as_str()));
-                    match reloaded {
-                        // This process saved newer weights since: serve them.
+                    match reloaded || !self.leading {
+                        // This process saved newer weights since, or
+                        // another leads (the connection serves the run's
+                        // record): serve them.
                         true => self.policy.reconnect_now(),
                         false => {
                             self.reload_saved_weights("the training service no longer holds the served weights").await;
@@ -453,6 +480,10 @@ impl Trainer {
                         let outcome = match (self.settings.steps_off.as_deref(), self.paused()) {
                             (Some(why), _) => Err(TrainError::NothingTrains(why.to_string())),
                             (None, Some(why)) => Err(TrainError::Paused(why)),
+                            (None, None) if !self.leading => Err(TrainError::NotLeader(
+                                self.settings.team.leader_of(&lease_of(&self.settings))
+                                    .unwrap_or_else(|| "none yet".into()),
+                            )),
                             (None, None) => self.step(1, None).await,
                         };
                         self.note(&outcome);
@@ -497,7 +528,11 @@ impl Trainer {
     /// meanwhile is seen (and the step still finishes).
     async fn step_in_window(&mut self) -> Option<Result<Outcome, TrainError>> {
         let size = self.settings.batch_size;
-        if self.settings.gate_error.is_some() || self.paused().is_some() || self.test.is_some() {
+        if !self.leading
+            || self.settings.gate_error.is_some()
+            || self.paused().is_some()
+            || self.test.is_some()
+        {
             return None;
         }
         let Some(gate) = self.settings.gate.clone() else {
@@ -591,6 +626,72 @@ impl Trainer {
             tracing::warn!("serving {path}, but a restart will not know: {e:#}");
         }
         Ok((path, version))
+    }
+
+    /// On a shared store, every heartbeat: an instance that takes the lead
+    /// goes on from the run's last saved state (what the last leader was
+    /// stepping is ready again, its weights loaded from the saved state:
+    /// no sample is in them twice); one that lost it lets its run go; one
+    /// that follows serves the weights the leader last served.
+    async fn follow_the_lead(&mut self) {
+        let lease = lease_of(&self.settings);
+        let leads = self.settings.team.leads(&lease).is_some();
+        match (self.leading, leads) {
+            (false, true) => {
+                self.leading = true;
+                tracing::info!(lease = %lease, "this instance leads the run's training now: going on from its last saved state");
+                match rewind_to_saved_state(&self.settings) {
+                    Ok(0) => {}
+                    Ok(n) => {
+                        tracing::info!("{n} sample(s) the last leader was stepping are ready again")
+                    }
+                    Err(e) => tracing::warn!("{e}"),
+                }
+                if self.has_saved_state() {
+                    self.reload_saved_weights("this instance leads training now")
+                        .await;
+                }
+            }
+            (true, false) => {
+                tracing::warn!(lease = %lease, "another instance leads the run's training now: this one serves its weights");
+                self.leading = false;
+                self.run = None;
+            }
+            (true, true) => {}
+            (false, false) => self.serve_the_leaders_weights().await,
+        }
+    }
+
+    /// A follower serves what the run's record serves (the leader's last
+    /// swap), once it differs from what this instance serves.
+    async fn serve_the_leaders_weights(&mut self) {
+        let record = self.settings.db.read().ok().and_then(|conn| {
+            crate::store::training::active(
+                &conn,
+                self.settings.tinker.service_url(),
+                &self.settings.spec.base_model,
+                &self.settings.spec.agent,
+            )
+            .ok()
+            .flatten()
+        });
+        let Some((path, step)) = record.and_then(|r| Some((r.sampler_path?, r.sampler_step?)))
+        else {
+            return;
+        };
+        if self
+            .policy
+            .served()
+            .is_some_and(|(served, _)| served == path)
+        {
+            return;
+        }
+        match swap(&self.serving, &self.policy, &path, step).await {
+            Ok(()) => {
+                tracing::info!(sampler = %path, "serving the leader's weights of step {step}")
+            }
+            Err(e) => tracing::warn!(sampler = %path, "cannot serve the leader's weights yet: {e}"),
+        }
     }
 
     /// Whether the active run has a saved training state to load.

@@ -58,6 +58,10 @@ pub enum Error {
     /// An argument the backend cannot take as the type its SQL asks for.
     #[error("argument: {0}")]
     Arg(String),
+    /// Work fenced by a claim or a lease that another instance has taken
+    /// since: nothing of it is written.
+    #[error("{0}")]
+    Fenced(String),
 }
 
 impl Error {
@@ -196,6 +200,15 @@ impl Conn {
         match self.inner {
             Inner::Sqlite(_) => Backend::Sqlite,
             Inner::Postgres(_) => Backend::Postgres,
+        }
+    }
+
+    /// Closes the connection instead of handing it back to the pool (it
+    /// holds a session state the next borrower must not inherit). SQLite's
+    /// is closed when dropped anyway.
+    pub fn discard(self) {
+        if let Inner::Postgres(c) = &self.inner {
+            c.borrow_mut().discard();
         }
     }
 
