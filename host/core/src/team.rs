@@ -310,3 +310,323 @@ fn hostname() -> String {
         .filter(|h| !h.is_empty())
         .unwrap_or_else(|| "host".to_string())
 }
+
+/// What `doctor` finds about a shared store: each check's finding, or what
+/// is wrong and how to fix it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Finding {
+    Ok(String),
+    Warning { problem: String, fix: String },
+    Error { problem: String, fix: String },
+}
+
+/// Checks a shared store for `doctor`: reachable, migrated, the
+/// privileges metaclaw needs, and the clocks of this machine and of the
+/// living instances against the database's. One finding per check, named.
+pub fn check_database(db: &Db) -> Vec<(&'static str, Finding)> {
+    use crate::store::sql::Conn;
+    let mut out = Vec::new();
+    let shown = db.display().to_string();
+    let conn = match db.connect() {
+        Ok(conn) => conn,
+        Err(e) => {
+            out.push((
+                "database",
+                Finding::Error {
+                    problem: format!("cannot reach {shown}: {e:#}"),
+                    fix: "start Postgres, or correct store.url (best set as METACLAW_STORE_URL)"
+                        .into(),
+                },
+            ));
+            return out;
+        }
+    };
+    out.push(("database", Finding::Ok(format!("{shown} answers"))));
+    let (version, latest) = match db.schema_version(&conn) {
+        Ok(v) => v,
+        Err(e) => {
+            out.push((
+                "schema",
+                Finding::Error {
+                    problem: format!("cannot read the schema's version: {e:#}"),
+                    fix: "give store.url's user access to the database".into(),
+                },
+            ));
+            return out;
+        }
+    };
+    let create = || -> crate::store::sql::Result<bool> {
+        conn.query_row(
+            "SELECT has_database_privilege(current_database(), 'CREATE')
+                    AND has_schema_privilege(current_schema(), 'CREATE')",
+            (),
+            |r| r.get(0),
+        )
+    };
+    let schema = match version {
+        0 => match create() {
+            Ok(true) => Finding::Ok("no metaclaw data yet: the first `metaclaw start` creates the schema".into()),
+            Ok(false) => Finding::Error {
+                problem: "no metaclaw data yet, and store.url's user cannot create tables".into(),
+                fix: "grant it CREATE on the database and its schema, or run the first start as the database's owner".into(),
+            },
+            Err(e) => Finding::Error { problem: format!("cannot read privileges: {e}"), fix: "check store.url's user".into() },
+        },
+        v if v > latest => Finding::Error {
+            problem: format!("the schema is at version {v}, written by a newer metaclaw (this one knows {latest})"),
+            fix: "upgrade this metaclaw to the version the other instances run".into(),
+        },
+        v if v < latest => match create() {
+            Ok(true) => Finding::Ok(format!("schema version {v}: the next `metaclaw start` migrates it to {latest} (once, whichever instance starts first)")),
+            _ => Finding::Error {
+                problem: format!("schema version {v} needs migrating to {latest}, and store.url's user cannot create tables"),
+                fix: "grant it CREATE on the database and its schema, or start once as the database's owner".into(),
+            },
+        },
+        v => Finding::Ok(format!("schema version {v}, up to date")),
+    };
+    out.push(("schema", schema));
+    if version > 0 {
+        out.push(("privileges", table_privileges(&conn)));
+    }
+    out.push(("clock", clocks(&conn, version > 0)));
+    fn table_privileges(conn: &Conn) -> Finding {
+        let missing = (|| -> crate::store::sql::Result<Vec<String>> {
+            let mut stmt = conn.prepare(
+                "SELECT c.relname::TEXT FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+                 WHERE n.nspname = current_schema() AND c.relkind = 'r'
+                   -- (one privilege a call: a list is true if any is held)
+                   AND NOT (has_table_privilege(c.oid, 'SELECT') AND has_table_privilege(c.oid, 'INSERT')
+                            AND has_table_privilege(c.oid, 'UPDATE') AND has_table_privilege(c.oid, 'DELETE'))
+                 ORDER BY 1",
+            )?;
+            let rows = stmt.query_map((), |r| r.get(0))?;
+            rows.collect()
+        })();
+        match missing {
+            Ok(missing) if missing.is_empty() => {
+                Finding::Ok("store.url's user reads and writes every table".into())
+            }
+            Ok(missing) => Finding::Error {
+                problem: format!(
+                    "store.url's user cannot read and write {}",
+                    missing.join(", ")
+                ),
+                fix: "GRANT SELECT, INSERT, UPDATE, DELETE ON ALL TABLES IN SCHEMA public TO that user (and USAGE on its sequences)".into(),
+            },
+            Err(e) => Finding::Error {
+                problem: format!("cannot read the tables' privileges: {e}"),
+                fix: "check store.url's user".into(),
+            },
+        }
+    }
+    fn clocks(conn: &Conn, migrated: bool) -> Finding {
+        // Leases and heartbeats use the database's clock; a turn's times
+        // and an idle end use the instance's: skew moves those.
+        const SKEW_MS: i64 = 2_000;
+        let measured = (|| -> crate::store::sql::Result<(i64, Vec<Instance>)> {
+            let before = now_ms();
+            let db_now = instances::db_now_ms(conn)?;
+            let after = now_ms();
+            let here = (before + after) / 2 - db_now;
+            let others = match migrated {
+                true => instances::list(conn)?
+                    .into_iter()
+                    .filter(|i| instances::is_alive(i, db_now, TTL.as_millis() as i64))
+                    .collect(),
+                false => Vec::new(),
+            };
+            Ok((here, others))
+        })();
+        let (here, others) = match measured {
+            Ok(m) => m,
+            Err(e) => {
+                return Finding::Error {
+                    problem: format!("cannot read the database's clock: {e}"),
+                    fix: "check store.url's user".into(),
+                };
+            }
+        };
+        let mut off: Vec<String> = others
+            .iter()
+            .filter(|i| i.clock_offset_ms.abs() > SKEW_MS)
+            .map(|i| {
+                format!(
+                    "instance {} on {} ({:+} ms)",
+                    i.id, i.host, i.clock_offset_ms
+                )
+            })
+            .collect();
+        if here.abs() > SKEW_MS {
+            off.insert(0, format!("this machine ({here:+} ms)"));
+        }
+        let worst = others
+            .iter()
+            .map(|i| i.clock_offset_ms.abs())
+            .chain([here.abs()])
+            .max()
+            .unwrap_or(0);
+        match off.is_empty() {
+            true => Finding::Ok(format!(
+                "this machine and {} living instance(s) within {worst} ms of the database's clock",
+                others.len()
+            )),
+            false => Finding::Warning {
+                problem: format!(
+                    "clocks differ from the database's by more than {SKEW_MS} ms: {}",
+                    off.join(", ")
+                ),
+                fix: "run NTP (chrony, systemd-timesyncd) on every machine; leases use the database's clock, but turn times and idle ends use each instance's".into(),
+            },
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn finding<'a>(found: &'a [(&'static str, Finding)], check: &str) -> &'a Finding {
+        &found
+            .iter()
+            .find(|(c, _)| *c == check)
+            .unwrap_or_else(|| panic!("no {check} finding in {found:?}"))
+            .1
+    }
+
+    /// `doctor` on a team's store, always on Postgres (the test script
+    /// installs it): a new database, a migrated one, a user that may not
+    /// write, and a database that does not answer.
+    #[test]
+    fn doctor_finds_what_a_shared_store_lacks() {
+        let url = metaclaw_pg_cluster::fresh_database().unwrap();
+        let db = Db::postgres(&url);
+        let found = check_database(&db);
+        assert!(matches!(finding(&found, "database"), Finding::Ok(_)));
+        assert!(
+            matches!(finding(&found, "schema"), Finding::Ok(m) if m.contains("no metaclaw data yet")),
+            "{found:?}"
+        );
+        assert!(
+            matches!(finding(&found, "clock"), Finding::Ok(_)),
+            "{found:?}"
+        );
+
+        drop(db.side_writer().unwrap()); // migrated
+        let found = check_database(&db);
+        assert!(
+            matches!(finding(&found, "schema"), Finding::Ok(m) if m.contains("up to date")),
+            "{found:?}"
+        );
+        assert!(
+            matches!(finding(&found, "privileges"), Finding::Ok(_)),
+            "{found:?}"
+        );
+
+        // A user that may connect and read, not write.
+        let conn = db.side_writer().unwrap();
+        conn.execute_batch(
+            "DO $$ BEGIN
+                 IF NOT EXISTS (SELECT 1 FROM pg_roles WHERE rolname = 'metaclaw_reader') THEN
+                     CREATE ROLE metaclaw_reader LOGIN;
+                 END IF;
+             END $$;
+             GRANT SELECT ON ALL TABLES IN SCHEMA public TO metaclaw_reader;",
+        )
+        .unwrap();
+        let reader =
+            Db::postgres(&url.replace("postgres://postgres@", "postgres://metaclaw_reader@"));
+        let found = check_database(&reader);
+        match finding(&found, "privileges") {
+            Finding::Error { problem, .. } => {
+                assert!(problem.contains("turns"), "{problem}")
+            }
+            other => panic!("a reader may not write: {other:?}"),
+        }
+
+        // Nothing listens.
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        let gone = Db::postgres(&format!("postgres://postgres@127.0.0.1:{port}/x"));
+        let found = check_database(&gone);
+        assert_eq!(found.len(), 1, "{found:?}");
+        assert!(matches!(finding(&found, "database"), Finding::Error { .. }));
+    }
+
+    /// Two instances on one store: one leads a lease at a time; when the
+    /// leader stops, the other leads within a heartbeat or two.
+    #[test]
+    fn the_lead_passes_to_another_instance_when_its_holder_stops() {
+        let url = metaclaw_pg_cluster::fresh_database().unwrap();
+        let db = Db::postgres(&url);
+        drop(db.side_writer().unwrap());
+        let (work_a, work_b) = (Work::new(), Work::new());
+        let a = Team::join(&db, "127.0.0.1:1".into(), Some("/skills".into()), &work_a).unwrap();
+        let b = Team::join(&db, "127.0.0.1:2".into(), Some("/skills".into()), &work_b).unwrap();
+        // Another folder for the skill library is refused.
+        let work_c = Work::new();
+        let refused = Team::join(
+            &db,
+            "127.0.0.1:3".into(),
+            Some("/elsewhere".into()),
+            &work_c,
+        );
+        assert!(
+            refused
+                .as_ref()
+                .is_err_and(|e| e.to_string().contains("same skills folder")),
+            "{refused:?}"
+        );
+        a.want("trainer");
+        // Taken at a's next beat; b wants it only once a holds it.
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while a.leads("trainer").is_none() {
+            assert!(Instant::now() < deadline, "a never led");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        b.want("trainer");
+        std::thread::sleep(HEARTBEAT * 2);
+        assert!(b.leads("trainer").is_none(), "two leaders");
+        let deployment = b.deployment().unwrap().unwrap();
+        assert_eq!(
+            deployment.instances.iter().filter(|i| i.alive).count(),
+            2,
+            "{deployment:?}"
+        );
+        assert_eq!(deployment.leases[0].holder, a.id());
+        // a stops cleanly: it lets go, and b leads (a new epoch).
+        drop(tokio_free_stop(work_a));
+        let deadline = Instant::now() + TTL + HEARTBEAT * 3;
+        let epoch = loop {
+            if let Some(epoch) = b.leads("trainer") {
+                break epoch;
+            }
+            assert!(Instant::now() < deadline, "b never took the lead");
+            std::thread::sleep(Duration::from_millis(50));
+        };
+        assert_eq!(epoch, 2);
+        let stopped = b.deployment().unwrap().unwrap();
+        assert!(
+            stopped
+                .instances
+                .iter()
+                .any(|i| i.instance.id == a.id() && !i.alive && i.instance.stopped_ms.is_some()),
+            "{stopped:?}"
+        );
+        drop(tokio_free_stop(work_b));
+    }
+
+    /// Stops `work` from a plain thread (the test has no runtime).
+    fn tokio_free_stop(work: Work) -> Work {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        rt.block_on(work.stop(Duration::from_secs(10)));
+        work
+    }
+}

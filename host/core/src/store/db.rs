@@ -183,6 +183,30 @@ impl Db {
         }
     }
 
+    /// A connection to the database as it is: not migrated, and taken
+    /// even before metaclaw wrote anything there (`doctor`).
+    pub fn connect(&self) -> Result<Conn> {
+        match &*self.place {
+            Place::Sqlite(path) => open_read_only(path).map(Conn::from),
+            Place::Postgres { .. } => self.pg(),
+        }
+    }
+
+    /// The schema version of the database behind `conn` (0: no metaclaw
+    /// data yet) and the latest this build knows.
+    pub fn schema_version(&self, conn: &Conn) -> Result<(u32, u32)> {
+        match &*self.place {
+            Place::Sqlite(_) => {
+                let sqlite = conn
+                    .sqlite()
+                    .context("a SQLite store's connection is SQLite's")?;
+                let version: u32 = sqlite.pragma_query_value(None, "user_version", |r| r.get(0))?;
+                Ok((version, schema::latest_version()))
+            }
+            Place::Postgres { .. } => Ok((schema_pg::version(conn)?, schema_pg::latest_version())),
+        }
+    }
+
     fn pg(&self) -> Result<Conn> {
         match &*self.place {
             Place::Postgres { pool, shown, .. } => {

@@ -98,7 +98,8 @@ pub fn stopped(conn: &mut Conn, id: &str) -> Result<()> {
         "UPDATE instances SET stopped_ms = ?2 WHERE id = ?1",
         params![id, now],
     )?;
-    tx.execute("DELETE FROM leases WHERE holder = ?1", [id])?;
+    // Let go, not forgotten: the next holder's epoch is still higher.
+    tx.execute("UPDATE leases SET expires_ms = 0 WHERE holder = ?1", [id])?;
     tx.execute(
         "UPDATE learning_jobs SET state = 'queued', not_before_ms = ?2, claimed_by = NULL
          WHERE state = 'running' AND claimed_by = ?1",
@@ -148,17 +149,19 @@ pub fn forget_gone(conn: &Conn, keep_ms: i64) -> Result<usize> {
 }
 
 /// Takes or renews lease `name` for `holder` for `ttl_ms`: granted when it
-/// is free, run out, or already `holder`'s. Returns the epoch held, or
-/// `None` when another instance holds it.
+/// is free, run out, or already `holder`'s. Returns the epoch held (the
+/// same while renewed in time, one more at each new grant), or `None` when
+/// another instance holds it.
 pub fn acquire(conn: &Conn, name: &str, holder: &str, ttl_ms: i64) -> Result<Option<i64>> {
     let now = db_now_ms(conn)?;
     conn.prepare_cached(
         "INSERT INTO leases (name, holder, epoch, acquired_ms, expires_ms)
          VALUES (?1, ?2, 1, ?3, ?4)
          ON CONFLICT(name) DO UPDATE SET
-             epoch = CASE WHEN leases.holder = excluded.holder THEN leases.epoch ELSE leases.epoch + 1 END,
-             acquired_ms = CASE WHEN leases.holder = excluded.holder THEN leases.acquired_ms
-                                ELSE excluded.acquired_ms END,
+             epoch = CASE WHEN leases.holder = excluded.holder AND leases.expires_ms >= excluded.acquired_ms
+                          THEN leases.epoch ELSE leases.epoch + 1 END,
+             acquired_ms = CASE WHEN leases.holder = excluded.holder AND leases.expires_ms >= excluded.acquired_ms
+                                THEN leases.acquired_ms ELSE excluded.acquired_ms END,
              holder = excluded.holder,
              expires_ms = excluded.expires_ms
          WHERE leases.holder = excluded.holder OR leases.expires_ms < excluded.acquired_ms
@@ -168,10 +171,11 @@ pub fn acquire(conn: &Conn, name: &str, holder: &str, ttl_ms: i64) -> Result<Opt
     .optional()
 }
 
-/// Lets go of lease `name` if `holder` holds it.
+/// Lets go of lease `name` if `holder` holds it (it runs out now; the row
+/// stays, so the next grant's epoch is higher).
 pub fn release(conn: &Conn, name: &str, holder: &str) -> Result<()> {
     conn.execute(
-        "DELETE FROM leases WHERE name = ?1 AND holder = ?2",
+        "UPDATE leases SET expires_ms = 0 WHERE name = ?1 AND holder = ?2",
         params![name, holder],
     )?;
     Ok(())
@@ -189,11 +193,14 @@ pub fn holds(conn: &Conn, name: &str, holder: &str, epoch: i64) -> Result<bool> 
     )
 }
 
-/// Every lease, by name.
+/// The leases held now, by name.
 pub fn leases(conn: &Conn) -> Result<Vec<Lease>> {
-    let mut stmt = conn
-        .prepare("SELECT name, holder, epoch, acquired_ms, expires_ms FROM leases ORDER BY name")?;
-    let rows = stmt.query_map((), |r| {
+    let now = db_now_ms(conn)?;
+    let mut stmt = conn.prepare(
+        "SELECT name, holder, epoch, acquired_ms, expires_ms FROM leases
+         WHERE expires_ms >= ?1 ORDER BY name",
+    )?;
+    let rows = stmt.query_map([now], |r| {
         Ok(Lease {
             name: r.get(0)?,
             holder: r.get(1)?,
@@ -245,10 +252,12 @@ mod tests {
         assert_eq!(acquire(&conn, "trainer", "b", 60_000).unwrap(), Some(2));
         assert!(!holds(&conn, "trainer", "a", 1).unwrap());
         assert!(holds(&conn, "trainer", "b", 2).unwrap());
-        // Other leases are independent; a release frees at once.
+        // Other leases are independent; a release frees at once, and the
+        // next grant is a new epoch (a fence of b's never passes again).
         assert_eq!(acquire(&conn, "scheduler", "a", 60_000).unwrap(), Some(1));
         release(&conn, "trainer", "b").unwrap();
-        assert_eq!(acquire(&conn, "trainer", "a", 60_000).unwrap(), Some(1));
+        assert!(!holds(&conn, "trainer", "b", 2).unwrap());
+        assert_eq!(acquire(&conn, "trainer", "a", 60_000).unwrap(), Some(3));
         let names: Vec<_> = leases(&conn).unwrap().into_iter().map(|l| l.name).collect();
         assert_eq!(names, ["scheduler", "trainer"]);
     }
