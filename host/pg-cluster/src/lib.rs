@@ -206,9 +206,16 @@ impl Cluster {
                     )
                 }
                 Err(_) => {
-                    // A server that failed to start says so in its log.
+                    // A server that failed to start says so in its log;
+                    // one still starting refuses our connection with a
+                    // FATAL of its own in the log, which is no failure.
                     let log = self.log_tail();
-                    if log.contains("FATAL") || log.contains("could not bind") {
+                    let failed = log.lines().any(|l| {
+                        l.contains("could not bind")
+                            || (l.contains("FATAL")
+                                && !STARTING.iter().any(|starting| l.contains(starting)))
+                    });
+                    if failed {
                         bail!("the server did not start: {log}");
                     }
                     std::thread::sleep(Duration::from_millis(50));
@@ -250,6 +257,13 @@ impl Cluster {
         Ok(self.url(&name))
     }
 }
+
+/// What the server answers a connection while it starts (logged as a
+/// FATAL for that connection, not for the server).
+const STARTING: &[&str] = &[
+    "the database system is starting up",
+    "the database system is not yet accepting connections",
+];
 
 fn free_port() -> Result<u16> {
     let listener = TcpListener::bind("127.0.0.1:0").context("cannot find a free port")?;
