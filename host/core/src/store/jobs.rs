@@ -174,12 +174,12 @@ pub fn enqueue(conn: &Conn, session_id: &str, at_ms: i64) -> crate::store::sql::
         "INSERT INTO learning_jobs (session_id, state, not_before_ms, enqueued_ms)
          VALUES (?1, 'queued', ?2, ?2)
          ON CONFLICT(session_id) DO UPDATE SET
-             again = CASE WHEN state = 'running' THEN 1 ELSE again END,
-             round = CASE WHEN state IN ('done', 'failed') THEN round + 1 ELSE round END,
-             attempts = CASE WHEN state IN ('done', 'failed') THEN 0 ELSE attempts END,
-             enqueued_ms = CASE WHEN state IN ('done', 'failed') THEN ?2 ELSE enqueued_ms END,
-             not_before_ms = CASE WHEN state IN ('done', 'failed') THEN ?2 ELSE not_before_ms END,
-             state = CASE WHEN state IN ('done', 'failed') THEN 'queued' ELSE state END",
+             again = CASE WHEN learning_jobs.state = 'running' THEN 1 ELSE learning_jobs.again END,
+             round = CASE WHEN learning_jobs.state IN ('done', 'failed') THEN learning_jobs.round + 1 ELSE learning_jobs.round END,
+             attempts = CASE WHEN learning_jobs.state IN ('done', 'failed') THEN 0 ELSE learning_jobs.attempts END,
+             enqueued_ms = CASE WHEN learning_jobs.state IN ('done', 'failed') THEN ?2 ELSE learning_jobs.enqueued_ms END,
+             not_before_ms = CASE WHEN learning_jobs.state IN ('done', 'failed') THEN ?2 ELSE learning_jobs.not_before_ms END,
+             state = CASE WHEN learning_jobs.state IN ('done', 'failed') THEN 'queued' ELSE learning_jobs.state END",
     )?
     .execute(params![session_id, at_ms])?;
     Ok(())
