@@ -286,7 +286,7 @@ pub fn all_due_now(conn: &Conn, now_ms: i64, agent: Option<&str>) -> Result<Vec<
         "UPDATE learning_jobs SET state = 'queued', attempts = CASE WHEN state = 'failed' THEN 0 ELSE attempts END,
                 not_before_ms = ?1
          WHERE state IN ('queued', 'failed')
-           AND (?2 IS NULL OR session_id IN (SELECT id FROM sessions WHERE agent_id = ?2))
+           AND (CAST(?2 AS TEXT) IS NULL OR session_id IN (SELECT id FROM sessions WHERE agent_id = ?2))
          RETURNING session_id",
     )?;
     let ids = stmt.query_map(params![now_ms, agent], |r| r.get(0))?;
@@ -469,7 +469,7 @@ pub fn counts(
 ) -> Result<std::collections::BTreeMap<JobState, u64>> {
     let mut stmt = conn.prepare(
         "SELECT state, count(*) FROM learning_jobs
-         WHERE ?1 IS NULL OR session_id IN (SELECT id FROM sessions WHERE agent_id = ?1)
+         WHERE CAST(?1 AS TEXT) IS NULL OR session_id IN (SELECT id FROM sessions WHERE agent_id = ?1)
          GROUP BY state",
     )?;
     let rows = stmt.query_map(params![agent], |r| {
@@ -494,8 +494,8 @@ pub fn list_of(
     let mut stmt = conn.prepare(
         "SELECT session_id, state, round, attempts, not_before_ms, enqueued_ms, started_ms,
                 finished_ms, error
-         FROM learning_jobs WHERE (?1 IS NULL OR state = ?1)
-           AND (?3 IS NULL OR session_id IN (SELECT id FROM sessions WHERE agent_id = ?3))
+         FROM learning_jobs WHERE (CAST(?1 AS TEXT) IS NULL OR state = ?1)
+           AND (CAST(?3 AS TEXT) IS NULL OR session_id IN (SELECT id FROM sessions WHERE agent_id = ?3))
          ORDER BY enqueued_ms DESC LIMIT ?2",
     )?;
     let mut jobs: Vec<Job> = stmt

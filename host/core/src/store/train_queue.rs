@@ -358,7 +358,7 @@ pub fn counts(conn: &Conn, run_agent: Option<&str>) -> crate::store::sql::Result
     let mut counts = Counts::default();
     let mut stmt = conn.prepare_cached(
         "SELECT train_state, count(*) FROM turn_samples
-         WHERE ?1 IS NULL OR run_agent = ?1 GROUP BY train_state",
+         WHERE CAST(?1 AS TEXT) IS NULL OR run_agent = ?1 GROUP BY train_state",
     )?;
     let rows = stmt.query_map(params![run_agent], |r| {
         Ok((r.get::<String>(0)?, r.get::<i64>(1)?))
