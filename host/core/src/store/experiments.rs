@@ -137,11 +137,14 @@ pub fn start_weights(
 /// Keeps what weights test `id` compares (again, after a restart saved the
 /// candidate's weights anew).
 pub fn set_weights_test(conn: &Conn, id: i64, test: &WeightsTest) -> crate::store::sql::Result<()> {
-    conn.prepare_cached("INSERT OR REPLACE INTO meta (key, value) VALUES (?1, ?2)")?
-        .execute(params![
-            weights_key(id),
-            serde_json::to_string(test).unwrap_or_default()
-        ])?;
+    conn.prepare_cached(
+        "INSERT INTO meta (key, value) VALUES (?1, ?2)
+         ON CONFLICT (key) DO UPDATE SET value = excluded.value",
+    )?
+    .execute(params![
+        weights_key(id),
+        serde_json::to_string(test).unwrap_or_default()
+    ])?;
     Ok(())
 }
 
