@@ -442,39 +442,28 @@ fn written_by_user(who: &str) -> bool {
     !(who == "builtin" || who.starts_with("evolved:") || who.starts_with("retired:"))
 }
 
-/// An exclusive `flock` on `<store>.skills-lock`, shared by every process
-/// and thread over that store. Without it a rescan could read the folder
-/// before a change and record that read after the change was recorded (the
-/// old text credited to the user as an edit, and the snapshot reverted), or
-/// find a command's file before the command records who wrote it. The
-/// kernel lets go when the holder dies. If the lock file cannot be opened,
-/// changes are recorded unlocked and a warning says so: provenance may
-/// then be wrong under concurrency; nothing else depends on it.
+/// The store's `skills` lock ([`crate::store::Db::lock`]: a `flock` on
+/// `<store>.skills-lock`, an advisory lock on Postgres), shared by every
+/// process and thread over that store. Without it a rescan could read the
+/// folder before a change and record that read after the change was
+/// recorded (the old text credited to the user as an edit, and the
+/// snapshot reverted), or find a command's file before the command records
+/// who wrote it. If it cannot be taken, changes are recorded unlocked and
+/// a warning says so: provenance may then be wrong under concurrency;
+/// nothing else depends on it.
 pub struct ChangeLock {
-    _file: Option<std::fs::File>,
+    _held: Option<crate::store::StoreLock>,
 }
 
 impl ChangeLock {
     fn take(db: &crate::store::Db) -> Self {
-        let mut name = db.path().file_name().unwrap_or_default().to_os_string();
-        name.push(".skills-lock");
-        let path = db.path().with_file_name(name);
-        use std::os::unix::fs::OpenOptionsExt;
-        let file = std::fs::OpenOptions::new()
-            .create(true)
-            .truncate(false)
-            .write(true)
-            .mode(0o600)
-            .open(&path)
-            .and_then(|f| f.lock().map(|()| f));
-        match file {
-            Ok(f) => Self { _file: Some(f) },
+        match db.lock("skills") {
+            Ok(held) => Self { _held: Some(held) },
             Err(e) => {
                 tracing::warn!(
-                    "cannot lock {}: {e}; skill changes are recorded without it (who made a change may be misread while two writers race)",
-                    path.display()
+                    "{e:#}; skill changes are recorded without it (who made a change may be misread while two writers race)"
                 );
-                Self { _file: None }
+                Self { _held: None }
             }
         }
     }
