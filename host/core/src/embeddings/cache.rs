@@ -317,7 +317,9 @@ fn save(
     let tx = conn.transaction()?;
     {
         let mut put = tx.prepare_cached(
-            "INSERT OR REPLACE INTO embeddings (key, model, dim, vector, used_ms) VALUES (?1, ?2, ?3, ?4, ?5)",
+            "INSERT INTO embeddings (key, model, dim, vector, used_ms) VALUES (?1, ?2, ?3, ?4, ?5)
+             ON CONFLICT (key) DO UPDATE SET model = excluded.model, dim = excluded.dim,
+                 vector = excluded.vector, used_ms = excluded.used_ms",
         )?;
         for (key, v) in rows {
             put.execute(params![&key[..], model, v.len() as i64, to_bytes(v), now])?;

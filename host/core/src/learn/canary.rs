@@ -348,7 +348,11 @@ mod tests {
             .side_writer()
             .unwrap();
         // A simulation's store needs no durability.
-        conn.execute_batch("PRAGMA synchronous = OFF").unwrap();
+        let no_sync = match conn.backend() {
+            crate::store::sql::Backend::Sqlite => "PRAGMA synchronous = OFF",
+            crate::store::sql::Backend::Postgres => "SET synchronous_commit = off",
+        };
+        conn.execute_batch(no_sync).unwrap();
         let (mut promoted, mut rolled_back, mut by_timeout, mut rolled_back_by_timeout) =
             (0, 0, 0, 0);
         let mut sessions = Vec::new();

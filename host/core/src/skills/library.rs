@@ -484,89 +484,28 @@ fn written_by_user(who: &str) -> bool {
     !(who == "builtin" || who.starts_with("evolved:") || who.starts_with("retired:"))
 }
 
-/// An exclusive `flock` on `<store>.skills-lock`, shared by every process
-/// and thread over that store. Without it a rescan could read the folder
-/// before a change and record that read after the change was recorded (the
-/// old text credited to the user as an edit, and the snapshot reverted), or
-/// find a command's file before the command records who wrote it. The
-/// kernel lets go when the holder dies. If the lock file cannot be opened,
-/// changes are recorded unlocked and a warning says so: provenance may
-/// then be wrong under concurrency; nothing else depends on it.
-///
-/// On a shared store (Postgres) the instances may run on other machines:
-/// the lock is the database's (an advisory lock held by a connection of
-/// its own; the database lets go when the holder's connection dies).
+/// The store's `skills` lock ([`crate::store::Db::lock`]: a `flock` on
+/// `<store>.skills-lock`, an advisory lock on Postgres), shared by every
+/// process and thread over that store. Without it a rescan could read the
+/// folder before a change and record that read after the change was
+/// recorded (the old text credited to the user as an edit, and the
+/// snapshot reverted), or find a command's file before the command records
+/// who wrote it. If it cannot be taken, changes are recorded unlocked and
+/// a warning says so: provenance may then be wrong under concurrency;
+/// nothing else depends on it.
 pub struct ChangeLock {
-    _file: Option<std::fs::File>,
-    pg: Option<crate::store::sql::Conn>,
-}
-
-/// The advisory lock key of skill changes ("skills" in ASCII).
-const SKILLS_LOCK: i64 = 0x736b_696c_6c73;
-
-impl Drop for ChangeLock {
-    fn drop(&mut self) {
-        if let Some(conn) = self.pg.take()
-            && let Err(e) =
-                conn.query_row("SELECT pg_advisory_unlock(?1)", [SKILLS_LOCK], |_| Ok(()))
-        {
-            // The pooled connection keeps the lock: it is not handed out
-            // again holding it.
-            tracing::warn!("cannot let go of the skills lock: {e}");
-            conn.discard();
-        }
-    }
+    _held: Option<crate::store::StoreLock>,
 }
 
 impl ChangeLock {
     fn take(db: &crate::store::Db) -> Self {
-        if db.backend() == crate::store::sql::Backend::Postgres {
-            let locked = db.side_writer().and_then(|conn| {
-                conn.query_row("SELECT pg_advisory_lock(?1)", [SKILLS_LOCK], |_| Ok(()))?;
-                Ok(conn)
-            });
-            return match locked {
-                Ok(conn) => Self {
-                    _file: None,
-                    pg: Some(conn),
-                },
-                Err(e) => {
-                    tracing::warn!(
-                        "cannot take the skills lock in {}: {e:#}; skill changes are recorded without it",
-                        db.display()
-                    );
-                    Self {
-                        _file: None,
-                        pg: None,
-                    }
-                }
-            };
-        }
-        let mut name = db.path().file_name().unwrap_or_default().to_os_string();
-        name.push(".skills-lock");
-        let path = db.path().with_file_name(name);
-        use std::os::unix::fs::OpenOptionsExt;
-        let file = std::fs::OpenOptions::new()
-            .create(true)
-            .truncate(false)
-            .write(true)
-            .mode(0o600)
-            .open(&path)
-            .and_then(|f| f.lock().map(|()| f));
-        match file {
-            Ok(f) => Self {
-                _file: Some(f),
-                pg: None,
-            },
+        match db.lock("skills") {
+            Ok(held) => Self { _held: Some(held) },
             Err(e) => {
                 tracing::warn!(
-                    "cannot lock {}: {e}; skill changes are recorded without it (who made a change may be misread while two writers race)",
-                    path.display()
+                    "{e:#}; skill changes are recorded without it (who made a change may be misread while two writers race)"
                 );
-                Self {
-                    _file: None,
-                    pg: None,
-                }
+                Self { _held: None }
             }
         }
     }

@@ -137,7 +137,9 @@ pub fn sessions_page(
     };
     // Walked newest first on sessions_by_start; the rewards are worked out
     // for the sessions walked past only (each one's turns through
-    // turns_by_session), until the page is full.
+    // turns_by_session), until the page is full. The outer ORDER BY
+    // repeats the inner one: SQL does not promise a subquery's order
+    // survives, and both databases see it costs no sort.
     let sql = format!(
         "SELECT * FROM (
              SELECT s.id, s.agent_session_id, s.source, s.window_index, s.status, s.started_at_ms,
@@ -148,8 +150,9 @@ pub fn sessions_page(
                     (SELECT avg(t.reward) FROM turns t
                      WHERE t.session_id = s.id AND t.turn_type = 'main') AS mean
              FROM sessions s {inner}
-             ORDER BY s.started_at_ms DESC, s.id DESC)
+             ORDER BY s.started_at_ms DESC, s.id DESC) AS page
          {outer}
+         ORDER BY started_at_ms DESC, id DESC
          LIMIT {limit_arg}",
         inner = clause("WHERE", &conditions),
         outer = clause("WHERE", &outer),
@@ -233,14 +236,15 @@ pub fn injected_into(
 }
 
 /// The agents (namespaces) sessions belong to, for the list's filter: a
-/// skip-scan of sessions_by_agent_id.
+/// skip-scan of sessions_by_agent_id. `n` counts the seeks: a cap both
+/// databases take (Postgres has no LIMIT inside a recursive query).
 pub fn agent_ids(conn: &Conn) -> crate::store::sql::Result<Vec<String>> {
     conn.prepare(
-        "WITH RECURSIVE a(x) AS (
-             SELECT (SELECT min(agent_id) FROM sessions)
+        "WITH RECURSIVE a(x, n) AS (
+             SELECT (SELECT min(agent_id) FROM sessions), 1
              UNION ALL
-             SELECT (SELECT min(agent_id) FROM sessions WHERE agent_id > a.x) FROM a WHERE a.x IS NOT NULL
-             LIMIT 1000)
+             SELECT (SELECT min(agent_id) FROM sessions WHERE agent_id > a.x), a.n + 1 FROM a
+             WHERE a.x IS NOT NULL AND a.n < 1000)
          SELECT x FROM a WHERE x IS NOT NULL",
     )?
     .query_map((), |r| r.get(0))?
@@ -252,11 +256,11 @@ pub fn agents(conn: &Conn) -> crate::store::sql::Result<Vec<String>> {
     // A skip-scan of sessions_by_agent_name: one seek per agent, however
     // many sessions each has.
     conn.prepare(
-        "WITH RECURSIVE a(x) AS (
-             SELECT (SELECT min(agent) FROM sessions WHERE agent IS NOT NULL)
+        "WITH RECURSIVE a(x, n) AS (
+             SELECT (SELECT min(agent) FROM sessions WHERE agent IS NOT NULL), 1
              UNION ALL
-             SELECT (SELECT min(agent) FROM sessions WHERE agent > a.x) FROM a WHERE a.x IS NOT NULL
-             LIMIT 100)
+             SELECT (SELECT min(agent) FROM sessions WHERE agent > a.x), a.n + 1 FROM a
+             WHERE a.x IS NOT NULL AND a.n < 100)
          SELECT x FROM a WHERE x IS NOT NULL",
     )?
     .query_map((), |r| r.get(0))?

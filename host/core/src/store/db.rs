@@ -207,6 +207,52 @@ impl Db {
         }
     }
 
+    /// Takes the store's lock `name`, waiting while another thread or
+    /// process holds it: a `flock` on `<store>.<name>-lock` beside a
+    /// SQLite file, an advisory lock on a Postgres store (which every
+    /// instance sharing it honours). Held until dropped; let go by the
+    /// kernel or the server when the holder dies.
+    pub fn lock(&self, name: &str) -> Result<StoreLock> {
+        match &*self.place {
+            Place::Sqlite(path) => {
+                let mut file_name = path.file_name().unwrap_or_default().to_os_string();
+                file_name.push(format!(".{name}-lock"));
+                let lock_path = path.with_file_name(file_name);
+                let file = std::fs::OpenOptions::new()
+                    .create(true)
+                    .truncate(false)
+                    .write(true)
+                    .mode(0o600)
+                    .open(&lock_path)
+                    .and_then(|f| f.lock().map(|()| f))
+                    .with_context(|| format!("cannot lock {}", lock_path.display()))?;
+                Ok(StoreLock {
+                    held: Held::File { _file: file },
+                })
+            }
+            Place::Postgres { shown, .. } => {
+                // A transaction's lock, not a session's: the connection
+                // goes back to the pool after, and a session lock would go
+                // with it if letting go failed.
+                let conn = self.pg()?;
+                let locked = conn.execute_batch("BEGIN").and_then(|()| {
+                    conn.query_row(
+                        "SELECT pg_advisory_xact_lock(?1)",
+                        [advisory_key(name)],
+                        |_| Ok(()),
+                    )
+                });
+                if let Err(e) = locked {
+                    let _ = conn.execute_batch("ROLLBACK");
+                    return Err(e).with_context(|| format!("cannot lock {name} on {shown}"));
+                }
+                Ok(StoreLock {
+                    held: Held::Postgres(conn),
+                })
+            }
+        }
+    }
+
     fn pg(&self) -> Result<Conn> {
         match &*self.place {
             Place::Postgres { pool, shown, .. } => {
@@ -219,6 +265,40 @@ impl Db {
             Place::Sqlite(path) => bail!("{} is not a Postgres store", path.display()),
         }
     }
+}
+
+/// A lock on the store ([`Db::lock`]), held until dropped.
+#[derive(Debug)]
+pub struct StoreLock {
+    held: Held,
+}
+
+#[derive(Debug)]
+enum Held {
+    /// Held open: the lock goes when the file closes.
+    File { _file: std::fs::File },
+    /// A connection inside the transaction holding the advisory lock.
+    Postgres(Conn),
+}
+
+impl Drop for StoreLock {
+    fn drop(&mut self) {
+        if let Held::Postgres(conn) = &self.held {
+            // Ending the transaction lets go; if that fails the connection
+            // is broken, and the server lets go as it closes.
+            let _ = conn.execute_batch("ROLLBACK");
+        }
+    }
+}
+
+/// The advisory lock key of the store's lock `name`: the first eight bytes
+/// of a hash of it (schema_pg's migration lock has a key of its own).
+fn advisory_key(name: &str) -> i64 {
+    use sha2::Digest;
+    let digest = sha2::Sha256::digest(format!("metaclaw lock {name}").as_bytes());
+    let mut first = [0u8; 8];
+    first.copy_from_slice(&digest[..8]);
+    i64::from_be_bytes(first)
 }
 
 /// `url` with its password (if any) replaced by `***`, for messages.

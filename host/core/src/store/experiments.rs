@@ -137,11 +137,14 @@ pub fn start_weights(
 /// Keeps what weights test `id` compares (again, after a restart saved the
 /// candidate's weights anew).
 pub fn set_weights_test(conn: &Conn, id: i64, test: &WeightsTest) -> crate::store::sql::Result<()> {
-    conn.prepare_cached("INSERT OR REPLACE INTO meta (key, value) VALUES (?1, ?2)")?
-        .execute(params![
-            weights_key(id),
-            serde_json::to_string(test).unwrap_or_default()
-        ])?;
+    conn.prepare_cached(
+        "INSERT INTO meta (key, value) VALUES (?1, ?2)
+         ON CONFLICT (key) DO UPDATE SET value = excluded.value",
+    )?
+    .execute(params![
+        weights_key(id),
+        serde_json::to_string(test).unwrap_or_default()
+    ])?;
     Ok(())
 }
 
@@ -341,7 +344,7 @@ pub fn arm_rewards(conn: &Conn, id: i64) -> crate::store::sql::Result<(Vec<f64>,
          JOIN turns t ON t.session_id = a.session_id
          WHERE a.experiment_id = ?1 AND t.turn_type = 'main' AND t.status = 'ok'
            AND t.reward IS NOT NULL
-         GROUP BY a.session_id ORDER BY a.at_ms, a.session_id",
+         GROUP BY a.experiment_id, a.session_id ORDER BY a.at_ms, a.session_id",
     )?;
     let rows = stmt.query_map([id], |r| Ok((r.get::<String>(0)?, r.get::<f64>(1)?)))?;
     let (mut candidate, mut control) = (Vec::new(), Vec::new());
@@ -358,7 +361,7 @@ pub fn arm_rewards(conn: &Conn, id: i64) -> crate::store::sql::Result<(Vec<f64>,
 /// Sessions that met the experiment, per arm (judged or not).
 pub fn arm_sessions(conn: &Conn, id: i64) -> crate::store::sql::Result<(i64, i64)> {
     conn.prepare_cached(
-        "SELECT coalesce(sum(arm = 'candidate'), 0), coalesce(sum(arm = 'control'), 0)
+        "SELECT count(CASE WHEN arm = 'candidate' THEN 1 END), count(CASE WHEN arm = 'control' THEN 1 END)
          FROM session_arms WHERE experiment_id = ?1",
     )?
     .query_row([id], |r| Ok((r.get(0)?, r.get(1)?)))

@@ -177,16 +177,11 @@ pub fn enqueue(conn: &Conn, session_id: &str, at_ms: i64) -> crate::store::sql::
          VALUES (?1, 'queued', ?2, ?2)
          ON CONFLICT(session_id) DO UPDATE SET
              again = CASE WHEN learning_jobs.state = 'running' THEN 1 ELSE learning_jobs.again END,
-             round = CASE WHEN learning_jobs.state IN ('done', 'failed') THEN learning_jobs.round + 1
-                          ELSE learning_jobs.round END,
-             attempts = CASE WHEN learning_jobs.state IN ('done', 'failed') THEN 0
-                             ELSE learning_jobs.attempts END,
-             enqueued_ms = CASE WHEN learning_jobs.state IN ('done', 'failed') THEN ?2
-                                ELSE learning_jobs.enqueued_ms END,
-             not_before_ms = CASE WHEN learning_jobs.state IN ('done', 'failed') THEN ?2
-                                  ELSE learning_jobs.not_before_ms END,
-             state = CASE WHEN learning_jobs.state IN ('done', 'failed') THEN 'queued'
-                          ELSE learning_jobs.state END",
+             round = CASE WHEN learning_jobs.state IN ('done', 'failed') THEN learning_jobs.round + 1 ELSE learning_jobs.round END,
+             attempts = CASE WHEN learning_jobs.state IN ('done', 'failed') THEN 0 ELSE learning_jobs.attempts END,
+             enqueued_ms = CASE WHEN learning_jobs.state IN ('done', 'failed') THEN ?2 ELSE learning_jobs.enqueued_ms END,
+             not_before_ms = CASE WHEN learning_jobs.state IN ('done', 'failed') THEN ?2 ELSE learning_jobs.not_before_ms END,
+             state = CASE WHEN learning_jobs.state IN ('done', 'failed') THEN 'queued' ELSE learning_jobs.state END",
     )?
     .execute(params![session_id, at_ms])?;
     Ok(())
@@ -322,7 +317,7 @@ pub fn all_due_now(conn: &Conn, now_ms: i64, agent: Option<&str>) -> Result<Vec<
         "UPDATE learning_jobs SET state = 'queued', attempts = CASE WHEN state = 'failed' THEN 0 ELSE attempts END,
                 not_before_ms = ?1
          WHERE state IN ('queued', 'failed')
-           AND (?2 IS NULL OR session_id IN (SELECT id FROM sessions WHERE agent_id = ?2))
+           AND (CAST(?2 AS TEXT) IS NULL OR session_id IN (SELECT id FROM sessions WHERE agent_id = ?2))
          RETURNING session_id",
     )?;
     let ids = stmt.query_map(params![now_ms, agent], |r| r.get(0))?;
@@ -533,7 +528,7 @@ pub fn counts(
 ) -> Result<std::collections::BTreeMap<JobState, u64>> {
     let mut stmt = conn.prepare(
         "SELECT state, count(*) FROM learning_jobs
-         WHERE ?1 IS NULL OR session_id IN (SELECT id FROM sessions WHERE agent_id = ?1)
+         WHERE CAST(?1 AS TEXT) IS NULL OR session_id IN (SELECT id FROM sessions WHERE agent_id = ?1)
          GROUP BY state",
     )?;
     let rows = stmt.query_map(params![agent], |r| {
@@ -558,8 +553,8 @@ pub fn list_of(
     let mut stmt = conn.prepare(
         "SELECT session_id, state, round, attempts, not_before_ms, enqueued_ms, started_ms,
                 finished_ms, error, claimed_by
-         FROM learning_jobs WHERE (?1 IS NULL OR state = ?1)
-           AND (?3 IS NULL OR session_id IN (SELECT id FROM sessions WHERE agent_id = ?3))
+         FROM learning_jobs WHERE (CAST(?1 AS TEXT) IS NULL OR state = ?1)
+           AND (CAST(?3 AS TEXT) IS NULL OR session_id IN (SELECT id FROM sessions WHERE agent_id = ?3))
          ORDER BY enqueued_ms DESC LIMIT ?2",
     )?;
     let mut jobs: Vec<Job> = stmt

@@ -41,7 +41,7 @@ use std::sync::mpsc;
 
 use tokio::sync::{OwnedSemaphorePermit, Semaphore, oneshot};
 
-pub use db::Db;
+pub use db::{Db, StoreLock};
 
 use db::open_rw;
 pub use read::{SampleSummary, SessionRow, StoredSession, TurnRow};

@@ -96,10 +96,10 @@ fn apply(conn: &Conn, skills: &[Key], delta: Delta) -> crate::store::sql::Result
         "INSERT INTO skill_outcomes (skill_id, version, injected, judged, reward_sum, reward_sq)
          VALUES (?1, ?2, ?3, ?4, ?5, ?6)
          ON CONFLICT (skill_id, version) DO UPDATE SET
-             injected = injected + excluded.injected,
-             judged = judged + excluded.judged,
-             reward_sum = reward_sum + excluded.reward_sum,
-             reward_sq = reward_sq + excluded.reward_sq",
+             injected = skill_outcomes.injected + excluded.injected,
+             judged = skill_outcomes.judged + excluded.judged,
+             reward_sum = skill_outcomes.reward_sum + excluded.reward_sum,
+             reward_sq = skill_outcomes.reward_sq + excluded.reward_sq",
     )?;
     let all = (ALL.to_string(), ALL.to_string());
     for (id, version) in skills.into_iter().chain(std::iter::once(&all)) {

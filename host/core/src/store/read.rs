@@ -125,7 +125,7 @@ pub fn list_sessions(
     agent: Option<&str>,
 ) -> crate::store::sql::Result<Vec<SessionRow>> {
     conn.prepare(&format!(
-        "SELECT {ROW_COLUMNS} FROM sessions WHERE ?2 IS NULL OR agent_id = ?2
+        "SELECT {ROW_COLUMNS} FROM sessions WHERE CAST(?2 AS TEXT) IS NULL OR agent_id = ?2
          ORDER BY last_activity_ms DESC, id LIMIT ?1"
     ))?
     .query_map(params![limit, agent], session_row)?
@@ -349,7 +349,7 @@ pub fn unscored_main_turn(
     conn.prepare_cached(
         "SELECT id, seq FROM turns
          WHERE session_id = ?1 AND turn_type = 'main' AND status = 'ok' AND scored_at_ms IS NULL
-           AND (?2 IS NULL OR seq < ?2)
+           AND (CAST(?2 AS BIGINT) IS NULL OR seq < ?2)
          ORDER BY seq DESC LIMIT 1",
     )?
     .query_row(params![session_id, before_seq], |r| {

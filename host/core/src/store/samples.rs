@@ -89,12 +89,16 @@ pub(super) fn insert(
     siblings: &[(usize, serde_json::Value)],
     at_ms: i64,
 ) -> crate::store::sql::Result<()> {
+    // A row written again replaces the old one whole (what SQLite's
+    // INSERT OR REPLACE did; Postgres has no such statement).
     for (idx, message) in siblings {
         let Some(sibling) = s.siblings.get(*idx) else {
             continue;
         };
+        tx.prepare_cached("DELETE FROM turn_siblings WHERE turn_id = ?1 AND idx = ?2")?
+            .execute(params![turn_id, *idx as i64])?;
         tx.prepare_cached(
-            "INSERT OR REPLACE INTO turn_siblings (turn_id, idx, tokens, logprobs, stop_reason, message,
+            "INSERT INTO turn_siblings (turn_id, idx, tokens, logprobs, stop_reason, message,
                  finish_reason, parse_error)
              VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
         )?
@@ -117,8 +121,10 @@ pub(super) fn insert(
             pack_f32(&s.logprobs),
         ),
     };
+    tx.prepare_cached("DELETE FROM turn_samples WHERE turn_id = ?1")?
+        .execute(params![turn_id])?;
     tx.prepare_cached(
-        "INSERT OR REPLACE INTO turn_samples (turn_id, base_model, sampler, policy_version, rendering,
+        "INSERT INTO turn_samples (turn_id, base_model, sampler, policy_version, rendering,
              skill_generation, prompt_tokens, sampled_tokens, logprobs, prompt_len, sampled_len,
              stop_reason, parsed, parse_error, withheld, trajectory_id, extends_turn, at_ms, off_policy,
              run_agent)

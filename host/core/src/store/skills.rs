@@ -249,7 +249,7 @@ pub fn sync(
                  ON CONFLICT(skill_id) DO UPDATE SET version = excluded.version,
                      content_hash = excluded.content_hash, created_by = excluded.created_by,
                      updated_at_ms = excluded.updated_at_ms
-                 WHERE content_hash != excluded.content_hash",
+                 WHERE skill_state.content_hash != excluded.content_hash",
                 params![skill.id, skill.version, skill.content_hash, skill.created_by, at_ms],
             )?;
         }

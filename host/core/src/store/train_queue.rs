@@ -80,14 +80,6 @@ pub struct Counts {
     pub skipped: u64,
 }
 
-/// A sample is stale when a skill injected into its turn has a change
-/// recorded after the generation it was sampled under (the rule above).
-const STALE: &str = "EXISTS (
-    SELECT 1 FROM turns t,
-         json_each(CASE WHEN json_valid(t.injected_skills) THEN t.injected_skills ELSE '[]' END) j
-    JOIN skill_changes c ON c.skill_id = json_extract(j.value, '$.id')
-    WHERE t.id = turn_samples.turn_id AND c.generation > turn_samples.skill_generation)";
-
 const STALE_WHY: &str = "stale: a skill injected into its turn changed after it was sampled";
 
 /// Decides the waiting samples whose session's learning job is done:
@@ -101,29 +93,29 @@ pub fn classify(conn: &Conn, opd: bool) -> crate::store::sql::Result<usize> {
     // are found once (the queue may hold thousands of samples whose session
     // is never learned from); the rules then look at those alone, each by
     // its row's turn.
+    // Named bare: both databases look among temporary tables first.
     conn.execute_batch(
         "CREATE TEMP TABLE IF NOT EXISTS decidable (turn_id TEXT PRIMARY KEY);
-         DELETE FROM temp.decidable;",
+         DELETE FROM decidable;",
     )?;
     conn.prepare_cached(
-        "INSERT INTO temp.decidable
+        "INSERT INTO decidable
          SELECT q.turn_id FROM turn_samples q JOIN turns t ON t.id = q.turn_id
          JOIN learning_jobs j ON j.session_id = t.session_id
          JOIN sessions s ON s.id = t.session_id
          WHERE q.train_state = 'waiting' AND j.state = 'done' AND s.status = 'ended'",
     )?
     .execute(())?;
-    const DONE: &str =
-        "train_state = 'waiting' AND turn_id IN (SELECT turn_id FROM temp.decidable)";
+    const DONE: &str = "train_state = 'waiting' AND turn_id IN (SELECT turn_id FROM decidable)";
     // With distillation on, a turn without a reward still has the
     // teacher's signal: it is trained on that alone.
     let no_reward = match opd {
-        true => "0",
+        true => "FALSE",
         false => {
             "EXISTS (SELECT 1 FROM turns t WHERE t.id = turn_samples.turn_id AND t.reward IS NULL)"
         }
     };
-    let rules: [(&str, &str); 7] = [
+    let rules: [(&str, &str); 6] = [
         (
             "EXISTS (SELECT 1 FROM turns t WHERE t.id = turn_samples.turn_id AND t.status != 'ok')",
             "the upstream failed (no real answer to learn from)",
@@ -144,7 +136,6 @@ pub fn classify(conn: &Conn, opd: bool) -> crate::store::sql::Result<usize> {
                        AND d.outcome IN ('created', 'updated'))",
             "support set: skills were evolved from its session",
         ),
-        (STALE, STALE_WHY),
     ];
     // Its own words: what it was sampled with.
     conn.prepare_cached(&format!(
@@ -158,6 +149,7 @@ pub fn classify(conn: &Conn, opd: bool) -> crate::store::sql::Result<usize> {
         );
         conn.prepare_cached(&sql)?.execute(params![why])?;
     }
+    skip_stale(conn, DONE)?;
     conn.prepare_cached(&format!(
         "UPDATE turn_samples SET train_state = 'ready' WHERE {DONE}"
     ))?
@@ -166,16 +158,75 @@ pub fn classify(conn: &Conn, opd: bool) -> crate::store::sql::Result<usize> {
 
 const NO_REWARD: &str = "no reward signal (neither the judge nor a scorer)";
 
+/// Skips the stale samples among those `which` picks (a condition on
+/// `turn_samples`' own columns): those a skill injected into their turn
+/// has a change recorded for after the generation they were sampled under
+/// (the rule above). Worked out here, not in SQL: a turn's skills are
+/// JSON, which each database reads with functions of its own, and
+/// Postgres's fail on malformed text where SQLite's `json_valid` let the
+/// rule pass over it.
+fn skip_stale(conn: &Conn, which: &str) -> crate::store::sql::Result<()> {
+    let samples: Vec<(String, i64, String)> = conn
+        .prepare_cached(&format!(
+            "SELECT turn_samples.turn_id, turn_samples.skill_generation, t.injected_skills
+             FROM turn_samples JOIN turns t ON t.id = turn_samples.turn_id
+             WHERE {which} AND t.injected_skills IS NOT NULL"
+        ))?
+        .query_map((), |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))?
+        .collect::<crate::store::sql::Result<_>>()?;
+    if samples.is_empty() {
+        return Ok(());
+    }
+    let mut last_change =
+        conn.prepare_cached("SELECT max(generation) FROM skill_changes WHERE skill_id = ?1")?;
+    // Still picked by `which` when skipped: another connection may have
+    // moved it on since it was read.
+    let mut skip = conn.prepare_cached(&format!(
+        "UPDATE turn_samples SET train_state = 'skipped', train_note = ?2
+         WHERE turn_id = ?1 AND {which}"
+    ))?;
+    let mut changed_at: std::collections::HashMap<String, Option<i64>> = Default::default();
+    for (turn, generation, injected) in samples {
+        let mut stale = false;
+        for id in injected_ids(&injected) {
+            let last = match changed_at.get(&id) {
+                Some(last) => *last,
+                None => {
+                    let last: Option<i64> = last_change.query_row([&id], |r| r.get(0))?;
+                    changed_at.insert(id, last);
+                    last
+                }
+            };
+            if last.is_some_and(|g| g > generation) {
+                stale = true;
+                break;
+            }
+        }
+        if stale {
+            skip.execute(params![turn, STALE_WHY])?;
+        }
+    }
+    Ok(())
+}
+
+/// The ids in a turn's `injected_skills` (`[{"id", …}]`); none when it
+/// does not parse.
+fn injected_ids(injected: &str) -> Vec<String> {
+    match serde_json::from_str::<serde_json::Value>(injected) {
+        Ok(serde_json::Value::Array(items)) => items
+            .iter()
+            .filter_map(|item| Some(item.get("id")?.as_str()?.to_owned()))
+            .collect(),
+        _ => Vec::new(),
+    }
+}
+
 /// The ready samples of `run_agent`'s run, of whatever skill generation,
 /// oldest first (session, then turn order); those gone stale since they
 /// were made ready skipped, and without distillation (`opd`) those without
 /// a reward (made ready while it was on).
 pub fn ready(conn: &Conn, opd: bool, run_agent: &str) -> crate::store::sql::Result<Vec<Ready>> {
-    conn.prepare_cached(&format!(
-        "UPDATE turn_samples SET train_state = 'skipped', train_note = ?1
-         WHERE train_state = 'ready' AND {STALE}"
-    ))?
-    .execute(params![STALE_WHY])?;
+    skip_stale(conn, "train_state = 'ready'")?;
     if !opd {
         conn.prepare_cached(
             "UPDATE turn_samples SET train_state = 'skipped', train_note = ?1
@@ -358,7 +409,7 @@ pub fn counts(conn: &Conn, run_agent: Option<&str>) -> crate::store::sql::Result
     let mut counts = Counts::default();
     let mut stmt = conn.prepare_cached(
         "SELECT train_state, count(*) FROM turn_samples
-         WHERE ?1 IS NULL OR run_agent = ?1 GROUP BY train_state",
+         WHERE CAST(?1 AS TEXT) IS NULL OR run_agent = ?1 GROUP BY train_state",
     )?;
     let rows = stmt.query_map(params![run_agent], |r| {
         Ok((r.get::<String>(0)?, r.get::<i64>(1)?))
@@ -431,8 +482,8 @@ mod tests {
             "INSERT INTO turn_samples (turn_id, base_model, sampler, policy_version, rendering, skill_generation,
                  prompt_tokens, sampled_tokens, logprobs, prompt_len, sampled_len, stop_reason, parsed,
                  parse_error, trajectory_id, at_ms)
-             VALUES (?1, 'm', 'base', 0, 'r', ?2, ?3, ?3, x'', 1, 1, 'stop', 1, ?4, ?1, 0)",
-            params![id, generation, pack_i32(&[1]), parse_error],
+             VALUES (?1, 'm', 'base', 0, 'r', ?2, ?3, ?3, ?5, 1, 1, 'stop', 1, ?4, ?1, 0)",
+            params![id, generation, pack_i32(&[1]), parse_error, Vec::<u8>::new()],
         )
         .unwrap();
     }

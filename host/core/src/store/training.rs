@@ -7,7 +7,7 @@
 //! drives it counts one `incarnation`, so names it makes never repeat.
 
 use crate::store::sql::{Conn, Optional, params};
-use anyhow::Result;
+use anyhow::{Context, Result};
 use serde::{Deserialize, Serialize};
 
 /// A run's row.
@@ -290,17 +290,59 @@ pub fn annotate_step(
     incarnation: i64,
     ours: &TrainerMetrics,
 ) -> Result<()> {
-    conn.execute(
-        "UPDATE training_steps SET metrics = json_patch(metrics, ?4) \
-         WHERE run_id = ?1 AND step = ?2 AND incarnation = ?3",
-        params![
-            id,
-            step,
-            incarnation,
-            serde_json::json!({ "metaclaw": ours }).to_string()
-        ],
-    )?;
-    Ok(())
+    // Merged here, not in SQL (SQLite's json_patch has no Postgres twin),
+    // and written back only over the text it was merged into, so a
+    // concurrent annotation is merged again rather than lost.
+    let patch = serde_json::json!({ "metaclaw": ours });
+    for _ in 0..3 {
+        let old: Option<String> = conn
+            .query_row(
+                "SELECT metrics FROM training_steps WHERE run_id = ?1 AND step = ?2 AND incarnation = ?3",
+                params![id, step, incarnation],
+                |r| r.get(0),
+            )
+            .optional()?;
+        let Some(old) = old else {
+            return Ok(());
+        };
+        let mut metrics: serde_json::Value = serde_json::from_str(&old)
+            .with_context(|| format!("step {step}'s stored metrics are not JSON"))?;
+        merge_patch(&mut metrics, &patch);
+        let written = conn.execute(
+            "UPDATE training_steps SET metrics = ?5
+             WHERE run_id = ?1 AND step = ?2 AND incarnation = ?3 AND metrics = ?4",
+            params![id, step, incarnation, old, metrics.to_string()],
+        )?;
+        if written > 0 {
+            return Ok(());
+        }
+    }
+    anyhow::bail!("step {step}'s metrics kept changing while being annotated")
+}
+
+/// `patch` merged into `target` as a JSON merge patch (RFC 7396, what
+/// SQLite's json_patch does): objects merge key by key, a null removes
+/// the key, anything else replaces.
+fn merge_patch(target: &mut serde_json::Value, patch: &serde_json::Value) {
+    let serde_json::Value::Object(patch) = patch else {
+        *target = patch.clone();
+        return;
+    };
+    if !target.is_object() {
+        *target = serde_json::Value::Object(serde_json::Map::new());
+    }
+    if let serde_json::Value::Object(target) = target {
+        for (key, value) in patch {
+            if value.is_null() {
+                target.remove(key);
+            } else {
+                merge_patch(
+                    target.entry(key.clone()).or_insert(serde_json::Value::Null),
+                    value,
+                );
+            }
+        }
+    }
 }
 
 /// What was saved: a training state (`state`) or sampler weights.
@@ -431,4 +473,70 @@ pub fn steps(conn: &Conn, id: &str, limit: usize) -> Result<Vec<Step>> {
         })
     })?;
     Ok(rows.collect::<crate::store::sql::Result<_>>()?)
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+
+    use super::*;
+
+    #[test]
+    fn a_steps_annotations_merge_into_its_metrics() {
+        let mut conn = crate::store::memory();
+        let run = Run {
+            id: "r".into(),
+            service: "https://tinker.test".into(),
+            base_model: "base".into(),
+            agent: String::new(),
+            lora_rank: 8,
+            model_id: None,
+            last_seq: 0,
+            step: 0,
+            incarnation: 1,
+            pending: None,
+            state_path: None,
+            state_step: None,
+            sampler_path: None,
+            sampler_step: None,
+            started_from: None,
+            status: "active".into(),
+            created_ms: 0,
+            updated_ms: 0,
+        };
+        create(&mut conn, &run).unwrap();
+        let step = Step {
+            step: 1,
+            incarnation: 1,
+            model_id: "m1".into(),
+            samples: 4,
+            loss: Some(0.5),
+            metrics: serde_json::json!({"loss:sum": 2.0, "metaclaw": {"tokens": 7}}),
+            at_ms: 10,
+        };
+        step_done(&mut conn, "r", &step, 1).unwrap();
+        let mean = TrainerMetrics {
+            mean_reward: Some(0.25),
+            ..TrainerMetrics::default()
+        };
+        annotate_step(&conn, "r", 1, 1, &mean).unwrap();
+        let served = TrainerMetrics {
+            served_at_ms: Some(20),
+            ..TrainerMetrics::default()
+        };
+        annotate_step(&conn, "r", 1, 1, &served).unwrap();
+        let stored = steps(&conn, "r", 10).unwrap();
+        assert_eq!(
+            stored[0].metrics["loss:sum"], 2.0,
+            "the service's own keys stay"
+        );
+        let ours = stored[0].ours();
+        assert_eq!(
+            (ours.tokens, ours.mean_reward, ours.served_at_ms),
+            (Some(7), Some(0.25), Some(20))
+        );
+        // A step not recorded has nothing to annotate.
+        annotate_step(&conn, "r", 2, 1, &served).unwrap();
+        assert_eq!(steps(&conn, "r", 10).unwrap().len(), 1);
+    }
 }

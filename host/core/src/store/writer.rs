@@ -550,14 +550,17 @@ fn upsert_session(tx: &Tx<'_>, t: &TurnRecord, main: i64) -> crate::store::sql::
                                agent, agent_id)
          VALUES (?1, ?2, ?3, ?4, ?5, 'active', ?6, ?7, 1, ?8, ?9, ?10, ?11)
          ON CONFLICT(id) DO UPDATE SET
-             agent = coalesce(agent, excluded.agent),
-             last_activity_ms = max(last_activity_ms, excluded.last_activity_ms),
-             turn_count = turn_count + 1,
-             main_turns = main_turns + excluded.main_turns,
+             agent = coalesce(sessions.agent, excluded.agent),
+             last_activity_ms = max(sessions.last_activity_ms, excluded.last_activity_ms),
+             turn_count = sessions.turn_count + 1,
+             main_turns = sessions.main_turns + excluded.main_turns,
              last_message_count = excluded.last_message_count,
-             end_reason = CASE WHEN status = 'ended' AND ?6 > ended_at_ms THEN NULL ELSE end_reason END,
-             status = CASE WHEN status = 'ended' AND ?6 > ended_at_ms THEN 'active' ELSE status END,
-             ended_at_ms = CASE WHEN ended_at_ms IS NOT NULL AND ?6 > ended_at_ms THEN NULL ELSE ended_at_ms END
+             end_reason = CASE WHEN sessions.status = 'ended' AND ?6 > sessions.ended_at_ms
+                               THEN NULL ELSE sessions.end_reason END,
+             status = CASE WHEN sessions.status = 'ended' AND ?6 > sessions.ended_at_ms
+                           THEN 'active' ELSE sessions.status END,
+             ended_at_ms = CASE WHEN sessions.ended_at_ms IS NOT NULL AND ?6 > sessions.ended_at_ms
+                                THEN NULL ELSE sessions.ended_at_ms END
          RETURNING turn_count",
     )?
     .query_row(

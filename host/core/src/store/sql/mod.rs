@@ -11,6 +11,12 @@
 //! statement text. A statement that has no common spelling asks
 //! [`Conn::backend`] and spells it per backend where it is used.
 //!
+//! Two rules keep one text valid on both: an upsert's `DO UPDATE` names
+//! the existing row's columns by its table (`jobs.state`; Postgres finds a
+//! bare name ambiguous with `excluded`'s), and a placeholder only tested
+//! for NULL is cast (`CAST(?1 AS TEXT) IS NULL OR …`: Postgres must know
+//! its type where it first appears).
+//!
 //! Rows are read whole into [`Row`]s before the caller's closure sees them,
 //! so a closure may query the same connection again.
 
@@ -200,15 +206,6 @@ impl Conn {
         match self.inner {
             Inner::Sqlite(_) => Backend::Sqlite,
             Inner::Postgres(_) => Backend::Postgres,
-        }
-    }
-
-    /// Closes the connection instead of handing it back to the pool (it
-    /// holds a session state the next borrower must not inherit). SQLite's
-    /// is closed when dropped anyway.
-    pub fn discard(self) {
-        if let Inner::Postgres(c) = &self.inner {
-            c.borrow_mut().discard();
         }
     }
 

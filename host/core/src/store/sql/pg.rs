@@ -66,9 +66,6 @@ pub struct Pooled {
     /// Always `Some` but while being dropped (see `Drop`).
     client: Option<postgres::Client>,
     prepared: HashMap<String, Statement>,
-    /// Left in a state the next borrower must not inherit (a session lock
-    /// it could not let go of): closed instead of going back to the pool.
-    discarded: bool,
 }
 
 impl Pooled {
@@ -99,7 +96,6 @@ impl r2d2::ManageConnection for Manager {
         Ok(Pooled {
             client: Some(self.0.connect()?),
             prepared: HashMap::new(),
-            discarded: false,
         })
     }
 
@@ -111,7 +107,7 @@ impl r2d2::ManageConnection for Manager {
     }
 
     fn has_broken(&self, conn: &mut Pooled) -> bool {
-        conn.discarded || conn.client.as_ref().is_none_or(postgres::Client::is_closed)
+        conn.client.as_ref().is_none_or(postgres::Client::is_closed)
     }
 }
 
@@ -121,11 +117,6 @@ pub struct PgConn {
 }
 
 impl PgConn {
-    /// Closed when dropped, not handed out again.
-    pub(super) fn discard(&mut self) {
-        self.conn.discarded = true;
-    }
-
     pub(super) fn prepare(&mut self, sql: &str) -> Result<Statement> {
         if let Some(s) = self.conn.prepared.get(sql) {
             return Ok(s.clone());
