@@ -14,8 +14,8 @@
 //!   run once, done, each stage of its one round recorded once.
 //!
 //! Every check runs and the failures are reported together, each saying
-//! what the data showed: the multi-instance machinery (claims with an
-//! owner, ends recorded once, leases) makes them pass one by one. Which
+//! what the data showed (a job run twice, an end recorded by two
+//! instances, a job the killed instance left running never taken back). Which
 //! instance ended a session or ran a job is read from the instances' logs
 //! (the store does not say). When all is well it takes the start, the load
 //! (about 6 s) and the living instances' idle sweep ([`IDLE_TIMEOUT`]); a
@@ -74,13 +74,16 @@ const STALL: Duration = Duration::from_secs(45);
 /// The longest the test waits for the queue after the load, progress or not.
 const QUEUE_LIMIT: Duration = Duration::from_secs(80);
 
-fn config(evolver_base: &str) -> String {
+/// Every instance keeps the skill library in one folder (docs/team.md: a
+/// shared filesystem path; an instance with another is refused).
+fn config(evolver_base: &str, skills_dir: &std::path::Path) -> String {
     format!(
         "llm:\n  api_base: {{upstream}}\n  model_id: echo\n\
          rl:\n  prm_model: judge\n  evolver_model: {EVOLVER}\n  evolver_api_base: {evolver_base}\n\
-         skills:\n  auto_evolve: false\n\
+         skills:\n  auto_evolve: false\n  dir: {}\n\
          sessions:\n  idle_timeout: {}ms\n\
          store:\n  commit_interval: {}ms\n",
+        skills_dir.display(),
         IDLE_TIMEOUT.as_millis(),
         COMMIT_INTERVAL.as_millis()
     )
@@ -465,7 +468,8 @@ fn three_instances_on_one_postgres_store_survive_a_kill_9_and_learn_each_session
     // The evolver on an upstream of its own: the requests it keeps are
     // then the evolver's alone, one per evolve stage that asked it.
     let evo = dummy();
-    let config = config(&evo.url);
+    let skills = tempfile::tempdir().unwrap();
+    let config = config(&evo.url, skills.path());
     let env = [
         ("METACLAW_STORE_URL", store_url.as_str()),
         // The test reads job starts and ends in the instances' logs.
