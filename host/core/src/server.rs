@@ -680,10 +680,27 @@ mod tests {
     /// (nothing here may reach it).
     fn app(proxy: ProxyConfig) -> (Served, tempfile::TempDir) {
         let dir = tempfile::tempdir().unwrap();
+        let db = crate::store::test_db(dir.path().join("metaclaw.db"));
+        app_on(proxy, db, false, dir)
+    }
+
+    /// [`app`] on `db`; `join`: as an instance of a shared store's
+    /// deployment (Postgres).
+    fn app_on(
+        proxy: ProxyConfig,
+        db: crate::store::Db,
+        join: bool,
+        dir: tempfile::TempDir,
+    ) -> (Served, tempfile::TempDir) {
         let metrics = Arc::new(Metrics::new());
+        let work = crate::work::Work::new();
+        let team = match join {
+            true => crate::team::Team::join(&db, format!("127.0.0.1:{PORT}"), None, &work).unwrap(),
+            false => crate::team::Team::solo(),
+        };
         let (store, _writer) = Store::open(
             StoreOptions {
-                db: crate::store::test_db(dir.path().join("metaclaw.db")),
+                db,
                 commit_interval: Duration::from_millis(10),
                 queue_capacity: 64,
                 redactor: Redactor::new(Vec::new()),
@@ -707,7 +724,7 @@ mod tests {
         };
         let proxy = &loaded.config.proxy;
         let app = Arc::new(App {
-            work: Default::default(),
+            work,
             proxy: Arc::new(Proxy {
                 upstream: Upstream::new(&loaded, loaded.api_base()).unwrap(),
                 sessions: Tracker::new(store.clone(), metrics.clone(), Duration::from_secs(600)),
@@ -730,7 +747,7 @@ mod tests {
             redactor: Arc::new(crate::redact::Redactor::new(vec![
                 "sk-test-secret-0123456789".to_string(),
             ])),
-            team: crate::team::Team::solo(),
+            team,
             info: RuntimeInfo {
                 started: Instant::now(),
                 started_at_ms: 0,
@@ -1163,6 +1180,66 @@ mod tests {
             .expect("a form with a CSRF token");
         let rest = &page[at + r#"name="csrf" value=""#.len()..];
         rest[..rest.find('"').unwrap()].to_string()
+    }
+
+    /// On a team's store the overview shows every instance and what each
+    /// leads, whichever instance serves the page.
+    #[tokio::test]
+    async fn the_overview_shows_every_instance_of_a_shared_store() {
+        let url = metaclaw_pg_cluster::fresh_database().unwrap();
+        let db = crate::store::Db::postgres(&url);
+        drop(db.side_writer().unwrap()); // migrated, as a start does
+        let (app, _dir) = app_on(
+            ProxyConfig::default(),
+            db.clone(),
+            true,
+            tempfile::tempdir().unwrap(),
+        );
+        // Another instance, which leads training.
+        let conn = db.side_writer().unwrap();
+        let other = crate::store::instances::Instance {
+            id: "other-instance".into(),
+            host: "b".into(),
+            pid: 7,
+            version: "0.0.0".into(),
+            listen: "10.0.0.2:7777".into(),
+            skills_dir: None,
+            started_ms: 0,
+            heartbeat_ms: 0,
+            clock_offset_ms: 0,
+            stopped_ms: None,
+        };
+        crate::store::instances::register(&conn, &other, crate::clock::now_ms()).unwrap();
+        crate::store::instances::acquire(&conn, "trainer", "other-instance", 60_000).unwrap();
+        let (cookie, base) = log_in(&app).await;
+        let (status, _, page) = send_page(
+            &app,
+            "GET",
+            &format!("{base}"),
+            &[LOCAL, ("cookie", &cookie)],
+            "",
+        )
+        .await;
+        assert_eq!(status, 200, "{page}");
+        assert!(page.contains("2 of 2 instance(s) alive"), "{page}");
+        assert!(
+            page.contains(app.team.id()) && page.contains("10.0.0.2:7777"),
+            "{page}"
+        );
+        assert!(page.contains("trainer"), "{page}");
+        let (_, status) = send(
+            &app,
+            "GET",
+            "/admin/status",
+            &[LOCAL, ("authorization", &format!("Bearer {ADMIN}"))],
+            "",
+        )
+        .await;
+        assert_eq!(
+            status["deployment"]["leases"][0]["holder"], "other-instance",
+            "{status}"
+        );
+        assert_eq!(status["store"]["backend"], "postgres");
     }
 
     #[tokio::test]

@@ -285,7 +285,7 @@ fn run_list(
             serde_json::to_string_pretty(&json!({
                 "generation": snapshot.generation,
                 "skills": skills.iter().map(|s| json!({
-                    "id": s.id, "agent": metaclaw_core::skills::layer::split(&s.id).0,
+                    "id": s.id, "agent": layer_agent(&s.id), "team": layer_team(&s.id),
                     "name": s.name, "description": s.description, "category": s.category.as_str(),
                     "tags": s.tags, "version": s.version.to_string(), "created_by": s.created_by,
                     "component": s.component, "content_hash": s.content_hash,
@@ -714,44 +714,78 @@ fn run_remove(cx: &Cx, name: String) -> Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
-/// `skills share`.
+/// The agent whose own layer skill `id` is in (`skills list --json`).
+fn layer_agent(id: &str) -> Option<String> {
+    metaclaw_core::skills::layer::split(id)
+        .0
+        .agent()
+        .map(|a| a.to_string())
+}
+
+/// The team whose layer (or whose agent's) skill `id` is in.
+fn layer_team(id: &str) -> Option<String> {
+    metaclaw_core::skills::layer::split(id)
+        .0
+        .team()
+        .map(str::to_string)
+}
+
+/// `skills share`: a skill moves one layer out (a team's agent's into its
+/// team's layer; a team's or a plain agent's into the shared library).
 fn run_share(cx: &Cx, id: String) -> Result<ExitCode> {
-    let (Some(agent), name) = metaclaw_core::skills::layer::split(&id) else {
+    use metaclaw_core::skills::layer::Owner;
+    let (owner, name) = metaclaw_core::skills::layer::split(&id);
+    let Some(outer) = owner.outer() else {
         bail!(
-            "{id} is shared already; an agent's skill is @AGENT/NAME (see `metaclaw skills list`)"
+            "{id} is shared already; an agent's skill is @AGENT/NAME, a team's +TEAM/NAME, a team agent's +TEAM/@AGENT/NAME (see `metaclaw skills list`)"
         );
     };
     let library = cx.open_library();
     let held = library.lock_changes();
     let snapshot = library.rescan_holding(&held, None);
     if snapshot.get(&id).is_none() {
+        let hint = match owner.agent() {
+            Some(agent) => format!(" (see `metaclaw skills list --agent {agent}`)"),
+            None => " (see `metaclaw skills list`)".to_string(),
+        };
+        bail!("no skill {id} in {}{hint}", cx.dir.display());
+    }
+    let to = outer.id_of(name);
+    if snapshot.get(&to).is_some() {
+        let who = match &outer {
+            Owner::Team(team) => format!("every agent of team {team}"),
+            _ => "every agent".to_string(),
+        };
         bail!(
-            "no skill {id} in {} (see `metaclaw skills list --agent {agent}`)",
-            cx.dir.display()
+            "{to} exists in {outer}: sharing {id} would change it for {who}; edit that one, or share this one under another name (rename its folder and its name)"
         );
     }
-    if snapshot.get(name).is_some() {
-        bail!(
-            "a shared skill {name} exists: sharing {id} would change it for every agent; edit the shared one, or share this one under another name (rename its folder and its name)"
-        );
+    let target = cx.dir.join(&to);
+    if let Some(parent) = target.parent() {
+        std::fs::create_dir_all(parent)
+            .with_context(|| format!("creating {}", parent.display()))?;
     }
-    std::fs::rename(cx.dir.join(&id), cx.dir.join(name)).with_context(|| {
+    std::fs::rename(cx.dir.join(&id), &target).with_context(|| {
         format!(
             "moving {} to {}",
             cx.dir.join(&id).display(),
-            cx.dir.join(name).display()
+            target.display()
         )
     })?;
-    let text = std::fs::read(cx.dir.join(name).join("SKILL.md")).unwrap_or_default();
+    let text = std::fs::read(target.join("SKILL.md")).unwrap_or_default();
     library.rescan_holding(
         &held,
         Some(
-            &Attribution::new("user", format!("shared from agent {agent}'s skills"))
-                .wrote(name, &text)
+            &Attribution::new("user", format!("shared from {owner}"))
+                .wrote(&to, &text)
                 .skill(&id),
         ),
     );
-    say!("{id} is shared now as {name}: every agent's turns may get it");
+    let who = match &outer {
+        Owner::Team(team) => format!("every agent of team {team}"),
+        _ => "every agent".to_string(),
+    };
+    say!("{id} is shared now as {to}: the turns of {who} may get it");
     Ok(ExitCode::SUCCESS)
 }
 

@@ -60,15 +60,29 @@ impl Snapshot {
         self.index.get(id).and_then(|&i| self.skills.get(i))
     }
 
-    /// Whether a turn of `agent` sees skill `id`: a shared skill unless
-    /// the agent's layer has one of its name, and the agent's own.
+    /// Whether a turn of `agent` sees skill `id`: its own layer's, its
+    /// team's unless its own layer has one of that name, and a shared one
+    /// unless a nearer layer (its own, its team's) has one of that name.
     pub fn visible_to(&self, id: &str, agent: &crate::agent_id::AgentId) -> bool {
-        match super::layer::split(id) {
-            (Some(layer), _) => layer == agent.as_str(),
-            (None, name) => {
-                agent.as_str() == crate::agent_id::DEFAULT
-                    || !self.index.contains_key(&super::layer::id_in(agent, name))
-            }
+        use super::layer::Owner;
+        let (owner, name) = super::layer::split(id);
+        if !owner.seen_by(agent) {
+            return false;
+        }
+        if agent.as_str() == crate::agent_id::DEFAULT {
+            return true;
+        }
+        let own = || self.index.contains_key(&super::layer::id_in(agent, name));
+        let team = || {
+            agent.team().is_some_and(|t| {
+                self.index
+                    .contains_key(&Owner::Team(t.to_string()).id_of(name))
+            })
+        };
+        match owner {
+            Owner::Agent(_) => true,
+            Owner::Team(_) => !own(),
+            Owner::Shared => !own() && !team(),
         }
     }
 
@@ -90,24 +104,33 @@ impl Snapshot {
     }
 }
 
-/// Reads every skill folder under `dir`, and every agent's layer
-/// (`@<agent>/<name>/`, [`super::layer`]).
+/// Reads every skill folder under `dir`, every agent's layer
+/// (`@<agent>/<name>/`) and every team's (`+<team>/<name>/`, its agents'
+/// `+<team>/@<agent>/<name>/`; [`super::layer`]).
 pub fn scan(dir: &Path) -> (Vec<Skill>, Vec<SkillProblem>) {
     let mut skills = Vec::new();
     let mut problems = Vec::new();
-    scan_layer(dir, None, &mut skills, &mut problems);
+    scan_layer(
+        dir,
+        &super::layer::Owner::Shared,
+        &mut skills,
+        &mut problems,
+    );
     skills.sort_by(|a, b| a.id.cmp(&b.id));
     (skills, problems)
 }
 
-/// Reads the skill folders of one layer: the shared one (`agent` none,
-/// where a `@<agent>` folder is that agent's layer) or an agent's.
+/// Reads the skill folders of one layer: the shared one (where a
+/// `@<agent>` folder is that agent's layer and a `+<team>` folder that
+/// team's), a team's (where a `@<agent>` folder is its agent's) or an
+/// agent's.
 fn scan_layer(
     dir: &Path,
-    agent: Option<&crate::agent_id::AgentId>,
+    owner: &super::layer::Owner,
     skills: &mut Vec<Skill>,
     problems: &mut Vec<SkillProblem>,
 ) {
+    use super::layer::Owner;
     let Ok(entries) = std::fs::read_dir(dir) else {
         return;
     };
@@ -127,23 +150,23 @@ fn scan_layer(
         if id.starts_with('.') {
             continue;
         }
-        if agent.is_none()
-            && let Some(layer) = super::layer::folder_agent(&id)
-        {
+        let opens = match owner {
+            Owner::Shared => super::layer::folder_owner(&id, None),
+            Owner::Team(team) => super::layer::folder_owner(&id, Some(team)),
+            Owner::Agent(_) => None,
+        };
+        if let Some(layer) = opens {
             match layer {
-                Ok(agent) => scan_layer(&path, Some(&agent), skills, problems),
+                Ok(inner) => scan_layer(&path, &inner, skills, problems),
                 Err(error) => problems.push(SkillProblem {
-                    id,
+                    id: owner.id_of(&id),
                     path,
                     error: error.to_string(),
                 }),
             }
             continue;
         }
-        let id = match agent {
-            Some(agent) => super::layer::id_in(agent, &id),
-            None => id,
-        };
+        let id = owner.id_of(&id);
         if !path.join("SKILL.md").is_file() {
             problems.push(SkillProblem {
                 id,
@@ -581,6 +604,65 @@ mod tests {
         assert_eq!(sees("work"), ["@work/alpha", "@work/gamma", "beta"]);
         assert_eq!(sees("default"), ["alpha", "beta"]);
         assert_eq!(sees("home"), ["alpha", "beta"]);
+    }
+
+    #[test]
+    fn a_teams_agents_see_the_teams_layer_and_their_own_in_their_place() {
+        let home = tempfile::tempdir().unwrap();
+        let dir = home.path().join("skills");
+        write(&dir, "alpha", &skill("alpha", "shared"));
+        write(&dir, "beta", &skill("beta", "shared"));
+        write(&dir, "gamma", &skill("gamma", "shared"));
+        write(&dir, "+ops/alpha", &skill("alpha", "the team's"));
+        write(&dir, "+ops/runbook", &skill("runbook", "the team's only"));
+        write(&dir, "+ops/@alice/alpha", &skill("alpha", "alice's own"));
+        write(&dir, "+ops/@alice/beta", &skill("beta", "alice's own"));
+        write(&dir, "+ops/+nested/x", &skill("x", "not a layer"));
+        write(&dir, "+Ops/y", &skill("y", "not a team"));
+        let lib = Library::open(dir.clone(), crate::store::test_db(home.path().join("m.db")));
+        let s = lib.snapshot();
+        let ids: Vec<&str> = s.skills.iter().map(|s| s.id.as_str()).collect();
+        assert_eq!(
+            ids,
+            [
+                "+ops/@alice/alpha",
+                "+ops/@alice/beta",
+                "+ops/alpha",
+                "+ops/runbook",
+                "alpha",
+                "beta",
+                "gamma"
+            ]
+        );
+        let problems: Vec<&str> = s.problems.iter().map(|p| p.id.as_str()).collect();
+        assert_eq!(problems, ["+Ops", "+ops/+nested"], "{:?}", s.problems);
+        let sees = |agent: &str| -> Vec<&str> {
+            let agent = crate::agent_id::AgentId::parse(agent).unwrap();
+            ids.iter()
+                .copied()
+                .filter(|id| s.visible_to(id, &agent))
+                .collect()
+        };
+        // Her own over the team's over the shared.
+        assert_eq!(
+            sees("ops/alice"),
+            [
+                "+ops/@alice/alpha",
+                "+ops/@alice/beta",
+                "+ops/runbook",
+                "gamma"
+            ]
+        );
+        assert_eq!(
+            sees("ops/bob"),
+            ["+ops/alpha", "+ops/runbook", "beta", "gamma"]
+        );
+        assert_eq!(sees("sales/eve"), ["alpha", "beta", "gamma"]);
+        assert_eq!(
+            sees("ops"),
+            ["alpha", "beta", "gamma"],
+            "a plain agent is no team"
+        );
     }
 
     #[test]

@@ -166,12 +166,13 @@ impl Delivery {
         ))
     }
 
-    /// The OpenClaw agent whose Workshop gets skill `id`: its layer's agent,
-    /// else `skills.workshop.agent`.
+    /// The OpenClaw agent whose Workshop gets skill `id`: its layer's agent
+    /// (a team's agent by its name in the team: OpenClaw's ids have no
+    /// team), else `skills.workshop.agent`.
     pub fn openclaw_agent(&self, id: &str) -> String {
-        match super::layer::split(id) {
-            (Some(agent), _) => agent.to_string(),
-            (None, _) => self.settings.agent.clone(),
+        match super::layer::split(id).0.agent() {
+            Some(agent) => agent.name().to_string(),
+            None => self.settings.agent.clone(),
         }
     }
 
