@@ -94,7 +94,7 @@ pub fn load_with_env(
     // every part of metaclaw runs on it.
     if config.store.url.is_some() {
         warnings.push(
-            "store.url: the team deployment on Postgres is not complete yet: team/agent namespaces are not built, its cost is not yet measured, and the connection to Postgres is not encrypted (no TLS): keep the database on a private network (docs/team.md)".into(),
+            "store.url: the team deployment on Postgres is new: its cost is not yet measured, and the connection to Postgres is not encrypted (no TLS): keep the database on a private network (docs/team.md)".into(),
         );
     }
     Ok(LoadedConfig {
