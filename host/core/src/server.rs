@@ -1198,16 +1198,10 @@ mod tests {
         // Another instance, which leads training.
         let conn = db.side_writer().unwrap();
         let other = crate::store::instances::Instance {
-            id: "other-instance".into(),
             host: "b".into(),
             pid: 7,
-            version: "0.0.0".into(),
             listen: "10.0.0.2:7777".into(),
-            skills_dir: None,
-            started_ms: 0,
-            heartbeat_ms: 0,
-            clock_offset_ms: 0,
-            stopped_ms: None,
+            ..crate::store::instances::test_instance("other-instance")
         };
         crate::store::instances::register(&conn, &other, crate::clock::now_ms()).unwrap();
         crate::store::instances::acquire(&conn, "trainer", "other-instance", 60_000).unwrap();

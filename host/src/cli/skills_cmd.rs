@@ -752,12 +752,18 @@ fn run_share(cx: &Cx, id: String) -> Result<ExitCode> {
     }
     let to = outer.id_of(name);
     if snapshot.get(&to).is_some() {
-        let who = match &outer {
-            Owner::Team(team) => format!("every agent of team {team}"),
-            _ => "every agent".to_string(),
+        let (exists, who) = match &outer {
+            Owner::Team(team) => (
+                format!("team {team}'s skill {to} exists"),
+                format!("every agent of team {team}"),
+            ),
+            _ => (
+                format!("a shared skill {name} exists"),
+                "every agent".to_string(),
+            ),
         };
         bail!(
-            "{to} exists in {outer}: sharing {id} would change it for {who}; edit that one, or share this one under another name (rename its folder and its name)"
+            "{exists}: sharing {id} would change it for {who}; edit that one, or share this one under another name (rename its folder and its name)"
         );
     }
     let target = cx.dir.join(&to);

@@ -115,6 +115,26 @@ struct Live {
     shrink_windows: bool,
 }
 
+impl Live {
+    /// A session found open in the store, silent for `idle_ms`: timed from
+    /// its last activity.
+    fn resumed(info: SessionInfo, idle_ms: u64, last_message_count: u32) -> Self {
+        Self {
+            shrink_windows: matches!(
+                info.source,
+                SessionSource::OpenclawRuntime | SessionSource::Fingerprint
+            ),
+            current: info,
+            last_activity: Instant::now()
+                .checked_sub(Duration::from_millis(idle_ms))
+                .unwrap_or_else(Instant::now),
+            last_message_count,
+            in_flight: 0,
+            last_main: None,
+        }
+    }
+}
+
 /// The latest main turn of a live session.
 struct LastMain {
     /// [`TurnAttempt::key`] of its request.
@@ -210,22 +230,9 @@ impl Tracker {
                     ended.push(info);
                     continue;
                 }
-                let last_activity = Instant::now()
-                    .checked_sub(Duration::from_millis(idle_ms))
-                    .unwrap_or_else(Instant::now);
                 live.insert(
                     info.base_key.clone(),
-                    Live {
-                        shrink_windows: matches!(
-                            info.source,
-                            SessionSource::OpenclawRuntime | SessionSource::Fingerprint
-                        ),
-                        current: info,
-                        last_activity,
-                        last_message_count: s.last_message_count,
-                        in_flight: 0,
-                        last_main: None,
-                    },
+                    Live::resumed(info, idle_ms, s.last_message_count),
                 );
             }
         }
@@ -492,21 +499,9 @@ impl Tracker {
                 ended.push(info);
                 continue;
             }
-            let last_activity = Instant::now()
-                .checked_sub(Duration::from_millis(idle_ms))
-                .unwrap_or_else(Instant::now);
             if let Ok(mut live) = self.live.lock() {
-                live.entry(info.base_key.clone()).or_insert(Live {
-                    shrink_windows: matches!(
-                        info.source,
-                        SessionSource::OpenclawRuntime | SessionSource::Fingerprint
-                    ),
-                    current: info,
-                    last_activity,
-                    last_message_count: stored.last_message_count,
-                    in_flight: 0,
-                    last_main: None,
-                });
+                live.entry(info.base_key.clone())
+                    .or_insert_with(|| Live::resumed(info, idle_ms, stored.last_message_count));
             }
         }
         ended

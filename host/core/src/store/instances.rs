@@ -212,23 +212,29 @@ pub fn leases(conn: &Conn) -> Result<Vec<Lease>> {
     rows.collect()
 }
 
+/// An instance as a test registers it.
+#[cfg(test)]
+pub(crate) fn test_instance(id: &str) -> Instance {
+    Instance {
+        id: id.into(),
+        host: "h".into(),
+        pid: 1,
+        version: "0".into(),
+        listen: "127.0.0.1:1".into(),
+        skills_dir: None,
+        started_ms: 0,
+        heartbeat_ms: 0,
+        clock_offset_ms: 0,
+        stopped_ms: None,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
     fn me(id: &str) -> Instance {
-        Instance {
-            id: id.into(),
-            host: "h".into(),
-            pid: 1,
-            version: "0".into(),
-            listen: "127.0.0.1:1".into(),
-            skills_dir: None,
-            started_ms: 0,
-            heartbeat_ms: 0,
-            clock_offset_ms: 0,
-            stopped_ms: None,
-        }
+        test_instance(id)
     }
 
     fn db() -> (tempfile::TempDir, Conn) {

@@ -786,20 +786,7 @@ mod tests {
         assert_eq!(next_due(&conn).unwrap(), Some(7));
     }
 
-    fn instance(id: &str) -> instances::Instance {
-        instances::Instance {
-            id: id.into(),
-            host: "h".into(),
-            pid: 1,
-            version: "0".into(),
-            listen: "127.0.0.1:1".into(),
-            skills_dir: None,
-            started_ms: 0,
-            heartbeat_ms: 0,
-            clock_offset_ms: 0,
-            stopped_ms: None,
-        }
-    }
+    use instances::test_instance as instance;
 
     #[test]
     fn a_job_taken_back_from_a_silent_instance_is_written_by_its_new_owner_alone() {

@@ -665,16 +665,7 @@ impl Trainer {
     /// A follower serves what the run's record serves (the leader's last
     /// swap), once it differs from what this instance serves.
     async fn serve_the_leaders_weights(&mut self) {
-        let record = self.settings.db.read().ok().and_then(|conn| {
-            crate::store::training::active(
-                &conn,
-                self.settings.tinker.service_url(),
-                &self.settings.spec.base_model,
-                &self.settings.spec.agent,
-            )
-            .ok()
-            .flatten()
-        });
+        let record = self.active_record();
         let Some((path, step)) = record.and_then(|r| Some((r.sampler_path?, r.sampler_step?)))
         else {
             return;
@@ -694,22 +685,22 @@ impl Trainer {
         }
     }
 
+    /// The active run's record, if it can be read.
+    fn active_record(&self) -> Option<crate::store::training::Run> {
+        let conn = self.settings.db.read().ok()?;
+        crate::store::training::active(
+            &conn,
+            self.settings.tinker.service_url(),
+            &self.settings.spec.base_model,
+            &self.settings.spec.agent,
+        )
+        .ok()
+        .flatten()
+    }
+
     /// Whether the active run has a saved training state to load.
     fn has_saved_state(&self) -> bool {
-        self.settings
-            .db
-            .read()
-            .ok()
-            .and_then(|conn| {
-                crate::store::training::active(
-                    &conn,
-                    self.settings.tinker.service_url(),
-                    &self.settings.spec.base_model,
-                    &self.settings.spec.agent,
-                )
-                .ok()
-                .flatten()
-            })
+        self.active_record()
             .is_some_and(|run| run.state_path.is_some())
     }
 
