@@ -256,3 +256,83 @@ async fn an_agents_own_skills_reach_only_its_turns_until_shared() {
     let history = String::from_utf8_lossy(&history.stdout);
     assert!(history.contains("shared from agent work"), "{history}");
 }
+
+/// A team's agents (`ops/alice`, `ops/bob`) share the team's layer and
+/// keep their own; another team's agent sees neither; `skills share` moves
+/// an agent's skill into its team's layer.
+#[tokio::test]
+async fn a_teams_agents_share_its_skills_and_keep_their_own() {
+    let up = dummy();
+    let mc = Metaclaw::start(
+        &up.url,
+        "llm:\n  api_base: {upstream}\n  model_id: echo-system\n  force_model: true\n\
+         skills:\n  top_k: 4\nsessions:\n  idle_timeout: 1h\n",
+    );
+    let status = poll_json(mc.home.path(), &["status", "--json"], |v| {
+        skills_ready(v, 0)
+    });
+    let before = status["skills"]["loaded"].as_u64().unwrap();
+    let generation = status["skills"]["generation"].as_u64().unwrap();
+    let rota = "Rotate the pager duty rota every week and hand over open incidents";
+    let kiln = "Fire the pottery kiln slowly and check the glaze cones";
+    write_skill(mc.home.path(), "pager-rota", rota, "SHARED-ROTA");
+    write_skill(mc.home.path(), "+ops/pager-rota", rota, "OPS-ROTA");
+    write_skill(
+        mc.home.path(),
+        "+ops/@alice/kiln-firing",
+        kiln,
+        "ALICE-KILN",
+    );
+    loaded_and_indexed(&mc, before + 3, generation);
+
+    let ask = "how do I rotate the pager duty rota, and fire the pottery kiln glaze cones?";
+    let alice = answer(&mc, "a-1", Some("ops/alice"), ask).await;
+    assert!(
+        alice.contains("OPS-ROTA")
+            && alice.contains("ALICE-KILN")
+            && !alice.contains("SHARED-ROTA"),
+        "the team's version in place of the shared one, and her own: {alice}"
+    );
+    let bob = answer(&mc, "b-1", Some("ops/bob"), ask).await;
+    assert!(
+        bob.contains("OPS-ROTA") && !bob.contains("ALICE-KILN"),
+        "the team's, not alice's: {bob}"
+    );
+    let eve = answer(&mc, "e-1", Some("sales/eve"), ask).await;
+    assert!(
+        eve.contains("SHARED-ROTA") && !eve.contains("OPS-") && !eve.contains("ALICE-"),
+        "another team's agent: {eve}"
+    );
+    let list = poll_json(mc.home.path(), &["sessions", "list", "--json"], |v| {
+        v.as_array().is_some_and(|a| a.len() == 3)
+    });
+    assert_eq!(agent_of(&list, "a-1"), "ops/alice");
+
+    // Alice's skill, shared with her team.
+    let status = poll_json(mc.home.path(), &["status", "--json"], |v| {
+        skills_ready(v, before + 3)
+    });
+    let generation = status["skills"]["generation"].as_u64().unwrap();
+    let shared = mc.cli(&["skills", "share", "+ops/@alice/kiln-firing"]);
+    assert!(
+        shared.status.success(),
+        "{}",
+        String::from_utf8_lossy(&shared.stderr)
+    );
+    assert!(
+        mc.home
+            .path()
+            .join("skills/+ops/kiln-firing/SKILL.md")
+            .is_file()
+    );
+    loaded_and_indexed(&mc, before + 3, generation);
+    let bob = answer(&mc, "b-2", Some("ops/bob"), ask).await;
+    assert!(bob.contains("ALICE-KILN"), "the team's now: {bob}");
+    let eve = answer(&mc, "e-2", Some("sales/eve"), ask).await;
+    assert!(!eve.contains("ALICE-KILN"), "not another team's: {eve}");
+    // The team's version of a shared skill is not shared over it.
+    let refused = mc.cli(&["skills", "share", "+ops/pager-rota"]);
+    assert!(!refused.status.success());
+    let said = String::from_utf8_lossy(&refused.stderr);
+    assert!(said.contains("a shared skill pager-rota exists"), "{said}");
+}
