@@ -1212,14 +1212,8 @@ mod tests {
         crate::store::instances::register(&conn, &other, crate::clock::now_ms()).unwrap();
         crate::store::instances::acquire(&conn, "trainer", "other-instance", 60_000).unwrap();
         let (cookie, base) = log_in(&app).await;
-        let (status, _, page) = send_page(
-            &app,
-            "GET",
-            &format!("{base}"),
-            &[LOCAL, ("cookie", &cookie)],
-            "",
-        )
-        .await;
+        let (status, _, page) =
+            send_page(&app, "GET", &base, &[LOCAL, ("cookie", &cookie)], "").await;
         assert_eq!(status, 200, "{page}");
         assert!(page.contains("2 of 2 instance(s) alive"), "{page}");
         assert!(
