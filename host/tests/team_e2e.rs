@@ -73,6 +73,16 @@ const OWED: usize = 20;
 const STALL: Duration = Duration::from_secs(45);
 /// The longest the test waits for the queue after the load, progress or not.
 const QUEUE_LIMIT: Duration = Duration::from_secs(80);
+/// A skill evolved on one instance is in every living instance's library,
+/// indexed for retrieval, within this of being recorded: docs/team.md's
+/// bound ("within about 2 s plus a rescan": each instance reads the
+/// store's generation every `team::HEARTBEAT` and re-reads the folder when
+/// it moved), the rescan and the retrievers' new index given 3 s on a
+/// loaded machine.
+const SKILL_SYNC: Duration = metaclaw_core::team::HEARTBEAT.saturating_add(Duration::from_secs(3));
+/// The corrected session whose job evolves that skill after the load (not
+/// a `team-` id: the load's checks leave it alone).
+const SKILL_SESSION: &str = "skillsync-1";
 
 /// Every instance keeps the skill library in one folder (docs/team.md: a
 /// shared filesystem path; an instance with another is refused).
@@ -422,6 +432,154 @@ fn section<'a>(prompt: &'a str, heading: &str) -> &'a str {
     };
     let rest = &prompt[start + heading.len() + 4..];
     &rest[..rest.find("\n## ").unwrap_or(rest.len())]
+}
+
+/// Instance `i`'s `/admin/status` (`None`: it did not answer).
+fn admin_status(rt: &tokio::runtime::Runtime, instance: &Metaclaw) -> Option<Value> {
+    let token = std::fs::read_to_string(instance.home.path().join("admin.token")).ok()?;
+    rt.block_on(async {
+        client()
+            .get(format!("{}/admin/status", instance.url()))
+            .bearer_auth(token.trim())
+            .send()
+            .await
+            .ok()?
+            .json()
+            .await
+            .ok()
+    })
+}
+
+/// A skill evolved on one instance, then looked for on every living one:
+/// [`SKILL_SESSION`] (a question, and the user's correction of its answer:
+/// the judge scores it -1, so its job asks the evolver for a lesson) is
+/// served and ended by instance `on`, its learning job run by whichever
+/// instance claims it. Polled together, the store (when the job's publish
+/// stage recorded the skill: its `skill_changes` row, its generation and
+/// time) and each living instance's `/admin/status` (when its library is
+/// at that generation or later, indexed by a retriever: what its next
+/// turn injects from). Returns the generation and, for each living
+/// instance, how long after the skill was recorded it had it; `Err`: what
+/// never happened.
+fn skill_everywhere(
+    rt: &tokio::runtime::Runtime,
+    db: &mut postgres::Client,
+    instances: &[Metaclaw],
+    living: &[usize],
+    on: usize,
+) -> Result<(u64, Vec<(usize, Duration)>), String> {
+    let http = client();
+    let question = "Quokkaville harbour ferries: which one leaves first?";
+    let correction = "No, that's wrong: the first ferry leaves at dawn.";
+    let mut messages = vec![json!({"role": "system", "content": "You are terse."})];
+    for (text, ends) in [(question, false), (correction, true)] {
+        messages.push(json!({"role": "user", "content": text}));
+        rt.block_on(turn(
+            &http,
+            instances[on].url(),
+            SKILL_SESSION,
+            &messages,
+            text,
+            false,
+            ends,
+        ))
+        .map_err(|e| format!("{SKILL_SESSION}'s turn on instance {on} failed: {e}"))?;
+        messages.push(json!({"role": "assistant", "content": text}));
+    }
+    let who = format!("evolved:{SKILL_SESSION}");
+    let mut recorded: Option<(u64, i64, Vec<String>)> = None;
+    let mut seen: BTreeMap<usize, Duration> = BTreeMap::new();
+    // The job: the judge, the slow evolver (2 s), the publish stage.
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        if recorded.is_none() {
+            let rows = db
+                .query(
+                    "SELECT skill_id, generation, at_ms FROM skill_changes WHERE who = $1",
+                    &[&who],
+                )
+                .unwrap();
+            if !rows.is_empty() {
+                let generation = rows.iter().map(|r| r.get::<_, i64>(1)).max().unwrap();
+                let at_ms = rows.iter().map(|r| r.get::<_, i64>(2)).max().unwrap();
+                let skills = rows.iter().map(|r| r.get(0)).collect();
+                recorded = Some((generation as u64, at_ms, skills));
+            }
+        }
+        if let Some((generation, at_ms, _)) = &recorded {
+            let unseen: Vec<usize> = living
+                .iter()
+                .copied()
+                .filter(|i| !seen.contains_key(i))
+                .collect();
+            for i in unseen {
+                let Some(status) = admin_status(rt, &instances[i]) else {
+                    continue;
+                };
+                let skills = &status["skills"];
+                let has = skills["generation"]
+                    .as_u64()
+                    .is_some_and(|g| g >= *generation)
+                    && skills["indexed_by"]
+                        .as_array()
+                        .is_some_and(|r| !r.is_empty());
+                if has {
+                    let after = (metaclaw_core::clock::now_ms() - at_ms).max(0);
+                    seen.insert(i, Duration::from_millis(after as u64));
+                }
+            }
+            if seen.len() == living.len() {
+                return Ok((*generation, seen.into_iter().collect()));
+            }
+        }
+        if Instant::now() > deadline {
+            let missing: Vec<String> = living
+                .iter()
+                .filter(|i| !seen.contains_key(i))
+                .map(|&i| {
+                    let status = admin_status(rt, &instances[i]);
+                    let skills = status.as_ref().map(|s| &s["skills"]);
+                    format!(
+                        "instance {i}: generation {:?}, indexed by {:?}",
+                        skills.map(|s| &s["generation"]),
+                        skills.map(|s| &s["indexed_by"])
+                    )
+                })
+                .collect();
+            return Err(match recorded {
+                None => {
+                    let job: Vec<(String, Option<String>)> = db
+                        .query(
+                            "SELECT state, error FROM learning_jobs WHERE session_id = $1",
+                            &[&SKILL_SESSION],
+                        )
+                        .unwrap()
+                        .iter()
+                        .map(|r| (r.get(0), r.get(1)))
+                        .collect();
+                    let drafts: Vec<(String, Option<String>)> = db
+                        .query(
+                            "SELECT outcome, reason FROM evolved_drafts WHERE session_id = $1",
+                            &[&SKILL_SESSION],
+                        )
+                        .unwrap()
+                        .iter()
+                        .map(|r| (r.get(0), r.get(1)))
+                        .collect();
+                    format!(
+                        "{SKILL_SESSION}'s job recorded no evolved skill within 60 s: its job (state, error) \
+                         {job:?}, its drafts (outcome, reason) {drafts:?}"
+                    )
+                }
+                Some((generation, _, skills)) => format!(
+                    "the skills {skills:?} evolved from {SKILL_SESSION} (generation {generation}) not in every \
+                     living instance's library 60 s after the session: {}",
+                    missing.join("; ")
+                ),
+            });
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
 }
 
 fn ms(d: Duration) -> f64 {
@@ -1119,6 +1277,47 @@ fn three_instances_on_one_postgres_store_survive_a_kill_9_and_learn_each_session
     );
     failures.none("job runs that failed or were set waiting", &failed_runs);
 
+    // A skill evolved on one instance is injected everywhere: in each
+    // living instance's library, indexed, within docs/team.md's bound of
+    // being recorded (the session served and ended by the last living
+    // instance; its job runs wherever it is claimed).
+    let skill_sync = skill_everywhere(&rt, &mut db, &instances, &living, living[living.len() - 1]);
+    let skill_sync_said = match &skill_sync {
+        Ok((generation, seen)) => {
+            let slow: Vec<String> = seen
+                .iter()
+                .filter(|(_, after)| *after > SKILL_SYNC)
+                .map(|(i, after)| format!("instance {i}: {:.0} ms", ms(*after)))
+                .collect();
+            failures.none(
+                &format!(
+                    "living instances without the skill evolved from {SKILL_SESSION} (generation {generation}) \
+                     within {SKILL_SYNC:?} of its recording"
+                ),
+                &slow,
+            );
+            let evolved_on: Vec<usize> = (0..INSTANCES)
+                .filter(|&i| {
+                    instances[i]
+                        .log()
+                        .contains(&format!("learning_job{{session={SKILL_SESSION} "))
+                })
+                .collect();
+            let each: Vec<String> = seen
+                .iter()
+                .map(|(i, after)| format!("instance {i} after {:.0} ms", ms(*after)))
+                .collect();
+            format!(
+                "a skill evolved on instance(s) {evolved_on:?} in every living library ({}; bound {SKILL_SYNC:?})",
+                each.join(", ")
+            )
+        }
+        Err(e) => {
+            failures.0.push(e.clone());
+            "a skill evolved on one instance not seen everywhere".into()
+        }
+    };
+
     let sessions_run = spread.len();
     eprintln!(
         "team: {INSTANCES} instances up in {:.1} s; {delivered} answers delivered over {sessions_run} sessions \
@@ -1126,7 +1325,7 @@ fn three_instances_on_one_postgres_store_survive_a_kill_9_and_learn_each_session
          {in_flight_at_kill} requests in flight to the victim at the kill; {victim_owed} turns it delivered \
          more than {WINDOW:?} before the kill, {recent} within it ({recent_stored} of those stored); \
          job rounds cut short by the kill: {cut_short:?} (a slow one: {slow:?}); ends re-sent: {ends_resent:?}; \
-         {} evolver requests; queue settled {:.1} s after the load; {:.1} s in all",
+         {} evolver requests; queue settled {:.1} s after the load; {skill_sync_said}; {:.1} s in all",
         started_in.as_secs_f64(),
         (load_ended - load_started).as_secs_f64(),
         killed_after.as_secs_f64(),

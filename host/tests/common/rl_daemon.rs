@@ -106,7 +106,9 @@ impl Setup {
         self
     }
 
-    fn config(&self, upstream: &str, fake: &str) -> String {
+    /// The daemon's `config.yaml` against the dummy upstream at `upstream`
+    /// and the fake (or the real service) at `fake`.
+    pub fn config(&self, upstream: &str, fake: &str) -> String {
         // The dummy judge rewards a corrected answer −1 and the last one 0,
         // so a session's batch has signal.
         let (evolver, rest) = if self.evolve {
@@ -436,31 +438,7 @@ impl World {
     /// The session's samples in the store, in turn order.
     pub fn samples(&self, session: &str) -> Vec<Sample> {
         let db = metaclaw_core::home::Home::at(self.home.path()).db_file();
-        let Ok(conn) = metaclaw_core::store::Db::at(db).read() else {
-            return Vec::new();
-        };
-        let mut stmt = conn
-            .prepare(
-                "SELECT s.turn_id, s.skill_generation, s.train_state, s.train_note, s.run_id,
-                        s.train_step, t.reward
-                 FROM turn_samples s JOIN turns t ON t.id = s.turn_id
-                 WHERE t.session_id = ?1 ORDER BY t.seq",
-            )
-            .unwrap();
-        stmt.query_map([session], |r| {
-            Ok(Sample {
-                turn: r.get(0)?,
-                generation: r.get(1)?,
-                state: r.get(2)?,
-                note: r.get(3)?,
-                run: r.get(4)?,
-                step: r.get(5)?,
-                reward: r.get(6)?,
-            })
-        })
-        .unwrap()
-        .collect::<metaclaw_core::store::sql::Result<_>>()
-        .unwrap()
+        samples_in(&metaclaw_core::store::Db::at(db), session)
     }
 
     /// The skills evolved from `session` and written: (skill id, outcome).
@@ -489,6 +467,36 @@ impl World {
             q["trained"].as_u64().unwrap(),
         )
     }
+}
+
+/// Session `session`'s samples in the store `db` (SQLite's file or a
+/// shared Postgres store), in turn order; none while it cannot be read.
+pub fn samples_in(db: &metaclaw_core::store::Db, session: &str) -> Vec<Sample> {
+    let Ok(conn) = db.read() else {
+        return Vec::new();
+    };
+    let mut stmt = conn
+        .prepare(
+            "SELECT s.turn_id, s.skill_generation, s.train_state, s.train_note, s.run_id,
+                    s.train_step, t.reward
+             FROM turn_samples s JOIN turns t ON t.id = s.turn_id
+             WHERE t.session_id = ?1 ORDER BY t.seq",
+        )
+        .unwrap();
+    stmt.query_map([session], |r| {
+        Ok(Sample {
+            turn: r.get(0)?,
+            generation: r.get(1)?,
+            state: r.get(2)?,
+            note: r.get(3)?,
+            run: r.get(4)?,
+            step: r.get(5)?,
+            reward: r.get(6)?,
+        })
+    })
+    .unwrap()
+    .collect::<metaclaw_core::store::sql::Result<_>>()
+    .unwrap()
 }
 
 /// A turn's training sample, as the store's queue holds it.

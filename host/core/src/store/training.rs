@@ -158,11 +158,15 @@ pub fn active(conn: &Conn, service: &str, base_model: &str, agent: &str) -> Resu
         .optional()?)
 }
 
-/// Runs, newest first.
+/// Runs, newest first (`usize::MAX`: all of them).
 pub fn list(conn: &Conn, limit: usize) -> Result<Vec<Run>> {
     let sql = format!("SELECT {COLUMNS} FROM training_runs ORDER BY created_ms DESC LIMIT ?1");
     let mut stmt = conn.prepare(&sql)?;
-    let rows = stmt.query_map([limit as i64], row_to_run)?;
+    // Saturated, not wrapped: `usize::MAX as i64` is -1, which SQLite
+    // reads as no limit and Postgres refuses ("LIMIT must not be
+    // negative").
+    let limit = i64::try_from(limit).unwrap_or(i64::MAX);
+    let rows = stmt.query_map([limit], row_to_run)?;
     Ok(rows.collect::<crate::store::sql::Result<_>>()?)
 }
 
@@ -505,6 +509,9 @@ mod tests {
             updated_ms: 0,
         };
         create(&mut conn, &run).unwrap();
+        // Every run (`train status` asks for all of them: on Postgres a
+        // wrapped limit was refused).
+        assert_eq!(list(&conn, usize::MAX).unwrap().len(), 1);
         let step = Step {
             step: 1,
             incarnation: 1,
