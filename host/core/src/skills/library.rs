@@ -665,6 +665,37 @@ mod tests {
         );
     }
 
+    /// Another machine's write reaches an instance through the store alone
+    /// (no file watch here): within the poll's period and a rescan.
+    #[test]
+    fn a_library_following_the_store_reads_what_another_instance_wrote() {
+        let home = tempfile::tempdir().unwrap();
+        let dir = home.path().join("skills");
+        write(&dir, "alpha", &skill("alpha", "A"));
+        let db = crate::store::test_db(home.path().join("m.db"));
+        let writer = Library::open(dir.clone(), db.clone());
+        let follower = Library::open(dir.clone(), db);
+        let work = crate::work::Work::new();
+        let (told, heard) = std::sync::mpsc::channel();
+        let every = Duration::from_millis(200);
+        follower.follow_store(&work, every, move |s| {
+            let _ = told.send(s.generation);
+        });
+        write(&dir, "beta", &skill("beta", "B"));
+        let written = std::time::Instant::now();
+        let generation = writer.rescan(None).generation;
+        let seen = heard.recv_timeout(Duration::from_secs(10)).unwrap();
+        assert_eq!(seen, generation);
+        assert!(follower.snapshot().get("beta").is_some());
+        // One period and a rescan; generous for a loaded machine.
+        assert!(written.elapsed() < every * 10, "{:?}", written.elapsed());
+        tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap()
+            .block_on(work.stop(Duration::from_secs(5)));
+    }
+
     #[test]
     fn changes_are_recorded_once_with_a_generation() {
         let home = tempfile::tempdir().unwrap();
