@@ -330,6 +330,20 @@ struct Healthz {
     mode: Option<String>,
 }
 
+/// A team's store (`store.url`): reachable, migrated, the privileges
+/// metaclaw needs, the clocks against the database's; the instances
+/// sharing it and who leads what are in `status`.
+fn check_shared_store(report: &mut Report, db: &metaclaw_core::store::Db) {
+    use metaclaw_core::team::Finding;
+    for (check, finding) in metaclaw_core::team::check_database(db) {
+        match finding {
+            Finding::Ok(message) => report.ok(check, message),
+            Finding::Warning { problem, fix } => report.warning(check, problem, fix),
+            Finding::Error { problem, fix } => report.error(check, problem, fix),
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -361,19 +375,5 @@ mod tests {
         assert!(verdicts[1].1.contains("not a folder"), "{verdicts:?}");
         assert_eq!(verdicts[2].0, Verdict::Error, "{verdicts:?}");
         assert!(verdicts[2].1.contains("is not a folder"), "{verdicts:?}");
-    }
-}
-
-/// A team's store (`store.url`): reachable, migrated, the privileges
-/// metaclaw needs, the clocks against the database's; the instances
-/// sharing it and who leads what are in `status`.
-fn check_shared_store(report: &mut Report, db: &metaclaw_core::store::Db) {
-    use metaclaw_core::team::Finding;
-    for (check, finding) in metaclaw_core::team::check_database(db) {
-        match finding {
-            Finding::Ok(message) => report.ok(check, message),
-            Finding::Warning { problem, fix } => report.warning(check, problem, fix),
-            Finding::Error { problem, fix } => report.error(check, problem, fix),
-        }
     }
 }
