@@ -12,9 +12,11 @@
 //!
 //! Whether this instance leads is answered from what its last renewal
 //! said, held for [`TRUST`] after the renewal was sent (before the lease
-//! can run out in the database), so leading work asks no query. Work that
-//! writes as the leader also checks the lease's epoch in its transaction
-//! (`store::instances::holds`).
+//! can run out in the database), so leading work asks no query. The
+//! trainer looks before each step; a step already running when its
+//! instance loses the lead (silent past the TTL yet alive) is not fenced
+//! in its transactions: `store::instances::holds` is the check such a
+//! fence would make, not called by the trainer yet.
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
