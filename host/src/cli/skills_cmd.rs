@@ -60,7 +60,7 @@ fn skills_dir(home: &Home, config: &LoadedConfig) -> PathBuf {
     if home.demo_running() {
         return home.demo_skills_dir();
     }
-    metaclaw_core::skills::paths(home, &config.config).0
+    metaclaw_core::skills::library_dir(home, &config.config)
 }
 
 /// The refusals among `findings`, on one line.

@@ -75,10 +75,11 @@ impl App {
         // for. On SQLite's file it is alone.
         let team = match store.db().backend() {
             crate::store::sql::Backend::Postgres => {
-                let skills_dir = config
-                    .skills
-                    .enabled
-                    .then(|| crate::skills::paths(home, config).0.display().to_string());
+                let skills_dir = config.skills.enabled.then(|| {
+                    crate::skills::library_dir(home, config)
+                        .display()
+                        .to_string()
+                });
                 Team::join(store.db(), format!("{host}:{port}"), skills_dir, &work)?
             }
             crate::store::sql::Backend::Sqlite => Team::solo(),
@@ -318,7 +319,7 @@ fn plugins_and_skills(
     // The skill library also loads in the background (a large one takes
     // a while to read); until then no skill is injected.
     let skills = config.skills.enabled.then(|| {
-        let (dir, _) = crate::skills::paths(home, config);
+        let dir = crate::skills::library_dir(home, config);
         let library = Library::new(dir, store.db().clone());
         Skills::new(
             library,

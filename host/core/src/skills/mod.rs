@@ -33,6 +33,18 @@ pub mod untrusted;
 pub mod upgrade;
 pub mod workshop;
 
+/// The skill library's folder (`skills.dir`, else the home's): what
+/// [`paths`] gives without naming the store (on Postgres, naming it makes
+/// a connection pool).
+pub fn library_dir(home: &crate::home::Home, config: &crate::config::Config) -> std::path::PathBuf {
+    config
+        .skills
+        .dir
+        .as_deref()
+        .map(crate::home::expand_home)
+        .unwrap_or_else(|| home.skills_dir())
+}
+
 /// The library folder and the store that `config` names (under `home`
 /// unless set).
 pub fn paths(
@@ -41,12 +53,7 @@ pub fn paths(
 ) -> (std::path::PathBuf, crate::store::Db) {
     let expand = crate::home::expand_home;
     (
-        config
-            .skills
-            .dir
-            .as_deref()
-            .map(expand)
-            .unwrap_or_else(|| home.skills_dir()),
+        library_dir(home, config),
         match config.store.url.as_deref() {
             Some(url) => crate::store::Db::postgres(url),
             None => crate::store::Db::at(

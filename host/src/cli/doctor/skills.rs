@@ -12,7 +12,7 @@ pub(super) fn check_skills(report: &mut Report, home: &Home, loaded: &LoadedConf
         report.ok("skills", "skills are off (skills.enabled: false)");
         return;
     }
-    let dir = metaclaw_core::skills::paths(home, &loaded.config).0;
+    let dir = metaclaw_core::skills::library_dir(home, &loaded.config);
     let install = "`metaclaw skills install-builtin` installs the built-in skills";
     match fs::read_dir(&dir) {
         Err(e) if is_missing(&e) => {
