@@ -13,10 +13,11 @@
 //! Whether this instance leads is answered from what its last renewal
 //! said, held for [`TRUST`] after the renewal was sent (before the lease
 //! can run out in the database), so leading work asks no query. The
-//! trainer looks before each step; a step already running when its
-//! instance loses the lead (silent past the TTL yet alive) is not fenced
-//! in its transactions: `store::instances::holds` is the check such a
-//! fence would make, not called by the trainer yet.
+//! trainer looks before each step, and every write of its step (the
+//! training queue, the run's record) is fenced in its transaction by the
+//! lease's epoch ([`Team::fence`], `store::instances::Fence`): a step
+//! still running when its instance lost the lead (silent past the TTL yet
+//! alive) writes nothing once another instance holds it.
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
@@ -24,7 +25,7 @@ use std::time::{Duration, Instant};
 
 use crate::clock::now_ms;
 use crate::store::Db;
-use crate::store::instances::{self, Instance};
+use crate::store::instances::{self, Fence, Instance};
 use crate::work::Work;
 
 /// How often an instance says it is alive and renews its leases.
@@ -201,6 +202,21 @@ impl Team {
         let leases = shared.leases.lock().ok()?;
         let (epoch, sent) = leases.get(lease)?.granted?;
         (sent.elapsed() < TRUST).then_some(epoch)
+    }
+
+    /// The fence of the writes this instance makes as `lease`'s leader:
+    /// `Ok(None)` alone on its store (nothing to fence); `Err` names who
+    /// leads instead (or "none yet").
+    pub fn fence(&self, lease: &str) -> Result<Option<Fence>, String> {
+        match (self.is_shared(), self.leads(lease)) {
+            (false, _) => Ok(None),
+            (true, Some(epoch)) => Ok(Some(Fence {
+                lease: lease.to_string(),
+                holder: self.id().to_string(),
+                epoch,
+            })),
+            (true, None) => Err(self.leader_of(lease).unwrap_or_else(|| "none yet".into())),
+        }
     }
 
     /// Who leads: the holder of `lease`, if anyone (for messages).

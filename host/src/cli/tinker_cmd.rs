@@ -183,7 +183,7 @@ fn run_train(cx: &Cx, args: TinkerTrainArgs) -> Result<ExitCode> {
         let service = Service::connect(&cx.settings)
             .await
             .map_err(|e| anyhow::anyhow!(tinker::check::advice(&cx.settings, &e)))?;
-        let (mut run, opened) = TrainingRun::open(&service, &db, spec, fresh).await?;
+        let (mut run, opened) = TrainingRun::open(&service, &db, spec, fresh, None).await?;
         print_opened(&opened, run.record(), json)?;
         for _ in 0..steps {
             let start = (run.record().step as usize * batch) % datums.len();

@@ -7,7 +7,7 @@
 //! judged by; a lease is held until its `expires_ms`, renewed by its holder
 //! and taken by another instance only once it has run out. A new holder
 //! raises the lease's `epoch`: work fenced by the epoch it started under
-//! commits only while that epoch still holds ([`holds`]).
+//! commits only while that epoch still holds ([`Fence`]).
 
 use super::sql::{Backend, Conn, Optional, Result, params};
 
@@ -181,16 +181,55 @@ pub fn release(conn: &Conn, name: &str, holder: &str) -> Result<()> {
     Ok(())
 }
 
-/// Whether `holder` still holds lease `name` under `epoch`: the fence a
-/// leader's commit checks in its transaction.
-pub fn holds(conn: &Conn, name: &str, holder: &str, epoch: i64) -> Result<bool> {
-    let now = db_now_ms(conn)?;
-    conn.query_row(
-        "SELECT EXISTS (SELECT 1 FROM leases
-                        WHERE name = ?1 AND holder = ?2 AND epoch = ?3 AND expires_ms >= ?4)",
-        params![name, holder, epoch, now],
-        |r| r.get(0),
-    )
+/// A leader's hold on a lease, as it was granted: the fence of the
+/// leader's writes. A write made under it commits only while the lease is
+/// still this holder's under this epoch ([`fenced`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Fence {
+    pub lease: String,
+    pub holder: String,
+    pub epoch: i64,
+}
+
+impl Fence {
+    /// In the caller's transaction: the lease is still held under this
+    /// fence's epoch and has not run out, and its row is locked until the
+    /// commit (on Postgres another instance's grant waits for that commit,
+    /// so a write is either before the new epoch or refused).
+    pub fn check(&self, conn: &Conn) -> Result<()> {
+        let now = db_now_ms(conn)?;
+        let n = conn
+            .prepare_cached(
+                "UPDATE leases SET holder = holder
+                 WHERE name = ?1 AND holder = ?2 AND epoch = ?3 AND expires_ms >= ?4",
+            )?
+            .execute(params![self.lease, self.holder, self.epoch, now])?;
+        match n {
+            0 => Err(super::sql::Error::Fenced(format!(
+                "this instance no longer leads {} (epoch {} has passed or run out): \
+                 nothing of the write was kept",
+                self.lease, self.epoch
+            ))),
+            _ => Ok(()),
+        }
+    }
+}
+
+/// `write` in one transaction, after checking `fence` in it (`None`: an
+/// instance alone on its store, or work that is nobody's lead). `conn` must
+/// not be inside a transaction already.
+pub fn fenced<T, E: From<super::sql::Error>>(
+    conn: &Conn,
+    fence: Option<&Fence>,
+    write: impl FnOnce(&Conn) -> Result<T, E>,
+) -> Result<T, E> {
+    let tx = conn.unchecked_transaction()?;
+    if let Some(fence) = fence {
+        fence.check(&tx)?;
+    }
+    let out = write(&tx)?;
+    tx.commit()?;
+    Ok(out)
 }
 
 /// The leases held now, by name.
@@ -252,17 +291,23 @@ mod tests {
         assert_eq!(acquire(&conn, "trainer", "b", 60_000).unwrap(), None);
         // Renewing keeps the epoch.
         assert_eq!(acquire(&conn, "trainer", "a", 60_000).unwrap(), Some(1));
-        assert!(holds(&conn, "trainer", "a", 1).unwrap());
+        let fence = |holder: &str, epoch| Fence {
+            lease: "trainer".into(),
+            holder: holder.into(),
+            epoch,
+        };
+        let holds = |holder: &str, epoch| fence(holder, epoch).check(&conn).is_ok();
+        assert!(holds("a", 1));
         // Run out (a TTL in the past): b takes it, and a's fence fails.
         assert_eq!(acquire(&conn, "trainer", "a", -10).unwrap(), Some(1));
         assert_eq!(acquire(&conn, "trainer", "b", 60_000).unwrap(), Some(2));
-        assert!(!holds(&conn, "trainer", "a", 1).unwrap());
-        assert!(holds(&conn, "trainer", "b", 2).unwrap());
+        assert!(!holds("a", 1));
+        assert!(holds("b", 2));
         // Other leases are independent; a release frees at once, and the
         // next grant is a new epoch (a fence of b's never passes again).
         assert_eq!(acquire(&conn, "scheduler", "a", 60_000).unwrap(), Some(1));
         release(&conn, "trainer", "b").unwrap();
-        assert!(!holds(&conn, "trainer", "b", 2).unwrap());
+        assert!(!holds("b", 2));
         assert_eq!(acquire(&conn, "trainer", "a", 60_000).unwrap(), Some(3));
         let names: Vec<_> = leases(&conn).unwrap().into_iter().map(|l| l.name).collect();
         assert_eq!(names, ["scheduler", "trainer"]);

@@ -36,6 +36,7 @@
 //! whose own run it is, `agents.<id>.rl`), and the functions a trainer
 //! calls take that run's agent.
 
+use crate::store::instances::{Fence, fenced};
 use crate::store::sql::{Conn, params};
 
 use super::samples::{StoredSibling, unpack_f32, unpack_i32};
@@ -279,14 +280,17 @@ pub fn ready(conn: &Conn, opd: bool, run_agent: &str) -> crate::store::sql::Resu
 
 /// Marks samples as in a step of a run, each with its advantage (in one
 /// transaction with nothing else: the step itself is recorded by the run).
+/// Every write of the queue by a run's trainer is made under its `fence`
+/// (`None`: alone on its store): a trainer that lost the lead writes
+/// nothing.
 pub fn assign(
-    conn: &mut Conn,
+    conn: &Conn,
+    fence: Option<&Fence>,
     run_id: &str,
     step: i64,
     samples: &[(String, f64)],
 ) -> crate::store::sql::Result<()> {
-    let tx = conn.transaction()?;
-    {
+    fenced(conn, fence, |tx| {
         let mut stmt = tx.prepare_cached(
             "UPDATE turn_samples SET train_state = 'in_step', run_id = ?2, train_step = ?3, advantage = ?4
              WHERE turn_id = ?1 AND train_state = 'ready'",
@@ -294,20 +298,27 @@ pub fn assign(
         for (turn, advantage) in samples {
             stmt.execute(params![turn, run_id, step, advantage])?;
         }
-    }
-    tx.commit()
+        Ok(())
+    })
 }
 
 /// Samples with no signal in their batch (every advantage zero): skipped,
 /// never trained as zeros.
-pub fn skip(conn: &Conn, turns: &[String], why: &str) -> crate::store::sql::Result<()> {
-    let mut stmt = conn.prepare_cached(
-        "UPDATE turn_samples SET train_state = 'skipped', train_note = ?2 WHERE turn_id = ?1",
-    )?;
-    for turn in turns {
-        stmt.execute(params![turn, why])?;
-    }
-    Ok(())
+pub fn skip(
+    conn: &Conn,
+    fence: Option<&Fence>,
+    turns: &[String],
+    why: &str,
+) -> crate::store::sql::Result<()> {
+    fenced(conn, fence, |tx| {
+        let mut stmt = tx.prepare_cached(
+            "UPDATE turn_samples SET train_state = 'skipped', train_note = ?2 WHERE turn_id = ?1",
+        )?;
+        for turn in turns {
+            stmt.execute(params![turn, why])?;
+        }
+        Ok(())
+    })
 }
 
 /// Samples of `run_agent`'s run sampled from policy version `version` not
@@ -329,12 +340,19 @@ pub fn skip_version(
 
 /// A training state saved after step `step` of `run_id`: its samples (and
 /// those of earlier steps) are trained.
-pub fn checkpointed(conn: &Conn, run_id: &str, step: i64) -> crate::store::sql::Result<usize> {
-    conn.prepare_cached(
-        "UPDATE turn_samples SET train_state = 'trained'
-         WHERE train_state = 'in_step' AND run_id = ?1 AND train_step <= ?2",
-    )?
-    .execute(params![run_id, step])
+pub fn checkpointed(
+    conn: &Conn,
+    fence: Option<&Fence>,
+    run_id: &str,
+    step: i64,
+) -> crate::store::sql::Result<usize> {
+    fenced(conn, fence, |tx| {
+        tx.prepare_cached(
+            "UPDATE turn_samples SET train_state = 'trained'
+             WHERE train_state = 'in_step' AND run_id = ?1 AND train_step <= ?2",
+        )?
+        .execute(params![run_id, step])
+    })
 }
 
 /// The run went back to its state saved after step `step` (a restart, a
@@ -343,15 +361,18 @@ pub fn checkpointed(conn: &Conn, run_id: &str, step: i64) -> crate::store::sql::
 /// run's business).
 pub fn rewind(
     conn: &Conn,
+    fence: Option<&Fence>,
     run_agent: &str,
     run_id: &str,
     step: i64,
 ) -> crate::store::sql::Result<usize> {
-    conn.prepare_cached(
-        "UPDATE turn_samples SET train_state = 'ready', run_id = NULL, train_step = NULL, advantage = NULL
-         WHERE train_state = 'in_step' AND run_agent = ?3 AND (run_id != ?1 OR train_step > ?2)",
-    )?
-    .execute(params![run_id, step, run_agent])
+    fenced(conn, fence, |tx| {
+        tx.prepare_cached(
+            "UPDATE turn_samples SET train_state = 'ready', run_id = NULL, train_step = NULL, advantage = NULL
+             WHERE train_state = 'in_step' AND run_agent = ?3 AND (run_id != ?1 OR train_step > ?2)",
+        )?
+        .execute(params![run_id, step, run_agent])
+    })
 }
 
 /// A running reward baseline: policy version → its value and how many
@@ -662,21 +683,75 @@ mod tests {
     /// rewind to an earlier save makes later steps' samples ready again.
     #[test]
     fn samples_are_trained_once_a_saved_state_holds_their_step() {
-        let mut conn = db();
+        let conn = db();
         session(&conn, "a", Some("done"));
         for (i, t) in ["t1", "t2", "t3"].iter().enumerate() {
             turn(&conn, t, "a", i as i64, "main", Some(1.0), None, 0);
         }
         classify(&conn, false).unwrap();
-        assign(&mut conn, "run", 1, &[("t1".into(), 0.5)]).unwrap();
-        assign(&mut conn, "run", 2, &[("t2".into(), -0.5)]).unwrap();
-        assert_eq!(checkpointed(&conn, "run", 1).unwrap(), 1);
+        assign(&conn, None, "run", 1, &[("t1".into(), 0.5)]).unwrap();
+        assign(&conn, None, "run", 2, &[("t2".into(), -0.5)]).unwrap();
+        assert_eq!(checkpointed(&conn, None, "run", 1).unwrap(), 1);
         // Killed after step 2, before its save: back to the state of step 1.
-        assert_eq!(rewind(&conn, "", "run", 1).unwrap(), 1);
+        assert_eq!(rewind(&conn, None, "", "run", 1).unwrap(), 1);
         assert_eq!(state(&conn, "t1").0, "trained");
         assert_eq!(state(&conn, "t2").0, "ready");
         let c = counts(&conn, None).unwrap();
         assert_eq!((c.trained, c.ready, c.in_step), (1, 2, 0));
+    }
+
+    /// A trainer still stepping after its lead passed to another instance
+    /// (silent past the TTL, yet alive) writes nothing of its step: the
+    /// samples the new leader took back are not taken, skipped, trained or
+    /// rewound by the old one, and each is trained once, by the new one.
+    #[test]
+    fn a_trainer_that_lost_its_lead_writes_nothing_of_its_step() {
+        use crate::store::instances::acquire;
+        use crate::store::sql::Error;
+        let conn = db();
+        session(&conn, "a", Some("done"));
+        for (i, t) in ["t1", "t2", "t3"].iter().enumerate() {
+            turn(&conn, t, "a", i as i64, "main", Some(1.0), None, 0);
+        }
+        classify(&conn, false).unwrap();
+        let fence = |holder: &str, epoch| Fence {
+            lease: "trainer".into(),
+            holder: holder.into(),
+            epoch,
+        };
+        assert_eq!(acquire(&conn, "trainer", "x", 60_000).unwrap(), Some(1));
+        let (old, new) = (fence("x", 1), fence("y", 2));
+        assign(&conn, Some(&old), "run", 1, &[("t1".into(), 0.5)]).unwrap();
+        // x goes silent mid-step: its lease runs out, y takes it and goes
+        // on from the last saved state (none), so t1 is ready again.
+        assert_eq!(acquire(&conn, "trainer", "x", -10).unwrap(), Some(1));
+        assert_eq!(acquire(&conn, "trainer", "y", 60_000).unwrap(), Some(2));
+        assert_eq!(rewind(&conn, Some(&new), "", "run", 0).unwrap(), 1);
+        let fenced = |r: crate::store::sql::Result<usize>| matches!(r, Err(Error::Fenced(_)));
+        assert!(fenced(checkpointed(&conn, Some(&old), "run", 1)));
+        assert!(fenced(rewind(&conn, Some(&old), "", "run", 0)));
+        let two = [("t2".to_string(), 0.5)];
+        assert!(matches!(
+            assign(&conn, Some(&old), "run", 2, &two),
+            Err(Error::Fenced(_))
+        ));
+        assert!(matches!(
+            skip(&conn, Some(&old), &["t3".into()], "no signal"),
+            Err(Error::Fenced(_))
+        ));
+        let c = counts(&conn, None).unwrap();
+        assert_eq!((c.ready, c.in_step, c.trained, c.skipped), (3, 0, 0, 0));
+        // y trains them all as its step 1, once.
+        let all: Vec<(String, f64)> = ["t1", "t2", "t3"]
+            .iter()
+            .map(|t| (t.to_string(), 0.5))
+            .collect();
+        assign(&conn, Some(&new), "run", 1, &all).unwrap();
+        assert_eq!(checkpointed(&conn, Some(&new), "run", 1).unwrap(), 3);
+        // And once y lets go, even y's old fence writes nothing.
+        crate::store::instances::release(&conn, "trainer", "y").unwrap();
+        assert!(fenced(rewind(&conn, Some(&new), "", "run", 0)));
+        assert_eq!(counts(&conn, None).unwrap().trained, 3);
     }
 
     #[test]
@@ -709,11 +784,11 @@ mod tests {
             |ready: Vec<Ready>| -> Vec<String> { ready.into_iter().map(|r| r.turn_id).collect() };
         assert_eq!(ids(ready(&conn, false, "a").unwrap()), ["mine", "mine-too"]);
         assert_eq!(ids(ready(&conn, false, "").unwrap()), ["shared"]);
-        assign(&mut conn, "run-a", 1, &[("mine".into(), 0.5)]).unwrap();
-        assign(&mut conn, "run-shared", 4, &[("shared".into(), 0.5)]).unwrap();
+        assign(&conn, None, "run-a", 1, &[("mine".into(), 0.5)]).unwrap();
+        assign(&conn, None, "run-shared", 4, &[("shared".into(), 0.5)]).unwrap();
         // a's new run goes back to nothing: its own sample is ready again,
         // the shared run's stays in its step.
-        assert_eq!(rewind(&conn, "a", "run-a2", 0).unwrap(), 1);
+        assert_eq!(rewind(&conn, None, "a", "run-a2", 0).unwrap(), 1);
         assert_eq!(state(&conn, "mine").0, "ready");
         assert_eq!(state(&conn, "shared").0, "in_step");
         assert_eq!(skip_version(&conn, "", 0, "rolled back").unwrap(), 0);

@@ -6,6 +6,7 @@
 //! and optimiser) and what is in flight (`pending`), and each process that
 //! drives it counts one `incarnation`, so names it makes never repeat.
 
+use crate::store::instances::{Fence, fenced};
 use crate::store::sql::{Conn, Optional, params};
 use anyhow::{Context, Result};
 use serde::{Deserialize, Serialize};
@@ -228,17 +229,20 @@ pub fn next_incarnation(conn: &Conn, id: &str, now_ms: i64) -> Result<i64> {
 /// flight.
 pub fn set_model(
     conn: &Conn,
+    fence: Option<&Fence>,
     id: &str,
     model_id: &str,
     step: i64,
     last_seq: i64,
     now_ms: i64,
 ) -> Result<()> {
-    conn.execute(
-        "UPDATE training_runs SET model_id = ?2, step = ?3, last_seq = ?4, pending = NULL, \
-         updated_ms = ?5 WHERE id = ?1",
-        params![id, model_id, step, last_seq, now_ms],
-    )?;
+    fenced(conn, fence, |tx| {
+        tx.execute(
+            "UPDATE training_runs SET model_id = ?2, step = ?3, last_seq = ?4, pending = NULL, \
+             updated_ms = ?5 WHERE id = ?1",
+            params![id, model_id, step, last_seq, now_ms],
+        )
+    })?;
     Ok(())
 }
 
@@ -246,22 +250,35 @@ pub fn set_model(
 /// model's state is unknown (`None`: it settled and changed no weights).
 pub fn set_pending(
     conn: &Conn,
+    fence: Option<&Fence>,
     id: &str,
     what: Option<&str>,
     last_seq: i64,
     now_ms: i64,
 ) -> Result<()> {
-    conn.execute(
-        "UPDATE training_runs SET pending = ?2, last_seq = ?3, updated_ms = ?4 WHERE id = ?1",
-        params![id, what, last_seq, now_ms],
-    )?;
+    fenced(conn, fence, |tx| {
+        tx.execute(
+            "UPDATE training_runs SET pending = ?2, last_seq = ?3, updated_ms = ?4 WHERE id = ?1",
+            params![id, what, last_seq, now_ms],
+        )
+    })?;
     Ok(())
 }
 
 /// A step the service applied: its row, and the run's new step count, in
 /// one transaction.
-pub fn step_done(conn: &mut Conn, id: &str, step: &Step, last_seq: i64) -> Result<()> {
-    let tx = conn.transaction()?;
+pub fn step_done(
+    conn: &Conn,
+    fence: Option<&Fence>,
+    id: &str,
+    step: &Step,
+    last_seq: i64,
+) -> Result<()> {
+    fenced(conn, fence, |tx| step_rows(tx, id, step, last_seq))?;
+    Ok(())
+}
+
+fn step_rows(tx: &Conn, id: &str, step: &Step, last_seq: i64) -> super::sql::Result<()> {
     tx.execute(
         "INSERT INTO training_steps (run_id, step, incarnation, model_id, samples, loss, metrics, at_ms) \
          VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
@@ -281,7 +298,6 @@ pub fn step_done(conn: &mut Conn, id: &str, step: &Step, last_seq: i64) -> Resul
          WHERE id = ?1",
         params![id, step.step, last_seq, step.at_ms],
     )?;
-    tx.commit()?;
     Ok(())
 }
 
@@ -350,8 +366,10 @@ fn merge_patch(target: &mut serde_json::Value, patch: &serde_json::Value) {
 }
 
 /// What was saved: a training state (`state`) or sampler weights.
+#[allow(clippy::too_many_arguments)]
 pub fn saved(
     conn: &Conn,
+    fence: Option<&Fence>,
     id: &str,
     state: bool,
     path: &str,
@@ -366,7 +384,9 @@ pub fn saved(
         "UPDATE training_runs SET sampler_path = ?2, sampler_step = ?3, last_seq = ?4, \
          pending = NULL, updated_ms = ?5 WHERE id = ?1"
     };
-    conn.execute(sql, params![id, path, step, last_seq, now_ms])?;
+    fenced(conn, fence, |tx| {
+        tx.execute(sql, params![id, path, step, last_seq, now_ms])
+    })?;
     Ok(())
 }
 
@@ -521,7 +541,22 @@ mod tests {
             metrics: serde_json::json!({"loss:sum": 2.0, "metaclaw": {"tokens": 7}}),
             at_ms: 10,
         };
-        step_done(&mut conn, "r", &step, 1).unwrap();
+        step_done(&conn, None, "r", &step, 1).unwrap();
+        // A step recorded under a lead this instance does not hold (it
+        // passed to another): refused, the run still at step 1.
+        let lost = crate::store::instances::Fence {
+            lease: "trainer".into(),
+            holder: "me".into(),
+            epoch: 1,
+        };
+        let two = Step {
+            step: 2,
+            ..step.clone()
+        };
+        assert!(step_done(&conn, Some(&lost), "r", &two, 2).is_err());
+        assert!(saved(&conn, Some(&lost), "r", true, "p", 2, 2, 11).is_err());
+        assert_eq!(get(&conn, "r").unwrap().unwrap().step, 1);
+        assert_eq!(steps(&conn, "r", 10).unwrap().len(), 1);
         let mean = TrainerMetrics {
             mean_reward: Some(0.25),
             ..TrainerMetrics::default()

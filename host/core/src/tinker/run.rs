@@ -19,6 +19,7 @@
 
 use std::collections::BTreeMap;
 
+use crate::store::instances::{Fence, fenced};
 use crate::store::sql::Conn;
 use metaclaw_tinker::types::{Datum, ForwardBackwardResult, LossConfig, LossFn};
 use serde::Serialize;
@@ -77,6 +78,9 @@ pub struct StepReport {
 /// A run being driven by this process.
 pub struct TrainingRun {
     db: Conn,
+    /// The lead this process drives the run under: every write of the
+    /// run's record is fenced by it (`None`: alone on its store).
+    fence: Option<Fence>,
     run: Run,
     session: Session,
     model: TrainingModel,
@@ -93,12 +97,14 @@ fn store_error(e: anyhow::Error) -> Error {
 
 impl TrainingRun {
     /// The active run of `spec.base_model` on `service` (a new one if there
-    /// is none, or if `fresh`), in a new session, its weights loaded.
+    /// is none, or if `fresh`), in a new session, its weights loaded; its
+    /// record written under `fence`.
     pub async fn open(
         service: &Service,
         db: &crate::store::Db,
         spec: RunSpec,
         fresh: bool,
+        fence: Option<Fence>,
     ) -> Result<(Self, Opened), Error> {
         let mut conn = db.side_writer().map_err(store_error)?;
         let existing = training::active(&conn, service.url(), &spec.base_model, &spec.agent)
@@ -117,8 +123,10 @@ impl TrainingRun {
             // save, once.
             Some(mut run) if spec.resume_from.is_some() && run.started_from != spec.resume_from => {
                 let path = spec.resume_from.clone().unwrap_or_default();
-                training::restart_from(&conn, &run.id, &path, run.step, now_ms())
-                    .map_err(store_error)?;
+                fenced(&conn, fence.as_ref(), |tx| {
+                    training::restart_from(tx, &run.id, &path, run.step, now_ms())
+                })
+                .map_err(store_error)?;
                 tracing::info!(
                     run = %run.id,
                     "rl.resume_from_ckpt changed: the run goes on from {path}, its step counter at {}",
@@ -159,15 +167,22 @@ impl TrainingRun {
         };
         let session = service.create_session().await?;
         let mut run = run;
-        let (model, opened) = load(&conn, &mut run, &session, &spec).await?;
+        let (model, opened) = load(&conn, fence.as_ref(), &mut run, &session, &spec).await?;
         let this = Self {
             db: conn,
+            fence,
             run,
             session,
             model,
             spec,
         };
         Ok((this, opened))
+    }
+
+    /// The lead the run's record is written under from now on (the trainer
+    /// renews it before each step: a lease granted again has a new epoch).
+    pub fn lead_under(&mut self, fence: Option<Fence>) {
+        self.fence = fence;
     }
 
     /// The run's record as it stands.
@@ -189,6 +204,7 @@ impl TrainingRun {
     fn pending(&mut self, what: Option<String>) -> Result<(), Error> {
         training::set_pending(
             &self.db,
+            self.fence.as_ref(),
             &self.run.id,
             what.as_deref(),
             self.model.last_seq(),
@@ -217,7 +233,14 @@ impl TrainingRun {
         adam: AdamParams,
     ) -> Result<StepReport, Error> {
         if self.unsettled() {
-            let (model, _) = load(&self.db, &mut self.run, &self.session, &self.spec).await?;
+            let (model, _) = load(
+                &self.db,
+                self.fence.as_ref(),
+                &mut self.run,
+                &self.session,
+                &self.spec,
+            )
+            .await?;
             self.model = model;
         }
         let step = self.run.step + 1;
@@ -241,8 +264,14 @@ impl TrainingRun {
             metrics: serde_json::to_value(&metrics).unwrap_or_default(),
             at_ms: now_ms(),
         };
-        training::step_done(&mut self.db, &self.run.id, &record, self.model.last_seq())
-            .map_err(store_error)?;
+        training::step_done(
+            &self.db,
+            self.fence.as_ref(),
+            &self.run.id,
+            &record,
+            self.model.last_seq(),
+        )
+        .map_err(store_error)?;
         self.run.step = step;
         self.run.last_seq = self.model.last_seq();
         self.run.pending = None;
@@ -325,6 +354,7 @@ impl TrainingRun {
         };
         training::saved(
             &self.db,
+            self.fence.as_ref(),
             &self.run.id,
             state,
             &path,
@@ -349,6 +379,7 @@ impl TrainingRun {
 /// weights (its last saved state, else its starting point, else fresh).
 async fn load(
     db: &Conn,
+    fence: Option<&Fence>,
     run: &mut Run,
     session: &Session,
     spec: &RunSpec,
@@ -382,6 +413,7 @@ async fn load(
     }
     training::set_model(
         db,
+        fence,
         &run.id,
         &model.model_id,
         step,

@@ -34,6 +34,7 @@ use super::opd::{Teacher, TeacherError};
 use crate::config::{CanaryConfig, OnCollapse};
 use crate::policy::Policy;
 use crate::store::experiments::{self, Experiment, WeightsTest};
+use crate::store::instances::{Fence, fenced};
 use crate::store::train_queue;
 use crate::store::training::TrainerMetrics;
 use crate::tinker::types::{LossConfig, LossFn, TensorData};
@@ -381,6 +382,7 @@ pub fn spawn(
 /// last saved state (or of another run) back to the queue, as opening it
 /// does.
 fn rewind_to_saved_state(settings: &TrainerSettings) -> Result<usize, TrainError> {
+    let fence = fence_of(settings)?;
     let conn = settings.db.side_writer().map_err(TrainError::store)?;
     let run = crate::store::training::active(
         &conn,
@@ -391,13 +393,22 @@ fn rewind_to_saved_state(settings: &TrainerSettings) -> Result<usize, TrainError
     .map_err(TrainError::record("the training run's record"))?;
     // No run yet: no sample is in a saved state.
     let (id, saved) = run.map_or((String::new(), 0), |r| (r.id, r.state_step.unwrap_or(0)));
-    train_queue::rewind(&conn, &settings.spec.agent, &id, saved)
+    train_queue::rewind(&conn, fence.as_ref(), &settings.spec.agent, &id, saved)
         .map_err(TrainError::record("the training queue"))
 }
 
 /// The lease of the run's training.
 fn lease_of(settings: &TrainerSettings) -> String {
     crate::team::trainer_lease(&settings.spec.agent)
+}
+
+/// The fence of the trainer's writes (`None` alone on its store); another
+/// instance leading is [`TrainError::NotLeader`].
+fn fence_of(settings: &TrainerSettings) -> Result<Option<Fence>, TrainError> {
+    settings
+        .team
+        .fence(&lease_of(settings))
+        .map_err(TrainError::NotLeader)
 }
 
 fn set(state: &Mutex<TrainerState>, change: impl FnOnce(&mut TrainerState)) {
@@ -947,19 +958,20 @@ impl Trainer {
                 error: e.to_string(),
             })?;
         let now = crate::clock::now_ms();
-        crate::store::training::serve(conn, run_id, &sampler, step, now)
-            .and_then(|()| crate::store::training::go_back_to(conn, run_id, &state, last, now))
-            .and_then(|()| {
-                crate::store::training::set_health_mark(
-                    conn,
-                    run_id,
-                    &crate::store::training::HealthMark {
-                        since_step: last,
-                        paused: None,
-                    },
-                )
-            })
-            .map_err(TrainError::record("the training run's record"))?;
+        let fence = fence_of(&self.settings)?;
+        fenced(conn, fence.as_ref(), |tx| {
+            crate::store::training::serve(tx, run_id, &sampler, step, now)?;
+            crate::store::training::go_back_to(tx, run_id, &state, last, now)?;
+            crate::store::training::set_health_mark(
+                tx,
+                run_id,
+                &crate::store::training::HealthMark {
+                    since_step: last,
+                    paused: None,
+                },
+            )
+        })
+        .map_err(TrainError::record("the training run's record"))?;
         // Opened again before the next step, from that state.
         self.run = None;
         Ok(format!(
@@ -1014,6 +1026,8 @@ impl Trainer {
                 policy_version: test.detail.candidate_version,
             });
         }
+        // Every write of the step is made under the lead it starts with.
+        let fence = fence_of(&self.settings)?;
         let db = self.settings.db.clone();
         let mut conn = db.side_writer().map_err(TrainError::store)?;
         self.classify(&conn)?;
@@ -1037,9 +1051,11 @@ impl Trainer {
         let (terms, opd) = self.distill(&chains).await?;
         let batch = self.assemble(&mut conn, &chains, &terms)?;
         if batch.data.is_empty() {
-            return skip_no_signal(&conn, &batch);
+            return skip_no_signal(&conn, fence.as_ref(), &batch);
         }
-        let trained = self.train(&mut conn, &batch, opd.as_ref()).await?;
+        let trained = self
+            .train(&conn, fence.as_ref(), &batch, opd.as_ref())
+            .await?;
         let tested = self
             .serve_or_test(
                 &conn,
@@ -1080,7 +1096,8 @@ impl Trainer {
     /// metrics kept with the step, and its weights saved for sampling.
     async fn train(
         &mut self,
-        conn: &mut crate::store::sql::Conn,
+        conn: &crate::store::sql::Conn,
+        fence: Option<&Fence>,
         batch: &batch::Batch,
         opd: Option<&OpdReport>,
     ) -> Result<Trained, TrainError> {
@@ -1092,6 +1109,7 @@ impl Trainer {
         let canary = self.settings.canary.is_some();
         let run_agent = self.settings.spec.agent.clone();
         let run = self.open_run().await?;
+        run.lead_under(fence.cloned());
         // Under a canary, the state this step starts from is saved (the
         // first step's too): a rollback trains on from it.
         let trained_from = match canary {
@@ -1100,7 +1118,7 @@ impl Trainer {
         };
         let run_id = run.record().id.clone();
         let step = run.record().step + 1;
-        train_queue::assign(conn, &run_id, step, &batch.samples).map_err(err)?;
+        train_queue::assign(conn, fence, &run_id, step, &batch.samples).map_err(err)?;
         let adam = AdamParams {
             learning_rate,
             ..AdamParams::default()
@@ -1115,13 +1133,14 @@ impl Trainer {
                 // step: trained on top of it, they would be in it twice.)
                 let saved = run.record().state_step.unwrap_or(0);
                 self.run = None;
-                train_queue::rewind(conn, &run_agent, &run_id, saved).map_err(err)?;
+                train_queue::rewind(conn, fence, &run_agent, &run_id, saved).map_err(err)?;
                 return Err(e.into());
             }
         };
         let incarnation = run.record().incarnation;
         let (kl, entropy) = keep_metrics(
             conn,
+            fence,
             &run_agent,
             batch,
             StepOf {
@@ -1255,19 +1274,27 @@ impl Trainer {
     /// samples of later steps go back to the queue).
     async fn open_run(&mut self) -> Result<&mut TrainingRun, TrainError> {
         if self.run.is_none() {
+            let fence = fence_of(&self.settings)?;
             let service = Service::connect(&self.settings.tinker).await?;
             let (run, opened) = TrainingRun::open(
                 &service,
                 &self.settings.db,
                 self.settings.spec.clone(),
                 false,
+                fence.clone(),
             )
             .await?;
             tracing::info!(run = %run.record().id, ?opened, "training run open");
             let conn = self.settings.db.side_writer().map_err(TrainError::store)?;
             let saved = run.record().state_step.unwrap_or(0);
-            train_queue::rewind(&conn, &self.settings.spec.agent, &run.record().id, saved)
-                .map_err(TrainError::record("the training queue"))?;
+            train_queue::rewind(
+                &conn,
+                fence.as_ref(),
+                &self.settings.spec.agent,
+                &run.record().id,
+                saved,
+            )
+            .map_err(TrainError::record("the training queue"))?;
             self.run = Some(run);
         }
         self.run.as_mut().ok_or(TrainError::NoRun)
@@ -1382,11 +1409,13 @@ async fn state_before_step(run: &mut TrainingRun) -> Result<String, TrainError> 
 /// A batch whose advantages were all zero: its samples skipped.
 fn skip_no_signal(
     conn: &crate::store::sql::Conn,
+    fence: Option<&Fence>,
     batch: &batch::Batch,
 ) -> Result<Outcome, TrainError> {
     let turns: Vec<String> = batch.samples.iter().map(|(t, _)| t.clone()).collect();
     train_queue::skip(
         conn,
+        fence,
         &turns,
         "no signal: every advantage in its batch was zero",
     )
@@ -1400,6 +1429,7 @@ fn skip_no_signal(
 /// only logged); the learner's KL and entropy.
 fn keep_metrics(
     conn: &crate::store::sql::Conn,
+    fence: Option<&Fence>,
     agent: &str,
     batch: &batch::Batch,
     at: StepOf<'_>,
@@ -1407,7 +1437,7 @@ fn keep_metrics(
 ) -> Result<(Option<f64>, Option<f64>), TrainError> {
     let report = at.report;
     if report.saved.is_some() {
-        train_queue::checkpointed(conn, at.run_id, report.step)
+        train_queue::checkpointed(conn, fence, at.run_id, report.step)
             .map_err(TrainError::record("the training queue"))?;
     }
     let (kl, entropy) = learner_metrics(&batch.data, &report.outputs);
