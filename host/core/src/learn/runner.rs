@@ -435,13 +435,18 @@ impl Learner {
             _ => None,
         };
         self.db(move |c| {
-            // Immediate: a stage's output reads before it writes, and a
-            // deferred transaction that another writer overtook in between
-            // fails (SQLITE_BUSY_SNAPSHOT) instead of waiting its turn.
-            let tx = c.transaction_with_behavior(crate::store::sql::Behavior::Immediate)?;
-            output.write(&tx)?;
-            jobs::stage_done(&tx, &job, O::STAGE, &output.summary(), now_ms())?;
-            tx.commit()?;
+            // A deadlock with another instance's writer (a shared store)
+            // aborts the whole transaction: it is tried again, not failed.
+            crate::store::sql::retry_contended(crate::store::sql::is_contention_in, || {
+                // Immediate: a stage's output reads before it writes, and a
+                // deferred transaction that another writer overtook in
+                // between fails (SQLITE_BUSY_SNAPSHOT) instead of waiting.
+                let tx = c.transaction_with_behavior(crate::store::sql::Behavior::Immediate)?;
+                output.write(&tx)?;
+                jobs::stage_done(&tx, &job, O::STAGE, &output.summary(), now_ms())?;
+                tx.commit()?;
+                Ok(())
+            })?;
             if let Some(outcomes) = outcomes
                 && let Err(e) = outcomes.refresh(c)
             {

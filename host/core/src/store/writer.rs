@@ -9,7 +9,7 @@ use std::sync::Arc;
 use std::sync::mpsc::{Receiver, RecvTimeoutError};
 use std::time::{Duration, Instant};
 
-use crate::store::sql::{Conn, Optional, Tx, params};
+use crate::store::sql::{CONTENTION_TRIES, Conn, Optional, Tx, contention_backoff, params};
 use bytes::Bytes;
 use metaclaw_wire::recorded::Completion;
 use serde_json::{Map, Value};
@@ -192,6 +192,14 @@ impl Writer {
                     self.metrics.turns_recorded.add(turns.len() as u64);
                     break;
                 }
+                // A deadlock with another instance's writer (a shared
+                // store): Postgres aborted this batch to let the other on.
+                Err(e) if e.is_contention() && attempt < u64::from(CONTENTION_TRIES) => {
+                    tracing::warn!(
+                        "store commit refused for contention (attempt {attempt}, retrying): {e}"
+                    );
+                    std::thread::sleep(contention_backoff(attempt as u32));
+                }
                 Err(e) if attempt < 5 => {
                     self.metrics.store_errors.inc();
                     tracing::error!("store commit failed (attempt {attempt}, retrying): {e}");
@@ -235,33 +243,44 @@ impl Writer {
         rewards: &[(String, Vec<super::RewardRecord>, i64)],
     ) -> crate::store::sql::Result<(Vec<Option<i64>>, Vec<bool>)> {
         let tx = self.conn.transaction()?;
-        let mut seqs = Vec::with_capacity(turns.len());
-        for (turn, prepared) in turns {
+        // Rows other instances' writers also lock (a shared store) are
+        // taken in one order, so that two batches rarely deadlock: the
+        // batch's new blobs by hash first, then each session's rows in
+        // session order (a session's turns, then its end, in the order
+        // they came).
+        let mut blobs: Vec<&(String, String)> =
+            turns.iter().flat_map(|(_, p)| p.blobs.iter()).collect();
+        blobs.sort_unstable_by(|a, b| a.0.cmp(&b.0));
+        blobs.dedup_by(|a, b| a.0 == b.0);
+        insert_blobs(&tx, blobs)?;
+        let mut order: Vec<usize> = (0..turns.len()).collect();
+        order.sort_by(|&a, &b| turns[a].0.session.id.cmp(&turns[b].0.session.id));
+        let mut seqs = vec![None; turns.len()];
+        for i in order {
+            let (turn, prepared) = &turns[i];
             // One bad record must not sink the batch: its rows are undone
             // alone (Postgres aborts the whole transaction at an error
-            // unless it is rolled back to a savepoint).
+            // unless it is rolled back to a savepoint). Contention is not a
+            // bad record: the whole batch is tried again.
             tx.execute_batch("SAVEPOINT turn")?;
             match insert_turn(&tx, turn, prepared) {
                 Ok(seq) => {
                     tx.execute_batch("RELEASE SAVEPOINT turn")?;
-                    seqs.push(Some(seq));
+                    seqs[i] = Some(seq);
                 }
+                Err(e) if e.is_contention() => return Err(e),
                 Err(e) => {
                     tx.execute_batch("ROLLBACK TO SAVEPOINT turn; RELEASE SAVEPOINT turn")?;
                     tracing::error!(turn = %turn.id, "cannot record turn: {e}");
-                    seqs.push(None);
                 }
             }
         }
-        let mut ended = Vec::with_capacity(ends.len());
-        for (session, reason, at_ms) in ends {
-            ended.push(insert_end(
-                &tx,
-                session,
-                reason,
-                *at_ms,
-                self.queue_learning,
-            )?);
+        let mut order: Vec<usize> = (0..ends.len()).collect();
+        order.sort_by(|&a, &b| ends[a].0.id.cmp(&ends[b].0.id));
+        let mut ended = vec![false; ends.len()];
+        for i in order {
+            let (session, reason, at_ms) = &ends[i];
+            ended[i] = insert_end(&tx, session, reason, *at_ms, self.queue_learning)?;
         }
         for (turn_id, list, at_ms) in rewards {
             insert_rewards(&tx, turn_id, list, *at_ms)?;
@@ -503,8 +522,8 @@ fn insert_rewards(
     super::learning::store_rewards(tx, turn_id, rewards, at_ms).map(drop)
 }
 
+/// A turn's rows (its blobs are in already: [`insert_blobs`]).
 fn insert_turn(tx: &Tx<'_>, t: &TurnRecord, p: &Prepared) -> crate::store::sql::Result<i64> {
-    insert_blobs(tx, &p.blobs)?;
     // A retry is the same turn again: it replaces the attempts before it.
     let main = i64::from(t.turn_type == TurnType::Main && t.retry_of.is_none());
     if let Some(first) = &t.retry_of {
@@ -516,7 +535,10 @@ fn insert_turn(tx: &Tx<'_>, t: &TurnRecord, p: &Prepared) -> crate::store::sql::
     Ok(seq)
 }
 
-fn insert_blobs(tx: &Tx<'_>, blobs: &[(String, String)]) -> crate::store::sql::Result<()> {
+fn insert_blobs<'b>(
+    tx: &Tx<'_>,
+    blobs: impl IntoIterator<Item = &'b (String, String)>,
+) -> crate::store::sql::Result<()> {
     let mut stmt = tx.prepare_cached("INSERT OR IGNORE INTO blobs (hash, json) VALUES (?1, ?2)")?;
     for (hash, json) in blobs {
         stmt.execute(params![hash, json])?;

@@ -99,6 +99,44 @@ impl Error {
 
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
+/// How many times work the database refused for contention is tried.
+pub const CONTENTION_TRIES: u32 = 12;
+
+/// Whether an error (anywhere in its chain) is the database refusing work
+/// for contention ([`Error::is_contention`]).
+pub fn is_contention_in(e: &anyhow::Error) -> bool {
+    e.chain()
+        .any(|c| c.downcast_ref::<Error>().is_some_and(Error::is_contention))
+}
+
+/// The wait before try `attempt + 1` of work refused for contention:
+/// longer with each try, and jittered so that two writers that deadlocked
+/// do not meet again in step.
+pub fn contention_backoff(attempt: u32) -> std::time::Duration {
+    let jitter = (uuid::Uuid::new_v4().as_u128() % 40) as u64;
+    std::time::Duration::from_millis(20 * u64::from(attempt.min(10)) + jitter)
+}
+
+/// `work` (one whole transaction, rolled back when it fails) tried again
+/// while the database refuses it for contention: on a shared Postgres
+/// store two instances' transactions can deadlock and Postgres aborts one
+/// of them, which then must be tried again, not lost.
+pub fn retry_contended<T, E>(
+    contended: impl Fn(&E) -> bool,
+    mut work: impl FnMut() -> std::result::Result<T, E>,
+) -> std::result::Result<T, E> {
+    let mut attempt = 1;
+    loop {
+        match work() {
+            Err(e) if attempt < CONTENTION_TRIES && contended(&e) => {
+                std::thread::sleep(contention_backoff(attempt));
+                attempt += 1;
+            }
+            done => return done,
+        }
+    }
+}
+
 /// `query_row`'s "no row" as `None`.
 pub trait Optional<T> {
     fn optional(self) -> Result<Option<T>>;
