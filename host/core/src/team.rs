@@ -28,6 +28,10 @@ use crate::store::Db;
 use crate::store::instances::{self, Fence, Instance};
 use crate::work::Work;
 
+/// Another instance leads a lease (its id, or "none yet").
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct OtherLeads(pub String);
+
 /// How often an instance says it is alive and renews its leases.
 pub const HEARTBEAT: Duration = Duration::from_secs(2);
 /// How long an instance silent is still taken as alive, and how long a
@@ -207,7 +211,7 @@ impl Team {
     /// The fence of the writes this instance makes as `lease`'s leader:
     /// `Ok(None)` alone on its store (nothing to fence); `Err` names who
     /// leads instead (or "none yet").
-    pub fn fence(&self, lease: &str) -> Result<Option<Fence>, String> {
+    pub fn fence(&self, lease: &str) -> Result<Option<Fence>, OtherLeads> {
         match (self.is_shared(), self.leads(lease)) {
             (false, _) => Ok(None),
             (true, Some(epoch)) => Ok(Some(Fence {
@@ -215,7 +219,9 @@ impl Team {
                 holder: self.id().to_string(),
                 epoch,
             })),
-            (true, None) => Err(self.leader_of(lease).unwrap_or_else(|| "none yet".into())),
+            (true, None) => Err(OtherLeads(
+                self.leader_of(lease).unwrap_or_else(|| "none yet".into()),
+            )),
         }
     }
 

@@ -408,7 +408,7 @@ fn fence_of(settings: &TrainerSettings) -> Result<Option<Fence>, TrainError> {
     settings
         .team
         .fence(&lease_of(settings))
-        .map_err(TrainError::NotLeader)
+        .map_err(|other| TrainError::NotLeader(other.0))
 }
 
 fn set(state: &Mutex<TrainerState>, change: impl FnOnce(&mut TrainerState)) {
