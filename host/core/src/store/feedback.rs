@@ -121,13 +121,14 @@ pub fn record(conn: &mut Conn, f: &NewFeedback) -> Result<Recorded, FeedbackErro
         |r| r.get(0),
     )?;
     let mut rewarded_turns = Vec::new();
+    let mut sums = super::outcomes::Pending::new();
     let overrides = overrides(&tx, &session_id)?;
     for turn in learning::main_turns(&tx, &session_id)? {
         if turn.failed.is_some() {
             continue;
         }
         if let Some(v) = overrides.for_turn(&turn.id) {
-            super::outcomes::set_reward(&tx, &turn.id, v)?;
+            super::outcomes::set_reward(&tx, &mut sums, &turn.id, v)?;
             let this_one = match &f.turn_id {
                 Some(t) => *t == turn.id,
                 None => !overrides.turns.contains_key(&turn.id),
@@ -137,6 +138,7 @@ pub fn record(conn: &mut Conn, f: &NewFeedback) -> Result<Recorded, FeedbackErro
             }
         }
     }
+    sums.apply(&tx)?;
     tx.commit()?;
     Ok(Recorded {
         feedback: Feedback {
@@ -230,8 +232,10 @@ mod tests {
                     ('t2', 's', 2, 'main', 'chat', 0, 'ok', '[]', '{}', 2, 3, 1.0, NULL);",
         )
         .unwrap();
-        crate::store::outcomes::turn_recorded(&conn, &[("tidy".into(), "1.0.0".into())]).unwrap();
-        crate::store::outcomes::set_reward(&conn, "t1", 1.0).unwrap();
+        let mut sums = crate::store::outcomes::Pending::new();
+        crate::store::outcomes::turn_recorded(&mut sums, &[("tidy".into(), "1.0.0".into())]);
+        crate::store::outcomes::set_reward(&conn, &mut sums, "t1", 1.0).unwrap();
+        sums.apply(&conn).unwrap();
         (dir, conn)
     }
 

@@ -1,6 +1,7 @@
 //! Outcomes per skill version: the main turns each version was injected
 //! into, and the final rewards of those judged, kept as running sums in
-//! `skill_outcomes`. Each sum moves in the transaction of what moves it:
+//! `skill_outcomes`. Each sum moves in the transaction of what moves it
+//! (at its end: [`Pending`]):
 //! a main turn recorded (one more injection), its reward set or changed
 //! (the old value out, the new one in: judging a turn again never counts
 //! it twice), a turn replaced by its retry (out). A failed turn (status
@@ -11,7 +12,7 @@
 //! The row with an empty id and version is every main turn: what a skill's
 //! turns are compared with is that row minus the skill's own.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 
 use crate::store::sql::{Conn, Optional, params};
 use serde::Serialize;
@@ -81,38 +82,81 @@ impl Delta {
     fn is_zero(&self) -> bool {
         self.injected == 0 && self.judged == 0 && self.sum == 0.0 && self.sq == 0.0
     }
+
+    fn add(&mut self, other: Delta) {
+        self.injected += other.injected;
+        self.judged += other.judged;
+        self.sum += other.sum;
+        self.sq += other.sq;
+    }
 }
 
-/// Adds `delta` to each of `skills` (once each: a skill injected twice
-/// into one turn is one injection) and to the row of every main turn.
-fn apply(conn: &Conn, skills: &[Key], delta: Delta) -> crate::store::sql::Result<()> {
-    if delta.is_zero() {
-        return Ok(());
+/// The moves of one transaction's sums, written together at its end
+/// ([`Pending::apply`]). The row of every main turn is in nearly every
+/// transaction that records or judges a turn, and a skill's row in many:
+/// moved as they came, each transaction held them while it went on to lock
+/// other rows, and two instances' writers on a shared store deadlocked.
+/// Written last, once each and in key order, no two transactions wait on
+/// each other's sums in a cycle.
+#[derive(Debug, Default)]
+#[must_use = "the sums move only when the pending moves are applied"]
+pub struct Pending {
+    moves: BTreeMap<Key, Delta>,
+}
+
+impl Pending {
+    pub fn new() -> Self {
+        Self::default()
     }
-    let mut skills: Vec<&Key> = skills.iter().collect();
-    skills.sort();
-    skills.dedup();
-    let mut stmt = conn.prepare_cached(
-        "INSERT INTO skill_outcomes (skill_id, version, injected, judged, reward_sum, reward_sq)
-         VALUES (?1, ?2, ?3, ?4, ?5, ?6)
-         ON CONFLICT (skill_id, version) DO UPDATE SET
-             injected = skill_outcomes.injected + excluded.injected,
-             judged = skill_outcomes.judged + excluded.judged,
-             reward_sum = skill_outcomes.reward_sum + excluded.reward_sum,
-             reward_sq = skill_outcomes.reward_sq + excluded.reward_sq",
-    )?;
-    let all = (ALL.to_string(), ALL.to_string());
-    for (id, version) in skills.into_iter().chain(std::iter::once(&all)) {
-        stmt.execute(params![
-            id,
-            version,
-            delta.injected,
-            delta.judged,
-            delta.sum,
-            delta.sq
-        ])?;
+
+    /// Adds `delta` to each of `skills` (once each: a skill injected twice
+    /// into one turn is one injection) and to the row of every main turn.
+    fn add(&mut self, skills: &[Key], delta: Delta) {
+        if delta.is_zero() {
+            return;
+        }
+        let mut skills: Vec<&Key> = skills.iter().collect();
+        skills.sort();
+        skills.dedup();
+        let all = (ALL.to_string(), ALL.to_string());
+        for key in skills.into_iter().chain(std::iter::once(&all)) {
+            self.moves.entry(key.clone()).or_default().add(delta);
+        }
     }
-    Ok(())
+
+    /// Takes `other`'s moves too (a part of the transaction that succeeded).
+    pub fn merge(&mut self, other: Pending) {
+        for (key, delta) in other.moves {
+            self.moves.entry(key).or_default().add(delta);
+        }
+    }
+
+    /// Writes the moves, in key order; call last in the transaction.
+    pub fn apply(self, conn: &Conn) -> crate::store::sql::Result<()> {
+        let mut stmt = conn.prepare_cached(
+            "INSERT INTO skill_outcomes (skill_id, version, injected, judged, reward_sum, reward_sq)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6)
+             ON CONFLICT (skill_id, version) DO UPDATE SET
+                 injected = skill_outcomes.injected + excluded.injected,
+                 judged = skill_outcomes.judged + excluded.judged,
+                 reward_sum = skill_outcomes.reward_sum + excluded.reward_sum,
+                 reward_sq = skill_outcomes.reward_sq + excluded.reward_sq",
+        )?;
+        for ((id, version), delta) in self.moves {
+            if delta.is_zero() {
+                continue;
+            }
+            stmt.execute(params![
+                id,
+                version,
+                delta.injected,
+                delta.judged,
+                delta.sum,
+                delta.sq
+            ])?;
+        }
+        Ok(())
+    }
 }
 
 /// The skill versions in a turn's `injected_skills` column (JSON).
@@ -130,14 +174,19 @@ fn keys(injected: Option<&str>) -> Vec<Key> {
 }
 
 /// A main turn was recorded with these skills (its reward comes later).
-pub fn turn_recorded(conn: &Conn, skills: &[Key]) -> crate::store::sql::Result<()> {
-    apply(conn, skills, Delta::turn(None))
+pub fn turn_recorded(sums: &mut Pending, skills: &[Key]) {
+    sums.add(skills, Delta::turn(None));
 }
 
 /// Sets a main turn's final reward, moving its skills' sums by the
 /// difference from the reward it had (none: it joins the judged). A
 /// failed turn (status not `ok`) gets none: it is no real answer.
-pub fn set_reward(conn: &Conn, turn_id: &str, reward: f64) -> crate::store::sql::Result<()> {
+pub fn set_reward(
+    conn: &Conn,
+    sums: &mut Pending,
+    turn_id: &str,
+    reward: f64,
+) -> crate::store::sql::Result<()> {
     let before: Option<(Option<f64>, Option<String>, String)> = conn
         .prepare_cached(
             "SELECT reward, injected_skills, turn_type FROM turns WHERE id = ?1 AND status = 'ok'",
@@ -159,12 +208,18 @@ pub fn set_reward(conn: &Conn, turn_id: &str, reward: f64) -> crate::store::sql:
         sum: new.sum - old.sum,
         sq: new.sq - old.sq,
     };
-    apply(conn, &keys(injected.as_deref()), delta)
+    sums.add(&keys(injected.as_deref()), delta);
+    Ok(())
 }
 
 /// These main turns stop being main (a retry replaces them): their
 /// injections and rewards leave the sums. Call before changing their type.
-pub fn turns_replaced(conn: &Conn, session_id: &str, first: &str) -> crate::store::sql::Result<()> {
+pub fn turns_replaced(
+    conn: &Conn,
+    sums: &mut Pending,
+    session_id: &str,
+    first: &str,
+) -> crate::store::sql::Result<()> {
     let replaced: Vec<(Option<f64>, Option<String>)> = conn
         .prepare_cached(
             "SELECT reward, injected_skills FROM turns
@@ -174,11 +229,7 @@ pub fn turns_replaced(conn: &Conn, session_id: &str, first: &str) -> crate::stor
         .query_map(params![session_id, first], |r| Ok((r.get(0)?, r.get(1)?)))?
         .collect::<crate::store::sql::Result<_>>()?;
     for (reward, injected) in replaced {
-        apply(
-            conn,
-            &keys(injected.as_deref()),
-            Delta::turn(reward).negate(),
-        )?;
+        sums.add(&keys(injected.as_deref()), Delta::turn(reward).negate());
     }
     Ok(())
 }
@@ -270,7 +321,22 @@ mod tests {
             .iter()
             .map(|(a, b)| (a.to_string(), b.to_string()))
             .collect();
-        turn_recorded(conn, &keys).unwrap();
+        let mut sums = Pending::new();
+        turn_recorded(&mut sums, &keys);
+        sums.apply(conn).unwrap();
+    }
+
+    /// Sets a reward in a transaction of its own.
+    fn reward(conn: &Conn, turn_id: &str, value: f64) -> crate::store::sql::Result<()> {
+        let mut sums = Pending::new();
+        set_reward(conn, &mut sums, turn_id, value)?;
+        sums.apply(conn)
+    }
+
+    fn replaced(conn: &Conn, session: &str, first: &str) -> crate::store::sql::Result<()> {
+        let mut sums = Pending::new();
+        turns_replaced(conn, &mut sums, session, first)?;
+        sums.apply(conn)
     }
 
     fn sums(conn: &Conn, id: &str, version: &str) -> Sums {
@@ -286,8 +352,8 @@ mod tests {
         let conn = db();
         turn(&conn, "t1", &[("tidy", "1.0.0")]);
         turn(&conn, "t2", &[("tidy", "1.0.0")]);
-        set_reward(&conn, "t1", 1.0).unwrap();
-        set_reward(&conn, "t2", -0.5).unwrap();
+        reward(&conn, "t1", 1.0).unwrap();
+        reward(&conn, "t2", -0.5).unwrap();
         // t2 moves to a session of agent `work`.
         conn.execute(
             "INSERT INTO sessions (id, base_key, source, started_at_ms, last_activity_ms, agent_id)
@@ -316,9 +382,9 @@ mod tests {
         turn(&conn, "t2", &[("tidy", "1.0.0")]);
         turn(&conn, "t3", &[]);
         turn(&conn, "t4", &[]);
-        set_reward(&conn, "t1", 1.0).unwrap();
-        set_reward(&conn, "t2", -0.5).unwrap();
-        set_reward(&conn, "t3", 1.0).unwrap();
+        reward(&conn, "t1", 1.0).unwrap();
+        reward(&conn, "t2", -0.5).unwrap();
+        reward(&conn, "t3", 1.0).unwrap();
         // t4 is not judged: not in the trend.
         conn.execute(
             "UPDATE turns SET started_at_ms = 86400000 + 5 WHERE id = 't3'",
@@ -354,12 +420,12 @@ mod tests {
         turn(&conn, "t1", &[("tidy", "1.0.0"), ("terse", "0.2.0")]);
         turn(&conn, "t2", &[("tidy", "1.0.0")]);
         turn(&conn, "t3", &[]);
-        set_reward(&conn, "t1", 1.0).unwrap();
-        set_reward(&conn, "t2", -1.0).unwrap();
+        reward(&conn, "t1", 1.0).unwrap();
+        reward(&conn, "t2", -1.0).unwrap();
         // Judged again: the same verdict, then another.
-        set_reward(&conn, "t1", 1.0).unwrap();
-        set_reward(&conn, "t2", 0.5).unwrap();
-        set_reward(&conn, "t3", -1.0).unwrap();
+        reward(&conn, "t1", 1.0).unwrap();
+        reward(&conn, "t2", 0.5).unwrap();
+        reward(&conn, "t3", -1.0).unwrap();
         let tidy = sums(&conn, "tidy", "1.0.0");
         assert_eq!((tidy.injected, tidy.judged), (2, 2));
         assert!((tidy.reward_sum - 1.5).abs() < 1e-9, "{tidy:?}");
@@ -379,14 +445,14 @@ mod tests {
     fn a_turn_replaced_by_its_retry_leaves_the_sums() {
         let conn = db();
         turn(&conn, "t1", &[("tidy", "1.0.0")]);
-        set_reward(&conn, "t1", -1.0).unwrap();
-        turns_replaced(&conn, "s", "t1").unwrap();
+        reward(&conn, "t1", -1.0).unwrap();
+        replaced(&conn, "s", "t1").unwrap();
         conn.execute("UPDATE turns SET turn_type = 'retried' WHERE id = 't1'", ())
             .unwrap();
         assert_eq!(sums(&conn, "tidy", "1.0.0"), Sums::default());
         assert_eq!(sums(&conn, ALL, ALL), Sums::default());
         // A reward set on a turn that is no longer main moves nothing.
-        set_reward(&conn, "t1", 1.0).unwrap();
+        reward(&conn, "t1", 1.0).unwrap();
         assert_eq!(sums(&conn, "tidy", "1.0.0"), Sums::default());
     }
 
@@ -405,14 +471,14 @@ mod tests {
             (),
         )
         .unwrap();
-        set_reward(&conn, "t1", 1.0).unwrap();
+        reward(&conn, "t1", 1.0).unwrap();
         let before = (sums(&conn, "tidy", "1.0.0"), sums(&conn, ALL, ALL));
-        set_reward(&conn, "t2", -1.0).unwrap();
+        reward(&conn, "t2", -1.0).unwrap();
         let reward: Option<f64> = conn
             .query_row("SELECT reward FROM turns WHERE id = 't2'", (), |r| r.get(0))
             .unwrap();
         assert_eq!(reward, None);
-        turns_replaced(&conn, "s", "t2").unwrap();
+        replaced(&conn, "s", "t2").unwrap();
         assert_eq!(
             (sums(&conn, "tidy", "1.0.0"), sums(&conn, ALL, ALL)),
             before
@@ -427,10 +493,10 @@ mod tests {
         {
             let conn = path.side_writer().unwrap();
             turn(&conn, "t1", &[("tidy", "1.0.0")]);
-            set_reward(&conn, "t1", 1.0).unwrap();
+            reward(&conn, "t1", 1.0).unwrap();
         }
         let conn = path.side_writer().unwrap();
-        set_reward(&conn, "t1", 1.0).unwrap();
+        reward(&conn, "t1", 1.0).unwrap();
         let tidy = sums(&conn, "tidy", "1.0.0");
         assert_eq!((tidy.injected, tidy.judged), (1, 1));
         assert!((tidy.reward_sum - 1.0).abs() < 1e-9);

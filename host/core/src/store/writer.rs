@@ -9,7 +9,7 @@ use std::sync::Arc;
 use std::sync::mpsc::{Receiver, RecvTimeoutError};
 use std::time::{Duration, Instant};
 
-use crate::store::sql::{CONTENTION_TRIES, Conn, Optional, Tx, contention_backoff, params};
+use crate::store::sql::{Conn, Optional, Tx, params, retry_contended};
 use bytes::Bytes;
 use metaclaw_wire::recorded::Completion;
 use serde_json::{Map, Value};
@@ -151,7 +151,20 @@ impl Writer {
         let mut attempt = 0;
         loop {
             attempt += 1;
-            match self.commit(&turns, &ends, &rewards) {
+            // A deadlock with another instance's writer (a shared store):
+            // Postgres aborted this batch to let the other on; it is tried
+            // again at once (with jitter), not counted as a failure.
+            let committed = retry_contended(
+                |e: &crate::store::sql::Error| {
+                    let contended = e.is_contention();
+                    if contended {
+                        tracing::warn!("store commit refused for contention (retrying): {e}");
+                    }
+                    contended
+                },
+                || self.commit(&turns, &ends, &rewards),
+            );
+            match committed {
                 Ok((seqs, ended)) => {
                     if let Some(tx) = &self.on_recorded {
                         for ((turn, prepared), seq) in turns.iter_mut().zip(seqs) {
@@ -191,14 +204,6 @@ impl Writer {
                     }
                     self.metrics.turns_recorded.add(turns.len() as u64);
                     break;
-                }
-                // A deadlock with another instance's writer (a shared
-                // store): Postgres aborted this batch to let the other on.
-                Err(e) if e.is_contention() && attempt < u64::from(CONTENTION_TRIES) => {
-                    tracing::warn!(
-                        "store commit refused for contention (attempt {attempt}, retrying): {e}"
-                    );
-                    std::thread::sleep(contention_backoff(attempt as u32));
                 }
                 Err(e) if attempt < 5 => {
                     self.metrics.store_errors.inc();
@@ -247,15 +252,17 @@ impl Writer {
         // taken in one order, so that two batches rarely deadlock: the
         // batch's new blobs by hash first, then each session's rows in
         // session order (a session's turns, then its end, in the order
-        // they came).
+        // they came), the skills' sums last, in key order.
         let mut blobs: Vec<&(String, String)> =
             turns.iter().flat_map(|(_, p)| p.blobs.iter()).collect();
         blobs.sort_unstable_by(|a, b| a.0.cmp(&b.0));
         blobs.dedup_by(|a, b| a.0 == b.0);
         insert_blobs(&tx, blobs)?;
-        let mut order: Vec<usize> = (0..turns.len()).collect();
-        order.sort_by(|&a, &b| turns[a].0.session.id.cmp(&turns[b].0.session.id));
+        let order = session_order(turns, |(t, _)| &t.session.id);
         let mut seqs = vec![None; turns.len()];
+        // The skills' sums move last (outcomes::Pending): a bad record's
+        // moves are dropped with its rows.
+        let mut sums = super::outcomes::Pending::new();
         for i in order {
             let (turn, prepared) = &turns[i];
             // One bad record must not sink the batch: its rows are undone
@@ -263,10 +270,12 @@ impl Writer {
             // unless it is rolled back to a savepoint). Contention is not a
             // bad record: the whole batch is tried again.
             tx.execute_batch("SAVEPOINT turn")?;
-            match insert_turn(&tx, turn, prepared) {
+            let mut moved = super::outcomes::Pending::new();
+            match insert_turn(&tx, turn, prepared, &mut moved) {
                 Ok(seq) => {
                     tx.execute_batch("RELEASE SAVEPOINT turn")?;
                     seqs[i] = Some(seq);
+                    sums.merge(moved);
                 }
                 Err(e) if e.is_contention() => return Err(e),
                 Err(e) => {
@@ -275,8 +284,7 @@ impl Writer {
                 }
             }
         }
-        let mut order: Vec<usize> = (0..ends.len()).collect();
-        order.sort_by(|&a, &b| ends[a].0.id.cmp(&ends[b].0.id));
+        let order = session_order(ends, |(session, _, _)| &session.id);
         let mut ended = vec![false; ends.len()];
         for i in order {
             let (session, reason, at_ms) = &ends[i];
@@ -285,6 +293,7 @@ impl Writer {
         for (turn_id, list, at_ms) in rewards {
             insert_rewards(&tx, turn_id, list, *at_ms)?;
         }
+        sums.apply(&tx)?;
         tx.commit()?;
         Ok((seqs, ended))
     }
@@ -507,6 +516,14 @@ impl RecentBlobs {
 
 /// The JSON text at `range` of a request's body (`null` where it is not
 /// text).
+/// The indices of `items` in the order of their sessions' ids (stable:
+/// one session's items stay in the order they came).
+fn session_order<T>(items: &[T], session: impl Fn(&T) -> &str) -> Vec<usize> {
+    let mut order: Vec<usize> = (0..items.len()).collect();
+    order.sort_by(|&a, &b| session(&items[a]).cmp(session(&items[b])));
+    order
+}
+
 fn json_at<'a>(body: &'a [u8], range: &Range<usize>) -> &'a str {
     body.get(range.clone())
         .and_then(|b| std::str::from_utf8(b).ok())
@@ -523,15 +540,20 @@ fn insert_rewards(
 }
 
 /// A turn's rows (its blobs are in already: [`insert_blobs`]).
-fn insert_turn(tx: &Tx<'_>, t: &TurnRecord, p: &Prepared) -> crate::store::sql::Result<i64> {
+fn insert_turn(
+    tx: &Tx<'_>,
+    t: &TurnRecord,
+    p: &Prepared,
+    sums: &mut super::outcomes::Pending,
+) -> crate::store::sql::Result<i64> {
     // A retry is the same turn again: it replaces the attempts before it.
     let main = i64::from(t.turn_type == TurnType::Main && t.retry_of.is_none());
     if let Some(first) = &t.retry_of {
-        replace_attempts(tx, t, first)?;
+        replace_attempts(tx, t, first, sums)?;
     }
     let seq = upsert_session(tx, t, main)?;
     insert_turn_row(tx, t, p, seq)?;
-    record_turn_parts(tx, t, p)?;
+    record_turn_parts(tx, t, p, sums)?;
     Ok(seq)
 }
 
@@ -547,8 +569,13 @@ fn insert_blobs<'b>(
 }
 
 /// The attempts before a retry (from its `first`) are no longer main turns.
-fn replace_attempts(tx: &Tx<'_>, t: &TurnRecord, first: &str) -> crate::store::sql::Result<()> {
-    super::outcomes::turns_replaced(tx, &t.session.id, first)?;
+fn replace_attempts(
+    tx: &Tx<'_>,
+    t: &TurnRecord,
+    first: &str,
+    sums: &mut super::outcomes::Pending,
+) -> crate::store::sql::Result<()> {
+    super::outcomes::turns_replaced(tx, sums, &t.session.id, first)?;
     tx.prepare_cached(
         "UPDATE turns SET turn_type = ?3
          WHERE session_id = ?1 AND turn_type = ?4 AND (id = ?2 OR retry_of = ?2)",
@@ -659,7 +686,12 @@ fn insert_turn_row(
 
 /// What else a turn records: its arms, its injected skills and their
 /// outcomes, a student's sample.
-fn record_turn_parts(tx: &Tx<'_>, t: &TurnRecord, p: &Prepared) -> crate::store::sql::Result<()> {
+fn record_turn_parts(
+    tx: &Tx<'_>,
+    t: &TurnRecord,
+    p: &Prepared,
+    sums: &mut super::outcomes::Pending,
+) -> crate::store::sql::Result<()> {
     if t.turn_type == TurnType::Main {
         super::experiments::record_arms(tx, &t.session.id, &t.arms, t.started_at_ms)?;
     }
@@ -672,7 +704,7 @@ fn record_turn_parts(tx: &Tx<'_>, t: &TurnRecord, p: &Prepared) -> crate::store:
             .iter()
             .map(|s| (s.id.clone(), s.version.clone()))
             .collect();
-        super::outcomes::turn_recorded(tx, &skills)?;
+        super::outcomes::turn_recorded(sums, &skills);
     }
     if let ServedBy::Student(sample) = &t.served_by {
         super::samples::insert(

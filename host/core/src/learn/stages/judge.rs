@@ -87,6 +87,7 @@ impl Output for Judged {
         let rewards = crate::store::turn_rewards(tx, session)?;
         // The user's own word outranks the judge (store::feedback).
         let feedback = crate::store::feedback::overrides(tx, session)?;
+        let mut sums = crate::store::outcomes::Pending::new();
         for turn in turns.iter().filter(|t| t.failed.is_none()) {
             let scorers: Vec<ScorerReward<'_>> = rewards
                 .get(&turn.id)
@@ -102,9 +103,9 @@ impl Output for Judged {
                 .for_turn(&turn.id)
                 .or_else(|| reward::combine(&self.reward, judge, &scorers));
             if let Some(value) = value {
-                crate::store::outcomes::set_reward(tx, &turn.id, value)?;
+                crate::store::outcomes::set_reward(tx, &mut sums, &turn.id, value)?;
             }
         }
-        Ok(())
+        Ok(sums.apply(tx)?)
     }
 }
