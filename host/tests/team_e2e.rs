@@ -1191,7 +1191,8 @@ fn three_instances_on_one_postgres_store_survive_a_kill_9_and_learn_each_session
     );
 
     // Run once: the evolver asked once per corrected session (twice at
-    // most for a job the kill cut short), never for the others; each round
+    // most for a job the kill cut short; at most once for one whose answer
+    // or correction the kill took), never for the others; each round
     // of a job started once across the instances' logs (twice for one the
     // kill cut short).
     let transcript_session = regex::Regex::new(r"teammark-(\d{2})-(\d{3})-\d+").unwrap();
@@ -1217,16 +1218,68 @@ fn three_instances_on_one_postgres_store_survive_a_kill_9_and_learn_each_session
     for id in &acked {
         let (c, k) = parse_session(id).unwrap();
         let n = asked.get(id).copied().unwrap_or(0);
+        let stored = |t: usize| by_marker.contains_key(&format!("teammark-{c:02}-{k:03}-{t}"));
         let allowed = if !corrected(c, k) {
             0..=0
+        } else if !(stored(1) && stored(2)) {
+            // The kill took the answer or its correction (in flight, or
+            // delivered within WINDOW of it): the store holds nothing to
+            // correct, or a correction of nothing.
+            0..=1
         } else if cut_short_sessions.contains(id) {
             1..=2
         } else {
             1..=1
         };
         if !allowed.contains(&n) {
+            // What became of the correction (the second turn): the judge
+            // scores the first answer from it.
+            let correction = sent
+                .iter()
+                .find(|s| {
+                    s.session == *id && s.text.starts_with(&format!("teammark-{c:02}-{k:03}-2 "))
+                })
+                .map_or("not sent".to_string(), |s| {
+                    format!(
+                        "sent to instance {} ({}), stored: {}",
+                        s.instance,
+                        if s.outcome.is_ok() {
+                            "answered"
+                        } else {
+                            "failed"
+                        },
+                        by_marker.contains_key(marker_of(&s.text))
+                    )
+                });
+            // And what learning saw: the stored turns as they started,
+            // their rewards, verdicts and scorers' rewards.
+            let seen: Vec<String> = db
+                .query(
+                    "SELECT t.seq, t.started_at_ms, t.user_summary, t.reward, j.value, j.evidence,
+                            (SELECT string_agg(r.source || '=' || r.value, ',') FROM turn_rewards r
+                             WHERE r.turn_id = t.id)
+                     FROM turns t LEFT JOIN turn_judgments j ON j.turn_id = t.id
+                     WHERE t.session_id = $1 ORDER BY t.started_at_ms",
+                    &[id],
+                )
+                .unwrap()
+                .iter()
+                .map(|r| {
+                    format!(
+                        "seq {} at {} {:?}: reward {:?}, judge {:?} ({:?}), scorers {:?}",
+                        r.get::<_, i64>(0),
+                        r.get::<_, i64>(1),
+                        r.get::<_, Option<String>>(2).unwrap_or_default(),
+                        r.get::<_, Option<f64>>(3),
+                        r.get::<_, Option<i64>>(4),
+                        r.get::<_, Option<String>>(5),
+                        r.get::<_, Option<String>>(6),
+                    )
+                })
+                .collect();
             evolved_wrongly.push(format!(
-                "{id}: asked {n} times (corrected: {}, cut short: {})",
+                "{id}: asked {n} times (corrected: {}, cut short: {}; its correction: {correction}); \
+                 its turns: {seen:#?}",
                 corrected(c, k),
                 cut_short_sessions.contains(id)
             ));

@@ -86,12 +86,16 @@ pub fn failure(status: &str, http_status: Option<i64>, error: Option<&str>) -> O
 
 /// Every main turn of a session, in order, failed ones included (they
 /// are the next state of the turn before them; they are not judged).
+/// In the order they started, not `seq`'s: `seq` is the order they were
+/// committed, and in a team a session's turns are committed by several
+/// instances' writers, a slow one after the turns that came next; by
+/// `seq` the turn after a correction would be taken for it.
 pub fn main_turns(conn: &Conn, session_id: &str) -> crate::store::sql::Result<Vec<MainTurn>> {
     conn.prepare_cached(
         "SELECT t.id, t.seq, t.scored_at_ms IS NOT NULL, j.turn_id IS NOT NULL,
                 t.upstream_model, t.status, t.http_status, t.error
          FROM turns t LEFT JOIN turn_judgments j ON j.turn_id = t.id
-         WHERE t.session_id = ?1 AND t.turn_type = 'main' ORDER BY t.seq",
+         WHERE t.session_id = ?1 AND t.turn_type = 'main' ORDER BY t.started_at_ms, t.seq",
     )?
     .query_map([session_id], |r| {
         let status: String = r.get(5)?;
@@ -621,4 +625,50 @@ pub fn reward_trend(conn: &Conn, since_ms: i64) -> crate::store::sql::Result<Vec
         }
     }
     Ok(days)
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+
+    use super::*;
+
+    /// In a team, a session's turns are committed by the instances that
+    /// served them: a slow writer commits a turn after the one that came
+    /// next (a larger `seq`). Learning reads them as they happened, so the
+    /// user's correction is the next state of the answer it corrects.
+    #[test]
+    fn a_sessions_turns_are_read_in_the_order_they_started_not_committed() {
+        let conn = crate::store::memory();
+        conn.execute(
+            "INSERT INTO sessions (id, base_key, source, started_at_ms, last_activity_ms)
+             VALUES ('s', 's', 'test', 0, 0)",
+            (),
+        )
+        .unwrap();
+        // (id, seq: commit order, started_at_ms)
+        for (id, seq, started) in [("first", 1, 100), ("third", 2, 300), ("second", 3, 200)] {
+            conn.execute(
+                "INSERT INTO turns (id, session_id, seq, turn_type, api, stream, status,
+                                    request_messages, request_params, started_at_ms,
+                                    finished_at_ms, total_ms)
+                 VALUES (?1, 's', ?2, 'main', 'openai', 0, 'ok', '[]', '{}', ?3, ?3, 0)",
+                params![id, seq, started],
+            )
+            .unwrap();
+        }
+        let order = ["first", "second", "third"];
+        let main: Vec<String> = main_turns(&conn, "s")
+            .unwrap()
+            .into_iter()
+            .map(|t| t.id)
+            .collect();
+        assert_eq!(main, order);
+        let all: Vec<String> = crate::store::read::session_turns(&conn, "s")
+            .unwrap()
+            .into_iter()
+            .map(|t| t.id)
+            .collect();
+        assert_eq!(all, order);
+    }
 }

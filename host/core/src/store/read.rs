@@ -207,6 +207,8 @@ pub struct TurnRow {
     pub arms: Option<Value>,
 }
 
+/// A session's turns in the order they started (`learning::main_turns`
+/// says why not `seq`'s).
 pub fn session_turns(conn: &Conn, session_id: &str) -> crate::store::sql::Result<Vec<TurnRow>> {
     conn.prepare(
         "SELECT id, seq, turn_type, api, model, upstream_model, stream, status, http_status, error,
@@ -217,7 +219,7 @@ pub fn session_turns(conn: &Conn, session_id: &str) -> crate::store::sql::Result
                 s.withheld, s.trajectory_id, s.extends_turn, s.stop_reason, s.rendering,
                 s.skill_generation, turns.arms
          FROM turns LEFT JOIN turn_samples s ON s.turn_id = turns.id
-         WHERE session_id = ?1 ORDER BY seq",
+         WHERE session_id = ?1 ORDER BY started_at_ms, seq",
     )?
     .query_map(params![session_id], |row| {
         let json = |i: usize| -> crate::store::sql::Result<Option<Value>> {

@@ -225,7 +225,7 @@ pub fn unjudged_groups(conn: &Conn, session: &str) -> crate::store::sql::Result<
         "SELECT s.turn_id FROM turn_samples s JOIN turns t ON t.id = s.turn_id
          WHERE t.session_id = ?1 AND t.turn_type = 'main' AND s.group_judged = 0
            AND s.withheld IS NULL AND EXISTS (SELECT 1 FROM turn_siblings g WHERE g.turn_id = s.turn_id)
-         ORDER BY t.seq",
+         ORDER BY t.started_at_ms, t.seq",
     )?
     .query_map(params![session], |r| r.get(0))?
     .collect()
