@@ -514,8 +514,6 @@ impl RecentBlobs {
     }
 }
 
-/// The JSON text at `range` of a request's body (`null` where it is not
-/// text).
 /// The indices of `items` in the order of their sessions' ids (stable:
 /// one session's items stay in the order they came).
 fn session_order<T>(items: &[T], session: impl Fn(&T) -> &str) -> Vec<usize> {
@@ -524,6 +522,8 @@ fn session_order<T>(items: &[T], session: impl Fn(&T) -> &str) -> Vec<usize> {
     order
 }
 
+/// The JSON text at `range` of a request's body (`null` where it is not
+/// text).
 fn json_at<'a>(body: &'a [u8], range: &Range<usize>) -> &'a str {
     body.get(range.clone())
         .and_then(|b| std::str::from_utf8(b).ok())
